@@ -1,0 +1,121 @@
+"""The ``llm-ocr`` command line. Every option is also an ``LLM_OCR_*`` environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from llm_ocr.config import JobOptions, OptionError, add_options, resolve_options
+from llm_ocr.sources import DatasetOptions
+from llm_ocr.sources.base import RenderOptions
+from llm_ocr.stages.extract import ExtractOptions
+from llm_ocr.vlm.client import ClientOptions
+
+log = logging.getLogger("llm_ocr")
+
+EXIT_CODES_HELP = """exit status: 0 every page ok or truncated; 1 finished but some pages failed;
+2 could not run (bad options, inputs, output or endpoint); 3 interrupted (rerun to resume)."""
+
+
+def _extract_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "extract",
+        help="page images -> DeepSeek-OCR -> Markdown, layout blocks and figure crops (OUT/extract)",
+        description="Run the Extract stage over this shard of the inputs.",
+        epilog=EXIT_CODES_HELP,
+    )
+    parser.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or URLs of PDFs/images, or a dataset")
+    add_options(parser, JobOptions, RenderOptions, DatasetOptions, ExtractOptions, ClientOptions)
+    parser.set_defaults(handler=_cmd_extract)
+
+
+def _cmd_extract(args: argparse.Namespace) -> int:
+    from llm_ocr.runner import ExtractJob, extract_shard, run_sync
+
+    inputs = list(args.inputs)
+    if not inputs:
+        raise OptionError("give at least one INPUT (a file, folder, URL or hf://datasets/OWNER/NAME)")
+    spec = ExtractJob(
+        inputs=inputs,
+        job=resolve_options(JobOptions, args),
+        render=resolve_options(RenderOptions, args),
+        dataset=resolve_options(DatasetOptions, args),
+        extract=resolve_options(ExtractOptions, args),
+        client=resolve_options(ClientOptions, args),
+    )
+    outcome = run_sync(lambda stop: extract_shard(spec, stop))
+    if outcome.stats:
+        print(json.dumps(outcome.stats, sort_keys=True))
+    return outcome.exit_code
+
+
+def _serve_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "serve",
+        help="run a model server in the foreground (--engine sim: the simulated DeepSeek-OCR server)",
+        add_help=False,
+    )
+    parser.add_argument("--engine", default="sim", choices=["sim"], help="which server to run")
+    parser.set_defaults(handler=None, serve=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``llm-ocr``."""
+    parser = argparse.ArgumentParser(
+        prog="llm-ocr",
+        description="Batch OCR of PDFs and page images into Markdown, figures and captions.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _extract_parser(sub)
+    _serve_parser(sub)
+    return parser
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    # Third-party request logs would print every request (and URLs with tokens) at INFO.
+    for noisy in ("httpx", "httpx2", "openai", "urllib3", "botocore", "aiobotocore", "fsspec", "datasets"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``llm-ocr`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        return _serve(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except OptionError as exc:
+        log.error("%s", exc)
+        return 2
+
+
+def _serve(argv: list[str]) -> int:
+    engine = "sim"
+    if "--engine" in argv:
+        at = argv.index("--engine")
+        engine = argv[at + 1] if at + 1 < len(argv) else ""
+        argv = argv[:at] + argv[at + 2 :]
+    if engine == "sim":
+        from llm_ocr.vlm.simulated import main as sim_main
+
+        return sim_main(argv) or 0
+    print(f"llm-ocr serve: unknown --engine {engine!r} (choose: sim)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,215 @@
+"""Parquet parts: the shard-named files each stage writes, how they are written and re-read.
+
+A stage folder (``OUT/extract``...) holds ``part-{shard:05d}-of-{num_shards:05d}-{seq:06d}.parquet``
+files. Each is written whole and atomically (see :mod:`llm_ocr.storage`), so a part either exists
+complete or not at all; a part that is nevertheless unreadable (a store without atomic puts, a
+disk that filled up) is detected when a shard starts and removed so its pages are redone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llm_ocr.storage import Storage
+
+log = logging.getLogger(__name__)
+
+PART_RE = re.compile(r"part-(\d{5})-of-(\d{5})-(\d{6})\.parquet$")
+
+
+class ShardLayoutError(Exception):
+    """The output folder was written with another number of shards."""
+
+
+def part_name(shard: int, num_shards: int, seq: int) -> str:
+    """File name of one part; the shard is in the name so shards never collide."""
+    return f"part-{shard:05d}-of-{num_shards:05d}-{seq:06d}.parquet"
+
+
+def _parse(path: str) -> tuple[int, int, int] | None:
+    match = PART_RE.search(path)
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def list_parts(stage: Storage, shard: int | None = None, num_shards: int | None = None) -> list[str]:
+    """Part files of a stage folder, optionally only one shard's, in name order."""
+    paths = [p for p in stage.glob("part-*.parquet") if _parse(p)]
+    if num_shards is not None:
+        foreign = sorted({_parse(p)[1] for p in paths} - {num_shards})  # type: ignore[index]
+        if foreign:
+            raise ShardLayoutError(
+                f"{stage.display(stage.root)} holds parts written with --num-shards {foreign[0]}, "
+                f"not {num_shards}: rerun with the same --num-shards, or write to a new --output"
+            )
+    if shard is not None:
+        paths = [p for p in paths if _parse(p)[0] == shard]  # type: ignore[index]
+    return paths
+
+
+@dataclass
+class ShardIndex:
+    """What a shard's existing parts already hold: the pages that need no more work."""
+
+    done_pages: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    num_pages: dict[str, int | None] = field(default_factory=dict)
+    status_counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    next_seq: int = 0
+    removed_parts: int = 0
+    dropped_error_rows: int = 0
+
+    def is_document_done(self, doc_id: str) -> bool:
+        """True when every page of the document has a finished (ok or truncated) row."""
+        pages = self.done_pages.get(doc_id)
+        total = self.num_pages.get(doc_id)
+        if not pages or not total:
+            return False
+        return all(p in pages for p in range(1, total + 1))
+
+
+def _read_table(stage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
+    data = stage.read_bytes(path)
+    return pq.read_table(io.BytesIO(data), columns=columns)
+
+
+def scan_shard(stage: Storage, shard: int, num_shards: int, *, retry_errors: bool = True) -> ShardIndex:
+    """Index a shard's parts before it (re)starts.
+
+    Unreadable parts are deleted (their pages will be redone). With ``retry_errors``, rows
+    whose status is ``error`` are removed from their part (rewritten atomically under the same
+    name) so the retried pages appear exactly once.
+    """
+    index = ShardIndex()
+    for path in list_parts(stage, shard, num_shards):
+        seq = _parse(path)[2]  # type: ignore[index]
+        index.next_seq = max(index.next_seq, seq + 1)
+        try:
+            table = _read_table(stage, path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            log.warning("removing unreadable part %s (%s); its pages will be redone", stage.display(path), exc)
+            stage.delete(path)
+            index.removed_parts += 1
+            continue
+        statuses = table.column("status").to_pylist()
+        if retry_errors and "error" in statuses:
+            keep = pa.array([s != "error" for s in statuses])
+            index.dropped_error_rows += statuses.count("error")
+            table = table.filter(keep)
+            if table.num_rows:
+                stage.write_atomic(path, table_to_bytes(table))
+            else:
+                stage.delete(path)
+        for doc_id, page, status, num_pages in zip(
+            table.column("doc_id").to_pylist(),
+            table.column("page").to_pylist(),
+            table.column("status").to_pylist(),
+            table.column("num_pages").to_pylist(),
+        ):
+            index.status_counts[status] += 1
+            if status != "error":
+                index.done_pages[doc_id].add(page)
+            if num_pages is not None:
+                index.num_pages[doc_id] = num_pages
+    return index
+
+
+def table_to_bytes(table: pa.Table) -> bytes:
+    """Serialise a table as one Parquet file (zstd; images are already compressed)."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def iter_rows(stage: Storage, paths: list[str] | None = None, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Rows of a stage's parts, one part in memory at a time."""
+    for path in paths if paths is not None else list_parts(stage):
+        table = _read_table(stage, path, columns)
+        for batch in table.to_batches(max_chunksize=64):
+            yield from batch.to_pylist()
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    size = len(row.get("markdown") or "") + len(row.get("raw") or "")
+    for figure in row.get("figures") or []:
+        image = figure.get("image") or {}
+        size += len(image.get("bytes") or b"")
+    return size + 256
+
+
+class PartWriter:
+    """Buffers rows and writes them as parts from a worker thread, never blocking the event loop.
+
+    A part is written when ``max_rows`` rows or ``max_bytes`` bytes are buffered, or when
+    ``flush()`` is called (the runner calls it on a timer so a crash loses at most a few
+    minutes of work). At most one write runs at a time; a second full buffer waits for it,
+    which is the back-pressure that keeps memory bounded when storage is slow.
+    """
+
+    def __init__(
+        self,
+        stage: Storage,
+        schema: pa.Schema,
+        shard: int,
+        num_shards: int,
+        *,
+        start_seq: int = 0,
+        max_rows: int = 1000,
+        max_bytes: int = 128 * 1024 * 1024,
+    ) -> None:
+        self.stage = stage
+        self.schema = schema
+        self.shard = shard
+        self.num_shards = num_shards
+        self.seq = start_seq
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        self._rows: list[dict[str, Any]] = []
+        self._bytes = 0
+        self._pending: asyncio.Task[None] | None = None
+        self.rows_written = 0
+        self.parts_written = 0
+
+    async def add(self, row: dict[str, Any]) -> None:
+        """Buffer one row; starts a part write when the buffer is full."""
+        self._rows.append(row)
+        self._bytes += _row_bytes(row)
+        if len(self._rows) >= self.max_rows or self._bytes >= self.max_bytes:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Hand the buffered rows to a background write (waiting for the previous one first)."""
+        if not self._rows:
+            return
+        rows, self._rows, self._bytes = self._rows, [], 0
+        await self._wait_pending()
+        path = self.stage.path(part_name(self.shard, self.num_shards, self.seq))
+        self.seq += 1
+        self._pending = asyncio.create_task(asyncio.to_thread(self._write, path, rows))
+
+    def _write(self, path: str, rows: list[dict[str, Any]]) -> None:
+        table = pa.Table.from_pylist(rows, schema=self.schema)
+        self.stage.write_atomic(path, table_to_bytes(table))
+        self.rows_written += len(rows)
+        self.parts_written += 1
+        log.debug("wrote %s (%d rows)", self.stage.display(path), len(rows))
+
+    async def _wait_pending(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            await pending
+
+    async def close(self) -> None:
+        """Write everything still buffered and wait until it is stored."""
+        await self.flush()
+        await self._wait_pending()

@@ -1,0 +1,300 @@
+"""The page flow of a GPU stage: documents → rendered pages → requests in flight → ordered rows.
+
+Rendering runs ahead in worker processes (bounded prefetch); requests are issued as soon as a
+page is ready and a slot is free (never in lock-step batches); finished rows are released in
+input order through a bounded reorder window and written in parts off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from llm_ocr.parts import PartWriter, ShardIndex
+from llm_ocr.progress import RunCounters
+from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.sources.render import DocumentError, count_pages, render_pages
+from llm_ocr.workers import WorkerPool
+
+log = logging.getLogger(__name__)
+
+PageHandler = Callable[[DocumentRef, PageImage | PageFailure, int | None], Awaitable[PageResult]]
+
+CHUNK_PAGES = 8
+
+
+class OrderedRows:
+    """Releases rows to the writer in input order, holding at most ``window`` out-of-order rows.
+
+    A page that takes very long (a loop, a retry) must not stall the GPU: when the window is
+    full, the oldest held rows are written out of order, and the slow page follows when done.
+    """
+
+    def __init__(self, writer: PartWriter, window: int) -> None:
+        self.writer = writer
+        self.window = window
+        self.next_seq = 0
+        self.held: dict[int, dict[str, Any] | None] = {}
+        self.released_early: set[int] = set()
+
+    async def put(self, seq: int, row: dict[str, Any] | None) -> None:
+        """Accept the row of sequence number ``seq`` (None: the seq produced no row)."""
+        if seq in self.released_early:
+            self.released_early.discard(seq)
+        self.held[seq] = row
+        while self.next_seq in self.held or self.next_seq in self.released_early:
+            if self.next_seq in self.released_early:
+                self.released_early.discard(self.next_seq)
+            else:
+                ready = self.held.pop(self.next_seq)
+                if ready is not None:
+                    await self.writer.add(ready)
+            self.next_seq += 1
+        while len(self.held) > self.window:
+            oldest = min(self.held)
+            row = self.held.pop(oldest)
+            self.released_early.add(oldest)
+            if row is not None:
+                await self.writer.add(row)
+
+    async def drain(self) -> None:
+        """Write everything held (end of run, or interruption)."""
+        for seq in sorted(self.held):
+            row = self.held.pop(seq)
+            if row is not None:
+                await self.writer.add(row)
+
+
+async def iterate_in_thread(items: Iterable[DocumentRef]) -> AsyncIterator[DocumentRef]:
+    """Pull a blocking iterator (listing may hit the network) without blocking the loop."""
+    iterator: Iterator[DocumentRef] = iter(items)
+    sentinel = object()
+    while True:
+        item = await asyncio.to_thread(next, iterator, sentinel)
+        if item is sentinel:
+            return
+        yield item  # type: ignore[misc]
+
+
+def _is_local(url: str) -> bool:
+    fs, _ = fsspec.core.url_to_fs(url)
+    return isinstance(fs, LocalFileSystem)
+
+
+def _download(url: str, folder: str, storage_options: dict[str, Any]) -> str:
+    target = os.path.join(folder, f"doc-{abs(hash(url)) % 10**12}{os.path.splitext(url)[1][:10]}")
+    with fsspec.open(url, "rb", **dict(storage_options)) as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    return target
+
+
+@dataclass
+class FlowSettings:
+    """Knobs of the page flow."""
+
+    max_in_flight: int = 64
+    prefetch_chunks: int = 8
+    reorder_window: int = 1024
+    flush_interval: float = 120.0
+    grace_period: float = 30.0
+
+
+class PageFlow:
+    """Runs one shard's documents through ``handler`` and writes the rows."""
+
+    def __init__(
+        self,
+        *,
+        pool: WorkerPool,
+        render: RenderOptions,
+        handler: PageHandler,
+        writer: PartWriter,
+        index: ShardIndex,
+        counters: RunCounters,
+        settings: FlowSettings,
+        storage_options: dict[str, Any] | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        self.pool = pool
+        self.render = render
+        self.handler = handler
+        self.writer = writer
+        self.index = index
+        self.counters = counters
+        self.settings = settings
+        self.storage_options = storage_options or {}
+        self.stop = stop or asyncio.Event()
+        self.ordered = OrderedRows(writer, settings.reorder_window)
+        self._queue: asyncio.Queue[tuple[DocumentRef, int | None, asyncio.Future[list[Any]] | list[Any], Callable[[], None] | None] | None]
+        self._queue = asyncio.Queue(maxsize=max(1, settings.prefetch_chunks))
+        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._seq = 0
+        self._doc_pending: dict[str, int] = {}
+        self._fatal: BaseException | None = None
+        self._tmp = tempfile.mkdtemp(prefix="llm-ocr-docs-")
+
+    async def run(self, documents: Iterable[DocumentRef]) -> None:
+        """Process every document; returns when all rows are handed to the writer."""
+        producer = asyncio.create_task(self._produce(documents))
+        flusher = asyncio.create_task(self._flush_periodically())
+        try:
+            await self._dispatch()
+            if self.stop.is_set():
+                # The producer may be blocked on a full queue nobody reads any more.
+                producer.cancel()
+            else:
+                await producer
+            await self._wait_tasks()
+        finally:
+            producer.cancel()
+            flusher.cancel()
+            for task in (producer, flusher):
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                    pass
+            await self.ordered.drain()
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _flush_periodically(self) -> None:
+        # Bounds what a hard kill can lose to about one interval of work.
+        while True:
+            await asyncio.sleep(self.settings.flush_interval)
+            await self.writer.flush()
+
+    async def _localize(self, ref: DocumentRef) -> tuple[DocumentRef, Callable[[], None] | None]:
+        if ref.kind == "dataset_row" or _is_local(ref.location):
+            return ref, None
+        path = await asyncio.to_thread(_download, ref.location, self._tmp, self.storage_options)
+        return replace(ref, location=path), lambda: os.path.exists(path) and os.remove(path)
+
+    async def _produce(self, documents: Iterable[DocumentRef]) -> None:
+        try:
+            async for ref in iterate_in_thread(documents):
+                if self.stop.is_set():
+                    break
+                self.counters.docs_seen += 1
+                if self.index.is_document_done(ref.doc_id):
+                    self.counters.docs_skipped += 1
+                    self.counters.pages_skipped += self.index.num_pages.get(ref.doc_id) or 0
+                    continue
+                await self._produce_document(ref)
+        finally:
+            await self._queue.put(None)
+
+    async def _produce_document(self, ref: DocumentRef) -> None:
+        try:
+            local, cleanup = await self._localize(ref)
+            num_pages = await self.pool.run(count_pages, local, self.render)
+        except (DocumentError, OSError) as exc:
+            failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
+            await self._queue.put((ref, None, [failure], None))
+            return
+        done = self.index.done_pages.get(ref.doc_id, set())
+        todo = [p for p in range(1, num_pages + 1) if p not in done]
+        self.counters.pages_skipped += num_pages - len(todo)
+        chunks = [todo[i : i + CHUNK_PAGES] for i in range(0, len(todo), CHUNK_PAGES)]
+        if not chunks:
+            if cleanup:
+                cleanup()
+            return
+        self._doc_pending[ref.doc_id] = len(todo)
+        for number, pages in enumerate(chunks):
+            future = asyncio.ensure_future(self.pool.run(render_pages, local, self.render, pages[0], pages[-1]))
+            last = number == len(chunks) - 1
+            # The queue's bound is the prefetch limit: rendering stays ahead of the GPU, not
+            # arbitrarily far ahead of it.
+            await self._queue.put((ref, num_pages, _keep(future, set(pages)), cleanup if last else None))
+            if self.stop.is_set():
+                break
+
+    async def _dispatch(self) -> None:
+        while (entry := await self._queue.get()) is not None:
+            ref, num_pages, pending, cleanup = entry
+            try:
+                items = await pending if isinstance(pending, Awaitable) else pending
+            except Exception as exc:  # noqa: BLE001 - a worker crash fails these pages, not the run
+                items = [PageFailure(ref.doc_id, p, f"rendering failed: {exc}") for p in getattr(pending, "pages", [])]
+            finally:
+                if cleanup:
+                    cleanup()
+            for item in items:
+                if self.stop.is_set() or self._fatal is not None:
+                    return
+                await self._slots.acquire()
+                seq = self._seq
+                self._seq += 1
+                task = asyncio.create_task(self._handle(ref, item, num_pages, seq))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, seq: int) -> None:
+        self.counters.in_flight += 1
+        row: dict[str, Any] | None = None
+        try:
+            result = await self.handler(ref, item, num_pages)
+            self.counters.pages[result.status] += 1
+            self.counters.prompt_tokens += result.prompt_tokens or 0
+            self.counters.completion_tokens += result.completion_tokens or 0
+            row = result.to_row()
+            left = self._doc_pending.get(ref.doc_id, 1) - 1
+            self._doc_pending[ref.doc_id] = left
+            if left <= 0:
+                self._doc_pending.pop(ref.doc_id, None)
+                self.counters.docs_finished += 1
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - e.g. EndpointDown: stop the whole flow
+            if self._fatal is None:
+                self._fatal = exc
+                self.stop.set()
+        finally:
+            self.counters.in_flight -= 1
+            self._slots.release()
+            await self.ordered.put(seq, row)
+
+    async def _wait_tasks(self) -> None:
+        if not self._tasks:
+            return
+        timeout = self.settings.grace_period if self.stop.is_set() else None
+        done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("abandoned %d page(s) still in flight after the %.0fs grace period", len(pending), timeout)
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _keep(future: asyncio.Future[list[Any]], pages: set[int]) -> Awaitable[list[Any]]:
+    """Wrap a render future so only the requested pages come back (the rest are done already)."""
+
+    async def filtered() -> list[Any]:
+        items = await future
+        return [item for item in items if item.page in pages]
+
+    awaitable = filtered()
+    return _Pending(awaitable, sorted(pages))
+
+
+class _Pending:
+    """An awaitable render result that remembers which pages it stands for."""
+
+    def __init__(self, awaitable: Awaitable[list[Any]], pages: list[int]) -> None:
+        self._awaitable = awaitable
+        self.pages = pages
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        return self._awaitable.__await__()

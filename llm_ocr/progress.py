@@ -1,0 +1,148 @@
+"""Progress a user can watch: a live view on a terminal, periodic log lines elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+log = logging.getLogger("llm_ocr")
+
+ProgressMode = Literal["auto", "live", "log", "off"]
+
+
+@dataclass
+class RunCounters:
+    """Counters of one shard's run, updated by the pipeline and read by the reporters."""
+
+    stage: str
+    shard: int
+    num_shards: int
+    docs_seen: int = 0
+    docs_skipped: int = 0
+    docs_finished: int = 0
+    pages: Counter[str] = field(default_factory=Counter)
+    pages_skipped: int = 0
+    in_flight: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+    server: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def pages_done(self) -> int:
+        """Pages with a row written this run (any status)."""
+        return sum(self.pages.values())
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
+        return time.monotonic() - self.started
+
+    def rate(self) -> float:
+        """Pages per second this run."""
+        return self.pages_done / self.elapsed if self.elapsed > 0 else 0.0
+
+    def line(self) -> str:
+        """A one-line summary for logs."""
+        parts = [
+            f"[{self.stage} {self.shard + 1}/{self.num_shards}]",
+            f"docs {self.docs_finished} done" + (f" +{self.docs_skipped} skipped" if self.docs_skipped else ""),
+            f"pages {self.pages_done}" + (f" +{self.pages_skipped} skipped" if self.pages_skipped else ""),
+            f"(ok {self.pages['ok']}, truncated {self.pages['truncated']}, error {self.pages['error']})",
+            f"{self.rate():.2f} pages/s",
+            f"in flight {self.in_flight}",
+        ]
+        if self.server:
+            parts.append(
+                f"server running {self.server.get('running', 0):.0f} waiting {self.server.get('waiting', 0):.0f}"
+            )
+        return " | ".join(parts)
+
+    def summary(self) -> dict[str, Any]:
+        """The stats recorded in the completion marker."""
+        elapsed = self.elapsed
+        return {
+            "stage": self.stage,
+            "shard": self.shard,
+            "num_shards": self.num_shards,
+            "documents": {"finished": self.docs_finished, "skipped": self.docs_skipped},
+            "pages": {
+                "ok": self.pages["ok"],
+                "truncated": self.pages["truncated"],
+                "error": self.pages["error"],
+                "total": self.pages_done,
+                "skipped": self.pages_skipped,
+            },
+            "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
+            "wall_time_s": round(elapsed, 3),
+            "pages_per_s": round(self.rate(), 4),
+            "tokens_per_s": round(self.completion_tokens / elapsed, 2) if elapsed > 0 else 0.0,
+        }
+
+
+class ProgressReporter:
+    """Shows :class:`RunCounters` while a run goes on."""
+
+    def __init__(
+        self,
+        counters: RunCounters,
+        mode: ProgressMode = "auto",
+        interval: float = 30.0,
+        poll_server: Callable[[], Awaitable[dict[str, float]]] | None = None,
+    ) -> None:
+        if mode == "auto":
+            mode = "live" if sys.stderr.isatty() else "log"
+        self.mode = mode
+        self.counters = counters
+        self.interval = interval
+        self.poll_server = poll_server
+        self._task: asyncio.Task[None] | None = None
+
+    async def _poll(self) -> None:
+        if self.poll_server is None:
+            return
+        try:
+            self.counters.server = await self.poll_server()
+        except Exception:  # noqa: BLE001 - metrics are a nicety; never fail the run for them
+            self.counters.server = {}
+
+    async def _run_log(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self._poll()
+            log.info(self.counters.line())
+
+    async def _run_live(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        console = Console(stderr=True)
+        with Live(console=console, refresh_per_second=4, transient=True) as live:
+            while True:
+                await self._poll()
+                live.update(self.counters.line())
+                await asyncio.sleep(0.5)
+
+    def start(self) -> None:
+        """Begin reporting in the background."""
+        if self.mode == "off":
+            return
+        runner = self._run_live if self.mode == "live" else self._run_log
+        self._task = asyncio.create_task(runner())
+
+    async def stop(self) -> None:
+        """Stop reporting and log the final line."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        if self.mode != "off":
+            log.info(self.counters.line())

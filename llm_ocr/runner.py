@@ -1,0 +1,217 @@
+"""Runs a stage over one shard: resume, the page flow, progress, signals, completion marker.
+
+Exit codes (also in the README): 0 every page ok or truncated; 1 finished but some pages
+failed; 2 could not run (bad options, inputs, output or endpoint); 3 interrupted (SIGTERM or
+SIGINT: completed rows are kept, rerun the same command to resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from llm_ocr.config import JobOptions
+from llm_ocr.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
+from llm_ocr.pipeline import FlowSettings, PageFlow
+from llm_ocr.platform import detect_shard
+from llm_ocr.progress import ProgressReporter, RunCounters
+from llm_ocr.records import page_schema
+from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
+from llm_ocr.sources.base import RenderOptions
+from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
+from llm_ocr.state import clear_marker, read_marker, write_marker
+from llm_ocr.storage import Storage
+from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient
+from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
+from llm_ocr.workers import WorkerPool, crop_figures, default_workers
+
+log = logging.getLogger("llm_ocr")
+
+EXIT_OK, EXIT_PAGES_FAILED, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3
+
+
+class RunError(Exception):
+    """The run could not start or had to stop; the message says what to do."""
+
+
+@dataclass
+class ShardOutcome:
+    """How one shard's run ended."""
+
+    exit_code: int
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_shard(job: JobOptions) -> tuple[int, int]:
+    """``(num_shards, shard_index)`` from options, else the platform, else ``(1, 0)``."""
+    num, index, where = detect_shard()
+    num_shards = job.num_shards if job.num_shards is not None else num
+    shard_index = job.shard_index if job.shard_index is not None else (index if job.num_shards is None else 0)
+    if shard_index >= num_shards:
+        raise RunError(f"--shard-index {shard_index} is out of range for --num-shards {num_shards}")
+    if where != "default" and job.num_shards is None:
+        log.info("shard %d of %d (from %s)", shard_index, num_shards, where)
+    return num_shards, shard_index
+
+
+def check_writable(out: Storage) -> None:
+    """Fail before any GPU time is spent if the output cannot be written."""
+    probe = out.path("_state", ".write-probe")
+    try:
+        out.write_atomic(probe, b"ok")
+        out.delete(probe)
+    except Exception as exc:  # noqa: BLE001 - any failure here means "cannot write there"
+        raise RunError(f"cannot write to output {out.url}: {type(exc).__name__}: {exc}") from exc
+
+
+@asynccontextmanager
+async def interruptible() -> AsyncIterator[asyncio.Event]:
+    """An event set by SIGTERM/SIGINT; a second signal cancels the run at once."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    main = asyncio.current_task()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set() and main is not None:
+            main.cancel()
+            return
+        log.warning("received %s: stopping intake, finishing pages in flight", signal.Signals(signum).name)
+        stop.set()
+
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError):  # not the main thread (e.g. in a notebook)
+            pass
+    try:
+        yield stop
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+@dataclass
+class ExtractJob:
+    """Everything an Extract run needs."""
+
+    inputs: list[str]
+    job: JobOptions
+    render: RenderOptions = field(default_factory=RenderOptions)
+    dataset: DatasetOptions = field(default_factory=DatasetOptions)
+    extract: ExtractOptions = field(default_factory=ExtractOptions)
+    client: ClientOptions = field(default_factory=ClientOptions)
+
+
+async def _open_client(job: JobOptions, options: ClientOptions) -> VlmClient:
+    if not job.endpoint:
+        raise RunError("no --endpoint given and launching a server is not available in this build")
+    api_key = job.api_key.get_secret_value() if job.api_key else None
+    client = VlmClient(job.endpoint, job.model, api_key=api_key, options=options)
+    served = await client.served_models()
+    if job.model not in served:
+        await client.close()
+        raise RunError(f"endpoint {job.endpoint} does not serve --model {job.model!r}; it serves {served}")
+    return client
+
+
+async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+    """Run Extract over this process's shard of the inputs."""
+    job = spec.job
+    num_shards, shard = resolve_shard(job)
+    out = Storage(job.output, job.storage_options)
+    stage = out.child("extract")
+    marker = await asyncio.to_thread(read_marker, out, "extract", shard, num_shards)
+    if marker and marker.get("pages", {}).get("error", 0) == 0:
+        log.info("extract shard %d/%d already complete; nothing to do", shard + 1, num_shards)
+        return ShardOutcome(EXIT_OK, marker)
+    await asyncio.to_thread(check_writable, out)
+    documents = list_documents(spec.inputs, dataset=spec.dataset, storage_options=job.storage_options)
+    try:
+        index: ShardIndex = await asyncio.to_thread(scan_shard, stage, shard, num_shards)
+    except ShardLayoutError as exc:
+        raise RunError(str(exc)) from exc
+    if marker:
+        await asyncio.to_thread(clear_marker, out, "extract", shard, num_shards)
+    if index.dropped_error_rows:
+        log.info("retrying %d failed page(s) from earlier runs", index.dropped_error_rows)
+
+    client = await _open_client(job, spec.client)
+    counters = RunCounters("extract", shard, num_shards)
+    workers = job.workers if job.workers is not None else default_workers()
+    pool = WorkerPool(workers)
+    writer = PartWriter(stage, page_schema(), shard, num_shards, start_seq=index.next_seq, max_rows=job.part_rows)
+    reporter = ProgressReporter(counters, job.progress, job.progress_interval)
+    try:
+        max_tokens = clamp_max_tokens(spec.extract.max_tokens, await client.max_model_len())
+        recipe = recipe_for(job.model).with_prompt(spec.extract.prompt)
+        ctx = ExtractContext(client, recipe, spec.extract, max_tokens, partial(pool.run, crop_figures))
+        flow = PageFlow(
+            pool=pool,
+            render=spec.render,
+            handler=partial(_extract_handler, ctx=ctx),
+            writer=writer,
+            index=index,
+            counters=counters,
+            settings=FlowSettings(
+                max_in_flight=job.max_in_flight,
+                prefetch_chunks=max(4, workers * 2),
+                reorder_window=max(256, job.max_in_flight * 4),
+                flush_interval=job.flush_interval,
+                grace_period=job.grace_period,
+            ),
+            storage_options=job.storage_options,
+            stop=stop,
+        )
+        reporter.start()
+        try:
+            await flow.run(shard_documents(documents, num_shards, shard))
+        except EndpointDown as exc:
+            await writer.close()
+            raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
+        except InputError as exc:
+            await writer.close()
+            raise RunError(str(exc)) from exc
+        await writer.close()
+    finally:
+        await reporter.stop()
+        await client.close()
+        pool.close()
+    stats = counters.summary()
+    if stop is not None and stop.is_set():
+        log.warning("interrupted: %d page(s) saved this run; rerun the same command to resume", counters.pages_done)
+        return ShardOutcome(EXIT_INTERRUPTED, stats)
+    stats["reconciled"] = stats["pages"]["ok"] + stats["pages"]["truncated"] + stats["pages"]["error"] == stats["pages"]["total"]
+    await asyncio.to_thread(write_marker, out, "extract", shard, num_shards, stats)
+    return ShardOutcome(EXIT_PAGES_FAILED if counters.pages["error"] else EXIT_OK, stats)
+
+
+def _extract_handler(ref, item, num_pages, *, ctx: ExtractContext):  # type: ignore[no-untyped-def]
+    return extract_page(ref, item, num_pages, ctx)
+
+
+def run_sync(make: Callable[[asyncio.Event], Awaitable[ShardOutcome]]) -> ShardOutcome:
+    """Run a shard coroutine on one event loop with signal handling; map failures to exit codes."""
+
+    async def main() -> ShardOutcome:
+        async with interruptible() as stop:
+            return await make(stop)
+
+    try:
+        return asyncio.run(main())
+    except RunError as exc:
+        log.error("%s", exc)
+        return ShardOutcome(EXIT_COULD_NOT_RUN)
+    except InputError as exc:
+        log.error("%s", exc)
+        return ShardOutcome(EXIT_COULD_NOT_RUN)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        log.error("interrupted; completed parts are kept, rerun the same command to resume")
+        return ShardOutcome(EXIT_INTERRUPTED)

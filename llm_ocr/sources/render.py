@@ -1,0 +1,221 @@
+"""Documents → encoded page images. Runs inside worker processes.
+
+PDFs render with pypdfium2 at ``opts.dpi`` (scaled down when a page would exceed
+``opts.max_page_pixels``); images decode with Pillow (every TIFF frame is a page; the first frame
+of an animation is the only page); dataset rows carry their page images as bytes.
+
+A problem with the whole document raises :class:`DocumentError` (the caller writes one error row);
+a problem with one page becomes a :class:`PageFailure` for that page only.
+
+pypdfium2 is NOT thread-safe (FACTS): call these functions from one thread per process; parallel
+rendering uses processes. The per-process cache of open PDFs below relies on that too.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import fsspec
+import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_c
+from fsspec.implementations.local import LocalFileSystem
+from PIL import Image
+
+from .base import DocumentRef, PageFailure, PageImage, RenderOptions
+from .images import ImageRefused, encode, open_image, page_count, prepare_frame
+
+
+class DocumentError(Exception):
+    """A whole document cannot be rendered; the message is the user-facing reason."""
+
+
+def count_pages(ref: DocumentRef, opts: RenderOptions) -> int:
+    """Number of pages of ``ref``; raises :class:`DocumentError` if it cannot be rendered at all."""
+    if ref.kind == "pdf":
+        n = len(_open_pdf(ref.location))
+    elif ref.kind == "image":
+        with _open_image_file(ref.location, opts) as img:
+            n = page_count(img)
+    elif ref.kind == "dataset_row":
+        n = len(ref.images)
+        if n == 0:
+            raise DocumentError("dataset row has no images")
+    else:
+        raise DocumentError(f"unknown document kind {ref.kind!r}")
+    if n > opts.max_pages:
+        what = "PDF" if ref.kind == "pdf" else "document"
+        raise DocumentError(f"{what} has {n} pages, over the limit of {opts.max_pages} (max_pages)")
+    return n
+
+
+def render_pages(ref: DocumentRef, opts: RenderOptions, first: int, last: int) -> list[PageImage | PageFailure]:
+    """Render pages ``first..last`` (1-based, inclusive) of ``ref``, one result per page.
+
+    Raises :class:`DocumentError` when the document cannot be opened at all (call
+    :func:`count_pages` first to get the page range and to apply ``max_pages``).
+    """
+    n = count_pages(ref, opts)
+    if not 1 <= first <= last <= n:
+        raise ValueError(f"page range {first}..{last} outside 1..{n} for {ref.doc_id}")
+    pages = range(first, last + 1)
+    if ref.kind == "pdf":
+        pdf = _open_pdf(ref.location)
+        return [_guard(ref, p, lambda p=p: _render_pdf_page(pdf, p - 1, opts)) for p in pages]
+    if ref.kind == "image":
+        with _open_image_file(ref.location, opts) as img:
+            return [_guard(ref, p, lambda p=p: _encoded(prepare_frame(img, p - 1, opts), opts)) for p in pages]
+    return [_guard(ref, p, lambda p=p: _encoded(_dataset_image(ref.images[p - 1], opts), opts)) for p in pages]
+
+
+_Encoded = tuple[bytes, str, int, int]  # image bytes, mime type, width, height
+
+
+def _guard(ref: DocumentRef, page: int, make: Callable[[], _Encoded]) -> PageImage | PageFailure:
+    """Run one page's work; any failure is confined to that page."""
+    try:
+        data, mime, width, height = make()
+        return PageImage(ref.doc_id, page, data, mime, width, height)
+    except ImageRefused as e:
+        return PageFailure(ref.doc_id, page, str(e))
+    except Exception as e:  # noqa: BLE001 -- a broken page must not take its document down
+        return PageFailure(ref.doc_id, page, f"page rendering failed: {type(e).__name__}: {e}")
+
+
+def _encoded(img: Image.Image, opts: RenderOptions) -> _Encoded:
+    data, mime = encode(img, opts)
+    return data, mime, img.width, img.height
+
+
+# --------------------------------------------------------------------------------------------
+# PDF
+
+# Open documents of this worker process, most recent last. Chunks of one document arrive one
+# after another, so 2 entries avoid reopening (and re-parsing the xref of) a big PDF per chunk.
+_PDF_CACHE: OrderedDict[tuple[Any, ...], pdfium.PdfDocument] = OrderedDict()
+_PDF_CACHE_SIZE = 2
+
+# PDFium load error codes (FPDF_ERR_*) → user-facing reasons; others say "corrupt".
+_PDF_LOAD_ERRORS = {
+    2: "cannot read the file (PDFium: file access error)",
+    4: "encrypted PDF: a password is required",
+    5: "encrypted PDF: unsupported security handler",
+}
+
+
+def _open_pdf(location: str) -> pdfium.PdfDocument:
+    fs, path = fsspec.core.url_to_fs(location)
+    try:
+        info = fs.info(path)
+    except FileNotFoundError as e:
+        raise DocumentError(f"file not found: {location}") from e
+    except OSError as e:
+        raise DocumentError(f"cannot read the file: {e}") from e
+    if info.get("size") == 0:
+        raise DocumentError("empty file (0 bytes)")
+    # The runner may reuse a cache path for another download: the key includes size and mtime.
+    key = (location, info.get("size"), info.get("mtime") or info.get("LastModified") or info.get("created"))
+    if key in _PDF_CACHE:
+        _PDF_CACHE.move_to_end(key)
+        return _PDF_CACHE[key]
+    local = isinstance(fs, LocalFileSystem)
+    source = path if local else fs.cat_file(path)  # PDFium reads local files lazily, by itself
+    try:
+        pdf = pdfium.PdfDocument(source)
+    except pdfium.PdfiumError as e:
+        raise DocumentError(_load_failure_reason(source)) from e
+    pdf.init_forms()  # so filled-in form fields are drawn; must precede loading any page
+    _PDF_CACHE[key] = pdf
+    while len(_PDF_CACHE) > _PDF_CACHE_SIZE:
+        _PDF_CACHE.popitem(last=False)[1].close()
+    return pdf
+
+
+def close_documents() -> None:
+    """Close the PDFs this process keeps open (e.g. before deleting downloaded files)."""
+    while _PDF_CACHE:
+        _PDF_CACHE.popitem()[1].close()
+
+
+def _load_failure_reason(source: str | bytes) -> str:
+    """Why PDFium refused ``source``.
+
+    pypdfium2 also raises when a document *loads* but has zero pages, and then reports PDFium's
+    last error, which nothing has set: a stale code from an earlier document (e.g. "Incorrect
+    password" after an encrypted file). So load once more through the raw API: a handle means
+    "no pages", no handle means a fresh, trustworthy error code.
+    """
+    if isinstance(source, bytes):
+        handle = pdfium_c.FPDF_LoadMemDocument64(source, len(source), None)
+    else:
+        handle = pdfium_c.FPDF_LoadDocument((source + "\x00").encode("utf-8", errors="surrogateescape"), None)
+    if handle:
+        pdfium_c.FPDF_CloseDocument(handle)
+        return "PDF has no pages"
+    code = pdfium_c.FPDF_GetLastError()
+    reason = {1: "unknown error", 3: "data format error"}.get(code, f"error {code}")
+    return _PDF_LOAD_ERRORS.get(code, f"not a PDF or corrupt PDF (PDFium: {reason})")
+
+
+def _render_pdf_page(pdf: pdfium.PdfDocument, index: int, opts: RenderOptions) -> _Encoded:
+    page = pdf[index]
+    try:
+        # get_size() already accounts for /Rotate, and render() applies it (rotated pages come
+        # out as the viewer shows them).
+        width, height = page.get_size()
+        scale = _pdf_scale(width, height, opts)
+        bitmap = page.render(scale=scale, rev_byteorder=True)  # RGB byte order: no channel swap
+        img = bitmap.to_pil()
+        # Encode while the bitmap is alive: the PIL image shares its buffer.
+        return _encoded(img if img.mode == "RGB" else img.convert("RGB"), opts)
+    finally:
+        page.close()
+
+
+def _pdf_scale(width: float, height: float, opts: RenderOptions) -> float:
+    """``dpi / 72``, lowered so that the rendered bitmap stays within ``max_page_pixels``."""
+    scale = opts.dpi / 72
+    limit = opts.max_page_pixels
+    if width * scale * height * scale > limit:
+        scale = math.sqrt(limit / (width * height))
+        # pypdfium2 sizes the bitmap with ceil(); shave the scale until that fits too.
+        while math.ceil(width * scale) * math.ceil(height * scale) > limit:
+            scale *= 0.999
+    return scale
+
+
+# --------------------------------------------------------------------------------------------
+# Images
+
+
+@contextmanager
+def _open_image_file(location: str, opts: RenderOptions) -> Iterator[Image.Image]:
+    """Open an image file lazily (header only) and safely; raises :class:`DocumentError`."""
+    fs, path = fsspec.core.url_to_fs(location)
+    try:
+        fp = fs.open(path, "rb")
+    except FileNotFoundError as e:
+        raise DocumentError(f"file not found: {location}") from e
+    except OSError as e:
+        raise DocumentError(f"cannot read the file: {e}") from e
+    with fp:
+        if not fp.read(1):
+            raise DocumentError("empty file (0 bytes)")
+        fp.seek(0)
+        try:
+            img = open_image(fp, opts)
+        except ImageRefused as e:
+            raise DocumentError(str(e)) from e
+        with img:
+            yield img
+
+
+def _dataset_image(data: bytes, opts: RenderOptions) -> Image.Image:
+    if not data:
+        raise ImageRefused("empty image (0 bytes) in the dataset row")
+    with open_image(io.BytesIO(data), opts) as img:
+        return prepare_frame(img, 0, opts)  # a row's image is one page: first frame only

@@ -1,0 +1,157 @@
+"""Extract: a page image → DeepSeek-OCR grounding output → Markdown, layout blocks, figure crops.
+
+The per-page work is :func:`extract_page`; the runner feeds it pages and writes its rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from llm_ocr.records import Block, Figure, PageResult
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
+from llm_ocr.vlm.grounding import parse_layout
+from llm_ocr.vlm.recipes import ModelRecipe, image_messages
+
+log = logging.getLogger(__name__)
+
+#: The token DeepSeek-OCR ends a page with; kept in ``raw``, removed from ``markdown``.
+EOS_TOKEN = "<｜end▁of▁sentence｜>"
+
+
+class ExtractOptions(BaseModel):
+    """What Extract asks the model and how it treats degenerate answers."""
+
+    prompt: str | None = Field(None, description="OCR prompt (default: the model family's grounding document prompt).")
+    max_tokens: int | None = Field(
+        None, gt=0, description="Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."
+    )
+    truncation_retries: int = Field(
+        1,
+        ge=0,
+        description="Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature.",
+    )
+    retry_temperature_step: float = Field(0.2, ge=0, le=1, description="Temperature added per truncation retry.")
+
+
+@dataclass
+class ExtractContext:
+    """What every page of a run shares."""
+
+    client: VlmClient
+    recipe: ModelRecipe
+    options: ExtractOptions
+    max_tokens: int
+    crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]]
+
+
+def page_request(page: PageImage, ctx: ExtractContext, temperature: float) -> dict[str, Any]:
+    """The chat-completion arguments for one page (model is added by the client)."""
+    return {
+        "messages": image_messages(page.image, page.mime, ctx.recipe.ocr_prompt),
+        "max_tokens": ctx.max_tokens,
+        "temperature": temperature,
+        "extra_body": ctx.recipe.extra_body,
+    }
+
+
+def failure_result(ref: DocumentRef, page: int, error: str, num_pages: int | None, attempts: int = 0) -> PageResult:
+    """An ``error`` row for a page (or, page 0, a document) that produced no model output."""
+    return PageResult(
+        doc_id=ref.doc_id,
+        doc_index=ref.index,
+        page=page,
+        source=ref.source,
+        num_pages=num_pages,
+        status="error",
+        error=error,
+        attempts=attempts,
+    )
+
+
+def _better(first: ChatResult, second: ChatResult) -> ChatResult:
+    # A retry that finished beats one that looped; between two loops keep the first (the
+    # greedy answer), since a hotter sample of a loop is not more faithful.
+    if first.finish_reason == "length" and second.finish_reason != "length":
+        return second
+    return first
+
+
+async def _ask(page: PageImage, ctx: ExtractContext) -> tuple[ChatResult, int]:
+    """Ask the model, retrying pages that looped to max_tokens at rising temperatures."""
+    result = await ctx.client.chat(page_request(page, ctx, 0.0))
+    attempts = result.attempts
+    for retry in range(1, ctx.options.truncation_retries + 1):
+        if result.finish_reason != "length":
+            break
+        temperature = min(1.0, retry * ctx.options.retry_temperature_step)
+        again = await ctx.client.chat(page_request(page, ctx, temperature))
+        attempts += again.attempts
+        result = _better(result, again)
+    return result, attempts
+
+
+async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, ctx: ExtractContext) -> PageResult:
+    """Turn one rendered page into its output row. Never raises for a page-level problem.
+
+    :class:`EndpointDown` propagates: the run stops rather than failing every remaining page.
+    """
+    if isinstance(item, PageFailure):
+        return failure_result(ref, item.page, item.error, num_pages)
+    try:
+        result, attempts = await _ask(item, ctx)
+    except RequestFailed as exc:
+        return failure_result(ref, item.page, str(exc), num_pages, attempts=exc.attempts)
+    except EndpointDown:
+        raise
+    return await result_to_page(ref, item, result, attempts, num_pages, ctx)
+
+
+async def result_to_page(
+    ref: DocumentRef, item: PageImage, result: ChatResult, attempts: int, num_pages: int | None, ctx: ExtractContext
+) -> PageResult:
+    """Parse the model's answer into a row, cropping the figures it located."""
+    layout = parse_layout(result.text.replace(EOS_TOKEN, ""), width=item.width, height=item.height, page=item.page)
+    status = "truncated" if result.finish_reason == "length" else "ok"
+    error = None
+    if status == "truncated":
+        error = f"hit max_tokens ({ctx.max_tokens}) after {attempts} attempt(s): likely a repetition loop; partial text kept"
+    elif not result.text.strip():
+        error = "model returned no text"
+    if layout.warnings:
+        note = "; ".join(layout.warnings[:5])
+        error = f"{error}; {note}" if error else f"output repaired: {note}"
+    figures: list[Figure] = []
+    if layout.figures:
+        try:
+            crops = await ctx.crop(item.image, [f.bbox for f in layout.figures])
+            figures = [Figure(id=f.id, bbox=f.bbox, image=c) for f, c in zip(layout.figures, crops)]
+        except Exception as exc:  # noqa: BLE001 - a bad crop must not lose the page's text
+            log.warning("cropping figures of %s page %d failed: %s", ref.doc_id, item.page, exc)
+            figures = [Figure(id=f.id, bbox=f.bbox, error=f"crop failed: {exc}") for f in layout.figures]
+    return PageResult(
+        doc_id=ref.doc_id,
+        doc_index=ref.index,
+        page=item.page,
+        source=ref.source,
+        num_pages=num_pages,
+        markdown=layout.markdown,
+        raw=result.text,
+        figures=figures,
+        blocks=[Block(label=b.label, boxes=b.boxes, text=b.text) for b in layout.blocks],
+        width=item.width,
+        height=item.height,
+        status=status,
+        error=error,
+        finish_reason=result.finish_reason,
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        latency_s=round(result.latency_s, 4),
+        attempts=attempts,
+        model=ctx.client.model,
+    )

@@ -1,0 +1,194 @@
+"""The one inference path: an OpenAI-compatible chat endpoint, with retries and a dead-man switch.
+
+Concurrency is bounded by the caller (the stage owns the in-flight limit); this module turns
+one request body into one :class:`ChatResult`, retrying transient failures with exponential
+backoff and jitter, and notices when the endpoint as a whole is gone so a run stops instead of
+marking every remaining page failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+from pydantic import BaseModel, Field
+
+log = logging.getLogger(__name__)
+
+
+class ClientOptions(BaseModel):
+    """Retry and timeout policy of model requests."""
+
+    request_timeout: float = Field(
+        600.0, gt=0, description="Seconds one request may take once sent (a page can decode thousands of tokens)."
+    )
+    max_attempts: int = Field(4, ge=1, description="Attempts per request before the page is marked failed.")
+    backoff_base: float = Field(1.0, ge=0, description="First retry delay in seconds; doubles per attempt, with jitter.")
+    backoff_max: float = Field(30.0, ge=0, description="Longest delay between two attempts, in seconds.")
+    dead_after: float = Field(
+        120.0,
+        gt=0,
+        description="Stop the run when the endpoint has been unreachable for this many seconds with no success.",
+    )
+
+
+@dataclass
+class ChatResult:
+    """What the model answered, with the accounting the output rows keep."""
+
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float
+    attempts: int
+
+
+class RequestFailed(Exception):
+    """A request that failed for good (a 4xx, or transient errors past the attempt budget)."""
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class EndpointDown(Exception):
+    """The endpoint stopped answering at all: the run should stop and report, not burn input."""
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    return False
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    # Timeouts are excluded: a slow page is not a dead server.
+    return isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line, secret-free description of a request error for the page's ``error`` field."""
+    if isinstance(exc, openai.APITimeoutError):
+        return "request timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"connection error: {exc.__cause__ or exc}"
+    if isinstance(exc, openai.APIStatusError):
+        message = exc.message if isinstance(exc.message, str) else str(exc)
+        return f"HTTP {exc.status_code}: {message[:500]}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class VlmClient:
+    """An OpenAI-compatible chat client for one endpoint and model."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        options: ClientOptions | None = None,
+        max_connections: int = 1024,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.options = options or ClientOptions()
+        # Our own retry loop records attempts per page and applies jitter; the SDK's is off.
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=api_key or "EMPTY",
+            max_retries=0,
+            timeout=self.options.request_timeout,
+        )
+        self._last_success = time.monotonic()
+        self._consecutive_connection_failures = 0
+        self._down: EndpointDown | None = None
+
+    async def close(self) -> None:
+        """Release the HTTP connection pool."""
+        await self._client.close()
+
+    async def max_model_len(self) -> int | None:
+        """The served model's context length from ``/v1/models`` (vLLM reports ``max_model_len``)."""
+        try:
+            models = await self._client.models.list()
+        except openai.OpenAIError as exc:
+            log.warning("could not read /v1/models: %s", describe_error(exc))
+            return None
+        for model in models.data:
+            if model.id == self.model:
+                value = (model.model_extra or {}).get("max_model_len")
+                return int(value) if value else None
+        return None
+
+    async def served_models(self) -> list[str]:
+        """The model names the endpoint serves (raises EndpointDown when it cannot be reached)."""
+        try:
+            models = await self._client.models.list()
+        except openai.OpenAIError as exc:
+            raise EndpointDown(f"endpoint {self.base_url} is not answering: {describe_error(exc)}") from exc
+        return [m.id for m in models.data]
+
+    def _check_down(self) -> None:
+        if self._down is not None:
+            raise self._down
+
+    async def chat(self, body: dict[str, Any]) -> ChatResult:
+        """Send one chat completion (``body`` = keyword arguments of ``chat.completions.create``).
+
+        Retries transient failures; raises :class:`RequestFailed` when the page should get an
+        error row and :class:`EndpointDown` when the whole run should stop.
+        """
+        opts = self.options
+        last_error = "no attempt made"
+        for attempt in range(1, opts.max_attempts + 1):
+            self._check_down()
+            sent = time.monotonic()
+            try:
+                response = await self._client.chat.completions.create(model=self.model, **body)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified below, never swallowed silently
+                last_error = describe_error(exc)
+                self._note_failure(exc)
+                if not _is_transient(exc) or attempt == opts.max_attempts:
+                    raise RequestFailed(last_error, attempt) from exc
+                delay = min(opts.backoff_max, opts.backoff_base * 2 ** (attempt - 1))
+                # Full jitter: many pages fail together when a server hiccups; spread the retries.
+                await asyncio.sleep(random.uniform(0, delay) if delay else 0)
+                continue
+            self._note_success()
+            choice = response.choices[0] if response.choices else None
+            usage = response.usage
+            return ChatResult(
+                text=(choice.message.content if choice and choice.message else None) or "",
+                finish_reason=choice.finish_reason if choice else None,
+                prompt_tokens=usage.prompt_tokens if usage else None,
+                completion_tokens=usage.completion_tokens if usage else None,
+                latency_s=time.monotonic() - sent,
+                attempts=attempt,
+            )
+        raise RequestFailed(last_error, opts.max_attempts)
+
+    def _note_success(self) -> None:
+        self._last_success = time.monotonic()
+        self._consecutive_connection_failures = 0
+
+    def _note_failure(self, exc: BaseException) -> None:
+        if not _is_connection_failure(exc):
+            return
+        self._consecutive_connection_failures += 1
+        silent_for = time.monotonic() - self._last_success
+        if silent_for >= self.options.dead_after and self._down is None:
+            self._down = EndpointDown(
+                f"endpoint {self.base_url} unreachable for {silent_for:.0f}s "
+                f"({self._consecutive_connection_failures} connection failures in a row): {describe_error(exc)}"
+            )

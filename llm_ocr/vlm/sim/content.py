@@ -1,0 +1,316 @@
+"""What the simulated DeepSeek-OCR says: grounding markup, plain text, descriptions, JSON.
+
+Everything here is a pure function of its inputs (image hash, known page layout, schema), so
+the same request always gets the same answer, as from a real model at temperature 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from typing import Any
+
+from .corpus import LayoutBlock
+
+# Grounding tags are special tokens of DeepSeek-OCR's tokenizer; vLLM drops them from the
+# text unless the request sets ``skip_special_tokens: false`` (which is why the recipe does).
+SPECIAL_TOKENS = ("<|ref|>", "<|/ref|>", "<|det|>", "<|/det|>", "<|grounding|>")
+
+_WORDS = (
+    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut "
+    "labore et dolore magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris "
+    "nisi aliquip ex ea commodo consequat duis aute irure in reprehenderit voluptate velit esse "
+    "cillum fugiat nulla pariatur excepteur sint occaecat cupidatat non proident sunt culpa qui "
+    "officia deserunt mollit anim id est laborum"
+).split()
+
+_PALETTE: dict[str, tuple[int, int, int]] = {
+    "white": (245, 245, 245),
+    "black": (15, 15, 15),
+    "grey": (128, 128, 128),
+    "red": (200, 30, 30),
+    "green": (40, 160, 60),
+    "blue": (30, 60, 200),
+    "yellow": (230, 210, 40),
+    "orange": (240, 140, 20),
+    "purple": (130, 50, 160),
+    "brown": (120, 80, 40),
+    "pink": (240, 150, 190),
+    "cyan": (40, 200, 210),
+}
+
+
+def box_to_det(box: tuple[float, float, float, float]) -> list[int]:
+    """Page fractions to DeepSeek-OCR's 0..999 integers (``int(x_px / width * 999)``)."""
+    return [min(999, max(0, int(v * 999))) for v in box]
+
+
+def render_grounding(blocks: list[LayoutBlock], markdown: bool = True) -> str:
+    """Blocks as grounding markup: ``<|ref|>LABEL<|/ref|><|det|>[[x1, y1, x2, y2]]<|/det|>``
+    then the block's text, blocks separated by a blank line. ``markdown`` adds ``#`` / ``##``
+    before titles, as the "Convert the document to markdown." prompt does."""
+    parts = []
+    for b in blocks:
+        text = b.text
+        if markdown and b.label == "title":
+            text = f"# {text}"
+        elif markdown and b.label == "sub_title":
+            text = f"## {text}"
+        det = ", ".join(str(v) for v in box_to_det(b.box))
+        parts.append(f"<|ref|>{b.label}<|/ref|><|det|>[[{det}]]<|/det|>\n{text}\n\n")
+    return "".join(parts)
+
+
+def render_plain(blocks: list[LayoutBlock]) -> str:
+    """Blocks as plain text (the "Free OCR." answer): text blocks only, blank-line separated."""
+    return "\n\n".join(b.text for b in blocks if b.text)
+
+
+def _rng(digest: bytes, salt: str = "") -> random.Random:
+    return random.Random(hashlib.sha256(digest + salt.encode()).digest())
+
+
+def _sentence(rng: random.Random, n: int) -> str:
+    words = [rng.choice(_WORDS) for _ in range(n)]
+    return " ".join(words).capitalize() + "."
+
+
+def synthetic_blocks(digest: bytes) -> list[LayoutBlock]:
+    """A plausible page layout determined by an image's sha256: a title, 2-5 paragraphs, and
+    sometimes a figure with caption, a table or an equation, stacked top to bottom."""
+    rng = _rng(digest, "layout")
+    blocks: list[LayoutBlock] = []
+    y = rng.uniform(0.05, 0.09)
+    x0, x1 = rng.uniform(0.08, 0.12), rng.uniform(0.86, 0.92)
+
+    def add(label: str, height: float, text: str, left: float = x0, right: float = x1) -> None:
+        nonlocal y
+        blocks.append(LayoutBlock(label, (left, y, right, min(0.98, y + height)), text))
+        y = min(0.97, y + height + rng.uniform(0.01, 0.025))
+
+    title = " ".join(w.capitalize() for w in (rng.choice(_WORDS) for _ in range(rng.randint(3, 7))))
+    add("title", 0.03, title, x0, x0 + min(0.8, 0.04 * len(title.split()) + 0.1))
+    extras = []
+    if rng.random() < 0.5:
+        extras.append("figure")
+    if rng.random() < 0.35:
+        extras.append("table")
+    if rng.random() < 0.3:
+        extras.append("equation")
+    n_para = rng.randint(2, 5)
+    slots = sorted(rng.sample(range(n_para + len(extras)), len(extras)))
+    order: list[str] = ["text"] * n_para
+    for pos, kind in zip(slots, extras):
+        order.insert(pos, kind)
+    for kind in order:
+        if kind == "text":
+            n = rng.randint(25, 70)
+            text = " ".join(_sentence(rng, rng.randint(6, 14)) for _ in range(max(1, n // 10)))
+            add("text", 0.012 * math.ceil(n / 12) + 0.01, text)
+        elif kind == "figure":
+            add("image", rng.uniform(0.15, 0.25), "", x0 + 0.1, x1 - 0.1)
+            cap = f"<center>Figure {len(blocks)}: {_sentence(rng, rng.randint(5, 10))}</center>"
+            add("image_caption", 0.02, cap, x0 + 0.15, x1 - 0.15)
+        elif kind == "table":
+            rows, cols = rng.randint(2, 4), rng.randint(2, 4)
+            head = "".join(f"<td>{rng.choice(_WORDS)}</td>" for _ in range(cols))
+            body = "".join(
+                "<tr>" + "".join(f"<td>{rng.randint(0, 999) / 10}</td>" for _ in range(cols)) + "</tr>"
+                for _ in range(rows)
+            )
+            add("table", 0.03 * (rows + 1), f"<table><tr>{head}</tr>{body}</table>")
+        else:
+            a, b, c = (rng.choice("abcxyz") for _ in range(3))
+            add("equation", 0.03, f"\\[ {a} \\coloneqq {b} + {c}^{{2}} \\]", x0 + 0.25, x1 - 0.25)
+    return blocks
+
+
+def dominant_colour(img: Any) -> str:
+    """The palette name nearest to the most common colour of a small thumbnail of ``img``."""
+    from PIL import Image
+
+    small = img.convert("RGB").resize((16, 16), Image.Resampling.BOX)
+    counts: dict[str, int] = {}
+    for rgb in small.getdata():
+        name = min(_PALETTE, key=lambda k: sum((a - b) ** 2 for a, b in zip(_PALETTE[k], rgb)))
+        counts[name] = counts.get(name, 0) + 1
+    return max(sorted(counts), key=lambda k: counts[k])
+
+
+def describe(digest: bytes, width: int, height: int, colour: str) -> str:
+    """A deterministic "description" naming the image's size and dominant colour."""
+    rng = _rng(digest, "describe")
+    shape = "portrait" if height > width else "landscape" if width > height else "square"
+    body = " ".join(_sentence(rng, rng.randint(8, 14)) for _ in range(rng.randint(2, 3)))
+    return (
+        f"The image is a {shape} picture of {width}x{height} pixels whose dominant colour is "
+        f"{colour}. {body}"
+    )
+
+
+def loop_text(start: str, digest: bytes, max_chars: int) -> str:
+    """A degenerate answer: a valid start, then one phrase repeated up to ``max_chars``."""
+    rng = _rng(digest, "loop")
+    phrase = f"{rng.choice(_WORDS)} {rng.choice(_WORDS)} {rng.choice(_WORDS)}. "
+    text = start
+    if len(text) < max_chars:
+        text += phrase * ((max_chars - len(text)) // len(phrase) + 1)
+    return text[:max_chars]
+
+
+def truncate_to_tokens(text: str, max_tokens: int, tokens_per_char: float) -> tuple[str, int, bool]:
+    """Cut ``text`` to ``max_tokens`` output tokens, counting ``ceil(len * tokens_per_char)``.
+
+    Returns (text, completion tokens, whether it was cut); a cut answer reports exactly
+    ``max_tokens`` tokens, as vLLM does for ``finish_reason == "length"``.
+    """
+    tokens = math.ceil(len(text) * tokens_per_char)
+    if tokens <= max_tokens:
+        return text, tokens, False
+    chars = int(max_tokens / tokens_per_char)
+    while chars > 0 and math.ceil(chars * tokens_per_char) > max_tokens:
+        chars -= 1
+    return text[:chars], max_tokens, True
+
+
+def bad_boxes_text(digest: bytes) -> str:
+    """Grounding markup a robust parser must survive: boxes out of range, inverted,
+    non-numeric, unbalanced, and one block with a thousand boxes."""
+    many = ", ".join(f"[{i % 999}, {i % 7}, {i % 999 + 1}, {i % 7 + 1}]" for i in range(1000))
+    return (
+        "<|ref|>title<|/ref|><|det|>[[120, -40, 5000, 99999]]<|/det|>\n# Out of range\n\n"
+        "<|ref|>text<|/ref|><|det|>[[800, 900, 100, 50]]<|/det|>\nInverted box.\n\n"
+        "<|ref|>image<|/ref|><|det|>[[a, b, c, d]]<|/det|>\n\n\n"
+        "<|ref|>text<|/ref|><|det|>[[1.5e3, nan, inf, 3]]<|/det|>\nNot integers.\n\n"
+        "<|ref|>text<|/ref|><|det|>[[10, 20, 30]]<|/det|>\nThree numbers.\n\n"
+        "<|ref|>table<|/ref|><|det|>[[10, 20, 30, 40]\n<table><tr><td>unclosed det</td></tr></table>\n\n"
+        f"<|ref|>text<|/ref|><|det|>[{many}]<|/det|>\nA thousand boxes.\n\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Structured output
+
+
+def schema_instance(schema: Any, text: str, root: Any = None, depth: int = 0) -> Any:
+    """A small deterministic instance of a JSON schema (object, array, string, number,
+    integer, boolean, null, enum, const, anyOf/oneOf/allOf and local ``$ref``s).
+
+    Strings are filled from ``text`` (the description the model would give), trimmed or padded
+    to ``minLength``/``maxLength``; numbers sit at their lower bound.
+    """
+    if root is None:
+        root = schema
+    if not isinstance(schema, dict) or depth > 20:
+        return None
+    if "$ref" in schema:
+        return schema_instance(_resolve_ref(root, schema["$ref"]), text, root, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            # Prefer a non-null alternative: Optional[X] is anyOf [X, null].
+            options = [s for s in schema[key] if not (isinstance(s, dict) and s.get("type") == "null")]
+            return schema_instance((options or schema[key])[0], text, root, depth + 1)
+    if schema.get("allOf"):
+        merged: dict[str, Any] = {}
+        for part in schema["allOf"]:
+            part = _resolve_ref(root, part["$ref"]) if isinstance(part, dict) and "$ref" in part else part
+            for k, v in (part or {}).items():
+                if k in ("properties",) and k in merged:
+                    merged[k] = {**merged[k], **v}
+                elif k == "required" and k in merged:
+                    merged[k] = sorted(set(merged[k]) | set(v))
+                else:
+                    merged[k] = v
+        rest = {k: v for k, v in schema.items() if k != "allOf"}
+        return schema_instance({**merged, **rest}, text, root, depth + 1)
+    typ = schema.get("type")
+    if isinstance(typ, list):
+        typ = next((t for t in typ if t != "null"), typ[0] if typ else None)
+    if typ is None:
+        typ = "object" if "properties" in schema else "array" if "items" in schema else "string"
+    if typ == "object":
+        props = schema.get("properties", {})
+        out = {name: schema_instance(sub, text, root, depth + 1) for name, sub in props.items()}
+        for name in schema.get("required", []):
+            out.setdefault(name, "")
+        return out
+    if typ == "array":
+        n = max(1, int(schema.get("minItems", 1)))
+        if "maxItems" in schema:
+            n = min(n, int(schema["maxItems"]))
+        items = schema.get("items", {})
+        if isinstance(items, list):  # tuple validation (draft 4-7)
+            return [schema_instance(s, text, root, depth + 1) for s in items]
+        return [schema_instance(items, text, root, depth + 1) for _ in range(n)]
+    if typ in ("number", "integer"):
+        return _number(schema, typ == "integer")
+    if typ == "boolean":
+        return False
+    if typ == "null":
+        return None
+    value = text
+    if "maxLength" in schema:
+        value = value[: int(schema["maxLength"])]
+    if "minLength" in schema and len(value) < int(schema["minLength"]):
+        value = value + "x" * (int(schema["minLength"]) - len(value))
+    return value
+
+
+def _number(schema: dict[str, Any], integer: bool) -> int | float:
+    """The first of a few candidate values (0, the bounds and their neighbours, a midpoint)
+    that satisfies every numeric constraint; 0 if none does."""
+
+    def num(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    lo, xlo = schema.get("minimum"), schema.get("exclusiveMinimum")
+    hi, xhi = schema.get("maximum"), schema.get("exclusiveMaximum")
+    mult = schema.get("multipleOf")
+
+    def ok(v: float) -> bool:
+        return (
+            (not num(lo) or v >= lo)
+            and (not num(xlo) or v > xlo)
+            and (not num(hi) or v <= hi)
+            and (not num(xhi) or v < xhi)
+            and (not num(mult) or mult <= 0 or abs(v / mult - round(v / mult)) < 1e-9)
+        )
+
+    cands: list[float] = [0]
+    bounds = [b for b in (lo, xlo, hi, xhi) if num(b)]
+    for b in bounds:
+        cands += [b, math.ceil(b), math.floor(b), math.ceil(b) + 1, math.floor(b) - 1, b + 0.5, b - 0.5]
+    lows = [b for b in (lo, xlo) if num(b)]
+    highs = [b for b in (hi, xhi) if num(b)]
+    if lows and highs:
+        cands.append((max(lows) + min(highs)) / 2)
+    if num(mult) and mult > 0:
+        cands += [math.ceil(c / mult) * mult for c in list(cands)]
+    for c in cands:
+        if integer:
+            if not float(c).is_integer():
+                continue
+            c = int(c)
+        if ok(c):
+            return c
+    return 0
+
+
+def _resolve_ref(root: Any, ref: str) -> Any:
+    """A local JSON pointer (``#/$defs/Name``); anything else resolves to an empty schema."""
+    if not ref.startswith("#"):
+        return {}
+    node = root
+    for part in ref.lstrip("#").strip("/").split("/"):
+        if not part:
+            continue
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return {}
+        node = node[part]
+    return node

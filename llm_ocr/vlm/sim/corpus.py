@@ -1,0 +1,359 @@
+"""Pages the simulated server "knows": PDF layout extracted with pypdfium2 plus a thumbnail
+fingerprint to recognise a rendered page when a client sends it.
+
+The simulated model answers a known page from the PDF's own text layer and image objects, so
+tests can check word recall and figure boxes against ground truth without a GPU.
+
+Coordinates inside this module are fractions of the displayed page (0..1, origin top-left,
+after the page's ``/Rotate``); the server turns them into DeepSeek-OCR's 0..999 integers.
+"""
+
+from __future__ import annotations
+
+import io
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # numpy and PIL are imported lazily: importing this module stays cheap
+    import numpy as np
+    from PIL import Image
+
+#: Fingerprint thumbnail size (width, height). Every page is stretched into this box whatever
+#: its aspect ratio; the aspect ratio is compared separately.
+FP_SIZE = (48, 64)
+#: Corpus pages are rendered so that their longer side has about this many pixels before
+#: being reduced to the fingerprint: enough that anti-aliasing differences average out.
+RENDER_LONG_SIDE = 384
+#: A received image matches a known page when the mean absolute grey-level difference of the
+#: fingerprints is below this (0..255) ...
+MAX_MEAN_ABS_DIFF = 12.0
+#: ... their normalised correlation is at least this (so a blank image cannot match a mostly
+#: white page on brightness alone) ...
+MIN_CORRELATION = 0.85
+#: ... and the aspect ratios agree within this relative tolerance.
+MAX_ASPECT_DIFF = 0.02
+#: Image objects smaller than this fraction of the page are ignored (bullets, logos, rules);
+#: larger than ``MAX_IMAGE_AREA`` they are page backgrounds (scans), not figures.
+MIN_IMAGE_AREA = 0.0005
+MAX_IMAGE_AREA = 0.8
+
+
+@dataclass(frozen=True)
+class LayoutBlock:
+    """One block of a known page: label, box as page fractions ``(x0, y0, x1, y1)``, text."""
+
+    label: str
+    box: tuple[float, float, float, float]
+    text: str
+
+
+@dataclass
+class KnownPage:
+    """A page of a corpus PDF: where it came from, its shape, fingerprint and layout."""
+
+    source: str
+    index: int  # 0-based page index in the PDF
+    aspect: float  # width / height as displayed
+    fingerprint: Any  # numpy float32 vector of FP_SIZE[0] * FP_SIZE[1] grey levels
+    blocks: list[LayoutBlock] = field(default_factory=list)
+
+
+def fingerprint_image(img: Image.Image) -> np.ndarray:
+    """The fingerprint of an image: grey levels of a ``FP_SIZE`` thumbnail as a float vector.
+
+    A box filter is used because it averages ink coverage the same way whatever the source
+    resolution, so a 144 DPI JPEG and a low-resolution render of the same page agree.
+    """
+    import numpy as np
+    from PIL import Image
+
+    grey = img.convert("L").resize(FP_SIZE, Image.Resampling.BOX)
+    return np.asarray(grey, dtype=np.float32).ravel()
+
+
+def open_for_fingerprint(data: bytes) -> tuple[Image.Image, tuple[int, int]]:
+    """Open encoded image bytes cheaply for fingerprinting; returns the image and its size.
+
+    For JPEG the decoder's draft mode decodes at 1/2..1/8 scale, which makes fingerprinting a
+    full page ~10x cheaper; the original size is read before that.
+    """
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(data))
+    size = img.size
+    if img.format == "JPEG":
+        img.draft("L", (FP_SIZE[0] * 4, FP_SIZE[1] * 4))
+    return img, size
+
+
+class CorpusIndex:
+    """Fingerprints and layouts of every page of the corpus PDFs, with nearest-page lookup."""
+
+    def __init__(self, pages: list[KnownPage]) -> None:
+        import numpy as np
+
+        self.pages = pages
+        # One matrix so that matching a request is a few vectorised numpy operations even for
+        # thousands of known pages.
+        if pages:
+            self._fps = np.stack([p.fingerprint for p in pages])
+            self._aspects = np.array([p.aspect for p in pages], dtype=np.float64)
+        else:
+            self._fps = np.zeros((0, FP_SIZE[0] * FP_SIZE[1]), dtype=np.float32)
+            self._aspects = np.zeros((0,), dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.pages)
+
+    def match(self, fp: np.ndarray, aspect: float) -> KnownPage | None:
+        """The known page nearest to a fingerprint, or None when nothing is close enough."""
+        import numpy as np
+
+        if not self.pages:
+            return None
+        ok = np.abs(self._aspects - aspect) <= MAX_ASPECT_DIFF * aspect
+        if not ok.any():
+            return None
+        idx = np.flatnonzero(ok)
+        cand = self._fps[idx]
+        mad = np.abs(cand - fp[None, :]).mean(axis=1)
+        best = int(np.argmin(mad))
+        if mad[best] > MAX_MEAN_ABS_DIFF:
+            return None
+        a = cand[best] - cand[best].mean()
+        b = fp - fp.mean()
+        denom = float(np.sqrt((a * a).sum() * (b * b).sum()))
+        if denom == 0.0 or float((a * b).sum()) / denom < MIN_CORRELATION:
+            return None
+        return self.pages[int(idx[best])]
+
+
+def find_pdfs(path: str | Path) -> list[Path]:
+    """PDF files at ``path``: the file itself, or every ``*.pdf`` below a folder, sorted."""
+    p = Path(path)
+    if p.is_dir():
+        return sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".pdf")
+    return [p]
+
+
+def build_corpus(paths: list[str | Path]) -> CorpusIndex:
+    """Index every page of every PDF under ``paths``. Unreadable PDFs are reported and skipped.
+
+    Runs pypdfium2 sequentially: it is not thread-safe, and the server calls this from a
+    single worker thread at startup.
+    """
+    import pypdfium2 as pdfium
+
+    pages: list[KnownPage] = []
+    for root in paths:
+        for pdf_path in find_pdfs(root):
+            try:
+                pdf = pdfium.PdfDocument(str(pdf_path))
+            except pdfium.PdfiumError as exc:
+                print(f"simulated server: skipping corpus file {pdf_path}: {exc}", file=sys.stderr)
+                continue
+            try:
+                for i in range(len(pdf)):
+                    page = pdf[i]
+                    try:
+                        pages.append(_index_page(page, str(pdf_path), i))
+                    finally:
+                        page.close()
+            finally:
+                pdf.close()
+    return CorpusIndex(pages)
+
+
+def _index_page(page: Any, source: str, index: int) -> KnownPage:
+    """Fingerprint and layout of one pypdfium2 page."""
+    w_pt, h_pt = page.get_size()
+    scale = RENDER_LONG_SIDE / max(w_pt, h_pt, 1.0)
+    img = page.render(scale=scale, grayscale=True).to_pil()
+    aspect = img.width / img.height
+    return KnownPage(
+        source=source,
+        index=index,
+        aspect=aspect,
+        fingerprint=fingerprint_image(img),
+        blocks=extract_layout(page),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout extraction
+
+
+class _Frame:
+    """Maps PDF user-space points to displayed-page fractions (top-left origin, rotated)."""
+
+    def __init__(self, page: Any) -> None:
+        self.left, self.bottom, self.right, self.top = page.get_bbox()
+        self.rotation = page.get_rotation() % 360
+
+    def point(self, x: float, y: float) -> tuple[float, float]:
+        w = (self.right - self.left) or 1.0
+        h = (self.top - self.bottom) or 1.0
+        fx, fy = (x - self.left) / w, (self.top - y) / h
+        # /Rotate turns the page clockwise for display (and pdfium renders it that way).
+        if self.rotation == 90:
+            fx, fy = 1.0 - fy, fx
+        elif self.rotation == 180:
+            fx, fy = 1.0 - fx, 1.0 - fy
+        elif self.rotation == 270:
+            fx, fy = fy, 1.0 - fx
+        return fx, fy
+
+    def rect(self, l: float, b: float, r: float, t: float) -> tuple[float, float, float, float]:
+        (ax, ay), (bx, by) = self.point(l, b), self.point(r, t)
+        clamp = lambda v: min(1.0, max(0.0, v))  # noqa: E731 - tiny local helper
+        return (clamp(min(ax, bx)), clamp(min(ay, by)), clamp(max(ax, bx)), clamp(max(ay, by)))
+
+
+@dataclass
+class _Line:
+    box: tuple[float, float, float, float]
+    text: str
+
+    @property
+    def height(self) -> float:
+        return self.box[3] - self.box[1]
+
+
+def _text_lines(page: Any, frame: _Frame) -> list[_Line]:
+    """Text lines of a page: pdfium's text rectangles merged when they share a line."""
+    textpage = page.get_textpage()
+    try:
+        rects = []
+        for i in range(textpage.count_rects()):
+            l, b, r, t = textpage.get_rect(i)
+            text = " ".join(textpage.get_text_bounded(l, b, r, t).split())
+            if text:
+                rects.append(_Line(frame.rect(l, b, r, t), text))
+    finally:
+        textpage.close()
+    rects.sort(key=lambda ln: (ln.box[1], ln.box[0]))
+    lines: list[_Line] = []
+    for rect in rects:
+        for line in lines[-4:]:  # a rectangle continues one of the last few lines, if any
+            if _same_line(line, rect):
+                line.box = _union(line.box, rect.box)
+                line.text = f"{line.text} {rect.text}"
+                break
+        else:
+            lines.append(rect)
+    for line in lines:  # pieces may have been appended out of x order
+        line.text = line.text.strip()
+    return lines
+
+
+def _same_line(a: _Line, b: _Line) -> bool:
+    """Whether two rectangles sit on one text line (vertical overlap, small horizontal gap)."""
+    overlap = min(a.box[3], b.box[3]) - max(a.box[1], b.box[1])
+    h = min(a.height, b.height) or 1e-6
+    gap = max(a.box[0], b.box[0]) - min(a.box[2], b.box[2])
+    # Two columns of a page share y but are far apart: a gap over ~2 line heights keeps them
+    # apart.
+    return overlap > 0.5 * h and gap < 2.0 * max(a.height, b.height) and b.box[0] >= a.box[0] - 1e-6
+
+
+def _union(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, float, float, float]:
+    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+
+def _group_paragraphs(lines: list[_Line]) -> list[list[_Line]]:
+    """Lines joined into paragraph blocks: a line continues a block when it starts just below
+    the block's last line, overlaps it horizontally and has a similar height."""
+    if not lines:
+        return []
+    med = statistics.median(ln.height for ln in lines) or 1e-6
+    blocks: list[list[_Line]] = []
+    for line in lines:
+        target = None
+        for block in reversed(blocks[-6:]):
+            last = block[-1]
+            gap = line.box[1] - last.box[3]
+            overlaps = min(line.box[2], last.box[2]) > max(line.box[0], last.box[0])
+            similar = max(line.height, last.height) <= 1.3 * min(line.height, last.height)
+            if -0.3 * med <= gap <= 0.9 * med and overlaps and similar:
+                target = block
+                break
+        if target is None:
+            blocks.append([line])
+        else:
+            target.append(line)
+    return blocks
+
+
+def _image_boxes(page: Any, frame: _Frame) -> list[tuple[float, float, float, float]]:
+    """Boxes of image objects, descending into Form XObjects.
+
+    pdfium reports a nested object's bounds in its form's space, so the enclosing forms'
+    matrices are applied on the way down.
+    """
+    import pypdfium2.raw as pdfium_c
+
+    out: list[tuple[float, float, float, float]] = []
+
+    def bounds(obj: Any) -> tuple[float, float, float, float]:
+        getter = getattr(obj, "get_bounds", None) or obj.get_pos  # get_pos before pypdfium2 5
+        return getter()
+
+    def walk(objects: Any, matrices: list[Any]) -> None:
+        for obj in objects:
+            if obj.type == pdfium_c.FPDF_PAGEOBJ_IMAGE:
+                l, b, r, t = bounds(obj)
+                corners = [(l, b), (r, b), (r, t), (l, t)]
+                for m in reversed(matrices):  # innermost form first
+                    corners = [(m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f) for x, y in corners]
+                xs, ys = [c[0] for c in corners], [c[1] for c in corners]
+                out.append(frame.rect(min(xs), min(ys), max(xs), max(ys)))
+            elif obj.type == pdfium_c.FPDF_PAGEOBJ_FORM and len(matrices) < 8:
+                walk(page.get_objects(form=obj, max_depth=0, level=obj.level + 1), matrices + [obj.get_matrix()])
+
+    walk(page.get_objects(max_depth=0), [])
+    keep = []
+    for box in out:
+        area = (box[2] - box[0]) * (box[3] - box[1])
+        if MIN_IMAGE_AREA <= area <= MAX_IMAGE_AREA:
+            keep.append(box)
+    return keep
+
+
+def extract_layout(page: Any) -> list[LayoutBlock]:
+    """Layout blocks of a page in reading order (top to bottom, then left to right).
+
+    Text comes from the text layer, grouped into paragraphs; a block whose lines are clearly
+    taller than the page's median line is a ``title`` (the first such block) or ``sub_title``;
+    every image object of a sensible size is an ``image`` block with empty text.
+    """
+    frame = _Frame(page)
+    lines = _text_lines(page, frame)
+    blocks: list[LayoutBlock] = []
+    if lines:
+        med = statistics.median(ln.height for ln in lines)
+        have_title = False
+        for group in _group_paragraphs(lines):
+            box = group[0].box
+            for ln in group[1:]:
+                box = _union(box, ln.box)
+            text = " ".join(ln.text for ln in group)
+            label = "text"
+            if statistics.median(ln.height for ln in group) > 1.3 * med:
+                label = "sub_title" if have_title else "title"
+                have_title = True
+            blocks.append(LayoutBlock(label, box, text))
+    blocks.extend(LayoutBlock("image", box, "") for box in _image_boxes(page, frame))
+    blocks.sort(key=lambda b: (round(b.box[1], 3), b.box[0]))
+    # The title decision above went by extraction order; after sorting, keep "title" only for
+    # the first tall block so the page reads title, then sub_titles.
+    seen_title = False
+    fixed = []
+    for b in blocks:
+        if b.label in ("title", "sub_title"):
+            b = LayoutBlock("sub_title" if seen_title else "title", b.box, b.text)
+            seen_title = True
+        fixed.append(b)
+    return fixed

@@ -1,0 +1,96 @@
+"""Prometheus text exposition with vLLM's metric names, and a small parser for it.
+
+The names and labels follow vLLM's ``/metrics`` (see FACTS.md, vLLM section): gauges
+``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``
+(a 0..1 fraction despite its name), counters ``vllm:generation_tokens_total``,
+``vllm:prompt_tokens_total`` and ``vllm:request_success_total{finished_reason=...}``, all
+labelled ``model_name`` and ``engine``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
+)
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass
+class MetricValues:
+    """The numbers behind one ``/metrics`` scrape."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    generation_tokens: int = 0
+    prompt_tokens: int = 0
+    success: dict[str, int] = field(default_factory=lambda: {"stop": 0, "length": 0})
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render_metrics(values: MetricValues, model_name: str, engine: str = "0") -> str:
+    """Prometheus text format (version 0.0.4) of ``values``, vLLM-style."""
+    base = f'engine="{engine}",model_name="{_escape(model_name)}"'
+    lines = []
+
+    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
+        # prometheus_client (which vLLM uses) names a counter's TYPE line without "_total".
+        type_name = name[: -len("_total")] if kind == "counter" and name.endswith("_total") else name
+        lines.append(f"# HELP {type_name} {help_}")
+        lines.append(f"# TYPE {type_name} {kind}")
+        for extra, value in samples:
+            labels = f"{extra},{base}" if extra else base
+            lines.append(f"{name}{{{labels}}} {float(value)!r}")
+
+    metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+           [("", values.running)])
+    metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+           [("", values.waiting)])
+    metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+           [("", values.kv_cache_usage)])
+    metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+           [("", values.prompt_tokens)])
+    metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+           [("", values.generation_tokens)])
+    metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+           [(f'finished_reason="{reason}"', n) for reason, n in sorted(values.success.items())])
+    return "\n".join(lines) + "\n"
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Parse Prometheus text exposition into a flat dict.
+
+    Every sample appears twice:
+
+    - under its exact series key, the metric name plus its labels sorted by name, e.g.
+      ``'vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"}'``;
+    - added into the bare metric name, e.g. ``'vllm:request_success_total'`` is the sum over
+      all its label sets (for a single-series gauge that is simply its value).
+
+    Comment lines and unparsable lines are skipped; ``NaN``/``+Inf`` parse as floats.
+    """
+    out: dict[str, float] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        name = m.group("name")
+        labels = sorted(_LABEL.findall(m.group("labels") or ""))
+        key = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}" if labels else "")
+        if key != name:
+            out[key] = value
+        out[name] = out.get(name, 0.0) + value
+    return out

@@ -1,0 +1,304 @@
+"""The chat completion request as vLLM serving DeepSeek-OCR sees it: validation, error JSON,
+prompt token estimate, image analysis and request-log redaction.
+
+Validation mirrors vLLM's OpenAI server with DeepSeek-OCR's n-gram logits processor loaded
+(FACTS.md, DeepSeek-OCR and vLLM sections); where it is stricter than vLLM a comment says so,
+so that client mistakes show up in tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from . import content
+from .corpus import CorpusIndex, KnownPage, fingerprint_image
+
+#: Prompt texts (after stripping a leading ``<image>``) and the kind of answer they get.
+PROMPT_KINDS = {
+    "<|grounding|>Convert the document to markdown.": "markdown",
+    "<|grounding|>OCR this image.": "ocr",
+    "Free OCR.": "free",
+    "Describe this image in detail.": "describe",
+    "Parse the figure.": "figure",
+}
+
+#: Request fields this server understands or knowingly ignores (vLLM accepts them); anything
+#: else is reported under ``ignored_fields`` in the request log, as vLLM silently drops it.
+KNOWN_FIELDS = frozenset(
+    """model messages max_tokens max_completion_tokens temperature top_p top_k min_p n seed
+    stop stop_token_ids stream stream_options skip_special_tokens spaces_between_special_tokens
+    vllm_xargs structured_outputs response_format frequency_penalty presence_penalty
+    repetition_penalty logprobs top_logprobs user include_stop_str_in_output ignore_eos
+    min_tokens logit_bias request_id priority""".split()
+)
+
+_DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,", re.IGNORECASE)
+class ApiError(Exception):
+    """An error answered as OpenAI error JSON, the way vLLM answers it."""
+
+    def __init__(self, status: int, message: str, type_: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_ or {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
+
+
+def error_response(status: int, message: str, type_: str | None = None) -> web.Response:
+    """OpenAI-shaped error JSON: ``{"error": {"message", "type", "param", "code"}}``."""
+    err = ApiError(status, message, type_)
+    body = {"error": {"message": message, "type": err.type, "param": None, "code": status}}
+    return web.json_response(body, status=status)
+
+
+def image_prompt_tokens(width: int, height: int) -> int:
+    """Image tokens vLLM's DeepSeek-OCR processor spends on an image in "Gundam" mode.
+
+    From vLLM ``deepseek_ocr.py`` ``get_num_image_tokens``: a 1024 global view (16x16 tokens
+    plus a newline column) plus, for images over 640 px, 2..6 crops of 640 (10x10 tokens each
+    plus newline columns) picked by the closest aspect ratio, plus one separator.
+    """
+    global_tokens = 16 * 17
+    if width <= 640 and height <= 640:
+        return global_tokens + 1
+    aspect = width / height
+    ratios = sorted(
+        {(i, j) for n in range(2, 7) for i in range(1, n + 1) for j in range(1, n + 1) if 2 <= i * j <= 6},
+        key=lambda r: r[0] * r[1],
+    )
+    best, best_diff = (1, 1), float("inf")
+    for i, j in ratios:  # i tiles across, j down
+        diff = abs(aspect - i / j)
+        if diff < best_diff:
+            best, best_diff = (i, j), diff
+        elif diff == best_diff and width * height > 0.5 * 640 * 640 * i * j:
+            best = (i, j)
+    nw, nh = best
+    return global_tokens + (nh * 10) * (nw * 10 + 1) + 1
+
+
+@dataclass
+class ChatRequest:
+    """A validated chat completion request."""
+
+    model: str
+    prompt: str
+    kind: str
+    image: bytes
+    media_type: str
+    max_tokens: int | None
+    skip_special_tokens: bool
+    schema: Any = None
+    structured: str | None = None  # "json", "json_object" or "choice"
+    choices: list[Any] | None = None
+    ngram_enabled: bool = False
+
+
+def is_json_int(v: Any) -> bool:
+    """Whether ``v`` is a JSON integer (Python bool is an int subclass but not one)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def parse_chat_request(body: Any, served: list[str]) -> ChatRequest:
+    """Validate a chat completion body; raise :class:`ApiError` like vLLM would."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "Request body must be a JSON object.")
+    model = body.get("model") or served[0]  # vLLM serves the first name when none is given
+    if model not in served:
+        raise ApiError(404, f"The model `{model}` does not exist.")
+    if body.get("stream"):
+        raise ApiError(400, "stream=true is not supported by the simulated server.")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ApiError(400, "`messages` must be a non-empty list of message objects.")
+    n_images = sum(
+        1
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for p in m["content"]
+        if isinstance(p, dict) and p.get("type") == "image_url"
+    )
+    if n_images > 1:  # --limit-mm-per-prompt '{"image": 1}'
+        raise ApiError(400, f"At most 1 image(s) may be provided in one prompt, got {n_images}.")
+    parts = messages[-1].get("content")
+    if not isinstance(parts, list):
+        raise ApiError(400, "The last message must carry a list of content parts with one image_url part.")
+    texts: list[str] = []
+    url = None
+    for part in parts:
+        ptype = part.get("type") if isinstance(part, dict) else None
+        if ptype == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif ptype == "image_url":
+            iu = part.get("image_url")
+            url = iu.get("url") if isinstance(iu, dict) else None
+        else:
+            raise ApiError(400, f"Unsupported content part: {json.dumps(part)[:200]}")
+    if url is None:
+        raise ApiError(400, "The last message must contain exactly one image_url part with a url.")
+    m = _DATA_URI.match(url) if isinstance(url, str) else None
+    if not m:
+        raise ApiError(400, "image_url.url must be a data:image/...;base64, URI (the simulated server fetches nothing).")
+    if not texts:
+        raise ApiError(400, "The last message must contain a text part with the prompt.")
+    try:
+        image = base64.b64decode(url[m.end():], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ApiError(400, f"Invalid base64 image data: {exc}") from None
+
+    xargs = body.get("vllm_xargs")
+    ngram_enabled = False
+    if xargs is not None:
+        if not isinstance(xargs, dict):
+            raise ApiError(400, "`vllm_xargs` must be an object.")
+        # Messages as in vLLM's NGramPerReqLogitsProcessor.validate_params.
+        ngram = xargs.get("ngram_size")
+        if ngram is not None and (not is_json_int(ngram) or ngram <= 0):
+            raise ApiError(400, f"`ngram_size` has to be a strictly positive integer, got {ngram}.")
+        ngram_enabled = ngram is not None
+        window = xargs.get("window_size")
+        # vLLM checks window_size only when ngram_size is set; checking it always is stricter.
+        if window is not None and (not is_json_int(window) or window <= 0):
+            raise ApiError(400, f"`window_size` has to be a strictly positive integer, got {window}.")
+        wl = xargs.get("whitelist_token_ids")
+        # vLLM accepts any iterable (a string passes); a list of ints is required here.
+        if wl is not None and (not isinstance(wl, list) or not all(is_json_int(t) for t in wl)):
+            raise ApiError(400, f"`whitelist_token_ids` has to be a sequence of integers, got {wl!r}.")
+
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    if max_tokens is not None and (not is_json_int(max_tokens) or max_tokens < 1):
+        raise ApiError(400, f"max_tokens must be a positive integer, got {max_tokens!r}.")
+
+    prompt = "\n".join(texts)
+    stripped = prompt.strip()
+    while stripped.startswith("<image>"):
+        stripped = stripped[len("<image>"):].lstrip()
+    req = ChatRequest(
+        model=model,
+        prompt=prompt,
+        kind=PROMPT_KINDS.get(stripped, "other"),
+        image=image,
+        media_type=m.group(1).lower(),
+        max_tokens=max_tokens,
+        skip_special_tokens=body.get("skip_special_tokens", True) is not False,
+        ngram_enabled=ngram_enabled,
+    )
+    _parse_structured(body, req)
+    return req
+
+
+def _parse_structured(body: dict[str, Any], req: ChatRequest) -> None:
+    so = body.get("structured_outputs")
+    if isinstance(so, dict):
+        if "json" in so:
+            schema = so["json"]
+            if isinstance(schema, str):
+                try:
+                    schema = json.loads(schema)
+                except json.JSONDecodeError as exc:
+                    raise ApiError(400, f"structured_outputs.json is not valid JSON: {exc}") from None
+            req.structured, req.schema = "json", schema
+        elif isinstance(so.get("choice"), list) and so["choice"]:
+            req.structured, req.choices = "choice", so["choice"]
+        elif so.get("json_object"):
+            req.structured = "json_object"
+    rf = body.get("response_format")
+    if req.structured is None and isinstance(rf, dict):
+        if rf.get("type") == "json_schema":
+            js = rf.get("json_schema")
+            if not isinstance(js, dict) or not isinstance(js.get("schema"), dict):
+                raise ApiError(400, "response_format.json_schema.schema must be an object.")
+            req.structured, req.schema = "json", js["schema"]
+        elif rf.get("type") == "json_object":
+            req.structured = "json_object"
+
+
+def redact(value: Any) -> Any:
+    """A copy of a request body with every base64 data URI replaced by its digest and size."""
+    if isinstance(value, dict):
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    if isinstance(value, str) and value.startswith("data:") and ";base64," in value[:100]:
+        head, _, payload = value.partition(",")
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            data = payload.encode()
+        return {
+            "data_uri": head[len("data:"):].split(";")[0],
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": len(data),
+        }
+    return value
+
+
+@dataclass
+class ImageFacts:
+    """What the server learned from a received image."""
+
+    width: int
+    height: int
+    sha256: bytes
+    known: KnownPage | None = None
+    colour: str = "white"
+
+
+def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool) -> ImageFacts:
+    """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus.
+
+    Runs in a worker thread: decoding a full page PNG takes tens of milliseconds.
+    """
+    from PIL import Image
+
+    digest = hashlib.sha256(data).digest()
+    try:
+        img = Image.open(io.BytesIO(data))
+        width, height = img.size
+        if img.format == "JPEG":
+            img.draft("RGB", (256, 256))  # decode at 1/2..1/8 scale: we only need a thumbnail
+        img.load()
+    except Exception as exc:  # PIL raises many types for bad input; all mean "bad image"
+        raise ApiError(400, f"Failed to load image: {exc}") from None
+    facts = ImageFacts(width, height, digest)
+    if corpus is not None and len(corpus):
+        facts.known = corpus.match(fingerprint_image(img), width / height)
+    if need_colour:
+        facts.colour = content.dominant_colour(img)
+    return facts
+
+
+def estimate_prompt_tokens(width: int, height: int, prompt: str, tokens_per_char: float) -> int:
+    """Prompt tokens of a request: the image's tokens, the prompt text and the chat template."""
+    return image_prompt_tokens(width, height) + math.ceil(len(prompt) * tokens_per_char) + 8
+
+
+def admit_max_tokens(prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> int:
+    """The request's output budget, or :class:`ApiError` 400 with vLLM's messages when prompt
+    plus ``max_tokens`` exceed the context. Without ``max_tokens`` vLLM grants the rest of the
+    context."""
+    if prompt_tokens >= max_model_len:
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, your request "
+            f"has {prompt_tokens} input tokens. Please reduce the length of the input messages.",
+        )
+    if max_tokens is None:
+        return max_model_len - prompt_tokens
+    if prompt_tokens + max_tokens > max_model_len:
+        raise ApiError(
+            400,
+            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
+            f"maximum context length is {max_model_len} tokens and your request has {prompt_tokens} "
+            f"input tokens ({max_tokens} > {max_model_len} - {prompt_tokens}).",
+        )
+    return max_tokens

@@ -1,0 +1,64 @@
+"""CPU work off the event loop: rendering, encoding and cropping in worker processes.
+
+pypdfium2 is not thread-safe and rendering plus JPEG encoding is CPU-bound, so the real
+pipeline uses processes (spawned, so no inherited event loop or open sockets). ``workers=0``
+runs the same functions on one background thread: cheaper to start, for tests and tiny jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from PIL import Image
+
+T = TypeVar("T")
+
+
+def default_workers() -> int:
+    """One worker per core, leaving the event loop a share of the CPU on small machines."""
+    return max(1, (os.cpu_count() or 2))
+
+
+class WorkerPool:
+    """A pool of render/crop workers used from async code."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._executor: Executor
+        if workers > 0:
+            self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        else:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="llm-ocr-render")
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` in the pool and await its result."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    def close(self) -> None:
+        """Stop the workers (pending work is cancelled)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def crop_figures(image: bytes, boxes: list[list[int]]) -> list[bytes]:
+    """Crop each ``[x1, y1, x2, y2]`` pixel box from an encoded page image, as PNG bytes."""
+    with Image.open(io.BytesIO(image)) as page:
+        page = page.convert("RGB")
+        crops = []
+        for x1, y1, x2, y2 in boxes:
+            buffer = io.BytesIO()
+            page.crop((x1, y1, x2, y2)).save(buffer, format="PNG", compress_level=1)
+            crops.append(buffer.getvalue())
+    return crops

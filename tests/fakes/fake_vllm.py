@@ -1,0 +1,139 @@
+"""Fake ``vllm serve`` for tests: parses the flags llm-ocr passes the way vLLM's argparse does,
+then behaves as ``$FAKE_VLLM_MODE`` says.
+
+Usage (through the ``vllm`` wrapper next to this file)::
+
+    vllm serve MODEL --host H --port P [vLLM flags...]
+
+Environment:
+
+- ``FAKE_VLLM_ARGV_FILE``: write the arguments (after the program name) there as JSON.
+- ``FAKE_VLLM_REJECT_FLAG``: comma-separated flags to treat as unknown; exits 2 with
+  argparse's "unrecognized arguments" error, as vLLM does for a flag it lacks.
+- ``FAKE_VLLM_MODE``:
+    ``ok`` (default) exec the simulated server on that host/port with the served model name;
+    ``crash_on_start`` print a CUDA out-of-memory traceback and exit 1 after 0.5 s;
+    ``hang`` never become healthy (never listens);
+    ``slow:SECONDS`` the simulator answers /health 503 for SECONDS first;
+    ``spawn_child`` start a long-lived child process first (pid written to
+    ``FAKE_VLLM_CHILD_PID_FILE``), then run the simulator.
+- ``FAKE_VLLM_IGNORE_SIGTERM=1``: ignore SIGTERM (only SIGKILL stops it), in ``hang`` mode.
+
+Flags vLLM has but this fake does not model are accepted and ignored (vLLM has hundreds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def _json_dict(text: str) -> dict:
+    # vLLM parses dict-valued flags such as --limit-mm-per-prompt with json.loads.
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The subset of ``vllm serve``'s parser llm-ocr relies on, with vLLM's types and nargs."""
+    p = argparse.ArgumentParser(prog="vllm serve", usage="vllm serve [model_tag] [options]")
+    p.add_argument("model_tag", nargs="?")
+    p.add_argument("--model")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", nargs="+")
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--limit-mm-per-prompt", type=_json_dict)
+    p.add_argument("--logits-processors", nargs="+")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
+    p.add_argument("--mm-processor-cache-gb", type=float)
+    p.add_argument("--api-key", nargs="+")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Parse ``argv`` like vLLM, then act according to ``$FAKE_VLLM_MODE``."""
+    argv_file = os.environ.get("FAKE_VLLM_ARGV_FILE")
+    if argv_file:
+        with open(argv_file, "w", encoding="utf-8") as f:
+            json.dump(argv, f)
+
+    if not argv or argv[0] != "serve":
+        print("usage: vllm [-h] [-v] {chat,complete,serve,...} ...", file=sys.stderr)
+        return 2
+    args_list = argv[1:]
+    # vllm/utils/argparse_utils.py: --served-model-name without the model first is an error.
+    if args_list and args_list[0].startswith("-") and any(a.startswith("--served-model-name") for a in args_list):
+        print("ValueError: `model` should be provided as the first positional argument when using "
+              "`vllm serve`. i.e. `vllm serve <model> --<arg> <value>`.", file=sys.stderr)
+        return 1
+
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(args_list)
+    rejected = {f for f in os.environ.get("FAKE_VLLM_REJECT_FLAG", "").split(",") if f}
+    bad = [a for a in args_list if a.split("=", 1)[0] in rejected]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)}")  # exits 2, like vLLM
+    model = args.model_tag or args.model
+    if not model:
+        parser.error("no model given")
+    names = args.served_model_name or [model]
+    print(f"INFO fake vllm: serving {model} as {names} on {args.host}:{args.port} "
+          f"(ignored flags: {unknown})", flush=True)
+
+    mode = os.environ.get("FAKE_VLLM_MODE", "ok")
+    if mode == "crash_on_start":
+        time.sleep(0.5)
+        print(
+            "Traceback (most recent call last):\n"
+            '  File "vllm/v1/worker/gpu_worker.py", line 241, in determine_available_memory\n'
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+            "total capacity of 22.05 GiB of which 1.12 GiB is free.\n"
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+            file=sys.stderr, flush=True,
+        )
+        return 1
+    if mode == "hang":
+        if os.environ.get("FAKE_VLLM_IGNORE_SIGTERM") == "1":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("INFO fake vllm: loading weights forever", flush=True)
+        while True:
+            time.sleep(3600)
+
+    sim = [sys.executable, "-m", "llm_ocr.vlm.simulated", "--host", args.host or "127.0.0.1",
+           "--port", str(args.port), "--served-model-name", *names]
+    if args.max_model_len:
+        sim += ["--max-model-len", str(args.max_model_len)]
+    if args.max_num_seqs:
+        sim += ["--slots", str(args.max_num_seqs)]
+    if mode.startswith("slow:"):
+        sim += ["--startup-delay", mode.split(":", 1)[1]]
+    elif mode == "spawn_child":
+        # Like vLLM's EngineCore: a child in the same process group that outlives nothing.
+        child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(3600)"])
+        pid_file = os.environ.get("FAKE_VLLM_CHILD_PID_FILE")
+        if pid_file:
+            with open(pid_file, "w", encoding="utf-8") as f:
+                f.write(str(child.pid))
+    elif mode != "ok":
+        print(f"fake vllm: unknown FAKE_VLLM_MODE {mode!r}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # exec keeps the pid, so the managed process *is* the server, as with the real vllm.
+    os.execv(sys.executable, sim)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
