@@ -3,53 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from llm_ocr.config import JobOptions, OptionError, add_options, resolve_options
-from llm_ocr.sources import DatasetOptions
-from llm_ocr.sources.base import RenderOptions
-from llm_ocr.stages.extract import ExtractOptions
-from llm_ocr.vlm.client import ClientOptions
+from llm_ocr.config import OptionError
 
 log = logging.getLogger("llm_ocr")
 
-EXIT_CODES_HELP = """exit status: 0 every page ok or truncated; 1 finished but some pages failed;
-2 could not run (bad options, inputs, output or endpoint); 3 interrupted (rerun to resume)."""
-
-
-def _extract_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "extract",
-        help="page images -> DeepSeek-OCR -> Markdown, layout blocks and figure crops (OUT/extract)",
-        description="Run the Extract stage over this shard of the inputs.",
-        epilog=EXIT_CODES_HELP,
-    )
-    parser.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or URLs of PDFs/images, or a dataset")
-    add_options(parser, JobOptions, RenderOptions, DatasetOptions, ExtractOptions, ClientOptions)
-    parser.set_defaults(handler=_cmd_extract)
-
-
-def _cmd_extract(args: argparse.Namespace) -> int:
-    from llm_ocr.runner import ExtractJob, extract_shard, run_sync
-
-    inputs = list(args.inputs)
-    if not inputs:
-        raise OptionError("give at least one INPUT (a file, folder, URL or hf://datasets/OWNER/NAME)")
-    spec = ExtractJob(
-        inputs=inputs,
-        job=resolve_options(JobOptions, args),
-        render=resolve_options(RenderOptions, args),
-        dataset=resolve_options(DatasetOptions, args),
-        extract=resolve_options(ExtractOptions, args),
-        client=resolve_options(ClientOptions, args),
-    )
-    outcome = run_sync(lambda stop: extract_shard(spec, stop))
-    if outcome.stats:
-        print(json.dumps(outcome.stats, sort_keys=True))
-    return outcome.exit_code
+#: Sub-command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
+COMMAND_MODULES = ("llm_ocr.commands.extract",)
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    _extract_parser(sub)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
     _serve_parser(sub)
     return parser
 

@@ -10,24 +10,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from llm_ocr.config import JobOptions
+from llm_ocr.endpoint import Endpoint, EndpointError, ServerOptions, open_endpoint
 from llm_ocr.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.platform import detect_shard
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import page_schema
 from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
-from llm_ocr.sources.base import RenderOptions
+from llm_ocr.sources.base import DocumentRef, RenderOptions
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
 from llm_ocr.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage import Storage
-from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient
+from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
 from llm_ocr.workers import WorkerPool, crop_figures, default_workers
 
@@ -108,18 +109,7 @@ class ExtractJob:
     dataset: DatasetOptions = field(default_factory=DatasetOptions)
     extract: ExtractOptions = field(default_factory=ExtractOptions)
     client: ClientOptions = field(default_factory=ClientOptions)
-
-
-async def _open_client(job: JobOptions, options: ClientOptions) -> VlmClient:
-    if not job.endpoint:
-        raise RunError("no --endpoint given and launching a server is not available in this build")
-    api_key = job.api_key.get_secret_value() if job.api_key else None
-    client = VlmClient(job.endpoint, job.model, api_key=api_key, options=options)
-    served = await client.served_models()
-    if job.model not in served:
-        await client.close()
-        raise RunError(f"endpoint {job.endpoint} does not serve --model {job.model!r}; it serves {served}")
-    return client
+    server: ServerOptions = field(default_factory=ServerOptions)
 
 
 async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> ShardOutcome:
@@ -143,12 +133,35 @@ async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> 
     if index.dropped_error_rows:
         log.info("retrying %d failed page(s) from earlier runs", index.dropped_error_rows)
 
-    client = await _open_client(job, spec.client)
+    async with open_endpoint(
+        job.endpoint,
+        job.model,
+        api_key=job.api_key.get_secret_value() if job.api_key else None,
+        client_options=spec.client,
+        server_options=spec.server,
+        state_dir=out.path("_state"),
+    ) as endpoint:
+        return await _extract_with(spec, endpoint, documents, out, stage, index, shard, num_shards, stop)
+
+
+async def _extract_with(
+    spec: ExtractJob,
+    endpoint: Endpoint,
+    documents: Iterable[DocumentRef],
+    out: Storage,
+    stage: Storage,
+    index: ShardIndex,
+    shard: int,
+    num_shards: int,
+    stop: asyncio.Event | None,
+) -> ShardOutcome:
+    job = spec.job
+    client = endpoint.client
     counters = RunCounters("extract", shard, num_shards)
     workers = job.workers if job.workers is not None else default_workers()
     pool = WorkerPool(workers)
     writer = PartWriter(stage, page_schema(), shard, num_shards, start_seq=index.next_seq, max_rows=job.part_rows)
-    reporter = ProgressReporter(counters, job.progress, job.progress_interval)
+    reporter = ProgressReporter(counters, job.progress, job.progress_interval, poll_server=endpoint.metrics)
     try:
         max_tokens = clamp_max_tokens(spec.extract.max_tokens, await client.max_model_len())
         recipe = recipe_for(job.model).with_prompt(spec.extract.prompt)
@@ -182,7 +195,6 @@ async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> 
         await writer.close()
     finally:
         await reporter.stop()
-        await client.close()
         pool.close()
     stats = counters.summary()
     if stop is not None and stop.is_set():
@@ -209,9 +221,12 @@ def run_sync(make: Callable[[asyncio.Event], Awaitable[ShardOutcome]]) -> ShardO
     except RunError as exc:
         log.error("%s", exc)
         return ShardOutcome(EXIT_COULD_NOT_RUN)
-    except InputError as exc:
+    except (InputError, EndpointError) as exc:
         log.error("%s", exc)
         return ShardOutcome(EXIT_COULD_NOT_RUN)
     except (KeyboardInterrupt, asyncio.CancelledError):
         log.error("interrupted; completed parts are kept, rerun the same command to resume")
         return ShardOutcome(EXIT_INTERRUPTED)
+    except Exception:  # noqa: BLE001 - a bug or an unforeseen failure: show it, exit "could not run"
+        log.exception("the run failed unexpectedly; completed parts are kept, rerun to resume")
+        return ShardOutcome(EXIT_COULD_NOT_RUN)

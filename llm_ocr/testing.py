@@ -76,6 +76,7 @@ class SimulatedServer:
         self.request_log: Path | None = None
         self._tmp: str | None = None
         self._stderr_file: Any = None
+        self._final_requests: list[dict[str, Any]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -197,7 +198,9 @@ class SimulatedServer:
 
     # -- HTTP helpers -------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, bytes]:
+    def call(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, bytes]:
+        """One HTTP request to the server; ``body`` is sent as JSON. Returns (status, body
+        bytes) for any status, so tests can look at error answers."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method)
         if data is not None:
@@ -208,8 +211,9 @@ class SimulatedServer:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
 
-    def _json(self, method: str, path: str, body: Any = None) -> Any:
-        status, data = self._request(method, path, body)
+    def call_json(self, method: str, path: str, body: Any = None) -> Any:
+        """:meth:`call` that expects 200 and returns the parsed JSON answer."""
+        status, data = self.call(method, path, body)
         if status != 200:
             raise SimulatedServerError(f"{method} {path} answered {status}: {data[:500]!r}")
         return json.loads(data)
@@ -217,7 +221,7 @@ class SimulatedServer:
     def health(self) -> int | None:
         """Status of ``GET /health``, or None when nothing answers."""
         try:
-            return self._request("GET", "/health", timeout=2.0)[0]
+            return self.call("GET", "/health", timeout=2.0)[0]
         except (OSError, urllib.error.URLError):
             return None
 
@@ -228,19 +232,19 @@ class SimulatedServer:
         keywords: ``status`` (error, default 500), ``seconds`` (hang, default 3600),
         ``message`` (error).
         """
-        return self._json("POST", "/sim/faults", {"kind": kind, "count": count, **kw})
+        return self.call_json("POST", "/sim/faults", {"kind": kind, "count": count, **kw})
 
     def clear_faults(self) -> int:
         """Drop the queued faults; how many there were."""
-        return int(self._json("DELETE", "/sim/faults")["cleared"])
+        return int(self.call_json("DELETE", "/sim/faults")["cleared"])
 
     def stats(self) -> dict[str, Any]:
         """``GET /sim/stats``: request counters, prompt kinds, faults applied, peak load."""
-        return self._json("GET", "/sim/stats")
+        return self.call_json("GET", "/sim/stats")
 
     def metrics_text(self) -> str:
         """The raw Prometheus text of ``GET /metrics``."""
-        status, data = self._request("GET", "/metrics")
+        status, data = self.call("GET", "/metrics")
         if status != 200:
             raise SimulatedServerError(f"GET /metrics answered {status}")
         return data.decode()
@@ -253,7 +257,7 @@ class SimulatedServer:
 
     def requests(self) -> list[dict[str, Any]]:
         """The request log so far: one dict per chat request, oldest first."""
-        if self._tmp is None and getattr(self, "_final_requests", None) is not None:
+        if self._tmp is None and self._final_requests is not None:
             return list(self._final_requests)
         return self._read_requests()
 

@@ -57,7 +57,7 @@ class GpuInfo(BaseModel):
 
     name: str = Field(description="Product name, e.g. 'NVIDIA A100-SXM4-80GB'.")
     memory_mib: int = Field(ge=0, description="Total memory in MiB.")
-    count: int = Field(1, ge=1, description="How many GPUs nvidia-smi listed.")
+    count: int = Field(default=1, ge=1, description="How many GPUs nvidia-smi listed.")
 
     @property
     def memory_gib(self) -> float:
@@ -71,13 +71,15 @@ class GpuPreset(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str = Field(description="Preset name, e.g. 'a100-80gb'.")
-    gpu_memory_gb: float = Field(ge=0, description="GPU memory (GiB, as nvidia-smi reports it) the numbers were sized for.")
+    gpu_memory_gb: float = Field(
+        ge=0, description="GPU memory (GiB, as nvidia-smi reports it) the numbers were sized for."
+    )
     max_num_seqs: int = Field(ge=1, description="--max-num-seqs: sequences decoded together.")
     gpu_memory_utilization: float = Field(gt=0, le=1, description="--gpu-memory-utilization.")
-    max_model_len: int = Field(DEEPSEEK_OCR_CONTEXT, ge=1, description="--max-model-len.")
+    max_model_len: int = Field(default=DEEPSEEK_OCR_CONTEXT, ge=1, description="--max-model-len.")
     max_num_batched_tokens: int = Field(ge=1, description="--max-num-batched-tokens: token budget per step.")
-    extra_args: tuple[str, ...] = Field((), description="Further vLLM flags for this GPU.")
-    notes: str = Field("", description="Why these numbers.")
+    extra_args: tuple[str, ...] = Field(default=(), description="Further vLLM flags for this GPU.")
+    notes: str = Field(default="", description="Why these numbers.")
 
     def kv_cache_tokens(self, memory_gib: float | None = None) -> int:
         """Tokens the KV cache holds with these settings (on ``memory_gib``, default nominal)."""

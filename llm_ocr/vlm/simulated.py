@@ -18,11 +18,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from .sim import FAULT_KINDS
 from .sim.metrics import parse_prometheus
-from .sim.server import FAULT_KINDS, SimConfig, serve
 
-__all__ = ["FAULT_KINDS", "SimConfig", "build_parser", "config_from_args", "main", "parse_prometheus"]
+if TYPE_CHECKING:  # the server (and aiohttp) is imported only when it runs
+    from .sim.server import SimConfig
+
+__all__ = ["FAULT_KINDS", "build_parser", "config_from_args", "main", "parse_prometheus"]
 
 
 def _fraction(text: str) -> float:
@@ -112,7 +116,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    """A :class:`SimConfig` from parsed arguments."""
+    """A :class:`~llm_ocr.vlm.sim.server.SimConfig` from parsed arguments."""
+    from .sim.server import SimConfig
+
     return SimConfig(
         host=args.host,
         port=args.port,
@@ -138,6 +144,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the server until SIGTERM/SIGINT; returns the exit code."""
+    from .sim.server import serve
+
     args = build_parser().parse_args(argv)
     return asyncio.run(serve(config_from_args(args)))
 

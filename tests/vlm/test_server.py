@@ -183,11 +183,11 @@ def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 
 @pytest.fixture
-def reaper() -> Iterator[list[int]]:
+def reaper() -> Iterator[list[int | None]]:
     """Pids a test started; whatever is left of them is killed afterwards (even on failure)."""
-    pids: list[int] = []
+    pids: list[int | None] = []
     yield pids
-    for pid in pids:
+    for pid in filter(None, pids):
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -198,8 +198,9 @@ def reaper() -> Iterator[list[int]]:
             pass
 
 
-def gone(pid: int) -> bool:
+def gone(pid: int | None) -> bool:
     """The process no longer runs (a zombie awaiting its reaper counts as gone)."""
+    assert pid is not None
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -247,7 +248,7 @@ async def wait_for(predicate, timeout: float = 15.0, interval: float = 0.1) -> N
         await asyncio.sleep(interval)
 
 
-def test_fake_vllm_becomes_ready_and_serves(tmp_path: Path, fake_vllm: Path, reaper: list[int],
+def test_fake_vllm_becomes_ready_and_serves(tmp_path: Path, fake_vllm: Path, reaper: list[int | None],
                                             caplog: pytest.LogCaptureFixture) -> None:
     server = make_server(tmp_path, extra_args=["--api-key", "sekrit-value"])
 
@@ -281,12 +282,13 @@ def test_fake_vllm_becomes_ready_and_serves(tmp_path: Path, fake_vllm: Path, rea
     assert "simulated DeepSeek-OCR server ready" in server.log_tail(5)
     # The command line is logged, but not the API key.
     logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert "--limit-mm-per-prompt" in logged and "--api-key ***" in logged
+    assert "--limit-mm-per-prompt '{\"image\": 1}'" in logged  # shell-quoted: copy-pastable
+    assert "--api-key '***'" in logged
     assert "sekrit-value" not in logged
 
 
 def test_crash_on_start_fails_fast_with_the_servers_error(tmp_path: Path, fake_vllm: Path,
-                                                          reaper: list[int]) -> None:
+                                                          reaper: list[int | None]) -> None:
     server = make_server(tmp_path, mode="crash_on_start", startup_timeout=120)
 
     async def scenario() -> None:
@@ -306,7 +308,7 @@ def test_crash_on_start_fails_fast_with_the_servers_error(tmp_path: Path, fake_v
     assert gone(server.pid)
 
 
-def test_rejected_flag_reports_vllms_usage_error(tmp_path: Path, fake_vllm: Path, reaper: list[int],
+def test_rejected_flag_reports_vllms_usage_error(tmp_path: Path, fake_vllm: Path, reaper: list[int | None],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_VLLM_REJECT_FLAG", "--mm-processor-cache-gb")
     server = make_server(tmp_path)
@@ -323,7 +325,7 @@ def test_rejected_flag_reports_vllms_usage_error(tmp_path: Path, fake_vllm: Path
 
 
 def test_hang_hits_the_startup_timeout_and_leaves_nothing(tmp_path: Path, fake_vllm: Path,
-                                                          reaper: list[int]) -> None:
+                                                          reaper: list[int | None]) -> None:
     # The hanging fake also ignores SIGTERM: only the SIGKILL escalation can stop it.
     server = make_server(tmp_path, mode="hang", startup_timeout=2, stop_grace=1,
                          env={"FAKE_VLLM_IGNORE_SIGTERM": "1"})
@@ -344,7 +346,7 @@ def test_hang_hits_the_startup_timeout_and_leaves_nothing(tmp_path: Path, fake_v
 
 
 def test_killed_server_is_restarted_by_the_watchdog(tmp_path: Path, fake_vllm: Path,
-                                                     reaper: list[int]) -> None:
+                                                     reaper: list[int | None]) -> None:
     # spawn_child: the dead server's child (think EngineCore) must not survive the restart.
     server = make_server(tmp_path, mode="spawn_child", max_restarts=1, poll_interval=0.2)
     child_file = tmp_path / "child.pid"
@@ -355,7 +357,7 @@ def test_killed_server_is_restarted_by_the_watchdog(tmp_path: Path, fake_vllm: P
             reaper.append(first_pid)
             first_child = int(child_file.read_text())
             reaper.append(first_child)
-            os.kill(first_pid, signal.SIGKILL)
+            os.kill(first_pid, signal.SIGKILL)  # type: ignore[arg-type]
             # The watchdog notices, cleans up, restarts; wait_ready blocks until healthy.
             await wait_for(lambda: server.generation == 2)
             reaper.append(server.pid)
@@ -368,7 +370,7 @@ def test_killed_server_is_restarted_by_the_watchdog(tmp_path: Path, fake_vllm: P
             reaper.append(int(child_file.read_text()))
 
             # Second death: the budget (1) is spent, wait_ready reports it.
-            os.kill(server.pid, signal.SIGKILL)
+            os.kill(server.pid, signal.SIGKILL)  # type: ignore[arg-type]
             with pytest.raises(ServerFailed) as info:
                 deadline = time.monotonic() + 15
                 while time.monotonic() < deadline:
@@ -376,13 +378,14 @@ def test_killed_server_is_restarted_by_the_watchdog(tmp_path: Path, fake_vllm: P
                     await asyncio.sleep(0.1)
             assert "restart budget (1) is spent" in str(info.value)
             assert info.value.exit_code == -signal.SIGKILL
+            assert "exit code -9, SIGKILL" in str(info.value)
             assert server.restarts == 1
 
     asyncio.run(scenario())
     assert gone(server.pid)
 
 
-def test_crash_fault_is_recovered_by_wait_ready(tmp_path: Path, fake_vllm: Path, reaper: list[int]) -> None:
+def test_crash_fault_is_recovered_by_wait_ready(tmp_path: Path, fake_vllm: Path, reaper: list[int | None]) -> None:
     # A watchdog too slow to notice: wait_ready itself must find the dead server and restart it.
     server = make_server(tmp_path, max_restarts=2, poll_interval=600)
 
@@ -408,7 +411,7 @@ def test_crash_fault_is_recovered_by_wait_ready(tmp_path: Path, fake_vllm: Path,
     assert gone(server.pid)
 
 
-def test_stop_kills_the_whole_process_group(tmp_path: Path, fake_vllm: Path, reaper: list[int]) -> None:
+def test_stop_kills_the_whole_process_group(tmp_path: Path, fake_vllm: Path, reaper: list[int | None]) -> None:
     server = make_server(tmp_path, mode="spawn_child")
     child_file = tmp_path / "child.pid"
 
@@ -426,13 +429,12 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path, fake_vllm: Path, rea
     assert gone(child)
 
 
-def test_cancelled_context_still_stops_the_server(tmp_path: Path, fake_vllm: Path, reaper: list[int]) -> None:
+def test_cancelled_context_still_stops_the_server(tmp_path: Path, fake_vllm: Path, reaper: list[int | None]) -> None:
     server = make_server(tmp_path, mode="spawn_child")
     child_file = tmp_path / "child.pid"
-    ready = asyncio.Event
 
     async def scenario() -> None:
-        is_ready = ready()
+        is_ready = asyncio.Event()
 
         async def run() -> None:
             async with server:
@@ -452,7 +454,40 @@ def test_cancelled_context_still_stops_the_server(tmp_path: Path, fake_vllm: Pat
     assert gone(int(child_file.read_text()))
 
 
-def test_slow_start_is_waited_for(tmp_path: Path, fake_vllm: Path, reaper: list[int]) -> None:
+def test_missing_executable_is_a_server_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no vllm anywhere
+    port = free_port(HOST)
+    cmd = vllm_command(MODEL, host=HOST, port=port, preset=TINY)
+    server = ManagedServer(cmd, host=HOST, port=port, log_path=tmp_path / "vllm.log")
+
+    async def scenario() -> None:
+        async with server:
+            pass
+
+    with pytest.raises(ServerFailed, match="could not run 'vllm'"):
+        asyncio.run(scenario())
+
+
+def test_stop_during_startup_does_not_restart(tmp_path: Path, fake_vllm: Path, reaper: list[int | None]) -> None:
+    server = make_server(tmp_path, mode="slow:30", startup_timeout=60)
+
+    async def scenario() -> None:
+        await server.start()
+        reaper.append(server.pid)
+        waiter = asyncio.create_task(server.wait_ready())
+        await asyncio.sleep(1.0)
+        await server.stop()
+        with pytest.raises(ServerFailed, match="was stopped"):
+            await waiter
+        assert server.generation == 1 and server.restarts == 0
+        with pytest.raises(ServerFailed, match="was stopped"):
+            await server.wait_ready()
+
+    asyncio.run(scenario())
+    assert gone(server.pid)
+
+
+def test_slow_start_is_waited_for(tmp_path: Path, fake_vllm: Path, reaper: list[int | None]) -> None:
     server = make_server(tmp_path, mode="slow:1.5", startup_timeout=30)
 
     async def scenario() -> float:

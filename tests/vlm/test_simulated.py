@@ -192,7 +192,7 @@ def _no_leftover_faults(request: pytest.FixtureRequest) -> Any:
 
 def test_models_health_and_metrics_shape(sim: SimulatedServer) -> None:
     assert sim.health() == 200
-    models = sim._json("GET", "/v1/models")
+    models = sim.call_json("GET", "/v1/models")
     assert models["object"] == "list"
     (m,) = models["data"]
     assert m["id"] == MODEL and m["object"] == "model" and m["owned_by"] and m["max_model_len"] == 8192
@@ -418,7 +418,7 @@ def test_wrong_model_gets_404_openai_error(sim: SimulatedServer) -> None:
     ids=["no-image", "http-url", "no-text", "two-images", "not-an-image"],
 )
 def test_malformed_messages_get_400(sim: SimulatedServer, messages: list[dict[str, Any]]) -> None:
-    status, data = sim._request("POST", "/v1/chat/completions", {"model": MODEL, "messages": messages})
+    status, data = sim.call("POST", "/v1/chat/completions", {"model": MODEL, "messages": messages})
     assert status == 400, data
     err = json.loads(data)["error"]
     assert set(err) >= {"message", "type", "code"} and err["code"] == 400
@@ -426,7 +426,7 @@ def test_malformed_messages_get_400(sim: SimulatedServer, messages: list[dict[st
 
 def test_stream_true_is_refused(sim: SimulatedServer) -> None:
     body = {"model": MODEL, "messages": body_for(picture_bytes(6), mime="image/png"), "stream": True}
-    assert sim._request("POST", "/v1/chat/completions", body)[0] == 400
+    assert sim.call("POST", "/v1/chat/completions", body)[0] == 400
 
 
 def test_request_log_redacts_images_and_records_ignored_fields(sim: SimulatedServer) -> None:
@@ -565,18 +565,18 @@ def test_random_faults_are_reproducible_with_seed_and_startup_delay() -> None:
         out = []
         for i in range(12):
             try:
-                await ocr(base_url, picture_bytes(i), mime="image/png", timeout=5)
-                out.append("ok")
+                resp = await ocr(base_url, picture_bytes(i), mime="image/png", timeout=5)
+                out.append("loop" if resp.choices[0].finish_reason == "length" else "ok")
             except openai.APIStatusError as exc:
                 out.append(str(exc.status_code))
             except openai.APIConnectionError:
                 out.append("reset")
         return out
 
-    args = ("--instant", "--error-rate", "0.3", "--reset-rate", "0.3", "--seed", "7")
+    args = ("--instant", "--error-rate", "0.3", "--reset-rate", "0.3", "--loop-rate", "0.5", "--seed", "7")
     with SimulatedServer(*args, "--startup-delay", "0.6", wait_ready=False) as server:
         assert server.health() == 503
-        status, _ = server._request("POST", "/v1/chat/completions", {"model": MODEL, "messages": []})
+        status, _ = server.call("POST", "/v1/chat/completions", {"model": MODEL, "messages": []})
         assert status == 503
         deadline = time.monotonic() + 10
         while server.health() != 200:
@@ -585,8 +585,12 @@ def test_random_faults_are_reproducible_with_seed_and_startup_delay() -> None:
         first = run(pattern(server.base_url))
     with SimulatedServer(*args) as server:
         second = run(pattern(server.base_url))
+        # A page that loops loops again on retry (temperature 0), unlike transient errors.
+        looped = first.index("loop")
+        again = run(ocr(server.base_url, picture_bytes(looped), mime="image/png", timeout=5))
+        assert again.choices[0].finish_reason == "length"
     assert first == second
-    assert {"ok", "500", "reset"} <= set(first)
+    assert {"ok", "500", "reset", "loop"} <= set(first)
 
 
 # ---------------------------------------------------------------------------------------------

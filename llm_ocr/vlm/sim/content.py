@@ -198,7 +198,8 @@ def schema_instance(schema: Any, text: str, root: Any = None, depth: int = 0) ->
     integer, boolean, null, enum, const, anyOf/oneOf/allOf and local ``$ref``s).
 
     Strings are filled from ``text`` (the description the model would give), trimmed or padded
-    to ``minLength``/``maxLength``; numbers sit at their lower bound.
+    to ``minLength``/``maxLength``; numbers sit at their lower bound. ``pattern``, ``format``,
+    ``uniqueItems`` and remote ``$ref``s are not honoured.
     """
     if root is None:
         root = schema

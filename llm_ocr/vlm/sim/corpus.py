@@ -206,20 +206,27 @@ class _Frame:
             fx, fy = fy, 1.0 - fx
         return fx, fy
 
-    def rect(self, l: float, b: float, r: float, t: float) -> tuple[float, float, float, float]:
-        (ax, ay), (bx, by) = self.point(l, b), self.point(r, t)
-        clamp = lambda v: min(1.0, max(0.0, v))  # noqa: E731 - tiny local helper
-        return (clamp(min(ax, bx)), clamp(min(ay, by)), clamp(max(ax, bx)), clamp(max(ay, by)))
+    def rect(self, left: float, bottom: float, right: float, top: float) -> tuple[float, float, float, float]:
+        (ax, ay), (bx, by) = self.point(left, bottom), self.point(right, top)
+        return (_clamp(min(ax, bx)), _clamp(min(ay, by)), _clamp(max(ax, bx)), _clamp(max(ay, by)))
+
+
+def _clamp(v: float) -> float:
+    return min(1.0, max(0.0, v))
 
 
 @dataclass
 class _Line:
     box: tuple[float, float, float, float]
-    text: str
+    pieces: list[tuple[float, str]]  # (left x, text) of the rectangles on this line
 
     @property
     def height(self) -> float:
         return self.box[3] - self.box[1]
+
+    @property
+    def text(self) -> str:
+        return " ".join(t for _, t in sorted(self.pieces))
 
 
 def _text_lines(page: Any, frame: _Frame) -> list[_Line]:
@@ -231,7 +238,8 @@ def _text_lines(page: Any, frame: _Frame) -> list[_Line]:
             l, b, r, t = textpage.get_rect(i)
             text = " ".join(textpage.get_text_bounded(l, b, r, t).split())
             if text:
-                rects.append(_Line(frame.rect(l, b, r, t), text))
+                box = frame.rect(l, b, r, t)
+                rects.append(_Line(box, [(box[0], text)]))
     finally:
         textpage.close()
     rects.sort(key=lambda ln: (ln.box[1], ln.box[0]))
@@ -240,12 +248,10 @@ def _text_lines(page: Any, frame: _Frame) -> list[_Line]:
         for line in lines[-4:]:  # a rectangle continues one of the last few lines, if any
             if _same_line(line, rect):
                 line.box = _union(line.box, rect.box)
-                line.text = f"{line.text} {rect.text}"
+                line.pieces += rect.pieces  # joined in x order by _Line.text
                 break
         else:
             lines.append(rect)
-    for line in lines:  # pieces may have been appended out of x order
-        line.text = line.text.strip()
     return lines
 
 
@@ -256,7 +262,7 @@ def _same_line(a: _Line, b: _Line) -> bool:
     gap = max(a.box[0], b.box[0]) - min(a.box[2], b.box[2])
     # Two columns of a page share y but are far apart: a gap over ~2 line heights keeps them
     # apart.
-    return overlap > 0.5 * h and gap < 2.0 * max(a.height, b.height) and b.box[0] >= a.box[0] - 1e-6
+    return overlap > 0.5 * h and gap < 2.0 * max(a.height, b.height)
 
 
 def _union(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, float, float, float]:

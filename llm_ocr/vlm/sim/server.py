@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import content
+from . import FAULT_KINDS, content
 from .corpus import CorpusIndex, build_corpus
 from .metrics import MetricValues, render_metrics
 from .protocol import (
@@ -42,8 +42,6 @@ from .protocol import (
     parse_chat_request,
     redact,
 )
-
-FAULT_KINDS = ("error", "hang", "reset", "loop", "empty", "untagged", "bad_boxes", "crash")
 
 _DECODE_STEP_S = 0.05  # how often the per-token time is re-evaluated against the load
 
@@ -185,7 +183,18 @@ class SimServer:
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def add_faults(self, request: web.Request) -> web.Response:
-        """Queue faults for the next chat requests: ``{"kind", "count", "status", "seconds"}``."""
+        """Queue faults for the next chat requests: ``{"kind", "count", "status", "seconds",
+        "message"}``; each chat request takes the next queued fault, in order.
+
+        Transport faults act before validation: ``error`` answers HTTP ``status`` (default
+        500) with OpenAI error JSON; ``hang`` holds the request ``seconds`` (default 3600, then
+        answers normally) or until the client disconnects; ``reset`` aborts the connection
+        without a response; ``crash`` exits the process with code 1 at once. Content faults
+        are consumed by the next request even when it then fails validation: ``loop`` (a
+        valid start, then one phrase until ``max_tokens``, finish_reason "length"), ``empty``
+        (content ""), ``untagged`` (the page as plain text without grounding tags) and
+        ``bad_boxes`` (out-of-range, inverted, non-numeric, truncated and a thousand boxes).
+        """
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -390,11 +399,13 @@ class SimServer:
         if req.structured:
             desc = content.describe(facts.sha256, facts.width, facts.height, facts.colour)
             if req.structured == "choice":
-                return str(req.choices[0]) if req.choices else ""
-            if req.structured == "json_object":
-                return json.dumps({"description": desc}, ensure_ascii=False)
-            return json.dumps(content.schema_instance(req.schema, desc), ensure_ascii=False)
-        if req.kind in ("markdown", "ocr"):
+                text = str(req.choices[0]) if req.choices else ""
+            elif req.structured == "json_object":
+                text = json.dumps({"description": desc}, ensure_ascii=False)
+            else:
+                text = json.dumps(content.schema_instance(req.schema, desc), ensure_ascii=False)
+            start = text[: len(text) // 2]
+        elif req.kind in ("markdown", "ocr"):
             text = content.render_grounding(blocks, markdown=req.kind == "markdown")
             start = content.render_grounding(blocks[:2], markdown=req.kind == "markdown")
         elif req.kind == "free":

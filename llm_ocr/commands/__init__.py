@@ -1,0 +1,1 @@
+"""One module per ``llm-ocr`` sub-command; each exposes ``register(subparsers)``."""
