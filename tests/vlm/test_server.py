@@ -411,6 +411,28 @@ def test_crash_fault_is_recovered_by_wait_ready(tmp_path: Path, fake_vllm: Path,
     assert gone(server.pid)
 
 
+def test_unresponsive_server_is_killed_and_restarted(tmp_path: Path, fake_vllm: Path,
+                                                     reaper: list[int | None]) -> None:
+    # A process that runs but no longer answers /health (a wedged engine; here: SIGSTOP).
+    server = make_server(tmp_path, poll_interval=0.2, health_interval=0.3, unhealthy_timeout=1.5)
+
+    async def scenario() -> None:
+        async with server:
+            first_pid = server.pid
+            reaper.append(first_pid)
+            await asyncio.sleep(1.0)  # healthy probes: nothing happens
+            assert server.generation == 1
+            os.kill(first_pid, signal.SIGSTOP)  # type: ignore[arg-type]
+            await wait_for(lambda: server.generation == 2, timeout=20)
+            reaper.append(server.pid)
+            assert await server.wait_ready() == 2
+            assert server.restarts == 1
+            assert gone(first_pid)
+
+    asyncio.run(scenario())
+    assert gone(server.pid)
+
+
 def test_stop_kills_the_whole_process_group(tmp_path: Path, fake_vllm: Path, reaper: list[int | None]) -> None:
     server = make_server(tmp_path, mode="spawn_child")
     child_file = tmp_path / "child.pid"
