@@ -13,16 +13,16 @@ from llm_ocr.config import OptionError
 log = logging.getLogger("llm_ocr")
 
 #: Sub-command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
-COMMAND_MODULES = ("llm_ocr.commands.extract",)
+COMMAND_MODULES = ("llm_ocr.commands.extract", "llm_ocr.commands.report")
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "serve",
-        help="run a model server in the foreground (--engine sim: the simulated DeepSeek-OCR server)",
+        help="run a model server in the foreground: vllm (DeepSeek-OCR recipe), cpu, or sim",
         add_help=False,
     )
-    parser.add_argument("--engine", default="sim", choices=["sim"], help="which server to run")
+    parser.add_argument("--engine", default="auto", choices=["auto", "vllm", "cpu", "sim"], help="which server to run")
     parser.set_defaults(handler=None, serve=True)
 
 
@@ -56,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-ocr`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:
+        _setup_logging("-v" in argv or "--verbose" in argv)
         return _serve(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -69,17 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(argv: list[str]) -> int:
-    engine = "sim"
-    if "--engine" in argv:
-        at = argv.index("--engine")
-        engine = argv[at + 1] if at + 1 < len(argv) else ""
-        argv = argv[:at] + argv[at + 2 :]
-    if engine == "sim":
-        from llm_ocr.vlm.simulated import main as sim_main
+    from llm_ocr.commands.serve import main as serve_main
 
-        return sim_main(argv) or 0
-    print(f"llm-ocr serve: unknown --engine {engine!r} (choose: sim)", file=sys.stderr)
-    return 2
+    return serve_main(argv)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,9 @@ class JobOptions(BaseModel):
     api_key: SecretStr | None = Field(None, description="API key for the endpoint (prefer the LLM_OCR_API_KEY variable).")
     num_shards: int | None = Field(None, ge=1, description="Number of shards (default: from the platform, else 1).")
     shard_index: int | None = Field(None, ge=0, description="This shard's index (default: from the platform, else 0).")
-    max_in_flight: int = Field(64, ge=1, description="Requests in flight at once (about the server's max-num-seqs).")
+    max_in_flight: int | None = Field(
+        None, ge=1, description="Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."
+    )
     workers: int | None = Field(
         None, ge=0, description="Render/crop worker processes (default: one per core; 0 = a thread in-process)."
     )

@@ -6,17 +6,29 @@ Every stage that talks to a model opens it with :func:`open_endpoint`, so "use t
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import shlex
+import shutil
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
+import aiohttp
 from pydantic import BaseModel, Field
 
+from llm_ocr.storage import Storage
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient
+from llm_ocr.vlm.engines import free_port, sim_command, vllm_command
+from llm_ocr.vlm.presets import PRESETS, GpuPreset, client_in_flight, detect_gpu, preset_for
+from llm_ocr.vlm.server import ManagedServer, ServerFailed, parse_metrics
 
 log = logging.getLogger("llm_ocr")
+
+Engine = Literal["auto", "vllm", "cpu", "sim"]
 
 
 class EndpointError(Exception):
@@ -26,9 +38,16 @@ class EndpointError(Exception):
 class ServerOptions(BaseModel):
     """The model server this process launches when no ``--endpoint`` is given."""
 
-    engine: Literal["auto", "vllm", "cpu", "sim"] = Field(
-        "auto", description="Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm on a CUDA GPU, else cpu)."
+    engine: Engine = Field(
+        "auto", description="Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."
     )
+    gpu_preset: str | None = Field(
+        None, description=f"vLLM sizing preset: {', '.join(PRESETS)} (default: detected with nvidia-smi)."
+    )
+    server_command: str = Field("vllm serve", description="Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server').")
+    server_args: str = Field("", description="Extra arguments appended to the server command line (they override ours).")
+    server_startup_timeout: float = Field(1800.0, gt=0, description="Seconds the server may take to become ready.")
+    server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run.")
 
 
 @dataclass
@@ -50,6 +69,59 @@ async def check_model(client: VlmClient) -> None:
         raise EndpointError(f"endpoint {client.base_url} does not serve --model {client.model!r}; it serves {served}")
 
 
+def choose_engine(options: ServerOptions) -> tuple[str, str, GpuPreset | None]:
+    """``(engine, why, preset)`` for ``--engine``; ``auto`` prefers vLLM on a CUDA GPU."""
+    gpu = detect_gpu() if options.engine in ("auto", "vllm") else None
+    preset = PRESETS[options.gpu_preset] if options.gpu_preset in PRESETS else (preset_for(gpu) if gpu else None)
+    if options.gpu_preset and options.gpu_preset not in PRESETS:
+        raise EndpointError(f"unknown --gpu-preset {options.gpu_preset!r}; choose one of {', '.join(PRESETS)}")
+    if options.engine != "auto":
+        return options.engine, "chosen with --engine", preset
+    program = shlex.split(options.server_command)[0] if options.server_command else "vllm"
+    have_vllm = shutil.which(program) is not None or importlib.util.find_spec("vllm") is not None
+    if gpu and have_vllm:
+        return "vllm", f"found a CUDA GPU ({gpu.name}, {gpu.memory_gib:.0f} GiB) and vLLM", preset
+    if gpu:
+        return "cpu", f"found a GPU ({gpu.name}) but not vLLM (pip install vllm to use it)", None
+    return "cpu", "no CUDA GPU found (nvidia-smi absent or silent)", None
+
+
+def _command(engine: str, model: str, port: int, options: ServerOptions, preset: GpuPreset | None) -> list[str]:
+    extra = shlex.split(options.server_args)
+    if engine == "vllm":
+        return vllm_command(
+            model,
+            host="127.0.0.1",
+            port=port,
+            preset=preset or preset_for(None),
+            extra_args=extra,
+            server_command=shlex.split(options.server_command),
+        )
+    if engine == "sim":
+        return sim_command(model, host="127.0.0.1", port=port, extra_args=extra)
+    if importlib.util.find_spec("rapidocr") is None:
+        raise EndpointError("the CPU engine needs its extra: pip install 'llm-ocr[cpu]' (or pass --endpoint URL)")
+    return [sys.executable, "-m", "llm_ocr.vlm.cpu", "--host", "127.0.0.1", "--port", str(port), "--served-model-name", model, *extra]
+
+
+def _log_path(out: Storage | None, name: str) -> tuple[Path, str | None]:
+    """A local log file, and where to copy it afterwards when the output is remote."""
+    if out is not None and out.is_local:
+        return Path(out.path("_state", "logs", name)), None
+    local = Path(".llm-ocr", "logs", name).resolve()
+    return local, out.path("_state", "logs", name) if out is not None else None
+
+
+async def _external_metrics(base_url: str) -> dict[str, float]:
+    root = base_url.rstrip("/").removesuffix("/v1")
+    timeout = aiohttp.ClientTimeout(total=5)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with session.get(f"{root}/metrics") as response:
+            if response.status != 200:
+                return {}
+            return parse_metrics(await response.text())
+
+
 @asynccontextmanager
 async def open_endpoint(
     endpoint: str | None,
@@ -58,14 +130,54 @@ async def open_endpoint(
     api_key: str | None,
     client_options: ClientOptions,
     server_options: ServerOptions | None = None,
-    state_dir: str | None = None,
+    out: Storage | None = None,
+    log_name: str = "server.log",
 ) -> AsyncIterator[Endpoint]:
-    """Yield a ready :class:`Endpoint`; a launched server is stopped on exit."""
-    if not endpoint:
-        raise EndpointError("no --endpoint given: start a server (llm-ocr serve) and pass --endpoint URL")
-    client = VlmClient(endpoint, model, api_key=api_key, options=client_options)
+    """Yield a ready :class:`Endpoint`; a launched server is stopped (whole process group) on exit."""
+    if endpoint:
+        client = VlmClient(endpoint, model, api_key=api_key, options=client_options)
+        try:
+            await check_model(client)
+            yield Endpoint(client=client, metrics=lambda: _external_metrics(endpoint))
+        finally:
+            await client.close()
+        return
+
+    options = server_options or ServerOptions()
+    engine, why, preset = choose_engine(options)
+    log.info("no --endpoint: launching the %s engine (%s)", engine, why)
+    port = free_port()
+    command = _command(engine, model, port, options, preset)
+    log_path, upload_to = _log_path(out, log_name)
+    server = ManagedServer(
+        command,
+        host="127.0.0.1",
+        port=port,
+        log_path=log_path,
+        startup_timeout=options.server_startup_timeout,
+        max_restarts=options.server_max_restarts,
+        name=engine,
+    )
+    log.info("server log: %s", log_path)
     try:
-        await check_model(client)
-        yield Endpoint(client=client)
+        try:
+            await server.__aenter__()
+        except ServerFailed as exc:
+            raise EndpointError(f"the {engine} server did not start: {exc}") from exc
+        try:
+            client = VlmClient(server.base_url, model, api_key=api_key, options=client_options, gate=server.wait_ready)
+            try:
+                await check_model(client)
+                in_flight = client_in_flight(preset) if engine == "vllm" and preset else None
+                yield Endpoint(client=client, metrics=server.metrics, suggested_in_flight=in_flight)
+            finally:
+                await client.close()
+        finally:
+            await server.__aexit__(None, None, None)
     finally:
-        await client.close()
+        if upload_to and out is not None and log_path.exists():
+            try:
+                out.write_atomic(upload_to, log_path.read_bytes())
+            except Exception as exc:  # noqa: BLE001 - the log copy is a convenience
+                log.warning("could not copy the server log to %s: %s", out.display(upload_to), exc)
+

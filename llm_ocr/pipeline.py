@@ -12,7 +12,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,7 +28,11 @@ from llm_ocr.workers import WorkerPool
 
 log = logging.getLogger(__name__)
 
-PageHandler = Callable[[DocumentRef, PageImage | PageFailure, int | None], Awaitable[PageResult]]
+#: A handler returns the page's row, or a tuple of rows, one per writer (None: no row for that
+#: writer), when one page feeds several stages (``llm-ocr run`` writes Extract and Describe).
+PageHandler = Callable[
+    [DocumentRef, PageImage | PageFailure, int | None], Awaitable[PageResult | tuple[PageResult | None, ...]]
+]
 
 CHUNK_PAGES = 8
 
@@ -118,7 +122,7 @@ class PageFlow:
         pool: WorkerPool,
         render: RenderOptions,
         handler: PageHandler,
-        writer: PartWriter,
+        writer: PartWriter | Sequence[PartWriter],
         index: ShardIndex,
         counters: RunCounters,
         settings: FlowSettings,
@@ -128,13 +132,15 @@ class PageFlow:
         self.pool = pool
         self.render = render
         self.handler = handler
-        self.writer = writer
+        self.writers = [writer] if isinstance(writer, PartWriter) else list(writer)
+        self.writer = self.writers[0]
         self.index = index
         self.counters = counters
         self.settings = settings
         self.storage_options = storage_options or {}
         self.stop = stop or asyncio.Event()
-        self.ordered = OrderedRows(writer, settings.reorder_window)
+        self.ordered_all = [OrderedRows(w, settings.reorder_window) for w in self.writers]
+        self.ordered = self.ordered_all[0]
         self._queue: asyncio.Queue[tuple[DocumentRef, int | None, asyncio.Future[list[Any]] | list[Any], Callable[[], None] | None] | None]
         self._queue = asyncio.Queue(maxsize=max(1, settings.prefetch_chunks))
         self._slots = asyncio.Semaphore(settings.max_in_flight)
@@ -164,7 +170,8 @@ class PageFlow:
                     await task
                 except (asyncio.CancelledError, Exception):  # noqa: BLE001
                     pass
-            await self.ordered.drain()
+            for ordered in self.ordered_all:
+                await ordered.drain()
             shutil.rmtree(self._tmp, ignore_errors=True)
         if self._fatal is not None:
             raise self._fatal
@@ -173,7 +180,8 @@ class PageFlow:
         # Bounds what a hard kill can lose to about one interval of work.
         while True:
             await asyncio.sleep(self.settings.flush_interval)
-            await self.writer.flush()
+            for writer in self.writers:
+                await writer.flush()
 
     async def _localize(self, ref: DocumentRef) -> tuple[DocumentRef, Callable[[], None] | None]:
         if ref.kind == "dataset_row" or _is_local(ref.location):
@@ -243,13 +251,17 @@ class PageFlow:
 
     async def _handle(self, ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, seq: int) -> None:
         self.counters.in_flight += 1
-        row: dict[str, Any] | None = None
+        rows: list[dict[str, Any] | None] = [None] * len(self.writers)
         try:
-            result = await self.handler(ref, item, num_pages)
+            returned = await self.handler(ref, item, num_pages)
+            results = returned if isinstance(returned, tuple) else (returned,)
+            result = results[0]
+            assert result is not None, "the first writer's row is the page's own"
+            rows = [r.to_row() if r is not None else None for r in results]
+            rows += [None] * (len(self.writers) - len(rows))  # every writer must see every seq
             self.counters.pages[result.status] += 1
             self.counters.prompt_tokens += result.prompt_tokens or 0
             self.counters.completion_tokens += result.completion_tokens or 0
-            row = result.to_row()
             left = self._doc_pending.get(ref.doc_id, 1) - 1
             self._doc_pending[ref.doc_id] = left
             if left <= 0:
@@ -264,7 +276,8 @@ class PageFlow:
         finally:
             self.counters.in_flight -= 1
             self._slots.release()
-            await self.ordered.put(seq, row)
+            for ordered, row in zip(self.ordered_all, rows):
+                await ordered.put(seq, row)
 
     async def _wait_tasks(self) -> None:
         if not self._tasks:

@@ -36,6 +36,9 @@ log = logging.getLogger("llm_ocr")
 
 EXIT_OK, EXIT_PAGES_FAILED, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3
 
+#: Requests in flight when neither --max-in-flight nor a GPU preset says otherwise.
+DEFAULT_IN_FLIGHT = 64
+
 
 class RunError(Exception):
     """The run could not start or had to stop; the message says what to do."""
@@ -139,7 +142,8 @@ async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> 
         api_key=job.api_key.get_secret_value() if job.api_key else None,
         client_options=spec.client,
         server_options=spec.server,
-        state_dir=out.path("_state"),
+        out=out,
+        log_name=f"server-{shard:05d}-of-{num_shards:05d}.log",
     ) as endpoint:
         return await _extract_with(spec, endpoint, documents, out, stage, index, shard, num_shards, stop)
 
@@ -158,6 +162,7 @@ async def _extract_with(
     job = spec.job
     client = endpoint.client
     counters = RunCounters("extract", shard, num_shards)
+    in_flight = job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
     workers = job.workers if job.workers is not None else default_workers()
     pool = WorkerPool(workers)
     writer = PartWriter(stage, page_schema(), shard, num_shards, start_seq=index.next_seq, max_rows=job.part_rows)
@@ -174,9 +179,9 @@ async def _extract_with(
             index=index,
             counters=counters,
             settings=FlowSettings(
-                max_in_flight=job.max_in_flight,
+                max_in_flight=in_flight,
                 prefetch_chunks=max(4, workers * 2),
-                reorder_window=max(256, job.max_in_flight * 4),
+                reorder_window=max(256, in_flight * 4),
                 flush_interval=job.flush_interval,
                 grace_period=job.grace_period,
             ),

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,9 +97,13 @@ class VlmClient:
         *,
         api_key: str | None = None,
         options: ClientOptions | None = None,
-        max_connections: int = 1024,
+        gate: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
+        """``gate``, for a server we manage, waits until it is ready and returns its
+        generation (bumped on each restart); requests that failed because it crashed are then
+        retried on the new server without using up the page's attempts."""
         self.base_url = base_url.rstrip("/")
+        self._gate = gate
         self.model = model
         self.options = options or ClientOptions()
         # Our own retry loop records attempts per page and applies jitter; the SDK's is off.
@@ -149,8 +154,12 @@ class VlmClient:
         """
         opts = self.options
         last_error = "no attempt made"
-        for attempt in range(1, opts.max_attempts + 1):
+        attempt = 0
+        free_retries = 0
+        while attempt < opts.max_attempts:
+            attempt += 1
             self._check_down()
+            generation = await self._wait_gate()
             sent = time.monotonic()
             try:
                 response = await self._client.chat.completions.create(model=self.model, **body)
@@ -158,9 +167,16 @@ class VlmClient:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below, never swallowed silently
                 last_error = describe_error(exc)
+                if self._gate is not None and isinstance(exc, openai.APIConnectionError):
+                    # The managed server may have crashed: wait for its restart; a request lost
+                    # to a crash is not the page's fault, so it does not use up an attempt.
+                    if await self._wait_gate() != generation and free_retries < 8:
+                        free_retries += 1
+                        attempt -= 1
+                        continue
                 self._note_failure(exc)
                 if not _is_transient(exc) or attempt == opts.max_attempts:
-                    raise RequestFailed(last_error, attempt) from exc
+                    raise RequestFailed(last_error, attempt + free_retries) from exc
                 delay = min(opts.backoff_max, opts.backoff_base * 2 ** (attempt - 1))
                 # Full jitter: many pages fail together when a server hiccups; spread the retries.
                 await asyncio.sleep(random.uniform(0, delay) if delay else 0)
@@ -174,9 +190,18 @@ class VlmClient:
                 prompt_tokens=usage.prompt_tokens if usage else None,
                 completion_tokens=usage.completion_tokens if usage else None,
                 latency_s=time.monotonic() - sent,
-                attempts=attempt,
+                attempts=attempt + free_retries,
             )
         raise RequestFailed(last_error, opts.max_attempts)
+
+    async def _wait_gate(self) -> int:
+        if self._gate is None:
+            return 0
+        try:
+            return await self._gate()
+        except Exception as exc:  # noqa: BLE001 - the managed server is gone for good
+            self._down = EndpointDown(f"model server failed: {exc}")
+            raise self._down from exc
 
     def _note_success(self) -> None:
         self._last_success = time.monotonic()

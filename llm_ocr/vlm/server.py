@@ -157,7 +157,11 @@ class ManagedServer:
         max_restarts: how many times a server that died after becoming ready is restarted.
         stop_grace: seconds between SIGTERM and SIGKILL on shutdown.
         name: label for log messages and errors.
-        poll_interval: seconds between the watchdog's liveness checks.
+        poll_interval: seconds between the watchdog's checks that the process still runs.
+        health_interval: seconds between the watchdog's ``/health`` probes of a ready server.
+        unhealthy_timeout: a running server whose ``/health`` has failed (non-200 or no answer)
+            for this many seconds is killed and restarted like a crashed one: vLLM answers 503
+            once its engine died, and a wedged engine answers nothing. None disables this.
     """
 
     def __init__(
@@ -173,6 +177,8 @@ class ManagedServer:
         stop_grace: float = 20,
         name: str = "vllm",
         poll_interval: float = 1.0,
+        health_interval: float = 10.0,
+        unhealthy_timeout: float | None = 120.0,
     ) -> None:
         if not command:
             raise ValueError("empty server command")
@@ -186,6 +192,8 @@ class ManagedServer:
         self.stop_grace = stop_grace
         self.name = name
         self.poll_interval = poll_interval
+        self.health_interval = health_interval
+        self.unhealthy_timeout = unhealthy_timeout
         #: Incremented on every (re)start; lets callers tell a restarted server from the old one.
         self.generation = 0
         #: Restarts done so far (the first start is not one).
@@ -405,6 +413,8 @@ class ManagedServer:
         tail = self._tail(40, since=self._log_offset)
         # The dead server's engine/worker children may still hold the GPU and the port.
         await self._terminate(proc, grace=min(self.stop_grace, 5.0))
+        if self._stopping:
+            raise ServerFailed(f"{self.name} server was stopped", exit_code=code)
         if not was_ready and self.restarts == 0:
             # The first start failing is configuration or hardware (bad flag, OOM, no model):
             # retrying would only repeat a possibly minutes-long load. Fail now.
@@ -414,8 +424,6 @@ class ManagedServer:
                 f"{self.name} server died and the restart budget ({self.max_restarts}) is spent",
                 exit_code=code, log_tail=tail,
             ))
-        if self._stopping:
-            raise ServerFailed(f"{self.name} server was stopped", exit_code=code)
         self.restarts += 1
         log.warning("%s server (generation %d) exited with code %s %s; restarting (%d of %d). Log tail:\n%s",
                     self.name, self.generation, code, "while running" if was_ready else "during a restart",
@@ -456,23 +464,54 @@ class ManagedServer:
                 await asyncio.sleep(0.5)
 
     async def _watch(self) -> None:
-        """Notice the server dying mid-run and restart it (within the budget)."""
-        while not self._stopping:
-            await asyncio.sleep(self.poll_interval)
-            proc = self._proc
-            if self._stopping or self._failed is not None or proc is None:
-                return
-            if proc.poll() is None:
-                continue
-            assert self._lock is not None
-            try:
-                async with self._lock:
-                    if self._stopping:
-                        return
-                    await self._ensure_ready()
-            except ServerFailed as exc:
-                log.error("%s", exc)
-                return
+        """Notice the server dying (or going unhealthy) mid-run and restart it within the budget."""
+        probe_timeout = min(10.0, (self.unhealthy_timeout or 20.0) / 2)
+        watched_generation = 0
+        last_healthy = next_probe = time.monotonic()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=probe_timeout)) as session:
+            while not self._stopping:
+                await asyncio.sleep(self.poll_interval)
+                proc = self._proc
+                if self._stopping or self._failed is not None or proc is None:
+                    return
+                now = time.monotonic()
+                if watched_generation != self.generation:  # a (re)start: its health clock starts now
+                    watched_generation, last_healthy, next_probe = self.generation, now, now
+                if proc.poll() is None:
+                    if (self.unhealthy_timeout is None or self._healthy_generation != self.generation
+                            or now < next_probe):
+                        continue
+                    next_probe = now + self.health_interval
+                    if await self._probe(session):
+                        last_healthy = time.monotonic()
+                        continue
+                    if time.monotonic() - last_healthy < self.unhealthy_timeout:
+                        continue
+                    log.warning("%s server (pid %d) has not passed /health for %.0fs; killing it to restart",
+                                self.name, proc.pid, time.monotonic() - last_healthy)
+                    # Wedged: no point in a graceful stop. _handle_exit then restarts it.
+                    _killpg(proc.pid, signal.SIGKILL)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=5)
+                assert self._lock is not None
+                try:
+                    async with self._lock:
+                        if self._stopping:
+                            return
+                        await self._ensure_ready()
+                except ServerFailed as exc:
+                    log.error("%s", exc)
+                    return
+                except Exception:  # never let the watchdog die silently
+                    log.exception("%s server watchdog failed", self.name)
+                    return
+
+    async def _probe(self, session: aiohttp.ClientSession) -> bool:
+        try:
+            async with session.get(f"{self.root_url}/health") as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return False
 
     async def _terminate(self, proc: subprocess.Popen[bytes], grace: float) -> None:
         """SIGTERM the process group, wait up to ``grace`` s, SIGKILL what is left, reap."""
@@ -481,6 +520,7 @@ class ManagedServer:
         leftovers = _descendants(proc.pid)
         try:
             _killpg(pgid, signal.SIGTERM)
+            _killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) process only acts on TERM once continued
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline:
                 if proc.poll() is not None and not _group_alive(pgid):

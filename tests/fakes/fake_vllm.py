@@ -17,6 +17,7 @@ Environment:
     ``slow:SECONDS`` the simulator answers /health 503 for SECONDS first;
     ``spawn_child`` start a long-lived child process first (pid written to
     ``FAKE_VLLM_CHILD_PID_FILE``), then run the simulator.
+- ``FAKE_VLLM_SIM_ARGS``: extra options for the simulated server (latency, slots, corpus).
 - ``FAKE_VLLM_IGNORE_SIGTERM=1``: ignore SIGTERM (only SIGKILL stops it), in ``hang`` mode.
 
 Flags vLLM has but this fake does not model are accepted and ignored (vLLM has hundreds).
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -128,6 +130,7 @@ def main(argv: list[str]) -> int:
     elif mode != "ok":
         print(f"fake vllm: unknown FAKE_VLLM_MODE {mode!r}", file=sys.stderr)
         return 2
+    sim += shlex.split(os.environ.get("FAKE_VLLM_SIM_ARGS", ""))
     sys.stdout.flush()
     sys.stderr.flush()
     # exec keeps the pid, so the managed process *is* the server, as with the real vllm.

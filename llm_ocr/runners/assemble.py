@@ -1,0 +1,251 @@
+"""Runs Assemble over one shard: page rows → one row per document in ``OUT/assemble``.
+
+Memory stays bounded whatever the size of the input: a first pass reads only ``doc_id`` and
+``doc_index`` of the upstream parts (a column projection: a few kilobytes per part) to learn
+which documents this shard owns and which parts hold their pages; then documents are assembled in
+batches of at most ``--assemble-batch-pages`` pages, each batch reading just the parts that hold
+it, one part at a time. The upstream may have been written with any ``--num-shards``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from llm_ocr.config import JobOptions
+from llm_ocr.parts import PART_RE, PartWriter, ShardLayoutError, list_parts, table_to_bytes
+from llm_ocr.records import DocumentResult, document_schema
+from llm_ocr.runner import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PAGES_FAILED,
+    RunError,
+    ShardOutcome,
+    check_writable,
+    resolve_shard,
+)
+from llm_ocr.stages.assemble import AssembleOptions, assemble_document
+from llm_ocr.stages.export import export_document, markdown_path
+from llm_ocr.state import clear_marker, read_marker, write_marker
+from llm_ocr.storage import Storage
+from llm_ocr.upstream import iter_shard_rows, read_columns, shard_parts, stage_has_parts, upstream_complete
+
+log = logging.getLogger("llm_ocr")
+
+#: Upstream columns Assemble needs (``raw`` and ``blocks`` can be large and are not used).
+PAGE_COLUMNS = ["doc_id", "doc_index", "page", "source", "num_pages", "markdown", "figures", "status", "error"]
+
+
+@dataclass
+class AssembleJob:
+    """Everything an Assemble run needs."""
+
+    job: JobOptions
+    assemble: AssembleOptions = field(default_factory=AssembleOptions)
+
+
+@dataclass
+class DocumentEntry:
+    """Where one document's page rows are: its id, how many rows, which parts."""
+
+    doc_id: str
+    rows: int = 0
+    parts: set[str] = field(default_factory=set)
+
+
+def source_stage(out: Storage) -> str:
+    """The stage Assemble reads: Describe if it has written anything, else Extract."""
+    return "describe" if stage_has_parts(out.child("describe")) else "extract"
+
+
+def index_documents(source: Storage, shard: int, num_shards: int) -> dict[int, DocumentEntry]:
+    """The documents of our shard in ``source``, by ``doc_index``, reading two columns per part."""
+    entries: dict[int, DocumentEntry] = {}
+    for path in shard_parts(source, shard, num_shards):
+        table = read_columns(source, path, ["doc_id", "doc_index"])
+        for doc_id, doc_index in zip(table.column("doc_id").to_pylist(), table.column("doc_index").to_pylist()):
+            if doc_index is None or doc_index % num_shards != shard:
+                continue
+            entry = entries.setdefault(doc_index, DocumentEntry(doc_id))
+            entry.rows += 1
+            entry.parts.add(path)
+    return entries
+
+
+def scan_assembled(stage: Storage, shard: int, num_shards: int) -> tuple[set[str], int]:
+    """Documents this shard already assembled ``ok`` and the next part number.
+
+    Rows of ``partial`` and ``error`` documents are removed from their parts (rewritten
+    atomically) so they are assembled again from whatever the upstream holds now; unreadable
+    parts are deleted.
+    """
+    done: set[str] = set()
+    next_seq = 0
+    for path in list_parts(stage, shard, num_shards):
+        next_seq = max(next_seq, int(PART_RE.search(path).group(3)) + 1)  # type: ignore[union-attr]
+        try:
+            table = read_columns(stage, path, ["doc_id", "status"])
+        except (pa.ArrowInvalid, OSError) as exc:
+            log.warning("removing unreadable part %s (%s); its documents will be redone", stage.display(path), exc)
+            stage.delete(path)
+            continue
+        statuses = table.column("status").to_pylist()
+        if any(s != "ok" for s in statuses):
+            full = read_columns(stage, path, None)
+            kept = full.filter(pa.array([s == "ok" for s in statuses]))
+            if kept.num_rows:
+                stage.write_atomic(path, table_to_bytes(kept))
+            else:
+                stage.delete(path)
+        done.update(d for d, s in zip(table.column("doc_id").to_pylist(), statuses) if s == "ok")
+    return done, next_seq
+
+
+def batches(todo: list[int], entries: dict[int, DocumentEntry], max_rows: int) -> Iterator[list[int]]:
+    """Consecutive documents holding at most ``max_rows`` page rows together (at least one)."""
+    batch: list[int] = []
+    rows = 0
+    for doc_index in todo:
+        size = entries[doc_index].rows
+        if batch and rows + size > max_rows:
+            yield batch
+            batch, rows = [], 0
+        batch.append(doc_index)
+        rows += size
+    if batch:
+        yield batch
+
+
+def read_batch(source: Storage, entries: dict[int, DocumentEntry], batch: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """The page rows of a batch of documents, grouped by ``doc_index``, one part read at a time."""
+    wanted = pa.array(batch, pa.int64())
+    grouped: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for path in sorted(set().union(*(entries[i].parts for i in batch))):
+        table = read_columns(source, path, PAGE_COLUMNS)
+        table = table.filter(pc.is_in(table.column("doc_index"), value_set=wanted))
+        for row in table.to_pylist():
+            grouped[row["doc_index"]].append(row)
+    return grouped
+
+
+def _export_earlier(out: Storage, stage: Storage, shard: int, num_shards: int, doc_ids: set[str]) -> int:
+    # Documents assembled by an earlier run without --export-markdown: export those not there yet.
+    count = 0
+    for row in iter_shard_rows(stage, shard, num_shards, batch_rows=16):
+        if row["doc_id"] in doc_ids and not out.exists(markdown_path(out, row["doc_id"])):
+            export_document(out, DocumentResult(**{k: row.get(k) for k in DocumentResult.__dataclass_fields__}))
+            count += 1
+    return count
+
+
+async def assemble_documents(
+    out: Storage,
+    shard: int,
+    num_shards: int,
+    options: AssembleOptions,
+    job: JobOptions,
+    stop: asyncio.Event | None = None,
+    previous: dict[str, Any] | None = None,
+) -> ShardOutcome:
+    """Assemble every document of our shard not assembled ``ok`` yet; write the marker at the end.
+
+    ``previous`` is the shard's earlier completion marker, if any (it says whether the Markdown
+    export was done).
+    """
+    started = time.monotonic()
+    name = await asyncio.to_thread(source_stage, out)
+    source, stage = out.child(name), out.child("assemble")
+    complete = await asyncio.to_thread(upstream_complete, out, name, source, shard, num_shards)
+    if not complete and not await asyncio.to_thread(stage_has_parts, source):
+        raise RunError(f"nothing to assemble: {out.url} holds no Extract or Describe output; run those stages first")
+    try:
+        done, next_seq = await asyncio.to_thread(scan_assembled, stage, shard, num_shards)
+    except ShardLayoutError as exc:
+        raise RunError(str(exc)) from exc
+    await asyncio.to_thread(clear_marker, out, "assemble", shard, num_shards)
+    if not complete:
+        log.warning(
+            "%s has not finished every shard this assemble shard reads: documents not there yet are "
+            "left out; rerun assemble once it is done (no completion marker is written until then)",
+            name,
+        )
+    entries = await asyncio.to_thread(index_documents, source, shard, num_shards)
+    todo = sorted(i for i, e in entries.items() if e.doc_id not in done)
+    skipped = {e.doc_id for i, e in entries.items() if e.doc_id in done}
+    writer = PartWriter(stage, document_schema(), shard, num_shards, start_seq=next_seq, max_rows=job.part_rows)
+    counts: Counter[str] = Counter()
+    pages = figures = 0
+    try:
+        for batch in batches(todo, entries, options.assemble_batch_pages):
+            if stop is not None and stop.is_set():
+                break
+            grouped = await asyncio.to_thread(read_batch, source, entries, batch)
+            for doc_index in batch:
+                document = assemble_document(grouped[doc_index], options)
+                counts[document.status] += 1
+                pages += document.num_pages
+                figures += len(document.figures)
+                await writer.add(document.to_row())
+                if options.export_markdown:
+                    await asyncio.to_thread(export_document, out, document)
+        exported_earlier = 0
+        already_exported = bool(previous and previous.get("exported"))
+        if options.export_markdown and skipped and not already_exported and not (stop and stop.is_set()):
+            await writer.close()  # rows of this run are stored before earlier ones are re-read
+            exported_earlier = await asyncio.to_thread(_export_earlier, out, stage, shard, num_shards, skipped)
+    finally:
+        await writer.close()
+    stats: dict[str, Any] = {
+        "stage": "assemble",
+        "shard": shard,
+        "num_shards": num_shards,
+        "source": name,
+        "documents": {"ok": counts["ok"], "partial": counts["partial"], "error": counts["error"], "skipped": len(skipped)},
+        "pages": pages,
+        "figures": figures,
+        "exported": options.export_markdown or already_exported,
+        "exported_earlier": exported_earlier,
+        "wall_time_s": round(time.monotonic() - started, 3),
+    }
+    log.info(
+        "[assemble %d/%d] documents ok %d, partial %d, error %d, skipped %d (from %s)",
+        shard + 1, num_shards, counts["ok"], counts["partial"], counts["error"], len(skipped), name,
+    )
+    if stop is not None and stop.is_set():
+        log.warning("interrupted: assembled documents are saved; rerun the same command to resume")
+        return ShardOutcome(EXIT_INTERRUPTED, stats)
+    if not complete:
+        return ShardOutcome(EXIT_PAGES_FAILED, stats)
+    await asyncio.to_thread(write_marker, out, "assemble", shard, num_shards, stats)
+    return ShardOutcome(EXIT_PAGES_FAILED if counts["partial"] or counts["error"] else EXIT_OK, stats)
+
+
+def assemble_finished(marker: dict[str, Any] | None, options: AssembleOptions) -> bool:
+    """Whether an earlier run left nothing to do: every document ok (and exported if asked)."""
+    if not marker:
+        return False
+    documents = marker.get("documents", {})
+    if documents.get("partial", 0) or documents.get("error", 0):
+        return False
+    return not options.export_markdown or bool(marker.get("exported"))
+
+
+async def assemble_shard(spec: AssembleJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+    """Run Assemble over this process's shard (CPU only: no model server is involved)."""
+    job = spec.job
+    num_shards, shard = resolve_shard(job)
+    out = Storage(job.output, job.storage_options)
+    marker = await asyncio.to_thread(read_marker, out, "assemble", shard, num_shards)
+    if assemble_finished(marker, spec.assemble):
+        log.info("assemble shard %d/%d already complete; nothing to do", shard + 1, num_shards)
+        return ShardOutcome(EXIT_OK, marker or {})
+    await asyncio.to_thread(check_writable, out)
+    return await assemble_documents(out, shard, num_shards, spec.assemble, job, stop, previous=marker)

@@ -1,0 +1,213 @@
+"""Assemble: the pages of a document, in order → one Markdown document with figures and captions.
+
+Pure functions over rows; :mod:`llm_ocr.runners.assemble` reads the upstream stage in bounded
+batches and writes the results. Layout of the Markdown (documented in docs/README-stages.md):
+
+* pages in order, joined by ``page_separator`` (``{page}`` stands for the next page's number);
+* each ``![](figure:ID)`` whose ID is a figure of that page becomes ``![ALT](figure:ID)`` — ALT the
+  first sentence of the caption, at most ~100 characters — followed by the whole caption as a
+  blockquote ``> **Figure:** ...``. A blockquote survives any caption text: several lines,
+  asterisks, lists; an italic paragraph would break on the first ``*`` or blank line;
+* a link to an ID the page does not have (the model can write one) is escaped into plain text;
+* a failed or missing page leaves an HTML comment ``<!-- page N: failed (...) -->`` in its place,
+  so page positions stay right and a reader sees the gap.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from llm_ocr.records import DOCUMENT_LEVEL_PAGE, DocumentResult, Figure, PageResult
+from llm_ocr.vlm.grounding import FIGURE_LINK
+
+#: DeepSeek-OCR's own page marker (FACTS.md: pages joined with "\n<--- Page Split --->\n"),
+#: given blank lines around it: with single newlines Markdown glues it, and the text around it,
+#: into one paragraph.
+DEFAULT_PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
+ALT_TEXT_CHARS = 100
+#: Figure links with their alt text (the same shape as grounding.FIGURE_LINK, alt captured).
+FIGURE_LINK_ALT = re.compile(r"!\[([^\[\]\n]{0,200})\]\(figure:([^()\s]{1,200})\)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
+_ALT_ESCAPES = str.maketrans({"\\": "\\\\", "*": "\\*", "_": "\\_", "`": "\\`", "<": "\\<", ">": "\\>", "[": "(", "]": ")"})
+_MANY_NEWLINES = re.compile(r"\n{3,}")
+_MAX_ERRORS_IN_MESSAGE = 5
+
+
+class AssembleOptions(BaseModel):
+    """How Assemble lays out a document, and whether it exports Markdown files."""
+
+    page_separator: str = Field(
+        DEFAULT_PAGE_SEPARATOR,
+        description="Text between pages; \\n means a newline and {page} the number of the page that follows.",
+    )
+    export_markdown: bool = Field(
+        False,
+        description="Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links).",
+    )
+    assemble_batch_pages: int = Field(
+        2000, ge=1, description="Pages held in memory at once (documents are read from storage in batches)."
+    )
+
+    @field_validator("page_separator")
+    @classmethod
+    def _unescape(cls, value: str) -> str:
+        # Flags and environment variables cannot easily carry a newline; "\n" in them can.
+        return value.replace("\\n", "\n")
+
+
+def alt_text(caption: str | None, limit: int = ALT_TEXT_CHARS) -> str:
+    """Short alt text from a caption: its first sentence, at most ``limit`` characters, made safe
+    to sit inside ``![...]`` (brackets become parentheses, Markdown punctuation is escaped)."""
+    if not caption:
+        return ""
+    text = caption.strip()
+    first = _SENTENCE_END.split(text, maxsplit=1)[0]
+    first = " ".join(first.split())
+    if len(first) > limit:
+        cut = first[: limit - 1]
+        space = cut.rfind(" ")
+        first = (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+    return first.translate(_ALT_ESCAPES)
+
+
+def caption_block(caption: str) -> str:
+    """The full caption as a blockquote paragraph."""
+    lines = caption.strip().splitlines() or [""]
+    quoted = [f"> **Figure:** {lines[0].strip()}"] + [f"> {line}".rstrip() for line in lines[1:]]
+    return "\n".join(quoted)
+
+
+def _comment(text: str, limit: int = 200) -> str:
+    # An HTML comment may not contain "--" and ends at the first "-->".
+    text = " ".join(text.split()).replace("--", "—").replace(">", "›")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _escape_link(link: str) -> str:
+    return link.replace("[", "\\[").replace("]", "\\]")
+
+
+def render_page(page: PageResult, figure_ids: dict[str, str]) -> str:
+    """A page's Markdown with its figure links resolved (``figure_ids``: page id → document id)."""
+    by_id = {f.id: f for f in page.figures}
+
+    def replace(match: re.Match[str]) -> str:
+        figure = by_id.get(match.group(1))
+        if figure is None:
+            return _escape_link(match.group(0))
+        link = f"![{alt_text(figure.description)}](figure:{figure_ids[figure.id]})"
+        if not figure.description:
+            return link
+        # Blank lines on both sides: the caption is its own block even if the link was inline.
+        return f"{link}\n\n{caption_block(figure.description)}\n\n"
+
+    text = FIGURE_LINK.sub(replace, page.markdown or "")
+    return _MANY_NEWLINES.sub("\n\n", text).strip("\n")
+
+
+def separator(template: str, next_page: int) -> str:
+    """The separator placed before page ``next_page``."""
+    return template.replace("{page}", str(next_page))
+
+
+def _pick(pages: Iterable[PageResult]) -> dict[int, PageResult]:
+    # Every page should come once; should a page come twice anyway, a finished row wins.
+    chosen: dict[int, PageResult] = {}
+    for page in pages:
+        have = chosen.get(page.page)
+        if have is None or (have.status == "error" and page.status != "error"):
+            chosen[page.page] = page
+    return chosen
+
+
+def _document_figure_ids(pages: list[PageResult]) -> dict[int, dict[str, str]]:
+    # Extract's ids carry the page ("p3-f1"), so they are unique in a document; ids from other
+    # producers may not be, and a document-level link must name exactly one figure.
+    used: set[str] = set()
+    result: dict[int, dict[str, str]] = {}
+    for page in pages:
+        ids: dict[str, str] = {}
+        for figure in page.figures:
+            candidate = figure.id if figure.id not in used else f"p{page.page}-{figure.id}"
+            n = 2
+            while candidate in used:
+                candidate = f"p{page.page}-{figure.id}-{n}"
+                n += 1
+            used.add(candidate)
+            ids[figure.id] = candidate
+        result[page.page] = ids
+    return result
+
+
+def _figure_row(figure: Figure, doc_figure_id: str, page: int) -> dict[str, Any]:
+    row = figure.to_row()
+    row["id"] = doc_figure_id
+    row["page"] = page
+    return row
+
+
+def assemble_document(rows: Iterable[PageResult | dict[str, Any]], options: AssembleOptions | None = None) -> DocumentResult:
+    """One document's row from its page rows (any order, any stage: Extract or Describe)."""
+    options = options or AssembleOptions()
+    pages = [r if isinstance(r, PageResult) else PageResult.from_row(r) for r in rows]
+    if not pages:
+        raise ValueError("assemble_document needs at least one row")
+    first = pages[0]
+    chosen = _pick(p for p in pages if p.page != DOCUMENT_LEVEL_PAGE)
+    if not chosen:
+        # Only the document-level row: the document could not be opened or split into pages.
+        failure = next((p for p in pages if p.page == DOCUMENT_LEVEL_PAGE), first)
+        return DocumentResult(
+            doc_id=first.doc_id,
+            doc_index=first.doc_index,
+            source=first.source,
+            num_pages=0,
+            markdown="",
+            figures=[],
+            status="error",
+            failed_pages=[],
+            error=failure.error or "the document produced no pages",
+        )
+    num_pages = max([p.num_pages or 0 for p in chosen.values()] + list(chosen))
+    ordered = [chosen[n] for n in sorted(chosen)]
+    figure_ids = _document_figure_ids([p for p in ordered if p.status != "error"])
+    texts: list[str] = []
+    figures: list[dict[str, Any]] = []
+    failed: list[tuple[int, str]] = []
+    for number in range(1, num_pages + 1):
+        page = chosen.get(number)
+        if page is None:
+            failed.append((number, "no row for this page upstream"))
+            texts.append(f"<!-- page {number}: missing (no row for this page upstream) -->")
+        elif page.status == "error":
+            failed.append((number, page.error or "failed"))
+            texts.append(f"<!-- page {number}: failed ({_comment(page.error or 'no error message')}) -->")
+        else:
+            ids = figure_ids[number]
+            texts.append(render_page(page, ids))
+            figures.extend(_figure_row(f, ids[f.id], number) for f in page.figures)
+    markdown = texts[0]
+    for number, text in enumerate(texts[1:], start=2):
+        markdown += separator(options.page_separator, number) + text
+    if not failed:
+        status, error = "ok", None
+    else:
+        status = "error" if len(failed) == num_pages else "partial"
+        shown = "; ".join(f"page {n}: {msg}" for n, msg in failed[:_MAX_ERRORS_IN_MESSAGE])
+        more = f"; and {len(failed) - _MAX_ERRORS_IN_MESSAGE} more" if len(failed) > _MAX_ERRORS_IN_MESSAGE else ""
+        error = f"{len(failed)} of {num_pages} page(s) failed: {shown}{more}"
+    return DocumentResult(
+        doc_id=first.doc_id,
+        doc_index=first.doc_index,
+        source=first.source,
+        num_pages=num_pages,
+        markdown=markdown,
+        figures=figures,
+        status=status,  # type: ignore[arg-type]
+        failed_pages=[n for n, _ in failed],
+        error=error,
+    )

@@ -1,0 +1,127 @@
+"""The pipeline launching and babysitting its own server: a fake `vllm` on PATH runs the simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import REPO, read_stage, run_cli
+from tests.docs import make_corpus
+
+FAKES = REPO / "tests" / "fakes"
+
+
+def fake_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
+        "LLM_OCR_TEST_PYTHON": sys.executable,
+        "FAKE_VLLM_ARGV_FILE": str(tmp_path / "argv.json"),
+        **extra,
+    }
+
+
+def test_extract_launches_vllm_with_the_recipe_when_no_endpoint(tmp_path: Path) -> None:
+    make_corpus(tmp_path / "docs", documents=2, pages=1)
+    result = run_cli(
+        "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"), "--engine", "vllm",
+        "--gpu-preset", "l4-24gb", "--workers", "0", "--server-args", f"--corpus {tmp_path / 'docs'}",
+        env=fake_env(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    assert argv[:2] == ["serve", "deepseek-ai/DeepSeek-OCR"]
+    joined = " ".join(argv)
+    assert "--logits-processors vllm.model_executor.models.deepseek_ocr:NGramPerReqLogitsProcessor" in joined
+    assert "--no-enable-prefix-caching" in argv and "--mm-processor-cache-gb 0" in joined
+    assert argv[argv.index("--max-num-seqs") + 1] == "64"  # the L4 preset
+    assert argv[-2:] == ["--corpus", str(tmp_path / "docs")]  # extra args last
+    log = (tmp_path / "out/_state/logs/server-00000-of-00001.log").read_text()
+    assert "ready on http://127.0.0.1" in log
+    assert [r["status"] for r in read_stage(tmp_path / "out", "extract")] == ["ok", "ok"]
+
+
+def test_server_that_dies_at_start_fails_fast_with_its_log(tmp_path: Path) -> None:
+    (tmp_path / "a.png").write_bytes((REPO / "samples/notes.png").read_bytes())
+    started = time.monotonic()
+    result = run_cli(
+        "extract", str(tmp_path / "a.png"), "--output", str(tmp_path / "out"), "--engine", "vllm",
+        "--server-startup-timeout", "120", env=fake_env(tmp_path, FAKE_VLLM_MODE="crash_on_start"),
+    )
+    assert result.returncode == 2
+    assert time.monotonic() - started < 30
+    assert "CUDA out of memory" in result.stderr  # the server's own last words are shown
+
+
+def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tmp_path: Path) -> None:
+    make_corpus(tmp_path / "docs", documents=6, pages=3)
+    args = [
+        sys.executable, "-m", "llm_ocr.cli", "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"),
+        "--engine", "vllm", "--workers", "0", "--progress", "log", "--progress-interval", "0.5",
+        "--max-in-flight", "4",
+    ]
+    sim_args = f"--corpus {tmp_path / 'docs'} --prefill-ms 400 --slots 3"
+    process = subprocess.Popen(args, env={**os.environ, **fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=sim_args)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    victim = None
+    deadline = time.monotonic() + 30
+    while victim is None and time.monotonic() < deadline:
+        for child in psutil.Process(process.pid).children(recursive=True):
+            if "llm_ocr.vlm.simulated" in " ".join(child.cmdline()):
+                victim = child
+        time.sleep(0.2)
+    assert victim is not None, "the server never started"
+    time.sleep(1.0)  # let some pages go through first
+    victim.send_signal(signal.SIGKILL)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert "restart" in stderr.lower()
+    rows = read_stage(tmp_path / "out", "extract")
+    assert len(rows) == 18 == len({(r["doc_id"], r["page"]) for r in rows})
+    assert {r["status"] for r in rows} == {"ok"}
+    assert not any("llm_ocr.vlm.simulated" in " ".join(p.cmdline()) for p in psutil.process_iter() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and p.pid != os.getpid() and _safe_ppid_chain(p, process.pid))
+
+
+def _safe_ppid_chain(proc: psutil.Process, ancestor: int) -> bool:
+    try:
+        return any(parent.pid == ancestor for parent in proc.parents())
+    except psutil.Error:
+        return False
+
+
+def test_sigterm_stops_the_run_and_the_server_with_no_orphans(tmp_path: Path) -> None:
+    make_corpus(tmp_path / "docs", documents=4, pages=3)
+    args = [
+        sys.executable, "-m", "llm_ocr.cli", "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"),
+        "--engine", "vllm", "--workers", "0", "--progress", "off", "--grace-period", "5", "--flush-interval", "0.3",
+        "--max-in-flight", "2",
+    ]
+    sim_args = f"--corpus {tmp_path / 'docs'} --prefill-ms 400 --slots 2"
+    process = subprocess.Popen(args, env={**os.environ, **fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=sim_args)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    server_pids: set[int] = set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (tmp_path / "out/extract").exists():
+        server_pids |= {c.pid for c in psutil.Process(process.pid).children(recursive=True)}
+        time.sleep(0.2)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 3, stderr
+    assert server_pids
+    alive = [pid for pid in server_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+    saved = read_stage(tmp_path / "out", "extract")
+    assert 0 < len(saved) < 12
+    # The rerun completes the job with every page exactly once.
+    rerun = run_cli(
+        "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"), "--engine", "vllm", "--workers", "0",
+        env=fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=f"--corpus {tmp_path / 'docs'}"),
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    rows = read_stage(tmp_path / "out", "extract")
+    assert len(rows) == 12 == len({(r["doc_id"], r["page"]) for r in rows})
