@@ -13,7 +13,13 @@ from llm_ocr.config import OptionError
 log = logging.getLogger("llm_ocr")
 
 #: Sub-command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
-COMMAND_MODULES = ("llm_ocr.commands.extract", "llm_ocr.commands.report")
+COMMAND_MODULES = (
+    "llm_ocr.commands.run",
+    "llm_ocr.commands.extract",
+    "llm_ocr.commands.describe",
+    "llm_ocr.commands.assemble",
+    "llm_ocr.commands.report",
+)
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:

@@ -48,6 +48,9 @@ class JobOptions(BaseModel):
     progress_interval: float = Field(30.0, gt=0, description="Seconds between progress log lines.")
     flush_interval: float = Field(120.0, gt=0, description="Seconds between part writes at most (bounds loss on a crash).")
     grace_period: float = Field(30.0, ge=0, description="Seconds in-flight pages may finish after SIGTERM/SIGINT.")
+    gpu_price_per_hour: float | None = Field(
+        None, ge=0, description="US$ per GPU-hour for the cost estimate in the stats (default: the preset's list price)."
+    )
     part_rows: int = Field(1000, ge=1, description="Rows per Parquet part at most.")
 
 

@@ -57,6 +57,7 @@ class Endpoint:
     client: VlmClient
     metrics: Callable[[], Awaitable[dict[str, float]]] | None = None
     suggested_in_flight: int | None = None
+    preset: str | None = None
 
 
 async def check_model(client: VlmClient) -> None:
@@ -136,9 +137,10 @@ async def open_endpoint(
     """Yield a ready :class:`Endpoint`; a launched server is stopped (whole process group) on exit."""
     if endpoint:
         client = VlmClient(endpoint, model, api_key=api_key, options=client_options)
+        named = (server_options.gpu_preset if server_options else None) or None
         try:
             await check_model(client)
-            yield Endpoint(client=client, metrics=lambda: _external_metrics(endpoint))
+            yield Endpoint(client=client, metrics=lambda: _external_metrics(endpoint), preset=named)
         finally:
             await client.close()
         return
@@ -169,7 +171,12 @@ async def open_endpoint(
             try:
                 await check_model(client)
                 in_flight = client_in_flight(preset) if engine == "vllm" and preset else None
-                yield Endpoint(client=client, metrics=server.metrics, suggested_in_flight=in_flight)
+                yield Endpoint(
+                    client=client,
+                    metrics=server.metrics,
+                    suggested_in_flight=in_flight,
+                    preset=preset.name if engine == "vllm" and preset else None,
+                )
             finally:
                 await client.close()
         finally:

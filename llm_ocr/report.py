@@ -37,7 +37,7 @@ import re
 import secrets
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from html.parser import HTMLParser
@@ -325,7 +325,7 @@ def _figure_bytes(figure: Mapping[str, Any]) -> bytes | None:
     image = figure.get("image")
     if isinstance(image, Mapping):
         image = image.get("bytes")
-    return image if isinstance(image, (bytes, bytearray)) and image else None
+    return bytes(image) if isinstance(image, (bytes, bytearray)) and image else None
 
 
 # ============================================================================================
@@ -398,7 +398,7 @@ class SourcePages:
             if not store.fs.isfile(store.root):
                 self._problem = (
                     "the source is a dataset or folder; page images of dataset rows are not kept in the output"
-                    if store.fs.isdir(store.root) or source.startswith("hf://datasets/")
+                    if store.fs.isdir(store.root)
                     else "the source file is not reachable"
                 )
                 return
@@ -490,14 +490,17 @@ CSS = """
 .llmocr figure.llmocr-figure img{display:block;max-width:100%;max-height:420px}
 .llmocr figure.llmocr-figure figcaption{font-size:.9em;color:#333;margin-top:.3em}
 .llmocr .llmocr-figid{font-family:monospace;color:#666;font-size:.85em}
-.llmocr .llmocr-status{display:inline-block;padding:0 .5em;border-radius:.7em;font-size:.8em;font-weight:600;vertical-align:middle}
+.llmocr .llmocr-status{display:inline-block;padding:0 .5em;border-radius:.7em;font-size:.8em;font-weight:600;
+ vertical-align:middle}
 .llmocr .llmocr-status-ok{background:#d8f0d8;color:#185c18}
 .llmocr .llmocr-status-truncated,.llmocr .llmocr-status-partial{background:#fdf0c8;color:#6b5000}
 .llmocr .llmocr-status-error{background:#f8d4d4;color:#7a1010}
-.llmocr .llmocr-error{background:#fff0f0;border-left:4px solid #c62828;padding:.3em .6em;margin:.4em 0;white-space:pre-wrap;word-break:break-word}
+.llmocr .llmocr-error{background:#fff0f0;border-left:4px solid #c62828;padding:.3em .6em;margin:.4em 0;
+ white-space:pre-wrap;word-break:break-word}
 .llmocr .llmocr-note{background:#fff8e1;border-left:4px solid #f9a825;padding:.3em .6em;margin:.3em 0;font-size:.9em}
 .llmocr .llmocr-missing{color:#999;font-style:italic}
-.llmocr pre.llmocr-pre{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:.5em;font-size:.8em;max-height:30em;overflow:auto}
+.llmocr pre.llmocr-pre{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:.5em;font-size:.8em;
+ max-height:30em;overflow:auto}
 .llmocr .llmocr-legend span{display:inline-block;margin-right:.8em;font-size:.8em}
 .llmocr .llmocr-legend i{display:inline-block;width:.8em;height:.8em;margin-right:.25em;vertical-align:-.05em;border:2px solid}
 .llmocr details{margin:.4em 0}
@@ -531,7 +534,8 @@ def _figure_block(figure: Mapping[str, Any], anchor: str | None = None, alt: str
     elif not figure.get("error"):
         caption.append('<div class="llmocr-missing">no description</div>')
     if figure.get("description_json"):
-        caption.append(f"<details><summary>description JSON</summary>{_text_block(_pretty_json(figure['description_json']))}</details>")
+        pretty = _text_block(_pretty_json(str(figure["description_json"])))
+        caption.append(f"<details><summary>description JSON</summary>{pretty}</details>")
     if figure.get("error"):
         caption.append(f'<div class="llmocr-error">{_esc(str(figure["error"]))}</div>')
     parts.append(f"<figcaption>{''.join(caption)}</figcaption></figure>")
@@ -635,10 +639,11 @@ def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_
     ]
     if row.get("error"):
         parts.append(f'<div class="llmocr-error">{_esc(str(row["error"]))}</div>')
-    picture, note = _boxes_svg(row, view)
+    blocks = list(row.get("blocks") or [])
+    # A document-level row (page 0: the document could not be opened) has no picture.
+    picture, note = _boxes_svg(row, view) if page != 0 or blocks else ("", None)
     if note:
         parts.append(f'<div class="llmocr-note">{_esc(note)}</div>')
-    blocks = list(row.get("blocks") or [])
     left = picture + _legend(blocks)
     right = markdown or '<p class="llmocr-missing">no Markdown</p>'
     parts.append(f'<div class="llmocr-cols"><div>{left}</div><div class="llmocr-md">{right}</div></div>')
@@ -791,7 +796,7 @@ class OutputReader:
                 table = self._table(self.stage, path, _INDEX_COLUMNS)
                 for batch in table.to_batches(max_chunksize=4096):
                     cols = batch.to_pydict()
-                    for doc_id, doc_index, page, state, source, num_pages in zip(*(cols[c] for c in _INDEX_COLUMNS)):
+                    for doc_id, doc_index, page, state, source, num_pages in zip(*(cols[c] for c in _INDEX_COLUMNS), strict=True):
                         page = page or 0
                         if page <= 1:
                             summary.documents += 1
@@ -824,7 +829,7 @@ class OutputReader:
             counts: Counter[str] = Counter()
             for path in assembled:
                 table = self._table(self.assemble, path, ["doc_id", "status"])
-                for doc_id, state in zip(table.column("doc_id").to_pylist(), table.column("status").to_pylist()):
+                for doc_id, state in zip(table.column("doc_id").to_pylist(), table.column("status").to_pylist(), strict=True):
                     counts[state or "unknown"] += 1
                     if doc_id in kept:
                         kept[doc_id]._add_part(path, kept[doc_id].assemble_parts)
@@ -896,7 +901,7 @@ def render_summary(summary: Summary) -> str:
 
 def render_document(
     entry: DocumentEntry,
-    rows: list[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
     *,
     assembled: Mapping[str, Any] | None = None,
     pages: SourcePages | None = None,
@@ -914,7 +919,10 @@ def render_document(
     meta.append(", ".join(f"{_esc(s)} {n}" for s, n in sorted(counts.items())))
     real_shown = sorted(p for p in shown if p > 0)
     if total and real_shown and len(real_shown) < total:
-        meta.append(f"showing pages {real_shown[0]}&ndash;{real_shown[-1]}" if real_shown == list(range(real_shown[0], real_shown[-1] + 1)) else f"showing {len(real_shown)} pages")
+        contiguous = real_shown == list(range(real_shown[0], real_shown[-1] + 1))
+        meta.append(
+            f"showing pages {real_shown[0]}&ndash;{real_shown[-1]}" if contiguous else f"showing {len(real_shown)} pages"
+        )
     yield f'<div class="llmocr-meta">{" &middot; ".join(meta)}</div>'
     if total:
         missing = [p for p in range(1, total + 1) if p not in entry.pages]
@@ -988,7 +996,8 @@ def write_report(
                 f.write("<nav><strong>Documents</strong><ol>")
                 for entry in entries:
                     status = ", ".join(f"{_esc(s)} {n}" for s, n in sorted(Counter(entry.pages.values()).items()))
-                    f.write(f'<li><a href="#{_anchor("", "doc", entry.doc_id)}">{_esc(entry.doc_id)}</a> <span class="llmocr-meta">({status})</span></li>')
+                    link = f'<a href="#{_anchor("", "doc", entry.doc_id)}">{_esc(entry.doc_id)}</a>'
+                    f.write(f'<li>{link} <span class="llmocr-meta">({status})</span></li>')
                 f.write("</ol></nav>")
             for entry in entries:
                 rows = reader.page_rows(entry, pages_to_show(entry, max_pages_per_document))

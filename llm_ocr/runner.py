@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from llm_ocr.config import JobOptions
+from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, EndpointError, ServerOptions, open_endpoint
 from llm_ocr.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.pipeline import FlowSettings, PageFlow
@@ -205,6 +206,7 @@ async def _extract_with(
     if stop is not None and stop.is_set():
         log.warning("interrupted: %d page(s) saved this run; rerun the same command to resume", counters.pages_done)
         return ShardOutcome(EXIT_INTERRUPTED, stats)
+    stats["gpu"] = gpu_cost(stats["wall_time_s"], endpoint.preset, job.gpu_price_per_hour)
     stats["reconciled"] = stats["pages"]["ok"] + stats["pages"]["truncated"] + stats["pages"]["error"] == stats["pages"]["total"]
     await asyncio.to_thread(write_marker, out, "extract", shard, num_shards, stats)
     return ShardOutcome(EXIT_PAGES_FAILED if counters.pages["error"] else EXIT_OK, stats)

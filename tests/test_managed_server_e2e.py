@@ -45,6 +45,11 @@ def test_extract_launches_vllm_with_the_recipe_when_no_endpoint(tmp_path: Path) 
     log = (tmp_path / "out/_state/logs/server-00000-of-00001.log").read_text()
     assert "ready on http://127.0.0.1" in log
     assert [r["status"] for r in read_stage(tmp_path / "out", "extract")] == ["ok", "ok"]
+    stats = json.loads((tmp_path / "out/_state/extract/done-00000-of-00001.json").read_text())
+    gpu = stats["gpu"]
+    assert gpu["preset"] == "l4-24gb" and gpu["price_per_gpu_hour"] == 0.80
+    assert abs(gpu["estimated_cost_usd"] - gpu["gpu_seconds"] / 3600 * 0.80) < 1e-3
+    assert stats["pages_per_s"] > 0 and stats["tokens_per_s"] > 0
 
 
 def test_server_that_dies_at_start_fails_fast_with_its_log(tmp_path: Path) -> None:

@@ -30,7 +30,10 @@ SCRIPT = "<script>alert(1)</script>"
 IMG = "<img src=x onerror=alert(1)>"
 JS_LINK = "[x](javascript:alert(1))"
 TEXTAREA = "</textarea>"
-TABLE = '<table onclick="alert(1)"><tr><th colspan="2" onmouseover="alert(2)">Head</th></tr><tr><td rowspan="1">a<script>alert(3)</script></td><td><img src=x onerror=alert(4)>b</td></tr></table>'
+TABLE = (
+    '<table onclick="alert(1)"><tr><th colspan="2" onmouseover="alert(2)">Head</th></tr>'
+    "<tr><td rowspan=\"1\">a<script>alert(3)</script></td><td><img src=x onerror=alert(4)>b</td></tr></table>"
+)
 EVIL = f"{SCRIPT} {IMG} {JS_LINK} {TEXTAREA} <iframe src=javascript:alert(5)></iframe>"
 
 
@@ -166,7 +169,7 @@ def test_report_escapes_everything_the_model_and_the_input_control(tmp_path: Pat
         status="truncated",
         model=SCRIPT,
         figures=[
-            {"id": f"p1-f1", "bbox": [1, 2, 3, 4], "image": {"bytes": png(), "path": None},
+            {"id": "p1-f1", "bbox": [1, 2, 3, 4], "image": {"bytes": png(), "path": None},
              "description": f"caption {EVIL} {TABLE}", "description_json": f'{{"x": "{SCRIPT}"}}', "error": IMG},
             {"id": f"f-{SCRIPT}", "bbox": [1, 2, 3, 4], "image": {"bytes": b"<svg onload=alert(1)>", "path": None},
              "description": None, "description_json": None, "error": None},
@@ -276,3 +279,32 @@ def test_display_helpers(tmp_path: Path) -> None:
         show_page(str(out), "doc.pdf", 7)
     with pytest.raises(KeyError):
         show_document(str(out), "other.pdf")
+
+
+def test_remote_output_and_source_go_through_fsspec(tmp_path: Path) -> None:
+    """An object-store output (memory://): parts, source and report all through fsspec."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    pdf = tmp_path / "doc.pdf"
+    make_pdf(pdf, pages=1)
+    fs.pipe_file("/bucket/in/doc.pdf", pdf.read_bytes())
+    local = tmp_path / "staging"
+    rows = [
+        page_row(source="memory://bucket/in/doc.pdf", width=1224, height=1584),
+        page_row(doc_id="bad.pdf", doc_index=1, page=0, source="memory://bucket/in/bad.pdf", status="error",
+                 error="not a PDF or corrupt PDF", markdown="", figures=[], blocks=[], width=None, height=None),
+    ]
+    write_stage(local, "extract", rows)
+    fs.pipe_file("/bucket/out/extract/part-00000-of-00001-000000.parquet",
+                 (local / "extract" / "part-00000-of-00001-000000.parquet").read_bytes())
+    try:
+        result = write_report("memory://bucket/out")
+        assert result.path == "memory://bucket/out/report.html"
+        report = fs.cat_file("/bucket/out/report.html").decode()
+    finally:
+        fs.rm("/bucket", recursive=True)
+    assert_inert(report)
+    assert report.count('<div class="llmocr-view"><img src="data:image/jpeg;base64,') == 1
+    assert "not a PDF or corrupt PDF" in report and "Documents that could not be opened" in report
+    assert result.summary.documents == 2 and result.summary.pages == 1

@@ -81,7 +81,7 @@ def dom_check(report: Path, tmp: Path, name: str) -> dict[str, Any]:
 
 
 def near(pixel: tuple[int, ...], colour: tuple[int, int, int], tolerance: int = 60) -> bool:
-    return sum(abs(a - b) for a, b in zip(pixel[:3], colour)) <= tolerance
+    return sum(abs(a - b) for a, b in zip(pixel[:3], colour, strict=True)) <= tolerance
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,8 @@ def test_images_load_and_boxes_are_drawn_in_a_browser(report: Path, tmp_path: Pa
 def test_broken_data_uri_is_detected(report: Path, tmp_path: Path) -> None:
     """Negative control: the same check fails when a page image's data URI is corrupt."""
     text = report.read_text()
-    broken = re.sub(r'(<div class="llmocr-view"><img src="data:image/jpeg;base64,)([A-Za-z0-9+/]{64})', r"\1" + "A" * 64, text, count=1)
+    page_image = r'(<div class="llmocr-view"><img src="data:image/jpeg;base64,)([A-Za-z0-9+/]{64})'
+    broken = re.sub(page_image, r"\1" + "A" * 64, text, count=1)
     assert broken != text
     corrupt = tmp_path / "corrupt.html"
     corrupt.write_text(broken)
