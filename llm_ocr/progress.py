@@ -64,6 +64,16 @@ class RunCounters:
             )
         return " | ".join(parts)
 
+    def reconciliation(self) -> str:
+        """The end-of-run accounting line: every page seen is ok, truncated, error or done before."""
+        seen = self.pages_done + self.pages_skipped
+        return (
+            f"[{self.stage} shard {self.shard + 1}/{self.num_shards}] pages seen {seen} = "
+            f"ok {self.pages['ok']} + truncated {self.pages['truncated']} + error {self.pages['error']}"
+            f" + done earlier {self.pages_skipped}; documents {self.docs_seen}"
+            f" ({self.docs_skipped} already complete)"
+        )
+
     def summary(self) -> dict[str, Any]:
         """The stats recorded in the completion marker."""
         elapsed = self.elapsed

@@ -671,13 +671,17 @@ def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_
 
 
 def render_assembled(
-    row: Mapping[str, Any], *, shown_pages: set[int] = frozenset(), anchor_prefix: str = ""  # type: ignore[assignment]
+    row: Mapping[str, Any],
+    *,
+    figure_anchors: Mapping[tuple[int, tuple[int, ...]], str] | None = None,
 ) -> str:
     """The assembled document (an Assemble row) as a collapsible HTML fragment.
 
-    Figures on pages shown above link to the crop there instead of embedding it a second time.
+    ``figure_anchors`` maps (page, bbox) of the figures shown on the pages below to their
+    element ids: those figures link there instead of embedding the crop a second time. They
+    are matched by page and box because Assemble may rename a figure to keep ids unique.
     """
-    doc_id = str(row.get("doc_id") or "")
+    anchors = figure_anchors or {}
     figures = {str(f.get("id")): f for f in row.get("figures") or []}
 
     def figure_html(figure_id: str, alt: str) -> str | None:
@@ -685,14 +689,14 @@ def render_assembled(
         if figure is None:
             return None
         page = figure.get("page")
-        if page in shown_pages:
-            caption = figure.get("description") or alt or ""
-            target = _anchor(anchor_prefix, doc_id, page, figure_id)
-            return (
-                f'<a class="llmocr-figid" href="#{target}">[figure {_esc(figure_id)}, page {_esc(str(page))}]</a>'
-                f"{' ' + _esc(str(caption)) if caption else ''}"
-            )
-        return _figure_block(figure, None, alt)
+        target = anchors.get((int(page or 0), tuple(figure.get("bbox") or ())))
+        if target is None:
+            return _figure_block(figure, None, alt)
+        caption = figure.get("description") or alt or ""
+        return (
+            f'<a class="llmocr-figid" href="#{target}">[figure {_esc(figure_id)}, page {_esc(str(page))}]</a>'
+            f"{' ' + _esc(str(caption)) if caption else ''}"
+        )
 
     failed = row.get("failed_pages") or []
     head = f"Assembled Markdown {_status_badge(row.get('status'))}"
@@ -930,7 +934,13 @@ def render_document(
             listed = ", ".join(str(p) for p in missing[:20]) + (", ..." if len(missing) > 20 else "")
             yield f'<div class="llmocr-note">pages with no row in the output (not processed yet?): {listed}</div>'
     if assembled is not None:
-        yield render_assembled(assembled, shown_pages=shown, anchor_prefix=anchor_prefix)
+        anchors = {
+            (int(row.get("page") or 0), tuple(f.get("bbox") or ())):
+                _anchor(anchor_prefix, entry.doc_id, row.get("page"), f.get("id"))
+            for row in rows
+            for f in row.get("figures") or []
+        }
+        yield render_assembled(assembled, figure_anchors=anchors)
     for row in rows:
         page = int(row.get("page") or 0)
         view = pages.page(page) if pages is not None and page > 0 else None

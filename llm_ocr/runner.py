@@ -203,6 +203,7 @@ async def _extract_with(
         await reporter.stop()
         pool.close()
     stats = counters.summary()
+    log.info(counters.reconciliation())
     if stop is not None and stop.is_set():
         log.warning("interrupted: %d page(s) saved this run; rerun the same command to resume", counters.pages_done)
         return ShardOutcome(EXIT_INTERRUPTED, stats)

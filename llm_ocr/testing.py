@@ -50,7 +50,15 @@ class SimulatedServer:
         wait_ready: wait for ``/health`` 200 in :meth:`start` (False: only for the port).
         python: interpreter to run the server with (default: this one).
         env: extra environment variables for the server process.
+
+    Subclasses run another server with the same command-line contract (``--port 0
+    --port-file --request-log``) by setting :attr:`module` and :attr:`label`.
     """
+
+    #: The module run with ``python -m``.
+    module = "llm_ocr.vlm.simulated"
+    #: How messages name the server.
+    label = "simulated server"
 
     def __init__(
         self,
@@ -97,7 +105,7 @@ class SimulatedServer:
             raise SimulatedServerError("already started")
         self._tmp = tempfile.mkdtemp(prefix="llm-ocr-sim-")
         port_file = Path(self._tmp) / "port"
-        cmd = [self.python, "-m", "llm_ocr.vlm.simulated", *self.args, "--port", "0", "--port-file", str(port_file)]
+        cmd = [self.python, "-m", self.module, *self.args, "--port", "0", "--port-file", str(port_file)]
         if self._request_log_arg is not False:
             self.request_log = Path(
                 self._request_log_arg if isinstance(self._request_log_arg, (str, os.PathLike))
@@ -127,7 +135,7 @@ class SimulatedServer:
                 return
             if time.monotonic() > deadline:
                 raise SimulatedServerError(
-                    f"simulated server not ready after {self.startup_timeout} s\n{self.stderr_tail()}"
+                    f"{self.label} not ready after {self.startup_timeout} s\n{self.stderr_tail()}"
                 )
             time.sleep(0.02)
 
@@ -135,7 +143,7 @@ class SimulatedServer:
         assert self.process is not None
         if self.process.poll() is not None:
             raise SimulatedServerError(
-                f"simulated server exited with code {self.process.returncode}\n{self.stderr_tail()}"
+                f"{self.label} exited with code {self.process.returncode}\n{self.stderr_tail()}"
             )
 
     def stop(self, grace: float = 5.0) -> int | None:

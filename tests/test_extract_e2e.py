@@ -310,7 +310,7 @@ def test_kill_at_random_moments_then_rerun_gives_the_same_rows(tmp_path: Path) -
 
     make_corpus(tmp_path / "docs", documents=8, pages=3)
     rng = random.Random(1234)
-    with SimulatedServer("--prefill-ms", "120", "--slots", "3", corpus=tmp_path / "docs") as server:
+    with SimulatedServer("--prefill-ms", "300", "--slots", "3", corpus=tmp_path / "docs") as server:
         reference = extract([str(tmp_path / "docs")], tmp_path / "ref", server)
         assert reference.returncode == 0
         out = tmp_path / "killed"
@@ -320,8 +320,14 @@ def test_kill_at_random_moments_then_rerun_gives_the_same_rows(tmp_path: Path) -
             "--flush-interval", "0.2", "--part-rows", "2", "--max-in-flight", "4",
         ]
         for _ in range(3):
+            before = len(list((out / "extract").glob("*.parquet"))) if (out / "extract").exists() else 0
             process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(rng.uniform(0.8, 2.0))
+            # Start-up time varies with machine load: kill at a random moment after this run
+            # has written something, so every kill lands mid-run.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and len(list((out / "extract").glob("*.parquet")) if (out / "extract").exists() else []) <= before:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 0.5))
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
         partial = read_stage(out, "extract")

@@ -247,8 +247,12 @@ def test_cli_report(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "x.html").read_text().startswith("<!DOCTYPE html>")
     assert (tmp_path / "x.html").stat().st_mode & 0o044  # readable by others, like any output
-    missing = run_cli("report", str(tmp_path / "empty"))
-    assert missing.returncode == 2 and "no page rows" in missing.stderr
+
+def test_cli_report_without_pages_exits_2(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from llm_ocr.cli import main
+
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    assert "no page rows" in caplog.text
 
 
 def test_display_helpers(tmp_path: Path) -> None:
@@ -258,7 +262,13 @@ def test_display_helpers(tmp_path: Path) -> None:
         out,
         "assemble",
         [{"doc_id": "doc.pdf", "doc_index": 0, "source": "/nonexistent/doc.pdf", "num_pages": 2,
-          "markdown": "assembled text", "figures": [], "status": "ok", "failed_pages": [], "error": None}],
+          "markdown": "assembled text ![](figure:renamed) ![](figure:elsewhere)", "status": "ok", "failed_pages": [],
+          "figures": [
+              {"id": "renamed", "page": 1, "bbox": [10, 10, 50, 40], "image": {"bytes": png(), "path": None},
+               "description": "A red square.", "description_json": None, "error": None},
+              {"id": "elsewhere", "page": 3, "bbox": [1, 1, 9, 9], "image": {"bytes": png(colour="blue"), "path": None},
+               "description": "Blue.", "description_json": None, "error": None},
+          ], "error": None}],
         document_schema(),
     )
     page = show_page(str(out), "doc.pdf", 2)
@@ -270,6 +280,11 @@ def test_display_helpers(tmp_path: Path) -> None:
     document = show_document(str(out), "doc.pdf")._repr_html_()
     assert "assembled text" in document and "A red square." in document and "second" in document
     assert "data:image/png;base64," in document
+    # The assembled figure shown on page 1 links to it there (matched by page and box, as
+    # Assemble may rename ids); the one whose page is not shown is embedded.
+    link = re.search(r'<a class="llmocr-figid" href="#(llmocr-[0-9a-f]+)">\[figure renamed, page 1\]</a>', document)
+    assert link and f'id="{link.group(1)}"' in document
+    assert document.count("data:image/png;base64,") == 2
 
     counts = summary(str(out))._repr_html_()
     assert re.search(r"Pages ok</th><td class=\"n\">2<", counts)
@@ -300,7 +315,7 @@ def test_remote_output_and_source_go_through_fsspec(tmp_path: Path) -> None:
                  (local / "extract" / "part-00000-of-00001-000000.parquet").read_bytes())
     try:
         result = write_report("memory://bucket/out")
-        assert result.path == "memory://bucket/out/report.html"
+        assert result.path.startswith("memory://") and result.path.endswith("/bucket/out/report.html")
         report = fs.cat_file("/bucket/out/report.html").decode()
     finally:
         fs.rm("/bucket", recursive=True)

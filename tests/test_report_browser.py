@@ -121,7 +121,8 @@ def test_images_load_and_boxes_are_drawn_in_a_browser(report: Path, tmp_path: Pa
         for x in range(left, right)
         if max(picture.getpixel((x, y))) < 80
     )
-    assert dark > 500, f"only {dark} dark pixels where the page image should be"
+    # A real page gives thousands (about 5000 here); a broken image (icon and alt text) about 200.
+    assert dark > 1500, f"only {dark} dark pixels where the page image should be"
 
     # The largest layout box is outlined in its label's colour along its top edge.
     rect = max(check["rects"], key=lambda r: (r["box"][2] - r["box"][0]) * (r["box"][3] - r["box"][1]))

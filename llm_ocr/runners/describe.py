@@ -22,6 +22,7 @@ from llm_ocr.pipeline import FlowSettings, OrderedRows, iterate_in_thread
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runner import (
+    DEFAULT_IN_FLIGHT,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PAGES_FAILED,
@@ -68,7 +69,8 @@ async def open_describe_endpoint(
     *,
     main: Endpoint | None = None,
     server_options: ServerOptions | None = None,
-    state_dir: str | None = None,
+    out: Storage | None = None,
+    log_name: str = "server-describe.log",
 ) -> AsyncIterator[Endpoint]:
     """The endpoint that writes descriptions.
 
@@ -93,7 +95,8 @@ async def open_describe_endpoint(
             api_key=api_key,
             client_options=client_options,
             server_options=server_options,
-            state_dir=state_dir,
+            out=out,
+            log_name=log_name,
         ) as endpoint:
             yield endpoint
 
@@ -203,11 +206,16 @@ class DescribeFlow:
             await asyncio.gather(*pending, return_exceptions=True)
 
 
-def flow_settings(job: JobOptions) -> FlowSettings:
+def in_flight_for(job: JobOptions, endpoint: Endpoint) -> int:
+    """Requests in flight: --max-in-flight, else what the launched server suggests (as Extract)."""
+    return job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
+
+
+def flow_settings(job: JobOptions, in_flight: int) -> FlowSettings:
     """Flow knobs from the job options (the same rules as Extract's)."""
     return FlowSettings(
-        max_in_flight=job.max_in_flight,
-        reorder_window=max(256, job.max_in_flight * 4),
+        max_in_flight=in_flight,
+        reorder_window=max(256, in_flight * 4),
         flush_interval=job.flush_interval,
         grace_period=job.grace_period,
     )
@@ -215,6 +223,7 @@ def flow_settings(job: JobOptions) -> FlowSettings:
 
 def describe_stats(counters: RunCounters, ctx: DescribeContext) -> dict[str, Any]:
     """The stats a Describe shard records: pages by status plus what happened to figures."""
+    counters.prompt_tokens, counters.completion_tokens = ctx.counts.prompt_tokens, ctx.counts.completion_tokens
     stats = counters.summary()
     stats["figures"] = ctx.counts.as_dict()
     return stats
@@ -249,12 +258,18 @@ async def describe_shard(spec: DescribeJob, stop: asyncio.Event | None = None) -
 
     counters = RunCounters("describe", shard, num_shards)
     async with open_describe_endpoint(
-        job, spec.describe, spec.client, server_options=spec.server, state_dir=out.path("_state")
+        job,
+        spec.describe,
+        spec.client,
+        server_options=spec.server,
+        out=out,
+        log_name=f"server-describe-{shard:05d}-of-{num_shards:05d}.log",
     ) as endpoint:
-        ctx = await make_context(endpoint, spec.describe, schema, job.max_in_flight)
+        in_flight = in_flight_for(job, endpoint)
+        ctx = await make_context(endpoint, spec.describe, schema, in_flight)
         writer = PartWriter(stage, page_schema(), shard, num_shards, start_seq=index.next_seq, max_rows=job.part_rows)
         reporter = ProgressReporter(counters, job.progress, job.progress_interval, poll_server=endpoint.metrics)
-        flow = DescribeFlow(ctx, writer, index, counters, flow_settings(job), stop)
+        flow = DescribeFlow(ctx, writer, index, counters, flow_settings(job, in_flight), stop)
         reporter.start()
         try:
             await flow.run(iter_shard_rows(source, shard, num_shards))

@@ -35,7 +35,14 @@ from llm_ocr.runner import (
     resolve_shard,
 )
 from llm_ocr.runners.assemble import assemble_documents, assemble_finished
-from llm_ocr.runners.describe import DescribeFlow, describe_stats, make_context, open_describe_endpoint, resolve_schema
+from llm_ocr.runners.describe import (
+    DescribeFlow,
+    describe_stats,
+    in_flight_for,
+    make_context,
+    open_describe_endpoint,
+    resolve_schema,
+)
 from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
 from llm_ocr.stages.assemble import AssembleOptions
@@ -133,14 +140,15 @@ async def _page_flow(
         stages.describe_stage, page_schema(), shard, num_shards, start_seq=stages.describe.next_seq, max_rows=job.part_rows
     )
     reporter = ProgressReporter(ex_counters, job.progress, job.progress_interval, poll_server=endpoint.metrics)
+    in_flight = in_flight_for(job, endpoint)
     settings = FlowSettings(
-        max_in_flight=job.max_in_flight,
+        max_in_flight=in_flight,
         prefetch_chunks=max(4, workers * 2),
-        reorder_window=max(256, job.max_in_flight * 4),
+        reorder_window=max(256, in_flight * 4),
         flush_interval=job.flush_interval,
         grace_period=job.grace_period,
     )
-    dctx = await make_context(describer, spec.describe, schema, job.max_in_flight)
+    dctx = await make_context(describer, spec.describe, schema, in_flight)
     reporter.start()
     try:
         missing = _undescribed(stages.extract, stages.describe)
@@ -220,7 +228,8 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
         api_key=job.api_key.get_secret_value() if job.api_key else None,
         client_options=spec.client,
         server_options=spec.server,
-        state_dir=out.path("_state"),
+        out=out,
+        log_name=f"server-{shard:05d}-of-{num_shards:05d}.log",
     ) as endpoint, open_describe_endpoint(job, spec.describe, spec.client, main=endpoint) as describer:
         ex_counters, de_counters, dctx = await _page_flow(spec, endpoint, describer, schema, stages, stop)
 

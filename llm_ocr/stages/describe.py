@@ -89,9 +89,11 @@ class FigureCounts:
     failed: int = 0
     skipped: int = 0  # no image to describe (the crop failed in Extract)
     already: int = 0  # described before (by an earlier run or another tool)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        """The counts as a JSON-ready dict."""
+        """The figure counts as a JSON-ready dict (tokens are reported separately)."""
         return {"described": self.described, "failed": self.failed, "skipped": self.skipped, "already": self.already}
 
 
@@ -253,6 +255,8 @@ async def describe_figure(figure: Figure, ctx: DescribeContext) -> Figure:
         return replace(figure, error=f"describe request failed after {exc.attempts} attempt(s): {exc}")
     except EndpointDown:
         raise
+    ctx.counts.prompt_tokens += result.prompt_tokens or 0
+    ctx.counts.completion_tokens += result.completion_tokens or 0
     described = _apply(figure, result, ctx)
     if described.description:
         ctx.counts.described += 1

@@ -5,7 +5,8 @@ from the document id, which is untrusted (file names, dataset ids, anything), so
 
 * only ``a-z 0-9 . _ -`` survive (lower case: two ids differing in case must not collide on the
   case-insensitive file systems of macOS and Windows); everything else becomes ``_``;
-* no leading dot (no ``..``, no hidden files), at most :data:`MAX_STEM` characters;
+* no leading dot (no ``..``, no hidden files), at most :data:`MAX_STEM` characters, never a
+  Windows device name (``con``, ``nul``...);
 * whenever anything had to change — or the id already looks like a changed name — a hash of the
   full id is appended, so two ids never share a name: an unchanged name never ends in a hash
   suffix, and two changed ones differ in their hashes.
@@ -37,13 +38,10 @@ _RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lp
 def safe_name(identifier: str, max_stem: int = MAX_STEM) -> str:
     """A file-name-safe, collision-free name for ``identifier`` (see the module docstring)."""
     stem = _UNSAFE.sub("_", identifier.lower()).lstrip("._-")[:max_stem].rstrip(".")
-    changed = (
-        stem != identifier
-        or not stem
-        or stem.split(".")[0] in _RESERVED
-        or _HASHED.search(stem) is not None
-    )
-    if not changed:
+    base, dot, rest = stem.partition(".")
+    if base in _RESERVED:
+        stem = f"{base}_{dot}{rest}"  # "con.pdf" -> "con_.pdf": no longer a device name
+    if stem and stem == identifier and _HASHED.search(stem) is None:
         return stem
     digest = hashlib.sha256(identifier.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
     return f"{stem or 'doc'}-{digest}"

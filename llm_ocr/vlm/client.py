@@ -70,11 +70,6 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
-def _is_connection_failure(exc: BaseException) -> bool:
-    # Timeouts are excluded: a slow page is not a dead server.
-    return isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError)
-
-
 def describe_error(exc: BaseException) -> str:
     """A one-line, secret-free description of a request error for the page's ``error`` field."""
     if isinstance(exc, openai.APITimeoutError):
@@ -114,7 +109,6 @@ class VlmClient:
             timeout=self.options.request_timeout,
         )
         self._last_success = time.monotonic()
-        self._consecutive_connection_failures = 0
         self._down: EndpointDown | None = None
 
     async def close(self) -> None:
@@ -167,15 +161,27 @@ class VlmClient:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below, never swallowed silently
                 last_error = describe_error(exc)
+                if not _is_transient(exc):
+                    raise RequestFailed(last_error, attempt + free_retries) from exc
                 if self._gate is not None and isinstance(exc, openai.APIConnectionError):
                     # The managed server may have crashed: wait for its restart; a request lost
                     # to a crash is not the page's fault, so it does not use up an attempt.
-                    if await self._wait_gate() != generation and free_retries < 8:
+                    if await self._wait_gate() != generation:
                         free_retries += 1
                         attempt -= 1
                         continue
-                self._note_failure(exc)
-                if not _is_transient(exc) or attempt == opts.max_attempts:
+                if self._endpoint_failing_since(sent, exc):
+                    # Nothing has succeeded anywhere since this request was sent: the endpoint,
+                    # not this page, is in trouble. Wait for it without spending the page's
+                    # attempts, until it has been silent for --dead-after (then EndpointDown):
+                    # a dead endpoint must stop the run, not turn every page into an error row.
+                    free_retries += 1
+                    attempt -= 1
+                    self._check_down()
+                    delay = min(opts.backoff_max, opts.backoff_base * 2 ** min(free_retries, 6))
+                    await asyncio.sleep(random.uniform(delay / 2, delay) if delay else 0)
+                    continue
+                if attempt == opts.max_attempts:
                     raise RequestFailed(last_error, attempt + free_retries) from exc
                 delay = min(opts.backoff_max, opts.backoff_base * 2 ** (attempt - 1))
                 # Full jitter: many pages fail together when a server hiccups; spread the retries.
@@ -205,15 +211,20 @@ class VlmClient:
 
     def _note_success(self) -> None:
         self._last_success = time.monotonic()
-        self._consecutive_connection_failures = 0
 
-    def _note_failure(self, exc: BaseException) -> None:
-        if not _is_connection_failure(exc):
-            return
-        self._consecutive_connection_failures += 1
+    def _endpoint_failing_since(self, sent: float, exc: BaseException) -> bool:
+        """Note a transient failure; True when no request has succeeded since ``sent``.
+
+        Timeouts never count as the endpoint failing: one slow page is not a dead server.
+        """
+        if isinstance(exc, openai.APITimeoutError):
+            return False
+        if self._last_success >= sent:
+            return False
         silent_for = time.monotonic() - self._last_success
         if silent_for >= self.options.dead_after and self._down is None:
             self._down = EndpointDown(
-                f"endpoint {self.base_url} unreachable for {silent_for:.0f}s "
-                f"({self._consecutive_connection_failures} connection failures in a row): {describe_error(exc)}"
+                f"endpoint {self.base_url} has answered nothing successfully for {silent_for:.0f}s "
+                f"(--dead-after {self.options.dead_after:.0f}); last error: {describe_error(exc)}"
             )
+        return True

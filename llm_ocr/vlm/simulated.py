@@ -84,6 +84,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                        "layer; repeatable")
     model.add_argument("--tokens-per-char", type=_positive, default=0.3,
                        help="output tokens per character of answer text (default %(default)s)")
+    model.add_argument("--output-tokens-mean", type=_non_negative, default=0.0, metavar="TOKENS",
+                       help="give synthetic page answers a lognormal length with this mean in tokens, "
+                       "fixed per image and --seed (a long tail, like real pages); 0 keeps their "
+                       "natural length of a few hundred tokens (default %(default)s)")
+    model.add_argument("--output-tokens-sigma", type=_non_negative, default=0.5, metavar="SIGMA",
+                       help="sigma of the log of that length: 0.5 puts ~5%% of pages above twice the "
+                       "mean (default %(default)s)")
     perf = p.add_argument_group("performance")
     perf.add_argument("--slots", type=_positive_int, default=64,
                       help="sequences decoded at once, like vLLM --max-num-seqs; more requests wait "
@@ -131,6 +138,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         decode_ms_per_token=args.decode_ms_per_token,
         load_slowdown=args.load_slowdown,
         tokens_per_char=args.tokens_per_char,
+        output_tokens_mean=args.output_tokens_mean,
+        output_tokens_sigma=args.output_tokens_sigma,
         loop_rate=args.loop_rate,
         error_rate=args.error_rate,
         hang_rate=args.hang_rate,

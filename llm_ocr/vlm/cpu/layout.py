@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 Y_GAP = 0.6
 #: A vertical channel at least this many line heights wide separates columns. Gutters of real
 #: layouts are about one line height or more; words inside one line box never make a gap.
-X_GAP = 0.8
+X_GAP = 0.5
 #: A paragraph whose text is this much taller than the page's body text is a heading.
 HEADING_RATIO = 1.25
 #: Table cells are short: the median cell of a table region has at most this many words.
@@ -221,7 +221,8 @@ def _order(lines: list[Line], h: float, out: list[LayoutBlock], depth: int) -> N
                 _order(band, h, out, depth + 1)
             return
     for para in _paragraphs(lines):
-        text = "\n".join(" ".join(l.text.strip() for l in row) for row in rows(para))
+        # One paragraph is one line of Markdown, as DeepSeek-OCR writes it.
+        text = " ".join(l.text.strip() for row in rows(para) for l in row)
         out.append(LayoutBlock("text", _bbox(para), text, para))
 
 
@@ -233,7 +234,6 @@ def label_headings(blocks: list[LayoutBlock], body_height: float) -> None:
             continue
         if statistics.median(l.height for l in block.lines) >= HEADING_RATIO * body_height:
             block.label = "title" if i == 0 else "sub_title"
-            block.text = " ".join(block.text.split("\n"))  # a heading is one Markdown line
 
 
 def body_line_height(lines: Sequence[Line]) -> float:

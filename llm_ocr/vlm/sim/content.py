@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 from .corpus import LayoutBlock
@@ -123,6 +124,46 @@ def synthetic_blocks(digest: bytes) -> list[LayoutBlock]:
         else:
             a, b, c = (rng.choice("abcxyz") for _ in range(3))
             add("equation", 0.03, f"\\[ {a} \\coloneqq {b} + {c}^{{2}} \\]", x0 + 0.25, x1 - 0.25)
+    return blocks
+
+
+def lognormal_tokens(digest: bytes, seed: int, mean: float, sigma: float) -> int:
+    """A long-tailed answer length in tokens, fixed by the image and the seed.
+
+    Lognormal with the given *mean* (not median): ``mu = ln(mean) - sigma**2 / 2``. Real pages
+    range from a caption to a dense two-column page, and a few are many times the typical one.
+    """
+    rng = _rng(digest, f"length|{seed}")
+    mu = math.log(max(mean, 1.0)) - sigma * sigma / 2
+    return max(1, round(rng.lognormvariate(mu, sigma)))
+
+
+def sized_blocks(digest: bytes, target_chars: int, render: Callable[[list[LayoutBlock]], str]) -> list[LayoutBlock]:
+    """The image's synthetic layout resized so that ``render(blocks)`` is ``target_chars`` long
+    (or a few characters short): trailing blocks are dropped, paragraphs added, and the last
+    added paragraph trimmed.
+
+    Only ``text`` blocks are added or cut (never a table's HTML), each with a valid box, so the
+    answer stays well-formed grounding markup whatever its length.
+    """
+    blocks = synthetic_blocks(digest)
+    while blocks and len(render(blocks)) > target_chars:
+        blocks.pop()
+    rng = _rng(digest, "more")
+    added = 0
+    while len(render(blocks)) < target_chars:
+        # Bands down the page: valid, non-empty boxes however many paragraphs are added.
+        top = 0.05 + (added % 45) * 0.02
+        text = " ".join(_sentence(rng, rng.randint(6, 14)) for _ in range(rng.randint(3, 8)))
+        blocks.append(LayoutBlock("text", (0.1, top, 0.9, top + 0.015), text))
+        added += 1
+    excess = len(render(blocks)) - target_chars
+    if excess > 0:  # only when a paragraph was added: cut it to fit
+        last = blocks[-1]
+        if len(last.text) > excess:
+            blocks[-1] = LayoutBlock(last.label, last.box, last.text[: len(last.text) - excess].rstrip(" ") or "x")
+        else:
+            blocks.pop()  # its markup alone would overshoot: a little short is fine
     return blocks
 
 

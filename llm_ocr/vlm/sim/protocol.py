@@ -108,15 +108,19 @@ def is_json_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def parse_chat_request(body: Any, served: list[str]) -> ChatRequest:
-    """Validate a chat completion body; raise :class:`ApiError` like vLLM would."""
+def parse_chat_request(body: Any, served: list[str], server_name: str = "the simulated server") -> ChatRequest:
+    """Validate a chat completion body; raise :class:`ApiError` like vLLM would.
+
+    ``server_name`` names the server in the messages about what it does not support (the CPU
+    engine reuses this validation).
+    """
     if not isinstance(body, dict):
         raise ApiError(400, "Request body must be a JSON object.")
     model = body.get("model") or served[0]  # vLLM serves the first name when none is given
     if model not in served:
         raise ApiError(404, f"The model `{model}` does not exist.")
     if body.get("stream"):
-        raise ApiError(400, "stream=true is not supported by the simulated server.")
+        raise ApiError(400, f"stream=true is not supported by {server_name}.")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ApiError(400, "`messages` must be a non-empty list of message objects.")
@@ -147,7 +151,7 @@ def parse_chat_request(body: Any, served: list[str]) -> ChatRequest:
         raise ApiError(400, "The last message must contain exactly one image_url part with a url.")
     m = _DATA_URI.match(url) if isinstance(url, str) else None
     if not m:
-        raise ApiError(400, "image_url.url must be a data:image/...;base64, URI (the simulated server fetches nothing).")
+        raise ApiError(400, f"image_url.url must be a data:image/...;base64, URI ({server_name} fetches nothing).")
     if not texts:
         raise ApiError(400, "The last message must contain a text part with the prompt.")
     try:

@@ -6,7 +6,8 @@ Scheduling model: ``slots`` sequences run at once (vLLM's ``--max-num-seqs``); t
 in FIFO order. A request spends ``prefill_ms`` then decodes its tokens; the time per token of
 every running sequence is ``decode_ms_per_token * (1 + load_slowdown * running / slots)``,
 re-evaluated every 50 ms, so a batch that fills up slows every member down, like a GPU whose
-step time grows with batch size. With ``instant`` no time passes at all.
+step time grows with batch size. The model itself lives in :mod:`.timing` (the benchmark
+replays it to compute a perfect client's time). With ``instant`` no time passes at all.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import collections
 import hashlib
 import json
+import math
 import os
 import random
 import signal
@@ -42,8 +44,9 @@ from .protocol import (
     parse_chat_request,
     redact,
 )
+from .timing import DECODE_STEP_S, TimingModel, per_token_seconds  # noqa: F401 - re-exported
 
-_DECODE_STEP_S = 0.05  # how often the per-token time is re-evaluated against the load
+_DECODE_STEP_S = DECODE_STEP_S  # the old private name, kept for existing imports
 
 
 @dataclass
@@ -61,6 +64,8 @@ class SimConfig:
     decode_ms_per_token: float = 0.0
     load_slowdown: float = 1.0
     tokens_per_char: float = 0.3
+    output_tokens_mean: float = 0.0  # 0: synthetic answers keep their natural length
+    output_tokens_sigma: float = 0.5
     loop_rate: float = 0.0
     error_rate: float = 0.0
     hang_rate: float = 0.0
@@ -80,11 +85,6 @@ class Fault:
     seconds: float = 3600.0
     message: str | None = None
     source: str = "queued"  # or "random"
-
-
-def per_token_seconds(base_ms: float, load_slowdown: float, running: int, slots: int) -> float:
-    """Seconds per output token of each running sequence at the given load."""
-    return base_ms / 1000.0 * (1.0 + load_slowdown * running / max(1, slots))
 
 
 class SimServer:
@@ -112,6 +112,12 @@ class SimServer:
         }
         self._sem: asyncio.Semaphore | None = None
         self._log = None
+        self.timing = TimingModel(
+            slots=cfg.slots,
+            prefill_ms=cfg.prefill_ms,
+            decode_ms_per_token=cfg.decode_ms_per_token,
+            load_slowdown=cfg.load_slowdown,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -393,7 +399,21 @@ class SimServer:
             return ""
         if kind == "bad_boxes":
             return content.bad_boxes_text(facts.sha256)
-        blocks = facts.known.blocks if facts.known is not None else content.synthetic_blocks(facts.sha256)
+        if facts.known is not None:
+            blocks = facts.known.blocks
+        elif self.cfg.output_tokens_mean > 0 and req.kind in ("markdown", "ocr", "free") and not req.structured:
+            # A long-tailed answer length, fixed per image and seed (like a page's true length).
+            tokens = content.lognormal_tokens(
+                facts.sha256, self.cfg.seed, self.cfg.output_tokens_mean, self.cfg.output_tokens_sigma
+            )
+            chars = max(1, math.floor(tokens / self.cfg.tokens_per_char))
+            if req.kind == "free":
+                blocks = content.sized_blocks(facts.sha256, chars, content.render_plain)
+            else:
+                markdown = req.kind == "markdown"
+                blocks = content.sized_blocks(facts.sha256, chars, lambda b: content.render_grounding(b, markdown=markdown))
+        else:
+            blocks = content.synthetic_blocks(facts.sha256)
         if kind == "untagged":
             return content.render_plain(blocks)
         if req.structured:
@@ -437,18 +457,10 @@ class SimServer:
             held += prompt_tokens
             if self.cfg.instant:
                 return
-            await asyncio.sleep(self.cfg.prefill_ms / 1000.0)
-            remaining = float(completion_tokens)
-            while remaining > 0:
-                per = per_token_seconds(self.cfg.decode_ms_per_token, self.cfg.load_slowdown, m.running, self.cfg.slots)
-                if per <= 0:
-                    break
-                step = min(remaining * per, _DECODE_STEP_S)
-                await asyncio.sleep(step)
-                done = min(remaining, step / per)
-                remaining -= done
-                self.kv_tokens += done
-                held += done
+            for seconds, tokens in self.timing.slot_steps(completion_tokens, lambda: m.running):
+                await asyncio.sleep(seconds)
+                self.kv_tokens += tokens
+                held += tokens
         finally:
             m.running -= 1
             self.kv_tokens -= held

@@ -1,0 +1,82 @@
+"""The perfect-client lower bound of a run, from the simulated server's request log.
+
+The requests the server actually answered (their completion tokens, in arrival order) are
+replayed through the server's own timing model (:mod:`llm_ocr.vlm.sim.timing`) with every
+request queued at t=0. A retry of a page (the same image again, after a loop hit
+``max_tokens``) cannot be sent before the first answer is back, so it waits for it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llm_ocr.vlm.sim.timing import TimingModel, perfect_client_makespan
+
+
+@dataclass(frozen=True)
+class LoggedRequest:
+    """One answered chat request from the request log."""
+
+    arrival: float
+    image_sha256: str | None
+    completion_tokens: int
+    finish_reason: str | None
+
+
+def _image_sha(body: Any) -> str | None:
+    """The sha256 the server logged in place of the request's image (see ``redact``)."""
+    try:
+        for message in body["messages"]:
+            for part in message.get("content") or []:
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    url = part["image_url"]["url"]
+                    if isinstance(url, dict):
+                        return url.get("sha256")
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return None
+
+
+def read_request_log(path: str | Path) -> list[LoggedRequest]:
+    """Answered requests (HTTP 200) of a request log, in arrival order."""
+    requests = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a killed server
+            if record.get("status") != 200 or record.get("completion_tokens") is None:
+                continue
+            requests.append(
+                LoggedRequest(
+                    arrival=float(record.get("time") or 0.0),
+                    image_sha256=_image_sha(record.get("body")),
+                    completion_tokens=int(record["completion_tokens"]),
+                    finish_reason=record.get("finish_reason"),
+                )
+            )
+    requests.sort(key=lambda r: r.arrival)
+    return requests
+
+
+def dependencies(requests: list[LoggedRequest]) -> list[int | None]:
+    """For each request, the earlier request for the same image it had to wait for, if any."""
+    last: dict[str, int] = {}
+    after: list[int | None] = []
+    for i, request in enumerate(requests):
+        key = request.image_sha256
+        after.append(last.get(key) if key else None)
+        if key:
+            last[key] = i
+    return after
+
+
+def lower_bound_seconds(model: TimingModel, requests: list[LoggedRequest]) -> float:
+    """Seconds a perfect client needs on a server with ``model`` for these requests."""
+    return perfect_client_makespan(
+        model, [r.completion_tokens for r in requests], dependencies(requests)
+    )

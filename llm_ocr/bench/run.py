@@ -1,0 +1,292 @@
+"""One benchmark run: the real Extract pipeline against the simulated vLLM, measured.
+
+The run is :func:`llm_ocr.runner.extract_shard` in this process (one event loop, real worker
+processes), pointed with ``--endpoint`` at a simulated server this module launches itself, so
+it knows the server's address (to sample ``/metrics``), its request log (for the lower bound)
+and its pid (to keep the server's CPU and memory out of the client's numbers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from llm_ocr.bench.lower_bound import lower_bound_seconds, read_request_log
+from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
+from llm_ocr.config import JobOptions
+from llm_ocr.runner import ExtractJob, extract_shard
+from llm_ocr.sources.base import RenderOptions
+from llm_ocr.stages.extract import ExtractOptions
+from llm_ocr.vlm.engines import free_port, sim_command
+from llm_ocr.vlm.recipes import DEFAULT_MODEL
+from llm_ocr.vlm.server import ManagedServer
+from llm_ocr.vlm.sim.timing import TimingModel
+from llm_ocr.workers import default_workers
+
+log = logging.getLogger("llm_ocr")
+
+MB = 1024 * 1024
+
+
+@dataclass
+class BenchConfig:
+    """One run's settings. The server defaults model a fast GPU serving DeepSeek-OCR so that a
+    500-page run takes about 100 s (see docs/README-bench.md for how they were chosen)."""
+
+    pages: int = 500
+    image_format: str = "jpeg"
+    workers: int | None = None  # None: one per core
+    max_in_flight: int | None = None  # None: as many as the server has slots
+    # The simulated server.
+    slots: int = 64
+    instant: bool = False
+    prefill_ms: float = 50.0
+    decode_ms_per_token: float = 3.0
+    load_slowdown: float = 2.0
+    output_tokens_mean: float = 900.0
+    output_tokens_sigma: float = 0.5
+    loop_rate: float = 0.03
+    tokens_per_char: float = 0.3
+    max_model_len: int = 8192
+    seed: int = 0
+    # The client.
+    max_tokens: int = 4096
+    truncation_retries: int = 1
+    dpi: float = 144.0
+    # Measurement.
+    sample_interval: float = 0.1
+
+    def timing(self) -> TimingModel:
+        """The server's timing model (the same object the simulator builds from its flags)."""
+        return TimingModel(
+            slots=self.slots,
+            prefill_ms=self.prefill_ms,
+            decode_ms_per_token=self.decode_ms_per_token,
+            load_slowdown=self.load_slowdown,
+        )
+
+    def server_args(self) -> list[str]:
+        """Flags of ``python -m llm_ocr.vlm.simulated`` for this configuration."""
+        args = [
+            "--slots", str(self.slots),
+            "--prefill-ms", str(self.prefill_ms),
+            "--decode-ms-per-token", str(self.decode_ms_per_token),
+            "--load-slowdown", str(self.load_slowdown),
+            "--output-tokens-mean", str(self.output_tokens_mean),
+            "--output-tokens-sigma", str(self.output_tokens_sigma),
+            "--loop-rate", str(self.loop_rate),
+            "--tokens-per-char", str(self.tokens_per_char),
+            "--max-model-len", str(self.max_model_len),
+            "--seed", str(self.seed),
+        ]  # fmt: skip
+        if self.instant:
+            args.append("--instant")
+        return args
+
+
+@dataclass
+class RunResult:
+    """The report of one run (``to_dict`` is the ``--json`` form)."""
+
+    config: dict[str, Any]
+    pages: int
+    pages_by_status: dict[str, int]
+    exit_code: int
+    requests: int
+    completion_tokens: int
+    wall_s: float
+    pages_per_s: float
+    tokens_per_s: float
+    lower_bound_s: float | None
+    wall_over_lower_bound: float | None
+    server: dict[str, Any]
+    client: dict[str, Any]
+    machine: dict[str, Any]
+    output: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+async def _server_stats(root_url: str) -> dict[str, Any]:
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            async with session.get(f"{root_url}/sim/stats") as response:
+                return dict(await response.json())
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return {}
+
+
+async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool = False) -> RunResult:
+    """Run Extract over ``corpus`` against a fresh simulated server; ``work`` holds the output,
+    the server log and the request log (the output is deleted unless ``keep``)."""
+    work.mkdir(parents=True, exist_ok=True)
+    output = work / "out"
+    shutil.rmtree(output, ignore_errors=True)  # a leftover output would be resumed, not redone
+    request_log = work / "requests.jsonl"
+    request_log.unlink(missing_ok=True)
+    workers = config.workers if config.workers is not None else default_workers()
+    in_flight = config.max_in_flight or config.slots
+    port = free_port()
+    command = sim_command(
+        DEFAULT_MODEL, host="127.0.0.1", port=port,
+        extra_args=[*config.server_args(), "--request-log", str(request_log)],
+    )  # fmt: skip
+    spec = ExtractJob(
+        inputs=[str(corpus)],
+        job=JobOptions(
+            output=str(output),
+            endpoint=f"http://127.0.0.1:{port}/v1",
+            workers=workers,
+            max_in_flight=in_flight,
+            progress="off",
+        ),
+        render=RenderOptions(image_format=config.image_format, dpi=config.dpi),  # type: ignore[arg-type]
+        extract=ExtractOptions(max_tokens=config.max_tokens, truncation_retries=config.truncation_retries),
+    )
+    server = ManagedServer(
+        command, host="127.0.0.1", port=port, log_path=work / "server.log",
+        startup_timeout=120, max_restarts=0, name="sim",
+    )  # fmt: skip
+    async with server:
+        sampler = Sampler(f"{server.root_url}/metrics", config.sample_interval, exclude={server.pid or -1})
+        sampler.start()
+        load_before = os.getloadavg()
+        await asyncio.sleep(2 * config.sample_interval)  # a sample or two of the idle server
+        cpu_start, t_start = CpuTimes.now(), sampler.now()
+        outcome = await extract_shard(spec)
+        # The pool's workers are reaped (counted in RUSAGE_CHILDREN) and the server, though a
+        # child too, is still alive (not counted): the delta is the client's own CPU.
+        cpu, t_end = CpuTimes.now() - cpu_start, sampler.now()
+        await sampler.stop()
+        load_after = os.getloadavg()
+        sim_stats = await _server_stats(server.root_url)
+    wall = t_end - t_start
+    requests = read_request_log(request_log)
+    tokens = sum(r.completion_tokens for r in requests)
+    stats = outcome.stats
+    by_status = {k: int(v) for k, v in (stats.get("pages") or {}).items() if k in ("ok", "truncated", "error")}
+    pages = int((stats.get("pages") or {}).get("total", 0))
+    lower = None if config.instant else lower_bound_seconds(config.timing(), requests)
+    usage = sampler.utilisation(config.slots, t_start, t_end)
+    rss = sampler.peak_rss()
+    notes = []
+    if sampler.errors:
+        notes.append(f"{sampler.errors} /metrics poll(s) failed")
+    if len(requests) != int(sim_stats.get("requests", len(requests))):
+        notes.append(f"the server saw {sim_stats.get('requests')} requests, {len(requests)} were answered")
+    if not keep:
+        shutil.rmtree(output, ignore_errors=True)
+    return RunResult(
+        config={**asdict(config), "workers": workers, "max_in_flight": in_flight},
+        pages=pages,
+        pages_by_status=by_status,
+        exit_code=outcome.exit_code,
+        requests=len(requests),
+        completion_tokens=tokens,
+        wall_s=round(wall, 3),
+        pages_per_s=round(pages / wall, 3) if wall > 0 else 0.0,
+        tokens_per_s=round(tokens / wall, 1) if wall > 0 else 0.0,
+        lower_bound_s=round(lower, 3) if lower is not None else None,
+        wall_over_lower_bound=round(wall / lower, 4) if lower else None,
+        server={
+            "slots": config.slots,
+            "mean_running": round(usage.mean_running, 2) if usage else None,
+            "utilisation": round(usage.utilisation, 4) if usage else None,
+            "waiting_fraction": round(usage.waiting_fraction, 4) if usage else None,
+            "mean_waiting": round(usage.mean_waiting, 2) if usage else None,
+            "max_running": usage.max_running if usage else None,
+            "samples": usage.samples if usage else 0,
+        },
+        client={
+            "workers": workers,
+            "max_in_flight": in_flight,
+            "cpu_s": round(cpu.main + cpu.children, 3),
+            "cpu_main_s": round(cpu.main, 3),
+            "cpu_workers_s": round(cpu.children, 3),
+            "cpu_ms_per_page": round(1000 * (cpu.main + cpu.children) / pages, 2) if pages else None,
+            # Share of the machine's cores the client kept busy (the server shares them too).
+            "cpu_share_of_cores": round((cpu.main + cpu.children) / wall / (os.cpu_count() or 1), 3) if wall else None,
+            "peak_rss_main_mb": round(max(peak_rss_self(), rss["main"]) / MB, 1),
+            "peak_rss_worker_mb": round(rss["worker"] / MB, 1),
+            "peak_rss_workers_total_mb": round(rss["workers_total"] / MB, 1),
+        },
+        machine={
+            "cpus": os.cpu_count(),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in load_after],
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        },
+        output=str(output) if keep else None,
+        notes=notes,
+    )
+
+
+def format_table(results: list[RunResult], encoding: dict[str, Any] | None = None) -> str:
+    """A human-readable table, one column per run."""
+
+    def fmt(value: Any, unit: str = "") -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:,.3g}{unit}" if abs(value) < 100 else f"{value:,.1f}{unit}"
+        return f"{value}{unit}"
+
+    rows: list[tuple[str, list[str]]] = [
+        ("mode", ["instant" if r.config["instant"] else f"sim {r.config['slots']} slots" for r in results]),
+        ("image format", [r.config["image_format"] for r in results]),
+        ("workers / in flight", [f"{r.client['workers']} / {r.client['max_in_flight']}" for r in results]),
+        ("pages (ok/trunc/err)", [
+            f"{r.pages} ({r.pages_by_status.get('ok', 0)}/{r.pages_by_status.get('truncated', 0)}/"
+            f"{r.pages_by_status.get('error', 0)})" for r in results
+        ]),
+        ("requests", [fmt(r.requests) for r in results]),
+        ("wall", [fmt(r.wall_s, " s") for r in results]),
+        ("pages/s", [fmt(r.pages_per_s) for r in results]),
+        ("tokens/s", [fmt(r.tokens_per_s) for r in results]),
+        ("lower bound", [fmt(r.lower_bound_s, " s") for r in results]),
+        ("wall / lower bound", [fmt(r.wall_over_lower_bound) for r in results]),
+        ("slot utilisation", [fmt(r.server["utilisation"]) for r in results]),
+        ("time with queue > 0", [fmt(r.server["waiting_fraction"]) for r in results]),
+        ("client CPU ms/page", [fmt(r.client["cpu_ms_per_page"]) for r in results]),
+        ("  main / workers s", [f"{r.client['cpu_main_s']:.1f} / {r.client['cpu_workers_s']:.1f}" for r in results]),
+        ("peak RSS main MB", [fmt(r.client["peak_rss_main_mb"]) for r in results]),
+        ("peak RSS worker MB", [fmt(r.client["peak_rss_worker_mb"]) for r in results]),
+        ("load avg before/after", [
+            f"{r.machine['loadavg_before'][0]:.2f} / {r.machine['loadavg_after'][0]:.2f}" for r in results
+        ]),
+    ]
+    width = max(len(label) for label, _ in rows)
+    cols = [max(len(v[i]) for _, v in rows) for i in range(len(results))]
+    lines = []
+    for label, values in rows:
+        lines.append(f"{label:<{width}}  " + "  ".join(f"{v:>{c}}" for v, c in zip(values, cols)))
+    for i, r in enumerate(results):
+        for note in r.notes:
+            lines.append(f"note (run {i + 1}): {note}")
+        if r.output:
+            lines.append(f"output (run {i + 1}): {r.output}")
+    if encoding:
+        lines.append("")
+        lines.append(f"encoding, {encoding['pages']} pages of {encoding['size']}:")
+        lines.append(f"  encode ms/page  jpeg q{encoding['jpeg_quality']} {encoding['encode_ms']['jpeg']}, png {encoding['encode_ms']['png']}")
+        lines.append(f"  KB/page         jpeg {encoding['kbytes']['jpeg']}, png {encoding['kbytes']['png']}")
+        for view, value in encoding["jpeg_psnr_db_min"].items():
+            lines.append(f"  JPEG PSNR {view:<12} min {value} dB, mean {encoding['jpeg_psnr_db_mean'][view]} dB")
+    return "\n".join(lines)
+
+
+def dump_json(results: list[RunResult], encoding: dict[str, Any] | None = None) -> str:
+    """The ``--json`` output: one object with every run."""
+    return json.dumps({"runs": [r.to_dict() for r in results], "encoding": encoding}, indent=2)

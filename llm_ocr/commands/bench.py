@@ -1,0 +1,140 @@
+"""``llm-ocr bench``: the Extract pipeline against a simulated vLLM, measured against the best
+any client could do on that server (see docs/README-bench.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from llm_ocr.config import OptionError
+
+log = logging.getLogger("llm_ocr")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``bench`` sub-command."""
+    from llm_ocr.bench import BenchConfig
+
+    d = BenchConfig()
+    parser = sub.add_parser(
+        "bench",
+        help="benchmark Extract against a simulated vLLM: pages/s, slot use, CPU, memory, vs a perfect client",
+        description=(
+            "Generate Letter pages (144 DPI) as PDFs, run the real Extract pipeline (worker processes, "
+            "Parquet output) against the simulated vLLM server configured like a GPU engine, and report "
+            "pages/s, tokens/s, the server's slot utilisation, client CPU per page, peak RSS, and the "
+            "wall time over the lower bound (a perfect client on the same server, same requests)."
+        ),
+    )
+    run = parser.add_argument_group("run")
+    run.add_argument("--pages", type=_positive_int, nargs="+", default=[d.pages],
+                     help="pages in the corpus; several values run one after the other (default %(default)s)")
+    run.add_argument("--image-format", nargs="+", choices=["jpeg", "png"], default=[d.image_format],
+                     help="page image encoding; several values run each (default %(default)s)")
+    run.add_argument("--workers", type=int, default=None, help="render worker processes (default: one per core)")
+    run.add_argument("--max-in-flight", type=_positive_int, default=None,
+                     help="requests in flight at once (default: the server's --slots)")
+    run.add_argument("--max-tokens", type=_positive_int, default=d.max_tokens,
+                     help="max_tokens per request; looping pages stop here (default %(default)s)")
+    run.add_argument("--truncation-retries", type=int, default=d.truncation_retries,
+                     help="retries of a page that hit max_tokens (default %(default)s)")
+    run.add_argument("--repeat", type=_positive_int, default=1, help="runs per configuration (default %(default)s)")
+    run.add_argument("--seed", type=int, default=d.seed, help="seed of the corpus and the server (default %(default)s)")
+    server = parser.add_argument_group("simulated server (the decode model)")
+    server.add_argument("--instant", action="store_true",
+                        help="the server answers at once: measures the client's own ceiling")
+    server.add_argument("--slots", type=_positive_int, default=d.slots,
+                        help="sequences decoded at once, like vLLM --max-num-seqs (default %(default)s)")
+    server.add_argument("--prefill-ms", type=_non_negative, default=d.prefill_ms,
+                        help="time per request before its first token (default %(default)s)")
+    server.add_argument("--decode-ms-per-token", type=_non_negative, default=d.decode_ms_per_token,
+                        help="per-token time of a lone sequence (default %(default)s)")
+    server.add_argument("--load-slowdown", type=_non_negative, default=d.load_slowdown,
+                        help="per-token time = base * (1 + k * running / slots) (default %(default)s)")
+    server.add_argument("--output-tokens-mean", type=_non_negative, default=d.output_tokens_mean,
+                        help="mean answer length in tokens, lognormal (default %(default)s)")
+    server.add_argument("--output-tokens-sigma", type=_non_negative, default=d.output_tokens_sigma,
+                        help="sigma of the log of the answer length (default %(default)s)")
+    server.add_argument("--loop-rate", type=_fraction, default=d.loop_rate,
+                        help="fraction of pages that loop to max_tokens (default %(default)s)")
+    report = parser.add_argument_group("report")
+    report.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    report.add_argument("--keep", action="store_true", help="keep each run's output folder (paths are printed)")
+    report.add_argument("--fidelity", action="store_true",
+                        help="also compare JPEG q95 with PNG: encode time, size, PSNR in the model's views")
+    report.add_argument("--corpus-dir", metavar="DIR",
+                        help="keep the generated corpus here and reuse it next time (default: a temporary folder)")
+    report.add_argument("--work-dir", metavar="DIR", help="where runs write output and logs (default: temporary)")
+    report.add_argument("--sample-interval", type=_non_negative, default=d.sample_interval,
+                        help="seconds between /metrics polls (default %(default)s)")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Handle ``llm-ocr bench``."""
+    from llm_ocr.bench import BenchConfig, dump_json, format_table, run_bench
+
+    if args.workers is not None and args.workers < 0:
+        raise OptionError("--workers must be 0 or more")
+    if args.sample_interval <= 0:
+        raise OptionError("--sample-interval must be greater than 0")
+    config = BenchConfig(
+        workers=args.workers,
+        max_in_flight=args.max_in_flight,
+        slots=args.slots,
+        instant=args.instant,
+        prefill_ms=args.prefill_ms,
+        decode_ms_per_token=args.decode_ms_per_token,
+        load_slowdown=args.load_slowdown,
+        output_tokens_mean=args.output_tokens_mean,
+        output_tokens_sigma=args.output_tokens_sigma,
+        loop_rate=args.loop_rate,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        truncation_retries=args.truncation_retries,
+        sample_interval=args.sample_interval,
+    )
+
+    def progress(result) -> None:  # type: ignore[no-untyped-def]
+        log.info(
+            "run done: %d pages in %.1f s (%.2f pages/s)%s",
+            result.pages, result.wall_s, result.pages_per_s,
+            f", {result.wall_over_lower_bound:.3f} x the lower bound" if result.wall_over_lower_bound else "",
+        )  # fmt: skip
+
+    results, encoding = run_bench(
+        config,
+        pages=args.pages,
+        image_formats=args.image_format,
+        repeat=args.repeat,
+        corpus_dir=args.corpus_dir,
+        work_dir=args.work_dir,
+        keep=args.keep,
+        fidelity=args.fidelity,
+        on_result=progress,
+    )
+    print(dump_json(results, encoding) if args.json else format_table(results, encoding))
+    sys.stdout.flush()
+    return 0 if all(r.exit_code in (0, 1) for r in results) else 2

@@ -1,0 +1,142 @@
+"""``llm-ocr run``: all three stages in one process, equal to the stages run one at a time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import datasets
+import pytest
+from PIL import Image
+
+from llm_ocr.testing import SimulatedServer
+from tests.conftest import REPO, read_stage
+from tests.docs import make_corpus
+from tests.stages.common import DESCRIBE_PROMPT, bodies, documents_view, page_keys, prompt_of, stage
+
+PAGES = 9  # 3 documents x 3 pages
+FIGURES = 6  # a chart on pages 1 and 3
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("run") / "docs"
+    make_corpus(folder, documents=3, pages=3)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(corpus: Path) -> SimulatedServer:
+    with SimulatedServer("--instant", corpus=corpus) as sim:
+        yield sim
+
+
+@pytest.fixture(scope="module")
+def reference(corpus: Path, server: SimulatedServer) -> Path:
+    """An uninterrupted ``llm-ocr run`` of the corpus."""
+    out = corpus.parent / "reference"
+    before = len(bodies(server))
+    result = stage("run", out, server, str(corpus))
+    assert result.returncode == 0, result.stderr
+    prompts = [prompt_of(b) for b in bodies(server)[before:]]
+    assert prompts.count(DESCRIBE_PROMPT) == FIGURES and len(prompts) == PAGES + FIGURES
+    return out
+
+
+def stage_view(out: Path, name: str) -> list[tuple]:
+    """Page rows as comparable tuples (one per page, so duplicates would show)."""
+    return sorted(
+        (r["doc_id"], r["page"], r["status"], r["markdown"], tuple((f["id"], f["description"]) for f in r["figures"]))
+        for r in read_stage(out, name)
+    )
+
+
+def test_run_writes_three_stages_that_datasets_loads(reference: Path, server: SimulatedServer) -> None:
+    extract_rows, describe_rows = read_stage(reference, "extract"), read_stage(reference, "describe")
+    assert page_keys(extract_rows) == page_keys(describe_rows) and len(extract_rows) == PAGES
+    # Extract rows are what Extract alone writes: no descriptions; Describe rows have them all.
+    assert all(f["description"] is None for r in extract_rows for f in r["figures"])
+    assert sum(1 for r in describe_rows for f in r["figures"] if f["description"]) == FIGURES
+    for name in ("extract", "describe", "assemble"):
+        ds = datasets.load_dataset("parquet", data_files=str(reference / name / "*.parquet"), split="train")
+        assert len(ds) == (3 if name == "assemble" else PAGES)
+        images = [f["image"] for row in ds for f in row["figures"]]
+        assert len(images) == FIGURES and all(isinstance(i, Image.Image) and i.size[0] > 100 for i in images)
+    documents = read_stage(reference, "assemble")
+    assert {(d["status"], d["num_pages"], len(d["figures"])) for d in documents} == {("ok", 3, 2)}
+    markers = sorted(p.relative_to(reference / "_state").as_posix() for p in (reference / "_state").glob("*/done-*"))
+    assert markers == [f"{s}/done-00000-of-00001.json" for s in ("assemble", "describe", "extract")]
+    before = len(bodies(server))
+    again = stage("run", reference, server, str(reference.parent / "docs"))
+    assert again.returncode == 0 and len(bodies(server)) == before  # finished: nothing resent
+
+
+def test_stages_one_at_a_time_on_other_shard_counts_equal_run(
+    corpus: Path, server: SimulatedServer, reference: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    for shard in range(2):
+        assert stage("extract", out, server, str(corpus), "--num-shards", "2", "--shard-index", str(shard)).returncode == 0
+    for shard in range(3):
+        # Describe shard s reads the documents with doc_index % 3 == s from both Extract shards.
+        assert stage("describe", out, server, "--num-shards", "3", "--shard-index", str(shard)).returncode == 0
+    assert stage("assemble", out, None).returncode == 0
+    assert stage_view(out, "extract") == stage_view(reference, "extract")
+    assert stage_view(out, "describe") == stage_view(reference, "describe")
+    assert documents_view(read_stage(out, "assemble")) == documents_view(read_stage(reference, "assemble"))
+    describe_parts = sorted(p.name[:19] for p in (out / "describe").glob("*.parquet"))
+    assert describe_parts == [f"part-{s:05d}-of-00003" for s in range(3)]
+
+
+def test_run_describes_what_an_earlier_extract_left(
+    corpus: Path, server: SimulatedServer, reference: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    assert stage("extract", out, server, str(corpus)).returncode == 0
+    before = len(bodies(server))
+    result = stage("run", out, server, str(corpus))
+    assert result.returncode == 0, result.stderr
+    prompts = [prompt_of(b) for b in bodies(server)[before:]]
+    assert prompts == [DESCRIBE_PROMPT] * FIGURES  # no page is sent to OCR again
+    for name in ("extract", "describe"):
+        assert stage_view(out, name) == stage_view(reference, name)
+    assert documents_view(read_stage(out, "assemble")) == documents_view(read_stage(reference, "assemble"))
+
+
+def test_resume_after_a_kill_gives_every_page_once_and_the_same_documents(
+    corpus: Path, reference: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    with SimulatedServer("--prefill-ms", "300", "--slots", "2", corpus=corpus) as slow:
+        command = [
+            sys.executable, "-m", "llm_ocr.cli", "run", str(corpus), "--output", str(out), "--endpoint", slow.base_url,
+            "--workers", "0", "--progress", "off", "--flush-interval", "0.2", "--part-rows", "2", "--max-in-flight", "2",
+        ]
+        process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            # Kill once both stages have stored something, while the run is still going.
+            while not (list((out / "extract").glob("*.parquet")) and list((out / "describe").glob("*.parquet"))):
+                assert process.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+                time.sleep(0.05)
+            os.kill(process.pid, signal.SIGKILL)
+        finally:
+            process.wait()
+        assert not (out / "_state" / "assemble").exists()
+        partial_extract, partial_describe = read_stage(out, "extract"), read_stage(out, "describe")
+        assert 0 < len(partial_describe) < PAGES and len(partial_extract) < PAGES
+        before = len(bodies(slow))
+        result = stage("run", out, slow, str(corpus), "--max-in-flight", "8")
+        assert result.returncode == 0, result.stderr
+        resent = [prompt_of(b) for b in bodies(slow)[before:]]
+    # Only the unfinished pages went to OCR again.
+    assert resent.count(DESCRIBE_PROMPT) < FIGURES and len(resent) - resent.count(DESCRIBE_PROMPT) == PAGES - len(partial_extract)
+    for name in ("extract", "describe"):
+        rows = read_stage(out, name)
+        assert len(rows) == PAGES == len(set(page_keys(rows)))
+        assert stage_view(out, name) == stage_view(reference, name)
+    assert documents_view(read_stage(out, "assemble")) == documents_view(read_stage(reference, "assemble"))
