@@ -131,6 +131,25 @@ def table_to_bytes(table: pa.Table) -> bytes:
     return buffer.getvalue()
 
 
+#: Rows converted to Arrow at a time when a part is written (one Parquet row group each).
+ROW_GROUP_ROWS = 128
+
+
+def rows_to_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
+    """Serialise rows as one Parquet file, converting :data:`ROW_GROUP_ROWS` rows at a time.
+
+    Converting a whole part at once (nested blocks and figure images for 1,000 pages) costs
+    a transient ~200 MB on top of the rows themselves, and it grows with the part; a batch
+    at a time keeps it to a few MB (``llm-ocr bench``: peak RSS of a 2,000-page run 634 MB
+    before, 454 MB after). Row groups of 128 rows also let readers stream a part.
+    """
+    buffer = io.BytesIO()
+    with pq.ParquetWriter(buffer, schema, compression="zstd") as writer:
+        for start in range(0, len(rows), ROW_GROUP_ROWS):
+            writer.write_table(pa.Table.from_pylist(rows[start : start + ROW_GROUP_ROWS], schema=schema))
+    return buffer.getvalue()
+
+
 def iter_rows(stage: Storage, paths: list[str] | None = None, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """Rows of a stage's parts, one part in memory at a time."""
     for path in paths if paths is not None else list_parts(stage):
@@ -179,6 +198,9 @@ class PartWriter:
         self._pending: asyncio.Task[None] | None = None
         self.rows_written = 0
         self.parts_written = 0
+        # A failed write is remembered and raised again by close(): rows are lost only if the
+        # shard then stops without a completion marker (its pages are redone on rerun).
+        self.failure: BaseException | None = None
 
     async def add(self, row: dict[str, Any]) -> None:
         """Buffer one row; starts a part write when the buffer is full."""
@@ -198,8 +220,11 @@ class PartWriter:
         self._pending = asyncio.create_task(asyncio.to_thread(self._write, path, rows))
 
     def _write(self, path: str, rows: list[dict[str, Any]]) -> None:
-        table = pa.Table.from_pylist(rows, schema=self.schema)
-        self.stage.write_atomic(path, table_to_bytes(table))
+        try:
+            self.stage.write_atomic(path, rows_to_bytes(rows, self.schema))
+        except BaseException as exc:
+            self.failure = self.failure or exc
+            raise
         self.rows_written += len(rows)
         self.parts_written += 1
         log.debug("wrote %s (%d rows)", self.stage.display(path), len(rows))
@@ -210,6 +235,8 @@ class PartWriter:
             await pending
 
     async def close(self) -> None:
-        """Write everything still buffered and wait until it is stored."""
+        """Write everything still buffered and wait until it is stored (raises if any write failed)."""
         await self.flush()
         await self._wait_pending()
+        if self.failure is not None:
+            raise self.failure

@@ -24,6 +24,8 @@ from llm_ocr.progress import RunCounters
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
 from llm_ocr.sources.render import DocumentError, count_pages, render_pages
+from llm_ocr.storage import retry_io
+from llm_ocr.stores import store_options
 from llm_ocr.workers import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -97,8 +99,13 @@ def _is_local(url: str) -> bool:
 
 def _download(url: str, folder: str, storage_options: dict[str, Any]) -> str:
     target = os.path.join(folder, f"doc-{abs(hash(url)) % 10**12}{os.path.splitext(url)[1][:10]}")
-    with fsspec.open(url, "rb", **dict(storage_options)) as src, open(target, "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
+
+    def copy() -> None:
+        # store_options: flat keys plus this protocol's entry of --storage-options.
+        with fsspec.open(url, "rb", **store_options(url, storage_options)) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+    retry_io(copy, what=f"reading {url}")  # transient store errors are retried, then stop the run
     return target
 
 
@@ -277,7 +284,12 @@ class PageFlow:
             self.counters.in_flight -= 1
             self._slots.release()
             for ordered, row in zip(self.ordered_all, rows):
-                await ordered.put(seq, row)
+                try:
+                    await ordered.put(seq, row)
+                except Exception as exc:  # noqa: BLE001 - a part could not be stored: stop the flow
+                    if self._fatal is None:
+                        self._fatal = exc
+                        self.stop.set()
 
     async def _wait_tasks(self) -> None:
         if not self._tasks:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from llm_ocr.access import check_output
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, EndpointError, ServerOptions, open_endpoint
@@ -24,11 +25,13 @@ from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.platform import detect_shard
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import page_schema
+from llm_ocr.sinks import close_all as close_sinks
 from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
 from llm_ocr.sources.base import DocumentRef, RenderOptions
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
 from llm_ocr.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage import Storage
+from llm_ocr.stores import StorageError
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
 from llm_ocr.workers import WorkerPool, crop_figures, default_workers
@@ -67,12 +70,10 @@ def resolve_shard(job: JobOptions) -> tuple[int, int]:
 
 def check_writable(out: Storage) -> None:
     """Fail before any GPU time is spent if the output cannot be written."""
-    probe = out.path("_state", ".write-probe")
     try:
-        out.write_atomic(probe, b"ok")
-        out.delete(probe)
-    except Exception as exc:  # noqa: BLE001 - any failure here means "cannot write there"
-        raise RunError(f"cannot write to output {out.url}: {type(exc).__name__}: {exc}") from exc
+        check_output(out)  # llm_ocr.access: names the store and what to set, no secrets
+    except StorageError as exc:
+        raise RunError(str(exc)) from exc
 
 
 @asynccontextmanager
@@ -192,7 +193,7 @@ async def _extract_with(
         reporter.start()
         try:
             await flow.run(shard_documents(documents, num_shards, shard))
-        except EndpointDown as exc:
+        except (EndpointDown, StorageError) as exc:
             await writer.close()
             raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
         except InputError as exc:
@@ -224,12 +225,28 @@ def run_sync(make: Callable[[asyncio.Event], Awaitable[ShardOutcome]]) -> ShardO
         async with interruptible() as stop:
             return await make(stop)
 
+    outcome = _run_and_map(main)
+    # Batched writes (Hub commits) still queued: store them whatever happened, so an interrupted
+    # or failed run keeps its completed parts. A failure here makes a clean run "could not run".
     try:
-        return asyncio.run(main())
+        close_sinks()
+    except Exception as exc:  # noqa: BLE001 - reported, the rerun redoes the pages
+        log.error("could not store the last queued files (%s); their pages will be redone on rerun", exc)
+        if outcome.exit_code in (EXIT_OK, EXIT_PAGES_FAILED):
+            return ShardOutcome(EXIT_COULD_NOT_RUN, outcome.stats)
+    return outcome
+
+
+def _run_and_map(main: Callable[[], Awaitable[ShardOutcome]]) -> ShardOutcome:
+    try:
+        return asyncio.run(main())  # type: ignore[arg-type]
     except RunError as exc:
         log.error("%s", exc)
         return ShardOutcome(EXIT_COULD_NOT_RUN)
     except (InputError, EndpointError) as exc:
+        log.error("%s", exc)
+        return ShardOutcome(EXIT_COULD_NOT_RUN)
+    except StorageError as exc:
         log.error("%s", exc)
         return ShardOutcome(EXIT_COULD_NOT_RUN)
     except (KeyboardInterrupt, asyncio.CancelledError):

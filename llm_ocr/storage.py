@@ -20,28 +20,67 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from llm_ocr.sinks import BatchingSink, DirectSink, PartSink, batching_sink
+from llm_ocr.stores import StorageError, classify, explain, redact, retry_after, scrub, store_options
+
+__all__ = ["Storage", "StorageError", "retry_io"]
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Errors worth retrying: the network and throttling, never "not found" or "permission denied".
-_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError)
+# Errors callers rely on by type ("absent folder", "not a file"): raised as they are.
+_PERMANENT = (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, ValueError)
 
 
-def retry_io(fn: Callable[[], T], *, what: str, attempts: int = 5, base_delay: float = 0.5) -> T:
-    """Call ``fn`` retrying transient storage errors with exponential backoff and jitter."""
+def retry_io(
+    fn: Callable[[], T], *, what: str, attempts: int | None = None, base_delay: float | None = None, max_delay: float = 30.0
+) -> T:
+    """Call ``fn`` retrying transient storage errors with exponential backoff and jitter.
+
+    Transient means network failures, throttling and server errors as each store's client
+    raises them (:func:`llm_ocr.stores.classify`: botocore/s3fs ``SlowDown``, gcsfs
+    ``HttpError`` 429/5xx, huggingface_hub ``HfHubHTTPError`` 429/5xx...). The budget is
+    bounded: ``attempts`` (default ``LLM_OCR_STORAGE_RETRIES`` or 6) with delays doubling from
+    ``base_delay`` (``LLM_OCR_STORAGE_RETRY_DELAY`` or 0.5 s) up to ``max_delay``, at least what
+    a ``Retry-After`` header asks. When it is spent, or on denied access, :class:`StorageError`
+    says which store failed and what to set; "not found"-like errors keep their type.
+    """
+    attempts = attempts or int(_env_number("LLM_OCR_STORAGE_RETRIES", 6))
+    base_delay = base_delay if base_delay is not None else _env_number("LLM_OCR_STORAGE_RETRY_DELAY", 0.5)
     for attempt in range(1, attempts + 1):
         try:
             return fn()
         except _PERMANENT:
             raise
-        except (OSError, ConnectionError, TimeoutError) as exc:
-            if attempt == attempts:
+        except Exception as exc:  # noqa: BLE001 - classified below
+            kind = classify(exc)
+            if kind == "missing":
+                raise FileNotFoundError(f"{what}: {scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from exc
+            if kind == "other":
                 raise
-            delay = base_delay * 2 ** (attempt - 1)
-            log.warning("%s failed (%s); retry %d/%d in ~%.1fs", what, exc, attempt, attempts - 1, delay)
-            time.sleep(random.uniform(delay / 2, delay))
+            if kind == "access" or attempt == attempts:
+                raise StorageError(_explain_what(exc, what)) from exc
+            delay = min(max_delay, base_delay * 2 ** (attempt - 1))
+            delay = random.uniform(delay / 2, delay)
+            delay = max(delay, min(retry_after(exc) or 0.0, max_delay * 4))
+            log.warning("%s failed (%s); retry %d/%d in ~%.1fs", what, scrub(str(exc)[:200]), attempt, attempts - 1, delay)
+            time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+def _env_number(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return default
+
+
+def _explain_what(exc: BaseException, what: str) -> str:
+    """``explain`` for a retry_io description such as ``"writing s3://b/out/x"``."""
+    verb, _, url = what.partition(" ")
+    action = {"writing": "write to", "reading": "read", "listing": "list", "checking": "read", "deleting": "delete"}
+    return explain(exc, url or what, action.get(verb, verb))
 
 
 class Storage:
@@ -49,9 +88,26 @@ class Storage:
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = url.rstrip("/") or url
-        # fsspec may mutate the options it is given; keep the caller's dict untouched.
-        self.fs, self.root = fsspec.core.url_to_fs(self.url, **dict(storage_options or {}))
+        # store_options: a copy (fsspec may mutate it) of the flat keys plus this protocol's entry.
+        options = store_options(self.url, storage_options)
+        log.debug("opening %s with storage options %s", self.url, redact(options))
+        self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
         self.root = self.root.rstrip("/") or "/"
+        self.sink: PartSink = self._make_sink()
+
+    def _make_sink(self) -> PartSink:
+        # Capability, not scheme: where every write is a commit (the Hub), writes are batched.
+        direct = DirectSink(self._write_now, self._delete_now)
+        return batching_sink(self.fs, direct) or direct
+
+    @property
+    def batches_writes(self) -> bool:
+        """True when writes are queued into commits and visible only after :meth:`flush`."""
+        return isinstance(self.sink, BatchingSink)
+
+    def flush(self) -> None:
+        """Make every write so far visible (a no-op where writes are immediate)."""
+        self.sink.flush()
 
     @property
     def is_local(self) -> bool:
@@ -74,6 +130,7 @@ class Storage:
         sub.fs = self.fs
         sub.root = self.path(*parts)
         sub.url = posixpath.join(self.url, *parts)
+        sub.sink = self.sink
         return sub
 
     def exists(self, path: str) -> bool:
@@ -95,7 +152,14 @@ class Storage:
         return retry_io(lambda: self.fs.cat_file(path), what=f"reading {self.display(path)}")
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        """Write ``data`` so that readers see either nothing or all of it, never a prefix."""
+        """Write ``data`` so that readers see either nothing or all of it, never a prefix.
+
+        Goes through :attr:`sink`: at once on local disk and object stores, batched into
+        commits on the Hub (visible after :meth:`flush`, in the order written).
+        """
+        self.sink.put(path, data)
+
+    def _write_now(self, path: str, data: bytes) -> None:
         if self.is_local:
             os.makedirs(posixpath.dirname(path), exist_ok=True)
             tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
@@ -105,10 +169,16 @@ class Storage:
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
             return
+        # S3 and GCS publish an object only when its upload completes, also for the multipart
+        # (s3fs, >= 100 MB) and resumable (gcsfs, >= 50 MB) uploads pipe_file uses for large
+        # payloads; tests/test_storage_stores.py pins that a concurrent reader never sees a prefix.
         retry_io(lambda: self.fs.pipe_file(path, data), what=f"writing {self.display(path)}")
 
     def delete(self, path: str) -> None:
-        """Remove ``path`` if it exists."""
+        """Remove ``path`` if it exists (through :attr:`sink`, like writes)."""
+        self.sink.delete(path)
+
+    def _delete_now(self, path: str) -> None:
         try:
             retry_io(lambda: self.fs.rm_file(path), what=f"deleting {self.display(path)}")
         except FileNotFoundError:

@@ -23,6 +23,18 @@ from llm_ocr.storage import Storage, retry_io
 log = logging.getLogger(__name__)
 
 
+class UnreadablePart(Exception):
+    """An upstream part cannot be read; the stage that wrote it repairs it when it reruns."""
+
+
+def _unreadable(stage: Storage, path: str, exc: Exception) -> UnreadablePart:
+    name = stage.url.rstrip("/").rsplit("/", 1)[-1]
+    return UnreadablePart(
+        f"cannot read {stage.display(path)} ({type(exc).__name__}: {exc}); rerun llm-ocr {name} "
+        "with the same options: it removes unreadable parts and redoes their pages"
+    )
+
+
 def part_layout(path: str) -> tuple[int, int]:
     """``(shard, num_shards)`` of a part file name."""
     match = PART_RE.search(path)
@@ -34,8 +46,11 @@ def part_layout(path: str) -> tuple[int, int]:
 def read_columns(stage: Storage, path: str, columns: list[str] | None) -> pa.Table:
     """Some columns of one part, opened for ranged reads: a projection fetches only its columns
     (an index pass over big parts full of images reads a few kilobytes per part)."""
-    with retry_io(lambda: stage.fs.open(path, "rb"), what=f"opening {stage.display(path)}") as handle:
-        return pq.ParquetFile(handle).read(columns=columns)
+    try:
+        with retry_io(lambda: stage.fs.open(path, "rb"), what=f"opening {stage.display(path)}") as handle:
+            return pq.ParquetFile(handle).read(columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise _unreadable(stage, path, exc) from exc
 
 
 def shard_mask(doc_index: pa.ChunkedArray | pa.Array, shard: int, num_shards: int) -> pa.Array:
@@ -94,10 +109,14 @@ def iter_shard_rows(
     if columns is not None and "doc_index" not in columns:
         columns = [*columns, "doc_index"]
     for path in shard_parts(stage, shard, num_shards):
-        handle = retry_io(lambda: stage.fs.open(path, "rb"), what=f"opening {stage.display(path)}")  # noqa: B023
-        with handle:
-            parquet = pq.ParquetFile(handle)
-            for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
-                if num_shards > 1:
-                    batch = batch.filter(shard_mask(batch.column("doc_index"), shard, num_shards))
-                yield from batch.to_pylist()
+        try:
+            handle = retry_io(lambda: stage.fs.open(path, "rb"), what=f"opening {stage.display(path)}")  # noqa: B023
+            with handle:
+                parquet = pq.ParquetFile(handle)
+                for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+                    if num_shards > 1:
+                        batch = batch.filter(shard_mask(batch.column("doc_index"), shard, num_shards))
+                    rows = batch.to_pylist()
+                    yield from rows
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise _unreadable(stage, path, exc) from exc

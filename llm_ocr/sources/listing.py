@@ -30,6 +30,8 @@ from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, Field
 
+from llm_ocr.stores import classify, explain, store_options
+
 from .base import DocumentKind, DocumentRef
 
 logger = logging.getLogger(__name__)
@@ -92,8 +94,13 @@ def list_documents(
     for url in inputs:
         try:
             plans.append(_resolve(url, options, so))
-        except OSError as e:  # permissions, network, credentials: the INPUT cannot be read
-            raise InputError(f"cannot read INPUT {url!r}: {type(e).__name__}: {e}") from e
+        except InputError:
+            raise
+        except Exception as e:  # permissions, network, credentials: the INPUT cannot be read
+            if classify(e) == "other" and not isinstance(e, OSError):
+                raise
+            # explain() names the store and what to set, without secrets (llm_ocr.stores).
+            raise InputError(explain(e, url, "read INPUT", so)) from e
     _assign_doc_ids(plans)
     return _stream(plans, so)
 
@@ -151,7 +158,7 @@ def _resolve(url: str, options: DatasetOptions, so: dict) -> _Plan:
         return _hub_plan(url, repo, url.rstrip("/"), options, so)
 
     try:
-        fs, path = fsspec.core.url_to_fs(url, **so)
+        fs, path = fsspec.core.url_to_fs(url, **store_options(url, so))
         exists = fs.exists(path)
     except (ImportError, ValueError) as e:  # unknown protocol, missing s3fs/gcsfs, bad options
         raise InputError(f"cannot open INPUT {url!r}: {e}") from e
@@ -168,6 +175,7 @@ def _resolve(url: str, options: DatasetOptions, so: dict) -> _Plan:
     if not fs.isdir(path):
         if path.lower().endswith(PARQUET_EXTENSION):
             return _parquet_plan(url, fs, path, [path], name, options, so)
+        _probe_read(fs, path)
         return _FilesPlan(url, fs, path, False, [(path, document_kind(path) or _sniff_kind(fs, path))])
 
     found = sorted(fs.find(path, withdirs=False))
@@ -192,7 +200,16 @@ def _resolve(url: str, options: DatasetOptions, so: dict) -> _Plan:
             "%s: skipping %d file(s) with unsupported extensions (e.g. %s%s)",
             url, len(skipped), names, "" if len(skipped) <= 5 else ", ...",
         )
+    _probe_read(fs, docs[0][0])
     return _FilesPlan(url, fs, path, True, docs)
+
+
+def _probe_read(fs: Any, path: str) -> None:
+    """Read one byte of a remote input file now: listing rights do not imply read rights (S3
+    ``ListBucket`` vs ``GetObject``), and a denial must surface before any GPU time. (Local
+    permissions are per file: an unreadable local file gets its error row instead.)"""
+    if not isinstance(fs, LocalFileSystem):
+        fs.cat_file(path, start=0, end=1)
 
 
 def _strip_parquet(name: str) -> str:
@@ -391,7 +408,7 @@ def _image_bytes(item: dict, so: dict) -> bytes:
     if not path:
         return b""  # the renderer reports an empty image for this page
     try:
-        with fsspec.open(path, "rb", **so) as f:
+        with fsspec.open(path, "rb", **store_options(path, so)) as f:
             return f.read()
     except (OSError, ValueError) as e:
         # One unreadable image must not stop the listing; the renderer turns b"" into a page error.

@@ -1,0 +1,223 @@
+"""Real protocol servers for storage tests, on free loopback ports: S3 (moto server), GCS
+(gcp-storage-emulator), and a TCP proxy that can cut a connection on demand.
+
+Test code talks to them with plain HTTP (GCS JSON API through urllib) or boto3, so the test
+process never imports gcsfs (whose import-time settings would then be fixed for the session).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+VENV_BIN = Path(sys.executable).parent
+
+#: Credentials the S3 stand-in accepts (moto without IAM checks accepts any).
+AWS_TEST_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing-key-id",
+    "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",  # never wait for an instance-metadata service
+    "AWS_CONFIG_FILE": os.devnull,  # ignore the developer's ~/.aws
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before answering {url}")
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"no answer from {url} within {timeout}s")
+
+
+class _Process:
+    """A server subprocess in its own process group, stopped by that group's id only."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+class MotoS3(_Process):
+    """``moto_server`` (S3 and friends). ``enforce_auth``: check credentials from the first request."""
+
+    def __init__(self, enforce_auth: bool = False) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {"INITIAL_NO_AUTH_ACTION_COUNT": "0"} if enforce_auth else {}
+        super().__init__([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)], env)
+        _wait_http(f"{self.url}/moto-api/", 30, self.proc)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a client process needs: test credentials and the endpoint (standard AWS variables)."""
+        return {**AWS_TEST_ENV, "AWS_ENDPOINT_URL_S3": self.url}
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3", endpoint_url=self.url, aws_access_key_id=AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1",
+        )
+
+    def upload_folder(self, folder: Path, bucket: str, prefix: str) -> None:
+        s3 = self.client()
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                s3.put_object(Bucket=bucket, Key=f"{prefix}/{path.relative_to(folder).as_posix()}", Body=path.read_bytes())
+
+    def list(self, bucket: str, prefix: str) -> list[str]:
+        s3 = self.client()
+        keys: list[str] = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys += [item["Key"] for item in page.get("Contents", [])]
+        return sorted(keys)
+
+    def read(self, bucket: str, key: str) -> bytes:
+        return self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+class GcsEmulator(_Process):
+    """``gcp-storage-emulator`` in memory, driven through the GCS JSON API."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(
+            [str(VENV_BIN / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(self.port), "--in-memory"]
+        )
+        _wait_http(f"{self.url}/storage/v1/b", 30, self.proc)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a client process needs: the standard emulator variable (gcsfs and google-cloud-storage)."""
+        return {"STORAGE_EMULATOR_HOST": self.url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+
+    def _call(self, method: str, path: str, data: bytes | None = None, content_type: str = "application/json") -> bytes:
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method, headers={"Content-Type": content_type})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.read()
+
+    def create_bucket(self, name: str) -> None:
+        self._call("POST", "/storage/v1/b?project=test", json.dumps({"name": name}).encode())
+
+    def upload(self, bucket: str, name: str, data: bytes) -> None:
+        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+        self._call("POST", f"/upload/storage/v1/b/{bucket}/o?{query}", data, "application/octet-stream")
+
+    def upload_folder(self, folder: Path, bucket: str, prefix: str) -> None:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                self.upload(bucket, f"{prefix}/{path.relative_to(folder).as_posix()}", path.read_bytes())
+
+    def list(self, bucket: str, prefix: str) -> list[str]:
+        query = urllib.parse.urlencode({"prefix": prefix})
+        items = json.loads(self._call("GET", f"/storage/v1/b/{bucket}/o?{query}")).get("items", [])
+        return sorted(item["name"] for item in items)
+
+    def read(self, bucket: str, name: str) -> bytes:
+        return self._call("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}?alt=media")
+
+
+class CuttableProxy:
+    """A TCP proxy on a free port in front of ``target_port``; ``cut()`` makes it refuse and
+    drop every connection (a store that went away), ``restore()`` brings it back."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.cut_event = threading.Event()
+        self.server = socket.socket()
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(64)
+        self.port = self.server.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            if self.cut_event.is_set():
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while not self.cut_event.is_set() and (chunk := source.recv(65536)):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        self.cut_event.set()
+        with self._lock:
+            for sock in self._conns:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._conns.clear()
+
+    def restore(self) -> None:
+        self.cut_event.clear()
+
+    def close(self) -> None:
+        self.cut()
+        self.server.close()
