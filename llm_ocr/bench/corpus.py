@@ -119,7 +119,8 @@ def _vector_page_stream(rng: random.Random, title: str) -> bytes:
                 ops.append(f"{left + c * width:.1f} {top:.1f} m {left + c * width:.1f} {top - rows * 16:.1f} l S")
             for r, row in enumerate(cells):
                 for c, cell in enumerate(row):
-                    ops.append(f"BT /F1 9 Tf {left + c * width + 4:.1f} {top - r * 16 - 12:.1f} Td {_pdf_text(cell)} Tj ET")
+                    x, y_cell = left + c * width + 4, top - r * 16 - 12
+                    ops.append(f"BT /F1 9 Tf {x:.1f} {y_cell:.1f} Td {_pdf_text(cell)} Tj ET")
             y -= rows * 16 + 20
     return "\n".join(ops).encode("latin-1")
 
@@ -210,11 +211,11 @@ def document_lengths(total_pages: int, seed: int) -> list[int]:
 def make_corpus(folder: Path, total_pages: int, seed: int = 0) -> list[Path]:
     """Write the workload into ``folder`` (reused as is when a matching corpus is already there).
 
-    Returns the PDF paths. A ``manifest.json`` records what was generated; a folder whose
-    manifest differs is regenerated.
+    Returns the PDF paths. ``FOLDER.json`` (next to the folder, so that listing the folder
+    finds only PDFs) records what was generated; a folder whose record differs is regenerated.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    manifest_path = folder / "manifest.json"
+    manifest_path = folder.with_name(folder.name + ".json")
     lengths = document_lengths(total_pages, seed)
     names = [f"doc-{i:05d}-{n:03d}p.pdf" for i, n in enumerate(lengths)]
     manifest = {"version": CORPUS_VERSION, "pages": total_pages, "seed": seed, "documents": names}

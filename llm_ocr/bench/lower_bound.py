@@ -4,6 +4,10 @@ The requests the server actually answered (their completion tokens, in arrival o
 replayed through the server's own timing model (:mod:`llm_ocr.vlm.sim.timing`) with every
 request queued at t=0. A retry of a page (the same image again, after a loop hit
 ``max_tokens``) cannot be sent before the first answer is back, so it waits for it.
+
+It is the schedule of a client with no cost at all that keeps the server's queue full, in the
+order the pages were really sent. Only knowing the answer lengths in advance (to send the
+long pages first) could beat it, and no client knows them.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_ocr.vlm.sim.timing import TimingModel, perfect_client_makespan
+from llm_ocr.vlm.sim.timing import Replay, TimingModel, replay
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class LoggedRequest:
     image_sha256: str | None
     completion_tokens: int
     finish_reason: str | None
+    latency_s: float = 0.0  # arrival to answer, as the server measured it
 
 
 def _image_sha(body: Any) -> str | None:
@@ -57,6 +62,7 @@ def read_request_log(path: str | Path) -> list[LoggedRequest]:
                     image_sha256=_image_sha(record.get("body")),
                     completion_tokens=int(record["completion_tokens"]),
                     finish_reason=record.get("finish_reason"),
+                    latency_s=float(record.get("latency_s") or 0.0),
                 )
             )
     requests.sort(key=lambda r: r.arrival)
@@ -75,8 +81,25 @@ def dependencies(requests: list[LoggedRequest]) -> list[int | None]:
     return after
 
 
+def lower_bound(model: TimingModel, requests: list[LoggedRequest]) -> Replay:
+    """A perfect client on a server with ``model``: these requests, all queued at t=0 (a retry
+    as soon as the answer it retries is back)."""
+    return replay(model, [r.completion_tokens for r in requests], dependencies(requests))
+
+
 def lower_bound_seconds(model: TimingModel, requests: list[LoggedRequest]) -> float:
     """Seconds a perfect client needs on a server with ``model`` for these requests."""
-    return perfect_client_makespan(
-        model, [r.completion_tokens for r in requests], dependencies(requests)
+    return lower_bound(model, requests).makespan
+
+
+def replay_arrivals(model: TimingModel, requests: list[LoggedRequest], start: float) -> Replay:
+    """The same requests arriving when they really did (``start``: the run's ``time.time()``):
+    when an exact server would have finished them. Its gap to :func:`lower_bound` is what the
+    client's sending pattern cost; the wall time's gap to it is the simulated server's own
+    lag (timer overshoot, a busy CPU) plus the client's work after the last answer."""
+    return replay(
+        model,
+        [r.completion_tokens for r in requests],
+        dependencies(requests),
+        [max(0.0, r.arrival - start) for r in requests],
     )

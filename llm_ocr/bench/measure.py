@@ -2,7 +2,8 @@
 
 - :class:`Sampler` polls the server's ``/metrics`` (vLLM's ``vllm:num_requests_running`` and
   ``vllm:num_requests_waiting``) and the RSS of this process and its worker processes, every
-  ~100 ms, with one HTTP session (so that sampling itself costs well under 1% of a core).
+  ~100 ms, from a thread with one kept-alive connection; its CPU time is measured so that it
+  is not counted as the client's.
 - :class:`CpuClock` takes ``getrusage`` of this process and of its reaped children: the
   worker pool is shut down (its processes reaped) before the run returns, while the server,
   also a child, is still alive and so not yet counted. The delta is the client's CPU only.
@@ -10,14 +11,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import http.client
 import os
 import resource
+import threading
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
-import aiohttp
 import psutil
 
 from llm_ocr.vlm.server import parse_metrics
@@ -48,9 +50,12 @@ class Utilisation:
 
 @dataclass
 class Sampler:
-    """Polls ``metrics_url`` and process memory every ``interval`` seconds in the background.
+    """Polls ``metrics_url`` and process memory every ``interval`` seconds, in a thread.
 
-    ``exclude`` are pids (with their children) not to count as client workers: the server.
+    A thread of its own, not a task on the pipeline's event loop: it never delays the loop it
+    measures, and its own CPU time (:attr:`cpu_s`, from the thread's clock) can be taken out of
+    the client's. ``exclude`` are pids (with their children) not counted as client workers:
+    the server.
     """
 
     metrics_url: str | None
@@ -58,52 +63,78 @@ class Sampler:
     exclude: set[int] = field(default_factory=set)
     samples: list[Sample] = field(default_factory=list)
     errors: int = 0
-    _task: asyncio.Task[None] | None = None
+    cpu_s: float = 0.0  # CPU time the sampling thread used
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
     _t0: float = 0.0
     _helpers: set[int] = field(default_factory=set)  # multiprocessing's resource tracker
     _checked: set[int] = field(default_factory=set)
+    _children: list[psutil.Process] = field(default_factory=list)
+    _polls: int = 0
+
+    #: Listing children scans every process on the machine: do it every this many samples
+    #: (reading a known child's memory is one small file).
+    CHILDREN_EVERY = 10
 
     def start(self) -> None:
-        """Begin sampling (on the running event loop)."""
+        """Begin sampling."""
         self._t0 = time.monotonic()
-        self._task = asyncio.create_task(self._run())
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
+        self._thread.start()
 
-    async def stop(self) -> None:
-        """Stop sampling."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+    def stop(self) -> None:
+        """Stop sampling (returns within about one interval)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
     def now(self) -> float:
         """Seconds on the samples' clock."""
         return time.monotonic() - self._t0
 
-    async def _run(self) -> None:
+    def _run(self) -> None:
         me = psutil.Process()
-        timeout = aiohttp.ClientTimeout(total=2)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
+        url = urlsplit(self.metrics_url) if self.metrics_url else None
+        conn: http.client.HTTPConnection | None = None
+        try:
+            while not self._stop.is_set():
                 started = time.monotonic()
                 running = waiting = None
-                if self.metrics_url:
+                if url is not None:
                     try:
-                        async with session.get(self.metrics_url) as response:
-                            values = parse_metrics(await response.text())
+                        if conn is None:  # one kept-alive connection, reopened after an error
+                            conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=2)
+                        conn.request("GET", url.path or "/metrics")
+                        response = conn.getresponse()
+                        values = parse_metrics(response.read().decode("utf-8", errors="replace"))
                         running, waiting = values.get("running"), values.get("waiting")
-                    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    except (OSError, http.client.HTTPException):
                         self.errors += 1  # a missed sample; the time weights absorb it
+                        if conn is not None:
+                            conn.close()
+                        conn = None
                 self.samples.append(Sample(started - self._t0, running, waiting, *self._memory(me)))
-                await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+                self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+        finally:
+            if conn is not None:
+                conn.close()
+            self.cpu_s = time.thread_time()
+
+    def _children_seen(self) -> bool:
+        return any(c.pid not in self.exclude and c.pid not in self._helpers for c in self._children)
 
     def _memory(self, me: psutil.Process) -> tuple[int, dict[int, int]]:
         workers: dict[int, int] = {}
         excluded = set(self.exclude)
-        children = []
-        with contextlib.suppress(psutil.Error):
-            children = me.children(recursive=True)
-        for child in children:
+        # Listing children is costly, so only every few polls, but every poll until the worker
+        # pool shows up: a short run would otherwise end before its workers were ever seen.
+        if self._polls % self.CHILDREN_EVERY == 0 or not self._children_seen():
+            with contextlib.suppress(psutil.Error):
+                self._children = me.children(recursive=True)
+        self._polls += 1
+        for child in self._children:
             try:
                 if child.pid in excluded or child.ppid() in excluded:
                     excluded.add(child.pid)
@@ -149,13 +180,22 @@ class Sampler:
             max_running=max(s.running or 0.0 for s in points),
         )
 
+    def rss_trace(self, start: float, end: float, points: int) -> list[int]:
+        """The main process's RSS at ``points`` evenly spaced moments between start and end."""
+        window = [s for s in self.samples if start <= s.t <= end]
+        if not window:
+            return []
+        step = (len(window) - 1) / max(1, points - 1)
+        return [window[round(i * step)].rss_main for i in range(min(points, len(window)))]
+
     def peak_rss(self) -> dict[str, int]:
         """Peak RSS seen in the samples: main, the largest worker, all workers together (bytes)."""
+        samples = self.samples
         return {
-            "main": max((s.rss_main for s in self.samples), default=0),
-            "worker": max((max(s.rss_workers.values(), default=0) for s in self.samples), default=0),
-            "workers_total": max((sum(s.rss_workers.values()) for s in self.samples), default=0),
-            "workers_seen": len({pid for s in self.samples for pid in s.rss_workers}),
+            "main": max((s.rss_main for s in samples), default=0),
+            "worker": max((max(s.rss_workers.values(), default=0) for s in samples), default=0),
+            "workers_total": max((sum(s.rss_workers.values()) for s in samples), default=0),
+            "workers_seen": len({pid for s in samples for pid in s.rss_workers}),
         }
 
 

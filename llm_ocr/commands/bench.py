@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="page image encoding; several values run each (default %(default)s)")
     run.add_argument("--workers", type=int, default=None, help="render worker processes (default: one per core)")
     run.add_argument("--max-in-flight", type=_positive_int, default=None,
-                     help="requests in flight at once (default: the server's --slots)")
+                     help="requests in flight at once (default: --slots plus a queue of a quarter, at least 8, "
+                     "as the runner uses with vLLM)")
     run.add_argument("--max-tokens", type=_positive_int, default=d.max_tokens,
                      help="max_tokens per request; looping pages stop here (default %(default)s)")
     run.add_argument("--truncation-retries", type=int, default=d.truncation_retries,

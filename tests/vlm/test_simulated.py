@@ -22,9 +22,9 @@ from openai import AsyncOpenAI
 from PIL import Image, ImageDraw
 
 from llm_ocr.testing import SimulatedServer, SimulatedServerError
-from llm_ocr.vlm.simulated import build_parser, parse_prometheus
 from llm_ocr.vlm.sim.protocol import image_prompt_tokens
 from llm_ocr.vlm.sim.server import per_token_seconds
+from llm_ocr.vlm.simulated import build_parser, parse_prometheus
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 DOC_PROMPT = "<|grounding|>Convert the document to markdown."

@@ -411,7 +411,8 @@ class SimServer:
                 blocks = content.sized_blocks(facts.sha256, chars, content.render_plain)
             else:
                 markdown = req.kind == "markdown"
-                blocks = content.sized_blocks(facts.sha256, chars, lambda b: content.render_grounding(b, markdown=markdown))
+                render = lambda b: content.render_grounding(b, markdown=markdown)  # noqa: E731
+                blocks = content.sized_blocks(facts.sha256, chars, render)
         else:
             blocks = content.synthetic_blocks(facts.sha256)
         if kind == "untagged":
@@ -457,8 +458,15 @@ class SimServer:
             held += prompt_tokens
             if self.cfg.instant:
                 return
+            loop = asyncio.get_running_loop()
+            deadline = loop.time()
             for seconds, tokens in self.timing.slot_steps(completion_tokens, lambda: m.running):
-                await asyncio.sleep(seconds)
+                # Sleep until the model's deadline rather than for ``seconds``: timer overshoot
+                # and a busy event loop (parsing image bodies, other requests, a loaded CPU)
+                # would otherwise add up over hundreds of steps and make the server slower
+                # than its own timing model, which a GPU's step time does not depend on.
+                deadline += seconds
+                await asyncio.sleep(max(0.0, deadline - loop.time()))
                 self.kv_tokens += tokens
                 held += tokens
         finally:

@@ -65,54 +65,71 @@ class TimingModel:
             remaining -= done
 
 
-def perfect_client_makespan(
+@dataclass(frozen=True)
+class Replay:
+    """The outcome of replaying requests through the timing model on a virtual clock."""
+
+    makespan: float  # when the last request finished (seconds after t=0)
+    mean_running: float  # time-average of the requests holding a slot, over the makespan
+    admitted: tuple[float, ...]  # when each request got a slot
+    finish: tuple[float, ...]  # when each request finished
+
+
+def replay(
     model: TimingModel,
     completion_tokens: Sequence[int],
     after: Sequence[int | None] | None = None,
-) -> float:
-    """Seconds the server needs for these requests when a perfect client sends them all at t=0.
+    arrivals: Sequence[float] | None = None,
+) -> Replay:
+    """Run requests through the server's scheduling and timing on a virtual clock.
 
-    Requests are admitted first come, first served into ``model.slots`` slots, in the given
-    order, and each then takes the waits of :meth:`TimingModel.slot_steps`, re-evaluated
-    against the number of requests holding a slot at that (virtual) moment, exactly as the
-    server does. Network, parsing and client time are zero.
+    Requests are admitted first come, first served into ``model.slots`` slots and each then
+    takes the waits of :meth:`TimingModel.slot_steps`, re-evaluated against the number of
+    requests holding a slot at that moment, exactly as the server does. Network, parsing and
+    client time are zero.
 
-    ``after[i] = j`` says request ``i`` can only be sent once request ``j`` (earlier in the
-    list) has finished: a retry of a page that looped cannot be sent before the loop is seen.
-    Such a request joins the back of the queue when ``j`` finishes.
+    ``arrivals[i]`` is when request ``i`` reaches the server (default: all at t=0; ties keep
+    the list order). ``after[i] = j`` says request ``i`` can only be sent once request ``j``
+    (earlier in the list) has finished, e.g. the retry of a page that looped: it arrives at
+    ``max(arrivals[i], finish[j])``.
     """
     n = len(completion_tokens)
     if n == 0:
-        return 0.0
+        return Replay(0.0, 0.0, (), ())
     deps = list(after) if after is not None else [None] * n
-    if len(deps) != n:
-        raise ValueError("after must have one entry per request")
+    times = list(arrivals) if arrivals is not None else [0.0] * n
+    if len(deps) != n or len(times) != n:
+        raise ValueError("after and arrivals must have one entry per request")
     followers: dict[int, list[int]] = {}
-    queue: deque[int] = deque()
     for i, j in enumerate(deps):
-        if j is None:
-            queue.append(i)
-        else:
+        if j is not None:
             if not 0 <= j < i:
                 raise ValueError(f"request {i} depends on {j}, which is not an earlier request")
             followers.setdefault(j, []).append(i)
 
+    ARRIVE, STEP = 0, 1  # at equal times, arrivals first: they then see the same load
     running = 0
-    now = 0.0
-    events: list[tuple[float, int, int, Iterator[tuple[float, float]]]] = []
+    now = last = area = 0.0
+    finish = [0.0] * n
+    admitted = [0.0] * n
+    queue: deque[int] = deque()
+    events: list[tuple[float, int, int, int, Iterator[tuple[float, float]] | None]] = []
     counter = 0  # tie-breaker: events at the same time run in the order they were scheduled
+
+    def push(when: float, kind: int, i: int, steps: Iterator[tuple[float, float]] | None) -> None:
+        nonlocal counter
+        heapq.heappush(events, (when, kind, counter, i, steps))
+        counter += 1
 
     def current() -> int:
         return running
 
-    def step(i: int, steps: Iterator[tuple[float, float]]) -> bool:
+    def advance(i: int, steps: Iterator[tuple[float, float]]) -> bool:
         """Schedule the request's next wait; False when it has finished."""
-        nonlocal counter
         wait = next(steps, None)
         if wait is None:
             return False
-        heapq.heappush(events, (now + wait[0], counter, i, steps))
-        counter += 1
+        push(now + wait[0], STEP, i, steps)
         return True
 
     def admit() -> None:
@@ -120,19 +137,38 @@ def perfect_client_makespan(
         while queue and running < model.slots:
             i = queue.popleft()
             running += 1
-            if not step(i, model.slot_steps(completion_tokens[i], current)):  # pragma: no cover
-                raise AssertionError("a request always has a prefill step")
+            admitted[i] = now
+            advance(i, model.slot_steps(completion_tokens[i], current))  # the prefill, always
 
+    for i in range(n):
+        if deps[i] is None:
+            push(times[i], ARRIVE, i, None)
     finished = 0
-    admit()
     while events:
-        now, _, i, steps = heapq.heappop(events)
-        if step(i, steps):
+        now, kind, _, i, steps = heapq.heappop(events)
+        area += running * (now - last)
+        last = now
+        if kind == ARRIVE:
+            queue.append(i)
+        elif steps is not None and advance(i, steps):
             continue
-        running -= 1
-        finished += 1
-        queue.extend(followers.pop(i, ()))
+        else:
+            running -= 1
+            finished += 1
+            finish[i] = now
+            for k in followers.pop(i, ()):
+                push(max(now, times[k]), ARRIVE, k, None)
         admit()
     if finished != n:  # pragma: no cover - every request is reachable by construction
         raise AssertionError(f"{n - finished} request(s) never ran")
-    return now
+    return Replay(now, area / now if now > 0 else 0.0, tuple(admitted), tuple(finish))
+
+
+def perfect_client_makespan(
+    model: TimingModel,
+    completion_tokens: Sequence[int],
+    after: Sequence[int | None] | None = None,
+) -> float:
+    """Seconds the server needs for these requests when a perfect client sends them all at t=0
+    (a request that must wait for another, see :func:`replay`, is sent the moment it may)."""
+    return replay(model, completion_tokens, after).makespan

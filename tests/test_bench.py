@@ -1,0 +1,246 @@
+"""``llm-ocr bench``: the perfect-client lower bound, the /metrics sampler, a tiny end-to-end run,
+and the simulator's long-tailed answer lengths the benchmark relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import math
+from pathlib import Path
+
+import aiohttp
+import pytest
+from PIL import Image, ImageDraw
+
+from llm_ocr.bench import BenchConfig, format_table, run_bench
+from llm_ocr.bench.corpus import document_lengths, make_corpus
+from llm_ocr.bench.lower_bound import dependencies, lower_bound_seconds, read_request_log
+from llm_ocr.bench.measure import Sampler
+from llm_ocr.testing import SimulatedServer
+from llm_ocr.vlm.sim import content
+from llm_ocr.vlm.sim.timing import TimingModel, perfect_client_makespan, replay
+
+MODEL = "deepseek-ai/DeepSeek-OCR"
+PROMPT = "<|grounding|>Convert the document to markdown."
+
+
+# ---------------------------------------------------------------------------------------------
+# The lower-bound model, on cases small enough to work out by hand
+
+
+def test_identical_requests_constant_speed_run_in_waves() -> None:
+    # 10 ms/token, no load effect: each request takes 20 ms + 100 x 10 ms = 1.02 s, and 8
+    # requests on 4 slots run in two waves.
+    model = TimingModel(slots=4, prefill_ms=20, decode_ms_per_token=10, load_slowdown=0)
+    assert perfect_client_makespan(model, [100] * 8) == pytest.approx(2.04)
+    assert perfect_client_makespan(model, [100] * 9) == pytest.approx(3.06)  # a third wave of one
+    assert perfect_client_makespan(model, [100] * 4) == pytest.approx(1.02)
+
+
+def test_full_batch_runs_at_the_loaded_speed() -> None:
+    # 4 requests on 4 slots: per token 10 ms x (1 + 1 x 4/4) = 20 ms throughout.
+    model = TimingModel(slots=4, prefill_ms=20, decode_ms_per_token=10, load_slowdown=1)
+    assert perfect_client_makespan(model, [100] * 4) == pytest.approx(0.02 + 100 * 0.020)
+    # One request alone: 10 ms x (1 + 1/4) = 12.5 ms per token.
+    assert perfect_client_makespan(model, [100]) == pytest.approx(0.02 + 100 * 0.0125)
+
+
+def test_load_is_re_evaluated_at_each_step_boundary() -> None:
+    # Two requests on 2 slots, 10 ms/token base, k=1: 20 ms/token while both run. The short
+    # one (9 tokens) ends at 0.02 + 0.18 = 0.20 s. The long one's steps start at 0.02, 0.07,
+    # 0.12, 0.17 and 0.22 s: at 0.22 it has 4 x 2.5 = 10 tokens and runs alone from then on,
+    # at 10 x (1 + 1/2) = 15 ms/token, so it ends at 0.22 + 90 x 0.015 = 1.57 s.
+    model = TimingModel(slots=2, prefill_ms=20, decode_ms_per_token=10, load_slowdown=1)
+    result = replay(model, [9, 100])
+    assert result.finish[0] == pytest.approx(0.20)
+    assert result.finish[1] == pytest.approx(1.57)
+    assert result.makespan == pytest.approx(1.57)
+
+
+def test_a_long_request_dominates_and_order_matters() -> None:
+    model = TimingModel(slots=4, prefill_ms=20, decode_ms_per_token=10, load_slowdown=0)
+    # First in line: it runs from t=0 (20.02 s) while the others finish in two short waves.
+    assert perfect_client_makespan(model, [2000] + [100] * 7) == pytest.approx(0.02 + 20.0)
+    # Last in line: it gets a slot only when the first wave ends at 1.02 s.
+    assert perfect_client_makespan(model, [100] * 7 + [2000]) == pytest.approx(1.02 + 0.02 + 20.0)
+
+
+def test_a_retry_waits_for_the_answer_it_retries() -> None:
+    model = TimingModel(slots=4, prefill_ms=20, decode_ms_per_token=10, load_slowdown=0)
+    assert perfect_client_makespan(model, [100, 100]) == pytest.approx(1.02)
+    assert perfect_client_makespan(model, [100, 100], after=[None, 0]) == pytest.approx(2.04)
+    with pytest.raises(ValueError):
+        perfect_client_makespan(model, [100, 100], after=[1, None])
+
+
+def test_arrivals_delay_the_schedule_and_utilisation_is_time_averaged() -> None:
+    model = TimingModel(slots=4, prefill_ms=20, decode_ms_per_token=10, load_slowdown=0)
+    late = replay(model, [100] * 4, arrivals=[0, 0, 0, 5])
+    assert late.makespan == pytest.approx(6.02)
+    full = replay(model, [100] * 4)
+    assert full.mean_running == pytest.approx(4.0)
+    assert late.mean_running == pytest.approx((3 * 1.02 + 1.02) / 6.02)
+
+
+def test_the_server_sleeps_the_same_steps_the_bound_adds_up() -> None:
+    # The simulator and the bound share one step generator: its waits add up to the bound.
+    model = TimingModel(slots=1, prefill_ms=50, decode_ms_per_token=3, load_slowdown=2)
+    waits = list(model.slot_steps(1000, lambda: 1))
+    assert waits[0] == (0.05, 0.0)
+    assert sum(tokens for _, tokens in waits) == pytest.approx(1000)
+    assert all(seconds <= model.step_s + 1e-12 for seconds, _ in waits)
+    assert sum(seconds for seconds, _ in waits) == pytest.approx(perfect_client_makespan(model, [1000]))
+
+
+def test_request_log_gives_arrival_order_and_retry_chains(tmp_path: Path) -> None:
+    def line(t: float, sha: str, tokens: int, status: int = 200) -> str:
+        body = {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": {"data_uri": "image/jpeg", "sha256": sha, "bytes": 1}}},
+            {"type": "text", "text": PROMPT},
+        ]}]}  # fmt: skip
+        record = {"time": t, "status": status, "body": body, "completion_tokens": tokens if status == 200 else None}
+        return json.dumps(record)
+
+    log = tmp_path / "requests.jsonl"
+    log.write_text("\n".join([
+        line(2.0, "b", 4096), line(1.0, "a", 100), line(3.0, "c", 50, status=500), line(4.0, "b", 4096), "{cut",
+    ]) + "\n")  # fmt: skip
+    requests = read_request_log(log)
+    assert [r.image_sha256 for r in requests] == ["a", "b", "b"]  # sorted, failed and cut lines dropped
+    assert dependencies(requests) == [None, None, 1]
+    model = TimingModel(slots=4, prefill_ms=0, decode_ms_per_token=1, load_slowdown=0)
+    assert lower_bound_seconds(model, requests) == pytest.approx(2 * 4.096)
+
+
+# ---------------------------------------------------------------------------------------------
+# The workload
+
+
+def test_corpus_has_the_pages_asked_for_and_is_reused(tmp_path: Path) -> None:
+    import pypdfium2 as pdfium
+
+    assert sum(document_lengths(37, seed=1)) == 37
+    folder = tmp_path / "c"
+    paths = make_corpus(folder, 12)
+    assert sum(len(pdfium.PdfDocument(str(p))) for p in paths) == 12
+    assert {p.suffix for p in folder.iterdir()} == {".pdf"}  # nothing else for the listing to trip on
+    stamp = paths[0].stat().st_mtime_ns
+    assert make_corpus(folder, 12) == paths and paths[0].stat().st_mtime_ns == stamp
+
+
+# ---------------------------------------------------------------------------------------------
+# The simulator: /metrics sampling and long-tailed answer lengths
+
+
+def _page(seed: int) -> bytes:
+    img = Image.new("RGB", (640, 800), "white")
+    ImageDraw.Draw(img).rectangle((20 + seed, 20, 120 + seed, 60), fill="black")
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+async def _ask(session: aiohttp.ClientSession, base_url: str, image: bytes) -> dict:
+    uri = f"data:image/png;base64,{base64.b64encode(image).decode()}"
+    body = {
+        "model": MODEL,
+        "max_tokens": 2048,
+        "skip_special_tokens": False,
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": PROMPT},
+        ]}],
+    }  # fmt: skip
+    async with session.post(f"{base_url}/chat/completions", json=body) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+
+def test_sampler_reads_running_and_waiting_from_metrics() -> None:
+    # 2 slots, 6 requests of ~300 tokens at 2 ms/token: ~0.6 s each, in three waves; the
+    # sampler must see both slots busy and a queue.
+    with SimulatedServer("--slots", "2", "--decode-ms-per-token", "2", "--load-slowdown", "0",
+                         "--prefill-ms", "0", "--output-tokens-mean", "300", "--output-tokens-sigma", "0") as sim:
+
+        async def main() -> Sampler:
+            sampler = Sampler(f"{sim.url}/metrics", interval=0.05)
+            sampler.start()
+            async with aiohttp.ClientSession() as session:
+                await asyncio.gather(*(_ask(session, sim.base_url, _page(i)) for i in range(6)))
+            sampler.stop()
+            return sampler
+
+        sampler = asyncio.run(main())
+    usage = sampler.utilisation(slots=2, start=0.0, end=sampler.samples[-1].t)
+    assert usage is not None and usage.samples >= 5
+    assert usage.max_running == 2
+    assert 0.5 < usage.utilisation <= 1.0
+    assert usage.waiting_fraction > 0.2
+    assert sampler.errors == 0
+    assert 0 < sampler.cpu_s < 1.0
+    assert sampler.peak_rss()["main"] > 0
+
+
+def test_answer_lengths_follow_the_lognormal_option() -> None:
+    images = [_page(i) for i in range(6)]
+    args = ("--instant", "--output-tokens-mean", "600", "--output-tokens-sigma", "0.5", "--seed", "7")
+    with SimulatedServer(*args) as sim:
+
+        async def main() -> list[dict]:
+            async with aiohttp.ClientSession() as session:
+                return [await _ask(session, sim.base_url, image) for image in images + images[:1]]
+
+        answers = asyncio.run(main())
+    tokens = [a["usage"]["completion_tokens"] for a in answers]
+    assert tokens[-1] == tokens[0]  # fixed per image (and seed), like a page's true length
+    import hashlib
+
+    for image, got, answer in zip(images, tokens, answers):
+        want = content.lognormal_tokens(hashlib.sha256(image).digest(), 7, 600, 0.5)
+        assert want - 20 <= got <= want  # a few characters short at most
+        assert answer["choices"][0]["finish_reason"] == "stop"
+        assert answer["choices"][0]["message"]["content"].startswith("<|ref|>")
+    assert len(set(tokens[:-1])) > 3
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end
+
+
+def test_tiny_instant_bench_reports_every_field(tmp_path: Path) -> None:
+    results, _ = run_bench(
+        BenchConfig(pages=12, instant=True, workers=1),
+        corpus_dir=tmp_path / "corpus",
+        work_dir=tmp_path / "work",
+    )
+    (result,) = results
+    assert result.pages == 12 and result.exit_code == 0
+    assert result.requests >= 12 and result.completion_tokens > 0
+    assert result.wall_s > 0 and result.pages_per_s > 0 and result.tokens_per_s > 0
+    assert result.lower_bound_s is None  # instant: there is no server time to bound
+    assert result.server["samples"] > 0 and result.server["utilisation"] is not None
+    client = result.client
+    assert client["cpu_s"] > 0 and client["cpu_workers_s"] > 0 and client["cpu_ms_per_page"] > 0
+    assert 0 < client["peak_rss_main_mb"] < 1500 and 0 < client["peak_rss_worker_mb"] < 1500
+    assert result.machine["cpus"] >= 1
+    assert not (tmp_path / "work" / "run-01" / "out").exists()  # not kept
+    table = format_table(results)
+    assert "wall / lower bound" in table and "pages/s" in table
+    assert json.loads(json.dumps(result.to_dict()))["pages"] == 12
+
+
+def test_tiny_simulated_bench_is_near_its_lower_bound(tmp_path: Path) -> None:
+    # 12 pages on 4 slots at ~0.3-0.5 s each: a few seconds of simulated GPU time.
+    config = BenchConfig(
+        pages=12, workers=1, slots=4, prefill_ms=10, decode_ms_per_token=1, load_slowdown=1,
+        output_tokens_mean=250, loop_rate=0.0, max_tokens=1024,
+    )  # fmt: skip
+    (result,), _ = run_bench(config, corpus_dir=tmp_path / "corpus", work_dir=tmp_path / "work")
+    assert result.pages == 12
+    assert result.lower_bound_s is not None and result.lower_bound_s > 0.5
+    # Start-up (worker spawn, first render) is a large share of so short a run: loose bounds
+    # (and the bound is the all-at-t=0 schedule in the same order, not a proven optimum).
+    assert 0.95 < result.wall_over_lower_bound < 4.0
+    assert result.breakdown["model_at_actual_arrivals_s"] >= result.lower_bound_s - 1e-6
+    assert math.isfinite(result.server["utilisation"])
