@@ -215,7 +215,8 @@ def _sentence(rng: Any, n: int) -> str:
     if rng.random() < 0.3 and n > 6:
         k = rng.randint(2, n - 3)
         ws[k] += ","
-    return " ".join(ws).capitalize() + rng.choice([".", ".", ".", "?", ";"])
+    text = " ".join(ws)
+    return text[:1].upper() + text[1:] + rng.choice([".", ".", ".", "?", ";"])
 
 
 def _paragraph(rng: Any, sentences: int) -> str:
@@ -225,9 +226,11 @@ def _paragraph(rng: Any, sentences: int) -> str:
 def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
     """Write the default benchmark PDFs into ``folder``; their paths.
 
-    Six US-Letter pages of English-like text: one column (Helvetica 11 pt and Times 10 pt),
+    Nine US-Letter pages of English-like text: one column (Helvetica 11 pt, Times 10 pt, a
+    full page of Times 10.5 pt),
     two columns (Times 9.5 pt; Helvetica 9 pt with paragraph breaks that line up across the
-    columns), a table between paragraphs, and mixed sizes from 8 to 16 pt with Courier. The
+    columns), a table between paragraphs, mixed sizes from 8 to 22 pt with Courier, small
+    print (Times Italic 8.5 pt, Helvetica 7 pt), and codes, dates, money and punctuation. The
     words are drawn from common English words, numbers and percentages, seeded.
     """
     import random
@@ -283,11 +286,18 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
         *[Paragraph(_paragraph(rng, 5), times) for _ in range(5)],
     ]))
 
+    # A full page of body text: what most pages of a report or a book look like.
+    paths.append(build("dense-page.pdf", [
+        Paragraph("Chapter Four", style("ch", "Times-Bold", 15)),
+        *[Paragraph(_paragraph(rng, 6), style(f"d{i}", "Times-Roman", 10.5, 13, alignment=4, firstLineIndent=14))
+          for i in range(9)],
+    ]))
+
     # Two balanced columns under a full-width title.
     col = style("col", "Times-Roman", 9.5, alignment=4)
     paths.append(build("two-columns-times.pdf", [
         Paragraph("Two Column Article on River Funding", style("t2", "Times-Bold", 17)),
-        BalancedColumns([Paragraph(_paragraph(rng, 5), col) for _ in range(8)], nCols=2, spaceBefore=6, innerPadding=10),
+        BalancedColumns([Paragraph(_paragraph(rng, 5), col) for _ in range(8)], nCols=2, spaceBefore=6, innerPadding=18),
     ]))
 
     # Two columns whose paragraph breaks line up across the gutter (every paragraph is four
@@ -337,6 +347,40 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
         Paragraph(_paragraph(rng, 2), style("mono", "Courier", 10)),
         Paragraph(_paragraph(rng, 3), style("t12", "Times-Roman", 12)),
         Paragraph(_paragraph(rng, 3), style("small", "Helvetica", 8)),
+    ]))
+
+    # Small print: italic and footnote sizes, where recognisers start to slip.
+    paths.append(build("small-print.pdf", [
+        Paragraph("Terms and Conditions", style("h4", "Times-Bold", 12)),
+        *[Paragraph(_paragraph(rng, 4), style(f"it{i}", "Times-Italic", 8.5)) for i in range(3)],
+        *[Paragraph(_paragraph(rng, 4), style(f"fn{i}", "Helvetica", 7)) for i in range(3)],
+    ]))
+
+    # Codes, dates, money, quotes and punctuation, which no dictionary helps with.
+    def symbols() -> str:
+        parts = []
+        for _ in range(rng.randint(4, 7)):
+            parts.append(rng.choice([
+                f"invoice #{rng.randint(1000, 99999)}",
+                f"${rng.randint(1, 9999)}.{rng.randint(0, 99):02d}",
+                f"\u20ac{rng.randint(1, 999)}",
+                f"{rng.randint(2000, 2030)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+                f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}",
+                f"({rng.choice(_VOCAB)})",
+                f"&quot;{rng.choice(_VOCAB)} {rng.choice(_VOCAB)}&quot;",
+                f"{rng.choice(_VOCAB)}@example.org",
+                f"A{rng.randint(1, 9)}-{rng.randint(10, 99)}{rng.choice('bxq')}",
+                f"{rng.randint(1, 40)}&#176;C",
+                f"+{rng.randint(1, 99)} {rng.randint(100, 999)} {rng.randint(1000, 9999)}",
+            ]))
+            parts.append(" ".join(rng.choice(_VOCAB) for _ in range(rng.randint(1, 4))))
+        text = " ".join(parts)
+        return text[:1].upper() + text[1:] + "."
+
+    paths.append(build("symbols.pdf", [
+        Paragraph("Orders, Dates and Amounts", h2),
+        *[Paragraph(symbols(), style(f"sy{i}", font, 10))
+          for i, font in enumerate(["Helvetica", "Times-Roman", "Courier", "Helvetica"])],
     ]))
     return paths
 

@@ -66,9 +66,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     perf.add_argument("--intra-op-threads", type=_positive_int, default=1,
                       help="onnxruntime threads per page (default %(default)s: pages in parallel "
                       "scale better than threads within a page)")
-    ocr = p.add_argument_group("OCR (defaults are the measured best, see docs/README-cpu.md)")
-    ocr.add_argument("--no-cls", dest="use_cls", action="store_false",
-                     help="skip the text direction classifier (upside-down lines are then misread)")
+    ocr = p.add_argument_group("OCR (defaults are the measured best, see the README, "The CPU engine")")
+    ocr.add_argument("--cls", dest="use_cls", action="store_true",
+                     help="run RapidOCR's 0/180 degree line direction classifier (its default; off here: "
+                     "on upright pages it flips long lines and turns them into garbage)")
     ocr.add_argument("--det-limit-side-len", type=_positive_int, default=736,
                      help="detector input size bound in pixels (default %(default)s)")
     ocr.add_argument("--det-limit-type", choices=["min", "max"], default="min",

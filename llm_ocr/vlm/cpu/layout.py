@@ -28,11 +28,20 @@ from dataclasses import dataclass, field
 #: A horizontal gap at least this many (median) line heights separates paragraphs / bands.
 #: Detected line boxes of ordinary single-spaced text are ~0.05-0.2 line heights apart.
 Y_GAP = 0.6
-#: A vertical channel at least this many line heights wide separates columns. Gutters of real
-#: layouts are about one line height or more; words inside one line box never make a gap.
+#: A vertical channel at least this many line heights wide separates columns. Word spaces
+#: never make one (a channel must cross every line of the region), so this can be small;
+#: in practice the detector itself joins lines across gutters narrower than about 8 pt at
+#: 144 DPI, and those columns cannot be separated here.
 X_GAP = 0.5
-#: A paragraph whose text is this much taller than the page's body text is a heading.
+#: A short block whose lines are this much taller than the page's body text is a heading.
+#: Detected box heights vary by +-15% with the letters (descenders, capitals), so smaller
+#: steps (11 pt body, 13 pt bold heading) cannot be told from noise.
 HEADING_RATIO = 1.25
+#: A heading has at most this many rows and words; a larger-type paragraph is still text.
+HEADING_MAX_ROWS = 2
+HEADING_MAX_WORDS = 20
+#: Consecutive rows whose heights differ this much start a new paragraph even without a gap.
+SIZE_SPLIT = 1.45
 #: Table cells are short: the median cell of a table region has at most this many words.
 TABLE_MAX_WORDS = 4
 #: ... and this fraction of its cells share a row with a cell of another column.
@@ -166,7 +175,7 @@ def _paragraphs(lines: Sequence[Line]) -> list[list[Line]]:
         height = statistics.median(l.height for l in row)
         if out and prev is not None:
             para_h = statistics.median(l.height for l in out[-1])
-            size_change = max(height, para_h) / min(height, para_h) >= HEADING_RATIO
+            size_change = max(height, para_h) / min(height, para_h) >= SIZE_SPLIT
             short_prev = max(l.x2 for l in prev) < x1 + SHORT_LINE * width
             if not size_change and not short_prev:
                 out[-1].extend(row)
@@ -231,6 +240,8 @@ def label_headings(blocks: list[LayoutBlock], body_height: float) -> None:
     first block of the page, ``title``; the others ``sub_title`` (DeepSeek-OCR's labels)."""
     for i, block in enumerate(blocks):
         if block.label != "text" or not block.lines:
+            continue
+        if len(rows(block.lines)) > HEADING_MAX_ROWS or len(block.text.split()) > HEADING_MAX_WORDS:
             continue
         if statistics.median(l.height for l in block.lines) >= HEADING_RATIO * body_height:
             block.label = "title" if i == 0 else "sub_title"

@@ -220,7 +220,7 @@ class CpuEngineServer:
         future = self._executor.submit(self._read_page, image)
         # The callback runs in the worker (or here, if cancelled before it started); hop to
         # the loop so that the counter is only ever written from one thread.
-        future.add_done_callback(lambda f: loop.call_soon_threadsafe(self._job_done, f))
+        future.add_done_callback(lambda f: _call_soon(loop, self._job_done, f))
         # Cancelling the wrapper (client gone) cancels the job if it has not started yet.
         return await asyncio.wrap_future(future)
 
@@ -298,6 +298,13 @@ class CpuEngineServer:
                 },
             }
         )
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:  # the loop closed (shutdown) while a page was still being read
+        pass
 
 
 def _image_size(data: bytes) -> tuple[int, int]:
