@@ -131,7 +131,12 @@ class DocumentResult:
 
     def to_row(self) -> dict[str, Any]:
         """The Parquet row of this document."""
-        return asdict(self)
+        # Shallow: the figures are row dicts already, and asdict's deep copy of every figure
+        # (image bytes included) was most of Assemble's CPU time.
+        row = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        row["figures"] = [dict(f) for f in self.figures]
+        row["failed_pages"] = list(self.failed_pages)
+        return row
 
 
 def _image_struct() -> pa.DataType:

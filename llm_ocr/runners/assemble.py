@@ -36,7 +36,14 @@ from llm_ocr.stages.assemble import AssembleOptions, assemble_document
 from llm_ocr.stages.export import export_document, markdown_path
 from llm_ocr.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage import Storage
-from llm_ocr.upstream import iter_shard_rows, read_columns, shard_parts, stage_has_parts, upstream_complete
+from llm_ocr.upstream import (
+    UnreadablePart,
+    iter_shard_rows,
+    read_columns,
+    shard_parts,
+    stage_has_parts,
+    upstream_complete,
+)
 
 log = logging.getLogger("llm_ocr")
 
@@ -93,7 +100,7 @@ def scan_assembled(stage: Storage, shard: int, num_shards: int) -> tuple[set[str
         next_seq = max(next_seq, int(PART_RE.search(path).group(3)) + 1)  # type: ignore[union-attr]
         try:
             table = read_columns(stage, path, ["doc_id", "status"])
-        except (pa.ArrowInvalid, OSError) as exc:
+        except UnreadablePart as exc:
             log.warning("removing unreadable part %s (%s); its documents will be redone", stage.display(path), exc)
             stage.delete(path)
             continue
@@ -160,7 +167,6 @@ async def assemble_documents(
     ``previous`` is the shard's earlier completion marker, if any (it says whether the Markdown
     export was done).
     """
-    started = time.monotonic()
     name = await asyncio.to_thread(source_stage, out)
     source, stage = out.child(name), out.child("assemble")
     complete = await asyncio.to_thread(upstream_complete, out, name, source, shard, num_shards)
@@ -177,10 +183,41 @@ async def assemble_documents(
             "left out; rerun assemble once it is done (no completion marker is written until then)",
             name,
         )
+    plan = _Plan(out, shard, num_shards, name, source, stage, complete, done, next_seq)
+    try:
+        return await _assemble(plan, options, job, stop, previous)
+    except UnreadablePart as exc:
+        raise RunError(str(exc)) from exc
+
+
+@dataclass
+class _Plan:
+    """Where one Assemble shard reads and writes, and what an earlier run already did."""
+
+    out: Storage
+    shard: int
+    num_shards: int
+    source_name: str
+    source: Storage
+    stage: Storage
+    upstream_complete: bool
+    done: set[str]
+    next_seq: int
+
+
+async def _assemble(
+    plan: _Plan,
+    options: AssembleOptions,
+    job: JobOptions,
+    stop: asyncio.Event | None,
+    previous: dict[str, Any] | None,
+) -> ShardOutcome:
+    started = time.monotonic()
+    out, source, stage, shard, num_shards = plan.out, plan.source, plan.stage, plan.shard, plan.num_shards
     entries = await asyncio.to_thread(index_documents, source, shard, num_shards)
-    todo = sorted(i for i, e in entries.items() if e.doc_id not in done)
-    skipped = {e.doc_id for i, e in entries.items() if e.doc_id in done}
-    writer = PartWriter(stage, document_schema(), shard, num_shards, start_seq=next_seq, max_rows=job.part_rows)
+    todo = sorted(i for i, e in entries.items() if e.doc_id not in plan.done)
+    skipped = {e.doc_id for e in entries.values() if e.doc_id in plan.done}
+    writer = PartWriter(stage, document_schema(), shard, num_shards, start_seq=plan.next_seq, max_rows=job.part_rows)
     counts: Counter[str] = Counter()
     pages = figures = 0
     try:
@@ -207,7 +244,7 @@ async def assemble_documents(
         "stage": "assemble",
         "shard": shard,
         "num_shards": num_shards,
-        "source": name,
+        "source": plan.source_name,
         "documents": {"ok": counts["ok"], "partial": counts["partial"], "error": counts["error"], "skipped": len(skipped)},
         "pages": pages,
         "figures": figures,
@@ -217,12 +254,12 @@ async def assemble_documents(
     }
     log.info(
         "[assemble %d/%d] documents ok %d, partial %d, error %d, skipped %d (from %s)",
-        shard + 1, num_shards, counts["ok"], counts["partial"], counts["error"], len(skipped), name,
+        shard + 1, num_shards, counts["ok"], counts["partial"], counts["error"], len(skipped), plan.source_name,
     )
     if stop is not None and stop.is_set():
         log.warning("interrupted: assembled documents are saved; rerun the same command to resume")
         return ShardOutcome(EXIT_INTERRUPTED, stats)
-    if not complete:
+    if not plan.upstream_complete:
         return ShardOutcome(EXIT_PAGES_FAILED, stats)
     await asyncio.to_thread(write_marker, out, "assemble", shard, num_shards, stats)
     return ShardOutcome(EXIT_PAGES_FAILED if counts["partial"] or counts["error"] else EXIT_OK, stats)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_ocr.config import JobOptions
+from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
 from llm_ocr.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.pipeline import FlowSettings, OrderedRows, iterate_in_thread
@@ -34,7 +35,8 @@ from llm_ocr.runner import (
 from llm_ocr.stages.describe import DescribeContext, DescribeOptions, SchemaError, describe_extra_body, describe_page, load_schema
 from llm_ocr.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage import Storage
-from llm_ocr.upstream import iter_shard_rows, stage_has_parts, upstream_complete
+from llm_ocr.stores import StorageError
+from llm_ocr.upstream import UnreadablePart, iter_shard_rows, stage_has_parts, upstream_complete
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, clamp_max_tokens
 
@@ -273,17 +275,22 @@ async def describe_shard(spec: DescribeJob, stop: asyncio.Event | None = None) -
         reporter.start()
         try:
             await flow.run(iter_shard_rows(source, shard, num_shards))
-        except EndpointDown as exc:
+        except (EndpointDown, StorageError) as exc:
             raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
+        except UnreadablePart as exc:
+            raise RunError(str(exc)) from exc
         finally:
             await writer.close()
             await reporter.stop()
-    counters.docs_finished = len(flow.documents)
+    counters.docs_seen = counters.docs_finished = len(flow.documents)
     stats = describe_stats(counters, ctx)
+    log.info(counters.reconciliation())
     if stop is not None and stop.is_set():
         log.warning("interrupted: %d page(s) saved this run; rerun the same command to resume", counters.pages_done)
         return ShardOutcome(EXIT_INTERRUPTED, stats)
     if not complete:
         return ShardOutcome(EXIT_PAGES_FAILED, stats)
+    stats["gpu"] = gpu_cost(stats["wall_time_s"], endpoint.preset, job.gpu_price_per_hour)
+    stats["reconciled"] = stats["pages"]["ok"] + stats["pages"]["truncated"] + stats["pages"]["error"] == stats["pages"]["total"]
     await asyncio.to_thread(write_marker, out, "describe", shard, num_shards, stats)
     return ShardOutcome(EXIT_PAGES_FAILED if counters.pages["error"] else EXIT_OK, stats)

@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from llm_ocr.config import JobOptions
+from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
 from llm_ocr.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.pipeline import FlowSettings, PageFlow
@@ -50,7 +51,8 @@ from llm_ocr.stages.describe import DescribeContext, DescribeOptions, describe_p
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
 from llm_ocr.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage import Storage
-from llm_ocr.upstream import iter_shard_rows
+from llm_ocr.stores import StorageError
+from llm_ocr.upstream import UnreadablePart, iter_shard_rows
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
 from llm_ocr.workers import WorkerPool, crop_figures, default_workers
@@ -181,9 +183,9 @@ async def _page_flow(
             )
             documents = list_documents(spec.inputs, dataset=spec.dataset, storage_options=job.storage_options)
             await flow.run(shard_documents(documents, num_shards, shard))
-    except EndpointDown as exc:
+    except (EndpointDown, StorageError) as exc:
         raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
-    except InputError as exc:
+    except (InputError, UnreadablePart) as exc:
         raise RunError(str(exc)) from exc
     finally:
         # Extract's part first: a Describe row never exists without its Extract row for long.
@@ -222,6 +224,7 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
         if markers[name]:
             await asyncio.to_thread(clear_marker, out, name, shard, num_shards)
 
+    preset: str | None = None
     async with open_endpoint(
         job.endpoint,
         job.model,
@@ -232,12 +235,20 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
         log_name=f"server-{shard:05d}-of-{num_shards:05d}.log",
     ) as endpoint, open_describe_endpoint(job, spec.describe, spec.client, main=endpoint) as describer:
         ex_counters, de_counters, dctx = await _page_flow(spec, endpoint, describer, schema, stages, stop)
+        preset = endpoint.preset
 
     ex_stats, de_stats = ex_counters.summary(), describe_stats(de_counters, dctx)
     stats: dict[str, Any] = {"extract": ex_stats, "describe": de_stats}
+    log.info(ex_counters.reconciliation())
+    log.info(de_counters.reconciliation())
     if stop is not None and stop.is_set():
         log.warning("interrupted: %d page(s) saved this run; rerun the same command to resume", ex_counters.pages_done)
         return ShardOutcome(EXIT_INTERRUPTED, stats)
+    # One server did both stages: the GPU time is the run's, recorded once, with Extract.
+    ex_stats["gpu"] = gpu_cost(ex_stats["wall_time_s"], preset, job.gpu_price_per_hour)
+    for counted in (ex_stats, de_stats):
+        pages = counted["pages"]
+        counted["reconciled"] = pages["ok"] + pages["truncated"] + pages["error"] == pages["total"]
     await asyncio.to_thread(write_marker, out, "extract", shard, num_shards, ex_stats)
     await asyncio.to_thread(write_marker, out, "describe", shard, num_shards, de_stats)
     assembled = await assemble_documents(out, shard, num_shards, spec.assemble, job, stop, previous=markers["assemble"])

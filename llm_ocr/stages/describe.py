@@ -17,6 +17,7 @@ import fsspec
 from pydantic import BaseModel, Field, SecretStr
 
 from llm_ocr.records import Figure, PageResult
+from llm_ocr.stores import store_options
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.grounding import EOS
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, image_messages, recipe_for
@@ -64,7 +65,8 @@ def load_schema(value: str, storage_options: dict[str, Any] | None = None) -> di
     text = value.strip()
     if not text.startswith("{"):
         try:
-            with fsspec.open(text, "rt", encoding="utf-8", **dict(storage_options or {})) as handle:
+            # The same option resolution as every other read (per-protocol entries, env fixes).
+            with fsspec.open(text, "rt", encoding="utf-8", **store_options(text, storage_options)) as handle:
                 text = handle.read()
         except (OSError, ValueError) as exc:
             raise SchemaError(f"--describe-schema: cannot read {value!r}: {exc}") from exc
@@ -110,7 +112,7 @@ class DescribeContext:
     #: Bounds figure requests in flight; each request takes a slot on its own (no batches).
     limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(64))
     counts: FigureCounts = field(default_factory=FigureCounts)
-    _validator: Any = None
+    _validator: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.schema is not None:
@@ -263,11 +265,6 @@ async def describe_figure(figure: Figure, ctx: DescribeContext) -> Figure:
     else:
         ctx.counts.failed += 1
     return described
-
-
-def needs_description(page: PageResult) -> bool:
-    """Whether a page has a figure Describe would send to the model."""
-    return page.status != "error" and any(f.image is not None and not f.description for f in page.figures)
 
 
 async def describe_page(page: PageResult, ctx: DescribeContext) -> PageResult:

@@ -141,3 +141,12 @@ def test_small_batches_give_the_same_documents_and_a_rerun_redoes_partial_ones(p
 def test_assemble_needs_upstream_output(tmp_path: Path) -> None:
     result = stage("assemble", tmp_path / "nothing", None)
     assert result.returncode == 2 and "nothing to assemble" in result.stderr
+
+
+def test_an_unreadable_upstream_part_names_the_stage_that_repairs_it(pipeline, tmp_path: Path) -> None:
+    root, _, _ = pipeline
+    out = tmp_path / "out"
+    shutil.copytree(root / "out", out, ignore=shutil.ignore_patterns("assemble"))
+    (out / "describe" / "part-00000-of-00001-000099.parquet").write_bytes(b"PAR1 torn write")
+    result = stage("assemble", out, None)
+    assert result.returncode == 2 and "rerun llm-ocr describe" in result.stderr, result.stderr

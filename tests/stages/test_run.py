@@ -140,3 +140,21 @@ def test_resume_after_a_kill_gives_every_page_once_and_the_same_documents(
         assert len(rows) == PAGES == len(set(page_keys(rows)))
         assert stage_view(out, name) == stage_view(reference, name)
     assert documents_view(read_stage(out, "assemble")) == documents_view(read_stage(reference, "assemble"))
+
+
+def test_a_second_server_can_write_the_descriptions(corpus: Path, server: SimulatedServer, reference: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    before = len(bodies(server))
+    with SimulatedServer("--instant", "--served-model-name", "acme/captioner") as captioner:
+        result = stage(
+            "run", out, server, str(corpus), "--describe-endpoint", captioner.base_url, "--describe-model", "acme/captioner"
+        )
+        captions = bodies(captioner)
+    assert result.returncode == 0, result.stderr
+    assert [prompt_of(b) for b in bodies(server)[before:]].count(DESCRIBE_PROMPT) == 0  # OCR only
+    assert len(captions) == FIGURES
+    for body in captions:
+        assert body["model"] == "acme/captioner" and prompt_of(body) == DESCRIBE_PROMPT
+        assert "vllm_xargs" not in body  # not DeepSeek-OCR: no DeepSeek-specific fields
+    assert stage_view(out, "extract") == stage_view(reference, "extract")
+    assert sum(1 for r in read_stage(out, "describe") for f in r["figures"] if f["description"]) == FIGURES
