@@ -5,7 +5,6 @@ Every page must be accounted for exactly once, whatever happens.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -81,7 +82,9 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tmp_path: 
                 victim = child
         time.sleep(0.2)
     assert victim is not None, "the server never started"
-    time.sleep(1.0)  # let some pages go through first
+    # Kill it mid-run, not mid-startup (a slow machine can take seconds to bring it up): wait
+    # until it is running requests, as its own /metrics says.
+    assert _wait_running_requests(victim, timeout=60), "the server never ran a request"
     victim.send_signal(signal.SIGKILL)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
@@ -90,6 +93,23 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tmp_path: 
     assert len(rows) == 18 == len({(r["doc_id"], r["page"]) for r in rows})
     assert {r["status"] for r in rows} == {"ok"}
     assert not any("llm_ocr.vlm.simulated" in " ".join(p.cmdline()) for p in psutil.process_iter() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and p.pid != os.getpid() and _safe_ppid_chain(p, process.pid))
+
+
+def _wait_running_requests(server: psutil.Process, timeout: float) -> bool:
+    """Wait until ``server`` (a simulated server process) reports a running request."""
+    cmd = server.cmdline()
+    port = cmd[cmd.index("--port") + 1]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                metrics = response.read().decode()
+            if any(line.startswith("vllm:num_requests_running") and float(line.split()[-1]) > 0 for line in metrics.splitlines()):
+                return True
+        except OSError:
+            pass  # not listening yet
+        time.sleep(0.1)
+    return False
 
 
 def _safe_ppid_chain(proc: psutil.Process, ancestor: int) -> bool:

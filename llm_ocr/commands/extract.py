@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from llm_ocr.endpoint import ServerOptions
 from llm_ocr.config import JobOptions, OptionError, add_options, resolve_options
+from llm_ocr.endpoint import ServerOptions
 from llm_ocr.sources import DatasetOptions
 from llm_ocr.sources.base import RenderOptions
 from llm_ocr.stages.extract import ExtractOptions

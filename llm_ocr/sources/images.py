@@ -21,7 +21,6 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .base import RenderOptions
 
-
 _EXIF_ORIENTATION = 0x0112
 
 

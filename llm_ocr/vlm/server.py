@@ -28,7 +28,8 @@ import psutil
 log = logging.getLogger(__name__)
 
 #: Flags whose value is a secret: never written to our logs.
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)
+# "per-token" is a rate, not a credential (the simulator's --decode-ms-per-token).
+_SECRET_FLAG = re.compile(r"^--?[\w-]*(?<!per-)(key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)
 #: Values that look like credentials wherever they appear (HF, OpenAI-style, bearer tokens).
 _SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|Bearer\s+\S+)")
 

@@ -8,8 +8,9 @@ import zlib
 from pathlib import Path
 
 from PIL import Image
-from reportlab.lib.pagesizes import A0, letter
+from reportlab.lib.pagesizes import letter
 from reportlab.pdfgen import canvas
+
 
 def make_pdf(pages: int = 3, pagesize=letter, rotate: int = 0, encrypt: str | None = None) -> bytes:
     """A PDF whose page i says "Page i" and has a black square in its top-left corner.
@@ -95,7 +96,8 @@ def write(path: Path, data: bytes) -> Path:
 
 def finevision_parquet(path: Path, rows: list[list[bytes]]) -> Path:
     """A Parquet file shaped like FineVision: images List(Image), texts List({user, assistant}), source."""
-    from datasets import Dataset, Features, Image as HFImage, List, Value
+    from datasets import Dataset, Features, List, Value
+    from datasets import Image as HFImage
 
     features = Features(
         {

@@ -8,9 +8,9 @@ import uuid
 import datasets
 import fsspec
 import pytest
+from sources_testdata import finevision_parquet, make_pdf, png, write
 
 from llm_ocr.sources import DatasetOptions, DocumentRef, InputError, list_documents, shard_documents
-from sources_testdata import finevision_parquet, make_pdf, png, write
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,8 @@ import io
 import uuid
 
 import fsspec
-
 import pytest
 from PIL import Image
-
-from llm_ocr.sources import DocumentError, DocumentRef, PageFailure, PageImage, RenderOptions, count_pages, render_pages
-from llm_ocr.sources import render as render_mod
 from sources_testdata import (
     A0,
     animated_gif,
@@ -23,6 +19,9 @@ from sources_testdata import (
     write,
     zero_page_pdf,
 )
+
+from llm_ocr.sources import DocumentError, DocumentRef, PageFailure, PageImage, RenderOptions, count_pages, render_pages
+from llm_ocr.sources import render as render_mod
 
 OPTS = RenderOptions()
 

@@ -136,10 +136,12 @@ def test_free_port_is_bindable() -> None:
 
 def test_redact_command() -> None:
     cmd = ["vllm", "serve", "m", "--api-key", "k1", "k2", "--hf-token=hf_abcdefghijklmnopqrstuv",
-           "--max-num-batched-tokens", "4096", "--port", "-1", "--x", "Bearer abc.def"]
+           "--max-num-batched-tokens", "4096", "--decode-ms-per-token", "4", "--token", "t",
+           "--port", "-1", "--x", "Bearer abc.def"]
     out = redact_command(cmd)
     assert out == ["vllm", "serve", "m", "--api-key", "***", "***", "--hf-token=***",
-                   "--max-num-batched-tokens", "4096", "--port", "-1", "--x", "***"]
+                   "--max-num-batched-tokens", "4096", "--decode-ms-per-token", "4", "--token", "***",
+                   "--port", "-1", "--x", "***"]
 
 
 def test_parse_metrics_sums_labels_and_skips_missing() -> None:
