@@ -1,0 +1,47 @@
+"""notebooks/quickstart.ipynb, executed headlessly as a user would run it top to bottom."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "quickstart.ipynb"
+
+
+def test_quickstart_notebook_runs_the_pipeline_and_shows_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    # The kernel inherits this environment: results go to tmp_path, not into the repository.
+    monkeypatch.setenv("LLM_OCR_NOTEBOOK_OUT", str(out))
+    monkeypatch.setenv("LLM_OCR_REPO", str(REPO))
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(
+        notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}
+    )
+    client.execute()  # raises CellExecutionError, with the cell and traceback, if a cell fails
+
+    # What the notebook ran really produced the three stages and the human exports.
+    documents = pq.read_table(sorted((out / "assemble").glob("*.parquet"))).to_pylist()
+    assert sorted(d["doc_id"] for d in documents) == sorted(p.name for p in (REPO / "samples").iterdir())
+    assert all(d["status"] == "ok" for d in documents)
+    captioned = [f for d in documents for f in d["figures"] if f["description"]]
+    assert captioned, "the sample PDF has figures; Describe should have captioned them"
+    assert (out / "report.html").stat().st_size > 10_000
+    assert list((out / "markdown").glob("*.md"))
+
+    # The display helpers' output is what the cells show: HTML with the page image inlined.
+    html_outputs = [
+        o["data"]["text/html"]
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for o in cell.get("outputs", [])
+        if "text/html" in o.get("data", {})
+    ]
+    assert len(html_outputs) >= 3  # summary, show_document, show_page
+    assert any("data:image/" in h for h in html_outputs)
+    assert not any(o.get("output_type") == "error" for c in notebook.cells for o in c.get("outputs", []))
