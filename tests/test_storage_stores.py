@@ -61,11 +61,15 @@ def hub() -> Iterator[FakeHub]:
         yield server
 
 
+def _corpus(factory: pytest.TempPathFactory, name: str, documents: int) -> Path:
+    folder = factory.mktemp(name) / "docs"
+    make_corpus(folder, documents=documents, pages=2)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("corpus") / "docs"
-    make_corpus(folder, documents=3, pages=2)
-    return folder
+    return _corpus(tmp_path_factory, "corpus", documents=3)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -168,9 +172,7 @@ def _wait_until(predicate, timeout: float = 60, period: float = 0.1) -> bool:
 
 @pytest.fixture(scope="module")
 def long_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("long") / "docs"
-    make_corpus(folder, documents=5, pages=2)
-    return folder
+    return _corpus(tmp_path_factory, "long", documents=5)
 
 
 # One page at a time, 0.5 s each: a run lasts 5 s, so a kill after the first part lands mid-run.

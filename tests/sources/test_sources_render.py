@@ -8,8 +8,8 @@ import uuid
 import fsspec
 import pytest
 from PIL import Image
+from reportlab.lib.pagesizes import A0
 from sources_testdata import (
-    A0,
     animated_gif,
     bomb_png,
     encode_image,
