@@ -1,4 +1,4 @@
-"""Shared fixtures: the CLI as a subprocess, and Parquet output readers."""
+"""Shared fixtures: the CLI as a subprocess, Parquet output readers, the request recipe check."""
 
 from __future__ import annotations
 
@@ -12,6 +12,37 @@ import pyarrow.parquet as pq
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+#: DeepSeek-OCR's offline document prompt (FACTS.md), written independently of llm_ocr's constants.
+OFFLINE_DOCUMENT_PROMPT = "<image>\n<|grounding|>Convert the document to markdown."
+
+
+def assert_deepseek_request(entry: dict[str, Any], max_model_len: int, min_image_bytes: int = 1) -> None:
+    """One request from the simulated server's log follows the DeepSeek-OCR recipe exactly."""
+    body = entry["body"] if "body" in entry else entry
+    assert body["model"] == "deepseek-ai/DeepSeek-OCR"
+    assert body["temperature"] == 0
+    assert body["skip_special_tokens"] is False
+    xargs = body["vllm_xargs"]
+    assert type(xargs["ngram_size"]) is int and xargs["ngram_size"] == 30
+    assert type(xargs["window_size"]) is int and xargs["window_size"] == 90
+    assert xargs["whitelist_token_ids"] == [128821, 128822]
+    assert all(type(t) is int for t in xargs["whitelist_token_ids"])
+    # max_tokens must leave room in the context for the ~1k image tokens of the prompt.
+    assert 0 < body["max_tokens"] <= max_model_len - 900
+    assert "guided_json" not in body and entry["ignored_fields"] == []
+    (message,) = body["messages"]
+    assert message["role"] == "user"
+    image_part, text_part = message["content"]
+    assert image_part["type"] == "image_url"
+    # The log replaces the data URI by its media type, digest and size.
+    assert image_part["image_url"]["url"]["data_uri"] == "image/jpeg"
+    assert image_part["image_url"]["url"]["bytes"] >= min_image_bytes
+    assert text_part["type"] == "text"
+    # vLLM prepends the missing "<image>" placeholder joined by "\n": the text part must be
+    # the offline prompt without it, and must not carry its own placeholder.
+    assert "<image>" not in text_part["text"]
+    assert "<image>\n" + text_part["text"] == OFFLINE_DOCUMENT_PROMPT
 
 
 def run_cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

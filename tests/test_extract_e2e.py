@@ -13,12 +13,8 @@ import pypdfium2
 from PIL import Image
 
 from llm_ocr.testing import SimulatedServer
-from tests.conftest import read_stage, run_cli
+from tests.conftest import assert_deepseek_request, read_stage, run_cli
 from tests.docs import make_corpus, make_pdf
-
-# The offline prompt from DeepSeek-OCR's config.py; FACTS.md: over the chat API vLLM puts the
-# image placeholder in front of the text itself.
-OFFLINE_DOCUMENT_PROMPT = "<image>\n<|grounding|>Convert the document to markdown."
 
 
 def words(text: str) -> list[str]:
@@ -82,29 +78,7 @@ def test_every_request_follows_the_deepseek_ocr_recipe(tmp_path: Path) -> None:
         requests = server.requests()
     assert len(requests) == 4
     for entry in requests:
-        body = entry["body"] if "body" in entry else entry
-        assert body["model"] == "deepseek-ai/DeepSeek-OCR"
-        assert body["temperature"] == 0
-        assert body["skip_special_tokens"] is False
-        xargs = body["vllm_xargs"]
-        assert type(xargs["ngram_size"]) is int and xargs["ngram_size"] == 30
-        assert type(xargs["window_size"]) is int and xargs["window_size"] == 90
-        assert xargs["whitelist_token_ids"] == [128821, 128822]
-        assert all(type(t) is int for t in xargs["whitelist_token_ids"])
-        # Context 4096: max_tokens must leave room for the ~1k image tokens of the prompt.
-        assert 0 < body["max_tokens"] <= 4096 - 900
-        assert "guided_json" not in body and entry["ignored_fields"] == []
-        (message,) = body["messages"]
-        image_part, text_part = message["content"]
-        assert image_part["type"] == "image_url"
-        # The log replaces the data URI by its media type, digest and size.
-        assert image_part["image_url"]["url"]["data_uri"] == "image/jpeg"
-        assert image_part["image_url"]["url"]["bytes"] > 1000
-        assert text_part["type"] == "text"
-        # vLLM prepends the missing "<image>" placeholder joined by "\n": the text part must be
-        # the offline prompt without it, and must not carry its own placeholder.
-        assert "<image>" not in text_part["text"]
-        assert "<image>\n" + text_part["text"] == OFFLINE_DOCUMENT_PROMPT
+        assert_deepseek_request(entry, max_model_len=4096, min_image_bytes=1000)
 
 
 def test_max_tokens_is_never_above_the_context(tmp_path: Path) -> None:
@@ -226,8 +200,9 @@ def test_bad_input_gets_error_rows_and_the_rest_completes(tmp_path: Path) -> Non
 
 def test_could_not_run_exit_codes(tmp_path: Path) -> None:
     make_pdf(tmp_path / "a.pdf", pages=1)
-    dead = run_cli("extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out"), "--endpoint", "http://127.0.0.1:9/v1")
-    assert dead.returncode == 2 and "not answering" in dead.stderr
+    dead = run_cli("extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out"), "--endpoint", "http://127.0.0.1:9/v1",
+                   "--dead-after", "1")
+    assert dead.returncode == 2 and "not answering" in dead.stderr and "waited 1s" in dead.stderr
     missing = run_cli("extract", str(tmp_path / "nope"), "--output", str(tmp_path / "out"), "--endpoint", "http://127.0.0.1:9/v1")
     assert missing.returncode == 2 and "not found" in missing.stderr
     with SimulatedServer() as server:
@@ -297,7 +272,7 @@ def test_progress_lines_when_not_on_a_terminal(tmp_path: Path) -> None:
     assert len(lines) >= 3  # periodic lines plus the final one
     assert "ok 4, truncated 0, error 0" in lines[-1]
     stats = json.loads(result.stdout.strip().splitlines()[-1])
-    assert stats["pages"] == {"ok": 4, "truncated": 0, "error": 0, "total": 4, "skipped": 0}
+    assert stats["pages"] == {"ok": 4, "truncated": 0, "error": 0, "total": 4, "skipped": 0, "seen": 4}
 
 
 def test_kill_at_random_moments_then_rerun_gives_the_same_rows(tmp_path: Path) -> None:

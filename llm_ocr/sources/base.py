@@ -23,6 +23,12 @@ class RenderOptions(BaseModel):
         gt=0,
         description="Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans).",
     )
+    min_page_side: int = Field(
+        640,
+        ge=0,
+        description="PDF pages whose longer side would render smaller than this many pixels (labels, "
+        "cards, pages sized in odd units) are rendered at this size instead; 0 = never.",
+    )
     max_image_pixels: int = Field(
         120_000_000,
         gt=0,

@@ -53,7 +53,9 @@ def open_image(fp: IO[bytes], opts: RenderOptions) -> Image.Image:
         with _pillow_limit(None):
             img = Image.open(fp)
     except UnidentifiedImageError as e:
-        raise ImageRefused(f"not a readable image: {e}") from e
+        # Pillow's message names the file object ("cannot identify image file <...LocalFileOpener
+        # object at 0x7f...>"): a memory address, different on every run, in the error row.
+        raise ImageRefused("not a readable image: no image format recognises the data") from e
     except (OSError, SyntaxError, ValueError) as e:  # Pillow plugins raise all of these on bad headers
         raise ImageRefused(f"not a readable image: {type(e).__name__}: {e}") from e
     check_size(img, opts)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -157,8 +158,30 @@ def _load_failure_reason(source: str | bytes) -> str:
         pdfium_c.FPDF_CloseDocument(handle)
         return "PDF has no pages"
     code = pdfium_c.FPDF_GetLastError()
+    if code in _PDF_LOAD_ERRORS:
+        return _PDF_LOAD_ERRORS[code]
     reason = {1: "unknown error", 3: "data format error"}.get(code, f"error {code}")
-    return _PDF_LOAD_ERRORS.get(code, f"not a PDF or corrupt PDF (PDFium: {reason})")
+    return f"{_pdf_shape_problem(source)} (PDFium: {reason})"
+
+
+def _pdf_shape_problem(source: str | bytes) -> str:
+    """What the bytes say about a PDF PDFium refused: not a PDF at all, cut off, or corrupt.
+
+    PDFium says "data format error" for all three; the user's fix differs (wrong file, redo an
+    interrupted download or copy, or give up on the file), so the message tells them apart.
+    """
+    if isinstance(source, bytes):
+        head, tail = source[:1024], source[-2048:]
+    else:
+        with open(source, "rb") as f:
+            head = f.read(1024)
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 2048))
+            tail = f.read()
+    if b"%PDF-" not in head:
+        return f"not a PDF: the file does not start with %PDF- (it starts with {head[:16]!r})"
+    if b"%%EOF" not in tail:
+        return "truncated PDF: it ends before its %%EOF trailer (an interrupted download or copy?)"
+    return "corrupt PDF"
 
 
 def _render_pdf_page(pdf: pdfium.PdfDocument, index: int, opts: RenderOptions) -> _Encoded:
@@ -176,9 +199,27 @@ def _render_pdf_page(pdf: pdfium.PdfDocument, index: int, opts: RenderOptions) -
         page.close()
 
 
+# The default floor of ``RenderOptions.min_page_side``, 640 px, comes from vLLM's DeepSeek-OCR
+# processor (``vllm/transformers_utils/processors/deepseek_ocr.py``, ``tokenize_with_images``): it
+# pads and resizes any image of at most 640x640 px to its 1024 px global view and adds no tiles,
+# so at 144 DPI alone a tiny page (a 1-inch label: 144 px; a page whose MediaBox is in inches,
+# 8.5x11: 17x22 px) reached the model as a blurry blow-up, and figure boxes collapsed to zero
+# pixels. Rendering the vector page at 640 px costs no extra image tokens; more would switch the
+# processor to 640 px tiles, hundreds more tokens on every small page. A higher --dpi still
+# applies: the floor only raises the scale.
+
+
 def _pdf_scale(width: float, height: float, opts: RenderOptions) -> float:
-    """``dpi / 72``, lowered so that the rendered bitmap stays within ``max_page_pixels``."""
+    """``dpi / 72``, raised so that the longer side has at least ``min_page_side`` pixels, and
+    lowered so that the rendered bitmap stays within ``max_page_pixels`` (which wins)."""
     scale = opts.dpi / 72
+    long_side = max(width, height)
+    floor = opts.min_page_side
+    if 0 < long_side * scale < floor:
+        scale = floor / long_side
+        # pypdfium2 sizes the bitmap with ceil(): a rounding error must not make it 641 px.
+        while math.ceil(long_side * scale) > floor:
+            scale = math.nextafter(scale, 0.0)
     limit = opts.max_page_pixels
     if width * scale * height * scale > limit:
         scale = math.sqrt(limit / (width * height))

@@ -116,7 +116,8 @@ async def result_to_page(
     ref: DocumentRef, item: PageImage, result: ChatResult, attempts: int, num_pages: int | None, ctx: ExtractContext
 ) -> PageResult:
     """Parse the model's answer into a row, cropping the figures it located."""
-    layout = parse_layout(result.text.replace(EOS_TOKEN, ""), width=item.width, height=item.height, page=item.page)
+    # parse_layout drops the EOS token itself, after capping the length (no full copy here).
+    layout = parse_layout(result.text, width=item.width, height=item.height, page=item.page)
     status = "truncated" if result.finish_reason == "length" else "ok"
     error = None
     if status == "truncated":

@@ -210,15 +210,25 @@ def parse_layout(
     max_blocks: int = 4000,
     max_boxes_per_block: int = 64,
     max_chars: int = 2_000_000,
+    max_figures: int = 256,
+    max_figure_area: float = 4.0,
 ) -> PageLayout:
     """Parse one page of DeepSeek-OCR output (grounding or plain) sent as a ``width`` x
     ``height`` image. Never raises on malformed text: problems are fixed or skipped and noted
-    in ``warnings``. Text without tags becomes a single ``text`` block without boxes."""
+    in ``warnings``. Text without tags becomes a single ``text`` block without boxes.
+
+    Every figure becomes a crop stored in the row, so figures are capped per page: at most
+    ``max_figures``, and at most ``max_figure_area`` page areas of pixels in all (a real page's
+    figures barely overlap; hundreds of full-page boxes would make a gigabyte row). Boxes past
+    a cap stay in their block's ``boxes`` but get no figure."""
     warn = _Warnings()
-    text = (raw or "").replace(EOS, "")
+    text = raw or ""
+    # Cut before anything copies the text: memory stays bounded by max_chars, not by the input.
     if len(text) > max_chars:
         warn(f"output of {len(text)} characters truncated to {max_chars}")
         text = text[:max_chars]
+    text = text.replace(EOS, "")
+    figure_pixels, pixel_budget = 0, max_figure_area * max(width, 0) * max(height, 0)
     finder = _Finder(text)
     blocks: list[Block] = []
     figures: list[FigureBox] = []
@@ -251,6 +261,11 @@ def parse_layout(
                 warn(f"{where}: no usable box, no figure")
             # Official form: the tag becomes an image link plus "\n"; here one link per box.
             for box in boxes:
+                area = (box[2] - box[0]) * (box[3] - box[1])
+                if len(figures) >= max_figures or figure_pixels + area > pixel_budget:
+                    warn(f"{where}: over {max_figures} figures or {max_figure_area:g} page areas of figures, box {box} not cropped")
+                    continue
+                figure_pixels += area
                 figures.append(FigureBox(id=f"p{page}-f{len(figures) + 1}", bbox=box))
                 pieces.append(f"![](figure:{figures[-1].id})\n")
         block_text = add_text(text[content:end], label or "text")

@@ -102,9 +102,9 @@ def test_png_encoding(pdf3):
     ("data", "message"),
     [
         (make_pdf(encrypt="secret"), "encrypted PDF: a password is required"),
-        (make_pdf()[: len(make_pdf()) // 2], r"not a PDF or corrupt PDF \(PDFium: data format error\)"),
+        (make_pdf()[: len(make_pdf()) // 2], r"^truncated PDF: it ends before its %%EOF trailer .* \(PDFium: data format error\)$"),
         (b"", r"empty file \(0 bytes\)"),
-        (b"just text, no PDF", "not a PDF or corrupt PDF"),
+        (b"just text, no PDF", r"^not a PDF: the file does not start with %PDF- \(it starts with b'just text, no PD'\)"),
         (zero_page_pdf(), "^PDF has no pages$"),
         (make_pdf(encrypt="secret"), "encrypted PDF: a password is required"),  # after zero-pages
     ],
@@ -271,3 +271,14 @@ def test_dataset_row_pages_and_page_level_failures():
         count_pages(row(), OPTS)
     with pytest.raises(DocumentError, match="over the limit of 3"):
         count_pages(row(*[png()] * 4), RenderOptions(max_pages=3))
+
+
+@pytest.mark.parametrize(("min_side", "expected"), [(640, (640, 320)), (0, (144, 72)), (100, (144, 72))])
+def test_tiny_pages_render_at_the_minimum_side_unless_turned_off(tmp_path, min_side, expected):
+    import pypdfium2
+
+    label = pypdfium2.PdfDocument.new()
+    label.new_page(72, 36)  # 1 x 0.5 inch: 144 x 72 px at 144 DPI
+    label.save(str(tmp_path / "label.pdf"))
+    (page,) = render_pages(ref_for(tmp_path / "label.pdf", "pdf"), RenderOptions(min_page_side=min_side), 1, 1)
+    assert (page.width, page.height) == expected == decode(page).size

@@ -283,28 +283,40 @@ def test_label_with_tag_inside_is_not_a_label():
     assert_clean(layout)
 
 
+# name -> a builder of hostile model output of n units (the full size is FULL_UNITS units).
 ADVERSARIAL = {
-    "refs": "<|ref|>" * 200_000,
-    "ref_closes": "<|ref|>a<|/ref|>" * 100_000,
-    "unclosed_dets": "<|ref|>image<|/ref|><|det|>[[" * 70_000,
-    "brackets": "<|ref|>image<|/ref|><|det|>" + "[1]" * 600_000,
-    "digits": "<|ref|>image<|/ref|><|det|>" + "1" * 1_900_000,
-    "nested": "<|re" * 200_000 + "<|/det|>" + "f|>" * 200_000,
-    "links": "![" * 500_000,
+    "refs": lambda n: "<|ref|>" * (2 * n),
+    "ref_closes": lambda n: "<|ref|>a<|/ref|>" * n,
+    "unclosed_dets": lambda n: "<|ref|>image<|/ref|><|det|>[[" * (7 * n // 10),
+    "brackets": lambda n: "<|ref|>image<|/ref|><|det|>" + "[1]" * (6 * n),
+    "digits": lambda n: "<|ref|>image<|/ref|><|det|>" + "1" * (19 * n),
+    "nested": lambda n: "<|re" * (2 * n) + "<|/det|>" + "f|>" * (2 * n),
+    "links": lambda n: "![" * (5 * n),
 }
+FULL_UNITS = 100_000
+
+
+def _parse_cpu_seconds(raw: str, max_blocks: int) -> float:
+    """CPU time of one parse (CPU, not wall: other test workers share the machine)."""
+    t0 = time.process_time()
+    layout = parse(raw, max_blocks=max_blocks, max_chars=3_000_000)
+    links = list(FIGURE_LINK.finditer(layout.markdown))
+    elapsed = time.process_time() - t0
+    assert len(links) == len(layout.figures)
+    assert_clean(layout)
+    return elapsed
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 @pytest.mark.parametrize("max_blocks", [4000, 10**9])
 def test_adversarial_input_is_linear(name, max_blocks):
-    raw = ADVERSARIAL[name]
-    t0 = time.perf_counter()
-    layout = parse(raw, max_blocks=max_blocks, max_chars=3_000_000)
-    links = list(FIGURE_LINK.finditer(layout.markdown))
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 2.0, f"{name}: {elapsed:.2f}s"
-    assert len(links) == len(layout.figures)
-    assert_clean(layout)
+    build = ADVERSARIAL[name]
+    small = min(_parse_cpu_seconds(build(FULL_UNITS // 8), max_blocks) for _ in range(2))
+    full = _parse_cpu_seconds(build(FULL_UNITS), max_blocks)
+    # Eight times the input: a linear parser takes ~8x as long, a quadratic one ~64x. The
+    # absolute ceiling catches a parser that is linear but absurdly slow on megabytes.
+    assert full < 5.0, f"{name}: {full:.2f}s of CPU for {len(build(FULL_UNITS)):,} characters"
+    assert full < 24 * max(small, 0.02), f"{name}: {small:.3f}s -> {full:.3f}s for 8x the input"
 
 
 FRAGMENTS = [

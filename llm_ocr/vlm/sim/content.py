@@ -217,8 +217,12 @@ def truncate_to_tokens(text: str, max_tokens: int, tokens_per_char: float) -> tu
 
 def bad_boxes_text(digest: bytes) -> str:
     """Grounding markup a robust parser must survive: boxes out of range, inverted,
-    non-numeric, unbalanced, and one block with a thousand boxes."""
+    non-numeric, unbalanced, one block with a thousand boxes, then (last, so a small max_tokens
+    cuts them off) degenerate boxes without area and absurdly many figures: 3 full-page ones,
+    5 image blocks of 64 small ones, 3 more full-page ones (about 7,800 tokens in all)."""
     many = ", ".join(f"[{i % 999}, {i % 7}, {i % 999 + 1}, {i % 7 + 1}]" for i in range(1000))
+    small = ", ".join(f"[{i * 15}, 900, {i * 15 + 10}, 910]" for i in range(64))
+    full_page = "<|ref|>image<|/ref|><|det|>[[0, 0, 999, 999]]<|/det|>\n\n"
     return (
         "<|ref|>title<|/ref|><|det|>[[120, -40, 5000, 99999]]<|/det|>\n# Out of range\n\n"
         "<|ref|>text<|/ref|><|det|>[[800, 900, 100, 50]]<|/det|>\nInverted box.\n\n"
@@ -227,6 +231,10 @@ def bad_boxes_text(digest: bytes) -> str:
         "<|ref|>text<|/ref|><|det|>[[10, 20, 30]]<|/det|>\nThree numbers.\n\n"
         "<|ref|>table<|/ref|><|det|>[[10, 20, 30, 40]\n<table><tr><td>unclosed det</td></tr></table>\n\n"
         f"<|ref|>text<|/ref|><|det|>[{many}]<|/det|>\nA thousand boxes.\n\n"
+        "<|ref|>image<|/ref|><|det|>[[500, 500, 500, 700], [10, 10, 300, 10]]<|/det|>\n\n"
+        + full_page * 3
+        + f"<|ref|>image<|/ref|><|det|>[{small}]<|/det|>\n\n" * 5
+        + full_page * 3
     )
 
 
