@@ -6,11 +6,14 @@ Every stage that talks to a model opens it with :func:`open_endpoint`, so "use t
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
+import random
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -60,14 +63,30 @@ class Endpoint:
     preset: str | None = None
 
 
-async def check_model(client: VlmClient) -> None:
-    """Fail early, before any work, if the endpoint is down or does not serve the model."""
-    try:
-        served = await client.served_models()
-    except EndpointDown as exc:
-        raise EndpointError(str(exc)) from exc
+async def check_model(client: VlmClient, wait: float = 0.0) -> None:
+    """Fail early, before any work, if the endpoint is down or does not serve the model.
+
+    An endpoint that refuses connections or answers 5xx is waited for, with backoff and jitter,
+    for up to ``wait`` seconds: a vLLM started beside this job (a sidecar container, another
+    process of the same platform task) only listens once its weights are loaded. A 401 or 404
+    fails at once.
+    """
+    deadline = time.monotonic() + wait
+    delay = 0.5
+    while True:
+        try:
+            served = await client.served_models()
+            break
+        except EndpointDown as exc:
+            left = deadline - time.monotonic()
+            if not exc.transient or left <= 0:
+                hint = f" (waited {wait:.0f}s, --dead-after)" if exc.transient and wait > 0 else ""
+                raise EndpointError(f"{exc}{hint}") from exc
+            log.warning("%s; retrying for up to %.0fs more (--dead-after)", exc, left)
+            await asyncio.sleep(min(left, random.uniform(delay / 2, delay)))
+            delay = min(delay * 2, 15.0)
     if client.model not in served:
-        raise EndpointError(f"endpoint {client.base_url} does not serve --model {client.model!r}; it serves {served}")
+        raise EndpointError(f"endpoint {client.display_url} does not serve --model {client.model!r}; it serves {served}")
 
 
 def choose_engine(options: ServerOptions) -> tuple[str, str, GpuPreset | None]:
@@ -139,7 +158,7 @@ async def open_endpoint(
         client = VlmClient(endpoint, model, api_key=api_key, options=client_options)
         named = (server_options.gpu_preset if server_options else None) or None
         try:
-            await check_model(client)
+            await check_model(client, wait=client_options.dead_after)
             yield Endpoint(client=client, metrics=lambda: _external_metrics(endpoint), preset=named)
         finally:
             await client.close()

@@ -143,6 +143,8 @@ class PageFlow:
         self.writer = self.writers[0]
         self.index = index
         self.counters = counters
+        if counters.pages_found is None:
+            counters.pages_found = 0  # counted by _produce: see RunCounters.reconciliation
         self.settings = settings
         self.storage_options = storage_options or {}
         self.stop = stop or asyncio.Event()
@@ -204,7 +206,9 @@ class PageFlow:
                 self.counters.docs_seen += 1
                 if self.index.is_document_done(ref.doc_id):
                     self.counters.docs_skipped += 1
-                    self.counters.pages_skipped += self.index.num_pages.get(ref.doc_id) or 0
+                    pages = self.index.num_pages.get(ref.doc_id) or 0
+                    self.counters.pages_skipped += pages
+                    self.counters.pages_found += pages
                     continue
                 await self._produce_document(ref)
         finally:
@@ -216,10 +220,13 @@ class PageFlow:
             num_pages = await self.pool.run(count_pages, local, self.render)
         except (DocumentError, OSError) as exc:
             failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
+            self.counters.pages_found += 1  # the document's one error row
             await self._queue.put((ref, None, [failure], None))
             return
         done = self.index.done_pages.get(ref.doc_id, set())
         todo = [p for p in range(1, num_pages + 1) if p not in done]
+        # Counted from the input, not from the rows: the end-of-run line checks the rows against it.
+        self.counters.pages_found += num_pages
         self.counters.pages_skipped += num_pages - len(todo)
         chunks = [todo[i : i + CHUNK_PAGES] for i in range(0, len(todo), CHUNK_PAGES)]
         if not chunks:
@@ -249,7 +256,15 @@ class PageFlow:
             for item in items:
                 if self.stop.is_set() or self._fatal is not None:
                     return
-                await self._slots.acquire()
+                # SIGTERM (or a fatal error) may come while we wait for a slot: intake has
+                # stopped, so this page must not be sent (the rerun does it), and the wait
+                # must end at once (with every slot on a hung request it could outlast any
+                # grace period: the grace period starts only when this loop returns).
+                if not await acquire_unless_stopped(self._slots, self.stop):
+                    return
+                if self._fatal is not None:
+                    self._slots.release()
+                    return
                 seq = self._seq
                 self._seq += 1
                 task = asyncio.create_task(self._handle(ref, item, num_pages, seq))
@@ -303,6 +318,32 @@ class PageFlow:
             await asyncio.gather(*pending, return_exceptions=True)
 
 
+async def acquire_unless_stopped(semaphore: asyncio.Semaphore, stop: asyncio.Event) -> bool:
+    """Acquire ``semaphore`` unless ``stop`` is set first; True if acquired (and not stopped)."""
+    if stop.is_set():
+        return False
+    if not semaphore.locked():  # a free slot: taken at once, no tasks (the hot path of a run)
+        return await semaphore.acquire()
+    acquire = asyncio.ensure_future(semaphore.acquire())
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not acquire.done():
+            acquire.cancel()
+    try:
+        await acquire
+    except asyncio.CancelledError:
+        if not acquire.cancelled():
+            raise  # we ourselves are being cancelled
+        return False
+    if stop.is_set():  # both happened: stopping wins, the slot goes back
+        semaphore.release()
+        return False
+    return True
+
+
 def _keep(future: asyncio.Future[list[Any]], pages: set[int]) -> Awaitable[list[Any]]:
     """Wrap a render future so only the requested pages come back (the rest are done already)."""
 
@@ -310,16 +351,17 @@ def _keep(future: asyncio.Future[list[Any]], pages: set[int]) -> Awaitable[list[
         items = await future
         return [item for item in items if item.page in pages]
 
-    awaitable = filtered()
-    return _Pending(awaitable, sorted(pages))
+    return _Pending(filtered, sorted(pages))
 
 
 class _Pending:
     """An awaitable render result that remembers which pages it stands for."""
 
-    def __init__(self, awaitable: Awaitable[list[Any]], pages: list[int]) -> None:
-        self._awaitable = awaitable
+    def __init__(self, make: Callable[[], Awaitable[list[Any]]], pages: list[int]) -> None:
+        # The coroutine is made only when awaited: entries an interrupted run never reaches
+        # used to leave "coroutine ... was never awaited" warnings on stderr.
+        self._make = make
         self.pages = pages
 
     def __await__(self):  # type: ignore[no-untyped-def]
-        return self._awaitable.__await__()
+        return self._make().__await__()

@@ -28,6 +28,11 @@ class RunCounters:
     docs_finished: int = 0
     pages: Counter[str] = field(default_factory=Counter)
     pages_skipped: int = 0
+    #: Pages the input holds in the documents this run reached (a document that cannot be read
+    #: counts one, for its error row), counted from the input and not from the rows written, so
+    #: that the end-of-run line can catch a page that got no row. None: not counted (then the
+    #: line can only restate the rows).
+    pages_found: int | None = None
     in_flight: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -64,14 +69,31 @@ class RunCounters:
             )
         return " | ".join(parts)
 
+    @property
+    def pages_seen(self) -> int:
+        """Pages of the input this run reached (see ``pages_found``)."""
+        return self.pages_done + self.pages_skipped if self.pages_found is None else self.pages_found
+
+    @property
+    def pages_left(self) -> int:
+        """Pages seen that got no row (interrupted or stopped: the rerun does them)."""
+        return self.pages_seen - self.pages_done - self.pages_skipped
+
     def reconciliation(self) -> str:
-        """The end-of-run accounting line: every page seen is ok, truncated, error or done before."""
-        seen = self.pages_done + self.pages_skipped
+        """The end-of-run accounting line: every page seen is ok, truncated, error or done before.
+
+        Pages seen are counted from the input (``pages_found``), so the equation can fail: pages
+        left without a row are named (an interrupted run leaves some for the rerun), and a count
+        that does not add up says MISMATCH.
+        """
+        left = self.pages_left
         return (
-            f"[{self.stage} shard {self.shard + 1}/{self.num_shards}] pages seen {seen} = "
+            f"[{self.stage} shard {self.shard + 1}/{self.num_shards}] pages seen {self.pages_seen} = "
             f"ok {self.pages['ok']} + truncated {self.pages['truncated']} + error {self.pages['error']}"
-            f" + done earlier {self.pages_skipped}; documents {self.docs_seen}"
-            f" ({self.docs_skipped} already complete)"
+            f" + done earlier {self.pages_skipped}"
+            + (f" + left for the rerun {left}" if left > 0 else "")
+            + (f" MISMATCH: {-left} row(s) more than pages seen" if left < 0 else "")
+            + f"; documents {self.docs_seen} ({self.docs_skipped} already complete)"
         )
 
     def summary(self) -> dict[str, Any]:
@@ -88,6 +110,7 @@ class RunCounters:
                 "error": self.pages["error"],
                 "total": self.pages_done,
                 "skipped": self.pages_skipped,
+                "seen": self.pages_seen,
             },
             "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
             "wall_time_s": round(elapsed, 3),

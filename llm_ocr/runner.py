@@ -203,15 +203,32 @@ async def _extract_with(
     finally:
         await reporter.stop()
         pool.close()
+        # In the finally: a run stopped by a dead endpoint or store ends with the line too.
+        log.info(counters.reconciliation())
     stats = counters.summary()
-    log.info(counters.reconciliation())
     if stop is not None and stop.is_set():
         log.warning("interrupted: %d page(s) saved this run; rerun the same command to resume", counters.pages_done)
         return ShardOutcome(EXIT_INTERRUPTED, stats)
     stats["gpu"] = gpu_cost(stats["wall_time_s"], endpoint.preset, job.gpu_price_per_hour)
-    stats["reconciled"] = stats["pages"]["ok"] + stats["pages"]["truncated"] + stats["pages"]["error"] == stats["pages"]["total"]
+    if not reconciled(stats, counters):
+        return ShardOutcome(EXIT_PAGES_FAILED, stats)
     await asyncio.to_thread(write_marker, out, "extract", shard, num_shards, stats)
     return ShardOutcome(EXIT_PAGES_FAILED if counters.pages["error"] else EXIT_OK, stats)
+
+
+def reconciled(stats: dict[str, Any], counters: RunCounters) -> bool:
+    """Record in ``stats`` whether every page of the input the run reached got a row.
+
+    A shard that does not reconcile must get no completion marker: a rerun would skip it and
+    the pages without a row would be lost; without the marker the rerun redoes them.
+    """
+    stats["reconciled"] = counters.pages_left == 0
+    if not stats["reconciled"]:
+        log.error(
+            "the rows do not reconcile with the input (%s); no completion marker written, rerun to redo the missing pages",
+            counters.reconciliation(),
+        )
+    return stats["reconciled"]
 
 
 def _extract_handler(ref, item, num_pages, *, ctx: ExtractContext):  # type: ignore[no-untyped-def]

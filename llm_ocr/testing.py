@@ -50,6 +50,7 @@ class SimulatedServer:
         wait_ready: wait for ``/health`` 200 in :meth:`start` (False: only for the port).
         python: interpreter to run the server with (default: this one).
         env: extra environment variables for the server process.
+        port: the port to listen on (default 0: a free one the OS picks).
 
     Subclasses run another server with the same command-line contract (``--port 0
     --port-file --request-log``) by setting :attr:`module` and :attr:`label`.
@@ -69,8 +70,10 @@ class SimulatedServer:
         wait_ready: bool = True,
         python: str | None = None,
         env: dict[str, str] | None = None,
+        port: int = 0,
     ) -> None:
         self.args = [str(a) for a in args]
+        self._listen_port = port  # 0: the OS picks a free one
         if corpus is not None:
             for c in corpus if isinstance(corpus, list) else [corpus]:
                 self.args += ["--corpus", os.fspath(c)]
@@ -105,7 +108,7 @@ class SimulatedServer:
             raise SimulatedServerError("already started")
         self._tmp = tempfile.mkdtemp(prefix="llm-ocr-sim-")
         port_file = Path(self._tmp) / "port"
-        cmd = [self.python, "-m", self.module, *self.args, "--port", "0", "--port-file", str(port_file)]
+        cmd = [self.python, "-m", self.module, *self.args, "--port", str(self._listen_port), "--port-file", str(port_file)]
         if self._request_log_arg is not False:
             self.request_log = Path(
                 self._request_log_arg if isinstance(self._request_log_arg, (str, os.PathLike))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,6 +34,23 @@ def keys(rows):
     return sorted((r["doc_id"], r["page"]) for r in rows)
 
 
+def corpus_keys(documents: int, pages: int) -> list[tuple[str, int]]:
+    """Every (doc_id, page) of a make_corpus corpus, sorted: the exactly-once target."""
+    return [(f"doc{d:03d}.pdf", p) for d in range(documents) for p in range(1, pages + 1)]
+
+
+SEEN = re.compile(
+    r"\[extract shard (\d+)/(\d+)\] pages seen (\d+) = ok (\d+) \+ truncated (\d+) \+ error (\d+)"
+    r" \+ done earlier (\d+)(?: \+ left for the rerun (\d+))?;"
+)
+
+
+def summary_lines(stderr: str) -> list[dict[str, int]]:
+    """The end-of-run accounting lines of a run's stderr, as numbers."""
+    names = ("shard", "num_shards", "seen", "ok", "truncated", "error", "earlier", "left")
+    return [dict(zip(names, (int(g or 0) for g in m.groups()))) for m in SEEN.finditer(stderr)]
+
+
 @pytest.mark.parametrize("kind", ["error", "reset", "hang"])
 def test_transient_server_faults_are_retried_and_attempts_recorded(tmp_path: Path, kind: str) -> None:
     make_corpus(tmp_path / "docs", documents=3, pages=1)
@@ -41,8 +59,11 @@ def test_transient_server_faults_are_retried_and_attempts_recorded(tmp_path: Pat
         assert warm.returncode == 0
         server.inject(kind, count=2, status=503, seconds=30)
         result = extract([tmp_path / "docs"], tmp_path / "out", server, "--request-timeout", "1.5", "--max-in-flight", "1")
+        applied = server.stats()["faults_applied"]
     assert result.returncode == 0, result.stderr
+    assert applied == {kind: 2}  # the simulator's fault option really fired, twice
     rows = read_stage(tmp_path / "out", "extract")
+    assert [(r["doc_id"], r["page"]) for r in rows] == corpus_keys(3, 1)  # each page once, in order
     assert [r["status"] for r in rows] == ["ok"] * 3
     # The first page absorbed both faults: three attempts, recorded on its row.
     assert [r["attempts"] for r in rows] == [3, 1, 1]
@@ -55,7 +76,9 @@ def test_timeouts_count_from_sending_not_from_queueing(tmp_path: Path) -> None:
         # waits in our queue, not on the wire, so none may time out.
         result = extract([tmp_path / "docs"], tmp_path / "out", server, "--request-timeout", "1.2", "--max-in-flight", "1")
     assert result.returncode == 0, result.stderr
-    assert {r["attempts"] for r in read_stage(tmp_path / "out", "extract")} == {1}
+    rows = read_stage(tmp_path / "out", "extract")
+    assert keys(rows) == corpus_keys(6, 1)  # every page once
+    assert [(r["status"], r["attempts"]) for r in rows] == [("ok", 1)] * 6
 
 
 def test_retries_are_bounded_and_the_page_gets_an_error_row(tmp_path: Path) -> None:
@@ -89,31 +112,204 @@ def test_dead_external_endpoint_stops_the_run_instead_of_failing_every_page(tmp_
     assert "answered nothing successfully" in stderr and "rerun to resume" in stderr
     saved = read_stage(tmp_path / "out", "extract")
     assert saved and all(r["status"] == "ok" for r in saved)  # no page was burnt as an error
+    # A stopped run still ends with its accounting line; what it did not do is named.
+    (line,) = summary_lines(stderr)
+    assert line["ok"] == len(saved) and line["error"] == 0 and line["left"] == line["seen"] - len(saved) > 0
     with SimulatedServer(corpus=tmp_path / "docs") as again:
         assert extract([tmp_path / "docs"], tmp_path / "out", again).returncode == 0
     rows = read_stage(tmp_path / "out", "extract")
-    assert len(rows) == 24 == len(set(keys(rows)))
+    assert keys(rows) == corpus_keys(12, 2)  # 24 pages, each exactly once
+
+
+def test_summary_lines_reconcile_every_shard_and_status_reports_the_same(tmp_path: Path) -> None:
+    make_corpus(tmp_path / "docs", documents=6, pages=2)
+    (tmp_path / "docs/zz-broken.pdf").write_bytes(b"%PDF-1.7\n" + b"\x00" * 100)  # one error row, page 0
+    out = tmp_path / "out"
+    # --loop-rate: some pages loop to max_tokens on every attempt (truncated rows); two
+    # permanent HTTP 400s give error rows: all three outcomes in the accounting.
+    with SimulatedServer("--loop-rate", "0.3", "--seed", "5", corpus=tmp_path / "docs") as server:
+        server.inject("error", count=2, status=400)
+        shards = [extract([tmp_path / "docs"], out, server, "--num-shards", "2", "--shard-index", str(i),
+                          "--max-tokens", "300") for i in range(2)]
+        status = json.loads(run_cli("status", str(out), "--json").stdout)
+        text = run_cli("status", str(out)).stdout
+        (out / "_state/extract/done-00000-of-00002.json").unlink()
+        again = extract([tmp_path / "docs"], out, server, "--num-shards", "2", "--shard-index", "0", "--max-tokens", "300")
+    (extract_status,) = status
+    total = {"ok": 0, "truncated": 0, "error": 0}
+    for index, result in enumerate(shards):
+        (line,) = summary_lines(result.stderr)
+        stats = json.loads(result.stdout.strip().splitlines()[-1])
+        assert line["shard"] == index + 1 and line["earlier"] == line["left"] == 0
+        assert line["seen"] == line["ok"] + line["truncated"] + line["error"] == stats["pages"]["seen"]
+        assert stats["reconciled"] is True
+        counts = {k: line[k] for k in total}
+        # The run's own line and `status` (which reads only the parts) agree, shard by shard.
+        assert extract_status["shards"][f"{index:05d}-of-00002"] == {k: v for k, v in counts.items() if v}
+        total = {k: total[k] + counts[k] for k in total}
+    assert sum(total.values()) == 13 == extract_status["rows"]  # 6 x 2 pages + the broken file
+    assert total["ok"] and total["truncated"] and total["error"] == 3
+    assert extract_status["by_status"] == {k: v for k, v in total.items() if v} and extract_status["duplicates"] == 0
+    assert f"extract: 13 pages = error 3, ok {total['ok']}, truncated {total['truncated']}; shards finished: 2" in text
+    # A rerun of shard 0: it sees the same pages; what was done is "done earlier", the failed
+    # pages are tried again (the broken file fails again).
+    (first,) = summary_lines(shards[0].stderr)
+    (line,) = summary_lines(again.stderr)
+    assert line["seen"] == first["seen"] and line["earlier"] == first["ok"] + first["truncated"]
+    assert line["seen"] == line["ok"] + line["truncated"] + line["error"] + line["earlier"] and line["left"] == 0
+    rows = read_stage(out, "extract")
+    assert len(rows) == 13 == len(set(keys(rows)))
+
+
+def test_random_server_faults_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    # The simulator's random fault options all at once: HTTP 500s, connection resets, hangs
+    # and repetition loops, reproducible with --seed.
+    make_corpus(tmp_path / "docs", documents=10, pages=3)
+    with SimulatedServer("--error-rate", "0.2", "--reset-rate", "0.15", "--hang-rate", "0.1", "--loop-rate", "0.1",
+                         "--seed", "11", corpus=tmp_path / "docs") as server:
+        result = extract([tmp_path / "docs"], tmp_path / "out", server, "--max-in-flight", "4", "--request-timeout", "1",
+                         "--max-attempts", "4", "--max-tokens", "300", timeout=240)
+        applied = server.stats()["faults_applied"]
+    assert result.returncode in (0, 1), result.stderr
+    assert {"error", "reset", "hang", "loop"} <= set(applied), applied
+    rows = read_stage(tmp_path / "out", "extract")
+    assert keys(rows) == corpus_keys(10, 3)  # 30 pages, each exactly once
+    for row in rows:
+        assert row["status"] in ("ok", "truncated", "error") and 1 <= row["attempts"]
+        if row["status"] == "error":  # only after the whole attempt budget, with the reason
+            assert row["attempts"] >= 4 and row["error"].split(":")[0] in ("HTTP 500", "connection error", "request timed out")
+    assert sum(r["attempts"] for r in rows) > 30  # faults were retried on the pages that met them
+    (line,) = summary_lines(result.stderr)
+    by_status = {s: sum(r["status"] == s for r in rows) for s in ("ok", "truncated", "error")}
+    assert (line["seen"], line["ok"], line["truncated"], line["error"], line["left"]) == (
+        30, by_status["ok"], by_status["truncated"], by_status["error"], 0)
+
+
+def test_hung_external_endpoint_stops_the_run_instead_of_failing_every_page(tmp_path: Path) -> None:
+    # A wedged server: it accepts every request and never answers (--hang-rate 1). Only
+    # timeouts come back; after --dead-after of nothing succeeding the run must stop, not give
+    # all 24 pages an error row after their attempts.
+    make_corpus(tmp_path / "docs", documents=12, pages=2)
+    with SimulatedServer("--hang-rate", "1", corpus=tmp_path / "docs") as wedged:
+        started = time.monotonic()
+        result = extract(
+            [tmp_path / "docs"], tmp_path / "out", wedged, "--max-in-flight", "2", "--request-timeout", "0.5",
+            "--max-attempts", "2", "--dead-after", "2",
+        )
+        assert time.monotonic() - started < 30
+    assert result.returncode == 2, result.stderr
+    assert "has answered nothing successfully" in result.stderr and "last error: request timed out" in result.stderr
+    burnt = read_stage(tmp_path / "out", "extract")
+    # At most the pages in flight before --dead-after passed got an error row.
+    assert len(burnt) <= 4 and {r["status"] for r in burnt} <= {"error"}
+    assert not (tmp_path / "out/_state/extract/done-00000-of-00001.json").exists()
+    with SimulatedServer(corpus=tmp_path / "docs") as healthy:
+        assert extract([tmp_path / "docs"], tmp_path / "out", healthy).returncode == 0
+    rows = read_stage(tmp_path / "out", "extract")
+    assert keys(rows) == corpus_keys(12, 2) and {r["status"] for r in rows} == {"ok"}  # errors retried, once
+
+
+def test_slow_starting_external_endpoint_gets_backoff_then_a_clean_stop_or_the_run(tmp_path: Path) -> None:
+    # The simulator's --startup-delay: it listens and lists its model, but answers 503 to
+    # chat requests until it is ready (like a server still loading weights behind a proxy).
+    make_corpus(tmp_path / "docs", documents=3, pages=2)
+    with SimulatedServer("--startup-delay", "600", corpus=tmp_path / "docs", wait_ready=False) as never_ready:
+        impatient = extract([tmp_path / "docs"], tmp_path / "out", never_ready, "--dead-after", "1", "--backoff-max", "0.2")
+        tried = never_ready.stats()["responses"].get("503", 0)  # chat requests refused while starting
+    assert impatient.returncode == 2 and "has answered nothing successfully" in impatient.stderr
+    assert read_stage(tmp_path / "out", "extract") == []  # a clean stop: no page burnt
+    assert 1 < tried < 100  # retried with backoff for --dead-after, not in a tight loop
+    with SimulatedServer("--startup-delay", "4", corpus=tmp_path / "docs", wait_ready=False) as slow:
+        started = time.monotonic()
+        patient = extract([tmp_path / "docs"], tmp_path / "out", slow, "--dead-after", "60", "--backoff-max", "0.5")
+        waited = time.monotonic() - started
+        refused = slow.stats()["responses"].get("503", 0)
+    assert patient.returncode == 0, patient.stderr
+    rows = read_stage(tmp_path / "out", "extract")
+    assert keys(rows) == corpus_keys(3, 2) and {r["status"] for r in rows} == {"ok"}
+    assert rows[0]["attempts"] > 1 and waited < 60  # the 503s were retried on the page, and recorded
+    assert 0 < refused < 100  # with backoff, not in a tight loop
+
+
+def test_external_endpoint_not_listening_yet_is_waited_for(tmp_path: Path) -> None:
+    # A real vLLM only listens once its weights are loaded: an endpoint started beside the job
+    # (a sidecar container) refuses connections at first. The run waits, then does every page.
+    from llm_ocr.vlm.engines import free_port
+
+    make_corpus(tmp_path / "docs", documents=2, pages=2)
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llm_ocr.cli", "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"),
+         "--endpoint", f"http://127.0.0.1:{port}/v1", "--workers", "0", "--progress", "off", "--dead-after", "60"],
+        cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        # Start the server only once the run has found nothing listening and said it waits.
+        seen: list[str] = []
+        assert process.stderr is not None
+        for line in process.stderr:
+            seen.append(line)
+            if "retrying for up to" in line:
+                break
+        assert process.poll() is None, "".join(seen)  # still waiting, not given up
+        with SimulatedServer(corpus=tmp_path / "docs", port=port):
+            _, rest = process.communicate(timeout=60)
+        stderr = "".join(seen) + rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr
+    assert "is not answering" in stderr and "retrying for up to" in stderr
+    rows = read_stage(tmp_path / "out", "extract")
+    assert keys(rows) == corpus_keys(2, 2) and [r["attempts"] for r in rows] == [1] * 4
+
+
+def test_slow_starting_managed_server_is_waited_for(tmp_path: Path) -> None:
+    from tests.test_managed_server_e2e import fake_env
+
+    make_corpus(tmp_path / "docs", documents=2, pages=2)
+    started = time.monotonic()
+    result = run_cli(
+        "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"), "--engine", "vllm", "--workers", "0",
+        env=fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=f"--corpus {tmp_path / 'docs'} --startup-delay 4"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started >= 4
+    rows = read_stage(tmp_path / "out", "extract")
+    assert keys(rows) == corpus_keys(2, 2) and [r["attempts"] for r in rows] == [1] * 4  # waited, not retried
 
 
 @pytest.mark.parametrize("kind", ["empty", "untagged", "bad_boxes"])
 def test_degenerate_answers_still_give_valid_rows(tmp_path: Path, kind: str) -> None:
     make_pdf(tmp_path / "a.pdf", pages=1)
-    with SimulatedServer(corpus=tmp_path / "a.pdf") as server:
+    # bad_boxes is ~7,800 tokens long: a context with room for all of it, so it is not cut.
+    with SimulatedServer("--max-model-len", "16384", corpus=tmp_path / "a.pdf") as server:
         server.inject(kind, count=1)
         result = extract([tmp_path / "a.pdf"], tmp_path / "out", server)
     assert result.returncode == 0, result.stderr
-    (row,) = read_stage(tmp_path / "out", "extract")
-    assert row["status"] == "ok"
+    (row,) = read_stage(tmp_path / "out", "extract")  # exactly one row for the one page
+    assert (row["doc_id"], row["page"], row["status"], row["attempts"]) == ("a.pdf", 1, "ok", 1)
     assert "<|ref|>" not in row["markdown"] and "<|det|>" not in row["markdown"]
-    for figure in row["figures"]:
-        x1, y1, x2, y2 = figure["bbox"]
+    boxes = [f["bbox"] for f in row["figures"]] + [b for block in row["blocks"] for b in block["boxes"]]
+    for x1, y1, x2, y2 in boxes:  # no box out of range, inverted or without area survives
         assert 0 <= x1 < x2 <= row["width"] and 0 <= y1 < y2 <= row["height"]
     if kind == "empty":
         assert row["markdown"] == "" and row["error"] == "model returned no text"
     if kind == "untagged":
         assert row["markdown"].strip() and row["blocks"][0]["boxes"] == []
     if kind == "bad_boxes":
-        assert "repaired" in (row["error"] or "")
+        assert row["error"].startswith("output repaired: ") and "outside 0..999, clamped" in row["error"]
+        by_text = {b["text"]: b for b in row["blocks"]}
+        page = [0, 0, row["width"], row["height"]]
+        assert by_text["# Out of range"]["boxes"] == [[int(120 / 999 * row["width"]), 0, row["width"], row["height"]]]
+        assert len(by_text["A thousand boxes."]["boxes"]) == 64  # capped per block
+        # Absurdly many figures: capped at 256 per page and at 4 page areas of pixels in all
+        # (3 full-page boxes + 253 small ones); the two boxes without area are dropped.
+        area = sum((x2 - x1) * (y2 - y1) for x1, y1, x2, y2 in (f["bbox"] for f in row["figures"]))
+        assert len(row["figures"]) == 256 and area <= 4 * row["width"] * row["height"]
+        assert [f["bbox"] for f in row["figures"][:3]] == [page] * 3
+        assert all(f["image"] for f in row["figures"])  # every figure kept was cropped
+        assert len(row["markdown"].split("](figure:")) - 1 == 256
 
 
 def test_sigterm_flushes_completed_rows_exits_3_and_the_rerun_completes(tmp_path: Path) -> None:
@@ -135,10 +331,59 @@ def test_sigterm_flushes_completed_rows_exits_3_and_the_rerun_completes(tmp_path
         # Nothing was flushed on the timer (600 s): these rows were flushed by the shutdown.
         saved = read_stage(tmp_path / "out", "extract")
         assert 2 <= len(saved) < 16 and {r["status"] for r in saved} == {"ok"}
+        assert len(set(keys(saved))) == len(saved)
+        (line,) = summary_lines(stderr)
+        assert line["ok"] == len(saved) and line["left"] == line["seen"] - len(saved)
         assert not (tmp_path / "out/_state/extract/done-00000-of-00001.json").exists()
+        rerun = extract([tmp_path / "docs"], tmp_path / "out", server)
+        assert rerun.returncode == 0
+    (line,) = summary_lines(rerun.stderr)
+    assert (line["seen"], line["earlier"], line["ok"], line["left"]) == (16, len(saved), 16 - len(saved), 0)
+    rows = read_stage(tmp_path / "out", "extract")
+    assert keys(rows) == corpus_keys(8, 2)  # 16 pages, each exactly once
+
+
+def test_sigterm_with_every_slot_hung_abandons_them_after_the_grace_period(tmp_path: Path) -> None:
+    make_corpus(tmp_path / "docs", documents=8, pages=2)
+    with SimulatedServer("--prefill-ms", "300", "--slots", "2", corpus=tmp_path / "docs") as server:
+        args = [
+            sys.executable, "-m", "llm_ocr.cli", "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"),
+            "--endpoint", server.base_url, "--workers", "0", "--progress", "off", "--max-in-flight", "2",
+            "--grace-period", "1", "--flush-interval", "600", "--request-timeout", "120",
+        ]
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            deadline = time.monotonic() + 60
+            while server.stats().get("requests", 0) < 3:
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+            # From now on every request hangs (a wedged server): both slots end up on one.
+            server.inject("hang", count=100, seconds=600)
+            while server.stats().get("faults_applied", {}).get("hang", 0) < 2:
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+            sent = server.stats()["requests"]
+            signalled = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            _, stderr = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        # Bounded: the 1 s grace period, not the 120 s request timeout (start-up and the final
+        # write are the rest).
+        assert time.monotonic() - signalled < 15
+        assert process.returncode == 3, stderr
+        assert "abandoned 2 page(s) still in flight after the 1s grace period" in stderr
+        # Intake stopped at the signal: not one more page was sent.
+        assert server.stats()["requests"] == sent
+        saved = read_stage(tmp_path / "out", "extract")  # flushed at shutdown (timer: 600 s)
+        assert len(saved) == sent - 2 and {r["status"] for r in saved} == {"ok"}
+        (line,) = summary_lines(stderr)
+        assert line["ok"] == len(saved) and line["left"] == line["seen"] - len(saved)
+        server.clear_faults()
         assert extract([tmp_path / "docs"], tmp_path / "out", server).returncode == 0
     rows = read_stage(tmp_path / "out", "extract")
-    assert len(rows) == 16 == len(set(keys(rows)))
+    assert keys(rows) == corpus_keys(8, 2)  # the abandoned pages were redone, nothing twice
 
 
 def test_a_cut_off_part_is_detected_removed_and_redone(tmp_path: Path) -> None:
@@ -157,7 +402,7 @@ def test_a_cut_off_part_is_detected_removed_and_redone(tmp_path: Path) -> None:
         assert "unreadable part" in result.stderr
         assert len(server.requests()) == 6 + 2
     rows = read_stage(tmp_path / "out", "extract")
-    assert len(rows) == 6 == len(set(keys(rows)))
+    assert keys(rows) == corpus_keys(3, 2)  # the cut part's 2 pages redone, each page once
 
 
 def _hostile_corpus(folder: Path) -> dict[str, str]:
@@ -166,7 +411,8 @@ def _hostile_corpus(folder: Path) -> dict[str, str]:
     make_pdf(folder / "good.pdf", pages=1)
     good = (folder / "good.pdf").read_bytes()
     (folder / "truncated.pdf").write_bytes(good[: len(good) // 2])
-    (folder / "corrupt.pdf").write_bytes(b"%PDF-1.7\n" + os.urandom(2000))
+    (folder / "corrupt.pdf").write_bytes(b"%PDF-1.7\n" + os.urandom(2000) + b"\n%%EOF\n")
+    (folder / "not-a-pdf.pdf").write_bytes(b"<html>an error page saved as .pdf</html>\n")
     (folder / "empty.pdf").write_bytes(b"")
     zero = pypdfium2.PdfDocument.new()
     zero.save(str(folder / "zero-pages.pdf"))
@@ -189,24 +435,30 @@ def _hostile_corpus(folder: Path) -> dict[str, str]:
     (folder / "name with spaces.png").write_bytes((REPO / "samples/notes.png").read_bytes())
     (folder / "ünïcødé-文件.png").write_bytes((REPO / "samples/notes.png").read_bytes())
     (folder / "..dots..png").write_bytes((REPO / "samples/notes.png").read_bytes())
+    # The exact message of each bad file ("=" prefix: the whole message; otherwise its start),
+    # or "ok" with the page size the model was sent.
     return {
-        "good.pdf": "ok",
-        "truncated.pdf": "PDF",
-        "corrupt.pdf": "PDF",
-        "empty.pdf": "empty file",
-        "zero-pages.pdf": "no pages",
-        "encrypted.pdf": "password",
-        "a0-poster.pdf": "ok",
-        "bomb.png": "decompression bomb",
-        "cmyk.jpg": "ok",
-        "sixteen-bit.png": "ok",
-        "palette.png": "ok",
-        "alpha.png": "ok",
-        "animated.gif": "ok",
-        "text.png": "not a readable image",
-        "name with spaces.png": "ok",
-        "ünïcødé-文件.png": "ok",
-        "..dots..png": "ok",
+        "good.pdf": "ok 1224x1584",
+        "truncated.pdf": "=truncated PDF: it ends before its %%EOF trailer (an interrupted download or copy?)"
+        " (PDFium: data format error)",
+        "corrupt.pdf": "=corrupt PDF (PDFium: data format error)",
+        "not-a-pdf.pdf": "=not a PDF: the file does not start with %PDF- (it starts with b'<html>an error p')"
+        " (PDFium: data format error)",
+        "empty.pdf": "=empty file (0 bytes)",
+        "zero-pages.pdf": "=PDF has no pages",
+        "encrypted.pdf": "=encrypted PDF: a password is required",
+        "a0-poster.pdf": "ok 2911x4115",  # scaled down to the page-pixel budget
+        "bomb.png": "=image is 30000x30000 = 900000000 pixels, over the limit of 120000000 (max_image_pixels); "
+        "likely a decompression bomb",
+        "cmyk.jpg": "ok 400x300",
+        "sixteen-bit.png": "ok 400x300",
+        "palette.png": "ok 400x300",
+        "alpha.png": "ok 400x300",
+        "animated.gif": "ok 200x100",  # the first frame is the page
+        "text.png": "=not a readable image: no image format recognises the data",
+        "name with spaces.png": "ok 1200x900",
+        "ünïcødé-文件.png": "ok 1200x900",
+        "..dots..png": "ok 1200x900",
     }
 
 
@@ -215,19 +467,25 @@ def test_hostile_corpus_runs_to_completion_with_specific_errors(tmp_path: Path) 
     with SimulatedServer() as server:
         result = extract([tmp_path / "hostile"], tmp_path / "out", server)
     assert result.returncode == 1, result.stderr
-    rows = {r["doc_id"]: r for r in read_stage(tmp_path / "out", "extract")}
-    assert set(rows) == set(expected)
-    for name, outcome in expected.items():
-        row = rows[name]
-        if outcome == "ok":
-            assert row["status"] == "ok" and row["page"] == 1, (name, row["error"])
+    rows = read_stage(tmp_path / "out", "extract")
+    assert sorted(r["doc_id"] for r in rows) == sorted(expected)  # one row per file: none lost, none twice
+    for row in rows:
+        outcome = expected[row["doc_id"]]
+        if outcome.startswith("ok"):
+            got = f"{row['status']} {row['width']}x{row['height']}"
+            assert got == outcome and row["page"] == 1 and row["error"] is None, (row["doc_id"], got, row["error"])
         else:
-            assert row["status"] == "error" and row["page"] == 0 and outcome in row["error"], (name, row["error"])
-    poster = rows["a0-poster.pdf"]
+            message = row["error"] or ""
+            specific = message == outcome[1:] if outcome.startswith("=") else message.startswith(outcome)
+            assert row["status"] == "error" and row["page"] == 0 and specific, (row["doc_id"], message)
+    poster = next(r for r in rows if r["doc_id"] == "a0-poster.pdf")
     assert poster["width"] * poster["height"] <= 12_000_000 and poster["height"] > 3000
+    (line,) = summary_lines(result.stderr)
+    assert (line["seen"], line["ok"], line["truncated"], line["error"], line["left"]) == (18, 10, 0, 8, 0)
     status = run_cli("status", str(tmp_path / "out"), "--json")
     (extract_status,) = json.loads(status.stdout)
     assert extract_status["rows"] == len(expected) and extract_status["duplicates"] == 0
+    assert extract_status["shards"] == {"00000-of-00001": {"ok": 10, "error": 8}}
 
 
 def test_a_five_thousand_page_pdf_completes_with_every_page_once(tmp_path: Path) -> None:
@@ -236,7 +494,7 @@ def test_a_five_thousand_page_pdf_completes_with_every_page_once(tmp_path: Path)
         big.new_page(612, 792)
     big.save(str(tmp_path / "big.pdf"))
     with SimulatedServer("--instant") as server:
-        result = extract([tmp_path / "big.pdf"], tmp_path / "out", server, "--dpi", "9", "--max-in-flight", "64", "--progress-interval", "5", timeout=300)
+        result = extract([tmp_path / "big.pdf"], tmp_path / "out", server, "--dpi", "9", "--min-page-side", "0", "--max-in-flight", "64", "--progress-interval", "5", timeout=300)
     assert result.returncode == 0, result.stderr
     rows = read_stage(tmp_path / "out", "extract")
     assert [r["page"] for r in rows] == list(range(1, 5001))
@@ -246,37 +504,76 @@ def test_a_five_thousand_page_pdf_completes_with_every_page_once(tmp_path: Path)
 def test_finevision_row_without_images_and_traversal_ids_stay_inside(tmp_path: Path) -> None:
     import datasets
 
+    notes = (REPO / "samples/notes.png").read_bytes()
+    inputs = tmp_path / "in"
+    (inputs / "sub dir").mkdir(parents=True)
+    for name in ("name with spaces.png", "ünïcødé-文件.png", "..dots..png", "sub dir/x..png"):
+        (inputs / name).write_bytes(notes)
     ds = datasets.Dataset.from_dict(
-        {"images": [[], [{"bytes": (REPO / "samples/notes.png").read_bytes(), "path": "../../escape.png"}]]},
+        {"images": [[], [{"bytes": notes, "path": "../../escape.png"}]]},
         features=datasets.Features({"images": datasets.List(datasets.Image())}),
     )
     ds.to_parquet(str(tmp_path / "rows.parquet"))
-    with SimulatedServer() as server:
-        result = extract([tmp_path / "rows.parquet"], tmp_path / "out", server)
-    assert result.returncode == 1
-    rows = read_stage(tmp_path / "out", "extract")
-    assert [(r["page"], r["status"]) for r in rows] == [(0, "error"), (1, "ok")]
-    assert "no images" in rows[0]["error"]
-    written = {p.resolve() for p in tmp_path.rglob("*") if p.is_file()}
-    assert all(str(p).startswith(str(tmp_path.resolve())) for p in written)
+    # Output and working directory nested, so that anything written "../.." of either (or
+    # relative to the working directory at all) lands inside tmp_path, where it is seen.
+    out, cwd = tmp_path / "o1/o2/out", tmp_path / "w1/w2/cwd"
+    cwd.mkdir(parents=True)
+    with SimulatedServer("--instant") as server:
+        result = subprocess.run(
+            [sys.executable, "-m", "llm_ocr.cli", "run", str(inputs), str(tmp_path / "rows.parquet"), "--output", str(out),
+             "--endpoint", server.base_url, "--workers", "0", "--progress", "off", "--export-markdown"],
+            capture_output=True, text=True, timeout=180, cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    assert result.returncode == 1, result.stderr  # the row without images is an error row
+    rows = read_stage(out, "extract")
+    assert sorted((r["doc_id"], r["page"], r["status"]) for r in rows) == [
+        ("..dots..png", 1, "ok"), ("name with spaces.png", 1, "ok"), ("rows/default/train/00000000", 0, "error"),
+        ("rows/default/train/00000001", 1, "ok"), ("sub dir/x..png", 1, "ok"), ("ünïcødé-文件.png", 1, "ok"),
+    ]
+    assert next(r for r in rows if r["page"] == 0)["error"] == "dataset row has no images"
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    outside = [p for p in written if not any(p.is_relative_to(root) for root in (inputs, out, tmp_path / "rows.parquet"))]
+    assert outside == [] and not list(cwd.iterdir())
     assert not (tmp_path.parent / "escape.png").exists()
+    exported = sorted(p.name for p in (out / "markdown").glob("*.md"))  # one per document, safe names
+    assert len(exported) == 6 and all(re.fullmatch(r"[a-z0-9][a-z0-9._-]*\.md", n) for n in exported), exported
 
 
 def test_planted_secrets_never_reach_logs_stats_or_outputs(tmp_path: Path) -> None:
+    from tests.test_managed_server_e2e import fake_env
+
     secret = "sk-PLANTED-secret-0123456789abcdef"
     make_pdf(tmp_path / "a.pdf", pages=1)
+    runs = []
     with SimulatedServer(corpus=tmp_path / "a.pdf") as server:
         server.inject("error", count=1, status=503)
-        result = extract(
+        runs.append(extract(  # secrets in the environment; progress lines; a retried fault
             [tmp_path / "a.pdf"], tmp_path / "out", server, "--progress-interval", "0.2",
             env={"LLM_OCR_API_KEY": secret, "HF_TOKEN": secret, "AWS_SECRET_ACCESS_KEY": secret},
-        )
-        verbose = run_cli("-v", "extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out2"), "--endpoint", server.base_url,
-                          "--workers", "0", env={"LLM_OCR_API_KEY": secret})
-    assert result.returncode == 0 and verbose.returncode == 0, result.stderr
-    haystacks = [result.stdout, result.stderr, verbose.stdout, verbose.stderr]
-    for path in list((tmp_path / "out").rglob("*")) + list((tmp_path / "out2").rglob("*")):
-        if path.is_file():
-            haystacks.append(path.read_bytes().decode("latin-1"))
+        ))
+        runs.append(run_cli("-v", "extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out2"),
+                            "--endpoint", server.base_url, "--workers", "0", env={"LLM_OCR_API_KEY": secret}))
+        # On the command line, and as credentials in the endpoint URL, through the error
+        # messages of an endpoint that stops answering (they name the endpoint).
+        with_credentials = server.base_url.replace("http://", f"http://user:{secret}@")
+        runs.append(run_cli("-v", "extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out3"),
+                            "--endpoint", with_credentials, "--api-key", secret, "--workers", "0", "--progress", "log",
+                            "--progress-interval", "0.2"))
+        server.inject("error", count=1000, status=503)
+        runs.append(run_cli("extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out4"), "--endpoint",
+                            with_credentials, "--api-key", secret, "--workers", "0", "--dead-after", "1",
+                            "--backoff-base", "0.05"))
+    # A launched server given a key: its logged command line and its log file (in OUT/_state).
+    runs.append(run_cli("extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out5"), "--engine", "vllm",
+                        "--workers", "0", "--server-args", f"--api-key {secret} --corpus {tmp_path / 'a.pdf'}",
+                        env=fake_env(tmp_path, HF_TOKEN=secret, LLM_OCR_API_KEY=secret)))
+    assert [r.returncode for r in runs] == [0, 0, 0, 2, 0], [r.stderr[-2000:] for r in runs]
+    assert "endpoint http://***@127.0.0.1:" in runs[3].stderr  # the URL is named, masked
+    assert "--api-key '***'" in runs[4].stderr  # the command line is logged, masked
+    haystacks = [text for r in runs for text in (r.stdout, r.stderr)]
+    for out in ("out", "out2", "out3", "out4", "out5"):
+        for path in (tmp_path / out).rglob("*"):
+            if path.is_file():
+                haystacks.append(path.read_bytes().decode("latin-1"))
     assert not any(secret in text for text in haystacks)
     assert not any("PLANTED" in text for text in haystacks)

@@ -19,7 +19,7 @@ from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
 from llm_ocr.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
-from llm_ocr.pipeline import FlowSettings, OrderedRows, iterate_in_thread
+from llm_ocr.pipeline import FlowSettings, OrderedRows, acquire_unless_stopped, iterate_in_thread
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runner import (
@@ -30,6 +30,7 @@ from llm_ocr.runner import (
     RunError,
     ShardOutcome,
     check_writable,
+    reconciled,
     resolve_shard,
 )
 from llm_ocr.stages.describe import DescribeContext, DescribeOptions, SchemaError, describe_extra_body, describe_page, load_schema
@@ -153,10 +154,13 @@ class DescribeFlow:
             async for row in iterate_in_thread(rows):  # type: ignore[arg-type]
                 if self.stop.is_set() or self._fatal is not None:
                     break
+                if self.counters.pages_found is not None:  # counted from the input rows
+                    self.counters.pages_found += 1
                 if row["page"] in self.done.done_pages.get(row["doc_id"], ()):
                     self.counters.pages_skipped += 1
                     continue
-                await self._pages.acquire()
+                if not await acquire_unless_stopped(self._pages, self.stop):  # as PageFlow: SIGTERM ends the wait
+                    break
                 task = asyncio.create_task(self._handle(row, seq))
                 seq += 1
                 self._tasks.add(task)
@@ -258,7 +262,7 @@ async def describe_shard(spec: DescribeJob, stop: asyncio.Event | None = None) -
             "are; rerun describe once extract is done (no completion marker is written until then)"
         )
 
-    counters = RunCounters("describe", shard, num_shards)
+    counters = RunCounters("describe", shard, num_shards, pages_found=0)  # rows read are counted
     async with open_describe_endpoint(
         job,
         spec.describe,
@@ -291,6 +295,7 @@ async def describe_shard(spec: DescribeJob, stop: asyncio.Event | None = None) -
     if not complete:
         return ShardOutcome(EXIT_PAGES_FAILED, stats)
     stats["gpu"] = gpu_cost(stats["wall_time_s"], endpoint.preset, job.gpu_price_per_hour)
-    stats["reconciled"] = stats["pages"]["ok"] + stats["pages"]["truncated"] + stats["pages"]["error"] == stats["pages"]["total"]
+    if not reconciled(stats, counters):
+        return ShardOutcome(EXIT_PAGES_FAILED, stats)
     await asyncio.to_thread(write_marker, out, "describe", shard, num_shards, stats)
     return ShardOutcome(EXIT_PAGES_FAILED if counters.pages["error"] else EXIT_OK, stats)

@@ -33,6 +33,7 @@ from llm_ocr.runner import (
     RunError,
     ShardOutcome,
     check_writable,
+    reconciled,
     resolve_shard,
 )
 from llm_ocr.runners.assemble import assemble_documents, assemble_finished
@@ -159,6 +160,7 @@ async def _page_flow(
             catch_up = DescribeFlow(dctx, de_writer, stages.describe, de_counters, settings, stop)
             await catch_up.run(iter_shard_rows(stages.extract_stage, shard, num_shards))
             de_counters.docs_finished += len(catch_up.documents)
+            de_counters.docs_seen = len(catch_up.documents)
         if stop is None or not stop.is_set():
             client = endpoint.client
             ectx = ExtractContext(
@@ -194,6 +196,8 @@ async def _page_flow(
         await reporter.stop()
         pool.close()
     de_counters.docs_finished += ex_counters.docs_finished
+    # The page flow reaches every document of the shard, those the catch-up described included.
+    de_counters.docs_seen = max(de_counters.docs_seen, ex_counters.docs_seen)
     return ex_counters, de_counters, dctx
 
 
@@ -246,9 +250,11 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
         return ShardOutcome(EXIT_INTERRUPTED, stats)
     # One server did both stages: the GPU time is the run's, recorded once, with Extract.
     ex_stats["gpu"] = gpu_cost(ex_stats["wall_time_s"], preset, job.gpu_price_per_hour)
-    for counted in (ex_stats, de_stats):
-        pages = counted["pages"]
-        counted["reconciled"] = pages["ok"] + pages["truncated"] + pages["error"] == pages["total"]
+    # Only Extract's pages seen are counted from the input (RunCounters.pages_found), so only
+    # Extract's count can fail to reconcile here.
+    reconciled(de_stats, de_counters)
+    if not reconciled(ex_stats, ex_counters):
+        return ShardOutcome(EXIT_PAGES_FAILED, stats)
     await asyncio.to_thread(write_marker, out, "extract", shard, num_shards, ex_stats)
     await asyncio.to_thread(write_marker, out, "describe", shard, num_shards, de_stats)
     assembled = await assemble_documents(out, shard, num_shards, spec.assemble, job, stop, previous=markers["assemble"])

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,11 @@ class RequestFailed(Exception):
 class EndpointDown(Exception):
     """The endpoint stopped answering at all: the run should stop and report, not burn input."""
 
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        #: The failure may pass by itself (connection refused, 5xx, 429), unlike a 401 or 404.
+        self.transient = transient
+
 
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
@@ -82,6 +88,16 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def display_url(url: str) -> str:
+    """``url`` fit for messages: credentials in it (``http://user:TOKEN@host``, ``?api_key=``)
+    are masked, so an --endpoint carrying them never reaches a log line or error message."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query="***" if parts.query else ""))
+
+
 class VlmClient:
     """An OpenAI-compatible chat client for one endpoint and model."""
 
@@ -98,6 +114,7 @@ class VlmClient:
         generation (bumped on each restart); requests that failed because it crashed are then
         retried on the new server without using up the page's attempts."""
         self.base_url = base_url.rstrip("/")
+        self.display_url = display_url(self.base_url)  # for messages: no credentials
         self._gate = gate
         self.model = model
         self.options = options or ClientOptions()
@@ -133,7 +150,9 @@ class VlmClient:
         try:
             models = await self._client.models.list()
         except openai.OpenAIError as exc:
-            raise EndpointDown(f"endpoint {self.base_url} is not answering: {describe_error(exc)}") from exc
+            raise EndpointDown(
+                f"endpoint {self.display_url} is not answering: {describe_error(exc)}", transient=_is_transient(exc)
+            ) from exc
         return [m.id for m in models.data]
 
     def _check_down(self) -> None:
@@ -182,6 +201,9 @@ class VlmClient:
                     await asyncio.sleep(random.uniform(delay / 2, delay) if delay else 0)
                     continue
                 if attempt == opts.max_attempts:
+                    # A wedged endpoint (timeouts only, see _endpoint_failing_since) stops the
+                    # run rather than giving this page an error row.
+                    self._check_down()
                     raise RequestFailed(last_error, attempt + free_retries) from exc
                 delay = min(opts.backoff_max, opts.backoff_base * 2 ** (attempt - 1))
                 # Full jitter: many pages fail together when a server hiccups; spread the retries.
@@ -216,15 +238,24 @@ class VlmClient:
         """Note a transient failure; True when no request has succeeded since ``sent``.
 
         Timeouts never count as the endpoint failing: one slow page is not a dead server.
+        But an endpoint that accepts connections and then answers nothing (a wedged server, a
+        black-holing proxy) only ever produces timeouts: once nothing at all has succeeded for
+        --dead-after, it is down like one that refuses connections (else every page would burn
+        its attempts and become an error row).
         """
         if isinstance(exc, openai.APITimeoutError):
+            if self._last_success < sent:
+                self._mark_down_if_silent(exc)
             return False
         if self._last_success >= sent:
             return False
+        self._mark_down_if_silent(exc)
+        return True
+
+    def _mark_down_if_silent(self, exc: BaseException) -> None:
         silent_for = time.monotonic() - self._last_success
         if silent_for >= self.options.dead_after and self._down is None:
             self._down = EndpointDown(
-                f"endpoint {self.base_url} has answered nothing successfully for {silent_for:.0f}s "
+                f"endpoint {self.display_url} has answered nothing successfully for {silent_for:.0f}s "
                 f"(--dead-after {self.options.dead_after:.0f}); last error: {describe_error(exc)}"
             )
-        return True
