@@ -58,6 +58,26 @@ def list_parts(stage: Storage, shard: int | None = None, num_shards: int | None 
     return paths
 
 
+def remove_stale_temp_files(folder: Storage, pattern: str) -> int:
+    """Delete the temporary files (``NAME.XXXXXXXX.tmp``, see ``Storage._write_now``) that a
+    writer killed mid-write left next to the files matching ``pattern``; returns how many.
+
+    A ``kill -9`` during a local write leaves its temporary file behind: harmless to readers
+    (no ``*.parquet`` glob matches it) but litter that would stay forever. Only local disk writes
+    temporary files, and only names the caller alone writes may be given (this shard's parts, one
+    document's export), so a concurrent writer's temporary file is never removed.
+    """
+    if not folder.is_local:
+        return 0
+    # Exactly the 8 characters Storage._write_now inserts: "a.md" must not match "a.md.x.md.XXXXXXXX.tmp".
+    stale = folder.glob(f"{pattern}.????????.tmp")
+    for path in stale:
+        folder.delete(path)
+    if stale:
+        log.info("removed %d temporary file(s) left by an interrupted write in %s", len(stale), folder.display(folder.root))
+    return len(stale)
+
+
 @dataclass
 class ShardIndex:
     """What a shard's existing parts already hold: the pages that need no more work."""
@@ -91,6 +111,8 @@ def scan_shard(stage: Storage, shard: int, num_shards: int, *, retry_errors: boo
     name) so the retried pages appear exactly once.
     """
     index = ShardIndex()
+    # A killed run's half-written parts of this shard (temporary files) are removed.
+    remove_stale_temp_files(stage, f"part-{shard:05d}-of-{num_shards:05d}-*.parquet")
     for path in list_parts(stage, shard, num_shards):
         seq = _parse(path)[2]  # type: ignore[index]
         index.next_seq = max(index.next_seq, seq + 1)

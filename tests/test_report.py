@@ -219,6 +219,8 @@ def test_report_on_a_real_pdf_scales_boxes_to_the_rerendered_image(tmp_path: Pat
     # Rendered at half the DPI, the page image is half the size and so are the boxes.
     assert f'viewBox="0 0 {round(sent.width / 2)} {round(sent.height / 2)}"' in report
     assert '<rect x="50.0" y="100.0" width="200.0" height="200.0"' in report
+    # ... and labelled: the block's label is written at the box, in the box's colour.
+    assert re.search(r'height="200.0" fill="(#[0-9a-f]{6})"[^>]*/><text x="52.0" [^>]*fill="\1">image</text>', report)
     assert report.count('src="data:image/jpeg;base64,') == 2  # both page images, re-rendered
     assert "boom" in report and "page image not available" not in report
     assert result.documents == 1 and result.pages == 2

@@ -80,15 +80,20 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def extract(
-    inputs: list[str], output: str, server: SimulatedServer, env: dict[str, str], *extra: str,
+def cli(
+    command: str, inputs: list[str], output: str, server: SimulatedServer, env: dict[str, str], *extra: str,
     timeout: float = 120, verbose: bool = False,
 ):
+    """``llm-ocr COMMAND INPUT... --output OUTPUT --endpoint SERVER`` in a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "llm_ocr.cli", *(["-v"] if verbose else []), "extract", *inputs, "--output", output, "--endpoint", server.base_url,
-         "--workers", "0", "--progress", "off", *extra],
+        [sys.executable, "-m", "llm_ocr.cli", *(["-v"] if verbose else []), command, *inputs, "--output", output,
+         "--endpoint", server.base_url, "--workers", "0", "--progress", "off", *extra],
         capture_output=True, text=True, timeout=timeout, env=env, cwd=str(REPO),
     )
+
+
+def extract(inputs: list[str], output: str, server: SimulatedServer, env: dict[str, str], *extra: str, **kw: Any):
+    return cli("extract", inputs, output, server, env, *extra, **kw)
 
 
 def rows_of(read: Any, names: list[str]) -> list[dict[str, Any]]:
@@ -109,52 +114,65 @@ def assert_every_page_once(rows: list[dict[str, Any]], corpus: Path, pages: int 
 # S3 <-> GCS
 
 
-def test_extract_s3_input_to_gcs_output(s3: MotoS3, gcs: GcsEmulator, corpus: Path) -> None:
+def test_run_s3_input_to_gcs_output(s3: MotoS3, gcs: GcsEmulator, corpus: Path) -> None:
     s3.upload_folder(corpus, "in-bucket", "docs")
     env = clean_env(**s3.env, **gcs.env)
     del env["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"]  # llm-ocr must set it itself for the emulator
     with SimulatedServer(corpus=corpus) as server:
         started = time.monotonic()
-        result = extract(["s3://in-bucket/docs"], "gs://out-bucket/s3-to-gcs", server, env)
+        result = cli("run", ["s3://in-bucket/docs"], "gs://out-bucket/s3-to-gcs", server, env, "--export-markdown")
         elapsed = time.monotonic() - started
         assert result.returncode == 0, result.stderr
-        assert elapsed < 45, f"took {elapsed:.0f}s: did gcsfs wait on the emulator?"
-        # The next stage reads and writes the same remote output.
-        described = subprocess.run(
-            [sys.executable, "-m", "llm_ocr.cli", "describe", "--output", "gs://out-bucket/s3-to-gcs",
-             "--endpoint", server.base_url, "--progress", "off"],
-            capture_output=True, text=True, timeout=120, env=env, cwd=str(REPO),
-        )
-        assert described.returncode == 0, described.stderr
+        assert elapsed < 60, f"took {elapsed:.0f}s: did gcsfs wait on the emulator?"
     names = gcs.list("out-bucket", "s3-to-gcs/")
-    rows = rows_of(lambda n: gcs.read("out-bucket", n), [n for n in names if n.startswith("s3-to-gcs/extract/")])
+
+    def stage_rows(stage: str) -> list[dict[str, Any]]:
+        return rows_of(lambda n: gcs.read("out-bucket", n), [n for n in names if n.startswith(f"s3-to-gcs/{stage}/")])
+
+    rows = stage_rows("extract")
     assert_every_page_once(rows, corpus)
     assert all(r["source"].startswith("s3://in-bucket/docs/") for r in rows)
-    assert "s3-to-gcs/_state/extract/done-00000-of-00001.json" in names
-    assert "s3-to-gcs/_state/describe/done-00000-of-00001.json" in names
-    described_rows = rows_of(lambda n: gcs.read("out-bucket", n), [n for n in names if n.startswith("s3-to-gcs/describe/")])
+    described_rows = stage_rows("describe")
     assert_every_page_once(described_rows, corpus)
     figures = [f for r in described_rows for f in r["figures"]]
     assert figures and all(f["description"] for f in figures)
+    documents = stage_rows("assemble")
+    assert sorted(d["doc_id"] for d in documents) == sorted(p.name for p in corpus.glob("*.pdf"))
+    assert {d["status"] for d in documents} == {"ok"}
+    for document in documents:
+        # every figure of the document, with its caption, in the final Markdown
+        for figure in document["figures"]:
+            assert f"(figure:{figure['id']})" in document["markdown"]
+            assert figure["description"].split(".")[0] in document["markdown"]
+        exported = gcs.read("out-bucket", f"s3-to-gcs/markdown/{document['doc_id']}.md").decode()
+        assert exported.count("<--- Page Split --->") == document["num_pages"] - 1
+    assert any(n.startswith("s3-to-gcs/markdown/figures/") and n.endswith(".png") for n in names)
+    for stage in ("extract", "describe", "assemble"):
+        assert f"s3-to-gcs/_state/{stage}/done-00000-of-00001.json" in names
     marker = json.loads(gcs.read("out-bucket", "s3-to-gcs/_state/extract/done-00000-of-00001.json"))
     assert marker["pages"]["ok"] == 6
     assert not [n for n in names if "write-probe" in n or n.endswith(".tmp")]
 
 
-def test_extract_gcs_input_to_s3_output_then_rerun_skips(s3: MotoS3, gcs: GcsEmulator, corpus: Path) -> None:
+def test_run_gcs_input_to_s3_output_then_rerun_skips(s3: MotoS3, gcs: GcsEmulator, corpus: Path) -> None:
     gcs.upload_folder(corpus, "in-bucket", "docs")
     env = clean_env(**s3.env, **gcs.env)
     with SimulatedServer(corpus=corpus) as server:
-        first = extract(["gs://in-bucket/docs"], "s3://out-bucket/gcs-to-s3", server, env)
+        first = cli("run", ["gs://in-bucket/docs"], "s3://out-bucket/gcs-to-s3", server, env)
         assert first.returncode == 0, first.stderr
-        again = extract(["gs://in-bucket/docs"], "s3://out-bucket/gcs-to-s3", server, env)
+        requests = len(server.requests())
+        assert requests > 6  # the pages, then their figures
+        again = cli("run", ["gs://in-bucket/docs"], "s3://out-bucket/gcs-to-s3", server, env)
         assert again.returncode == 0, again.stderr
-        assert len(server.requests()) == 6  # the completion marker on S3 says: nothing to do
+        assert len(server.requests()) == requests  # the completion markers on S3 say: nothing to do
     keys = s3.list("out-bucket", "gcs-to-s3/")
-    rows = rows_of(lambda k: s3.read("out-bucket", k), [k for k in keys if k.startswith("gcs-to-s3/extract/")])
-    assert_every_page_once(rows, corpus)
-    assert all(r["source"].startswith("gs://in-bucket/docs/") for r in rows)
-    assert "gcs-to-s3/_state/extract/done-00000-of-00001.json" in keys
+    for stage in ("extract", "describe"):
+        rows = rows_of(lambda k: s3.read("out-bucket", k), [k for k in keys if k.startswith(f"gcs-to-s3/{stage}/")])
+        assert_every_page_once(rows, corpus)
+        assert all(r["source"].startswith("gs://in-bucket/docs/") for r in rows)
+        assert f"gcs-to-s3/_state/{stage}/done-00000-of-00001.json" in keys
+    documents = rows_of(lambda k: s3.read("out-bucket", k), [k for k in keys if k.startswith("gcs-to-s3/assemble/")])
+    assert sorted(d["doc_id"] for d in documents) == sorted(p.name for p in corpus.glob("*.pdf"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import hashlib
 import re
 from typing import Any
 
+from llm_ocr.parts import remove_stale_temp_files
 from llm_ocr.records import DocumentResult
 from llm_ocr.stages.assemble import FIGURE_LINK_ALT
 from llm_ocr.storage import Storage
@@ -93,6 +94,11 @@ def export_document(out: Storage, doc: DocumentResult) -> str:
     """Write one document's ``.md`` and figure files under ``OUT/markdown``; the ``.md`` path."""
     markdown, files = export_markdown(doc)
     folder = out.path(EXPORT_DIR)
+    # A kill -9 during an earlier export of this document may have left temporary files
+    # (only this document's names: its figure folder and its .md), which would litter the folder.
+    name = safe_name(doc.doc_id)
+    remove_stale_temp_files(out, f"{EXPORT_DIR}/{FIGURES_DIR}/{name}/*")
+    remove_stale_temp_files(out, f"{EXPORT_DIR}/{name}.md")
     for relative, data in files.items():
         out.write_atomic(f"{folder}/{relative}", data)
     path = markdown_path(out, doc.doc_id)

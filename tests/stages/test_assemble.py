@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import io
+import json
+import re
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from reportlab.lib.pagesizes import letter
+from reportlab.lib.utils import ImageReader
+from reportlab.pdfgen import canvas
 
+from llm_ocr.parts import scan_shard
 from llm_ocr.records import Figure, PageResult
+from llm_ocr.runners.assemble import scan_assembled
 from llm_ocr.stages.assemble import DEFAULT_PAGE_SEPARATOR, AssembleOptions, alt_text, assemble_document
+from llm_ocr.stages.export import EXPORT_DIR, export_document, safe_name
+from llm_ocr.storage import Storage
 from llm_ocr.testing import SimulatedServer
-from tests.conftest import read_stage
-from tests.docs import make_corpus
-from tests.stages.common import stage
+from tests.conftest import REPO, read_stage
+from tests.docs import chart_png, make_corpus
+from tests.stages.common import documents_view, stage
 
 SPLIT = DEFAULT_PAGE_SEPARATOR
 
@@ -150,3 +163,181 @@ def test_an_unreadable_upstream_part_names_the_stage_that_repairs_it(pipeline, t
     (out / "describe" / "part-00000-of-00001-000099.parquet").write_bytes(b"PAR1 torn write")
     result = stage("assemble", out, None)
     assert result.returncode == 2 and "rerun llm-ocr describe" in result.stderr, result.stderr
+
+
+# A wrapper around the CLI that SIGKILLs its own process right after the N-th write whose path
+# contains a given string: a kill at an exact point of an Assemble run (a part stored, a figure
+# exported but not its .md, ...), which timing alone cannot hit reliably in a CPU-only stage
+# that takes a fraction of a second.
+KILL_AFTER_WRITE = """
+import os, signal, sys
+from llm_ocr.storage import Storage
+needle, after = sys.argv[1], int(sys.argv[2])
+write, seen = Storage.write_atomic, []
+def write_then_die(self, path, data):
+    write(self, path, data)
+    if needle in path:
+        seen.append(path)
+        if len(seen) >= after:
+            os.kill(os.getpid(), signal.SIGKILL)
+Storage.write_atomic = write_then_die
+from llm_ocr.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.fixture(scope="module")
+def described(tmp_path_factory: pytest.TempPathFactory):
+    """4 PDFs x 2 pages through ``llm-ocr run`` (a chart on each first page); its Assemble
+    output is the uninterrupted reference. The server is gone and the input PDFs are deleted
+    afterwards: Assemble runs as on a CPU machine that has only OUT."""
+    root = tmp_path_factory.mktemp("assemble-kill")
+    make_corpus(root / "docs", documents=4, pages=2)
+    with SimulatedServer("--instant", corpus=root / "docs") as server:
+        result = stage("run", root / "out", server, str(root / "docs"))
+    assert result.returncode == 0, result.stderr
+    shutil.rmtree(root / "docs")
+    return root / "out"
+
+
+@pytest.mark.parametrize(
+    ("needle", "after", "stored"),
+    [("/assemble/part-", 2, 2), ("/markdown/figures/", 2, 1), (".pdf.md", 3, 2)],
+    ids=["after-two-parts", "figure-written-md-not", "after-three-exports"],
+)
+def test_assemble_alone_resumes_after_sigkill(described: Path, tmp_path: Path, needle: str, after: int, stored: int) -> None:
+    """SIGKILL of ``llm-ocr assemble --export-markdown`` at a chosen write (one document per part),
+    then the same command again: every document once, equal to an uninterrupted run, the stored
+    documents not redone, and the export whole."""
+    out = tmp_path / "out"
+    shutil.copytree(described, out, ignore=shutil.ignore_patterns("assemble"))  # and its marker
+    argv = ["assemble", "--output", str(out), "--part-rows", "1", "--assemble-batch-pages", "1", "--export-markdown"]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_WRITE, needle, str(after), *argv], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr  # killed mid-run, at the chosen write
+    assert not (out / "_state" / "assemble").exists()
+    assert stored <= len(read_stage(out, "assemble")) < 4
+    result = stage("assemble", out, None, "--export-markdown")
+    assert result.returncode == 0, result.stderr
+    rows = read_stage(out, "assemble")
+    assert sorted(r["doc_id"] for r in rows) == [f"doc{i:03d}.pdf" for i in range(4)]  # each exactly once
+    assert documents_view(rows) == documents_view(read_stage(described, "assemble"))
+    # The export is whole: every document's .md, every link resolving to its figure's bytes.
+    export = out / EXPORT_DIR
+    assert sorted(p.name for p in export.glob("*.md")) == sorted(f"{safe_name(r['doc_id'])}.md" for r in rows)
+    for row in rows:
+        text = (export / f"{safe_name(row['doc_id'])}.md").read_text(encoding="utf-8")
+        targets = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+        assert len(targets) == len(row["figures"]) == 1
+        for target, figure in zip(targets, row["figures"]):
+            assert not target.startswith(("/", "figure:")) and (export / target).read_bytes() == figure["image"]["bytes"]
+    assert not list(out.rglob("*.tmp"))
+    marker = json.loads((out / "_state" / "assemble" / "done-00000-of-00001.json").read_text())
+    assert marker["documents"]["skipped"] >= stored  # what the killed run stored was not assembled again
+
+
+def sandwich_pdf(path: Path) -> list[list[tuple[str, str]]]:
+    """A 3-page PDF whose figures sit *between* text: page 1 has text, a chart, a line, a second
+    chart, text; page 2 only text; page 3 a chart above its text. Returns each page's content
+    in reading order as ("text", line) and ("figure", "") items."""
+    pdf = canvas.Canvas(str(path), pagesize=letter)
+
+    def text(items: list, y: float, line: str) -> None:
+        pdf.setFont("Helvetica", 11)
+        pdf.drawString(72, y, line)
+        items.append(("text", line))
+
+    def chart(items: list, y: float, seed: int) -> None:
+        pdf.drawImage(ImageReader(io.BytesIO(chart_png(seed))), 72, y, width=300, height=120)
+        items.append(("figure", ""))
+
+    first: list[tuple[str, str]] = []
+    text(first, 720, "alpha archive batch caption column above both figures")
+    chart(first, 570, seed=11)
+    text(first, 530, "bravo document engine figure graph between the two figures")
+    chart(first, 380, seed=12)
+    text(first, 340, "charlie header index journal kernel below both figures")
+    pdf.showPage()
+    second: list[tuple[str, str]] = []
+    text(second, 720, "delta layout margin network output on the page without figures")
+    text(second, 600, "echo page quality render sample at the end of page two")
+    pdf.showPage()
+    third: list[tuple[str, str]] = []
+    chart(third, 580, seed=13)
+    text(third, 520, "foxtrot table unicode vector width under the figure of page three")
+    pdf.showPage()
+    pdf.save()
+    return [first, second, third]
+
+
+def test_run_keeps_text_order_and_puts_each_caption_after_its_own_figure(tmp_path: Path) -> None:
+    """"Every document's final Markdown holds its pages' text in order, with each figure and its
+    caption in place", checked by position through ``llm-ocr run``: page order, the order of the
+    text within a page, each figure link between the text above and below it, and its own caption
+    (not another figure's) right after it."""
+    (tmp_path / "docs").mkdir()
+    layout = sandwich_pdf(tmp_path / "docs" / "sandwich.pdf")
+    out = tmp_path / "out"
+    with SimulatedServer("--instant", corpus=tmp_path / "docs") as server:
+        assert stage("run", out, server, str(tmp_path / "docs")).returncode == 0
+    (document,) = read_stage(out, "assemble")
+    assert document["status"] == "ok" and document["num_pages"] == 3
+    figures = document["figures"]
+    assert [(f["id"], f["page"]) for f in figures] == [("p1-f1", 1), ("p1-f2", 1), ("p3-f1", 3)]
+    captions = [f["description"] for f in figures]
+    assert all(captions) and len(set(captions)) == 3  # distinct captions: a swap would show
+    pages = document["markdown"].split(SPLIT)
+    assert len(pages) == 3
+    remaining = iter(figures)
+    for number, (text, items) in enumerate(zip(pages, layout), start=1):
+        # Every text line of the other pages is absent from this one.
+        for other, other_items in enumerate(layout, start=1):
+            if other != number:
+                assert not any(line in text for kind, line in other_items if kind == "text")
+        position = 0
+        for kind, line in items:
+            if kind == "text":
+                found = text.find(line, position)
+                assert found >= position, f"page {number}: {line!r} missing or out of order"
+                position = found + len(line)
+            else:
+                figure = next(remaining)
+                block = (
+                    f"![{alt_text(figure['description'])}](figure:{figure['id']})\n\n"
+                    f"> **Figure:** {figure['description']}"
+                )
+                found = text.find(block, position)  # the link, then at once its own caption
+                assert found >= position, f"page {number}: {figure['id']} with its caption missing or out of place"
+                position = found + len(block)
+        assert text.count("](figure:") == sum(1 for kind, _ in items if kind == "figure")
+    assert next(remaining, None) is None
+
+
+def test_a_rerun_removes_only_its_own_temporary_files(tmp_path: Path) -> None:
+    """A kill -9 mid-write leaves ``NAME.XXXXXXXX.tmp`` on local disk; the next run of the same
+    shard (or export of the same document) removes its own, never another writer's."""
+    out = tmp_path / "out"
+    # Shard 1 of 2 and document "doc" are ours; shard 0 and documents "other" and "doc.md.x" are not.
+    mine = [
+        "describe/part-00001-of-00002-000003.parquet.0badc0de.tmp",
+        "assemble/part-00001-of-00002-000000.parquet.12345678.tmp",
+        "markdown/doc.md.abcdef01.tmp",
+        "markdown/figures/doc/p1-f1.png.abcdef02.tmp",
+    ]
+    theirs = [
+        "describe/part-00000-of-00002-000003.parquet.0badc0de.tmp",
+        "assemble/part-00000-of-00002-000000.parquet.1234abcd.tmp",
+        "markdown/other.md.abcdef01.tmp",
+        "markdown/figures/other/p1-f1.png.abcdef02.tmp",
+        "markdown/doc.md.x.md.abcdef03.tmp",
+        "markdown/figures/doc.md.x/p1-f1.png.abcdef04.tmp",
+    ]
+    for name in mine + theirs:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(b"cut")
+    storage = Storage(str(out))
+    scan_shard(storage.child("describe"), 1, 2)
+    scan_assembled(storage.child("assemble"), 1, 2)
+    row = PageResult(doc_id="doc", doc_index=1, page=1, source="doc", num_pages=1, markdown="One.", status="ok")
+    export_document(storage, assemble_document([row]))
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*.tmp")) == sorted(theirs)

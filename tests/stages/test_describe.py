@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -12,7 +17,7 @@ import pytest
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.stages.describe import DescribeContext, describe_page, parse_structured, readable
 from llm_ocr.testing import SimulatedServer
-from tests.conftest import read_stage
+from tests.conftest import REPO, read_stage
 from tests.docs import make_corpus
 from tests.stages.common import DESCRIBE_PROMPT, bodies, page_keys, prompt_of, stage
 
@@ -80,6 +85,28 @@ def test_every_figure_is_described_with_the_deepseek_prompt(extracted: Path, tmp
         # FACTS.md: guided_json is silently ignored by vLLM >= 0.12; never send it.
         assert "guided_json" not in body and "response_format" not in body and "skip_special_tokens" not in body
     assert peak >= 3, "figure requests were not issued concurrently"
+
+
+def test_prompt_max_tokens_and_temperature_are_options(extracted: Path, tmp_path: Path, server: SimulatedServer) -> None:
+    out = fresh_output(extracted, tmp_path)
+    before = len(bodies(server))
+    result = stage(
+        "describe", out, server, "--describe-prompt", "What does this chart show?", "--describe-max-tokens", "77",
+        env={"LLM_OCR_DESCRIBE_TEMPERATURE": "0.3"},  # every option is also a variable
+    )
+    assert result.returncode == 0, result.stderr
+    requests = bodies(server)[before:]
+    assert len(requests) == 4
+    for body in requests:
+        assert prompt_of(body) == "What does this chart show?"
+        assert body["max_tokens"] == 77 and body["temperature"] == 0.3
+        assert body["model"] == "deepseek-ai/DeepSeek-OCR"  # --describe-model defaults to --model
+    figures = [f for r in read_stage(out, "describe") for f in r["figures"]]
+    assert len(figures) == 4 and all(f["description"] for f in figures)
+    # The simulator's answer to an unknown prompt is long: 77 tokens cut it, the text is kept and
+    # the figure says why it ends (the page stays ok).
+    assert {f["error"] for f in figures} == {"description hit --describe-max-tokens (77) and is cut short"}
+    assert {r["status"] for r in read_stage(out, "describe")} == {"ok"}
 
 
 SCHEMA = {
@@ -162,6 +189,61 @@ def test_a_failing_figure_request_keeps_its_page(extracted: Path, tmp_path: Path
     assert sum(1 for f in figures if f["description"]) == 3
 
 
+def describe_view(out: Path) -> list[tuple]:
+    """Describe rows as comparable tuples (one per page, so a duplicate would show)."""
+    return sorted(
+        (r["doc_id"], r["page"], r["status"], r["markdown"],
+         tuple((f["id"], f["description"], f["error"], (f["image"] or {}).get("bytes")) for f in r["figures"]))
+        for r in read_stage(out, "describe")
+    )
+
+
+def test_describe_alone_resumes_after_sigkill(extracted: Path, tmp_path: Path, server: SimulatedServer) -> None:
+    """``kill -9`` of ``llm-ocr describe`` mid-run, then the same command again: every page once in
+    OUT/describe, every figure described, only the unfinished pages' figures sent again."""
+    reference = fresh_output(extracted, tmp_path / "reference")
+    assert stage("describe", reference, server).returncode == 0  # uninterrupted, for comparison
+    out = fresh_output(extracted, tmp_path / "killed")
+    pages, figures = len(read_stage(out, "extract")), sum(len(r["figures"]) for r in read_stage(out, "extract"))
+    # One figure request at a time, 0.5 s each, one row per part: 4 figures take ~2 s, and a
+    # part is stored as soon as a page is done, so a kill after the first part lands mid-run.
+    with SimulatedServer("--prefill-ms", "500", "--slots", "1") as slow:
+        command = [
+            sys.executable, "-m", "llm_ocr.cli", "describe", "--output", str(out), "--endpoint", slow.base_url,
+            "--progress", "off", "--flush-interval", "0.2", "--part-rows", "1", "--max-in-flight", "1",
+        ]
+        process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while not list((out / "describe").glob("*.parquet")):
+                assert process.poll() is None and time.monotonic() < deadline, "describe ended before it could be killed"
+                time.sleep(0.02)
+            os.kill(process.pid, signal.SIGKILL)
+        finally:
+            process.wait()
+        assert process.returncode == -signal.SIGKILL
+        assert not (out / "_state" / "describe").exists()  # no completion marker from a killed run
+        partial = read_stage(out, "describe")
+        assert 0 < len(partial) < pages, "the kill should land mid-run"
+        assert len(set(page_keys(partial))) == len(partial)  # nothing written twice, even when killed
+        finished = set(page_keys(partial))
+        left = sum(len(r["figures"]) for r in read_stage(out, "extract") if (r["doc_id"], r["page"]) not in finished)
+        assert 0 < left < figures
+        before = len(bodies(slow))
+        result = stage("describe", out, slow, "--max-in-flight", "4")
+        assert result.returncode == 0, result.stderr
+        resent = bodies(slow)[before:]
+    # Only the figures of the pages the killed run had not stored are sent again.
+    assert len(resent) == left and all(prompt_of(b) == DESCRIBE_PROMPT for b in resent)
+    rows = read_stage(out, "describe")
+    assert len(rows) == pages == len(set(page_keys(rows))) and page_keys(rows) == page_keys(read_stage(out, "extract"))
+    described = [f for r in rows for f in r["figures"]]
+    assert len(described) == figures and all(f["description"] and f["error"] is None for f in described)
+    assert describe_view(out) == describe_view(reference)  # the same rows as an uninterrupted run
+    assert not list(out.rglob("*.tmp"))  # a write cut by the kill leaves no litter after the rerun
+    assert (out / "_state" / "describe" / "done-00000-of-00001.json").exists()
+
+
 def test_describe_without_extract_output_cannot_run(tmp_path: Path) -> None:
     result = stage("describe", tmp_path / "empty", None, "--endpoint", "http://127.0.0.1:9/v1", subprocess_=True)
     assert result.returncode == 2 and "run llm-ocr extract first" in result.stderr
@@ -180,6 +262,9 @@ def test_figures_without_image_and_failed_pages_send_nothing() -> None:
     page = PageResult(doc_id="d", doc_index=0, page=1, source="d", status="ok", figures=[no_crop])
     described = asyncio.run(describe_page(page, ctx))
     assert described.figures == [no_crop] and ctx.counts.skipped == 1
+    done = Figure(id="p1-f2", bbox=[0, 0, 1, 1], image=b"\x89PNG", description="Described earlier.")
+    page = PageResult(doc_id="d", doc_index=0, page=1, source="d", status="ok", figures=[done])
+    assert asyncio.run(describe_page(page, ctx)).figures == [done] and ctx.counts.already == 1  # not sent again
     failed = PageResult(doc_id="d", doc_index=0, page=2, source="d", status="error", error="x",
                         figures=[Figure(id="p2-f1", bbox=[0, 0, 1, 1], image=b"\x89PNG")])
     assert asyncio.run(describe_page(failed, ctx)) is failed

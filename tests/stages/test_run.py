@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import os
 import signal
 import subprocess
@@ -42,6 +44,12 @@ def reference(corpus: Path, server: SimulatedServer) -> Path:
     before = len(bodies(server))
     result = stage("run", out, server, str(corpus))
     assert result.returncode == 0, result.stderr
+    # Both page stages account for every page and every document at the end of the run (pages
+    # an earlier test of this module wrote count as "done earlier").
+    for name in ("extract", "describe"):
+        (line,) = [x for x in result.stderr.splitlines() if f"[{name} shard 1/1] pages seen" in x]
+        m = re.search(r"pages seen (\d+) = ok (\d+) \+ truncated 0 \+ error 0 \+ done earlier (\d+); documents (\d+) ", line)
+        assert m and int(m[1]) == int(m[2]) + int(m[3]) == PAGES and int(m[4]) == 3, line
     prompts = [prompt_of(b) for b in bodies(server)[before:]]
     assert prompts.count(DESCRIBE_PROMPT) == FIGURES and len(prompts) == PAGES + FIGURES
     return out
@@ -84,12 +92,22 @@ def test_stages_one_at_a_time_on_other_shard_counts_equal_run(
     for shard in range(3):
         # Describe shard s reads the documents with doc_index % 3 == s from both Extract shards.
         assert stage("describe", out, server, "--num-shards", "3", "--shard-index", str(shard)).returncode == 0
-    assert stage("assemble", out, None).returncode == 0
+    for shard in range(2):
+        # Assemble on a shard too, CPU only (no endpoint): shard s assembles doc_index % 2 == s
+        # from the pages all three Describe shards wrote.
+        assert stage("assemble", out, None, "--num-shards", "2", "--shard-index", str(shard)).returncode == 0
+        assembled = sorted(r["doc_index"] for r in read_stage(out, "assemble"))
+        assert assembled == [i for i in range(3) if i % 2 <= shard]  # shard 0: documents 0 and 2; then 1
     assert stage_view(out, "extract") == stage_view(reference, "extract")
     assert stage_view(out, "describe") == stage_view(reference, "describe")
     assert documents_view(read_stage(out, "assemble")) == documents_view(read_stage(reference, "assemble"))
+    assert len(read_stage(out, "assemble")) == 3  # each document once, by exactly one shard
     describe_parts = sorted(p.name[:19] for p in (out / "describe").glob("*.parquet"))
     assert describe_parts == [f"part-{s:05d}-of-00003" for s in range(3)]
+    assemble_parts = sorted(p.name[:19] for p in (out / "assemble").glob("*.parquet"))
+    assert assemble_parts == [f"part-{s:05d}-of-00002" for s in range(2)]
+    markers = sorted(p.name for p in (out / "_state" / "assemble").glob("done-*"))
+    assert markers == [f"done-{s:05d}-of-00002.json" for s in range(2)]
 
 
 def test_run_describes_what_an_earlier_extract_left(
@@ -100,6 +118,12 @@ def test_run_describes_what_an_earlier_extract_left(
     before = len(bodies(server))
     result = stage("run", out, server, str(corpus))
     assert result.returncode == 0, result.stderr
+    # Both page stages account for every page and every document at the end of the run (pages
+    # an earlier test of this module wrote count as "done earlier").
+    for name in ("extract", "describe"):
+        (line,) = [x for x in result.stderr.splitlines() if f"[{name} shard 1/1] pages seen" in x]
+        m = re.search(r"pages seen (\d+) = ok (\d+) \+ truncated 0 \+ error 0 \+ done earlier (\d+); documents (\d+) ", line)
+        assert m and int(m[1]) == int(m[2]) + int(m[3]) == PAGES and int(m[4]) == 3, line
     prompts = [prompt_of(b) for b in bodies(server)[before:]]
     assert prompts == [DESCRIBE_PROMPT] * FIGURES  # no page is sent to OCR again
     for name in ("extract", "describe"):
@@ -140,6 +164,7 @@ def test_resume_after_a_kill_gives_every_page_once_and_the_same_documents(
         assert len(rows) == PAGES == len(set(page_keys(rows)))
         assert stage_view(out, name) == stage_view(reference, name)
     assert documents_view(read_stage(out, "assemble")) == documents_view(read_stage(reference, "assemble"))
+    assert not list(out.rglob("*.tmp"))  # a write cut by the kill leaves no litter after the rerun
 
 
 def test_a_second_server_can_write_the_descriptions(corpus: Path, server: SimulatedServer, reference: Path, tmp_path: Path) -> None:
