@@ -45,7 +45,10 @@ def _json_dict(text: str) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     """The subset of ``vllm serve``'s parser llm-ocr relies on, with vLLM's types and nargs."""
-    p = argparse.ArgumentParser(prog="vllm serve", usage="vllm serve [model_tag] [options]")
+    # allow_abbrev=False is stricter than vLLM, whose parser accepts a unique prefix of a flag
+    # (``--served-model-nam``): a truncated flag in the launcher works today but would break
+    # the day vLLM adds a flag with the same prefix, so the fake refuses it.
+    p = argparse.ArgumentParser(prog="vllm serve", usage="vllm serve [model_tag] [options]", allow_abbrev=False)
     p.add_argument("model_tag", nargs="?")
     p.add_argument("--model")
     p.add_argument("--host")

@@ -28,8 +28,11 @@ SERVER_COMMAND = f"{sys.executable} -m vllm.entrypoints.openai.api_server"
 #: logging flags make vLLM write what it parsed from each request and what it answered, so the
 #: tests can check both against what llm-ocr sent and kept.
 SERVER_ARGS = "--enforce-eager --kv-cache-memory-bytes 67108864 --enable-log-requests --enable-log-outputs"
-#: One engine process, no CPU pinning (2-core CI machines), nothing fetched from a hub.
+#: One engine process, no CPU pinning (2-core CI machines), nothing fetched from a hub; bytecode
+#: cached (scripts/test-vllm installs without compiling, so the first start compiles what it
+#: imports and later starts reuse it, even where PYTHONDONTWRITEBYTECODE is set).
 VLLM_ENV = {
+    "PYTHONDONTWRITEBYTECODE": "",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "VLLM_NO_USAGE_STATS": "1",

@@ -11,6 +11,7 @@ Run with ``./scripts/test-vllm`` (or ``pytest -m vllm tests/vllm_real`` in a ven
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib.metadata
 import importlib.util
@@ -36,7 +37,7 @@ from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import VlmClient
 from llm_ocr.vlm.engines import free_port, vllm_command
 from llm_ocr.vlm.presets import PRESETS
-from llm_ocr.vlm.recipes import DEEPSEEK_OCR_XARGS, image_messages, recipe_for
+from llm_ocr.vlm.recipes import image_messages, recipe_for
 from llm_ocr.vlm.server import ManagedServer, _group_alive
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import chart_png, make_corpus
@@ -87,15 +88,24 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 
 
 def test_launcher_waits_for_health_reads_metrics_and_stops_the_whole_group(tiny_model: Path, tmp_path: Path) -> None:
-    """ManagedServer on the launcher's own command line: health gate, metrics, request fields, stop."""
+    """ManagedServer on the launcher's own command line: health gate, metrics, request fields,
+    `llm-ocr describe` through it, stop."""
     asyncio.run(_managed_server(tiny_model, tmp_path))
 
 
 async def _managed_server(model: Path, tmp_path: Path) -> None:
+    # Pages with figures for `llm-ocr describe` against this server (below): Extract on the
+    # simulated DeepSeek-OCR, which finds the charts; the random model would find none.
+    out = _extract_with_simulator(tmp_path)
+    figures = sum(len(r["figures"]) for r in read_stage(out, "extract"))
+    assert figures >= 2
     port = free_port()
     preset = PRESETS["l4-24gb"]
+    # A served name unlike the model path: if --served-model-name went missing or wrong, vLLM
+    # would serve the path and every request below would get a 404.
+    served = "acme/tiny-ocr"
     command = vllm_command(
-        str(model), host="127.0.0.1", port=port, preset=preset,
+        str(model), host="127.0.0.1", port=port, preset=preset, served_model_name=served,
         server_command=shlex.split(SERVER_COMMAND), extra_args=shlex.split(SERVER_ARGS),
     )  # fmt: skip
     # The model-family rule: no DeepSeek-OCR logits processor for another family (loading it
@@ -106,12 +116,12 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
                            startup_timeout=240, max_restarts=0, name="vllm")
     await server.start()
     started = time.monotonic()
-    client = VlmClient(server.base_url, str(model), gate=server.wait_ready)
+    client = VlmClient(server.base_url, served, gate=server.wait_ready)
     try:
         # Not ready yet: vLLM loads for many seconds before /health answers 200 ...
         assert await _health(server.root_url) != 200
         # ... and a request made now waits for readiness instead of failing or using attempts.
-        recipe = recipe_for(str(model))
+        recipe = recipe_for(served)
         assert recipe.family == "generic" and recipe.extra_body == {}
         first = await client.chat({
             "messages": image_messages(_jpeg(), "image/jpeg", recipe.ocr_prompt),
@@ -121,6 +131,7 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         assert first.attempts == 1 and first.text and first.completion_tokens
         assert waited > 3, f"answered after {waited:.1f}s: did the request really wait for start-up?"
         assert await _health(server.root_url) == 200
+        assert await client.served_models() == [served]
         assert server.generation == 1 and server.restarts == 0
 
         # The server runs as a process group (API server, EngineCore, helpers): stop() must end all.
@@ -157,6 +168,14 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         schema = {"type": "object", "properties": {"kind": {"enum": ["chart", "photo"]}}, "required": ["kind"]}
         ctx = DescribeContext(client=client, prompt="Describe this image in detail.", max_tokens=8, schema=schema)
         await client.chat(figure_request(chart_png(1), ctx))
+
+        # `llm-ocr describe` captions the figures through this real vLLM (the other tests launch
+        # vLLM from the CLI; one start fewer keeps the tier short).
+        described = await asyncio.to_thread(
+            run_cli, "describe", "--output", str(out), "--endpoint", server.base_url, "--model", served,
+            "--describe-max-tokens", "24", "--progress", "off", timeout=300,
+        )  # fmt: skip
+        assert described.returncode == 0, described.stderr[-4000:]
     finally:
         await client.close()
         await server.stop()
@@ -164,16 +183,51 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
     assert not _group_alive(server.pid)
     assert [m.pid for m in members if m.is_running() and m.status() != psutil.STATUS_ZOMBIE] == []
 
-    logged = logged_requests(log_path.read_text(errors="replace"))
+    every_request = logged_requests(log_path.read_text(errors="replace"))
+    logged, logged_describe = every_request[:15], every_request[15:]
     assert len(logged) == 1 + 12 + 2
     plain, deepseek_logged, structured = logged[0], logged[-2], logged[-1]
     assert plain.param("extra_args") == "None" and plain.param("skip_special_tokens") == "True"
     assert plain.param("temperature") == "0.0" and plain.param("max_tokens") == "16"
     assert plain.output == first.text  # what the client returned is what vLLM generated
     assert deepseek_logged.param("skip_special_tokens") == "False"
-    assert deepseek_logged.param("extra_args") == repr(DEEPSEEK_OCR_XARGS)
+    # Compared with FACTS.md's literal, not with the constant the request was built from (that
+    # would pass whatever the constant held), and typed: the n-gram processor rejects a string
+    # ngram_size, and a whitelist given as a string would become a set of characters.
+    extra_args = ast.literal_eval(deepseek_logged.param("extra_args"))
+    assert extra_args == {"ngram_size": 30, "window_size": 90, "whitelist_token_ids": [128821, 128822]}
+    assert type(extra_args["ngram_size"]) is int and type(extra_args["window_size"]) is int
+    assert all(type(token) is int for token in extra_args["whitelist_token_ids"])
     assert structured.param("structured_outputs").startswith(f"StructuredOutputsParams(json={schema!r}")
     assert structured.param("skip_special_tokens") == "True"
+    _check_described(out, logged_describe, figures)
+
+
+def _extract_with_simulator(tmp_path: Path) -> Path:
+    make_corpus(tmp_path / "docs", documents=2, pages=2)  # odd pages carry a chart
+    out = tmp_path / "out"
+    with SimulatedServer(corpus=tmp_path / "docs") as sim:
+        extracted = run_cli("extract", str(tmp_path / "docs"), "--output", str(out), "--endpoint", sim.base_url,
+                            "--workers", "0")
+    assert extracted.returncode == 0, extracted.stderr
+    return out
+
+
+def _check_described(out: Path, logged: list, figures: int) -> None:
+    """Describe on real vLLM: every page once, every figure captioned with what vLLM generated."""
+    rows = read_stage(out, "describe")
+    assert _pages(rows) == _pages(read_stage(out, "extract"))
+    assert len(logged) == figures
+    outputs = {r.output.strip() for r in logged}
+    described = [f for r in rows for f in r["figures"]]
+    assert len(described) == figures
+    for figure in described:
+        # A caption, or (first token was end-of-sequence) a clear error: never a crash or a gap.
+        assert figure["description"] in outputs or figure["error"] == "model returned an empty description"
+        if figure["description"]:
+            assert figure["image"]
+    for request in logged:
+        assert request.param("max_tokens") == "24" and request.param("extra_args") == "None"
 
 
 def _start(args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
@@ -256,47 +310,13 @@ def test_run_extracts_describes_and_assembles_on_real_vllm(tiny_model: Path, tmp
     assert "vllm server stopped" in stderr
 
 
-def test_describe_captions_figures_with_real_vllm(tiny_model: Path, tmp_path: Path) -> None:
-    """Extract (simulated DeepSeek-OCR, which finds the figures), then Describe on real vLLM."""
-    make_corpus(tmp_path / "docs", documents=2, pages=2)  # odd pages carry a chart
-    out = tmp_path / "out"
-    with SimulatedServer(corpus=tmp_path / "docs") as sim:
-        extracted = run_cli("extract", str(tmp_path / "docs"), "--output", str(out), "--endpoint", sim.base_url,
-                            "--workers", "0")
-    assert extracted.returncode == 0, extracted.stderr
-    figures = sum(len(r["figures"]) for r in read_stage(out, "extract"))
-    assert figures >= 2
-
-    process = _start(["describe", "--output", str(out), *server_cli_args(tiny_model), "--describe-max-tokens", "24"],
-                     tmp_path)
-    watch = ProcessWatch(process.pid)
-    _, stderr = _finish(process, watch, tmp_path)
-    assert process.returncode == 0, stderr[-4000:]
-
-    rows = read_stage(out, "describe")
-    assert _pages(rows) == _pages(read_stage(out, "extract"))
-    logged = logged_requests((out / "_state/logs/server-describe-00000-of-00001.log").read_text(errors="replace"))
-    assert len(logged) == figures
-    outputs = {r.output.strip() for r in logged}
-    described = [f for r in rows for f in r["figures"]]
-    assert len(described) == figures
-    for figure in described:
-        # A caption, or (first token was end-of-sequence) a clear error: never a crash or a gap.
-        assert figure["description"] in outputs or figure["error"] == "model returned an empty description"
-        if figure["description"]:
-            assert figure["image"]
-    for request in logged:
-        assert request.param("max_tokens") == "24" and request.param("extra_args") == "None"
-    assert watch.leftovers() == []
-
-
 def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model: Path, tmp_path: Path) -> None:
     """kill -9 of vLLM mid-run: the launcher restarts it, requests in flight are retried, no page is lost."""
     make_corpus(tmp_path / "docs", documents=5, pages=3)
     out = tmp_path / "out"
     process = _start([
         "extract", str(tmp_path / "docs"), "--output", str(out), *server_cli_args(tiny_model),
-        "--max-tokens", "400", "--truncation-retries", "0", "--max-in-flight", "2", "--workers", "0",
+        "--max-tokens", "200", "--truncation-retries", "0", "--max-in-flight", "2", "--workers", "0",
         "--flush-interval", "0.5", "--part-rows", "2", "--progress", "log", "--progress-interval", "1",
     ], tmp_path)  # fmt: skip
     watch = ProcessWatch(process.pid)
