@@ -174,14 +174,14 @@ class PageFlow:
         finally:
             producer.cancel()
             flusher.cancel()
-            for task in (producer, flusher):
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                    pass
-            for ordered in self.ordered_all:
-                await ordered.drain()
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            try:
+                # Reap both. Their own errors are already raised above (or moot once stopped);
+                # a cancel of this run itself (a second Ctrl-C) still propagates from here.
+                await asyncio.gather(producer, flusher, return_exceptions=True)
+            finally:
+                for ordered in self.ordered_all:
+                    await ordered.drain()
+                shutil.rmtree(self._tmp, ignore_errors=True)
         if self._fatal is not None:
             raise self._fatal
 
@@ -200,19 +200,29 @@ class PageFlow:
 
     async def _produce(self, documents: Iterable[DocumentRef]) -> None:
         try:
-            async for ref in iterate_in_thread(documents):
-                if self.stop.is_set():
-                    break
-                self.counters.docs_seen += 1
-                if self.index.is_document_done(ref.doc_id):
-                    self.counters.docs_skipped += 1
-                    pages = self.index.num_pages.get(ref.doc_id) or 0
-                    self.counters.pages_skipped += pages
-                    self.counters.pages_found += pages
-                    continue
-                await self._produce_document(ref)
-        finally:
-            await self._queue.put(None)
+            await self._produce_all(documents)
+        except asyncio.CancelledError:
+            # run() cancels the producer only once _dispatch has stopped reading: no end marker
+            # is needed, and waiting for room in the full queue would never end (CI's hang with
+            # a wedged endpoint: the run stopped, then waited forever here).
+            raise
+        except BaseException:
+            await self._queue.put(None)  # _dispatch still reads: let it end; run() raises this
+            raise
+        await self._queue.put(None)
+
+    async def _produce_all(self, documents: Iterable[DocumentRef]) -> None:
+        async for ref in iterate_in_thread(documents):
+            if self.stop.is_set():
+                break
+            self.counters.docs_seen += 1
+            if self.index.is_document_done(ref.doc_id):
+                self.counters.docs_skipped += 1
+                pages = self.index.num_pages.get(ref.doc_id) or 0
+                self.counters.pages_skipped += pages
+                self.counters.pages_found += pages
+                continue
+            await self._produce_document(ref)
 
     async def _produce_document(self, ref: DocumentRef) -> None:
         try:

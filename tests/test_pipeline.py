@@ -1,0 +1,60 @@
+"""The page flow's shutdown: a stopped flow must return, whatever its producer is doing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from llm_ocr.parts import PartWriter, ShardIndex
+from llm_ocr.pipeline import FlowSettings, PageFlow
+from llm_ocr.progress import RunCounters
+from llm_ocr.records import PageResult, page_schema
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.sources.listing import list_documents
+from llm_ocr.storage import Storage
+from llm_ocr.workers import WorkerPool
+from tests.docs import make_corpus
+
+
+def test_a_flow_stopped_with_a_full_prefetch_queue_and_nothing_in_flight_returns(tmp_path: Path) -> None:
+    # The shape of CI's hang with a wedged endpoint: the stop comes while the dispatcher awaits a
+    # render, every page already sent has finished, the prefetch queue is full and the producer
+    # is blocked putting into it. The flow used to cancel the producer twice without yielding in
+    # between; the two cancels collapsed into one, and the producer's end marker then waited
+    # forever for room in a queue nobody read. Here the stop comes from the first page's handler
+    # (as a fatal EndpointDown or SIGTERM would) while the first chunk's 8 pages fill every slot,
+    # the next chunk waits in the queue and the producer is blocked putting the third; the
+    # handlers return at once, so no task is left in flight when the dispatcher notices.
+    make_corpus(tmp_path / "docs", documents=2, pages=40)  # 5 render chunks of 8 pages each
+    stop = asyncio.Event()
+    handled: list[tuple[str, int]] = []
+
+    async def handler(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None) -> PageResult:
+        handled.append((ref.doc_id, item.page))
+        await asyncio.sleep(0.2)  # the first chunk in flight: the dispatcher waits for a slot
+        stop.set()
+        return PageResult(ref.doc_id, ref.index, item.page, ref.source, num_pages, status="ok")
+
+    async def main() -> RunCounters:
+        counters = RunCounters("extract", 0, 1)
+        pool = WorkerPool(0)
+        writer = PartWriter(Storage(str(tmp_path / "out/extract")), page_schema(), 0, 1)
+        flow = PageFlow(
+            pool=pool, render=RenderOptions(), handler=handler, writer=writer, index=ShardIndex(),
+            counters=counters, settings=FlowSettings(max_in_flight=8, prefetch_chunks=1), stop=stop,
+        )
+        run = asyncio.create_task(flow.run(list_documents([str(tmp_path / "docs")])))
+        try:
+            done, _ = await asyncio.wait({run}, timeout=20)
+            assert run in done, "the stopped flow did not return"
+            run.result()
+            await writer.close()
+        finally:
+            run.cancel()
+            pool.close()
+        return counters
+
+    counters = asyncio.run(main())
+    assert handled and handled[0] == ("doc000.pdf", 1)
+    # Intake stopped: not every document was sent, and every page that was sent has its row.
+    assert len(handled) < 80 and counters.pages["ok"] == len(handled)
