@@ -17,14 +17,14 @@ from tests.docs import make_corpus
 
 
 def test_a_flow_stopped_with_a_full_prefetch_queue_and_nothing_in_flight_returns(tmp_path: Path) -> None:
-    # The shape of CI's hang with a wedged endpoint: the stop comes while the dispatcher awaits a
-    # render, every page already sent has finished, the prefetch queue is full and the producer
-    # is blocked putting into it. The flow used to cancel the producer twice without yielding in
-    # between; the two cancels collapsed into one, and the producer's end marker then waited
-    # forever for room in a queue nobody read. Here the stop comes from the first page's handler
-    # (as a fatal EndpointDown or SIGTERM would) while the first chunk's 8 pages fill every slot,
-    # the next chunk waits in the queue and the producer is blocked putting the third; the
-    # handlers return at once, so no task is left in flight when the dispatcher notices.
+    # The shape of CI's hang with a wedged endpoint: when the dispatcher notices the stop, every
+    # page already sent has finished, the prefetch queue is full and the producer is blocked
+    # putting into it. The flow used to cancel the producer twice without yielding in between;
+    # the two cancels collapsed into one, and the producer's end marker then waited forever for
+    # room in a queue nobody read. Here the first chunk's 8 pages fill every slot (the dispatcher
+    # waits for one), the next chunk waits in the queue and the producer is blocked putting the
+    # third; then the handlers set the stop (as a fatal EndpointDown or SIGTERM would) and return,
+    # so no task is left in flight when the dispatcher wakes.
     make_corpus(tmp_path / "docs", documents=2, pages=40)  # 5 render chunks of 8 pages each
     stop = asyncio.Event()
     handled: list[tuple[str, int]] = []
