@@ -36,6 +36,11 @@ def part_name(shard: int, num_shards: int, seq: int) -> str:
     return f"part-{shard:05d}-of-{num_shards:05d}-{seq:06d}.parquet"
 
 
+def part_glob(shard: int, num_shards: int) -> str:
+    """Glob pattern of every part of one shard (see :func:`part_name`)."""
+    return f"part-{shard:05d}-of-{num_shards:05d}-*.parquet"
+
+
 def _parse(path: str) -> tuple[int, int, int] | None:
     match = PART_RE.search(path)
     if not match:
@@ -112,7 +117,7 @@ def scan_shard(stage: Storage, shard: int, num_shards: int, *, retry_errors: boo
     """
     index = ShardIndex()
     # A killed run's half-written parts of this shard (temporary files) are removed.
-    remove_stale_temp_files(stage, f"part-{shard:05d}-of-{num_shards:05d}-*.parquet")
+    remove_stale_temp_files(stage, part_glob(shard, num_shards))
     for path in list_parts(stage, shard, num_shards):
         seq = _parse(path)[2]  # type: ignore[index]
         index.next_seq = max(index.next_seq, seq + 1)

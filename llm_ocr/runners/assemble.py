@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llm_ocr.config import JobOptions
-from llm_ocr.parts import PART_RE, PartWriter, ShardLayoutError, list_parts, remove_stale_temp_files, table_to_bytes
+from llm_ocr.parts import PART_RE, PartWriter, ShardLayoutError, list_parts, part_glob, remove_stale_temp_files, table_to_bytes
 from llm_ocr.records import DocumentResult, document_schema
 from llm_ocr.runner import (
     EXIT_INTERRUPTED,
@@ -97,7 +97,7 @@ def scan_assembled(stage: Storage, shard: int, num_shards: int) -> tuple[set[str
     done: set[str] = set()
     next_seq = 0
     # A killed run's half-written parts of this shard (temporary files) are removed.
-    remove_stale_temp_files(stage, f"part-{shard:05d}-of-{num_shards:05d}-*.parquet")
+    remove_stale_temp_files(stage, part_glob(shard, num_shards))
     for path in list_parts(stage, shard, num_shards):
         next_seq = max(next_seq, int(PART_RE.search(path).group(3)) + 1)  # type: ignore[union-attr]
         try:
