@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import logging
-import random
 import shlex
 import shutil
 import sys
@@ -23,6 +23,7 @@ from typing import Literal
 import aiohttp
 from pydantic import BaseModel, Field
 
+from llm_ocr.backoff import backoff_delay
 from llm_ocr.storage import Storage
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient
 from llm_ocr.vlm.engines import free_port, sim_command, vllm_command
@@ -72,8 +73,7 @@ async def check_model(client: VlmClient, wait: float = 0.0) -> None:
     fails at once.
     """
     deadline = time.monotonic() + wait
-    delay = 0.5
-    while True:
+    for attempt in itertools.count(1):
         try:
             served = await client.served_models()
             break
@@ -83,8 +83,7 @@ async def check_model(client: VlmClient, wait: float = 0.0) -> None:
                 hint = f" (waited {wait:.0f}s, --dead-after)" if exc.transient and wait > 0 else ""
                 raise EndpointError(f"{exc}{hint}") from exc
             log.warning("%s; retrying for up to %.0fs more (--dead-after)", exc, left)
-            await asyncio.sleep(min(left, random.uniform(delay / 2, delay)))
-            delay = min(delay * 2, 15.0)
+            await asyncio.sleep(min(left, backoff_delay(attempt, 0.5, 15.0)))
     if client.model not in served:
         raise EndpointError(f"endpoint {client.display_url} does not serve --model {client.model!r}; it serves {served}")
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 import posixpath
-import random
 import time
 from collections import OrderedDict
 from typing import Any
 
+from llm_ocr.backoff import backoff_delay
 from llm_ocr.sinks import Operation
 from llm_ocr.stores import StorageError, classify, explain, http_status, retry_after, scrub
 
@@ -112,8 +112,7 @@ class HubCommitter:
                     if kind in ("transient", "access"):
                         raise StorageError(explain(exc, url, "commit to")) from exc
                     raise
-                delay = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-                delay = random.uniform(delay / 2, delay)
+                delay = backoff_delay(attempt, self.base_delay, self.max_delay)
                 hinted = retry_after(exc)
                 if hinted is not None:
                     delay = max(delay, min(hinted, self.max_delay * 5))

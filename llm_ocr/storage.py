@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import random
 import time
 import uuid
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from llm_ocr.backoff import backoff_delay
 from llm_ocr.sinks import BatchingSink, DirectSink, PartSink, batching_sink
 from llm_ocr.stores import StorageError, classify, explain, redact, retry_after, scrub, store_options
 
@@ -61,9 +61,7 @@ def retry_io(
                 raise
             if kind == "access" or attempt == attempts:
                 raise StorageError(_explain_what(exc, what)) from exc
-            delay = min(max_delay, base_delay * 2 ** (attempt - 1))
-            delay = random.uniform(delay / 2, delay)
-            delay = max(delay, min(retry_after(exc) or 0.0, max_delay * 4))
+            delay = max(backoff_delay(attempt, base_delay, max_delay), min(retry_after(exc) or 0.0, max_delay * 4))
             log.warning("%s failed (%s); retry %d/%d in ~%.1fs", what, scrub(str(exc)[:200]), attempt, attempts - 1, delay)
             time.sleep(delay)
     raise AssertionError("unreachable")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+import llm_ocr.backoff as backoff_module
 import llm_ocr.vlm.client as client_module
 from llm_ocr.progress import RunCounters
 from llm_ocr.testing import SimulatedServer
@@ -34,8 +35,9 @@ def page_body() -> dict[str, Any]:
 
 
 class Schedule:
-    """Stands in for the client module's ``asyncio`` and ``random``: records every backoff
-    (the bounds the jitter was drawn from, and the delay slept), sleeping for real."""
+    """Stands in for ``asyncio`` and ``random`` of the client module (and ``random`` of
+    ``llm_ocr.backoff``, which draws the half-jitter delays): records every backoff (the bounds
+    the jitter was drawn from, and the delay slept), sleeping for real."""
 
     def __init__(self) -> None:
         self.bounds: list[tuple[float, float]] = []
@@ -57,6 +59,7 @@ def schedule(monkeypatch: pytest.MonkeyPatch) -> Schedule:
     recorder = Schedule()
     monkeypatch.setattr(client_module, "asyncio", recorder.asyncio)
     monkeypatch.setattr(client_module, "random", recorder.random)
+    monkeypatch.setattr(backoff_module, "random", recorder.random)
     return recorder
 
 

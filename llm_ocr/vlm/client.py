@@ -20,6 +20,8 @@ from typing import Any
 import openai
 from pydantic import BaseModel, Field
 
+from llm_ocr.backoff import backoff_delay
+
 log = logging.getLogger(__name__)
 
 
@@ -197,8 +199,7 @@ class VlmClient:
                     free_retries += 1
                     attempt -= 1
                     self._check_down()
-                    delay = min(opts.backoff_max, opts.backoff_base * 2 ** min(free_retries, 6))
-                    await asyncio.sleep(random.uniform(delay / 2, delay) if delay else 0)
+                    await asyncio.sleep(backoff_delay(min(free_retries, 6) + 1, opts.backoff_base, opts.backoff_max))
                     continue
                 if attempt == opts.max_attempts:
                     # A wedged endpoint (timeouts only, see _endpoint_failing_since) stops the
