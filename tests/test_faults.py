@@ -21,6 +21,7 @@ from PIL import Image
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import make_corpus, make_pdf
+from tests.stages.common import page_keys
 
 
 def extract(inputs, out: Path, server: SimulatedServer, *extra: str, env=None, timeout: float = 180):
@@ -28,10 +29,6 @@ def extract(inputs, out: Path, server: SimulatedServer, *extra: str, env=None, t
         "extract", *[str(i) for i in inputs], "--output", str(out), "--endpoint", server.base_url,
         "--workers", "0", "--progress", "log", "--backoff-base", "0.05", *extra, env=env, timeout=timeout,
     )
-
-
-def keys(rows):
-    return sorted((r["doc_id"], r["page"]) for r in rows)
 
 
 def corpus_keys(documents: int, pages: int) -> list[tuple[str, int]]:
@@ -77,7 +74,7 @@ def test_timeouts_count_from_sending_not_from_queueing(tmp_path: Path) -> None:
         result = extract([tmp_path / "docs"], tmp_path / "out", server, "--request-timeout", "1.2", "--max-in-flight", "1")
     assert result.returncode == 0, result.stderr
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(6, 1)  # every page once
+    assert page_keys(rows) == corpus_keys(6, 1)  # every page once
     assert [(r["status"], r["attempts"]) for r in rows] == [("ok", 1)] * 6
 
 
@@ -118,7 +115,7 @@ def test_dead_external_endpoint_stops_the_run_instead_of_failing_every_page(tmp_
     with SimulatedServer(corpus=tmp_path / "docs") as again:
         assert extract([tmp_path / "docs"], tmp_path / "out", again).returncode == 0
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(12, 2)  # 24 pages, each exactly once
+    assert page_keys(rows) == corpus_keys(12, 2)  # 24 pages, each exactly once
 
 
 def test_summary_lines_reconcile_every_shard_and_status_reports_the_same(tmp_path: Path) -> None:
@@ -158,7 +155,7 @@ def test_summary_lines_reconcile_every_shard_and_status_reports_the_same(tmp_pat
     assert line["seen"] == first["seen"] and line["earlier"] == first["ok"] + first["truncated"]
     assert line["seen"] == line["ok"] + line["truncated"] + line["error"] + line["earlier"] and line["left"] == 0
     rows = read_stage(out, "extract")
-    assert len(rows) == 13 == len(set(keys(rows)))
+    assert len(rows) == 13 == len(set(page_keys(rows)))
 
 
 def test_random_server_faults_lose_and_duplicate_nothing(tmp_path: Path) -> None:
@@ -173,7 +170,7 @@ def test_random_server_faults_lose_and_duplicate_nothing(tmp_path: Path) -> None
     assert result.returncode in (0, 1), result.stderr
     assert {"error", "reset", "hang", "loop"} <= set(applied), applied
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(10, 3)  # 30 pages, each exactly once
+    assert page_keys(rows) == corpus_keys(10, 3)  # 30 pages, each exactly once
     for row in rows:
         assert row["status"] in ("ok", "truncated", "error") and 1 <= row["attempts"]
         if row["status"] == "error":  # only after the whole attempt budget, with the reason
@@ -206,7 +203,7 @@ def test_hung_external_endpoint_stops_the_run_instead_of_failing_every_page(tmp_
     with SimulatedServer(corpus=tmp_path / "docs") as healthy:
         assert extract([tmp_path / "docs"], tmp_path / "out", healthy).returncode == 0
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(12, 2) and {r["status"] for r in rows} == {"ok"}  # errors retried, once
+    assert page_keys(rows) == corpus_keys(12, 2) and {r["status"] for r in rows} == {"ok"}  # errors retried, once
 
 
 def test_slow_starting_external_endpoint_gets_backoff_then_a_clean_stop_or_the_run(tmp_path: Path) -> None:
@@ -226,7 +223,7 @@ def test_slow_starting_external_endpoint_gets_backoff_then_a_clean_stop_or_the_r
         refused = slow.stats()["responses"].get("503", 0)
     assert patient.returncode == 0, patient.stderr
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(3, 2) and {r["status"] for r in rows} == {"ok"}
+    assert page_keys(rows) == corpus_keys(3, 2) and {r["status"] for r in rows} == {"ok"}
     assert rows[0]["attempts"] > 1 and waited < 60  # the 503s were retried on the page, and recorded
     assert 0 < refused < 100  # with backoff, not in a tight loop
 
@@ -264,7 +261,7 @@ def test_external_endpoint_not_listening_yet_is_waited_for(tmp_path: Path) -> No
     assert process.returncode == 0, stderr
     assert "is not answering" in stderr and "retrying for up to" in stderr
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(2, 2) and {r["status"] for r in rows} == {"ok"}
+    assert page_keys(rows) == corpus_keys(2, 2) and {r["status"] for r in rows} == {"ok"}
     # The wait for the listener spent no page's attempts: only the 503s the server sent did.
     assert sum(r["attempts"] for r in rows) == 4 + refused
 
@@ -281,7 +278,7 @@ def test_slow_starting_managed_server_is_waited_for(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started >= 4
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(2, 2) and [r["attempts"] for r in rows] == [1] * 4  # waited, not retried
+    assert page_keys(rows) == corpus_keys(2, 2) and [r["attempts"] for r in rows] == [1] * 4  # waited, not retried
 
 
 @pytest.mark.parametrize("kind", ["empty", "untagged", "bad_boxes"])
@@ -342,7 +339,7 @@ def test_sigterm_flushes_completed_rows_exits_3_and_the_rerun_completes(tmp_path
         # Nothing was flushed on the timer (600 s): these rows were flushed by the shutdown.
         saved = read_stage(tmp_path / "out", "extract")
         assert 2 <= len(saved) < 16 and {r["status"] for r in saved} == {"ok"}
-        assert len(set(keys(saved))) == len(saved)
+        assert len(set(page_keys(saved))) == len(saved)
         (line,) = summary_lines(stderr)
         assert line["ok"] == len(saved) and line["left"] == line["seen"] - len(saved)
         assert not (tmp_path / "out/_state/extract/done-00000-of-00001.json").exists()
@@ -351,7 +348,7 @@ def test_sigterm_flushes_completed_rows_exits_3_and_the_rerun_completes(tmp_path
     (line,) = summary_lines(rerun.stderr)
     assert (line["seen"], line["earlier"], line["ok"], line["left"]) == (16, len(saved), 16 - len(saved), 0)
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(8, 2)  # 16 pages, each exactly once
+    assert page_keys(rows) == corpus_keys(8, 2)  # 16 pages, each exactly once
 
 
 def test_sigterm_with_every_slot_hung_abandons_them_after_the_grace_period(tmp_path: Path) -> None:
@@ -389,7 +386,7 @@ def test_sigterm_with_every_slot_hung_abandons_them_after_the_grace_period(tmp_p
         server.clear_faults()
         assert extract([tmp_path / "docs"], tmp_path / "out", server).returncode == 0
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(8, 2)  # the abandoned pages were redone, nothing twice
+    assert page_keys(rows) == corpus_keys(8, 2)  # the abandoned pages were redone, nothing twice
 
 
 def test_a_cut_off_part_is_detected_removed_and_redone(tmp_path: Path) -> None:
@@ -408,7 +405,7 @@ def test_a_cut_off_part_is_detected_removed_and_redone(tmp_path: Path) -> None:
         assert "unreadable part" in result.stderr
         assert len(server.requests()) == 6 + 2
     rows = read_stage(tmp_path / "out", "extract")
-    assert keys(rows) == corpus_keys(3, 2)  # the cut part's 2 pages redone, each page once
+    assert page_keys(rows) == corpus_keys(3, 2)  # the cut part's 2 pages redone, each page once
 
 
 def _hostile_corpus(folder: Path) -> dict[str, str]:
