@@ -16,22 +16,22 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from llm_ocr.access import check_output
+from llm_ocr.storage.access import check_output
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, EndpointError, ServerOptions, open_endpoint
-from llm_ocr.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
+from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.platform import detect_shard
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import page_schema
-from llm_ocr.sinks import close_all as close_sinks
+from llm_ocr.storage.sinks import close_all as close_sinks
 from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
 from llm_ocr.sources.base import DocumentRef, RenderOptions
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
-from llm_ocr.state import clear_marker, read_marker, write_marker
+from llm_ocr.storage.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage import Storage
-from llm_ocr.stores import StorageError
+from llm_ocr.storage.stores import StorageError
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
 from llm_ocr.workers import WorkerPool, crop_figures, default_workers
@@ -71,7 +71,7 @@ def resolve_shard(job: JobOptions) -> tuple[int, int]:
 def check_writable(out: Storage) -> None:
     """Fail before any GPU time is spent if the output cannot be written."""
     try:
-        check_output(out)  # llm_ocr.access: names the store and what to set, no secrets
+        check_output(out)  # llm_ocr.storage.access: names the store and what to set, no secrets
     except StorageError as exc:
         raise RunError(str(exc)) from exc
 

@@ -30,7 +30,7 @@ SCRIPT = r"""
 import io, sys
 import pyarrow as pa, pyarrow.parquet as pq
 from huggingface_hub import CommitOperationDelete, HfApi
-from llm_ocr.access import check_output
+from llm_ocr.storage.access import check_output
 from llm_ocr.storage import Storage
 
 repo, folder = sys.argv[1], sys.argv[2]

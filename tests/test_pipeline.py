@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from llm_ocr.parts import PartWriter, ShardIndex
+from llm_ocr.storage.parts import PartWriter, ShardIndex
 from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.progress import RunCounters
 from llm_ocr.records import PageResult, page_schema

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llm_ocr import storage as storage_module
-from llm_ocr.sinks import BatchingSink, DirectSink, Operation
+from llm_ocr.storage import retry as retry_module
+from llm_ocr.storage.sinks import BatchingSink, DirectSink, Operation
 from llm_ocr.storage import Storage, retry_io
-from llm_ocr.stores import StorageError, classify, explain, redact, scrub, store_options
+from llm_ocr.storage.stores import StorageError, classify, explain, redact, scrub, store_options
 from tests.fakes.fake_hub import FakeHub
 
 HUB_TOKEN = "hf_test_writer_token"
@@ -125,7 +125,7 @@ def test_retry_io_retries_transient_errors_then_gives_up_with_a_storage_error(mo
     from s3fs.errors import translate_boto_error
 
     sleeps: list[float] = []
-    monkeypatch.setattr(storage_module.time, "sleep", sleeps.append)
+    monkeypatch.setattr(retry_module.time, "sleep", sleeps.append)
     calls = iter([translate_boto_error(_client_error("SlowDown", 503)), _hf_error(429, {"Retry-After": "7"}), "done"])
 
     def flaky() -> str:
@@ -285,11 +285,11 @@ def _parquet(n: int) -> bytes:
 
 
 def test_hub_commits_retry_throttling_and_conflicts_then_give_up_cleanly(hub: FakeHub) -> None:
-    from llm_ocr.hub import HubCommitter
+    from llm_ocr.storage.hub import HubCommitter
 
     out = _hub_storage(hub, "tester/retry")
     out.sink.committer = HubCommitter(out.fs, attempts=3, base_delay=0.01)  # type: ignore[attr-defined]
-    from llm_ocr.access import check_output
+    from llm_ocr.storage.access import check_output
 
     check_output(out)  # creates the repo (private) and queues the dataset card
     assert hub.repos[("dataset", "tester/retry")].private
@@ -309,7 +309,7 @@ def test_hub_commits_retry_throttling_and_conflicts_then_give_up_cleanly(hub: Fa
 
 
 def test_hub_write_check_needs_a_write_token(hub: FakeHub) -> None:
-    from llm_ocr.access import check_output
+    from llm_ocr.storage.access import check_output
 
     hub.create("tester/public", private=False)
     with pytest.raises(StorageError, match="cannot write to hf://datasets/tester/public: .*HF_TOKEN"):
@@ -364,7 +364,7 @@ def test_no_import_time_side_effects_and_gcsfs_is_prepared_for_the_emulator() ->
 
     script = (
         "import os, sys\n"
-        "import llm_ocr.storage, llm_ocr.stores, llm_ocr.sinks, llm_ocr.hub, llm_ocr.access\n"
+        "import llm_ocr.storage, llm_ocr.storage.stores, llm_ocr.storage.sinks, llm_ocr.storage.hub, llm_ocr.storage.access, llm_ocr.storage.upstream\n"
         "assert 'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT' not in os.environ\n"
         "assert not {'gcsfs', 's3fs', 'huggingface_hub'} & set(sys.modules), set(sys.modules) & {'gcsfs', 's3fs', 'huggingface_hub'}\n"
         "from llm_ocr.storage import Storage\n"

@@ -22,7 +22,7 @@ from typing import Any
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
-from llm_ocr.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
+from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import PageResult, page_schema
@@ -50,10 +50,10 @@ from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOpti
 from llm_ocr.stages.assemble import AssembleOptions
 from llm_ocr.stages.describe import DescribeContext, DescribeOptions, describe_page
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
-from llm_ocr.state import clear_marker, read_marker, write_marker
+from llm_ocr.storage.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage import Storage
-from llm_ocr.stores import StorageError
-from llm_ocr.upstream import UnreadablePart, iter_shard_rows
+from llm_ocr.storage.stores import StorageError
+from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
 from llm_ocr.workers import WorkerPool, crop_figures, default_workers

@@ -30,7 +30,7 @@ from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, Field
 
-from llm_ocr.stores import classify, explain, store_options
+from llm_ocr.storage.stores import classify, explain, store_options
 
 from .base import DocumentKind, DocumentRef
 
@@ -99,7 +99,7 @@ def list_documents(
         except Exception as e:  # permissions, network, credentials: the INPUT cannot be read
             if classify(e) == "other" and not isinstance(e, OSError):
                 raise
-            # explain() names the store and what to set, without secrets (llm_ocr.stores).
+            # explain() names the store and what to set, without secrets (llm_ocr.storage.stores).
             raise InputError(explain(e, url, "read INPUT", so)) from e
     _assign_doc_ids(plans)
     return _stream(plans, so)

@@ -17,7 +17,7 @@ import fsspec
 from pydantic import BaseModel, Field, SecretStr
 
 from llm_ocr.records import Figure, PageResult
-from llm_ocr.stores import store_options
+from llm_ocr.storage.stores import store_options
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.grounding import EOS
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, image_messages, recipe_for

@@ -16,7 +16,7 @@ from reportlab.lib.pagesizes import letter
 from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
-from llm_ocr.parts import scan_shard
+from llm_ocr.storage.parts import scan_shard
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.runners.assemble import scan_assembled
 from llm_ocr.stages.assemble import DEFAULT_PAGE_SEPARATOR, AssembleOptions, alt_text, assemble_document

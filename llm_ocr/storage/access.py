@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 
-from llm_ocr.storage import Storage
-from llm_ocr.stores import StorageError, explain
+from llm_ocr.storage.url import Storage
+from llm_ocr.storage.stores import StorageError, explain
 
 
 def check_output(out: Storage) -> None:
@@ -18,11 +18,10 @@ def check_output(out: Storage) -> None:
     Where writes are plain puts, a probe file is written and removed (a unique name, so shards
     starting together do not trip over each other). Where every write is a commit (the Hub), the
     committer checks the right to write without committing, creates the repo if absent, and
-    queues the dataset card (see :func:`llm_ocr.hub.check_hub_output`).
+    queues the dataset card (see :func:`llm_ocr.storage.hub.check_hub_output`).
     """
     committer_check = getattr(getattr(out.sink, "committer", None), "check_output", None)
-    if committer_check is not None:
-        committer_check(out)
+    if committer_check is not None and committer_check(out):
         return
     probe_write(out)
 

@@ -2,8 +2,8 @@
 
 Through ``HfFileSystem`` every written file is one commit, and the Hub limits commits per repo
 (FACTS.md: ~128 per hour), so N shards writing a part every few minutes would soon be refused.
-:class:`HubCommitter` is the :class:`~llm_ocr.sinks.Committer` behind
-:class:`~llm_ocr.sinks.BatchingSink`: one ``HfApi.create_commit`` per batch (regular or
+:class:`HubCommitter` is the :class:`~llm_ocr.storage.sinks.Committer` behind
+:class:`~llm_ocr.storage.sinks.BatchingSink`: one ``HfApi.create_commit`` per batch (regular or
 LFS/Xet uploads are huggingface_hub's business), retried with backoff and jitter on commit
 conflicts (409/412), throttling (429, honouring ``Retry-After``) and server errors. It only ever
 adds or deletes the exact paths it is given: other shards' files are never touched (never
@@ -21,8 +21,9 @@ from collections import OrderedDict
 from typing import Any
 
 from llm_ocr.backoff import backoff_delay
-from llm_ocr.sinks import Operation
-from llm_ocr.stores import StorageError, classify, explain, http_status, retry_after, scrub
+from llm_ocr.storage.retry import retry_io
+from llm_ocr.storage.sinks import Operation
+from llm_ocr.storage.stores import StorageError, classify, explain, http_status, retry_after, scrub
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +58,18 @@ class HubCommitter:
     def _resolve(self, path: str) -> Any:
         return self.fs.resolve_path(path)
 
-    def check_output(self, out: Any) -> None:
+    def check_output(self, out: Any) -> bool:
         """The start-up check for an output on the Hub (see :func:`check_hub_output`), then
-        the dataset card, queued so it costs no commit of its own."""
-        if _repo_of(out.root)[0] == "bucket":
-            from llm_ocr.access import probe_write
+        the dataset card, queued so it costs no commit of its own.
 
-            probe_write(out)  # buckets are plain object storage: a probe write costs no commit
-            return
+        Returns False, checking nothing, for ``hf://buckets``: they are plain object storage,
+        where the caller's probe write costs no commit.
+        """
+        if _repo_of(out.root)[0] == "bucket":
+            return False
         check_hub_output(out)
         ensure_dataset_card(out)
+        return True
 
     def batches(self, path: str) -> bool:
         # Buckets (huggingface_hub >= 1.5) are commit-free object storage.
@@ -133,8 +136,6 @@ def check_hub_output(out: Any) -> None:
     Uses the Hub's ``auth-check/write`` route rather than writing a probe file, which would cost
     two commits per shard start. Raises :class:`StorageError` with what to set.
     """
-    from llm_ocr.storage import retry_io  # storage imports this module's users lazily
-
     fs = out.fs
     repo_type, repo_id, revision = _repo_of(out.root)
     api = _api(fs)

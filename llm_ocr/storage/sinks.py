@@ -247,29 +247,9 @@ _sinks: dict[int, tuple[Any, PartSink]] = {}
 _sinks_lock = threading.Lock()
 _atexit_registered = False
 
-#: Filesystem classes in which every write is a commit, by import path, with the factory of
-#: their committer. Matching by class path keeps this module free of client imports.
-_COMMITTING: dict[str, Callable[[Any], Committer]] = {}
-
-
-def _hub_committer(fs: Any) -> Committer:
-    from llm_ocr.hub import HubCommitter
-
-    return HubCommitter(fs)
-
-
-_COMMITTING["huggingface_hub.hf_file_system.HfFileSystem"] = _hub_committer
-
-
-def batching_sink(fs: Any, direct: PartSink) -> BatchingSink | None:
-    """The shared batching sink of ``fs`` if its writes are commits, else None."""
-    committer_for = None
-    for cls in type(fs).__mro__:
-        committer_for = _COMMITTING.get(f"{cls.__module__}.{cls.__qualname__}")
-        if committer_for is not None:
-            break
-    if committer_for is None:
-        return None
+def batching_sink(fs: Any, direct: PartSink, committer_for: Callable[[Any], Committer]) -> BatchingSink:
+    """The batching sink shared by every Storage on ``fs``, committing through
+    ``committer_for(fs)`` (made once per filesystem instance)."""
     global _atexit_registered
     with _sinks_lock:
         entry = _sinks.get(id(fs))

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llm_ocr.storage import Storage
+from llm_ocr.storage.url import Storage
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llm_ocr.storage import Storage
+from llm_ocr.storage.url import Storage
 
 STATE_DIR = "_state"
 
