@@ -1,6 +1,6 @@
 """One benchmark run: the real Extract pipeline against the simulated vLLM, measured.
 
-The run is :func:`llm_ocr.runner.extract_shard` in this process (one event loop, real worker
+The run is :func:`llm_ocr.runners.extract.extract_shard` in this process (one event loop, real worker
 processes), pointed with ``--endpoint`` at a simulated server this module launches itself, so
 it knows the server's address (to sample ``/metrics``), its request log (for the lower bound)
 and its pid (to keep the server's CPU and memory out of the client's numbers).
@@ -23,7 +23,7 @@ import aiohttp
 from llm_ocr.bench.lower_bound import lower_bound, read_request_log, replay_arrivals
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
 from llm_ocr.config import JobOptions
-from llm_ocr.runner import ExtractJob, extract_shard
+from llm_ocr.runners.extract import ExtractJob, extract_shard
 from llm_ocr.sources.base import RenderOptions
 from llm_ocr.stages.extract import ExtractOptions
 from llm_ocr.vlm.engines import free_port, sim_command

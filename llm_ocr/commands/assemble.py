@@ -33,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr assemble``."""
-    from llm_ocr.runner import run_sync
     from llm_ocr.runners.assemble import AssembleJob, assemble_shard
+    from llm_ocr.runners.shard import run_sync
 
     spec = AssembleJob(job=resolve_options(JobOptions, args), assemble=resolve_options(AssembleOptions, args))
     outcome = run_sync(lambda stop: assemble_shard(spec, stop))

@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr describe``."""
-    from llm_ocr.runner import run_sync
     from llm_ocr.runners.describe import DescribeJob, describe_shard
+    from llm_ocr.runners.shard import run_sync
 
     spec = DescribeJob(
         job=resolve_options(JobOptions, args),

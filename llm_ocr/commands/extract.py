@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr extract``."""
-    from llm_ocr.runner import ExtractJob, extract_shard, run_sync
+    from llm_ocr.runners.extract import ExtractJob, extract_shard
+    from llm_ocr.runners.shard import run_sync
 
     inputs = list(args.inputs)
     if not inputs:

@@ -43,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr run``."""
-    from llm_ocr.runner import run_sync
     from llm_ocr.runners.run import RunJob, run_shard
+    from llm_ocr.runners.shard import run_sync
 
     inputs = list(args.inputs)
     if not inputs:

@@ -14,9 +14,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PART_RE, list_parts
 from llm_ocr.storage.state import list_markers
-from llm_ocr.storage import Storage
 
 STAGES = ("extract", "describe", "assemble")
 

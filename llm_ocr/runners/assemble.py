@@ -21,9 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llm_ocr.config import JobOptions
-from llm_ocr.storage.parts import PART_RE, PartWriter, ShardLayoutError, list_parts, part_glob, remove_stale_temp_files, table_to_bytes
 from llm_ocr.records import DocumentResult, document_schema
-from llm_ocr.runner import (
+from llm_ocr.runners.shard import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PAGES_FAILED,
@@ -34,8 +33,17 @@ from llm_ocr.runner import (
 )
 from llm_ocr.stages.assemble import AssembleOptions, assemble_document
 from llm_ocr.stages.export import export_document, markdown_path
-from llm_ocr.storage.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage import Storage
+from llm_ocr.storage.parts import (
+    PART_RE,
+    PartWriter,
+    ShardLayoutError,
+    list_parts,
+    part_glob,
+    remove_stale_temp_files,
+    table_to_bytes,
+)
+from llm_ocr.storage.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage.upstream import (
     UnreadablePart,
     iter_shard_rows,

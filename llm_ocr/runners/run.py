@@ -22,20 +22,9 @@ from typing import Any
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
-from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import PageResult, page_schema
-from llm_ocr.runner import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_PAGES_FAILED,
-    RunError,
-    ShardOutcome,
-    check_writable,
-    reconciled,
-    resolve_shard,
-)
 from llm_ocr.runners.assemble import assemble_documents, assemble_finished
 from llm_ocr.runners.describe import (
     DescribeFlow,
@@ -45,13 +34,24 @@ from llm_ocr.runners.describe import (
     open_describe_endpoint,
     resolve_schema,
 )
+from llm_ocr.runners.shard import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PAGES_FAILED,
+    RunError,
+    ShardOutcome,
+    check_writable,
+    reconciled,
+    resolve_shard,
+)
 from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
 from llm_ocr.stages.assemble import AssembleOptions
 from llm_ocr.stages.describe import DescribeContext, DescribeOptions, describe_page
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
-from llm_ocr.storage.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage import Storage
+from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
+from llm_ocr.storage.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
