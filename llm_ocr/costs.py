@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: US$ per GPU-hour by GPU preset name (llm_ocr.vlm.presets).
+#: US$ per GPU-hour by GPU preset name (llm_ocr.servers.presets).
 PRICE_PER_GPU_HOUR: dict[str, float] = {
     "l4-24gb": 0.80,
     "l40s-48gb": 1.80,

@@ -24,11 +24,11 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
+from llm_ocr.servers.engines import free_port, sim_command, vllm_command
+from llm_ocr.servers.presets import PRESETS, GpuPreset, client_in_flight, detect_gpu, preset_for
+from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics
 from llm_ocr.storage import Storage
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient
-from llm_ocr.vlm.engines import free_port, sim_command, vllm_command
-from llm_ocr.vlm.presets import PRESETS, GpuPreset, client_in_flight, detect_gpu, preset_for
-from llm_ocr.vlm.server import ManagedServer, ServerFailed, parse_metrics
 
 log = logging.getLogger("llm_ocr")
 
@@ -120,7 +120,7 @@ def _command(engine: str, model: str, port: int, options: ServerOptions, preset:
         return sim_command(model, host="127.0.0.1", port=port, extra_args=extra)
     if importlib.util.find_spec("rapidocr") is None:
         raise EndpointError("the CPU engine needs its extra: pip install 'llm-ocr[cpu]' (or pass --endpoint URL)")
-    return [sys.executable, "-m", "llm_ocr.vlm.cpu", "--host", "127.0.0.1", "--port", str(port), "--served-model-name", model, *extra]
+    return [sys.executable, "-m", "llm_ocr.servers.cpu", "--host", "127.0.0.1", "--port", str(port), "--served-model-name", model, *extra]
 
 
 def _log_path(out: Storage | None, name: str) -> tuple[Path, str | None]:

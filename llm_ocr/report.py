@@ -46,10 +46,10 @@ from urllib.parse import unquote
 
 from pydantic import BaseModel, Field
 
-from llm_ocr.storage.parts import list_parts
 from llm_ocr.sources.base import DocumentRef, PageFailure, RenderOptions
 from llm_ocr.sources.listing import document_kind
 from llm_ocr.storage import Storage, retry_io
+from llm_ocr.storage.parts import list_parts
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -1,7 +1,7 @@
 """Test helpers shipped with the package, so users can test their own integrations.
 
 :class:`SimulatedServer` runs the simulated DeepSeek-OCR server
-(``python -m llm_ocr.vlm.simulated``) as a real subprocess on a free port::
+(``python -m llm_ocr.servers.sim``) as a real subprocess on a free port::
 
     from llm_ocr.testing import SimulatedServer
 
@@ -10,6 +10,8 @@
         sim.inject("error", count=2, status=503)   # the next two chat requests fail
         ...
         assert sim.stats()["requests"] == 3
+
+:class:`CpuServer` runs the CPU OCR engine (``python -m llm_ocr.servers.cpu``) the same way.
 
 Only the standard library is used for HTTP here, so the helper adds no dependencies.
 """
@@ -28,9 +30,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["SimulatedServer", "SimulatedServerError"]
+__all__ = ["CpuServer", "OFFLINE_ENV", "SimulatedServer", "SimulatedServerError"]
 
 
 class SimulatedServerError(RuntimeError):
@@ -41,7 +43,7 @@ class SimulatedServer:
     """The simulated DeepSeek-OCR server in a subprocess, as a context manager.
 
     Args:
-        *args: extra command-line options for ``python -m llm_ocr.vlm.simulated``
+        *args: extra command-line options for ``python -m llm_ocr.servers.sim``
             (``"--slots", "2"``, ``"--instant"`` ...). ``--port 0 --port-file`` are added.
         corpus: PDF file(s) or folder(s) the server should know (``--corpus``).
         request_log: where to write the request log; ``None`` uses a temporary file that
@@ -57,7 +59,7 @@ class SimulatedServer:
     """
 
     #: The module run with ``python -m``.
-    module = "llm_ocr.vlm.simulated"
+    module = "llm_ocr.servers.sim"
     #: How messages name the server.
     label = "simulated server"
 
@@ -261,8 +263,8 @@ class SimulatedServer:
         return data.decode()
 
     def metrics(self) -> dict[str, float]:
-        """Parsed ``/metrics`` (see :func:`llm_ocr.vlm.simulated.parse_prometheus`)."""
-        from llm_ocr.vlm.sim.metrics import parse_prometheus
+        """Parsed ``/metrics`` (see :func:`llm_ocr.servers.sim.parse_prometheus`)."""
+        from llm_ocr.servers.sim.metrics import parse_prometheus
 
         return parse_prometheus(self.metrics_text())
 
@@ -280,3 +282,57 @@ class SimulatedServer:
             if line.strip():
                 out.append(json.loads(line))
         return out
+
+
+#: Environment that makes any attempt to download over HTTP(S) fail at once (a proxy on a
+#: closed port), to prove that the engine works offline.
+OFFLINE_ENV = {
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "http_proxy": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
+}
+
+
+class CpuServer(SimulatedServer):
+    """``python -m llm_ocr.servers.cpu`` in a subprocess, as a context manager.
+
+    Args:
+        *args: extra options (``"--threads", "2"`` ...); ``--port 0 --port-file`` are added.
+        request_log: as for :class:`~llm_ocr.testing.SimulatedServer`.
+        startup_timeout: seconds to wait for the models to load (``/health`` 200).
+        offline: run with HTTP(S) proxies pointing at a closed port (see :data:`OFFLINE_ENV`).
+        env, python: as for :class:`~llm_ocr.testing.SimulatedServer`.
+    """
+
+    module = "llm_ocr.servers.cpu"
+    label = "CPU OCR engine"
+
+    def __init__(
+        self,
+        *args: str,
+        request_log: str | os.PathLike[str] | bool | None = None,
+        startup_timeout: float = 120.0,
+        offline: bool = False,
+        env: dict[str, str] | None = None,
+        python: str | None = None,
+    ) -> None:
+        full_env = {**(OFFLINE_ENV if offline else {}), **(env or {})}
+        super().__init__(*args, request_log=request_log, startup_timeout=startup_timeout, env=full_env, python=python)
+
+    def _unsupported(self, what: str) -> NoReturn:
+        raise SimulatedServerError(f"the CPU OCR engine has no {what}")
+
+    def inject(self, kind: str, count: int = 1, **kw: Any) -> dict[str, Any]:
+        """Not available: the CPU engine has no fault injection."""
+        self._unsupported("fault injection")
+
+    def clear_faults(self) -> int:
+        """Not available: the CPU engine has no fault injection."""
+        self._unsupported("fault injection")
+
+    def stats(self) -> dict[str, Any]:
+        """Not available: the CPU engine has no ``/sim/stats``."""
+        self._unsupported("/sim/stats")

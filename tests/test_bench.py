@@ -18,9 +18,9 @@ from llm_ocr.bench import BenchConfig, format_table, run_bench
 from llm_ocr.bench.corpus import document_lengths, make_corpus
 from llm_ocr.bench.lower_bound import dependencies, lower_bound_seconds, read_request_log
 from llm_ocr.bench.measure import Sampler
+from llm_ocr.servers.sim import content
+from llm_ocr.servers.sim.timing import TimingModel, perfect_client_makespan, replay
 from llm_ocr.testing import SimulatedServer
-from llm_ocr.vlm.sim import content
-from llm_ocr.vlm.sim.timing import TimingModel, perfect_client_makespan, replay
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 PROMPT = "<|grounding|>Convert the document to markdown."

@@ -231,7 +231,7 @@ def test_slow_starting_external_endpoint_gets_backoff_then_a_clean_stop_or_the_r
 def test_external_endpoint_not_listening_yet_is_waited_for(tmp_path: Path) -> None:
     # A real vLLM only listens once its weights are loaded: an endpoint started beside the job
     # (a sidecar container) refuses connections at first. The run waits, then does every page.
-    from llm_ocr.vlm.engines import free_port
+    from llm_ocr.servers.engines import free_port
 
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     port = free_port()

@@ -78,7 +78,7 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tmp_path: 
     deadline = time.monotonic() + 30
     while victim is None and time.monotonic() < deadline:
         for child in psutil.Process(process.pid).children(recursive=True):
-            if "llm_ocr.vlm.simulated" in " ".join(child.cmdline()):
+            if "llm_ocr.servers.sim" in " ".join(child.cmdline()):
                 victim = child
         time.sleep(0.2)
     assert victim is not None, "the server never started"
@@ -92,7 +92,7 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tmp_path: 
     rows = read_stage(tmp_path / "out", "extract")
     assert len(rows) == 18 == len({(r["doc_id"], r["page"]) for r in rows})
     assert {r["status"] for r in rows} == {"ok"}
-    assert not any("llm_ocr.vlm.simulated" in " ".join(p.cmdline()) for p in psutil.process_iter() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and p.pid != os.getpid() and _safe_ppid_chain(p, process.pid))
+    assert not any("llm_ocr.servers.sim" in " ".join(p.cmdline()) for p in psutil.process_iter() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and p.pid != os.getpid() and _safe_ppid_chain(p, process.pid))
 
 
 def _wait_running_requests(server: psutil.Process, timeout: float) -> bool:

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from llm_ocr.storage import Storage, retry_io
 from llm_ocr.storage import retry as retry_module
 from llm_ocr.storage.sinks import BatchingSink, DirectSink, Operation
-from llm_ocr.storage import Storage, retry_io
 from llm_ocr.storage.stores import StorageError, classify, explain, redact, scrub, store_options
 from tests.fakes.fake_hub import FakeHub
 

@@ -24,13 +24,13 @@ from llm_ocr.bench.lower_bound import lower_bound, read_request_log, replay_arri
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
 from llm_ocr.config import JobOptions
 from llm_ocr.runners.extract import ExtractJob, extract_shard
+from llm_ocr.servers.engines import free_port, sim_command
+from llm_ocr.servers.presets import GpuPreset, client_in_flight
+from llm_ocr.servers.process import ManagedServer
+from llm_ocr.servers.sim.timing import TimingModel
 from llm_ocr.sources.base import RenderOptions
 from llm_ocr.stages.extract import ExtractOptions
-from llm_ocr.vlm.engines import free_port, sim_command
-from llm_ocr.vlm.presets import GpuPreset, client_in_flight
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
-from llm_ocr.vlm.server import ManagedServer
-from llm_ocr.vlm.sim.timing import TimingModel
 from llm_ocr.workers import default_workers
 
 log = logging.getLogger("llm_ocr")
@@ -76,7 +76,7 @@ class BenchConfig:
         )
 
     def server_args(self) -> list[str]:
-        """Flags of ``python -m llm_ocr.vlm.simulated`` for this configuration."""
+        """Flags of ``python -m llm_ocr.servers.sim`` for this configuration."""
         args = [
             "--slots", str(self.slots),
             "--prefill-ms", str(self.prefill_ms),
@@ -96,7 +96,7 @@ class BenchConfig:
 
 def default_in_flight(slots: int) -> int:
     """Requests the runner keeps in flight against vLLM with ``slots`` sequences (its
-    ``--max-num-seqs`` plus a queue, :func:`llm_ocr.vlm.presets.client_in_flight`), so the
+    ``--max-num-seqs`` plus a queue, :func:`llm_ocr.servers.presets.client_in_flight`), so the
     benchmark measures the configuration users run."""
     preset = GpuPreset(
         name="bench", gpu_memory_gb=0, max_num_seqs=slots, gpu_memory_utilization=0.9, max_num_batched_tokens=8192

@@ -14,7 +14,7 @@ PDF's text layer:
 
 Without PDFs it generates a small offline set of varied English pages with reportlab (fonts
 and sizes, one and two columns, a table). Without ``--engine-url`` it launches the CPU engine
-(``python -m llm_ocr.vlm.cpu``, one thread unless ``--threads``) for the run.
+(``python -m llm_ocr.servers.cpu``, one thread unless ``--threads``) for the run.
 """
 
 from __future__ import annotations
@@ -530,10 +530,10 @@ def _run(args: argparse.Namespace) -> tuple[list[PageScore], dict[str, Any]]:
         if args.engine_url:
             scores, info = asyncio.run(_measure(args, args.engine_url, pdfs))
         else:
-            from llm_ocr.vlm.cpu.testing import CpuServer
+            from llm_ocr.testing import CpuServer
 
             extra = ["--threads", str(args.threads), *shlex.split(args.engine_args)]
-            log.info("launching the CPU engine: python -m llm_ocr.vlm.cpu %s", " ".join(extra))
+            log.info("launching the CPU engine: python -m llm_ocr.servers.cpu %s", " ".join(extra))
             with CpuServer(*extra) as engine:
                 scores, info = asyncio.run(_measure(args, engine.base_url, pdfs))
                 info["engine_args"] = extra

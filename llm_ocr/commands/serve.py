@@ -39,10 +39,10 @@ def main(argv: Sequence[str]) -> int:
         at = argv.index("--engine")
         engine, rest = argv[at + 1], argv[:at] + argv[at + 2 :]
         if engine == "sim":
-            from llm_ocr.vlm.simulated import main as sim_main
+            from llm_ocr.servers.sim.cli import main as sim_main
 
             return sim_main(rest) or 0
-        from llm_ocr.vlm.cpu import main as cpu_main  # type: ignore[attr-defined]
+        from llm_ocr.servers.cpu import main as cpu_main  # type: ignore[attr-defined]
 
         return cpu_main(rest) or 0
     parser = build_parser()
@@ -59,9 +59,9 @@ def main(argv: Sequence[str]) -> int:
 async def _serve_vllm(args: argparse.Namespace, options: ServerOptions, preset, unknown: list[str]) -> int:  # type: ignore[no-untyped-def]
     import signal
 
-    from llm_ocr.vlm.engines import vllm_command
-    from llm_ocr.vlm.presets import preset_for
-    from llm_ocr.vlm.server import ManagedServer, ServerFailed
+    from llm_ocr.servers.engines import vllm_command
+    from llm_ocr.servers.presets import preset_for
+    from llm_ocr.servers.process import ManagedServer, ServerFailed
 
     command = vllm_command(
         args.model,

@@ -18,12 +18,7 @@ from typing import Any
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
-from llm_ocr.pipeline import (
-    FlowSettings,
-    OrderedRows,
-    acquire_unless_stopped,
-    iterate_in_thread,
-)
+from llm_ocr.pipeline import FlowSettings, OrderedRows, acquire_unless_stopped, iterate_in_thread
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runners.shard import (
@@ -49,12 +44,7 @@ from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.storage.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage.stores import StorageError
-from llm_ocr.storage.upstream import (
-    UnreadablePart,
-    iter_shard_rows,
-    stage_has_parts,
-    upstream_complete,
-)
+from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows, stage_has_parts, upstream_complete
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, clamp_max_tokens
 

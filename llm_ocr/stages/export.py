@@ -21,10 +21,10 @@ import hashlib
 import re
 from typing import Any
 
-from llm_ocr.storage.parts import remove_stale_temp_files
 from llm_ocr.records import DocumentResult
 from llm_ocr.stages.assemble import FIGURE_LINK_ALT
 from llm_ocr.storage import Storage
+from llm_ocr.storage.parts import remove_stale_temp_files
 
 EXPORT_DIR = "markdown"
 FIGURES_DIR = "figures"

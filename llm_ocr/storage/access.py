@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 
-from llm_ocr.storage.url import Storage
 from llm_ocr.storage.stores import StorageError, explain
+from llm_ocr.storage.url import Storage
 
 
 def check_output(out: Storage) -> None:

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_ocr.storage.parts import PART_RE, list_parts
-from llm_ocr.storage.state import list_markers
 from llm_ocr.storage.retry import retry_io
+from llm_ocr.storage.state import list_markers
 from llm_ocr.storage.url import Storage
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from llm_ocr.storage.retry import retry_io
 from llm_ocr.storage.sinks import BatchingSink, Committer, DirectSink, PartSink, batching_sink
-from llm_ocr.storage.stores import StorageError, redact, store_options
+from llm_ocr.storage.stores import redact, store_options
 
 __all__ = ["Storage"]
 

@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
         while True:
             time.sleep(3600)
 
-    sim = [sys.executable, "-m", "llm_ocr.vlm.simulated", "--host", args.host or "127.0.0.1",
+    sim = [sys.executable, "-m", "llm_ocr.servers.sim", "--host", args.host or "127.0.0.1",
            "--port", str(args.port), "--served-model-name", *names]
     if args.max_model_len:
         sim += ["--max-model-len", str(args.max_model_len)]

@@ -16,12 +16,12 @@ from reportlab.lib.pagesizes import letter
 from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
-from llm_ocr.storage.parts import scan_shard
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.runners.assemble import scan_assembled
 from llm_ocr.stages.assemble import DEFAULT_PAGE_SEPARATOR, AssembleOptions, alt_text, assemble_document
 from llm_ocr.stages.export import EXPORT_DIR, export_document, safe_name
 from llm_ocr.storage import Storage
+from llm_ocr.storage.parts import scan_shard
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO, read_stage
 from tests.docs import chart_png, make_corpus

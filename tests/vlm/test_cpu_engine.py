@@ -23,8 +23,8 @@ import pypdfium2 as pdfium
 import pytest
 
 from llm_ocr.commands.bench_accuracy import levenshtein, markdown_to_text, word_recall, words
-from llm_ocr.vlm.cpu.layout import Line, page_blocks, render_grounding, to_det
-from llm_ocr.vlm.cpu.testing import CpuServer
+from llm_ocr.servers.cpu.layout import Line, page_blocks, render_grounding, to_det
+from llm_ocr.testing import CpuServer
 from llm_ocr.vlm.grounding import parse_layout, scale_box
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, DOCUMENT_PROMPT, FREE_OCR_PROMPT, image_messages, recipe_for
 from tests.conftest import read_stage, run_cli
@@ -317,7 +317,7 @@ def test_engine_never_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
     import rapidocr
     from rapidocr.utils import download_file
 
-    from llm_ocr.vlm.cpu.engine import EngineOptions, OcrEngine, shipped_model_paths
+    from llm_ocr.servers.cpu.engine import EngineOptions, OcrEngine, shipped_model_paths
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("RapidOCR tried to download a model")

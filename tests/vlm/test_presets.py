@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_ocr.vlm.presets import (
+from llm_ocr.servers.presets import (
     DEEPSEEK_OCR_CONTEXT,
     GENERIC_PRESET,
     KV_BYTES_PER_TOKEN,

@@ -25,16 +25,10 @@ import psutil
 import pytest
 from PIL import Image
 
-from llm_ocr.vlm.engines import (
-    DEEPSEEK_OCR_SERVER_ARGS,
-    VLLM_API_SERVER,
-    free_port,
-    sim_command,
-    vllm_command,
-)
-from llm_ocr.vlm.presets import PRESETS, GpuPreset
+from llm_ocr.servers.engines import DEEPSEEK_OCR_SERVER_ARGS, VLLM_API_SERVER, free_port, sim_command, vllm_command
+from llm_ocr.servers.presets import PRESETS, GpuPreset
+from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics, redact_command
 from llm_ocr.vlm.recipes import DOCUMENT_PROMPT, image_messages, recipe_for
-from llm_ocr.vlm.server import ManagedServer, ServerFailed, parse_metrics, redact_command
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 MODEL = "deepseek-ai/DeepSeek-OCR"
@@ -119,7 +113,7 @@ def test_api_server_entry_point_takes_model_as_flag() -> None:
 
 def test_sim_command() -> None:
     cmd = sim_command(MODEL, host=HOST, port=9, extra_args=["--instant"], preset=TINY)
-    assert cmd[:3] == [sys.executable, "-m", "llm_ocr.vlm.simulated"]
+    assert cmd[:3] == [sys.executable, "-m", "llm_ocr.servers.sim"]
     assert flag_value(cmd, "--port") == "9"
     assert flag_value(cmd, "--served-model-name") == MODEL
     assert flag_value(cmd, "--slots") == "4"
@@ -272,7 +266,7 @@ def test_fake_vllm_becomes_ready_and_serves(tmp_path: Path, fake_vllm: Path, rea
             assert after["generation_tokens_total"] == answer["body"]["usage"]["completion_tokens"] > 0
             assert after["prompt_tokens_total"] == answer["body"]["usage"]["prompt_tokens"] > 0
 
-    with caplog.at_level(logging.INFO, logger="llm_ocr.vlm.server"):
+    with caplog.at_level(logging.INFO, logger="llm_ocr.servers.process"):
         asyncio.run(scenario())
     assert gone(server.pid)
     # The fake saw exactly our command line (and parsed it with vLLM's flag types).

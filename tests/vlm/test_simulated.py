@@ -21,10 +21,10 @@ import pytest
 from openai import AsyncOpenAI
 from PIL import Image, ImageDraw
 
+from llm_ocr.servers.sim.cli import build_parser, parse_prometheus
+from llm_ocr.servers.sim.protocol import image_prompt_tokens
+from llm_ocr.servers.sim.server import per_token_seconds
 from llm_ocr.testing import SimulatedServer, SimulatedServerError
-from llm_ocr.vlm.sim.protocol import image_prompt_tokens
-from llm_ocr.vlm.sim.server import per_token_seconds
-from llm_ocr.vlm.simulated import build_parser, parse_prometheus
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 DOC_PROMPT = "<|grounding|>Convert the document to markdown."
@@ -621,7 +621,10 @@ def test_slots_queue_requests_and_metrics_show_waiting() -> None:
         elapsed, seen_waiting = run(scenario(server))
         stats = server.stats()
         metrics = server.metrics()
-    assert 0.55 <= elapsed < 1.3, elapsed  # three rounds of 200 ms
+    # Three rounds of 200 ms at least: six requests through two slots cannot finish sooner. No
+    # upper bound on the wall clock (a loaded CI box stretches it); that two ran at once, and
+    # never more, is what max_running below says.
+    assert elapsed >= 0.55, elapsed
     assert seen_waiting > 0
     assert stats["max_running"] == 2 and stats["max_waiting"] >= 3
     assert metrics["vllm:request_success_total"] == 6 and metrics["vllm:num_requests_running"] == 0

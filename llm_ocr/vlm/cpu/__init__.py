@@ -1,21 +1,2 @@
-"""A CPU OCR engine behind the same OpenAI-compatible API as vLLM serving DeepSeek-OCR.
-
-Run it as its own process, like a real model server::
-
-    python -m llm_ocr.vlm.cpu --port 8000 --threads 2     # or: llm-ocr serve --engine cpu
-
-It reads pages with RapidOCR (PP-OCR detection and recognition ONNX models, loaded from the
-``rapidocr`` wheel only: it never downloads) and answers DeepSeek-OCR's prompts in
-DeepSeek-OCR's grounding markup, so the pipeline runs unchanged on a machine without a GPU.
-It reads text only: nothing it ships detects figures. See the README, "The CPU engine".
-
-- :mod:`.layout`  line boxes to reading-ordered blocks and grounding markup (pure Python)
-- :mod:`.engine`  RapidOCR with the shipped models, one instance per worker thread
-- :mod:`.server`  the aiohttp server (validation shared with the simulated server)
-- :mod:`.cli`     the command line (:func:`main`)
-- :mod:`.testing` :class:`~llm_ocr.vlm.cpu.testing.CpuServer`, the engine as a subprocess
-"""
-
-from .cli import main  # light: the server and RapidOCR are imported when main() runs
-
-__all__ = ["main"]
+"""Alias package: ``python -m llm_ocr.vlm.cpu`` runs :mod:`llm_ocr.servers.cpu`, where the CPU
+engine moved."""

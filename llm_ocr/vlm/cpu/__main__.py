@@ -1,5 +1,5 @@
-"""``python -m llm_ocr.vlm.cpu``: run the CPU OCR engine server."""
+"""``python -m llm_ocr.vlm.cpu``: alias of ``python -m llm_ocr.servers.cpu``."""
 
-from llm_ocr.vlm.cpu.cli import main
+import runpy
 
-raise SystemExit(main())
+runpy.run_module("llm_ocr.servers.cpu", run_name="__main__", alter_sys=True)

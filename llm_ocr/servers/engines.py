@@ -1,4 +1,4 @@
-"""Command lines of the model servers :class:`llm_ocr.vlm.server.ManagedServer` can run.
+"""Command lines of the model servers :class:`llm_ocr.servers.process.ManagedServer` can run.
 
 vLLM's flags were checked against upstream (vllm-project/vllm):
 
@@ -27,7 +27,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from llm_ocr.vlm.presets import GpuPreset
+from llm_ocr.servers.presets import GpuPreset
 from llm_ocr.vlm.recipes import recipe_for
 
 #: The DeepSeek-OCR serving recipe (FACTS.md, DeepSeek-OCR; vllm-project/recipes
@@ -123,13 +123,13 @@ def sim_command(
     extra_args: Sequence[str] = (),
     preset: GpuPreset | None = None,
 ) -> list[str]:
-    """The argv that starts the simulated server (``python -m llm_ocr.vlm.simulated``).
+    """The argv that starts the simulated server (``python -m llm_ocr.servers.sim``).
 
     With ``preset``, the simulator gets its context length and as many decode slots as the
     preset's ``max_num_seqs``, so a benchmark against it behaves like that GPU's batch size.
     """
     command = [
-        sys.executable, "-m", "llm_ocr.vlm.simulated",
+        sys.executable, "-m", "llm_ocr.servers.sim",
         "--host", host,
         "--port", str(port),
         "--served-model-name", model,

@@ -9,7 +9,7 @@ every member down, like a GPU whose step time grows with the batch size. ``runni
 every request in a slot, prefilling or decoding.
 
 :func:`slot_steps` is the only place that turns a request into waits: the server sleeps them
-(:meth:`llm_ocr.vlm.sim.server.SimServer._run_in_slot`) and :func:`perfect_client_makespan`
+(:meth:`llm_ocr.servers.sim.server.SimServer._run_in_slot`) and :func:`perfect_client_makespan`
 adds them up on a virtual clock, so the two cannot drift apart.
 """
 

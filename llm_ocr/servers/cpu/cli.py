@@ -1,4 +1,4 @@
-"""Command line of the CPU OCR engine: ``python -m llm_ocr.vlm.cpu`` / ``llm-ocr serve --engine cpu``."""
+"""Command line of the CPU OCR engine: ``python -m llm_ocr.servers.cpu`` / ``llm-ocr serve --engine cpu``."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     from .engine import default_threads
 
     p = parser or argparse.ArgumentParser(
-        prog="python -m llm_ocr.vlm.cpu",
+        prog="python -m llm_ocr.servers.cpu",
         description="CPU OCR engine (RapidOCR, models from its wheel, no network) behind the same "
         "OpenAI-compatible API as vLLM serving DeepSeek-OCR. Text only: it finds no figures.",
     )
@@ -89,7 +89,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def config_from_args(args: argparse.Namespace) -> CpuConfig:
-    """A :class:`~llm_ocr.vlm.cpu.server.CpuConfig` from parsed arguments."""
+    """A :class:`~llm_ocr.servers.cpu.server.CpuConfig` from parsed arguments."""
     from .engine import EngineOptions
     from .server import CpuConfig
 

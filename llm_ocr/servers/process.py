@@ -149,7 +149,7 @@ class ManagedServer:
     """One model-server subprocess, as an async context manager.
 
     Args:
-        command: the server's argv (see :mod:`llm_ocr.vlm.engines`).
+        command: the server's argv (see :mod:`llm_ocr.servers.engines`).
         host, port: where it listens (used for ``/health``, ``/metrics`` and :attr:`base_url`).
         log_path: file the server's stdout and stderr are appended to (parents are created).
         env: variables added to (and overriding) this process's environment for the server.

@@ -1,7 +1,7 @@
 """The CPU OCR engine's HTTP server (aiohttp), with vLLM's OpenAI-compatible surface.
 
 Request validation, error JSON and token estimates are the simulated server's
-(:mod:`llm_ocr.vlm.sim.protocol`), so a client that works against one works against the other;
+(:mod:`llm_ocr.servers.sim.protocol`), so a client that works against one works against the other;
 the answer comes from RapidOCR instead of a corpus.
 
 Scheduling: ``threads`` worker threads, each with its own RapidOCR instance, read pages; the
