@@ -264,7 +264,7 @@ class SimulatedServer:
 
     def metrics(self) -> dict[str, float]:
         """Parsed ``/metrics`` (see :func:`llm_ocr.servers.sim.parse_prometheus`)."""
-        from llm_ocr.servers.sim.metrics import parse_prometheus
+        from llm_ocr.servers.frame.metrics import parse_prometheus
 
         return parse_prometheus(self.metrics_text())
 

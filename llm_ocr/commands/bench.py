@@ -8,29 +8,9 @@ import logging
 import sys
 
 from llm_ocr.config import OptionError
+from llm_ocr.servers.frame.cli import fraction, non_negative, positive_int
 
 log = logging.getLogger("llm_ocr")
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,36 +29,36 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     run = parser.add_argument_group("run")
-    run.add_argument("--pages", type=_positive_int, nargs="+", default=[d.pages],
+    run.add_argument("--pages", type=positive_int, nargs="+", default=[d.pages],
                      help="pages in the corpus; several values run one after the other (default %(default)s)")
     run.add_argument("--image-format", nargs="+", choices=["jpeg", "png"], default=[d.image_format],
                      help="page image encoding; several values run each (default %(default)s)")
     run.add_argument("--workers", type=int, default=None, help="render worker processes (default: one per core)")
-    run.add_argument("--max-in-flight", type=_positive_int, default=None,
+    run.add_argument("--max-in-flight", type=positive_int, default=None,
                      help="requests in flight at once (default: --slots plus a queue of a quarter, at least 8, "
                      "as the runner uses with vLLM)")
-    run.add_argument("--max-tokens", type=_positive_int, default=d.max_tokens,
+    run.add_argument("--max-tokens", type=positive_int, default=d.max_tokens,
                      help="max_tokens per request; looping pages stop here (default %(default)s)")
     run.add_argument("--truncation-retries", type=int, default=d.truncation_retries,
                      help="retries of a page that hit max_tokens (default %(default)s)")
-    run.add_argument("--repeat", type=_positive_int, default=1, help="runs per configuration (default %(default)s)")
+    run.add_argument("--repeat", type=positive_int, default=1, help="runs per configuration (default %(default)s)")
     run.add_argument("--seed", type=int, default=d.seed, help="seed of the corpus and the server (default %(default)s)")
     server = parser.add_argument_group("simulated server (the decode model)")
     server.add_argument("--instant", action="store_true",
                         help="the server answers at once: measures the client's own ceiling")
-    server.add_argument("--slots", type=_positive_int, default=d.slots,
+    server.add_argument("--slots", type=positive_int, default=d.slots,
                         help="sequences decoded at once, like vLLM --max-num-seqs (default %(default)s)")
-    server.add_argument("--prefill-ms", type=_non_negative, default=d.prefill_ms,
+    server.add_argument("--prefill-ms", type=non_negative, default=d.prefill_ms,
                         help="time per request before its first token (default %(default)s)")
-    server.add_argument("--decode-ms-per-token", type=_non_negative, default=d.decode_ms_per_token,
+    server.add_argument("--decode-ms-per-token", type=non_negative, default=d.decode_ms_per_token,
                         help="per-token time of a lone sequence (default %(default)s)")
-    server.add_argument("--load-slowdown", type=_non_negative, default=d.load_slowdown,
+    server.add_argument("--load-slowdown", type=non_negative, default=d.load_slowdown,
                         help="per-token time = base * (1 + k * running / slots) (default %(default)s)")
-    server.add_argument("--output-tokens-mean", type=_non_negative, default=d.output_tokens_mean,
+    server.add_argument("--output-tokens-mean", type=non_negative, default=d.output_tokens_mean,
                         help="mean answer length in tokens, lognormal (default %(default)s)")
-    server.add_argument("--output-tokens-sigma", type=_non_negative, default=d.output_tokens_sigma,
+    server.add_argument("--output-tokens-sigma", type=non_negative, default=d.output_tokens_sigma,
                         help="sigma of the log of the answer length (default %(default)s)")
-    server.add_argument("--loop-rate", type=_fraction, default=d.loop_rate,
+    server.add_argument("--loop-rate", type=fraction, default=d.loop_rate,
                         help="fraction of pages that loop to max_tokens (default %(default)s)")
     report = parser.add_argument_group("report")
     report.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
@@ -88,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--corpus-dir", metavar="DIR",
                         help="keep the generated corpus here and reuse it next time (default: a temporary folder)")
     report.add_argument("--work-dir", metavar="DIR", help="where runs write output and logs (default: temporary)")
-    report.add_argument("--sample-interval", type=_non_negative, default=d.sample_interval,
+    report.add_argument("--sample-interval", type=non_negative, default=d.sample_interval,
                         help="seconds between /metrics polls (default %(default)s)")
     parser.set_defaults(handler=handle)
 

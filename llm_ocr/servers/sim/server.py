@@ -19,51 +19,41 @@ import json
 import math
 import os
 import random
-import signal
 import sys
-import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from . import FAULT_KINDS, content
-from .corpus import CorpusIndex, build_corpus
-from .metrics import MetricValues, render_metrics
-from .protocol import (
-    KNOWN_FIELDS,
+from ..frame.answers import schema_instance
+from ..frame.app import FrameConfig, OpenAIServer
+from ..frame.app import serve as serve_frame
+from ..frame.protocol import (
     ApiError,
     ChatRequest,
-    ImageFacts,
     admit_max_tokens,
-    analyse_image,
     error_response,
     estimate_prompt_tokens,
     is_json_int,
     parse_chat_request,
-    redact,
 )
+from . import FAULT_KINDS, content
+from .corpus import CorpusIndex, build_corpus
+from .images import ImageFacts, analyse_image
 from .timing import DECODE_STEP_S, TimingModel, per_token_seconds  # noqa: F401 - re-exported
 
 _DECODE_STEP_S = DECODE_STEP_S  # the old private name, kept for existing imports
 
 
 @dataclass
-class SimConfig:
-    """Settings of the simulated server (one field per command-line option)."""
+class SimConfig(FrameConfig):
+    """Settings of the simulated server (one field per command-line option) beyond the shared ones."""
 
-    host: str = "127.0.0.1"
-    port: int = 0
-    port_file: str | None = None
-    served_model_names: list[str] = field(default_factory=lambda: ["deepseek-ai/DeepSeek-OCR"])
-    max_model_len: int = 8192
     corpus: list[str] = field(default_factory=list)
     slots: int = 64
     prefill_ms: float = 20.0
     decode_ms_per_token: float = 0.0
     load_slowdown: float = 1.0
-    tokens_per_char: float = 0.3
     output_tokens_mean: float = 0.0  # 0: synthetic answers keep their natural length
     output_tokens_sigma: float = 0.5
     loop_rate: float = 0.0
@@ -71,7 +61,6 @@ class SimConfig:
     hang_rate: float = 0.0
     reset_rate: float = 0.0
     seed: int = 0
-    request_log: str | None = None
     startup_delay: float = 0.0
     instant: bool = False
 
@@ -87,16 +76,16 @@ class Fault:
     source: str = "queued"  # or "random"
 
 
-class SimServer:
+class SimServer(OpenAIServer):
     """State and handlers of one simulated server."""
 
+    cfg: SimConfig
+
     def __init__(self, cfg: SimConfig) -> None:
-        self.cfg = cfg
-        self.ready = False
+        super().__init__(cfg)
         self.corpus: CorpusIndex | None = None
         self.faults: collections.deque[Fault] = collections.deque()
         self.rng = random.Random(cfg.seed)
-        self.metrics = MetricValues()
         self.kv_tokens = 0.0
         self.stats: dict[str, Any] = {
             "requests": 0,
@@ -111,7 +100,6 @@ class SimServer:
             "special_tokens_skipped": 0,
         }
         self._sem: asyncio.Semaphore | None = None
-        self._log = None
         self.timing = TimingModel(
             slots=cfg.slots,
             prefill_ms=cfg.prefill_ms,
@@ -121,26 +109,25 @@ class SimServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def make_app(self) -> web.Application:
-        """The aiohttp application with every route."""
-        # Page images as base64 exceed aiohttp's 1 MiB default body limit; vLLM has none.
-        app = web.Application(client_max_size=512 * 1024 * 1024)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/version", self.version)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/metrics", self.metrics_endpoint)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/sim/faults", self.add_faults)
-        app.router.add_get("/sim/faults", self.list_faults)
-        app.router.add_delete("/sim/faults", self.clear_faults)
-        app.router.add_get("/sim/stats", self.get_stats)
-        return app
+    def extra_routes(self) -> list[web.RouteDef]:
+        """Fault injection and counters: ``/sim/faults`` and ``/sim/stats``."""
+        return [
+            web.post("/sim/faults", self.add_faults),
+            web.get("/sim/faults", self.list_faults),
+            web.delete("/sim/faults", self.clear_faults),
+            web.get("/sim/stats", self.get_stats),
+        ]
+
+    def version_string(self) -> str:
+        return "simulated"
+
+    def refresh_metrics(self) -> None:
+        self.metrics.kv_cache_usage = min(1.0, self.kv_tokens / (self.cfg.slots * self.cfg.max_model_len))
 
     async def become_ready(self) -> None:
         """Index the corpus (in a thread) and wait out the startup delay, then serve."""
         self._sem = asyncio.Semaphore(self.cfg.slots)
-        if self.cfg.request_log:
-            self._log = open(self.cfg.request_log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.open_log()
         tasks = [asyncio.sleep(self.cfg.startup_delay)]
         if self.cfg.corpus:
             tasks.append(asyncio.to_thread(build_corpus, list(self.cfg.corpus)))
@@ -148,45 +135,6 @@ class SimServer:
         if self.cfg.corpus:
             self.corpus = results[1]
         self.ready = True
-
-    def close(self) -> None:
-        """Release files."""
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    # -- small endpoints ----------------------------------------------------------------------
-
-    async def health(self, request: web.Request) -> web.Response:
-        """200 once ready, 503 while starting."""
-        return web.Response(status=200 if self.ready else 503)
-
-    async def version(self, request: web.Request) -> web.Response:
-        """Like vLLM's ``/version``."""
-        return web.json_response({"version": "simulated"})
-
-    async def models(self, request: web.Request) -> web.Response:
-        """OpenAI model list with vLLM's ``max_model_len`` field."""
-        now = int(time.time())
-        data = [
-            {
-                "id": name,
-                "object": "model",
-                "created": now,
-                "owned_by": "vllm",
-                "root": self.cfg.served_model_names[0],
-                "parent": None,
-                "max_model_len": self.cfg.max_model_len,
-            }
-            for name in self.cfg.served_model_names
-        ]
-        return web.json_response({"object": "list", "data": data})
-
-    async def metrics_endpoint(self, request: web.Request) -> web.Response:
-        """Prometheus text with vLLM's metric names."""
-        self.metrics.kv_cache_usage = min(1.0, self.kv_tokens / (self.cfg.slots * self.cfg.max_model_len))
-        text = render_metrics(self.metrics, self.cfg.served_model_names[0])
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def add_faults(self, request: web.Request) -> web.Response:
         """Queue faults for the next chat requests: ``{"kind", "count", "status", "seconds",
@@ -241,31 +189,6 @@ class SimServer:
 
     # -- chat ------------------------------------------------------------------------------------
 
-    def _count(self, key: str, sub: str) -> None:
-        bucket = self.stats[key]
-        bucket[sub] = bucket.get(sub, 0) + 1
-
-    def _write_log(self, record: dict[str, Any]) -> None:
-        if self._log is not None:
-            self._log.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-            self._log.flush()
-
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        """``POST /v1/chat/completions``; logs one line per request whatever happens."""
-        t0 = time.monotonic()
-        record: dict[str, Any] = {"time": time.time(), "path": request.path, "status": None, "outcome": "cancelled"}
-        try:
-            response = await self._chat(request, record)
-            record["status"] = response.status
-            if record["outcome"] == "cancelled":  # a path that did not name its outcome
-                record["outcome"] = "ok" if response.status == 200 else "error"
-            self._count("responses", str(response.status))
-            return response
-        finally:
-            record["latency_s"] = round(time.monotonic() - t0, 4)
-            if record["outcome"] != "crash":  # the crash path wrote its own line
-                self._write_log(record)
-
     def _next_fault(self) -> Fault | None:
         # Always draw the same three numbers per request so a --seed run is reproducible
         # whatever faults were queued on demand.
@@ -281,29 +204,18 @@ class SimServer:
         return None
 
     async def _chat(self, request: web.Request, record: dict[str, Any]) -> web.StreamResponse:
-        if not self.ready:
-            return error_response(503, "The server is starting up.", "ServiceUnavailableError")
-        raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            record["body"] = None
-            record["body_bytes"] = len(raw)
-            return error_response(400, f"Request body is not valid JSON: {exc}")
-        if self._log is not None:
-            record["body"] = redact(body)
-            if isinstance(body, dict):
-                record["ignored_fields"] = sorted(k for k in body if k not in KNOWN_FIELDS)
-        self.stats["requests"] += 1
+        body = await self.read_body(request, record)
+        if isinstance(body, web.StreamResponse):
+            return body
 
         fault = self._next_fault()
         if fault is not None:
             record["fault"] = fault.kind
         if fault is not None and fault.kind in ("crash", "reset", "error", "hang"):
-            self._count("faults_applied", fault.kind)
+            self.count("faults_applied", fault.kind)
             if fault.kind == "crash":
                 record["outcome"] = "crash"
-                self._write_log(record)
+                self.write_log(record)
                 print("simulated server: injected crash, exiting with code 1", file=sys.stderr, flush=True)
                 os._exit(1)
             if fault.kind == "reset":
@@ -322,7 +234,7 @@ class SimServer:
 
         try:
             req = parse_chat_request(body, self.cfg.served_model_names)
-            self._count("prompt_kinds", "structured" if req.structured else req.kind)
+            self.count("prompt_kinds", "structured" if req.structured else req.kind)
             if not req.ngram_enabled:
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
@@ -341,7 +253,7 @@ class SimServer:
                 fault = Fault("loop", source="random")
                 record["fault"] = "loop"
         if fault is not None:
-            self._count("faults_applied", fault.kind)
+            self.count("faults_applied", fault.kind)
         if facts.known is not None:
             self.stats["known_pages"] += 1
             record["known_page"] = {"source": facts.known.source, "page": facts.known.index + 1}
@@ -349,48 +261,9 @@ class SimServer:
             self.stats["synthetic_pages"] += 1
 
         text = self._answer(req, facts, fault, max_tokens)
-        if req.skip_special_tokens and any(t in text for t in content.SPECIAL_TOKENS):
-            # vLLM's default skip_special_tokens=true drops the grounding tags from the text.
-            self.stats["special_tokens_skipped"] += 1
-            for tok in content.SPECIAL_TOKENS:
-                text = text.replace(tok, "")
-        text, completion_tokens, truncated = content.truncate_to_tokens(text, max_tokens, self.cfg.tokens_per_char)
-        finish = "length" if truncated else "stop"
-
+        text, completion_tokens, finish = self.fit_answer(req, text, max_tokens)
         await self._run_in_slot(prompt_tokens, completion_tokens)
-
-        self.metrics.prompt_tokens += prompt_tokens
-        self.metrics.generation_tokens += completion_tokens
-        self.metrics.success[finish] = self.metrics.success.get(finish, 0) + 1
-        record.update(
-            outcome="ok",
-            prompt_kind=req.kind,
-            finish_reason=finish,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-        )
-        return web.json_response(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": req.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text, "tool_calls": []},
-                        "logprobs": None,
-                        "finish_reason": finish,
-                        "stop_reason": None,
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }
-        )
+        return self.completion(req, text, finish, prompt_tokens, completion_tokens, record)
 
     def _answer(self, req: ChatRequest, facts: ImageFacts, fault: Fault | None, max_tokens: int) -> str:
         """The model's text before token truncation."""
@@ -424,7 +297,7 @@ class SimServer:
             elif req.structured == "json_object":
                 text = json.dumps({"description": desc}, ensure_ascii=False)
             else:
-                text = json.dumps(content.schema_instance(req.schema, desc), ensure_ascii=False)
+                text = json.dumps(schema_instance(req.schema, desc), ensure_ascii=False)
             start = text[: len(text) // 2]
         elif req.kind in ("markdown", "ocr"):
             text = content.render_grounding(blocks, markdown=req.kind == "markdown")
@@ -477,38 +350,4 @@ class SimServer:
 
 async def serve(cfg: SimConfig) -> int:
     """Run the server until SIGTERM/SIGINT; returns the process exit code."""
-    server = SimServer(cfg)
-    # handler_cancellation: a client that gives up cancels its handler, freeing its slot, as
-    # vLLM aborts a request whose connection closed.
-    runner = web.AppRunner(server.make_app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, cfg.host, cfg.port)
-    await site.start()
-    port = runner.addresses[0][1]
-    if cfg.port_file:
-        tmp = f"{cfg.port_file}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(f"{port}\n")
-        os.replace(tmp, cfg.port_file)  # atomic: readers never see a half-written file
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix
-            pass
-    try:
-        ready = asyncio.ensure_future(server.become_ready())
-        waiter = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({ready, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if ready.done():
-            ready.result()  # re-raise a corpus failure
-            print(f"simulated DeepSeek-OCR server ready on http://{cfg.host}:{port}/v1", file=sys.stderr, flush=True)
-            await waiter
-        else:
-            ready.cancel()
-    finally:
-        await runner.cleanup()
-        server.close()
-    return 0
+    return await serve_frame(SimServer(cfg), "simulated DeepSeek-OCR server ready on {url}")

@@ -1,5 +1,5 @@
 """The chat completion request as vLLM serving DeepSeek-OCR sees it: validation, error JSON,
-prompt token estimate, image analysis and request-log redaction.
+prompt token estimate and request-log redaction (shared by the simulator and the CPU engine).
 
 Validation mirrors vLLM's OpenAI server with DeepSeek-OCR's n-gram logits processor loaded
 (FACTS.md, DeepSeek-OCR and vLLM sections); where it is stricter than vLLM a comment says so,
@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import io
 import json
 import math
 import re
@@ -19,9 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-
-from . import content
-from .corpus import CorpusIndex, KnownPage, fingerprint_image
 
 #: Prompt texts (after stripping a leading ``<image>``) and the kind of answer they get.
 PROMPT_KINDS = {
@@ -244,41 +240,6 @@ def redact(value: Any) -> Any:
             "bytes": len(data),
         }
     return value
-
-
-@dataclass
-class ImageFacts:
-    """What the server learned from a received image."""
-
-    width: int
-    height: int
-    sha256: bytes
-    known: KnownPage | None = None
-    colour: str = "white"
-
-
-def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool) -> ImageFacts:
-    """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus.
-
-    Runs in a worker thread: decoding a full page PNG takes tens of milliseconds.
-    """
-    from PIL import Image
-
-    digest = hashlib.sha256(data).digest()
-    try:
-        img = Image.open(io.BytesIO(data))
-        width, height = img.size
-        if img.format == "JPEG":
-            img.draft("RGB", (256, 256))  # decode at 1/2..1/8 scale: we only need a thumbnail
-        img.load()
-    except Exception as exc:  # PIL raises many types for bad input; all mean "bad image"
-        raise ApiError(400, f"Failed to load image: {exc}") from None
-    facts = ImageFacts(width, height, digest)
-    if corpus is not None and len(corpus):
-        facts.known = corpus.match(fingerprint_image(img), width / height)
-    if need_colour:
-        facts.colour = content.dominant_colour(img)
-    return facts
 
 
 def estimate_prompt_tokens(width: int, height: int, prompt: str, tokens_per_char: float) -> int:

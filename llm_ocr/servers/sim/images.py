@@ -1,0 +1,46 @@
+"""What the simulated server learns from a received image: size, digest, known page, colour."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+
+from ..frame.protocol import ApiError
+from . import content
+from .corpus import CorpusIndex, KnownPage, fingerprint_image
+
+
+@dataclass
+class ImageFacts:
+    """What the server learned from a received image."""
+
+    width: int
+    height: int
+    sha256: bytes
+    known: KnownPage | None = None
+    colour: str = "white"
+
+
+def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool) -> ImageFacts:
+    """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus.
+
+    Runs in a worker thread: decoding a full page PNG takes tens of milliseconds.
+    """
+    from PIL import Image
+
+    digest = hashlib.sha256(data).digest()
+    try:
+        img = Image.open(io.BytesIO(data))
+        width, height = img.size
+        if img.format == "JPEG":
+            img.draft("RGB", (256, 256))  # decode at 1/2..1/8 scale: we only need a thumbnail
+        img.load()
+    except Exception as exc:  # PIL raises many types for bad input; all mean "bad image"
+        raise ApiError(400, f"Failed to load image: {exc}") from None
+    facts = ImageFacts(width, height, digest)
+    if corpus is not None and len(corpus):
+        facts.known = corpus.match(fingerprint_image(img), width / height)
+    if need_colour:
+        facts.colour = content.dominant_colour(img)
+    return facts
