@@ -1,0 +1,197 @@
+"""Reading an output folder for the report: which documents and pages there are, in bounded memory."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from llm_ocr.storage import Storage, retry_io
+from llm_ocr.storage.parts import list_parts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+# ============================================================================================
+# Reading the output folder
+
+
+#: Stages whose rows are one page each, in order of preference (Describe adds captions).
+PAGE_STAGES = ("describe", "extract")
+ASSEMBLE_STAGE = "assemble"
+
+
+@dataclass
+class DocumentEntry:
+    """What the index pass learned about one document: where its rows are and their status."""
+
+    doc_id: str
+    doc_index: int
+    source: str | None = None
+    num_pages: int | None = None
+    pages: dict[int, str] = field(default_factory=dict)  # page → status
+    parts: list[str] = field(default_factory=list)  # page-stage parts holding its rows, in order
+    assemble_parts: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def _add_part(path: str, into: list[str]) -> None:
+        if path not in into:
+            into.append(path)
+
+
+@dataclass
+class Summary:
+    """Counts over a whole output folder (not only the documents a report shows)."""
+
+    out: str
+    stage: str | None = None
+    documents: int = 0
+    pages: int = 0
+    status_counts: dict[str, int] = field(default_factory=dict)
+    document_failures: int = 0
+    assembled: dict[str, int] | None = None
+    shown_documents: int | None = None
+
+
+_INDEX_COLUMNS = ["doc_id", "doc_index", "page", "status", "source", "num_pages"]
+
+
+class OutputReader:
+    """Reads an output folder for the report and the notebook helpers.
+
+    ``scan()`` makes one pass over small columns of every part; ``page_rows()`` and
+    ``assembled_row()`` then read one document's rows, keeping at most one part in memory.
+    """
+
+    def __init__(self, out: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        self.out = out
+        self.storage = Storage(out, dict(storage_options or {}))
+        self.stage_name: str | None = None
+        self.stage: Storage | None = None
+        for name in PAGE_STAGES:
+            stage = self.storage.child(name)
+            if list_parts(stage):
+                self.stage_name, self.stage = name, stage
+                break
+        self.assemble = self.storage.child(ASSEMBLE_STAGE)
+        self._cached: tuple[str, pa.Table] | None = None
+
+    def _table(self, stage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        if columns is None and self._cached and self._cached[0] == path:
+            return self._cached[1]
+
+        def read() -> pa.Table:
+            # Through the storage door, with a file handle: only the requested columns' bytes
+            # are read, which keeps the index pass cheap on object stores too.
+            with stage.fs.open(path, "rb") as handle:
+                return pq.read_table(handle, columns=columns)
+
+        table = retry_io(read, what=f"reading {stage.display(path)}")
+        if columns is None:
+            self._cached = (path, table)  # documents tend to sit together in one part
+        return table
+
+    def scan(self, max_documents: int | None = None, only: set[str] | None = None) -> tuple[Summary, list[DocumentEntry]]:
+        """Count everything and index the documents to show.
+
+        The documents kept are those in ``only`` if given, else the ``max_documents`` first in
+        input order (``doc_index``), chosen with a bounded heap so memory does not grow with
+        the output. Documents are counted by their page-1 (or document-level page-0) row.
+        """
+        summary = Summary(out=self.out, stage=self.stage_name)
+        status: Counter[str] = Counter()
+        kept: dict[str, DocumentEntry] = {}
+        heap: list[tuple[int, str]] = []  # (-doc_index, doc_id): the worst kept document on top
+        if self.stage is not None:
+            for path in list_parts(self.stage):
+                table = self._table(self.stage, path, _INDEX_COLUMNS)
+                for batch in table.to_batches(max_chunksize=4096):
+                    cols = batch.to_pydict()
+                    for doc_id, doc_index, page, state, source, num_pages in zip(*(cols[c] for c in _INDEX_COLUMNS), strict=True):
+                        page = page or 0
+                        if page <= 1:
+                            summary.documents += 1
+                        if page == 0:
+                            summary.document_failures += 1
+                        else:
+                            summary.pages += 1
+                            status[state or "unknown"] += 1
+                        entry = kept.get(doc_id)
+                        if entry is None:
+                            rank = doc_index if doc_index is not None else 2**62
+                            if only is not None:
+                                if doc_id not in only:
+                                    continue
+                            elif max_documents is not None and len(kept) >= max_documents:
+                                if rank >= -heap[0][0]:
+                                    continue
+                                _, evicted = heapq.heappop(heap)
+                                del kept[evicted]
+                            entry = kept[doc_id] = DocumentEntry(doc_id, rank)
+                            if only is None:
+                                heapq.heappush(heap, (-rank, doc_id))
+                        entry.source = entry.source or source
+                        entry.num_pages = num_pages if num_pages is not None else entry.num_pages
+                        entry.pages[page] = state or "unknown"
+                        entry._add_part(path, entry.parts)
+        summary.status_counts = dict(status)
+        assembled = list_parts(self.assemble)
+        if assembled:
+            counts: Counter[str] = Counter()
+            for path in assembled:
+                table = self._table(self.assemble, path, ["doc_id", "status"])
+                for doc_id, state in zip(table.column("doc_id").to_pylist(), table.column("status").to_pylist(), strict=True):
+                    counts[state or "unknown"] += 1
+                    if doc_id in kept:
+                        kept[doc_id]._add_part(path, kept[doc_id].assemble_parts)
+            summary.assembled = dict(counts)
+        return summary, sorted(kept.values(), key=lambda e: (e.doc_index, e.doc_id))
+
+    def _rows(self, stage: Storage, paths: list[str], doc_id: str, pages: set[int] | None) -> list[dict[str, Any]]:
+        import pyarrow.compute as pc
+
+        rows: list[dict[str, Any]] = []
+        for path in paths:
+            table = self._table(stage, path)
+            mask = pc.equal(table.column("doc_id"), doc_id)
+            if pages is not None and "page" in table.column_names:
+                mask = pc.and_(mask, pc.is_in(table.column("page"), value_set=_int_array(pages)))
+            rows.extend(table.filter(mask).to_pylist())
+        return rows
+
+    def page_rows(self, entry: DocumentEntry, pages: set[int] | None = None) -> list[dict[str, Any]]:
+        """The page rows of one document (only ``pages`` if given), in page order."""
+        if self.stage is None:
+            return []
+        rows = self._rows(self.stage, entry.parts, entry.doc_id, pages)
+        # A page should appear once; if a store without atomic writes left a duplicate, show
+        # the most useful row (a finished one over an error).
+        best: dict[int, dict[str, Any]] = {}
+        for row in rows:
+            page = row.get("page") or 0
+            if page not in best or best[page].get("status") == "error":
+                best[page] = row
+        return [best[p] for p in sorted(best)]
+
+    def assembled_row(self, entry: DocumentEntry) -> dict[str, Any] | None:
+        """The Assemble row of one document, if there is one."""
+        rows = self._rows(self.assemble, entry.assemble_parts, entry.doc_id, None)
+        return rows[-1] if rows else None
+
+    def release(self) -> None:
+        """Drop the cached part table."""
+        self._cached = None
+
+
+def _int_array(values: set[int]) -> pa.Array:
+    import pyarrow as pa
+
+    return pa.array(sorted(values), type=pa.int32())

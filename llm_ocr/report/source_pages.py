@@ -1,0 +1,131 @@
+"""Page images for the report, re-rendered from each row's source with the code Extract used."""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from llm_ocr.sources.base import DocumentRef, PageFailure, RenderOptions
+from llm_ocr.sources.listing import document_kind
+from llm_ocr.storage import Storage, retry_io
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger(__name__)
+
+
+# ============================================================================================
+# Page images, re-rendered from the source
+
+
+@dataclass
+class PageView:
+    """The image of a page to draw boxes on: encoded bytes and size, or why there is none."""
+
+    data: bytes | None = None
+    mime: str | None = None
+    width: int | None = None
+    height: int | None = None
+    note: str | None = None
+
+
+class SourcePages:
+    """Re-renders the pages of one source document, as Extract did; a context manager.
+
+    Remote sources are copied to a temporary file through :class:`~llm_ocr.storage.Storage`
+    (the renderer reads local files lazily and cannot take storage options). Closing releases
+    the temporary file and the renderer's open PDFs. pypdfium2 is not thread-safe: use from
+    one thread, and not while an in-process Extract renders.
+    """
+
+    def __init__(
+        self,
+        doc_id: str,
+        source: str | None,
+        options: RenderOptions | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.doc_id = doc_id
+        self.source = source
+        self.options = options or RenderOptions()
+        self.storage_options = dict(storage_options or {})
+        self._ref: DocumentRef | None = None
+        self._problem: str | None = None
+        self._tmp: str | None = None
+        self._opened = False
+
+    def __enter__(self) -> SourcePages:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the temporary copy and the open PDFs."""
+        if self._opened:
+            from llm_ocr.sources.render import close_documents
+
+            close_documents()
+        if self._tmp is not None:
+            try:
+                os.unlink(self._tmp)
+            except OSError:
+                pass
+            self._tmp = None
+
+    def _open(self) -> None:
+        self._opened = True
+        source = self.source
+        if not source:
+            self._problem = "the row has no source"
+            return
+        try:
+            store = Storage(source, self.storage_options)
+            if not store.fs.isfile(store.root):
+                self._problem = (
+                    "the source is a dataset or folder; page images of dataset rows are not kept in the output"
+                    if store.fs.isdir(store.root)
+                    else "the source file is not reachable"
+                )
+                return
+            kind = document_kind(source)
+            if kind is None:
+                if source.lower().endswith(".parquet"):
+                    self._problem = "the source is a dataset; page images of dataset rows are not kept in the output"
+                    return
+                # Extract sniffs unknown extensions the same way (see sources.listing).
+                kind = "pdf" if b"%PDF" in retry_io(lambda: store.fs.cat_file(store.root, 0, 1024), what="sniffing") else "image"
+            location = store.root
+            if not store.is_local:
+                suffix = posixpath.splitext(store.root)[1]
+                handle, self._tmp = tempfile.mkstemp(prefix="llm-ocr-report-", suffix=suffix)
+                with os.fdopen(handle, "wb") as out:
+                    out.write(store.read_bytes(store.root))
+                location = self._tmp
+            self._ref = DocumentRef(doc_id=self.doc_id, index=0, source=source, kind=kind, location=location)
+        except Exception as exc:  # noqa: BLE001 -- an unreachable source only costs the picture
+            self._problem = f"the source cannot be read ({type(exc).__name__}: {exc})"
+
+    def page(self, number: int) -> PageView:
+        """The re-rendered page ``number`` (1-based), or a :class:`PageView` with a ``note``."""
+        from llm_ocr.sources.render import render_pages
+
+        if not self._opened:
+            self._open()
+        if self._ref is None:
+            return PageView(note=self._problem)
+        if number < 1:
+            return PageView(note="no page image for a document-level row")
+        try:
+            (result,) = render_pages(self._ref, self.options, number, number)
+        except Exception as exc:  # noqa: BLE001 -- DocumentError, a page out of range, a broken file
+            return PageView(note=f"the page cannot be re-rendered ({exc})")
+        if isinstance(result, PageFailure):
+            return PageView(note=f"the page cannot be re-rendered ({result.error})")
+        return PageView(result.image, result.mime, result.width, result.height)

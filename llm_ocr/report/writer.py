@@ -1,0 +1,137 @@
+"""The report file: options, and writing one self-contained HTML page for an output folder."""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import tempfile
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from llm_ocr.report.fragments import CSS, render_document, render_summary
+from llm_ocr.report.reader import DocumentEntry, OutputReader, Summary
+from llm_ocr.report.safe_html import anchor, esc
+from llm_ocr.report.source_pages import SourcePages
+from llm_ocr.sources.base import RenderOptions
+from llm_ocr.storage import Storage, retry_io
+
+log = logging.getLogger("llm_ocr.report")
+
+__all__ = ["ReportError", "ReportOptions", "ReportResult", "pages_to_show", "write_report"]
+
+
+
+class ReportOptions(BaseModel):
+    """What the HTML report shows and where it is written."""
+
+    html: str | None = Field(None, description="Where to write the report (default: OUT/report.html).")
+    max_documents: int = Field(20, ge=1, description="Documents shown at most (the first ones, in input order).")
+    max_pages_per_document: int = Field(20, ge=1, description="Pages shown per document at most (the first ones).")
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="JSON object of fsspec storage options for OUT, the sources and the report."
+    )
+
+
+class ReportError(Exception):
+    """The report cannot be made (e.g. the output folder holds no pages)."""
+
+
+# ============================================================================================
+# The report file
+
+#: No scripts, nothing from the network: only inline styles and data: images. If a sanitizer
+#: bug ever let markup through, the browser would still refuse to run or fetch anything.
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
+@dataclass
+class ReportResult:
+    """Where the report went and what it holds."""
+
+    path: str
+    documents: int
+    pages: int
+    summary: Summary
+
+
+def pages_to_show(entry: DocumentEntry, limit: int) -> set[int]:
+    """The first ``limit`` pages of a document (plus its document-level row, if any)."""
+    pages = sorted(entry.pages)
+    return set(pages[: limit + (1 if 0 in entry.pages else 0)])
+
+
+def write_report(
+    out: str,
+    html_path: str | None = None,
+    *,
+    max_documents: int = 20,
+    max_pages_per_document: int = 20,
+    render: RenderOptions | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ReportResult:
+    """Write the HTML report of output folder ``out``; returns where and how much.
+
+    The file is written to a local temporary file as documents are rendered, then moved (or,
+    for a remote ``html_path``, uploaded) in one piece, so a reader never sees half a report.
+    """
+    so = dict(storage_options or {})
+    reader = OutputReader(out, so)
+    if reader.stage is None:
+        raise ReportError(f"no page rows under {out}: expected Parquet parts in {out}/describe or {out}/extract")
+    summary, entries = reader.scan(max_documents=max_documents)
+    summary.shown_documents = len(entries)
+    target = Storage(html_path or reader.storage.url + "/report.html", so)
+    pages_written = 0
+    local_dir = posixpath.dirname(target.root) if target.is_local else None
+    if local_dir:
+        os.makedirs(local_dir, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html.tmp", dir=local_dir)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(_head(f"llm-ocr report: {out}"))
+            f.write(f"<h1>llm-ocr report</h1>{render_summary(summary)}")
+            if entries:
+                f.write("<nav><strong>Documents</strong><ol>")
+                for entry in entries:
+                    status = ", ".join(f"{esc(s)} {n}" for s, n in sorted(Counter(entry.pages.values()).items()))
+                    link = f'<a href="#{anchor("", "doc", entry.doc_id)}">{esc(entry.doc_id)}</a>'
+                    f.write(f'<li>{link} <span class="llmocr-meta">({status})</span></li>')
+                f.write("</ol></nav>")
+            for entry in entries:
+                rows = reader.page_rows(entry, pages_to_show(entry, max_pages_per_document))
+                assembled = reader.assembled_row(entry) if entry.assemble_parts else None
+                with SourcePages(entry.doc_id, entry.source, render, so) as source_pages:
+                    for fragment in render_document(entry, rows, assembled=assembled, pages=source_pages):
+                        f.write(fragment)
+                pages_written += len(rows)
+                log.info("report: %s (%d pages)", entry.doc_id, len(rows))
+            reader.release()
+            f.write("</div></body></html>\n")
+        if target.is_local:
+            # mkstemp creates the file private (0600); give the report the usual permissions.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, target.root)
+        else:
+            retry_io(lambda: target.fs.put_file(tmp, target.root), what=f"writing {target.display(target.root)}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return ReportResult(target.display(target.root), len(entries), pages_written, summary)
+
+
+def _head(title: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="referrer" content="no-referrer">'
+        f"<title>{esc(title)}</title><style>body{{margin:1.2em;background:#fff}}\n{CSS}</style></head>"
+        '<body><div class="llmocr">'
+    )
