@@ -1,4 +1,6 @@
-"""``llm-ocr bench``: how close the client gets to what the model server allows.
+"""Benchmarks: ``llm-ocr bench`` (throughput) and ``llm-ocr bench-accuracy`` (:mod:`.accuracy`).
+
+``llm-ocr bench``: how close the client gets to what the model server allows.
 
 Runs the real Extract pipeline (in-process, real worker processes) over a generated corpus of
 Letter pages against the simulated vLLM server, and reports pages/s, tokens/s, the server's
@@ -11,6 +13,7 @@ with every request queued at t=0). ``instant`` mode measures the client's own ce
 - :mod:`.lower_bound`  the perfect-client makespan from the request log
 - :mod:`.fidelity`     JPEG vs PNG: cost, size and PSNR in the model's views
 - :mod:`.run`          one run, and the report
+- :mod:`.accuracy`     CER and word recall of an endpoint on born-digital PDFs against their text layer
 """
 
 from __future__ import annotations

@@ -1,36 +1,17 @@
-"""``llm-ocr bench-accuracy``: how well an OCR endpoint reads born-digital pages.
-
-Pages of PDFs with a text layer are rendered as the pipeline renders them, sent through the
-pipeline's own request path (:class:`~llm_ocr.vlm.client.VlmClient`, the model's recipe,
-:func:`~llm_ocr.vlm.grounding.parse_layout`), and the resulting Markdown is compared with the
-PDF's text layer:
-
-- **CER**, character error rate: Levenshtein distance between the whitespace-normalised texts
-  (Markdown/HTML markup removed from the answer) divided by the text layer's length, summed
-  over pages before dividing. Reading order counts: a column read in the wrong place costs.
-- **word recall**: the fraction of the text layer's words (case-sensitive, surrounding
-  punctuation stripped) found in the answer, as multisets, so order does not count.
-- **s/page**: wall-clock seconds per page at the given concurrency (1 by default).
-
-Without PDFs it generates a small offline set of varied English pages with reportlab (fonts
-and sizes, one and two columns, a table). Without ``--engine-url`` it launches the CPU engine
-(``python -m llm_ocr.servers.cpu``, one thread unless ``--threads``) for the run.
-"""
+"""``llm-ocr bench-accuracy``: OCR accuracy (CER, word recall) and speed of an endpoint on
+born-digital PDFs. The measurement is :mod:`llm_ocr.bench.accuracy`."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import re
-import sys
-import tempfile
-import time
-import unicodedata
-from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llm_ocr.bench.accuracy import PageScore
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "bench-accuracy",
         help="OCR accuracy (CER, word recall) and speed of an endpoint on born-digital PDFs",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        description=_description(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("pdfs", nargs="*", metavar="PDF",
@@ -64,440 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-# ---------------------------------------------------------------------------------------------
-# Metrics
+def _description() -> str | None:
+    from llm_ocr.bench import accuracy
 
-
-def levenshtein(a: str, b: str) -> int:
-    """Edit distance (insertions, deletions, substitutions of one character each).
-
-    Hyyrö's bit-parallel form of Myers' algorithm with Python integers as bit vectors:
-    ``len(a)`` big-integer steps of ``len(b) / 64`` machine words each, so two 5,000-character
-    pages take milliseconds where the textbook table takes seconds.
-    """
-    if len(a) < len(b):
-        a, b = b, a
-    m = len(b)
-    if m == 0:
-        return len(a)
-    peq: dict[str, int] = {}
-    for i, ch in enumerate(b):
-        peq[ch] = peq.get(ch, 0) | (1 << i)
-    full = (1 << m) - 1
-    top = 1 << (m - 1)
-    pv, mv, score = full, 0, m
-    for ch in a:
-        eq = peq.get(ch, 0)
-        xv = eq | mv
-        xh = (((eq & pv) + pv) ^ pv) | eq
-        ph = (mv | ~(xh | pv)) & full
-        mh = pv & xh
-        if ph & top:
-            score += 1
-        elif mh & top:
-            score -= 1
-        ph = ((ph << 1) | 1) & full
-        mh = (mh << 1) & full
-        pv = (mh | ~(xv | ph)) & full
-        mv = ph & xv
-    return score
-
-
-_TAG = re.compile(r"<[^<>\n]{0,200}>")
-_FIGURE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+", re.MULTILINE)
-_EMPHASIS = re.compile(r"(\*\*|__)")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u00ad\ufffe\uffff]")
-
-
-def normalise(text: str) -> str:
-    """NFKC, control characters and soft hyphens removed, runs of whitespace as one space."""
-    text = _CONTROL.sub(" ", unicodedata.normalize("NFKC", text))
-    return " ".join(text.split())
-
-
-def markdown_to_text(markdown: str) -> str:
-    """What a reader sees of the pipeline's Markdown: figure links, HTML tags (tables),
-    heading marks and bold markers removed; table cells separated by spaces."""
-    text = _FIGURE.sub(" ", markdown)
-    text = _TAG.sub(" ", text)
-    text = _HEADING.sub("", text)
-    text = _EMPHASIS.sub("", text)
-    for entity, char in (("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#x27;", "'")):
-        text = text.replace(entity, char)
-    return normalise(text)
-
-
-def words(text: str) -> list[str]:
-    """Words for recall: whitespace-separated tokens without surrounding punctuation."""
-    out = []
-    for token in text.split():
-        token = token.strip(".,;:!?()[]{}\"'`“”‘’«»—–-*|")
-        if token:
-            out.append(token)
-    return out
-
-
-@dataclass
-class PageScore:
-    """One page's measurements."""
-
-    source: str
-    page: int
-    chars: int  # characters of the normalised text layer
-    edits: int  # Levenshtein distance to it
-    words: int  # words of the text layer
-    found: int  # of which found in the answer (multiset)
-    seconds: float  # request latency
-    finish_reason: str | None = None
-    error: str | None = None
-
-    @property
-    def cer(self) -> float:
-        """Character error rate of the page."""
-        return self.edits / max(1, self.chars)
-
-    @property
-    def recall(self) -> float:
-        """Word recall of the page."""
-        return self.found / max(1, self.words)
-
-
-def score_page(truth: str, markdown: str) -> tuple[int, int, int, int]:
-    """(chars, edits, words, found) of an answer against the text layer."""
-    ref, hyp = normalise(truth), markdown_to_text(markdown)
-    ref_words, hyp_words = Counter(words(ref)), Counter(words(hyp))
-    found = sum(min(n, hyp_words[w]) for w, n in ref_words.items())
-    return len(ref), levenshtein(ref, hyp), sum(ref_words.values()), found
-
-
-def word_recall(truth: str, text: str) -> float:
-    """Multiset word recall of ``text`` against ``truth`` (markup in ``text`` is ignored)."""
-    _, _, n, found = score_page(truth, text)
-    return found / max(1, n)
-
-
-# ---------------------------------------------------------------------------------------------
-# Sample pages
-
-_VOCAB = (
-    "the of and to in a is that for it as was with be by on not he this are or his from at which "
-    "but have an they you were her one all their there been has more when will would who what so "
-    "about out into than them can only other new some time could these two may first then do any "
-    "like my now over such our man me even most made after also did many before must through back "
-    "years where much your way well down should because each just those people how too little state "
-    "good very make world still own see men work long get here between both life being under never "
-    "day same another know while last might great old year off come since against go came right "
-    "used take three himself few house use during without again place around however home small "
-    "found thought went say part once general high upon school every does got united left number "
-    "course war until always away something fact though water less public put think almost hand "
-    "enough far took head yet government system better set told nothing night end why called "
-    "didn find look asked later knew point next program city business give group toward young "
-    "days let room president side social given present several order national possible rather "
-    "second face per among form important often things early become others within political "
-    "members development survey measured shoreline retreat stations coast average metres river "
-    "funding drones receivers results published analysis quarterly budget committee revenue"
-).split()
-
-
-def _sentence(rng: Any, n: int) -> str:
-    ws = [rng.choice(_VOCAB) for _ in range(n)]
-    for i in range(len(ws)):
-        r = rng.random()
-        if r < 0.05:
-            ws[i] = str(rng.randint(2, 9999))
-        elif r < 0.08:
-            ws[i] = f"{rng.randint(1, 99)}.{rng.randint(0, 9)}%"
-        elif r < 0.12:
-            ws[i] = ws[i].capitalize()
-        elif r < 0.14:
-            ws[i] = f"{ws[i]}-{rng.choice(_VOCAB)}"
-    if rng.random() < 0.3 and n > 6:
-        k = rng.randint(2, n - 3)
-        ws[k] += ","
-    text = " ".join(ws)
-    return text[:1].upper() + text[1:] + rng.choice([".", ".", ".", "?", ";"])
-
-
-def _paragraph(rng: Any, sentences: int) -> str:
-    return " ".join(_sentence(rng, rng.randint(6, 16)) for _ in range(sentences))
-
-
-def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
-    """Write the default benchmark PDFs into ``folder``; their paths.
-
-    Nine US-Letter pages of English-like text: one column (Helvetica 11 pt, Times 10 pt, a
-    full page of Times 10.5 pt),
-    two columns (Times 9.5 pt; Helvetica 9 pt with paragraph breaks that line up across the
-    columns), a table between paragraphs, mixed sizes from 8 to 22 pt with Courier, small
-    print (Times Italic 8.5 pt, Helvetica 7 pt), and codes, dates, money and punctuation. The
-    words are drawn from common English words, numbers and percentages, seeded.
-    """
-    import random
-
-    from reportlab.lib import colors
-    from reportlab.lib.pagesizes import letter
-    from reportlab.lib.styles import ParagraphStyle
-    from reportlab.lib.units import inch
-    from reportlab.lib.utils import simpleSplit
-    from reportlab.pdfgen import canvas
-    from reportlab.platypus import (
-        BalancedColumns,
-        BaseDocTemplate,
-        Frame,
-        PageTemplate,
-        Paragraph,
-        Spacer,
-        Table,
-        TableStyle,
-    )
-
-    rng = random.Random(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    width, height = letter
-    margin = 0.9 * inch
-
-    def style(name: str, font: str, size: float, lead: float | None = None, **kw: Any) -> ParagraphStyle:
-        return ParagraphStyle(name, fontName=font, fontSize=size, leading=lead or size * 1.25, spaceAfter=size * 0.8, **kw)
-
-    def build(name: str, story: list[Any]) -> Path:
-        path = folder / name
-        doc = BaseDocTemplate(str(path), pagesize=letter, leftMargin=margin, rightMargin=margin,
-                              topMargin=margin, bottomMargin=margin, title=name)
-        frame = Frame(margin, margin, width - 2 * margin, height - 2 * margin, id="body")
-        doc.addPageTemplates([PageTemplate(id="p", frames=[frame])])
-        doc.build(story)
-        return path
-
-    paths = []
-    h1 = style("h1", "Helvetica-Bold", 18)
-    h2 = style("h2", "Helvetica-Bold", 13)
-    body = style("body", "Helvetica", 11)
-    paths.append(build("single-helvetica.pdf", [
-        Paragraph("Annual Survey of Coastal Stations", h1),
-        *[Paragraph(_paragraph(rng, 4), body) for _ in range(3)],
-        Paragraph("Methods and Instruments", h2),
-        *[Paragraph(_paragraph(rng, 4), body) for _ in range(2)],
-    ]))
-
-    times = style("times", "Times-Roman", 10, alignment=4)  # justified
-    paths.append(build("single-times-justified.pdf", [
-        Paragraph("Report of the Budget Committee", style("t1", "Times-Bold", 16)),
-        *[Paragraph(_paragraph(rng, 5), times) for _ in range(5)],
-    ]))
-
-    # A full page of body text: what most pages of a report or a book look like.
-    paths.append(build("dense-page.pdf", [
-        Paragraph("Chapter Four", style("ch", "Times-Bold", 15)),
-        *[Paragraph(_paragraph(rng, 6), style(f"d{i}", "Times-Roman", 10.5, 13, alignment=4, firstLineIndent=14))
-          for i in range(9)],
-    ]))
-
-    # Two balanced columns under a full-width title.
-    col = style("col", "Times-Roman", 9.5, alignment=4)
-    paths.append(build("two-columns-times.pdf", [
-        Paragraph("Two Column Article on River Funding", style("t2", "Times-Bold", 17)),
-        BalancedColumns([Paragraph(_paragraph(rng, 5), col) for _ in range(8)], nCols=2, spaceBefore=6, innerPadding=18),
-    ]))
-
-    # Two columns whose paragraph breaks line up across the gutter (every paragraph is four
-    # lines): the case a plain XY-cut reads row by row.
-    path = folder / "two-columns-aligned.pdf"
-    pdf = canvas.Canvas(str(path), pagesize=letter)
-    pdf.setFont("Helvetica-Bold", 16)
-    pdf.drawString(margin, height - margin - 16, "Field Notes in Two Columns")
-    gutter = 0.35 * inch
-    col_w = (width - 2 * margin - gutter) / 2
-    pdf.setFont("Helvetica", 9)
-    for c in range(2):
-        y = height - margin - 50
-        for _ in range(5):
-            lines = simpleSplit(_paragraph(rng, 5), "Helvetica", 9, col_w)[:4]
-            for line in lines:
-                pdf.drawString(margin + c * (col_w + gutter), y, line)
-                y -= 11.5
-            y -= 11.5 * (5 - len(lines))  # one blank line, and keep rows aligned if short
-    pdf.showPage()
-    pdf.save()
-    paths.append(path)
-
-    rows = [["Station", "Region", "Retreat (m)", "Samples"]]
-    for _ in range(8):
-        rows.append([f"{rng.choice(_VOCAB).capitalize()} {rng.randint(1, 99)}", rng.choice(_VOCAB).capitalize(),
-                     f"{rng.uniform(0, 5):.2f}", str(rng.randint(10, 500))])
-    table = Table(rows, hAlign="LEFT", colWidths=[1.8 * inch, 1.5 * inch, 1.2 * inch, 1.0 * inch])
-    table.setStyle(TableStyle([
-        ("FONT", (0, 0), (-1, 0), "Helvetica-Bold", 10),
-        ("FONT", (0, 1), (-1, -1), "Helvetica", 10),
-        ("LINEBELOW", (0, 0), (-1, 0), 0.8, colors.black),
-        ("BOTTOMPADDING", (0, 0), (-1, -1), 4),
-    ]))
-    paths.append(build("table.pdf", [
-        Paragraph("Measurements by Station", h1),
-        Paragraph(_paragraph(rng, 4), body),
-        table,
-        Spacer(1, 12),
-        Paragraph(_paragraph(rng, 4), body),
-    ]))
-
-    paths.append(build("mixed-sizes.pdf", [
-        Paragraph("Large Print Notice", style("big", "Helvetica-Bold", 22)),
-        Paragraph(_paragraph(rng, 2), style("b16", "Helvetica", 16)),
-        Paragraph("Configuration listing", style("h3", "Times-Bold", 13)),
-        Paragraph(_paragraph(rng, 2), style("mono", "Courier", 10)),
-        Paragraph(_paragraph(rng, 3), style("t12", "Times-Roman", 12)),
-        Paragraph(_paragraph(rng, 3), style("small", "Helvetica", 8)),
-    ]))
-
-    # Small print: italic and footnote sizes, where recognisers start to slip.
-    paths.append(build("small-print.pdf", [
-        Paragraph("Terms and Conditions", style("h4", "Times-Bold", 12)),
-        *[Paragraph(_paragraph(rng, 4), style(f"it{i}", "Times-Italic", 8.5)) for i in range(3)],
-        *[Paragraph(_paragraph(rng, 4), style(f"fn{i}", "Helvetica", 7)) for i in range(3)],
-    ]))
-
-    # Codes, dates, money, quotes and punctuation, which no dictionary helps with.
-    def symbols() -> str:
-        parts = []
-        for _ in range(rng.randint(4, 7)):
-            parts.append(rng.choice([
-                f"invoice #{rng.randint(1000, 99999)}",
-                f"${rng.randint(1, 9999)}.{rng.randint(0, 99):02d}",
-                f"\u20ac{rng.randint(1, 999)}",
-                f"{rng.randint(2000, 2030)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
-                f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}",
-                f"({rng.choice(_VOCAB)})",
-                f"&quot;{rng.choice(_VOCAB)} {rng.choice(_VOCAB)}&quot;",
-                f"{rng.choice(_VOCAB)}@example.org",
-                f"A{rng.randint(1, 9)}-{rng.randint(10, 99)}{rng.choice('bxq')}",
-                f"{rng.randint(1, 40)}&#176;C",
-                f"+{rng.randint(1, 99)} {rng.randint(100, 999)} {rng.randint(1000, 9999)}",
-            ]))
-            parts.append(" ".join(rng.choice(_VOCAB) for _ in range(rng.randint(1, 4))))
-        text = " ".join(parts)
-        return text[:1].upper() + text[1:] + "."
-
-    paths.append(build("symbols.pdf", [
-        Paragraph("Orders, Dates and Amounts", h2),
-        *[Paragraph(symbols(), style(f"sy{i}", font, 10))
-          for i, font in enumerate(["Helvetica", "Times-Roman", "Courier", "Helvetica"])],
-    ]))
-    return paths
-
-
-# ---------------------------------------------------------------------------------------------
-# The run
-
-
-def text_layer(path: str, page: int) -> str:
-    """Text of one page (1-based) from the PDF's text layer (pypdfium2)."""
-    import pypdfium2 as pdfium
-
-    pdf = pdfium.PdfDocument(path)
-    try:
-        textpage = pdf[page - 1].get_textpage()
-        return textpage.get_text_range()
-    finally:
-        pdf.close()
-
-
-async def _measure(args: argparse.Namespace, base_url: str, pdfs: list[str]) -> tuple[list[PageScore], dict[str, Any]]:
-    import asyncio
-
-    from llm_ocr.sources.base import DocumentRef, PageImage, RenderOptions
-    from llm_ocr.sources.render import count_pages, render_pages
-    from llm_ocr.vlm.client import ClientOptions, RequestFailed, VlmClient
-    from llm_ocr.vlm.grounding import parse_layout
-    from llm_ocr.vlm.recipes import clamp_max_tokens, image_messages, recipe_for
-
-    opts = RenderOptions(dpi=args.dpi, image_format=args.image_format)
-    probe = VlmClient(base_url, args.model or "")
-    served = await probe.served_models()
-    await probe.close()
-    model = args.model or served[0]
-    client = VlmClient(base_url, model, options=ClientOptions(max_attempts=2))
-    info: dict[str, Any] = {"endpoint": base_url, "model": model, "dpi": args.dpi, "image_format": args.image_format}
-    try:
-        info["ocr_engine"] = await _engine_info(base_url, model)
-        recipe = recipe_for(model)
-        max_tokens = clamp_max_tokens(None, await client.max_model_len())
-        jobs = []
-        for index, path in enumerate(pdfs):
-            ref = DocumentRef(doc_id=Path(path).name, index=index, source=path, kind="pdf", location=str(Path(path).resolve()))
-            n = count_pages(ref, opts)
-            last = min(n, args.pages) if args.pages else n
-            for page in render_pages(ref, opts, 1, last):
-                if not isinstance(page, PageImage):
-                    raise SystemExit(f"cannot render {path} page {page.page}: {page.error}")
-                jobs.append((path, page))
-
-        sem = asyncio.Semaphore(max(1, args.concurrency))
-
-        async def one(path: str, page: PageImage) -> PageScore:
-            truth = text_layer(path, page.page)
-            body = {
-                "messages": image_messages(page.image, page.mime, recipe.ocr_prompt),
-                "max_tokens": max_tokens,
-                "temperature": 0.0,
-                "extra_body": recipe.extra_body,
-            }
-            async with sem:
-                t0 = time.perf_counter()
-                try:
-                    result = await client.chat(body)
-                except RequestFailed as exc:
-                    seconds = time.perf_counter() - t0
-                    chars, edits, n_words, _ = score_page(truth, "")
-                    return PageScore(Path(path).name, page.page, chars, edits, n_words, 0, seconds, error=str(exc))
-                seconds = time.perf_counter() - t0
-            layout = parse_layout(result.text, width=page.width, height=page.height, page=page.page)
-            if args.keep:
-                keep = Path(args.keep)
-                keep.mkdir(parents=True, exist_ok=True)
-                stem = f"{Path(path).stem}-p{page.page}"
-                (keep / f"{stem}.md").write_text(layout.markdown, encoding="utf-8")
-                (keep / f"{stem}.truth.txt").write_text(truth, encoding="utf-8")
-            chars, edits, n_words, found = score_page(truth, layout.markdown)
-            return PageScore(Path(path).name, page.page, chars, edits, n_words, found, seconds, result.finish_reason)
-
-        t0 = time.perf_counter()
-        scores = list(await asyncio.gather(*(one(path, page) for path, page in jobs)))
-        info["wall_s"] = time.perf_counter() - t0
-    finally:
-        await client.close()
-    return scores, info
-
-
-async def _engine_info(base_url: str, model: str) -> Any:
-    """The ``ocr_engine`` metadata the CPU engine puts in ``/v1/models`` (None elsewhere)."""
-    import openai
-
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=10)
-    try:
-        for m in (await client.models.list()).data:
-            if m.id == model:
-                return (m.model_extra or {}).get("ocr_engine")
-    except openai.OpenAIError:
-        return None
-    finally:
-        await client.close()
-    return None
-
-
-def summarise(scores: list[PageScore], wall_s: float) -> dict[str, Any]:
-    """Totals over pages: CER and recall pooled over characters/words, seconds per page."""
-    pages = len(scores)
-    chars = sum(s.chars for s in scores)
-    words_n = sum(s.words for s in scores)
-    return {
-        "pages": pages,
-        "cer": sum(s.edits for s in scores) / max(1, chars),
-        "word_recall": sum(s.found for s in scores) / max(1, words_n),
-        "s_per_page": wall_s / max(1, pages),
-        "mean_latency_s": sum(s.seconds for s in scores) / max(1, pages),
-        "errors": sum(1 for s in scores if s.error),
-        "truncated": sum(1 for s in scores if s.finish_reason == "length"),
-    }
+    return accuracy.__doc__.split("\n\n", 1)[1] if accuracy.__doc__ else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -506,45 +57,33 @@ def run(args: argparse.Namespace) -> int:
 
     if args.pages is not None and args.pages < 1:
         raise OptionError("--pages must be at least 1")
+    from llm_ocr.bench.accuracy import AccuracyOptions, measure_accuracy
     from llm_ocr.vlm.client import EndpointDown
 
     try:
-        scores, info = _run(args)
+        scores, info = measure_accuracy(
+            AccuracyOptions(
+                pdfs=list(args.pdfs),
+                pages=args.pages,
+                dpi=args.dpi,
+                image_format=args.image_format,
+                engine_url=args.engine_url,
+                model=args.model,
+                threads=args.threads,
+                engine_args=args.engine_args,
+                concurrency=args.concurrency,
+                keep=args.keep,
+            )
+        )
     except EndpointDown as exc:
         log.error("%s", exc)
         return 2
     return _report(args, scores, info)
 
 
-def _run(args: argparse.Namespace) -> tuple[list[PageScore], dict[str, Any]]:
-    import asyncio
-    import shlex
-
-    from llm_ocr.config import OptionError
-
-    with tempfile.TemporaryDirectory(prefix="llm-ocr-bench-") as tmp:
-        pdfs = list(args.pdfs) or [str(p) for p in make_sample_pdfs(Path(tmp) / "pages")]
-        for path in pdfs:
-            if not Path(path).is_file():
-                raise OptionError(f"no such PDF: {path}")
-        if args.engine_url:
-            scores, info = asyncio.run(_measure(args, args.engine_url, pdfs))
-        else:
-            from llm_ocr.testing import CpuServer
-
-            extra = ["--threads", str(args.threads), *shlex.split(args.engine_args)]
-            log.info("launching the CPU engine: python -m llm_ocr.servers.cpu %s", " ".join(extra))
-            with CpuServer(*extra) as engine:
-                scores, info = asyncio.run(_measure(args, engine.base_url, pdfs))
-                info["engine_args"] = extra
-                # The engine's own account: CPU time is what a page costs whatever else runs.
-                done = [r for r in engine.requests() if r.get("outcome") == "ok"]
-                info["engine_ocr_s"] = sum(r.get("ocr_s", 0.0) for r in done)
-                info["engine_cpu_s"] = sum(r.get("ocr_cpu_s", 0.0) for r in done)
-    return scores, info
-
-
 def _report(args: argparse.Namespace, scores: list[PageScore], info: dict[str, Any]) -> int:
+    from llm_ocr.bench.accuracy import summarise
+
     summary = summarise(scores, info["wall_s"])
     if "engine_cpu_s" in info:
         summary["engine_cpu_s_per_page"] = info["engine_cpu_s"] / max(1, summary["pages"])
@@ -569,7 +108,3 @@ def _report(args: argparse.Namespace, scores: list[PageScore], info: dict[str, A
             encoding="utf-8",
         )
     return 1 if summary["errors"] else 0
-
-
-if __name__ == "__main__":  # pragma: no cover - use `llm-ocr bench-accuracy`
-    print("run: llm-ocr bench-accuracy --help", file=sys.stderr)

@@ -22,7 +22,7 @@ import openai
 import pypdfium2 as pdfium
 import pytest
 
-from llm_ocr.commands.bench_accuracy import levenshtein, markdown_to_text, word_recall, words
+from llm_ocr.bench.accuracy import levenshtein, markdown_to_text, word_recall, words
 from llm_ocr.servers.cpu.layout import Line, page_blocks, render_grounding, to_det
 from llm_ocr.testing import CpuServer
 from llm_ocr.vlm.grounding import parse_layout, scale_box
