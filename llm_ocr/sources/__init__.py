@@ -1,4 +1,12 @@
-"""Inputs → documents → page images: listing (main process) and rendering (worker processes)."""
+"""Inputs → documents → page images: listing (main process) and rendering (worker processes).
+
+- :mod:`.base`    the types every input kind shares (a document reference, a page, a failure)
+- :mod:`.listing` inputs (files, folders, URLs, datasets) -> an ordered, sharded stream of documents
+- :mod:`.render`  documents -> encoded page images (in worker processes)
+- :mod:`.images`  Pillow helpers: open safely, convert, fit, encode
+
+May import storage (to read any URL) and records; never vlm, stages, runners, servers or commands.
+"""
 
 from .base import DocumentKind, DocumentRef, PageFailure, PageImage, RenderOptions
 from .listing import DatasetOptions, InputError, document_kind, list_documents, shard_documents

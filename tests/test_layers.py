@@ -1,0 +1,192 @@
+"""The package's layers hold: no module imports a layer it must not, and no import cycle.
+
+Every import statement counts, also those inside functions (a lazy import is still a
+dependency); only imports under ``if TYPE_CHECKING:`` are left out, as they never run. The
+rules are the ones each package's ``__init__`` docstring states.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "llm_ocr"
+
+#: Top-level parts of ``llm_ocr`` (a package or a module) that each part must not import.
+FORBIDDEN: dict[str, set[str]] = {
+    "storage": {"runners", "stages", "servers", "commands", "launchers", "pipeline", "endpoint", "report", "bench",
+                "sources", "vlm", "cli"},
+    "vlm": {"servers", "storage", "stages", "runners", "commands", "launchers", "pipeline", "endpoint", "report",
+            "bench", "cli", "sources"},
+    "stages": {"runners", "commands", "launchers", "pipeline", "endpoint", "servers", "bench", "report", "cli"},
+    "sources": {"runners", "stages", "commands", "launchers", "pipeline", "endpoint", "servers", "vlm", "bench",
+                "report", "cli"},
+    "servers": {"storage", "stages", "runners", "commands", "launchers", "pipeline", "endpoint", "report", "bench",
+                "sources", "cli"},
+    "launchers": {"runners", "servers", "stages", "pipeline", "endpoint", "commands", "cli", "bench", "report"},
+    "report": {"runners", "servers", "commands", "launchers", "endpoint", "pipeline", "bench", "cli"},
+    "pipeline": {"runners", "commands", "launchers", "cli", "endpoint", "servers", "bench", "report"},
+    "runners": {"commands", "launchers", "cli", "bench", "report"},
+    "bench": {"commands", "cli", "launchers"},
+    "commands": {"cli"},
+}
+
+#: Modules that run another by name only (``runpy``), kept as aliases of moved entry points.
+ALIASES = {"llm_ocr.vlm.simulated", "llm_ocr.vlm.cpu.__main__"}
+
+
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _under_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(path: Path, package: Path = PACKAGE) -> set[str]:
+    """The ``llm_ocr`` modules a file imports (relative imports resolved)."""
+    name = module_name(path, package)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _under_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("llm_ocr"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("llm_ocr"):
+                found.add(target)
+                # ``from llm_ocr.x import y`` may import the module ``llm_ocr.x.y``
+                found.update(f"{target}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (names that are not modules are dropped)."""
+    files = {module_name(p, package): p for p in package.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets = set()
+        for target in imports_of(path, package):
+            # A package import names its __init__; an attribute import names nothing new.
+            if target in files and target != name:
+                targets.add(target)
+        edges[name] = targets
+    return edges
+
+
+def part_of(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def layer_violations(package: Path = PACKAGE) -> list[str]:
+    """Every import of a module from a layer its own layer must not import."""
+    return sorted(
+        f"{module} imports {target}"
+        for module, targets in graph(package).items()
+        if module not in ALIASES
+        for target in targets
+        if part_of(target) in FORBIDDEN.get(part_of(module), set())
+    )
+
+
+def test_no_module_imports_a_layer_it_must_not() -> None:
+    violations = layer_violations()
+    assert not violations, "\n".join(violations)
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            strongconnect(v)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    edges = graph()
+    # A package's __init__ re-exporting its modules, which import the package for its door,
+    # is one unit, not a cycle between layers: fold each __init__ into its modules' edges.
+    folded = {m: {t for t in ts if not (m.startswith(t + ".") or t.startswith(m + "."))} for m, ts in edges.items()}
+    cycles = _cycles(folded)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from llm_ocr.servers.process import ManagedServer\n",
+        "def f():\n    from llm_ocr.servers import process\n",
+        "from ..servers.process import ManagedServer\n",
+    ],
+)
+def test_the_checker_sees_direct_lazy_and_relative_imports(tmp_path: Path, source: str) -> None:
+    """The scan itself can fail: a forbidden import planted in a storage module of a copy of
+    the package's shape is reported, whichever form it takes."""
+    package = tmp_path / "llm_ocr"
+    for module, text in {
+        "__init__.py": "",
+        "storage/__init__.py": "",
+        "storage/url.py": source,
+        "servers/__init__.py": "",
+        "servers/process.py": "class ManagedServer: ...\n",
+    }.items():
+        (package / module).parent.mkdir(parents=True, exist_ok=True)
+        (package / module).write_text(text, encoding="utf-8")
+    assert "llm_ocr.storage.url imports llm_ocr.servers.process" in layer_violations(package)
+    (package / "storage/url.py").write_text("if TYPE_CHECKING:\n" + "".join("    " + line + "\n" for line in source.splitlines()), encoding="utf-8")
+    assert layer_violations(package) == []  # type-checking imports never run
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
