@@ -1,5 +1,5 @@
 """``llm-ocr bench``: the Extract pipeline against a simulated vLLM, measured against the best
-any client could do on that server (see the README, "llm-ocr bench")."""
+any client could do on that server (see docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What every stage's shard runner shares: the shard, exit codes, signals, the output check.
 
-Exit codes (also in the README): 0 every page ok or truncated; 1 finished but some pages
+Exit codes (also in docs/stages.md): 0 every page ok or truncated; 1 finished but some pages
 failed; 2 could not run (bad options, inputs, output or endpoint); 3 interrupted (SIGTERM or
 SIGINT: completed rows are kept, rerun the same command to resume).
 """

@@ -1,7 +1,7 @@
 """Assemble: the pages of a document, in order → one Markdown document with figures and captions.
 
 Pure functions over rows; :mod:`llm_ocr.runners.assemble` reads the upstream stage in bounded
-batches and writes the results. Layout of the Markdown (documented in README.md, "llm-ocr assemble"):
+batches and writes the results. Layout of the Markdown (documented in docs/stages.md, "llm-ocr assemble"):
 
 * pages in order, joined by ``page_separator`` (``{page}`` stands for the next page's number);
 * each ``![](figure:ID)`` whose ID is a figure of that page becomes ``![ALT](figure:ID)`` — ALT the

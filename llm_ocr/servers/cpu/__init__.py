@@ -7,7 +7,7 @@ Run it as its own process, like a real model server::
 It reads pages with RapidOCR (PP-OCR detection and recognition ONNX models, loaded from the
 ``rapidocr`` wheel only: it never downloads) and answers DeepSeek-OCR's prompts in
 DeepSeek-OCR's grounding markup, so the pipeline runs unchanged on a machine without a GPU.
-It reads text only: nothing it ships detects figures. See the README, "The CPU engine".
+It reads text only: nothing it ships detects figures. See docs/cpu-engine.md.
 
 - :mod:`.layout`  line boxes to reading-ordered blocks and grounding markup (pure Python)
 - :mod:`.engine`  RapidOCR with the shipped models, one instance per worker thread

@@ -38,7 +38,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     perf.add_argument("--intra-op-threads", type=positive_int, default=1,
                       help="onnxruntime threads per page (default %(default)s: pages in parallel "
                       "scale better than threads within a page)")
-    ocr = p.add_argument_group("OCR (defaults are the measured best, see the README, 'The CPU engine')")
+    ocr = p.add_argument_group("OCR (defaults are the measured best, see docs/cpu-engine.md)")
     ocr.add_argument("--cls", dest="use_cls", action="store_true",
                      help="run RapidOCR's 0/180 degree line direction classifier (its default; off here: "
                      "on upright pages it flips long lines and turns them into garbage)")

@@ -43,7 +43,7 @@ class EngineOptions:
 
     intra_op_threads: int = 1
     # RapidOCR turns its direction classifier on by default; on upright pages it flips some
-    # long lines upside down before recognition, costing 10-30% CER (README, "Which engine, measured").
+    # long lines upside down before recognition, costing 10-30% CER (docs/cpu-engine.md, "Which engine, measured").
     use_cls: bool = False
     det_model: str | None = None
     rec_model: str | None = None
