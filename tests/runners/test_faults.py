@@ -267,7 +267,7 @@ def test_external_endpoint_not_listening_yet_is_waited_for(tmp_path: Path) -> No
 
 
 def test_slow_starting_managed_server_is_waited_for(tmp_path: Path) -> None:
-    from tests.test_managed_server_e2e import fake_env
+    from tests.servers.test_managed_server_e2e import fake_env
 
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     started = time.monotonic()
@@ -543,7 +543,7 @@ def test_finevision_row_without_images_and_traversal_ids_stay_inside(tmp_path: P
 
 
 def test_planted_secrets_never_reach_logs_stats_or_outputs(tmp_path: Path) -> None:
-    from tests.test_managed_server_e2e import fake_env
+    from tests.servers.test_managed_server_e2e import fake_env
 
     secret = "sk-PLANTED-secret-0123456789abcdef"
     make_pdf(tmp_path / "a.pdf", pages=1)

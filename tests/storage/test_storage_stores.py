@@ -403,7 +403,7 @@ def test_hub_output_resumes_after_sigkill_and_never_touches_other_shards_files(h
 
 def test_s3_writes_are_atomic_for_a_concurrent_reader(s3: MotoS3) -> None:
     from llm_ocr.storage import Storage
-    from tests.test_storage_units import _concurrent_reader_never_sees_a_partial_part
+    from tests.storage.test_storage_units import _concurrent_reader_never_sees_a_partial_part
 
     options = {"s3": {"endpoint_url": s3.url, "key": AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
                       "secret": AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"], "client_kwargs": {"region_name": "us-east-1"}}}
