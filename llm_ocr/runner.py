@@ -29,7 +29,7 @@ from llm_ocr.sinks import close_all as close_sinks
 from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
 from llm_ocr.sources.base import DocumentRef, RenderOptions
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
-from llm_ocr.state import clear_marker, read_marker, write_marker
+from llm_ocr.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.storage import Storage
 from llm_ocr.stores import StorageError
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
@@ -168,7 +168,10 @@ async def _extract_with(
     workers = job.workers if job.workers is not None else default_workers()
     pool = WorkerPool(workers)
     writer = PartWriter(stage, page_schema(), shard, num_shards, start_seq=index.next_seq, max_rows=job.part_rows)
-    reporter = ProgressReporter(counters, job.progress, job.progress_interval, poll_server=endpoint.metrics)
+    reporter = ProgressReporter(
+        counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
+        on_tick=progress_writer(out, "extract", shard, num_shards),
+    )
     try:
         max_tokens = clamp_max_tokens(spec.extract.max_tokens, await client.max_model_len())
         recipe = recipe_for(job.model).with_prompt(spec.extract.prompt)

@@ -126,6 +126,10 @@ class FakeHub:
         with self.lock:
             self._failures += [(method, path_pattern, status, dict(headers or {}))] * count
 
+    def extra_route(self, handler: Any, path: str, query: dict[str, list[str]]) -> bool:
+        """Routes a subclass adds (e.g. the Jobs API): True when ``handler`` answered."""
+        return False
+
     def _take_failure(self, method: str, path: str) -> tuple[int, dict[str, str]] | None:
         with self.lock:
             for i, (m, pattern, status, headers) in enumerate(self._failures):
@@ -211,6 +215,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         # -- routes -----------------------------------------------------------------------------
 
         def _route(self, path: str, query: dict[str, list[str]]) -> None:
+            if hub.extra_route(self, path, query):
+                return
             if path == "/api/whoami-v2":
                 role = self._role()
                 if role is None:
