@@ -257,12 +257,18 @@ def _platform(name: str) -> Any:
 class _StageParser(argparse.ArgumentParser):
     """The stage's own parser, raising instead of exiting."""
 
+    stage = ""
+
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise LaunchError(f"{self.prog}: {message}")
+        raise LaunchError(
+            f"{message}: not a launch option nor an option of `llm-ocr {self.stage}` "
+            f"(see `llm-ocr launch PLATFORM --help` and `llm-ocr {self.stage} --help`)"
+        )
 
 
 def _parse_stage(stage: str, tokens: list[str], output: str) -> argparse.Namespace:
     parser = _StageParser(prog="llm-ocr")
+    _StageParser.stage = stage
     sub = parser.add_subparsers(dest="command")
     importlib.import_module(f"llm_ocr.commands.{stage}").register(sub)
     if "--output" in tokens or any(t.startswith("--output=") for t in tokens):

@@ -118,10 +118,11 @@ def _check_request(request: LaunchRequest) -> None:
         raise LaunchError(f"llm-ocr {request.stage} takes no INPUT: it reads OUT ({request.inputs[0]!r} given)")
     for url, what in [(request.output, "--output"), *((u, "INPUT") for u in request.inputs)]:
         if split_protocol(url)[0] in _LOCAL_PROTOCOLS:
+            hint = ("upload it first, e.g. `hf upload OWNER/NAME FOLDER --repo-type dataset`, and pass "
+                    "hf://datasets/OWNER/NAME/FOLDER") if what == "INPUT" else "e.g. --output hf://datasets/OWNER/NAME"
             raise LaunchError(
-                f"{what} {url!r} is a path on this machine, which the jobs on {request.platform} cannot see; "
-                "use a URL they can reach (hf://datasets/OWNER/NAME[/FOLDER], s3://..., gs://...), e.g. upload "
-                "the inputs first with `hf upload OWNER/NAME FOLDER --repo-type dataset`"
+                f"{what} {url!r} is a path on this machine, which the jobs on {request.platform} cannot see; use a URL "
+                f"they can reach (hf://datasets/OWNER/NAME[/FOLDER], s3://..., gs://...): {hint}"
             )
     for name in request.env:
         if _SECRET_NAME.search(name):
