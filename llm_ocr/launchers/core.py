@@ -179,7 +179,7 @@ def _finished_shards(out: Storage, request: LaunchRequest) -> dict[int, str]:
 def _running_shards(previous: LaunchRecord | None, request: LaunchRequest, skipped: dict[int, str]) -> dict[int, str]:
     """Shards whose job from the previous launch is still pending or running: a second job would
     write the same shard's parts twice."""
-    if previous is None or previous.num_shards != request.num_shards:
+    if previous is None or (previous.num_shards, previous.stage) != (request.num_shards, request.stage):
         return {}
     candidates = [j for j in previous.current_jobs() if any(s not in skipped for s in j["shards"])]
     if not candidates:
@@ -290,7 +290,7 @@ def submit_plan(plan: LaunchPlan, platform: Platform) -> LaunchRecord | None:
         skipped={str(k): v for k, v in plan.skipped.items()},
     )
     previous = plan.previous
-    if previous is not None and previous.num_shards == request.num_shards:
+    if previous is not None and (previous.num_shards, previous.stage) == (request.num_shards, request.stage):
         record.carry_over(previous, set(plan.skipped))
     try:
         for submission in platform.submit(plan.jobs, target):
@@ -414,9 +414,22 @@ def cancel_jobs(record: LaunchRecord, shards: set[int] | None = None) -> list[st
 
 
 def describe_plan(plan: LaunchPlan) -> list[str]:
-    """Human lines about a plan: what is skipped and why, and the notes."""
-    lines = [f"shard {shard}: not launched, {why}" for shard, why in sorted(plan.skipped.items())]
+    """Human lines about a plan: which shards are not launched and why, and the notes."""
+    done = sorted(shard for shard, why in plan.skipped.items() if why == "done")
+    lines = [f"not launched: {len(done)} shard(s) already done ({_ranges(done)})"] if done else []
+    lines += [f"not launched: shard {shard} {why}" for shard, why in sorted(plan.skipped.items()) if why != "done"]
     return lines + [f"note: {note}" for note in plan.notes]
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``0-3, 7, 9-10`` for [0, 1, 2, 3, 7, 9, 10]."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
 
 
 def storage_for(output: str, storage_options: dict[str, Any] | None = None) -> Storage:
