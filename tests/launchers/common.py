@@ -54,7 +54,7 @@ def llm_ocr(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess
                           timeout=timeout, env=env, cwd=str(REPO))
 
 
-def llm_ocr_batch(cases: list[tuple[list[str], dict[str, str | None]]], env: dict[str, str], timeout: float = 240) -> list[dict[str, Any]]:
+def llm_ocr_batch(cases: list[tuple[list[str], dict[str, str]]], env: dict[str, str], timeout: float = 240) -> list[dict[str, Any]]:
     """Several ``llm-ocr`` command lines in one subprocess (tests/launchers/batch_cli.py): each
     ``(argv, env changes)``; a result ``{"code", "stdout", "stderr"}`` per case."""
     done = subprocess.run(

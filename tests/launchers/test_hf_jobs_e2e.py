@@ -251,7 +251,7 @@ def test_bad_input_fails_before_anything_is_submitted(tmp_path: Path, corpus: Pa
                 at = args.index("--output")
                 args[at + 1] = extra[1]
                 extra = extra[2:]
-            cases.append((args + extra, {"HF_TOKEN": change.get("token", PLANTED)}))
+            cases.append((args + extra, {"HF_TOKEN": change.get("token", PLANTED) or ""}))
         results = llm_ocr_batch(cases, env)
         wrong = []
         for (case, _, message), result in zip(BAD_INPUT, results):
