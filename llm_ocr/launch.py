@@ -41,7 +41,7 @@ from llm_ocr.launchers.core import (
     wait_for,
 )
 from llm_ocr.launchers.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
-from llm_ocr.launchers.spec import STAGE_MARKERS, LaunchError, LaunchPlan, LaunchRequest
+from llm_ocr.launchers.spec import PRIMARY_STAGE, STAGE_MARKERS, LaunchError, LaunchPlan, LaunchRequest
 from llm_ocr.launchers.table import LaunchStatus, marker_costs
 from llm_ocr.sources import DatasetOptions
 from llm_ocr.state import markers_by_shard
@@ -126,7 +126,8 @@ def launch(
     ``dry_run`` nothing is uploaded or submitted; ``Launch.plan.to_json()`` is the dry-run JSON.
     """
     cls = _platform(platform)
-    hardware = hardware or platform_options.pop(cls.hardware_option, None)
+    named = platform_options.pop(cls.hardware_option, None)  # e.g. flavor= on hf-jobs
+    hardware = hardware or named
     tokens = [*([inputs] if isinstance(inputs, str) else inputs), *stage_args, *_flags(stage_options or {})]
     request = build_request(
         platform, stage, tokens, output, num_shards,
@@ -329,8 +330,7 @@ def _wait_record(out: Any, record: LaunchRecord, *, interval: float, timeout: fl
 def _count_rows(out: Any, table: LaunchStatus) -> None:
     from llm_ocr.commands.status import stage_status
 
-    primary = {"run": "extract"}.get(table.stage, table.stage)
-    report = stage_status(out, primary)
+    report = stage_status(out, PRIMARY_STAGE[table.stage])
     suffix = f"-of-{table.num_shards:05d}"
     counts = {int(key[:5]): value for key, value in report["shards"].items() if key.endswith(suffix)}
     table.count_rows(counts, report["duplicates"])

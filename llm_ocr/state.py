@@ -69,17 +69,34 @@ def list_markers(out: Storage, stage: str) -> list[dict[str, Any]]:
     return markers
 
 
-def markers_by_shard(out: Storage, stage: str, num_shards: int) -> dict[int, dict[str, Any]]:
-    """The completion markers of one stage for a ``num_shards`` layout, by shard index."""
-    found: dict[int, dict[str, Any]] = {}
+def marker_paths(out: Storage, stage: str, num_shards: int) -> dict[int, str]:
+    """Where the completion markers of one stage for a ``num_shards`` layout are, by shard index
+    (one listing, no file read)."""
+    found = {}
     for path in out.glob(STATE_DIR, stage, f"done-*-of-{num_shards:05d}.json"):
         match = _MARKER_RE.search(path)
-        if match is None:
-            continue
-        try:
-            found[int(match.group(1))] = json.loads(out.read_bytes(path))
-        except (ValueError, OSError):
-            continue  # half-visible or unreadable: treated as absent, the shard is not done
+        if match is not None:
+            found[int(match.group(1))] = path
+    return found
+
+
+def markers_by_shard(
+    out: Storage, stage: str, num_shards: int, cache: dict[str, dict[str, Any]] | None = None
+) -> dict[int, dict[str, Any]]:
+    """The completion markers of one stage for a ``num_shards`` layout, by shard index.
+
+    ``cache`` (path -> content) spares re-reading markers already read: a poller reads each one
+    once (a marker is rewritten only by a rerun retrying failed pages).
+    """
+    cache = {} if cache is None else cache
+    found: dict[int, dict[str, Any]] = {}
+    for shard, path in marker_paths(out, stage, num_shards).items():
+        if path not in cache:
+            try:
+                cache[path] = json.loads(out.read_bytes(path))
+            except (ValueError, OSError):
+                continue  # half-visible or unreadable: treated as absent, the shard is not done
+        found[shard] = cache[path]
     return found
 
 

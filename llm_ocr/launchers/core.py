@@ -28,6 +28,7 @@ from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, s
 from llm_ocr.launchers.sizing import input_pages, planning_rate, shard_timeout
 from llm_ocr.launchers.spec import (
     LAUNCH_LABEL,
+    PRIMARY_STAGE,
     SHARD_LABEL,
     STAGE_MARKERS,
     STAGES,
@@ -41,7 +42,7 @@ from llm_ocr.launchers.spec import (
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
 from llm_ocr.sources import InputError
-from llm_ocr.state import marker_layouts, markers_by_shard, read_progress
+from llm_ocr.state import marker_layouts, marker_paths, markers_by_shard, read_progress
 from llm_ocr.storage import Storage
 from llm_ocr.stores import StorageError
 
@@ -161,18 +162,17 @@ def _check_layout(out: Storage, request: LaunchRequest) -> None:
 
 
 def _finished_shards(out: Storage, request: LaunchRequest) -> dict[int, str]:
+    """Shards with every completion marker of the stage (from listings: no marker is read unless
+    ``--retry-errors`` needs their failed-page counts)."""
     needed = STAGE_MARKERS[request.stage]
-    markers = {stage: markers_by_shard(out, stage, request.num_shards) for stage in needed}
-    primary = "describe" if request.stage == "describe" else ("assemble" if request.stage == "assemble" else "extract")
-    done = {}
-    for shard in range(request.num_shards):
-        if not all(shard in markers[stage] for stage in needed):
-            continue
-        stats = markers[primary][shard]
-        errors = (stats.get("pages") or {}).get("error", 0) if primary != "assemble" else (stats.get("documents") or {}).get("error", 0)
-        if request.retry_errors and errors:
-            continue
-        done[shard] = "done" + (f" ({errors} failed; --retry-errors retries them)" if errors else "")
+    paths = {stage: marker_paths(out, stage, request.num_shards) for stage in needed}
+    done = {shard: "done" for shard in range(request.num_shards) if all(shard in paths[s] for s in needed)}
+    if request.retry_errors:
+        primary = PRIMARY_STAGE[request.stage]
+        for shard, stats in markers_by_shard(out, primary, request.num_shards).items():
+            counts = stats.get("documents" if primary == "assemble" else "pages") or {}
+            if shard in done and counts.get("error", 0):
+                del done[shard]
     return done
 
 
@@ -325,8 +325,11 @@ def collect_status(
     num_shards: int | None = None,
     stage: str | None = None,
     platform: Platform | None = None,
+    cache: dict[str, dict[str, Any]] | None = None,
 ) -> LaunchStatus:
-    """The table of a launch (or, without a record, of whatever OUT's markers and progress say)."""
+    """The table of a launch (or, without a record, of whatever OUT's markers and progress say).
+
+    ``cache`` keeps the markers read so far (a poller passes the same dict every time)."""
     if record is not None:
         num_shards, stage = record.num_shards, record.stage
     stage = stage or "run"
@@ -338,9 +341,8 @@ def collect_status(
                 + ": nothing to show (was it launched with `llm-ocr launch`?)"
             )
         num_shards = layouts.pop()
-    markers = {s: markers_by_shard(out, s, num_shards) for s in STAGE_MARKERS[stage]}
-    primary = "describe" if stage == "describe" else "extract"
-    progress = {shard: data for (name, shard), data in read_progress(out, num_shards).items() if name == primary}
+    markers = {s: markers_by_shard(out, s, num_shards, cache) for s in STAGE_MARKERS[stage]}
+    progress = {shard: data for (name, shard), data in read_progress(out, num_shards).items() if name == PRIMARY_STAGE[stage]}
     states: dict[str, JobState] = {}
     if record is not None:
         try:
@@ -383,8 +385,9 @@ def wait_for(
     """Poll until every shard is final (done, failed, cancelled); ``TimeoutError`` after ``timeout``."""
     platform = _follower(record)
     deadline = None if timeout is None else time.monotonic() + timeout
+    cache: dict[str, dict[str, Any]] = {}
     while True:
-        status = collect_status(out, record, platform=platform)
+        status = collect_status(out, record, platform=platform, cache=cache)
         if on_update is not None:
             on_update(status)
         if status.finished:

@@ -19,6 +19,8 @@ import itertools
 import math
 from typing import Any
 
+from fsspec.core import split_protocol
+
 from llm_ocr.sources import DatasetOptions, list_documents
 
 #: Timeout when the page count is unknown (HF Jobs' own default is 30 minutes: too short to even
@@ -55,6 +57,9 @@ def input_pages(inputs: list[str], dataset: DatasetOptions, storage_options: dic
     :class:`llm_ocr.sources.InputError` here, before anything is submitted.
     """
     documents = list_documents(inputs, dataset=dataset, storage_options=storage_options)
+    if any(_is_dataset(url, dataset) for url in inputs):
+        # Counting would stream the rows (and their images) just to learn their number.
+        return None, "dataset rows are not counted at launch"
     images = 0
     for ref in itertools.islice(documents, MAX_COUNTED_DOCUMENTS + 1):
         if ref.kind != "image":
@@ -63,6 +68,14 @@ def input_pages(inputs: list[str], dataset: DatasetOptions, storage_options: dic
     if images > MAX_COUNTED_DOCUMENTS:
         return None, f"more than {MAX_COUNTED_DOCUMENTS} documents"
     return images, f"{images} image(s), one page each"
+
+
+def _is_dataset(url: str, dataset: DatasetOptions) -> bool:
+    """An INPUT that names a dataset (Hub or Parquet) rather than document files."""
+    protocol, path = split_protocol(url)
+    parts = path.strip("/").split("/")
+    hub_dataset = protocol == "hf" and len(parts) == 3 and parts[0] == "datasets"
+    return hub_dataset or dataset.config is not None or url.lower().endswith(".parquet")
 
 
 def shard_timeout(pages: int | None, num_shards: int, pages_per_s: float) -> int:

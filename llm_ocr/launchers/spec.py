@@ -29,6 +29,10 @@ STAGE_MARKERS: dict[str, tuple[str, ...]] = {
     "assemble": ("assemble",),
 }
 
+#: The stage whose rows a launched stage's table counts (``run`` counts Extract's pages; its
+#: progress file is Extract's too).
+PRIMARY_STAGE: dict[str, str] = {"run": "extract", "extract": "extract", "describe": "describe", "assemble": "assemble"}
+
 #: The label keys every job carries (values: the launch id, and "00003-of-00016").
 LAUNCH_LABEL = "llm-ocr-launch"
 SHARD_LABEL = "llm-ocr-shard"

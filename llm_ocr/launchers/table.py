@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llm_ocr.launchers.platform import TERMINAL_PHASES, JobState
-from llm_ocr.launchers.spec import STAGE_MARKERS
+from llm_ocr.launchers.spec import PRIMARY_STAGE, STAGE_MARKERS
 
 #: Row states (besides "done...") that will not change without a new launch.
 FINAL_STATES = frozenset({"failed", "cancelled", "not launched", "no marker"})
@@ -108,8 +108,7 @@ def _counts(stage: str, markers: dict[str, dict[str, Any]], progress: dict[str, 
     if stage == "assemble":
         docs = (markers.get("assemble") or {}).get("documents") or {}
         return {k: int(docs.get(k, 0)) for k in DOCUMENT_STATUSES}, int(docs.get("skipped", 0))
-    primary = "describe" if stage == "describe" else "extract"
-    source = markers.get(primary) or progress or {}
+    source = markers.get(PRIMARY_STAGE[stage]) or progress or {}
     pages = source.get("pages") or {}
     return {k: int(pages.get(k, 0)) for k in PAGE_STATUSES}, int(pages.get("skipped", 0))
 
