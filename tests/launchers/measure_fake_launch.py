@@ -7,7 +7,9 @@ A corpus of PDFs goes to a fake Hub, then the launch runs as a user would type i
 fake ``vllm`` with the simulated server answering at ``--instant`` speed). Printed: the wall time
 from typing the command to its exit with every shard done, how long the launch took to submit
 (checks, wheel build and upload, N ``run_job`` calls), the jobs' own running times, and the load
-average (the machine may be shared). What it measures is the launcher's and the jobs' fixed
+average (the machine may be shared) and the CPU seconds the launcher and the jobs used (a figure
+the load does not change: on an idle machine the wall time is at least that over the cores).
+What it measures is the launcher's and the jobs' fixed
 overhead, not OCR speed.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -32,9 +35,12 @@ def measure(shards: int, documents: int, pages: int) -> dict[str, float]:
         make_corpus(corpus, documents=documents, pages=pages)
         with fake_jobs(tmp / "jobs", corpus) as hub:
             env = launcher_env(hub, tmp)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.time()
             done = llm_ocr(*launch_args("--wait", "--interval", "0.5", shards=shards), env=env, timeout=900)
             ended = time.time()
+            hub.wait_all(60)  # every job's process has been waited for: its CPU time is counted
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if done.returncode != 0:
                 raise SystemExit(f"launch failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
             rows = stage_rows(hub, "extract")
@@ -48,6 +54,8 @@ def measure(shards: int, documents: int, pages: int) -> dict[str, float]:
                 "last_job_done_after_s": max(j.finished or ended for j in jobs) - started,
                 "job_running_s_min": min(running),
                 "job_running_s_max": max(running),
+                # Launcher + every job's processes (the fake server's own threads excluded).
+                "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
             }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -67,7 +75,7 @@ def main() -> None:
         print(f"run {run}: launch to done {result['launch_to_done_s']:.1f} s "
               f"(all {args.shards} jobs submitted after {result['submitted_after_s']:.1f} s, last job done after "
               f"{result['last_job_done_after_s']:.1f} s; each job ran {result['job_running_s_min']:.1f}-"
-              f"{result['job_running_s_max']:.1f} s); load average before: {load:.2f}")
+              f"{result['job_running_s_max']:.1f} s); CPU {result['cpu_s']:.1f} s; load average before: {load:.2f}")
 
 
 if __name__ == "__main__":
