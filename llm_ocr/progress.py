@@ -128,6 +128,7 @@ class ProgressReporter:
         mode: ProgressMode = "auto",
         interval: float = 30.0,
         poll_server: Callable[[], Awaitable[dict[str, float]]] | None = None,
+        on_tick: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if mode == "auto":
             mode = "live" if sys.stderr.isatty() else "log"
@@ -135,7 +136,11 @@ class ProgressReporter:
         self.counters = counters
         self.interval = interval
         self.poll_server = poll_server
+        #: Called (in a thread) with the counters' summary every ``interval`` and at the end,
+        #: whatever the display mode: e.g. :func:`llm_ocr.storage.state.progress_writer`.
+        self.on_tick = on_tick
         self._task: asyncio.Task[None] | None = None
+        self._ticks: asyncio.Task[None] | None = None
 
     async def _poll(self) -> None:
         if self.poll_server is None:
@@ -162,8 +167,19 @@ class ProgressReporter:
                 live.update(self.counters.line())
                 await asyncio.sleep(0.5)
 
+    async def _tick(self) -> None:
+        if self.on_tick is not None:
+            await asyncio.to_thread(self.on_tick, self.counters.summary())
+
+    async def _run_ticks(self) -> None:
+        while True:
+            await self._tick()
+            await asyncio.sleep(self.interval)
+
     def start(self) -> None:
         """Begin reporting in the background."""
+        if self.on_tick is not None:
+            self._ticks = asyncio.create_task(self._run_ticks())
         if self.mode == "off":
             return
         runner = self._run_live if self.mode == "live" else self._run_log
@@ -171,11 +187,15 @@ class ProgressReporter:
 
     async def stop(self) -> None:
         """Stop reporting and log the final line."""
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._ticks):
+            if task is None:
+                continue
+            task.cancel()
             try:
-                await self._task
+                await task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
+        if self._ticks is not None:
+            await self._tick()
         if self.mode != "off":
             log.info(self.counters.line())

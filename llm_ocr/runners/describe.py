@@ -42,7 +42,7 @@ from llm_ocr.stages.describe import (
 )
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
-from llm_ocr.storage.state import clear_marker, read_marker, write_marker
+from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows, stage_has_parts, upstream_complete
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
@@ -281,7 +281,10 @@ async def describe_shard(spec: DescribeJob, stop: asyncio.Event | None = None) -
         in_flight = in_flight_for(job, endpoint)
         ctx = await make_context(endpoint, spec.describe, schema, in_flight)
         writer = PartWriter(stage, page_schema(), shard, num_shards, start_seq=index.next_seq, max_rows=job.part_rows)
-        reporter = ProgressReporter(counters, job.progress, job.progress_interval, poll_server=endpoint.metrics)
+        reporter = ProgressReporter(
+            counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
+            on_tick=progress_writer(out, "describe", shard, num_shards),
+        )
         flow = DescribeFlow(ctx, writer, index, counters, flow_settings(job, in_flight), stop)
         reporter.start()
         try:

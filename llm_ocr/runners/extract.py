@@ -30,7 +30,7 @@ from llm_ocr.sources.base import DocumentRef, RenderOptions
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
 from llm_ocr.storage import Storage, StorageError
 from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
-from llm_ocr.storage.state import clear_marker, read_marker, write_marker
+from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
 from llm_ocr.workers import WorkerPool, crop_figures, default_workers
@@ -102,7 +102,10 @@ async def _extract_with(
     workers = job.workers if job.workers is not None else default_workers()
     pool = WorkerPool(workers)
     writer = PartWriter(stage, page_schema(), shard, num_shards, start_seq=index.next_seq, max_rows=job.part_rows)
-    reporter = ProgressReporter(counters, job.progress, job.progress_interval, poll_server=endpoint.metrics)
+    reporter = ProgressReporter(
+        counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
+        on_tick=progress_writer(out, "extract", shard, num_shards),
+    )
     try:
         max_tokens = clamp_max_tokens(spec.extract.max_tokens, await client.max_model_len())
         recipe = recipe_for(job.model).with_prompt(spec.extract.prompt)

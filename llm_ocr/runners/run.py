@@ -51,7 +51,7 @@ from llm_ocr.stages.describe import DescribeContext, DescribeOptions, describe_p
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
-from llm_ocr.storage.state import clear_marker, read_marker, write_marker
+from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
@@ -142,7 +142,10 @@ async def _page_flow(
     de_writer = PartWriter(
         stages.describe_stage, page_schema(), shard, num_shards, start_seq=stages.describe.next_seq, max_rows=job.part_rows
     )
-    reporter = ProgressReporter(ex_counters, job.progress, job.progress_interval, poll_server=endpoint.metrics)
+    reporter = ProgressReporter(
+        ex_counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
+        on_tick=progress_writer(stages.out, "extract", shard, num_shards),
+    )
     in_flight = in_flight_for(job, endpoint)
     settings = FlowSettings(
         max_in_flight=in_flight,
@@ -257,6 +260,9 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
         return ShardOutcome(EXIT_PAGES_FAILED, stats)
     await asyncio.to_thread(write_marker, out, "extract", shard, num_shards, ex_stats)
     await asyncio.to_thread(write_marker, out, "describe", shard, num_shards, de_stats)
+    # Assemble reads OUT/describe back: where writes are batched into commits (the Hub), the
+    # parts just written must be committed first, or Assemble finds nothing to assemble.
+    await asyncio.to_thread(out.flush)
     assembled = await assemble_documents(out, shard, num_shards, spec.assemble, job, stop, previous=markers["assemble"])
     stats["assemble"] = assembled.stats
     if assembled.exit_code == EXIT_INTERRUPTED:

@@ -126,6 +126,10 @@ class FakeHub:
         with self.lock:
             self._failures += [(method, path_pattern, status, dict(headers or {}))] * count
 
+    def extra_route(self, handler: Any, path: str, query: dict[str, list[str]]) -> bool:
+        """Routes a subclass adds (e.g. the Jobs API): True when ``handler`` answered."""
+        return False
+
     def _take_failure(self, method: str, path: str) -> tuple[int, dict[str, str]] | None:
         with self.lock:
             for i, (m, pattern, status, headers) in enumerate(self._failures):
@@ -211,6 +215,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         # -- routes -----------------------------------------------------------------------------
 
         def _route(self, path: str, query: dict[str, list[str]]) -> None:
+            if hub.extra_route(self, path, query):
+                return
             if path == "/api/whoami-v2":
                 role = self._role()
                 if role is None:
@@ -239,12 +245,16 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 raise _Error(403 if role else 401, "You don't have the rights to create a repo")
             repo_id = f"{payload.get('organization') or hub.user}/{payload['name']}"
             repo_type = payload.get("type") or "model"
+            url = f"{hub.url}/{'datasets/' if repo_type == 'dataset' else ''}{repo_id}"
             with hub.lock:
                 if (repo_type, repo_id) in hub.repos:
-                    raise _Error(409, "You already created this repo")
+                    # The Hub's 409 carries the repo's URL: create_repo(exist_ok=True) returns it.
+                    message = "You already created this repo"
+                    self._send(409, {"error": message, "url": url}, {"X-Error-Message": message})
+                    return
                 private = payload.get("private", payload.get("visibility") == "private")
                 hub.repos[(repo_type, repo_id)] = Repo(repo_type, repo_id, private=bool(private))
-            self._send(200, {"url": f"{hub.url}/{'datasets/' if repo_type == 'dataset' else ''}{repo_id}", "name": repo_id})
+            self._send(200, {"url": url, "name": repo_id})
 
         def _api(self, type_plural: str, repo_id: str, rest: str, query: dict[str, list[str]]) -> None:
             # Any revision is the head of main here (branches other than main are not modelled;

@@ -1,0 +1,185 @@
+"""What a launch asks for and the job specs it becomes: the platform-neutral data of a launch.
+
+A :class:`LaunchRequest` is what the user typed (inputs, output, shards, stage and its options,
+hardware, image...). Planning turns it into one :class:`ShardSpec` per shard to launch: the
+container image, the command (the plain ``llm-ocr`` invocation, possibly behind a code-install
+step), the plain environment, the secrets (kept apart: their values never leave this object
+except towards the platform's secrets channel), hardware, timeout, attempts and labels.
+:class:`LaunchPlan` gathers the specs and the exact API request bodies; its :meth:`LaunchPlan.
+to_json` is the ``--dry-run`` contract (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llm_ocr.costs import Hardware
+from llm_ocr.sources import DatasetOptions
+
+Stage = Literal["run", "extract", "describe", "assemble"]
+STAGES: tuple[Stage, ...] = ("run", "extract", "describe", "assemble")
+
+#: The completion markers a shard of each launched stage must have to count as done.
+STAGE_MARKERS: dict[str, tuple[str, ...]] = {
+    "run": ("extract", "describe", "assemble"),
+    "extract": ("extract",),
+    "describe": ("describe",),
+    "assemble": ("assemble",),
+}
+
+#: The stage whose rows a launched stage's table counts (``run`` counts Extract's pages; its
+#: progress file is Extract's too).
+PRIMARY_STAGE: dict[str, str] = {"run": "extract", "extract": "extract", "describe": "describe", "assemble": "assemble"}
+
+#: The label keys every job carries (values: the launch id, and "00003-of-00016").
+LAUNCH_LABEL = "llm-ocr-launch"
+SHARD_LABEL = "llm-ocr-shard"
+
+#: What a secret's value is replaced by wherever a request body is shown.
+REDACTED = "<secret>"
+
+
+class LaunchError(Exception):
+    """The launch cannot go ahead; the message says what to change. Nothing was submitted."""
+
+
+@dataclass
+class LaunchRequest:
+    """One ``llm-ocr launch PLATFORM ...`` as typed, before any check."""
+
+    platform: str
+    inputs: list[str]
+    output: str
+    num_shards: int
+    stage: Stage = "run"
+    #: The stage's own options and the INPUTs, in the order given: passed to the container
+    #: unchanged (``llm-ocr STAGE <stage_args> --output OUT``).
+    stage_args: list[str] = field(default_factory=list)
+    #: Whether the stage needs a model server in the job (no ``--endpoint`` among the options).
+    needs_model: bool = True
+    hardware: str | None = None
+    image: str | None = None
+    timeout_s: int | None = None
+    attempts: int = 3
+    env: dict[str, str] = field(default_factory=dict)
+    #: Names of local environment variables to pass as secrets (their values are read locally).
+    secret_names: list[str] = field(default_factory=list)
+    #: Pages in the whole input, when known (sizes the timeout).
+    pages: int | None = None
+    pages_per_s: float | None = None
+    retry_errors: bool = False
+    dataset: DatasetOptions = field(default_factory=DatasetOptions)
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ShardSpec:
+    """One shard's job as the container sees it."""
+
+    shard_index: int
+    num_shards: int
+    name: str
+    image: str
+    command: list[str]
+    env: dict[str, str]
+    #: name -> value; the values go only to the platform's secrets channel.
+    secrets: dict[str, str] = field(repr=False)
+    hardware: str
+    timeout_s: int
+    attempts: int
+    labels: dict[str, str]
+
+    def public(self) -> dict[str, Any]:
+        """The spec as the dry-run contract shows it: secrets by name only."""
+        return {
+            "shard_index": self.shard_index,
+            "num_shards": self.num_shards,
+            "name": self.name,
+            "image": self.image,
+            "command": list(self.command),
+            "env": dict(self.env),
+            "secrets": sorted(self.secrets),
+            "hardware": self.hardware,
+            "timeout_s": self.timeout_s,
+            "attempts": self.attempts,
+        }
+
+
+@dataclass
+class PlannedJob:
+    """One platform job to submit: the shards it runs and its exact request body.
+
+    ``body`` has every secret value replaced by :data:`REDACTED`; the adapter puts the real
+    values back from the specs when it submits.
+    """
+
+    shards: list[int]
+    body: dict[str, Any]
+    specs: list[ShardSpec]
+
+
+@dataclass
+class Target:
+    """What a platform resolved for a launch: hardware, image, how the code gets in, secrets."""
+
+    hardware: Hardware
+    image: str
+    #: Command words placed before ``llm-ocr ...``: they install the shipped code, then exec the
+    #: rest (:func:`llm_ocr.launchers.command.install_then_run`). Empty when the image has it.
+    run_prefix: list[str]
+    #: Secrets every job of this platform gets (e.g. ``HF_TOKEN``), name -> value.
+    secrets: dict[str, str] = field(repr=False)
+    #: Facts needed later to follow the jobs (namespace, code location...): saved in the record.
+    info: dict[str, Any] = field(default_factory=dict)
+    #: Adapter-private state (built wheel, API client...); never serialised.
+    private: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class LaunchPlan:
+    """Everything a launch would submit, and why the other shards are left alone."""
+
+    platform: str
+    launch_id: str
+    request: LaunchRequest
+    target: Target
+    specs: list[ShardSpec]
+    jobs: list[PlannedJob]
+    #: shard -> why it is not launched ("done", "running job ID").
+    skipped: dict[int, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    #: The output's latest launch record before this one (a LaunchRecord), if any.
+    previous: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--dry-run`` object (DESIGN.md): jobs by shard, and the exact request bodies."""
+        return {
+            "platform": self.platform,
+            "launch_id": self.launch_id,
+            "jobs": [spec.public() for spec in self.specs],
+            "requests": [job.body for job in self.jobs],
+        }
+
+
+def secret_values(specs: list[ShardSpec], extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Every secret value of ``specs`` (and ``extra``), by name."""
+    found = dict(extra or {})
+    for spec in specs:
+        found.update(spec.secrets)
+    return found
+
+
+def assert_no_secret(secrets: dict[str, str], where: str, value: Any) -> None:
+    """Raise :class:`LaunchError` if any secret value appears in ``value`` (serialised).
+
+    Short values are skipped: a 3-character "secret" would match by accident.
+    """
+    text = json.dumps(value, default=str)
+    for name, secret in secrets.items():
+        if secret and len(secret) >= 8 and secret in text:
+            raise LaunchError(
+                f"the value of secret {name} would appear in {where}; pass it only as a secret "
+                f"(--secret {name}), never in --env, a stage option or a label"
+            )

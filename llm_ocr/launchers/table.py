@@ -1,0 +1,341 @@
+"""The status table of a launch: one row per shard, and totals with GPU-hours and cost.
+
+A row combines three sources, most trusted first: the shard's completion markers (written last
+by the run, with its stats), the progress file the running shard rewrites (pages done so far),
+and what the platform says about the job (pending, running, failed, billed seconds). Rows are
+computed by :func:`shard_status`, a pure function, and rendered as text (CLI), a ``rich`` table
+(live view on a terminal) or HTML (notebooks).
+
+Cost = the job's running time x the hardware's hourly price (the whole machine is billed);
+GPU-hours = running time x GPUs. The running time is the platform's billed seconds when it says,
+else the markers' wall time, else the progress file's elapsed time.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from llm_ocr.launchers.platform import TERMINAL_PHASES, JobState
+from llm_ocr.launchers.spec import PRIMARY_STAGE, STAGE_MARKERS
+
+#: Row states (besides "done...") that will not change without a new launch.
+FINAL_STATES = frozenset({"failed", "cancelled", "not launched", "no marker"})
+PAGE_STATUSES = ("ok", "truncated", "error")
+DOCUMENT_STATUSES = ("ok", "partial", "error")
+
+
+@dataclass
+class ShardStatus:
+    """One shard's row."""
+
+    shard: int
+    state: str
+    job_id: str | None = None
+    job_state: str = ""
+    message: str | None = None
+    #: Stages with a completion marker.
+    stages_done: list[str] = field(default_factory=list)
+    #: Pages (documents for an Assemble launch) by status, this shard's runs so far.
+    counts: dict[str, int] = field(default_factory=dict)
+    #: Pages (documents) done by an earlier run of the shard and skipped by the last one.
+    earlier: int = 0
+    elapsed_s: float | None = None
+    gpu_hours: float | None = None
+    cost_usd: float | None = None
+
+    @property
+    def final(self) -> bool:
+        """True when the row will not change without a new launch."""
+        return self.state.startswith("done") or self.state in FINAL_STATES
+
+    @property
+    def done_count(self) -> int:
+        """Pages (documents) with a row from this shard's runs."""
+        return sum(self.counts.values())
+
+
+def shard_status(
+    shard: int,
+    stage: str,
+    markers: dict[str, dict[str, Any]],
+    progress: dict[str, Any] | None,
+    job: JobState | None,
+    *,
+    gpus: int,
+    price_per_hour: float | None,
+) -> ShardStatus:
+    """The row of ``shard`` of a ``stage`` launch from its markers (by stage), its progress file
+    and its job's state (None: no job known)."""
+    needed = STAGE_MARKERS[stage]
+    done = all(name in markers for name in needed)
+    counts, earlier = _counts(stage, markers, progress)
+    if done:
+        failed = counts.get("error", 0) + counts.get("partial", 0)
+        state = f"done ({failed} failed)" if failed else "done"
+    elif job is None:
+        state = "not launched"
+    elif job.phase == "succeeded":
+        state = "no marker"  # exited 0 without one: should not happen; `llm-ocr status OUT` tells more
+    elif job.phase in TERMINAL_PHASES:
+        state = job.phase
+    else:
+        state = job.phase if job.phase != "unknown" else "unknown"
+    elapsed = job.running_s if job is not None and job.running_s is not None else _marker_seconds(stage, markers)
+    if elapsed is None and progress is not None:
+        elapsed = float(progress.get("wall_time_s") or 0.0)
+    row = ShardStatus(
+        shard=shard,
+        state=state,
+        job_id=job.job_id if job else None,
+        job_state=job.raw if job else "",
+        message=job.message if job and job.phase in ("failed", "cancelled") else None,
+        stages_done=[name for name in ("extract", "describe", "assemble") if name in markers],
+        counts=counts,
+        earlier=earlier,
+        elapsed_s=elapsed,
+    )
+    if elapsed is not None:
+        row.gpu_hours = round(elapsed * gpus / 3600, 4)
+        row.cost_usd = round(elapsed / 3600 * price_per_hour, 4) if price_per_hour is not None else None
+    return row
+
+
+def _counts(stage: str, markers: dict[str, dict[str, Any]], progress: dict[str, Any] | None) -> tuple[dict[str, int], int]:
+    if stage == "assemble":
+        docs = (markers.get("assemble") or {}).get("documents") or {}
+        return {k: int(docs.get(k, 0)) for k in DOCUMENT_STATUSES}, int(docs.get("skipped", 0))
+    source = markers.get(PRIMARY_STAGE[stage]) or progress or {}
+    pages = source.get("pages") or {}
+    return {k: int(pages.get(k, 0)) for k in PAGE_STATUSES}, int(pages.get("skipped", 0))
+
+
+def _marker_seconds(stage: str, markers: dict[str, dict[str, Any]]) -> float | None:
+    # In `run`, Describe works inside Extract's page flow: its wall time overlaps Extract's.
+    names = ("extract", "assemble") if stage == "run" else STAGE_MARKERS[stage]
+    seconds = [float(markers[n]["wall_time_s"]) for n in names if n in markers and "wall_time_s" in markers[n]]
+    return sum(seconds) if seconds else None
+
+
+@dataclass
+class LaunchStatus:
+    """Every shard of a launch, with totals."""
+
+    output: str
+    stage: str
+    num_shards: int
+    shards: list[ShardStatus]
+    launch_id: str | None = None
+    platform: str | None = None
+    hardware: str | None = None
+    gpus: int = 1
+    price_per_hour: float | None = None
+    checked_at: float = field(default_factory=time.time)
+    #: Set by :meth:`count_rows`: the counts come from the Parquet parts (every run of every
+    #: shard), with this many duplicate rows found; None: from markers and progress files.
+    duplicates: int | None = None
+
+    def count_rows(self, counts: dict[int, dict[str, int]], duplicates: int) -> None:
+        """Replace each shard's counts by the rows its parts hold, by status (exact, all runs).
+
+        Markers and progress files only count a shard's last run; a shard resumed after a kill
+        or a retry did part of its pages in an earlier one.
+        """
+        for row in self.shards:
+            row.counts = dict(counts.get(row.shard, {}))
+            row.earlier = 0
+        self.duplicates = duplicates
+
+    @property
+    def finished(self) -> bool:
+        """True when no shard will change without a new launch."""
+        return all(row.final for row in self.shards)
+
+    @property
+    def succeeded(self) -> bool:
+        """True when every shard has its completion markers."""
+        return all(row.state.startswith("done") for row in self.shards)
+
+    def totals(self) -> dict[str, Any]:
+        """Shards by state, pages by status, GPU-hours, cost and pages/s per GPU."""
+        states = Counter(row.state.split(" (")[0] for row in self.shards)
+        counts: Counter[str] = Counter()
+        for row in self.shards:
+            counts.update(row.counts)
+        seconds = sum(row.elapsed_s or 0.0 for row in self.shards)
+        gpu_seconds = seconds * self.gpus
+        done = sum(counts.values())
+        costs = [row.cost_usd for row in self.shards if row.cost_usd is not None]
+        return {
+            "shards": dict(states),
+            "counts": dict(counts),
+            "done": done,
+            "done_earlier": sum(row.earlier for row in self.shards),
+            "gpu_hours": round(gpu_seconds / 3600, 4),
+            "cost_usd": round(sum(costs), 4) if costs and self.price_per_hour is not None else None,
+            "pages_per_s_per_gpu": round(done / gpu_seconds, 3) if gpu_seconds > 0 and self.stage != "assemble" else None,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The table as JSON (``llm-ocr jobs status --json``)."""
+        data = asdict(self)
+        data["totals"] = self.totals()
+        data["finished"], data["succeeded"] = self.finished, self.succeeded
+        return data
+
+    # -- rendering ------------------------------------------------------------------------------
+
+    @property
+    def unit(self) -> str:
+        return "documents" if self.stage == "assemble" else "pages"
+
+    def title(self) -> str:
+        parts = [f"{self.platform or 'launch'} {self.launch_id or ''}".strip(), f"{self.stage} -> {self.output}",
+                 f"{self.num_shards} shard(s)"]
+        if self.hardware:
+            price = f", ${self.price_per_hour:.2f}/h" if self.price_per_hour is not None else ""
+            parts.append(f"{self.hardware}{price}")
+        return " | ".join(parts)
+
+    def header(self) -> list[str]:
+        statuses = DOCUMENT_STATUSES if self.stage == "assemble" else PAGE_STATUSES
+        return ["shard", "job", "state", "stages done", self.unit, *statuses, "elapsed", "cost $"]
+
+    def cells(self, row: ShardStatus) -> list[str]:
+        statuses = DOCUMENT_STATUSES if self.stage == "assemble" else PAGE_STATUSES
+        done = str(row.done_count) + (f" (+{row.earlier} earlier)" if row.earlier else "")
+        state = row.state + (f": {row.message}" if row.message else "")
+        return [
+            str(row.shard),
+            row.job_id or "-",
+            state,
+            ",".join(row.stages_done) or "-",
+            done,
+            *(str(row.counts.get(s, 0)) for s in statuses),
+            _duration(row.elapsed_s),
+            f"{row.cost_usd:.2f}" if row.cost_usd is not None else "-",
+        ]
+
+    def totals_lines(self) -> list[str]:
+        t = self.totals()
+        shards = ", ".join(f"{k} {v}" for k, v in sorted(t["shards"].items()))
+        order = DOCUMENT_STATUSES if self.stage == "assemble" else PAGE_STATUSES
+        counts = ", ".join(f"{k} {t['counts'].get(k, 0)}" for k in order)
+        source = (f" (counted in the Parquet parts; duplicates: {self.duplicates})" if self.duplicates is not None
+                  else f" (+{t['done_earlier']} done by earlier runs)" if t["done_earlier"] else "")
+        lines = [
+            f"shards: {shards}",
+            f"{self.unit}: {t['done']} = {counts}{source}",
+            f"GPU-hours: {t['gpu_hours']:.3f} ({self.gpus} GPU(s) per job)"
+            + (f" | cost: ${t['cost_usd']:.2f}" if t["cost_usd"] is not None else " | cost: unknown price")
+            + (f" | {t['pages_per_s_per_gpu']:.2f} pages/s per GPU" if t["pages_per_s_per_gpu"] is not None else ""),
+        ]
+        return lines
+
+    def __str__(self) -> str:
+        rows = [self.header(), *(self.cells(r) for r in self.shards)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        text = [self.title()]
+        text += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+        return "\n".join(text + self.totals_lines())
+
+    def rich(self) -> Any:
+        """A ``rich`` renderable of the table (live view)."""
+        from rich.table import Table
+
+        table = Table(title=self.title(), caption="\n".join(self.totals_lines()), caption_justify="left")
+        for name in self.header():
+            table.add_column(name, justify="right" if name not in ("job", "state", "stages done") else "left")
+        for row in self.shards:
+            table.add_row(*self.cells(row))
+        return table
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header())
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self.cells(r)) + "</tr>" for r in self.shards
+        )
+        totals = "<br>".join(html.escape(line) for line in self.totals_lines())
+        return (f"<div><b>{html.escape(self.title())}</b><table><thead><tr>{head}</tr></thead>"
+                f"<tbody>{body}</tbody></table><p>{totals}</p></div>")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+@dataclass
+class CostTable:
+    """GPU-hours and cost per finished shard, from its completion markers' wall times."""
+
+    hardware: str
+    gpus: int
+    price_per_hour: float | None
+    rows: list[dict[str, Any]]
+
+    def totals(self) -> dict[str, Any]:
+        """Sums over the shards, and pages/s per GPU overall."""
+        hours = sum(r["wall_hours"] for r in self.rows)
+        gpu_hours = sum(r["gpu_hours"] for r in self.rows)
+        pages = sum(r["pages"] for r in self.rows)
+        return {
+            "shards": len(self.rows),
+            "wall_hours": round(hours, 4),
+            "gpu_hours": round(gpu_hours, 4),
+            "cost_usd": round(hours * self.price_per_hour, 4) if self.price_per_hour is not None else None,
+            "pages": pages,
+            "pages_per_s_per_gpu": round(pages / (gpu_hours * 3600), 3) if gpu_hours > 0 else None,
+        }
+
+    def __str__(self) -> str:
+        price = f"${self.price_per_hour:.2f}/h" if self.price_per_hour is not None else "unknown price"
+        lines = [f"{self.hardware} ({self.gpus} GPU(s), {price}); from the completion markers"]
+        lines.append(f"{'shard':>5} {'wall h':>8} {'GPU-h':>8} {'cost $':>8} {'pages':>7} {'pages/s/GPU':>11}")
+        for r in self.rows:
+            lines.append(f"{r['shard']:>5} {r['wall_hours']:>8.4f} {r['gpu_hours']:>8.4f} {_money(r['cost_usd']):>8} "
+                         f"{r['pages']:>7} {_rate(r['pages_per_s_per_gpu']):>11}")
+        t = self.totals()
+        lines.append(f"{'total':>5} {t['wall_hours']:>8.4f} {t['gpu_hours']:>8.4f} {_money(t['cost_usd']):>8} "
+                     f"{t['pages']:>7} {_rate(t['pages_per_s_per_gpu']):>11}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        text = str(self).splitlines()
+        return f"<div><b>{html.escape(text[0])}</b><pre>{html.escape(chr(10).join(text[1:]))}</pre></div>"
+
+
+def marker_costs(
+    stage: str, markers: dict[str, dict[int, dict[str, Any]]], *, hardware: str, gpus: int, price_per_hour: float | None
+) -> CostTable:
+    """The cost of every shard of a ``stage`` launch that has its markers (by stage, by shard)."""
+    needed = STAGE_MARKERS[stage]
+    shards = sorted(set.intersection(*(set(markers.get(s, {})) for s in needed))) if needed else []
+    rows = []
+    for shard in shards:
+        own = {s: markers[s][shard] for s in needed}
+        seconds = _marker_seconds(stage, own) or 0.0
+        counts, _ = _counts(stage, own, None)
+        pages = sum(counts.values()) if stage != "assemble" else int(own["assemble"].get("pages", 0))
+        rows.append({
+            "shard": shard,
+            "wall_hours": round(seconds / 3600, 4),
+            "gpu_hours": round(seconds * gpus / 3600, 4),
+            "cost_usd": round(seconds / 3600 * price_per_hour, 4) if price_per_hour is not None else None,
+            "pages": pages,
+            "pages_per_s_per_gpu": round(pages / (seconds * gpus), 3) if seconds > 0 and gpus else None,
+        })
+    return CostTable(hardware, gpus, price_per_hour, rows)
+
+
+def _money(value: float | None) -> str:
+    return f"{value:.4f}" if value is not None else "-"
+
+
+def _rate(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "-"

@@ -1,0 +1,145 @@
+"""The launcher's pieces in isolation: the shipped wheel, timeout sizing, the status table's
+arithmetic, the launch record, the request body, the progress ticks."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from llm_ocr.launchers.platform import JobState
+from llm_ocr.launchers.record import LaunchRecord, load_record, save_record
+from llm_ocr.launchers.sizing import DEFAULT_TIMEOUT_S, shard_timeout
+from llm_ocr.launchers.spec import ShardSpec
+from llm_ocr.launchers.table import LaunchStatus, marker_costs, shard_status
+from llm_ocr.launchers.wheel import build_wheel
+from llm_ocr.progress import ProgressReporter, RunCounters
+from llm_ocr.storage import Storage
+from tests.conftest import REPO
+
+
+def test_wheel_is_byte_stable_holds_every_file_and_changes_with_the_code(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "llm_ocr", tmp_path / "llm_ocr", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    package = tmp_path / "llm_ocr"
+    first = build_wheel(package)
+    for path in package.rglob("*.py"):
+        os.utime(path, (1_700_000_000, 1_700_000_000))  # new timestamps, same content
+    assert build_wheel(package).data == first.data
+    names = set(zipfile.ZipFile(io.BytesIO(first.data)).namelist())
+    files = {f"llm_ocr/{p.relative_to(package).as_posix()}" for p in package.rglob("*") if p.is_file()}
+    assert files <= names
+    entry_points = zipfile.ZipFile(io.BytesIO(first.data)).read("llm_ocr-0.1.0.dist-info/entry_points.txt").decode()
+    assert "llm-ocr = llm_ocr.cli:main" in entry_points
+    (package / "launchers" / "core.py").write_text((package / "launchers" / "core.py").read_text() + "\n# changed\n")
+    assert build_wheel(package).digest != first.digest
+
+
+@pytest.mark.parametrize(
+    ("pages", "shards", "rate", "expected"),
+    [
+        (None, 4, 2.5, DEFAULT_TIMEOUT_S),  # unknown page count
+        (10_000, 4, 2.5, 3600),  # 2500 pages: 20 min start-up + 2000 s x 2 = 3200 s -> the 1 h floor
+        (100_000, 4, 2.5, 21_600),  # 25000 pages: 1200 + 20000 = 21200 s -> next quarter hour
+        (1_000, 1, 0.7, 4_500),  # 1200 + 1000 / 0.7 x 2 = 4057 s -> 4500
+    ],
+)
+def test_timeout_is_sized_from_the_shard_page_count(pages: int | None, shards: int, rate: float, expected: int) -> None:
+    assert shard_timeout(pages, shards, rate) == expected
+
+
+def test_status_rows_and_totals_from_markers_progress_and_jobs() -> None:
+    price, gpus = 10.0, 4
+    done = {
+        "extract": {"pages": {"ok": 90, "truncated": 5, "error": 5, "skipped": 0}, "wall_time_s": 1800.0},
+        "describe": {"pages": {"ok": 100}, "wall_time_s": 1700.0},
+        "assemble": {"documents": {"ok": 10}, "wall_time_s": 60.0},
+    }
+    rows = [
+        shard_status(0, "run", done, None, JobState("j0", "succeeded", "COMPLETED", running_s=2000.0), gpus=gpus, price_per_hour=price),
+        shard_status(1, "run", {}, {"pages": {"ok": 40}, "wall_time_s": 900.0}, JobState("j1", "running", "RUNNING", running_s=1000.0),
+                     gpus=gpus, price_per_hour=price),
+        shard_status(2, "run", {}, None, JobState("j2", "failed", "ERROR", "exited with code 2", 100.0), gpus=gpus, price_per_hour=price),
+        shard_status(3, "run", {}, None, None, gpus=gpus, price_per_hour=price),
+    ]
+    assert [r.state for r in rows] == ["done (5 failed)", "running", "failed", "not launched"]
+    assert rows[0].cost_usd == pytest.approx(2000 / 3600 * 10, abs=1e-4)  # billed seconds, not marker time
+    assert rows[0].gpu_hours == pytest.approx(2000 * 4 / 3600, abs=1e-4)
+    assert rows[2].message == "exited with code 2"
+    table = LaunchStatus("hf://datasets/o/n", "run", 4, rows, gpus=gpus, price_per_hour=price)
+    totals = table.totals()
+    assert totals["counts"] == {"ok": 130, "truncated": 5, "error": 5}
+    assert totals["gpu_hours"] == pytest.approx(3100 * 4 / 3600, abs=1e-4)
+    assert totals["cost_usd"] == pytest.approx(3100 / 3600 * 10, abs=1e-3)
+    assert totals["pages_per_s_per_gpu"] == pytest.approx(140 / (3100 * 4), abs=1e-3)
+    assert not table.finished and not table.succeeded  # shard 1 still runs
+    text = str(table)
+    assert "done (5 failed)" in text and "failed: exited with code 2" in text and "cost: $8.61" in text
+
+
+def test_marker_costs_use_wall_time_gpus_and_price() -> None:
+    markers = {
+        "extract": {0: {"pages": {"ok": 3600}, "wall_time_s": 3600.0}, 1: {"pages": {"ok": 10}, "wall_time_s": 10.0}},
+        "describe": {0: {}, 1: {}},
+        "assemble": {0: {"wall_time_s": 0.0}},  # shard 1 has not assembled: not counted
+    }
+    table = marker_costs("run", markers, hardware="a100x4", gpus=4, price_per_hour=10.0)
+    assert [r["shard"] for r in table.rows] == [0]
+    row = table.rows[0]
+    assert (row["wall_hours"], row["gpu_hours"], row["cost_usd"], row["pages_per_s_per_gpu"]) == (1.0, 4.0, 10.0, 0.25)
+    assert table.totals()["cost_usd"] == 10.0
+
+
+def test_records_are_found_latest_first_and_carry_over_unrelaunched_shards(tmp_path: Path) -> None:
+    out = Storage(str(tmp_path / "out"))
+    first = LaunchRecord("20250101-000000-aaaa", "hf-jobs", out.url, "run", 3, "l4x1", 1, 0.8, "img")
+    for shard in range(3):
+        first.add({"job_id": f"a{shard}", "shards": [shard], "launch_id": first.launch_id})
+    save_record(out, first)
+    second = LaunchRecord("20250102-000000-bbbb", "hf-jobs", out.url, "run", 3, "l4x1", 1, 0.8, "img")
+    second.carry_over(first, {0, 2})  # shard 1 is relaunched
+    second.add({"job_id": "b1", "shards": [1], "launch_id": second.launch_id})
+    save_record(out, second)
+    latest = load_record(out)
+    assert latest is not None and latest.launch_id == second.launch_id
+    assert [latest.job_of_shard(s)["job_id"] for s in range(3)] == ["a0", "b1", "a2"]
+    assert load_record(out, first.launch_id).shards == {"0": "a0", "1": "a1", "2": "a2"}
+
+
+def test_request_body_is_what_huggingface_hub_sends() -> None:
+    """The dry run's bodies come from our builder; huggingface_hub's own is the oracle."""
+    from huggingface_hub import Volume
+    from huggingface_hub._jobs_api import _create_job_spec
+
+    from llm_ocr.launchers.hf_jobs import job_body
+
+    spec = ShardSpec(2, 4, "llm-ocr-run-00002-of-00004", "vllm/vllm-openai:v0.29.0", ["sh", "-c", "x", "llm-ocr", "run"],
+                     {"LLM_OCR_SHARD_INDEX": "2"}, {"HF_TOKEN": "hf_xyz"}, "l4x1", 5400, 3,
+                     {"llm-ocr-launch": "L", "llm-ocr-shard": "00002-of-00004"})
+    volumes = [Volume(type="model", source="me/code", mount_path="/llm-ocr-code")]
+    expected = _create_job_spec(image=spec.image, command=spec.command, env=spec.env, secrets=spec.secrets, flavor=spec.hardware,
+                                timeout=spec.timeout_s, attempts=spec.attempts, name=spec.name, labels=spec.labels, volumes=volumes)
+    assert job_body(spec, volumes, redact=False) == expected
+    assert job_body(spec, volumes, redact=True)["secrets"] == {"HF_TOKEN": "<secret>"}
+
+
+def test_progress_ticks_whatever_the_display_mode() -> None:
+    ticks: list[dict] = []
+
+    async def run() -> None:
+        counters = RunCounters("extract", 1, 4)
+        reporter = ProgressReporter(counters, "off", 0.05, on_tick=ticks.append)
+        reporter.start()
+        counters.pages["ok"] += 3
+        await asyncio.sleep(0.3)
+        counters.pages["error"] += 1
+        await reporter.stop()
+
+    asyncio.run(run())
+    assert len(ticks) >= 3
+    assert ticks[-1]["pages"]["ok"] == 3 and ticks[-1]["pages"]["error"] == 1 and ticks[-1]["shard"] == 1
