@@ -26,7 +26,8 @@ from llm_ocr.platform import detect_shard
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import page_schema
 from llm_ocr.sinks import close_all as close_sinks
-from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
+from llm_ocr.runners.inputs import shard_inputs
+from llm_ocr.sources import DatasetOptions, InputError
 from llm_ocr.sources.base import DocumentRef, RenderOptions
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
 from llm_ocr.state import clear_marker, read_marker, write_marker
@@ -128,7 +129,7 @@ async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> 
         log.info("extract shard %d/%d already complete; nothing to do", shard + 1, num_shards)
         return ShardOutcome(EXIT_OK, marker)
     await asyncio.to_thread(check_writable, out)
-    documents = list_documents(spec.inputs, dataset=spec.dataset, storage_options=job.storage_options)
+    documents = shard_inputs(spec.inputs, spec.dataset, job.storage_options, out, num_shards, shard)
     try:
         index: ShardIndex = await asyncio.to_thread(scan_shard, stage, shard, num_shards)
     except ShardLayoutError as exc:
@@ -192,7 +193,7 @@ async def _extract_with(
         )
         reporter.start()
         try:
-            await flow.run(shard_documents(documents, num_shards, shard))
+            await flow.run(documents)
         except (EndpointDown, StorageError) as exc:
             await writer.close()
             raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc

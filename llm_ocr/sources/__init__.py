@@ -1,7 +1,7 @@
 """Inputs → documents → page images: listing (main process) and rendering (worker processes)."""
 
 from .base import DocumentKind, DocumentRef, PageFailure, PageImage, RenderOptions
-from .listing import DatasetOptions, InputError, document_kind, list_documents, shard_documents
+from .listing import DatasetOptions, InputError, InputPlan, document_kind, list_documents, plan_inputs
 from .render import DocumentError, close_documents, count_pages, render_pages
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "DocumentKind",
     "DocumentRef",
     "InputError",
+    "InputPlan",
     "PageFailure",
     "PageImage",
     "RenderOptions",
@@ -17,6 +18,6 @@ __all__ = [
     "count_pages",
     "document_kind",
     "list_documents",
+    "plan_inputs",
     "render_pages",
-    "shard_documents",
 ]
