@@ -75,10 +75,11 @@ class CountingFileServer:
         with self._lock:
             self._counts = ServedCounts()
 
-    def _record(self, path: str, sent: int) -> None:
+    def _record(self, path: str, sent: int, *, request: bool = False) -> None:
+        # Counted before the bytes go out: a client never holds bytes the counts do not show.
         with self._lock:
             self._counts.bytes += sent
-            self._counts.requests += 1
+            self._counts.requests += int(request)
             self._counts.by_path[path] += sent
 
 
@@ -124,13 +125,14 @@ def _handler(server: CountingFileServer) -> type[BaseHTTPRequestHandler]:
                 else:  # a suffix: the last N bytes
                     start, end = max(0, size - int(last)), size
                 if start >= size:
+                    server._record(rel, 0, request=True)
                     self.send_response(416)
                     self.send_header("Content-Range", f"bytes */{size}")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
-                    server._record(rel, 0)
                     return
                 status = 206
+            server._record(rel, 0, request=True)
             self.send_response(status)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Accept-Ranges", "bytes")
@@ -139,26 +141,24 @@ def _handler(server: CountingFileServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
             self.end_headers()
             sent = 0
-            try:
-                with target.open("rb") as f:
-                    f.seek(start)
-                    while body and sent < end - start:
-                        chunk = f.read(min(1 << 20, end - start - sent))
-                        if not chunk:
-                            break
-                        self.wfile.write(chunk)
-                        sent += len(chunk)
-            finally:  # a client that hangs up mid-body still received what was sent
-                server._record(rel, sent)
+            with target.open("rb") as f:
+                f.seek(start)
+                while body and sent < end - start:
+                    chunk = f.read(min(1 << 20, end - start - sent))
+                    if not chunk:
+                        break
+                    server._record(rel, len(chunk))
+                    self.wfile.write(chunk)
+                    sent += len(chunk)
 
         def _send(self, status: int, data: bytes, content_type: str, body: bool, rel: str) -> None:
+            server._record(rel, len(data) if body else 0, request=True)
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if body:
                 self.wfile.write(data)
-            server._record(rel, len(data) if body else 0)
 
     return Handler
 

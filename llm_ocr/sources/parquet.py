@@ -9,7 +9,8 @@ byte once: no block cache reading ahead, no file opened twice, no footer parsed 
 - :meth:`ParquetFiles.row_groups` lists the row groups with the bytes a reader of the chosen
   columns fetches, which is what sharding balances;
 - :meth:`ParquetFiles.iter_rows` streams the chosen column of some row groups a few rows at a
-  time; pyarrow pulls each column chunk through a bounded buffer, so a huge row group never
+  time: consecutive small row groups are fetched together in one request (their byte span,
+  at most :data:`READ_AHEAD`), a bigger one through a bounded buffer, so a huge row group never
   sits in memory whole.
 
 :class:`ReadStats` counts the requests and bytes, for ``llm-ocr bench-reads`` and the tests.
@@ -35,7 +36,10 @@ from llm_ocr.storage import retry_io
 FOOTER_GUESS = 64 * 1024
 #: Footers read at once: files are independent, and each read is mostly latency.
 FOOTER_THREADS = 16
-#: Read size within a column chunk: bounds the memory of one row group being decoded.
+#: Consecutive row groups spanning at most this many bytes are fetched in one request (small
+#: row groups would otherwise cost a round trip each); also the memory that read holds.
+READ_AHEAD = 32 * 1024 * 1024
+#: Read size within a column chunk of a bigger row group: bounds the memory of decoding it.
 CHUNK_BUFFER = 8 * 1024 * 1024
 #: Rows decoded at a time.
 BATCH_ROWS = 16
@@ -87,14 +91,16 @@ class ParquetFile:
 
 @dataclass(frozen=True)
 class RowGroup:
-    """One row group: which file, which group, its first dataset row, its rows and the bytes of
-    the chosen columns' chunks (what a reader fetches)."""
+    """One row group: which file, which group, its first dataset row, its rows, the bytes of
+    the chosen column's chunks (what a reader fetches) and where in the file they lie."""
 
     file: int
     index: int
     first_row: int
     num_rows: int
     weight: int
+    start: int = 0  # byte range of the chosen column's chunks
+    end: int = 0
 
 
 @dataclass
@@ -122,12 +128,12 @@ class ParquetFiles:
             first = f.first_row
             for index in range(f.metadata.num_row_groups):
                 meta = f.metadata.row_group(index)
-                weight = sum(
-                    meta.column(j).total_compressed_size
-                    for j in range(meta.num_columns)
-                    if _top_level(meta.column(j).path_in_schema) == column
-                )
-                groups.append(RowGroup(number, index, first, meta.num_rows, weight))
+                chunks = [meta.column(j) for j in range(meta.num_columns)]
+                chunks = [c for c in chunks if _top_level(c.path_in_schema) == column]
+                weight = sum(c.total_compressed_size for c in chunks)
+                start = min((_chunk_start(c) for c in chunks), default=0)
+                end = max((_chunk_start(c) + c.total_compressed_size for c in chunks), default=0)
+                groups.append(RowGroup(number, index, first, meta.num_rows, weight, start, end))
                 first += meta.num_rows
         return groups
 
@@ -141,13 +147,40 @@ class ParquetFiles:
             f = self.files[number]
             source = _RangeFile(self.fs, f, self.stats)
             reader = pq.ParquetFile(source, metadata=f.metadata, buffer_size=CHUNK_BUFFER, pre_buffer=False)
-            for group in run:
-                row = group.first_row
-                batches = reader.iter_batches(batch_size=BATCH_ROWS, row_groups=[group.index], columns=[column], use_threads=False)
-                for batch in batches:
-                    for value in batch.column(0).to_pylist():
-                        yield row, value
-                        row += 1
+            for together in _read_together(list(run)):
+                start, end = together[0].start, together[-1].end
+                if end - start <= READ_AHEAD:
+                    source.hold(start, end)
+                for group in together:
+                    row = group.first_row
+                    batches = reader.iter_batches(
+                        batch_size=BATCH_ROWS, row_groups=[group.index], columns=[column], use_threads=False
+                    )
+                    for batch in batches:
+                        for value in batch.column(0).to_pylist():
+                            yield row, value
+                            row += 1
+                source.release()
+
+
+def _read_together(groups: list[RowGroup]) -> Iterator[list[RowGroup]]:
+    """Runs of consecutive row groups (of one file) whose byte span fits :data:`READ_AHEAD`."""
+    run: list[RowGroup] = []
+    for group in groups:
+        if run and (group.index != run[-1].index + 1 or group.end - run[0].start > READ_AHEAD):
+            yield run
+            run = []
+        run.append(group)
+    if run:
+        yield run
+
+
+def _chunk_start(chunk: Any) -> int:
+    # The dictionary page, when there is one, comes first (some writers set its offset to 0
+    # when there is none).
+    if chunk.has_dictionary_page and chunk.dictionary_page_offset:
+        return min(chunk.dictionary_page_offset, chunk.data_page_offset)
+    return chunk.data_page_offset
 
 
 def _top_level(path_in_schema: str) -> str:
@@ -215,8 +248,8 @@ def _read_range(fs: Any, path: str, size: int, start: int, end: int) -> bytes:
 
 
 class _RangeFile(io.RawIOBase):
-    """A read-only file over ranged requests, for pyarrow: each ``read`` is one request, less
-    what the footer read already fetched (served from memory).
+    """A read-only file over ranged requests, for pyarrow: each ``read`` is one request, unless
+    its bytes are held already (the footer read's tail, or a span fetched by :meth:`hold`).
 
     Knowing the size up front saves the ``HEAD`` (or ``info``) request opening a file costs.
     """
@@ -225,7 +258,18 @@ class _RangeFile(io.RawIOBase):
         super().__init__()
         self.fs, self.path, self.size, self.stats = fs, file.path, file.size, stats
         self.tail, self.tail_start = file.tail, file.size - len(file.tail)
+        self.held, self.held_start = b"", 0
         self.position = 0
+
+    def hold(self, start: int, end: int) -> None:
+        """Fetch ``start:end`` in one request (what the tail holds aside) and serve reads from it."""
+        self.release()
+        self.held_start = start
+        self.held = self.read_at(start, end) if start < end else b""
+
+    def release(self) -> None:
+        """Forget the held span."""
+        self.held = b""
 
     def readable(self) -> bool:
         return True
@@ -246,6 +290,12 @@ class _RangeFile(io.RawIOBase):
         if end <= self.position:
             return b""
         start, self.position = self.position, end
+        if self.held_start <= start and end <= self.held_start + len(self.held):
+            return self.held[start - self.held_start : end - self.held_start]
+        return self.read_at(start, end)
+
+    def read_at(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end``: what the tail holds from memory, the rest in one request."""
         fetched = b""
         if start < self.tail_start:
             fetched = _fetch(self.fs, self.path, self.size, start, min(end, self.tail_start), self.stats, "data")
