@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec import AbstractFileSystem
+from fsspec.asyn import AsyncFileSystem
 
 from llm_ocr.storage import retry_io
 
@@ -238,7 +239,7 @@ def _fetch(fs: Any, path: str, size: int, start: int, end: int, stats: ReadStats
 
 def _read_range(fs: Any, path: str, size: int, start: int, end: int) -> bytes:
     """Bytes ``start:end`` of a file in one request, whatever the filesystem."""
-    if type(fs).cat_file is AbstractFileSystem.cat_file:
+    if not isinstance(fs, AsyncFileSystem) and type(fs).cat_file is AbstractFileSystem.cat_file:
         # The generic cat_file opens the file with fsspec's read-ahead cache, which fetches whole
         # blocks past the range (HfFileSystem: 5 MB a read). No cache: one request, the range.
         with fs.open(path, "rb", cache_type="none", size=size) as f:
