@@ -11,10 +11,8 @@ exactly once, with the global numbers of a full listing.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from sources_testdata import make_pdf, png, write
 
 from llm_ocr.bench.file_server import CountingFileServer
 from llm_ocr.bench.finevision import GeneratedDataset, write_finevision
@@ -93,18 +91,3 @@ def test_shares_stay_balanced_by_bytes_with_files_of_very_different_sizes(fv: Ge
         assert sum(s.bytes for s in shares) == read and sum(s.rows for s in shares) == len(fv.images)
         assert max(s.bytes for s in shares) <= 1.5 * read / num_shards, [s.bytes for s in shares]
         assert min(s.bytes for s in shares) >= 0.5 * read / num_shards, [s.bytes for s in shares]
-
-
-def test_a_folder_of_files_shard_opens_only_its_own_files(tmp_path: Path) -> None:
-    root = tmp_path / "site"
-    names = [f"doc-{i:02d}.{'pdf' if i % 2 else 'png'}" for i in range(9)]
-    for i, name in enumerate(names):
-        write(root / "docs" / name, make_pdf(pages=1) if i % 2 else png(size=(64 + i, 32)))
-    with CountingFileServer(root) as server:
-        for shard in range(3):
-            server.reset()
-            docs = list(list_documents([server.url + "docs/"], num_shards=3, shard_index=shard))
-            assert [d.doc_id for d in docs] == names[shard::3]  # round-robin, as always
-            read = {path for path, sent in server.counts().by_path.items() if sent and path != "docs/"}
-            # Listing reads no document (the first file's one-byte access probe aside).
-            assert read <= {"docs/" + names[0]}

@@ -20,6 +20,7 @@ from llm_ocr.bench.finevision import GeneratedDataset, write_finevision
 from llm_ocr.sources.parquet import FOOTER_GUESS
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import read_stage
+from tests.docs import make_corpus
 from tests.stages.common import stage
 
 RULE = Path("_state") / "input-sharding.json"
@@ -109,3 +110,18 @@ def test_an_output_begun_with_round_robin_rows_keeps_that_rule(
     pages = sorted((f"fv/default/train/{i:08d}", p + 1) for i, images in enumerate(fv.images) for p in range(len(images)))
     assert sorted((r["doc_id"], r["page"]) for r in read_stage(out, "extract")) == pages  # none twice, none lost
     assert (out / RULE).read_text() == '{"datasets": "rows"}'
+
+
+def test_a_folder_of_files_shard_downloads_only_its_own_files(server: SimulatedServer, tmp_path: Path) -> None:
+    names = sorted(make_corpus(tmp_path / "site" / "docs", documents=7, pages=1))
+    with CountingFileServer(tmp_path / "site") as files:
+        for shard in range(3):
+            files.reset()
+            out = tmp_path / "out"
+            args = ("--num-shards", "3", "--shard-index", str(shard))
+            assert stage("extract", out, server, files.url + "docs/", *args).returncode == 0
+            read = {path for path, sent in files.counts().by_path.items() if sent and path != "docs/"}
+            own = {"docs/" + name for name in names[shard::3]}  # round-robin, as always
+            # Its own files, and the one-byte access probe of the first file.
+            assert own <= read <= own | {"docs/" + names[0]}, (shard, read)
+        assert sorted(r["doc_id"] for r in read_stage(out, "extract")) == names
