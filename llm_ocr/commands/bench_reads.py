@@ -10,15 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from llm_ocr.commands.bench import _positive_int as _positive
 from llm_ocr.config import OptionError
 from llm_ocr.sources import DatasetOptions, InputError
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
