@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "from the footers alone."
         ),
     )
-    parser.add_argument("inputs", nargs="*", metavar="INPUT", help="Parquet dataset folder/file/URL or hf://datasets/OWNER/NAME")
+    parser.add_argument(
+        "inputs", nargs="*", metavar="INPUT", help="Parquet dataset folder/file/URL or hf://datasets/OWNER/NAME"
+    )
     parser.add_argument("--num-shards", type=_positive, nargs="+", default=[1, 8], help="shard counts to measure (default: 1 8)")
     parser.add_argument("--shard-index", type=int, nargs="+", default=[0], help="shards to measure for each count (default: 0)")
     parser.add_argument("--plan", type=_positive, nargs="*", default=[], metavar="N", help="also print the N-shard plan from footers")

@@ -37,7 +37,7 @@ from llm_ocr.sharding import check_shard, round_robin_owner
 from llm_ocr.stores import classify, explain, store_options
 
 from .base import DocumentKind, DocumentRef
-from .dataset_inputs import DatasetInputError, DatasetPlan, ParquetPlan, StreamPlan, hub_plan, parquet_plan, row_images
+from .dataset_inputs import DatasetInputError, DatasetPlan, ParquetPlan, hub_plan, parquet_plan, row_images
 from .parquet import ReadStats
 
 logger = logging.getLogger(__name__)

@@ -75,7 +75,8 @@ def run(hub: FakeHub, code: str, *args: str, home: Path) -> list:
     """One JSON value per line the code prints (one per job given)."""
     env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(home), "PYTHONPATH": str(REPO)}
     env.pop("HF_TOKEN", None)  # public repos: no token needed
-    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=180, cwd=str(REPO))
+    command = [sys.executable, "-c", code, *args]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180, cwd=str(REPO))
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(line) for line in result.stdout.strip().splitlines()]
 
