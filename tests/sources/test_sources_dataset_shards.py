@@ -17,7 +17,10 @@ import pytest
 from llm_ocr.bench.file_server import CountingFileServer
 from llm_ocr.bench.finevision import GeneratedDataset, write_finevision
 from llm_ocr.sources import list_documents, plan_inputs
+from llm_ocr.sources import parquet
 from llm_ocr.sources.parquet import FOOTER_GUESS
+from llm_ocr.stores import StorageError
+from tests.storage_servers import CuttableProxy
 
 FILES = 16
 
@@ -91,3 +94,22 @@ def test_shares_stay_balanced_by_bytes_with_files_of_very_different_sizes(fv: Ge
         assert sum(s.bytes for s in shares) == read and sum(s.rows for s in shares) == len(fv.images)
         assert max(s.bytes for s in shares) <= 1.5 * read / num_shards, [s.bytes for s in shares]
         assert min(s.bytes for s in shares) >= 0.5 * read / num_shards, [s.bytes for s in shares]
+
+
+@pytest.mark.parametrize("read_ahead", [parquet.READ_AHEAD, 0])  # spans fetched whole, or read by pyarrow
+def test_a_store_that_goes_away_mid_shard_is_named_not_blamed_on_the_data(
+    fv: GeneratedDataset, monkeypatch: pytest.MonkeyPatch, read_ahead: int
+) -> None:
+    monkeypatch.setattr(parquet, "READ_AHEAD", read_ahead)
+    monkeypatch.setenv("LLM_OCR_STORAGE_RETRIES", "2")
+    monkeypatch.setenv("LLM_OCR_STORAGE_RETRY_DELAY", "0.01")
+    with CountingFileServer(fv.folder.parent) as server:
+        proxy = CuttableProxy(int(server.url.rsplit(":", 1)[1].strip("/")))
+        try:
+            docs = plan_inputs([proxy.url + "/fv/"]).documents(2, 1)
+            proxy.cut()  # after the footers, before the rows
+            with pytest.raises(StorageError, match="127.0.0.1") as failure:
+                list(docs)
+        finally:
+            proxy.close()
+    assert "corrupt" not in str(failure.value)
