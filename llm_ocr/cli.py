@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "llm_ocr.commands.assemble",
     "llm_ocr.commands.report",
     "llm_ocr.commands.bench",
+    "llm_ocr.commands.bench_reads",
     "llm_ocr.commands.status",
     "llm_ocr.commands.bench_accuracy",
     "llm_ocr.commands.launch",

@@ -227,7 +227,10 @@ class PageFlow:
     async def _produce_document(self, ref: DocumentRef) -> None:
         try:
             local, cleanup = await self._localize(ref)
-            num_pages = await self.pool.run(count_pages, local, self.render)
+            if ref.kind == "dataset_row":  # counting is len(images): no need to ship them to a worker
+                num_pages = count_pages(local, self.render)
+            else:
+                num_pages = await self.pool.run(count_pages, local, self.render)
         except (DocumentError, OSError) as exc:
             failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
             self.counters.pages_found += 1  # the document's one error row
@@ -245,7 +248,9 @@ class PageFlow:
             return
         self._doc_pending[ref.doc_id] = len(todo)
         for number, pages in enumerate(chunks):
-            future = asyncio.ensure_future(self.pool.run(render_pages, local, self.render, pages[0], pages[-1]))
+            # A worker gets a dataset row's images of these pages only, not all of a long row's.
+            target = local.pages_slice(pages[0], pages[-1]) if ref.kind == "dataset_row" else local
+            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1]))
             last = number == len(chunks) - 1
             # The queue's bound is the prefetch limit: rendering stays ahead of the GPU, not
             # arbitrarily far ahead of it.

@@ -158,10 +158,12 @@ class GcsEmulator(_Process):
 
 class CuttableProxy:
     """A TCP proxy on a free port in front of ``target_port``; ``cut()`` makes it refuse and
-    drop every connection (a store that went away), ``restore()`` brings it back."""
+    drop every connection (a store that went away), ``restore()`` brings it back.
+    :attr:`received` counts the bytes the clients got (responses, headers included)."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
+        self.received = 0
         self.cut_event = threading.Event()
         self.server = socket.socket()
         self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -190,12 +192,15 @@ class CuttableProxy:
             with self._lock:
                 self._conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(a, b, b is client), daemon=True).start()
 
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket, to_client: bool = False) -> None:
         try:
             while not self.cut_event.is_set() and (chunk := source.recv(65536)):
                 sink.sendall(chunk)
+                if to_client:
+                    with self._lock:
+                        self.received += len(chunk)
         except OSError:
             pass
         finally:

@@ -47,6 +47,7 @@ from llm_ocr.storage.state import clear_marker, read_marker, write_marker
 from llm_ocr.storage.upstream import (
     UnreadablePart,
     iter_shard_rows,
+    owns_row,
     read_columns,
     shard_parts,
     stage_has_parts,
@@ -87,7 +88,7 @@ def index_documents(source: Storage, shard: int, num_shards: int) -> dict[int, D
     for path in shard_parts(source, shard, num_shards):
         table = read_columns(source, path, ["doc_id", "doc_index"])
         for doc_id, doc_index in zip(table.column("doc_id").to_pylist(), table.column("doc_index").to_pylist()):
-            if doc_index is None or doc_index % num_shards != shard:
+            if not owns_row(path, doc_index, shard, num_shards):
                 continue
             entry = entries.setdefault(doc_index, DocumentEntry(doc_id))
             entry.rows += 1

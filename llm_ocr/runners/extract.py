@@ -14,6 +14,7 @@ from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
 from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import page_schema
+from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.shard import (
     DEFAULT_IN_FLIGHT,
     EXIT_INTERRUPTED,
@@ -25,7 +26,7 @@ from llm_ocr.runners.shard import (
     reconciled,
     resolve_shard,
 )
-from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
+from llm_ocr.sources import DatasetOptions, InputError
 from llm_ocr.sources.base import DocumentRef, RenderOptions
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
 from llm_ocr.storage import Storage, StorageError
@@ -62,7 +63,7 @@ async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> 
         log.info("extract shard %d/%d already complete; nothing to do", shard + 1, num_shards)
         return ShardOutcome(EXIT_OK, marker)
     await asyncio.to_thread(check_writable, out)
-    documents = list_documents(spec.inputs, dataset=spec.dataset, storage_options=job.storage_options)
+    documents = shard_inputs(spec.inputs, spec.dataset, job.storage_options, out, num_shards, shard)
     try:
         index: ShardIndex = await asyncio.to_thread(scan_shard, stage, shard, num_shards)
     except ShardLayoutError as exc:
@@ -129,7 +130,7 @@ async def _extract_with(
         )
         reporter.start()
         try:
-            await flow.run(shard_documents(documents, num_shards, shard))
+            await flow.run(documents)
         except (EndpointDown, StorageError) as exc:
             await writer.close()
             raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc

@@ -34,6 +34,7 @@ from llm_ocr.runners.describe import (
     open_describe_endpoint,
     resolve_schema,
 )
+from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.shard import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -44,7 +45,7 @@ from llm_ocr.runners.shard import (
     reconciled,
     resolve_shard,
 )
-from llm_ocr.sources import DatasetOptions, InputError, list_documents, shard_documents
+from llm_ocr.sources import DatasetOptions, InputError
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
 from llm_ocr.stages.assemble import AssembleOptions
 from llm_ocr.stages.describe import DescribeContext, DescribeOptions, describe_page
@@ -186,8 +187,8 @@ async def _page_flow(
                 storage_options=job.storage_options,
                 stop=stop,
             )
-            documents = list_documents(spec.inputs, dataset=spec.dataset, storage_options=job.storage_options)
-            await flow.run(shard_documents(documents, num_shards, shard))
+            documents = shard_inputs(spec.inputs, spec.dataset, job.storage_options, stages.out, num_shards, shard)
+            await flow.run(documents)
     except (EndpointDown, StorageError) as exc:
         raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
     except (InputError, UnreadablePart) as exc:

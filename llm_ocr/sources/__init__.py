@@ -9,7 +9,7 @@ May import storage (to read any URL) and records; never vlm, stages, runners, se
 """
 
 from .base import DocumentKind, DocumentRef, PageFailure, PageImage, RenderOptions
-from .listing import DatasetOptions, InputError, document_kind, list_documents, shard_documents
+from .listing import DatasetOptions, InputError, InputPlan, document_kind, list_documents, plan_inputs
 from .render import DocumentError, close_documents, count_pages, render_pages
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "DocumentKind",
     "DocumentRef",
     "InputError",
+    "InputPlan",
     "PageFailure",
     "PageImage",
     "RenderOptions",
@@ -25,6 +26,6 @@ __all__ = [
     "count_pages",
     "document_kind",
     "list_documents",
+    "plan_inputs",
     "render_pages",
-    "shard_documents",
 ]

@@ -6,7 +6,7 @@ worker processes, which turn it into :class:`PageImage` or :class:`PageFailure` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -49,7 +49,8 @@ class DocumentRef:
 
     ``location`` is a local path for files (remote files are downloaded to a local cache by the
     runner before rendering) and the dataset locator for dataset rows, whose page images travel
-    in ``images`` as encoded bytes.
+    in ``images`` as encoded bytes. A worker rendering a few pages of a long row gets only
+    those: ``images`` then starts at page ``first_page``.
     """
 
     doc_id: str
@@ -58,6 +59,12 @@ class DocumentRef:
     kind: DocumentKind
     location: str = ""
     images: tuple[bytes, ...] = field(default=(), repr=False)
+    first_page: int = 1
+
+    def pages_slice(self, first: int, last: int) -> DocumentRef:
+        """This dataset row with only the images of pages ``first..last`` (what a worker needs)."""
+        start = self.first_page
+        return replace(self, images=self.images[first - start : last - start + 1], first_page=first)
 
 
 @dataclass(frozen=True)

@@ -11,28 +11,34 @@ An INPUT is one of:
   existing path). ``hf://datasets/OWNER/NAME/sub/path`` is a file or folder in the repo.
 
 The order is deterministic (inputs in the order given, files sorted, dataset rows in stream
-order) and every ref carries its position in it (``index``), which is what sharding uses.
+order) and every ref carries its position in it (``index``, the ``doc_index`` of the outputs).
+A shard is listed by itself (:meth:`InputPlan.documents`, rules in :mod:`llm_ocr.sharding`):
+files round-robin, dataset rows in whole Parquet row groups balanced by bytes, so a shard
+reads only its own row groups (plus every footer, to number the rows).
 Every input is checked before the first ref is yielded, so a typo fails fast instead of hours
 into a run. Images are never decoded here: listing runs in the main process and only moves bytes.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import posixpath
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+import pyarrow as pa
 from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, Field
 
+from llm_ocr.sharding import check_shard, round_robin_owner
 from llm_ocr.storage.stores import classify, explain, store_options
 
 from .base import DocumentKind, DocumentRef
+from .dataset_inputs import DatasetInputError, DatasetPlan, ParquetPlan, hub_plan, parquet_plan, row_images
+from .parquet import ReadStats
 
 logger = logging.getLogger(__name__)
 
@@ -71,18 +77,17 @@ def document_kind(name: str) -> DocumentKind | None:
     return None
 
 
-def list_documents(
+def plan_inputs(
     inputs: Sequence[str],
     *,
     dataset: DatasetOptions | None = None,
     storage_options: dict | None = None,
-) -> Iterator[DocumentRef]:
-    """List the documents of ``inputs`` in a deterministic order.
+) -> InputPlan:
+    """Resolve and check ``inputs`` now; list their documents later with :meth:`InputPlan.documents`.
 
-    All inputs are resolved and checked eagerly (existence, folder listings, doc_id collisions,
-    dataset loading) when this function is called; an unusable input raises :class:`InputError`
-    before anything is yielded. The returned iterator then streams refs, numbered 0, 1, 2, ...
-    across all inputs. Dataset rows carry their images as encoded bytes (never decoded here).
+    Everything that can be checked up front is (existence, folder listings, doc_id collisions,
+    dataset footers and image columns): an unusable input raises :class:`InputError` here,
+    before any document is read.
     """
     if isinstance(inputs, str):  # a lone string would be iterated character by character
         inputs = [inputs]
@@ -90,30 +95,86 @@ def list_documents(
         raise InputError("no INPUT given: pass at least one file, folder or dataset")
     options = dataset or DatasetOptions()
     so = dict(storage_options or {})
+    stats = ReadStats()
     plans = []
     for url in inputs:
         try:
-            plans.append(_resolve(url, options, so))
+            plans.append(_resolve(url, options, so, stats))
         except InputError:
             raise
+        except DatasetInputError as e:
+            raise InputError(str(e)) from e
         except Exception as e:  # permissions, network, credentials: the INPUT cannot be read
             if classify(e) == "other" and not isinstance(e, OSError):
                 raise
             # explain() names the store and what to set, without secrets (llm_ocr.storage.stores).
             raise InputError(explain(e, url, "read INPUT", so)) from e
     _assign_doc_ids(plans)
-    return _stream(plans, so)
+    return InputPlan(plans, so, stats)
 
 
-def shard_documents(docs: Iterable[DocumentRef], num_shards: int, shard_index: int) -> Iterator[DocumentRef]:
-    """Keep the refs of one shard: those with ``index % num_shards == shard_index``.
+def list_documents(
+    inputs: Sequence[str],
+    *,
+    dataset: DatasetOptions | None = None,
+    storage_options: dict | None = None,
+    num_shards: int = 1,
+    shard_index: int = 0,
+) -> Iterator[DocumentRef]:
+    """The documents of ``inputs`` (of one shard of them), in a deterministic order.
 
-    Round-robin on the global index balances shards even when one input dominates, and needs no
-    knowledge of the total count, so it works on a stream.
+    All inputs are resolved and checked when this function is called (:func:`plan_inputs`); the
+    returned iterator then streams refs, numbered 0, 1, 2, ... across all inputs (a shard's refs
+    keep their global numbers). Dataset rows carry their images as encoded bytes.
     """
-    if num_shards < 1 or not 0 <= shard_index < num_shards:
-        raise ValueError(f"invalid shard {shard_index} of {num_shards}: need 0 <= shard_index < num_shards")
-    return (ref for ref in docs if ref.index % num_shards == shard_index)
+    check_shard(num_shards, shard_index)
+    plan = plan_inputs(inputs, dataset=dataset, storage_options=storage_options)
+    return plan.documents(num_shards, shard_index)
+
+
+@dataclass
+class ShardShare:
+    """What one shard of the dataset inputs reads: rows, row groups and bytes of its row groups."""
+
+    shard: int
+    rows: int = 0
+    row_groups: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class InputPlan:
+    """Resolved inputs: what :func:`plan_inputs` checked, ready to list any shard."""
+
+    plans: list[_Plan]
+    storage_options: dict
+    #: Requests and bytes the Parquet reader made: every footer at planning, then row groups.
+    stats: ReadStats
+
+    def documents(self, num_shards: int = 1, shard_index: int = 0, *, by_rows: bool = False) -> Iterator[DocumentRef]:
+        """The refs of one shard, in input order, with their global ``index``.
+
+        ``by_rows`` shards dataset rows round-robin like files (``index % num_shards``), the rule
+        of outputs begun before row-group sharding (each shard then reads every row group).
+        """
+        check_shard(num_shards, shard_index)
+        return _stream(self.plans, self.storage_options, num_shards, shard_index, by_rows)
+
+    @property
+    def has_datasets(self) -> bool:
+        """Whether any input is a dataset (the rule :attr:`documents`' ``by_rows`` changes)."""
+        return any(not isinstance(p, _FilesPlan) for p in self.plans)
+
+    def dataset_shares(self, num_shards: int) -> list[ShardShare]:
+        """Each shard's share of the Parquet dataset inputs, from the footers alone."""
+        shares = [ShardShare(s) for s in range(num_shards)]
+        for plan in self.plans:
+            if isinstance(plan, ParquetPlan):
+                for group, owner in zip(plan.groups, plan.owners(num_shards)):
+                    shares[owner].rows += group.num_rows
+                    shares[owner].row_groups += 1
+                    shares[owner].bytes += group.weight
+        return shares
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,27 +196,15 @@ class _FilesPlan:
         return _full_url(self.fs, path)
 
 
-@dataclass
-class _DatasetPlan:
-    """A Hub or Parquet dataset INPUT: a streaming dataset and the column holding the images."""
-
-    url: str
-    source: str
-    prefix: str  # doc_id prefix: NAME/CONFIG/SPLIT
-    dataset: Any  # datasets.IterableDataset, cast so images stay encoded
-    column: str
-    is_list: bool
+_Plan = _FilesPlan | DatasetPlan
 
 
-_Plan = _FilesPlan | _DatasetPlan
-
-
-def _resolve(url: str, options: DatasetOptions, so: dict) -> _Plan:
+def _resolve(url: str, options: DatasetOptions, so: dict, stats: ReadStats) -> _Plan:
     protocol, rest = split_protocol(url)
     hub_parts = rest.strip("/").split("/") if protocol == "hf" else []
     if len(hub_parts) == 3 and hub_parts[0] == "datasets":  # hf://datasets/OWNER/NAME[@REV]
         repo = "/".join(hub_parts[1:])
-        return _hub_plan(url, repo, url.rstrip("/"), options, so)
+        return hub_plan(url, repo, url.rstrip("/"), options, so, stats)
 
     try:
         fs, path = fsspec.core.url_to_fs(url, **store_options(url, so))
@@ -165,7 +214,7 @@ def _resolve(url: str, options: DatasetOptions, so: dict) -> _Plan:
     if not exists:
         if options.config is not None and protocol is None:
             # "OWNER/NAME" with --config: a Hub dataset named without the hf:// prefix.
-            return _hub_plan(url, url.strip("/"), f"hf://datasets/{url.strip('/')}", options, so)
+            return hub_plan(url, url.strip("/"), f"hf://datasets/{url.strip('/')}", options, so, stats)
         hint = "; glob patterns are not supported, pass the folder" if any(c in url for c in "*?[") else ""
         raise InputError(
             f"input not found: {url} (check the path or the storage credentials; "
@@ -174,18 +223,20 @@ def _resolve(url: str, options: DatasetOptions, so: dict) -> _Plan:
     name = _strip_parquet(posixpath.basename(path.rstrip("/")))
     if not fs.isdir(path):
         if path.lower().endswith(PARQUET_EXTENSION):
-            return _parquet_plan(url, fs, path, [path], name, options, so)
+            return parquet_plan(url, fs, _full_url(fs, path), [path], [None], name, options, stats)
         _probe_read(fs, path)
         return _FilesPlan(url, fs, path, False, [(path, document_kind(path) or _sniff_kind(fs, path))])
 
-    found = sorted(fs.find(path, withdirs=False))
+    details = fs.find(path, withdirs=False, detail=True)  # sizes too: no request per file later
+    found = sorted(details)
     docs = [(p, k) for p in found if (k := document_kind(p)) is not None]
     parquet = [p for p in found if p.lower().endswith(PARQUET_EXTENSION)]
     if parquet and not docs:
         others = len(found) - len(parquet)
         if others:  # e.g. README.md, _SUCCESS, .crc files beside the data
             logger.info("Parquet dataset folder %s: ignoring %d non-Parquet files", url, others)
-        return _parquet_plan(url, fs, path, parquet, name, options, so)
+        sizes = [details[p].get("size") for p in parquet]
+        return parquet_plan(url, fs, _full_url(fs, path), parquet, sizes, name, options, stats)
     if not found:
         raise InputError(f"input folder is empty: {url}")
     if not docs:
@@ -233,90 +284,6 @@ def _full_url(fs: Any, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
-def _hub_plan(url: str, name: str, source: str, options: DatasetOptions, so: dict) -> _DatasetPlan:
-    import datasets  # heavy import, only needed for dataset inputs
-
-    repo, _, revision = name.partition("@")
-    try:
-        ds = datasets.load_dataset(
-            repo,
-            options.config,
-            split=options.split,
-            streaming=True,
-            revision=revision or None,
-            storage_options=copy.deepcopy(so) or None,  # load_dataset mutates it (FACTS)
-        )
-    except Exception as e:  # noqa: BLE001 -- any failure makes the whole INPUT unusable
-        raise InputError(
-            f"cannot load dataset {url!r} (config={options.config!r}, split={options.split!r}): "
-            f"{type(e).__name__}: {e}"
-        ) from e
-    return _dataset_plan(url, source, repo, ds, options)
-
-
-def _parquet_plan(
-    url: str, fs: Any, root: str, paths: list[str], name: str, options: DatasetOptions, so: dict
-) -> _DatasetPlan:
-    import datasets
-
-    files = [_full_url(fs, p) for p in paths]
-    try:
-        ds = datasets.load_dataset(
-            "parquet",
-            data_files={options.split: files},  # keyed by split so any split name is accepted
-            split=options.split,
-            streaming=True,
-            storage_options=copy.deepcopy(so),  # load_dataset mutates it (FACTS)
-        )
-    except Exception as e:  # noqa: BLE001
-        raise InputError(f"cannot read Parquet dataset {url!r}: {type(e).__name__}: {e}") from e
-    return _dataset_plan(url, _full_url(fs, root), name, ds, options)
-
-
-def _dataset_plan(url: str, source: str, name: str, ds: Any, options: DatasetOptions) -> _DatasetPlan:
-    from datasets import Image, LargeList, List
-
-    if ds.features is None:  # untyped streams (e.g. JSON): infer from the first rows
-        ds = ds._resolve_features()
-    features = ds.features or {}
-    column = options.image_column or _find_image_column(features)
-    if column is None:
-        raise InputError(
-            f"no image column in dataset {url!r}: columns are {list(features)}; pass --image-column "
-            "NAME (for a repo of PDF or image files, pass its folder: hf://datasets/OWNER/NAME/FOLDER)"
-        )
-    if column not in features:
-        raise InputError(f"image column {column!r} not in dataset {url!r}: columns are {list(features)}")
-    feature = features[column]
-    # Keep images encoded: Image(decode=False) yields {"bytes", "path"} dicts. In datasets 5.x a
-    # list of images is List(Image()) (Sequence(...) now returns a List) or LargeList(Image()).
-    if isinstance(feature, List):
-        ds, is_list = ds.cast_column(column, List(Image(decode=False))), True
-    elif isinstance(feature, LargeList):
-        ds, is_list = ds.cast_column(column, LargeList(Image(decode=False))), True
-    else:
-        ds, is_list = ds.cast_column(column, Image(decode=False)), False
-    prefix = f"{name}/{options.config or 'default'}/{options.split}"
-    return _DatasetPlan(url, source, prefix, ds.select_columns([column]), column, is_list)
-
-
-def _find_image_column(features: dict) -> str | None:
-    for name in ("images", "image"):
-        if name in features:
-            return name
-    for name, feature in features.items():
-        if _is_image_like(feature) or _is_image_like(getattr(feature, "feature", None)):
-            return name
-    return None
-
-
-def _is_image_like(feature: Any) -> bool:
-    from datasets import Image
-
-    # Plain Parquet without datasets metadata stores images as struct<bytes, path>.
-    return isinstance(feature, Image) or (isinstance(feature, dict) and set(feature) == {"bytes", "path"})
-
-
 # --------------------------------------------------------------------------------------------
 # doc_ids
 
@@ -349,7 +316,7 @@ def _assign_doc_ids(plans: list[_Plan]) -> None:
             seen[doc_id] = plan.source(path)
     prefixes: dict[str, str] = {}
     for plan in plans:
-        if isinstance(plan, _DatasetPlan):
+        if not isinstance(plan, _FilesPlan):
             if plan.prefix in prefixes:
                 raise InputError(
                     f"dataset inputs {prefixes[plan.prefix]!r} and {plan.url!r} both give doc_ids "
@@ -376,41 +343,56 @@ def _components(fs: Any, path: str) -> list[str]:
 # Streaming
 
 
-def _stream(plans: list[_Plan], so: dict) -> Iterator[DocumentRef]:
-    index = 0
+def _stream(plans: list[_Plan], so: dict, num_shards: int, shard: int, by_rows: bool) -> Iterator[DocumentRef]:
+    index = 0  # the global number of the first document of each input
     for plan in plans:
         if isinstance(plan, _FilesPlan):
             for doc_id, (path, kind) in zip(plan.doc_ids, plan.files):
-                src = plan.source(path)
-                yield DocumentRef(doc_id=doc_id, index=index, source=src, kind=kind, location=src)
+                if round_robin_owner(index, num_shards) == shard:
+                    src = plan.source(path)
+                    yield DocumentRef(doc_id=doc_id, index=index, source=src, kind=kind, location=src)
                 index += 1
-        else:
+        elif isinstance(plan, ParquetPlan):
+            yield from _parquet_rows(plan, so, index, num_shards, shard, by_rows)
+            index += plan.num_rows
+        else:  # streamed by datasets: every row is read, ours are kept
+            rows = 0
             for row, example in enumerate(plan.dataset):
-                value = example[plan.column]
-                items = (value or []) if plan.is_list else ([value] if value is not None else [])
-                images = tuple(_image_bytes(item, so) for item in items if item is not None)
-                yield DocumentRef(
-                    doc_id=f"{plan.prefix}/{row:08d}",
-                    index=index,
-                    source=plan.source,
-                    kind="dataset_row",
-                    location=plan.source,
-                    images=images,
-                )
-                index += 1
+                if round_robin_owner(index + row, num_shards) == shard:
+                    yield _row_ref(plan, index + row, row, example[plan.column], so)
+                rows = row + 1
+            index += rows
 
 
-def _image_bytes(item: dict, so: dict) -> bytes:
-    """The encoded bytes of one ``Image(decode=False)`` value, reading ``path`` if needed."""
-    if item.get("bytes") is not None:
-        return item["bytes"]
-    path = item.get("path")
-    if not path:
-        return b""  # the renderer reports an empty image for this page
+def _parquet_rows(
+    plan: ParquetPlan, so: dict, offset: int, num_shards: int, shard: int, by_rows: bool
+) -> Iterator[DocumentRef]:
+    """The rows of one Parquet dataset that belong to ``shard``, reading only their row groups."""
+    if by_rows:  # round-robin rows: every row group holding one of ours
+        groups = [g for g in plan.groups if _holds_residue(offset + g.first_row, g.num_rows, num_shards, shard)]
+    else:
+        groups = [g for g, owner in zip(plan.groups, plan.owners(num_shards)) if owner == shard]
     try:
-        with fsspec.open(path, "rb", **store_options(path, so)) as f:
-            return f.read()
-    except (OSError, ValueError) as e:
-        # One unreadable image must not stop the listing; the renderer turns b"" into a page error.
-        logger.warning("cannot read dataset image %s: %s", path, e)
-        return b""
+        for row, value in plan.files.iter_rows(groups, plan.column):
+            if not by_rows or round_robin_owner(offset + row, num_shards) == shard:
+                yield _row_ref(plan, offset + row, row, value, so)
+    except (pa.ArrowException, OSError) as exc:
+        if classify(exc) == "transient":  # the store, not the data: StorageError says rerun
+            raise
+        raise InputError(f"cannot read dataset {plan.url!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def _holds_residue(first: int, count: int, num_shards: int, shard: int) -> bool:
+    """Whether ``first .. first + count - 1`` holds a number ``== shard (mod num_shards)``."""
+    return count >= num_shards or (shard - first) % num_shards < count
+
+
+def _row_ref(plan: DatasetPlan, index: int, row: int, value: Any, so: dict) -> DocumentRef:
+    return DocumentRef(
+        doc_id=f"{plan.prefix}/{row:08d}",
+        index=index,
+        source=plan.source,
+        kind="dataset_row",
+        location=plan.source,
+        images=row_images(value, plan.is_list, so),
+    )

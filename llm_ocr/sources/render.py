@@ -43,7 +43,7 @@ def count_pages(ref: DocumentRef, opts: RenderOptions) -> int:
         with _open_image_file(ref.location, opts) as img:
             n = page_count(img)
     elif ref.kind == "dataset_row":
-        n = len(ref.images)
+        n = ref.first_page - 1 + len(ref.images)
         if n == 0:
             raise DocumentError("dataset row has no images")
     else:
@@ -70,7 +70,9 @@ def render_pages(ref: DocumentRef, opts: RenderOptions, first: int, last: int) -
     if ref.kind == "image":
         with _open_image_file(ref.location, opts) as img:
             return [_guard(ref, p, lambda p=p: _encoded(prepare_frame(img, p - 1, opts), opts)) for p in pages]
-    return [_guard(ref, p, lambda p=p: _encoded(_dataset_image(ref.images[p - 1], opts), opts)) for p in pages]
+    if first < ref.first_page:
+        raise ValueError(f"pages {first}..{last} of {ref.doc_id}: this slice starts at page {ref.first_page}")
+    return [_guard(ref, p, lambda p=p: _encoded(_dataset_image(ref.images[p - ref.first_page], opts), opts)) for p in pages]
 
 
 _Encoded = tuple[bytes, str, int, int]  # image bytes, mime type, width, height

@@ -1,21 +1,23 @@
 """Reading another stage's rows for one shard: which parts to open, and whether they are final.
 
 Describe and Assemble read the stage before them with their own ``--num-shards``, which need not
-be the one the upstream stage was written with. Rows are selected by ``doc_index % num_shards ==
-shard_index`` whatever part holds them; when the layouts agree, a part named ``part-I-of-N`` only
-holds documents of shard I, so the other shards' parts are not even opened.
+be the one the upstream stage was written with. A row belongs to the shard
+:func:`llm_ocr.sharding.output_owner` names from its part's shard (``part-U-of-N``) and its
+``doc_index``: with the same number of shards, shard U takes exactly part U's rows (what that
+upstream shard handled), and only the parts of the upstream shards that can hold our rows are
+opened.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llm_ocr.sharding import output_owner, upstream_shards_for
 from llm_ocr.storage.parts import PART_RE, list_parts
 from llm_ocr.storage.retry import retry_io
 from llm_ocr.storage.state import list_markers
@@ -54,20 +56,23 @@ def read_columns(stage: Storage, path: str, columns: list[str] | None) -> pa.Tab
         raise _unreadable(stage, path, exc) from exc
 
 
-def shard_mask(doc_index: pa.ChunkedArray | pa.Array, shard: int, num_shards: int) -> pa.Array:
-    """Boolean mask of the rows whose ``doc_index % num_shards == shard``."""
-    return pa.array([i is not None and i % num_shards == shard for i in doc_index.to_pylist()], pa.bool_())
+def owns_row(path: str, doc_index: int | None, shard: int, num_shards: int) -> bool:
+    """Whether the row of ``doc_index`` in part ``path`` belongs to ``shard`` of ``num_shards``."""
+    part_shard, part_shards = part_layout(path)
+    return doc_index is not None and output_owner(doc_index, part_shard, part_shards, num_shards) == shard
+
+
+def shard_mask(path: str, doc_index: pa.ChunkedArray | pa.Array, shard: int, num_shards: int) -> pa.Array:
+    """Boolean mask of the rows of part ``path`` that belong to ``shard`` (:func:`owns_row`)."""
+    return pa.array([owns_row(path, i, shard, num_shards) for i in doc_index.to_pylist()], pa.bool_())
 
 
 def shard_parts(stage: Storage, shard: int, num_shards: int) -> list[str]:
     """The parts of ``stage`` that may hold rows of documents in ``shard`` of ``num_shards``."""
-    paths = list_parts(stage)
     selected = []
-    for path in paths:
+    for path in list_parts(stage):
         part_shard, part_shards = part_layout(path)
-        # Same residue class modulo gcd: only then can a row satisfy both shard conditions.
-        g = math.gcd(part_shards, num_shards)
-        if part_shard % g == shard % g:
+        if part_shard in upstream_shards_for(shard, num_shards, part_shards):
             selected.append(path)
     return selected
 
@@ -91,9 +96,7 @@ def upstream_complete(out: Storage, stage_name: str, stage: Storage, shard: int,
             return False
     done = {(int(m.get("shard", -1)), int(m.get("num_shards", 0))) for m in markers}
     for upstream_shards in layouts:
-        g = math.gcd(upstream_shards, num_shards)
-        needed = [j for j in range(upstream_shards) if j % g == shard % g]
-        if any((j, upstream_shards) not in done for j in needed):
+        if any((j, upstream_shards) not in done for j in upstream_shards_for(shard, num_shards, upstream_shards)):
             return False
     return True
 
@@ -112,11 +115,12 @@ def iter_shard_rows(
     for path in shard_parts(stage, shard, num_shards):
         try:
             handle = retry_io(lambda: stage.fs.open(path, "rb"), what=f"opening {stage.display(path)}")  # noqa: B023
+            whole = part_layout(path)[1] == num_shards  # same layout: every row of the part is ours
             with handle:
                 parquet = pq.ParquetFile(handle)
                 for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
-                    if num_shards > 1:
-                        batch = batch.filter(shard_mask(batch.column("doc_index"), shard, num_shards))
+                    if not whole:
+                        batch = batch.filter(shard_mask(path, batch.column("doc_index"), shard, num_shards))
                     rows = batch.to_pylist()
                     yield from rows
         except (pa.ArrowInvalid, OSError) as exc:

@@ -76,6 +76,8 @@ class FakeHub:
         self.repos: dict[tuple[str, str], Repo] = {}
         self.commits: list[Commit] = []
         self.requests: list[tuple[str, str]] = []
+        #: Body bytes of file downloads (``resolve``), by repo file path: what readers pulled.
+        self.served: dict[str, int] = {}
         self._failures: list[tuple[str, str, int, dict[str, str]]] = []  # (method, path regex, status, headers)
         self.lock = threading.RLock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -367,9 +369,16 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 end = int(m.group(2)) if m.group(2) else len(data) - 1
                 chunk = data[start : end + 1]
                 headers["Content-Range"] = f"bytes {start}-{start + len(chunk) - 1}/{len(data)}"
+                self._count(file_path, chunk)
                 self._send(206, headers=headers, raw=chunk)
                 return
+            self._count(file_path, data)
             self._send(200, headers=headers, raw=data)
+
+        def _count(self, file_path: str, body: bytes) -> None:
+            if self.command != "HEAD":
+                with hub.lock:
+                    hub.served[file_path] = hub.served.get(file_path, 0) + len(body)
 
     return Handler
 

@@ -90,11 +90,10 @@ def test_stages_one_at_a_time_on_other_shard_counts_equal_run(
     for shard in range(2):
         assert stage("extract", out, server, str(corpus), "--num-shards", "2", "--shard-index", str(shard)).returncode == 0
     for shard in range(3):
-        # Describe shard s reads the documents with doc_index % 3 == s from both Extract shards.
+        # Describe shards take the documents of the Extract shards they overlap (llm_ocr.sharding).
         assert stage("describe", out, server, "--num-shards", "3", "--shard-index", str(shard)).returncode == 0
     for shard in range(2):
-        # Assemble on a shard too, CPU only (no endpoint): shard s assembles doc_index % 2 == s
-        # from the pages all three Describe shards wrote.
+        # Assemble on a shard too, CPU only (no endpoint), from the pages the Describe shards wrote.
         assert stage("assemble", out, None, "--num-shards", "2", "--shard-index", str(shard)).returncode == 0
         assembled = sorted(r["doc_index"] for r in read_stage(out, "assemble"))
         assert assembled == [i for i in range(3) if i % 2 <= shard]  # shard 0: documents 0 and 2; then 1

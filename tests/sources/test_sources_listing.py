@@ -10,7 +10,7 @@ import fsspec
 import pytest
 from sources_testdata import finevision_parquet, make_pdf, png, write
 
-from llm_ocr.sources import DatasetOptions, DocumentRef, InputError, list_documents, shard_documents
+from llm_ocr.sources import DatasetOptions, DocumentRef, InputError, list_documents
 
 
 @pytest.fixture(scope="module")
@@ -169,53 +169,21 @@ def test_parquet_on_memory_filesystem(fv_file, fv_rows):
     assert [list(d.images) for d in docs] == fv_rows
 
 
-class _RecordingLoad:
-    def __init__(self, parquet):
-        self.parquet, self.calls = parquet, []
-        self.real = datasets.load_dataset
-
-    def __call__(self, path, name=None, **kw):
-        self.calls.append((path, name, kw))
-        if path == "parquet":
-            return self.real(path, name, **kw)
-        if path != "OWNER/NAME":
-            raise FileNotFoundError(f"Dataset '{path}' doesn't exist on the Hub")
-        return self.real("parquet", data_files=str(self.parquet), split="train", streaming=True)
-
-
-def test_hub_dataset_routing(monkeypatch, fv_file):
-    load = _RecordingLoad(fv_file)
-    monkeypatch.setattr(datasets, "load_dataset", load)
-    so = {"token": "t"}
-    docs = refs("hf://datasets/OWNER/NAME", storage_options=so)
-    path, name, kw = load.calls[0]
-    assert (path, name, kw["split"], kw["streaming"]) == ("OWNER/NAME", None, "train", True)
-    assert kw["storage_options"] == so and kw["storage_options"] is not so  # a copy (FACTS)
-    assert docs[2].doc_id == "OWNER/NAME/default/train/00000002"
-    assert docs[0].source == "hf://datasets/OWNER/NAME"
-
-    # With a config, a plain OWNER/NAME is a Hub dataset too.
-    docs = refs("OWNER/NAME", dataset=DatasetOptions(config="docs"))
-    assert load.calls[-1][:2] == ("OWNER/NAME", "docs")
-    assert docs[0].doc_id == "OWNER/NAME/docs/train/00000000"
-    assert docs[0].source == "hf://datasets/OWNER/NAME"
-
-    with pytest.raises(InputError, match="cannot load dataset .*OTHER/X.*doesn't exist"):
-        list_documents(["hf://datasets/OTHER/X"])
-
-
 @pytest.mark.parametrize("num_shards", [1, 2, 3, 4])
 def test_sharding_is_a_partition(tree, fv_file, num_shards):
     docs = refs(tree, fv_file)
-    shards = [list(shard_documents(iter(docs), num_shards, i)) for i in range(num_shards)]
+    shards = [refs(tree, fv_file, num_shards=num_shards, shard_index=i) for i in range(num_shards)]
     ids = [d.doc_id for shard in shards for d in shard]
     assert sorted(ids) == sorted(d.doc_id for d in docs)
     assert len(ids) == len(set(ids)) == len(docs)
-    assert all(d.index % num_shards == i for i, shard in enumerate(shards) for d in shard)
+    by_id = {d.doc_id: d for d in docs}
+    assert all(d == by_id[d.doc_id] for shard in shards for d in shard)  # global numbers kept
+    # Files go round-robin, as they always have.
+    assert all(d.index % num_shards == i for i, shard in enumerate(shards) for d in shard if d.kind != "dataset_row")
 
 
-def test_sharding_rejects_bad_arguments():
+def test_sharding_rejects_bad_arguments(tree):
     with pytest.raises(ValueError):
-        list(shard_documents([], 2, 2))
+        refs(tree, num_shards=2, shard_index=2)
     with pytest.raises(ValueError):
-        list(shard_documents([], 0, 0))
+        refs(tree, num_shards=0, shard_index=0)
