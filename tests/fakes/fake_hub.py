@@ -384,7 +384,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                     ]})  # fmt: skip
                 return
             if re.match(r"^xet-(read|write)-token(/.*)?$", rest):
-                raise _Error(501, "the fake Hub has no Xet storage: set HF_HUB_DISABLE_XET=1 so that "
+                raise _Error(400, "the fake Hub has no Xet storage: set HF_HUB_DISABLE_XET=1 so that "
                                   "huggingface_hub uploads through the LFS batch API")
             m = re.match(r"^commit/([^/]+)$", rest)
             if m and self.command == "POST":
