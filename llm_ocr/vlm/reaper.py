@@ -31,7 +31,8 @@ import time
 POLL_S = 0.25
 
 
-def _group_exists(pgid: int) -> bool:
+def group_exists(pgid: int) -> bool:
+    """Whether process group ``pgid`` has any member (zombies count: they are members until reaped)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -41,7 +42,8 @@ def _group_exists(pgid: int) -> bool:
     return True
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to process group ``pgid``, if it still exists."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
@@ -51,16 +53,16 @@ def _signal_group(pgid: int, sig: int) -> None:
 def watch(parent: int, pgid: int, grace: float) -> int:
     """Wait for ``parent`` to die, then end process group ``pgid``; return an exit code."""
     while os.getppid() == parent:
-        if not _group_exists(pgid):
+        if not group_exists(pgid):
             return 0  # the server was stopped normally: nothing to guard any more
         time.sleep(POLL_S)
-    _signal_group(pgid, signal.SIGTERM)
-    _signal_group(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+    signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
     deadline = time.monotonic() + grace
     # Zombies count as members until init reaps them: at worst this waits out the grace period.
-    while _group_exists(pgid) and time.monotonic() < deadline:
+    while group_exists(pgid) and time.monotonic() < deadline:
         time.sleep(POLL_S)
-    _signal_group(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
     return 0
 
 

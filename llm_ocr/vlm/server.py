@@ -121,12 +121,8 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 def _group_alive(pgid: int) -> bool:
     """Whether any non-zombie process is left in process group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
+    if not reaper.group_exists(pgid):
         return False
-    except PermissionError:
-        return True
     # killpg(0) also succeeds for zombies, which a container's PID 1 may never reap.
     for proc in psutil.process_iter(["status"]):
         try:
@@ -138,8 +134,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+    reaper.signal_group(pgid, sig)
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
