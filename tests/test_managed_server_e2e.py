@@ -142,11 +142,14 @@ def test_sigterm_stops_the_run_and_the_server_with_no_orphans(tmp_path: Path) ->
     process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         _wait_for_server(process)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (tmp_path / "out/extract").exists():
-            time.sleep(0.2)
-        time.sleep(0.5)
+        # The fake starts its child before it becomes the server (scanning every process takes a
+        # while on a loaded machine: done here, not between the first rows and the signal).
         assert len(marked(mark)) >= 3  # at least the CLI, the server and the server's own child
+        # Signal once the first rows are stored (not at a fixed delay: on a loaded machine that
+        # landed before the server was up, or after the last page).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any((tmp_path / "out/extract").glob("*.parquet")):
+            time.sleep(0.05)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 3, stderr
