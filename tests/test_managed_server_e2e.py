@@ -136,7 +136,8 @@ def test_sigterm_stops_the_run_and_the_server_with_no_orphans(tmp_path: Path) ->
         "--engine", "vllm", "--workers", "0", "--progress", "off", "--grace-period", "5", "--flush-interval", "0.3",
         "--max-in-flight", "2",
     ]
-    sim_args = f"--corpus {tmp_path / 'docs'} --prefill-ms 400 --slots 2"
+    # Slow pages (1.5 s each, two at a time): the signal lands mid-run even on a loaded machine.
+    sim_args = f"--corpus {tmp_path / 'docs'} --prefill-ms 1500 --slots 2"
     mark = new_mark()
     env = {**os.environ, **fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=sim_args, FAKE_VLLM_MODE="spawn_child"), **mark}
     process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
