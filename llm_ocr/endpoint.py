@@ -24,7 +24,7 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
-from llm_ocr.servers.engines import free_port, sim_command, vllm_command
+from llm_ocr.servers.engines import api_key_to_env, free_port, sim_command, vllm_command
 from llm_ocr.servers.presets import PRESETS, GpuPreset, client_in_flight, detect_gpu, preset_for
 from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics
 from llm_ocr.storage import Storage
@@ -168,12 +168,18 @@ async def open_endpoint(
     log.info("no --endpoint: launching the %s engine (%s)", engine, why)
     port = free_port()
     command = _command(engine, model, port, options, preset)
+    server_env: dict[str, str] = {}
+    if engine == "vllm":
+        command, server_env = api_key_to_env(command)
+        if server_env:
+            log.info("the server's --api-key is passed in its environment (VLLM_API_KEY), not on its command line")
     log_path, upload_to = _log_path(out, log_name)
     server = ManagedServer(
         command,
         host="127.0.0.1",
         port=port,
         log_path=log_path,
+        env=server_env,
         startup_timeout=options.server_startup_timeout,
         max_restarts=options.server_max_restarts,
         name=engine,

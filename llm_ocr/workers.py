@@ -11,6 +11,8 @@ import asyncio
 import io
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -32,7 +34,10 @@ class WorkerPool:
         self.workers = workers
         self._executor: Executor
         if workers > 0:
-            self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            self._executor = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_exit_with_parent, initargs=(os.getpid(),),
+            )  # fmt: skip
         else:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="llm-ocr-render")
 
@@ -50,6 +55,22 @@ class WorkerPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Pool initializer: end this worker when ``parent`` dies.
+
+    A worker blocks reading its task queue, which a SIGKILLed parent never closes (the worker
+    holds the queue's write end too), so it would stay forever, and multiprocessing's resource
+    tracker with it. A daemon thread notices the re-parenting instead.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="llm-ocr-parent-watch", daemon=True).start()
 
 
 def crop_figures(image: bytes, boxes: list[list[int]]) -> list[bytes]:

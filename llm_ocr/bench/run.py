@@ -172,7 +172,7 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
         startup_timeout=120, max_restarts=0, name="sim",
     )  # fmt: skip
     async with server:
-        sampler = Sampler(f"{server.root_url}/metrics", config.sample_interval, exclude={server.pid or -1})
+        sampler = Sampler(f"{server.root_url}/metrics", config.sample_interval, exclude={server.pid or -1, *server.helper_pids})
         sampler.start()
         load_before = os.getloadavg()
         await asyncio.sleep(2 * config.sample_interval)  # a sample or two of the idle server

@@ -115,6 +115,38 @@ def vllm_command(
     return command
 
 
+#: vLLM reads its API key from this variable when ``--api-key`` is not given (``vllm/envs.py``).
+VLLM_API_KEY_VARIABLE = "VLLM_API_KEY"
+
+
+def api_key_to_env(command: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Move one ``--api-key KEY`` (or ``--api-key=KEY``) out of a vLLM ``command`` into
+    ``{"VLLM_API_KEY": KEY}``, for the server's environment; ``(command, {})`` if there is none.
+
+    On a command line the key is readable by every local user (``ps``, ``/proc/PID/cmdline``),
+    and vLLM logs its non-default arguments at start-up, the key in clear text until it learnt
+    to mask it (vllm-project/vllm#52523, 2026): in the environment it is in neither place.
+    Several keys (``--api-key A B``, or the flag twice) stay where they are: the variable holds one.
+    """
+    found: list[tuple[int, int, list[str]]] = []  # (first index, end index, values)
+    i = 0
+    while i < len(command):
+        if command[i] == "--api-key":
+            end = i + 1
+            while end < len(command) and not command[end].startswith("-"):  # nargs="+"
+                end += 1
+            found.append((i, end, list(command[i + 1 : end])))
+            i = end
+            continue
+        if command[i].startswith("--api-key="):
+            found.append((i, i + 1, [command[i].partition("=")[2]]))
+        i += 1
+    if len(found) != 1 or len(found[0][2]) != 1:
+        return list(command), {}
+    start, end, (key,) = found[0]
+    return [*command[:start], *command[end:]], {VLLM_API_KEY_VARIABLE: key}
+
+
 def sim_command(
     model: str,
     *,

@@ -4,6 +4,8 @@
 e.g. vLLM's EngineCore and workers, form one process group), appends its output to a log
 file, waits for ``GET /health`` to answer 200, restarts it a bounded number of times when it
 dies mid-run, and on exit terminates the whole group: SIGTERM, a grace period, then SIGKILL.
+If llm-ocr itself is killed (SIGKILL: no exit code runs), a small watcher process started beside
+the server (:mod:`llm_ocr.servers.reaper`) does the same.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import NoReturn
 
 import aiohttp
 import psutil
+
+from llm_ocr.servers import reaper
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +121,8 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 def _group_alive(pgid: int) -> bool:
     """Whether any non-zombie process is left in process group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
+    if not reaper.group_exists(pgid):
         return False
-    except PermissionError:
-        return True
     # killpg(0) also succeeds for zombies, which a container's PID 1 may never reap.
     for proc in psutil.process_iter(["status"]):
         try:
@@ -134,8 +134,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+    reaper.signal_group(pgid, sig)
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -207,6 +206,7 @@ class ManagedServer:
         self._stopping = False
         self._lock: asyncio.Lock | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._reapers: dict[int, subprocess.Popen[bytes]] = {}  # server pid -> its watcher
 
     # -- addresses ---------------------------------------------------------------------------
 
@@ -231,6 +231,11 @@ class ManagedServer:
     def pid(self) -> int | None:
         """PID of the current server process (also its process-group id), if started."""
         return self._proc.pid if self._proc else None
+
+    @property
+    def helper_pids(self) -> list[int]:
+        """PIDs of the watchers that stop the server should this process be killed (our children too)."""
+        return [guard.pid for guard in self._reapers.values()]
 
     # -- context manager ---------------------------------------------------------------------
 
@@ -321,6 +326,7 @@ class ManagedServer:
                 child.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
+        self._stop_reaper(proc.pid)
 
     # -- observability -----------------------------------------------------------------------
 
@@ -386,6 +392,18 @@ class ManagedServer:
                 ))
         self._started_at = time.monotonic()
         log.info("%s server pid %d, log %s", self.name, self._proc.pid, self.log_path)
+        try:
+            self._reapers[self._proc.pid] = reaper.start(self._proc.pid, self.stop_grace)
+        except OSError as exc:  # a safety net only: the server runs without it
+            log.warning("could not start the watcher that stops the %s server if llm-ocr is killed: %s", self.name, exc)
+
+    def _stop_reaper(self, pid: int) -> None:
+        """Stop the watcher of server ``pid`` (its group is gone or being stopped by us)."""
+        guard = self._reapers.pop(pid, None)
+        if guard is not None:
+            guard.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                guard.wait(timeout=5)
 
     async def _ensure_ready(self) -> None:
         """Under the lock: a live, healthy server, restarting it when allowed."""
@@ -536,3 +554,4 @@ class ManagedServer:
                         child.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
+            self._stop_reaper(proc.pid)

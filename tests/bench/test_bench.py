@@ -230,7 +230,7 @@ def test_tiny_instant_bench_reports_every_field(tmp_path: Path) -> None:
     assert json.loads(json.dumps(result.to_dict()))["pages"] == 12
 
 
-def test_tiny_simulated_bench_is_near_its_lower_bound(tmp_path: Path) -> None:
+def test_tiny_simulated_bench_keeps_the_server_near_its_lower_bound(tmp_path: Path) -> None:
     # 12 pages on 4 slots at ~0.3-0.5 s each: a few seconds of simulated GPU time.
     config = BenchConfig(
         pages=12, workers=1, slots=4, prefill_ms=10, decode_ms_per_token=1, load_slowdown=1,
@@ -238,9 +238,22 @@ def test_tiny_simulated_bench_is_near_its_lower_bound(tmp_path: Path) -> None:
     )  # fmt: skip
     (result,), _ = run_bench(config, corpus_dir=tmp_path / "corpus", work_dir=tmp_path / "work")
     assert result.pages == 12
-    assert result.lower_bound_s is not None and result.lower_bound_s > 0.5
-    # Start-up (worker spawn, first render) is a large share of so short a run: loose bounds
-    # (and the bound is the all-at-t=0 schedule in the same order, not a proven optimum).
-    assert 0.95 < result.wall_over_lower_bound < 4.0
-    assert result.breakdown["model_at_actual_arrivals_s"] >= result.lower_bound_s - 1e-6
+    bound, times = result.lower_bound_s, result.breakdown
+    assert bound is not None and bound > 0.5
+    assert times["model_at_actual_arrivals_s"] >= bound - 1e-6
+    # Near: from its first request on, the client feeds the server so that an exact server,
+    # given the requests when they really arrived, finishes within 2x of the perfect client's
+    # bound. Measured 1.11-1.14 on 2 cores at load 3-4, 1.15-1.37 at load 6-10, 1.83 at load 14
+    # (the client starved of CPU); one request in flight at a time (the client kept to one)
+    # gives 2.66-2.84, and fails.
+    # (The bound is the all-at-t=0 schedule in the same order, not a proven optimum.)
+    sending = times["model_at_actual_arrivals_s"] - times["first_request_s"]
+    assert sending / bound < 2.0, times
+    # The simulator keeps to that model: its last answer comes when the model says (measured
+    # +0.03-0.06 s, up to +0.4 s at load 10).
+    assert -0.2 < times["last_answer_s"] - times["model_at_actual_arrivals_s"] < 1.0, times
+    # The whole run also pays for start-up (worker spawn, first render: 1.7-2.3 s measured, more
+    # on a loaded machine), most of so short a run: no bound on it here, only that it is not
+    # shorter than the bound.
+    assert result.wall_over_lower_bound > 0.95
     assert math.isfinite(result.server["utilisation"])

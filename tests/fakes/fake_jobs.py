@@ -314,6 +314,8 @@ class FakeJobs(FakeHub):
             "HOME": str(job.folder / "home"),
             "HF_HOME": str(job.folder / "hf-home"),
             "HF_HUB_DISABLE_TELEMETRY": "1",
+            # The fake Hub stores parts through LFS, as the real one does, but has no Xet.
+            "HF_HUB_DISABLE_XET": "1",
             "HF_ENDPOINT": self.url,
             "JOB_ID": job.id,
             "LANG": "C.UTF-8",

@@ -8,6 +8,12 @@ Usage (through the ``vllm`` wrapper next to this file)::
 Environment:
 
 - ``FAKE_VLLM_ARGV_FILE``: write the arguments (after the program name) there as JSON.
+- ``FAKE_VLLM_API_KEY_FILE``: write the sha256 of the API key it would require there (from
+  ``--api-key``, else ``VLLM_API_KEY``, as vLLM resolves it), so tests can check the key
+  arrived without the fake ever printing it.
+
+Like vLLM, it logs its non-default arguments at start-up, in clear text as vLLM did before it
+masked ``api_key`` (vllm-project/vllm#52523): a key passed on its command line lands in its log.
 - ``FAKE_VLLM_REJECT_FLAG``: comma-separated flags to treat as unknown; exits 2 with
   argparse's "unrecognized arguments" error, as vLLM does for a flag it lacks.
 - ``FAKE_VLLM_MODE``:
@@ -26,6 +32,7 @@ Flags vLLM has but this fake does not model are accepted and ignored (vLLM has h
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -93,8 +100,16 @@ def main(argv: list[str]) -> int:
     if not model:
         parser.error("no model given")
     names = args.served_model_name or [model]
+    # vllm/entrypoints/.../api_utils.py log_non_default_args(), unmasked as in older vLLM.
+    non_default = {k: v for k, v in vars(args).items() if v is not None and v != parser.get_default(k)}
+    print(f"INFO fake vllm: non-default args: {non_default}", flush=True)
     print(f"INFO fake vllm: serving {model} as {names} on {args.host}:{args.port} "
           f"(ignored flags: {unknown})", flush=True)
+    api_key = (args.api_key or [os.environ.get("VLLM_API_KEY")])[0]
+    key_file = os.environ.get("FAKE_VLLM_API_KEY_FILE")
+    if key_file and api_key:
+        with open(key_file, "w", encoding="utf-8") as f:
+            f.write(hashlib.sha256(api_key.encode()).hexdigest())
 
     mode = os.environ.get("FAKE_VLLM_MODE", "ok")
     if mode == "crash_on_start":

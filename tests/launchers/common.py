@@ -42,7 +42,7 @@ def launcher_env(hub: FakeJobs, tmp: Path, token: str | None = PLANTED) -> dict[
     """The launching machine: no stray credentials, the fake as the Hub, its own caches."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "AWS_", "LLM_OCR_", "HUGGING"))}
     env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp / "hf-home"), XDG_CACHE_HOME=str(tmp / "cache"),
-               HF_HUB_DISABLE_TELEMETRY="1", PYTHONPATH=str(REPO))
+               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1", PYTHONPATH=str(REPO))
     if token:
         env["HF_TOKEN"] = token
     return env
@@ -92,8 +92,13 @@ def launcher_here(hub: FakeJobs, tmp: Path, monkeypatch: Any) -> Iterator[dict[s
     (quicker than a subprocess per poll). huggingface_hub may have been imported already with
     another HF_ENDPOINT, so the Hub filesystem gets the fake's URL and the token as storage
     options (yielded); the Jobs adapter reads HF_ENDPOINT when it is created."""
+    from huggingface_hub import constants
+
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", PLANTED)
+    # The fake Hub has no Xet; huggingface_hub read the variable when it was imported.
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp / "cache"))
     yield {"hf": {"endpoint": hub.url, "token": PLANTED}}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import psutil
 
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import make_corpus
+from tests.processes import kill_marked, marked, new_mark, wait_until_none_marked
 
 FAKES = REPO / "tests" / "fakes"
 
@@ -73,26 +75,41 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tmp_path: 
         "--max-in-flight", "4",
     ]
     sim_args = f"--corpus {tmp_path / 'docs'} --prefill-ms 400 --slots 3"
-    process = subprocess.Popen(args, env={**os.environ, **fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=sim_args)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    victim = None
-    deadline = time.monotonic() + 30
-    while victim is None and time.monotonic() < deadline:
+    mark = new_mark()
+    # spawn_child: each server generation starts a child of its own, as vLLM starts EngineCore.
+    env = {**os.environ, **fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=sim_args, FAKE_VLLM_MODE="spawn_child"), **mark}
+    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        victim = _wait_for_server(process)
+        # Kill it mid-run, not mid-startup (a slow machine can take seconds to bring it up): wait
+        # until it is running requests, as its own /metrics says.
+        assert _wait_running_requests(victim, timeout=60), "the server never ran a request"
+        victim.send_signal(signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr
+        assert "restart" in stderr.lower()
+        rows = read_stage(tmp_path / "out", "extract")
+        assert len(rows) == 18 == len({(r["doc_id"], r["page"]) for r in rows})
+        assert {r["status"] for r in rows} == {"ok"}
+        # Neither generation of the server, nor their children, nor anything else the CLI
+        # started outlives it: the killed generation's child, re-parented to init at once, too.
+        left = marked(mark)
+        assert left == [], "\n".join(left)
+    finally:
+        process.kill()
+        kill_marked(mark)
+
+
+def _wait_for_server(process: subprocess.Popen[str], timeout: float = 30) -> psutil.Process:
+    """The simulated server the CLI ``process`` started (through the fake ``vllm``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         for child in psutil.Process(process.pid).children(recursive=True):
-            if "llm_ocr.servers.sim" in " ".join(child.cmdline()):
-                victim = child
+            with contextlib.suppress(psutil.Error):
+                if "llm_ocr.servers.sim" in " ".join(child.cmdline()):
+                    return child
         time.sleep(0.2)
-    assert victim is not None, "the server never started"
-    # Kill it mid-run, not mid-startup (a slow machine can take seconds to bring it up): wait
-    # until it is running requests, as its own /metrics says.
-    assert _wait_running_requests(victim, timeout=60), "the server never ran a request"
-    victim.send_signal(signal.SIGKILL)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
-    assert "restart" in stderr.lower()
-    rows = read_stage(tmp_path / "out", "extract")
-    assert len(rows) == 18 == len({(r["doc_id"], r["page"]) for r in rows})
-    assert {r["status"] for r in rows} == {"ok"}
-    assert not any("llm_ocr.servers.sim" in " ".join(p.cmdline()) for p in psutil.process_iter() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and p.pid != os.getpid() and _safe_ppid_chain(p, process.pid))
+    raise AssertionError("the server never started")
 
 
 def _wait_running_requests(server: psutil.Process, timeout: float) -> bool:
@@ -112,13 +129,6 @@ def _wait_running_requests(server: psutil.Process, timeout: float) -> bool:
     return False
 
 
-def _safe_ppid_chain(proc: psutil.Process, ancestor: int) -> bool:
-    try:
-        return any(parent.pid == ancestor for parent in proc.parents())
-    except psutil.Error:
-        return False
-
-
 def test_sigterm_stops_the_run_and_the_server_with_no_orphans(tmp_path: Path) -> None:
     make_corpus(tmp_path / "docs", documents=4, pages=3)
     args = [
@@ -126,20 +136,29 @@ def test_sigterm_stops_the_run_and_the_server_with_no_orphans(tmp_path: Path) ->
         "--engine", "vllm", "--workers", "0", "--progress", "off", "--grace-period", "5", "--flush-interval", "0.3",
         "--max-in-flight", "2",
     ]
-    sim_args = f"--corpus {tmp_path / 'docs'} --prefill-ms 400 --slots 2"
-    process = subprocess.Popen(args, env={**os.environ, **fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=sim_args)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    server_pids: set[int] = set()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (tmp_path / "out/extract").exists():
-        server_pids |= {c.pid for c in psutil.Process(process.pid).children(recursive=True)}
-        time.sleep(0.2)
-    time.sleep(0.5)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 3, stderr
-    assert server_pids
-    alive = [pid for pid in server_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-    assert alive == []
+    # Slow pages (1.5 s each, two at a time): the signal lands mid-run even on a loaded machine.
+    sim_args = f"--corpus {tmp_path / 'docs'} --prefill-ms 1500 --slots 2"
+    mark = new_mark()
+    env = {**os.environ, **fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=sim_args, FAKE_VLLM_MODE="spawn_child"), **mark}
+    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        _wait_for_server(process)
+        # The fake starts its child before it becomes the server (scanning every process takes a
+        # while on a loaded machine: done here, not between the first rows and the signal).
+        assert len(marked(mark)) >= 3  # at least the CLI, the server and the server's own child
+        # Signal once the first rows are stored (not at a fixed delay: on a loaded machine that
+        # landed before the server was up, or after the last page).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any((tmp_path / "out/extract").glob("*.parquet")):
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 3, stderr
+        left = marked(mark)  # at once: the CLI stops the server's whole group before it exits
+        assert left == [], "\n".join(left)
+    finally:
+        process.kill()
+        kill_marked(mark)
     saved = read_stage(tmp_path / "out", "extract")
     assert 0 < len(saved) < 12
     # The rerun completes the job with every page exactly once.
@@ -150,3 +169,33 @@ def test_sigterm_stops_the_run_and_the_server_with_no_orphans(tmp_path: Path) ->
     assert rerun.returncode == 0, rerun.stderr
     rows = read_stage(tmp_path / "out", "extract")
     assert len(rows) == 12 == len({(r["doc_id"], r["page"]) for r in rows})
+
+
+def test_sigkill_of_the_cli_takes_the_server_and_its_children_down(tmp_path: Path) -> None:
+    """``kill -9`` of llm-ocr (the OOM killer, a preempted VM's agent): the server must not stay
+    behind holding the GPU, nor its own children (vLLM's EngineCore, here the fake's child)."""
+    make_corpus(tmp_path / "docs", documents=4, pages=3)
+    args = [
+        sys.executable, "-m", "llm_ocr.cli", "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"),
+        "--engine", "vllm", "--workers", "1", "--progress", "off", "--max-in-flight", "2",
+    ]
+    sim_args = f"--corpus {tmp_path / 'docs'} --prefill-ms 400 --slots 2"
+    child_file = tmp_path / "child.pid"
+    mark = new_mark()
+    env = {**os.environ, **mark, **fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=sim_args, FAKE_VLLM_MODE="spawn_child",
+                                            FAKE_VLLM_CHILD_PID_FILE=str(child_file))}
+    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    try:
+        server = _wait_for_server(process)
+        assert _wait_running_requests(server, timeout=60), "the server never ran a request"
+        engine = psutil.Process(int(child_file.read_text()))
+        assert os.getpgid(engine.pid) == server.pid  # in the server's process group, as vLLM's are
+        running = marked(mark)
+        assert len(running) >= 4, running  # the CLI, its render worker, the server and its child
+        process.kill()
+        process.wait()
+        left = wait_until_none_marked(mark, timeout=15)
+        assert left == [], "\n".join(left)
+    finally:
+        process.kill()
+        kill_marked(mark)

@@ -25,7 +25,14 @@ import psutil
 import pytest
 from PIL import Image
 
-from llm_ocr.servers.engines import DEEPSEEK_OCR_SERVER_ARGS, VLLM_API_SERVER, free_port, sim_command, vllm_command
+from llm_ocr.servers.engines import (
+    DEEPSEEK_OCR_SERVER_ARGS,
+    VLLM_API_SERVER,
+    api_key_to_env,
+    free_port,
+    sim_command,
+    vllm_command,
+)
 from llm_ocr.servers.presets import PRESETS, GpuPreset
 from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics, redact_command
 from llm_ocr.vlm.recipes import DOCUMENT_PROMPT, image_messages, recipe_for
@@ -126,6 +133,16 @@ def test_free_port_is_bindable() -> None:
     port = free_port(HOST)
     with socket.socket() as s:
         s.bind((HOST, port))
+
+
+def test_one_api_key_moves_from_the_command_line_to_the_environment() -> None:
+    base = ["vllm", "serve", "m", "--port", "1"]
+    assert api_key_to_env([*base, "--api-key", "k1", "--corpus", "c"]) == ([*base, "--corpus", "c"], {"VLLM_API_KEY": "k1"})
+    assert api_key_to_env([*base, "--api-key=k1"]) == (base, {"VLLM_API_KEY": "k1"})
+    # Several keys do not fit the one variable: left as they are (and masked when logged).
+    for several in ([*base, "--api-key", "k1", "k2"], [*base, "--api-key", "k1", "--api-key=k2"]):
+        assert api_key_to_env(several) == (several, {})
+    assert api_key_to_env(base) == (base, {})
 
 
 def test_redact_command() -> None:

@@ -1,7 +1,9 @@
 """Opt-in: the Hub writer against the real Hugging Face Hub (LFS/Xet uploads included).
 
-The fake Hub used elsewhere answers every upload as a "regular" file, so the LFS/Xet upload
-path inside ``HfApi.create_commit`` is only exercised here. Runs only with both
+The fake Hub used elsewhere stores Parquet parts through the Git LFS batch API, with Xet turned
+off in the client (``HF_HUB_DISABLE_XET=1``): the Xet upload path inside
+``HfApi.create_commit``, which production takes when ``hf_xet`` is installed (a dependency of
+huggingface_hub on x86_64 and arm64), is only exercised here. Runs only with both
 
     HF_TOKEN=<a token with write access>  LLM_OCR_TEST_HUB_REPO=<owner>/<dataset repo to scribble in>
 

@@ -8,6 +8,7 @@ HF_TOKEN), as on a real platform.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -317,7 +318,19 @@ def test_bad_credentials_fail_before_any_request_naming_the_store_without_secret
 
 
 def hub_env(hub: FakeHub, tmp: Path, **extra: str) -> dict[str, str]:
-    return clean_env(HF_ENDPOINT=hub.url, HF_TOKEN=HUB_TOKEN, HF_HOME=str(tmp / "hf-home"), **extra)
+    # No Xet: the fake Hub stores LFS files through the Git LFS batch API only (huggingface_hub
+    # would otherwise send every LFS file through Xet, which only the real-Hub test covers).
+    return clean_env(HF_ENDPOINT=hub.url, HF_TOKEN=HUB_TOKEN, HF_HOME=str(tmp / "hf-home"), HF_HUB_DISABLE_XET="1", **extra)
+
+
+def assert_parts_went_through_lfs(hub: FakeHub, repo: str, parts: list[str]) -> None:
+    """Each part was stored the way the real Hub stores Parquet: preupload said ``lfs``, the
+    content was PUT to LFS storage under its sha256, and a commit referred to it (``lfsFile``)."""
+    files, lfs = hub.files(repo), hub.lfs_paths(repo)
+    via_lfs = {path for commit in hub.commits_to(repo) for path in commit.lfs}
+    for part in parts:
+        assert part in via_lfs and lfs.get(part) == hashlib.sha256(files[part]).hexdigest(), part
+        assert lfs[part] in hub.lfs_uploads, part
 
 
 def hub_rows(hub: FakeHub, repo: str, folder: str = "extract/") -> list[dict[str, Any]]:
@@ -352,6 +365,9 @@ def test_hub_input_and_output_with_batched_commits_that_load_dataset_opens(hub: 
     assert len(hub.commits_to("tester/ocr")) == len(commits) + 1  # Assemble: one more commit
     assert "_state/extract/done-00000-of-00001.json" in commits[-1].added  # the marker comes last
     assert "README.md" in commits[0].added and "config_name: extract" in files["README.md"].decode()
+    assert_parts_went_through_lfs(hub, "tester/ocr", parts)
+    assert_parts_went_through_lfs(hub, "tester/ocr", [p for p in files if p.startswith("assemble/")])
+    assert not {"README.md", "_state/extract/done-00000-of-00001.json"} & set(hub.lfs_paths("tester/ocr"))  # text: regular
     rows = hub_rows(hub, "tester/ocr")
     assert_every_page_once(rows, docs, pages=3)
     assert all(r["source"].startswith("hf://datasets/tester/scans/pdfs/") for r in rows)
@@ -393,6 +409,7 @@ def test_hub_output_resumes_after_sigkill_and_never_touches_other_shards_files(h
     assert files[foreign_name] == buffer.getvalue()
     rows = [r for r in hub_rows(hub, "tester/resume") if r["doc_id"] != "elsewhere"]
     assert sorted((r["doc_id"], r["page"]) for r in rows) == sorted((d, p) for d in mine for p in (1, 2))
+    assert_parts_went_through_lfs(hub, "tester/resume", [p for p in files if p.startswith("extract/part-00000")])
     assert all(not c.deleted or all(d.startswith("extract/part-00000") or d.startswith("_state/") for d in c.deleted)
                for c in hub.commits_to("tester/resume"))
 

@@ -5,6 +5,7 @@ not matter)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import threading
 import time
@@ -269,7 +270,12 @@ def test_a_failed_commit_keeps_its_operations_for_the_next_flush() -> None:
 
 
 @pytest.fixture
-def hub() -> Any:
+def hub(monkeypatch: pytest.MonkeyPatch) -> Any:
+    # No Xet (the fake Hub has none): huggingface_hub reads HF_HUB_DISABLE_XET at import time
+    # into constants, and checks the constant before every LFS upload.
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     with FakeHub() as server:
         yield server
 
@@ -299,13 +305,19 @@ def test_hub_commits_retry_throttling_and_conflicts_then_give_up_cleanly(hub: Fa
     out.flush()
     (commit,) = hub.commits_to("tester/retry")
     assert sorted(commit.added) == ["README.md", "extract/part-00000-of-00001-000000.parquet"]
+    assert commit.lfs == ["extract/part-00000-of-00001-000000.parquet"]  # Parquet goes through LFS
     hub.fail("POST", r"/commit/", 503, count=3)
     out.write_atomic(out.path("extract", "part-00000-of-00001-000001.parquet"), _parquet(1))
     with pytest.raises(StorageError, match=r"cannot commit to hf://datasets/tester/retry: .*503"):
         out.flush()
     out.flush()  # the store is back: the queued part is committed, once
     assert len(hub.commits_to("tester/retry")) == 2
+    # The failed attempts had uploaded it already: LFS stores each content once.
+    oid = hashlib.sha256(_parquet(1)).hexdigest()
+    assert hub.lfs_uploads.count(oid) == 1
+    # Read back through HfFileSystem: the Hub redirects to LFS storage, as for a real part.
     assert pq.read_table(io.BytesIO(out.read_bytes(out.path("extract", "part-00000-of-00001-000001.parquet")))).num_rows == 1
+    assert ("GET", f"/objects/{oid}") in hub.requests
 
 
 def test_hub_write_check_needs_a_write_token(hub: FakeHub) -> None:

@@ -60,13 +60,23 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def server_cli_args(model: Path, *extra: str) -> list[str]:
+def server_cli_args(model: Path, *extra: str, server_args: str = SERVER_ARGS) -> list[str]:
     """The llm-ocr flags that launch real vLLM serving ``model`` (production flags + CPU ones)."""
     return [
         "--engine", "vllm", "--model", str(model),
-        "--server-command", SERVER_COMMAND, "--server-args", SERVER_ARGS,
+        "--server-command", SERVER_COMMAND, "--server-args", server_args,
         "--server-startup-timeout", "240", *extra,
     ]  # fmt: skip
+
+
+def texts_under(*paths: Path) -> list[tuple[str, str]]:
+    """``(path, text)`` of every file under ``paths`` (binary content read as latin-1), to search for secrets."""
+    found = []
+    for root in paths:
+        for path in [root] if root.is_file() else sorted(root.rglob("*")):
+            if path.is_file():
+                found.append((str(path), path.read_bytes().decode("latin-1")))
+    return found
 
 
 @dataclass

@@ -23,6 +23,8 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -32,7 +34,7 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
-from llm_ocr.servers.engines import free_port, vllm_command
+from llm_ocr.servers.engines import api_key_to_env, free_port, vllm_command
 from llm_ocr.servers.presets import PRESETS
 from llm_ocr.servers.process import ManagedServer, _group_alive
 from llm_ocr.stages.describe import DescribeContext, figure_request
@@ -48,6 +50,7 @@ from tests.vllm_real.conftest import (
     ProcessWatch,
     logged_requests,
     server_cli_args,
+    texts_under,
     vllm_version_in,
     wait_for,
 )
@@ -76,6 +79,13 @@ async def _health(root_url: str) -> int | None:
         return None
 
 
+async def _status(url: str, key: str | None = None) -> int:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        async with session.get(url, headers=headers) as response:
+            return response.status
+
+
 def _group_members(pgid: int) -> list[psutil.Process]:
     members = []
     for proc in psutil.process_iter(["status"]):
@@ -89,7 +99,7 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 
 def test_launcher_waits_for_health_reads_metrics_and_stops_the_whole_group(tiny_model: Path, tmp_path: Path) -> None:
     """ManagedServer on the launcher's own command line: health gate, metrics, request fields,
-    `llm-ocr describe` through it, stop."""
+    an API key it enforces, `llm-ocr describe` through it, stop."""
     asyncio.run(_managed_server(tiny_model, tmp_path))
 
 
@@ -104,19 +114,22 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
     # A served name unlike the model path: if --served-model-name went missing or wrong, vLLM
     # would serve the path and every request below would get a 404.
     served = "acme/tiny-ocr"
-    command = vllm_command(
+    # An API key, handed over as the launcher does (in the environment): vLLM must enforce it.
+    key = f"sk-tier-{uuid.uuid4().hex}"
+    command, key_env = api_key_to_env(vllm_command(
         str(model), host="127.0.0.1", port=port, preset=preset, served_model_name=served,
-        server_command=shlex.split(SERVER_COMMAND), extra_args=shlex.split(SERVER_ARGS),
-    )  # fmt: skip
+        server_command=shlex.split(SERVER_COMMAND), extra_args=[*shlex.split(SERVER_ARGS), "--api-key", key],
+    ))  # fmt: skip
+    assert key_env == {"VLLM_API_KEY": key} and key not in " ".join(command)
     # The model-family rule: no DeepSeek-OCR logits processor for another family (loading it
     # imports vLLM's deepseek_ocr module, which would fail here for want of torchvision).
     assert "--logits-processors" not in command and "--model" in command
     log_path = tmp_path / "server.log"
-    server = ManagedServer(command, host="127.0.0.1", port=port, log_path=log_path, env=VLLM_ENV,
+    server = ManagedServer(command, host="127.0.0.1", port=port, log_path=log_path, env={**VLLM_ENV, **key_env},
                            startup_timeout=240, max_restarts=0, name="vllm")
     await server.start()
     started = time.monotonic()
-    client = VlmClient(server.base_url, served, gate=server.wait_ready)
+    client = VlmClient(server.base_url, served, api_key=key, gate=server.wait_ready)
     try:
         # Not ready yet: vLLM loads for many seconds before /health answers 200 ...
         assert await _health(server.root_url) != 200
@@ -132,6 +145,10 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         assert waited > 3, f"answered after {waited:.1f}s: did the request really wait for start-up?"
         assert await _health(server.root_url) == 200
         assert await client.served_models() == [served]
+        # vLLM took the key from VLLM_API_KEY: without it (or with another) /v1 is closed.
+        assert await _status(f"{server.base_url}/models") == 401
+        assert await _status(f"{server.base_url}/models", key="sk-wrong") == 401
+        assert await _status(f"{server.base_url}/models", key=key) == 200
         assert server.generation == 1 and server.restarts == 0
 
         # The server runs as a process group (API server, EngineCore, helpers): stop() must end all.
@@ -172,8 +189,8 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         # `llm-ocr describe` captions the figures through this real vLLM (the other tests launch
         # vLLM from the CLI; one start fewer keeps the tier short).
         described = await asyncio.to_thread(
-            run_cli, "describe", "--output", str(out), "--endpoint", server.base_url, "--model", served,
-            "--describe-max-tokens", "24", "--progress", "off", timeout=300,
+            run_cli, "-v", "describe", "--output", str(out), "--endpoint", server.base_url, "--model", served,
+            "--describe-max-tokens", "24", "--progress", "off", timeout=300, env={"LLM_OCR_API_KEY": key},
         )  # fmt: skip
         assert described.returncode == 0, described.stderr[-4000:]
     finally:
@@ -182,6 +199,10 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
 
     assert not _group_alive(server.pid)
     assert [m.pid for m in members if m.is_running() and m.status() != psutil.STATUS_ZOMBIE] == []
+    # The key is in neither vLLM's log nor llm-ocr's (its -v stderr), nor anything it wrote.
+    leaks = [where for where, text in [("llm-ocr stderr", described.stderr), ("llm-ocr stdout", described.stdout),
+                                       *texts_under(log_path, out)] if key in text]
+    assert leaks == []
 
     every_request = logged_requests(log_path.read_text(errors="replace"))
     logged, logged_describe = every_request[:15], every_request[15:]
@@ -230,18 +251,21 @@ def _check_described(out: Path, logged: list, figures: int) -> None:
         assert request.param("max_tokens") == "24" and request.param("extra_args") == "None"
 
 
-def _start(args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+def _start(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "llm_ocr.cli", *args],
-        env={**os.environ, **VLLM_ENV}, cwd=str(REPO), text=True,
+        env={**os.environ, **VLLM_ENV, **(env or {})}, cwd=str(REPO), text=True,
         stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr.log", "w"),  # noqa: SIM115
     )  # fmt: skip
 
 
-def _finish(process: subprocess.Popen[str], watch: ProcessWatch, tmp_path: Path, timeout: float = 300) -> tuple[str, str]:
+def _finish(process: subprocess.Popen[str], watch: ProcessWatch, tmp_path: Path, timeout: float = 300,
+            on_poll: Callable[[list[psutil.Process]], None] | None = None) -> tuple[str, str]:
     deadline = time.monotonic() + timeout
     while process.poll() is None and time.monotonic() < deadline:
-        watch.poll()
+        children = watch.poll()
+        if on_poll is not None:
+            on_poll(children)
         time.sleep(0.2)
     if process.poll() is None:
         process.kill()
@@ -255,16 +279,35 @@ def _pages(rows: list[dict]) -> list[tuple[str, int]]:
 
 
 def test_run_extracts_describes_and_assembles_on_real_vllm(tiny_model: Path, tmp_path: Path) -> None:
-    """``llm-ocr run`` launches vLLM itself, every page gets a row, the garbage is kept verbatim."""
+    """``llm-ocr run`` launches vLLM itself (with an API key), every page gets a row, the garbage
+    is kept verbatim, and the key shows in no log."""
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     out = tmp_path / "out"
+    key = f"sk-tier-{uuid.uuid4().hex}"
     process = _start([
-        "run", str(tmp_path / "docs"), "--output", str(out), *server_cli_args(tiny_model, "--gpu-preset", "l4-24gb"),
+        "-v", "run", str(tmp_path / "docs"), "--output", str(out),
+        *server_cli_args(tiny_model, "--gpu-preset", "l4-24gb", server_args=f"{SERVER_ARGS} --api-key {key}"),
         "--max-tokens", "48", "--describe-max-tokens", "24", "--workers", "1", "--progress", "log",
-    ], tmp_path)  # fmt: skip
+    ], tmp_path, env={"LLM_OCR_API_KEY": key})  # fmt: skip
     watch = ProcessWatch(process.pid)
-    stdout, stderr = _finish(process, watch, tmp_path)
+    handed_over: dict[str, str | None] = {}
+
+    def look_at_the_server(children: list[psutil.Process]) -> None:
+        for child in children:
+            try:
+                if "vllm.entrypoints.openai.api_server" in " ".join(cmdline := child.cmdline()):
+                    handed_over.setdefault("cmdline", " ".join(cmdline))
+                    handed_over.setdefault("VLLM_API_KEY", child.environ().get("VLLM_API_KEY"))
+            except psutil.Error:
+                continue
+
+    stdout, stderr = _finish(process, watch, tmp_path, on_poll=look_at_the_server)
     assert process.returncode == 0, stderr[-4000:]
+    # The key reached vLLM through its environment, not its command line (world-readable).
+    assert handed_over.get("VLLM_API_KEY") == key and key not in handed_over["cmdline"]
+    leaks = [where for where, text in [("llm-ocr stderr", stderr), ("llm-ocr stdout", stdout), *texts_under(out)]
+             if key in text]
+    assert leaks == []  # neither llm-ocr's log, nor vLLM's (OUT/_state/logs), nor any output
 
     # The production flag set for the preset, minus the DeepSeek-OCR recipe (another family).
     launch = next(line for line in stderr.splitlines() if "starting vllm server (generation 1)" in line)

@@ -90,11 +90,7 @@ def build_tokenizer():
 def build(folder: str | Path, seed: int = 0) -> Path:
     """Write the tiny model (weights, config, tokenizer, processor, chat template) to ``folder``."""
     import torch
-    from transformers import (
-        Idefics3Config,
-        Idefics3ForConditionalGeneration,
-        Idefics3Processor,
-    )
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
     folder = Path(folder)
