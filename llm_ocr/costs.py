@@ -105,3 +105,69 @@ def machine_cost(wall_time_s: float, hardware: Hardware) -> dict[str, Any]:
         "price_per_hour": price,
         "estimated_cost_usd": round(wall_time_s / 3600 * price, 4) if price is not None else None,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# SageMaker Processing instance types
+
+#: When the SageMaker prices below were looked up. They are **estimates**: on-demand US$ per
+#: instance-hour in us-east-1, other regions cost more or less; AWS's price pages could not be
+#: read from here, so each comes from a public copy of AWS's price list or a public cost table
+#: (:data:`SAGEMAKER_PRICE_SOURCES`). ``llm-ocr launch sagemaker --price-per-hour X`` replaces
+#: them with your own figure; unknown prices show as unknown, never as a guess.
+SAGEMAKER_PRICES_AS_OF = "2026-11-23"
+SAGEMAKER_PRICE_SOURCES: dict[str, str] = {
+    "price-list": "AWS Price List bulk file AmazonSageMaker us-east-1 (USE1-Host rows, published 2026-09/10), "
+                  "as quoted in public research notes",
+    "public-table": "public SageMaker hourly price tables in open-source cost estimators (us-east-1)",
+    "public-table-ohio": "a public SageMaker instance price table for us-east-2 (Ohio)",
+}
+
+
+def _instance(name: str, gpus: int, preset: str | None, price: float | None, accelerator: str) -> Hardware:
+    return Hardware(name, gpus, preset, price, True, accelerator)
+
+
+#: SageMaker Processing instance types llm-ocr sizes for: GPUs per instance (the whole machine is
+#: billed: a multi-GPU instance must use every GPU, which llm-ocr's multi-GPU serving does from
+#: what nvidia-smi lists), the vLLM preset of one GPU (None: sized from the GPU found), and the
+#: estimated price with its source. Which of them SageMaker Processing accepts is read from the
+#: installed botocore's ``ProcessingInstanceType`` enum, not from here.
+SAGEMAKER_HARDWARE: dict[str, Hardware] = {
+    h.name: h
+    for h in (
+        # NVIDIA L40S 48 GB
+        _instance("ml.g6e.xlarge", 1, "l40s-48gb", 2.61, "L40S 48GB"),  # public-table
+        _instance("ml.g6e.2xlarge", 1, "l40s-48gb", 2.8026, "L40S 48GB"),  # price-list
+        _instance("ml.g6e.4xlarge", 1, "l40s-48gb", None, "L40S 48GB"),
+        _instance("ml.g6e.8xlarge", 1, "l40s-48gb", None, "L40S 48GB"),
+        _instance("ml.g6e.16xlarge", 1, "l40s-48gb", None, "L40S 48GB"),
+        _instance("ml.g6e.12xlarge", 4, "l40s-48gb", 13.1158, "4x L40S 48GB"),  # price-list
+        _instance("ml.g6e.24xlarge", 4, "l40s-48gb", None, "4x L40S 48GB"),
+        _instance("ml.g6e.48xlarge", 8, "l40s-48gb", None, "8x L40S 48GB"),
+        # NVIDIA L4 24 GB
+        _instance("ml.g6.xlarge", 1, "l4-24gb", 1.1267, "L4 24GB"),  # price-list
+        _instance("ml.g6.2xlarge", 1, "l4-24gb", 1.222, "L4 24GB"),  # price-list
+        _instance("ml.g6.4xlarge", 1, "l4-24gb", None, "L4 24GB"),
+        _instance("ml.g6.8xlarge", 1, "l4-24gb", None, "L4 24GB"),
+        _instance("ml.g6.16xlarge", 1, "l4-24gb", 4.246, "L4 24GB"),  # price-list
+        _instance("ml.g6.12xlarge", 4, "l4-24gb", 5.752, "4x L4 24GB"),  # public-table
+        _instance("ml.g6.24xlarge", 4, "l4-24gb", 8.344, "4x L4 24GB"),  # public-table
+        _instance("ml.g6.48xlarge", 8, "l4-24gb", None, "8x L4 24GB"),
+        # NVIDIA A10G 24 GB (no named preset: vLLM is sized from the GPU's memory)
+        _instance("ml.g5.xlarge", 1, None, 1.408, "A10G 24GB"),  # public-table
+        _instance("ml.g5.2xlarge", 1, None, 1.515, "A10G 24GB"),  # public-table, price-list
+        _instance("ml.g5.4xlarge", 1, None, 2.03, "A10G 24GB"),  # public-table
+        _instance("ml.g5.8xlarge", 1, None, None, "A10G 24GB"),
+        _instance("ml.g5.16xlarge", 1, None, 5.12, "A10G 24GB"),  # public-table-ohio
+        _instance("ml.g5.12xlarge", 4, None, 7.09, "4x A10G 24GB"),  # public-table
+        _instance("ml.g5.24xlarge", 4, None, 10.18, "4x A10G 24GB"),  # public-table
+        _instance("ml.g5.48xlarge", 8, None, 20.36, "8x A10G 24GB"),  # public-table
+        # NVIDIA H100 80 GB
+        _instance("ml.p5.4xlarge", 1, "h100-80gb", None, "H100 80GB"),
+        # CPU only: Assemble, or a stage given --endpoint
+        _instance("ml.m5.large", 0, None, 0.115, "2 vCPU, 8 GiB"),  # public-table
+        _instance("ml.m5.xlarge", 0, None, 0.23, "4 vCPU, 16 GiB"),  # public-table
+        _instance("ml.m5.2xlarge", 0, None, 0.46, "8 vCPU, 32 GiB"),  # public-table
+    )
+}

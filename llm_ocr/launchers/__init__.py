@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 #: Platform name (as typed after ``llm-ocr launch``) -> "module:class" of its adapter.
 PLATFORMS: dict[str, str] = {
     "hf-jobs": "llm_ocr.launchers.hf_jobs:HfJobs",
+    "sagemaker": "llm_ocr.launchers.sagemaker:SageMaker",
 }
 
 

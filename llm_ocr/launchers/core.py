@@ -81,7 +81,7 @@ def plan_launch(
     skipped = _finished_shards(out, request)
     skipped.update(_running_shards(previous, request, skipped))
     launch_id = launch_id or new_launch_id()
-    notes = _notes(request, target)
+    notes = [*target.notes, *_notes(request, target)]
 
     rate = request.pages_per_s or planning_rate(target.hardware.gpu_preset, request.stage)
     pages = request.pages if request.pages is not None else pages
