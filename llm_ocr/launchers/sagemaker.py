@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from fsspec.core import split_protocol
 
-from llm_ocr.costs import SAGEMAKER_HARDWARE, SAGEMAKER_PRICES_AS_OF, Hardware
+from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
 from llm_ocr.launchers import sagemaker_request as req
 from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
 from llm_ocr.launchers.platform import JobState, Phase, Submission
@@ -189,8 +189,7 @@ class SageMaker:
         notes = [f"SageMaker Processing has no job retries (--attempts is not used): relaunch the same command to "
                  f"rerun failed shards; they resume from their parts"]
         if hardware.price_per_hour is not None and self.price_per_hour is None:
-            notes.append(f"{hardware.name} ${hardware.price_per_hour:g}/h is an estimate (us-east-1 on-demand, as found on "
-                         f"{SAGEMAKER_PRICES_AS_OF}; see llm_ocr/costs.py); pass --price-per-hour for your own")
+            notes.append(f"{sagemaker_price_note(hardware.name)}; pass --price-per-hour for your own")
         account = self._account()
         self._check_role(role, notes)
         quota = self._quota(hardware.name, notes)

@@ -105,10 +105,18 @@ def sm_args(*extra: str, shards: int = 4, inputs: tuple[str, ...] = (INPUT,), ou
 
 @contextmanager
 def launcher_here(world: AwsWorld, tmp: Path, monkeypatch: Any) -> Iterator[None]:
-    """This process as the launching machine, for in-process calls of :mod:`llm_ocr.launch`."""
+    """This process as the launching machine, for in-process calls of :mod:`llm_ocr.launch`.
+    fsspec keeps S3 filesystems by their arguments, endpoint not included: an earlier test's
+    (talking to an earlier moto) is dropped before and after."""
+    import s3fs
+
     for key in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(key)
     for key, value in world.env(tmp).items():
         if key.startswith(("AWS_", "XDG_")):
             monkeypatch.setenv(key, value)
-    yield
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
