@@ -41,7 +41,7 @@ from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
 from llm_ocr.launchers import sagemaker_request as req
 from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
 from llm_ocr.launchers.platform import JobState, Phase, Submission
-from llm_ocr.launchers.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target, assert_no_secret
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage import Storage
 from llm_ocr.storage.stores import scrub
@@ -361,7 +361,23 @@ class SageMaker:
                     "stage options: shorten them, or put long option values in a file the job can read)"
                 )
             jobs.append(PlannedJob(shards, body, group))
+        # The job reads AWS as its role: the launcher's own keys must never ride along.
+        try:
+            assert_no_secret(self._own_credentials(), "a Processing job request", [job.body for job in jobs])
+        except LaunchError:
+            raise LaunchError(
+                "your AWS secret key or session token would appear in the Processing job request (in --env or a stage "
+                "option): remove it; the jobs reach AWS as their execution role, and other secrets go by name "
+                "(--aws-secret NAME=SECRET_ID)"
+            ) from None
         return jobs
+
+    def _own_credentials(self) -> dict[str, str]:
+        credentials = self._session.get_credentials() if self._session is not None else None
+        if credentials is None:
+            return {}
+        frozen = credentials.get_frozen_credentials()
+        return {"AWS_SECRET_ACCESS_KEY": frozen.secret_key or "", "AWS_SESSION_TOKEN": frozen.token or ""}
 
     # -- side effects ---------------------------------------------------------------------------
 

@@ -260,6 +260,8 @@ BAD_INPUT = [
     ("argument too long", {"args": ["--describe-prompt", "p" * 300]}, "ContainerArguments[5] is 300 characters long"),
     ("output that cannot be written", {"output": "s3://no-such-bucket/out"}, "cannot write to s3://no-such-bucket/out"),
     ("a local secret", {"args": ["--secret", "AWS_SECRET_ACCESS_KEY"]}, "SageMaker jobs have no secrets channel"),
+    ("the AWS key in a stage option", {"args": ["--describe-prompt", f"key {PLANTED}"]},
+     "your AWS secret key or session token would appear in the Processing job request"),
     ("hf output without a token secret", {"output": "hf://datasets/me/ocr", "args": ["--code-uri", "s3://ocr/c"]},
      "pass --aws-secret HF_TOKEN=llm-ocr/hf-token"),
     ("a secret that does not exist", {"args": ["--aws-secret", "HF_TOKEN=llm-ocr/none"]}, "no secret 'llm-ocr/none'"),

@@ -127,3 +127,41 @@ def test_secrets_are_fetched_by_name_and_a_missing_one_stops_the_job_with_what_t
         assert not (tmp_path / "out").exists()  # nothing ran
     finally:
         moto.stop()
+
+
+def test_build_and_push_creates_the_repository_logs_in_builds_and_pushes(tmp_path: Path) -> None:
+    """sagemaker/build_and_push.sh with stand-ins for the aws and docker CLIs that record their calls."""
+    import os
+    import subprocess
+
+    from tests.conftest import REPO
+
+    shims, calls = tmp_path / "bin", tmp_path / "calls.txt"
+    shims.mkdir()
+    (shims / "aws").write_text(
+        '#!/bin/sh\necho "aws $*" >> "$CALLS"\n'
+        'case "$*" in *get-caller-identity*) echo 123456789012;; *describe-repositories*) exit 254;;'
+        ' *get-login-password*) echo ecr-password;; esac\n'
+    )
+    (shims / "docker").write_text('#!/bin/sh\necho "docker $*" >> "$CALLS"\ncase "$*" in login*) cat >> "$CALLS";; esac\n')
+    for shim in shims.iterdir():
+        shim.chmod(0o755)
+    env = {"PATH": f"{shims}{os.pathsep}/usr/bin{os.pathsep}/bin", "CALLS": str(calls)}
+    script = str(REPO / "sagemaker" / "build_and_push.sh")
+    done = subprocess.run(["bash", script, "eu-west-1"], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/llm-ocr:0.1.0"
+    assert done.stdout == image + "\n"  # only the URI on stdout: `--image "$(sagemaker/build_and_push.sh R)"`
+    registry = image.split("/")[0]
+    assert calls.read_text().splitlines() == [
+        "aws sts get-caller-identity --query Account --output text",
+        "aws ecr describe-repositories --repository-names llm-ocr --region eu-west-1",
+        "aws ecr create-repository --repository-name llm-ocr --region eu-west-1",
+        "aws ecr get-login-password --region eu-west-1",
+        f"docker login --username AWS --password-stdin {registry}",
+        "ecr-password",
+        f"docker build -f {REPO}/sagemaker/Dockerfile -t {image} {REPO}",
+        f"docker push {image}",
+    ]
+    usage = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
+    assert usage.returncode == 2 and "usage:" in usage.stderr
