@@ -40,6 +40,7 @@ from llm_ocr.launchers.spec import (
     secret_values,
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
+from llm_ocr.platform import compact_ranges
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
@@ -426,13 +427,7 @@ def describe_plan(plan: LaunchPlan) -> list[str]:
 
 def _ranges(numbers: list[int]) -> str:
     """``0-3, 7, 9-10`` for [0, 1, 2, 3, 7, 9, 10]."""
-    spans: list[list[int]] = []
-    for n in numbers:
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+    return compact_ranges(numbers).replace(",", ", ")
 
 
 def storage_for(output: str, storage_options: dict[str, Any] | None = None) -> Storage:

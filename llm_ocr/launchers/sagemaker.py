@@ -397,7 +397,7 @@ class SageMaker:
         except Exception as exc:  # noqa: BLE001 - reported with what to do
             raise LaunchError(f"could not upload the llm-ocr wheel to {folder.url} ({_brief(exc)}); pass --code-uri "
                               "s3://BUCKET/PREFIX you can write, or --image with llm-ocr installed") from exc
-        log.info("uploaded the llm-ocr wheel to %s", path)
+        log.info("uploaded the llm-ocr wheel to %s", folder.display(path))
 
     def submit(self, jobs: Sequence[PlannedJob], target: Target) -> Iterator[Submission]:
         """``create_processing_job`` per job (one per run of up to 100 shards)."""

@@ -153,13 +153,16 @@ def test_build_and_push_creates_the_repository_logs_in_builds_and_pushes(tmp_pat
     image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/llm-ocr:0.1.0"
     assert done.stdout == image + "\n"  # only the URI on stdout: `--image "$(sagemaker/build_and_push.sh R)"`
     registry = image.split("/")[0]
-    assert calls.read_text().splitlines() == [
+    lines = calls.read_text().splitlines()
+    # The two sides of `aws ecr get-login-password | docker login` start together: either order.
+    lines[3:5] = sorted(lines[3:5])
+    assert lines == [
         "aws sts get-caller-identity --query Account --output text",
         "aws ecr describe-repositories --repository-names llm-ocr --region eu-west-1",
         "aws ecr create-repository --repository-name llm-ocr --region eu-west-1",
         "aws ecr get-login-password --region eu-west-1",
         f"docker login --username AWS --password-stdin {registry}",
-        "ecr-password",
+        "ecr-password",  # what docker login read on stdin
         f"docker build -f {REPO}/sagemaker/Dockerfile -t {image} {REPO}",
         f"docker push {image}",
     ]
