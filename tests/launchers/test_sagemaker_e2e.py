@@ -9,11 +9,14 @@ arguments once per host, each host finding its shard in its own resourceconfig.j
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.fake_hub import FakeHub
 from tests.launchers.common import expected_pages, llm_ocr, llm_ocr_batch, wait_until
@@ -151,6 +154,10 @@ def test_cancel_stops_the_job_and_every_host(tmp_path: Path, corpus: Path, monke
         (job,) = world.sagemaker.jobs.values()
         wait_until(lambda: len(job.hosts) == 2 and all(h.process for h in job.hosts))
         pids = [h.process.pid for h in job.hosts]
+        # Follow shard 1's CloudWatch stream while the job runs: it must end when the job does.
+        follow = subprocess.Popen([sys.executable, "-m", "llm_ocr.cli", "jobs", "logs", OUTPUT, "--shard", "1", "-f"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
+        wait_until(lambda: "(from SageMaker)" in world.cloudwatch_text())
         cancelled = llm_ocr("jobs", "cancel", OUTPUT, env=env)
         assert cancelled.returncode == 0, cancelled.stderr
         assert f"cancel sent to 1 job(s): {job.name}" in cancelled.stdout
@@ -158,6 +165,9 @@ def test_cancel_stops_the_job_and_every_host(tmp_path: Path, corpus: Path, monke
         assert job.status == "Stopped" and "SageMaker.StopProcessingJob" in world.sagemaker.calls
         assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         assert {row.state for row in api.status(OUTPUT).shards} == {"cancelled"}
+        out, err = follow.communicate(timeout=60)
+        assert follow.returncode == 0, err
+        assert "shard 1 of 2 (from SageMaker)" in out and "received SIGTERM" in out  # host algo-2, to its end
 
 
 def test_an_hf_output_gets_its_token_from_secrets_manager_by_name(
