@@ -28,6 +28,7 @@ shard is run again by relaunching, and resumes from its parts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import re
 import time
@@ -186,8 +187,8 @@ class SageMaker:
                 "which the job fetches by name at start with its role"
             )
         hardware = self._hardware(request)
-        notes = [f"SageMaker Processing has no job retries (--attempts is not used): relaunch the same command to "
-                 f"rerun failed shards; they resume from their parts"]
+        notes = ["SageMaker Processing has no job retries (--attempts is not used): relaunch the same command to "
+                 "rerun failed shards; they resume from their parts"]
         if hardware.price_per_hour is not None and self.price_per_hour is None:
             notes.append(f"{sagemaker_price_note(hardware.name)}; pass --price-per-hour for your own")
         account = self._account()
@@ -246,7 +247,7 @@ class SageMaker:
                     f"{_type_list(gpu_types)}, or pass --endpoint URL"
                 )
         if self.price_per_hour is not None:
-            hardware = Hardware(hardware.name, hardware.gpus, hardware.gpu_preset, self.price_per_hour, True, hardware.accelerator)
+            hardware = dataclasses.replace(hardware, price_per_hour=self.price_per_hour, listed=True)
         return hardware
 
     def _account(self) -> str:
