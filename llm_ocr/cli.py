@@ -74,10 +74,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        _fetch_secrets()
         return handler(args)
     except OptionError as exc:
         log.error("%s", exc)
         return 2
+
+
+def _fetch_secrets() -> None:
+    """Secrets named in ``LLM_OCR_AWS_SECRET_*`` (SageMaker jobs), fetched before any command runs."""
+    from llm_ocr.aws_secrets import SecretFetchError, fetch_into_environment, wanted_secrets
+
+    if not wanted_secrets():
+        return
+    try:
+        names = fetch_into_environment()
+    except SecretFetchError as exc:
+        raise OptionError(str(exc)) from exc
+    log.info("fetched %s from AWS Secrets Manager", ", ".join(names))
 
 
 def _serve(argv: list[str]) -> int:

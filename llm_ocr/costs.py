@@ -105,3 +105,75 @@ def machine_cost(wall_time_s: float, hardware: Hardware) -> dict[str, Any]:
         "price_per_hour": price,
         "estimated_cost_usd": round(wall_time_s / 3600 * price, 4) if price is not None else None,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# SageMaker Processing instance types
+
+#: When the SageMaker prices below were looked up. They are **estimates**: on-demand US$ per
+#: instance-hour in us-east-1, other regions cost more or less; AWS's price pages could not be
+#: read from here, so each comes from a public copy of AWS's price list or a public cost table
+#: (:data:`SAGEMAKER_PRICE_SOURCES`). ``llm-ocr launch sagemaker --price-per-hour X`` replaces
+#: them with your own figure; unknown prices show as unknown, never as a guess.
+SAGEMAKER_PRICES_AS_OF = "2026-11-23"
+SAGEMAKER_PRICE_SOURCES: dict[str, str] = {
+    "price-list": "the real-time hosting rows (USE1-Host:ml.*) of AWS's Price List file for SageMaker in us-east-1 "
+                  "(published 2026-09/10), as quoted in public research notes; Processing may be priced differently",
+    "public-table": "public SageMaker hourly price tables in open-source cost estimators (us-east-1)",
+    "public-table-ohio": "a public SageMaker instance price table for us-east-2 (Ohio)",
+}
+
+
+#: SageMaker Processing instance types llm-ocr sizes for: GPUs per instance (the whole machine is
+#: billed: a multi-GPU instance must use every GPU, which llm-ocr's multi-GPU serving does from
+#: what nvidia-smi lists), the vLLM preset of one GPU (None: sized from the GPU found), the
+#: estimated price (None: not found) and where it was found (a key of
+#: :data:`SAGEMAKER_PRICE_SOURCES`). Which of them SageMaker Processing accepts is read from the
+#: installed botocore's ``ProcessingInstanceType`` enum, not from here.
+_SAGEMAKER_ROWS: tuple[tuple[str, int, str | None, float | None, str, str], ...] = (
+    # NVIDIA L40S 48 GB
+    ("ml.g6e.xlarge", 1, "l40s-48gb", 2.61, "L40S 48GB", "public-table"),
+    ("ml.g6e.2xlarge", 1, "l40s-48gb", 2.8026, "L40S 48GB", "price-list"),
+    ("ml.g6e.4xlarge", 1, "l40s-48gb", None, "L40S 48GB", ""),
+    ("ml.g6e.8xlarge", 1, "l40s-48gb", None, "L40S 48GB", ""),
+    ("ml.g6e.16xlarge", 1, "l40s-48gb", None, "L40S 48GB", ""),
+    ("ml.g6e.12xlarge", 4, "l40s-48gb", 13.1158, "4x L40S 48GB", "price-list"),
+    ("ml.g6e.24xlarge", 4, "l40s-48gb", None, "4x L40S 48GB", ""),
+    ("ml.g6e.48xlarge", 8, "l40s-48gb", None, "8x L40S 48GB", ""),
+    # NVIDIA L4 24 GB
+    ("ml.g6.xlarge", 1, "l4-24gb", 1.1267, "L4 24GB", "price-list"),
+    ("ml.g6.2xlarge", 1, "l4-24gb", 1.222, "L4 24GB", "price-list"),
+    ("ml.g6.4xlarge", 1, "l4-24gb", None, "L4 24GB", ""),
+    ("ml.g6.8xlarge", 1, "l4-24gb", None, "L4 24GB", ""),
+    ("ml.g6.16xlarge", 1, "l4-24gb", 4.246, "L4 24GB", "price-list"),
+    ("ml.g6.12xlarge", 4, "l4-24gb", 5.752, "4x L4 24GB", "public-table"),
+    ("ml.g6.24xlarge", 4, "l4-24gb", 8.344, "4x L4 24GB", "public-table"),
+    ("ml.g6.48xlarge", 8, "l4-24gb", None, "8x L4 24GB", ""),
+    # NVIDIA A10G 24 GB (no named preset: vLLM is sized from the GPU's memory)
+    ("ml.g5.xlarge", 1, None, 1.408, "A10G 24GB", "public-table"),
+    ("ml.g5.2xlarge", 1, None, 1.515, "A10G 24GB", "price-list"),
+    ("ml.g5.4xlarge", 1, None, 2.03, "A10G 24GB", "public-table"),
+    ("ml.g5.8xlarge", 1, None, None, "A10G 24GB", ""),
+    ("ml.g5.16xlarge", 1, None, 5.12, "A10G 24GB", "public-table-ohio"),
+    ("ml.g5.12xlarge", 4, None, 7.09, "4x A10G 24GB", "public-table"),
+    ("ml.g5.24xlarge", 4, None, 10.18, "4x A10G 24GB", "public-table"),
+    ("ml.g5.48xlarge", 8, None, 20.36, "8x A10G 24GB", "public-table"),
+    # NVIDIA H100 80 GB
+    ("ml.p5.4xlarge", 1, "h100-80gb", None, "H100 80GB", ""),
+    # CPU only: Assemble, or a stage given --endpoint
+    ("ml.m5.large", 0, None, 0.115, "2 vCPU, 8 GiB", "public-table"),
+    ("ml.m5.xlarge", 0, None, 0.23, "4 vCPU, 16 GiB", "public-table"),
+    ("ml.m5.2xlarge", 0, None, 0.46, "8 vCPU, 32 GiB", "public-table"),
+)
+SAGEMAKER_HARDWARE: dict[str, Hardware] = {
+    name: Hardware(name, gpus, preset, price, True, accelerator) for name, gpus, preset, price, accelerator, _ in _SAGEMAKER_ROWS
+}
+
+
+def sagemaker_price_note(instance_type: str) -> str:
+    """Where the built-in price of ``instance_type`` comes from, and when it was found."""
+    row = next((r for r in _SAGEMAKER_ROWS if r[0] == instance_type), None)
+    if row is None or row[3] is None:
+        return f"no built-in price for {instance_type}"
+    return (f"{instance_type}: ${row[3]:g}/h, an estimate (on-demand, us-east-1) from "
+            f"{SAGEMAKER_PRICE_SOURCES[row[5]]}, as found on {SAGEMAKER_PRICES_AS_OF}")

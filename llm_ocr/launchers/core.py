@@ -40,6 +40,7 @@ from llm_ocr.launchers.spec import (
     secret_values,
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
+from llm_ocr.platform import compact_ranges
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
@@ -81,7 +82,7 @@ def plan_launch(
     skipped = _finished_shards(out, request)
     skipped.update(_running_shards(previous, request, skipped))
     launch_id = launch_id or new_launch_id()
-    notes = _notes(request, target)
+    notes = [*target.notes, *_notes(request, target)]
 
     rate = request.pages_per_s or planning_rate(target.hardware.gpu_preset, request.stage)
     pages = request.pages if request.pages is not None else pages
@@ -187,7 +188,7 @@ def _running_shards(previous: LaunchRecord | None, request: LaunchRequest, skipp
     try:
         follower = _follower(previous)
         states = follower.states(candidates)
-    except Exception as exc:  # noqa: BLE001 - cannot tell: refuse rather than risk doubles
+    except Exception as exc:
         raise LaunchError(
             f"cannot check whether the jobs of launch {previous.launch_id} ({previous.platform}) still run: {exc}; "
             "cancel them (llm-ocr jobs cancel OUT) or wait until they end, then relaunch"
@@ -426,13 +427,7 @@ def describe_plan(plan: LaunchPlan) -> list[str]:
 
 def _ranges(numbers: list[int]) -> str:
     """``0-3, 7, 9-10`` for [0, 1, 2, 3, 7, 9, 10]."""
-    spans: list[list[int]] = []
-    for n in numbers:
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+    return compact_ranges(numbers).replace(",", ", ")
 
 
 def storage_for(output: str, storage_options: dict[str, Any] | None = None) -> Storage:

@@ -135,6 +135,8 @@ class Target:
     info: dict[str, Any] = field(default_factory=dict)
     #: Adapter-private state (built wheel, API client...); never serialised.
     private: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: What the user should know about this platform's choices (shown with the plan).
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from llm_ocr.config import JobOptions
 from llm_ocr.endpoint import EndpointError
-from llm_ocr.platform import detect_shard
+from llm_ocr.platform import PlatformError, detect_shard
 from llm_ocr.progress import RunCounters
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
@@ -47,7 +47,10 @@ class ShardOutcome:
 
 def resolve_shard(job: JobOptions) -> tuple[int, int]:
     """``(num_shards, shard_index)`` from options, else the platform, else ``(1, 0)``."""
-    num, index, where = detect_shard()
+    try:
+        num, index, where = detect_shard()
+    except PlatformError as exc:
+        raise RunError(str(exc)) from exc
     num_shards = job.num_shards if job.num_shards is not None else num
     shard_index = job.shard_index if job.shard_index is not None else (index if job.num_shards is None else 0)
     if shard_index >= num_shards:
@@ -142,6 +145,6 @@ def _run_and_map(main: Callable[[], Awaitable[ShardOutcome]]) -> ShardOutcome:
     except (KeyboardInterrupt, asyncio.CancelledError):
         log.error("interrupted; completed parts are kept, rerun the same command to resume")
         return ShardOutcome(EXIT_INTERRUPTED)
-    except Exception:  # noqa: BLE001 - a bug or an unforeseen failure: show it, exit "could not run"
+    except Exception:
         log.exception("the run failed unexpectedly; completed parts are kept, rerun to resume")
         return ShardOutcome(EXIT_COULD_NOT_RUN)
