@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 SAGEMAKER_RESOURCE_CONFIG = Path("/opt/ml/config/resourceconfig.json")
+
+#: ``N:SHARDS`` (e.g. ``20:1,5-7``): the shard each platform task runs, task i running the i-th
+#: shard listed, of N shards in all. A launcher sets it when it relaunches only some shards of a
+#: job array (the platform numbers the tasks 0..k-1 whatever shards they are to run).
+TASK_SHARDS_ENV = "LLM_OCR_TASK_SHARDS"
 
 
 def detect_shard(resource_config: Path = SAGEMAKER_RESOURCE_CONFIG) -> tuple[int, int, str]:
@@ -15,16 +21,56 @@ def detect_shard(resource_config: Path = SAGEMAKER_RESOURCE_CONFIG) -> tuple[int
     Cloud Run Jobs set ``CLOUD_RUN_TASK_COUNT``/``CLOUD_RUN_TASK_INDEX``; SageMaker Processing
     has no variable but lists the hosts in ``resourceconfig.json`` (``algo-1``...); Hugging Face
     Jobs have no job arrays, so the launcher passes ``LLM_OCR_NUM_SHARDS``/``LLM_OCR_SHARD_INDEX``
-    (read by the option resolver before this is consulted).
+    (read by the option resolver before this is consulted). With :data:`TASK_SHARDS_ENV` set, the
+    platform's task index picks the shard from that list (``ValueError`` if the list does not
+    match the platform's task count).
     """
     env = os.environ
     if "CLOUD_RUN_TASK_COUNT" in env:
-        return int(env["CLOUD_RUN_TASK_COUNT"]), int(env.get("CLOUD_RUN_TASK_INDEX", "0")), "Cloud Run"
+        return _mapped(int(env["CLOUD_RUN_TASK_COUNT"]), int(env.get("CLOUD_RUN_TASK_INDEX", "0")), "Cloud Run")
     if resource_config.exists():
         try:
             config = json.loads(resource_config.read_text())
             hosts = sorted(config["hosts"], key=lambda h: (len(h), h))
-            return len(hosts), hosts.index(config["current_host"]), "SageMaker"
+            host = hosts.index(config["current_host"])
         except (ValueError, KeyError, OSError):
-            pass
+            return 1, 0, "default"
+        return _mapped(len(hosts), host, "SageMaker")
     return 1, 0, "default"
+
+
+def task_shards_value(num_shards: int, shards: Sequence[int]) -> str:
+    """The :data:`TASK_SHARDS_ENV` value for tasks running ``shards`` of ``num_shards``: ``20:1,5-7``."""
+    spans: list[list[int]] = []
+    for shard in shards:
+        if spans and shard == spans[-1][1] + 1:
+            spans[-1][1] = shard
+        else:
+            spans.append([shard, shard])
+    return f"{num_shards}:" + ",".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+def parse_task_shards(value: str) -> tuple[int, list[int]]:
+    """``(num_shards, shards)`` from a :data:`TASK_SHARDS_ENV` value (``ValueError`` if malformed)."""
+    total, sep, listed = value.partition(":")
+    try:
+        shards = []
+        for part in listed.split(","):
+            first, _, last = part.partition("-")
+            shards += range(int(first), int(last or first) + 1)
+        num_shards = int(total)
+    except ValueError:
+        raise ValueError(f"{TASK_SHARDS_ENV}={value!r} is not N:SHARDS (e.g. 20:1,5-7)") from None
+    if not sep or not shards or any(not 0 <= s < num_shards for s in shards):
+        raise ValueError(f"{TASK_SHARDS_ENV}={value!r}: shards must be listed and lie in 0..N-1")
+    return num_shards, shards
+
+
+def _mapped(tasks: int, index: int, where: str) -> tuple[int, int, str]:
+    value = os.environ.get(TASK_SHARDS_ENV)
+    if not value:
+        return tasks, index, where
+    num_shards, shards = parse_task_shards(value)
+    if len(shards) != tasks or not 0 <= index < tasks:
+        raise ValueError(f"{TASK_SHARDS_ENV} lists {len(shards)} shard(s) but {where} runs {tasks} task(s) (this is task {index})")
+    return num_shards, shards[index], f"{where}, task {index} of {tasks}"

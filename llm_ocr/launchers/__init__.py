@@ -14,10 +14,11 @@ What belongs here:
   job for all shards where the platform has job arrays); everything else is the core's.
 
 What it may import: :mod:`llm_ocr.storage`, :mod:`llm_ocr.storage.state`, :mod:`llm_ocr.config`,
-:mod:`llm_ocr.costs`, :mod:`llm_ocr.storage.stores`, :mod:`llm_ocr.storage.access` and :mod:`llm_ocr.sources`
-(to check inputs before anything is submitted). Never the runners, the pipeline or the model
-servers' internals: a launcher only builds and submits job specs that run the same CLI inside a
-container, and reads what those runs leave in ``OUT/_state``. Platform SDKs
+:mod:`llm_ocr.costs`, :mod:`llm_ocr.storage.stores`, :mod:`llm_ocr.storage.access`, :mod:`llm_ocr.sources`
+(to check inputs before anything is submitted) and :mod:`llm_ocr.platform` (how a task finds its
+shard). Never the runners, the pipeline or the model servers' internals: a launcher only builds
+and submits job specs that run the same CLI inside a container, and reads what those runs leave
+in ``OUT/_state``. Platform SDKs
 (``huggingface_hub``, ``boto3``, ``google-cloud-run``) are imported inside the adapters only.
 """
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 #: Platform name (as typed after ``llm-ocr launch``) -> "module:class" of its adapter.
 PLATFORMS: dict[str, str] = {
     "hf-jobs": "llm_ocr.launchers.hf_jobs:HfJobs",
+    "cloud-run": "llm_ocr.launchers.cloud_run:CloudRun",
 }
 
 

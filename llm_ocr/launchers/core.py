@@ -24,7 +24,7 @@ from fsspec.core import split_protocol
 from llm_ocr.launchers.command import llm_ocr_command
 from llm_ocr.launchers.platform import JobState, Platform
 from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, save_record
-from llm_ocr.launchers.sizing import input_pages, planning_rate, shard_timeout
+from llm_ocr.launchers.sizing import fit_timeout, input_pages, planning_rate
 from llm_ocr.launchers.spec import (
     LAUNCH_LABEL,
     PRIMARY_STAGE,
@@ -51,6 +51,8 @@ log = logging.getLogger("llm_ocr")
 #: Names that must go through --secret, never --env.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY", re.IGNORECASE)
 _LOCAL_PROTOCOLS = {None, "file", "local"}
+#: Tries per job when neither ``--attempts`` nor the platform (``default_attempts``) says.
+DEFAULT_ATTEMPTS = 3
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,8 +68,10 @@ def plan_launch(
     output repo or write a probe: a dry run changes nothing anywhere.
     """
     _check_request(request)
-    user_secrets = _user_secrets(request)
+    # The platform first: it may refuse --secret (and say what it takes instead) before the
+    # local values are looked up.
     target = platform.resolve(request)
+    user_secrets = _user_secrets(request)
     pages, pages_how = _check_inputs(request)
     out = Storage(request.output, request.storage_options)
     if check_writable:
@@ -85,13 +89,19 @@ def plan_launch(
 
     rate = request.pages_per_s or planning_rate(target.hardware.gpu_preset, request.stage)
     pages = request.pages if request.pages is not None else pages
-    timeout = request.timeout_s or shard_timeout(pages, request.num_shards, rate)
+    attempts = request.attempts if request.attempts is not None else getattr(platform, "default_attempts", DEFAULT_ATTEMPTS)
+    try:
+        timeout, too_long = fit_timeout(pages, request.num_shards, rate, limit_s=target.max_timeout_s, attempts=attempts,
+                                        requested_s=request.timeout_s)
+    except ValueError as exc:
+        raise LaunchError(f"{platform.name}: {exc}") from exc
+    notes += too_long
     if request.timeout_s is None:
         basis = f"{pages} pages ({pages_how}) at {rate:g} pages/s per job" if pages is not None else f"page count unknown ({pages_how}); pass --pages N to size it"
         notes.append(f"timeout {timeout // 60} min per job: {basis}")
 
     specs = [
-        _spec(request, target, launch_id, shard, timeout, user_secrets, shard_env=platform.shard_env)
+        _spec(request, target, launch_id, shard, timeout, attempts, user_secrets, shard_env=platform.shard_env)
         for shard in range(request.num_shards)
         if shard not in skipped
     ]
@@ -109,7 +119,7 @@ def _check_request(request: LaunchRequest) -> None:
         raise LaunchError(f"--num-shards must be at least 1 (got {request.num_shards})")
     if request.stage not in STAGES:
         raise LaunchError(f"--stage must be one of {', '.join(STAGES)} (got {request.stage!r})")
-    if request.attempts < 1:
+    if request.attempts is not None and request.attempts < 1:
         raise LaunchError(f"--attempts must be at least 1 (got {request.attempts})")
     if request.timeout_s is not None and request.timeout_s <= 0:
         raise LaunchError(f"--timeout must be positive (got {request.timeout_s})")
@@ -229,6 +239,7 @@ def _spec(
     launch_id: str,
     shard: int,
     timeout: int,
+    attempts: int,
     user_secrets: dict[str, str],
     *,
     shard_env: bool,
@@ -245,6 +256,7 @@ def _spec(
     if hardware.price_per_hour is not None:
         # The markers then record the machine's own price (the whole machine is billed).
         env["LLM_OCR_GPU_PRICE_PER_HOUR"] = f"{hardware.price_per_hour:g}"
+    env.update(target.env)
     env.update(request.env)
     return ShardSpec(
         shard_index=shard,
@@ -256,8 +268,9 @@ def _spec(
         secrets={**target.secrets, **user_secrets},
         hardware=hardware.name,
         timeout_s=timeout,
-        attempts=request.attempts,
+        attempts=attempts,
         labels={LAUNCH_LABEL: launch_id, SHARD_LABEL: f"{shard:05d}-of-{n:05d}"},
+        secret_refs=dict(target.secret_refs),
     )
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_ocr.costs import HF_JOBS_HARDWARE, Hardware
-from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
+from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
 from llm_ocr.launchers.platform import JobState, Phase, Submission
 from llm_ocr.launchers.spec import LAUNCH_LABEL, REDACTED, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
@@ -39,11 +39,6 @@ from llm_ocr.storage.stores import scrub
 
 log = logging.getLogger("llm_ocr")
 
-#: The stock image GPU stages run in. Pinned: DeepSeek-OCR broke in vLLM 0.30, and HF's own
-#: DeepSeek-OCR script uses this tag (FACTS.md, Hugging Face).
-VLLM_IMAGE = "vllm/vllm-openai:v0.29.0"
-#: The stock image for stages that need no model server (Assemble, or any stage with --endpoint).
-CPU_IMAGE = "python:3.12-slim"
 #: Where the code repo is mounted in the container.
 CODE_MOUNT = "/llm-ocr-code"
 DEFAULT_GPU_FLAVOR = "a100-large"
