@@ -493,7 +493,7 @@ def _task_state(task: Any) -> JobState:
     message = None
     if phase in ("failed", "cancelled"):
         why = (result.status.message if result else "") or (completed.message if completed is not None else "")
-        message = f"{attempt} exited {exit_code}" + (f": {why}" if why else "") + f" ({task.retried} retries)"
+        message = f"{attempt} exited {exit_code}" + (f": {why}" if why else "")
     name = f"{task.execution.rsplit('/', 1)[-1] or task.name.rsplit('/', 1)[-1]} task {task.index}"
     return JobState(name, phase, f"{phase.upper()} ({attempt})", message, _seconds(task.start_time, task.completion_time))
 
