@@ -88,7 +88,8 @@ def plan_launch(
     notes = _notes(request, target)
 
     rate = request.pages_per_s or planning_rate(target.hardware.gpu_preset, request.stage)
-    pages = request.pages if request.pages is not None else pages
+    if request.pages is not None:
+        pages, pages_how = request.pages, "--pages"
     attempts = request.attempts if request.attempts is not None else getattr(platform, "default_attempts", DEFAULT_ATTEMPTS)
     try:
         timeout, too_long = fit_timeout(pages, request.num_shards, rate, limit_s=target.max_timeout_s, attempts=attempts,
