@@ -41,13 +41,18 @@ def detect_shard(resource_config: Path = SAGEMAKER_RESOURCE_CONFIG) -> tuple[int
 
 def task_shards_value(num_shards: int, shards: Sequence[int]) -> str:
     """The :data:`TASK_SHARDS_ENV` value for tasks running ``shards`` of ``num_shards``: ``20:1,5-7``."""
+    return f"{num_shards}:{format_ranges(shards)}"
+
+
+def format_ranges(numbers: Sequence[int], sep: str = ",") -> str:
+    """``0-3,7,9-10`` for [0, 1, 2, 3, 7, 9, 10] (runs of consecutive numbers as ``first-last``)."""
     spans: list[list[int]] = []
-    for shard in shards:
-        if spans and shard == spans[-1][1] + 1:
-            spans[-1][1] = shard
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
         else:
-            spans.append([shard, shard])
-    return f"{num_shards}:" + ",".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+            spans.append([n, n])
+    return sep.join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
 
 
 def parse_task_shards(value: str) -> tuple[int, list[int]]:

@@ -40,6 +40,7 @@ from llm_ocr.launchers.spec import (
     secret_values,
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
+from llm_ocr.platform import format_ranges
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
@@ -433,20 +434,9 @@ def cancel_jobs(record: LaunchRecord, shards: set[int] | None = None) -> list[st
 def describe_plan(plan: LaunchPlan) -> list[str]:
     """Human lines about a plan: which shards are not launched and why, and the notes."""
     done = sorted(shard for shard, why in plan.skipped.items() if why == "done")
-    lines = [f"not launched: {len(done)} shard(s) already done ({_ranges(done)})"] if done else []
+    lines = [f"not launched: {len(done)} shard(s) already done ({format_ranges(done, ', ')})"] if done else []
     lines += [f"not launched: shard {shard} {why}" for shard, why in sorted(plan.skipped.items()) if why != "done"]
     return lines + [f"note: {note}" for note in plan.notes]
-
-
-def _ranges(numbers: list[int]) -> str:
-    """``0-3, 7, 9-10`` for [0, 1, 2, 3, 7, 9, 10]."""
-    spans: list[list[int]] = []
-    for n in numbers:
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
 
 
 def storage_for(output: str, storage_options: dict[str, Any] | None = None) -> Storage:

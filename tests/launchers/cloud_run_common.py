@@ -6,8 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +15,7 @@ import pyarrow.parquet as pq
 
 from tests.conftest import REPO
 from tests.fakes.fake_cloud_run import FakeCloudRun
+from tests.launchers.common import llm_ocr
 from tests.storage_servers import GcsEmulator
 
 #: A token planted in the fake Secret Manager and in the launching machine's environment: it
@@ -59,12 +58,6 @@ def launch_args(*extra: str, shards: int = 2, inputs: tuple[str, ...] = (INPUT,)
     """``launch cloud-run INPUT --output OUT --num-shards N --project P --region R --workers 0 EXTRA``."""
     return ["launch", "cloud-run", *inputs, "--output", OUTPUT, "--num-shards", str(shards), "--project", PROJECT,
             "--region", REGION, "--secret-ref", "HF_TOKEN=hf-token", "--workers", "0", *extra]
-
-
-def llm_ocr(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``llm-ocr ARGS`` on the launching machine."""
-    return subprocess.run([sys.executable, "-m", "llm_ocr.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(REPO))
 
 
 def status(env: dict[str, str]) -> dict[str, Any]:

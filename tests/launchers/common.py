@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -63,6 +64,22 @@ def llm_ocr_batch(cases: list[tuple[list[str], dict[str, str]]], env: dict[str, 
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def measured(args: list[str], env: dict[str, str], settle: Callable[[], None]) -> dict[str, float]:
+    """Run ``llm-ocr ARGS`` (a launch with ``--wait``), then ``settle()`` (wait until every job's
+    processes have been waited for, so their CPU time is counted): its start and end times and the
+    CPU seconds of the launcher and the jobs (this process's children). ``SystemExit`` if it failed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.time()
+    done = llm_ocr(*args, env=env, timeout=900)
+    ended = time.time()
+    settle()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"launch failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"started": started, "ended": ended, "launch_to_done_s": ended - started, "cpu_s": cpu}
 
 
 def launch_args(*extra: str, shards: int = 4, inputs: tuple[str, ...] = (INPUT,)) -> list[str]:

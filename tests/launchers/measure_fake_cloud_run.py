@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import tempfile
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 from tests.docs import make_corpus
 from tests.launchers.cloud_run_common import OUTPUT, fake_cloud_run, launch_args, launcher_env, llm_ocr, stage_rows
-from tests.launchers.common import wait_until
+from tests.launchers.common import measured, wait_until
 
 
 def launch_to_done(shards: int, documents: int, pages: int) -> dict[str, float]:
@@ -40,27 +39,20 @@ def launch_to_done(shards: int, documents: int, pages: int) -> dict[str, float]:
         corpus = tmp / "docs"
         make_corpus(corpus, documents=documents, pages=pages)
         with fake_cloud_run(tmp / "api", corpus) as api:
-            env = launcher_env(api, tmp)
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            started = time.time()
-            done = llm_ocr(*launch_args("--wait", "--interval", "0.5", shards=shards), env=env, timeout=900)
-            ended = time.time()
-            api.wait_all(60)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            if done.returncode != 0:
-                raise SystemExit(f"launch failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+            timing = measured(launch_args("--wait", "--interval", "0.5", shards=shards), launcher_env(api, tmp),
+                              settle=lambda: api.wait_all(60))
             if len(stage_rows(api.gcs, "extract")) != documents * pages:
                 raise SystemExit("not every page was done once")
             (execution,) = api.executions.values()
             running = [t.completed - t.started for t in execution.tasks if t.started and t.completed]
+            started = timing["started"]
             return {
-                "launch_to_done_s": ended - started,
+                "launch_to_done_s": timing["launch_to_done_s"],
                 "submitted_after_s": execution.created - started,
-                "tasks_done_after_s": (execution.completed or ended) - started,
+                "tasks_done_after_s": (execution.completed or timing["ended"]) - started,
                 "task_running_s_min": min(running),
                 "task_running_s_max": max(running),
-                # The launcher and every task's processes (the fake server's own threads excluded).
-                "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+                "cpu_s": timing["cpu_s"],  # the launcher and every task's processes
             }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
