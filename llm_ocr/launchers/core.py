@@ -426,6 +426,12 @@ def cancel_jobs(record: LaunchRecord, shards: set[int] | None = None) -> list[st
     """Cancel the latest jobs of ``shards`` (default: all) that have not ended; their ids."""
     platform = _follower(record)
     jobs = [j for j in record.current_jobs() if shards is None or shards & set(j["shards"])]
+    wider = [j for j in jobs if shards is not None and set(j["shards"]) - shards]
+    if wider:  # a job array (one Cloud Run execution for all shards) stops as a whole
+        raise LaunchError(
+            f"job {wider[0]['job_id']} runs shards {format_ranges(sorted(wider[0]['shards']), ', ')} together and "
+            f"cannot stop only some of them: cancel it whole with `llm-ocr jobs cancel {record.output}`"
+        )
     states = platform.states(jobs)
     live = [j for j in jobs if (s := states.get(j["job_id"])) is None or s.phase in ("pending", "running", "unknown")]
     return platform.cancel(live) if live else []

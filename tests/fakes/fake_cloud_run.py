@@ -660,9 +660,9 @@ class FakeCloudRun:
         with self.lock:
             entries = list(self.log_entries)
         project = (body.get("resourceNames") or ["projects/unknown"])[0].split("/")[1]
-        rows = [self._entry_json(project, *entry) for entry in entries]
+        rows = [self._entry_json(project, number, *entry) for number, entry in enumerate(entries)]
         rows = [row for row in rows if all(_matches(row, key, op, value) for key, op, value in terms)]
-        rows.sort(key=lambda r: r["timestamp"], reverse=(body.get("orderBy") or "").endswith("desc"))
+        rows.sort(key=lambda r: (r["timestamp"], r["insertId"]), reverse=(body.get("orderBy") or "").endswith("desc"))
         start = int(body.get("pageToken") or 0)
         size = int(body.get("pageSize") or 1000)
         page = rows[start:start + size]
@@ -672,7 +672,8 @@ class FakeCloudRun:
         return answer
 
     @staticmethod
-    def _entry_json(project: str, at: float, job: str, execution: str, index: int, attempt: int, line: str) -> dict[str, Any]:
+    def _entry_json(project: str, number: int, at: float, job: str, execution: str, index: int, attempt: int,
+                    line: str) -> dict[str, Any]:
         return {
             "logName": f"projects/{project}/logs/run.googleapis.com%2Fstdout",
             "resource": {"type": "cloud_run_job", "labels": {"job_name": job, "project_id": project}},
@@ -680,7 +681,7 @@ class FakeCloudRun:
                        "run.googleapis.com/task_attempt": str(attempt)},
             "textPayload": line,
             "timestamp": _iso(at),
-            "insertId": f"{at:.6f}-{index}",
+            "insertId": f"{number:012d}",  # in the order written, for entries of the same microsecond
         }
 
 

@@ -124,3 +124,19 @@ def wait_until(condition: Callable[[], Any], timeout: float = 90, period: float 
             return value
         time.sleep(period)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def execute_notebook(path: Path) -> str:
+    """Run a notebook headlessly in a kernel that inherits this process's environment, from its own
+    folder; the text of every code cell's outputs. A failing cell raises ``CellExecutionError``
+    (with the cell and its traceback); an error output fails too."""
+    import nbclient
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not any(o.get("output_type") == "error" for o in outputs)
+    return "\n".join(json.dumps(o.get("data", {})) + o.get("text", "") for o in outputs)
+

@@ -92,6 +92,11 @@ def test_shards_run_as_the_tasks_of_one_execution_and_the_token_stays_a_referenc
         logs = llm_ocr("jobs", "logs", OUTPUT, "--shard", "1", env=env)
         assert logs.returncode == 0, logs.stderr
         assert "[extract shard 2/2] pages seen 4" in logs.stdout and "[extract shard 1/2]" not in logs.stdout
+        followed = llm_ocr("jobs", "logs", OUTPUT, "--shard", "0", "-f", "--tail", "3", env=env)  # ends: the task ended
+        assert followed.returncode == 0 and followed.stdout.splitlines() == [
+            line for *_, index, _, line in api.log_entries if index == 0][-3:], followed.stderr
+        cut = llm_ocr("jobs", "cancel", OUTPUT, "--shard", "1", env=env)  # one execution runs both shards
+        assert cut.returncode == 2 and "runs shards 0-1 together and cannot stop only some of them" in cut.stderr
         again = llm_ocr(*launch_args(), env=env)
         assert again.returncode == 0 and "nothing to launch" in again.stdout, again.stderr
         assert len(api.calls("POST", ":run")) == 1
