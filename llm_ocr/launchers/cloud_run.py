@@ -37,11 +37,13 @@ before it execs ``llm-ocr`` in the stock pinned vLLM image from Docker Hub
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, ClassVar
 
 from fsspec.core import split_protocol
@@ -260,8 +262,6 @@ class CloudRun:
         return Target(hardware, image, prefix, {}, info, private, **common)
 
     def _wheel(self) -> Wheel:
-        from pathlib import Path
-
         try:
             return read_wheel(Path(self.wheel_path)) if self.wheel_path else build_wheel()
         except (OSError, ValueError) as exc:
@@ -418,8 +418,6 @@ def _default_code_location(output: str) -> str:
 
 
 def _json(value: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(value)
 
 

@@ -86,28 +86,32 @@ def test_shards_run_as_the_tasks_of_one_execution_and_the_token_stays_a_referenc
         assert task["volumes"][0]["gcs"] == {"bucket": "ocr", "readOnly": True, "mountOptions": ["only-dir=llm-ocr-code"]}
         assert len([n for n in api.gcs.list("ocr", CODE_PREFIX) if n.endswith(".whl")]) == 1
 
-        # The table from the record, the logs from Cloud Logging, and a relaunch that has nothing to do.
-        table = status(env)
-        assert [(r["state"], r["job_phase"]) for r in table["shards"]] == [("done", "succeeded")] * 2 and table["succeeded"]
-        logs = llm_ocr("jobs", "logs", OUTPUT, "--shard", "1", env=env)
-        assert logs.returncode == 0, logs.stderr
-        assert "[extract shard 2/2] pages seen 4" in logs.stdout and "[extract shard 1/2]" not in logs.stdout
-        followed = llm_ocr("jobs", "logs", OUTPUT, "--shard", "0", "-f", "--tail", "3", env=env)  # ends: the task ended
-        assert followed.returncode == 0 and followed.stdout.splitlines() == [
-            line for *_, index, _, line in api.log_entries if index == 0][-3:], followed.stderr
-        cut = llm_ocr("jobs", "cancel", OUTPUT, "--shard", "1", env=env)  # one execution runs both shards
-        assert cut.returncode == 2 and "runs shards 0-1 together and cannot stop only some of them" in cut.stderr
-        again = llm_ocr(*launch_args(), env=env)
-        assert again.returncode == 0 and "nothing to launch" in again.stdout, again.stderr
+        # The table from the record, the logs from Cloud Logging, cancelling part of the execution,
+        # and a relaunch that has nothing to do (one interpreter for the five commands).
+        table, logs, followed, cut, again = llm_ocr_batch([
+            (["jobs", "status", OUTPUT, "--json"], {}),
+            (["jobs", "logs", OUTPUT, "--shard", "1"], {}),
+            (["jobs", "logs", OUTPUT, "--shard", "0", "-f", "--tail", "3"], {}),  # ends: the task has ended
+            (["jobs", "cancel", OUTPUT, "--shard", "1"], {}),
+            (launch_args(), {}),
+        ], env)
+        rows = json.loads(table["stdout"])
+        assert [(r["state"], r["job_phase"]) for r in rows["shards"]] == [("done", "succeeded")] * 2 and rows["succeeded"]
+        assert logs["code"] == 0, logs["stderr"]
+        assert "[extract shard 2/2] pages seen 4" in logs["stdout"] and "[extract shard 1/2]" not in logs["stdout"]
+        assert followed["code"] == 0 and followed["stdout"].splitlines() == [
+            line for *_, index, _, line in api.log_entries if index == 0][-3:], followed["stderr"]
+        assert cut["code"] == 2 and "runs shards 0-1 together and cannot stop only some of them" in cut["stderr"]
+        assert again["code"] == 0 and "nothing to launch" in again["stdout"], again["stderr"]
         assert len(api.calls("POST", ":run")) == 1
 
         # The planted token: in the tasks' environment only.
         places = {
             "dry-run": dry.stdout + dry.stderr,
-            "launch output": done.stdout + done.stderr + again.stdout + again.stderr,
+            "launch output": done.stdout + done.stderr + again["stdout"] + again["stderr"],
             "API requests": json.dumps(api.requests),
-            "task logs": api.log_text() + logs.stdout + logs.stderr,
-            "status": json.dumps(table),
+            "task logs": api.log_text() + logs["stdout"] + logs["stderr"] + followed["stdout"],
+            "status": table["stdout"],
             "output bucket": bucket_text(api.gcs, "ocr"),
             "launch cache": "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.json")),
         }
