@@ -177,3 +177,47 @@ def sagemaker_price_note(instance_type: str) -> str:
         return f"no built-in price for {instance_type}"
     return (f"{instance_type}: ${row[3]:g}/h, an estimate (on-demand, us-east-1) from "
             f"{SAGEMAKER_PRICE_SOURCES[row[5]]}, as found on {SAGEMAKER_PRICES_AS_OF}")
+
+
+@dataclass(frozen=True)
+class CloudRunPrices:
+    """Cloud Run Jobs' per-second prices: a task is billed for its GPU, vCPUs and memory."""
+
+    l4_per_s: float
+    vcpu_per_s: float
+    gib_per_s: float
+    region: str
+    source: str
+    recorded: str
+
+
+#: From https://cloud.google.com/run/pricing as the seed's notebook copied it (FACTS.md): an L4
+#: without zonal redundancy (the launcher disables it), vCPU and memory, us-east4. Recorded here
+#: on 2026-11-23 without re-checking the page (no network): check it for your region.
+CLOUD_RUN_PRICES = CloudRunPrices(
+    l4_per_s=0.0001867,
+    vcpu_per_s=0.000018,
+    gib_per_s=0.000002,
+    region="us-east4",
+    source="https://cloud.google.com/run/pricing (via the seed notebook, FACTS.md)",
+    recorded="2026-11-23",
+)
+
+
+def cloud_run_hardware(gpus: int, cpu: int, memory_gib: float, prices: CloudRunPrices = CLOUD_RUN_PRICES) -> Hardware:
+    """A Cloud Run task's resources as :class:`Hardware`, priced per hour from ``prices``."""
+    per_s = gpus * prices.l4_per_s + cpu * prices.vcpu_per_s + memory_gib * prices.gib_per_s
+    sizing = f"{cpu} vCPU, {memory_gib:g} GiB"
+    name = f"nvidia-l4, {sizing}" if gpus else sizing
+    return Hardware(name, gpus, "l4-24gb" if gpus else None, round(per_s * 3600, 4), True, f"L4 24GB, {sizing}" if gpus else sizing)
+
+
+def cloud_run_usage(
+    seconds: float, *, gpus: int, cpu: int, memory_gib: float, prices: CloudRunPrices = CLOUD_RUN_PRICES
+) -> list[dict[str, Any]]:
+    """What ``seconds`` of task time bill on Cloud Run: one row each for L4-seconds,
+    vCPU-seconds and GiB-seconds (``resource``, ``units``, ``price_per_unit``, ``cost_usd``)."""
+    rows = [("L4-seconds", seconds * gpus, prices.l4_per_s), ("vCPU-seconds", seconds * cpu, prices.vcpu_per_s),
+            ("GiB-seconds", seconds * memory_gib, prices.gib_per_s)]
+    return [{"resource": name, "units": round(units, 1), "price_per_unit": price, "cost_usd": round(units * price, 4)}
+            for name, units, price in rows]

@@ -105,7 +105,7 @@ def launch(
     hardware: str | None = None,
     image: str | None = None,
     timeout: int | str | None = None,
-    attempts: int = 3,
+    attempts: int | None = None,
     env: Mapping[str, str] | None = None,
     secrets: Sequence[str] = (),
     pages: int | None = None,
@@ -122,7 +122,8 @@ def launch(
     ``stage_args`` are ``llm-ocr STAGE`` options as typed (``["--describe-model", "X"]``);
     ``stage_options`` the same as a mapping (``{"describe_model": "X"}``). ``hardware`` is the
     platform's machine type, also accepted under its own name (``flavor=`` on ``hf-jobs``).
-    ``secrets`` names local environment variables passed to the jobs as secrets. With
+    ``secrets`` names local environment variables passed to the jobs as secrets. ``attempts``:
+    tries per job including the first (default: the platform's, 3; 4 on Cloud Run). With
     ``dry_run`` nothing is uploaded or submitted; ``Launch.plan.to_json()`` is the dry-run JSON.
     """
     cls = _platform(platform)

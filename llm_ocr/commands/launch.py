@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     parser = sub.add_parser(
         "launch",
-        help="run a stage as N shard jobs on a cloud platform (hf-jobs), optionally waiting with a live table",
+        help=f"run a stage as N shard jobs on a cloud platform ({', '.join(sorted(PLATFORMS))}), optionally waiting with a live table",
         description="Launch `llm-ocr STAGE INPUT... --output OUT` as N shard jobs. " + LAUNCH_HELP,
     )
     parser.add_argument("platform", choices=sorted(PLATFORMS), help="where to run the jobs")
@@ -67,11 +67,12 @@ def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
     )
     group = parser.add_argument_group("launch")
     group.add_argument("--output", required=True, help="output URL the jobs can write (hf://, s3://, gs://)")
-    group.add_argument("--num-shards", type=int, required=True, help="number of shards (jobs on hf-jobs)")
+    group.add_argument("--num-shards", type=int, required=True, help="number of shards (jobs on hf-jobs, tasks on cloud-run)")
     group.add_argument("--stage", choices=STAGES, default="run", help="stage each job runs (default run: all three)")
     group.add_argument("--image", default=None, help="prebuilt image with llm-ocr (default: a stock pinned image + the llm-ocr wheel)")
     group.add_argument("--timeout", default=None, help="per job, seconds or 90m/6h (default: sized from --pages, else 6h)")
-    group.add_argument("--attempts", type=int, default=3, help="tries per job including the first (default 3); retries resume")
+    group.add_argument("--attempts", type=int, default=None,
+                       help="tries per job (a task on cloud-run) including the first (default 3; 4 on cloud-run); retries resume")
     group.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="plain environment variable for the jobs")
     group.add_argument("--secret", action="append", default=[], metavar="NAME",
                        help="pass local environment variable NAME to the jobs as a secret (repeatable)")
@@ -176,7 +177,7 @@ def _wait(target: str, launch_id: str | None, interval: float, timeout: float | 
     print(final)
     if not final.succeeded:
         print(f"not every shard finished: see `llm-ocr jobs logs {target} --shard I`; relaunch the same command to "
-              "run only the unfinished shards")
+              "run only the unfinished shards (add --retry-errors to rerun a shard whose pages failed)")
         return 1
     print(f"every shard finished; check every page with `llm-ocr status {target}`")
     return 0

@@ -16,10 +16,10 @@ What belongs here:
 What it may import: :mod:`llm_ocr.storage`, :mod:`llm_ocr.storage.state`, :mod:`llm_ocr.config`,
 :mod:`llm_ocr.costs`, :mod:`llm_ocr.storage.stores`, :mod:`llm_ocr.storage.access` and :mod:`llm_ocr.sources`
 (to check inputs before anything is submitted), and the container side's contracts the jobs are
-configured for: :mod:`llm_ocr.platform` (how a host finds its shard) and :mod:`llm_ocr.aws_secrets`
-(secrets fetched by name). Never the runners, the pipeline or the model
-servers' internals: a launcher only builds and submits job specs that run the same CLI inside a
-container, and reads what those runs leave in ``OUT/_state``. Platform SDKs
+configured for: :mod:`llm_ocr.platform` (how a task finds its shard) and :mod:`llm_ocr.aws_secrets`
+(secrets fetched by name). Never the runners, the pipeline or the model servers' internals: a
+launcher only builds and submits job specs that run the same CLI inside a container, and reads
+what those runs leave in ``OUT/_state``. Platform SDKs
 (``huggingface_hub``, ``boto3``, ``google-cloud-run``) are imported inside the adapters only.
 """
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 PLATFORMS: dict[str, str] = {
     "hf-jobs": "llm_ocr.launchers.hf_jobs:HfJobs",
     "sagemaker": "llm_ocr.launchers.sagemaker:SageMaker",
+    "cloud-run": "llm_ocr.launchers.cloud_run:CloudRun",
 }
 
 

@@ -21,6 +21,12 @@ from collections.abc import Sequence
 
 from fsspec.core import split_protocol
 
+#: The stock image GPU stages run in when no --image is given. Pinned: DeepSeek-OCR broke in
+#: vLLM 0.30, and Hugging Face's own DeepSeek-OCR script uses this tag (FACTS.md, Hugging Face).
+VLLM_IMAGE = "vllm/vllm-openai:v0.29.0"
+#: The stock image for stages that need no model server (Assemble, or any stage with --endpoint).
+CPU_IMAGE = "python:3.12-slim"
+
 #: Installs "$0" (the wheel) and execs "$@" (the llm-ocr command line). pip, not uv: both stock
 #: images (vllm/vllm-openai, python:3.12-slim) have pip on PATH for the interpreter they run.
 INSTALL_SCRIPT = (

@@ -24,7 +24,7 @@ from fsspec.core import split_protocol
 from llm_ocr.launchers.command import llm_ocr_command
 from llm_ocr.launchers.platform import JobState, Platform
 from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, save_record
-from llm_ocr.launchers.sizing import input_pages, planning_rate, shard_timeout
+from llm_ocr.launchers.sizing import fit_timeout, input_pages, planning_rate
 from llm_ocr.launchers.spec import (
     LAUNCH_LABEL,
     PRIMARY_STAGE,
@@ -40,7 +40,7 @@ from llm_ocr.launchers.spec import (
     secret_values,
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
-from llm_ocr.platform import compact_ranges
+from llm_ocr.platform import format_ranges
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
@@ -52,6 +52,8 @@ log = logging.getLogger("llm_ocr")
 #: Names that must go through --secret, never --env.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY", re.IGNORECASE)
 _LOCAL_PROTOCOLS = {None, "file", "local"}
+#: Tries per job when neither ``--attempts`` nor the platform (``default_attempts``) says.
+DEFAULT_ATTEMPTS = 3
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,8 +69,10 @@ def plan_launch(
     output repo or write a probe: a dry run changes nothing anywhere.
     """
     _check_request(request)
-    user_secrets = _user_secrets(request)
+    # The platform first: it may refuse --secret (and say what it takes instead) before the
+    # local values are looked up.
     target = platform.resolve(request)
+    user_secrets = _user_secrets(request)
     pages, pages_how = _check_inputs(request)
     out = Storage(request.output, request.storage_options)
     if check_writable:
@@ -85,14 +89,21 @@ def plan_launch(
     notes = [*target.notes, *_notes(request, target)]
 
     rate = request.pages_per_s or planning_rate(target.hardware.gpu_preset, request.stage)
-    pages = request.pages if request.pages is not None else pages
-    timeout = request.timeout_s or shard_timeout(pages, request.num_shards, rate)
+    if request.pages is not None:
+        pages, pages_how = request.pages, "--pages"
+    attempts = request.attempts if request.attempts is not None else getattr(platform, "default_attempts", DEFAULT_ATTEMPTS)
+    try:
+        timeout, too_long = fit_timeout(pages, request.num_shards, rate, limit_s=target.max_timeout_s, attempts=attempts,
+                                        requested_s=request.timeout_s)
+    except ValueError as exc:
+        raise LaunchError(f"{platform.name}: {exc}") from exc
+    notes += too_long
     if request.timeout_s is None:
         basis = f"{pages} pages ({pages_how}) at {rate:g} pages/s per job" if pages is not None else f"page count unknown ({pages_how}); pass --pages N to size it"
         notes.append(f"timeout {timeout // 60} min per job: {basis}")
 
     specs = [
-        _spec(request, target, launch_id, shard, timeout, user_secrets, shard_env=platform.shard_env)
+        _spec(request, target, launch_id, shard, timeout, attempts, user_secrets, shard_env=platform.shard_env)
         for shard in range(request.num_shards)
         if shard not in skipped
     ]
@@ -110,7 +121,7 @@ def _check_request(request: LaunchRequest) -> None:
         raise LaunchError(f"--num-shards must be at least 1 (got {request.num_shards})")
     if request.stage not in STAGES:
         raise LaunchError(f"--stage must be one of {', '.join(STAGES)} (got {request.stage!r})")
-    if request.attempts < 1:
+    if request.attempts is not None and request.attempts < 1:
         raise LaunchError(f"--attempts must be at least 1 (got {request.attempts})")
     if request.timeout_s is not None and request.timeout_s <= 0:
         raise LaunchError(f"--timeout must be positive (got {request.timeout_s})")
@@ -230,6 +241,7 @@ def _spec(
     launch_id: str,
     shard: int,
     timeout: int,
+    attempts: int,
     user_secrets: dict[str, str],
     *,
     shard_env: bool,
@@ -246,6 +258,7 @@ def _spec(
     if hardware.price_per_hour is not None:
         # The markers then record the machine's own price (the whole machine is billed).
         env["LLM_OCR_GPU_PRICE_PER_HOUR"] = f"{hardware.price_per_hour:g}"
+    env.update(target.env)
     env.update(request.env)
     return ShardSpec(
         shard_index=shard,
@@ -257,8 +270,9 @@ def _spec(
         secrets={**target.secrets, **user_secrets},
         hardware=hardware.name,
         timeout_s=timeout,
-        attempts=request.attempts,
+        attempts=attempts,
         labels={LAUNCH_LABEL: launch_id, SHARD_LABEL: f"{shard:05d}-of-{n:05d}"},
+        secret_refs=dict(target.secret_refs),
     )
 
 
@@ -412,6 +426,12 @@ def cancel_jobs(record: LaunchRecord, shards: set[int] | None = None) -> list[st
     """Cancel the latest jobs of ``shards`` (default: all) that have not ended; their ids."""
     platform = _follower(record)
     jobs = [j for j in record.current_jobs() if shards is None or shards & set(j["shards"])]
+    wider = [j for j in jobs if shards is not None and set(j["shards"]) - shards]
+    if wider:  # a job array (one Cloud Run execution for all shards) stops as a whole
+        raise LaunchError(
+            f"job {wider[0]['job_id']} runs shards {format_ranges(sorted(wider[0]['shards']), ', ')} together and "
+            f"cannot stop only some of them: cancel it whole with `llm-ocr jobs cancel {record.output}`"
+        )
     states = platform.states(jobs)
     live = [j for j in jobs if (s := states.get(j["job_id"])) is None or s.phase in ("pending", "running", "unknown")]
     return platform.cancel(live) if live else []
@@ -420,14 +440,9 @@ def cancel_jobs(record: LaunchRecord, shards: set[int] | None = None) -> list[st
 def describe_plan(plan: LaunchPlan) -> list[str]:
     """Human lines about a plan: which shards are not launched and why, and the notes."""
     done = sorted(shard for shard, why in plan.skipped.items() if why == "done")
-    lines = [f"not launched: {len(done)} shard(s) already done ({_ranges(done)})"] if done else []
+    lines = [f"not launched: {len(done)} shard(s) already done ({format_ranges(done, ', ')})"] if done else []
     lines += [f"not launched: shard {shard} {why}" for shard, why in sorted(plan.skipped.items()) if why != "done"]
     return lines + [f"note: {note}" for note in plan.notes]
-
-
-def _ranges(numbers: list[int]) -> str:
-    """``0-3, 7, 9-10`` for [0, 1, 2, 3, 7, 9, 10]."""
-    return compact_ranges(numbers).replace(",", ", ")
 
 
 def storage_for(output: str, storage_options: dict[str, Any] | None = None) -> Storage:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llm_ocr.costs import HF_JOBS_HARDWARE, Hardware
-from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
+from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
 from llm_ocr.launchers.platform import JobState, Phase, Submission
 from llm_ocr.launchers.spec import LAUNCH_LABEL, REDACTED, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
@@ -39,11 +39,6 @@ from llm_ocr.storage.stores import scrub
 
 log = logging.getLogger("llm_ocr")
 
-#: The stock image GPU stages run in. Pinned: DeepSeek-OCR broke in vLLM 0.30, and HF's own
-#: DeepSeek-OCR script uses this tag (FACTS.md, Hugging Face).
-VLLM_IMAGE = "vllm/vllm-openai:v0.29.0"
-#: The stock image for stages that need no model server (Assemble, or any stage with --endpoint).
-CPU_IMAGE = "python:3.12-slim"
 #: Where the code repo is mounted in the container.
 CODE_MOUNT = "/llm-ocr-code"
 DEFAULT_GPU_FLAVOR = "a100-large"
@@ -136,7 +131,7 @@ class HfJobs:
                 self.namespace = str(self.api.whoami()["name"])
             except LaunchError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - any failure: the token cannot be used
+            except Exception as exc:
                 raise LaunchError(
                     f"the Hugging Face token was refused ({_brief(exc)}): run `hf auth login` or export a valid HF_TOKEN"
                 ) from exc
@@ -223,7 +218,7 @@ class HfJobs:
                 commit_message=f"llm-ocr wheel {wheel.filename} ({wheel.digest[:16]})",
             )
             log.info("uploaded the llm-ocr wheel to %s/%s", repo, path)
-        except Exception as exc:  # noqa: BLE001 - reported with what to do
+        except Exception as exc:
             raise LaunchError(f"could not upload the llm-ocr wheel to {repo} ({_brief(exc)}); pass --code-repo OWNER/NAME "
                               "of a repo the token can write, or --image with a prebuilt image") from exc
 
@@ -239,7 +234,7 @@ class HfJobs:
                     timeout=spec.timeout_s, attempts=spec.attempts, name=spec.name, labels=spec.labels,
                     volumes=volumes, namespace=namespace,
                 )
-            except Exception as exc:  # noqa: BLE001 - the message without any token
+            except Exception as exc:
                 raise LaunchError(_brief(exc)) from exc
             yield Submission(info.id, [spec.shard_index], spec.name, info.url, f"hf jobs logs -f {namespace}/{info.id}")
 

@@ -51,6 +51,9 @@ class JobState:
     message: str | None = None
     #: Seconds the job has run (billed time), when the platform says.
     running_s: float | None = None
+    #: The state is the whole job's, the same for every shard it runs (SageMaker reports jobs, not
+    #: hosts): a failure in it cannot be pinned on a shard that wrote all its completion markers.
+    shared: bool = False
 
 
 class Platform(Protocol):

@@ -9,7 +9,7 @@ value is ever read here), ``sagemaker.create_processing_job`` / ``describe_proce
 ``/aws/sagemaker/ProcessingJobs`` (one stream per host, ``JOB/algo-K-EPOCH``).
 
 Each host finds its shard in ``/opt/ml/config/resourceconfig.json`` (``algo-K``) and the job's
-``LLM_OCR_HOST_SHARDS`` map (:mod:`llm_ocr.platform`): a launch of more than 100 shards is
+``LLM_OCR_TASK_SHARDS`` map (:mod:`llm_ocr.platform`): a launch of more than 100 shards is
 several jobs, and a relaunch runs only the unfinished shards, so host K is not always shard K-1.
 The output goes straight to its URL through llm-ocr's storage, not through ``ProcessingOutputs``,
 so a relaunch sees (and skips) the parts written before. Credentials come from the job's
@@ -348,7 +348,7 @@ class SageMaker:
                 f"sagemaker ...) or launch with --num-shards {max(quota, 1)}"
             )
         by_shard = {spec.shard_index: spec for spec in specs}
-        groups = req.group_shards(list(by_shard), req.max_instances_per_job())
+        groups = req.group_shards(list(by_shard), specs[0].num_shards, req.max_instances_per_job())
         role, secret_ids, stage = target.private["role"], target.private["secret_ids"], target.private["stage"]
         code_uri = target.private.get("code_uri")
         jobs = []
@@ -431,8 +431,9 @@ class SageMaker:
         return {job["job_id"]: _state(client.describe_processing_job(ProcessingJobName=job["job_id"])) for job in jobs}
 
     def shard_phase(self, state: JobState, shard: int) -> JobState:
-        """SageMaker reports the job, not its hosts: each shard without a marker shares its job's state."""
-        return state
+        """SageMaker reports the job, not its hosts: every shard shares its job's state, marked
+        ``shared`` so that a host that wrote all its markers is not blamed for another's failure."""
+        return dataclasses.replace(state, shared=True)
 
     def logs(self, job: dict[str, Any], shard: int, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
         """The CloudWatch stream of the host running ``shard`` (``JOB/algo-K-...``)."""

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm_ocr.launchers.spec import LAUNCH_LABEL, SHARD_LABEL, ShardSpec, Target
-from llm_ocr.platform import HOST_NUM_SHARDS_ENV, HOST_SHARDS_ENV, compact_ranges
+from llm_ocr.platform import TASK_SHARDS_ENV, format_ranges, task_shards_value
 
 OPERATION = "CreateProcessingJob"
 #: Where a Processing job's inputs are downloaded; the job's ML storage volume.
@@ -68,13 +68,13 @@ def env_value_limit() -> int:
 # Grouping shards into jobs
 
 
-def group_shards(shards: Sequence[int], cap: int, value_limit: int | None = None) -> list[list[int]]:
-    """``shards`` (sorted) in runs of at most ``cap`` per job, each run's compact form
-    (``"0-99"``, ``"3,7,12-40"``) short enough for one ``Environment`` value."""
+def group_shards(shards: Sequence[int], num_shards: int, cap: int, value_limit: int | None = None) -> list[list[int]]:
+    """``shards`` (sorted) of ``num_shards`` in runs of at most ``cap`` per job, each run's
+    task-to-shard map (``"200:0-99"``, ``"200:3,7,12-40"``) short enough for one ``Environment`` value."""
     limit = value_limit or env_value_limit()
     groups: list[list[int]] = []
     for shard in sorted(shards):
-        if groups and len(groups[-1]) < cap and len(compact_ranges([*groups[-1], shard])) <= limit:
+        if groups and len(groups[-1]) < cap and len(task_shards_value(num_shards, [*groups[-1], shard])) <= limit:
             groups[-1].append(shard)
         else:
             groups.append([shard])
@@ -97,8 +97,7 @@ def job_environment(spec: ShardSpec, shards: Sequence[int], region: str, secret_
         "AWS_DEFAULT_REGION": region,
         "HF_HOME": HF_HOME,
         **spec.env,
-        HOST_SHARDS_ENV: compact_ranges(list(shards)),
-        HOST_NUM_SHARDS_ENV: str(spec.num_shards),
+        TASK_SHARDS_ENV: task_shards_value(spec.num_shards, shards),
     }
     env.update({f"{PREFIX}{name}": secret_id for name, secret_id in sorted(secret_ids.items())})
     return env
@@ -166,7 +165,7 @@ def processing_job_body(
 def _shards_tag(shards: Sequence[int], num_shards: int) -> str:
     """``"3 7 12-40 of 200"``: tag values allow spaces but no commas; at most 256 characters."""
     suffix = f" of {num_shards}"
-    text = compact_ranges(list(shards)).replace(",", " ")
+    text = format_ranges(shards, " ")
     return (text if len(text) + len(suffix) <= 256 else text[: 253 - len(suffix)] + "...") + suffix
 
 

@@ -62,7 +62,8 @@ class LaunchRequest:
     hardware: str | None = None
     image: str | None = None
     timeout_s: int | None = None
-    attempts: int = 3
+    #: Tries per job including the first; None: the platform's default (``default_attempts``).
+    attempts: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     #: Names of local environment variables to pass as secrets (their values are read locally).
     secret_names: list[str] = field(default_factory=list)
@@ -90,6 +91,9 @@ class ShardSpec:
     timeout_s: int
     attempts: int
     labels: dict[str, str]
+    #: name -> a reference the platform resolves in the job (a Secret Manager version...): no
+    #: value, nothing read on this machine; listed with the secrets by name.
+    secret_refs: dict[str, str] = field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:
         """The spec as the dry-run contract shows it: secrets by name only."""
@@ -100,7 +104,7 @@ class ShardSpec:
             "image": self.image,
             "command": list(self.command),
             "env": dict(self.env),
-            "secrets": sorted(self.secrets),
+            "secrets": sorted({*self.secrets, *self.secret_refs}),
             "hardware": self.hardware,
             "timeout_s": self.timeout_s,
             "attempts": self.attempts,
@@ -137,6 +141,13 @@ class Target:
     private: dict[str, Any] = field(default_factory=dict, repr=False)
     #: What the user should know about this platform's choices (shown with the plan).
     notes: list[str] = field(default_factory=list)
+    #: The platform's limit on one attempt of a job, in seconds (Cloud Run: 1 h with a GPU);
+    #: the timeout is sized under it, and a shard too long for every attempt is refused.
+    max_timeout_s: int | None = None
+    #: Plain environment every job of this platform gets (before the user's ``--env``).
+    env: dict[str, str] = field(default_factory=dict)
+    #: Secrets by reference (name -> the platform's reference, no value): see ShardSpec.
+    secret_refs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

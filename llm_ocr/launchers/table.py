@@ -36,6 +36,8 @@ class ShardStatus:
     state: str
     job_id: str | None = None
     job_state: str = ""
+    #: The job's (task's) phase in platform-neutral terms, "" when no job is known.
+    job_phase: str = ""
     message: str | None = None
     #: Stages with a completion marker.
     stages_done: list[str] = field(default_factory=list)
@@ -49,8 +51,21 @@ class ShardStatus:
 
     @property
     def final(self) -> bool:
-        """True when the row will not change without a new launch."""
-        return self.state.startswith("done") or self.state in FINAL_STATES
+        """True when the row will not change without a new launch: a shard with its markers
+        whose job still runs (it may yet exit non-zero and be retried) is not final yet."""
+        return (self.state.startswith("done") and self.job_phase not in ("pending", "running")) or self.state in FINAL_STATES
+
+    @property
+    def kind(self) -> str:
+        """The state without its counts: ``done``, ``done, job failed``, ``running``..."""
+        if self.state.startswith("done") and self.job_phase in ("failed", "cancelled"):
+            return f"done, job {self.job_phase}"
+        return self.state.split(" (")[0]
+
+    @property
+    def succeeded(self) -> bool:
+        """Every completion marker, and a job (if known) that did not fail."""
+        return self.state.startswith("done") and self.job_phase not in ("pending", "running", "failed", "cancelled")
 
     @property
     def done_count(self) -> int:
@@ -73,9 +88,14 @@ def shard_status(
     needed = STAGE_MARKERS[stage]
     done = all(name in markers for name in needed)
     counts, earlier = _counts(stage, markers, progress)
+    phase = job.phase if job is not None else ""
+    if done and job is not None and job.shared and phase in ("failed", "cancelled"):
+        phase = "succeeded"  # another host of the job failed it; this one finished its shard
     if done:
         failed = counts.get("error", 0) + counts.get("partial", 0)
         state = f"done ({failed} failed)" if failed else "done"
+        if phase in ("failed", "cancelled"):
+            state += f", job {phase}"  # the markers are there, but the job did not end well
     elif job is None:
         state = "not launched"
     elif job.phase == "succeeded":
@@ -92,7 +112,8 @@ def shard_status(
         state=state,
         job_id=job.job_id if job else None,
         job_state=job.raw if job else "",
-        message=job.message if job and job.phase in ("failed", "cancelled") else None,
+        job_phase=phase,
+        message=job.message if job and phase in ("failed", "cancelled") else None,
         stages_done=[name for name in ("extract", "describe", "assemble") if name in markers],
         counts=counts,
         earlier=earlier,
@@ -156,12 +177,12 @@ class LaunchStatus:
 
     @property
     def succeeded(self) -> bool:
-        """True when every shard has its completion markers."""
-        return all(row.state.startswith("done") for row in self.shards)
+        """True when every shard has its completion markers and no shard's job failed."""
+        return all(row.succeeded for row in self.shards)
 
     def totals(self) -> dict[str, Any]:
         """Shards by state, pages by status, GPU-hours, cost and pages/s per GPU."""
-        states = Counter(row.state.split(" (")[0] for row in self.shards)
+        states = Counter(row.kind for row in self.shards)
         counts: Counter[str] = Counter()
         for row in self.shards:
             counts.update(row.counts)

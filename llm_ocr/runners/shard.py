@@ -49,7 +49,7 @@ def resolve_shard(job: JobOptions) -> tuple[int, int]:
     """``(num_shards, shard_index)`` from options, else the platform, else ``(1, 0)``."""
     try:
         num, index, where = detect_shard()
-    except PlatformError as exc:
+    except PlatformError as exc:  # a launcher's task-to-shard list that does not fit the platform's tasks
         raise RunError(str(exc)) from exc
     num_shards = job.num_shards if job.num_shards is not None else num
     shard_index = job.shard_index if job.shard_index is not None else (index if job.num_shards is None else 0)

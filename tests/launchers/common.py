@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -65,6 +66,22 @@ def llm_ocr_batch(cases: list[tuple[list[str], dict[str, str]]], env: dict[str, 
     return json.loads(done.stdout)
 
 
+def measured(args: list[str], env: dict[str, str], settle: Callable[[], None]) -> dict[str, float]:
+    """Run ``llm-ocr ARGS`` (a launch with ``--wait``), then ``settle()`` (wait until every job's
+    processes have been waited for, so their CPU time is counted): its start and end times and the
+    CPU seconds of the launcher and the jobs (this process's children). ``SystemExit`` if it failed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.time()
+    done = llm_ocr(*args, env=env, timeout=900)
+    ended = time.time()
+    settle()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"launch failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"started": started, "ended": ended, "launch_to_done_s": ended - started, "cpu_s": cpu}
+
+
 def launch_args(*extra: str, shards: int = 4, inputs: tuple[str, ...] = (INPUT,)) -> list[str]:
     """``launch hf-jobs INPUT --output OUT --num-shards N --flavor l4x1 --workers 0 EXTRA``."""
     return ["launch", "hf-jobs", *inputs, "--output", OUTPUT, "--num-shards", str(shards), "--flavor", "l4x1",
@@ -112,3 +129,19 @@ def wait_until(condition: Callable[[], Any], timeout: float = 90, period: float 
             return value
         time.sleep(period)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def execute_notebook(path: Path) -> str:
+    """Run a notebook headlessly in a kernel that inherits this process's environment, from its own
+    folder; the text of every code cell's outputs. A failing cell raises ``CellExecutionError``
+    (with the cell and its traceback); an error output fails too."""
+    import nbclient
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not any(o.get("output_type") == "error" for o in outputs)
+    return "\n".join(json.dumps(o.get("data", {})) + o.get("text", "") for o in outputs)
+

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from tests.docs import make_corpus
-from tests.launchers.common import fake_jobs, launch_args, launcher_env, llm_ocr, stage_rows
+from tests.launchers.common import fake_jobs, launch_args, launcher_env, measured, stage_rows
 
 
 def measure(shards: int, documents: int, pages: int) -> dict[str, float]:
@@ -34,28 +32,22 @@ def measure(shards: int, documents: int, pages: int) -> dict[str, float]:
         corpus = tmp / "docs"
         make_corpus(corpus, documents=documents, pages=pages)
         with fake_jobs(tmp / "jobs", corpus) as hub:
-            env = launcher_env(hub, tmp)
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            started = time.time()
-            done = llm_ocr(*launch_args("--wait", "--interval", "0.5", shards=shards), env=env, timeout=900)
-            ended = time.time()
-            hub.wait_all(60)  # every job's process has been waited for: its CPU time is counted
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            if done.returncode != 0:
-                raise SystemExit(f"launch failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+            timing = measured(launch_args("--wait", "--interval", "0.5", shards=shards), launcher_env(hub, tmp),
+                              settle=lambda: hub.wait_all(60))
             rows = stage_rows(hub, "extract")
             if len(rows) != documents * pages:
                 raise SystemExit(f"expected {documents * pages} pages, found {len(rows)}")
             jobs = list(hub.jobs.values())
             running = [j.finished - j.started for j in jobs if j.started and j.finished]
+            started, ended = timing["started"], timing["ended"]
             return {
-                "launch_to_done_s": ended - started,
+                "launch_to_done_s": timing["launch_to_done_s"],
                 "submitted_after_s": max(j.created for j in jobs) - started,
                 "last_job_done_after_s": max(j.finished or ended for j in jobs) - started,
                 "job_running_s_min": min(running),
                 "job_running_s_max": max(running),
                 # Launcher + every job's processes (the fake server's own threads excluded).
-                "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+                "cpu_s": timing["cpu_s"],
             }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

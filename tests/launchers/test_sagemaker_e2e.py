@@ -50,7 +50,7 @@ def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
         (sent,) = world.sagemaker.requests
         assert sent["ProcessingResources"]["ClusterConfig"] == {"InstanceCount": 3, "InstanceType": "ml.g6.xlarge",
                                                                  "VolumeSizeInGB": 50}
-        assert sent["Environment"]["LLM_OCR_HOST_SHARDS"] == "0-2" and sent["Environment"]["LLM_OCR_HOST_NUM_SHARDS"] == "3"
+        assert sent["Environment"]["LLM_OCR_TASK_SHARDS"] == "3:0-2"
         assert "LLM_OCR_SHARD_INDEX" not in sent["Environment"]  # each host finds its shard itself
         assert "ProcessingOutputConfig" not in sent  # the output goes straight to S3
         assert sent["ProcessingInputs"][0]["S3Input"]["S3Uri"].startswith("s3://ocr/2024/_state/code/wheels/")
@@ -113,7 +113,8 @@ def test_a_lost_host_is_the_only_shard_relaunched_and_it_resumes(
         world.sagemaker.kill_host(job_name, 2)
         final = api.wait(OUTPUT, interval=0.3, live=False)
         assert not final.succeeded
-        assert {row.shard: row.state for row in final.shards} == {0: "done", 1: "failed"}
+        # SageMaker reports the job, not its hosts: shard 0's host finished, its job failed for host algo-2.
+        assert {row.shard: row.kind for row in final.shards} == {0: "done", 1: "failed"}
         assert "algo-2" in (final.shards[1].message or "")
         before = len(world.rows("extract"))
         assert 0 < before < len(expected_pages(corpus))
@@ -122,7 +123,7 @@ def test_a_lost_host_is_the_only_shard_relaunched_and_it_resumes(
         assert again.returncode == 0, again.stdout + again.stderr
         relaunched = world.sagemaker.requests[1]
         assert relaunched["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 1
-        assert relaunched["Environment"]["LLM_OCR_HOST_SHARDS"] == "1"  # its one host is shard 1
+        assert relaunched["Environment"]["LLM_OCR_TASK_SHARDS"] == "2:1"  # its one host is shard 1
         for stage in ("extract", "describe"):
             assert sorted((r["doc_id"], r["page"]) for r in world.rows(stage)) == expected_pages(corpus), stage
         marker = json.loads(world.moto.read("ocr", "2024/_state/extract/done-00001-of-00002.json"))
@@ -145,7 +146,7 @@ def test_cancel_stops_the_job_and_every_host(tmp_path: Path, corpus: Path, monke
         # Follow shard 1's CloudWatch stream while the job runs: it must end when the job does.
         follow = subprocess.Popen([sys.executable, "-m", "llm_ocr.cli", "jobs", "logs", OUTPUT, "--shard", "1", "-f"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
-        wait_until(lambda: "(from SageMaker)" in world.cloudwatch_text())
+        wait_until(lambda: "(from SageMaker, task" in world.cloudwatch_text())
         cancelled = llm_ocr("jobs", "cancel", OUTPUT, env=env)
         assert cancelled.returncode == 0, cancelled.stderr
         assert f"cancel sent to 1 job(s): {job.name}" in cancelled.stdout
@@ -155,7 +156,7 @@ def test_cancel_stops_the_job_and_every_host(tmp_path: Path, corpus: Path, monke
         assert {row.state for row in api.status(OUTPUT).shards} == {"cancelled"}
         out, err = follow.communicate(timeout=60)
         assert follow.returncode == 0, err
-        assert "shard 1 of 2 (from SageMaker)" in out and "received SIGTERM" in out  # host algo-2, to its end
+        assert "shard 1 of 2 (from SageMaker, task 1 of 2)" in out and "received SIGTERM" in out  # host algo-2, to its end
 
 
 def test_an_hf_output_gets_its_token_from_secrets_manager_by_name(
@@ -234,7 +235,7 @@ def test_dry_run_contract_splitting_multi_gpu_and_ways_of_shipping_the_code(tmp_
     assert "LLM_OCR_ENGINE" not in body["Environment"] and body["AppSpecification"]["ContainerArguments"][0] == "assemble"
     # 250 shards: three jobs of at most 100 hosts, each told which shards its hosts are.
     assert [r["ProcessingResources"]["ClusterConfig"]["InstanceCount"] for r in many["requests"]] == [100, 100, 50]
-    assert [r["Environment"]["LLM_OCR_HOST_SHARDS"] for r in many["requests"]] == ["0-99", "100-199", "200-249"]
+    assert [r["Environment"]["LLM_OCR_TASK_SHARDS"] for r in many["requests"]] == ["250:0-99", "250:100-199", "250:200-249"]
     assert len({r["ProcessingJobName"] for r in many["requests"]}) == 3 and len(many["jobs"]) == 250
     # 4x L40S: the per-GPU preset, the whole machine's price.
     (body,) = multi["requests"]

@@ -50,7 +50,7 @@ def test_sagemaker_notebook_launches_waits_loads_shows_and_costs(tmp_path: Path,
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     text = "\n".join(json.dumps(o.get("data", {})) + o.get("text", "") for o in outputs)
     assert not any(o.get("output_type") == "error" for o in outputs)
-    assert '"InstanceCount": 2' in text and '"LLM_OCR_HOST_SHARDS": "0-1"' in text  # the dry-run request
+    assert '"InstanceCount": 2' in text and '"LLM_OCR_TASK_SHARDS": "2:0-1"' in text  # the dry-run request
     assert "(counted in the Parquet parts; duplicates: 0)" in text  # the final table
     assert "[extract shard 1/2]" in text  # shard 0's CloudWatch log
     assert "ml.g6.xlarge: $1.1267/h, an estimate" in text and "as found on" in text  # the price, its source and date

@@ -13,7 +13,7 @@ import pytest
 from llm_ocr.aws_secrets import SecretFetchError, fetch_into_environment
 from llm_ocr.launchers.sagemaker import _state
 from llm_ocr.launchers.sagemaker_request import group_shards, request_problems
-from llm_ocr.platform import PlatformError, compact_ranges, detect_shard, expand_ranges
+from llm_ocr.platform import PlatformError, detect_shard, expand_ranges, format_ranges, task_shards_value
 from tests.launchers.common import llm_ocr
 from tests.launchers.sagemaker_common import REGION
 from tests.storage_servers import AWS_TEST_ENV, MotoS3
@@ -30,7 +30,7 @@ def _resource_config(tmp_path: Path, current: str, hosts: int) -> Path:
 def test_a_host_is_its_place_among_the_hosts_or_the_launchers_map_says_which_shard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("LLM_OCR_HOST_SHARDS", raising=False)
+    monkeypatch.delenv("LLM_OCR_TASK_SHARDS", raising=False)
     monkeypatch.delenv("CLOUD_RUN_TASK_COUNT", raising=False)
     assert detect_shard(tmp_path / "absent.json") == (1, 0, "default")
     # algo-10 sorts after algo-9, not after algo-1.
@@ -38,24 +38,23 @@ def test_a_host_is_its_place_among_the_hosts_or_the_launchers_map_says_which_sha
     assert detect_shard() == (12, 9, "SageMaker")
     # A relaunch of shards 3, 7, 12 and 13 of 20: host algo-3 is shard 12.
     monkeypatch.setenv("LLM_OCR_SAGEMAKER_RESOURCE_CONFIG", str(_resource_config(tmp_path, "algo-3", 4)))
-    monkeypatch.setenv("LLM_OCR_HOST_SHARDS", "3,7,12-13")
-    monkeypatch.setenv("LLM_OCR_HOST_NUM_SHARDS", "20")
-    assert detect_shard() == (20, 12, "SageMaker")
+    monkeypatch.setenv("LLM_OCR_TASK_SHARDS", "20:3,7,12-13")
+    assert detect_shard() == (20, 12, "SageMaker, task 2 of 4")
     # A map that does not fit the hosts stops the run rather than guessing.
-    monkeypatch.setenv("LLM_OCR_HOST_SHARDS", "3,7")
-    with pytest.raises(PlatformError, match="names 2 shard"):
+    monkeypatch.setenv("LLM_OCR_TASK_SHARDS", "20:3,7")
+    with pytest.raises(PlatformError, match="lists 2 shard"):
         detect_shard()
 
 
 def test_shards_are_grouped_in_jobs_of_at_most_the_cap_each_map_fitting_one_variable() -> None:
     every_other = list(range(0, 800, 2))  # a relaunch of scattered shards: a long map
-    groups = group_shards(every_other, cap=100, value_limit=256)
+    groups = group_shards(every_other, 800, cap=100, value_limit=256)
     assert [s for g in groups for s in g] == every_other  # each shard once, in order
-    assert all(len(g) <= 100 and len(compact_ranges(g)) <= 256 for g in groups)
+    assert all(len(g) <= 100 and len(task_shards_value(800, g)) <= 256 for g in groups)
     assert len(groups) > 4  # the 256-character limit, not only the cap, split them
-    assert [len(g) for g in group_shards(list(range(250)), cap=100)] == [100, 100, 50]
+    assert [len(g) for g in group_shards(list(range(250)), 250, cap=100)] == [100, 100, 50]
     for numbers in (every_other, [5], [0, 1, 2, 9, 11, 12]):
-        assert expand_ranges(compact_ranges(numbers)) == numbers
+        assert expand_ranges(format_ranges(numbers)) == numbers
 
 
 def _body(**changes: object) -> dict:
