@@ -10,6 +10,10 @@ incarnations are numbered (a managed server's generation, an external endpoint's
   client's existing rule: a request lost to a crash is not the page's fault).
 * A page that is a suspect of ``isolate_after`` (2) deaths is retried **alone**: new requests
   of other pages wait, those in flight finish first, then it goes out with nothing beside it.
+* Suspects of one death go back out at most ``√n`` at a time (``n``: how many there are), beside
+  new pages: if one of them is the culprit, the next death then shares only its group, so at most
+  ``√n`` pages need a solo retry instead of every page that was in flight (a GPU server holds
+  hundreds, and a solo retry leaves it nearly idle).
 * If the server dies while it is alone, the page is **convicted**: its request raises
   :class:`PageQuarantined`, the runner writes an ``error`` row ("the model server crashed on
   this page N times; quarantined") and the run goes on. If it succeeds, it is cleared.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -100,6 +105,8 @@ class CrashTracker:
         self._death_count: Counter[PageKey] = Counter()
         self._pending: set[PageKey] = set()  # due a solo retry
         self._solo: PageKey | None = None
+        #: Solo retries so far (each page that went out alone).
+        self.solo_runs = 0
         self._changed: asyncio.Event | None = None
 
     # -- what the runners and the server see ----------------------------------------------------
@@ -217,11 +224,18 @@ class CrashTracker:
             if any(page.busy for other, page in self._pages.items() if other != key):
                 return False  # wait for the requests in flight to finish
             self._solo = key
+            self.solo_runs += 1
             log.warning("retrying page %s of %s alone (in flight at %d server deaths)",
                         key[1], key[0], self._death_count[key])
             return True
         # Pages due a solo retry go first: nothing new starts while one waits at the gate.
-        return not any(other in self._pending and page.at_gate for other, page in self._pages.items())
+        if self._pending and any(other in self._pending and page.at_gate for other, page in self._pages.items()):
+            return False
+        if self._death_count[key] == 0:  # the hot path: a page no death has touched
+            return True
+        # A suspect of one death: only √n of the n such pages on the server at once.
+        suspects = [page for other, page in self._pages.items() if self._death_count[other] == 1 and other != key]
+        return sum(page.busy for page in suspects) < max(1, math.isqrt(len(suspects) + 1))
 
     def _page_done(self, key: PageKey) -> None:
         self._pages.pop(key, None)

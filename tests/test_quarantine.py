@@ -89,8 +89,10 @@ def test_a_poison_page_is_isolated_convicted_and_charged_nothing() -> None:
     assert results[5] == "the model server crashed on this page 3 times; quarantined"
     assert all(results[n] == "ok" for n in results if n != 5)
     assert tracker.convicted == {("doc.pdf", 5): 3} and tracker.deaths == 3
-    # Sent with the whole batch twice, then alone: nothing else was in flight the third time.
-    assert server.peak_alone[:2] != [1, 1] and server.peak_alone[2] == 1
+    # Sent with the whole batch, then back in a group of at most √8 suspects, then alone.
+    assert server.peak_alone[0] > 2 and server.peak_alone[1] <= 2 and server.peak_alone[2] == 1
+    # Only the group the poison page went back with (√8 of the 8 suspects) needed solo runs.
+    assert 1 <= tracker.solo_runs <= 2
     # The first death counted while nothing explained it; once the page was due its solo retry,
     # and after its conviction, none of its deaths counts against the restart budget.
     assert server.charged == [1, 0, 0] and tracker.charged_deaths() == 0
