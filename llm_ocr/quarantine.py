@@ -225,6 +225,7 @@ class CrashTracker:
                 return False  # wait for the requests in flight to finish
             self._solo = key
             self.solo_runs += 1
+            self._notify()  # pages waiting at the gate re-check: they wait for this one now
             log.warning("retrying page %s of %s alone (in flight at %d server deaths)",
                         key[1], key[0], self._death_count[key])
             return True
