@@ -69,13 +69,20 @@ def test_a_page_that_kills_the_managed_server_is_quarantined_and_the_other_19_ar
     assert status["extract"]["by_status"] == {"ok": 19, "quarantined": 1}
     assert "quarantined 1" in run_cli("status", str(out)).stdout
 
-    # A rerun keeps the quarantine (the row is its record): the page is not sent again.
-    again = managed_extract(tmp_path / "docs", out, tmp_path, sim)
-    assert again.returncode == 1, again.stderr
-    assert len(crashes(ledger)) == 3
-    assert [(r["doc_id"], r["page"], r["quarantined"]) for r in read_stage(out, "extract")] == [
-        (r["doc_id"], r["page"], r["quarantined"]) for r in rows
-    ]
+    # A rerun keeps the quarantine (the row is its record): the page is not sent again, whether
+    # the shard's completion marker says it is done or (an interrupted shard) it is scanned anew.
+    for marker in ("kept", "removed"):
+        if marker == "removed":
+            (out / "_state/extract/done-00000-of-00001.json").unlink()
+        again = managed_extract(tmp_path / "docs", out, tmp_path, sim)
+        assert again.returncode == 1, again.stderr
+        assert len(crashes(ledger)) == 3
+        assert [(r["doc_id"], r["page"], r["quarantined"]) for r in read_stage(out, "extract")] == [
+            (r["doc_id"], r["page"], r["quarantined"]) for r in rows
+        ]
+    assert "keeping 1 quarantined page(s) from earlier runs" in again.stderr
+    (line,) = summary_lines(again.stderr)
+    assert (line["seen"], line["earlier"], line["quarantined"]) == (20, 20, 0)
 
     # --retry-quarantined opts back in: the page (no longer poison) is read, and replaces its row.
     retry = managed_extract(tmp_path / "docs", out, tmp_path, sim, "--retry-quarantined")
