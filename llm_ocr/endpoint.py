@@ -24,11 +24,13 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
+from llm_ocr.endpoint_watch import EndpointWatch, probe_endpoint
+from llm_ocr.quarantine import CrashTracker
 from llm_ocr.servers.engines import api_key_to_env, free_port, sim_command, vllm_command
 from llm_ocr.servers.presets import PRESETS, GpuPreset, client_in_flight, detect_gpu, preset_for
 from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics
 from llm_ocr.storage import Storage
-from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient
+from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient, display_url
 
 log = logging.getLogger("llm_ocr")
 
@@ -62,6 +64,8 @@ class Endpoint:
     metrics: Callable[[], Awaitable[dict[str, float]]] | None = None
     suggested_in_flight: int | None = None
     preset: str | None = None
+    #: Pages that crash the server: the runners guard their page handler with it.
+    tracker: CrashTracker | None = None
 
 
 async def check_model(client: VlmClient, wait: float = 0.0) -> None:
@@ -153,12 +157,22 @@ async def open_endpoint(
     log_name: str = "server.log",
 ) -> AsyncIterator[Endpoint]:
     """Yield a ready :class:`Endpoint`; a launched server is stopped (whole process group) on exit."""
+    tracker = CrashTracker()
     if endpoint:
-        client = VlmClient(endpoint, model, api_key=api_key, options=client_options)
+        # Down-then-up counts as a death of the endpoint (a Kubernetes vLLM restarted by its
+        # controller): the tracker blames the pages whose requests were lost to it.
+        watch = EndpointWatch(
+            lambda: probe_endpoint(endpoint, api_key),
+            display_url=display_url(endpoint),
+            dead_after=client_options.dead_after,
+            on_down=tracker.record_death,
+        )
+        gate = tracker.gate(watch.wait_up, on_retry=watch.check)
+        client = VlmClient(endpoint, model, api_key=api_key, options=client_options, gate=gate)
         named = (server_options.gpu_preset if server_options else None) or None
         try:
             await check_model(client, wait=client_options.dead_after)
-            yield Endpoint(client=client, metrics=lambda: _external_metrics(endpoint), preset=named)
+            yield Endpoint(client=client, metrics=lambda: _external_metrics(endpoint), preset=named, tracker=tracker)
         finally:
             await client.close()
         return
@@ -184,6 +198,7 @@ async def open_endpoint(
         max_restarts=options.server_max_restarts,
         name=engine,
     )
+    server.count_death = tracker.record_death  # deaths a poison page explains do not spend the budget
     log.info("server log: %s", log_path)
     try:
         try:
@@ -191,7 +206,8 @@ async def open_endpoint(
         except ServerFailed as exc:
             raise EndpointError(f"the {engine} server did not start: {exc}") from exc
         try:
-            client = VlmClient(server.base_url, model, api_key=api_key, options=client_options, gate=server.wait_ready)
+            gate = tracker.gate(server.wait_ready)
+            client = VlmClient(server.base_url, model, api_key=api_key, options=client_options, gate=gate)
             try:
                 await check_model(client)
                 in_flight = client_in_flight(preset) if engine == "vllm" and preset else None
@@ -200,6 +216,7 @@ async def open_endpoint(
                     metrics=server.metrics,
                     suggested_in_flight=in_flight,
                     preset=preset.name if engine == "vllm" and preset else None,
+                    tracker=tracker,
                 )
             finally:
                 await client.close()

@@ -296,7 +296,7 @@ class PageFlow:
             assert result is not None, "the first writer's row is the page's own"
             rows = [r.to_row() if r is not None else None for r in results]
             rows += [None] * (len(self.writers) - len(rows))  # every writer must see every seq
-            self.counters.pages[result.status] += 1
+            self.counters.pages[result.tally] += 1
             self.counters.prompt_tokens += result.prompt_tokens or 0
             self.counters.completion_tokens += result.completion_tokens or 0
             left = self._doc_pending.get(ref.doc_id, 1) - 1

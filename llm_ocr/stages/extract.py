@@ -37,6 +37,12 @@ class ExtractOptions(BaseModel):
         description="Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature.",
     )
     retry_temperature_step: float = Field(0.2, ge=0, le=1, description="Temperature added per truncation retry.")
+    retry_quarantined: bool = Field(
+        False, description="Retry pages an earlier run quarantined because the model server crashed on them."
+    )
+    text_layer_fallback: bool = Field(
+        True, description="Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."
+    )
 
 
 @dataclass

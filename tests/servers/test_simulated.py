@@ -529,6 +529,32 @@ def test_fault_crash_exits_process_with_code_1() -> None:
         assert "crash" in server.stderr_tail()
 
 
+def test_a_poison_page_crashes_the_server_each_time_up_to_crash_times(pdf_path: Path, tmp_path: Path) -> None:
+    page1, page2 = render_jpeg(pdf_path, 0)[0], render_jpeg(pdf_path, 1)[0]
+    ledger = tmp_path / "crashes.txt"
+    args = ("--instant", "--crash-on-page", "survey.pdf:2", "--crash-times", "2", "--crash-ledger", str(ledger))
+    for incarnation in (1, 2, 3):
+        with SimulatedServer(*args, corpus=pdf_path, request_log=False) as server:
+            assert run(ocr(server.base_url, page1)).choices[0].finish_reason == "stop"  # page 1 is fine
+            if incarnation < 3:
+                with pytest.raises(openai.APIConnectionError):
+                    run(ocr(server.base_url, page2, timeout=5))
+                assert server.wait_exit(5) == 1
+                assert "page survey.pdf:2 is poison" in server.stderr_tail()
+            else:  # crashed twice across restarts: --crash-times is spent, the page is answered
+                assert "Methods appendix" in run(ocr(server.base_url, page2)).choices[0].message.content
+    assert ledger.read_text().splitlines() == ["survey.pdf:2", "survey.pdf:2"]
+
+
+def test_crash_times_without_a_ledger_is_refused() -> None:
+    from llm_ocr.servers.sim.cli import build_parser, config_from_args
+
+    with pytest.raises(SystemExit, match="--crash-ledger"):
+        config_from_args(build_parser().parse_args(["--crash-on-page", "a.pdf:1", "--crash-times", "1"]))
+    with pytest.raises(SystemExit):  # argparse: FILE:PAGE with a page from 1
+        build_parser().parse_args(["--crash-on-page", "a.pdf:0"])
+
+
 def test_sigterm_stops_promptly_with_requests_in_flight() -> None:
     import threading
 

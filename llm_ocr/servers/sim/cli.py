@@ -80,13 +80,34 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     faults.add_argument("--reset-rate", type=fraction, default=0.0,
                         help="fraction of requests whose connection is reset (default %(default)s)")
     faults.add_argument("--seed", type=int, default=0, help="seed of the random faults (default %(default)s)")
+    faults.add_argument("--crash-on-page", action="append", default=[], metavar="FILE:PAGE", type=_page_spec,
+                        help="exit with code 1 whenever this --corpus page (file name or path, 1-based page) "
+                        "is sent, like vLLM on an image that crashes it; repeatable")
+    faults.add_argument("--crash-times", type=positive_int, default=None, metavar="N",
+                        help="crash on each --crash-on-page page at most N times in all, across restarts "
+                        "(needs --crash-ledger; default: every time)")
+    faults.add_argument("--crash-ledger", default=None, metavar="PATH",
+                        help="file that gets one line FILE:PAGE per poison-page crash (and counts them)")
     return p
+
+
+def _page_spec(text: str) -> tuple[str, int]:
+    from .poison import parse_page_spec
+
+    try:
+        return parse_page_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """A :class:`~llm_ocr.servers.sim.server.SimConfig` from parsed arguments."""
+    from .poison import PoisonPages
     from .server import SimConfig
 
+    if args.crash_times and not args.crash_ledger:
+        raise SystemExit("--crash-times needs --crash-ledger (the count must survive the restarts)")
+    poison = PoisonPages(args.crash_on_page, args.crash_times or 0, args.crash_ledger) if args.crash_on_page else None
     return SimConfig(
         **frame_settings(args),
         corpus=list(args.corpus),
@@ -103,6 +124,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         seed=args.seed,
         startup_delay=args.startup_delay,
         instant=args.instant,
+        poison=poison,
     )
 
 

@@ -40,6 +40,7 @@ from ..frame.protocol import (
 from . import FAULT_KINDS, content
 from .corpus import CorpusIndex, build_corpus
 from .images import ImageFacts, analyse_image
+from .poison import PoisonPages
 from .timing import DECODE_STEP_S, TimingModel, per_token_seconds  # noqa: F401 - re-exported
 
 _DECODE_STEP_S = DECODE_STEP_S  # the old private name, kept for existing imports
@@ -63,6 +64,7 @@ class SimConfig(FrameConfig):
     seed: int = 0
     startup_delay: float = 0.0
     instant: bool = False
+    poison: PoisonPages | None = None
 
 
 @dataclass
@@ -257,6 +259,7 @@ class SimServer(OpenAIServer):
         if facts.known is not None:
             self.stats["known_pages"] += 1
             record["known_page"] = {"source": facts.known.source, "page": facts.known.index + 1}
+            self._crash_if_poison(facts.known.source, facts.known.index + 1, record)
         elif req.kind in ("markdown", "ocr", "free"):
             self.stats["synthetic_pages"] += 1
 
@@ -264,6 +267,18 @@ class SimServer(OpenAIServer):
         text, completion_tokens, finish = self.fit_answer(req, text, max_tokens)
         await self._run_in_slot(prompt_tokens, completion_tokens)
         return self.completion(req, text, finish, prompt_tokens, completion_tokens, record)
+
+    def _crash_if_poison(self, source: str, page: int, record: dict[str, Any]) -> None:
+        """Exit at once, like vLLM on a CUDA illegal memory access, if this page is poison."""
+        spec = self.cfg.poison.should_crash(source, page) if self.cfg.poison else None
+        if spec is None:
+            return
+        assert self.cfg.poison is not None
+        self.cfg.poison.record(spec)
+        record["outcome"] = "crash"
+        self.write_log(record)
+        print(f"simulated server: page {spec} is poison, exiting with code 1", file=sys.stderr, flush=True)
+        os._exit(1)
 
     def _answer(self, req: ChatRequest, facts: ImageFacts, fault: Fault | None, max_tokens: int) -> str:
         """The model's text before token truncation."""
