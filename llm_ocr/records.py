@@ -91,6 +91,9 @@ class PageResult:
     completion_tokens: int | None = None
     latency_s: float | None = None
     attempts: int = 0
+    #: Tokens generated in repetition loops and thrown away (None: no attempt looped or ran out).
+    cut_tokens: int | None = None
+    cut_reason: str | None = None  # why: one clause per attempt that looped or hit max_tokens
     model: str | None = None
 
     @property
@@ -216,6 +219,8 @@ def page_schema() -> pa.Schema:
         ("completion_tokens", pa.int32()),
         ("latency_s", pa.float64()),
         ("attempts", pa.int32()),
+        ("cut_tokens", pa.int32()),
+        ("cut_reason", pa.string()),
         ("model", pa.string()),
     ]
     features = {
@@ -244,6 +249,8 @@ def page_schema() -> pa.Schema:
         "completion_tokens": _value("int32"),
         "latency_s": _value("float64"),
         "attempts": _value("int32"),
+        "cut_tokens": _value("int32"),
+        "cut_reason": _value("string"),
         "model": _value("string"),
     }
     return pa.schema(fields, metadata=_features_metadata(features))

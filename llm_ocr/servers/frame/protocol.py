@@ -35,7 +35,7 @@ KNOWN_FIELDS = frozenset(
     stop stop_token_ids stream stream_options skip_special_tokens spaces_between_special_tokens
     vllm_xargs structured_outputs response_format frequency_penalty presence_penalty
     repetition_penalty logprobs top_logprobs user include_stop_str_in_output ignore_eos
-    min_tokens logit_bias request_id priority""".split()
+    min_tokens logit_bias request_id priority stream_interval""".split()
 )
 
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,", re.IGNORECASE)
@@ -97,6 +97,12 @@ class ChatRequest:
     structured: str | None = None  # "json", "json_object" or "choice"
     choices: list[Any] | None = None
     ngram_enabled: bool = False
+    ngram_window: int | None = None  # the n-gram processor's window_size, in tokens
+    stream: bool = False
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage in every chunk
+    stream_interval: int | None = None  # tokens per streamed chunk (vLLM's per-request field)
+    temperature: float = 0.0
 
 
 def is_json_int(v: Any) -> bool:
@@ -115,8 +121,7 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
     model = body.get("model") or served[0]  # vLLM serves the first name when none is given
     if model not in served:
         raise ApiError(404, f"The model `{model}` does not exist.")
-    if body.get("stream"):
-        raise ApiError(400, f"stream=true is not supported by {server_name}.")
+    stream, include_usage, continuous_usage = _parse_stream(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ApiError(400, "`messages` must be a non-empty list of message objects.")
@@ -157,6 +162,7 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
 
     xargs = body.get("vllm_xargs")
     ngram_enabled = False
+    window = None
     if xargs is not None:
         if not isinstance(xargs, dict):
             raise ApiError(400, "`vllm_xargs` must be an object.")
@@ -191,9 +197,49 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
         max_tokens=max_tokens,
         skip_special_tokens=body.get("skip_special_tokens", True) is not False,
         ngram_enabled=ngram_enabled,
+        ngram_window=window if ngram_enabled and is_json_int(window) else None,
+        stream=stream,
+        include_usage=include_usage,
+        continuous_usage=continuous_usage,
+        stream_interval=_stream_interval(body),
+        temperature=_temperature(body),
     )
     _parse_structured(body, req)
     return req
+
+
+def _parse_stream(body: dict[str, Any]) -> tuple[bool, bool, bool]:
+    """``(stream, include_usage, continuous_usage)`` as vLLM reads them (``should_include_usage``
+    in ``vllm/entrypoints/serve/utils/api_utils.py``: continuous usage needs include_usage)."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise ApiError(400, f"`stream` must be a boolean, got {stream!r}.")
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            # vLLM's ChatCompletionRequest.validate_stream_options.
+            raise ApiError(400, "Stream options can only be defined when `stream=True`.")
+        if not isinstance(options, dict):
+            raise ApiError(400, "`stream_options` must be an object.")
+    options = options or {}
+    include = bool(options.get("include_usage"))
+    return bool(stream), include, include and bool(options.get("continuous_usage_stats"))
+
+
+def _stream_interval(body: dict[str, Any]) -> int | None:
+    value = body.get("stream_interval")
+    if value is not None and (not is_json_int(value) or value < 1):
+        raise ApiError(400, f"stream_interval must be an integer of at least 1, got {value!r}.")
+    return value
+
+
+def _temperature(body: dict[str, Any]) -> float:
+    value = body.get("temperature")
+    if value is None:
+        return 1.0  # OpenAI's (and vLLM's) default
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ApiError(400, f"temperature must be a non-negative number, got {value!r}.")
+    return float(value)
 
 
 def _parse_structured(body: dict[str, Any], req: ChatRequest) -> None:

@@ -72,7 +72,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     faults = p.add_argument_group("faults")
     faults.add_argument("--loop-rate", type=fraction, default=0.0,
                         help="fraction of (image, prompt) pairs that loop until max_tokens, finish_reason "
-                        "'length'; decided per image so retries loop again (default %(default)s)")
+                        "'length' (or, streamed, until the client closes the stream); decided per image so "
+                        "retries loop again. With the n-gram processor on (vllm_xargs.ngram_size), the "
+                        "repeated unit is a table row longer than its window_size, as only such loops "
+                        "escape it in vLLM (default %(default)s)")
+    faults.add_argument("--loop-repeat-rate", type=fraction, default=1.0,
+                        help="share of looping pages that loop again when retried at a temperature above 0, "
+                        "decided per image and temperature (default %(default)s: always)")
     faults.add_argument("--error-rate", type=fraction, default=0.0,
                         help="fraction of requests answered HTTP 500 (default %(default)s)")
     faults.add_argument("--hang-rate", type=fraction, default=0.0,
@@ -97,6 +103,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         output_tokens_mean=args.output_tokens_mean,
         output_tokens_sigma=args.output_tokens_sigma,
         loop_rate=args.loop_rate,
+        loop_repeat_rate=args.loop_repeat_rate,
         error_rate=args.error_rate,
         hang_rate=args.hang_rate,
         reset_rate=args.reset_rate,
