@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from llm_ocr.concurrency import adapting
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
@@ -29,7 +30,6 @@ from llm_ocr.runners.assemble import assemble_documents, assemble_finished
 from llm_ocr.runners.describe import (
     DescribeFlow,
     describe_stats,
-    in_flight_for,
     make_context,
     open_describe_endpoint,
     resolve_schema,
@@ -41,6 +41,7 @@ from llm_ocr.runners.shard import (
     RunError,
     ShardOutcome,
     check_writable,
+    in_flight_for_endpoint,
     reconciled,
     resolve_shard,
 )
@@ -143,13 +144,15 @@ async def _page_flow(
         stages.describe_stage, page_schema(), shard, num_shards, start_seq=stages.describe.next_seq, max_rows=job.part_rows
     )
     reporter = ProgressReporter(ex_counters, job.progress, job.progress_interval, poll_server=endpoint.metrics)
-    in_flight = in_flight_for(job, endpoint)
+    limit, controller = in_flight_for_endpoint(job, endpoint)
+    in_flight = limit.limit
     settings = FlowSettings(
         max_in_flight=in_flight,
         prefetch_chunks=max(4, workers * 2),
         reorder_window=max(256, in_flight * 4),
         flush_interval=job.flush_interval,
         grace_period=job.grace_period,
+        limit=limit,
     )
     dctx = await make_context(describer, spec.describe, schema, in_flight)
     reporter.start()
@@ -184,7 +187,8 @@ async def _page_flow(
                 stop=stop,
             )
             documents = list_documents(spec.inputs, dataset=spec.dataset, storage_options=job.storage_options)
-            await flow.run(shard_documents(documents, num_shards, shard))
+            async with adapting(controller):
+                await flow.run(shard_documents(documents, num_shards, shard))
     except (EndpointDown, StorageError) as exc:
         raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
     except (InputError, UnreadablePart) as exc:

@@ -136,6 +136,8 @@ class VlmClient:
         self._last_success = time.monotonic()
         self._down: EndpointDown | None = None
         self._ratio = TokenRatio()  # tokens per character of streamed answers, for cut streams
+        #: Answers 429 or 503 so far: the server is overloaded (the in-flight control backs off).
+        self.overloaded = 0
 
     async def close(self) -> None:
         """Release the HTTP connection pool."""
@@ -194,6 +196,8 @@ class VlmClient:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below, never swallowed silently
                 last_error = describe_error(exc)
+                if isinstance(exc, openai.APIStatusError) and exc.status_code in (429, 503):
+                    self.overloaded += 1
                 if not _is_transient(exc):
                     raise RequestFailed(last_error, attempt + free_retries) from exc
                 if self._gate is not None and isinstance(exc, openai.APIConnectionError):

@@ -234,7 +234,9 @@ def _markup_only(t: str, n: int, unit: int) -> bool:
 def _tag_prefix_suffix(text: str, tag: str, start: int) -> str:
     """The end of ``text[start:]`` that is a proper prefix of ``tag`` (to carry to the next
     piece, so a tag split across two stream chunks is still seen)."""
-    for k in range(min(len(tag) - 1, len(text) - start), 0, -1):
-        if text.endswith(tag[:k]):
-            return text[len(text) - k :]
-    return ""
+    # The tags have one "<", their first character: such a suffix starts at the last "<".
+    lt = text.rfind(tag[0], max(start, len(text) - len(tag) + 1))
+    if lt == -1:
+        return ""
+    tail = text[lt:]
+    return tail if tag.startswith(tail) else ""

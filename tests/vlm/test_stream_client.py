@@ -45,8 +45,8 @@ def test_streamed_answer_equals_the_plain_one_with_the_same_usage() -> None:
     assert streamed.text == plain.text and streamed.finish_reason == plain.finish_reason == "stop"
     assert (streamed.prompt_tokens, streamed.completion_tokens) == (plain.prompt_tokens, plain.completion_tokens)
     assert streamed.loop is None
-    # The recipe's stream fields reached the server: continuous usage, 16 tokens a chunk.
-    assert logged["body"]["stream"] is True and logged["body"]["stream_interval"] == 16
+    # The recipe's stream fields reached the server: continuous usage, 64 tokens a chunk.
+    assert logged["body"]["stream"] is True and logged["body"]["stream_interval"] == 64
     assert logged["body"]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert logged["ignored_fields"] == []
 
