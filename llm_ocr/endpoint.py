@@ -25,10 +25,22 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
 from llm_ocr.servers.engines import free_port, sim_command, vllm_command
-from llm_ocr.servers.presets import PRESETS, GpuPreset, client_in_flight, detect_gpu, preset_for
+from llm_ocr.servers.fleet import ServerFleet, gpu_devices, uses_vllm_parallelism
+from llm_ocr.servers.presets import (
+    HARDWARE_PRESETS,
+    PRESETS,
+    GpuInfo,
+    GpuPreset,
+    client_in_flight,
+    detect_gpu,
+    named_preset,
+    preset_for,
+    with_gpus,
+)
 from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics
 from llm_ocr.storage import Storage
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient
+from llm_ocr.vlm.dispatch import Dispatcher
 
 log = logging.getLogger("llm_ocr")
 
@@ -51,7 +63,13 @@ class ServerOptions(BaseModel):
     server_command: str = Field("vllm serve", description="Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server').")
     server_args: str = Field("", description="Extra arguments appended to the server command line (they override ours).")
     server_startup_timeout: float = Field(1800.0, gt=0, description="Seconds the server may take to become ready.")
-    server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run.")
+    server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run (per server).")
+    gpus: int | None = Field(
+        None,
+        ge=1,
+        description="GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi "
+        "lists, or as many as --gpu-preset names; 1: one server).",
+    )
 
 
 @dataclass
@@ -91,9 +109,14 @@ async def check_model(client: VlmClient, wait: float = 0.0) -> None:
 def choose_engine(options: ServerOptions) -> tuple[str, str, GpuPreset | None]:
     """``(engine, why, preset)`` for ``--engine``; ``auto`` prefers vLLM on a CUDA GPU."""
     gpu = detect_gpu() if options.engine in ("auto", "vllm") else None
-    preset = PRESETS[options.gpu_preset] if options.gpu_preset in PRESETS else (preset_for(gpu) if gpu else None)
-    if options.gpu_preset and options.gpu_preset not in PRESETS:
-        raise EndpointError(f"unknown --gpu-preset {options.gpu_preset!r}; choose one of {', '.join(PRESETS)}")
+    named = named_preset(options.gpu_preset) if options.gpu_preset else None
+    if options.gpu_preset and named is None:
+        raise EndpointError(
+            f"unknown --gpu-preset {options.gpu_preset!r}; choose one of {', '.join(PRESETS)}, "
+            f"or a platform's hardware name: {', '.join(HARDWARE_PRESETS)}"
+        )
+    preset = named or (with_gpus(preset_for(gpu), gpu.count) if gpu else None)
+    preset = _fit_gpus(preset, options, gpu)
     if options.engine != "auto":
         return options.engine, "chosen with --engine", preset
     program = shlex.split(options.server_command)[0] if options.server_command else "vllm"
@@ -152,7 +175,15 @@ async def open_endpoint(
     out: Storage | None = None,
     log_name: str = "server.log",
 ) -> AsyncIterator[Endpoint]:
-    """Yield a ready :class:`Endpoint`; a launched server is stopped (whole process group) on exit."""
+    """Yield a ready :class:`Endpoint`; a launched server is stopped (whole process group) on exit.
+
+    ``endpoint`` may list several URLs, comma-separated: servers of the same model, used behind
+    one dispatcher. Without it, vLLM on a machine with several GPUs is one server per GPU.
+    """
+    if endpoint and "," in endpoint:
+        async with _open_several(endpoint, model, api_key, client_options, server_options) as several:
+            yield several
+        return
     if endpoint:
         client = VlmClient(endpoint, model, api_key=api_key, options=client_options)
         named = (server_options.gpu_preset if server_options else None) or None
@@ -166,6 +197,10 @@ async def open_endpoint(
     options = server_options or ServerOptions()
     engine, why, preset = choose_engine(options)
     log.info("no --endpoint: launching the %s engine (%s)", engine, why)
+    if engine == "vllm" and preset is not None and preset.gpus > 1:
+        async with _open_fleet(model, api_key, client_options, options, preset, out, log_name) as fleet:
+            yield fleet
+        return
     port = free_port()
     command = _command(engine, model, port, options, preset)
     log_path, upload_to = _log_path(out, log_name)
@@ -206,3 +241,103 @@ async def open_endpoint(
             except Exception as exc:  # noqa: BLE001 - the log copy is a convenience
                 log.warning("could not copy the server log to %s: %s", out.display(upload_to), exc)
 
+
+
+def _fit_gpus(preset: GpuPreset | None, options: ServerOptions, gpu: GpuInfo | None) -> GpuPreset | None:
+    """``preset`` with the number of servers to start: ``--gpus``, else the preset's, never more
+    than nvidia-smi lists; one when ``--server-args`` spread vLLM over GPUs itself."""
+    if preset is None:
+        return None
+    wanted = options.gpus or preset.gpus
+    if uses_vllm_parallelism(shlex.split(options.server_args)):
+        wanted = 1  # the user chose vLLM's own data/tensor parallelism: one server
+    if gpu is not None and wanted > gpu.count:
+        log.warning("%d GPUs wanted (%s) but nvidia-smi lists %d; using %d", wanted,
+                    "--gpus" if options.gpus else f"preset {preset.name}", gpu.count, gpu.count)
+        wanted = gpu.count
+    return with_gpus(preset, wanted) if wanted != preset.gpus else preset
+
+
+@asynccontextmanager
+async def _open_several(
+    endpoints: str, model: str, api_key: str | None, client_options: ClientOptions, server_options: ServerOptions | None
+) -> AsyncIterator[Endpoint]:
+    """Several ``--endpoint`` URLs behind one dispatcher; their ``/metrics`` summed."""
+    urls = [u.strip() for u in endpoints.split(",") if u.strip()]
+    clients = [VlmClient(url, model, api_key=api_key, options=client_options) for url in urls]
+    dispatcher = Dispatcher(clients)
+    try:
+        await asyncio.gather(*(check_model(c, wait=client_options.dead_after) for c in clients))
+
+        async def metrics() -> dict[str, float]:
+            return _sum_metrics(await asyncio.gather(*(_external_metrics(u) for u in urls)))
+
+        named = (server_options.gpu_preset if server_options else None) or None
+        yield Endpoint(client=dispatcher, metrics=metrics, preset=named)  # type: ignore[arg-type]
+    finally:
+        await dispatcher.close()
+
+
+def _sum_metrics(values: list[dict[str, float]]) -> dict[str, float]:
+    if any(not v for v in values):
+        return {}  # one server without /metrics: the sum would undercount
+    total: dict[str, float] = {}
+    for value in values:
+        for key, number in value.items():
+            total[key] = total.get(key, 0.0) + number
+    return total
+
+
+@asynccontextmanager
+async def _open_fleet(
+    model: str,
+    api_key: str | None,
+    client_options: ClientOptions,
+    options: ServerOptions,
+    preset: GpuPreset,
+    out: Storage | None,
+    log_name: str,
+) -> AsyncIterator[Endpoint]:
+    """vLLM on each of ``preset.gpus`` GPUs (``CUDA_VISIBLE_DEVICES``), behind one dispatcher."""
+    devices = gpu_devices(preset.gpus)
+    stem, dot, ext = log_name.rpartition(".")
+    logs = {d: _log_path(out, f"{stem}-gpu{d}{dot}{ext}" if dot else f"{log_name}-gpu{d}") for d in devices}
+    per_gpu = with_gpus(preset, 1)
+    fleet = ServerFleet(
+        devices,
+        lambda device, port: _command("vllm", model, port, options, per_gpu),
+        ports=free_port,
+        host="127.0.0.1",
+        log_path=lambda device: logs[device][0],
+        startup_timeout=options.server_startup_timeout,
+        max_restarts=options.server_max_restarts,
+    )
+    log.info("%d GPUs: one vLLM server each (%s); logs: %s", len(devices), preset.name,
+             ", ".join(str(path) for path, _ in logs.values()))
+    try:
+        try:
+            await fleet.__aenter__()
+        except ServerFailed as exc:
+            raise EndpointError(f"the vllm servers did not start: {exc}") from exc
+        try:
+            clients = [
+                VlmClient(s.base_url, model, api_key=api_key, options=client_options, gate=s.wait_ready)
+                for s in fleet.members
+            ]
+            dispatcher = Dispatcher(clients, [lambda s=s: s.is_ready for s in fleet.members])
+            try:
+                await asyncio.gather(*(check_model(c) for c in clients))
+                in_flight = client_in_flight(with_gpus(preset, len(fleet.members)))
+                yield Endpoint(client=dispatcher, metrics=fleet.metrics, suggested_in_flight=in_flight,  # type: ignore[arg-type]
+                               preset=preset.name)
+            finally:
+                await dispatcher.close()
+        finally:
+            await fleet.__aexit__(None, None, None)
+    finally:
+        for path, upload_to in logs.values():
+            if upload_to and out is not None and path.exists():
+                try:
+                    out.write_atomic(upload_to, path.read_bytes())
+                except Exception as exc:  # noqa: BLE001 - the log copy is a convenience
+                    log.warning("could not copy the server log to %s: %s", out.display(upload_to), exc)

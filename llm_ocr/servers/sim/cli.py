@@ -85,6 +85,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="fraction of requests never answered (default %(default)s)")
     faults.add_argument("--reset-rate", type=fraction, default=0.0,
                         help="fraction of requests whose connection is reset (default %(default)s)")
+    faults.add_argument("--crash-after", type=int, default=0, metavar="N",
+                        help="exit with code 1 on the N-th chat request, like a GPU that dies mid-run "
+                        "(default %(default)s: never)")
     faults.add_argument("--seed", type=int, default=0, help="seed of the random faults (default %(default)s)")
     return p
 
@@ -107,6 +110,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         error_rate=args.error_rate,
         hang_rate=args.hang_rate,
         reset_rate=args.reset_rate,
+        crash_after=args.crash_after,
         seed=args.seed,
         startup_delay=args.startup_delay,
         instant=args.instant,

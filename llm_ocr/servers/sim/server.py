@@ -63,6 +63,7 @@ class SimConfig(FrameConfig):
     error_rate: float = 0.0
     hang_rate: float = 0.0
     reset_rate: float = 0.0
+    crash_after: int = 0
     seed: int = 0
     startup_delay: float = 0.0
     instant: bool = False
@@ -198,6 +199,8 @@ class SimServer(OpenAIServer):
         u_err, u_hang, u_reset = self.rng.random(), self.rng.random(), self.rng.random()
         if self.faults:
             return self.faults.popleft()
+        if self.cfg.crash_after and self.stats["requests"] >= self.cfg.crash_after:
+            return Fault("crash", source="random")
         if u_err < self.cfg.error_rate:
             return Fault("error", 500, source="random")
         if u_hang < self.cfg.hang_rate:
