@@ -94,6 +94,8 @@ class PageResult:
     #: Tokens generated in repetition loops and thrown away (None: no attempt looped or ran out).
     cut_tokens: int | None = None
     cut_reason: str | None = None  # why: one clause per attempt that looped or hit max_tokens
+    #: Segments a long page was read in, one request each (None: read whole).
+    segments: int | None = None
     model: str | None = None
 
     @property
@@ -221,6 +223,7 @@ def page_schema() -> pa.Schema:
         ("attempts", pa.int32()),
         ("cut_tokens", pa.int32()),
         ("cut_reason", pa.string()),
+        ("segments", pa.int32()),
         ("model", pa.string()),
     ]
     features = {
@@ -251,6 +254,7 @@ def page_schema() -> pa.Schema:
         "attempts": _value("int32"),
         "cut_tokens": _value("int32"),
         "cut_reason": _value("string"),
+        "segments": _value("int32"),
         "model": _value("string"),
     }
     return pa.schema(fields, metadata=_features_metadata(features))

@@ -13,7 +13,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from llm_ocr.records import Block, Figure, PageResult
+from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
+from llm_ocr.stages.segmented import read_in_segments
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.grounding import parse_layout
@@ -38,6 +40,12 @@ class ExtractOptions(BaseModel):
         description="Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature.",
     )
     retry_temperature_step: float = Field(0.2, ge=0, le=1, description="Temperature added per truncation retry.")
+    max_page_aspect: float = Field(
+        3.0,
+        ge=0,
+        description="Pages whose long side exceeds this many times their short side are read in overlapping "
+        "segments of a readable shape, one request each, and joined (0: always read whole).",
+    )
     cut_loops: bool = Field(
         True,
         description="Stream each answer and close the stream as soon as it repeats itself (a repetition loop), "
@@ -99,6 +107,11 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
     """
     if isinstance(item, PageFailure):
         return failure_result(ref, item.page, item.error, num_pages)
+    segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
+    if segments:
+        return await read_in_segments(
+            ref, item, num_pages, segments, ask=lambda page: _ask(page, ctx), crop=ctx.crop, model=ctx.client.model
+        )
     try:
         answer = await _ask(item, ctx)
     except RequestFailed as exc:
