@@ -56,16 +56,15 @@ def error_response(status: int, message: str, type_: str | None = None) -> web.R
     return web.json_response(body, status=status)
 
 
-def image_prompt_tokens(width: int, height: int) -> int:
-    """Image tokens vLLM's DeepSeek-OCR processor spends on an image in "Gundam" mode.
+def tile_grid(width: int, height: int) -> tuple[int, int]:
+    """``(across, down)``: the grid of 640-pixel crops vLLM's DeepSeek-OCR processor cuts an
+    image into in "Gundam" mode, ``(0, 0)`` for an image that gets the global view only.
 
-    From vLLM ``deepseek_ocr.py`` ``get_num_image_tokens``: a 1024 global view (16x16 tokens
-    plus a newline column) plus, for images over 640 px, 2..6 crops of 640 (10x10 tokens each
-    plus newline columns) picked by the closest aspect ratio, plus one separator.
+    From vLLM ``deepseek_ocr.py``: images over 640 px get 2..6 crops of 640, the grid whose
+    aspect ratio is closest to the image's (on a tie, the larger one if the image is big enough).
     """
-    global_tokens = 16 * 17
     if width <= 640 and height <= 640:
-        return global_tokens + 1
+        return 0, 0
     aspect = width / height
     ratios = sorted(
         {(i, j) for n in range(2, 7) for i in range(1, n + 1) for j in range(1, n + 1) if 2 <= i * j <= 6},
@@ -78,8 +77,30 @@ def image_prompt_tokens(width: int, height: int) -> int:
             best, best_diff = (i, j), diff
         elif diff == best_diff and width * height > 0.5 * 640 * 640 * i * j:
             best = (i, j)
-    nw, nh = best
+    return best
+
+
+def image_prompt_tokens(width: int, height: int) -> int:
+    """Image tokens vLLM's DeepSeek-OCR processor spends on an image in "Gundam" mode.
+
+    From vLLM ``deepseek_ocr.py`` ``get_num_image_tokens``: a 1024 global view (16x16 tokens
+    plus a newline column) plus, for images over 640 px, the crops of :func:`tile_grid` (10x10
+    tokens each plus newline columns), plus one separator.
+    """
+    global_tokens = 16 * 17
+    nw, nh = tile_grid(width, height)
+    if nw == 0:
+        return global_tokens + 1
     return global_tokens + (nh * 10) * (nw * 10 + 1) + 1
+
+
+def text_scale(width: int, height: int) -> float:
+    """How large the image's text is where the model reads it best: the scale of its crops
+    (the page resized onto the tile grid), or of the 1024 global view without crops."""
+    nw, nh = tile_grid(width, height)
+    if nw == 0:
+        return 1024 / max(width, height)
+    return min(nw * 640 / width, nh * 640 / height)
 
 
 @dataclass

@@ -68,13 +68,14 @@ class SseAnswer:
         await self._event(self._chunk({"role": "assistant", "content": ""}, None))
 
     async def send(self, tokens: float) -> None:
-        """The answer has ``tokens`` tokens now: send the text they add, in chunks of the
-        request's ``stream_interval`` tokens."""
+        """The answer has ``tokens`` tokens now: send the text of every whole chunk of the
+        request's ``stream_interval`` tokens not sent yet (the rest waits for more, or for
+        :meth:`finish`), as vLLM batches a request's output."""
         self.tokens = min(tokens, self._total_tokens())
         end = self.chars_for(self.tokens)
         step = max(1, self.chars_for(self.req.stream_interval or DEFAULT_CHUNK_TOKENS))
-        while end - self.sent_chars > 0:
-            upto = min(end, self.sent_chars + step)
+        while end - self.sent_chars >= step:
+            upto = self.sent_chars + step
             await self._event(self._chunk({"content": self.text[self.sent_chars : upto]}, None))
             self.sent_chars = upto
 
