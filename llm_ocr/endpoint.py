@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
 from llm_ocr.servers.engines import free_port, sim_command, vllm_command
-from llm_ocr.servers.fleet import ServerFleet, gpu_devices, uses_vllm_parallelism
+from llm_ocr.servers.fleet import ServerFleet, gpu_devices, sum_metrics, uses_vllm_parallelism
 from llm_ocr.servers.presets import (
     HARDWARE_PRESETS,
     PRESETS,
@@ -242,7 +242,6 @@ async def open_endpoint(
                 log.warning("could not copy the server log to %s: %s", out.display(upload_to), exc)
 
 
-
 def _fit_gpus(preset: GpuPreset | None, options: ServerOptions, gpu: GpuInfo | None) -> GpuPreset | None:
     """``preset`` with the number of servers to start: ``--gpus``, else the preset's, never more
     than nvidia-smi lists; one when ``--server-args`` spread vLLM over GPUs itself."""
@@ -270,22 +269,14 @@ async def _open_several(
         await asyncio.gather(*(check_model(c, wait=client_options.dead_after) for c in clients))
 
         async def metrics() -> dict[str, float]:
-            return _sum_metrics(await asyncio.gather(*(_external_metrics(u) for u in urls)))
+            values = await asyncio.gather(*(_external_metrics(u) for u in urls))
+            # One server without /metrics: a sum would undercount, so there are none.
+            return {} if any(not v for v in values) else sum_metrics(values)
 
         named = (server_options.gpu_preset if server_options else None) or None
         yield Endpoint(client=dispatcher, metrics=metrics, preset=named)  # type: ignore[arg-type]
     finally:
         await dispatcher.close()
-
-
-def _sum_metrics(values: list[dict[str, float]]) -> dict[str, float]:
-    if any(not v for v in values):
-        return {}  # one server without /metrics: the sum would undercount
-    total: dict[str, float] = {}
-    for value in values:
-        for key, number in value.items():
-            total[key] = total.get(key, 0.0) + number
-    return total
 
 
 @asynccontextmanager

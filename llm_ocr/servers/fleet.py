@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -117,11 +117,16 @@ class ServerFleet:
     async def metrics(self) -> dict[str, float]:
         """The members' ``/metrics`` summed (members that do not answer are left out)."""
         values = await asyncio.gather(*(s.metrics() for s in self.members), return_exceptions=True)
-        total: dict[str, float] = {}
-        for value in values:
-            if isinstance(value, dict):
-                for key, number in value.items():
-                    total[key] = total.get(key, 0.0) + number
-        if not total and values and isinstance(values[0], BaseException):
+        answered = [v for v in values if isinstance(v, dict)]
+        if not answered and values and isinstance(values[0], BaseException):
             raise values[0]
-        return total
+        return sum_metrics(answered)
+
+
+def sum_metrics(values: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Several servers' metrics as one server's: every key summed."""
+    total: dict[str, float] = {}
+    for value in values:
+        for key, number in value.items():
+            total[key] = total.get(key, 0.0) + number
+    return total

@@ -13,10 +13,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from llm_ocr.records import Block, Figure, PageResult
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
 from llm_ocr.stages.segmented import read_in_segments
-from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.grounding import parse_layout
 from llm_ocr.vlm.recipes import ModelRecipe, image_messages
