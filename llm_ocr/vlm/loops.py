@@ -13,8 +13,9 @@ What counts as a loop (see :class:`LoopPolicy`):
   least ``min_repeats`` times, over at least ``min_span_chars`` characters (``markup_span_chars``
   when the unit has no letter or digit: a blank form's empty table rows are legitimately alike);
 - box coordinates inside ``<|det|>...<|/det|>`` are ignored, so a block repeated with drifting
-  boxes is still a repeat; everything else, numbers included, must match. Rows that differ
-  only in their numbers (price lists, timetables) are therefore never a loop.
+  boxes is still a repeat (a box list longer than :data:`MAX_DET_CHARS` is watched, so boxes
+  repeated forever are a loop too); everything else, numbers included, must match. Rows that
+  differ only in their numbers (price lists, timetables) are therefore never a loop.
 
 Cost: the text is appended to a list; every ``check_every`` characters the last few thousand
 characters are searched (``str.rfind`` and slice comparisons, all in C) for an earlier copy of
@@ -28,6 +29,8 @@ import re
 from dataclasses import dataclass
 
 DET_OPEN, DET_CLOSE = "<|det|>", "<|/det|>"
+#: A box list longer than this (~60 boxes) is not skipped any more: it may be a loop of boxes.
+MAX_DET_CHARS = 1500
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class LoopWatch:
         self._raw_seen = 0  # characters of answer fed
         self._raw_done = 0  # characters of answer stripped (the carry is not yet)
         self._in_det = False
+        self._det_chars = 0  # characters of the current box list so far
         self._carry = ""  # a possible tag prefix cut by a chunk boundary
         # (stripped offset, raw offset) after each removed <|det|> body: maps offsets back.
         self._marks_stripped: list[int] = [0]
@@ -120,11 +124,20 @@ class LoopWatch:
         while pos < n:
             if self._in_det:
                 end = text.find(DET_CLOSE, pos)
+                if end == -1 and self._det_chars + (n - pos) > MAX_DET_CHARS:
+                    # A box list that never closes is itself a loop of boxes: from here on
+                    # its text is watched like any other.
+                    self._in_det = False
+                    self._marks_stripped.append(self._stripped_len + self._pending_len)
+                    self._marks_raw.append(base + pos)
+                    continue
                 if end == -1:
+                    self._det_chars += n - pos
                     self._carry = _tag_prefix_suffix(text, DET_CLOSE, pos)
                     return
                 pos = end + len(DET_CLOSE)
                 self._in_det = False
+                self._det_chars = 0
                 self._add(DET_CLOSE)
                 # From here on, stripped and answer offsets advance together again.
                 self._marks_stripped.append(self._stripped_len + self._pending_len)

@@ -151,3 +151,10 @@ def test_the_watch_costs_microseconds_per_chunk() -> None:
     for ch in page:
         w.feed(ch)
     assert calls <= len(page) // LoopPolicy().check_every + 1
+
+
+def test_a_box_list_that_never_closes_is_a_loop_of_boxes() -> None:
+    text = "<|ref|>image<|/ref|><|det|>[[10, 20, 30, 40]" + ", [10, 20, 30, 40]" * 2000
+    loop = watch(text, 60)
+    assert loop is not None and loop.unit_chars == len(", [10, 20, 30, 40]")
+    assert loop.seen_chars < 1500 + 1200 + 400  # past the skipped box list, then as any loop
