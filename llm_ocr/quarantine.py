@@ -53,6 +53,8 @@ R = TypeVar("R")
 
 #: Deaths a page must have been in flight at before it is retried alone.
 ISOLATE_AFTER = 2
+#: With several servers, server i's incarnations are ``i * SERVER_STRIDE + generation``.
+SERVER_STRIDE = 1_000_000
 
 _current_page: ContextVar[PageKey | None] = ContextVar("llm_ocr_current_page", default=None)
 
@@ -116,12 +118,44 @@ class CrashTracker:
         """Deaths of the server seen so far (each incarnation that ended)."""
         return len(self._deaths)
 
-    def charged_deaths(self) -> int:
+    def charged_deaths(self, server: int | None = None) -> int:
         """Deaths that count against a restart budget: those none of whose suspects is convicted
         or still due its solo retry. A suspect cleared by its solo retry explains nothing, so
-        the deaths it was blamed for count again from then on."""
+        the deaths it was blamed for count again from then on. ``server``: only the deaths of
+        that server of several (see :meth:`server_gate`)."""
         explaining = set(self.convicted) | self._pending
-        return sum(1 for death in self._deaths if not death.suspects & explaining)
+        return sum(
+            1 for death in self._deaths
+            if not death.suspects & explaining and (server is None or death.generation // SERVER_STRIDE == server)
+        )
+
+    # -- several servers (one per GPU, or several endpoints) behind one dispatcher ---------------
+
+    def server_gate(self, server: int, inner: Gate, on_retry: RetryHook | None = None) -> Gate:
+        """:meth:`gate` for server ``server`` of several: its incarnations are numbered
+        ``server * SERVER_STRIDE + generation``, so a death of one blames only the pages whose
+        latest request went to it. A page due its solo retry runs alone on the whole set."""
+        base = server * SERVER_STRIDE
+
+        async def shifted() -> Generation:
+            return base + await inner()
+
+        async def retry(generation: Generation) -> None:
+            assert on_retry is not None
+            await on_retry(generation - base)
+
+        return self.gate(shifted, on_retry=retry if on_retry is not None else None)
+
+    def server_death(self, server: int) -> Callable[[Generation], int]:
+        """The ``count_death`` (or ``on_down``) hook of server ``server`` of several: records the
+        death of its incarnation and returns the deaths charged to that server alone."""
+        base = server * SERVER_STRIDE
+
+        def record(generation: Generation) -> int:
+            self.record_death(base + generation)
+            return self.charged_deaths(server)
+
+        return record
 
     def record_death(self, generation: Generation) -> int:
         """Incarnation ``generation`` died: blame the pages whose latest request went to it.

@@ -91,6 +91,11 @@ class PageResult:
     completion_tokens: int | None = None
     latency_s: float | None = None
     attempts: int = 0
+    #: Tokens generated in repetition loops and thrown away (None: no attempt looped or ran out).
+    cut_tokens: int | None = None
+    cut_reason: str | None = None  # why: one clause per attempt that looped or hit max_tokens
+    #: Segments a long page was read in, one request each (None: read whole).
+    segments: int | None = None
     model: str | None = None
     #: The model server crashed on this page alone (an ``error`` row kept across reruns).
     quarantined: bool = False
@@ -228,6 +233,9 @@ def page_schema() -> pa.Schema:
         ("completion_tokens", pa.int32()),
         ("latency_s", pa.float64()),
         ("attempts", pa.int32()),
+        ("cut_tokens", pa.int32()),
+        ("cut_reason", pa.string()),
+        ("segments", pa.int32()),
         ("model", pa.string()),
         ("quarantined", pa.bool_()),
         ("fallback_text", pa.string()),
@@ -259,6 +267,9 @@ def page_schema() -> pa.Schema:
         "completion_tokens": _value("int32"),
         "latency_s": _value("float64"),
         "attempts": _value("int32"),
+        "cut_tokens": _value("int32"),
+        "cut_reason": _value("string"),
+        "segments": _value("int32"),
         "model": _value("string"),
         "quarantined": _value("bool"),
         "fallback_text": _value("string"),

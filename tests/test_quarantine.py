@@ -8,6 +8,7 @@ budget is charged, with every request of the tracked pages going through the tra
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -30,6 +31,8 @@ class Server:
     peak_alone: list[int] = field(default_factory=list)  # in-flight count when a poison page was sent
     at_death: list[int] = field(default_factory=list)  # requests in flight when each generation died
     charged: list[int] = field(default_factory=list)
+    #: Tells the tracker of a death (default: ``tracker.record_death``, a single server).
+    count_death: Callable[[int], int] | None = None
 
     async def gate(self) -> int:
         await asyncio.sleep(0)
@@ -54,7 +57,7 @@ class Server:
 
     def _die(self) -> None:
         self.at_death.append(len(self.in_flight))
-        self.charged.append(self.tracker.record_death(self.generation))
+        self.charged.append((self.count_death or self.tracker.record_death)(self.generation))
         self.generation += 1
         for done in list(self.in_flight):
             if not done.done():
@@ -183,3 +186,42 @@ def test_requests_outside_a_guarded_page_pass_straight_through() -> None:
         return await tracker.gate(server.gate)()
 
     assert asyncio.run(scenario()) == 7
+
+
+def test_with_several_servers_a_death_blames_only_its_own_pages_and_spends_only_its_budget() -> None:
+    # Two servers behind one dispatcher (one per GPU): odd pages go to server 1, where page 5
+    # kills it every time; server 0 never dies. Both number their incarnations from 1.
+    async def scenario() -> tuple[dict[int, str], list[Server], CrashTracker]:
+        tracker = CrashTracker()
+        servers = [Server(tracker, {("doc.pdf", 5): -1} if i else {}, count_death=tracker.server_death(i)) for i in range(2)]
+        gates = [tracker.server_gate(i, server.gate) for i, server in enumerate(servers)]
+
+        async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
+            i = item.page % 2
+            for _ in range(3):
+                while True:
+                    generation = await gates[i]()
+                    try:
+                        await servers[i].request((ref.doc_id, item.page), generation - i * 1_000_000)
+                        break
+                    except Lost:
+                        continue
+            return "ok"
+
+        async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
+            return exc.message
+
+        guarded = tracker.guard(handler, quarantined)
+        ref = SimpleNamespace(doc_id="doc.pdf")
+        results = await asyncio.wait_for(asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 8) for n in range(1, 9))), 20)
+        return dict(zip(range(1, 9), results)), servers, tracker
+
+    results, servers, tracker = asyncio.run(scenario())
+    assert results[5] == "the model server crashed on this page 3 times; quarantined"
+    assert all(results[n] == "ok" for n in results if n != 5)
+    assert servers[0].at_death == [] and len(servers[1].at_death) == 3
+    # The first death of server 1 blamed the pages in flight there (odd pages), none of server 0's.
+    first = {page for _, page in tracker._deaths[0].suspects}
+    assert 5 in first and first <= {1, 3, 5, 7}
+    # Server 1's budget was charged its first death only; server 0's nothing.
+    assert servers[1].charged == [1, 0, 0] and tracker.charged_deaths(0) == 0 and tracker.charged_deaths(1) == 0

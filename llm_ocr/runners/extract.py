@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
+from llm_ocr.concurrency import adapting
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
@@ -17,13 +18,13 @@ from llm_ocr.records import page_schema
 from llm_ocr.runners.bad_pages import BadPages, marker_settles, note_kept, quarantined_in
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.shard import (
-    DEFAULT_IN_FLIGHT,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PAGES_FAILED,
     RunError,
     ShardOutcome,
     check_writable,
+    in_flight_for_endpoint,
     reconciled,
     resolve_shard,
 )
@@ -103,7 +104,8 @@ async def _extract_with(
     job = spec.job
     client = endpoint.client
     counters = RunCounters("extract", shard, num_shards)
-    in_flight = job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
+    limit, controller = in_flight_for_endpoint(job, endpoint)
+    in_flight = limit.limit
     workers = job.workers if job.workers is not None else default_workers()
     pool = WorkerPool(workers)
     writer = PartWriter(stage, page_schema(), shard, num_shards, start_seq=index.next_seq, max_rows=job.part_rows)
@@ -129,13 +131,15 @@ async def _extract_with(
                 reorder_window=max(256, in_flight * 4),
                 flush_interval=job.flush_interval,
                 grace_period=job.grace_period,
+                limit=limit,
             ),
             storage_options=job.storage_options,
             stop=stop,
         )
         reporter.start()
         try:
-            await flow.run(documents)
+            async with adapting(controller):
+                await flow.run(documents)
         except (EndpointDown, StorageError) as exc:
             await writer.close()
             raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc

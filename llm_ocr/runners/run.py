@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from llm_ocr.concurrency import adapting
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
@@ -26,16 +27,9 @@ from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.quarantine import PageQuarantined
 from llm_ocr.records import PageResult, page_schema
-from llm_ocr.runners.bad_pages import BadPages, describe_settles, marker_settles, note_kept, quarantined_in
 from llm_ocr.runners.assemble import assemble_documents, assemble_finished
-from llm_ocr.runners.describe import (
-    DescribeFlow,
-    describe_stats,
-    in_flight_for,
-    make_context,
-    open_describe_endpoint,
-    resolve_schema,
-)
+from llm_ocr.runners.bad_pages import BadPages, describe_settles, marker_settles, note_kept, quarantined_in
+from llm_ocr.runners.describe import DescribeFlow, describe_stats, make_context, open_describe_endpoint, resolve_schema
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.shard import (
     EXIT_INTERRUPTED,
@@ -44,6 +38,7 @@ from llm_ocr.runners.shard import (
     RunError,
     ShardOutcome,
     check_writable,
+    in_flight_for_endpoint,
     reconciled,
     resolve_shard,
 )
@@ -167,13 +162,15 @@ async def _page_flow(
         ex_counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
         on_tick=progress_writer(stages.out, "extract", shard, num_shards),
     )
-    in_flight = in_flight_for(job, endpoint)
+    limit, controller = in_flight_for_endpoint(job, endpoint)
+    in_flight = limit.limit
     settings = FlowSettings(
         max_in_flight=in_flight,
         prefetch_chunks=max(4, workers * 2),
         reorder_window=max(256, in_flight * 4),
         flush_interval=job.flush_interval,
         grace_period=job.grace_period,
+        limit=limit,
     )
     dctx = await make_context(describer, spec.describe, schema, in_flight)
     reporter.start()
@@ -208,7 +205,8 @@ async def _page_flow(
                 stop=stop,
             )
             documents = shard_inputs(spec.inputs, spec.dataset, job.storage_options, stages.out, num_shards, shard)
-            await flow.run(documents)
+            async with adapting(controller):
+                await flow.run(documents)
     except (EndpointDown, StorageError) as exc:
         raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
     except (InputError, UnreadablePart) as exc:

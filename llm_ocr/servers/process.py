@@ -232,6 +232,15 @@ class ManagedServer:
         return f"{self.root_url}/v1"
 
     @property
+    def is_ready(self) -> bool:
+        """Whether the server runs and passed its health check since its last (re)start."""
+        proc = self._proc
+        return (
+            proc is not None and proc.poll() is None and self._failed is None and not self._stopping
+            and self._healthy_generation == self.generation
+        )  # fmt: skip
+
+    @property
     def pid(self) -> int | None:
         """PID of the current server process (also its process-group id), if started."""
         return self._proc.pid if self._proc else None

@@ -72,13 +72,22 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     faults = p.add_argument_group("faults")
     faults.add_argument("--loop-rate", type=fraction, default=0.0,
                         help="fraction of (image, prompt) pairs that loop until max_tokens, finish_reason "
-                        "'length'; decided per image so retries loop again (default %(default)s)")
+                        "'length' (or, streamed, until the client closes the stream); decided per image so "
+                        "retries loop again. With the n-gram processor on (vllm_xargs.ngram_size), the "
+                        "repeated unit is a table row longer than its window_size, as only such loops "
+                        "escape it in vLLM (default %(default)s)")
+    faults.add_argument("--loop-repeat-rate", type=fraction, default=1.0,
+                        help="share of looping pages that loop again when retried at a temperature above 0, "
+                        "decided per image and temperature (default %(default)s: always)")
     faults.add_argument("--error-rate", type=fraction, default=0.0,
                         help="fraction of requests answered HTTP 500 (default %(default)s)")
     faults.add_argument("--hang-rate", type=fraction, default=0.0,
                         help="fraction of requests never answered (default %(default)s)")
     faults.add_argument("--reset-rate", type=fraction, default=0.0,
                         help="fraction of requests whose connection is reset (default %(default)s)")
+    faults.add_argument("--crash-after", type=int, default=0, metavar="N",
+                        help="exit with code 1 on the N-th chat request, like a GPU that dies mid-run "
+                        "(default %(default)s: never)")
     faults.add_argument("--seed", type=int, default=0, help="seed of the random faults (default %(default)s)")
     faults.add_argument("--crash-on-page", action="append", default=[], metavar="FILE:PAGE", type=_page_spec,
                         help="exit with code 1 whenever this --corpus page (file name or path, 1-based page) "
@@ -118,9 +127,11 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         output_tokens_mean=args.output_tokens_mean,
         output_tokens_sigma=args.output_tokens_sigma,
         loop_rate=args.loop_rate,
+        loop_repeat_rate=args.loop_repeat_rate,
         error_rate=args.error_rate,
         hang_rate=args.hang_rate,
         reset_rate=args.reset_rate,
+        crash_after=args.crash_after,
         seed=args.seed,
         startup_delay=args.startup_delay,
         instant=args.instant,
