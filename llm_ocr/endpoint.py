@@ -24,11 +24,25 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
+from llm_ocr.endpoint_watch import EndpointWatch, probe_endpoint
+from llm_ocr.quarantine import CrashTracker
 from llm_ocr.servers.engines import api_key_to_env, free_port, sim_command, vllm_command
-from llm_ocr.servers.presets import PRESETS, GpuPreset, client_in_flight, detect_gpu, preset_for
+from llm_ocr.servers.fleet import ServerFleet, gpu_devices, sum_metrics, uses_vllm_parallelism
+from llm_ocr.servers.presets import (
+    HARDWARE_PRESETS,
+    PRESETS,
+    GpuInfo,
+    GpuPreset,
+    client_in_flight,
+    detect_gpu,
+    named_preset,
+    preset_for,
+    with_gpus,
+)
 from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics
 from llm_ocr.storage import Storage
-from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient
+from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient, display_url
+from llm_ocr.vlm.dispatch import Dispatcher
 
 log = logging.getLogger("llm_ocr")
 
@@ -51,7 +65,13 @@ class ServerOptions(BaseModel):
     server_command: str = Field("vllm serve", description="Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server').")
     server_args: str = Field("", description="Extra arguments appended to the server command line (they override ours).")
     server_startup_timeout: float = Field(1800.0, gt=0, description="Seconds the server may take to become ready.")
-    server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run.")
+    server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run (per server).")
+    gpus: int | None = Field(
+        None,
+        ge=1,
+        description="GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi "
+        "lists, or as many as --gpu-preset names; 1: one server).",
+    )
 
 
 @dataclass
@@ -62,6 +82,8 @@ class Endpoint:
     metrics: Callable[[], Awaitable[dict[str, float]]] | None = None
     suggested_in_flight: int | None = None
     preset: str | None = None
+    #: Pages that crash the server: the runners guard their page handler with it.
+    tracker: CrashTracker | None = None
 
 
 async def check_model(client: VlmClient, wait: float = 0.0) -> None:
@@ -91,9 +113,14 @@ async def check_model(client: VlmClient, wait: float = 0.0) -> None:
 def choose_engine(options: ServerOptions) -> tuple[str, str, GpuPreset | None]:
     """``(engine, why, preset)`` for ``--engine``; ``auto`` prefers vLLM on a CUDA GPU."""
     gpu = detect_gpu() if options.engine in ("auto", "vllm") else None
-    preset = PRESETS[options.gpu_preset] if options.gpu_preset in PRESETS else (preset_for(gpu) if gpu else None)
-    if options.gpu_preset and options.gpu_preset not in PRESETS:
-        raise EndpointError(f"unknown --gpu-preset {options.gpu_preset!r}; choose one of {', '.join(PRESETS)}")
+    named = named_preset(options.gpu_preset) if options.gpu_preset else None
+    if options.gpu_preset and named is None:
+        raise EndpointError(
+            f"unknown --gpu-preset {options.gpu_preset!r}; choose one of {', '.join(PRESETS)}, "
+            f"or a platform's hardware name: {', '.join(HARDWARE_PRESETS)}"
+        )
+    preset = named or (with_gpus(preset_for(gpu), gpu.count) if gpu else None)
+    preset = _fit_gpus(preset, options, gpu)
     if options.engine != "auto":
         return options.engine, "chosen with --engine", preset
     program = shlex.split(options.server_command)[0] if options.server_command else "vllm"
@@ -152,13 +179,31 @@ async def open_endpoint(
     out: Storage | None = None,
     log_name: str = "server.log",
 ) -> AsyncIterator[Endpoint]:
-    """Yield a ready :class:`Endpoint`; a launched server is stopped (whole process group) on exit."""
+    """Yield a ready :class:`Endpoint`; a launched server is stopped (whole process group) on exit.
+
+    ``endpoint`` may list several URLs, comma-separated: servers of the same model, used behind
+    one dispatcher. Without it, vLLM on a machine with several GPUs is one server per GPU.
+    """
+    tracker = CrashTracker()
+    if endpoint and "," in endpoint:
+        async with _open_several(endpoint, model, api_key, client_options, server_options, tracker) as several:
+            yield several
+        return
     if endpoint:
-        client = VlmClient(endpoint, model, api_key=api_key, options=client_options)
+        # Down-then-up counts as a death of the endpoint (a Kubernetes vLLM restarted by its
+        # controller): the tracker blames the pages whose requests were lost to it.
+        watch = EndpointWatch(
+            lambda: probe_endpoint(endpoint, api_key),
+            display_url=display_url(endpoint),
+            dead_after=client_options.dead_after,
+            on_down=tracker.record_death,
+        )
+        gate = tracker.gate(watch.wait_up, on_retry=watch.check)
+        client = VlmClient(endpoint, model, api_key=api_key, options=client_options, gate=gate)
         named = (server_options.gpu_preset if server_options else None) or None
         try:
             await check_model(client, wait=client_options.dead_after)
-            yield Endpoint(client=client, metrics=lambda: _external_metrics(endpoint), preset=named)
+            yield Endpoint(client=client, metrics=lambda: _external_metrics(endpoint), preset=named, tracker=tracker)
         finally:
             await client.close()
         return
@@ -166,6 +211,10 @@ async def open_endpoint(
     options = server_options or ServerOptions()
     engine, why, preset = choose_engine(options)
     log.info("no --endpoint: launching the %s engine (%s)", engine, why)
+    if engine == "vllm" and preset is not None and preset.gpus > 1:
+        async with _open_fleet(model, api_key, client_options, options, preset, out, log_name, tracker) as fleet:
+            yield fleet
+        return
     port = free_port()
     command = _command(engine, model, port, options, preset)
     server_env: dict[str, str] = {}
@@ -184,6 +233,7 @@ async def open_endpoint(
         max_restarts=options.server_max_restarts,
         name=engine,
     )
+    server.count_death = tracker.record_death  # deaths a poison page explains do not spend the budget
     log.info("server log: %s", log_path)
     try:
         try:
@@ -191,7 +241,8 @@ async def open_endpoint(
         except ServerFailed as exc:
             raise EndpointError(f"the {engine} server did not start: {exc}") from exc
         try:
-            client = VlmClient(server.base_url, model, api_key=api_key, options=client_options, gate=server.wait_ready)
+            gate = tracker.gate(server.wait_ready)
+            client = VlmClient(server.base_url, model, api_key=api_key, options=client_options, gate=gate)
             try:
                 await check_model(client)
                 in_flight = client_in_flight(preset) if engine == "vllm" and preset else None
@@ -200,6 +251,7 @@ async def open_endpoint(
                     metrics=server.metrics,
                     suggested_in_flight=in_flight,
                     preset=preset.name if engine == "vllm" and preset else None,
+                    tracker=tracker,
                 )
             finally:
                 await client.close()
@@ -212,3 +264,115 @@ async def open_endpoint(
             except Exception as exc:  # noqa: BLE001 - the log copy is a convenience
                 log.warning("could not copy the server log to %s: %s", out.display(upload_to), exc)
 
+
+def _fit_gpus(preset: GpuPreset | None, options: ServerOptions, gpu: GpuInfo | None) -> GpuPreset | None:
+    """``preset`` with the number of servers to start: ``--gpus``, else the preset's, never more
+    than nvidia-smi lists; one when ``--server-args`` spread vLLM over GPUs itself."""
+    if preset is None:
+        return None
+    wanted = options.gpus or preset.gpus
+    if uses_vllm_parallelism(shlex.split(options.server_args)):
+        wanted = 1  # the user chose vLLM's own data/tensor parallelism: one server
+    if gpu is not None and wanted > gpu.count:
+        log.warning("%d GPUs wanted (%s) but nvidia-smi lists %d; using %d", wanted,
+                    "--gpus" if options.gpus else f"preset {preset.name}", gpu.count, gpu.count)
+        wanted = gpu.count
+    return with_gpus(preset, wanted) if wanted != preset.gpus else preset
+
+
+@asynccontextmanager
+async def _open_several(
+    endpoints: str,
+    model: str,
+    api_key: str | None,
+    client_options: ClientOptions,
+    server_options: ServerOptions | None,
+    tracker: CrashTracker,
+) -> AsyncIterator[Endpoint]:
+    """Several ``--endpoint`` URLs behind one dispatcher; their ``/metrics`` summed. Each is
+    watched for down-then-up like a single endpoint, with its deaths told apart in ``tracker``."""
+    urls = [u.strip() for u in endpoints.split(",") if u.strip()]
+    clients = []
+    for i, url in enumerate(urls):
+        watch = EndpointWatch(
+            lambda url=url: probe_endpoint(url, api_key),  # type: ignore[misc]
+            display_url=display_url(url),
+            dead_after=client_options.dead_after,
+            on_down=tracker.server_death(i),
+        )
+        gate = tracker.server_gate(i, watch.wait_up, on_retry=watch.check)
+        clients.append(VlmClient(url, model, api_key=api_key, options=client_options, gate=gate))
+    dispatcher = Dispatcher(clients)
+    try:
+        await asyncio.gather(*(check_model(c, wait=client_options.dead_after) for c in clients))
+
+        async def metrics() -> dict[str, float]:
+            values = await asyncio.gather(*(_external_metrics(u) for u in urls))
+            # One server without /metrics: a sum would undercount, so there are none.
+            return {} if any(not v for v in values) else sum_metrics(values)
+
+        named = (server_options.gpu_preset if server_options else None) or None
+        yield Endpoint(client=dispatcher, metrics=metrics, preset=named, tracker=tracker)  # type: ignore[arg-type]
+    finally:
+        await dispatcher.close()
+
+
+@asynccontextmanager
+async def _open_fleet(
+    model: str,
+    api_key: str | None,
+    client_options: ClientOptions,
+    options: ServerOptions,
+    preset: GpuPreset,
+    out: Storage | None,
+    log_name: str,
+    tracker: CrashTracker,
+) -> AsyncIterator[Endpoint]:
+    """vLLM on each of ``preset.gpus`` GPUs (``CUDA_VISIBLE_DEVICES``), behind one dispatcher;
+    each server's deaths are told apart in ``tracker`` and charged to its own restart budget."""
+    devices = gpu_devices(preset.gpus)
+    stem, dot, ext = log_name.rpartition(".")
+    logs = {d: _log_path(out, f"{stem}-gpu{d}{dot}{ext}" if dot else f"{log_name}-gpu{d}") for d in devices}
+    per_gpu = with_gpus(preset, 1)
+    # The API key goes in the servers' environment, never on their command lines (see api_key_to_env).
+    _, key_env = api_key_to_env(_command("vllm", model, 0, options, per_gpu))
+    fleet = ServerFleet(
+        devices,
+        lambda device, port: api_key_to_env(_command("vllm", model, port, options, per_gpu))[0],
+        env=key_env,
+        ports=free_port,
+        host="127.0.0.1",
+        log_path=lambda device: logs[device][0],
+        startup_timeout=options.server_startup_timeout,
+        max_restarts=options.server_max_restarts,
+    )
+    log.info("%d GPUs: one vLLM server each (%s); logs: %s", len(devices), preset.name,
+             ", ".join(str(path) for path, _ in logs.values()))
+    try:
+        try:
+            await fleet.__aenter__()
+        except ServerFailed as exc:
+            raise EndpointError(f"the vllm servers did not start: {exc}") from exc
+        try:
+            clients = []
+            for i, member in enumerate(fleet.members):
+                member.count_death = tracker.server_death(i)  # a poison page's deaths do not spend its budget
+                gate = tracker.server_gate(i, member.wait_ready)
+                clients.append(VlmClient(member.base_url, model, api_key=api_key, options=client_options, gate=gate))
+            dispatcher = Dispatcher(clients, [lambda s=s: s.is_ready for s in fleet.members])
+            try:
+                await asyncio.gather(*(check_model(c) for c in clients))
+                in_flight = client_in_flight(with_gpus(preset, len(fleet.members)))
+                yield Endpoint(client=dispatcher, metrics=fleet.metrics, suggested_in_flight=in_flight,  # type: ignore[arg-type]
+                               preset=preset.name, tracker=tracker)
+            finally:
+                await dispatcher.close()
+        finally:
+            await fleet.__aexit__(None, None, None)
+    finally:
+        for path, upload_to in logs.values():
+            if upload_to and out is not None and path.exists():
+                try:
+                    out.write_atomic(upload_to, path.read_bytes())
+                except Exception as exc:  # noqa: BLE001 - the log copy is a convenience
+                    log.warning("could not copy the server log to %s: %s", out.display(upload_to), exc)

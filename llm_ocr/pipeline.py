@@ -19,6 +19,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from llm_ocr.concurrency import InFlightLimit
 from llm_ocr.progress import RunCounters
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
@@ -118,6 +119,8 @@ class FlowSettings:
     reorder_window: int = 1024
     flush_interval: float = 120.0
     grace_period: float = 30.0
+    #: The in-flight limit, when it may change during the run (else max_in_flight, fixed).
+    limit: InFlightLimit | None = None
 
 
 class PageFlow:
@@ -152,7 +155,7 @@ class PageFlow:
         self.ordered = self.ordered_all[0]
         self._queue: asyncio.Queue[tuple[DocumentRef, int | None, asyncio.Future[list[Any]] | list[Any], Callable[[], None] | None] | None]
         self._queue = asyncio.Queue(maxsize=max(1, settings.prefetch_chunks))
-        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._slots = settings.limit or asyncio.Semaphore(settings.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
         self._seq = 0
         self._doc_pending: dict[str, int] = {}
@@ -296,7 +299,7 @@ class PageFlow:
             assert result is not None, "the first writer's row is the page's own"
             rows = [r.to_row() if r is not None else None for r in results]
             rows += [None] * (len(self.writers) - len(rows))  # every writer must see every seq
-            self.counters.pages[result.status] += 1
+            self.counters.pages[result.tally] += 1
             self.counters.prompt_tokens += result.prompt_tokens or 0
             self.counters.completion_tokens += result.completion_tokens or 0
             left = self._doc_pending.get(ref.doc_id, 1) - 1
@@ -333,7 +336,7 @@ class PageFlow:
             await asyncio.gather(*pending, return_exceptions=True)
 
 
-async def acquire_unless_stopped(semaphore: asyncio.Semaphore, stop: asyncio.Event) -> bool:
+async def acquire_unless_stopped(semaphore: asyncio.Semaphore | InFlightLimit, stop: asyncio.Event) -> bool:
     """Acquire ``semaphore`` unless ``stop`` is set first; True if acquired (and not stopped)."""
     if stop.is_set():
         return False

@@ -59,7 +59,8 @@ class RunCounters:
             f"[{self.stage} {self.shard + 1}/{self.num_shards}]",
             f"docs {self.docs_finished} done" + (f" +{self.docs_skipped} skipped" if self.docs_skipped else ""),
             f"pages {self.pages_done}" + (f" +{self.pages_skipped} skipped" if self.pages_skipped else ""),
-            f"(ok {self.pages['ok']}, truncated {self.pages['truncated']}, error {self.pages['error']})",
+            f"(ok {self.pages['ok']}, truncated {self.pages['truncated']}, error {self.pages['error']}"
+            + (f", quarantined {self.pages['quarantined']})" if self.pages["quarantined"] else ")"),
             f"{self.rate():.2f} pages/s",
             f"in flight {self.in_flight}",
         ]
@@ -79,8 +80,15 @@ class RunCounters:
         """Pages seen that got no row (interrupted or stopped: the rerun does them)."""
         return self.pages_seen - self.pages_done - self.pages_skipped
 
+    @property
+    def pages_failed(self) -> int:
+        """Pages that got an error row this run, quarantined ones included (exit status 1)."""
+        return self.pages["error"] + self.pages["quarantined"]
+
     def reconciliation(self) -> str:
-        """The end-of-run accounting line: every page seen is ok, truncated, error or done before.
+        """The end-of-run accounting line: every page seen is ok, truncated, error, quarantined
+        (an error row for a page the model server crashed on, see :mod:`llm_ocr.quarantine`) or
+        done before.
 
         Pages seen are counted from the input (``pages_found``), so the equation can fail: pages
         left without a row are named (an interrupted run leaves some for the rerun), and a count
@@ -90,7 +98,7 @@ class RunCounters:
         return (
             f"[{self.stage} shard {self.shard + 1}/{self.num_shards}] pages seen {self.pages_seen} = "
             f"ok {self.pages['ok']} + truncated {self.pages['truncated']} + error {self.pages['error']}"
-            f" + done earlier {self.pages_skipped}"
+            f" + quarantined {self.pages['quarantined']} + done earlier {self.pages_skipped}"
             + (f" + left for the rerun {left}" if left > 0 else "")
             + (f" MISMATCH: {-left} row(s) more than pages seen" if left < 0 else "")
             + f"; documents {self.docs_seen} ({self.docs_skipped} already complete)"
@@ -108,6 +116,7 @@ class RunCounters:
                 "ok": self.pages["ok"],
                 "truncated": self.pages["truncated"],
                 "error": self.pages["error"],
+                "quarantined": self.pages["quarantined"],
                 "total": self.pages_done,
                 "skipped": self.pages_skipped,
                 "seen": self.pages_seen,

@@ -91,12 +91,28 @@ class PageResult:
     completion_tokens: int | None = None
     latency_s: float | None = None
     attempts: int = 0
+    #: Tokens generated in repetition loops and thrown away (None: no attempt looped or ran out).
+    cut_tokens: int | None = None
+    cut_reason: str | None = None  # why: one clause per attempt that looped or hit max_tokens
+    #: Segments a long page was read in, one request each (None: read whole).
+    segments: int | None = None
     model: str | None = None
+    #: The model server crashed on this page alone (an ``error`` row kept across reruns).
+    quarantined: bool = False
+    #: The PDF's own text layer for a page the model failed or cut off (never the model's text).
+    fallback_text: str | None = None
+    #: Why the text layer was used, or why it was rejected (None: not looked at).
+    fallback_note: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
         """The identity of a page across runs and stages."""
         return (self.doc_id, self.page)
+
+    @property
+    def tally(self) -> str:
+        """The column the accounting line counts this row in: its status, or ``quarantined``."""
+        return "quarantined" if self.quarantined else self.status
 
     def to_row(self) -> dict[str, Any]:
         """The Parquet row of this page."""
@@ -112,6 +128,7 @@ class PageResult:
         data["figures"] = [Figure.from_row(f) for f in row.get("figures") or []]
         data["blocks"] = [Block(**b) for b in row.get("blocks") or []]
         data["attempts"] = data.get("attempts") or 0
+        data["quarantined"] = bool(data.get("quarantined"))  # null in parts written before the column
         return cls(**data)
 
 
@@ -216,7 +233,13 @@ def page_schema() -> pa.Schema:
         ("completion_tokens", pa.int32()),
         ("latency_s", pa.float64()),
         ("attempts", pa.int32()),
+        ("cut_tokens", pa.int32()),
+        ("cut_reason", pa.string()),
+        ("segments", pa.int32()),
         ("model", pa.string()),
+        ("quarantined", pa.bool_()),
+        ("fallback_text", pa.string()),
+        ("fallback_note", pa.string()),
     ]
     features = {
         "doc_id": _value("string"),
@@ -244,7 +267,13 @@ def page_schema() -> pa.Schema:
         "completion_tokens": _value("int32"),
         "latency_s": _value("float64"),
         "attempts": _value("int32"),
+        "cut_tokens": _value("int32"),
+        "cut_reason": _value("string"),
+        "segments": _value("int32"),
         "model": _value("string"),
+        "quarantined": _value("bool"),
+        "fallback_text": _value("string"),
+        "fallback_note": _value("string"),
     }
     return pa.schema(fields, metadata=_features_metadata(features))
 

@@ -45,6 +45,11 @@ def assert_deepseek_request(entry: dict[str, Any], max_model_len: int, min_image
     # the offline prompt without it, and must not carry its own placeholder.
     assert "<image>" not in text_part["text"]
     assert "<image>\n" + text_part["text"] == OFFLINE_DOCUMENT_PROMPT
+    # Extract streams every page (to cut repetition loops as they arrive), asking vLLM for the
+    # usage in every chunk and 64 tokens a chunk.
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert body["stream_interval"] == 64
 
 
 def run_cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

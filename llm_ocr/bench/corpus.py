@@ -145,6 +145,11 @@ def vector_pdf(pages: int, rng: random.Random, name: str) -> bytes:
         )
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
     objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {pages} >>".encode()
+    return _pdf(objects)
+
+
+def _pdf(objects: list[bytes]) -> bytes:
+    """A PDF file of numbered ``objects`` (the first is the catalog), with its xref table."""
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for i, obj in enumerate(objects, 1):
@@ -155,6 +160,33 @@ def vector_pdf(pages: int, rng: random.Random, name: str) -> bytes:
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     return bytes(out)
+
+
+#: A real PDF page of 234 x 14,295 pt (FACTS.md): 443 x 27,049 px at 144 DPI under the 12 MP cap.
+STRIP_PT = (234, 14295)
+
+
+def strip_pdf(path: Path, seed: int = 0, size: tuple[int, int] = STRIP_PT) -> int:
+    """A one-page PDF as long and narrow as ``size`` (points), text lines all the way down;
+    returns the number of lines."""
+    rng = random.Random(f"strip|{seed}")
+    ops, y, lines = [], size[1] - 30.0, 0
+    while y > 20:
+        words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 5)))
+        ops.append(f"BT /F1 9 Tf 14 {y:.1f} Td {_pdf_text(f'{lines + 1}. {words}')} Tj ET")
+        y -= 12
+        lines += 1
+    stream = "\n".join(ops).encode("latin-1")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+        f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {size[0]} {size[1]}] "
+        "/Resources << /Font << /F1 3 0 R >> >> /Contents 5 0 R >>".encode(),
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    path.write_bytes(_pdf(objects))
+    return lines
 
 
 def scanned_pdf(pages: int, rng: random.Random, name: str, path: Path) -> None:

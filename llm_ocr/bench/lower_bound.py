@@ -29,6 +29,8 @@ class LoggedRequest:
     completion_tokens: int
     finish_reason: str | None
     latency_s: float = 0.0  # arrival to answer, as the server measured it
+    fault: str | None = None  # "loop" when the simulated page looped
+    outcome: str | None = None  # "ok", or "disconnected" when the client closed the stream
 
 
 def _image_sha(body: Any) -> str | None:
@@ -54,6 +56,8 @@ def read_request_log(path: str | Path) -> list[LoggedRequest]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by a killed server
+            # A stream the client closed has status 200 too (its headers went out): it held a
+            # slot for the tokens it generated, so it counts.
             if record.get("status") != 200 or record.get("completion_tokens") is None:
                 continue
             requests.append(
@@ -63,6 +67,8 @@ def read_request_log(path: str | Path) -> list[LoggedRequest]:
                     completion_tokens=int(record["completion_tokens"]),
                     finish_reason=record.get("finish_reason"),
                     latency_s=float(record.get("latency_s") or 0.0),
+                    fault=record.get("fault"),
+                    outcome=record.get("outcome"),
                 )
             )
     requests.sort(key=lambda r: r.arrival)

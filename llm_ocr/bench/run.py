@@ -9,6 +9,7 @@ and its pid (to keep the server's CPU and memory out of the client's numbers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -20,8 +21,9 @@ from typing import Any
 
 import aiohttp
 
-from llm_ocr.bench.lower_bound import lower_bound, read_request_log, replay_arrivals
+from llm_ocr.bench.lower_bound import LoggedRequest, lower_bound, read_request_log, replay_arrivals
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
+from llm_ocr.concurrency import AdaptivePolicy
 from llm_ocr.config import JobOptions
 from llm_ocr.runners.extract import ExtractJob, extract_shard
 from llm_ocr.servers.engines import free_port, sim_command
@@ -63,6 +65,11 @@ class BenchConfig:
     max_tokens: int = 4096
     truncation_retries: int = 1
     dpi: float = 144.0
+    cut_loops: bool = True  # stream and cut repetition loops (False: today's whole answers)
+    max_page_aspect: float = 3.0  # pages longer than this are read in segments (0: whole)
+    adaptive: bool = False  # no --max-in-flight: size it from /metrics, as with --endpoint
+    servers: int = 1  # simulated GPUs, one server each, behind the client's dispatcher
+    loop_repeat_rate: float = 1.0
     # Measurement.
     sample_interval: float = 0.1
 
@@ -85,6 +92,7 @@ class BenchConfig:
             "--output-tokens-mean", str(self.output_tokens_mean),
             "--output-tokens-sigma", str(self.output_tokens_sigma),
             "--loop-rate", str(self.loop_rate),
+            "--loop-repeat-rate", str(self.loop_repeat_rate),
             "--tokens-per-char", str(self.tokens_per_char),
             "--max-model-len", str(self.max_model_len),
             "--seed", str(self.seed),
@@ -125,6 +133,9 @@ class RunResult:
     machine: dict[str, Any]
     output: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: Requests that looped (simulated loop faults): how many, their tokens, tokens per loop
+    #: event, their share of all tokens, and requests that did not loop but were cut anyway.
+    loops: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -146,33 +157,42 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
     work.mkdir(parents=True, exist_ok=True)
     output = work / "out"
     shutil.rmtree(output, ignore_errors=True)  # a leftover output would be resumed, not redone
-    request_log = work / "requests.jsonl"
-    request_log.unlink(missing_ok=True)
+    logs = [work / f"requests-{i}.jsonl" for i in range(config.servers)]
+    for path in logs:
+        path.unlink(missing_ok=True)
     workers = config.workers if config.workers is not None else default_workers()
-    in_flight = config.max_in_flight or default_in_flight(config.slots)
-    port = free_port()
-    command = sim_command(
-        DEFAULT_MODEL, host="127.0.0.1", port=port,
-        extra_args=[*config.server_args(), "--request-log", str(request_log)],
-    )  # fmt: skip
+    in_flight = None if config.adaptive else (config.max_in_flight or config.servers * default_in_flight(config.slots))
+    servers = []
+    for i, path in enumerate(logs):
+        port = free_port()
+        command = sim_command(
+            DEFAULT_MODEL, host="127.0.0.1", port=port,
+            extra_args=[*config.server_args(), "--request-log", str(path)],
+        )  # fmt: skip
+        servers.append(ManagedServer(
+            command, host="127.0.0.1", port=port, log_path=work / f"server-{i}.log",
+            startup_timeout=120, max_restarts=0, name=f"sim {i}",
+        ))  # fmt: skip
     spec = ExtractJob(
         inputs=[str(corpus)],
         job=JobOptions(
             output=str(output),
-            endpoint=f"http://127.0.0.1:{port}/v1",
+            endpoint=",".join(server.base_url for server in servers),
             workers=workers,
             max_in_flight=in_flight,
             progress="off",
         ),
         render=RenderOptions(image_format=config.image_format, dpi=config.dpi),  # type: ignore[arg-type]
-        extract=ExtractOptions(max_tokens=config.max_tokens, truncation_retries=config.truncation_retries),
+        extract=ExtractOptions(
+            max_tokens=config.max_tokens, truncation_retries=config.truncation_retries, cut_loops=config.cut_loops,
+            max_page_aspect=config.max_page_aspect,
+        ),  # fmt: skip
     )
-    server = ManagedServer(
-        command, host="127.0.0.1", port=port, log_path=work / "server.log",
-        startup_timeout=120, max_restarts=0, name="sim",
-    )  # fmt: skip
-    async with server:
-        sampler = Sampler(f"{server.root_url}/metrics", config.sample_interval, exclude={server.pid or -1, *server.helper_pids})
+    async with contextlib.AsyncExitStack() as stack:
+        for server in servers:
+            await stack.enter_async_context(server)
+        # /metrics of the first server (with several, the slot use shown is that one's).
+        sampler = Sampler(f"{servers[0].root_url}/metrics", config.sample_interval, exclude={pid for s in servers for pid in (s.pid or -1, *s.helper_pids)})
         sampler.start()
         load_before = os.getloadavg()
         await asyncio.sleep(2 * config.sample_interval)  # a sample or two of the idle server
@@ -186,16 +206,22 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
         # (It started before cpu_start, so this slightly over-corrects by its first ~0.2 s.)
         cpu = CpuTimes(max(0.0, cpu.main - sampler.cpu_s), cpu.children)
         load_after = os.getloadavg()
-        sim_stats = await _server_stats(server.root_url)
+        sim_stats = [await _server_stats(server.root_url) for server in servers]
+    shown_in_flight: int | str = in_flight if in_flight is not None else f"auto from {AdaptivePolicy().start}"
     wall = t_end - t_start
-    requests = read_request_log(request_log)
+    per_server = [read_request_log(path) for path in logs]
+    requests = sorted((r for rs in per_server for r in rs), key=lambda r: r.arrival)
     tokens = sum(r.completion_tokens for r in requests)
     stats = outcome.stats
     by_status = {k: int(v) for k, v in (stats.get("pages") or {}).items() if k in ("ok", "truncated", "error")}
     pages = int((stats.get("pages") or {}).get("total", 0))
-    bound = None if config.instant else lower_bound(config.timing(), requests)
+    # Each server is its own GPU: the perfect client sends each the requests it got, at t=0.
+    bounds = [] if config.instant else [lower_bound(config.timing(), rs) for rs in per_server if rs]
+    bound = max(bounds, key=lambda b: b.makespan) if bounds else None
     lower = bound.makespan if bound else None
-    actual = None if config.instant else replay_arrivals(config.timing(), requests, epoch_start)
+    actual = None
+    if not config.instant and per_server:
+        actual = max((replay_arrivals(config.timing(), rs, epoch_start) for rs in per_server if rs), key=lambda r: r.makespan)
     last_answer = max((r.arrival + r.latency_s for r in requests), default=epoch_start) - epoch_start
     usage = sampler.utilisation(config.slots, t_start, t_end)
     rss = sampler.peak_rss()
@@ -203,12 +229,15 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
     notes.append(f"the /metrics and memory sampler used {sampler.cpu_s:.2f} s of CPU (not counted)")
     if sampler.errors:
         notes.append(f"{sampler.errors} /metrics poll(s) failed")
-    if len(requests) != int(sim_stats.get("requests", len(requests))):
-        notes.append(f"the server saw {sim_stats.get('requests')} requests, {len(requests)} were answered")
+    seen = sum(int(st.get("requests", 0)) for st in sim_stats)
+    if len(requests) != seen:
+        notes.append(f"the server saw {seen} requests, {len(requests)} were answered")
+    if config.servers > 1:
+        notes.append(f"{config.servers} servers; requests each: {[len(rs) for rs in per_server]}; slot use is server 0's")
     if not keep:
         shutil.rmtree(output, ignore_errors=True)
     return RunResult(
-        config={**asdict(config), "workers": workers, "max_in_flight": in_flight},
+        config={**asdict(config), "workers": workers, "max_in_flight": shown_in_flight},
         pages=pages,
         pages_by_status=by_status,
         exit_code=outcome.exit_code,
@@ -241,7 +270,7 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
         },
         client={
             "workers": workers,
-            "max_in_flight": in_flight,
+            "max_in_flight": shown_in_flight,
             "cpu_s": round(cpu.main + cpu.children, 3),
             "cpu_main_s": round(cpu.main, 3),
             "cpu_workers_s": round(cpu.children, 3),
@@ -265,7 +294,23 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
         },
         output=str(output) if keep else None,
         notes=notes,
+        loops=loop_stats(requests),
     )
+
+
+def loop_stats(requests: list[LoggedRequest]) -> dict[str, Any]:
+    """What repetition loops cost in a run, from the simulated server's request log."""
+    looped = [r for r in requests if r.fault == "loop"]
+    tokens = sum(r.completion_tokens for r in requests)
+    loop_tokens = sum(r.completion_tokens for r in looped)
+    return {
+        "events": len(looped),
+        "tokens": loop_tokens,
+        "tokens_per_event": round(loop_tokens / len(looped)) if looped else None,
+        "share_of_tokens": round(loop_tokens / tokens, 4) if tokens else None,
+        # A request that did not loop but was closed by the client: a page cut short.
+        "finished_pages_cut": sum(1 for r in requests if r.fault != "loop" and r.outcome == "disconnected"),
+    }
 
 
 def format_table(results: list[RunResult], encoding: dict[str, Any] | None = None) -> str:

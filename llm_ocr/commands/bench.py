@@ -60,6 +60,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="sigma of the log of the answer length (default %(default)s)")
     server.add_argument("--loop-rate", type=fraction, default=d.loop_rate,
                         help="fraction of pages that loop to max_tokens (default %(default)s)")
+    losses = parser.add_argument_group("where GPU time is lost (issue 19)")
+    losses.add_argument("--losses", action="store_true",
+                        help="run the loss workloads (loops, 256 and 64 slots behind --endpoint, 1 vs 4 GPUs, a "
+                        "1:61 page) each the old way and the new way, and print them side by side")
+    losses.add_argument("--workload", action="append", metavar="NAME",
+                        choices=["loops", "256 slots", "64 slots, long tail", "GPUs", "long page"],
+                        help="with --losses, run only this workload (repeatable)")
     report = parser.add_argument_group("report")
     report.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     report.add_argument("--keep", action="store_true", help="keep each run's output folder (paths are printed)")
@@ -98,6 +105,9 @@ def handle(args: argparse.Namespace) -> int:
         sample_interval=args.sample_interval,
     )
 
+    if args.losses:
+        return _losses(args, config)
+
     def progress(result) -> None:  # type: ignore[no-untyped-def]
         log.info(
             "run done: %d pages in %.1f s (%.2f pages/s)%s",
@@ -119,3 +129,29 @@ def handle(args: argparse.Namespace) -> int:
     print(dump_json(results, encoding) if args.json else format_table(results, encoding))
     sys.stdout.flush()
     return 0 if all(r.exit_code in (0, 1) for r in results) else 2
+
+
+def _losses(args: argparse.Namespace, config) -> int:  # type: ignore[no-untyped-def]
+    import json
+    from dataclasses import replace
+
+    from llm_ocr.bench.losses import format_losses, run_losses
+
+    def progress(name: str, label: str, result) -> None:  # type: ignore[no-untyped-def]
+        log.info("%s (%s): %d pages in %.1f s (%.2f pages/s)", name, label, result.pages, result.wall_s, result.pages_per_s)
+
+    comparisons = run_losses(
+        replace(config, pages=args.pages[0]),
+        corpus_dir=args.corpus_dir,
+        work_dir=args.work_dir,
+        only=args.workload,
+        on_result=progress,
+    )
+    if args.json:
+        print(json.dumps([{"workload": c.name, "lines": c.lines, "today": c.today.to_dict(), "new": c.new.to_dict()}
+                          for c in comparisons], indent=2))
+    else:
+        print(format_losses(comparisons))
+    sys.stdout.flush()
+    ok = all(r.exit_code in (0, 1) for c in comparisons for r in (c.today, c.new))
+    return 0 if ok else 2

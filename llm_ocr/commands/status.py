@@ -45,14 +45,17 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
         match = PART_RE.search(path)
         shard = f"{int(match.group(1)):05d}-of-{int(match.group(2)):05d}" if match else "?"
         try:
-            columns = ["doc_id", "status"] + ([key_column] if key_column else [])
-            table = pq.read_table(io.BytesIO(folder.read_bytes(path)), columns=columns)
+            columns = ["doc_id", "status"] + ([key_column, "quarantined"] if key_column else [])
+            # ParquetFile.read skips a column a part lacks (parts written before "quarantined").
+            table = pq.ParquetFile(io.BytesIO(folder.read_bytes(path))).read(columns=columns)
         except Exception:  # noqa: BLE001 - an unreadable part is reported, not fatal
             unreadable.append(folder.display(path))
             continue
         pages = table.column(key_column).to_pylist() if key_column else [0] * table.num_rows
-        for doc_id, status, page in zip(table.column("doc_id").to_pylist(), table.column("status").to_pylist(), pages):
-            shards[shard][status] += 1
+        held = table.column("quarantined").to_pylist() if "quarantined" in table.column_names else [None] * table.num_rows
+        for doc_id, status, page, quarantined in zip(table.column("doc_id").to_pylist(), table.column("status").to_pylist(), pages, held):
+            # A quarantined page is an error row counted in its own column (as the run's line does).
+            shards[shard]["quarantined" if quarantined else status] += 1
             seen[(doc_id, page)] += 1
     markers = list_markers(out, stage)
     finished = sorted(f"{m.get('shard', 0):05d}-of-{m.get('num_shards', 1):05d}" for m in markers)

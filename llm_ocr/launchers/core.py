@@ -88,7 +88,9 @@ def plan_launch(
     launch_id = launch_id or new_launch_id()
     notes = [*target.notes, *_notes(request, target)]
 
-    rate = request.pages_per_s or planning_rate(target.hardware.gpu_preset, request.stage)
+    rate = request.pages_per_s or planning_rate(target.hardware.gpu_preset, request.stage) * (
+        max(target.hardware.gpus, 1) if request.needs_model else 1
+    )  # a job serves the model on each of its GPUs
     if request.pages is not None:
         pages, pages_how = request.pages, "--pages"
     attempts = request.attempts if request.attempts is not None else getattr(platform, "default_attempts", DEFAULT_ATTEMPTS)
@@ -224,10 +226,7 @@ def _notes(request: LaunchRequest, target: Target) -> list[str]:
     hardware = target.hardware
     notes = []
     if hardware.gpus > 1 and request.needs_model:
-        notes.append(
-            f"{hardware.name} has {hardware.gpus} GPUs; llm-ocr serves the model on one GPU per job today, "
-            "so the others idle (use more single-GPU shards instead)"
-        )
+        notes.append(f"{hardware.name} has {hardware.gpus} GPUs: each job runs one vLLM server per GPU (LLM_OCR_GPUS)")
     if hardware.price_per_hour is None:
         notes.append(f"no price known for {hardware.name}: costs will show as unknown")
     elif not hardware.listed:
@@ -254,7 +253,9 @@ def _spec(
     if request.needs_model and hardware.gpus:
         env["LLM_OCR_ENGINE"] = "vllm"
         if hardware.gpu_preset:
-            env["LLM_OCR_GPU_PRESET"] = hardware.gpu_preset
+            env["LLM_OCR_GPU_PRESET"] = hardware.gpu_preset  # the preset of one GPU
+        if hardware.gpus > 1:
+            env["LLM_OCR_GPUS"] = str(hardware.gpus)  # one vLLM server per GPU: the whole machine is billed
     if hardware.price_per_hour is not None:
         # The markers then record the machine's own price (the whole machine is billed).
         env["LLM_OCR_GPU_PRICE_PER_HOUR"] = f"{hardware.price_per_hour:g}"

@@ -57,7 +57,8 @@ from llm_ocr.storage.upstream import (
 log = logging.getLogger("llm_ocr")
 
 #: Upstream columns Assemble needs (``raw`` and ``blocks`` can be large and are not used).
-PAGE_COLUMNS = ["doc_id", "doc_index", "page", "source", "num_pages", "markdown", "figures", "status", "error"]
+PAGE_COLUMNS = ["doc_id", "doc_index", "page", "source", "num_pages", "markdown", "figures", "status", "error",
+                "fallback_text"]  # a column parts written before it lack: the Parquet reader skips it there
 
 
 @dataclass

@@ -21,6 +21,7 @@ from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
 from llm_ocr.pipeline import FlowSettings, OrderedRows, acquire_unless_stopped, iterate_in_thread
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import PageResult, page_schema
+from llm_ocr.runners.bad_pages import describe_settles, quarantined_in
 from llm_ocr.runners.shard import (
     DEFAULT_IN_FLIGHT,
     EXIT_INTERRUPTED,
@@ -193,7 +194,7 @@ class DescribeFlow:
         out: dict[str, Any] | None = None
         try:
             page = await describe_page(PageResult.from_row(row), self.ctx)
-            self.counters.pages[page.status] += 1
+            self.counters.pages[page.tally] += 1
             out = page.to_row()
             self.documents.add(page.doc_id)
         except asyncio.CancelledError:
@@ -249,9 +250,9 @@ async def describe_shard(spec: DescribeJob, stop: asyncio.Event | None = None) -
     out = Storage(job.output, job.storage_options)
     source, stage = out.child("extract"), out.child("describe")
     marker = await asyncio.to_thread(read_marker, out, "describe", shard, num_shards)
-    if marker and marker.get("pages", {}).get("error", 0) == 0:
+    if describe_settles(marker, await asyncio.to_thread(read_marker, out, "extract", shard, num_shards)):
         log.info("describe shard %d/%d already complete; nothing to do", shard + 1, num_shards)
-        return ShardOutcome(EXIT_OK, marker)
+        return ShardOutcome(EXIT_PAGES_FAILED if quarantined_in(marker) else EXIT_OK, marker)
     schema = resolve_schema(spec.describe, job.storage_options)
     complete = await asyncio.to_thread(upstream_complete, out, "extract", source, shard, num_shards)
     if not complete and not await asyncio.to_thread(stage_has_parts, source):
@@ -308,4 +309,4 @@ async def describe_shard(spec: DescribeJob, stop: asyncio.Event | None = None) -
     if not reconciled(stats, counters):
         return ShardOutcome(EXIT_PAGES_FAILED, stats)
     await asyncio.to_thread(write_marker, out, "describe", shard, num_shards, stats)
-    return ShardOutcome(EXIT_PAGES_FAILED if counters.pages["error"] else EXIT_OK, stats)
+    return ShardOutcome(EXIT_PAGES_FAILED if counters.pages_failed else EXIT_OK, stats)

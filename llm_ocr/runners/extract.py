@@ -8,21 +8,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
+from llm_ocr.concurrency import adapting
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
 from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.progress import ProgressReporter, RunCounters
 from llm_ocr.records import page_schema
+from llm_ocr.runners.bad_pages import BadPages, marker_settles, note_kept, quarantined_in
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.shard import (
-    DEFAULT_IN_FLIGHT,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PAGES_FAILED,
     RunError,
     ShardOutcome,
     check_writable,
+    in_flight_for_endpoint,
     reconciled,
     resolve_shard,
 )
@@ -59,19 +61,22 @@ async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> 
     out = Storage(job.output, job.storage_options)
     stage = out.child("extract")
     marker = await asyncio.to_thread(read_marker, out, "extract", shard, num_shards)
-    if marker and marker.get("pages", {}).get("error", 0) == 0:
+    if marker_settles(marker, spec.extract):
         log.info("extract shard %d/%d already complete; nothing to do", shard + 1, num_shards)
-        return ShardOutcome(EXIT_OK, marker)
+        return ShardOutcome(EXIT_PAGES_FAILED if quarantined_in(marker) else EXIT_OK, marker)
     await asyncio.to_thread(check_writable, out)
     documents = shard_inputs(spec.inputs, spec.dataset, job.storage_options, out, num_shards, shard)
     try:
-        index: ShardIndex = await asyncio.to_thread(scan_shard, stage, shard, num_shards)
+        index: ShardIndex = await asyncio.to_thread(
+            partial(scan_shard, stage, shard, num_shards, keep_quarantined=not spec.extract.retry_quarantined)
+        )
     except ShardLayoutError as exc:
         raise RunError(str(exc)) from exc
     if marker:
         await asyncio.to_thread(clear_marker, out, "extract", shard, num_shards)
     if index.dropped_error_rows:
         log.info("retrying %d failed page(s) from earlier runs", index.dropped_error_rows)
+    note_kept(index)
 
     async with open_endpoint(
         job.endpoint,
@@ -99,7 +104,8 @@ async def _extract_with(
     job = spec.job
     client = endpoint.client
     counters = RunCounters("extract", shard, num_shards)
-    in_flight = job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
+    limit, controller = in_flight_for_endpoint(job, endpoint)
+    in_flight = limit.limit
     workers = job.workers if job.workers is not None else default_workers()
     pool = WorkerPool(workers)
     writer = PartWriter(stage, page_schema(), shard, num_shards, start_seq=index.next_seq, max_rows=job.part_rows)
@@ -111,10 +117,11 @@ async def _extract_with(
         max_tokens = clamp_max_tokens(spec.extract.max_tokens, await client.max_model_len())
         recipe = recipe_for(job.model).with_prompt(spec.extract.prompt)
         ctx = ExtractContext(client, recipe, spec.extract, max_tokens, partial(pool.run, crop_figures))
+        bad = BadPages(endpoint.tracker, pool, spec.extract, job.storage_options)
         flow = PageFlow(
             pool=pool,
             render=spec.render,
-            handler=partial(_extract_handler, ctx=ctx),
+            handler=bad.guard(partial(_extract_handler, ctx=ctx, bad=bad)),
             writer=writer,
             index=index,
             counters=counters,
@@ -124,13 +131,15 @@ async def _extract_with(
                 reorder_window=max(256, in_flight * 4),
                 flush_interval=job.flush_interval,
                 grace_period=job.grace_period,
+                limit=limit,
             ),
             storage_options=job.storage_options,
             stop=stop,
         )
         reporter.start()
         try:
-            await flow.run(documents)
+            async with adapting(controller):
+                await flow.run(documents)
         except (EndpointDown, StorageError) as exc:
             await writer.close()
             raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
@@ -144,6 +153,7 @@ async def _extract_with(
         # In the finally: a run stopped by a dead endpoint or store ends with the line too.
         log.info(counters.reconciliation())
     stats = counters.summary()
+    stats["pages"]["quarantined_earlier"] = kept = index.kept_quarantined
     if stop is not None and stop.is_set():
         log.warning("interrupted: %d page(s) saved this run; rerun the same command to resume", counters.pages_done)
         return ShardOutcome(EXIT_INTERRUPTED, stats)
@@ -151,8 +161,8 @@ async def _extract_with(
     if not reconciled(stats, counters):
         return ShardOutcome(EXIT_PAGES_FAILED, stats)
     await asyncio.to_thread(write_marker, out, "extract", shard, num_shards, stats)
-    return ShardOutcome(EXIT_PAGES_FAILED if counters.pages["error"] else EXIT_OK, stats)
+    return ShardOutcome(EXIT_PAGES_FAILED if counters.pages_failed or kept else EXIT_OK, stats)
 
 
-def _extract_handler(ref, item, num_pages, *, ctx: ExtractContext):  # type: ignore[no-untyped-def]
-    return extract_page(ref, item, num_pages, ctx)
+async def _extract_handler(ref, item, num_pages, *, ctx: ExtractContext, bad: BadPages):  # type: ignore[no-untyped-def]
+    return await bad.fallback(ref, await extract_page(ref, item, num_pages, ctx))

@@ -19,21 +19,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from llm_ocr.concurrency import adapting
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
 from llm_ocr.pipeline import FlowSettings, PageFlow
 from llm_ocr.progress import ProgressReporter, RunCounters
+from llm_ocr.quarantine import PageQuarantined
 from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runners.assemble import assemble_documents, assemble_finished
-from llm_ocr.runners.describe import (
-    DescribeFlow,
-    describe_stats,
-    in_flight_for,
-    make_context,
-    open_describe_endpoint,
-    resolve_schema,
-)
+from llm_ocr.runners.bad_pages import BadPages, describe_settles, marker_settles, note_kept, quarantined_in
+from llm_ocr.runners.describe import DescribeFlow, describe_stats, make_context, open_describe_endpoint, resolve_schema
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.shard import (
     EXIT_INTERRUPTED,
@@ -42,6 +38,7 @@ from llm_ocr.runners.shard import (
     RunError,
     ShardOutcome,
     check_writable,
+    in_flight_for_endpoint,
     reconciled,
     resolve_shard,
 )
@@ -77,10 +74,6 @@ class RunJob:
     server: ServerOptions = field(default_factory=ServerOptions)
 
 
-def _clean(marker: dict[str, Any] | None) -> bool:
-    return bool(marker) and marker.get("pages", {}).get("error", 0) == 0  # type: ignore[union-attr]
-
-
 def _undescribed(extract: ShardIndex, describe: ShardIndex) -> int:
     return sum(len(pages - describe.done_pages.get(doc_id, set())) for doc_id, pages in extract.done_pages.items())
 
@@ -94,14 +87,36 @@ async def _run_page(
     describe: DescribeContext,
     described: dict[str, set[int]],
     counters: RunCounters,
+    bad: BadPages,
 ) -> tuple[PageResult, PageResult | None]:
     """One page through Extract, then Describe: (Extract row, Describe row or None if it has one)."""
-    page = await extract_page(ref, item, num_pages, extract)
+    page = await bad.fallback(ref, await extract_page(ref, item, num_pages, extract))
+    return await _then_describe(page, describe, described, counters)
+
+
+async def _then_describe(
+    page: PageResult, describe: DescribeContext, described: dict[str, set[int]], counters: RunCounters
+) -> tuple[PageResult, PageResult | None]:
     if page.page in described.get(page.doc_id, ()):
         return page, None
     result = await describe_page(page, describe)
-    counters.pages[result.status] += 1
+    counters.pages[result.tally] += 1
     return page, result
+
+
+async def _run_quarantined(
+    ref: DocumentRef,
+    item: PageImage | PageFailure,
+    num_pages: int | None,
+    exc: PageQuarantined,
+    *,
+    describe: DescribeContext,
+    described: dict[str, set[int]],
+    counters: RunCounters,
+    bad: BadPages,
+) -> tuple[PageResult, PageResult | None]:
+    """A page convicted of crashing the server: its quarantine row, passed through Describe."""
+    return await _then_describe(await bad.quarantined(ref, item, num_pages, exc), describe, described, counters)
 
 
 @dataclass
@@ -147,13 +162,15 @@ async def _page_flow(
         ex_counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
         on_tick=progress_writer(stages.out, "extract", shard, num_shards),
     )
-    in_flight = in_flight_for(job, endpoint)
+    limit, controller = in_flight_for_endpoint(job, endpoint)
+    in_flight = limit.limit
     settings = FlowSettings(
         max_in_flight=in_flight,
         prefetch_chunks=max(4, workers * 2),
         reorder_window=max(256, in_flight * 4),
         flush_interval=job.flush_interval,
         grace_period=job.grace_period,
+        limit=limit,
     )
     dctx = await make_context(describer, spec.describe, schema, in_flight)
     reporter.start()
@@ -174,12 +191,12 @@ async def _page_flow(
                 clamp_max_tokens(spec.extract.max_tokens, await client.max_model_len()),
                 partial(pool.run, crop_figures),
             )
+            bad = BadPages(endpoint.tracker, pool, spec.extract, job.storage_options)
+            shared = {"describe": dctx, "described": stages.describe.done_pages, "counters": de_counters, "bad": bad}
             flow = PageFlow(
                 pool=pool,
                 render=spec.render,
-                handler=partial(
-                    _run_page, extract=ectx, describe=dctx, described=stages.describe.done_pages, counters=de_counters
-                ),
+                handler=bad.guard(partial(_run_page, extract=ectx, **shared), partial(_run_quarantined, **shared)),
                 writer=[ex_writer, de_writer],
                 index=stages.extract,
                 counters=ex_counters,
@@ -188,7 +205,8 @@ async def _page_flow(
                 stop=stop,
             )
             documents = shard_inputs(spec.inputs, spec.dataset, job.storage_options, stages.out, num_shards, shard)
-            await flow.run(documents)
+            async with adapting(controller):
+                await flow.run(documents)
     except (EndpointDown, StorageError) as exc:
         raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
     except (InputError, UnreadablePart) as exc:
@@ -213,9 +231,14 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
     markers = {
         name: await asyncio.to_thread(read_marker, out, name, shard, num_shards) for name in ("extract", "describe", "assemble")
     }
-    if _clean(markers["extract"]) and _clean(markers["describe"]) and assemble_finished(markers["assemble"], spec.assemble):
+    if (
+        marker_settles(markers["extract"], spec.extract)
+        and describe_settles(markers["describe"], markers["extract"])
+        and assemble_finished(markers["assemble"], spec.assemble)
+    ):
         log.info("shard %d/%d already complete in every stage; nothing to do", shard + 1, num_shards)
-        return ShardOutcome(EXIT_OK, {name: marker for name, marker in markers.items()})
+        quarantined = quarantined_in(markers["extract"])
+        return ShardOutcome(EXIT_PAGES_FAILED if quarantined else EXIT_OK, {name: marker for name, marker in markers.items()})
     schema = resolve_schema(spec.describe, job.storage_options)
     await asyncio.to_thread(check_writable, out)
     try:
@@ -223,11 +246,14 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
             out,
             shard,
             num_shards,
-            extract=await asyncio.to_thread(scan_shard, out.child("extract"), shard, num_shards),
+            extract=await asyncio.to_thread(
+                partial(scan_shard, out.child("extract"), shard, num_shards, keep_quarantined=not spec.extract.retry_quarantined)
+            ),
             describe=await asyncio.to_thread(scan_shard, out.child("describe"), shard, num_shards),
         )
     except ShardLayoutError as exc:
         raise RunError(str(exc)) from exc
+    note_kept(stages.extract)
     for name in ("extract", "describe"):
         if markers[name]:
             await asyncio.to_thread(clear_marker, out, name, shard, num_shards)
@@ -246,6 +272,7 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
         preset = endpoint.preset
 
     ex_stats, de_stats = ex_counters.summary(), describe_stats(de_counters, dctx)
+    ex_stats["pages"]["quarantined_earlier"] = stages.extract.kept_quarantined
     stats: dict[str, Any] = {"extract": ex_stats, "describe": de_stats}
     log.info(ex_counters.reconciliation())
     log.info(de_counters.reconciliation())
@@ -268,5 +295,6 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
     stats["assemble"] = assembled.stats
     if assembled.exit_code == EXIT_INTERRUPTED:
         return ShardOutcome(EXIT_INTERRUPTED, stats)
-    failed = ex_counters.pages["error"] or de_counters.pages["error"] or assembled.exit_code != EXIT_OK
+    failed = (ex_counters.pages_failed or stages.extract.kept_quarantined or de_counters.pages_failed
+              or assembled.exit_code != EXIT_OK)
     return ShardOutcome(EXIT_PAGES_FAILED if failed else EXIT_OK, stats)

@@ -15,8 +15,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_ocr.concurrency import AdaptiveInFlight, AdaptivePolicy, InFlightLimit, in_flight_control
 from llm_ocr.config import JobOptions
-from llm_ocr.endpoint import EndpointError
+from llm_ocr.endpoint import Endpoint, EndpointError
 from llm_ocr.platform import PlatformError, detect_shard
 from llm_ocr.progress import RunCounters
 from llm_ocr.sources import InputError
@@ -58,6 +59,15 @@ def resolve_shard(job: JobOptions) -> tuple[int, int]:
     if where != "default" and job.num_shards is None:
         log.info("shard %d of %d (from %s)", shard_index, num_shards, where)
     return num_shards, shard_index
+
+
+def in_flight_for_endpoint(job: JobOptions, endpoint: Endpoint) -> tuple[InFlightLimit, AdaptiveInFlight | None]:
+    """The run's in-flight limit: ``--max-in-flight``, else the launched server's preset, else
+    sized from the endpoint's ``/metrics`` while the run goes (from 64; fixed at 64 without them)."""
+    overloads = lambda: getattr(endpoint.client, "overloaded", 0)  # noqa: E731
+    return in_flight_control(
+        job.max_in_flight, endpoint.suggested_in_flight, endpoint.metrics, overloads, AdaptivePolicy(start=DEFAULT_IN_FLIGHT)
+    )
 
 
 def check_writable(out: Storage) -> None:

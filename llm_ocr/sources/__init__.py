@@ -4,6 +4,7 @@
 - :mod:`.listing` inputs (files, folders, URLs, datasets) -> an ordered, sharded stream of documents
 - :mod:`.render`  documents -> encoded page images (in worker processes)
 - :mod:`.images`  Pillow helpers: open safely, convert, fit, encode
+- :mod:`.text_layer` a PDF page's own text layer, and whether it reads as English
 
 May import storage (to read any URL) and records; never vlm, stages, runners, servers or commands.
 """

@@ -4,6 +4,7 @@
 - :mod:`.describe` a page's figure crops -> captions from a VLM
 - :mod:`.assemble` a document's pages, in order -> one Markdown document with figures in place
 - :mod:`.export`   Markdown files with their figures beside them, for people
+- :mod:`.fallback` a failed PDF page's text layer as marked fallback text
 
 A stage takes records and a context (the client, the options) and returns records; it knows
 nothing of shards, resume or signals. May import vlm, sources (types), records and storage (to

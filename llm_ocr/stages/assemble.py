@@ -10,7 +10,9 @@ batches and writes the results. Layout of the Markdown (documented in docs/stage
   asterisks, lists; an italic paragraph would break on the first ``*`` or blank line;
 * a link to an ID the page does not have (the model can write one) is escaped into plain text;
 * a failed or missing page leaves an HTML comment ``<!-- page N: failed (...) -->`` in its place,
-  so page positions stay right and a reader sees the gap.
+  so page positions stay right and a reader sees the gap;
+* a failed or truncated page with a usable PDF text layer (``fallback_text``) is followed by a
+  visible note and that text in a fenced block (see :mod:`llm_ocr.stages.fallback`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, DocumentResult, Figure, PageResult
+from llm_ocr.stages.fallback import append_fallback
 from llm_ocr.vlm.grounding import FIGURE_LINK
 
 #: DeepSeek-OCR's own page marker (FACTS.md: pages joined with "\n<--- Page Split --->\n"),
@@ -185,10 +188,10 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]], options: Asse
             texts.append(f"<!-- page {number}: missing (no row for this page upstream) -->")
         elif page.status == "error":
             failed.append((number, page.error or "failed"))
-            texts.append(f"<!-- page {number}: failed ({_comment(page.error or 'no error message')}) -->")
+            texts.append(append_fallback(f"<!-- page {number}: failed ({_comment(page.error or 'no error message')}) -->", page))
         else:
             ids = figure_ids[number]
-            texts.append(render_page(page, ids))
+            texts.append(append_fallback(render_page(page, ids), page))
             figures.extend(_figure_row(f, ids[f.id], number) for f in page.figures)
     markdown = texts[0]
     for number, text in enumerate(texts[1:], start=2):

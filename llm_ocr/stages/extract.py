@@ -14,6 +14,9 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.records import Block, Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.sources.segments import plan_segments
+from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
+from llm_ocr.stages.segmented import read_in_segments
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.grounding import parse_layout
 from llm_ocr.vlm.recipes import ModelRecipe, image_messages
@@ -37,6 +40,23 @@ class ExtractOptions(BaseModel):
         description="Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature.",
     )
     retry_temperature_step: float = Field(0.2, ge=0, le=1, description="Temperature added per truncation retry.")
+    retry_quarantined: bool = Field(
+        False, description="Retry pages an earlier run quarantined because the model server crashed on them."
+    )
+    text_layer_fallback: bool = Field(
+        True, description="Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."
+    )
+    max_page_aspect: float = Field(
+        3.0,
+        ge=0,
+        description="Pages whose long side exceeds this many times their short side are read in overlapping "
+        "segments of a readable shape, one request each, and joined (0: always read whole).",
+    )
+    cut_loops: bool = Field(
+        True,
+        description="Stream each answer and close the stream as soon as it repeats itself (a repetition loop), "
+        "then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens).",
+    )
 
 
 @dataclass
@@ -74,26 +94,16 @@ def failure_result(ref: DocumentRef, page: int, error: str, num_pages: int | Non
     )
 
 
-def _better(first: ChatResult, second: ChatResult) -> ChatResult:
-    # A retry that finished beats one that looped; between two loops keep the first (the
-    # greedy answer), since a hotter sample of a loop is not more faithful.
-    if first.finish_reason == "length" and second.finish_reason != "length":
-        return second
-    return first
-
-
-async def _ask(page: PageImage, ctx: ExtractContext) -> tuple[ChatResult, int]:
-    """Ask the model, retrying pages that looped to max_tokens at rising temperatures."""
-    result = await ctx.client.chat(page_request(page, ctx, 0.0))
-    attempts = result.attempts
-    for retry in range(1, ctx.options.truncation_retries + 1):
-        if result.finish_reason != "length":
-            break
-        temperature = min(1.0, retry * ctx.options.retry_temperature_step)
-        again = await ctx.client.chat(page_request(page, ctx, temperature))
-        attempts += again.attempts
-        result = _better(result, again)
-    return result, attempts
+async def _ask(page: PageImage, ctx: ExtractContext) -> Answer:
+    """Ask the model, cutting loops and retrying pages that looped at rising temperatures."""
+    return await ask_until_whole(
+        ctx.client,
+        ctx.recipe,
+        lambda temperature: page_request(page, ctx, temperature),
+        retries=ctx.options.truncation_retries,
+        temperature_step=ctx.options.retry_temperature_step,
+        cut_loops=ctx.options.cut_loops,
+    )
 
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, ctx: ExtractContext) -> PageResult:
@@ -103,24 +113,38 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
     """
     if isinstance(item, PageFailure):
         return failure_result(ref, item.page, item.error, num_pages)
+    segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
+    if segments:
+        return await read_in_segments(
+            ref, item, num_pages, segments, ask=lambda page: _ask(page, ctx), crop=ctx.crop, model=ctx.client.model
+        )
     try:
-        result, attempts = await _ask(item, ctx)
+        answer = await _ask(item, ctx)
     except RequestFailed as exc:
         return failure_result(ref, item.page, str(exc), num_pages, attempts=exc.attempts)
     except EndpointDown:
         raise
-    return await result_to_page(ref, item, result, attempts, num_pages, ctx)
+    return await result_to_page(ref, item, answer.result, answer.attempts, num_pages, ctx, answer=answer)
 
 
 async def result_to_page(
-    ref: DocumentRef, item: PageImage, result: ChatResult, attempts: int, num_pages: int | None, ctx: ExtractContext
+    ref: DocumentRef,
+    item: PageImage,
+    result: ChatResult,
+    attempts: int,
+    num_pages: int | None,
+    ctx: ExtractContext,
+    answer: Answer | None = None,
 ) -> PageResult:
     """Parse the model's answer into a row, cropping the figures it located."""
     # parse_layout drops the EOS token itself, after capping the length (no full copy here).
-    layout = parse_layout(result.text, width=item.width, height=item.height, page=item.page)
-    status = "truncated" if result.finish_reason == "length" else "ok"
+    text = answer.text if answer is not None else result.text  # a cut loop: up to its first copy
+    layout = parse_layout(text, width=item.width, height=item.height, page=item.page)
+    status = "truncated" if result.finish_reason in UNFINISHED else "ok"
     error = None
-    if status == "truncated":
+    if status == "truncated" and result.loop is not None:
+        error = f"repetition loop cut in every one of {attempts} attempt(s); text up to the loop kept ({result.loop.describe()})"
+    elif status == "truncated":
         error = f"hit max_tokens ({ctx.max_tokens}) after {attempts} attempt(s): likely a repetition loop; partial text kept"
     elif not result.text.strip():
         error = "model returned no text"
@@ -154,5 +178,7 @@ async def result_to_page(
         completion_tokens=result.completion_tokens,
         latency_s=round(result.latency_s, 4),
         attempts=attempts,
+        cut_tokens=answer.cut_tokens if answer is not None and answer.notes else None,
+        cut_reason=answer.cut_reason if answer is not None else None,
         model=ctx.client.model,
     )

@@ -93,6 +93,8 @@ class ShardIndex:
     next_seq: int = 0
     removed_parts: int = 0
     dropped_error_rows: int = 0
+    #: Error rows of pages quarantined by an earlier run, kept as their record (not retried).
+    kept_quarantined: int = 0
 
     def is_document_done(self, doc_id: str) -> bool:
         """True when every page of the document has a finished (ok or truncated) row."""
@@ -108,12 +110,15 @@ def _read_table(stage: Storage, path: str, columns: list[str] | None = None) -> 
     return pq.read_table(io.BytesIO(data), columns=columns)
 
 
-def scan_shard(stage: Storage, shard: int, num_shards: int, *, retry_errors: bool = True) -> ShardIndex:
+def scan_shard(
+    stage: Storage, shard: int, num_shards: int, *, retry_errors: bool = True, keep_quarantined: bool = False
+) -> ShardIndex:
     """Index a shard's parts before it (re)starts.
 
     Unreadable parts are deleted (their pages will be redone). With ``retry_errors``, rows
     whose status is ``error`` are removed from their part (rewritten atomically under the same
-    name) so the retried pages appear exactly once.
+    name) so the retried pages appear exactly once; with ``keep_quarantined``, error rows of
+    pages that crashed the model server (``quarantined``) stay, and their pages count as done.
     """
     index = ShardIndex()
     # A killed run's half-written parts of this shard (temporary files) are removed.
@@ -129,26 +134,37 @@ def scan_shard(stage: Storage, shard: int, num_shards: int, *, retry_errors: boo
             index.removed_parts += 1
             continue
         statuses = table.column("status").to_pylist()
-        if retry_errors and "error" in statuses:
-            keep = pa.array([s != "error" for s in statuses])
-            index.dropped_error_rows += statuses.count("error")
-            table = table.filter(keep)
+        held = _quarantined(table) if keep_quarantined else [False] * len(statuses)
+        keep_flags = [s != "error" or q for s, q in zip(statuses, held)]
+        if retry_errors and not all(keep_flags):
+            index.dropped_error_rows += keep_flags.count(False)
+            table = table.filter(pa.array(keep_flags))
+            held = [q for q, k in zip(held, keep_flags) if k]
             if table.num_rows:
                 stage.write_atomic(path, table_to_bytes(table))
             else:
                 stage.delete(path)
-        for doc_id, page, status, num_pages in zip(
+        for doc_id, page, status, num_pages, quarantined in zip(
             table.column("doc_id").to_pylist(),
             table.column("page").to_pylist(),
             table.column("status").to_pylist(),
             table.column("num_pages").to_pylist(),
+            held,
         ):
             index.status_counts[status] += 1
-            if status != "error":
+            index.kept_quarantined += quarantined
+            if status != "error" or quarantined:
                 index.done_pages[doc_id].add(page)
             if num_pages is not None:
                 index.num_pages[doc_id] = num_pages
     return index
+
+
+def _quarantined(table: pa.Table) -> list[bool]:
+    # Parts written before the column existed have no quarantined rows.
+    if "quarantined" not in table.column_names:
+        return [False] * table.num_rows
+    return [bool(q) for q in table.column("quarantined").to_pylist()]
 
 
 def table_to_bytes(table: pa.Table) -> bytes:

@@ -21,6 +21,8 @@ import openai
 from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
+from llm_ocr.vlm.loops import Loop, LoopPolicy
+from llm_ocr.vlm.streaming import TokenRatio, stream_chat
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,10 @@ class ChatResult:
     completion_tokens: int | None
     latency_s: float
     attempts: int
+    #: The repetition loop the streamed answer was cut at (``finish_reason`` is then "loop").
+    loop: Loop | None = None
+    #: ``completion_tokens`` is estimated from the text (a stream cut before its usage came).
+    tokens_estimated: bool = False
 
 
 class RequestFailed(Exception):
@@ -129,6 +135,9 @@ class VlmClient:
         )
         self._last_success = time.monotonic()
         self._down: EndpointDown | None = None
+        self._ratio = TokenRatio()  # tokens per character of streamed answers, for cut streams
+        #: Answers 429 or 503 so far: the server is overloaded (the in-flight control backs off).
+        self.overloaded = 0
 
     async def close(self) -> None:
         """Release the HTTP connection pool."""
@@ -161,11 +170,13 @@ class VlmClient:
         if self._down is not None:
             raise self._down
 
-    async def chat(self, body: dict[str, Any]) -> ChatResult:
+    async def chat(self, body: dict[str, Any], *, stream: bool = False, loops: LoopPolicy | None = None) -> ChatResult:
         """Send one chat completion (``body`` = keyword arguments of ``chat.completions.create``).
 
-        Retries transient failures; raises :class:`RequestFailed` when the page should get an
-        error row and :class:`EndpointDown` when the whole run should stop.
+        With ``stream`` the answer is streamed and, with ``loops``, cut as soon as it repeats
+        itself (:mod:`llm_ocr.vlm.streaming`). Retries transient failures; raises
+        :class:`RequestFailed` when the page should get an error row and
+        :class:`EndpointDown` when the whole run should stop.
         """
         opts = self.options
         last_error = "no attempt made"
@@ -177,11 +188,16 @@ class VlmClient:
             generation = await self._wait_gate()
             sent = time.monotonic()
             try:
-                response = await self._client.chat.completions.create(model=self.model, **body)
+                if stream:
+                    streamed = await stream_chat(self._client, self.model, body, loops, self._ratio)
+                else:
+                    response = await self._client.chat.completions.create(model=self.model, **body)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below, never swallowed silently
                 last_error = describe_error(exc)
+                if isinstance(exc, openai.APIStatusError) and exc.status_code in (429, 503):
+                    self.overloaded += 1
                 if not _is_transient(exc):
                     raise RequestFailed(last_error, attempt + free_retries) from exc
                 if self._gate is not None and isinstance(exc, openai.APIConnectionError):
@@ -211,6 +227,17 @@ class VlmClient:
                 await asyncio.sleep(random.uniform(0, delay) if delay else 0)
                 continue
             self._note_success()
+            if stream:
+                return ChatResult(
+                    text=streamed.text,
+                    finish_reason=streamed.finish_reason,
+                    prompt_tokens=streamed.prompt_tokens,
+                    completion_tokens=streamed.completion_tokens,
+                    latency_s=time.monotonic() - sent,
+                    attempts=attempt + free_retries,
+                    loop=streamed.loop,
+                    tokens_estimated=streamed.tokens_estimated,
+                )
             choice = response.choices[0] if response.choices else None
             usage = response.usage
             return ChatResult(

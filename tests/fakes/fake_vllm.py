@@ -8,6 +8,8 @@ Usage (through the ``vllm`` wrapper next to this file)::
 Environment:
 
 - ``FAKE_VLLM_ARGV_FILE``: write the arguments (after the program name) there as JSON.
+  ``{gpu}`` in it (and in ``FAKE_VLLM_SIM_ARGS``) becomes ``$CUDA_VISIBLE_DEVICES``, so that
+  one server per GPU writes one file each.
 - ``FAKE_VLLM_API_KEY_FILE``: write the sha256 of the API key it would require there (from
   ``--api-key``, else ``VLLM_API_KEY``, as vLLM resolves it), so tests can check the key
   arrived without the fake ever printing it.
@@ -24,6 +26,8 @@ masked ``api_key`` (vllm-project/vllm#52523): a key passed on its command line l
     ``spawn_child`` start a long-lived child process first (pid written to
     ``FAKE_VLLM_CHILD_PID_FILE``), then run the simulator.
 - ``FAKE_VLLM_SIM_ARGS``: extra options for the simulated server (latency, slots, corpus).
+- ``FAKE_VLLM_SIM_ARGS_GPU<N>``: more options for the server started with
+  ``CUDA_VISIBLE_DEVICES=N`` only (e.g. ``--crash-after 3``: that GPU dies mid-run).
 - ``FAKE_VLLM_IGNORE_SIGTERM=1``: ignore SIGTERM (only SIGKILL stops it), in ``hang`` mode.
 
 Flags vLLM has but this fake does not model are accepted and ignored (vLLM has hundreds).
@@ -75,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Parse ``argv`` like vLLM, then act according to ``$FAKE_VLLM_MODE``."""
-    argv_file = os.environ.get("FAKE_VLLM_ARGV_FILE")
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    argv_file = os.environ.get("FAKE_VLLM_ARGV_FILE", "").replace("{gpu}", gpu)
     if argv_file:
         with open(argv_file, "w", encoding="utf-8") as f:
             json.dump(argv, f)
@@ -148,7 +153,8 @@ def main(argv: list[str]) -> int:
     elif mode != "ok":
         print(f"fake vllm: unknown FAKE_VLLM_MODE {mode!r}", file=sys.stderr)
         return 2
-    sim += shlex.split(os.environ.get("FAKE_VLLM_SIM_ARGS", ""))
+    sim += shlex.split(os.environ.get("FAKE_VLLM_SIM_ARGS", "").replace("{gpu}", gpu))
+    sim += shlex.split(os.environ.get(f"FAKE_VLLM_SIM_ARGS_GPU{gpu}", "")) if gpu else []
     sys.stdout.flush()
     sys.stderr.flush()
     # exec keeps the pid, so the managed process *is* the server, as with the real vllm.

@@ -237,10 +237,10 @@ def test_dry_run_contract_splitting_multi_gpu_and_ways_of_shipping_the_code(tmp_
     assert [r["ProcessingResources"]["ClusterConfig"]["InstanceCount"] for r in many["requests"]] == [100, 100, 50]
     assert [r["Environment"]["LLM_OCR_TASK_SHARDS"] for r in many["requests"]] == ["250:0-99", "250:100-199", "250:200-249"]
     assert len({r["ProcessingJobName"] for r in many["requests"]}) == 3 and len(many["jobs"]) == 250
-    # 4x L40S: the per-GPU preset, the whole machine's price.
+    # 4x L40S: the per-GPU preset, four servers, the whole machine's price.
     (body,) = multi["requests"]
     assert body["ProcessingResources"]["ClusterConfig"]["InstanceType"] == "ml.g6e.12xlarge"
-    assert body["Environment"]["LLM_OCR_GPU_PRESET"] == "l40s-48gb"
+    assert body["Environment"]["LLM_OCR_GPU_PRESET"] == "l40s-48gb" and body["Environment"]["LLM_OCR_GPUS"] == "4"
     assert float(body["Environment"]["LLM_OCR_GPU_PRICE_PER_HOUR"]) > 10
 
 

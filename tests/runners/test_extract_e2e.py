@@ -272,7 +272,8 @@ def test_progress_lines_when_not_on_a_terminal(tmp_path: Path) -> None:
     assert len(lines) >= 3  # periodic lines plus the final one
     assert "ok 4, truncated 0, error 0" in lines[-1]
     stats = json.loads(result.stdout.strip().splitlines()[-1])
-    assert stats["pages"] == {"ok": 4, "truncated": 0, "error": 0, "total": 4, "skipped": 0, "seen": 4}
+    assert stats["pages"] == {"ok": 4, "truncated": 0, "error": 0, "quarantined": 0, "quarantined_earlier": 0,
+                              "total": 4, "skipped": 0, "seen": 4}
 
 
 def test_kill_at_random_moments_then_rerun_gives_the_same_rows(tmp_path: Path) -> None:

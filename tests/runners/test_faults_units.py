@@ -227,7 +227,7 @@ def test_the_accounting_line_counts_pages_from_the_input_and_can_fail() -> None:
     counters.pages.update(ok=4, truncated=1, error=2)
     assert counters.pages_left == 0 and counters.summary()["pages"]["seen"] == 10
     assert counters.reconciliation().startswith(
-        "[extract shard 1/2] pages seen 10 = ok 4 + truncated 1 + error 2 + done earlier 3; documents"
+        "[extract shard 1/2] pages seen 10 = ok 4 + truncated 1 + error 2 + quarantined 0 + done earlier 3; documents"
     )
     counters.pages_found = 12  # two pages of the input got no row (an interrupted run)
     assert counters.pages_left == 2 and "+ done earlier 3 + left for the rerun 2;" in counters.reconciliation()

@@ -48,7 +48,7 @@ def reference(corpus: Path, server: SimulatedServer) -> Path:
     # an earlier test of this module wrote count as "done earlier").
     for name in ("extract", "describe"):
         (line,) = [x for x in result.stderr.splitlines() if f"[{name} shard 1/1] pages seen" in x]
-        m = re.search(r"pages seen (\d+) = ok (\d+) \+ truncated 0 \+ error 0 \+ done earlier (\d+); documents (\d+) ", line)
+        m = re.search(r"pages seen (\d+) = ok (\d+) \+ truncated 0 \+ error 0 \+ quarantined 0 \+ done earlier (\d+); documents (\d+) ", line)
         assert m and int(m[1]) == int(m[2]) + int(m[3]) == PAGES and int(m[4]) == 3, line
     prompts = [prompt_of(b) for b in bodies(server)[before:]]
     assert prompts.count(DESCRIBE_PROMPT) == FIGURES and len(prompts) == PAGES + FIGURES
@@ -121,7 +121,7 @@ def test_run_describes_what_an_earlier_extract_left(
     # an earlier test of this module wrote count as "done earlier").
     for name in ("extract", "describe"):
         (line,) = [x for x in result.stderr.splitlines() if f"[{name} shard 1/1] pages seen" in x]
-        m = re.search(r"pages seen (\d+) = ok (\d+) \+ truncated 0 \+ error 0 \+ done earlier (\d+); documents (\d+) ", line)
+        m = re.search(r"pages seen (\d+) = ok (\d+) \+ truncated 0 \+ error 0 \+ quarantined 0 \+ done earlier (\d+); documents (\d+) ", line)
         assert m and int(m[1]) == int(m[2]) + int(m[3]) == PAGES and int(m[4]) == 3, line
     prompts = [prompt_of(b) for b in bodies(server)[before:]]
     assert prompts == [DESCRIBE_PROMPT] * FIGURES  # no page is sent to OCR again

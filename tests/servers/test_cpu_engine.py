@@ -280,10 +280,26 @@ def test_bad_requests_are_openai_errors(engine: CpuServer) -> None:
     body = {"model": MODEL, "messages": image_messages(b"not an image", "image/png", FREE_OCR_PROMPT)}
     status, data = engine.call("POST", "/v1/chat/completions", body)
     assert status == 400 and "Failed to load image" in json.loads(data)["error"]["message"]
-    status, data = engine.call("POST", "/v1/chat/completions", {**body, "stream": True})
-    assert status == 400 and "CPU engine" in json.loads(data)["error"]["message"]
+    status, data = engine.call("POST", "/v1/chat/completions", {**body, "stream_options": {"include_usage": True}})
+    assert status == 400 and "only be defined when `stream=True`" in json.loads(data)["error"]["message"]
     status, _ = engine.call("POST", "/v1/chat/completions", {**body, "model": "other"})
     assert status == 404
+
+
+def test_a_streamed_page_is_the_same_answer_in_vllm_chunks(engine: CpuServer, page: dict[str, Any]) -> None:
+    body = {"model": MODEL, "messages": image_messages(page["png"], "image/png", DOCUMENT_PROMPT), **RECIPE.extra_body}
+    status, whole = engine.call("POST", "/v1/chat/completions", body, timeout=120)
+    assert status == 200
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    status, data = engine.call("POST", "/v1/chat/completions", streamed, timeout=120)
+    assert status == 200
+    events = [block[len("data: "):] for block in data.decode().split("\n\n") if block.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    answer = json.loads(whole)
+    assert text == answer["choices"][0]["message"]["content"] and len(text) > 20
+    assert chunks[-1]["usage"] == answer["usage"] and len(chunks) > 3
 
 
 def test_health_answers_while_pages_are_read_and_extra_requests_wait(engine: CpuServer, page: dict[str, Any]) -> None:

@@ -176,7 +176,8 @@ class CpuEngineServer(OpenAIServer):
         blocks = page_blocks(page.lines)
         text = answer(req, blocks, page.width, page.height)
         text, completion_tokens, finish = self.fit_answer(req, text, max_tokens)
-        return self.completion(
+        return await self.answer(
+            request,
             req,
             text,
             finish,

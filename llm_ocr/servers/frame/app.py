@@ -27,6 +27,7 @@ from aiohttp import web
 from .answers import SPECIAL_TOKENS, truncate_to_tokens
 from .metrics import MetricValues, render_metrics
 from .protocol import KNOWN_FIELDS, ChatRequest, error_response, redact
+from .streaming import SseAnswer
 
 #: Page images as base64 exceed aiohttp's 1 MiB default body limit; vLLM has none.
 MAX_BODY_BYTES = 512 * 1024 * 1024
@@ -203,17 +204,10 @@ class OpenAIServer:
         text, completion_tokens, truncated = truncate_to_tokens(text, max_tokens, self.cfg.tokens_per_char)
         return text, completion_tokens, "length" if truncated else "stop"
 
-    def completion(
-        self,
-        req: ChatRequest,
-        text: str,
-        finish: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        record: dict[str, Any],
-        **log_fields: Any,
-    ) -> web.Response:
-        """Count a finished request in the metrics and the log, and answer it (OpenAI JSON)."""
+    def count_finished(
+        self, req: ChatRequest, finish: str, prompt_tokens: int, completion_tokens: int, record: dict[str, Any], **log_fields: Any
+    ) -> None:
+        """Count a finished (or, ``finish == "abort"``, abandoned) request in the metrics and the log."""
         self.metrics.prompt_tokens += prompt_tokens
         self.metrics.generation_tokens += completion_tokens
         self.metrics.success[finish] = self.metrics.success.get(finish, 0) + 1
@@ -225,6 +219,43 @@ class OpenAIServer:
             completion_tokens=completion_tokens,
             **log_fields,
         )
+        if req.stream:
+            record["stream"] = True
+
+    async def answer(
+        self,
+        request: web.Request,
+        req: ChatRequest,
+        text: str,
+        finish: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        record: dict[str, Any],
+        **log_fields: Any,
+    ) -> web.StreamResponse:
+        """Answer a request whose text is ready: as JSON, or streamed at once in chunks."""
+        if not req.stream:
+            return self.completion(req, text, finish, prompt_tokens, completion_tokens, record, **log_fields)
+        record.update(log_fields)
+        stream = SseAnswer(self, req, text, prompt_tokens, record)
+        with stream.abort_on_disconnect():
+            await stream.open(request)
+            await stream.send(completion_tokens)
+            return await stream.finish(finish, completion_tokens)
+        return stream.closed_response()
+
+    def completion(
+        self,
+        req: ChatRequest,
+        text: str,
+        finish: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        record: dict[str, Any],
+        **log_fields: Any,
+    ) -> web.Response:
+        """Count a finished request in the metrics and the log, and answer it (OpenAI JSON)."""
+        self.count_finished(req, finish, prompt_tokens, completion_tokens, record, **log_fields)
         return web.json_response(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex}",

@@ -35,7 +35,7 @@ KNOWN_FIELDS = frozenset(
     stop stop_token_ids stream stream_options skip_special_tokens spaces_between_special_tokens
     vllm_xargs structured_outputs response_format frequency_penalty presence_penalty
     repetition_penalty logprobs top_logprobs user include_stop_str_in_output ignore_eos
-    min_tokens logit_bias request_id priority""".split()
+    min_tokens logit_bias request_id priority stream_interval""".split()
 )
 
 _DATA_URI = re.compile(r"^data:(image/[\w.+-]+);base64,", re.IGNORECASE)
@@ -56,16 +56,15 @@ def error_response(status: int, message: str, type_: str | None = None) -> web.R
     return web.json_response(body, status=status)
 
 
-def image_prompt_tokens(width: int, height: int) -> int:
-    """Image tokens vLLM's DeepSeek-OCR processor spends on an image in "Gundam" mode.
+def tile_grid(width: int, height: int) -> tuple[int, int]:
+    """``(across, down)``: the grid of 640-pixel crops vLLM's DeepSeek-OCR processor cuts an
+    image into in "Gundam" mode, ``(0, 0)`` for an image that gets the global view only.
 
-    From vLLM ``deepseek_ocr.py`` ``get_num_image_tokens``: a 1024 global view (16x16 tokens
-    plus a newline column) plus, for images over 640 px, 2..6 crops of 640 (10x10 tokens each
-    plus newline columns) picked by the closest aspect ratio, plus one separator.
+    From vLLM ``deepseek_ocr.py``: images over 640 px get 2..6 crops of 640, the grid whose
+    aspect ratio is closest to the image's (on a tie, the larger one if the image is big enough).
     """
-    global_tokens = 16 * 17
     if width <= 640 and height <= 640:
-        return global_tokens + 1
+        return 0, 0
     aspect = width / height
     ratios = sorted(
         {(i, j) for n in range(2, 7) for i in range(1, n + 1) for j in range(1, n + 1) if 2 <= i * j <= 6},
@@ -78,8 +77,30 @@ def image_prompt_tokens(width: int, height: int) -> int:
             best, best_diff = (i, j), diff
         elif diff == best_diff and width * height > 0.5 * 640 * 640 * i * j:
             best = (i, j)
-    nw, nh = best
+    return best
+
+
+def image_prompt_tokens(width: int, height: int) -> int:
+    """Image tokens vLLM's DeepSeek-OCR processor spends on an image in "Gundam" mode.
+
+    From vLLM ``deepseek_ocr.py`` ``get_num_image_tokens``: a 1024 global view (16x16 tokens
+    plus a newline column) plus, for images over 640 px, the crops of :func:`tile_grid` (10x10
+    tokens each plus newline columns), plus one separator.
+    """
+    global_tokens = 16 * 17
+    nw, nh = tile_grid(width, height)
+    if nw == 0:
+        return global_tokens + 1
     return global_tokens + (nh * 10) * (nw * 10 + 1) + 1
+
+
+def text_scale(width: int, height: int) -> float:
+    """How large the image's text is where the model reads it best: the scale of its crops
+    (the page resized onto the tile grid), or of the 1024 global view without crops."""
+    nw, nh = tile_grid(width, height)
+    if nw == 0:
+        return 1024 / max(width, height)
+    return min(nw * 640 / width, nh * 640 / height)
 
 
 @dataclass
@@ -97,6 +118,12 @@ class ChatRequest:
     structured: str | None = None  # "json", "json_object" or "choice"
     choices: list[Any] | None = None
     ngram_enabled: bool = False
+    ngram_window: int | None = None  # the n-gram processor's window_size, in tokens
+    stream: bool = False
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage in every chunk
+    stream_interval: int | None = None  # tokens per streamed chunk (vLLM's per-request field)
+    temperature: float = 0.0
 
 
 def is_json_int(v: Any) -> bool:
@@ -115,8 +142,7 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
     model = body.get("model") or served[0]  # vLLM serves the first name when none is given
     if model not in served:
         raise ApiError(404, f"The model `{model}` does not exist.")
-    if body.get("stream"):
-        raise ApiError(400, f"stream=true is not supported by {server_name}.")
+    stream, include_usage, continuous_usage = _parse_stream(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ApiError(400, "`messages` must be a non-empty list of message objects.")
@@ -157,6 +183,7 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
 
     xargs = body.get("vllm_xargs")
     ngram_enabled = False
+    window = None
     if xargs is not None:
         if not isinstance(xargs, dict):
             raise ApiError(400, "`vllm_xargs` must be an object.")
@@ -191,9 +218,49 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
         max_tokens=max_tokens,
         skip_special_tokens=body.get("skip_special_tokens", True) is not False,
         ngram_enabled=ngram_enabled,
+        ngram_window=window if ngram_enabled and is_json_int(window) else None,
+        stream=stream,
+        include_usage=include_usage,
+        continuous_usage=continuous_usage,
+        stream_interval=_stream_interval(body),
+        temperature=_temperature(body),
     )
     _parse_structured(body, req)
     return req
+
+
+def _parse_stream(body: dict[str, Any]) -> tuple[bool, bool, bool]:
+    """``(stream, include_usage, continuous_usage)`` as vLLM reads them (``should_include_usage``
+    in ``vllm/entrypoints/serve/utils/api_utils.py``: continuous usage needs include_usage)."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise ApiError(400, f"`stream` must be a boolean, got {stream!r}.")
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            # vLLM's ChatCompletionRequest.validate_stream_options.
+            raise ApiError(400, "Stream options can only be defined when `stream=True`.")
+        if not isinstance(options, dict):
+            raise ApiError(400, "`stream_options` must be an object.")
+    options = options or {}
+    include = bool(options.get("include_usage"))
+    return bool(stream), include, include and bool(options.get("continuous_usage_stats"))
+
+
+def _stream_interval(body: dict[str, Any]) -> int | None:
+    value = body.get("stream_interval")
+    if value is not None and (not is_json_int(value) or value < 1):
+        raise ApiError(400, f"stream_interval must be an integer of at least 1, got {value!r}.")
+    return value
+
+
+def _temperature(body: dict[str, Any]) -> float:
+    value = body.get("temperature")
+    if value is None:
+        return 1.0  # OpenAI's (and vLLM's) default
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ApiError(400, f"temperature must be a non-negative number, got {value!r}.")
+    return float(value)
 
 
 def _parse_structured(body: dict[str, Any], req: ChatRequest) -> None:

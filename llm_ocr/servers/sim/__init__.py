@@ -8,6 +8,7 @@ Run it as its own process: ``python -m llm_ocr.servers.sim --port 8000`` (or ``l
 - :mod:`.content` what the simulated model answers
 - :mod:`.timing`  the batch timing model (the benchmark replays it for its lower bound)
 - :mod:`.server`  the aiohttp server: scheduling and faults on the shared frame
+- :mod:`.poison`  pages that crash the server whenever they are sent (``--crash-on-page``)
 """
 
 #: Fault kinds of ``POST /sim/faults`` (defined here so the CLI can list them without

@@ -72,21 +72,51 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     faults = p.add_argument_group("faults")
     faults.add_argument("--loop-rate", type=fraction, default=0.0,
                         help="fraction of (image, prompt) pairs that loop until max_tokens, finish_reason "
-                        "'length'; decided per image so retries loop again (default %(default)s)")
+                        "'length' (or, streamed, until the client closes the stream); decided per image so "
+                        "retries loop again. With the n-gram processor on (vllm_xargs.ngram_size), the "
+                        "repeated unit is a table row longer than its window_size, as only such loops "
+                        "escape it in vLLM (default %(default)s)")
+    faults.add_argument("--loop-repeat-rate", type=fraction, default=1.0,
+                        help="share of looping pages that loop again when retried at a temperature above 0, "
+                        "decided per image and temperature (default %(default)s: always)")
     faults.add_argument("--error-rate", type=fraction, default=0.0,
                         help="fraction of requests answered HTTP 500 (default %(default)s)")
     faults.add_argument("--hang-rate", type=fraction, default=0.0,
                         help="fraction of requests never answered (default %(default)s)")
     faults.add_argument("--reset-rate", type=fraction, default=0.0,
                         help="fraction of requests whose connection is reset (default %(default)s)")
+    faults.add_argument("--crash-after", type=int, default=0, metavar="N",
+                        help="exit with code 1 on the N-th chat request, like a GPU that dies mid-run "
+                        "(default %(default)s: never)")
     faults.add_argument("--seed", type=int, default=0, help="seed of the random faults (default %(default)s)")
+    faults.add_argument("--crash-on-page", action="append", default=[], metavar="FILE:PAGE", type=_page_spec,
+                        help="exit with code 1 whenever this --corpus page (file name or path, 1-based page) "
+                        "is sent, like vLLM on an image that crashes it; repeatable")
+    faults.add_argument("--crash-times", type=positive_int, default=None, metavar="N",
+                        help="crash on each --crash-on-page page at most N times in all, across restarts "
+                        "(needs --crash-ledger; default: every time)")
+    faults.add_argument("--crash-ledger", default=None, metavar="PATH",
+                        help="file that gets one line FILE:PAGE per poison-page crash (and counts them)")
     return p
+
+
+def _page_spec(text: str) -> tuple[str, int]:
+    from .poison import parse_page_spec
+
+    try:
+        return parse_page_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """A :class:`~llm_ocr.servers.sim.server.SimConfig` from parsed arguments."""
+    from .poison import PoisonPages
     from .server import SimConfig
 
+    if args.crash_times and not args.crash_ledger:
+        raise SystemExit("--crash-times needs --crash-ledger (the count must survive the restarts)")
+    poison = PoisonPages(args.crash_on_page, args.crash_times or 0, args.crash_ledger) if args.crash_on_page else None
     return SimConfig(
         **frame_settings(args),
         corpus=list(args.corpus),
@@ -97,12 +127,15 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         output_tokens_mean=args.output_tokens_mean,
         output_tokens_sigma=args.output_tokens_sigma,
         loop_rate=args.loop_rate,
+        loop_repeat_rate=args.loop_repeat_rate,
         error_rate=args.error_rate,
         hang_rate=args.hang_rate,
         reset_rate=args.reset_rate,
+        crash_after=args.crash_after,
         seed=args.seed,
         startup_delay=args.startup_delay,
         instant=args.instant,
+        poison=poison,
     )
 
 

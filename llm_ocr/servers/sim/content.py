@@ -186,10 +186,20 @@ def describe(digest: bytes, width: int, height: int, colour: str) -> str:
     )
 
 
-def loop_text(start: str, digest: bytes, max_chars: int) -> str:
-    """A degenerate answer: a valid start, then one phrase repeated up to ``max_chars``."""
+def loop_text(start: str, digest: bytes, max_chars: int, min_unit_chars: int = 0) -> str:
+    """A degenerate answer: a valid start, then one unit repeated up to ``max_chars``.
+
+    The unit is a short phrase, or, when ``min_unit_chars`` is given, a table row at least
+    1.2 and at most 2.5 times that long (the loops that escape vLLM's n-gram processor).
+    """
     rng = _rng(digest, "loop")
     phrase = f"{rng.choice(_WORDS)} {rng.choice(_WORDS)} {rng.choice(_WORDS)}. "
+    if min_unit_chars > 0:
+        target = int(min_unit_chars * rng.uniform(1.2, 2.5))
+        cells: list[str] = []
+        while sum(len(c) for c in cells) < target:
+            cells.append(f"<td>{rng.choice(_WORDS)} {rng.choice(_WORDS)} {rng.randint(0, 9999) / 100}</td>")
+        phrase = "<tr>" + "".join(cells) + "</tr>"
     text = start
     if len(text) < max_chars:
         text += phrase * ((max_chars - len(text)) // len(phrase) + 1)

@@ -20,6 +20,7 @@ import math
 import os
 import random
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +38,11 @@ from ..frame.protocol import (
     is_json_int,
     parse_chat_request,
 )
+from ..frame.streaming import SseAnswer
 from . import FAULT_KINDS, content
 from .corpus import CorpusIndex, build_corpus
 from .images import ImageFacts, analyse_image
+from .poison import PoisonPages
 from .timing import DECODE_STEP_S, TimingModel, per_token_seconds  # noqa: F401 - re-exported
 
 _DECODE_STEP_S = DECODE_STEP_S  # the old private name, kept for existing imports
@@ -57,12 +60,15 @@ class SimConfig(FrameConfig):
     output_tokens_mean: float = 0.0  # 0: synthetic answers keep their natural length
     output_tokens_sigma: float = 0.5
     loop_rate: float = 0.0
+    loop_repeat_rate: float = 1.0
     error_rate: float = 0.0
     hang_rate: float = 0.0
     reset_rate: float = 0.0
+    crash_after: int = 0
     seed: int = 0
     startup_delay: float = 0.0
     instant: bool = False
+    poison: PoisonPages | None = None
 
 
 @dataclass
@@ -195,6 +201,8 @@ class SimServer(OpenAIServer):
         u_err, u_hang, u_reset = self.rng.random(), self.rng.random(), self.rng.random()
         if self.faults:
             return self.faults.popleft()
+        if self.cfg.crash_after and self.stats["requests"] >= self.cfg.crash_after:
+            return Fault("crash", source="random")
         if u_err < self.cfg.error_rate:
             return Fault("error", 500, source="random")
         if u_hang < self.cfg.hang_rate:
@@ -245,25 +253,65 @@ class SimServer(OpenAIServer):
             record["outcome"] = "error"
             return error_response(exc.status, exc.message, exc.type)
 
-        if fault is None and self.cfg.loop_rate > 0:
-            # Decided by image and prompt, not drawn: at temperature 0 a page that loops loops
-            # again when retried with the same request.
-            h = hashlib.sha256(f"{self.cfg.seed}|{req.prompt}|".encode() + facts.sha256).digest()
-            if int.from_bytes(h[:8], "big") / 2**64 < self.cfg.loop_rate:
-                fault = Fault("loop", source="random")
-                record["fault"] = "loop"
+        if fault is None and self._loops(req, facts):
+            fault = Fault("loop", source="random")
+            record["fault"] = "loop"
         if fault is not None:
             self.count("faults_applied", fault.kind)
         if facts.known is not None:
             self.stats["known_pages"] += 1
             record["known_page"] = {"source": facts.known.source, "page": facts.known.index + 1}
+            self._crash_if_poison(facts.known.source, facts.known.index + 1, record)
         elif req.kind in ("markdown", "ocr", "free"):
             self.stats["synthetic_pages"] += 1
 
         text = self._answer(req, facts, fault, max_tokens)
         text, completion_tokens, finish = self.fit_answer(req, text, max_tokens)
-        await self._run_in_slot(prompt_tokens, completion_tokens)
-        return self.completion(req, text, finish, prompt_tokens, completion_tokens, record)
+        if not req.stream:
+            await self._run_in_slot(prompt_tokens, completion_tokens)
+            return self.completion(req, text, finish, prompt_tokens, completion_tokens, record)
+        # Streamed: the role chunk goes out with the first token (after the prefill, as in
+        # vLLM), then the text each decode step produced; a client that leaves cancels us here,
+        # which frees the slot, and only the tokens generated until then are counted.
+        stream = SseAnswer(self, req, text, prompt_tokens, record)
+        with stream.abort_on_disconnect():
+
+            async def decoded(tokens: float) -> None:
+                if stream.response is None:
+                    await stream.open(request)
+                await stream.send(tokens)
+
+            await self._run_in_slot(prompt_tokens, completion_tokens, decoded)
+            if stream.response is None:
+                await stream.open(request)
+            return await stream.finish(finish, completion_tokens)
+        return stream.closed_response()
+
+    def _loops(self, req: ChatRequest, facts: ImageFacts) -> bool:
+        """Whether this page loops: decided by image and prompt, not drawn, since at temperature
+        0 a page that loops loops again when retried with the same request. A retry at a higher
+        temperature loops again for ``loop_repeat_rate`` of such pages (per temperature)."""
+        if self.cfg.loop_rate <= 0:
+            return False
+        h = hashlib.sha256(f"{self.cfg.seed}|{req.prompt}|".encode() + facts.sha256).digest()
+        if int.from_bytes(h[:8], "big") / 2**64 >= self.cfg.loop_rate:
+            return False
+        if req.temperature <= 0 or self.cfg.loop_repeat_rate >= 1:
+            return True
+        h = hashlib.sha256(f"{self.cfg.seed}|{req.temperature:.3f}|".encode() + facts.sha256).digest()
+        return int.from_bytes(h[:8], "big") / 2**64 < self.cfg.loop_repeat_rate
+
+    def _crash_if_poison(self, source: str, page: int, record: dict[str, Any]) -> None:
+        """Exit at once, like vLLM on a CUDA illegal memory access, if this page is poison."""
+        spec = self.cfg.poison.should_crash(source, page) if self.cfg.poison else None
+        if spec is None:
+            return
+        assert self.cfg.poison is not None
+        self.cfg.poison.record(spec)
+        record["outcome"] = "crash"
+        self.write_log(record)
+        print(f"simulated server: page {spec} is poison, exiting with code 1", file=sys.stderr, flush=True)
+        os._exit(1)
 
     def _answer(self, req: ChatRequest, facts: ImageFacts, fault: Fault | None, max_tokens: int) -> str:
         """The model's text before token truncation."""
@@ -309,12 +357,19 @@ class SimServer(OpenAIServer):
             text = content.describe(facts.sha256, facts.width, facts.height, facts.colour)
             start = text[: len(text) // 2]
         if kind == "loop":
-            # Enough characters to overrun max_tokens, so the answer ends with "length".
-            return content.loop_text(start, facts.sha256, int(max_tokens / self.cfg.tokens_per_char) + 16)
+            # Enough characters to overrun max_tokens, so the answer ends with "length". With
+            # the n-gram processor on, only a unit longer than its window can loop (vLLM blocks
+            # shorter repeats): a table row of 1.2-2.5 windows; without it, a short phrase.
+            unit_tokens = 0 if req.ngram_window is None else req.ngram_window
+            chars = int(max_tokens / self.cfg.tokens_per_char) + 16
+            return content.loop_text(start, facts.sha256, chars, min_unit_chars=int(unit_tokens / self.cfg.tokens_per_char))
         return text
 
-    async def _run_in_slot(self, prompt_tokens: int, completion_tokens: int) -> None:
-        """Wait for a slot, then spend prefill and decode time (see the module docstring)."""
+    async def _run_in_slot(
+        self, prompt_tokens: int, completion_tokens: int, decoded: Callable[[float], Awaitable[None]] | None = None
+    ) -> None:
+        """Wait for a slot, then spend prefill and decode time (see the module docstring);
+        ``decoded`` is told the tokens generated so far after each decode step."""
         assert self._sem is not None
         m = self.metrics
         m.waiting += 1
@@ -333,6 +388,7 @@ class SimServer(OpenAIServer):
                 return
             loop = asyncio.get_running_loop()
             deadline = loop.time()
+            generated = 0.0
             for seconds, tokens in self.timing.slot_steps(completion_tokens, lambda: m.running):
                 # Sleep until the model's deadline rather than for ``seconds``: timer overshoot
                 # and a busy event loop (parsing image bodies, other requests, a loaded CPU)
@@ -342,6 +398,9 @@ class SimServer(OpenAIServer):
                 await asyncio.sleep(max(0.0, deadline - loop.time()))
                 self.kv_tokens += tokens
                 held += tokens
+                if decoded is not None and tokens > 0:
+                    generated += tokens
+                    await decoded(generated)
         finally:
             m.running -= 1
             self.kv_tokens -= held

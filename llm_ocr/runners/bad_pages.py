@@ -1,0 +1,102 @@
+"""One bad page costs one page: what the page-flow runners wrap around their page handler.
+
+* The endpoint's crash tracker (:mod:`llm_ocr.quarantine`) guards every page: a page convicted
+  of crashing the model server gets an ``error`` row with ``quarantined`` set, and the run goes
+  on. That row is the quarantine's record: a rerun keeps it (``--retry-quarantined`` opts back in).
+* A PDF page that ends as an error or truncated gets its PDF text layer as ``fallback_text`` when
+  the layer reads as English (:mod:`llm_ocr.sources.text_layer`), read in a worker process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from llm_ocr.quarantine import CrashTracker, PageQuarantined
+from llm_ocr.records import PageResult
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.sources.text_layer import TextLayer, read_text_layer
+from llm_ocr.stages.extract import ExtractOptions, failure_result
+from llm_ocr.stages.fallback import with_fallback
+from llm_ocr.storage.parts import ShardIndex
+from llm_ocr.workers import WorkerPool
+
+log = logging.getLogger("llm_ocr")
+
+R = TypeVar("R")
+
+
+class BadPages:
+    """Quarantine rows and text-layer fallbacks for one shard's page flow."""
+
+    def __init__(
+        self, tracker: CrashTracker | None, pool: WorkerPool, options: ExtractOptions, storage_options: dict[str, Any]
+    ) -> None:
+        self.tracker = tracker
+        self.pool = pool
+        self.options = options
+        self.storage_options = storage_options
+
+    async def read_layer(self, location: str, page: int) -> TextLayer:
+        """Read and judge a PDF page's text layer in a worker (pypdfium2 is not thread-safe)."""
+        try:
+            return await self.pool.run(read_text_layer, location, page, self.storage_options)
+        except Exception as exc:  # noqa: BLE001 - a fallback must never fail its page
+            return TextLayer(None, f"PDF text layer rejected: could not read it ({type(exc).__name__}: {exc})")
+
+    async def fallback(self, ref: DocumentRef, page: PageResult) -> PageResult:
+        """``page`` with its text-layer fallback when it is a failed or truncated PDF page."""
+        if not self.options.text_layer_fallback:
+            return page
+        return await with_fallback(ref, page, self.read_layer)
+
+    async def quarantined(
+        self, ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, exc: PageQuarantined
+    ) -> PageResult:
+        """The row of a page convicted of crashing the server (attempts: the crashes it was at)."""
+        row = failure_result(ref, item.page, exc.message, num_pages, attempts=exc.crashes)
+        row.quarantined = True
+        return await self.fallback(ref, row)
+
+    def guard(
+        self,
+        handler: Callable[..., Awaitable[R]],
+        on_quarantine: Callable[[Any, Any, int | None, PageQuarantined], Awaitable[R]] | None = None,
+    ) -> Callable[..., Awaitable[R]]:
+        """``handler`` with its pages tracked; a conviction becomes ``on_quarantine``'s result
+        (default: :meth:`quarantined`, for a handler that returns one row)."""
+        if self.tracker is None:
+            return handler
+        return self.tracker.guard(handler, on_quarantine or self.quarantined)  # type: ignore[arg-type]
+
+
+def quarantined_in(marker: dict[str, Any] | None) -> int:
+    """Quarantined pages a completion marker records (this run's and those kept from earlier)."""
+    pages = (marker or {}).get("pages", {})
+    return int(pages.get("quarantined", 0)) + int(pages.get("quarantined_earlier", 0))
+
+
+def marker_settles(marker: dict[str, Any] | None, options: ExtractOptions) -> bool:
+    """Whether an Extract completion marker means there is nothing left to do: no error rows,
+    and no quarantined ones when ``--retry-quarantined`` asks for them again."""
+    if not marker or marker.get("pages", {}).get("error", 0):
+        return False
+    return not (options.retry_quarantined and quarantined_in(marker))
+
+
+def describe_settles(marker: dict[str, Any] | None, extract_marker: dict[str, Any] | None) -> bool:
+    """Whether a Describe completion marker means there is nothing left to do: no error rows, and
+    its quarantined rows are Extract's (a page Extract retried and read since must be described)."""
+    if not marker or marker.get("pages", {}).get("error", 0):
+        return False
+    return quarantined_in(marker) == quarantined_in(extract_marker)
+
+
+def note_kept(index: ShardIndex) -> None:
+    """Log the quarantined rows a shard keeps from earlier runs."""
+    if index.kept_quarantined:
+        log.warning(
+            "keeping %d quarantined page(s) from earlier runs (the model server crashed on them); "
+            "--retry-quarantined tries them again", index.kept_quarantined,
+        )

@@ -1,0 +1,113 @@
+"""Asking the model for one image until the answer is whole: cut loops, hotter retries, the best kept.
+
+An answer that loops is cut as it streams (:mod:`llm_ocr.vlm.loops`) or runs to ``max_tokens``
+(``finish_reason == "length"``); either way the image is asked again at once at the next
+temperature step. If every attempt loops, the best answer is kept: the one with the most text
+before its loop began, the greedy (first) one on a tie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_ocr.vlm.client import ChatResult, VlmClient
+from llm_ocr.vlm.loops import LoopPolicy
+from llm_ocr.vlm.recipes import ModelRecipe
+
+#: Finish reasons of an answer that did not end by itself.
+UNFINISHED = ("length", "loop")
+
+
+@dataclass
+class Answer:
+    """The answer kept for an image, and what getting it cost."""
+
+    result: ChatResult
+    attempts: int  # HTTP attempts, all model attempts included
+    #: Tokens generated in repetition and thrown away: for each attempt that looped, from the
+    #: end of the unit's first copy to where generation stopped.
+    cut_tokens: int = 0
+    notes: list[str] = field(default_factory=list)  # one line per attempt that looped
+
+    @property
+    def text(self) -> str:
+        """The answer's text worth parsing: up to the end of a loop's first copy, if it looped."""
+        loop = self.result.loop
+        return self.result.text[: loop.keep_chars] if loop is not None else self.result.text
+
+    @property
+    def cut_reason(self) -> str | None:
+        """Why tokens were cut, one clause per looping attempt (None: nothing was cut)."""
+        return "; ".join(self.notes) if self.notes else None
+
+
+def useful_chars(result: ChatResult) -> int:
+    """Characters of an answer worth keeping (before its loop, if it was cut at one)."""
+    return result.loop.keep_chars if result.loop is not None else len(result.text)
+
+
+def better(first: ChatResult, second: ChatResult) -> ChatResult:
+    """The answer to keep of two attempts at the same image."""
+    # One that finished beats one that looped; between two loops keep the one with more text
+    # before its loop, the first (greedy) one on a tie: a hotter sample is not more faithful.
+    if first.finish_reason in UNFINISHED and second.finish_reason not in UNFINISHED:
+        return second
+    if first.finish_reason in UNFINISHED and useful_chars(second) > useful_chars(first):
+        return second
+    return first
+
+
+def cut_note(result: ChatResult, attempt: int, temperature: float) -> tuple[int, str | None]:
+    """``(tokens cut, why)`` for one attempt's answer (``(0, None)`` when it did not loop)."""
+    loop = result.loop
+    if loop is not None:
+        tokens = result.completion_tokens or 0
+        cut = round(tokens * (len(result.text) - loop.keep_chars) / max(1, len(result.text)))
+        about = "~" if result.tokens_estimated else ""
+        return cut, (
+            f"attempt {attempt} (temperature {temperature:g}) repeated {loop.describe()}; "
+            f"stream closed after {about}{tokens} tokens"
+        )
+    if result.finish_reason == "length":
+        return 0, f"attempt {attempt} (temperature {temperature:g}) ran to max_tokens ({result.completion_tokens} tokens)"
+    return 0, None
+
+
+async def ask_until_whole(
+    client: VlmClient,
+    recipe: ModelRecipe,
+    request: Callable[[float], dict[str, Any]],
+    *,
+    retries: int,
+    temperature_step: float,
+    cut_loops: bool,
+    policy: LoopPolicy | None = None,
+) -> Answer:
+    """Ask with ``request(temperature)`` at temperature 0, then, while the answer looped, up to
+    ``retries`` more times at ``temperature_step`` higher each; the best answer is kept.
+
+    With ``cut_loops`` every request streams and is closed as soon as it repeats itself.
+    """
+    policy = policy or LoopPolicy()
+    kept: ChatResult | None = None
+    attempts = cut_tokens = 0
+    notes: list[str] = []
+    for number in range(retries + 1):
+        temperature = min(1.0, number * temperature_step)
+        body = request(temperature)
+        if cut_loops:
+            result = await client.chat(recipe.streamed(body), stream=True, loops=policy)
+        else:
+            result = await client.chat(body)
+        attempts += result.attempts
+        cut, note = cut_note(result, number + 1, temperature)
+        cut_tokens += cut
+        if note:
+            notes.append(note)
+        kept = result if kept is None else better(kept, result)
+        if result.finish_reason not in UNFINISHED:
+            break
+    assert kept is not None
+    return Answer(kept, attempts, cut_tokens, notes)

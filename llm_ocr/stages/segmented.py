@@ -1,0 +1,248 @@
+"""A long page read in segments (:mod:`llm_ocr.sources.segments`) and joined into one row.
+
+Each segment is its own request. Its blocks come back with boxes in the segment's pixels; they
+are moved to page pixels, and each segment contributes the blocks whose centre lies in its share
+of the page (up to the middle of its overlap with the next). A block that spans a whole overlap
+is kept from both segments, each copy cut at one edge: the two copies (same label, boxes that
+overlap in page pixels) are merged into one block, and the words the second copy repeats from
+the first (the lines both segments showed) are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+
+from llm_ocr.records import Block, Figure, PageResult
+from llm_ocr.sources.base import DocumentRef, PageImage
+from llm_ocr.sources.segments import Segment, cut_line
+from llm_ocr.stages.attempts import UNFINISHED, Answer
+from llm_ocr.vlm.client import RequestFailed
+from llm_ocr.vlm.grounding import IMAGE_LABEL, clean_markdown, parse_layout
+
+#: Segment requests of one page in flight at once (the page holds one slot of the page flow).
+SEGMENTS_IN_FLIGHT = 4
+#: Tokens for the overlap search: tags, words, punctuation runs.
+_TOKEN = re.compile(r"<[^<>\s]{1,40}>|[^\s<>]+")
+#: Words compared when looking for the lines two copies of a block share.
+_MAX_OVERLAP_TOKENS = 400
+
+
+@dataclass
+class _Piece:
+    """A block of one segment, in page pixels, with its figures."""
+
+    segment: int
+    block: Block
+    figures: list[Figure] = field(default_factory=list)
+
+    def centre(self, tall: bool) -> float | None:
+        if not self.block.boxes:
+            return None
+        lo = min(b[1] if tall else b[0] for b in self.block.boxes)
+        hi = max(b[3] if tall else b[2] for b in self.block.boxes)
+        return (lo + hi) / 2
+
+
+def _moved(box: list[int], segment: Segment) -> list[int]:
+    return [box[0] + segment.left, box[1] + segment.top, box[2] + segment.left, box[3] + segment.top]
+
+
+def _pieces(text: str, segment: Segment, page: int) -> tuple[list[_Piece], list[str]]:
+    """One segment's answer as blocks in page pixels (figures attached to their blocks)."""
+    layout = parse_layout(text, width=segment.width, height=segment.height, page=page)
+    figures = iter(layout.figures)
+    pending = next(figures, None)
+    pieces = []
+    for block in layout.blocks:
+        piece = _Piece(segment.index, Block(block.label, [_moved(b, segment) for b in block.boxes], block.text))
+        if block.label == IMAGE_LABEL:
+            for box in block.boxes:
+                if pending is not None and pending.bbox == box:
+                    piece.figures.append(Figure(id="", bbox=_moved(box, segment)))
+                    pending = next(figures, None)
+        pieces.append(piece)
+    return pieces, layout.warnings
+
+
+def _tokens(text: str) -> list[tuple[str, int]]:
+    """``(normalised token, end offset)`` of each token of ``text``."""
+    return [(m.group().lower().strip(".,;:!?"), m.end()) for m in _TOKEN.finditer(text)]
+
+
+def drop_repeated_start(first: str, second: str) -> str:
+    """``second`` without the words at its start that repeat the end of ``first``.
+
+    The longest run of tokens that ends ``first`` and starts ``second`` is removed; failing
+    that (the line cut by the first segment's edge read differently), ``second``'s first four
+    tokens are looked for near the end of ``first`` and everything up to the end of ``first``'s
+    copy is removed.
+    """
+    a = [t for t, _ in _tokens(first)][-_MAX_OVERLAP_TOKENS:]
+    b_full = _tokens(second)
+    b = [t for t, _ in b_full][:_MAX_OVERLAP_TOKENS]
+    for k in range(min(len(a), len(b)), 1, -1):
+        if a[-k:] == b[:k]:
+            return second[b_full[k - 1][1] :].lstrip()
+    anchor = b[:4]
+    if len(anchor) == 4:
+        for start in range(len(a) - 4, -1, -1):
+            if a[start : start + 4] == anchor:
+                k = min(len(a) - start, len(b_full))
+                return second[b_full[k - 1][1] :].lstrip()
+    return second
+
+
+def join_pieces(segments: list[Segment], per_segment: list[list[_Piece]], page: int) -> list[_Piece]:
+    """The blocks of the page, in order, each once (see the module docstring)."""
+    tall = len(segments) < 2 or segments[1].top > segments[0].top
+    kept: list[_Piece] = []
+    for i, pieces in enumerate(per_segment):
+        lower = cut_line(segments, i - 1) if i > 0 else None
+        upper = None if i == len(segments) - 1 else cut_line(segments, i)
+        mine = []
+        for piece in pieces:
+            centre = piece.centre(tall)
+            # No box: kept where the segment put it. Else only in this segment's share.
+            if centre is None or ((lower is None or centre >= lower) and (upper is None or centre < upper)):
+                mine.append(piece)
+        for piece in mine:
+            twin = _twin(kept, piece)
+            if twin is None:
+                kept.append(piece)
+                continue
+            head = kept[twin]
+            text = drop_repeated_start(head.block.text, piece.block.text)
+            merged = Block(head.block.label, _union(head.block.boxes + piece.block.boxes), f"{head.block.text} {text}".strip())
+            kept[twin] = replace(head, block=merged, figures=head.figures + piece.figures)
+    counter = 0
+    for piece in kept:
+        for k, figure in enumerate(piece.figures):
+            counter += 1
+            piece.figures[k] = replace(figure, id=f"p{page}-f{counter}")
+    return kept
+
+
+def _twin(kept: list[_Piece], piece: _Piece) -> int | None:
+    """The index of the block of the previous segment that ``piece`` is another copy of: the
+    same label and overlapping boxes (blocks of one page never overlap, copies of one block
+    in two segments do, in their shared lines)."""
+    if not piece.block.boxes:
+        return None
+    for index in range(len(kept) - 1, max(-1, len(kept) - 50), -1):
+        other = kept[index]
+        if other.segment != piece.segment - 1:
+            if other.segment < piece.segment - 1:
+                return None
+            continue
+        if other.block.label == piece.block.label and any(
+            _overlap(a, b) for a in other.block.boxes for b in piece.block.boxes
+        ):
+            return index
+    return None
+
+
+def _overlap(a: list[int], b: list[int]) -> bool:
+    return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
+
+
+def _union(boxes: list[list[int]]) -> list[list[int]]:
+    return [[min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes)]]
+
+
+def _markdown(pieces: list[_Piece]) -> str:
+    parts = []
+    for piece in pieces:
+        links = "".join(f"![](figure:{f.id})\n" for f in piece.figures)
+        parts.append(links + piece.block.text)
+    return clean_markdown("\n\n".join(p for p in parts if p))
+
+
+async def read_in_segments(
+    ref: DocumentRef,
+    item: PageImage,
+    num_pages: int | None,
+    segments: list[Segment],
+    *,
+    ask: Callable[[PageImage], Awaitable[Answer]],
+    crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]],
+    model: str,
+) -> PageResult:
+    """Read ``item`` segment by segment with ``ask`` and join the answers into its one row.
+
+    A segment whose request fails leaves a hole: the row keeps the other segments' text and is
+    an ``error`` (a rerun redoes the page); a segment that looped makes the row ``truncated``.
+    """
+    started = time.monotonic()
+    images = await crop(item.image, [s.box for s in segments])
+    limit = asyncio.Semaphore(SEGMENTS_IN_FLIGHT)
+
+    async def one(segment: Segment, image: bytes) -> Answer | RequestFailed:
+        page = PageImage(item.doc_id, item.page, image, "image/png", segment.width, segment.height)
+        async with limit:
+            try:
+                return await ask(page)
+            except RequestFailed as exc:
+                return exc
+
+    answers = await asyncio.gather(*(one(s, image) for s, image in zip(segments, images)))
+    per_segment, warnings, failures, notes = [], [], [], []
+    raw = []
+    for segment, answer in zip(segments, answers):
+        where = f"segment {segment.index + 1}/{len(segments)} [{segment.top}:{segment.bottom}, {segment.left}:{segment.right}]"
+        if isinstance(answer, RequestFailed):
+            failures.append(f"{where}: {answer}")
+            per_segment.append([])
+            continue
+        raw.append(f"<--- {where} --->\n{answer.result.text}")
+        pieces, found = _pieces(answer.text, segment, item.page)
+        per_segment.append(pieces)
+        warnings += [f"{where}: {w}" for w in found[:2]]
+        if answer.cut_reason:
+            notes.append(f"{where}: {answer.cut_reason}")
+    done = [a for a in answers if isinstance(a, Answer)]
+    pieces = join_pieces(segments, per_segment, item.page)
+    figures = [f for p in pieces for f in p.figures]
+    if figures:
+        try:
+            crops = await crop(item.image, [f.bbox for f in figures])
+            figures = [replace(f, image=c) for f, c in zip(figures, crops)]
+        except Exception as exc:  # noqa: BLE001 - a bad crop must not lose the page's text
+            figures = [replace(f, error=f"crop failed: {exc}") for f in figures]
+    unfinished = [a for a in done if a.result.finish_reason in UNFINISHED]
+    status = "error" if failures else "truncated" if unfinished else "ok"
+    error = None
+    if failures:
+        error = f"{len(failures)} of {len(segments)} segments failed (text of the others kept): " + "; ".join(failures[:3])
+    elif unfinished:
+        error = f"{len(unfinished)} of {len(segments)} segments looped or hit max_tokens; their text up to the loop kept"
+    if warnings:
+        error = f"{error}; {'; '.join(warnings[:5])}" if error else f"output repaired: {'; '.join(warnings[:5])}"
+    finish = next((a.result.finish_reason for a in unfinished), "stop" if done else None)
+    return PageResult(
+        doc_id=ref.doc_id,
+        doc_index=ref.index,
+        page=item.page,
+        source=ref.source,
+        num_pages=num_pages,
+        markdown=_markdown(pieces),
+        raw="\n".join(raw),
+        figures=figures,
+        blocks=[p.block for p in pieces],
+        width=item.width,
+        height=item.height,
+        status=status,  # type: ignore[arg-type]
+        error=error,
+        finish_reason=finish,
+        prompt_tokens=sum(a.result.prompt_tokens or 0 for a in done),
+        completion_tokens=sum(a.result.completion_tokens or 0 for a in done),
+        latency_s=round(time.monotonic() - started, 4),
+        attempts=sum(a.attempts for a in done) + sum(f.attempts for f in answers if isinstance(f, RequestFailed)),
+        cut_tokens=sum(a.cut_tokens for a in done) if notes else None,
+        cut_reason="; ".join(notes) if notes else None,
+        segments=len(segments),
+        model=model,
+    )

@@ -1,0 +1,25 @@
+"""``llm-ocr bench --losses``: the old and the new behaviour side by side, on small workloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llm_ocr.bench import BenchConfig
+from llm_ocr.bench.losses import format_losses, run_losses
+
+
+def test_loops_and_the_long_page_side_by_side(tmp_path: Path) -> None:
+    base = BenchConfig(pages=40, seed=1, workers=1)
+    comparisons = run_losses(base, corpus_dir=tmp_path / "corpus", work_dir=tmp_path / "work", only=["loops", "long page"])
+    loops, page = comparisons
+    # Today a loop runs to max_tokens; now it is cut within 2,000 tokens, and nothing else is.
+    assert loops.today.loops["events"] > 0 and loops.today.loops["tokens_per_event"] == 7168
+    assert loops.new.loops["events"] > 0 and loops.new.loops["tokens_per_event"] <= 2000
+    assert loops.new.loops["share_of_tokens"] < loops.today.loops["share_of_tokens"]
+    assert loops.today.loops["finished_pages_cut"] == loops.new.loops["finished_pages_cut"] == 0
+    assert loops.today.pages == loops.new.pages == 40
+    # The 1:61 strip: one request today, one per segment now, one row either way.
+    assert (page.today.requests, page.today.pages) == (1, 1)
+    assert page.new.requests > 20 and page.new.pages == 1
+    table = format_losses(comparisons)
+    assert "tokens per loop event" in table and "0.14x" in table and "1.44x" in table
