@@ -329,7 +329,7 @@ def _wait_record(out: Any, record: LaunchRecord, *, interval: float, timeout: fl
 
 
 def _count_rows(out: Any, table: LaunchStatus) -> None:
-    from llm_ocr.commands.status import stage_status
+    from llm_ocr.storage.reconcile import stage_status
 
     report = stage_status(out, PRIMARY_STAGE[table.stage])
     suffix = f"-of-{table.num_shards:05d}"

@@ -30,6 +30,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "pipeline": {"runners", "commands", "launchers", "cli", "endpoint", "servers", "bench", "report"},
     "runners": {"commands", "launchers", "cli", "bench", "report"},
     "bench": {"commands", "cli", "launchers"},
+    # llm_ocr.launch, the launchers' Python API: the jobs run the CLI, this side never does.
+    "launch": {"commands", "cli", "runners", "servers", "pipeline", "endpoint", "bench", "report"},
     "commands": {"cli"},
 }
 
