@@ -258,11 +258,7 @@ async def open_endpoint(
         finally:
             await server.__aexit__(None, None, None)
     finally:
-        if upload_to and out is not None and log_path.exists():
-            try:
-                out.write_atomic(upload_to, log_path.read_bytes())
-            except Exception as exc:  # noqa: BLE001 - the log copy is a convenience
-                log.warning("could not copy the server log to %s: %s", out.display(upload_to), exc)
+        _copy_logs(out, [(log_path, upload_to)])
 
 
 def _fit_gpus(preset: GpuPreset | None, options: ServerOptions, gpu: GpuInfo | None) -> GpuPreset | None:
@@ -370,9 +366,14 @@ async def _open_fleet(
         finally:
             await fleet.__aexit__(None, None, None)
     finally:
-        for path, upload_to in logs.values():
-            if upload_to and out is not None and path.exists():
-                try:
-                    out.write_atomic(upload_to, path.read_bytes())
-                except Exception as exc:  # noqa: BLE001 - the log copy is a convenience
-                    log.warning("could not copy the server log to %s: %s", out.display(upload_to), exc)
+        _copy_logs(out, list(logs.values()))
+
+
+def _copy_logs(out: Storage | None, logs: list[tuple[Path, str | None]]) -> None:
+    """Copy each local server log to its place in a remote output (``None``: it is already there)."""
+    for path, upload_to in logs:
+        if upload_to and out is not None and path.exists():
+            try:
+                out.write_atomic(upload_to, path.read_bytes())
+            except Exception as exc:  # noqa: BLE001 - the log copy is a convenience
+                log.warning("could not copy the server log to %s: %s", out.display(upload_to), exc)
