@@ -112,3 +112,19 @@ def test_a_gpu_whose_server_cannot_start_is_left_out(tmp_path: Path) -> None:
         assert "none of the 1 servers started" in str(exc)
     else:
         raise AssertionError("a fleet with no server up must fail")
+
+
+def test_a_page_that_kills_whichever_gpu_it_is_sent_to_is_quarantined_and_no_server_is_lost(tmp_path: Path) -> None:
+    """The crash tracker over four servers: each server's deaths are its own, so the poison page
+    is isolated and quarantined without spending any one server's restart budget."""
+    ledger = tmp_path / "crashes.txt"
+    sim = f"--corpus {tmp_path / 'docs'} --prefill-ms 100 --crash-on-page doc002.pdf:3 --crash-ledger {ledger}"
+    result = extract(tmp_path, "--server-max-restarts", "2", FAKE_VLLM_SIM_ARGS=sim)
+    assert result.returncode == 1, result.stderr[-3000:]  # finished, one page failed
+    rows = read_stage(tmp_path / "out", "extract")
+    assert sorted((r["doc_id"], r["page"]) for r in rows) == [(f"doc{d:03d}.pdf", p) for d in range(8) for p in (1, 2, 3)]
+    (bad,) = [r for r in rows if r["status"] != "ok"]
+    assert (bad["doc_id"], bad["page"], bad["quarantined"]) == ("doc002.pdf", 3, True)
+    crashes = ledger.read_text().splitlines()
+    assert bad["error"] == f"the model server crashed on this page {len(crashes)} times; quarantined"
+    assert "gone for good" not in result.stderr  # no server's budget was spent on the poison page
