@@ -217,7 +217,9 @@ def test_slow_starting_external_endpoint_gets_backoff_then_a_clean_stop_or_the_r
     assert impatient.returncode == 2 and "has answered nothing successfully" in impatient.stderr
     assert read_stage(tmp_path / "out", "extract") == []  # a clean stop: no page burnt
     assert 1 < tried < 100  # retried with backoff for --dead-after, not in a tight loop
-    with SimulatedServer("--startup-delay", "4", corpus=tmp_path / "docs", wait_ready=False) as slow:
+    # 7 s: long enough that the CLI's own start-up (seconds on a loaded CI box) still meets a
+    # starting server, so some pages really get 503s.
+    with SimulatedServer("--startup-delay", "7", corpus=tmp_path / "docs", wait_ready=False) as slow:
         started = time.monotonic()
         patient = extract([tmp_path / "docs"], tmp_path / "out", slow, "--dead-after", "60", "--backoff-max", "0.5")
         waited = time.monotonic() - started
