@@ -69,8 +69,10 @@ def test_one_gpu_dying_for_good_does_not_stop_the_others(tmp_path: Path) -> None
     rows = read_stage(tmp_path / "out", "extract")
     assert sorted((r["doc_id"], r["page"]) for r in rows) == [(f"doc{d:03d}.pdf", p) for d in range(8) for p in (1, 2, 3)]
     assert {r["status"] for r in rows} == {"ok"}
-    assert served(tmp_path, 2) == 2  # it answered two, died on the third
-    assert sum(served(tmp_path, g) for g in (0, 1, 3)) == 22
+    # It died on its third request; the first two may still have been in flight then.
+    lost_gpu = served(tmp_path, 2)
+    assert lost_gpu <= 2
+    assert sum(served(tmp_path, g) for g in (0, 1, 3)) == 24 - lost_gpu  # each page answered once
 
 
 def test_gpus_flag_and_vllm_parallel_flags_mean_one_server(tmp_path: Path) -> None:
