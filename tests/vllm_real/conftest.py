@@ -96,7 +96,12 @@ class LoggedRequest:
 
 
 _RECEIVED = re.compile(r"Received request (\S+): params: (SamplingParams\(.*\)), lora_request: .*\.$")
-_GENERATED = re.compile(r"Generated response (\S+): output: (.*), finish_reason: (\S+)$")
+# A streamed request is logged once more at its end as "(streaming complete)", with the whole
+# text and finish_reason "streaming_complete"; "(streaming delta)" lines (--enable-log-deltas) are skipped.
+_GENERATED = re.compile(
+    r"Generated response (?P<id>\S+?)(?P<stream> \(streaming (?:delta|complete)\))?: "
+    r"output: (?P<output>.*), finish_reason: (?P<finish>\S+)$"
+)
 
 
 def logged_requests(log_text: str) -> list[LoggedRequest]:
@@ -105,10 +110,10 @@ def logged_requests(log_text: str) -> list[LoggedRequest]:
     for line in log_text.splitlines():
         if m := _RECEIVED.search(line):
             requests[m.group(1)] = LoggedRequest(m.group(1), m.group(2))
-        elif m := _GENERATED.search(line):
-            logged = requests.setdefault(m.group(1), LoggedRequest(m.group(1), ""))
-            logged.output = ast.literal_eval(m.group(2))  # vLLM logs the text's repr()
-            logged.finish_reason = m.group(3)
+        elif (m := _GENERATED.search(line)) and m["stream"] != " (streaming delta)":
+            logged = requests.setdefault(m["id"], LoggedRequest(m["id"], ""))
+            logged.output = ast.literal_eval(m["output"])  # vLLM logs the text's repr()
+            logged.finish_reason = m["finish"]
     return list(requests.values())
 
 
