@@ -8,11 +8,11 @@ budget is charged, with every request of the tracked pages going through the tra
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from llm_ocr.quarantine import CrashTracker, PageQuarantined
+from llm_ocr.quarantine import SERVER_STRIDE, CrashTracker, PageQuarantined
 
 
 class Lost(Exception):
@@ -64,21 +64,21 @@ class Server:
                 done.set_exception(Lost())
 
 
-async def run_pages(
-    pages: int, poison: dict[tuple[str, int], int], requests: int = 3
-) -> tuple[dict[int, str], Server, CrashTracker]:
-    tracker = CrashTracker()
-    server = Server(tracker, dict(poison))
-    gate = tracker.gate(server.gate)
+async def drive_pages(
+    tracker: CrashTracker, pages: int, requests: int, route: Callable[[int], tuple[Callable[[], Awaitable[int]], Server, int]]
+) -> dict[int, str]:
+    """Pages 1..``pages`` of ``doc.pdf`` through the tracker's guard, each sending ``requests``
+    requests; ``route(page)`` gives the gate, the server and the generation offset of its requests."""
 
     async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
+        gate, server, offset = route(item.page)
         # Several requests per page (a truncation retry, figure descriptions): pages are still
         # sending while another runs alone.
         for _ in range(requests):
             while True:  # the client's loop: a request lost to a crash is retried on the next generation
                 generation = await gate()
                 try:
-                    await server.request((ref.doc_id, item.page), generation)
+                    await server.request((ref.doc_id, item.page), generation - offset)
                     break
                 except Lost:
                     continue
@@ -92,7 +92,16 @@ async def run_pages(
     results = await asyncio.wait_for(
         asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), pages) for n in range(1, pages + 1))), timeout=20
     )
-    return dict(zip(range(1, pages + 1), results)), server, tracker
+    return dict(zip(range(1, pages + 1), results))
+
+
+async def run_pages(
+    pages: int, poison: dict[tuple[str, int], int], requests: int = 3
+) -> tuple[dict[int, str], Server, CrashTracker]:
+    tracker = CrashTracker()
+    server = Server(tracker, dict(poison))
+    gate = tracker.gate(server.gate)
+    return await drive_pages(tracker, pages, requests, lambda page: (gate, server, 0)), server, tracker
 
 
 def test_a_poison_page_is_isolated_convicted_and_charged_nothing() -> None:
@@ -195,26 +204,8 @@ def test_with_several_servers_a_death_blames_only_its_own_pages_and_spends_only_
         tracker = CrashTracker()
         servers = [Server(tracker, {("doc.pdf", 5): -1} if i else {}, count_death=tracker.server_death(i)) for i in range(2)]
         gates = [tracker.server_gate(i, server.gate) for i, server in enumerate(servers)]
-
-        async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
-            i = item.page % 2
-            for _ in range(3):
-                while True:
-                    generation = await gates[i]()
-                    try:
-                        await servers[i].request((ref.doc_id, item.page), generation - i * 1_000_000)
-                        break
-                    except Lost:
-                        continue
-            return "ok"
-
-        async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
-            return exc.message
-
-        guarded = tracker.guard(handler, quarantined)
-        ref = SimpleNamespace(doc_id="doc.pdf")
-        results = await asyncio.wait_for(asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 8) for n in range(1, 9))), 20)
-        return dict(zip(range(1, 9), results)), servers, tracker
+        results = await drive_pages(tracker, 8, 3, lambda page: (gates[page % 2], servers[page % 2], page % 2 * SERVER_STRIDE))
+        return results, servers, tracker
 
     results, servers, tracker = asyncio.run(scenario())
     assert results[5] == "the model server crashed on this page 3 times; quarantined"
