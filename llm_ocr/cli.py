@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _fetch_secrets() -> None:
     """Secrets named in ``LLM_OCR_AWS_SECRET_*`` (SageMaker jobs), fetched before any command runs."""
-    from llm_ocr.aws_secrets import SecretFetchError, fetch_into_environment, wanted_secrets
+    from llm_ocr.container.aws_secrets import SecretFetchError, fetch_into_environment, wanted_secrets
 
     if not wanted_secrets():
         return

@@ -16,27 +16,30 @@ PACKAGE = Path(__file__).resolve().parent.parent / "llm_ocr"
 
 #: Top-level parts of ``llm_ocr`` (a package or a module) that each part must not import.
 FORBIDDEN: dict[str, set[str]] = {
-    "storage": {"runners", "stages", "servers", "commands", "launchers", "pipeline", "endpoint", "report", "bench",
-                "sources", "vlm", "cli"},
-    "vlm": {"servers", "storage", "stages", "runners", "commands", "launchers", "pipeline", "endpoint", "report",
-            "bench", "cli", "sources"},
-    "stages": {"runners", "commands", "launchers", "pipeline", "endpoint", "servers", "bench", "report", "cli"},
-    "sources": {"runners", "stages", "commands", "launchers", "pipeline", "endpoint", "servers", "vlm", "bench",
-                "report", "cli"},
-    "servers": {"storage", "stages", "runners", "commands", "launchers", "pipeline", "endpoint", "report", "bench",
-                "sources", "cli"},
-    "launchers": {"runners", "servers", "stages", "pipeline", "endpoint", "commands", "cli", "bench", "report"},
-    "report": {"runners", "servers", "commands", "launchers", "endpoint", "pipeline", "bench", "cli"},
-    "pipeline": {"runners", "commands", "launchers", "cli", "endpoint", "servers", "bench", "report"},
-    "runners": {"commands", "launchers", "cli", "bench", "report"},
-    "bench": {"commands", "cli", "launchers"},
-    # llm_ocr.launch, the launchers' Python API: the jobs run the CLI, this side never does.
-    "launch": {"commands", "cli", "runners", "servers", "pipeline", "endpoint", "bench", "report"},
+    "storage": {"runners", "stages", "servers", "commands", "launchers", "endpoint", "report", "bench",
+                "sources", "vlm", "cli", "api", "container"},
+    "vlm": {"servers", "storage", "stages", "runners", "commands", "launchers", "endpoint", "report",
+            "bench", "cli", "sources", "api", "container"},
+    "stages": {"runners", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli", "api"},
+    "sources": {"runners", "stages", "commands", "launchers", "endpoint", "servers", "vlm", "bench",
+                "report", "cli", "api"},
+    "servers": {"storage", "stages", "runners", "commands", "launchers", "endpoint", "report", "bench",
+                "sources", "cli", "api"},
+    # Where requests go: servers and clients below it, never what runs a stage.
+    "endpoint": {"runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources"},
+    # Container-side contracts (shard index, secrets): the launchers configure jobs for them.
+    "container": {"runners", "stages", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli",
+                  "api", "sources", "vlm", "storage"},
+    # The launchers build and submit job specs that run the CLI in a container; they never run a stage.
+    "launchers": {"runners", "servers", "stages", "endpoint", "commands", "cli", "bench", "report", "api"},
+    "report": {"runners", "servers", "commands", "launchers", "endpoint", "bench", "cli", "api"},
+    "runners": {"commands", "launchers", "cli", "bench", "report", "api"},
+    "bench": {"commands", "cli", "launchers", "api"},
+    # The Python API: the CLI stands on it, never the reverse.
+    "api": {"commands", "cli"},
     "commands": {"cli"},
 }
 
-#: Modules that run another by name only (``runpy``), kept as aliases of moved entry points.
-ALIASES = {"llm_ocr.vlm.simulated", "llm_ocr.vlm.cpu.__main__"}
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -107,7 +110,6 @@ def layer_violations(package: Path = PACKAGE) -> list[str]:
     return sorted(
         f"{module} imports {target}"
         for module, targets in graph(package).items()
-        if module not in ALIASES
         for target in targets
         if part_of(target) in FORBIDDEN.get(part_of(module), set())
     )

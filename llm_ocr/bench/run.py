@@ -23,7 +23,7 @@ import aiohttp
 
 from llm_ocr.bench.lower_bound import LoggedRequest, lower_bound, read_request_log, replay_arrivals
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
-from llm_ocr.concurrency import AdaptivePolicy
+from llm_ocr.endpoint.in_flight import AdaptivePolicy
 from llm_ocr.config import JobOptions
 from llm_ocr.runners.extract import ExtractJob, extract_shard
 from llm_ocr.servers.engines import free_port, sim_command
@@ -33,7 +33,7 @@ from llm_ocr.servers.sim.timing import TimingModel
 from llm_ocr.sources.base import RenderOptions
 from llm_ocr.stages.extract import ExtractOptions
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
-from llm_ocr.workers import default_workers
+from llm_ocr.runners.workers import default_workers
 
 log = logging.getLogger("llm_ocr")
 

@@ -88,7 +88,7 @@ def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
 
 def run_launch(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr launch``."""
-    from llm_ocr import launch as api
+    from llm_ocr.launchers import api
     from llm_ocr.launchers import platform_class
     from llm_ocr.launchers.spec import LaunchError
 
@@ -139,7 +139,7 @@ def run_launch(args: argparse.Namespace) -> int:
 
 def run_jobs(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr jobs ...``."""
-    from llm_ocr import launch as api
+    from llm_ocr.launchers import api
     from llm_ocr.launchers.spec import LaunchError
 
     options = json.loads(args.storage_options) if args.storage_options else None
@@ -164,7 +164,7 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 
 def _wait(target: str, launch_id: str | None, interval: float, timeout: float | None, options: dict | None = None) -> int:
-    from llm_ocr import launch as api
+    from llm_ocr.launchers import api
 
     try:
         final = api.wait(target, launch_id=launch_id, interval=interval, timeout=timeout, storage_options=options)

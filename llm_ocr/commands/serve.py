@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from llm_ocr.config import OptionError, add_options, resolve_options
-from llm_ocr.endpoint import EndpointError, ServerOptions, choose_engine
+from llm_ocr.endpoint.open import EndpointError, ServerOptions, choose_engine
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
 
 

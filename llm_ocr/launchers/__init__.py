@@ -7,7 +7,7 @@ What belongs here:
   the jobs (:mod:`.wheel`, :mod:`.command`), timeouts sized from page counts (:mod:`.sizing`),
   the launch record kept beside the output (:mod:`.record`), the status table with its totals
   and costs (:mod:`.table`), and submit / wait / logs / cancel / relaunch (:mod:`.core`);
-- one thin adapter per platform implementing :class:`~llm_ocr.launchers.platform.Platform`
+- one thin adapter per platform implementing :class:`~llm_ocr.launchers.adapter.Platform`
   (``hf_jobs.py`` today; ``sagemaker.py`` and ``cloud_run.py`` next). An adapter turns shard
   specs into its API's request bodies, submits them, and reports job states, logs and
   cancellation. It decides how shards map to jobs (one job per shard on Hugging Face Jobs, one
@@ -16,7 +16,7 @@ What belongs here:
 What it may import: :mod:`llm_ocr.storage`, :mod:`llm_ocr.storage.state`, :mod:`llm_ocr.config`,
 :mod:`llm_ocr.costs`, :mod:`llm_ocr.storage.stores`, :mod:`llm_ocr.storage.access` and :mod:`llm_ocr.sources`
 (to check inputs before anything is submitted), and the container side's contracts the jobs are
-configured for: :mod:`llm_ocr.platform` (how a task finds its shard) and :mod:`llm_ocr.aws_secrets`
+configured for: :mod:`llm_ocr.container.shard_index` (how a task finds its shard) and :mod:`llm_ocr.container.aws_secrets`
 (secrets fetched by name). Never the runners, the pipeline or the model servers' internals: a
 launcher only builds and submits job specs that run the same CLI inside a container, and reads
 what those runs leave in ``OUT/_state``. Platform SDKs
@@ -29,7 +29,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from llm_ocr.launchers.platform import Platform
+    from llm_ocr.launchers.adapter import Platform
 
 #: Platform name (as typed after ``llm-ocr launch``) -> "module:class" of its adapter.
 PLATFORMS: dict[str, str] = {

@@ -12,7 +12,7 @@ long-running operations; ``run_job``'s carries the new execution in its metadata
 The job is created when absent, updated when its template changed (the request bodies are in
 :mod:`llm_ocr.launchers.cloud_run_job`), and never deleted, so its execution history stays. One
 launch is one execution: its ``task_count`` is the number of shards launched, and each task
-finds its shard from ``CLOUD_RUN_TASK_INDEX`` through :data:`llm_ocr.platform.TASK_SHARDS_ENV`
+finds its shard from ``CLOUD_RUN_TASK_INDEX`` through :data:`llm_ocr.container.shard_index.TASK_SHARDS_ENV`
 (a relaunch runs only the unfinished shards, whose indices are not 0..k-1).
 
 A GPU task is stopped after at most 1 hour (FACTS.md), so a task's attempts are the unit of
@@ -60,7 +60,7 @@ from llm_ocr.launchers.cloud_run_job import (
     template_changed,
 )
 from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.platform import JobState, Phase, Submission
+from llm_ocr.launchers.adapter import JobState, Phase, Submission
 from llm_ocr.launchers.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage import Storage

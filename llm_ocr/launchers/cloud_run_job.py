@@ -16,7 +16,7 @@ What goes where (FACTS.md, Cloud Run; google-cloud-run 0.16 ``types/job.py``,
   A digest of it rides in an annotation, so a launch that changes nothing does not update the job;
 - the execution's overrides carry what differs per launch: ``task_count``, ``timeout``, the
   container's ``args`` and the env naming the launch and the shard of each task
-  (:data:`llm_ocr.platform.TASK_SHARDS_ENV`; tasks are numbered 0..k-1 whatever shards they run).
+  (:data:`llm_ocr.container.shard_index.TASK_SHARDS_ENV`; tasks are numbered 0..k-1 whatever shards they run).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_ocr.launchers.spec import LaunchError, ShardSpec
-from llm_ocr.platform import TASK_SHARDS_ENV, task_shards_value
+from llm_ocr.container.shard_index import TASK_SHARDS_ENV, task_shards_value
 
 #: The one container of a task (ContainerOverride names it).
 CONTAINER = "llm-ocr"

@@ -22,7 +22,7 @@ from typing import Any
 from fsspec.core import split_protocol
 
 from llm_ocr.launchers.command import llm_ocr_command
-from llm_ocr.launchers.platform import JobState, Platform
+from llm_ocr.launchers.adapter import JobState, Platform
 from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, save_record
 from llm_ocr.launchers.sizing import fit_timeout, input_pages, planning_rate
 from llm_ocr.launchers.spec import (
@@ -40,7 +40,7 @@ from llm_ocr.launchers.spec import (
     secret_values,
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
-from llm_ocr.platform import format_ranges
+from llm_ocr.container.shard_index import format_ranges
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output

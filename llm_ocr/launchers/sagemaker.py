@@ -9,13 +9,13 @@ value is ever read here), ``sagemaker.create_processing_job`` / ``describe_proce
 ``/aws/sagemaker/ProcessingJobs`` (one stream per host, ``JOB/algo-K-EPOCH``).
 
 Each host finds its shard in ``/opt/ml/config/resourceconfig.json`` (``algo-K``) and the job's
-``LLM_OCR_TASK_SHARDS`` map (:mod:`llm_ocr.platform`): a launch of more than 100 shards is
+``LLM_OCR_TASK_SHARDS`` map (:mod:`llm_ocr.container.shard_index`): a launch of more than 100 shards is
 several jobs, and a relaunch runs only the unfinished shards, so host K is not always shard K-1.
 The output goes straight to its URL through llm-ocr's storage, not through ``ProcessingOutputs``,
 so a relaunch sees (and skips) the parts written before. Credentials come from the job's
 execution role; a secret the role cannot stand in for (``HF_TOKEN`` for an ``hf://`` output)
 is fetched by name from Secrets Manager at start (``--aws-secret NAME=SECRET_ID``,
-:mod:`llm_ocr.aws_secrets`), never put in ``Environment``.
+:mod:`llm_ocr.container.aws_secrets`), never put in ``Environment``.
 
 Code delivery without building an image: the stock AWS vLLM Deep Learning Container, and the
 llm-ocr wheel uploaded once per content digest to S3 (``OUT/_state/code/`` for an ``s3://``
@@ -41,7 +41,7 @@ from fsspec.core import split_protocol
 from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
 from llm_ocr.launchers import sagemaker_request as req
 from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
-from llm_ocr.launchers.platform import JobState, Phase, Submission
+from llm_ocr.launchers.adapter import JobState, Phase, Submission
 from llm_ocr.launchers.spec import (
     LAUNCH_LABEL,
     LaunchError,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm_ocr.launchers.spec import LAUNCH_LABEL, SHARD_LABEL, ShardSpec, Target
-from llm_ocr.platform import TASK_SHARDS_ENV, format_ranges, task_shards_value
+from llm_ocr.container.shard_index import TASK_SHARDS_ENV, format_ranges, task_shards_value
 
 OPERATION = "CreateProcessingJob"
 #: Where a Processing job's inputs are downloaded; the job's ML storage volume.
@@ -90,8 +90,8 @@ def job_name(stage: str, launch_id: str, part: int, parts: int) -> str:
 def job_environment(spec: ShardSpec, shards: Sequence[int], region: str, secret_ids: dict[str, str]) -> dict[str, str]:
     """The ``Environment`` of the job running ``shards``: the spec's plain variables, the region,
     where the model's weights go, the host -> shard map, and the names (never the values) of
-    the secrets the job fetches at start (:mod:`llm_ocr.aws_secrets`)."""
-    from llm_ocr.aws_secrets import PREFIX
+    the secrets the job fetches at start (:mod:`llm_ocr.container.aws_secrets`)."""
+    from llm_ocr.container.aws_secrets import PREFIX
 
     env = {
         "AWS_DEFAULT_REGION": region,

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llm_ocr.launchers.platform import TERMINAL_PHASES, JobState
+from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState
 from llm_ocr.launchers.spec import PRIMARY_STAGE, STAGE_MARKERS
 
 #: Row states (besides "done...") that will not change without a new launch.

@@ -27,7 +27,7 @@ most one part's table and one document's rows and page images in memory.
 - :mod:`.fragments`    the HTML of a page, a document, the summary, and the CSS
 - :mod:`.safe_html`    untrusted model text -> safe HTML (Markdown, table sanitizer, data URIs)
 - :mod:`.source_pages` page images re-rendered from the sources
-- :mod:`.display`      notebook helpers (also importable as :mod:`llm_ocr.display`)
+- :mod:`.display`      notebook helpers (also importable as :mod:`llm_ocr.report.display`)
 
 May import sources (to re-render pages) and storage; never runners, servers or commands.
 """

@@ -6,7 +6,7 @@ these work, and can be tested, without it. The markup is the report's
 (:mod:`llm_ocr.report`): same escaping of model text, same figures and layout boxes, with the
 report's CSS carried along in each fragment (classes are prefixed ``llmocr``)::
 
-    from llm_ocr.display import show_page, show_document, summary
+    from llm_ocr.report.display import show_page, show_document, summary
     summary("out/")
     show_page("out/", "report.pdf", 1)
 """
@@ -35,7 +35,7 @@ class HTML:
         return self.data
 
     def __repr__(self) -> str:
-        return f"<llm_ocr.display.HTML, {len(self.data)} characters>"
+        return f"<llm_ocr.report.display.HTML, {len(self.data)} characters>"
 
 
 def _fragment(body: str) -> HTML:

@@ -18,8 +18,8 @@ from typing import Any
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
-from llm_ocr.pipeline import FlowSettings, OrderedRows, acquire_unless_stopped, iterate_in_thread
-from llm_ocr.progress import ProgressReporter, RunCounters
+from llm_ocr.runners.page_flow import FlowSettings, OrderedRows, acquire_unless_stopped, iterate_in_thread
+from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runners.bad_pages import describe_settles, quarantined_in
 from llm_ocr.runners.shard import (

@@ -8,12 +8,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
-from llm_ocr.concurrency import adapting
+from llm_ocr.endpoint.in_flight import adapting
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
-from llm_ocr.pipeline import FlowSettings, PageFlow
-from llm_ocr.progress import ProgressReporter, RunCounters
+from llm_ocr.runners.page_flow import FlowSettings, PageFlow
+from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.records import page_schema
 from llm_ocr.runners.bad_pages import BadPages, marker_settles, note_kept, quarantined_in
 from llm_ocr.runners.inputs import shard_inputs
@@ -36,7 +36,7 @@ from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan
 from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
-from llm_ocr.workers import WorkerPool, crop_figures, default_workers
+from llm_ocr.runners.workers import WorkerPool, crop_figures, default_workers
 
 log = logging.getLogger("llm_ocr")
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from llm_ocr.concurrency import adapting
+from llm_ocr.endpoint.in_flight import adapting
 from llm_ocr.config import JobOptions
 from llm_ocr.costs import gpu_cost
 from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
-from llm_ocr.pipeline import FlowSettings, PageFlow
-from llm_ocr.progress import ProgressReporter, RunCounters
-from llm_ocr.quarantine import PageQuarantined
+from llm_ocr.runners.page_flow import FlowSettings, PageFlow
+from llm_ocr.runners.progress import ProgressReporter, RunCounters
+from llm_ocr.endpoint.quarantine import PageQuarantined
 from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runners.assemble import assemble_documents, assemble_finished
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, marker_settles, note_kept, quarantined_in
@@ -54,7 +54,7 @@ from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
 from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
-from llm_ocr.workers import WorkerPool, crop_figures, default_workers
+from llm_ocr.runners.workers import WorkerPool, crop_figures, default_workers
 
 log = logging.getLogger("llm_ocr")
 

@@ -4,7 +4,7 @@ Each member is a :class:`~llm_ocr.servers.process.ManagedServer` of its own (its
 group, port, log file, ``CUDA_VISIBLE_DEVICES`` and restart budget), so a member that crashes is
 restarted alone while the others keep serving, and a member that cannot be brought back is
 dropped without stopping the rest. Which member gets a request is the client's business
-(:class:`llm_ocr.vlm.dispatch.Dispatcher`).
+(:class:`llm_ocr.endpoint.dispatch.Dispatcher`).
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ class ManagedServer:
         #: Restarts done so far (the first start is not one).
         self.restarts = 0
         #: Called with the generation that died; returns how many deaths so far count against
-        #: ``max_restarts`` (default: every one). :mod:`llm_ocr.quarantine` leaves out deaths a
+        #: ``max_restarts`` (default: every one). :mod:`llm_ocr.endpoint.quarantine` leaves out deaths a
         #: poison page explains, so one bad page cannot spend the budget.
         self.count_death: Callable[[int], int] | None = None
         self._proc: subprocess.Popen[bytes] | None = None

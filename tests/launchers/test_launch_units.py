@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from llm_ocr.launchers.platform import JobState
+from llm_ocr.launchers.adapter import JobState
 from llm_ocr.launchers.record import LaunchRecord, load_record, save_record
 from llm_ocr.launchers.sizing import DEFAULT_TIMEOUT_S, shard_timeout
 from llm_ocr.launchers.spec import ShardSpec
 from llm_ocr.launchers.table import LaunchStatus, marker_costs, shard_status
 from llm_ocr.launchers.wheel import build_wheel
-from llm_ocr.progress import ProgressReporter, RunCounters
+from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.storage import Storage
 from tests.conftest import REPO
 

@@ -33,7 +33,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
     tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llm_ocr import launch as api
+    from llm_ocr.launchers import api
 
     with aws_world(tmp_path / "jobs", corpus) as world, launcher_here(world, tmp_path, monkeypatch):
         env = world.env(tmp_path)
@@ -99,7 +99,7 @@ def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
 def test_a_lost_host_is_the_only_shard_relaunched_and_it_resumes(
     tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llm_ocr import launch as api
+    from llm_ocr.launchers import api
 
     slow = "--prefill-ms 700 --slots 1"
     args = sm_args("--part-rows", "1", "--progress-interval", "0.3", shards=2)
@@ -134,7 +134,7 @@ def test_a_lost_host_is_the_only_shard_relaunched_and_it_resumes(
 
 
 def test_cancel_stops_the_job_and_every_host(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llm_ocr import launch as api
+    from llm_ocr.launchers import api
 
     slow = "--prefill-ms 3000 --slots 1"
     with aws_world(tmp_path / "jobs", corpus, sim_args=slow) as world, launcher_here(world, tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from llm_ocr.display import HTML, show_document, show_page, summary
+from llm_ocr.report.display import HTML, show_document, show_page, summary
 from llm_ocr.records import document_schema, page_schema
 from llm_ocr.report import (
     markdown_to_html,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_ocr.endpoint import EndpointError, ServerOptions, choose_engine
+from llm_ocr.endpoint.open import EndpointError, ServerOptions, choose_engine
 from llm_ocr.servers.fleet import gpu_devices
 from llm_ocr.servers.presets import HARDWARE_PRESETS, PRESETS, client_in_flight, named_preset, with_gpus
 from tests.servers.test_presets import fake_smi

@@ -24,8 +24,8 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
-from llm_ocr.endpoint_watch import EndpointWatch, probe_endpoint
-from llm_ocr.quarantine import CrashTracker
+from llm_ocr.endpoint.watch import EndpointWatch, probe_endpoint
+from llm_ocr.endpoint.quarantine import CrashTracker
 from llm_ocr.servers.engines import api_key_to_env, free_port, sim_command, vllm_command
 from llm_ocr.servers.fleet import ServerFleet, gpu_devices, sum_metrics, uses_vllm_parallelism
 from llm_ocr.servers.presets import (
@@ -42,7 +42,7 @@ from llm_ocr.servers.presets import (
 from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics
 from llm_ocr.storage import Storage
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient, display_url
-from llm_ocr.vlm.dispatch import Dispatcher
+from llm_ocr.endpoint.dispatch import Dispatcher
 
 log = logging.getLogger("llm_ocr")
 

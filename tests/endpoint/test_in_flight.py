@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from llm_ocr.concurrency import AdaptiveInFlight, AdaptivePolicy, InFlightLimit, Reading, in_flight_control
+from llm_ocr.endpoint.in_flight import AdaptiveInFlight, AdaptivePolicy, InFlightLimit, Reading, in_flight_control
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import run_cli
 from tests.docs import make_corpus
@@ -112,7 +112,7 @@ def test_without_metrics_the_limit_stays_at_the_default() -> None:
     """A non-vLLM endpoint: /metrics answers 404. The controller gives up at its first look."""
 
     async def go() -> tuple[int, list[tuple[float, int]]]:
-        from llm_ocr.endpoint import _external_metrics
+        from llm_ocr.endpoint.open import _external_metrics
 
         app = web.Application()
         runner = web.AppRunner(app)

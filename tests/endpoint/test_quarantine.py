@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from llm_ocr.quarantine import SERVER_STRIDE, CrashTracker, PageQuarantined
+from llm_ocr.endpoint.quarantine import SERVER_STRIDE, CrashTracker, PageQuarantined
 
 
 class Lost(Exception):

@@ -2,7 +2,7 @@
 
 ::
 
-    from llm_ocr import launch
+    from llm_ocr.launchers import api as launch
 
     job = launch.launch("hf-jobs", ["hf://datasets/me/scans/pdfs"], output="hf://datasets/me/scans-ocr",
                         num_shards=8, flavor="l4x1")

@@ -4,7 +4,7 @@ A vLLM behind a Kubernetes Service is restarted by its controller when it crashe
 that looks like connections refused (or 5xx) for a while, then answers again. To tell "this
 page's request was lost because the server died" from "this page's request failed", each
 down-then-up counts as one death, and the endpoint's **generation** goes up when it is back:
-:mod:`llm_ocr.quarantine` blames the pages whose latest request went to the dead generation.
+:mod:`llm_ocr.endpoint.quarantine` blames the pages whose latest request went to the dead generation.
 
 Nothing polls in the background. When a page's request fails, :meth:`EndpointWatch.check`
 probes the endpoint (``GET /health``, else ``GET /v1/models``): up, and the failure was the
