@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..frame.cli import add_frame_options, fraction, frame_settings, non_negative, positive_int
+from ..frame.cli import add_frame_options, fraction, frame_settings, non_negative, positive, positive_int
 from ..frame.metrics import parse_prometheus
 from . import FAULT_KINDS
 
@@ -48,6 +48,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     model.add_argument("--corpus", action="append", default=[], metavar="DIR_OR_FILE",
                        help="PDF file or folder (recursive) whose pages are answered from their text "
                        "layer; repeatable")
+    model.add_argument("--render-dpi", type=positive, default=144.0, metavar="DPI",
+                       help="the resolution the client rendered --corpus pages at (llm-ocr's --dpi): a "
+                       "received image that is a crop of a known page at this scale (a tile of a dense "
+                       "page) is answered with the text of that region (default %(default)s)")
     model.add_argument("--output-tokens-mean", type=non_negative, default=0.0, metavar="TOKENS",
                        help="give synthetic page answers a lognormal length with this mean in tokens, "
                        "fixed per image and --seed (a long tail, like real pages); 0 keeps their "
@@ -120,6 +124,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     return SimConfig(
         **frame_settings(args),
         corpus=list(args.corpus),
+        render_dpi=args.render_dpi,
         slots=args.slots,
         prefill_ms=args.prefill_ms,
         decode_ms_per_token=args.decode_ms_per_token,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..frame.protocol import ApiError
 from . import content
 from .corpus import CorpusIndex, KnownPage, fingerprint_image
+from .crops import locate
 
 
 @dataclass
@@ -20,10 +21,14 @@ class ImageFacts:
     sha256: bytes
     known: KnownPage | None = None
     colour: str = "white"
+    #: The part of ``known`` the image shows, as page fractions ``(x0, y0, x1, y1)``, when it
+    #: is a crop of it (a tile of a dense page); None for the whole page.
+    region: tuple[float, float, float, float] | None = None
 
 
-def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool) -> ImageFacts:
-    """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus.
+def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool, render_dpi: float = 144.0) -> ImageFacts:
+    """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus: a whole
+    known page, else a crop of one rendered at ``render_dpi`` (see :mod:`.crops`).
 
     Runs in a worker thread: decoding a full page PNG takes tens of milliseconds.
     """
@@ -41,6 +46,10 @@ def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool) ->
     facts = ImageFacts(width, height, digest)
     if corpus is not None and len(corpus):
         facts.known = corpus.match(fingerprint_image(img), width / height)
+        if facts.known is None:
+            crop = locate(img, width, height, corpus.pages, render_dpi)
+            if crop is not None:
+                facts.known, facts.region = crop.page, crop.region
     if need_colour:
         facts.colour = content.dominant_colour(img)
     return facts

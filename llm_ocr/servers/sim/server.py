@@ -41,6 +41,7 @@ from ..frame.protocol import (
 from ..frame.streaming import SseAnswer
 from . import FAULT_KINDS, content
 from .corpus import CorpusIndex, build_corpus
+from .crops import region_blocks
 from .images import ImageFacts, analyse_image
 from .poison import PoisonPages
 from .timing import DECODE_STEP_S, TimingModel, per_token_seconds  # noqa: F401 - re-exported
@@ -53,6 +54,7 @@ class SimConfig(FrameConfig):
     """Settings of the simulated server (one field per command-line option) beyond the shared ones."""
 
     corpus: list[str] = field(default_factory=list)
+    render_dpi: float = 144.0  # how the client rendered corpus pages: where their crops lie
     slots: int = 64
     prefill_ms: float = 20.0
     decode_ms_per_token: float = 0.0
@@ -99,6 +101,7 @@ class SimServer(OpenAIServer):
             "prompt_kinds": {},
             "faults_applied": {},
             "known_pages": 0,
+            "known_crops": 0,
             "synthetic_pages": 0,
             "max_running": 0,
             "max_waiting": 0,
@@ -246,7 +249,7 @@ class SimServer(OpenAIServer):
             if not req.ngram_enabled:
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
-            facts = await asyncio.to_thread(analyse_image, req.image, self.corpus, need_colour)
+            facts = await asyncio.to_thread(analyse_image, req.image, self.corpus, need_colour, self.cfg.render_dpi)
             prompt_tokens = estimate_prompt_tokens(facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
             max_tokens = admit_max_tokens(prompt_tokens, req.max_tokens, self.cfg.max_model_len)
         except ApiError as exc:
@@ -259,8 +262,10 @@ class SimServer(OpenAIServer):
         if fault is not None:
             self.count("faults_applied", fault.kind)
         if facts.known is not None:
-            self.stats["known_pages"] += 1
+            self.stats["known_pages" if facts.region is None else "known_crops"] += 1
             record["known_page"] = {"source": facts.known.source, "page": facts.known.index + 1}
+            if facts.region is not None:
+                record["known_page"]["region"] = [round(v, 4) for v in facts.region]
             self._crash_if_poison(facts.known.source, facts.known.index + 1, record)
         elif req.kind in ("markdown", "ocr", "free"):
             self.stats["synthetic_pages"] += 1
@@ -320,7 +325,9 @@ class SimServer(OpenAIServer):
             return ""
         if kind == "bad_boxes":
             return content.bad_boxes_text(facts.sha256)
-        if facts.known is not None:
+        if facts.known is not None and facts.region is not None:
+            blocks = region_blocks(facts.known.blocks, facts.region)  # a crop: the text it shows
+        elif facts.known is not None:
             blocks = facts.known.blocks
         elif self.cfg.output_tokens_mean > 0 and req.kind in ("markdown", "ocr", "free") and not req.structured:
             # A long-tailed answer length, fixed per image and seed (like a page's true length).
