@@ -352,3 +352,32 @@ def dense_pdf(path: Path, seed: int = 0, pages: int = 1) -> list[list[tuple[str,
     objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {pages} >>".encode()
     path.write_bytes(_pdf(objects))
     return truth
+
+
+def with_dense_pages(folder: Path, normal: Path, count: int, seed: int = 0) -> Path:
+    """``folder`` holding the PDFs of ``normal`` (hard links) and ``count`` one-page dense PDFs
+    (:func:`dense_pdf`) spread through them in listing order, the last among the last few
+    documents (a dense page read late is the one that can hold up the end of a run). The dense
+    PDFs are also written to ``folder/../NAME-dense/`` alone, for the simulator's ``--corpus``;
+    returns that folder."""
+    import os
+    import shutil
+
+    dense = folder.with_name(folder.name + "-dense")
+    for target in (folder, dense):
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+    documents = sorted(normal.glob("*.pdf"))
+    for path in documents:
+        try:
+            os.link(path, folder / path.name)
+        except OSError:
+            shutil.copyfile(path, folder / path.name)
+    # Spread: after 10%, ..., and the last one 95% of the way through the documents.
+    positions = [round(len(documents) * (0.1 + 0.85 * k / max(1, count - 1))) for k in range(count)] if count > 1 else [len(documents) // 2]
+    for k, position in enumerate(positions):
+        anchor = documents[min(position, len(documents) - 1)].name.split("-")[1] if documents else f"{k:05d}"
+        name = f"doc-{anchor}-dense{k}.pdf"  # sorts right after document number ``anchor``
+        dense_pdf(dense / name, seed=seed * 100 + k)
+        shutil.copyfile(dense / name, folder / name)
+    return dense

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from .density import TextEstimate
+
 DocumentKind = Literal["pdf", "image", "dataset_row"]
 
 
@@ -77,6 +79,8 @@ class PageImage:
     mime: str
     width: int
     height: int
+    #: How much text the page holds, estimated while it was rendered (None: no estimate).
+    text_estimate: TextEstimate | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from fsspec.implementations.local import LocalFileSystem
 from PIL import Image
 
 from .base import DocumentRef, PageFailure, PageImage, RenderOptions
+from .density import TextEstimate, ink_estimate, text_layer_estimate
 from .images import ImageRefused, encode, open_image, page_count, prepare_frame
 
 
@@ -75,23 +76,31 @@ def render_pages(ref: DocumentRef, opts: RenderOptions, first: int, last: int) -
     return [_guard(ref, p, lambda p=p: _encoded(_dataset_image(ref.images[p - ref.first_page], opts), opts)) for p in pages]
 
 
-_Encoded = tuple[bytes, str, int, int]  # image bytes, mime type, width, height
+_Encoded = tuple[bytes, str, int, int, TextEstimate | None]  # image bytes, mime type, width, height, text
 
 
 def _guard(ref: DocumentRef, page: int, make: Callable[[], _Encoded]) -> PageImage | PageFailure:
     """Run one page's work; any failure is confined to that page."""
     try:
-        data, mime, width, height = make()
-        return PageImage(ref.doc_id, page, data, mime, width, height)
+        data, mime, width, height, estimate = make()
+        return PageImage(ref.doc_id, page, data, mime, width, height, estimate)
     except ImageRefused as e:
         return PageFailure(ref.doc_id, page, str(e))
     except Exception as e:  # noqa: BLE001 -- a broken page must not take its document down
         return PageFailure(ref.doc_id, page, f"page rendering failed: {type(e).__name__}: {e}")
 
 
-def _encoded(img: Image.Image, opts: RenderOptions) -> _Encoded:
+def _encoded(img: Image.Image, opts: RenderOptions, estimate: TextEstimate | None = None) -> _Encoded:
+    """The page encoded, with how much text it holds (its ink, unless ``estimate`` is given)."""
     data, mime = encode(img, opts)
-    return data, mime, img.width, img.height
+    return data, mime, img.width, img.height, estimate or _ink(img)
+
+
+def _ink(img: Image.Image) -> TextEstimate | None:
+    try:
+        return ink_estimate(img)
+    except Exception:  # noqa: BLE001 - an estimate is a hint: never fail a page for it
+        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,9 +205,16 @@ def _render_pdf_page(pdf: pdfium.PdfDocument, index: int, opts: RenderOptions) -
         bitmap = page.render(scale=scale, rev_byteorder=True)  # RGB byte order: no channel swap
         img = bitmap.to_pil()
         # Encode while the bitmap is alive: the PIL image shares its buffer.
-        return _encoded(img if img.mode == "RGB" else img.convert("RGB"), opts)
+        return _encoded(img if img.mode == "RGB" else img.convert("RGB"), opts, _layer(page))
     finally:
         page.close()
+
+
+def _layer(page: pdfium.PdfPage) -> TextEstimate | None:
+    try:
+        return text_layer_estimate(page)
+    except Exception:  # noqa: BLE001 - a text layer pdfium cannot read: the ink tells instead
+        return None
 
 
 # The default floor of ``RenderOptions.min_page_side``, 640 px, comes from vLLM's DeepSeek-OCR

@@ -17,6 +17,7 @@ from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
 from llm_ocr.stages.segmented import read_in_segments
+from llm_ocr.stages.tiled import TilePlan, may_be_long, read_in_tiles, tiles_after, tiles_at_once, tiling_allowed
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.grounding import parse_layout
 from llm_ocr.vlm.recipes import ModelRecipe, image_messages
@@ -57,6 +58,12 @@ class ExtractOptions(BaseModel):
         description="Stream each answer and close the stream as soon as it repeats itself (a repetition loop), "
         "then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens).",
     )
+    tile_dense_pages: bool = Field(
+        True,
+        description="Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, "
+        "all at once: straight away when its text layer or ink says so, else when its answer runs to "
+        "max_tokens without repeating itself (DeepSeek-OCR only); off: such a page is retried whole.",
+    )
 
 
 @dataclass
@@ -95,7 +102,8 @@ def failure_result(ref: DocumentRef, page: int, error: str, num_pages: int | Non
 
 
 async def _ask(page: PageImage, ctx: ExtractContext) -> Answer:
-    """Ask the model, cutting loops and retrying pages that looped at rising temperatures."""
+    """Ask the model, cutting loops and retrying pages that looped at rising temperatures (a
+    page that is long, not looping, is not retried when it can be read in tiles instead)."""
     return await ask_until_whole(
         ctx.client,
         ctx.recipe,
@@ -103,7 +111,22 @@ async def _ask(page: PageImage, ctx: ExtractContext) -> Answer:
         retries=ctx.options.truncation_retries,
         temperature_step=ctx.options.retry_temperature_step,
         cut_loops=ctx.options.cut_loops,
+        stop_when_long=_tiling(ctx) and may_be_long(page, ctx.max_tokens),
     )
+
+
+def _tiling(ctx: ExtractContext) -> bool:
+    return tiling_allowed(ctx.recipe.family, ctx.options.tile_dense_pages)
+
+
+async def _tiled(
+    ref: DocumentRef, item: PageImage, num_pages: int | None, plan: TilePlan | None, ctx: ExtractContext, first: Answer | None = None
+) -> PageResult | None:
+    """The page read in the tiles of ``plan`` (None: no plan, or it cannot be cut)."""
+    if plan is None:
+        return None
+    ask = lambda page: _ask(page, ctx)  # noqa: E731
+    return await read_in_tiles(ref, item, num_pages, plan, ask=ask, crop=ctx.crop, model=ctx.client.model, first=first)
 
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, ctx: ExtractContext) -> PageResult:
@@ -118,12 +141,17 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
         return await read_in_segments(
             ref, item, num_pages, segments, ask=lambda page: _ask(page, ctx), crop=ctx.crop, model=ctx.client.model
         )
+    dense = _tiling(ctx)
+    if dense and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):
+        return row
     try:
         answer = await _ask(item, ctx)
     except RequestFailed as exc:
         return failure_result(ref, item.page, str(exc), num_pages, attempts=exc.attempts)
     except EndpointDown:
         raise
+    if dense and (row := await _tiled(ref, item, num_pages, tiles_after(answer, item, ctx.max_tokens), ctx, answer)):
+        return row
     return await result_to_page(ref, item, answer.result, answer.attempts, num_pages, ctx, answer=answer)
 
 

@@ -69,8 +69,8 @@ class KnownPage:
     fingerprint: Any  # numpy float32 vector of FP_SIZE[0] * FP_SIZE[1] grey levels
     blocks: list[LayoutBlock] = field(default_factory=list)
     size_pt: tuple[float, float] = (0.0, 0.0)  # width, height in points, as displayed
-    #: The page in grey (uint8, LOCATE_LONG_SIDE px on its longer side): where a crop of it
-    #: lies is found in this (:mod:`.crops`).
+    #: The page in grey (uint8, LOCATE_LONG_SIDE px on its longer side, softened): where a crop
+    #: of it lies is found in this (:mod:`.crops`).
     grey: Any = None
 
 
@@ -202,10 +202,12 @@ def _locate_grey(page: Any, w_pt: float, h_pt: float) -> np.ndarray:
     import numpy as np
     from PIL import Image
 
+    from .crops import soften
+
     scale = LOCATE_LONG_SIDE / max(w_pt, h_pt, 1.0)
     big = page.render(scale=scale * LOCATE_SUPERSAMPLE, grayscale=True).to_pil().convert("L")
     size = (max(1, round(big.width / LOCATE_SUPERSAMPLE)), max(1, round(big.height / LOCATE_SUPERSAMPLE)))
-    return np.asarray(big.resize(size, Image.Resampling.BOX), dtype=np.uint8).copy()
+    return np.asarray(soften(big.resize(size, Image.Resampling.BOX)), dtype=np.uint8).copy()
 
 
 # ---------------------------------------------------------------------------------------------
