@@ -127,6 +127,12 @@ def _vector_page_stream(rng: random.Random, title: str) -> bytes:
 
 def vector_pdf(pages: int, rng: random.Random, name: str) -> bytes:
     """A born-digital PDF of ``pages`` Letter pages (standard Helvetica, nothing embedded)."""
+    return _helvetica_pdf([_vector_page_stream(rng, f"{name}: part {number}") for number in range(1, pages + 1)], LETTER_PT)
+
+
+def _helvetica_pdf(streams: list[bytes], size: tuple[float, float]) -> bytes:
+    """A PDF of one page per content stream, ``size`` points, fonts ``/F1`` Helvetica and
+    ``/F2`` Helvetica-Bold (standard, nothing embedded)."""
     # Object numbers: 1 catalog, 2 page tree, 3-4 fonts, then a page and its stream per page.
     objects: list[bytes] = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
@@ -135,16 +141,15 @@ def vector_pdf(pages: int, rng: random.Random, name: str) -> bytes:
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Bold /Encoding /WinAnsiEncoding >>",
     ]
     kids = []
-    for number in range(1, pages + 1):
-        stream = _vector_page_stream(rng, f"{name}: part {number}")
+    for stream in streams:
         page_obj, stream_obj = len(objects) + 1, len(objects) + 2
         kids.append(f"{page_obj} 0 R")
         objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {LETTER_PT[0]} {LETTER_PT[1]}] "
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {size[0]} {size[1]}] "
             f"/Resources << /Font << /F1 3 0 R /F2 4 0 R >> >> /Contents {stream_obj} 0 R >>".encode()
         )
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {pages} >>".encode()
+    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(streams)} >>".encode()
     return _pdf(objects)
 
 
@@ -312,13 +317,7 @@ def dense_pdf(path: Path, seed: int = 0, pages: int = 1) -> list[list[tuple[str,
     rng = random.Random(f"dense|{seed}")
     width, height = DENSE_PT
     column_width = (width - 72 - (DENSE_COLUMNS - 1) * DENSE_GUTTER_PT) / DENSE_COLUMNS
-    objects: list[bytes] = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Bold /Encoding /WinAnsiEncoding >>",
-    ]
-    kids, truth = [], []
+    streams, truth = [], []
     for number in range(1, pages + 1):
         title = f"The {rng.choice(_WORDS).capitalize()} Gazette No. {seed * 100 + number}"
         parts = dense_page_items(rng, title)
@@ -340,17 +339,9 @@ def dense_pdf(path: Path, seed: int = 0, pages: int = 1) -> list[list[tuple[str,
                     ops.append(f"BT /F1 6 Tf {x:.1f} {y - 6:.1f} Td {_pdf_text(line)} Tj ET")
                     y -= 7.0
                 y -= 6.0
-        stream = "\n".join(ops).encode("latin-1")
-        page_obj, stream_obj = len(objects) + 1, len(objects) + 2
-        kids.append(f"{page_obj} 0 R")
-        objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width} {height}] "
-            f"/Resources << /Font << /F1 3 0 R /F2 4 0 R >> >> /Contents {stream_obj} 0 R >>".encode()
-        )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+        streams.append("\n".join(ops).encode("latin-1"))
         truth.append(parts)
-    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {pages} >>".encode()
-    path.write_bytes(_pdf(objects))
+    path.write_bytes(_helvetica_pdf(streams, DENSE_PT))
     return truth
 
 
