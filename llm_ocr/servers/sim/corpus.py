@@ -197,12 +197,18 @@ def _index_page(page: Any, source: str, index: int) -> KnownPage:
     )
 
 
+def soften(image: Any) -> Any:
+    """A grey PIL image blurred over 3 x 3 pixels: two views of one page whose pixels do not
+    line up (a crop's edge between two pixels of the other) then still correlate closely."""
+    from PIL import ImageFilter
+
+    return image.filter(ImageFilter.BoxBlur(1))
+
+
 def _locate_grey(page: Any, w_pt: float, h_pt: float) -> np.ndarray:
     """The page as the grey image crops are looked for in (see :data:`LOCATE_LONG_SIDE`)."""
     import numpy as np
     from PIL import Image
-
-    from .crops import soften
 
     scale = LOCATE_LONG_SIDE / max(w_pt, h_pt, 1.0)
     big = page.render(scale=scale * LOCATE_SUPERSAMPLE, grayscale=True).to_pil().convert("L")

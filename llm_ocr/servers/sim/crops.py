@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .corpus import KnownPage, LayoutBlock
+from .corpus import KnownPage, LayoutBlock, soften
 
 if TYPE_CHECKING:
     import numpy as np
 
 #: A crop is found when its correlation with the page region is at least this. Both images are
-#: softened first (:func:`soften`), so that a crop's edge falling between two pixels of the
+#: softened first (:func:`~.corpus.soften`), so that a crop's edge falling between two pixels of the
 #: stored page costs little. Measured on tiles of a 7-column page at 36, 72 and 144 DPI: 0.85 to
 #: 0.98 on their own page, at most 0.76 on another page of the same layout, under 0.2 on others.
 MIN_CORRELATION = 0.8
@@ -138,13 +138,6 @@ def _coarse(page: KnownPage) -> np.ndarray:
         half = Image.fromarray(page.grey).resize((max(1, cols // 2), max(1, rows // 2)), Image.Resampling.BOX)
         found = _COARSE[id(page)] = np.asarray(half, dtype=np.float64)
     return found
-
-
-def soften(image: Any) -> Any:
-    """A grey PIL image blurred over 3 x 3 pixels (see :data:`MIN_CORRELATION`)."""
-    from PIL import ImageFilter
-
-    return image.filter(ImageFilter.BoxBlur(1))
 
 
 def _best_match(page: np.ndarray, crop: np.ndarray) -> tuple[float, int, int]:
