@@ -81,8 +81,7 @@ def plan_grid(ink: Any, width: int, height: int, count: int) -> list[Segment]:
     rows, cols = ink.shape
     sx, sy = width / cols, height / rows  # page pixels per ink pixel
     columns, bands = grid_shape(width, height, count)
-    cuts = [0] + [_row_cut(ink, round(k * rows / bands), max(1, rows // (4 * bands))) for k in range(1, bands)] + [rows]
-    cuts = sorted(set(cuts))
+    cuts = [0, *band_cuts(ink, bands), rows]
     tiles: list[Segment] = []
     for top, bottom in zip(cuts, cuts[1:]):
         reach = max(MIN_OVERLAP_PX, round(OVERLAP * (bottom - top) * sy))
@@ -100,6 +99,15 @@ def plan_grid(ink: Any, width: int, height: int, count: int) -> list[Segment]:
                 page_bottom,
             ))  # fmt: skip
     return tiles
+
+
+def band_cuts(ink: Any, bands: int) -> list[int]:
+    """The rows of ``ink`` (in ink pixels, ascending, each once) at which its page is cut into
+    ``bands`` bands: for each even split, the row with the least ink within a quarter of a band
+    of it (the nearest of equally blank ones), so that a cut falls between two text lines."""
+    rows = ink.shape[0]
+    window = max(1, rows // (4 * bands))
+    return sorted({_row_cut(ink, round(k * rows / bands), window) for k in range(1, bands)} - {0, rows})
 
 
 def _row_cut(ink: Any, ideal: int, window: int) -> int:
