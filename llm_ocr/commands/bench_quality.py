@@ -297,6 +297,7 @@ def _several_models(args: argparse.Namespace, out: str) -> int:
             log.error("llm-ocr extract with --model %s exited %d; stopping", model, done.returncode)
             return 2
         runs.append(run_out)
+        print(f"== {model} ({run_out})")
         if _one_run(args, run_out) == 2:
             return 2
         summaries[model] = results.load(Storage(run_out), results.BENCH if args.bench else results.CHECKS)
@@ -305,6 +306,7 @@ def _several_models(args: argparse.Namespace, out: str) -> int:
     except CompareError as exc:
         log.error("%s", exc)
         return 2
+    print(f"== {len(models)} models side by side")
     print(_models_table(models, summaries, compared.runs))
     print(f"side by side: {compared.path}")
     return 0
