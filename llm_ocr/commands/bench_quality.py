@@ -129,7 +129,7 @@ def _report(out: str, bench: Mapping[str, Any] | None, checks: Mapping[str, Any]
     except ReportError as exc:
         log.warning("no report: %s", exc)
         return
-    log.info("report with the failing cases: %s", report.path)
+    log.info("report, with the quality results: %s", report.path)
 
 
 # ============================================================================================
@@ -328,6 +328,6 @@ def _models_table(models: list[str], summaries: Mapping[str, Any], stats: list[M
         cost = stat.get("cost_per_1000_pages_usd")
         lines.append(
             f"{model[:40]:<40} {score:>16} {flagged:>9} {tokens or 0:>8.0f} {speed or 0:>8.2f} "
-            f"{('$%.2f' % cost) if cost is not None else '-':>10}"
+            f"{f'${cost:.2f}' if cost is not None else '-':>10}"
         )
     return "\n".join(lines)

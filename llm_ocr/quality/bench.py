@@ -20,9 +20,7 @@ with its file and line and left out; the other tests are still scored.
 
 from __future__ import annotations
 
-import json
 import logging
-import posixpath
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -228,13 +226,3 @@ def summarise(bench: Bench, results: list[TestResult], in_run: set[str], seconds
 def load_run_pages(rows: Iterable[Mapping[str, Any]], bench: Bench) -> dict[tuple[str, int], dict[str, Any]]:
     """The run's rows that belong to the bench, keyed by (PDF path, page)."""
     return match_pages(rows, {t.pdf for t in bench.tests} | set(bench.pdfs))
-
-
-def pdf_path(bench: Bench, pdf: str) -> str:
-    """Where a bench PDF is on disk (posix path)."""
-    return posixpath.join(bench.pdf_dir.as_posix(), pdf)
-
-
-def dumps(result: Mapping[str, Any]) -> bytes:
-    """A result as UTF-8 JSON."""
-    return json.dumps(result, indent=1, ensure_ascii=False, default=str).encode("utf-8")

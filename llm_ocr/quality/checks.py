@@ -484,7 +484,19 @@ def _required(f: Any) -> bool:
 
 
 __all__ = [
-    "BaselineTest", "BenchTest", "BenchTestError", "FootnoteTest", "FormatTest", "MathTest", "STRAY_CHARACTERS",
-    "TEST_CLASSES", "TEST_TYPES", "TableTest", "TextOrderTest", "TextPresenceTest", "Verdict", "equations_in",
+    "STRAY_CHARACTERS",
+    "TEST_CLASSES",
+    "TEST_TYPES",
+    "BaselineTest",
+    "BenchTest",
+    "BenchTestError",
+    "FootnoteTest",
+    "FormatTest",
+    "MathTest",
+    "TableTest",
+    "TextOrderTest",
+    "TextPresenceTest",
+    "Verdict",
+    "equations_in",
     "load_test",
 ]  # fmt: skip

@@ -65,16 +65,15 @@ class Run:
     bench: dict[str, Any] | None
     checks: dict[str, Any] | None
     models: list[str] = field(default_factory=list)
+    #: Failed bench tests and no-truth flags by page (filled by :func:`load_run`).
+    failed: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
+    flags: dict[tuple[str, int], dict[str, str]] = field(default_factory=dict)
 
-    def failed_tests(self) -> dict[tuple[str, int], list[dict[str, Any]]]:
-        found: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    def __post_init__(self) -> None:
         for record in (self.bench or {}).get("results", []):
             if record.get("passed") is False and record.get("doc_id"):
-                found.setdefault((record["doc_id"], int(record["page"])), []).append(record)
-        return found
-
-    def flags(self) -> dict[tuple[str, int], dict[str, str]]:
-        return {(p["doc_id"], int(p["page"])): p["flags"] for p in (self.checks or {}).get("flagged", [])}
+                self.failed.setdefault((record["doc_id"], int(record["page"])), []).append(record)
+        self.flags = {(p["doc_id"], int(p["page"])): p["flags"] for p in (self.checks or {}).get("flagged", [])}
 
 
 @dataclass
@@ -88,7 +87,7 @@ class CompareResult:
 
 
 def load_run(out: str, storage_options: Mapping[str, Any] | None = None, label: str | None = None) -> Run:
-    """Read a run for comparison (its quality results are computed if it has none saved)."""
+    """Read a run for comparison (its no-truth checks are computed, not saved, if it has none saved)."""
     from llm_ocr.quality.score import check_output
 
     storage = Storage(out, dict(storage_options or {}))
@@ -159,8 +158,8 @@ def _page_section(key: tuple[str, int], runs: Sequence[Run], score: float, pages
     for run, row, column, text in zip(runs, rows, columns, texts, strict=True):
         status = (row or {}).get("status") or "missing"
         head = f'<div class="llmocr-runhead">{esc(run.label)} <span class="llmocr-status llmocr-status-{esc(status if status in ("ok", "truncated") else "error")}">{esc(status)}</span></div>'
-        notes = [f'<span class="llmocr-flag">{esc(flag)}</span>' for flag in run.flags().get(key, {})]
-        failed = run.failed_tests().get(key, [])
+        notes = [f'<span class="llmocr-flag">{esc(flag)}</span>' for flag in run.flags.get(key, {})]
+        failed = run.failed.get(key, [])
         if failed:
             notes.append(f'<span class="llmocr-meta">{len(failed)} bench test(s) failed: '
                          + esc("; ".join(f"{f['type']}: {f['explanation'][:80]}" for f in failed[:3])) + "</span>")  # fmt: skip
@@ -205,13 +204,18 @@ def compare_runs(
     shown = scored[:max_pages]
     sources = {k: next((r.rows[k].get("source") for r in runs if k in r.rows), None) for _, k in shown}
     parts = [
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><meta name="referrer" content="no-referrer">'
-        f"<title>llm-ocr compare</title><style>body{{margin:1.2em;background:#fff}}\n{REPORT_CSS}\n{QUALITY_CSS}\n{CSS}</style>"
-        '</head><body><div class="llmocr"><h1>llm-ocr compare</h1>',
+        (
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><meta name="referrer" content="no-referrer">'
+            f"<title>llm-ocr compare</title><style>body{{margin:1.2em;background:#fff}}\n{REPORT_CSS}\n{QUALITY_CSS}\n{CSS}"
+            '</style></head><body><div class="llmocr"><h1>llm-ocr compare</h1>'
+        ),
         runs_table(runs),
-        f"<p>{len(keys)} pages are in at least two runs; the {len(shown)} where they disagree most are shown, "
-        "most different first. Highlighted: in the first run, words some other run lacks; in the others, words the first lacks.</p>",
+        (
+            f"<p>{len(keys)} pages are in at least two runs; the {len(shown)} where they disagree most are shown, "
+            "most different first. Highlighted: in the first run, words some other run lacks; in the others, words the "
+            "first lacks.</p>"
+        ),
     ]
     by_document: dict[str, list[tuple[float, tuple[str, int]]]] = {}
     for item in shown:

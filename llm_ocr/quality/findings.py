@@ -46,8 +46,10 @@ def bench_section(result: Mapping[str, Any]) -> str:
     overall = result["overall"]
     parts = [
         "<h2>olmOCR-bench tests</h2>",
-        f"<p>Overall <strong>{score_text(overall)}</strong> (mean of the categories' pass rates, 95% bootstrap "
-        f"interval), {overall['passed']} of {overall['tests']} tests passed. Bench: {esc(result.get('bench', ''))}</p>",
+        (
+            f"<p>Overall <strong>{score_text(overall)}</strong> (mean of the categories' pass rates, 95% bootstrap "
+            f"interval), {overall['passed']} of {overall['tests']} tests passed. Bench: {esc(result.get('bench', ''))}</p>"
+        ),
     ]
     head = ("", "pass rate", "passed", "tests")
     for title, key in (("category", "by_category"), ("test type", "by_type")):
@@ -76,8 +78,10 @@ def checks_section(result: Mapping[str, Any]) -> str:
     flags = ", ".join(f"{esc(k)} {n}" for k, n in (result.get("flags") or {}).items()) or "none"
     parts = [
         "<h2>Checks without ground truth</h2>",
-        f"<p>{result['flagged_pages']} of {result['pages']} pages flagged ({flags}). "
-        f"Text-layer lines found: {pct(layer.get('recall'))} of {layer.get('snippets', 0)} sampled.</p>",
+        (
+            f"<p>{result['flagged_pages']} of {result['pages']} pages flagged ({flags}). "
+            f"Text-layer lines found: {pct(layer.get('recall'))} of {layer.get('snippets', 0)} sampled.</p>"
+        ),
     ]
     worst = result.get("worst_pages") or []
     if worst:

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,18 +205,21 @@ def find_katex() -> Path | None:
 
 _PAGE_SCRIPT = r"""
 const eqs = JSON.parse(document.getElementById("eqs").textContent);
-const out = [];
-for (const tex of eqs) {
+const stage = document.getElementById("stage");
+// Render every formula first, then measure: one layout for the whole batch, not one per formula.
+const boxes = eqs.map((tex) => {
   const box = document.createElement("div");
   box.className = "eq";
-  document.getElementById("stage").appendChild(box);
+  stage.appendChild(box);
   try {
     katex.render(tex, box, {displayMode: true, throwOnError: true});
+    return {box};
   } catch (e) {
-    out.push({error: String(e && e.message || e)});
-    box.remove();
-    continue;
+    return {error: String(e && e.message || e)};
   }
+});
+const out = boxes.map(({box, error}) => {
+  if (error !== undefined) return {error};
   const spans = [];
   for (const span of box.querySelectorAll("span")) {
     if (span.children.length === 0 && /\S/.test(span.textContent)) {
@@ -227,9 +231,9 @@ for (const tex of eqs) {
   const math = box.querySelector(".katex-mathml math");
   const mathml = sem ? [...sem.children].filter((c) => c.localName !== "annotation").map((c) => c.outerHTML).join("")
                      : (math ? math.outerHTML : "");
-  out.push({spans, mathml});
-  box.remove();
-}
+  return {spans, mathml};
+});
+stage.remove();
 const pre = document.createElement("pre");
 pre.id = "llmocr-result";
 pre.textContent = JSON.stringify(out);
@@ -249,7 +253,6 @@ class EquationRenderer:
         self.chromium = chromium or find_chromium()
         self.timeout = timeout
         self._cache: dict[str, RenderedEquation | None] = {}
-        self.launches = 0
         self.unavailable_reason = ""
         if self.chromium is None or shutil.which(self.chromium) is None:
             self.unavailable_reason = f"no Chromium found{f' at {self.chromium}' if self.chromium else ''} (install chromium, or set LLM_OCR_CHROMIUM)"
@@ -277,15 +280,20 @@ class EquationRenderer:
         if not self.available:
             return
         todo = list(dict.fromkeys(f for f in formulas if f not in self._cache))
-        for start in range(0, len(todo), BATCH):
-            batch = todo[start : start + BATCH]
+        batches = [todo[start : start + BATCH] for start in range(0, len(todo), BATCH)]
+
+        def run(batch: list[str]) -> list[dict | None]:
             try:
-                records = self._run(batch)
+                return self._run(batch)
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
                 log.warning("rendering %d formula(s) in Chromium failed: %s", len(batch), exc)
-                records = [None] * len(batch)
-            for latex, record in zip(batch, records, strict=True):
-                self._cache[latex] = RenderedEquation.from_browser(record) if record is not None else None
+                return [None] * len(batch)
+
+        # One browser per core at most: each batch is a subprocess of its own.
+        with ThreadPoolExecutor(max_workers=max(1, min(len(batches), os.cpu_count() or 1))) as pool:
+            for batch, records in zip(batches, pool.map(run, batches), strict=True):
+                for latex, record in zip(batch, records, strict=True):
+                    self._cache[latex] = RenderedEquation.from_browser(record) if record is not None else None
 
     def _page(self, formulas: list[str]) -> str:
         assert self.katex is not None
@@ -313,7 +321,6 @@ class EquationRenderer:
                 "--force-device-scale-factor=1", f"--user-data-dir={Path(tmp) / 'profile'}",
                 "--window-size=1200,800", "--dump-dom", page.as_uri(),
             ]  # fmt: skip
-            self.launches += 1
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout, check=False)
         match = re.search(r'<pre id="llmocr-result">(.*?)</pre>', done.stdout, re.DOTALL)
         if match is None:

@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args()
     sys.path.insert(0, str(args.olmocr))
-    import olmocr.bench.katex.render as render
+    from olmocr.bench.katex import render
     from playwright.sync_api import sync_playwright
 
     class Owner:  # olmOCR's browser, launched from the given Chromium
@@ -63,7 +63,7 @@ def main() -> None:
     render._BrowserOwner = Owner
     from olmocr.bench.tests import load_single_test
 
-    commit = subprocess.run(["git", "-C", str(args.olmocr), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", str(args.olmocr), "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     records = [{"olmocr_commit": commit or "unknown", "katex": "olmocr/bench/katex/katex.min.js (bundled)"}]
     for case in cases():
         test = load_single_test(dict(case["test"]))
