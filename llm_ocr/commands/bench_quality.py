@@ -51,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "SCORE%% of the pages are flagged")
     parser.add_argument("--no-report", action="store_true", help="do not (re)write OUT/report.html with the failing cases")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object instead of tables")
+    parser.add_argument("--storage-options", default=None, metavar="JSON",
+                        help="fsspec storage options for OUT and the sources, a JSON object")
     chain = parser.add_argument_group("several models (--models)")
     chain.add_argument("--models", metavar="A,B,...", help="read the same sample with each of these served models and compare")
     chain.add_argument("--endpoint", metavar="URL[,URL...]",
@@ -69,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError("give OUT, the output folder of a run (or set LLM_OCR_OUTPUT)")
     if args.samples < 1 or args.worst < 0:
         raise OptionError("--samples must be at least 1 and --worst at least 0")
+    try:
+        args.storage_options = json.loads(args.storage_options) if args.storage_options else {}
+    except ValueError as exc:
+        raise OptionError(f"--storage-options is not a JSON object: {exc}") from exc
     if args.download:
         if not args.bench:
             raise OptionError("--download needs --bench DIR: where to put olmOCR-bench")
@@ -92,15 +98,16 @@ def _one_run(args: argparse.Namespace, out: str) -> int:
 
     try:
         if args.bench:
-            result = score_output(out, args.bench, katex=args.katex)
+            result = score_output(out, args.bench, katex=args.katex, storage_options=args.storage_options)
         else:
-            result = check_output(out, text_layer=not args.no_text_layer, samples=args.samples, worst=args.worst)
+            result = check_output(out, text_layer=not args.no_text_layer, samples=args.samples, worst=args.worst,
+                                  storage_options=args.storage_options)  # fmt: skip
     except (BenchError, NoPagesError) as exc:
         log.error("%s", exc)
         return 2
     _print(args, result)
     if not args.no_report:
-        _report(out, result if args.bench else None, None if args.bench else result)
+        _report(out, result if args.bench else None, None if args.bench else result, args.storage_options)
     return _verdict(args, result)
 
 
@@ -114,18 +121,20 @@ def _verdict(args: argparse.Namespace, result: Mapping[str, Any]) -> int:
     return 1 if flagged > args.fail_under else 0
 
 
-def _report(out: str, bench: Mapping[str, Any] | None, checks: Mapping[str, Any] | None) -> None:
+def _report(
+    out: str, bench: Mapping[str, Any] | None, checks: Mapping[str, Any] | None, storage_options: Mapping[str, Any]
+) -> None:
     """Rewrite OUT/report.html with the quality results (both kinds, when both were saved)."""
     from llm_ocr.quality import results
     from llm_ocr.quality.findings import annotations
     from llm_ocr.report import ReportError, write_report
     from llm_ocr.storage import Storage
 
-    storage = Storage(out)
+    storage = Storage(out, dict(storage_options))
     bench = bench or results.load(storage, results.BENCH)
     checks = checks or results.load(storage, results.CHECKS)
     try:
-        report = write_report(out, annotations=annotations(bench, checks))
+        report = write_report(out, annotations=annotations(bench, checks), storage_options=storage_options)
     except ReportError as exc:
         log.warning("no report: %s", exc)
         return

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,16 +25,50 @@ def _pdf_location(row: Mapping[str, Any]) -> str | None:
     return source if source.lower().endswith(".pdf") else None
 
 
+class _LocalCopy:
+    """The PDF being read, as a local path: a remote one is copied once, not once per page."""
+
+    def __init__(self, storage_options: Mapping[str, Any]) -> None:
+        self.storage_options = dict(storage_options)
+        self.source: str | None = None
+        self.path: str | None = None
+        self._tmp: str | None = None
+
+    def __call__(self, source: str) -> str:
+        if source != self.source:
+            self.close()
+            self.source = self.path = source
+            store = Storage(source, self.storage_options)
+            if not store.is_local:
+                handle, self._tmp = tempfile.mkstemp(prefix="llm-ocr-quality-", suffix=".pdf")
+                os.close(handle)
+                try:
+                    store.fs.get_file(store.root, self._tmp)
+                    self.path = self._tmp
+                except OSError as exc:  # unreadable: the text layer is rejected with the reason
+                    log.debug("could not copy %s: %s", source, exc)
+        return self.path or source
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            os.unlink(self._tmp)
+            self._tmp = None
+
+
 def _signals(out: Storage, text_layer: bool, samples: int, storage_options: Mapping[str, Any]) -> Iterator[PageSignals]:
     from llm_ocr.sources.text_layer import read_text_layer
 
-    for row in iter_pages(out):
-        layer = note = None
-        location = _pdf_location(row)
-        if text_layer and location and int(row.get("page") or 0) > 0:
-            verdict = read_text_layer(location, int(row["page"]), dict(storage_options))
-            layer, note = verdict.text, verdict.note
-        yield page_signals(row, layer, note, samples)
+    local = _LocalCopy(storage_options)
+    try:
+        for row in iter_pages(out):
+            layer = note = None
+            location = _pdf_location(row)
+            if text_layer and location and int(row.get("page") or 0) > 0:
+                verdict = read_text_layer(local(location), int(row["page"]), dict(storage_options))
+                layer, note = verdict.text, verdict.note
+            yield page_signals(row, layer, note, samples)
+    finally:
+        local.close()
 
 
 def check_output(

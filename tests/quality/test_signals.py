@@ -123,3 +123,22 @@ def test_cli_prints_a_table_per_document_and_the_worst_pages(run: Path) -> None:
     assert "Checks without ground truth" in report and "the model server crashed on this page" in report
     flagged = run_cli("bench-quality", str(run), "--fail-under", "50", "--no-report")
     assert flagged.returncode == 1  # 8 of 10 pages flagged, more than 50%
+
+
+def test_a_remote_pdf_is_copied_once_for_all_its_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fsspec
+
+    memory = fsspec.filesystem("memory")  # one instance per process: the one Storage opens too
+    memory.pipe_file("/quality-test/harbour.pdf", pdf(tmp_path / "harbour.pdf").read_bytes())
+    copies: list[str] = []
+    original = memory.get_file
+    monkeypatch.setattr(memory, "get_file", lambda path, *a, **k: (copies.append(path), original(path, *a, **k))[1])
+    source = "memory://quality-test/harbour.pdf"
+    pages = [
+        {"doc_id": "whole.pdf", "source": source, "markdown": TEXT},
+        {"doc_id": "part.pdf", "source": source, "markdown": "\n".join(LINES[:4])},
+    ]
+    result = check_output(str(write_run(tmp_path / "out", pages)), write=False)
+    assert {p["doc_id"]: set(p["flags"]) for p in result["flagged"]} == {"part.pdf": {"missing text"}}
+    assert result["text_layer"]["snippets"] == 16
+    assert len(copies) == 1
