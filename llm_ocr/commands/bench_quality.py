@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "With --bench DIR: score OUT's Extract output against the tests of a bench in olmOCR-bench's format "
             "(DIR/*.jsonl and DIR/pdfs/; run `llm-ocr run DIR/pdfs --output OUT` first) and print the scores per "
-            "category, per test type and overall with a bootstrap 95%% interval. Without: check every page of OUT "
+            "category, per test type and overall with a bootstrap 95% interval. Without: check every page of OUT "
             "for empty output, repetition loops, stray characters, truncation and, where the PDF's text layer is "
             "usable, lines of that layer missing from the Markdown; print a table per document and the worst pages. "
             "Results go to OUT/quality/*.json and the failing cases into OUT/report.html. With --models A,B and "
