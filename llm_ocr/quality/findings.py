@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import MISSING, fields
 from typing import Any
 
+from llm_ocr.quality.checks import TEST_CLASSES
 from llm_ocr.report import ReportAnnotations
 from llm_ocr.report.safe_html import anchor, esc
 
@@ -98,7 +100,12 @@ def checks_section(result: Mapping[str, Any]) -> str:
 def failed_test_html(record: Mapping[str, Any]) -> str:
     """One failed test: its type and id, why it failed, and what it asked for."""
     test = dict(record.get("test") or {})
-    asked = {k: v for k, v in test.items() if k not in ("pdf", "page", "id", "type", "checked", "url") and v not in (None, "", False)}
+    cls = TEST_CLASSES.get(str(record.get("type")))
+    defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING} if cls else {}
+    asked = {
+        k: v for k, v in test.items()
+        if k not in ("pdf", "page", "id", "type", "checked", "url") and v not in (None, "") and defaults.get(k, MISSING) != v
+    }  # fmt: skip
     return (
         f'<div class="llmocr-fail"><strong>{esc(record["type"])}</strong> <span class="llmocr-meta">{esc(record["id"])}</span>: '
         f"{esc(record.get('explanation') or '')}<br><code>{esc(json.dumps(asked, ensure_ascii=False))}</code></div>"
