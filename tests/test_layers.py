@@ -17,24 +17,27 @@ PACKAGE = Path(__file__).resolve().parent.parent / "llm_ocr"
 #: Top-level parts of ``llm_ocr`` (a package or a module) that each part must not import.
 FORBIDDEN: dict[str, set[str]] = {
     "storage": {"runners", "stages", "servers", "commands", "launchers", "endpoint", "report", "bench",
-                "sources", "vlm", "cli", "api", "container"},
+                "sources", "vlm", "cli", "api", "container", "quality"},
     "vlm": {"servers", "storage", "stages", "runners", "commands", "launchers", "endpoint", "report",
-            "bench", "cli", "sources", "api", "container"},
-    "stages": {"runners", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli", "api"},
+            "bench", "cli", "sources", "api", "container", "quality"},
+    "stages": {"runners", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli", "api", "quality"},
     "sources": {"runners", "stages", "commands", "launchers", "endpoint", "servers", "vlm", "bench",
-                "report", "cli", "api"},
+                "report", "cli", "api", "quality"},
     "servers": {"storage", "stages", "runners", "commands", "launchers", "endpoint", "report", "bench",
-                "sources", "cli", "api"},
+                "sources", "cli", "api", "quality"},
     # Where requests go: servers and clients below it, never what runs a stage.
-    "endpoint": {"runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources"},
+    "endpoint": {"runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources", "quality"},
     # Container-side contracts (shard index, secrets): the launchers configure jobs for them.
     "container": {"runners", "stages", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli",
-                  "api", "sources", "vlm", "storage"},
+                  "api", "sources", "vlm", "storage", "quality"},
     # The launchers build and submit job specs that run the CLI in a container; they never run a stage.
-    "launchers": {"runners", "servers", "stages", "endpoint", "commands", "cli", "bench", "report", "api"},
-    "report": {"runners", "servers", "commands", "launchers", "endpoint", "bench", "cli", "api"},
-    "runners": {"commands", "launchers", "cli", "bench", "report", "api"},
-    "bench": {"commands", "cli", "launchers", "api"},
+    "launchers": {"runners", "servers", "stages", "endpoint", "commands", "cli", "bench", "report", "api", "quality"},
+    "report": {"runners", "servers", "commands", "launchers", "endpoint", "bench", "cli", "api", "quality"},
+    "runners": {"commands", "launchers", "cli", "bench", "report", "api", "quality"},
+    "bench": {"commands", "cli", "launchers", "api", "quality"},
+    # Quality checks read outputs (storage, sources, report helpers); they never run a stage.
+    "quality": {"runners", "servers", "endpoint", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
+                "container"},
     # The Python API: the CLI stands on it, never the reverse.
     "api": {"commands", "cli"},
     "commands": {"cli"},

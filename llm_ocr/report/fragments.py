@@ -195,8 +195,10 @@ def _legend(blocks: list[Mapping[str, Any]]) -> str:
     return f'<div class="llmocr-legend">{items}</div>'
 
 
-def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_prefix: str = "") -> str:
-    """One page row → an HTML fragment (image with boxes, Markdown, figures, status, error)."""
+def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_prefix: str = "", note_html: str = "") -> str:
+    """One page row → an HTML fragment (image with boxes, Markdown, figures, status, error).
+
+    ``note_html`` (trusted HTML, e.g. the quality checks' findings) goes under the heading."""
     view = view or PageView(note="the page image was not re-rendered")
     doc_id, page = str(row.get("doc_id") or ""), row.get("page")
     figures = list(row.get("figures") or [])
@@ -220,6 +222,7 @@ def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_
     ]
     if row.get("error"):
         parts.append(f'<div class="llmocr-error">{esc(str(row["error"]))}</div>')
+    parts.append(note_html)
     blocks = list(row.get("blocks") or [])
     # A document-level row (page 0: the document could not be opened) has no picture.
     picture, note = _boxes_svg(row, view) if page != 0 or blocks else ("", None)
@@ -317,8 +320,11 @@ def render_document(
     assembled: Mapping[str, Any] | None = None,
     pages: SourcePages | None = None,
     anchor_prefix: str = "",
+    page_notes: Mapping[int, str] | None = None,
 ) -> Iterator[str]:
-    """One document as HTML fragments, yielded page by page so a caller can stream them."""
+    """One document as HTML fragments, yielded page by page so a caller can stream them.
+
+    ``page_notes`` maps page numbers to trusted HTML shown under each page's heading."""
     shown = {int(r.get("page") or 0) for r in rows}
     total = entry.num_pages
     yield f'<section class="llmocr-doc" id="{anchor(anchor_prefix, "doc", entry.doc_id)}">'
@@ -351,5 +357,5 @@ def render_document(
     for row in rows:
         page = int(row.get("page") or 0)
         view = pages.page(page) if pages is not None and page > 0 else None
-        yield render_page(row, view, anchor_prefix=anchor_prefix)
+        yield render_page(row, view, anchor_prefix=anchor_prefix, note_html=(page_notes or {}).get(page, ""))
     yield "</section>"
