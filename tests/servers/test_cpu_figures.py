@@ -64,6 +64,23 @@ def test_a_caption_the_region_swallowed_is_taken_back_and_the_box_ends_above_it(
     assert rest == body
 
 
+def test_body_text_and_a_two_row_caption_the_region_swallowed_go_back() -> None:
+    body, labels, caption = _figure_page()
+    second = Line(200, 744, 640, 764, "Counts are from the harbour office ledger, weighed on landing.")
+    lines = body + labels + [caption, second]
+    # Loose over the caption's two rows and over the first body row below them.
+    region = Region("figure", (90, 290, 910, 805), 0.9)
+    (figure,), rest = find_figures(lines, [region])
+    assert figure.caption == [caption, second]
+    assert sorted(l.text for l in figure.inside) == ["north", "south", "tonnes landed"]
+    assert rest == body and figure.box[3] <= caption.y1
+    # Loose over the last body row above the figure: it stays body text.
+    region = Region("figure", (90, 165, 910, 700), 0.9)
+    (figure,), rest = find_figures(lines, [region])
+    assert rest == body and figure.box[1] >= body[3].y2
+    assert figure.caption_text == f"{caption.text} {second.text}"
+
+
 def test_a_caption_above_the_figure_and_one_labelled_by_the_model_without_a_number() -> None:
     body, labels, _ = _figure_page()
     above_caption = Line(200, 262, 560, 282, "Landings by quay")  # no "Figure N": only the model says so

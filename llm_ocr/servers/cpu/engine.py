@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import ModelUnavailable
 from .layout import Line
 
 if TYPE_CHECKING:  # numpy and rapidocr are heavy: imported when an engine is built
@@ -29,10 +30,6 @@ if TYPE_CHECKING:  # numpy and rapidocr are heavy: imported when an engine is bu
 log = logging.getLogger(__name__)
 
 ENGINE_NAME = "rapidocr"
-
-
-class ModelUnavailable(RuntimeError):
-    """A model file the engine needs is not on disk (and will not be downloaded)."""
 
 
 @dataclass(frozen=True)

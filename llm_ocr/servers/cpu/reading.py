@@ -11,7 +11,7 @@ from llm_ocr.vlm.grounding import scale_box
 
 from .figure_memory import SEPARATOR, FigureFacts, FigureMemory, describe
 from .figures import find_figures
-from .layout import Line, LayoutBlock, order_blocks, page_blocks, rows, to_det
+from .layout import LayoutBlock, Line, order_blocks, page_blocks, rows, to_det
 
 if TYPE_CHECKING:
     import numpy as np
