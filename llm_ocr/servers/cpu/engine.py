@@ -4,10 +4,11 @@ from the model files inside the installed wheels.
 
 RapidOCR 3.x resolves each model by (version, language, size) to a download URL and fetches
 it unless the file already sits in its package's ``models/`` folder. The models the wheel
-ships are exactly its defaults (FACTS.md: PP-OCRv6 det/rec "small" and the v2 mobile
-direction classifier), so :func:`shipped_model_paths` resolves the same names and passes them
-as explicit ``model_path`` values: RapidOCR then never enters its download code, and a wheel
-without them fails at startup with a clear message instead of trying the network.
+ships are exactly its defaults (PP-OCRv6 det/rec "small" and the v2 mobile direction
+classifier: docs/facts.md#rapidocr-and-rapidlayout-the-cpu-engine), so
+:func:`shipped_model_paths` resolves the same names and passes them as explicit ``model_path``
+values: RapidOCR then never enters its download code, and a wheel without them fails at
+startup with a clear message instead of trying the network.
 """
 
 from __future__ import annotations

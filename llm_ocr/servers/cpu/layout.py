@@ -319,7 +319,8 @@ def to_det(box: tuple[float, float, float, float], width: int, height: int) -> l
     """A pixel box as DeepSeek-OCR's 0..999 integers (``x_px / width * 999``).
 
     The top-left corner is rounded down and the bottom-right up, so that the box our client
-    scales back (``int(v / 999 * width)``, FACTS.md) still contains every detected pixel.
+    scales back (``int(v / 999 * width)``, docs/facts.md#deepseek-ocr) still contains every
+    detected pixel.
     """
     x1, y1, x2, y2 = box
     vals = [
