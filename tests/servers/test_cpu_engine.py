@@ -270,7 +270,7 @@ def test_free_describe_plain_tags_and_max_tokens(client: openai.OpenAI) -> None:
     # Never seen on a page: its caption is unknown, its text is read from the image itself.
     described = _ask(client, label, DESCRIBE_PROMPT).choices[0].message.content
     caption, text = described.split("\n")
-    assert caption.startswith("Caption: unknown") and text == "Text in the figure: Invoice 4821 paid"
+    assert caption.startswith("Caption: unknown") and text == "Text in the image: Invoice 4821 paid"
     # vLLM's default skip_special_tokens=true drops the grounding tags.
     plain = _ask(client, label, DOCUMENT_PROMPT).choices[0].message.content
     assert "<|ref|>" not in plain and "Invoice 4821 paid" in plain

@@ -13,7 +13,8 @@ them back:
 
 A crop the engine has not seen (another server read the page, the engine restarted between
 ``llm-ocr extract`` and ``llm-ocr describe``, or the image is not an Extract crop at all) gets
-the text read from the crop itself and says that its caption is unknown: nothing is invented.
+the text read from the image itself ("Text in the image: ...", as the engine cannot tell that it
+is a figure) and says that its caption is unknown: nothing is invented.
 
 Crops are matched by size (within :data:`SIZE_SLACK` pixels) and a 16 x 16 grey thumbnail
 (mean difference at most :data:`THUMB_SLACK` of 255), not by exact bytes: the client decodes the
@@ -42,6 +43,7 @@ THUMB_SIZE = 16
 #: The labels of a figure description (Describe's answer from the CPU engine).
 CAPTION_LABEL = "Caption"
 TEXT_LABEL = "Text in the figure"
+IMAGE_TEXT_LABEL = "Text in the image"  # an image not known to be a figure of a page read
 SEPARATOR = " · "
 
 
@@ -132,13 +134,10 @@ def describe(recall: Recall, text_in_crop: str) -> str:
     remembered."""
     if recall.facts is not None:
         caption = recall.facts.caption or "none found beside the figure."
-        text = recall.facts.text
-    else:
-        why = (
-            "the same image stands beside different captions on the pages read"
-            if recall.ambiguous
-            else "this engine did not read the page the image comes from"
-        )
-        caption = f"unknown ({why})."
-        text = text_in_crop
-    return f"{CAPTION_LABEL}: {caption}\n{TEXT_LABEL}: {text or 'none.'}"
+        return f"{CAPTION_LABEL}: {caption}\n{TEXT_LABEL}: {recall.facts.text or 'none.'}"
+    why = (
+        "the same image stands beside different captions on the pages read"
+        if recall.ambiguous
+        else "this engine did not read the page the image comes from"
+    )
+    return f"{CAPTION_LABEL}: unknown ({why}).\n{IMAGE_TEXT_LABEL}: {text_in_crop or 'none.'}"
