@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .layout import SIZE_SPLIT, Y_GAP, Line, body_line_height, rows
+from .layout import SIZE_SPLIT, Y_GAP, Line, bbox, body_line_height, rows
 
 if TYPE_CHECKING:  # numpy is only needed when the page pixels are given
     import numpy as np
@@ -88,11 +88,6 @@ class PageFigure:
     def caption_text(self) -> str:
         """The caption, its rows joined by spaces ("" without one)."""
         return " ".join(l.text.strip() for row in rows(self.caption) for l in row)
-
-
-def bbox(lines: Sequence[Line]) -> Box:
-    """The box around ``lines``."""
-    return (min(l.x1 for l in lines), min(l.y1 for l in lines), max(l.x2 for l in lines), max(l.y2 for l in lines))
 
 
 def _area(box: Box) -> float:

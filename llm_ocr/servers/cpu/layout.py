@@ -102,7 +102,8 @@ class LayoutBlock:
     figure: PageFigure | None = field(default=None, repr=False)
 
 
-def _bbox(lines: Sequence[Line]) -> tuple[float, float, float, float]:
+def bbox(lines: Sequence[Line]) -> tuple[float, float, float, float]:
+    """The box around ``lines``."""
     return (min(l.x1 for l in lines), min(l.y1 for l in lines), max(l.x2 for l in lines), max(l.y2 for l in lines))
 
 
@@ -182,12 +183,12 @@ def _table_block(lines: Sequence[Line], parts: list[list[Line]]) -> LayoutBlock:
             i = column_of[id(line)]
             cells[i] = f"{cells[i]} {line.text}".strip()
         body.append("<tr>" + "".join(f"<td>{html.escape(c, quote=False)}</td>" for c in cells) + "</tr>")
-    return LayoutBlock("table", _bbox(lines), "<table>" + "".join(body) + "</table>", list(lines))
+    return LayoutBlock("table", bbox(lines), "<table>" + "".join(body) + "</table>", list(lines))
 
 
 def _paragraphs(lines: Sequence[Line]) -> list[list[Line]]:
     """Split a leaf region (no whitespace cut left) into paragraphs."""
-    x1, _, x2, _ = _bbox(lines)
+    x1, _, x2, _ = bbox(lines)
     width = max(1.0, x2 - x1)
     out: list[list[Line]] = []
     prev: list[Line] | None = None
@@ -254,11 +255,11 @@ def _order(lines: list[Line], h: float, out: list[LayoutBlock], depth: int) -> N
                 _order(band, h, out, depth + 1)
             return
     text_lines = [l for l in lines if l.kind == TEXT]
-    leaf: list[LayoutBlock] = [LayoutBlock(a.kind, _bbox([a]), a.text, [a]) for a in lines if a.kind != TEXT]
+    leaf: list[LayoutBlock] = [LayoutBlock(a.kind, bbox([a]), a.text, [a]) for a in lines if a.kind != TEXT]
     for para in _paragraphs(text_lines) if text_lines else []:
         # One paragraph is one line of Markdown, as DeepSeek-OCR writes it.
         text = " ".join(l.text.strip() for row in rows(para) for l in row)
-        leaf.append(LayoutBlock("text", _bbox(para), text, para))
+        leaf.append(LayoutBlock("text", bbox(para), text, para))
     # A leaf holds atoms and text only when nothing separates them (a figure with text
     # running beside it without a gap): top to bottom is the best order left.
     out.extend(sorted(leaf, key=lambda b: b.box[1]) if len(text_lines) != len(lines) else leaf)
@@ -302,7 +303,7 @@ def page_blocks(lines: Sequence[Line], figures: Sequence[PageFigure] = ()) -> li
         atoms.append(Line(*figure.box, text="", kind=IMAGE))
         owner[id(atoms[-1])] = figure
         if figure.caption:
-            atoms.append(Line(*_bbox(figure.caption), text=figure.caption_text, kind=IMAGE_CAPTION))
+            atoms.append(Line(*bbox(figure.caption), text=figure.caption_text, kind=IMAGE_CAPTION))
             owner[id(atoms[-1])] = figure
     if not lines and not atoms:
         return []
