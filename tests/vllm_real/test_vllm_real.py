@@ -159,16 +159,22 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         before = await server.metrics()
         assert set(before) == METRIC_KEYS, before
         assert before["running"] == 0 and before["waiting"] == 0
-        body = {"messages": image_messages(_jpeg(), "image/jpeg", recipe.ocr_prompt), "max_tokens": 160,
-                "temperature": 0.0, "extra_body": recipe.extra_body}
-        tasks = [asyncio.create_task(client.chat(dict(body))) for _ in range(12)]
-        peak_running = 0.0
-        while not all(t.done() for t in tasks):
-            peak_running = max(peak_running, (await server.metrics()).get("running", 0.0))
-            await asyncio.sleep(0.05)
-        results = [t.result() for t in tasks]
+        # Requests long enough to be seen running whatever the machine's load: ignore_eos makes
+        # each generate all its max_tokens (400 decode steps of 12 sequences), and a round that
+        # ends unseen (a poll starved for all of it) is followed by another, at most 5.
+        body = {"messages": image_messages(_jpeg(), "image/jpeg", recipe.ocr_prompt), "max_tokens": 400,
+                "temperature": 0.0, "extra_body": {**recipe.extra_body, "ignore_eos": True}}
+        results, peak_running, rounds = [], 0.0, 0
+        while peak_running < 1 and rounds < 5:
+            rounds += 1
+            tasks = [asyncio.create_task(client.chat(dict(body))) for _ in range(12)]
+            while not all(t.done() for t in tasks):
+                peak_running = max(peak_running, (await server.metrics()).get("running", 0.0))
+                await asyncio.sleep(0.05)
+            results += [t.result() for t in tasks]
         after = await server.metrics()
-        assert peak_running >= 1, "vllm:num_requests_running never showed a running request"
+        assert peak_running >= 1, f"vllm:num_requests_running never showed a running request in {rounds} rounds"
+        assert all(r.completion_tokens == 400 for r in results)  # each ran its whole length
         assert after["running"] == 0 and after["waiting"] == 0
         generated = sum(r.completion_tokens or 0 for r in results)
         prompted = sum(r.prompt_tokens or 0 for r in results)
@@ -205,8 +211,9 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
     assert leaks == []
 
     every_request = logged_requests(log_path.read_text(errors="replace"))
-    logged, logged_describe = every_request[:15], every_request[15:]
-    assert len(logged) == 1 + 12 + 2
+    sent = 1 + 12 * rounds + 2
+    logged, logged_describe = every_request[:sent], every_request[sent:]
+    assert len(logged) == sent
     plain, deepseek_logged, structured = logged[0], logged[-2], logged[-1]
     assert plain.param("extra_args") == "None" and plain.param("skip_special_tokens") == "True"
     assert plain.param("temperature") == "0.0" and plain.param("max_tokens") == "16"
@@ -356,15 +363,20 @@ def test_run_extracts_describes_and_assembles_on_real_vllm(tiny_model: Path, tmp
 
 
 def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model: Path, tmp_path: Path) -> None:
-    """kill -9 of vLLM mid-run: the launcher restarts it, requests in flight are retried, no page is lost."""
+    """kill -9 of vLLM mid-run: the launcher restarts it, requests in flight are retried, no page is lost.
+
+    Mid-run for certain, whatever the machine's load: once the first rows are written, llm-ocr is
+    frozen (SIGSTOP), vLLM's own request log shows it has not been asked for every page yet (so
+    llm-ocr needs it again), vLLM is killed, and only then llm-ocr resumes (SIGCONT)."""
     make_corpus(tmp_path / "docs", documents=5, pages=3)
     out = tmp_path / "out"
     process = _start([
         "extract", str(tmp_path / "docs"), "--output", str(out), *server_cli_args(tiny_model),
-        "--max-tokens", "200", "--truncation-retries", "0", "--max-in-flight", "2", "--workers", "0",
+        "--max-tokens", "200", "--truncation-retries", "0", "--max-in-flight", "1", "--workers", "0",
         "--flush-interval", "0.5", "--part-rows", "2", "--progress", "log", "--progress-interval", "1",
     ], tmp_path)  # fmt: skip
     watch = ProcessWatch(process.pid)
+    server_log = out / "_state" / "logs" / "server-00000-of-00001.log"
 
     def server_process() -> psutil.Process | None:
         for child in watch.poll():
@@ -379,10 +391,17 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model
     wait_for(lambda: process.poll() is None and any((out / "extract").glob("*.parquet")), timeout=240,
              message="the first rows")
     victim = server_process()
-    assert victim is not None and process.poll() is None
-    group = os.getpgid(victim.pid)
-    written_before = len(read_stage(out, "extract"))
-    victim.send_signal(signal.SIGKILL)
+    assert victim is not None
+    os.kill(process.pid, signal.SIGSTOP)  # llm-ocr asks for nothing more until SIGCONT
+    try:
+        asked = len(logged_requests(server_log.read_text(errors="replace")))
+        assert process.poll() is None and asked < 15, f"llm-ocr already asked for all {asked} pages"
+        group = os.getpgid(victim.pid)
+        written_before = len(read_stage(out, "extract"))
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
     _, stderr = _finish(process, watch, tmp_path)
     assert process.returncode == 0, stderr[-4000:]
 
