@@ -40,6 +40,7 @@ from llm_ocr.launchers.spec import (
     secret_values,
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
+from llm_ocr.container.cuda import IMAGE_ENV
 from llm_ocr.container.shard_index import format_ranges
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
@@ -261,6 +262,7 @@ def _spec(
     hardware = target.hardware
     if request.needs_model and hardware.gpus:
         env["LLM_OCR_ENGINE"] = "vllm"
+        env[IMAGE_ENV] = target.image  # named by the start-up CUDA check when the driver cannot run it
         if hardware.gpu_preset:
             env["LLM_OCR_GPU_PRESET"] = hardware.gpu_preset  # the preset of one GPU
         if hardware.gpus > 1:

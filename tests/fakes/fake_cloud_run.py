@@ -34,12 +34,10 @@ stopped as Cloud Run stops one: SIGTERM to the container's main process, SIGKILL
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets as random
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time

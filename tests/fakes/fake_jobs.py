@@ -31,10 +31,8 @@ Every request body is kept in :attr:`FakeJobs.job_requests`, every log line in t
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -46,7 +44,7 @@ from typing import Any
 
 import psutil
 
-from tests.fakes.container import FAKES, JOBS_BIN, container_env, map_words, with_image
+from tests.fakes.container import container_env, map_words, with_image
 from tests.fakes.fake_hub import FakeHub, _Error
 
 TERMINAL = ("COMPLETED", "ERROR", "CANCELED", "DELETED")
