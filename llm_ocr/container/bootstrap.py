@@ -22,7 +22,9 @@ wheel is a zip archive, and this module needs nothing but the standard library),
    ``LLM_OCR_SERVER_COMMAND="<the image's python> -m vllm.entrypoints.openai.api_server"``.
 
 The Dockerfiles install llm-ocr into their image the same way, at build time
-(``python3 -m llm_ocr.container.bootstrap install SOURCE[EXTRAS] VENV``, :func:`install_main`).
+(``python3 -m llm_ocr.container.bootstrap install SOURCE[EXTRAS] VENV --link /usr/local/bin``,
+:func:`install_main`). Both check that the image's own packages (every distribution its Python
+sees) are the same after the install as before, and stop when they are not.
 
 The installer is ``uv`` (https://docs.astral.sh/uv/; vLLM's images have it): on ``PATH``, else
 the image's pip puts it in a private folder (``pip install --target``, which leaves the image's
@@ -97,14 +99,24 @@ def split_wheel(spec: str) -> tuple[Path, list[str]]:
 
 
 def install_main(argv: list[str]) -> None:
-    """``install SOURCE[EXTRAS] VENV``: what the Dockerfiles run at build time (the same venv,
-    the same installer as a job's bootstrap, and the image's packages left alone)."""
+    """``install SOURCE[EXTRAS] VENV [--link DIR]``: what the Dockerfiles run at build time (the
+    same venv, the same installer as a job's bootstrap, the image's packages left alone), then
+    ``DIR/llm-ocr`` linked to the venv's and run once (``--help``)."""
+    link = None
+    if len(argv) == 4 and argv[2] == "--link":
+        link, argv = Path(argv[3]), argv[:2]
     if len(argv) != 2:
-        print("usage: python3 -m llm_ocr.container.bootstrap install SOURCE[EXTRAS] VENV", file=sys.stderr)
+        print("usage: python3 -m llm_ocr.container.bootstrap install SOURCE[EXTRAS] VENV [--link DIR]", file=sys.stderr)
         sys.exit(CANNOT_RUN)
     try:
         source, extras = split_wheel(argv[0])
-        install(source, extras, Path(argv[1]), dict(os.environ))
+        venv = Path(argv[1])
+        install(source, extras, venv, dict(os.environ))
+        if link is not None:
+            target = link / "llm-ocr"
+            target.unlink(missing_ok=True)
+            target.symlink_to(venv / "bin" / "llm-ocr")
+            _run([str(target), "--help"], {**os.environ, "PYTHONPATH": ""}, "run llm-ocr --help", quiet=True)
     except BootstrapError as exc:
         print(f"llm-ocr bootstrap: {exc}", file=sys.stderr, flush=True)
         sys.exit(CANNOT_RUN)
@@ -124,6 +136,7 @@ def install(wheel: Path, extras: list[str], venv: Path, env: dict[str, str]) -> 
     """A fresh venv at ``venv`` from this Python, with ``llm-ocr[extras]`` from ``wheel``."""
     started = time.monotonic()
     requirement = f"llm-ocr{'[' + ','.join(extras) + ']' if extras else ''} @ {wheel.resolve().as_uri()}"
+    image_packages = installed_packages()
     shutil.rmtree(venv, ignore_errors=True)
     uv = find_uv(env)
     if uv is not None:
@@ -136,7 +149,18 @@ def install(wheel: Path, extras: list[str], venv: Path, env: dict[str, str]) -> 
         _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
               "--no-cache-dir", requirement], env, f"install {requirement}")
         how = "pip"
-    _say(f"installed {requirement.partition(' @ ')[0]} into {venv} with {how} in {time.monotonic() - started:.0f} s")
+    changed = sorted(set(image_packages) ^ set(installed_packages()))
+    if changed:  # never expected: the install went into the image's own Python after all
+        raise BootstrapError(f"installing llm-ocr changed the image's own packages ({', '.join(changed[:8])}): vLLM may no longer start")
+    _say(f"installed {requirement.partition(' @ ')[0]} into {venv} with {how} in {time.monotonic() - started:.0f} s "
+         "(the image's packages unchanged)")
+
+
+def installed_packages() -> list[str]:
+    """``name==version`` of every distribution this (the image's) Python sees."""
+    import importlib.metadata
+
+    return sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"])
 
 
 def find_uv(env: dict[str, str]) -> list[str] | None:
@@ -159,9 +183,9 @@ def find_uv(env: dict[str, str]) -> list[str] | None:
     return [str(binary)]
 
 
-def _run(command: list[str], env: dict[str, str], what: str) -> None:
+def _run(command: list[str], env: dict[str, str], what: str, *, quiet: bool = False) -> None:
     try:
-        done = subprocess.run(command, env=env, check=False)
+        done = subprocess.run(command, env=env, check=False, stdout=subprocess.DEVNULL if quiet else None)
     except OSError as exc:
         raise BootstrapError(f"could not {what}: {exc}") from None
     if done.returncode != 0:

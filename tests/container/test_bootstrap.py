@@ -36,3 +36,24 @@ def test_a_missing_wheel_stops_the_job_with_the_reason(tmp_path: Path) -> None:
                           text=True, env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)}, timeout=60)
     assert done.returncode == 1 and len(BOOTSTRAP) <= 256  # one SageMaker ContainerEntrypoint word
     assert done.stderr.strip() == f"llm-ocr bootstrap: the llm-ocr wheel {missing} is not in the container"
+
+
+def test_an_install_that_touches_the_images_packages_stops_the_job(tmp_path: Path) -> None:
+    # An installer that (wrongly) adds a distribution the image's Python sees: the bootstrap notices.
+    site, bin_dir = tmp_path / "image-site", tmp_path / "bin"
+    site.mkdir()
+    bin_dir.mkdir()
+    uv = bin_dir / "uv"
+    uv.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = venv ]; then mkdir -p "$5/bin"; exit 0; fi\n'
+        f'mkdir -p "{site}/intruder-1.0.dist-info" && printf "Name: intruder\\nVersion: 1.0\\n" > "{site}/intruder-1.0.dist-info/METADATA"\n'
+    )
+    uv.chmod(0o755)
+    (tmp_path / "src").mkdir()
+    code = "import sys; from llm_ocr.container.bootstrap import install_main; install_main(sys.argv[1:])"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": os.pathsep.join([str(site), *sys.path]), "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code, f"{tmp_path / 'src'}[s3]", str(tmp_path / "venv")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "changed the image's own packages (intruder==1.0)" in done.stderr
