@@ -140,8 +140,11 @@ def install(wheel: Path, extras: list[str], venv: Path, env: dict[str, str]) -> 
     shutil.rmtree(venv, ignore_errors=True)
     uv = find_uv(env)
     if uv is not None:
-        _run([*uv, "venv", "--quiet", "--python", sys.executable, str(venv)], env, "create the venv")
-        _run([*uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), requirement], env,
+        # The system's certificates, as pip uses them: a proxy's CA installed in the image is trusted
+        # (uv's own default is its bundled roots; older uv reads UV_NATIVE_TLS, newer UV_SYSTEM_CERTS).
+        uv_env = {"UV_NATIVE_TLS": "1", "UV_SYSTEM_CERTS": "1", **env}
+        _run([*uv, "venv", "--quiet", "--python", sys.executable, str(venv)], uv_env, "create the venv")
+        _run([*uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), requirement], uv_env,
              f"install {requirement}")
         how = "uv"
     else:
@@ -174,6 +177,8 @@ def find_uv(env: dict[str, str]) -> list[str] | None:
     if importlib.util.find_spec("pip") is None:
         return None
     target = Path(tempfile.gettempdir()) / "llm-ocr-uv"
+    if (target / "bin" / "uv").exists():  # a retry in the same container
+        return [str(target / "bin" / "uv")]
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                            "--no-cache-dir", "--target", str(target), "uv"], env=env, check=False)
     binary = target / "bin" / "uv"

@@ -30,7 +30,7 @@ from tests.fakes.container import FAKES
 IMAGE_PINS = ["transformers==4.57.6", "huggingface-hub<1.0"]
 
 
-def _pip(python: Path, *args: str, timeout: float = 600) -> str:
+def _pip(python: Path, *args: str, timeout: float = 1800) -> str:
     done = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args], capture_output=True,
                           text=True, timeout=timeout)
     assert done.returncode == 0 or args[0] == "check", done.stdout + done.stderr
@@ -81,7 +81,7 @@ def test_the_job_installs_llm_ocr_beside_the_image_and_runs_the_images_vllm(imag
         "FAKE_VLLM_SIM_ARGS": f"--corpus {corpus} --instant",
         **{k: v for k, v in os.environ.items() if k in ("SSL_CERT_FILE", "PIP_CERT", "PIP_INDEX_URL", "UV_INDEX_URL")},
     }
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
     assert "llm-ocr bootstrap: installed llm-ocr[hub,s3]" in done.stderr
