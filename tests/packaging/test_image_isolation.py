@@ -54,6 +54,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.timeout(3 * 1800)  # for hangs: on a shared machine the installs wait minutes for the index
 def test_the_job_installs_llm_ocr_beside_the_image_and_runs_the_images_vllm(image: Path, tmp_path: Path) -> None:
     python = image / "bin" / "python"
     before = _pip(python, "freeze")

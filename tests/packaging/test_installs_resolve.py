@@ -61,10 +61,11 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("fresh")
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
     subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True,
-                   timeout=300)
+                   timeout=600)
     return root / "bin" / "python"
 
 
+@pytest.mark.timeout(HANG_S + 720)  # the first one also makes the fresh venv
 @pytest.mark.parametrize("extras", sorted(documented_extras()), ids=lambda e: ",".join(e))
 def test_a_documented_install_resolves_without_backtracking(fresh: Path, extras: tuple[str, ...], tmp_path: Path) -> None:
     report = tmp_path / "report.json"
