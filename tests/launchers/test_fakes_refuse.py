@@ -119,3 +119,19 @@ def test_the_launchers_wheel_input_reaches_every_host() -> None:
     (code,) = body["ProcessingInputs"]
     assert code["S3Input"]["S3DataDistributionType"] == "FullyReplicated" and code["S3Input"]["S3InputMode"] == "File"
     assert code["AppManaged"] is False  # and the e2e tests run 2 to 4 hosts, each installing this input's wheel
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--served-modle-name", "x"], "unrecognized arguments: --served-modle-name"),  # not a vLLM flag
+    (["--max-num-seqs", "many"], "argument --max-num-seqs: invalid int value: 'many'"),
+    (["--limit-mm-per-prompt", "image=1"], "argument --limit-mm-per-prompt"),  # vLLM reads it as JSON
+])
+def test_the_fake_vllm_refuses_what_vllms_parser_refuses(flags: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    from tests.fakes.container import FAKES
+
+    done = subprocess.run([sys.executable, str(FAKES / "fake_vllm.py"), "serve", "m", "--port", "1", *flags],
+                          capture_output=True, text=True, timeout=60, env={"FAKE_VLLM_MODE": "hang"})
+    assert done.returncode == 2 and message in done.stderr

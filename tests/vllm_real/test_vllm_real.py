@@ -420,7 +420,9 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model
         group = os.getpgid(victim.pid)
         written_before = len(read_stage(out, "extract"))
         victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=30)
+        # Dead: a zombie until its frozen parent, the launcher, reaps it after SIGCONT.
+        wait_for(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, timeout=30,
+                 message="vLLM to die")
     finally:
         os.kill(process.pid, signal.SIGCONT)
     _, stderr = _finish(process, watch, tmp_path)
