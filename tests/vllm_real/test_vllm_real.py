@@ -57,7 +57,7 @@ from tests.vllm_real.conftest import (
 
 # Generous: on a 2-core machine shared with other test runs (load average 25-30 seen) a vLLM start
 # alone took minutes; the time limits below are for hangs, not for speed.
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 METRIC_KEYS = {"running", "waiting", "kv_cache_usage", "generation_tokens_total", "prompt_tokens_total"}
 
@@ -389,12 +389,14 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model
     Mid-run for certain, whatever the machine's load: once the first rows are written, llm-ocr is
     frozen (SIGSTOP), vLLM's own request log shows it has not been asked for every page yet (so
     llm-ocr needs it again), vLLM is killed, and only then llm-ocr resumes (SIGCONT)."""
-    make_corpus(tmp_path / "docs", documents=5, pages=3)
+    # Little work (6 pages of 64 tokens): under a load average of 30-50 the tiny model made 0.02
+    # pages/s of 200 tokens, and the test is about the restart, not the pages.
+    make_corpus(tmp_path / "docs", documents=3, pages=2)
     out = tmp_path / "out"
     process = _start([
         "extract", str(tmp_path / "docs"), "--output", str(out), *server_cli_args(tiny_model),
-        "--max-tokens", "200", "--truncation-retries", "0", "--max-in-flight", "1", "--workers", "0",
-        "--flush-interval", "0.5", "--part-rows", "2", "--progress", "log", "--progress-interval", "1",
+        "--max-tokens", "64", "--truncation-retries", "0", "--max-in-flight", "1", "--workers", "0",
+        "--flush-interval", "0.5", "--part-rows", "1", "--progress", "log", "--progress-interval", "1",
     ], tmp_path)  # fmt: skip
     watch = ProcessWatch(process.pid)
     server_log = out / "_state" / "logs" / "server-00000-of-00001.log"
@@ -416,7 +418,7 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model
     os.kill(process.pid, signal.SIGSTOP)  # llm-ocr asks for nothing more until SIGCONT
     try:
         asked = len(logged_requests(server_log.read_text(errors="replace")))
-        assert process.poll() is None and asked < 15, f"llm-ocr already asked for all {asked} pages"
+        assert process.poll() is None and asked < 6, f"llm-ocr already asked for all {asked} pages"
         group = os.getpgid(victim.pid)
         written_before = len(read_stage(out, "extract"))
         victim.send_signal(signal.SIGKILL)
@@ -431,7 +433,7 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model
     assert "restarting (1 of 2)" in stderr
     assert "vllm server ready (generation 2)" in stderr
     rows = read_stage(out, "extract")
-    expected = [(f"doc00{d}.pdf", p) for d in range(5) for p in (1, 2, 3)]
+    expected = [(f"doc00{d}.pdf", p) for d in range(3) for p in (1, 2)]
     assert _pages(rows) == expected  # every page exactly once, none lost to the crash
     assert written_before < len(rows)
     assert {r["status"] for r in rows} <= {"ok", "truncated"}
