@@ -82,6 +82,9 @@ def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
     group.add_argument("--wait", action="store_true", help="then show a live table until every shard ends")
     group.add_argument("--interval", type=float, default=15.0, help="seconds between polls with --wait (default 15)")
     group.add_argument("--dry-run", action="store_true", help="print the job specs and API requests as JSON; submit nothing")
+    group.add_argument("--offline", action="store_true",
+                       help="with --dry-run: check nothing over the network (credentials, the platform's lists, inputs, "
+                            "output); the notes name every check skipped")
     adapter.add_arguments(parser)
     return parser
 
@@ -113,6 +116,7 @@ def run_launch(args: argparse.Namespace) -> int:
             pages_per_s=known.pages_per_s,
             retry_errors=known.retry_errors,
             dry_run=known.dry_run,
+            offline=known.offline,
             **cls.options_from_args(known),
         )
     except LaunchError as exc:

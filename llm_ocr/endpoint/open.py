@@ -24,6 +24,7 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
+from llm_ocr.container.cuda import CudaMismatch, check_cuda, interpreter_of
 from llm_ocr.endpoint.watch import EndpointWatch, probe_endpoint
 from llm_ocr.endpoint.quarantine import CrashTracker
 from llm_ocr.servers.engines import api_key_to_env, free_port, sim_command, vllm_command
@@ -132,6 +133,17 @@ def choose_engine(options: ServerOptions) -> tuple[str, str, GpuPreset | None]:
     return "cpu", "no CUDA GPU found (nvidia-smi absent or silent)", None
 
 
+def check_vllm_cuda(options: ServerOptions) -> None:
+    """Before vLLM starts: can the CUDA of the Python that runs it work with this machine's driver?
+    :class:`EndpointError` naming both (and the image to use) when not, instead of vLLM failing
+    minutes later deep in its start-up (:mod:`llm_ocr.container.cuda`)."""
+    words = shlex.split(options.server_command) or ["vllm"]
+    try:
+        log.info("%s", check_cuda(interpreter_of(words[0])))
+    except CudaMismatch as exc:
+        raise EndpointError(str(exc)) from None
+
+
 def _command(engine: str, model: str, port: int, options: ServerOptions, preset: GpuPreset | None) -> list[str]:
     extra = shlex.split(options.server_args)
     if engine == "vllm":
@@ -211,6 +223,8 @@ async def open_endpoint(
     options = server_options or ServerOptions()
     engine, why, preset = choose_engine(options)
     log.info("no --endpoint: launching the %s engine (%s)", engine, why)
+    if engine == "vllm":
+        check_vllm_cuda(options)
     if engine == "vllm" and preset is not None and preset.gpus > 1:
         async with _open_fleet(model, api_key, client_options, options, preset, out, log_name, tracker) as fleet:
             yield fleet

@@ -112,6 +112,7 @@ def launch(
     pages_per_s: float | None = None,
     retry_errors: bool = False,
     dry_run: bool = False,
+    offline: bool = False,
     wait: bool = False,
     interval: float = 15.0,
     live: bool = True,
@@ -124,8 +125,12 @@ def launch(
     platform's machine type, also accepted under its own name (``flavor=`` on ``hf-jobs``).
     ``secrets`` names local environment variables passed to the jobs as secrets. ``attempts``:
     tries per job including the first (default: the platform's, 3; 4 on Cloud Run). With
-    ``dry_run`` nothing is uploaded or submitted; ``Launch.plan.to_json()`` is the dry-run JSON.
+    ``dry_run`` nothing is uploaded or submitted; ``Launch.plan.to_json()`` is the dry-run JSON;
+    with ``offline`` too, nothing is checked over the network either (the plan's notes say what
+    was not checked).
     """
+    if offline and not dry_run:
+        raise LaunchError("--offline plans without checking anything over the network: use it with --dry-run")
     cls = _platform(platform)
     named = platform_options.pop(cls.hardware_option, None)  # e.g. flavor= on hf-jobs
     hardware = hardware or named
@@ -133,7 +138,7 @@ def launch(
     request = build_request(
         platform, stage, tokens, output, num_shards,
         hardware=hardware, image=image, timeout_s=_seconds(timeout), attempts=attempts, env=dict(env or {}),
-        secret_names=list(secrets), pages=pages, pages_per_s=pages_per_s, retry_errors=retry_errors,
+        secret_names=list(secrets), pages=pages, pages_per_s=pages_per_s, retry_errors=retry_errors, offline=offline,
     )
     adapter = cls(**platform_options)
     plan = plan_launch(request, adapter, check_writable=not dry_run)

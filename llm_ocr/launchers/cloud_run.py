@@ -48,11 +48,13 @@ from typing import Any, ClassVar
 
 from fsspec.core import split_protocol
 
-from llm_ocr.costs import cloud_run_hardware
+from llm_ocr.costs import CLOUD_RUN_PRICES, cloud_run_hardware
 from llm_ocr.launchers.cloud_run_job import (
+    MAX_RETRIES,
     MAX_TASKS,
     CodeVolume,
     check_job_id,
+    check_service_account,
     job_body,
     parse_secret_refs,
     run_body,
@@ -218,6 +220,11 @@ class CloudRun:
             raise LaunchError(f"--num-shards {request.num_shards}: a Cloud Run execution runs at most {MAX_TASKS} tasks")
         if self.parallelism is not None and self.parallelism < 1:
             raise LaunchError(f"--parallelism must be at least 1 (got {self.parallelism})")
+        if request.attempts is not None and request.attempts > MAX_RETRIES + 1:
+            raise LaunchError(
+                f"--attempts {request.attempts}: Cloud Run retries a task at most {MAX_RETRIES} times (maxRetries "
+                f"0..{MAX_RETRIES}), so a task has at most {MAX_RETRIES + 1} attempts"
+            )
         if request.secret_names:
             raise LaunchError(
                 f"--secret {request.secret_names[0]}: Cloud Run tasks read secrets from Secret Manager, never from this machine: "
@@ -235,14 +242,23 @@ class CloudRun:
                 "(printf %s \"$HF_TOKEN\" | gcloud secrets create hf-token --data-file=-) and pass --secret-ref HF_TOKEN=hf-token"
             )
         job_id = check_job_id(self.job_name or f"llm-ocr-{request.stage}")
-        self._check_credentials()
+        if self.service_account:
+            check_service_account(self.service_account)
+        notes = []
+        if request.offline:
+            notes.append("offline: not checked: the Google Cloud credentials")
+        else:
+            self._check_credentials()
         hardware = cloud_run_hardware(1 if resources.gpu else 0, resources.cpu, resources.memory_gib)
+        if self.region != CLOUD_RUN_PRICES.region:
+            notes.append(f"the Cloud Run prices are {CLOUD_RUN_PRICES.region}'s list prices ({CLOUD_RUN_PRICES.source}, "
+                         f"{CLOUD_RUN_PRICES.recorded}); {self.region} may differ, so the costs shown are estimates")
         info: dict[str, Any] = {
             "project": self.project, "region": self.region, "job": job_id, "gpu": resources.gpu, "cpu": resources.cpu,
             "memory_gib": resources.memory_gib, "endpoint": self.endpoint, "logging_endpoint": self.logging_endpoint,
         }
         private: dict[str, Any] = {"resources": resources, "code": None, "command_words": 1}
-        common = {"max_timeout_s": GPU_TASK_LIMIT_S if resources.gpu else CPU_TASK_LIMIT_S,
+        common = {"notes": notes, "max_timeout_s": GPU_TASK_LIMIT_S if resources.gpu else CPU_TASK_LIMIT_S,
                   "env": {"LLM_OCR_GRACE_PERIOD": str(GRACE_PERIOD_S)}, "secret_refs": refs}
         if request.image:
             return Target(hardware, request.image, [], {}, info, private, **common)

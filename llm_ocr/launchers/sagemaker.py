@@ -198,11 +198,17 @@ class SageMaker:
         notes = ["SageMaker Processing has no job retries (--attempts is not used): relaunch the same command to "
                  "rerun failed shards; they resume from their parts"]
         if hardware.price_per_hour is not None and self.price_per_hour is None:
-            notes.append(f"{sagemaker_price_note(hardware.name)}; pass --price-per-hour for your own")
-        account = self._account()
-        self._check_role(role, notes)
-        quota = self._quota(hardware.name, notes)
-        self._check_secrets(request, notes)
+            notes.append(f"{sagemaker_price_note(hardware.name, region)}; pass --price-per-hour for your own")
+        if request.offline:
+            account, quota = "ACCOUNT", None
+            self._check_secrets(request, notes, offline=True)
+            notes.append("offline: not checked: the AWS credentials and account, that the role exists, the account's "
+                         "instance quota, that the --aws-secret secrets exist")
+        else:
+            account = self._account()
+            self._check_role(role, notes)
+            quota = self._quota(hardware.name, notes)
+            self._check_secrets(request, notes)
         info: dict[str, Any] = {"region": region, "account": account, "role": role}
         private: dict[str, Any] = {"quota": quota, "role": role, "secret_ids": dict(self.aws_secrets), "stage": request.stage}
         # The jobs get the secrets' values only in their own process (fetched by name at start):
@@ -291,7 +297,7 @@ class SageMaker:
         notes.append(f"no '{wanted}' quota listed for this account; SageMaker checks it at submit time")
         return None
 
-    def _check_secrets(self, request: LaunchRequest, notes: list[str]) -> None:
+    def _check_secrets(self, request: LaunchRequest, notes: list[str], *, offline: bool = False) -> None:
         protocols = {split_protocol(url)[0] for url in [request.output, *request.inputs]}
         if split_protocol(request.output)[0] == "hf" and "HF_TOKEN" not in self.aws_secrets:
             raise LaunchError(
@@ -301,7 +307,7 @@ class SageMaker:
             )
         if "hf" in protocols and "HF_TOKEN" not in self.aws_secrets:
             notes.append("hf:// inputs are read without a token: pass --aws-secret HF_TOKEN=SECRET_ID for private ones")
-        for name, reference in self.aws_secrets.items():
+        for name, reference in ({} if offline else self.aws_secrets).items():
             secret_id = reference.partition("#")[0]
             try:
                 self._client("secretsmanager").describe_secret(SecretId=secret_id)  # metadata only, never the value

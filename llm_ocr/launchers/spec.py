@@ -73,6 +73,9 @@ class LaunchRequest:
     retry_errors: bool = False
     dataset: DatasetOptions = field(default_factory=DatasetOptions)
     storage_options: dict[str, Any] = field(default_factory=dict)
+    #: ``--dry-run --offline``: plan without any network call (credentials, the platform's lists,
+    #: the inputs, the output); every check skipped is named in the plan's notes.
+    offline: bool = False
 
 
 @dataclass

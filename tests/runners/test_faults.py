@@ -575,15 +575,15 @@ def test_planted_secrets_never_reach_logs_stats_or_outputs(tmp_path: Path) -> No
     # where the fake vllm, like vLLM, prints the arguments it was started with.
     key_file = tmp_path / "server-key.sha256"
     runs.append(run_cli("extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out5"), "--engine", "vllm",
-                        "--workers", "0", "--server-args", f"--api-key {secret} --corpus {tmp_path / 'a.pdf'}",
-                        env=fake_env(tmp_path, HF_TOKEN=secret, LLM_OCR_API_KEY=secret,
-                                     FAKE_VLLM_API_KEY_FILE=str(key_file))))
+                        "--workers", "0", "--server-args", f"--api-key {secret} --enforce-eager",
+                        env=fake_env(tmp_path, HF_TOKEN=secret, LLM_OCR_API_KEY=secret, FAKE_VLLM_API_KEY_FILE=str(key_file),
+                                     FAKE_VLLM_SIM_ARGS=f"--corpus {tmp_path / 'a.pdf'}")))
     assert [r.returncode for r in runs] == [0, 0, 0, 2, 0], [r.stderr[-2000:] for r in runs]
     assert "endpoint http://***@127.0.0.1:" in runs[3].stderr  # the URL is named, masked
     # The server got the key (in its environment, not on its command line), yet printed nothing of it.
     assert key_file.read_text() == hashlib.sha256(secret.encode()).hexdigest()
     launch = next(line for line in runs[4].stderr.splitlines() if "starting vllm server" in line)
-    assert "--corpus" in launch and "--api-key" not in launch
+    assert "--enforce-eager" in launch and "--api-key" not in launch
     assert "non-default args" in (tmp_path / "out5/_state/logs/server-00000-of-00001.log").read_text()
     haystacks = [text for r in runs for text in (r.stdout, r.stderr)]
     for out in ("out", "out2", "out3", "out4", "out5"):
