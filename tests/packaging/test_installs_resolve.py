@@ -32,6 +32,11 @@ DEV_EXTRAS = {"test", "vllm-cpu", "test-vllm"}
 CPU_LIMIT_S = 60
 #: A resolve that has not answered by then hangs (pip 26.3 gave none in 15 minutes).
 HANG_S = 900
+#: What each extra is for, by the distributions that must come with it: a resolve that "succeeds"
+#: without them (pip only warns when an extra names an extra its dependency no longer has, as
+#: aiobotocore 3.x's dropped ``boto3`` extra did) would leave the feature broken at run time.
+NEEDED = {"s3": {"s3fs", "boto3"}, "sagemaker": {"boto3"}, "gcs": {"gcsfs"}, "hub": {"huggingface-hub"},
+          "cloud-run": {"google-cloud-run", "google-cloud-logging", "gcsfs"}, "cpu": {"rapidocr", "rapid-layout"}}
 _INSTALL = re.compile(r"pip install[^\n]*?(?:llm-ocr|['\"]?\.)\[([a-z0-9, -]+)\]")
 
 
@@ -87,4 +92,6 @@ def test_a_documented_install_resolves_without_backtracking(fresh: Path, extras:
     assert cpu < CPU_LIMIT_S, f"{name}: pip used {cpu:.0f} CPU-seconds"
     names = {item["metadata"]["name"].lower().replace("_", "-") for item in json.loads(report.read_text())["install"]}
     assert "llm-ocr" in names
+    missing = set().union(*(NEEDED.get(extra, set()) for extra in extras)) - names
+    assert not missing, f"{name} resolved without {sorted(missing)}: {done.stderr[-2000:]}"
     print(f"{name}: resolved in {elapsed:.0f} s ({cpu:.1f} CPU-s), {len(names)} distributions")
