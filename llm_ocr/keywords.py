@@ -332,6 +332,8 @@ class LaunchKeywords(TypedDict, total=False):
     """Seconds between polls while waiting."""
     dry_run: bool
     """Print the job specs and API requests as JSON; submit nothing."""
+    offline: bool
+    """With --dry-run: check nothing over the network (credentials, the platform's lists, inputs, output); the notes name every check skipped."""
     wheel: str | None
     """Ship this llm-ocr wheel instead of building one."""
     project: str | None
