@@ -145,6 +145,9 @@ class DocumentResult:
     status: DocumentStatus
     failed_pages: list[int]
     error: str | None = None
+    #: Character offset in ``markdown`` where each page's text begins (page 1 at 0); None in
+    #: rows written before the column existed.
+    page_starts: list[int] | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The Parquet row of this document."""
@@ -153,6 +156,7 @@ class DocumentResult:
         row = {name: getattr(self, name) for name in self.__dataclass_fields__}
         row["figures"] = [dict(f) for f in self.figures]
         row["failed_pages"] = list(self.failed_pages)
+        row["page_starts"] = list(self.page_starts) if self.page_starts is not None else None
         return row
 
 
@@ -291,6 +295,7 @@ def document_schema() -> pa.Schema:
         ("status", pa.string()),
         ("failed_pages", pa.list_(pa.int32())),
         ("error", pa.string()),
+        ("page_starts", pa.list_(pa.int64())),
     ]
     features = {
         "doc_id": _value("string"),
@@ -302,5 +307,6 @@ def document_schema() -> pa.Schema:
         "status": _value("string"),
         "failed_pages": {"feature": _value("int32"), "_type": "List"},
         "error": _value("string"),
+        "page_starts": {"feature": _value("int64"), "_type": "List"},
     }
     return pa.schema(fields, metadata=_features_metadata(features))

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 from llm_ocr.report.reader import DocumentEntry, Summary
 from llm_ocr.report.safe_html import anchor, data_uri, esc, figure_bytes, markdown_to_html, text_block
-from llm_ocr.report.source_pages import PageView, SourcePages
+from llm_ocr.sources.rerender import PageView, SourcePages
 
 # ============================================================================================
 # HTML fragments
