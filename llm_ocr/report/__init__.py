@@ -25,6 +25,7 @@ most one part's table and one document's rows and page images in memory.
 - :mod:`.writer`       :func:`write_report` and its options
 - :mod:`.reader`       which documents and pages an output folder holds (bounded memory)
 - :mod:`.fragments`    the HTML of a page, a document, the summary, and the CSS
+- :mod:`.fields_panel` a document's fields (OUT/fields) with their pages and flagged values
 - :mod:`.safe_html`    untrusted model text -> safe HTML (Markdown, table sanitizer, data URIs)
 - :mod:`.display`      notebook helpers (also importable as :mod:`llm_ocr.report.display`)
 

@@ -105,8 +105,9 @@ def write_report(
             for entry in entries:
                 rows = reader.page_rows(entry, pages_to_show(entry, max_pages_per_document))
                 assembled = reader.assembled_row(entry) if entry.assemble_parts else None
+                fields = reader.fields_row(entry) if entry.fields_parts else None
                 with SourcePages(entry.doc_id, entry.source, render, so) as source_pages:
-                    for fragment in render_document(entry, rows, assembled=assembled, pages=source_pages):
+                    for fragment in render_document(entry, rows, assembled=assembled, fields=fields, pages=source_pages):
                         f.write(fragment)
                 pages_written += len(rows)
                 log.info("report: %s (%d pages)", entry.doc_id, len(rows))

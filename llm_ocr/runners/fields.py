@@ -1,0 +1,354 @@
+"""Runs Fields over one shard: ``OUT/assemble`` rows → classified, extracted, validated fields →
+one row per document in ``OUT/fields``.
+
+The schema (or classes file) is loaded and checked before anything else: a schema that does not
+parse, a pydantic path that does not import or a classes file that names a missing schema stops
+the run with exit status 2 before any request. Documents are read from Assemble's rows of this
+shard (any ``--num-shards`` Assemble ran with), a few columns only; requests are issued as soon
+as a document is read, up to ``--max-in-flight`` at once.
+
+Resume: a rerun keeps the rows ``ok`` and ``invalid`` of documents Assemble had complete
+(``document_status`` ok), and redoes ``error`` rows and rows made from partial documents (their
+pages may have been read since). Every part records the schema's fingerprint; a rerun with
+another schema into the same output is refused (the rows would not share their columns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llm_ocr.config import JobOptions
+from llm_ocr.costs import gpu_cost
+from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
+from llm_ocr.runners.page_flow import acquire_unless_stopped, iterate_in_thread
+from llm_ocr.runners.progress import ProgressReporter, RunCounters
+from llm_ocr.runners.shard import (
+    DEFAULT_IN_FLIGHT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PAGES_FAILED,
+    RunError,
+    ShardOutcome,
+    check_writable,
+    resolve_shard,
+)
+from llm_ocr.sources.base import RenderOptions
+from llm_ocr.stages.fields import (
+    Classes,
+    FieldsContext,
+    FieldsOptions,
+    FieldsResult,
+    SchemaError,
+    document_fields,
+    fields_arrow_schema,
+    load_classes,
+    load_fields_schema,
+    run_fingerprint,
+    single_class,
+    typed_columns,
+)
+from llm_ocr.stages.fields.columns import SCHEMA_METADATA_KEY, TypedColumn
+from llm_ocr.stages.fields.export import write_exports
+from llm_ocr.storage import Storage
+from llm_ocr.storage.parts import PART_RE, PartWriter, ShardLayoutError, list_parts, part_glob, remove_stale_temp_files, table_to_bytes
+from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
+from llm_ocr.storage.stores import StorageError
+from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows, read_columns, stage_has_parts, upstream_complete
+from llm_ocr.vlm.client import ClientOptions, EndpointDown
+
+log = logging.getLogger("llm_ocr")
+
+STAGE = "fields"
+#: Assemble columns Fields reads (``figures`` holds images and is not needed: their captions
+#: are in the Markdown already).
+DOCUMENT_COLUMNS = ["doc_id", "doc_index", "source", "num_pages", "markdown", "status", "failed_pages", "error",
+                    "page_starts"]  # a column older parts lack: the Parquet reader skips it there
+
+
+@dataclass
+class FieldsJob:
+    """Everything a Fields run needs."""
+
+    job: JobOptions
+    fields: FieldsOptions = field(default_factory=FieldsOptions)
+    client: ClientOptions = field(default_factory=ClientOptions)
+    server: ServerOptions = field(default_factory=ServerOptions)
+    render: RenderOptions = field(default_factory=RenderOptions)
+
+
+@dataclass
+class FieldsPlan:
+    """What a Fields run extracts: the classes (one, for ``--schema``) and the output's columns."""
+
+    classes: Classes
+    single: bool
+    columns: list[TypedColumn]
+    fingerprint: str
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of this run's rows."""
+        return fields_arrow_schema(self.columns, self.fingerprint)
+
+
+def plan_fields(options: FieldsOptions, storage_options: dict[str, Any] | None = None) -> FieldsPlan:
+    """Load and check the schema or classes file (a :class:`RunError` names what is wrong)."""
+    if bool(options.fields_schema) == bool(options.classes):
+        raise RunError("llm-ocr fields needs exactly one of --schema (one kind of document) or --classes (several)")
+    try:
+        if options.classes:
+            classes, single = load_classes(options.classes, storage_options), False
+        else:
+            classes, single = single_class(load_fields_schema(options.fields_schema or "", storage_options=storage_options)), True
+    except SchemaError as exc:
+        raise RunError(str(exc)) from exc
+    return FieldsPlan(classes, single, typed_columns(classes.schemas), run_fingerprint(classes.schemas))
+
+
+def scan_fields(stage: Storage, shard: int, num_shards: int, fingerprint: str) -> tuple[set[str], int]:
+    """Documents this shard already has a final row for, and the next part number.
+
+    Rows to redo (``error``, or made from a document Assemble had not completed) are removed from
+    their parts (rewritten atomically); unreadable parts are deleted. Parts written with another
+    schema stop the run.
+    """
+    done: set[str] = set()
+    next_seq = 0
+    remove_stale_temp_files(stage, part_glob(shard, num_shards))
+    for path in list_parts(stage, shard, num_shards):
+        next_seq = max(next_seq, int(PART_RE.search(path).group(3)) + 1)  # type: ignore[union-attr]
+        try:
+            data = stage.read_bytes(path)
+            meta = pq.ParquetFile(io.BytesIO(data)).schema_arrow.metadata or {}
+            table = pq.read_table(io.BytesIO(data))
+        except (pa.ArrowInvalid, OSError) as exc:
+            log.warning("removing unreadable part %s (%s); its documents will be redone", stage.display(path), exc)
+            stage.delete(path)
+            continue
+        if meta.get(SCHEMA_METADATA_KEY, b"").decode() != fingerprint:
+            raise RunError(
+                f"{stage.display(path)} was written with another schema or classes file: write to another --output, "
+                f"or delete {stage.display(stage.root)} to extract again"
+            )
+        keep = [s in ("ok", "invalid") and d in (None, "ok")
+                for s, d in zip(table.column("status").to_pylist(), table.column("document_status").to_pylist())]
+        if not all(keep):
+            kept = table.filter(pa.array(keep))
+            if kept.num_rows:
+                stage.write_atomic(path, table_to_bytes(kept))
+            else:
+                stage.delete(path)
+        done.update(d for d, k in zip(table.column("doc_id").to_pylist(), keep) if k)
+    return done, next_seq
+
+
+def fields_settled(marker: dict[str, Any] | None, fingerprint: str) -> bool:
+    """Whether an earlier run with the same schema left nothing to do: no ``error`` row and no
+    row made from a partial document (those are redone: their pages may have been read since)."""
+    if not marker or marker.get("schema") != fingerprint:
+        return False
+    return not marker.get("documents", {}).get("error", 0) and not marker.get("documents_partial", 0)
+
+
+def exit_code(documents: dict[str, int]) -> int:
+    """0 when every document's fields are ok; 1 when some are invalid or failed (rerun retries errors)."""
+    return EXIT_PAGES_FAILED if documents.get("invalid", 0) or documents.get("error", 0) else EXIT_OK
+
+
+async def fields_shard(spec: FieldsJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+    """Run Fields over this process's shard of ``OUT/assemble``."""
+    job = spec.job
+    plan = plan_fields(spec.fields, job.storage_options)  # before anything else: bad input costs nothing
+    num_shards, shard = resolve_shard(job)
+    out = Storage(job.output, job.storage_options)
+    source, stage = out.child("assemble"), out.child(STAGE)
+    marker = await asyncio.to_thread(read_marker, out, STAGE, shard, num_shards)
+    if fields_settled(marker, plan.fingerprint) and not _exports_missing(out, spec.fields, shard, num_shards):
+        log.info("fields shard %d/%d already complete; nothing to do", shard + 1, num_shards)
+        return ShardOutcome(exit_code(marker.get("documents", {})), marker)  # type: ignore[union-attr]
+    complete = await asyncio.to_thread(upstream_complete, out, "assemble", source, shard, num_shards)
+    if not complete and not await asyncio.to_thread(stage_has_parts, source):
+        raise RunError(f"nothing to extract fields from: {source.url} holds no Assemble output; run llm-ocr assemble first")
+    await asyncio.to_thread(check_writable, out)
+    try:
+        done, next_seq = await asyncio.to_thread(scan_fields, stage, shard, num_shards, plan.fingerprint)
+    except ShardLayoutError as exc:
+        raise RunError(str(exc)) from exc
+    if marker:
+        await asyncio.to_thread(clear_marker, out, STAGE, shard, num_shards)
+    if not complete:
+        log.warning(
+            "assemble has not finished every shard this fields shard reads: documents not there yet are left "
+            "out; rerun fields once it is done (no completion marker is written until then)"
+        )
+    run = _Run(spec, plan, out, shard, num_shards, stop or asyncio.Event())
+    try:
+        stats = await run.go(source, stage, done, next_seq)
+    except UnreadablePart as exc:
+        raise RunError(str(exc)) from exc
+    if run.stop.is_set():
+        log.warning("interrupted: fields rows written so far are saved; rerun the same command to resume")
+        return ShardOutcome(EXIT_INTERRUPTED, stats)
+    if not complete:
+        return ShardOutcome(EXIT_PAGES_FAILED, stats)
+    await asyncio.to_thread(write_marker, out, STAGE, shard, num_shards, stats)
+    return ShardOutcome(exit_code(stats["documents"]), stats)
+
+
+def _exports_missing(out: Storage, options: FieldsOptions, shard: int, num_shards: int) -> bool:
+    from llm_ocr.stages.fields.export import export_name
+
+    wanted = [s for s, on in (("jsonl", options.export_jsonl), ("csv", options.export_csv)) if on]
+    return any(not out.exists(out.path(export_name(shard, num_shards, s))) for s in wanted)
+
+
+class _Run:
+    """One shard's Fields run on an open endpoint."""
+
+    def __init__(self, spec: FieldsJob, plan: FieldsPlan, out: Storage, shard: int, num_shards: int, stop: asyncio.Event) -> None:
+        self.spec, self.plan, self.out = spec, plan, out
+        self.shard, self.num_shards, self.stop = shard, num_shards, stop
+        self.counts: Counter[str] = Counter()
+        self.classes: Counter[str] = Counter()
+        self.partial = 0
+        self.counters = RunCounters(STAGE, shard, num_shards, pages_found=0)
+
+    async def go(self, source: Storage, stage: Storage, done: set[str], next_seq: int) -> dict[str, Any]:
+        job, options = self.spec.job, self.spec.fields
+        started = time.monotonic()
+        writer = PartWriter(stage, self.plan.arrow_schema, self.shard, self.num_shards, start_seq=next_seq, max_rows=job.part_rows)
+        skipped = 0
+        async with self._endpoint() as endpoint:
+            in_flight = job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
+            ctx = await self._context(endpoint, in_flight)
+            reporter = ProgressReporter(self.counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
+                                        on_tick=progress_writer(self.out, STAGE, self.shard, self.num_shards))
+            reporter.start()
+            # Documents held at once: more than the request slots, so that slots never idle
+            # while a document is read; bounded, so that memory does not grow with the shard.
+            documents = asyncio.Semaphore(in_flight * 2)
+            tasks: set[asyncio.Task[None]] = set()
+            fatal: list[BaseException] = []
+            try:
+                rows = iter_shard_rows(source, self.shard, self.num_shards, columns=DOCUMENT_COLUMNS, batch_rows=16)
+                async for row in iterate_in_thread(rows):  # type: ignore[arg-type]
+                    if self.stop.is_set() or fatal:
+                        break
+                    self.counters.pages_found = (self.counters.pages_found or 0) + 1
+                    if row["doc_id"] in done:
+                        skipped += 1
+                        self.counters.pages_skipped += 1
+                        continue
+                    if not await acquire_unless_stopped(documents, self.stop):
+                        break
+                    task = asyncio.create_task(self._one(row, ctx, writer, documents, fatal))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    timeout = job.grace_period if self.stop.is_set() else None
+                    _, pending = await asyncio.wait(set(tasks), timeout=timeout)
+                    for task in pending:
+                        task.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                if fatal:
+                    raise fatal[0]
+            except (EndpointDown, StorageError) as exc:
+                raise RunError(f"{exc}; completed documents are saved, rerun to resume") from exc
+            finally:
+                await writer.close()
+                await reporter.stop()
+            if options.export_jsonl or options.export_csv:
+                await asyncio.to_thread(self._export, stage)
+        wall = round(time.monotonic() - started, 3)
+        stats: dict[str, Any] = {
+            "stage": STAGE, "shard": self.shard, "num_shards": self.num_shards,
+            "documents": {"ok": self.counts["ok"], "invalid": self.counts["invalid"], "error": self.counts["error"],
+                          "skipped": skipped},
+            "documents_partial": self.partial,
+            "classes": dict(self.classes), "requests": ctx.counts.requests, "repairs": ctx.counts.repairs,
+            "classified_by_model": ctx.counts.classified_by_model,
+            "prompt_tokens": ctx.counts.prompt_tokens, "completion_tokens": ctx.counts.completion_tokens,
+            "model": ctx.client.model, "structured": ctx.mode, "schema": self.plan.fingerprint, "wall_time_s": wall,
+        }  # fmt: skip
+        stats["gpu"] = gpu_cost(wall, endpoint.preset, job.gpu_price_per_hour)
+        log.info(
+            "[fields %d/%d] documents ok %d, invalid %d, error %d, skipped %d; %d requests (%d repairs)",
+            self.shard + 1, self.num_shards, self.counts["ok"], self.counts["invalid"], self.counts["error"], skipped,
+            ctx.counts.requests, ctx.counts.repairs,
+        )
+        return stats
+
+    async def _one(self, row: dict[str, Any], ctx: FieldsContext, writer: PartWriter, documents: asyncio.Semaphore,
+                   fatal: list[BaseException]) -> None:
+        self.counters.in_flight += 1
+        try:
+            result: FieldsResult = await document_fields(row, ctx)
+            await writer.add(result.to_row(self.plan.columns))
+            self.counts[result.status] += 1
+            self.classes[result.class_ or "unclassified"] += 1
+            self.partial += row.get("status") == "partial"
+            self.counters.pages["error" if result.status == "error" else "ok"] += 1
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - EndpointDown or a storage failure: stop the run
+            if not fatal:
+                fatal.append(exc)
+                self.stop.set()
+        finally:
+            self.counters.in_flight -= 1
+            documents.release()
+
+    def _endpoint(self) -> Any:
+        job, options = self.spec.job, self.spec.fields
+        model = options.fields_model or job.model
+        secret = options.fields_api_key or job.api_key
+        api_key = secret.get_secret_value() if secret else None
+        return open_endpoint(
+            options.fields_endpoint or job.endpoint, model, api_key=api_key, client_options=self.spec.client,
+            server_options=self.spec.server, out=self.out,
+            log_name=f"server-fields-{self.shard:05d}-of-{self.num_shards:05d}.log",
+        )
+
+    async def _context(self, endpoint: Endpoint, in_flight: int) -> FieldsContext:
+        options = self.spec.fields
+        mode = "json_schema" if options.fields_structured == "auto" else options.fields_structured
+        return FieldsContext(
+            client=endpoint.client, classes=self.plan.classes, single=self.plan.single, columns=self.plan.columns,
+            source=options.fields_from, mode=mode, fallback=options.fields_structured == "auto",
+            classify=options.fields_classify, max_tokens=options.fields_max_tokens,
+            max_input_tokens=options.fields_max_input_tokens, context_tokens=await endpoint.client.max_model_len(),
+            pages_per_request=options.fields_pages_per_request, instruction=options.fields_prompt,
+            temperature=options.fields_temperature, repair=options.fields_repair, limit=asyncio.Semaphore(in_flight),
+            page_image=self._page_image if options.fields_from != "markdown" else None,
+        )  # fmt: skip
+
+    async def _page_image(self, row: dict[str, Any], page: int) -> tuple[bytes, str]:
+        """A page re-rendered from the document's source, as Extract rendered it."""
+        from llm_ocr.sources.rerender import SourcePages
+
+        def render() -> tuple[bytes, str]:
+            with SourcePages(row["doc_id"], row.get("source"), self.spec.render, self.spec.job.storage_options) as pages:
+                view = pages.page(page)
+            if view.data is None:
+                raise ValueError(view.note or "no image")
+            return view.data, view.mime or "image/jpeg"
+
+        return await asyncio.to_thread(render)
+
+    def _export(self, stage: Storage) -> None:
+        rows: list[dict[str, Any]] = []
+        for path in list_parts(stage, self.shard, self.num_shards):
+            rows.extend(read_columns(stage, path, None).to_pylist())
+        written = write_exports(self.out, rows, self.plan.arrow_schema.names, self.shard, self.num_shards,
+                                jsonl=self.spec.fields.export_jsonl, csv_=self.spec.fields.export_csv)
+        for path in written:
+            log.info("exported %d rows to %s", len(rows), self.out.display(path))
