@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -221,6 +222,8 @@ class _Run:
         self.classes: Counter[str] = Counter()
         self.partial = 0
         self.counters = RunCounters(STAGE, shard, num_shards, pages_found=0)
+        # pypdfium2 is not thread-safe: page images are rendered one at a time.
+        self._render_lock = threading.Lock()
 
     async def go(self, source: Storage, stage: Storage, done: set[str], next_seq: int) -> dict[str, Any]:
         job, options = self.spec.job, self.spec.fields
@@ -336,7 +339,8 @@ class _Run:
         from llm_ocr.sources.rerender import SourcePages
 
         def render() -> tuple[bytes, str]:
-            with SourcePages(row["doc_id"], row.get("source"), self.spec.render, self.spec.job.storage_options) as pages:
+            with self._render_lock, SourcePages(row["doc_id"], row.get("source"), self.spec.render,
+                                                self.spec.job.storage_options) as pages:
                 view = pages.page(page)
             if view.data is None:
                 raise ValueError(view.note or "no image")
