@@ -167,7 +167,8 @@ def build_request(
             "--storage-options holds credentials, which would be visible in the job's command line: pass them "
             "as secrets in the store's own variables (e.g. --secret AWS_ACCESS_KEY_ID --secret AWS_SECRET_ACCESS_KEY)"
         )
-    endpoint = getattr(args, "endpoint", None) or (stage == "describe" and getattr(args, "describe_endpoint", None))
+    endpoint = getattr(args, "endpoint", None) or (stage == "describe" and getattr(args, "describe_endpoint", None)) \
+        or (stage == "fields" and getattr(args, "fields_endpoint", None))
     return LaunchRequest(
         platform=platform,
         inputs=list(getattr(args, "inputs", None) or []),

@@ -129,7 +129,7 @@ def _check_request(request: LaunchRequest) -> None:
         raise LaunchError(f"--timeout must be positive (got {request.timeout_s})")
     if request.stage in ("run", "extract") and not request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} needs at least one INPUT (a URL the jobs can read)")
-    if request.stage in ("describe", "assemble") and request.inputs:
+    if request.stage in ("describe", "assemble", "fields") and request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} takes no INPUT: it reads OUT ({request.inputs[0]!r} given)")
     for url, what in [(request.output, "--output"), *((u, "INPUT") for u in request.inputs)]:
         if split_protocol(url)[0] in _LOCAL_PROTOCOLS:

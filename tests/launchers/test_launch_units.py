@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from llm_ocr.launchers.adapter import JobState
+from llm_ocr.launchers.api import build_request
 from llm_ocr.launchers.record import LaunchRecord, load_record, save_record
 from llm_ocr.launchers.sizing import DEFAULT_TIMEOUT_S, shard_timeout
-from llm_ocr.launchers.spec import ShardSpec
+from llm_ocr.launchers.spec import LaunchError, ShardSpec
 from llm_ocr.launchers.table import LaunchStatus, marker_costs, shard_status
 from llm_ocr.launchers.wheel import build_wheel
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
@@ -143,3 +144,18 @@ def test_progress_ticks_whatever_the_display_mode() -> None:
     asyncio.run(run())
     assert len(ticks) >= 3
     assert ticks[-1]["pages"]["ok"] == 3 and ticks[-1]["pages"]["error"] == 1 and ticks[-1]["shard"] == 1
+
+
+def test_fields_launches_take_no_input_need_a_model_unless_given_an_endpoint_and_count_documents() -> None:
+    schema = ["--classes", "hf://datasets/o/n/classes.yaml"]
+    request = build_request("hf-jobs", "fields", schema, "hf://datasets/o/n", 2)
+    assert (request.stage, request.needs_model, request.inputs) == ("fields", True, [])
+    elsewhere = build_request("hf-jobs", "fields", [*schema, "--fields-endpoint", "https://llm.example/v1"], "hf://datasets/o/n", 2)
+    assert elsewhere.needs_model is False  # the model is served elsewhere: a CPU job is enough
+    with pytest.raises(LaunchError, match="mistyped|unrecognized arguments: --fields-modle"):
+        build_request("hf-jobs", "fields", [*schema, "--fields-modle", "x"], "hf://datasets/o/n", 2)
+    marker = {"fields": {"documents": {"ok": 7, "invalid": 2, "error": 1, "skipped": 3}, "wall_time_s": 60.0}}
+    row = shard_status(0, "fields", marker, None, JobState("j0", "succeeded", "COMPLETED", running_s=70.0), gpus=1, price_per_hour=1.0)
+    assert row.counts == {"ok": 7, "invalid": 2, "error": 1} and row.earlier == 3 and row.stages_done == ["fields"]
+    table = LaunchStatus("hf://datasets/o/n", "fields", 1, [row], gpus=1, price_per_hour=1.0)
+    assert "documents: 10 = ok 7, invalid 2, error 1" in "\n".join(table.totals_lines())
