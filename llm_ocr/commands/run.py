@@ -13,6 +13,8 @@ from llm_ocr.sources.base import RenderOptions
 from llm_ocr.stages.assemble import AssembleOptions
 from llm_ocr.stages.describe import DescribeOptions
 from llm_ocr.stages.extract import ExtractOptions
+from llm_ocr.commands.fields import add_fields_options
+from llm_ocr.stages.fields import FieldsOptions
 from llm_ocr.vlm.client import ClientOptions
 
 
@@ -23,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="all stages in one process: OCR, figure descriptions, assembled documents",
         description="Run Extract -> Describe -> Assemble over this shard of the inputs against one endpoint: "
         "each page is described in memory right after its OCR; writes OUT/extract, OUT/describe and "
-        "OUT/assemble.",
+        "OUT/assemble; with --schema or --classes, then Fields (OUT/fields) on the same endpoint.",
         epilog=EXIT_CODES_HELP,
     )
     parser.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or URLs of PDFs/images, or a dataset")
@@ -38,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         AssembleOptions,
         ClientOptions,
     )
+    add_fields_options(parser)  # with --schema or --classes, Fields runs after Assemble
     parser.set_defaults(handler=run)
 
 
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         assemble=resolve_options(AssembleOptions, args),
         client=resolve_options(ClientOptions, args),
         server=resolve_options(ServerOptions, args),
+        fields=resolve_options(FieldsOptions, args),
     )
     outcome = run_sync(lambda stop: run_shard(spec, stop))
     if outcome.stats:

@@ -21,6 +21,8 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,8 +167,43 @@ def exit_code(documents: dict[str, int]) -> int:
     return EXIT_PAGES_FAILED if documents.get("invalid", 0) or documents.get("error", 0) else EXIT_OK
 
 
-async def fields_shard(spec: FieldsJob, stop: asyncio.Event | None = None) -> ShardOutcome:
-    """Run Fields over this process's shard of ``OUT/assemble``."""
+@asynccontextmanager
+async def open_fields_endpoint(
+    job: JobOptions,
+    options: FieldsOptions,
+    client_options: ClientOptions,
+    *,
+    api_key: str | None,
+    main: Endpoint | None = None,
+    server_options: ServerOptions | None = None,
+    out: Storage | None = None,
+    log_name: str = "server-fields.log",
+) -> AsyncIterator[Endpoint]:
+    """The endpoint that extracts fields: ``--fields-endpoint``; else ``main`` (the endpoint
+    ``llm-ocr run`` has open: the very same client when the model is the same, so no second
+    model load); else the job's endpoint, or a server launched for this run."""
+    model = options.fields_model or job.model
+    if options.fields_endpoint:
+        async with open_endpoint(options.fields_endpoint, model, api_key=api_key, client_options=client_options) as endpoint:
+            yield endpoint
+    elif main is not None and model == main.client.model:
+        yield main
+    elif main is not None:
+        async with open_endpoint(main.client.base_url, model, api_key=api_key, client_options=client_options) as endpoint:
+            yield endpoint
+    else:
+        async with open_endpoint(job.endpoint, model, api_key=api_key, client_options=client_options,
+                                 server_options=server_options, out=out, log_name=log_name) as endpoint:
+            yield endpoint
+
+
+def fields_wanted(options: FieldsOptions) -> bool:
+    """Whether ``llm-ocr run`` was asked for fields (a schema or a classes file)."""
+    return bool(options.fields_schema or options.classes)
+
+
+async def fields_shard(spec: FieldsJob, stop: asyncio.Event | None = None, *, main: Endpoint | None = None) -> ShardOutcome:
+    """Run Fields over this process's shard of ``OUT/assemble`` (``main``: an endpoint already open)."""
     job = spec.job
     plan = plan_fields(spec.fields, job.storage_options)  # before anything else: bad input costs nothing
     num_shards, shard = resolve_shard(job)
@@ -191,7 +228,7 @@ async def fields_shard(spec: FieldsJob, stop: asyncio.Event | None = None) -> Sh
             "assemble has not finished every shard this fields shard reads: documents not there yet are left "
             "out; rerun fields once it is done (no completion marker is written until then)"
         )
-    run = _Run(spec, plan, out, shard, num_shards, stop or asyncio.Event())
+    run = _Run(spec, plan, out, shard, num_shards, stop or asyncio.Event(), main)
     try:
         stats = await run.go(source, stage, done, next_seq)
     except UnreadablePart as exc:
@@ -215,8 +252,9 @@ def _exports_missing(out: Storage, options: FieldsOptions, shard: int, num_shard
 class _Run:
     """One shard's Fields run on an open endpoint."""
 
-    def __init__(self, spec: FieldsJob, plan: FieldsPlan, out: Storage, shard: int, num_shards: int, stop: asyncio.Event) -> None:
-        self.spec, self.plan, self.out = spec, plan, out
+    def __init__(self, spec: FieldsJob, plan: FieldsPlan, out: Storage, shard: int, num_shards: int, stop: asyncio.Event,
+                 main: Endpoint | None = None) -> None:
+        self.spec, self.plan, self.out, self.main = spec, plan, out, main
         self.shard, self.num_shards, self.stop = shard, num_shards, stop
         self.counts: Counter[str] = Counter()
         self.classes: Counter[str] = Counter()
@@ -312,12 +350,10 @@ class _Run:
 
     def _endpoint(self) -> Any:
         job, options = self.spec.job, self.spec.fields
-        model = options.fields_model or job.model
         secret = options.fields_api_key or job.api_key
-        api_key = secret.get_secret_value() if secret else None
-        return open_endpoint(
-            options.fields_endpoint or job.endpoint, model, api_key=api_key, client_options=self.spec.client,
-            server_options=self.spec.server, out=self.out,
+        return open_fields_endpoint(
+            job, options, self.spec.client, main=self.main, server_options=self.spec.server, out=self.out,
+            api_key=secret.get_secret_value() if secret else None,
             log_name=f"server-fields-{self.shard:05d}-of-{self.num_shards:05d}.log",
         )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -30,6 +31,8 @@ from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runners.assemble import assemble_documents, assemble_finished
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, marker_settles, note_kept, quarantined_in
 from llm_ocr.runners.describe import DescribeFlow, describe_stats, make_context, open_describe_endpoint, resolve_schema
+from llm_ocr.runners.fields import FieldsJob, fields_settled, fields_shard, fields_wanted, plan_fields
+from llm_ocr.runners.fields import exit_code as fields_exit_code
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.shard import (
     EXIT_INTERRUPTED,
@@ -47,6 +50,7 @@ from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOpti
 from llm_ocr.stages.assemble import AssembleOptions
 from llm_ocr.stages.describe import DescribeContext, DescribeOptions, describe_page
 from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
+from llm_ocr.stages.fields import FieldsOptions
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
@@ -72,6 +76,8 @@ class RunJob:
     assemble: AssembleOptions = field(default_factory=AssembleOptions)
     client: ClientOptions = field(default_factory=ClientOptions)
     server: ServerOptions = field(default_factory=ServerOptions)
+    #: With a schema or a classes file, Fields runs after Assemble (on the same endpoint).
+    fields: FieldsOptions = field(default_factory=FieldsOptions)
 
 
 def _undescribed(extract: ShardIndex, describe: ShardIndex) -> int:
@@ -224,21 +230,27 @@ async def _page_flow(
 
 
 async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOutcome:
-    """Run Extract, Describe and Assemble over this process's shard of the inputs."""
+    """Run Extract, Describe and Assemble (and Fields, given a schema) over this process's shard."""
     job = spec.job
+    with_fields = fields_wanted(spec.fields)
+    plan = plan_fields(spec.fields, job.storage_options) if with_fields else None  # bad input costs nothing
     num_shards, shard = resolve_shard(job)
     out = Storage(job.output, job.storage_options)
     markers = {
-        name: await asyncio.to_thread(read_marker, out, name, shard, num_shards) for name in ("extract", "describe", "assemble")
+        name: await asyncio.to_thread(read_marker, out, name, shard, num_shards)
+        for name in ("extract", "describe", "assemble", "fields")
     }
     if (
         marker_settles(markers["extract"], spec.extract)
         and describe_settles(markers["describe"], markers["extract"])
         and assemble_finished(markers["assemble"], spec.assemble)
+        and (plan is None or fields_settled(markers["fields"], plan.fingerprint))
     ):
         log.info("shard %d/%d already complete in every stage; nothing to do", shard + 1, num_shards)
         quarantined = quarantined_in(markers["extract"])
-        return ShardOutcome(EXIT_PAGES_FAILED if quarantined else EXIT_OK, {name: marker for name, marker in markers.items()})
+        invalid = plan is not None and fields_exit_code(markers["fields"].get("documents", {})) != EXIT_OK  # type: ignore[union-attr]
+        return ShardOutcome(EXIT_PAGES_FAILED if quarantined or invalid else EXIT_OK,
+                            {name: marker for name, marker in markers.items() if marker})
     schema = resolve_schema(spec.describe, job.storage_options)
     await asyncio.to_thread(check_writable, out)
     try:
@@ -259,18 +271,51 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
             await asyncio.to_thread(clear_marker, out, name, shard, num_shards)
 
     preset: str | None = None
-    async with open_endpoint(
-        job.endpoint,
-        job.model,
-        api_key=job.api_key.get_secret_value() if job.api_key else None,
-        client_options=spec.client,
-        server_options=spec.server,
-        out=out,
-        log_name=f"server-{shard:05d}-of-{num_shards:05d}.log",
-    ) as endpoint, open_describe_endpoint(job, spec.describe, spec.client, main=endpoint) as describer:
+    # With Fields, the endpoint stays open until Fields is done: a server launched for the run
+    # serves Fields too (no second model load); without, it stops as soon as the pages are done.
+    async with AsyncExitStack() as servers:
+        endpoint = await servers.enter_async_context(open_endpoint(
+            job.endpoint,
+            job.model,
+            api_key=job.api_key.get_secret_value() if job.api_key else None,
+            client_options=spec.client,
+            server_options=spec.server,
+            out=out,
+            log_name=f"server-{shard:05d}-of-{num_shards:05d}.log",
+        ))
+        describer = await servers.enter_async_context(open_describe_endpoint(job, spec.describe, spec.client, main=endpoint))
         ex_counters, de_counters, dctx = await _page_flow(spec, endpoint, describer, schema, stages, stop)
         preset = endpoint.preset
+        if not with_fields:
+            await servers.aclose()
+        outcome = await _after_pages(spec, out, shard, num_shards, markers, stages, (ex_counters, de_counters, dctx), preset, stop)
+        if with_fields and outcome.exit_code not in (EXIT_INTERRUPTED,) and outcome.stats.get("assemble") is not None:
+            # Fields reads OUT/assemble back: batched writes (the Hub) must be committed first.
+            await asyncio.to_thread(out.flush)
+            fields_spec = FieldsJob(job, spec.fields, spec.client, spec.server, spec.render)
+            extracted = await fields_shard(fields_spec, stop, main=endpoint)
+            stats = {**outcome.stats, "fields": extracted.stats}
+            if extracted.exit_code == EXIT_INTERRUPTED:
+                return ShardOutcome(EXIT_INTERRUPTED, stats)
+            failed = outcome.exit_code != EXIT_OK or extracted.exit_code != EXIT_OK
+            return ShardOutcome(EXIT_PAGES_FAILED if failed else EXIT_OK, stats)
+        return outcome
 
+
+async def _after_pages(
+    spec: RunJob,
+    out: Storage,
+    shard: int,
+    num_shards: int,
+    markers: dict[str, Any],
+    stages: _Stages,
+    flow: tuple[RunCounters, RunCounters, DescribeContext],
+    preset: str | None,
+    stop: asyncio.Event | None,
+) -> ShardOutcome:
+    """The page stages' markers, then Assemble."""
+    job = spec.job
+    ex_counters, de_counters, dctx = flow
     ex_stats, de_stats = ex_counters.summary(), describe_stats(de_counters, dctx)
     ex_stats["pages"]["quarantined_earlier"] = stages.extract.kept_quarantined
     stats: dict[str, Any] = {"extract": ex_stats, "describe": de_stats}

@@ -228,3 +228,21 @@ def test_fields_from_page_images_and_the_report_marks_flagged_values(assembled: 
     flagged = html.split('title="not found anywhere in the document')
     assert len(flagged) - 1 == sum(len(r["unsupported_values"]) for r in rows.values()) >= 5
     assert receipt["merchant"] in flagged[1][:200] or any(receipt["merchant"] in part[:200] for part in flagged[1:])
+
+
+def test_run_with_classes_does_every_stage_in_one_process_on_one_server(corpus: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    docs, truth = corpus
+    out = tmp_path / "out"
+    # No --endpoint: llm-ocr launches the server (the simulator here) once, for every stage.
+    result = run_cli("run", str(docs), "--output", str(out), "--engine", "sim", "--classes", CLASSES, "--workers", "0",
+                     "--progress", "off", "--export-csv", timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]  # the misprinted invoice is invalid
+    stats = json.loads(result.stdout)
+    assert set(stats) == {"extract", "describe", "assemble", "fields"}
+    rows = read_stage(out, "fields")
+    assert sorted(r["doc_id"] for r in rows) == sorted(truth) and (out / "fields.csv").exists()
+    logs = sorted(p.name for p in out.rglob("server-*.log"))
+    assert len(logs) == 1 and "fields" not in logs[0], logs  # Fields used the run's server
+    again = run_cli("run", str(docs), "--output", str(out), "--engine", "sim", "--classes", CLASSES, "--workers", "0",
+                    "--progress", "off", "--export-csv", timeout=300)
+    assert "already complete in every stage" in again.stderr and again.returncode == 1  # still one invalid document
