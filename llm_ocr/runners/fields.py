@@ -21,8 +21,6 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,20 +28,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_ocr.config import JobOptions
-from llm_ocr.costs import gpu_cost
-from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
+from llm_ocr.endpoint import Endpoint, ServerOptions
+from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage, stage_endpoint
 from llm_ocr.runners.page_flow import acquire_unless_stopped, iterate_in_thread
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
-from llm_ocr.runners.shard import (
-    DEFAULT_IN_FLIGHT,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_PAGES_FAILED,
-    RunError,
-    ShardOutcome,
-    check_writable,
-    resolve_shard,
-)
+from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT, EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
 from llm_ocr.sources.base import RenderOptions
 from llm_ocr.stages.fields import (
     Classes,
@@ -63,7 +52,7 @@ from llm_ocr.stages.fields.columns import SCHEMA_METADATA_KEY, TypedColumn
 from llm_ocr.stages.fields.export import write_exports
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PART_RE, PartWriter, ShardLayoutError, list_parts, part_glob, remove_stale_temp_files, table_to_bytes
-from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
+from llm_ocr.storage.state import progress_writer
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows, read_columns, stage_has_parts, upstream_complete
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
@@ -167,166 +156,168 @@ def exit_code(documents: dict[str, int]) -> int:
     return EXIT_PAGES_FAILED if documents.get("invalid", 0) or documents.get("error", 0) else EXIT_OK
 
 
-@asynccontextmanager
-async def open_fields_endpoint(
-    job: JobOptions,
-    options: FieldsOptions,
-    client_options: ClientOptions,
-    *,
-    api_key: str | None,
-    main: Endpoint | None = None,
-    server_options: ServerOptions | None = None,
-    out: Storage | None = None,
-    log_name: str = "server-fields.log",
-) -> AsyncIterator[Endpoint]:
-    """The endpoint that extracts fields: ``--fields-endpoint``; else ``main`` (the endpoint
-    ``llm-ocr run`` has open: the very same client when the model is the same, so no second
-    model load); else the job's endpoint, or a server launched for this run."""
-    model = options.fields_model or job.model
-    if options.fields_endpoint:
-        async with open_endpoint(options.fields_endpoint, model, api_key=api_key, client_options=client_options) as endpoint:
-            yield endpoint
-    elif main is not None and model == main.client.model:
-        yield main
-    elif main is not None:
-        async with open_endpoint(main.client.base_url, model, api_key=api_key, client_options=client_options) as endpoint:
-            yield endpoint
-    else:
-        async with open_endpoint(job.endpoint, model, api_key=api_key, client_options=client_options,
-                                 server_options=server_options, out=out, log_name=log_name) as endpoint:
-            yield endpoint
-
-
 def fields_wanted(options: FieldsOptions) -> bool:
     """Whether ``llm-ocr run`` was asked for fields (a schema or a classes file)."""
     return bool(options.fields_schema or options.classes)
 
 
-async def fields_shard(spec: FieldsJob, stop: asyncio.Event | None = None, *, main: Endpoint | None = None) -> ShardOutcome:
-    """Run Fields over this process's shard of ``OUT/assemble`` (``main``: an endpoint already open)."""
-    job = spec.job
-    plan = plan_fields(spec.fields, job.storage_options)  # before anything else: bad input costs nothing
-    num_shards, shard = resolve_shard(job)
-    out = Storage(job.output, job.storage_options)
-    source, stage = out.child("assemble"), out.child(STAGE)
-    marker = await asyncio.to_thread(read_marker, out, STAGE, shard, num_shards)
-    if fields_settled(marker, plan.fingerprint) and not _exports_missing(out, spec.fields, shard, num_shards):
-        log.info("fields shard %d/%d already complete; nothing to do", shard + 1, num_shards)
-        return ShardOutcome(exit_code(marker.get("documents", {})), marker)  # type: ignore[union-attr]
-    complete = await asyncio.to_thread(upstream_complete, out, "assemble", source, shard, num_shards)
-    if not complete and not await asyncio.to_thread(stage_has_parts, source):
-        raise RunError(f"nothing to extract fields from: {source.url} holds no Assemble output; run llm-ocr assemble first")
-    await asyncio.to_thread(check_writable, out)
-    try:
-        done, next_seq = await asyncio.to_thread(scan_fields, stage, shard, num_shards, plan.fingerprint)
-    except ShardLayoutError as exc:
-        raise RunError(str(exc)) from exc
-    if marker:
-        await asyncio.to_thread(clear_marker, out, STAGE, shard, num_shards)
-    if not complete:
-        log.warning(
-            "assemble has not finished every shard this fields shard reads: documents not there yet are left "
-            "out; rerun fields once it is done (no completion marker is written until then)"
-        )
-    run = _Run(spec, plan, out, shard, num_shards, stop or asyncio.Event(), main)
-    try:
-        stats = await run.go(source, stage, done, next_seq)
-    except UnreadablePart as exc:
-        raise RunError(str(exc)) from exc
-    if run.stop.is_set():
-        log.warning("interrupted: fields rows written so far are saved; rerun the same command to resume")
-        return ShardOutcome(EXIT_INTERRUPTED, stats)
-    if not complete:
-        return ShardOutcome(EXIT_PAGES_FAILED, stats)
-    await asyncio.to_thread(write_marker, out, STAGE, shard, num_shards, stats)
-    return ShardOutcome(exit_code(stats["documents"]), stats)
+def _exports(options: FieldsOptions) -> list[str]:
+    return [s for s, on in (("jsonl", options.export_jsonl), ("csv", options.export_csv)) if on]
 
 
-def _exports_missing(out: Storage, options: FieldsOptions, shard: int, num_shards: int) -> bool:
-    from llm_ocr.stages.fields.export import export_name
+class Fields(ShardStage):
+    """Fields as a :class:`~llm_ocr.runners.lifecycle.ShardStage`.
 
-    wanted = [s for s, on in (("jsonl", options.export_jsonl), ("csv", options.export_csv)) if on]
-    return any(not out.exists(out.path(export_name(shard, num_shards, s))) for s in wanted)
+    The schema (or classes file) is loaded when the lifecycle first asks whether the shard is
+    settled, before anything is read or sent: bad input stops the run with exit status 2.
+    ``main``: an endpoint the caller has open (``llm-ocr run``), used when it serves the model.
+    """
+
+    writes = (STAGE,)
+
+    def __init__(self, spec: FieldsJob, *, main: Endpoint | None = None) -> None:
+        self.spec = spec
+        self.main = main
+        self._plan: FieldsPlan | None = None
+        self.complete = True
+        self.done: set[str] = set()
+        self.next_seq = 0
+
+    @property
+    def plan(self) -> FieldsPlan:
+        """The run's classes and columns (the schema is loaded and checked once)."""
+        if self._plan is None:
+            self._plan = plan_fields(self.spec.fields, self.spec.job.storage_options)
+        return self._plan
+
+    def settled(self, markers: Markers) -> int | None:
+        marker = markers[STAGE]
+        if not fields_settled(marker, self.plan.fingerprint):
+            return None
+        assert marker is not None
+        if not set(_exports(self.spec.fields)) <= set(marker.get("exported", [])):
+            return None
+        return exit_code(marker.get("documents", {}))
+
+    async def check(self, shard: Shard, markers: Markers) -> None:
+        source = shard.folder("assemble")
+        self.complete = await asyncio.to_thread(upstream_complete, shard.out, "assemble", source, shard.index, shard.count)
+        if not self.complete and not await asyncio.to_thread(stage_has_parts, source):
+            raise RunError(f"nothing to extract fields from: {source.url} holds no Assemble output; run llm-ocr assemble first")
+
+    async def resume(self, shard: Shard, markers: Markers) -> None:
+        try:
+            self.done, self.next_seq = await asyncio.to_thread(
+                scan_fields, shard.folder(STAGE), shard.index, shard.count, self.plan.fingerprint
+            )
+        except ShardLayoutError as exc:
+            raise RunError(str(exc)) from exc
+        if not self.complete:
+            log.warning(
+                "assemble has not finished every shard this fields shard reads: documents not there yet are left "
+                "out; rerun fields once it is done (no completion marker is written until then)"
+            )
+
+    async def work(self, shard: Shard) -> Finished:
+        job, options = shard.job, self.spec.fields
+        secret = options.fields_api_key or job.api_key
+        async with stage_endpoint(
+            shard, self.spec.client, self.spec.server, url=options.fields_endpoint, model=options.fields_model or job.model,
+            api_key=secret.get_secret_value() if secret else None, main=self.main, log_prefix="server-fields",
+        ) as endpoint:
+            run = _Run(self.spec, self.plan, shard)
+            try:
+                result = await run.go(endpoint, self.done, self.next_seq)
+            except UnreadablePart as exc:
+                raise RunError(str(exc)) from exc
+        return Finished([result], complete=self.complete, preset=endpoint.preset)
+
+
+async def fields_shard(spec: FieldsJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+    """Run Fields over this process's shard of ``OUT/assemble``."""
+    return await run_stage(Fields(spec), spec.job, stop)
 
 
 class _Run:
     """One shard's Fields run on an open endpoint."""
 
-    def __init__(self, spec: FieldsJob, plan: FieldsPlan, out: Storage, shard: int, num_shards: int, stop: asyncio.Event,
-                 main: Endpoint | None = None) -> None:
-        self.spec, self.plan, self.out, self.main = spec, plan, out, main
-        self.shard, self.num_shards, self.stop = shard, num_shards, stop
+    def __init__(self, spec: FieldsJob, plan: FieldsPlan, shard: Shard) -> None:
+        self.spec, self.plan, self.shard = spec, plan, shard
+        self.out = shard.out
         self.counts: Counter[str] = Counter()
         self.classes: Counter[str] = Counter()
         self.partial = 0
-        self.counters = RunCounters(STAGE, shard, num_shards, pages_found=0)
+        # Documents are counted as the lifecycle counts pages: read, written, done earlier.
+        self.counters = RunCounters(STAGE, shard.index, shard.count, pages_found=0)
         # pypdfium2 is not thread-safe: page images are rendered one at a time.
         self._render_lock = threading.Lock()
 
-    async def go(self, source: Storage, stage: Storage, done: set[str], next_seq: int) -> dict[str, Any]:
-        job, options = self.spec.job, self.spec.fields
+    async def go(self, endpoint: Endpoint, done: set[str], next_seq: int) -> StageResult:
+        """Extract the fields of every document of the shard not ``done``; the stage's result."""
+        shard, job, options = self.shard, self.spec.job, self.spec.fields
+        stop = shard.stop
         started = time.monotonic()
-        writer = PartWriter(stage, self.plan.arrow_schema, self.shard, self.num_shards, start_seq=next_seq, max_rows=job.part_rows)
+        stage = shard.folder(STAGE)
+        writer = PartWriter(stage, self.plan.arrow_schema, shard.index, shard.count, start_seq=next_seq, max_rows=job.part_rows)
         skipped = 0
-        async with self._endpoint() as endpoint:
-            in_flight = job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
-            ctx = await self._context(endpoint, in_flight)
-            reporter = ProgressReporter(self.counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
-                                        on_tick=progress_writer(self.out, STAGE, self.shard, self.num_shards))
-            reporter.start()
-            # Documents held at once: more than the request slots, so that slots never idle
-            # while a document is read; bounded, so that memory does not grow with the shard.
-            documents = asyncio.Semaphore(in_flight * 2)
-            tasks: set[asyncio.Task[None]] = set()
-            fatal: list[BaseException] = []
-            try:
-                rows = iter_shard_rows(source, self.shard, self.num_shards, columns=DOCUMENT_COLUMNS, batch_rows=16)
-                async for row in iterate_in_thread(rows):  # type: ignore[arg-type]
-                    if self.stop.is_set() or fatal:
-                        break
-                    self.counters.pages_found = (self.counters.pages_found or 0) + 1
-                    if row["doc_id"] in done:
-                        skipped += 1
-                        self.counters.pages_skipped += 1
-                        continue
-                    if not await acquire_unless_stopped(documents, self.stop):
-                        break
-                    task = asyncio.create_task(self._one(row, ctx, writer, documents, fatal))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                if tasks:
-                    timeout = job.grace_period if self.stop.is_set() else None
-                    _, pending = await asyncio.wait(set(tasks), timeout=timeout)
-                    for task in pending:
-                        task.cancel()
-                    await asyncio.gather(*pending, return_exceptions=True)
-                if fatal:
-                    raise fatal[0]
-            except (EndpointDown, StorageError) as exc:
-                raise RunError(f"{exc}; completed documents are saved, rerun to resume") from exc
-            finally:
-                await writer.close()
-                await reporter.stop()
-            if options.export_jsonl or options.export_csv:
-                await asyncio.to_thread(self._export, stage)
-        wall = round(time.monotonic() - started, 3)
+        in_flight = job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
+        ctx = await self._context(endpoint, in_flight)
+        reporter = ProgressReporter(self.counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
+                                    on_tick=progress_writer(self.out, STAGE, shard.index, shard.count))
+        reporter.start()
+        # Documents held at once: more than the request slots, so that slots never idle while a
+        # document is read; bounded, so that memory does not grow with the shard.
+        documents = asyncio.Semaphore(in_flight * 2)
+        tasks: set[asyncio.Task[None]] = set()
+        fatal: list[BaseException] = []
+        try:
+            rows = iter_shard_rows(shard.folder("assemble"), shard.index, shard.count, columns=DOCUMENT_COLUMNS, batch_rows=16)
+            async for row in iterate_in_thread(rows):
+                if stop.is_set() or fatal:
+                    break
+                self.counters.pages_found = (self.counters.pages_found or 0) + 1
+                if row["doc_id"] in done:
+                    skipped += 1
+                    self.counters.pages_skipped += 1
+                    continue
+                if not await acquire_unless_stopped(documents, stop):
+                    break
+                task = asyncio.create_task(self._one(row, ctx, writer, documents, fatal))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                _, pending = await asyncio.wait(set(tasks), timeout=job.grace_period if stop.is_set() else None)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+            if fatal:
+                raise fatal[0]
+        except (EndpointDown, StorageError) as exc:
+            raise RunError(f"{exc}; completed documents are saved, rerun to resume") from exc
+        finally:
+            await writer.close()
+            await reporter.stop()
+            log.info(self.counters.reconciliation())
+        exported = []
+        if _exports(options) and not stop.is_set():
+            await asyncio.to_thread(self._export, stage)
+            exported = _exports(options)
+        documents_count = {"ok": self.counts["ok"], "invalid": self.counts["invalid"], "error": self.counts["error"],
+                           "skipped": skipped}
         stats: dict[str, Any] = {
-            "stage": STAGE, "shard": self.shard, "num_shards": self.num_shards,
-            "documents": {"ok": self.counts["ok"], "invalid": self.counts["invalid"], "error": self.counts["error"],
-                          "skipped": skipped},
-            "documents_partial": self.partial,
-            "classes": dict(self.classes), "requests": ctx.counts.requests, "repairs": ctx.counts.repairs,
-            "classified_by_model": ctx.counts.classified_by_model,
+            "stage": STAGE, "shard": shard.index, "num_shards": shard.count, "documents": documents_count,
+            "documents_partial": self.partial, "classes": dict(self.classes), "requests": ctx.counts.requests,
+            "repairs": ctx.counts.repairs, "classified_by_model": ctx.counts.classified_by_model,
             "prompt_tokens": ctx.counts.prompt_tokens, "completion_tokens": ctx.counts.completion_tokens,
-            "model": ctx.client.model, "structured": ctx.mode, "schema": self.plan.fingerprint, "wall_time_s": wall,
+            "model": ctx.client.model, "structured": ctx.mode, "schema": self.plan.fingerprint, "exported": exported,
+            "wall_time_s": round(time.monotonic() - started, 3),
         }  # fmt: skip
-        stats["gpu"] = gpu_cost(wall, endpoint.preset, job.gpu_price_per_hour)
         log.info(
             "[fields %d/%d] documents ok %d, invalid %d, error %d, skipped %d; %d requests (%d repairs)",
-            self.shard + 1, self.num_shards, self.counts["ok"], self.counts["invalid"], self.counts["error"], skipped,
+            shard.index + 1, shard.count, self.counts["ok"], self.counts["invalid"], self.counts["error"], skipped,
             ctx.counts.requests, ctx.counts.repairs,
         )
-        return stats
+        return StageResult(STAGE, stats, failed=exit_code(documents_count) != EXIT_OK, counters=self.counters)
 
     async def _one(self, row: dict[str, Any], ctx: FieldsContext, writer: PartWriter, documents: asyncio.Semaphore,
                    fatal: list[BaseException]) -> None:
@@ -343,19 +334,10 @@ class _Run:
         except BaseException as exc:  # noqa: BLE001 - EndpointDown or a storage failure: stop the run
             if not fatal:
                 fatal.append(exc)
-                self.stop.set()
+                self.shard.stop.set()
         finally:
             self.counters.in_flight -= 1
             documents.release()
-
-    def _endpoint(self) -> Any:
-        job, options = self.spec.job, self.spec.fields
-        secret = options.fields_api_key or job.api_key
-        return open_fields_endpoint(
-            job, options, self.spec.client, main=self.main, server_options=self.spec.server, out=self.out,
-            api_key=secret.get_secret_value() if secret else None,
-            log_name=f"server-fields-{self.shard:05d}-of-{self.num_shards:05d}.log",
-        )
 
     async def _context(self, endpoint: Endpoint, in_flight: int) -> FieldsContext:
         options = self.spec.fields
@@ -386,9 +368,9 @@ class _Run:
 
     def _export(self, stage: Storage) -> None:
         rows: list[dict[str, Any]] = []
-        for path in list_parts(stage, self.shard, self.num_shards):
+        for path in list_parts(stage, self.shard.index, self.shard.count):
             rows.extend(read_columns(stage, path, None).to_pylist())
-        written = write_exports(self.out, rows, self.plan.arrow_schema.names, self.shard, self.num_shards,
+        written = write_exports(self.out, rows, self.plan.arrow_schema.names, self.shard.index, self.shard.count,
                                 jsonl=self.spec.fields.export_jsonl, csv_=self.spec.fields.export_csv)
         for path in written:
             log.info("exported %d rows to %s", len(rows), self.out.display(path))
