@@ -24,24 +24,24 @@ from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO, read_stage, run_cli
 from tests.vllm_real.conftest import SERVER_ARGS, VLLM_ENV, logged_requests, server_cli_args
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-#: Every value bounded (enums, a boolean, a patterned string): a random model cannot run past
+#: Every value bounded (an enum, a boolean, a patterned string) and the whole answer short (the
+#: tiny model's tokenizer spends about a token per character): a random model cannot run past
 #: max_tokens inside an endless string.
 SCHEMA = {
     "type": "object",
     "properties": {
         "kind": {"type": "string", "enum": ["invoice", "receipt"]},
-        "currency": {"type": "string", "enum": ["EUR", "USD", "GBP"]},
         "paid": {"type": "boolean"},
-        "reference": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"},
+        "ref": {"type": "string", "pattern": "^[A-Z]{2}[0-9]$"},
     },
-    "required": ["kind", "currency", "paid", "reference"],
+    "required": ["kind", "paid", "ref"],
     "additionalProperties": False,
 }
 #: The random model may favour whitespace tokens, which JSON allows anywhere between values:
 #: vLLM's own option keeps whitespace out of the grammar (the request is unchanged).
-NO_WHITESPACE = '--structured-outputs-config {"disable_any_whitespace":true}'
+NO_WHITESPACE = "--structured-outputs-config.backend xgrammar --structured-outputs-config.disable_any_whitespace true"
 
 
 def test_fields_answers_from_real_vllm_validate_on_the_first_request(tiny_model: Path, tmp_path: Path) -> None:
@@ -57,9 +57,9 @@ def test_fields_answers_from_real_vllm_validate_on_the_first_request(tiny_model:
     schema_file.write_text(json.dumps(SCHEMA))
 
     result = run_cli(
-        "-v", "fields", "--output", str(out), "--schema", str(schema_file), "--fields-max-tokens", "64",
+        "-v", "fields", "--output", str(out), "--schema", str(schema_file), "--fields-max-tokens", "128",
         "--progress", "off", *server_cli_args(tiny_model, server_args=f"{SERVER_ARGS} {NO_WHITESPACE}"),
-        timeout=400, env=VLLM_ENV,
+        timeout=850, env=VLLM_ENV,
     )  # fmt: skip
     rows = read_stage(out, "fields")
     assert len(rows) == 2, result.stderr[-4000:]
