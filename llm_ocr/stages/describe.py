@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -109,8 +110,9 @@ class DescribeContext:
     temperature: float = 0.0
     extra_body: dict[str, Any] = field(default_factory=dict)
     schema: dict[str, Any] | None = None
-    #: Bounds figure requests in flight; each request takes a slot on its own (no batches).
-    limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(64))
+    #: Bounds figure requests in flight; each request takes a slot on its own (no batches). A
+    #: runner passes a limit sized for its endpoint (it may change while the run goes).
+    limit: AbstractAsyncContextManager[Any] = field(default_factory=lambda: asyncio.Semaphore(64))
     counts: FigureCounts = field(default_factory=FigureCounts)
     _validator: Any = field(default=None, init=False, repr=False)
 
