@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field
-
+from llm_ocr.options import ReportOptions
 from llm_ocr.report.fragments import CSS, render_document, render_summary
 from llm_ocr.report.reader import DocumentEntry, OutputReader, Summary
 from llm_ocr.report.safe_html import anchor, esc
@@ -23,18 +22,6 @@ from llm_ocr.storage import Storage, retry_io
 log = logging.getLogger("llm_ocr.report")
 
 __all__ = ["ReportAnnotations", "ReportError", "ReportOptions", "ReportResult", "pages_to_show", "write_report"]
-
-
-
-class ReportOptions(BaseModel):
-    """What the HTML report shows and where it is written."""
-
-    html: str | None = Field(None, description="Where to write the report (default: OUT/report.html).")
-    max_documents: int = Field(20, ge=1, description="Documents shown at most (the first ones, in input order).")
-    max_pages_per_document: int = Field(20, ge=1, description="Pages shown per document at most (the first ones).")
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict, description="JSON object of fsspec storage options for OUT, the sources and the report."
-    )
 
 
 class ReportError(Exception):

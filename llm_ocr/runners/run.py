@@ -16,15 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from llm_ocr.config import JobOptions
-from llm_ocr.endpoint import ServerOptions
 from llm_ocr.endpoint.quarantine import PageQuarantined
 from llm_ocr.records import PageResult
-from llm_ocr.runners.assemble import Assemble, AssembleJob, assemble_finished
+from llm_ocr.options import StageSpec
+from llm_ocr.runners.assemble import Assemble, assemble_finished
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, extract_settles, note_kept, note_retried
 from llm_ocr.runners.describe import describe_context, describe_endpoint, describe_handler, describe_result, resolve_schema
 from llm_ocr.runners.extract import extract_context
@@ -33,33 +31,15 @@ from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardS
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, ShardOutcome
-from llm_ocr.sources import DatasetOptions
-from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
-from llm_ocr.stages.assemble import AssembleOptions
-from llm_ocr.stages.describe import DescribeContext, DescribeOptions, describe_page
-from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.stages.describe import DescribeContext, describe_page
+from llm_ocr.stages.extract import ExtractContext, extract_page
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.storage.upstream import iter_shard_rows
-from llm_ocr.vlm.client import ClientOptions
 
 log = logging.getLogger("llm_ocr")
 
 STAGES = ("extract", "describe", "assemble")
-
-
-@dataclass
-class RunJob:
-    """Everything ``llm-ocr run`` needs."""
-
-    inputs: list[str]
-    job: JobOptions
-    render: RenderOptions = field(default_factory=RenderOptions)
-    dataset: DatasetOptions = field(default_factory=DatasetOptions)
-    extract: ExtractOptions = field(default_factory=ExtractOptions)
-    describe: DescribeOptions = field(default_factory=DescribeOptions)
-    assemble: AssembleOptions = field(default_factory=AssembleOptions)
-    client: ClientOptions = field(default_factory=ClientOptions)
-    server: ServerOptions = field(default_factory=ServerOptions)
 
 
 def _undescribed(extract: ShardIndex, describe: ShardIndex) -> int:
@@ -115,7 +95,7 @@ class Run(ShardStage):
     reads = ("assemble",)
     label = "run"  # type: ignore[assignment]
 
-    def __init__(self, spec: RunJob) -> None:
+    def __init__(self, spec: StageSpec) -> None:
         self.spec = spec
         self.schema: dict[str, Any] | None = None
         self.documents: Iterator[DocumentRef] = iter(())
@@ -179,7 +159,7 @@ class Run(ShardStage):
         # Assemble reads OUT/describe back: where writes are batched into commits (the Hub), the
         # parts just written must be committed first, or Assemble finds nothing to assemble.
         await asyncio.to_thread(shard.out.flush)
-        assembled = await run_on(shard, Assemble(AssembleJob(shard.job, self.spec.assemble)), writable_checked=True)
+        assembled = await run_on(shard, Assemble(self.spec), writable_checked=True)
         stats = {**outcome.stats, "assemble": assembled.stats}
         if assembled.exit_code == EXIT_INTERRUPTED:
             return ShardOutcome(EXIT_INTERRUPTED, stats)
@@ -187,6 +167,6 @@ class Run(ShardStage):
         return ShardOutcome(EXIT_PAGES_FAILED if failed else EXIT_OK, stats)
 
 
-async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
     """Run Extract, Describe and Assemble over this process's shard of the inputs."""
     return await run_stage(Run(spec), spec.job, stop)
