@@ -24,6 +24,8 @@ COMMAND_MODULES = (
     "llm_ocr.commands.bench_reads",
     "llm_ocr.commands.status",
     "llm_ocr.commands.bench_accuracy",
+    "llm_ocr.commands.bench_quality",
+    "llm_ocr.commands.compare",
     "llm_ocr.commands.launch",
 )
 

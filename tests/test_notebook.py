@@ -55,3 +55,12 @@ def test_quickstart_notebook_runs_the_pipeline_and_shows_results(tmp_path: Path,
     assert any("check failed: line items sum to the subtotal" in h for h in html_outputs)  # show_fields of the misprint
     assert any("data:image/" in h for h in html_outputs)
     assert not any(o.get("output_type") == "error" for c in notebook.cells for o in c.get("outputs", []))
+
+    # The notebook runs the pipeline through the Python API in its own kernel, not the CLI in a
+    # subprocess; the run shows a progress bar, not log lines.
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert not any("subprocess" in cell.source or "llm_ocr.cli" in cell.source for cell in code)
+    (run_cell,) = [cell for cell in code if "llm_ocr.run(" in cell.source]
+    shown = "".join(o.get("text", "") for o in run_cell.get("outputs", []) if o.get("output_type") == "stream")
+    assert "page" in shown and "100%" in shown, shown  # the bar, complete
+    assert "pages seen" not in shown and "INFO" not in shown, shown

@@ -18,12 +18,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import aiohttp
-from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
+from llm_ocr.options import ServerOptions
 from llm_ocr.endpoint.watch import EndpointWatch, probe_endpoint
 from llm_ocr.endpoint.quarantine import CrashTracker
 from llm_ocr.servers.engines import api_key_to_env, free_port, sim_command, vllm_command
@@ -39,39 +38,16 @@ from llm_ocr.servers.presets import (
     preset_for,
     with_gpus,
 )
-from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics
+from llm_ocr.servers.process import ManagedServer, ServerFailed
+from llm_ocr.servers.prometheus import parse_metrics
 from llm_ocr.storage import Storage
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient, display_url
 from llm_ocr.endpoint.dispatch import Dispatcher
 
 log = logging.getLogger("llm_ocr")
 
-Engine = Literal["auto", "vllm", "cpu", "sim"]
-
-
 class EndpointError(Exception):
     """The model endpoint cannot be used; the message says why and what to do."""
-
-
-class ServerOptions(BaseModel):
-    """The model server this process launches when no ``--endpoint`` is given."""
-
-    engine: Engine = Field(
-        "auto", description="Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."
-    )
-    gpu_preset: str | None = Field(
-        None, description=f"vLLM sizing preset: {', '.join(PRESETS)} (default: detected with nvidia-smi)."
-    )
-    server_command: str = Field("vllm serve", description="Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server').")
-    server_args: str = Field("", description="Extra arguments appended to the server command line (they override ours).")
-    server_startup_timeout: float = Field(1800.0, gt=0, description="Seconds the server may take to become ready.")
-    server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run (per server).")
-    gpus: int | None = Field(
-        None,
-        ge=1,
-        description="GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi "
-        "lists, or as many as --gpu-preset names; 1: one server).",
-    )
 
 
 @dataclass

@@ -179,12 +179,14 @@ def _finished_shards(out: Storage, request: LaunchRequest) -> dict[int, str]:
     """Shards with every completion marker of the stage (from listings: no marker is read unless
     ``--retry-errors`` needs their failed-page counts)."""
     needed = STAGE_MARKERS[request.stage]
+    if request.stage == "run" and {"--fields-schema", "--classes"} & set(request.stage_args):
+        needed = (*needed, "fields")  # `llm-ocr run --schema ...`: a shard without Fields' marker is not done
     paths = {stage: marker_paths(out, stage, request.num_shards) for stage in needed}
     done = {shard: "done" for shard in range(request.num_shards) if all(shard in paths[s] for s in needed)}
     if request.retry_errors:
         primary = PRIMARY_STAGE[request.stage]
         for shard, stats in markers_by_shard(out, primary, request.num_shards).items():
-            counts = stats.get("documents" if primary == "assemble" else "pages") or {}
+            counts = stats.get("documents" if primary in ("assemble", "fields") else "pages") or {}
             if shard in done and counts.get("error", 0):
                 del done[shard]
     return done
@@ -350,7 +352,7 @@ def collect_status(
         num_shards, stage = record.num_shards, record.stage
     stage = stage or "run"
     if num_shards is None:
-        layouts = set().union(*(marker_layouts(out, s) for s in ("extract", "describe", "assemble")))
+        layouts = set().union(*(marker_layouts(out, s) for s in ("extract", "describe", "assemble", "fields")))
         if len(layouts) != 1:
             raise LaunchError(
                 f"{out.url} has no launch record" + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")

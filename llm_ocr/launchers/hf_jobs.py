@@ -22,7 +22,6 @@ ENTRYPOINT anyway.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -30,9 +29,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from llm_ocr.costs import HF_JOBS_HARDWARE, Hardware
 from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.adapter import JobState, Phase, Submission
+from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.spec import LAUNCH_LABEL, REDACTED, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage.stores import scrub
@@ -55,25 +56,35 @@ _PHASES: dict[str, Phase] = {
 _PER_HOUR = {"second": 3600.0, "minute": 60.0, "hour": 1.0}
 
 
+class HfJobsOptions(PlatformOptions):
+    """Hugging Face Jobs: ``llm-ocr launch hf-jobs`` options (``llm_ocr.launch`` keywords)."""
+
+    flavor: str | None = Field(
+        None, description=f"Hardware flavor (default: {DEFAULT_GPU_FLAVOR}, or {DEFAULT_CPU_FLAVOR} for assemble and "
+        "--endpoint runs); e.g. l4x1, l40sx1, a100-large, h200.", json_schema_extra={"metavar": "FLAVOR"},
+    )
+    namespace: str | None = Field(None, description="User or organisation to run the jobs under (default: the token's user).")
+    code_repo: str | None = Field(
+        None, description="Private model repo the llm-ocr wheel is uploaded to (default: NAMESPACE/llm-ocr-jobs-code).",
+        json_schema_extra={"metavar": "OWNER/NAME"},
+    )
+
+
 class HfJobs:
     """The Hugging Face Jobs adapter (see the module docstring)."""
 
     name: ClassVar[str] = "hf-jobs"
     shard_env: ClassVar[bool] = True
     hardware_option: ClassVar[str] = "flavor"
+    options: ClassVar[type[BaseModel]] = HfJobsOptions
 
-    def __init__(
-        self,
-        *,
-        namespace: str | None = None,
-        code_repo: str | None = None,
-        wheel: str | Path | None = None,
-        token: str | None = None,
-        endpoint: str | None = None,
-    ) -> None:
-        self.namespace = namespace
-        self.code_repo = code_repo
-        self.wheel_path = Path(wheel) if wheel else None
+    def __init__(self, *, token: str | None = None, endpoint: str | None = None, **options: Any) -> None:
+        """``options``: :class:`HfJobsOptions` fields; ``token`` and ``endpoint`` (the Hub's) for tests
+        and for following a launch."""
+        given = HfJobsOptions.model_validate(options)
+        self.namespace = given.namespace
+        self.code_repo = given.code_repo
+        self.wheel_path = Path(given.wheel) if given.wheel else None
         self._token = token
         # huggingface_hub reads HF_ENDPOINT at import time; read it now so that a variable set
         # later (a notebook cell, a test) is honoured too.
@@ -81,23 +92,6 @@ class HfJobs:
         self._api: Any = None
 
     # -- options --------------------------------------------------------------------------------
-
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """``--flavor``, ``--namespace``, ``--code-repo``, ``--wheel``."""
-        group = parser.add_argument_group("Hugging Face Jobs")
-        group.add_argument("--flavor", dest="flavor", default=None, metavar="FLAVOR",
-                           help=f"hardware flavor (default: {DEFAULT_GPU_FLAVOR}, or {DEFAULT_CPU_FLAVOR} for assemble "
-                                f"and --endpoint runs); e.g. l4x1, l40sx1, a100-large, h200")
-        group.add_argument("--namespace", default=None, help="user or organisation to run the jobs under (default: the token's user)")
-        group.add_argument("--code-repo", default=None, metavar="OWNER/NAME",
-                           help="private model repo the llm-ocr wheel is uploaded to (default: NAMESPACE/llm-ocr-jobs-code)")
-        group.add_argument("--wheel", default=None, metavar="PATH", help="ship this llm-ocr wheel instead of building one")
-
-    @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> dict[str, Any]:
-        """Constructor keywords from parsed arguments."""
-        return {"namespace": args.namespace, "code_repo": args.code_repo, "wheel": args.wheel}
 
     @classmethod
     def from_record(cls, info: dict[str, Any]) -> HfJobs:

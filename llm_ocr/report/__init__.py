@@ -36,13 +36,21 @@ from llm_ocr.report.fragments import CSS, render_document, render_page, render_s
 from llm_ocr.report.reader import DocumentEntry, OutputReader, Summary
 from llm_ocr.report.safe_html import markdown_to_html, sanitize_table
 from llm_ocr.sources.rerender import PageView, SourcePages
-from llm_ocr.report.writer import ReportError, ReportOptions, ReportResult, pages_to_show, write_report
+from llm_ocr.report.writer import (
+    ReportAnnotations,
+    ReportError,
+    ReportOptions,
+    ReportResult,
+    pages_to_show,
+    write_report,
+)
 
 __all__ = [
     "CSS",
     "DocumentEntry",
     "OutputReader",
     "PageView",
+    "ReportAnnotations",
     "ReportError",
     "ReportOptions",
     "ReportResult",

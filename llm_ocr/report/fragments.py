@@ -197,8 +197,10 @@ def _legend(blocks: list[Mapping[str, Any]]) -> str:
 
 
 def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_prefix: str = "", note_html: str = "") -> str:
-    """One page row → an HTML fragment (image with boxes, Markdown, figures, status, error);
-    ``note_html`` (already safe HTML) goes under the page's picture and Markdown."""
+    """One page row → an HTML fragment (image with boxes, Markdown, figures, status, error).
+
+    ``note_html`` (trusted HTML: the quality checks' findings, the fields found on the page) goes
+    under the heading."""
     view = view or PageView(note="the page image was not re-rendered")
     doc_id, page = str(row.get("doc_id") or ""), row.get("page")
     figures = list(row.get("figures") or [])
@@ -222,6 +224,7 @@ def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_
     ]
     if row.get("error"):
         parts.append(f'<div class="llmocr-error">{esc(str(row["error"]))}</div>')
+    parts.append(note_html)
     blocks = list(row.get("blocks") or [])
     # A document-level row (page 0: the document could not be opened) has no picture.
     picture, note = _boxes_svg(row, view) if page != 0 or blocks else ("", None)
@@ -230,7 +233,6 @@ def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_
     left = picture + _legend(blocks)
     right = markdown or '<p class="llmocr-missing">no Markdown</p>'
     parts.append(f'<div class="llmocr-cols"><div>{left}</div><div class="llmocr-md">{right}</div></div>')
-    parts.append(note_html)
     others = [f for f in figures if str(f.get("id")) not in inline]
     if others:
         parts.append("<div><strong>Figures</strong><br>")
@@ -325,9 +327,12 @@ def render_document(
     fields: Mapping[str, Any] | None = None,
     pages: SourcePages | None = None,
     anchor_prefix: str = "",
+    page_notes: Mapping[int, str] | None = None,
 ) -> Iterator[str]:
-    """One document as HTML fragments, yielded page by page so a caller can stream them;
-    ``fields`` (its ``OUT/fields`` row) adds the fields, each linked to the page it is on."""
+    """One document as HTML fragments, yielded page by page so a caller can stream them.
+
+    ``fields`` (its ``OUT/fields`` row) adds the fields, each linked to the page it is on;
+    ``page_notes`` maps page numbers to trusted HTML shown under each page's heading."""
     shown = {int(r.get("page") or 0) for r in rows}
     total = entry.num_pages
     yield f'<section class="llmocr-doc" id="{anchor(anchor_prefix, "doc", entry.doc_id)}">'
@@ -363,5 +368,5 @@ def render_document(
         page = int(row.get("page") or 0)
         view = pages.page(page) if pages is not None and page > 0 else None
         here = fields_on_page(fields, page) if fields is not None and page > 0 else ""
-        yield render_page(row, view, anchor_prefix=anchor_prefix, note_html=here)
+        yield render_page(row, view, anchor_prefix=anchor_prefix, note_html=(page_notes or {}).get(page, "") + here)
     yield "</section>"

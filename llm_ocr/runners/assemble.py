@@ -20,11 +20,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_ocr.config import JobOptions
+from llm_ocr.options import AssembleOptions, JobOptions, StageSpec
 from llm_ocr.records import DocumentResult, document_schema
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage
 from llm_ocr.runners.shard import EXIT_OK, RunError, ShardOutcome
-from llm_ocr.stages.assemble import AssembleOptions, assemble_document
+from llm_ocr.stages.assemble import assemble_document
 from llm_ocr.stages.export import export_document, markdown_path
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import (
@@ -51,14 +51,6 @@ log = logging.getLogger("llm_ocr")
 #: Upstream columns Assemble needs (``raw`` and ``blocks`` can be large and are not used).
 PAGE_COLUMNS = ["doc_id", "doc_index", "page", "source", "num_pages", "markdown", "figures", "status", "error",
                 "fallback_text"]  # a column parts written before it lack: the Parquet reader skips it there
-
-
-@dataclass
-class AssembleJob:
-    """Everything an Assemble run needs."""
-
-    job: JobOptions
-    assemble: AssembleOptions = field(default_factory=AssembleOptions)
 
 
 @dataclass
@@ -236,7 +228,7 @@ class Assemble(ShardStage):
 
     writes = ("assemble",)
 
-    def __init__(self, spec: AssembleJob) -> None:
+    def __init__(self, spec: StageSpec) -> None:
         self.spec = spec
         self.plan: _Plan | None = None
         self.previous: dict[str, Any] | None = None
@@ -279,6 +271,6 @@ class Assemble(ShardStage):
         return Finished([result], complete=plan.upstream_complete, uses_model=False)
 
 
-async def assemble_shard(spec: AssembleJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+async def assemble_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
     """Run Assemble over this process's shard (CPU only: no model server is involved)."""
     return await run_stage(Assemble(spec), spec.job, stop)

@@ -16,13 +16,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from llm_ocr.config import JobOptions
-from llm_ocr.endpoint import Endpoint, ServerOptions
+from llm_ocr.endpoint import Endpoint
 from llm_ocr.endpoint.in_flight import InFlightLimit
+from llm_ocr.options import ClientOptions, DescribeOptions, ServerOptions, StageSpec
 from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import describe_settles, quarantined_in
 from llm_ocr.runners.lifecycle import (
@@ -38,30 +37,12 @@ from llm_ocr.runners.lifecycle import (
 )
 from llm_ocr.runners.page_flow import UpstreamRows
 from llm_ocr.runners.shard import EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
-from llm_ocr.stages.describe import (
-    DescribeContext,
-    DescribeOptions,
-    SchemaError,
-    describe_extra_body,
-    describe_page,
-    load_schema,
-)
+from llm_ocr.stages.describe import DescribeContext, SchemaError, describe_extra_body, describe_page, load_schema
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.storage.upstream import iter_shard_rows, stage_has_parts, upstream_complete
-from llm_ocr.vlm.client import ClientOptions
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, clamp_max_tokens
 
 log = logging.getLogger("llm_ocr")
-
-
-@dataclass
-class DescribeJob:
-    """Everything a Describe run needs."""
-
-    job: JobOptions
-    describe: DescribeOptions = field(default_factory=DescribeOptions)
-    client: ClientOptions = field(default_factory=ClientOptions)
-    server: ServerOptions = field(default_factory=ServerOptions)
 
 
 def resolve_schema(options: DescribeOptions, storage_options: dict[str, Any]) -> dict[str, Any] | None:
@@ -132,7 +113,7 @@ class Describe(ShardStage):
     writes = ("describe",)
     reads = ("extract",)
 
-    def __init__(self, spec: DescribeJob) -> None:
+    def __init__(self, spec: StageSpec) -> None:
         self.spec = spec
         self.schema: dict[str, Any] | None = None
         self.complete = False
@@ -171,6 +152,6 @@ class Describe(ShardStage):
         return Finished([describe_result(work, ctx)], complete=self.complete, preset=endpoint.preset)
 
 
-async def describe_shard(spec: DescribeJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+async def describe_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
     """Run Describe over this process's shard of ``OUT/extract``."""
     return await run_stage(Describe(spec), spec.job, stop)

@@ -9,38 +9,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from functools import partial
 
-from llm_ocr.config import JobOptions
-from llm_ocr.endpoint import Endpoint, ServerOptions
+from llm_ocr.endpoint import Endpoint
+from llm_ocr.options import ExtractOptions, StageSpec
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_stage
 from llm_ocr.runners.page_flow import DocumentPages
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures
-from llm_ocr.sources import DatasetOptions
-from llm_ocr.sources.base import DocumentRef, RenderOptions
-from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
+from llm_ocr.sources.base import DocumentRef
+from llm_ocr.stages.extract import ExtractContext, extract_page
 from llm_ocr.storage.parts import ShardIndex
-from llm_ocr.vlm.client import ClientOptions
 from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
 
 log = logging.getLogger("llm_ocr")
-
-
-@dataclass
-class ExtractJob:
-    """Everything an Extract run needs."""
-
-    inputs: list[str]
-    job: JobOptions
-    render: RenderOptions = field(default_factory=RenderOptions)
-    dataset: DatasetOptions = field(default_factory=DatasetOptions)
-    extract: ExtractOptions = field(default_factory=ExtractOptions)
-    client: ClientOptions = field(default_factory=ClientOptions)
-    server: ServerOptions = field(default_factory=ServerOptions)
 
 
 async def extract_context(endpoint: Endpoint, model: str, options: ExtractOptions, pool: WorkerPool) -> ExtractContext:
@@ -60,7 +44,7 @@ class Extract(ShardStage):
 
     writes = ("extract",)
 
-    def __init__(self, spec: ExtractJob) -> None:
+    def __init__(self, spec: StageSpec) -> None:
         self.spec = spec
         self.documents: Iterator[DocumentRef] = iter(())
         self.index = ShardIndex()
@@ -91,7 +75,7 @@ class Extract(ShardStage):
         return Finished([result], preset=endpoint.preset)
 
 
-async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+async def extract_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
     """Run Extract over this process's shard of the inputs."""
     return await run_stage(Extract(spec), spec.job, stop)
 

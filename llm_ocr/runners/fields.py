@@ -27,17 +27,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llm_ocr.config import JobOptions
-from llm_ocr.endpoint import Endpoint, ServerOptions
+from llm_ocr.endpoint import Endpoint
+from llm_ocr.options import FieldsOptions, StageSpec
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage, stage_endpoint
 from llm_ocr.runners.page_flow import acquire_unless_stopped, iterate_in_thread
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT, EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
-from llm_ocr.sources.base import RenderOptions
 from llm_ocr.stages.fields import (
     Classes,
     FieldsContext,
-    FieldsOptions,
     FieldsResult,
     SchemaError,
     document_fields,
@@ -55,7 +53,7 @@ from llm_ocr.storage.parts import PART_RE, PartWriter, ShardLayoutError, list_pa
 from llm_ocr.storage.state import progress_writer
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows, read_columns, stage_has_parts, upstream_complete
-from llm_ocr.vlm.client import ClientOptions, EndpointDown
+from llm_ocr.vlm.client import EndpointDown
 
 log = logging.getLogger("llm_ocr")
 
@@ -64,17 +62,6 @@ STAGE = "fields"
 #: are in the Markdown already).
 DOCUMENT_COLUMNS = ["doc_id", "doc_index", "source", "num_pages", "markdown", "status", "failed_pages", "error",
                     "page_starts"]  # a column older parts lack: the Parquet reader skips it there
-
-
-@dataclass
-class FieldsJob:
-    """Everything a Fields run needs."""
-
-    job: JobOptions
-    fields: FieldsOptions = field(default_factory=FieldsOptions)
-    client: ClientOptions = field(default_factory=ClientOptions)
-    server: ServerOptions = field(default_factory=ServerOptions)
-    render: RenderOptions = field(default_factory=RenderOptions)
 
 
 @dataclass
@@ -175,7 +162,7 @@ class Fields(ShardStage):
 
     writes = (STAGE,)
 
-    def __init__(self, spec: FieldsJob, *, main: Endpoint | None = None) -> None:
+    def __init__(self, spec: StageSpec, *, main: Endpoint | None = None) -> None:
         self.spec = spec
         self.main = main
         self._plan: FieldsPlan | None = None
@@ -233,7 +220,7 @@ class Fields(ShardStage):
         return Finished([result], complete=self.complete, preset=endpoint.preset)
 
 
-async def fields_shard(spec: FieldsJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+async def fields_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
     """Run Fields over this process's shard of ``OUT/assemble``."""
     return await run_stage(Fields(spec), spec.job, stop)
 
@@ -241,7 +228,7 @@ async def fields_shard(spec: FieldsJob, stop: asyncio.Event | None = None) -> Sh
 class _Run:
     """One shard's Fields run on an open endpoint."""
 
-    def __init__(self, spec: FieldsJob, plan: FieldsPlan, shard: Shard) -> None:
+    def __init__(self, spec: StageSpec, plan: FieldsPlan, shard: Shard) -> None:
         self.spec, self.plan, self.shard = spec, plan, shard
         self.out = shard.out
         self.counts: Counter[str] = Counter()

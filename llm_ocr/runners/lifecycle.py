@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
-from llm_ocr.config import JobOptions
+from llm_ocr.options import JobOptions
 from llm_ocr.costs import gpu_cost
-from llm_ocr.endpoint import Endpoint, ServerOptions, open_endpoint
+from llm_ocr.options import ClientOptions, ServerOptions
+from llm_ocr.endpoint import Endpoint, open_endpoint
 from llm_ocr.endpoint.in_flight import InFlightLimit, adapting
 from llm_ocr.records import page_schema
 from llm_ocr.runners.page_flow import FlowSettings, Intake, PageFlow, PageHandler, flow_settings
@@ -56,7 +57,7 @@ from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan
 from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart
-from llm_ocr.vlm.client import ClientOptions, EndpointDown
+from llm_ocr.vlm.client import EndpointDown
 
 log = logging.getLogger("llm_ocr")
 

@@ -18,58 +18,32 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from llm_ocr.config import JobOptions
-from llm_ocr.endpoint import Endpoint, ServerOptions
+from llm_ocr.endpoint import Endpoint
 from llm_ocr.endpoint.quarantine import PageQuarantined
 from llm_ocr.records import PageResult
-from llm_ocr.runners.assemble import Assemble, AssembleJob, assemble_finished
+from llm_ocr.options import StageSpec
+from llm_ocr.runners.assemble import Assemble, assemble_finished
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, extract_settles, note_kept, note_retried
 from llm_ocr.runners.describe import describe_context, describe_endpoint, describe_handler, describe_result, resolve_schema
 from llm_ocr.runners.extract import extract_context
-from llm_ocr.runners.fields import Fields, FieldsJob, fields_wanted
+from llm_ocr.runners.fields import Fields, fields_wanted
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_on, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, ShardOutcome
-from llm_ocr.sources import DatasetOptions
-from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
-from llm_ocr.stages.assemble import AssembleOptions
-from llm_ocr.stages.describe import DescribeContext, DescribeOptions, describe_page
-from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
-from llm_ocr.stages.fields import FieldsOptions
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.stages.describe import DescribeContext, describe_page
+from llm_ocr.stages.extract import ExtractContext, extract_page
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.storage.upstream import iter_shard_rows
-from llm_ocr.vlm.client import ClientOptions
 
 log = logging.getLogger("llm_ocr")
 
 STAGES = ("extract", "describe", "assemble")
-
-
-@dataclass
-class RunJob:
-    """Everything ``llm-ocr run`` needs."""
-
-    inputs: list[str]
-    job: JobOptions
-    render: RenderOptions = field(default_factory=RenderOptions)
-    dataset: DatasetOptions = field(default_factory=DatasetOptions)
-    extract: ExtractOptions = field(default_factory=ExtractOptions)
-    describe: DescribeOptions = field(default_factory=DescribeOptions)
-    assemble: AssembleOptions = field(default_factory=AssembleOptions)
-    client: ClientOptions = field(default_factory=ClientOptions)
-    server: ServerOptions = field(default_factory=ServerOptions)
-    #: With a schema or a classes file, Fields runs after Assemble.
-    fields: FieldsOptions = field(default_factory=FieldsOptions)
-
-    def fields_job(self) -> FieldsJob:
-        """The Fields part of the run."""
-        return FieldsJob(self.job, self.fields, self.client, self.server, self.render)
 
 
 def _undescribed(extract: ShardIndex, describe: ShardIndex) -> int:
@@ -119,20 +93,17 @@ async def _run_quarantined(
 
 class Run(ShardStage):
     """``llm-ocr run`` as a :class:`~llm_ocr.runners.lifecycle.ShardStage`: one page flow writes
-    Extract's and Describe's rows; :meth:`then` assembles, then extracts fields when asked.
-
-    ``servers``: where the run's endpoint is kept open until the caller closes it, so that Fields,
-    after Assemble, uses the same server (without it, the server stops when the pages are done).
-    """
+    Extract's and Describe's rows; :meth:`then` assembles."""
 
     writes = ("extract", "describe")
     reads = ("assemble",)
     label = "run"  # type: ignore[assignment]
 
-    def __init__(self, spec: RunJob, servers: AsyncExitStack | None = None) -> None:
+    def __init__(self, spec: StageSpec, servers: AsyncExitStack | None = None) -> None:
         self.spec = spec
+        #: Where the run's endpoint is kept open for Fields, until the caller closes it.
         self.servers = servers
-        self.fields = Fields(spec.fields_job()) if fields_wanted(spec.fields) else None
+        self.fields = Fields(spec) if fields_wanted(spec.fields) else None
         if self.fields is not None:
             self.reads = ("assemble", "fields")  # type: ignore[misc]
         self.endpoint: Endpoint | None = None
@@ -214,7 +185,7 @@ class Run(ShardStage):
         # Assemble reads OUT/describe back: where writes are batched into commits (the Hub), the
         # parts just written must be committed first, or Assemble finds nothing to assemble.
         await asyncio.to_thread(shard.out.flush)
-        assembled = await run_on(shard, Assemble(AssembleJob(shard.job, self.spec.assemble)), writable_checked=True)
+        assembled = await run_on(shard, Assemble(self.spec), writable_checked=True)
         stats = {**outcome.stats, "assemble": assembled.stats}
         if assembled.exit_code == EXIT_INTERRUPTED:
             return ShardOutcome(EXIT_INTERRUPTED, stats)
@@ -231,7 +202,7 @@ class Run(ShardStage):
         return ShardOutcome(EXIT_PAGES_FAILED if failed else EXIT_OK, stats)
 
 
-async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
     """Run Extract, Describe, Assemble (and Fields, given a schema) over this process's shard."""
     async with AsyncExitStack() as servers:  # a server kept open for Fields stops here, whatever happened
         return await run_stage(Run(spec, servers), spec.job, stop)

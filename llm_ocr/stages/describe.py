@@ -15,8 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import fsspec
-from pydantic import BaseModel, Field, SecretStr
-
+from llm_ocr.options import DescribeOptions
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.storage.stores import store_options
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
@@ -28,30 +27,6 @@ _ERROR_EXCERPT = 300
 #: Fields whose string value leads the readable form of a structured description.
 _LEAD_FIELDS = ("description", "caption", "summary", "alt", "alt_text", "text")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
-
-
-class DescribeOptions(BaseModel):
-    """How Describe captions figure crops: prompt, model, endpoint and optional JSON schema."""
-
-    describe_prompt: str | None = Field(
-        None, description=f"Prompt sent with each figure crop (default: {DESCRIBE_PROMPT!r}, DeepSeek-OCR's own)."
-    )
-    describe_max_tokens: int = Field(
-        1024, gt=0, description="Most tokens one description may generate (capped by the server's context)."
-    )
-    describe_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of descriptions.")
-    describe_model: str | None = Field(None, description="Served model that writes descriptions (default: --model).")
-    describe_endpoint: str | None = Field(
-        None, description="OpenAI-compatible base URL of a separate captioning server (default: the job's endpoint)."
-    )
-    describe_api_key: SecretStr | None = Field(
-        None, description="API key of --describe-endpoint (default: --api-key; prefer LLM_OCR_DESCRIBE_API_KEY)."
-    )
-    describe_schema: str | None = Field(
-        None,
-        description="JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured "
-        "output; the validated JSON goes to description_json and a readable form to description.",
-    )
 
 
 class SchemaError(Exception):

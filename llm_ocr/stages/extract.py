@@ -10,8 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
-
+from llm_ocr.options import ExtractOptions
 from llm_ocr.records import Block, Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.segments import plan_segments
@@ -25,38 +24,6 @@ log = logging.getLogger(__name__)
 
 #: The token DeepSeek-OCR ends a page with; kept in ``raw``, removed from ``markdown``.
 EOS_TOKEN = "<｜end▁of▁sentence｜>"
-
-
-class ExtractOptions(BaseModel):
-    """What Extract asks the model and how it treats degenerate answers."""
-
-    prompt: str | None = Field(None, description="OCR prompt (default: the model family's grounding document prompt).")
-    max_tokens: int | None = Field(
-        None, gt=0, description="Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."
-    )
-    truncation_retries: int = Field(
-        1,
-        ge=0,
-        description="Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature.",
-    )
-    retry_temperature_step: float = Field(0.2, ge=0, le=1, description="Temperature added per truncation retry.")
-    retry_quarantined: bool = Field(
-        False, description="Retry pages an earlier run quarantined because the model server crashed on them."
-    )
-    text_layer_fallback: bool = Field(
-        True, description="Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."
-    )
-    max_page_aspect: float = Field(
-        3.0,
-        ge=0,
-        description="Pages whose long side exceeds this many times their short side are read in overlapping "
-        "segments of a readable shape, one request each, and joined (0: always read whole).",
-    )
-    cut_loops: bool = Field(
-        True,
-        description="Stream each answer and close the stream as soon as it repeats itself (a repetition loop), "
-        "then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens).",
-    )
 
 
 @dataclass

@@ -34,7 +34,8 @@ from llm_ocr.servers.engines import (
     vllm_command,
 )
 from llm_ocr.servers.presets import PRESETS, GpuPreset
-from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics, redact_command
+from llm_ocr.servers.process import ManagedServer, ServerFailed, redact_command
+from llm_ocr.servers.prometheus import parse_metrics
 from llm_ocr.vlm.recipes import DOCUMENT_PROMPT, image_messages, recipe_for
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"

@@ -22,7 +22,8 @@ from openai import AsyncOpenAI
 from PIL import Image, ImageDraw
 
 from llm_ocr.servers.frame.protocol import image_prompt_tokens
-from llm_ocr.servers.sim.cli import build_parser, parse_prometheus
+from llm_ocr.servers.prometheus import parse_prometheus
+from llm_ocr.servers.sim.cli import build_parser
 from llm_ocr.servers.sim.server import per_token_seconds
 from llm_ocr.testing import SimulatedServer, SimulatedServerError
 

@@ -14,14 +14,13 @@ rule-then-model classification. One ``OUT/fields`` row per document.
 
 from llm_ocr.stages.fields.classes import OTHER, Classes, load_classes, single_class
 from llm_ocr.stages.fields.columns import fields_arrow_schema, run_fingerprint, typed_columns
-from llm_ocr.stages.fields.document import FieldsContext, FieldsOptions, FieldsResult, document_fields
+from llm_ocr.stages.fields.document import FieldsContext, FieldsResult, document_fields
 from llm_ocr.stages.fields.schema import FieldsSchema, SchemaError, load_fields_schema
 
 __all__ = [
     "OTHER",
     "Classes",
     "FieldsContext",
-    "FieldsOptions",
     "FieldsResult",
     "FieldsSchema",
     "SchemaError",

@@ -15,8 +15,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
-
 from llm_ocr.stages.fields.chunks import PageText, estimate_tokens, image_chunks, pages_text, split_pages, text_chunks
 from llm_ocr.stages.fields.classes import OTHER, Classes, Decision
 from llm_ocr.stages.fields.columns import TypedColumn
@@ -40,53 +38,6 @@ log = logging.getLogger("llm_ocr")
 FieldsStatus = Literal["ok", "invalid", "error"]
 #: Words of an HTTP 400 that mean "this endpoint has no structured outputs" (not "too long").
 _UNSUPPORTED_FORMAT_WORDS = ("response_format", "json_schema", "json_object", "structured", "guided", "grammar")
-
-
-class FieldsOptions(BaseModel):
-    """What Fields extracts (schema or classes), from what, with which model and how."""
-
-    fields_schema: str | None = Field(
-        None, description="The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic "
-        "model as package.module:Model. Also --schema."
-    )
-    classes: str | None = Field(
-        None, description="A classes file (YAML): class name -> schema, file-name patterns and keywords; documents "
-        "are classified first (rules, then the model), documents of no known class get class 'other'."
-    )
-    fields_from: Literal["markdown", "images", "both"] = Field(
-        "markdown", description="What the model reads: the assembled Markdown, the page images (a VLM), or both. "
-        "Also --from."
-    )
-    fields_model: str | None = Field(None, description="Served model that extracts fields (default: --model).")
-    fields_endpoint: str | None = Field(
-        None, description="OpenAI-compatible base URL of a separate server for fields (default: the job's endpoint)."
-    )
-    fields_api_key: SecretStr | None = Field(
-        None, description="API key of --fields-endpoint (default: --api-key; prefer LLM_OCR_FIELDS_API_KEY)."
-    )
-    fields_structured: Literal["auto", "json_schema", "json_object", "instruction"] = Field(
-        "auto", description="How the answer's shape is requested: json_schema (structured outputs), json_object "
-        "(JSON mode), instruction (the prompt only); auto starts with json_schema and falls back when the "
-        "endpoint refuses it. The answer is validated whatever the mode."
-    )
-    fields_max_tokens: int = Field(4096, gt=0, description="Most tokens one answer may generate.")
-    fields_max_input_tokens: int | None = Field(
-        None, gt=0, description="Most tokens of document text one request carries; longer documents are split by "
-        "page and the answers merged (default: what the server's context leaves after the answer)."
-    )
-    fields_pages_per_request: int = Field(
-        1, gt=0, description="Page images one request carries with --from images/both (many servers take 1)."
-    )
-    fields_classify: Literal["auto", "rules", "model"] = Field(
-        "auto", description="With --classes: rules then the model (auto), rules only (undecided: other), or the model only."
-    )
-    fields_prompt: str | None = Field(None, description="Instruction sent before the schema (default: a generic one).")
-    fields_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of field requests.")
-    fields_repair: bool = Field(
-        True, description="Send one repair request, showing the model its errors, when an answer is not valid."
-    )
-    export_jsonl: bool = Field(False, description="Also write OUT/fields.jsonl: one JSON object per row.")
-    export_csv: bool = Field(False, description="Also write OUT/fields.csv: one line per row, lists as JSON.")
 
 
 @dataclass
