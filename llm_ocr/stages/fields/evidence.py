@@ -189,70 +189,58 @@ def check_values(
     ``origins`` maps a JSON pointer (a top-level property, or an item of a top-level array) to
     the pages of the request its value came from; those pages are searched first.
     """
-    result = ValueCheck()
-    _walk(answer, schema, schema, (), evidence, origins or {}, result, anchor=None)
-    return result
+    walker = _Walker(schema, evidence, origins or {})
+    walker.walk(answer, schema, (), anchor=None)
+    return walker.result
 
 
-def _walk(
-    value: Any,
-    node: Any,
-    root: dict[str, Any],
-    path: tuple[Any, ...],
-    evidence: Evidence,
-    origins: dict[str, list[int]],
-    result: ValueCheck,
-    anchor: int | None,
-) -> None:
-    node = non_null(root, resolve(root, node))
-    if node.get(DERIVED_KEY) is True:
-        return
-    if isinstance(value, dict):
-        props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
-        # Text first: an item's description fixes its page better than its quantity does.
-        keys = sorted(value, key=lambda k: 0 if isinstance(value[k], str) else 1)
-        item_anchor = anchor
-        for key in keys:
-            sub = props.get(key, {})
-            found = _walk_one(value[key], sub, root, (*path, key), evidence, origins, result, item_anchor)
-            if item_anchor is None and isinstance(found, int) and not isinstance(found, bool):
-                item_anchor = found
-        return
-    if isinstance(value, list):
-        items = node.get("items", {}) if value_type(root, node) == "array" else {}
-        for i, item in enumerate(value):
-            _walk_one(item, items, root, (*path, i), evidence, origins, result, None)
-        return
-    _walk_one(value, node, root, path, evidence, origins, result, anchor)
+@dataclass
+class _Walker:
+    """One answer's walk: the schema beside the values, each scalar looked up."""
 
+    root: dict[str, Any]
+    evidence: Evidence
+    origins: dict[str, list[int]]
+    result: ValueCheck = field(default_factory=ValueCheck)
 
-def _walk_one(
-    value: Any,
-    node: Any,
-    root: dict[str, Any],
-    path: tuple[Any, ...],
-    evidence: Evidence,
-    origins: dict[str, list[int]],
-    result: ValueCheck,
-    anchor: int | None,
-) -> int | None | bool:
-    if isinstance(value, (dict, list)):
-        _walk(value, node, root, path, evidence, origins, result, anchor)
-        return False
-    resolved = non_null(root, resolve(root, node))
-    order = ([anchor] if anchor is not None else []) + _origin_pages(path, origins)
-    found = evidence.find(value, resolved, order)
-    where = pointer(list(path))
-    if found is None:
-        result.unsupported.append({"path": where, "value": value if isinstance(value, str) else json.dumps(value)})
-    elif found is not False:
-        result.pages.append({"path": where, "page": found})
-    return found
+    def walk(self, value: Any, node: Any, path: tuple[Any, ...], anchor: int | None) -> None:
+        node = non_null(self.root, resolve(self.root, node))
+        if node.get(DERIVED_KEY) is True:
+            return
+        if isinstance(value, dict):
+            props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+            # Text first: an item's description fixes its page better than its quantity does.
+            item_anchor = anchor
+            for key in sorted(value, key=lambda k: 0 if isinstance(value[k], str) else 1):
+                found = self.one(value[key], props.get(key, {}), (*path, key), item_anchor)
+                if item_anchor is None and isinstance(found, int) and not isinstance(found, bool):
+                    item_anchor = found
+            return
+        if isinstance(value, list):
+            items = node.get("items", {}) if value_type(self.root, node) == "array" else {}
+            for i, item in enumerate(value):
+                self.one(item, items, (*path, i), None)
+            return
+        self.one(value, node, path, anchor)
 
+    def one(self, value: Any, node: Any, path: tuple[Any, ...], anchor: int | None) -> int | None | bool:
+        """Walk into a container, or look a scalar up: its page, None (nowhere), False (not checked)."""
+        if isinstance(value, (dict, list)):
+            self.walk(value, node, path, anchor)
+            return False
+        resolved = non_null(self.root, resolve(self.root, node))
+        order = ([anchor] if anchor is not None else []) + self._origin_pages(path)
+        found = self.evidence.find(value, resolved, order)
+        where = pointer(list(path))
+        if found is None:
+            self.result.unsupported.append({"path": where, "value": value if isinstance(value, str) else json.dumps(value)})
+        elif found is not False:
+            self.result.pages.append({"path": where, "page": found})
+        return found
 
-def _origin_pages(path: tuple[Any, ...], origins: dict[str, list[int]]) -> list[int]:
-    for length in range(len(path), 0, -1):
-        pages = origins.get(pointer(list(path[:length])))
-        if pages:
-            return list(pages)
-    return []
+    def _origin_pages(self, path: tuple[Any, ...]) -> list[int]:
+        for length in range(len(path), 0, -1):
+            pages = self.origins.get(pointer(list(path[:length])))
+            if pages:
+                return list(pages)
+        return []
