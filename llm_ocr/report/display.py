@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llm_ocr.report import CSS, OutputReader, SourcePages, pages_to_show, render_document, render_page, render_summary
-from llm_ocr.sources.base import RenderOptions
+from llm_ocr.options import RenderOptions
 
 __all__ = ["HTML", "show_document", "show_page", "summary"]
 

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llm_ocr.sources.base import DocumentRef, PageFailure, RenderOptions
+from llm_ocr.options import RenderOptions
+from llm_ocr.sources.base import DocumentRef, PageFailure
 from llm_ocr.sources.listing import document_kind
 from llm_ocr.storage import Storage, retry_io
 

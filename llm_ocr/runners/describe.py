@@ -24,7 +24,16 @@ from llm_ocr.endpoint.in_flight import InFlightLimit
 from llm_ocr.options import ClientOptions, DescribeOptions, ServerOptions, StageSpec
 from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import describe_settles, quarantined_in
-from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, StageResult, note_documents, run_stage
+from llm_ocr.runners.lifecycle import (
+    Finished,
+    Markers,
+    PageWork,
+    Shard,
+    ShardStage,
+    StageResult,
+    note_documents,
+    run_stage,
+)
 from llm_ocr.runners.page_flow import UpstreamRows
 from llm_ocr.runners.shard import EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
 from llm_ocr.stages.describe import DescribeContext, SchemaError, describe_extra_body, describe_page, load_schema
