@@ -395,6 +395,7 @@ class DocumentPages:
         except (DocumentError, OSError) as exc:
             failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
             counters.pages_found += 1  # the document's one error row
+            flow.expect(ref.doc_id, 1)  # which finishes the document
             yield Batch(ref, [failure])
             return
         done = self.index.done_pages.get(ref.doc_id, set())
