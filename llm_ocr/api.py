@@ -216,6 +216,23 @@ def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result:
     return _call("assemble", None, output, options)
 
 
+def _show_options(stage: str, function: Callable[..., Any]) -> None:
+    """Give ``function`` a signature that lists ``stage``'s options as keyword-only parameters
+    with their types and defaults: what ``help()`` and a notebook's completion show."""
+    import inspect
+
+    excluded = {"output"}
+    params = [p for p in inspect.signature(function).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    for model in stage_models(stage).values():
+        for name, info in model.model_fields.items():
+            if name in excluded or name not in stage_option_names(stage):
+                continue
+            default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                            annotation=_type_text(info.annotation)))
+    function.__signature__ = inspect.Signature(params, return_annotation="Result")  # type: ignore[attr-defined]
+
+
 async def arun(
     inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl, *, stage: str = "run", **options: Any
 ) -> Result:
@@ -325,6 +342,11 @@ def _type_text(annotation: Any) -> str:
     if origin is not None:
         return f"{origin.__name__}[{', '.join(_type_text(a) for a in args)}]"
     return str(annotation.__name__)
+
+
+# The stage functions' signatures list their options (after _type_text, which they use).
+for _stage, _function in (("run", run), ("extract", extract), ("describe", describe), ("assemble", assemble)):
+    _show_options(_stage, _function)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from llm_ocr.vlm.recipes import DEFAULT_MODEL, DESCRIBE_PROMPT
 
 Engine = Literal["auto", "vllm", "cpu", "sim"]
 
-#: DeepSeek-OCR's own page marker (FACTS.md: pages joined with "\n<--- Page Split --->\n"),
+#: DeepSeek-OCR's own page marker (docs/facts.md: pages joined with "\n<--- Page Split --->\n"),
 #: given blank lines around it: with single newlines Markdown glues it, and the text around it,
 #: into one paragraph.
 DEFAULT_PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"

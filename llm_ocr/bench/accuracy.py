@@ -388,7 +388,8 @@ def text_layer(path: str, page: int) -> str:
 async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tuple[list[PageScore], dict[str, Any]]:
     import asyncio
 
-    from llm_ocr.sources.base import DocumentRef, PageImage, RenderOptions
+    from llm_ocr.options import RenderOptions
+    from llm_ocr.sources.base import DocumentRef, PageImage
     from llm_ocr.sources.render import count_pages, render_pages
     from llm_ocr.vlm.client import ClientOptions, RequestFailed, VlmClient
     from llm_ocr.vlm.grounding import parse_layout

@@ -7,7 +7,7 @@ import json
 import logging
 
 from llm_ocr.config import OptionError, add_options, resolve_options
-from llm_ocr.sources.base import RenderOptions
+from llm_ocr.options import RenderOptions
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import os
 from typing import TYPE_CHECKING
 
 from llm_ocr.config import ENV_PREFIX, OptionError, add_options, resolve_options
-from llm_ocr.sources.base import RenderOptions
+from llm_ocr.options import RenderOptions
 
 if TYPE_CHECKING:
     from llm_ocr.report import ReportAnnotations

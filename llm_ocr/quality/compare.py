@@ -33,7 +33,7 @@ from llm_ocr.report import CSS as REPORT_CSS
 from llm_ocr.report import SourcePages
 from llm_ocr.report.safe_html import anchor, data_uri, esc, markdown_to_html
 from llm_ocr.report.writer import CSP
-from llm_ocr.sources.base import RenderOptions
+from llm_ocr.options import RenderOptions
 from llm_ocr.storage import Storage
 
 log = logging.getLogger("llm_ocr.quality")

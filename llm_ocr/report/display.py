@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from llm_ocr.report import CSS, OutputReader, SourcePages, pages_to_show, render_document, render_page, render_summary
+from llm_ocr.options import RenderOptions
 from llm_ocr.report.fields_panel import render_fields
-from llm_ocr.sources.base import RenderOptions
 
 __all__ = ["HTML", "show_document", "show_fields", "show_page", "summary"]
 

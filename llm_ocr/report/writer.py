@@ -11,12 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_ocr.options import ReportOptions
+from llm_ocr.options import RenderOptions, ReportOptions
 from llm_ocr.report.fragments import CSS, render_document, render_summary
 from llm_ocr.report.reader import DocumentEntry, OutputReader, Summary
 from llm_ocr.report.safe_html import anchor, esc
 from llm_ocr.sources.rerender import SourcePages
-from llm_ocr.sources.base import RenderOptions
 from llm_ocr.storage import Storage, retry_io
 
 log = logging.getLogger("llm_ocr.report")

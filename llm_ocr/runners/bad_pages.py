@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 from llm_ocr.endpoint.quarantine import CrashTracker, PageQuarantined
 from llm_ocr.records import PageResult
 from llm_ocr.runners.shard import EXIT_OK, EXIT_PAGES_FAILED
+from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.text_layer import TextLayer, read_text_layer
 from llm_ocr.stages.extract import ExtractOptions, failure_result
 from llm_ocr.stages.fallback import with_fallback
 from llm_ocr.storage.parts import ShardIndex
-from llm_ocr.runners.workers import WorkerPool
 
 log = logging.getLogger("llm_ocr")
 

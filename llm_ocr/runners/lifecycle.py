@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
-from llm_ocr.options import JobOptions
 from llm_ocr.costs import gpu_cost
-from llm_ocr.options import ClientOptions, ServerOptions
 from llm_ocr.endpoint import Endpoint, open_endpoint
 from llm_ocr.endpoint.in_flight import InFlightLimit, adapting
+from llm_ocr.options import ClientOptions, JobOptions, ServerOptions
 from llm_ocr.records import page_schema
 from llm_ocr.runners.page_flow import FlowSettings, Intake, PageFlow, PageHandler, flow_settings
 from llm_ocr.runners.progress import ProgressReporter, RunCounters

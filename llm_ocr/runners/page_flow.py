@@ -21,14 +21,15 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from llm_ocr.endpoint.in_flight import InFlightLimit
-from llm_ocr.runners.progress import RunCounters
+from llm_ocr.options import RenderOptions
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
-from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.runners.progress import RunCounters
+from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.render import DocumentError, count_pages, render_pages
 from llm_ocr.storage import retry_io
 from llm_ocr.storage.parts import PartWriter, ShardIndex
 from llm_ocr.storage.stores import store_options
-from llm_ocr.runners.workers import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -394,6 +395,7 @@ class DocumentPages:
         except (DocumentError, OSError) as exc:
             failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
             counters.pages_found += 1  # the document's one error row
+            flow.expect(ref.doc_id, 1)  # which finishes the document
             yield Batch(ref, [failure])
             return
         done = self.index.done_pages.get(ref.doc_id, set())

@@ -23,11 +23,17 @@ from typing import Any
 
 from llm_ocr.endpoint import Endpoint
 from llm_ocr.endpoint.quarantine import PageQuarantined
-from llm_ocr.records import PageResult
 from llm_ocr.options import StageSpec
+from llm_ocr.records import PageResult
 from llm_ocr.runners.assemble import Assemble, assemble_finished
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, extract_settles, note_kept, note_retried
-from llm_ocr.runners.describe import describe_context, describe_endpoint, describe_handler, describe_result, resolve_schema
+from llm_ocr.runners.describe import (
+    describe_context,
+    describe_endpoint,
+    describe_handler,
+    describe_result,
+    resolve_schema,
+)
 from llm_ocr.runners.extract import extract_context
 from llm_ocr.runners.fields import Fields, fields_wanted
 from llm_ocr.runners.inputs import shard_inputs

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from llm_ocr.options import RenderOptions
-
 DocumentKind = Literal["pdf", "image", "dataset_row"]
 
 

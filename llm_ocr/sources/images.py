@@ -19,7 +19,7 @@ from typing import IO
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .base import RenderOptions
+from llm_ocr.options import RenderOptions
 
 _EXIF_ORIENTATION = 0x0112
 

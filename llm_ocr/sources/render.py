@@ -27,7 +27,9 @@ import pypdfium2.raw as pdfium_c
 from fsspec.implementations.local import LocalFileSystem
 from PIL import Image
 
-from .base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.options import RenderOptions
+
+from .base import DocumentRef, PageFailure, PageImage
 from .images import ImageRefused, encode, open_image, page_count, prepare_frame
 
 

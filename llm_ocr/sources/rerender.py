@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llm_ocr.sources.base import DocumentRef, PageFailure, RenderOptions
+from llm_ocr.options import RenderOptions
+from llm_ocr.sources.base import DocumentRef, PageFailure
 from llm_ocr.sources.listing import document_kind
 from llm_ocr.storage import Storage, retry_io
 

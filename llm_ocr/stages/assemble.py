@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from llm_ocr.options import DEFAULT_PAGE_SEPARATOR, AssembleOptions
+from llm_ocr.options import AssembleOptions
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, DocumentResult, Figure, PageResult
 from llm_ocr.stages.fallback import append_fallback
 from llm_ocr.vlm.grounding import FIGURE_LINK

@@ -15,12 +15,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import fsspec
-from llm_ocr.options import DescribeOptions
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.storage.stores import store_options
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.grounding import EOS
-from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, image_messages, recipe_for
+from llm_ocr.vlm.recipes import image_messages, recipe_for
 
 #: Longest excerpt of a rejected answer kept in a figure's error (enough to see what went wrong).
 _ERROR_EXCERPT = 300

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from llm_ocr.options import RenderOptions
+from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runners.page_flow import DocumentPages, FlowSettings, PageFlow
 from llm_ocr.runners.progress import RunCounters
-from llm_ocr.records import PageResult, page_schema
-from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.listing import list_documents
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex
-from llm_ocr.runners.workers import WorkerPool
 from tests.docs import make_corpus
 
 

@@ -17,13 +17,14 @@ from typing import Any
 
 from PIL import Image
 
+from llm_ocr.options import RenderOptions
+from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runners.page_flow import CHUNK_PAGES, DocumentPages, FlowSettings, PageFlow
 from llm_ocr.runners.progress import RunCounters
-from llm_ocr.records import PageResult, page_schema
-from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex
-from llm_ocr.runners.workers import WorkerPool
 
 PAGES = 300
 
