@@ -16,16 +16,14 @@ another schema into the same output is refused (the rows would not share their c
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from llm_ocr.endpoint import Endpoint
 from llm_ocr.options import FieldsOptions, StageSpec
@@ -49,10 +47,17 @@ from llm_ocr.stages.fields import (
 from llm_ocr.stages.fields.columns import SCHEMA_METADATA_KEY, TypedColumn
 from llm_ocr.stages.fields.export import write_exports
 from llm_ocr.storage import Storage
-from llm_ocr.storage.parts import PART_RE, PartWriter, ShardLayoutError, list_parts, part_glob, remove_stale_temp_files, table_to_bytes
+from llm_ocr.storage.parts import PartWriter, ShardLayoutError, list_parts
 from llm_ocr.storage.state import progress_writer
 from llm_ocr.storage.stores import StorageError
-from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows, read_columns, stage_has_parts, upstream_complete
+from llm_ocr.storage.upstream import (
+    UnreadablePart,
+    iter_shard_rows,
+    keep_final_rows,
+    read_columns,
+    stage_has_parts,
+    upstream_complete,
+)
 from llm_ocr.vlm.client import EndpointDown
 
 log = logging.getLogger("llm_ocr")
@@ -100,34 +105,17 @@ def scan_fields(stage: Storage, shard: int, num_shards: int, fingerprint: str) -
     their parts (rewritten atomically); unreadable parts are deleted. Parts written with another
     schema stop the run.
     """
-    done: set[str] = set()
-    next_seq = 0
-    remove_stale_temp_files(stage, part_glob(shard, num_shards))
-    for path in list_parts(stage, shard, num_shards):
-        next_seq = max(next_seq, int(PART_RE.search(path).group(3)) + 1)  # type: ignore[union-attr]
-        try:
-            data = stage.read_bytes(path)
-            meta = pq.ParquetFile(io.BytesIO(data)).schema_arrow.metadata or {}
-            table = pq.read_table(io.BytesIO(data))
-        except (pa.ArrowInvalid, OSError) as exc:
-            log.warning("removing unreadable part %s (%s); its documents will be redone", stage.display(path), exc)
-            stage.delete(path)
-            continue
-        if meta.get(SCHEMA_METADATA_KEY, b"").decode() != fingerprint:
+
+    def final(table: pa.Table) -> list[bool]:
+        if (table.schema.metadata or {}).get(SCHEMA_METADATA_KEY, b"").decode() != fingerprint:
             raise RunError(
-                f"{stage.display(path)} was written with another schema or classes file: write to another --output, "
-                f"or delete {stage.display(stage.root)} to extract again"
+                f"{stage.display(stage.root)} holds rows extracted with another schema or classes file: write to "
+                f"another --output, or delete {stage.display(stage.root)} to extract again"
             )
-        keep = [s in ("ok", "invalid") and d in (None, "ok")
+        return [s in ("ok", "invalid") and d in (None, "ok")
                 for s, d in zip(table.column("status").to_pylist(), table.column("document_status").to_pylist())]
-        if not all(keep):
-            kept = table.filter(pa.array(keep))
-            if kept.num_rows:
-                stage.write_atomic(path, table_to_bytes(kept))
-            else:
-                stage.delete(path)
-        done.update(d for d, k in zip(table.column("doc_id").to_pylist(), keep) if k)
-    return done, next_seq
+
+    return keep_final_rows(stage, shard, num_shards, ["doc_id", "status", "document_status"], final)
 
 
 def fields_settled(marker: dict[str, Any] | None, fingerprint: str) -> bool:

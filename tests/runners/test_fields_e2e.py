@@ -246,3 +246,15 @@ def test_run_with_classes_does_every_stage_in_one_process_on_one_server(corpus: 
     again = run_cli("run", str(docs), "--output", str(out), "--engine", "sim", "--classes", CLASSES, "--workers", "0",
                     "--progress", "off", "--export-csv", timeout=300)
     assert "already complete" in again.stderr and again.returncode == 1  # still one invalid document
+
+
+def test_a_rerun_with_another_schema_into_the_same_output_is_refused(assembled: Path, tmp_path: Path) -> None:
+    out = fresh(assembled, tmp_path)
+    with SimulatedServer("--instant") as sim:
+        assert fields(out, sim, "--schema", str(EXAMPLES / "receipt.schema.json")).returncode == 1
+        rows = read_stage(out, "fields")
+        before = len(sim.requests())
+        other = fields(out, sim, "--schema", str(EXAMPLES / "invoice.schema.json"))
+        assert len(sim.requests()) == before
+    assert other.returncode == 2 and "extracted with another schema or classes file" in other.stderr, other.stderr
+    assert read_stage(out, "fields") == rows  # nothing already written is lost
