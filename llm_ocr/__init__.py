@@ -6,6 +6,7 @@ The Python API (docs/python-api.md); ``llm-ocr`` on the command line is the same
 
     result = llm_ocr.run("samples/", output="out")       # Extract, Describe, Assemble
     llm_ocr.extract(...); llm_ocr.describe("out"); llm_ocr.assemble("out")
+    llm_ocr.fields("out", schema="invoice.schema.json")   # typed, validated fields per document
     await llm_ocr.arun("samples/", "out")                 # from async code
     pages = llm_ocr.load("out", "describe")               # a datasets.Dataset
     job = llm_ocr.launch("hf-jobs", "hf://datasets/me/scans", output="hf://datasets/me/out", num_shards=16)
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llm_ocr.api import Result, RunError, arun, assemble, describe, extract, load, run
+    from llm_ocr.api import Result, RunError, arun, assemble, describe, extract, fields, load, run
     from llm_ocr.config import OptionError
     from llm_ocr.launchers.api import Launch, LaunchError, launch
 
@@ -33,6 +34,7 @@ __all__ = [
     "assemble",
     "describe",
     "extract",
+    "fields",
     "launch",
     "load",
     "run",
@@ -42,7 +44,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # Imported on first use (lazily, but as plain imports: the layer test sees them).
-    if name in ("Result", "RunError", "arun", "assemble", "describe", "extract", "load", "run"):
+    if name in ("Result", "RunError", "arun", "assemble", "describe", "extract", "fields", "load", "run"):
         from llm_ocr import api as home
     elif name == "OptionError":
         from llm_ocr import config as home

@@ -39,10 +39,10 @@ if TYPE_CHECKING:
     import datasets
     from typing_extensions import Unpack
 
-    from llm_ocr.keywords import AssembleKeywords, DescribeKeywords, ExtractKeywords, RunKeywords
+    from llm_ocr.keywords import AssembleKeywords, DescribeKeywords, ExtractKeywords, FieldsKeywords, RunKeywords
     from llm_ocr.runners.shard import ShardOutcome
 
-__all__ = ["Result", "RunError", "arun", "assemble", "describe", "extract", "load", "run"]
+__all__ = ["Result", "RunError", "arun", "assemble", "describe", "extract", "fields", "load", "run"]
 
 log = logging.getLogger("llm_ocr")
 
@@ -69,7 +69,7 @@ class Result:
 
     ``pages`` counts this run's page rows by status (``ok``, ``truncated``, ``error``,
     ``quarantined``) plus ``skipped``, the pages earlier runs did; ``documents`` the documents
-    (Assemble's by status); ``cost`` the GPU time and its estimated price. They come from the
+    (Assemble's by status; for ``fields``, its rows: ``ok``, ``invalid``, ``error``); ``cost`` the GPU time and its estimated price. They come from the
     completion markers the run wrote (or would have written, when it stopped early); ``stats``
     holds the markers themselves.
     """
@@ -102,7 +102,10 @@ class Result:
         counted = page_stage.get("pages") or {}
         pages = {k: counted[k] for k in ("ok", "truncated", "error", "quarantined", "skipped") if k in counted}
         documents = assembled.get("documents") or page_stage.get("documents") or {}
-        return cls(stage, output, outcome.exit_code, pages, dict(documents), page_stage.get("gpu"), stats)
+        if stage == "fields":  # its rows are documents: ok, invalid, error (and skipped)
+            documents = (by_stage.get("fields") or {}).get("documents") or {}
+        cost = page_stage.get("gpu") or (by_stage.get("fields") or {}).get("gpu")
+        return cls(stage, output, outcome.exit_code, pages, dict(documents), cost, stats)
 
     def __str__(self) -> str:
         pages = ", ".join(f"{k} {v}" for k, v in self.pages.items())
@@ -129,9 +132,19 @@ def stage_spec(
     return StageSpec(inputs=[os.fspath(i) for i in listed], **groups)  # type: ignore[arg-type]
 
 
+#: Short keywords of the Fields options (as ``--schema`` is ``--fields-schema`` on the command line).
+FIELDS_ALIASES = {"schema": "fields_schema"}
+
+
 def keyword_spec(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl, options: Mapping[str, Any]) -> StageSpec:
     """:func:`stage_spec` of ``llm_ocr.STAGE(inputs, output, **options)``; an unknown keyword
     raises :class:`OptionError` naming the closest option (nothing has run)."""
+    if "fields" in STAGE_OPTIONS[stage]:
+        for short, name in FIELDS_ALIASES.items():
+            if short in options:
+                if options.get(name) is not None:
+                    raise OptionError(f"llm_ocr.{stage}(): give {short}= or {name}=, not both")
+                options = {**{k: v for k, v in options.items() if k != short}, name: options[short]}
     check_names(options, stage_option_names(stage), f"llm_ocr.{stage}()")
     return stage_spec(stage, inputs, {**options, "output": os.fspath(output)})
 
@@ -174,7 +187,8 @@ def _call(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: Pa
 
 def run(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[RunKeywords]) -> Result:
     """Extract, Describe and Assemble over this process's shard of ``inputs`` into ``output``
-    (``llm-ocr run``); rerunning resumes. Raises :class:`RunError` when it cannot run."""
+    (``llm-ocr run``); with ``schema=`` (or ``classes=``), then Fields. Rerunning resumes.
+    Raises :class:`RunError` when it cannot run."""
     return _call("run", inputs, output, options)
 
 
@@ -186,6 +200,14 @@ def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **option
 def describe(output: PathOrUrl, **options: Unpack[DescribeKeywords]) -> Result:
     """Describe the figures of ``output/extract`` into ``output/describe`` (``llm-ocr describe``)."""
     return _call("describe", None, output, options)
+
+
+def fields(output: PathOrUrl, **options: Unpack[FieldsKeywords]) -> Result:
+    """Fields of the documents of ``output/assemble`` into ``output/fields`` (``llm-ocr fields``):
+    give ``schema=`` (a JSON Schema file, inline JSON, or ``"package.module:Model"``) or
+    ``classes=`` (a classes file). A schema that cannot be used raises :class:`RunError` before
+    any request; ``result.documents`` counts the rows by status (``ok``, ``invalid``, ``error``)."""
+    return _call("fields", None, output, options)
 
 
 def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result:
@@ -238,8 +260,8 @@ def load(output: PathOrUrl, stage: str = "assemble", *, storage_options: Mapping
     from llm_ocr.storage import Storage
     from llm_ocr.storage.parts import list_parts
 
-    if stage not in ("extract", "describe", "assemble"):
-        raise ValueError(f"stage must be extract, describe or assemble (got {stage!r})")
+    if stage not in ("extract", "describe", "assemble", "fields"):
+        raise ValueError(f"stage must be extract, describe, assemble or fields (got {stage!r})")
     options = dict(storage_options or {})
     folder = Storage(os.fspath(output), options).child(stage)
     parts = list_parts(folder)
@@ -260,9 +282,11 @@ def keyword_types_source() -> str:
     from llm_ocr.launchers.spec import LaunchOptions
 
     blocks = []
-    for stage in ("run", "extract", "describe", "assemble"):
+    for stage in ("run", "extract", "describe", "assemble", "fields"):
         fields = [(name, info) for model in stage_models(stage).values() for name, info in model.model_fields.items()
                   if name in stage_option_names(stage) and name != "output"]
+        known = dict(fields)
+        fields += [(short, known[name]) for short, name in FIELDS_ALIASES.items() if name in known]
         blocks.append(_typed_dict(f"{stage.capitalize()}Keywords", f"Keyword arguments of ``llm_ocr.{stage}()``: the "
                                   f"options of ``llm-ocr {stage}``.", fields))
     from llm_ocr.launchers.api import REFUSED

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "llm_ocr.commands.extract",
     "llm_ocr.commands.describe",
     "llm_ocr.commands.assemble",
+    "llm_ocr.commands.fields",
     "llm_ocr.commands.report",
     "llm_ocr.commands.bench",
     "llm_ocr.commands.bench_reads",

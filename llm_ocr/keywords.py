@@ -110,6 +110,38 @@ class RunKeywords(TypedDict, total=False):
     """Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links)."""
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
+    fields_schema: str | None
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+    classes: str | None
+    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first (rules, then the model), documents of no known class get class 'other'."""
+    fields_from: Literal['markdown', 'images', 'both']
+    """What the model reads: the assembled Markdown, the page images (a VLM), or both. Also --from."""
+    fields_model: str | None
+    """Served model that extracts fields (default: --model)."""
+    fields_endpoint: str | None
+    """OpenAI-compatible base URL of a separate server for fields (default: the job's endpoint)."""
+    fields_api_key: str | None
+    """API key of --fields-endpoint (default: --api-key; prefer LLM_OCR_FIELDS_API_KEY)."""
+    fields_structured: Literal['auto', 'json_schema', 'json_object', 'instruction']
+    """How the answer's shape is requested: json_schema (structured outputs), json_object (JSON mode), instruction (the prompt only); auto starts with json_schema and falls back when the endpoint refuses it. The answer is validated whatever the mode."""
+    fields_max_tokens: int
+    """Most tokens one answer may generate."""
+    fields_max_input_tokens: int | None
+    """Most tokens of document text one request carries; longer documents are split by page and the answers merged (default: what the server's context leaves after the answer)."""
+    fields_pages_per_request: int
+    """Page images one request carries with --from images/both (many servers take 1)."""
+    fields_classify: Literal['auto', 'rules', 'model']
+    """With --classes: rules then the model (auto), rules only (undecided: other), or the model only."""
+    fields_prompt: str | None
+    """Instruction sent before the schema (default: a generic one)."""
+    fields_temperature: float
+    """Sampling temperature of field requests."""
+    fields_repair: bool
+    """Send one repair request, showing the model its errors, when an answer is not valid."""
+    export_jsonl: bool
+    """Also write OUT/fields.jsonl: one JSON object per row."""
+    export_csv: bool
+    """Also write OUT/fields.csv: one line per row, lists as JSON."""
     request_timeout: float
     """Seconds one request may take once sent (a page can decode thousands of tokens)."""
     max_attempts: int
@@ -120,6 +152,8 @@ class RunKeywords(TypedDict, total=False):
     """Longest delay between two attempts, in seconds."""
     dead_after: float
     """Stop the run when the endpoint has been unreachable for this many seconds with no success."""
+    schema: str | None
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
 
 
 class ExtractKeywords(TypedDict, total=False):
@@ -305,10 +339,113 @@ class AssembleKeywords(TypedDict, total=False):
     """Pages held in memory at once (documents are read from storage in batches)."""
 
 
+class FieldsKeywords(TypedDict, total=False):
+    """Keyword arguments of ``llm_ocr.fields()``: the options of ``llm-ocr fields``."""
+
+    endpoint: str | None
+    """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."""
+    model: str
+    """Served model name."""
+    api_key: str | None
+    """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
+    num_shards: int | None
+    """Number of shards (default: from the platform, else 1)."""
+    shard_index: int | None
+    """This shard's index (default: from the platform, else 0)."""
+    max_in_flight: int | None
+    """Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."""
+    storage_options: dict[str, Any]
+    """JSON object of fsspec storage options for inputs and output."""
+    progress: Literal['auto', 'live', 'bar', 'log', 'off']
+    """Progress display: live on a terminal, a progress bar in a notebook, periodic log lines otherwise."""
+    progress_interval: float
+    """Seconds between progress log lines."""
+    flush_interval: float
+    """Seconds between part writes at most (bounds loss on a crash)."""
+    grace_period: float
+    """Seconds in-flight pages may finish after SIGTERM/SIGINT."""
+    gpu_price_per_hour: float | None
+    """US$ per GPU-hour for the cost estimate in the stats (default: the preset's list price)."""
+    part_rows: int
+    """Rows per Parquet part at most."""
+    engine: Literal['auto', 'vllm', 'cpu', 'sim']
+    """Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."""
+    gpu_preset: str | None
+    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8, l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8 (default: detected with nvidia-smi)."""
+    server_command: str
+    """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
+    server_args: str
+    """Extra arguments appended to the server command line (they override ours)."""
+    server_startup_timeout: float
+    """Seconds the server may take to become ready."""
+    server_max_restarts: int
+    """Restarts of a server that crashed mid-run (per server)."""
+    gpus: int | None
+    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
+    dpi: float
+    """PDF render resolution (DeepSeek-OCR's own pipeline uses 144)."""
+    max_page_pixels: int
+    """Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans)."""
+    min_page_side: int
+    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
+    max_image_pixels: int
+    """Images with more pixels than this are refused as likely decompression bombs."""
+    max_pages: int
+    """Documents with more pages than this are refused (error row)."""
+    image_format: Literal['jpeg', 'png']
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless)."""
+    jpeg_quality: int
+    """JPEG quality when image_format is jpeg."""
+    fields_schema: str | None
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+    classes: str | None
+    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first (rules, then the model), documents of no known class get class 'other'."""
+    fields_from: Literal['markdown', 'images', 'both']
+    """What the model reads: the assembled Markdown, the page images (a VLM), or both. Also --from."""
+    fields_model: str | None
+    """Served model that extracts fields (default: --model)."""
+    fields_endpoint: str | None
+    """OpenAI-compatible base URL of a separate server for fields (default: the job's endpoint)."""
+    fields_api_key: str | None
+    """API key of --fields-endpoint (default: --api-key; prefer LLM_OCR_FIELDS_API_KEY)."""
+    fields_structured: Literal['auto', 'json_schema', 'json_object', 'instruction']
+    """How the answer's shape is requested: json_schema (structured outputs), json_object (JSON mode), instruction (the prompt only); auto starts with json_schema and falls back when the endpoint refuses it. The answer is validated whatever the mode."""
+    fields_max_tokens: int
+    """Most tokens one answer may generate."""
+    fields_max_input_tokens: int | None
+    """Most tokens of document text one request carries; longer documents are split by page and the answers merged (default: what the server's context leaves after the answer)."""
+    fields_pages_per_request: int
+    """Page images one request carries with --from images/both (many servers take 1)."""
+    fields_classify: Literal['auto', 'rules', 'model']
+    """With --classes: rules then the model (auto), rules only (undecided: other), or the model only."""
+    fields_prompt: str | None
+    """Instruction sent before the schema (default: a generic one)."""
+    fields_temperature: float
+    """Sampling temperature of field requests."""
+    fields_repair: bool
+    """Send one repair request, showing the model its errors, when an answer is not valid."""
+    export_jsonl: bool
+    """Also write OUT/fields.jsonl: one JSON object per row."""
+    export_csv: bool
+    """Also write OUT/fields.csv: one line per row, lists as JSON."""
+    request_timeout: float
+    """Seconds one request may take once sent (a page can decode thousands of tokens)."""
+    max_attempts: int
+    """Attempts per request before the page is marked failed."""
+    backoff_base: float
+    """First retry delay in seconds; doubles per attempt, with jitter."""
+    backoff_max: float
+    """Longest delay between two attempts, in seconds."""
+    dead_after: float
+    """Stop the run when the endpoint has been unreachable for this many seconds with no success."""
+    schema: str | None
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+
+
 class LaunchKeywords(TypedDict, total=False):
     """Keyword arguments of ``llm_ocr.launch()``: the options of ``llm-ocr launch``, of every platform, and of the launched stage."""
 
-    stage: Literal['run', 'extract', 'describe', 'assemble']
+    stage: Literal['run', 'extract', 'describe', 'assemble', 'fields']
     """Stage each job runs (run: all three)."""
     image: str | None
     """Prebuilt image with llm-ocr (default: a stock pinned image + the llm-ocr wheel)."""
@@ -464,6 +601,38 @@ class LaunchKeywords(TypedDict, total=False):
     """Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links)."""
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
+    fields_schema: str | None
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+    classes: str | None
+    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first (rules, then the model), documents of no known class get class 'other'."""
+    fields_from: Literal['markdown', 'images', 'both']
+    """What the model reads: the assembled Markdown, the page images (a VLM), or both. Also --from."""
+    fields_model: str | None
+    """Served model that extracts fields (default: --model)."""
+    fields_endpoint: str | None
+    """OpenAI-compatible base URL of a separate server for fields (default: the job's endpoint)."""
+    fields_api_key: str | None
+    """API key of --fields-endpoint (default: --api-key; prefer LLM_OCR_FIELDS_API_KEY)."""
+    fields_structured: Literal['auto', 'json_schema', 'json_object', 'instruction']
+    """How the answer's shape is requested: json_schema (structured outputs), json_object (JSON mode), instruction (the prompt only); auto starts with json_schema and falls back when the endpoint refuses it. The answer is validated whatever the mode."""
+    fields_max_tokens: int
+    """Most tokens one answer may generate."""
+    fields_max_input_tokens: int | None
+    """Most tokens of document text one request carries; longer documents are split by page and the answers merged (default: what the server's context leaves after the answer)."""
+    fields_pages_per_request: int
+    """Page images one request carries with --from images/both (many servers take 1)."""
+    fields_classify: Literal['auto', 'rules', 'model']
+    """With --classes: rules then the model (auto), rules only (undecided: other), or the model only."""
+    fields_prompt: str | None
+    """Instruction sent before the schema (default: a generic one)."""
+    fields_temperature: float
+    """Sampling temperature of field requests."""
+    fields_repair: bool
+    """Send one repair request, showing the model its errors, when an answer is not valid."""
+    export_jsonl: bool
+    """Also write OUT/fields.jsonl: one JSON object per row."""
+    export_csv: bool
+    """Also write OUT/fields.csv: one line per row, lists as JSON."""
     request_timeout: float
     """Seconds one request may take once sent (a page can decode thousands of tokens)."""
     max_attempts: int

@@ -233,6 +233,53 @@ class AssembleOptions(BaseModel):
         return value.replace("\\n", "\n")
 
 
+class FieldsOptions(BaseModel):
+    """What Fields extracts (schema or classes), from what, with which model and how."""
+
+    fields_schema: str | None = Field(
+        None, description="The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic "
+        "model as package.module:Model. Also --schema."
+    )
+    classes: str | None = Field(
+        None, description="A classes file (YAML): class name -> schema, file-name patterns and keywords; documents "
+        "are classified first (rules, then the model), documents of no known class get class 'other'."
+    )
+    fields_from: Literal["markdown", "images", "both"] = Field(
+        "markdown", description="What the model reads: the assembled Markdown, the page images (a VLM), or both. "
+        "Also --from."
+    )
+    fields_model: str | None = Field(None, description="Served model that extracts fields (default: --model).")
+    fields_endpoint: str | None = Field(
+        None, description="OpenAI-compatible base URL of a separate server for fields (default: the job's endpoint)."
+    )
+    fields_api_key: SecretStr | None = Field(
+        None, description="API key of --fields-endpoint (default: --api-key; prefer LLM_OCR_FIELDS_API_KEY)."
+    )
+    fields_structured: Literal["auto", "json_schema", "json_object", "instruction"] = Field(
+        "auto", description="How the answer's shape is requested: json_schema (structured outputs), json_object "
+        "(JSON mode), instruction (the prompt only); auto starts with json_schema and falls back when the "
+        "endpoint refuses it. The answer is validated whatever the mode."
+    )
+    fields_max_tokens: int = Field(4096, gt=0, description="Most tokens one answer may generate.")
+    fields_max_input_tokens: int | None = Field(
+        None, gt=0, description="Most tokens of document text one request carries; longer documents are split by "
+        "page and the answers merged (default: what the server's context leaves after the answer)."
+    )
+    fields_pages_per_request: int = Field(
+        1, gt=0, description="Page images one request carries with --from images/both (many servers take 1)."
+    )
+    fields_classify: Literal["auto", "rules", "model"] = Field(
+        "auto", description="With --classes: rules then the model (auto), rules only (undecided: other), or the model only."
+    )
+    fields_prompt: str | None = Field(None, description="Instruction sent before the schema (default: a generic one).")
+    fields_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of field requests.")
+    fields_repair: bool = Field(
+        True, description="Send one repair request, showing the model its errors, when an answer is not valid."
+    )
+    export_jsonl: bool = Field(False, description="Also write OUT/fields.jsonl: one JSON object per row.")
+    export_csv: bool = Field(False, description="Also write OUT/fields.csv: one line per row, lists as JSON.")
+
+
 # -- looking at results -------------------------------------------------------------------------
 
 
@@ -256,15 +303,17 @@ GROUPS: dict[str, type[BaseModel]] = {
     "extract": ExtractOptions,
     "describe": DescribeOptions,
     "assemble": AssembleOptions,
+    "fields": FieldsOptions,
     "client": ClientOptions,
 }
 
 #: The option groups of each stage command, by :class:`StageSpec` attribute, in ``--help`` order.
 STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "run": ("job", "server", "render", "dataset", "extract", "describe", "assemble", "client"),
+    "run": ("job", "server", "render", "dataset", "extract", "describe", "assemble", "fields", "client"),
     "extract": ("job", "server", "render", "dataset", "extract", "client"),
     "describe": ("job", "server", "describe", "client"),
     "assemble": ("job", "assemble"),
+    "fields": ("job", "server", "render", "fields", "client"),
 }
 
 #: Options of a group a stage has no use for (Assemble runs no model server and renders nothing).
@@ -272,6 +321,7 @@ STAGE_EXCLUDED: dict[str, frozenset[str]] = {
     "run": frozenset(),
     "extract": frozenset(),
     "describe": frozenset({"workers"}),
+    "fields": frozenset({"workers"}),
     "assemble": frozenset({
         "endpoint", "model", "api_key", "max_in_flight", "workers", "grace_period", "flush_interval", "progress",
         "progress_interval",
@@ -295,6 +345,7 @@ class StageSpec:
     extract: ExtractOptions = field(default_factory=ExtractOptions)
     describe: DescribeOptions = field(default_factory=DescribeOptions)
     assemble: AssembleOptions = field(default_factory=AssembleOptions)
+    fields: FieldsOptions = field(default_factory=FieldsOptions)
     client: ClientOptions = field(default_factory=ClientOptions)
 
 

@@ -210,6 +210,9 @@ class DocumentResult:
     status: DocumentStatus
     failed_pages: list[int]
     error: str | None = None
+    #: Character offset in ``markdown`` where each page's text begins (page 1 at 0); None in
+    #: rows written before the column existed.
+    page_starts: list[int] | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The Parquet row of this document."""
@@ -218,6 +221,7 @@ class DocumentResult:
         row = {name: getattr(self, name) for name in self.__dataclass_fields__}
         row["figures"] = [dict(f) for f in self.figures]
         row["failed_pages"] = list(self.failed_pages)
+        row["page_starts"] = list(self.page_starts) if self.page_starts is not None else None
         return row
 
 

@@ -246,7 +246,9 @@ def build_request(
     listed = [inputs] if isinstance(inputs, str) else [str(i) for i in inputs]
     if stage not in STAGES_WITH_INPUTS and listed:
         raise LaunchError(f"llm-ocr {stage} takes no INPUT: it reads OUT ({listed[0]!r} given)")
-    describe_endpoint = stage == "describe" and stage_options.get("describe_endpoint")
+    # A stage whose model is served elsewhere needs no GPU of its own.
+    own_endpoint = {"describe": "describe_endpoint", "fields": "fields_endpoint"}.get(stage)
+    describe_endpoint = own_endpoint is not None and stage_options.get(own_endpoint)
     return LaunchRequest(
         **options.model_dump(),
         platform=platform,

@@ -139,7 +139,7 @@ def _check_request(request: LaunchRequest) -> None:
         raise LaunchError(f"--timeout must be positive (got {request.timeout_s})")
     if request.stage in ("run", "extract") and not request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} needs at least one INPUT (a URL the jobs can read)")
-    if request.stage in ("describe", "assemble") and request.inputs:
+    if request.stage in ("describe", "assemble", "fields") and request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} takes no INPUT: it reads OUT ({request.inputs[0]!r} given)")
     for url, what in [(request.output, "--output"), *((u, "INPUT") for u in request.inputs)]:
         if split_protocol(url)[0] in _LOCAL_PROTOCOLS:
@@ -189,12 +189,14 @@ def _finished_shards(out: Storage, request: LaunchRequest) -> dict[int, str]:
     """Shards with every completion marker of the stage (from listings: no marker is read unless
     ``--retry-errors`` needs their failed-page counts)."""
     needed = STAGE_MARKERS[request.stage]
+    if request.stage == "run" and {"--fields-schema", "--classes"} & set(request.stage_args):
+        needed = (*needed, "fields")  # `llm-ocr run --schema ...`: a shard without Fields' marker is not done
     paths = {stage: marker_paths(out, stage, request.num_shards) for stage in needed}
     done = {shard: "done" for shard in range(request.num_shards) if all(shard in paths[s] for s in needed)}
     if request.retry_errors:
         primary = PRIMARY_STAGE[request.stage]
         for shard, stats in markers_by_shard(out, primary, request.num_shards).items():
-            counts = stats.get("documents" if primary == "assemble" else "pages") or {}
+            counts = stats.get("documents" if primary in ("assemble", "fields") else "pages") or {}
             if shard in done and counts.get("error", 0):
                 del done[shard]
     return done
@@ -361,7 +363,7 @@ def collect_status(
         num_shards, stage = record.num_shards, record.stage
     stage = stage or "run"
     if num_shards is None:
-        layouts = set().union(*(marker_layouts(out, s) for s in ("extract", "describe", "assemble")))
+        layouts = set().union(*(marker_layouts(out, s) for s in ("extract", "describe", "assemble", "fields")))
         if len(layouts) != 1:
             raise LaunchError(
                 f"{out.url} has no launch record" + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")

@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field, field_validator
 from llm_ocr.costs import Hardware
 from llm_ocr.options import DatasetOptions
 
-Stage = Literal["run", "extract", "describe", "assemble"]
-STAGES: tuple[Stage, ...] = ("run", "extract", "describe", "assemble")
+Stage = Literal["run", "extract", "describe", "assemble", "fields"]
+STAGES: tuple[Stage, ...] = ("run", "extract", "describe", "assemble", "fields")
 
 #: The completion markers a shard of each launched stage must have to count as done.
 STAGE_MARKERS: dict[str, tuple[str, ...]] = {
@@ -29,11 +29,13 @@ STAGE_MARKERS: dict[str, tuple[str, ...]] = {
     "extract": ("extract",),
     "describe": ("describe",),
     "assemble": ("assemble",),
+    "fields": ("fields",),
 }
 
 #: The stage whose rows a launched stage's table counts (``run`` counts Extract's pages; its
 #: progress file is Extract's too).
-PRIMARY_STAGE: dict[str, str] = {"run": "extract", "extract": "extract", "describe": "describe", "assemble": "assemble"}
+PRIMARY_STAGE: dict[str, str] = {"run": "extract", "extract": "extract", "describe": "describe", "assemble": "assemble",
+                                 "fields": "fields"}
 
 #: The label keys every job carries (values: the launch id, and "00003-of-00016").
 LAUNCH_LABEL = "llm-ocr-launch"

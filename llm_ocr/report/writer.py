@@ -11,12 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_ocr.options import ReportOptions
+from llm_ocr.options import RenderOptions, ReportOptions
 from llm_ocr.report.fragments import CSS, render_document, render_summary
 from llm_ocr.report.reader import DocumentEntry, OutputReader, Summary
 from llm_ocr.report.safe_html import anchor, esc
-from llm_ocr.report.source_pages import SourcePages
-from llm_ocr.options import RenderOptions
+from llm_ocr.sources.rerender import SourcePages
 from llm_ocr.storage import Storage, retry_io
 
 log = logging.getLogger("llm_ocr.report")
@@ -122,9 +121,11 @@ def write_report(
                 shown = set(sorted(wanted)[:max_pages_per_document]) if wanted else pages_to_show(entry, max_pages_per_document)
                 rows = reader.page_rows(entry, shown)
                 assembled = reader.assembled_row(entry) if entry.assemble_parts else None
+                fields = reader.fields_row(entry) if entry.fields_parts else None
                 notes = notes_by_document.get(entry.doc_id, {})
                 with SourcePages(entry.doc_id, entry.source, render, so) as source_pages:
-                    for fragment in render_document(entry, rows, assembled=assembled, pages=source_pages, page_notes=notes):
+                    for fragment in render_document(entry, rows, assembled=assembled, fields=fields, pages=source_pages,
+                                                    page_notes=notes):
                         f.write(fragment)
                 pages_written += len(rows)
                 log.info("report: %s (%d pages)", entry.doc_id, len(rows))

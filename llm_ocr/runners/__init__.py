@@ -9,7 +9,8 @@
 - :mod:`.extract`   Extract: documents -> page images -> OCR rows (``OUT/extract``)
 - :mod:`.describe`  Describe: ``OUT/extract`` rows -> figure descriptions (``OUT/describe``)
 - :mod:`.assemble`  Assemble: page rows -> one row per document (``OUT/assemble``)
-- :mod:`.run`       ``llm-ocr run``: the three stages in one process on one endpoint
+- :mod:`.fields`    Fields: ``OUT/assemble`` documents -> typed, validated fields (``OUT/fields``)
+- :mod:`.run`       ``llm-ocr run``: the three stages (and Fields, given a schema) in one process on one endpoint
 - :mod:`.bad_pages` quarantine rows and text-layer fallbacks around the page handler
 
 A runner owns resume (which pages are done), the page flow, progress, and the completion
@@ -49,4 +50,8 @@ def stage_runner(stage: str) -> StageRunner:
         from llm_ocr.runners.assemble import assemble_shard
 
         return assemble_shard
+    if stage == "fields":
+        from llm_ocr.runners.fields import fields_shard
+
+        return fields_shard
     raise ValueError(f"unknown stage {stage!r}")

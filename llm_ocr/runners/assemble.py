@@ -27,17 +27,10 @@ from llm_ocr.runners.shard import EXIT_OK, RunError, ShardOutcome
 from llm_ocr.stages.assemble import assemble_document
 from llm_ocr.stages.export import export_document, markdown_path
 from llm_ocr.storage import Storage
-from llm_ocr.storage.parts import (
-    PART_RE,
-    PartWriter,
-    ShardLayoutError,
-    list_parts,
-    part_glob,
-    remove_stale_temp_files,
-    table_to_bytes,
-)
+from llm_ocr.storage.parts import PartWriter, ShardLayoutError
 from llm_ocr.storage.upstream import (
     UnreadablePart,
+    keep_final_rows,
     iter_shard_rows,
     owns_row,
     read_columns,
@@ -88,28 +81,8 @@ def scan_assembled(stage: Storage, shard: int, num_shards: int) -> tuple[set[str
     atomically) so they are assembled again from whatever the upstream holds now; unreadable
     parts are deleted.
     """
-    done: set[str] = set()
-    next_seq = 0
-    # A killed run's half-written parts of this shard (temporary files) are removed.
-    remove_stale_temp_files(stage, part_glob(shard, num_shards))
-    for path in list_parts(stage, shard, num_shards):
-        next_seq = max(next_seq, int(PART_RE.search(path).group(3)) + 1)  # type: ignore[union-attr]
-        try:
-            table = read_columns(stage, path, ["doc_id", "status"])
-        except UnreadablePart as exc:
-            log.warning("removing unreadable part %s (%s); its documents will be redone", stage.display(path), exc)
-            stage.delete(path)
-            continue
-        statuses = table.column("status").to_pylist()
-        if any(s != "ok" for s in statuses):
-            full = read_columns(stage, path, None)
-            kept = full.filter(pa.array([s == "ok" for s in statuses]))
-            if kept.num_rows:
-                stage.write_atomic(path, table_to_bytes(kept))
-            else:
-                stage.delete(path)
-        done.update(d for d, s in zip(table.column("doc_id").to_pylist(), statuses) if s == "ok")
-    return done, next_seq
+    return keep_final_rows(stage, shard, num_shards, ["doc_id", "status"],
+                           lambda table: [s == "ok" for s in table.column("status").to_pylist()])
 
 
 def batches(todo: list[int], entries: dict[int, DocumentEntry], max_rows: int) -> Iterator[list[int]]:

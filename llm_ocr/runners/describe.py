@@ -33,6 +33,7 @@ from llm_ocr.runners.lifecycle import (
     StageResult,
     note_documents,
     run_stage,
+    stage_endpoint,
 )
 from llm_ocr.runners.page_flow import UpstreamRows
 from llm_ocr.runners.shard import EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
@@ -70,15 +71,11 @@ async def describe_endpoint(
     else ``--endpoint``, or a server launched with ``server`` options.
     """
     job = shard.job
-    model = options.describe_model or job.model
     secret = options.describe_api_key or job.api_key
-    api_key = secret.get_secret_value() if secret else None
-    if options.describe_endpoint is None and main is not None and model == main.client.model:
-        yield main
-        return
-    url = options.describe_endpoint or (main.client.base_url if main is not None else None)
-    launch = server if url is None else None
-    async with shard.connect(client, launch, url=url, model=model, api_key=api_key, log_prefix="server-describe") as endpoint:
+    async with stage_endpoint(
+        shard, client, server, url=options.describe_endpoint, model=options.describe_model or job.model,
+        api_key=secret.get_secret_value() if secret else None, main=main, log_prefix="server-describe",
+    ) as endpoint:
         yield endpoint
 
 

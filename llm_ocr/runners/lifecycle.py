@@ -135,6 +135,33 @@ class Shard:
             yield endpoint
 
 
+@asynccontextmanager
+async def stage_endpoint(
+    shard: Shard,
+    client: ClientOptions,
+    server: ServerOptions | None,
+    *,
+    url: str | None,
+    model: str,
+    api_key: str | None,
+    main: Endpoint | None,
+    log_prefix: str,
+) -> AsyncIterator[Endpoint]:
+    """The endpoint of a stage whose model may be served apart (Describe, Fields).
+
+    ``url`` (the stage's own endpoint option) wins; else the run's endpoint (``main`` when the
+    caller has it open already — same model: the very same client, so ``llm-ocr run`` loads no
+    second model); else ``--endpoint``, or a server launched with ``server`` options.
+    """
+    if url is None and main is not None and model == main.client.model:
+        yield main
+        return
+    url = url or (main.client.base_url if main is not None else None)
+    launch = server if url is None else None
+    async with shard.connect(client, launch, url=url, model=model, api_key=api_key, log_prefix=log_prefix) as endpoint:
+        yield endpoint
+
+
 @dataclass
 class StageResult:
     """What one stage folder's run did: its stats (the completion marker's content) and whether

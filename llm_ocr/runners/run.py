@@ -3,7 +3,8 @@
 Each page goes from the OCR answer straight to its figure descriptions in memory (no second model
 load, no storage round trip); its Extract row and its Describe row are written to ``OUT/extract``
 and ``OUT/describe`` as the stages alone would write them. When the page flow is done and both
-stages are marked complete, Assemble runs over this shard's documents.
+stages are marked complete, Assemble runs over this shard's documents; with ``--schema`` or
+``--classes``, then Fields, on the same endpoint (a server launched for the run serves it too).
 
 Resuming: both stage folders are scanned first. Pages Extract finished but Describe did not (a
 kill between the two part writes, or an earlier ``llm-ocr extract``) are described from
@@ -16,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
 
+from llm_ocr.endpoint import Endpoint
 from llm_ocr.endpoint.quarantine import PageQuarantined
 from llm_ocr.options import StageSpec
 from llm_ocr.records import PageResult
@@ -32,6 +35,7 @@ from llm_ocr.runners.describe import (
     resolve_schema,
 )
 from llm_ocr.runners.extract import extract_context
+from llm_ocr.runners.fields import Fields, fields_wanted
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_on, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows
@@ -101,8 +105,14 @@ class Run(ShardStage):
     reads = ("assemble",)
     label = "run"  # type: ignore[assignment]
 
-    def __init__(self, spec: StageSpec) -> None:
+    def __init__(self, spec: StageSpec, servers: AsyncExitStack | None = None) -> None:
         self.spec = spec
+        #: Where the run's endpoint is kept open for Fields, until the caller closes it.
+        self.servers = servers
+        self.fields = Fields(spec) if fields_wanted(spec.fields) else None
+        if self.fields is not None:
+            self.reads = ("assemble", "fields")  # type: ignore[misc]
+        self.endpoint: Endpoint | None = None
         self.schema: dict[str, Any] | None = None
         self.documents: Iterator[DocumentRef] = iter(())
         self.extract = ShardIndex()
@@ -112,13 +122,21 @@ class Run(ShardStage):
         code = extract_settles(markers["extract"], self.spec.extract)
         if code is None or not describe_settles(markers["describe"], markers["extract"]):
             return None
-        return code if assemble_finished(markers["assemble"], self.spec.assemble) else None
+        if not assemble_finished(markers["assemble"], self.spec.assemble):
+            return None
+        if self.fields is None:
+            return code
+        # The schema is checked here, before anything runs: a bad one stops the run at once.
+        fields_code = self.fields.settled(markers)
+        return None if fields_code is None else max(code, fields_code)
 
     def settled_stats(self, markers: Markers) -> dict[str, Any]:
-        return {name: markers[name] for name in STAGES}
+        return {name: markers[name] for name in (*STAGES, *(("fields",) if self.fields else ()))}
 
     async def check(self, shard: Shard, markers: Markers) -> None:
         self.schema = resolve_schema(self.spec.describe, shard.job.storage_options)
+        if self.fields is not None:
+            self.fields.plan  # noqa: B018 - loads and checks the schema: bad input stops the run before any page
 
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
@@ -131,8 +149,16 @@ class Run(ShardStage):
     async def work(self, shard: Shard) -> Finished:
         spec, job = self.spec, shard.job
         indexes = {"extract": self.extract, "describe": self.describe}
-        async with shard.connect(spec.client, spec.server) as endpoint, \
-                describe_endpoint(shard, spec.describe, spec.client, main=endpoint) as describer, \
+        async with AsyncExitStack() as here:
+            # Kept open for Fields (until the caller closes ``servers``), else closed after the pages.
+            keeper = self.servers if self.fields is not None and self.servers is not None else here
+            endpoint = self.endpoint = await keeper.enter_async_context(shard.connect(spec.client, spec.server))
+            return await self._pages(shard, endpoint)
+
+    async def _pages(self, shard: Shard, endpoint: Endpoint) -> Finished:
+        spec, job = self.spec, shard.job
+        indexes = {"extract": self.extract, "describe": self.describe}
+        async with describe_endpoint(shard, spec.describe, spec.client, main=endpoint) as describer, \
                 PageWork(shard, endpoint, indexes, render=True) as work:
             assert work.pool is not None
             # Figure requests have their own limit, as large as the pages': a page holds its
@@ -170,9 +196,19 @@ class Run(ShardStage):
         if assembled.exit_code == EXIT_INTERRUPTED:
             return ShardOutcome(EXIT_INTERRUPTED, stats)
         failed = outcome.exit_code != EXIT_OK or assembled.exit_code != EXIT_OK
+        if self.fields is not None and assembled.stats:
+            # Fields reads OUT/assemble back: batched writes (the Hub) must be committed first.
+            await asyncio.to_thread(shard.out.flush)
+            self.fields.main = self.endpoint
+            extracted = await run_on(shard, self.fields, writable_checked=True)
+            stats["fields"] = extracted.stats
+            if extracted.exit_code == EXIT_INTERRUPTED:
+                return ShardOutcome(EXIT_INTERRUPTED, stats)
+            failed = failed or extracted.exit_code != EXIT_OK
         return ShardOutcome(EXIT_PAGES_FAILED if failed else EXIT_OK, stats)
 
 
 async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
-    """Run Extract, Describe and Assemble over this process's shard of the inputs."""
-    return await run_stage(Run(spec), spec.job, stop)
+    """Run Extract, Describe, Assemble (and Fields, given a schema) over this process's shard."""
+    async with AsyncExitStack() as servers:  # a server kept open for Fields stops here, whatever happened
+        return await run_stage(Run(spec, servers), spec.job, stop)

@@ -168,8 +168,11 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]], options: Asse
             texts.append(append_fallback(render_page(page, ids), page))
             figures.extend(_figure_row(f, ids[f.id], number) for f in page.figures)
     markdown = texts[0]
+    page_starts = [0]  # where each page's text begins in the document (Fields splits by page)
     for number, text in enumerate(texts[1:], start=2):
-        markdown += separator(options.page_separator, number) + text
+        markdown += separator(options.page_separator, number)
+        page_starts.append(len(markdown))
+        markdown += text
     if not failed:
         status, error = "ok", None
     else:
@@ -187,4 +190,5 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]], options: Asse
         status=status,  # type: ignore[arg-type]
         failed_pages=[n for n, _ in failed],
         error=error,
+        page_starts=page_starts,
     )

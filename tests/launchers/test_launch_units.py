@@ -181,3 +181,23 @@ def test_launch_keywords_are_checked_and_the_stage_options_reach_the_command_lin
         build_request("hf-jobs", options, "hf://datasets/me/in", {"dpi": -1})
     with pytest.raises(LaunchError, match="--api-key cannot be passed"):
         build_request("hf-jobs", options, "hf://datasets/me/in", {"api_key": "sk-secret"})
+
+
+def test_fields_launches_take_no_input_need_a_model_unless_given_an_endpoint_and_count_documents() -> None:
+    from llm_ocr.launchers.api import build_request
+    from llm_ocr.launchers.spec import LaunchError, LaunchOptions
+
+    options = LaunchOptions(output="hf://datasets/o/n", num_shards=2, stage="fields")
+    schema = {"classes": "hf://datasets/o/n/classes.yaml"}
+    request = build_request("hf-jobs", options, [], schema)
+    assert (request.stage, request.needs_model, request.inputs) == ("fields", True, [])
+    assert request.stage_args == ["--classes", "hf://datasets/o/n/classes.yaml"]
+    elsewhere = build_request("hf-jobs", options, [], {**schema, "fields_endpoint": "https://llm.example/v1"})
+    assert elsewhere.needs_model is False  # the model is served elsewhere: a CPU job is enough
+    with pytest.raises(LaunchError, match="takes no INPUT"):
+        build_request("hf-jobs", options, ["hf://datasets/o/scans"], schema)
+    marker = {"fields": {"documents": {"ok": 7, "invalid": 2, "error": 1, "skipped": 3}, "wall_time_s": 60.0}}
+    row = shard_status(0, "fields", marker, None, JobState("j0", "succeeded", "COMPLETED", running_s=70.0), gpus=1, price_per_hour=1.0)
+    assert row.counts == {"ok": 7, "invalid": 2, "error": 1} and row.earlier == 3 and row.stages_done == ["fields"]
+    table = LaunchStatus("hf://datasets/o/n", "fields", 1, [row], gpus=1, price_per_hour=1.0)
+    assert "documents: 10 = ok 7, invalid 2, error 1" in "\n".join(table.totals_lines())

@@ -72,6 +72,17 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         "(needs --crash-ledger; default: every time)")
     faults.add_argument("--crash-ledger", default=None, metavar="PATH",
                         help="file that gets one line FILE:PAGE per poison-page crash (and counts them)")
+    fields = p.add_argument_group("structured answers about documents (llm-ocr fields)")
+    fields.add_argument("--fields-invalid-rate", type=fraction, default=0.0,
+                        help="fraction of documents whose first structured answer is cut in the middle (not "
+                        "JSON); a repair request is answered correctly; decided per document and --seed "
+                        "(default %(default)s)")
+    fields.add_argument("--fields-invent-rate", type=fraction, default=0.0,
+                        help="fraction of documents whose first structured answer replaces one free-text value "
+                        "with a name found nowhere in the document (default %(default)s)")
+    fields.add_argument("--no-structured-outputs", dest="structured_outputs", action="store_false",
+                        help="answer HTTP 400 to response_format / structured_outputs, like an endpoint "
+                        "without structured outputs")
     return p
 
 
@@ -151,6 +162,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         startup_delay=args.startup_delay,
         instant=args.instant,
         poison=poison,
+        fields_invalid_rate=args.fields_invalid_rate,
+        fields_invent_rate=args.fields_invent_rate,
+        structured_outputs=args.structured_outputs,
     )
 
 

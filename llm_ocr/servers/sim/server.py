@@ -40,6 +40,7 @@ from ..frame.protocol import (
 )
 from ..frame.streaming import SseAnswer
 from . import FAULT_KINDS, content
+from . import fields as sim_fields
 from .corpus import CorpusIndex, build_corpus
 from .images import ImageFacts, analyse_image
 from .poison import PoisonPages
@@ -69,6 +70,12 @@ class SimConfig(FrameConfig):
     startup_delay: float = 0.0
     instant: bool = False
     poison: PoisonPages | None = None
+    #: Structured answers to documents (Fields): first answers that are not JSON, invented values.
+    fields_invalid_rate: float = 0.0
+    fields_invent_rate: float = 0.0
+    #: Whether response_format / structured_outputs are accepted (False: HTTP 400, like an
+    #: endpoint without structured outputs).
+    structured_outputs: bool = True
 
 
 @dataclass
@@ -241,8 +248,12 @@ class SimServer(OpenAIServer):
             fault = None
 
         try:
-            req = parse_chat_request(body, self.cfg.served_model_names)
+            req = parse_chat_request(body, self.cfg.served_model_names, conversations=True)
+            if req.structured and not self.cfg.structured_outputs:
+                raise ApiError(400, "response_format is not supported by this server (structured outputs are off).")
             self.count("prompt_kinds", "structured" if req.structured else req.kind)
+            if req.kind == "conversation":
+                return await self._conversation(request, req, record, fault)
             if not req.ngram_enabled:
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
@@ -286,6 +297,40 @@ class SimServer(OpenAIServer):
                 await stream.open(request)
             return await stream.finish(finish, completion_tokens)
         return stream.closed_response()
+
+    async def _conversation(
+        self, request: web.Request, req: ChatRequest, record: dict[str, Any], fault: Fault | None
+    ) -> web.StreamResponse:
+        """A request that is not a page to OCR: a document's text (and maybe a page image) with
+        a structured question about it (Fields). The answer is read from the text, and from a
+        known page's text layer when the image is one (:mod:`.fields`)."""
+        text = req.user_text
+        prompt_tokens = math.ceil(len(req.prompt) * self.cfg.tokens_per_char) + 8
+        if req.image:
+            facts = await asyncio.to_thread(analyse_image, req.image, self.corpus, False)
+            prompt_tokens += estimate_prompt_tokens(facts.width, facts.height, "", self.cfg.tokens_per_char)
+            if facts.known is not None:
+                text = content.render_plain(facts.known.blocks) + "\n\n" + text
+        max_tokens = admit_max_tokens(prompt_tokens, req.max_tokens, self.cfg.max_model_len)
+        schema = req.schema if req.structured == "json" else sim_fields.schema_in_prompt(req.system)
+        if fault is not None and fault.kind == "empty":
+            answer, applied = "", "empty"
+        elif schema is None and not req.structured:
+            answer, applied = content.render_plain(content.synthetic_blocks(hashlib.sha256(text.encode()).digest())), None
+        else:
+            answer, applied = sim_fields.answer(
+                schema, text, repair=req.follows_answer, seed=self.cfg.seed,
+                invalid_rate=self.cfg.fields_invalid_rate, invent_rate=self.cfg.fields_invent_rate,
+            )
+        if applied is not None:
+            record["fault"] = applied
+            self.count("faults_applied", applied)
+        self.count("prompt_kinds", "repair" if req.follows_answer else "conversation")
+        text_out, completion_tokens, finish = self.fit_answer(req, answer, max_tokens)
+        if req.stream:
+            raise ApiError(400, "the simulated server does not stream conversations.")
+        await self._run_in_slot(prompt_tokens, completion_tokens)
+        return self.completion(req, text_out, finish, prompt_tokens, completion_tokens, record)
 
     def _loops(self, req: ChatRequest, facts: ImageFacts) -> bool:
         """Whether this page loops: decided by image and prompt, not drawn, since at temperature
