@@ -13,8 +13,9 @@ import os
 import typing
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 
+from llm_ocr.vlm import families
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
 
 ENV_PREFIX = "LLM_OCR_"
@@ -30,6 +31,11 @@ class JobOptions(BaseModel):
         None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."
     )
     model: str = Field(DEFAULT_MODEL, description="Served model name.")
+    recipe: str | None = Field(
+        None,
+        description="Model family whose recipe to use (request, server flags, parser), for a fine-tune served "
+        "under another name: one of llm-ocr models' names (default: chosen from --model).",
+    )
     api_key: SecretStr | None = Field(None, description="API key for the endpoint (prefer the LLM_OCR_API_KEY variable).")
     num_shards: int | None = Field(None, ge=1, description="Number of shards (default: from the platform, else 1).")
     shard_index: int | None = Field(None, ge=0, description="This shard's index (default: from the platform, else 0).")
@@ -52,6 +58,13 @@ class JobOptions(BaseModel):
         None, ge=0, description="US$ per GPU-hour for the cost estimate in the stats (default: the preset's list price)."
     )
     part_rows: int = Field(1000, ge=1, description="Rows per Parquet part at most.")
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, value: str | None) -> str | None:
+        if value is not None:
+            families.family_named(value)  # raises with the choices
+        return value
 
 
 def _env_name(field: str) -> str:

@@ -106,6 +106,7 @@ async def open_describe_endpoint(
             api_key=api_key,
             client_options=client_options,
             server_options=server_options,
+            recipe=job.recipe if model == job.model else None,
             out=out,
             log_name=log_name,
         ) as endpoint:
@@ -124,6 +125,7 @@ async def make_context(
         temperature=options.describe_temperature,
         extra_body=describe_extra_body(client.model),
         schema=schema,
+        redescribe=options.redescribe,
         limit=asyncio.Semaphore(max_in_flight),
     )
 

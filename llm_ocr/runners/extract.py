@@ -30,13 +30,13 @@ from llm_ocr.runners.shard import (
 )
 from llm_ocr.sources import DatasetOptions, InputError
 from llm_ocr.sources.base import DocumentRef, RenderOptions
-from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
+from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page, family_render
 from llm_ocr.storage import Storage, StorageError
 from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
-from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
-from llm_ocr.runners.workers import WorkerPool, crop_figures, default_workers
+from llm_ocr.vlm.families import family_for
+from llm_ocr.runners.workers import WorkerPool, crop_figures, default_workers, transform_image
 
 log = logging.getLogger("llm_ocr")
 
@@ -84,6 +84,7 @@ async def extract_shard(spec: ExtractJob, stop: asyncio.Event | None = None) -> 
         api_key=job.api_key.get_secret_value() if job.api_key else None,
         client_options=spec.client,
         server_options=spec.server,
+        recipe=job.recipe,
         out=out,
         log_name=f"server-{shard:05d}-of-{num_shards:05d}.log",
     ) as endpoint:
@@ -114,13 +115,15 @@ async def _extract_with(
         on_tick=progress_writer(out, "extract", shard, num_shards),
     )
     try:
-        max_tokens = clamp_max_tokens(spec.extract.max_tokens, await client.max_model_len())
-        recipe = recipe_for(job.model).with_prompt(spec.extract.prompt)
-        ctx = ExtractContext(client, recipe, spec.extract, max_tokens, partial(pool.run, crop_figures))
+        recipe = family_for(job.model, job.recipe).with_prompt(spec.extract.prompt)
+        max_tokens = recipe.max_tokens(spec.extract.max_tokens, await client.max_model_len())
+        ctx = ExtractContext(
+            client, recipe, spec.extract, max_tokens, partial(pool.run, crop_figures), partial(pool.run, transform_image)
+        )
         bad = BadPages(endpoint.tracker, pool, spec.extract, job.storage_options)
         flow = PageFlow(
             pool=pool,
-            render=spec.render,
+            render=family_render(spec.render, recipe),
             handler=bad.guard(partial(_extract_handler, ctx=ctx, bad=bad)),
             writer=writer,
             index=index,

@@ -46,15 +46,15 @@ from llm_ocr.sources import DatasetOptions, InputError
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
 from llm_ocr.stages.assemble import AssembleOptions
 from llm_ocr.stages.describe import DescribeContext, DescribeOptions, describe_page
-from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page
+from llm_ocr.stages.extract import ExtractContext, ExtractOptions, extract_page, family_render
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart, iter_shard_rows
 from llm_ocr.vlm.client import ClientOptions, EndpointDown
-from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
-from llm_ocr.runners.workers import WorkerPool, crop_figures, default_workers
+from llm_ocr.vlm.families import family_for
+from llm_ocr.runners.workers import WorkerPool, crop_figures, default_workers, transform_image
 
 log = logging.getLogger("llm_ocr")
 
@@ -184,18 +184,20 @@ async def _page_flow(
             de_counters.docs_seen = len(catch_up.documents)
         if stop is None or not stop.is_set():
             client = endpoint.client
+            recipe = family_for(job.model, job.recipe).with_prompt(spec.extract.prompt)
             ectx = ExtractContext(
                 client,
-                recipe_for(job.model).with_prompt(spec.extract.prompt),
+                recipe,
                 spec.extract,
-                clamp_max_tokens(spec.extract.max_tokens, await client.max_model_len()),
+                recipe.max_tokens(spec.extract.max_tokens, await client.max_model_len()),
                 partial(pool.run, crop_figures),
+                partial(pool.run, transform_image),
             )
             bad = BadPages(endpoint.tracker, pool, spec.extract, job.storage_options)
             shared = {"describe": dctx, "described": stages.describe.done_pages, "counters": de_counters, "bad": bad}
             flow = PageFlow(
                 pool=pool,
-                render=spec.render,
+                render=family_render(spec.render, recipe),
                 handler=bad.guard(partial(_run_page, extract=ectx, **shared), partial(_run_quarantined, **shared)),
                 writer=[ex_writer, de_writer],
                 index=stages.extract,
@@ -265,6 +267,7 @@ async def run_shard(spec: RunJob, stop: asyncio.Event | None = None) -> ShardOut
         api_key=job.api_key.get_secret_value() if job.api_key else None,
         client_options=spec.client,
         server_options=spec.server,
+        recipe=job.recipe,
         out=out,
         log_name=f"server-{shard:05d}-of-{num_shards:05d}.log",
     ) as endpoint, open_describe_endpoint(job, spec.describe, spec.client, main=endpoint) as describer:

@@ -17,11 +17,20 @@ DocumentKind = Literal["pdf", "image", "dataset_row"]
 class RenderOptions(BaseModel):
     """How pages become the images sent to the model."""
 
-    dpi: float = Field(144.0, gt=0, description="PDF render resolution (DeepSeek-OCR's own pipeline uses 144).")
+    dpi: float = Field(144.0, gt=0, description="PDF render resolution (default: the model family's, 144 for DeepSeek-OCR).")
     max_page_pixels: int = Field(
         12_000_000,
         gt=0,
         description="Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans).",
+    )
+    long_side: int | None = Field(
+        None,
+        gt=0,
+        description="Scale every page (PDF or image) so its longer side has exactly this many pixels, "
+        "instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most).",
+    )
+    max_long_side: int | None = Field(
+        None, gt=0, description="Scale pages down so their longer side has at most this many pixels (default: none)."
     )
     min_page_side: int = Field(
         640,
@@ -38,7 +47,8 @@ class RenderOptions(BaseModel):
         100_000, gt=0, description="Documents with more pages than this are refused (error row)."
     )
     image_format: Literal["jpeg", "png"] = Field(
-        "jpeg", description="Encoding of page images sent to the model: jpeg (fast) or png (lossless)."
+        "jpeg", description="Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the "
+        "model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."
     )
     jpeg_quality: int = Field(95, ge=50, le=100, description="JPEG quality when image_format is jpeg.")
 

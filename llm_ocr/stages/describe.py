@@ -46,6 +46,11 @@ class DescribeOptions(BaseModel):
     describe_api_key: SecretStr | None = Field(
         None, description="API key of --describe-endpoint (default: --api-key; prefer LLM_OCR_DESCRIBE_API_KEY)."
     )
+    redescribe: bool = Field(
+        False,
+        description="Also describe figures the OCR model already described in its page answer (olmOCR-2's alt "
+        "text, Chandra's image alt); default: keep the model's own description.",
+    )
     describe_schema: str | None = Field(
         None,
         description="JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured "
@@ -109,6 +114,8 @@ class DescribeContext:
     temperature: float = 0.0
     extra_body: dict[str, Any] = field(default_factory=dict)
     schema: dict[str, Any] | None = None
+    #: Describe figures that arrive with a description (from the OCR model's page answer) again.
+    redescribe: bool = False
     #: Bounds figure requests in flight; each request takes a slot on its own (no batches).
     limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(64))
     counts: FigureCounts = field(default_factory=FigureCounts)
@@ -242,7 +249,8 @@ async def describe_figure(figure: Figure, ctx: DescribeContext) -> Figure:
 
     :class:`EndpointDown` propagates: the run stops rather than failing every remaining figure.
     """
-    if figure.description:
+    if figure.description and not ctx.redescribe:
+        # Extract's family described it inline (olmOCR-2's alt text, Chandra's alt): kept.
         ctx.counts.already += 1
         return figure
     if figure.image is None:

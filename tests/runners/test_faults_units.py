@@ -23,7 +23,7 @@ from llm_ocr.runners.progress import RunCounters
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, RequestFailed, VlmClient, display_url
 from llm_ocr.vlm.grounding import parse_layout
-from llm_ocr.vlm.recipes import DOCUMENT_PROMPT, image_messages
+from llm_ocr.vlm.recipes import DEFAULT_MODEL, DOCUMENT_PROMPT, image_messages, recipe_for
 
 W, H = 1224, 1584
 
@@ -31,7 +31,12 @@ W, H = 1224, 1584
 def page_body() -> dict[str, Any]:
     buffer = io.BytesIO()
     Image.new("RGB", (64, 48), "white").save(buffer, format="PNG")
-    return {"messages": image_messages(buffer.getvalue(), "image/png", DOCUMENT_PROMPT), "max_tokens": 50, "temperature": 0.0}
+    return {
+        "messages": image_messages(buffer.getvalue(), "image/png", DOCUMENT_PROMPT),
+        "max_tokens": 50,
+        "temperature": 0.0,
+        "extra_body": recipe_for(DEFAULT_MODEL).extra_body,
+    }
 
 
 class Schedule:

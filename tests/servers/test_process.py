@@ -41,6 +41,7 @@ FAKES = Path(__file__).resolve().parents[1] / "fakes"
 MODEL = "deepseek-ai/DeepSeek-OCR"
 HOST = "127.0.0.1"
 RECIPE = [
+    "--trust-remote-code",
     "--logits-processors",
     "vllm.model_executor.models.deepseek_ocr:NGramPerReqLogitsProcessor",
     "--no-enable-prefix-caching",

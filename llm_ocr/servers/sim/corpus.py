@@ -108,13 +108,17 @@ class CorpusIndex:
     def __len__(self) -> int:
         return len(self.pages)
 
-    def match(self, fp: np.ndarray, aspect: float) -> KnownPage | None:
-        """The known page nearest to a fingerprint, or None when nothing is close enough."""
+    def match(self, fp: np.ndarray, aspect: float | None) -> KnownPage | None:
+        """The known page nearest to a fingerprint, or None when nothing is close enough
+        (``aspect`` None: any aspect ratio, for pages resized to another shape)."""
         import numpy as np
 
         if not self.pages:
             return None
-        ok = np.abs(self._aspects - aspect) <= MAX_ASPECT_DIFF * aspect
+        if aspect is None:
+            ok = np.ones(len(self.pages), dtype=bool)
+        else:
+            ok = np.abs(self._aspects - aspect) <= MAX_ASPECT_DIFF * aspect
         if not ok.any():
             return None
         idx = np.flatnonzero(ok)

@@ -22,7 +22,7 @@ class ImageFacts:
     colour: str = "white"
 
 
-def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool) -> ImageFacts:
+def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool, any_aspect: bool = False) -> ImageFacts:
     """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus.
 
     Runs in a worker thread: decoding a full page PNG takes tens of milliseconds.
@@ -40,7 +40,8 @@ def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool) ->
         raise ApiError(400, f"Failed to load image: {exc}") from None
     facts = ImageFacts(width, height, digest)
     if corpus is not None and len(corpus):
-        facts.known = corpus.match(fingerprint_image(img), width / height)
+        # A page resized to a square (MinerU's layout pass) keeps its fingerprint, not its aspect.
+        facts.known = corpus.match(fingerprint_image(img), None if any_aspect else width / height)
     if need_colour:
         facts.colour = content.dominant_colour(img)
     return facts

@@ -39,7 +39,9 @@ from ..frame.protocol import (
     parse_chat_request,
 )
 from ..frame.streaming import SseAnswer
-from . import FAULT_KINDS, content
+from llm_ocr.vlm.families import Family, RecipeError, family_for
+
+from . import FAULT_KINDS, content, families
 from .corpus import CorpusIndex, build_corpus
 from .images import ImageFacts, analyse_image
 from .poison import PoisonPages
@@ -69,6 +71,11 @@ class SimConfig(FrameConfig):
     startup_delay: float = 0.0
     instant: bool = False
     poison: PoisonPages | None = None
+    #: The family every served name plays (default: each name's own, like llm-ocr picks it).
+    recipe: str | None = None
+    #: Answer requests that stray from the family's recipe as a real model would, instead of
+    #: refusing them (400).
+    lenient: bool = False
 
 
 @dataclass
@@ -104,7 +111,10 @@ class SimServer(OpenAIServer):
             "max_waiting": 0,
             "ngram_processor_off": 0,
             "special_tokens_skipped": 0,
+            "recipe_refused": 0,
+            "families": {},
         }
+        self.memory = families.Memory()
         self._sem: asyncio.Semaphore | None = None
         self.timing = TimingModel(
             slots=cfg.slots,
@@ -242,12 +252,20 @@ class SimServer(OpenAIServer):
 
         try:
             req = parse_chat_request(body, self.cfg.served_model_names)
+            family = family_for(req.model, self.cfg.recipe)
+            page_kind = self._page_kind(family, body, record)
+            if page_kind is not None:
+                self.count("families", f"{family.name}:{page_kind}")
             self.count("prompt_kinds", "structured" if req.structured else req.kind)
             if not req.ngram_enabled:
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
-            facts = await asyncio.to_thread(analyse_image, req.image, self.corpus, need_colour)
-            prompt_tokens = estimate_prompt_tokens(facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
+            facts = await asyncio.to_thread(
+                analyse_image, req.image, self.corpus, need_colour, families.matches_any_aspect(family, page_kind)
+            )
+            prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
+            if prompt_tokens is None:
+                prompt_tokens = estimate_prompt_tokens(facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
             max_tokens = admit_max_tokens(prompt_tokens, req.max_tokens, self.cfg.max_model_len)
         except ApiError as exc:
             record["outcome"] = "error"
@@ -265,7 +283,10 @@ class SimServer(OpenAIServer):
         elif req.kind in ("markdown", "ocr", "free"):
             self.stats["synthetic_pages"] += 1
 
-        text = self._answer(req, facts, fault, max_tokens)
+        if page_kind is not None and families.answers(family):
+            text = self._family_answer(family, page_kind, body, req, facts, fault, max_tokens)
+        else:
+            text = self._answer(req, facts, fault, max_tokens)
         text, completion_tokens, finish = self.fit_answer(req, text, max_tokens)
         if not req.stream:
             await self._run_in_slot(prompt_tokens, completion_tokens)
@@ -286,6 +307,35 @@ class SimServer(OpenAIServer):
                 await stream.open(request)
             return await stream.finish(finish, completion_tokens)
         return stream.closed_response()
+
+    def _page_kind(self, family: Family, body: dict[str, Any], record: dict[str, Any]) -> str | None:
+        """The kind of page request ``body`` is for ``family`` (None: not a page request);
+        raises :class:`ApiError` 400 for one that strays from the recipe, unless lenient."""
+        try:
+            return family.check(body)
+        except RecipeError as exc:
+            if self.cfg.lenient:
+                return "page"
+            self.stats["recipe_refused"] += 1
+            record["recipe_refused"] = str(exc)
+            raise ApiError(400, f"request strays from the {family.title} recipe: {exc}") from None
+
+    def _family_answer(
+        self, family: Family, kind: str, body: dict[str, Any], req: ChatRequest, facts: ImageFacts,
+        fault: Fault | None, max_tokens: int,
+    ) -> str:
+        """A page request of a family other than DeepSeek-OCR, answered in its own format."""
+        if fault is not None and fault.kind == "empty":
+            return ""
+        if facts.known is not None:
+            blocks = facts.known.blocks
+        else:
+            blocks = content.synthetic_blocks(facts.sha256)
+        text = families.answer(family, kind, body, facts, blocks, self.memory)
+        if fault is not None and fault.kind == "loop":
+            chars = int(max_tokens / self.cfg.tokens_per_char) + 16
+            return content.loop_text(text[: len(text) // 3], facts.sha256, chars)
+        return text
 
     def _loops(self, req: ChatRequest, facts: ImageFacts) -> bool:
         """Whether this page loops: decided by image and prompt, not drawn, since at temperature

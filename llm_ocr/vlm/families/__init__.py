@@ -1,0 +1,54 @@
+"""A recipe per OCR model family, chosen from the served model name (or ``--recipe NAME``).
+
+One module per family holds its request, its server's flags, its parser and its loop policy
+(see :mod:`.base`); docs/models.md cites where each fact comes from. :func:`family_for` picks
+the family of a served model name; a model no family matches gets :data:`~.generic.GENERIC`.
+
+To add a family: write its module (a :class:`~.base.Family` instance with ``parse`` and, if
+one page takes several requests, ``read``), list it in :data:`FAMILIES`, teach the simulated
+server its answer format (``llm_ocr/servers/sim/families.py``) and add its section to
+docs/models.md.
+"""
+
+from __future__ import annotations
+
+from llm_ocr.vlm.families.base import Family, RecipeError
+from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
+from llm_ocr.vlm.families.generic import GENERIC
+
+#: Every family, in the order names are matched (a more specific pattern first).
+FAMILIES: tuple[Family, ...] = (
+    DEEPSEEK_OCR,
+    GENERIC,
+)
+
+
+class UnknownRecipe(ValueError):
+    """``--recipe`` names no family."""
+
+
+def names() -> list[str]:
+    """The family names ``--recipe`` accepts."""
+    return [f.name for f in FAMILIES]
+
+
+def family_named(name: str) -> Family:
+    """The family called ``name`` (``--recipe``); raises :class:`UnknownRecipe` with the choices."""
+    for family in FAMILIES:
+        if family.name == name:
+            return family
+    raise UnknownRecipe(f"unknown recipe {name!r}; choose one of {', '.join(names())}")
+
+
+def family_for(model: str, recipe: str | None = None) -> Family:
+    """The family of served model ``model``, or the one ``recipe`` names (a fine-tune served
+    under another name); the generic family when no pattern matches."""
+    if recipe:
+        return family_named(recipe)
+    for family in FAMILIES:
+        if family.matches(model):
+            return family
+    return GENERIC
+
+
+__all__ = ["FAMILIES", "Family", "RecipeError", "UnknownRecipe", "family_for", "family_named", "names"]
