@@ -59,6 +59,8 @@ class KnownPage:
     aspect: float  # width / height as displayed
     fingerprint: Any  # numpy float32 vector of FP_SIZE[0] * FP_SIZE[1] grey levels
     blocks: list[LayoutBlock] = field(default_factory=list)
+    #: The page's /Rotate (degrees clockwise): its text is upright only when this is 0.
+    rotation: int = 0
 
 
 def fingerprint_image(img: Image.Image) -> np.ndarray:
@@ -183,6 +185,7 @@ def _index_page(page: Any, source: str, index: int) -> KnownPage:
         aspect=aspect,
         fingerprint=fingerprint_image(img),
         blocks=extract_layout(page),
+        rotation=page.get_rotation() % 360,
     )
 
 

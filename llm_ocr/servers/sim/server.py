@@ -261,7 +261,8 @@ class SimServer(OpenAIServer):
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
             facts = await asyncio.to_thread(
-                analyse_image, req.image, self.corpus, need_colour, families.matches_any_aspect(family, page_kind)
+                analyse_image, req.image, self.corpus, need_colour,
+                families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind),
             )
             prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
             if prompt_tokens is None:

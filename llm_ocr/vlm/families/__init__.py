@@ -13,12 +13,24 @@ docs/models.md.
 from __future__ import annotations
 
 from llm_ocr.vlm.families.base import Family, RecipeError
+from llm_ocr.vlm.families.chandra import CHANDRA_1, CHANDRA_2
 from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
+from llm_ocr.vlm.families.docling import GRANITE_DOCLING
+from llm_ocr.vlm.families.dots import DOTS_OCR
 from llm_ocr.vlm.families.generic import GENERIC
+from llm_ocr.vlm.families.mineru import MINERU
+from llm_ocr.vlm.families.olmocr import OLMOCR
 
 #: Every family, in the order names are matched (a more specific pattern first).
 FAMILIES: tuple[Family, ...] = (
     DEEPSEEK_OCR,
+    OLMOCR,
+    DOTS_OCR,
+    CHANDRA_2,  # before Chandra 1: "chandra" matches both names
+    CHANDRA_1,
+    MINERU,
+    GRANITE_DOCLING,
+    # families2: PaddleOCR-VL, LightOnOCR-2 (+bbox), Nanonets-OCR2, GLM-OCR, Qwen2.5-VL / Qwen3-VL.
     GENERIC,
 )
 
