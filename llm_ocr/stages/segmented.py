@@ -106,6 +106,13 @@ def join_pieces(segments: list[Segment], per_segment: list[list[_Piece]], page: 
             # No box: kept where the segment put it. Else only in this segment's share.
             if centre is None or ((lower is None or centre >= lower) and (upper is None or centre < upper)):
                 mine.append(piece)
+        previous = per_segment[i - 1] if i > 0 else []
+        if mine and not mine[0].block.boxes and previous and not previous[-1].block.boxes:
+            # A family without text boxes (olmOCR-2) reads the overlap twice: the words this
+            # segment's text starts with that repeat the end of the last one's are dropped.
+            head = mine[0]
+            text = drop_repeated_start(" ".join(p.block.text for p in previous if not p.block.boxes), head.block.text)
+            mine[0] = replace(head, block=Block(head.block.label, [], text))
         for piece in mine:
             twin = _twin(kept, piece)
             if twin is None:
