@@ -156,3 +156,21 @@ def test_a_page_olmocr_says_is_rotated_is_turned_and_read_again(tmp_path: Path) 
     (figure,) = row["figures"]
     scale = row["width"] / 612
     assert np.allclose(figure["bbox"], [v * scale for v in CHART_PT], atol=0.012 * row["width"])
+
+
+def test_a_figure_the_model_described_inline_is_not_described_again_unless_asked(tmp_path: Path) -> None:
+    make_pdf(tmp_path / "one.pdf", pages=1, seed=6)
+    model = MODELS["olmocr"]
+    with SimulatedServer("--instant", "--served-model-name", model, corpus=tmp_path / "one.pdf") as server:
+        base = ("--endpoint", server.base_url, "--model", model, "--workers", "0", "--progress", "off")
+        assert run_cli("run", str(tmp_path / "one.pdf"), "--output", str(tmp_path / "kept"), *base).returncode == 0
+        kept_requests = len(server.requests())
+        assert run_cli("run", str(tmp_path / "one.pdf"), "--output", str(tmp_path / "again"), *base,
+                       "--redescribe").returncode == 0
+        again_requests = len(server.requests()) - kept_requests
+    (kept,) = read_stage(tmp_path / "kept", "describe")
+    (figure,) = kept["figures"]
+    assert figure["description"] == "A chart of coloured bars"  # olmOCR-2's own alt text
+    assert kept_requests == 1  # the page only: no description asked for
+    (again,) = read_stage(tmp_path / "again", "describe")
+    assert again_requests == 2 and again["figures"][0]["description"] != "A chart of coloured bars"
