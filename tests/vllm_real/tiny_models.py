@@ -168,10 +168,135 @@ def build_qwen3_vl(folder: Path) -> None:
     _save(folder, config, processor, {"architecture": "qwen3_vl", "vocab_size": len(tokenizer)})
 
 
+#: PaddleOCR-VL's shape (the checkpoint's ``chat_template.jinja``): images first, then texts,
+#: as ``User: ...\nAssistant: `` after a begin-of-sentence token.
+PADDLEOCR_VL_TEMPLATE = (
+    "<|begin_of_sentence|>{%- for message in messages -%}{%- if message['role'] == 'user' -%}User: "
+    "{%- for content in message['content'] -%}{%- if content['type'] == 'image' -%}"
+    "<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>{%- endif -%}{%- endfor -%}"
+    "{%- for content in message['content'] -%}{%- if content['type'] == 'text' -%}{{ content['text'] }}{%- endif -%}"
+    "{%- endfor -%}\n{%- elif message['role'] == 'assistant' -%}Assistant: {{ message['content'] }}</s>"
+    "{%- elif message['role'] == 'system' -%}{{ message['content'] }}\n{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}Assistant: {%- endif -%}"
+)
+
+
+def build_paddleocr_vl(folder: Path) -> None:
+    """PaddleOCR-VL (``PaddleOCRVLForConditionalGeneration``): SigLIP-style NaViT encoder, ERNIE decoder."""
+    from transformers import PaddleOCRVLConfig, PaddleOCRVLProcessor
+    from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import PaddleOCRVLImageProcessorPil
+
+    specials = ["<unk>", "<|begin_of_sentence|>", "</s>", "<|end_of_sentence|>", "<|IMAGE_START|>",
+                "<|IMAGE_PLACEHOLDER|>", "<|IMAGE_END|>", "<|video_pad|>"]  # fmt: skip
+    tokenizer = build_tokenizer(specials, eos="</s>", pad="<unk>", extra={"image_token": "<|IMAGE_PLACEHOLDER|>"})
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+    images = PaddleOCRVLImageProcessorPil(min_pixels=56 * 56, max_pixels=112 * 112)
+    processor = PaddleOCRVLProcessor(image_processor=images, tokenizer=tokenizer, chat_template=PADDLEOCR_VL_TEMPLATE)
+    text = {
+        "vocab_size": len(tokenizer), "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN,
+        "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": HEADS, "head_dim": HEAD_DIM,
+        "max_position_embeddings": MAX_POSITIONS, "bos_token_id": ids["<|begin_of_sentence|>"],
+        "eos_token_id": ids["</s>"], "pad_token_id": ids["<unk>"],
+        "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 10000.0},
+    }  # fmt: skip
+    vision = {"hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_hidden_layers": LAYERS,
+              "num_attention_heads": HEADS, "patch_size": 14, "image_size": 112, "spatial_merge_size": 2}  # fmt: skip
+    config = PaddleOCRVLConfig(
+        text_config=text, vision_config=vision, architectures=["PaddleOCRVLForConditionalGeneration"],
+        image_token_id=ids["<|IMAGE_PLACEHOLDER|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|IMAGE_START|>"], vision_end_token_id=ids["<|IMAGE_END|>"],
+    )  # fmt: skip
+    _save(folder, config, processor, {"architecture": "paddleocr_vl", "vocab_size": len(tokenizer)})
+
+
+#: ChatML without a default system message, image parts as the image token (LightOnOCR-2's shape).
+LIGHTON_TEMPLATE = (
+    "{%- for message in messages %}<|im_start|>{{ message['role'] }}\n{%- if message['content'] is string %}"
+    "{{ message['content'] }}{%- else %}{%- for content in message['content'] %}"
+    "{%- if content['type'] == 'image' or 'image' in content or 'image_url' in content %}<|image_pad|>"
+    "{%- elif content['type'] == 'text' %}{{ content['text'] }}{%- endif %}{%- endfor %}{%- endif %}<|im_end|>\n"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+
+
+def build_lightonocr(folder: Path) -> None:
+    """LightOnOCR (``LightOnOCRForConditionalGeneration`` on a Mistral3 config): Pixtral encoder,
+    Qwen3 decoder, vLLM's Pixtral processor."""
+    from transformers import Mistral3Config, PixtralImageProcessor, PixtralProcessor
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|image_pad|>", "<|vision_pad|>", "<|vision_end|>"]
+    tokenizer = build_tokenizer(specials, eos="<|im_end|>", pad="<|endoftext|>")
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+    images = PixtralImageProcessor(size={"longest_edge": 112}, patch_size=14)
+    processor = PixtralProcessor(
+        image_processor=images, tokenizer=tokenizer, patch_size=14, spatial_merge_size=2, chat_template=LIGHTON_TEMPLATE,
+        image_token="<|image_pad|>", image_break_token="<|vision_pad|>", image_end_token="<|vision_end|>",
+    )  # fmt: skip
+    text = {
+        "model_type": "qwen3", "vocab_size": len(tokenizer), "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN,
+        "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": HEADS, "head_dim": HEAD_DIM,
+        "max_position_embeddings": MAX_POSITIONS, "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
+        "pad_token_id": ids["<|endoftext|>"], "tie_word_embeddings": True,
+    }  # fmt: skip
+    vision = {"model_type": "pixtral", "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_hidden_layers": LAYERS,
+              "num_attention_heads": HEADS, "head_dim": HEAD_DIM, "image_size": 112, "patch_size": 14}  # fmt: skip
+    config = Mistral3Config(
+        text_config=text, vision_config=vision, architectures=["LightOnOCRForConditionalGeneration"],
+        image_token_index=ids["<|image_pad|>"], spatial_merge_size=2, multimodal_projector_bias=False,
+        projector_hidden_act="gelu", vision_feature_layer=-1,
+    )  # fmt: skip
+    _save(folder, config, processor, {"architecture": "lightonocr", "vocab_size": len(tokenizer)})
+
+
+#: GLM-4.1V's shape (GLM-OCR's ``chat_template.jinja``): ``[gMASK]<sop>``, role tokens, the
+#: image between begin/end-of-image tokens.
+GLM_TEMPLATE = (
+    "[gMASK]<sop>{%- for message in messages %}<|{{ message['role'] }}|>\n{%- if message['content'] is string %}"
+    "{{ message['content'] }}{%- else %}{%- for content in message['content'] %}"
+    "{%- if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "<|begin_of_image|><|image|><|end_of_image|>{%- elif content['type'] == 'text' %}{{ content['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}<|assistant|>\n{%- endif %}"
+)
+
+
+def build_glm_ocr(folder: Path) -> None:
+    """GLM-OCR (``GlmOcrForConditionalGeneration``): CogViT encoder, GLM decoder, GLM-4.1V processor."""
+    from transformers import GlmOcrConfig, Glm4vProcessor, Glm4vVideoProcessor
+    from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
+
+    specials = ["<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|begin_of_image|>",
+                "<|end_of_image|>", "<|image|>", "<|begin_of_video|>", "<|end_of_video|>", "<|video|>"]  # fmt: skip
+    tokenizer = build_tokenizer(specials, eos="<|user|>", pad="<|endoftext|>")
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+    images = Glm4vImageProcessorPil(size={"shortest_edge": 56 * 56, "longest_edge": 112 * 112})
+    processor = Glm4vProcessor(image_processor=images, tokenizer=tokenizer, video_processor=Glm4vVideoProcessor(),
+                               chat_template=GLM_TEMPLATE)  # fmt: skip
+    text = {
+        "vocab_size": len(tokenizer), "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN,
+        "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": HEADS, "head_dim": HEAD_DIM,
+        "max_position_embeddings": MAX_POSITIONS, "pad_token_id": ids["<|endoftext|>"],
+        "eos_token_id": [ids["<|endoftext|>"], ids["<|user|>"]],
+        "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 10000.0,
+                            "partial_rotary_factor": 1.0},
+    }  # fmt: skip
+    vision = {"depth": LAYERS, "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_heads": HEADS,
+              "out_hidden_size": HIDDEN, "patch_size": 14, "spatial_merge_size": 2, "image_size": 112}  # fmt: skip
+    config = GlmOcrConfig(
+        text_config=text, vision_config=vision, architectures=["GlmOcrForConditionalGeneration"],
+        image_token_id=ids["<|image|>"], video_token_id=ids["<|video|>"], image_start_token_id=ids["<|begin_of_image|>"],
+        image_end_token_id=ids["<|end_of_image|>"], video_start_token_id=ids["<|begin_of_video|>"],
+        video_end_token_id=ids["<|end_of_video|>"],
+    )  # fmt: skip
+    _save(folder, config, processor, {"architecture": "glm_ocr", "vocab_size": len(tokenizer)})
+
+
 #: Every architecture this module builds, by name.
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "qwen2_5_vl": build_qwen2_5_vl,
     "qwen3_vl": build_qwen3_vl,
+    "paddleocr_vl": build_paddleocr_vl,
+    "lightonocr": build_lightonocr,
+    "glm_ocr": build_glm_ocr,
 }
 
 

@@ -288,3 +288,5 @@ def _docling(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[La
             text = block.text
         parts.append(f"<{tag}>{locs}{text}</{tag}>")
     return "<doctag>" + "".join(parts) + "</doctag>"
+# The answers of PaddleOCR-VL, GLM-OCR, Nanonets-OCR2, LightOnOCR-2 and Qwen-VL register themselves.
+from . import family_answers  # noqa: E402, F401 - imported for its registrations

@@ -18,8 +18,13 @@ from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
 from llm_ocr.vlm.families.docling import GRANITE_DOCLING
 from llm_ocr.vlm.families.dots import DOTS_OCR
 from llm_ocr.vlm.families.generic import GENERIC
+from llm_ocr.vlm.families.glm_ocr import GLM_OCR
+from llm_ocr.vlm.families.lighton import LIGHTON_OCR, LIGHTON_OCR_BBOX
 from llm_ocr.vlm.families.mineru import MINERU
+from llm_ocr.vlm.families.nanonets import NANONETS_OCR
 from llm_ocr.vlm.families.olmocr import OLMOCR
+from llm_ocr.vlm.families.paddleocr import PADDLEOCR_VL
+from llm_ocr.vlm.families.qwen_vl import QWEN3_VL, QWEN25_VL
 
 #: Every family, in the order names are matched (a more specific pattern first).
 FAMILIES: tuple[Family, ...] = (
@@ -30,7 +35,14 @@ FAMILIES: tuple[Family, ...] = (
     CHANDRA_1,
     MINERU,
     GRANITE_DOCLING,
-    # families2: PaddleOCR-VL, LightOnOCR-2 (+bbox), Nanonets-OCR2, GLM-OCR, Qwen2.5-VL / Qwen3-VL.
+    PADDLEOCR_VL,
+    GLM_OCR,
+    NANONETS_OCR,
+    LIGHTON_OCR_BBOX,  # before LightOnOCR: its names contain the plain model's
+    LIGHTON_OCR,
+    # The generic VLMs last: their fine-tunes (olmOCR-2, Nanonets, Chandra) have their own recipes.
+    QWEN25_VL,
+    QWEN3_VL,
     GENERIC,
 )
 
