@@ -17,6 +17,7 @@ from typing import Any
 
 from llm_ocr.vlm.families import Family
 
+from . import family_answers
 from .corpus import LayoutBlock
 from .images import ImageFacts
 
@@ -288,5 +289,7 @@ def _docling(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[La
             text = block.text
         parts.append(f"<{tag}>{locs}{text}</{tag}>")
     return "<doctag>" + "".join(parts) + "</doctag>"
-# The answers of PaddleOCR-VL, GLM-OCR, Nanonets-OCR2, LightOnOCR-2 and Qwen-VL register themselves.
-from . import family_answers  # noqa: E402, F401 - imported for its registrations
+
+
+# The answers of PaddleOCR-VL, GLM-OCR, Nanonets-OCR2, LightOnOCR-2 and Qwen-VL.
+_ANSWERS.update(family_answers.ANSWERS)

@@ -5,20 +5,39 @@ Each writes a page's layout blocks the way the family does (see the family modul
 with ``$`` math and HTML tables (GLM-OCR), Nanonets' tagged Markdown with ``<img>``
 descriptions, LightOnOCR's Markdown with figure references (boxed 0..1000 by its ``-bbox``
 variants), and QwenVL HTML with ``data-bbox`` in the resized image's pixels (Qwen2.5-VL) or
-0..1000 (Qwen3-VL). Registered with :func:`.families.register` when this module is imported.
+0..1000 (Qwen3-VL). :mod:`.families` adds :data:`ANSWERS` to its registry.
 """
 
 from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from typing import Any
 
 from llm_ocr.vlm.families.qwen_vl import smart_resize
 
 from .corpus import LayoutBlock
-from .families import Memory, markdown_of, register
 from .images import ImageFacts
+
+#: Family name -> answer function (``families.Answerer``: kind, body, facts, blocks, memory).
+ANSWERS: dict[str, Callable[..., str]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Add an answer function to :data:`ANSWERS`."""
+
+    def wrap(fn: Callable[..., str]) -> Callable[..., str]:
+        ANSWERS[name] = fn
+        return fn
+
+    return wrap
+
+
+def markdown_of(block: LayoutBlock) -> str:
+    """A layout block as Markdown (headings with ``#``), as ``families.markdown_of``."""
+    prefix = {"title": "# ", "sub_title": "## "}.get(block.label, "")
+    return prefix + block.text
 
 _BRACKETS = re.compile(r"\\\[\s*(.*?)\s*\\\]", re.DOTALL)
 
@@ -38,19 +57,19 @@ def _thousandths(box: tuple[float, float, float, float]) -> list[int]:
 
 
 @register("paddleocr-vl")
-def _paddleocr(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Memory) -> str:
+def _paddleocr(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Any) -> str:
     """``OCR:`` on a whole page: its text, one block a paragraph, no markup, figures left out."""
     return "\n".join(b.text for b in blocks if b.text and b.label != "image")
 
 
 @register("glm-ocr")
-def _glm_ocr(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Memory) -> str:
+def _glm_ocr(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Any) -> str:
     """``Text Recognition:``: Markdown paragraphs, ``$$`` display math, HTML tables; no figures."""
     return "\n\n".join(_dollar_math(markdown_of(b)) for b in blocks if b.text and b.label != "image")
 
 
 @register("nanonets")
-def _nanonets(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Memory) -> str:
+def _nanonets(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Any) -> str:
     """Tagged Markdown: a figure as ``<img>`` holding its caption (or a short description),
     the page number last in ``<page_number>``."""
     parts = []
@@ -79,13 +98,13 @@ def _lighton(blocks: list[LayoutBlock], boxes: bool) -> str:
 
 
 @register("lightonocr")
-def _lighton_plain(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Memory) -> str:
+def _lighton_plain(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Any) -> str:
     """Markdown; figures as ``![image](image_N.png)`` without coordinates."""
     return _lighton(blocks, boxes=False)
 
 
 @register("lightonocr-bbox")
-def _lighton_bbox(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Memory) -> str:
+def _lighton_bbox(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Any) -> str:
     """Markdown; each figure reference followed by its box, 0..1000 of the image."""
     return _lighton(blocks, boxes=True)
 
@@ -115,13 +134,13 @@ def _qwen_html(blocks: list[LayoutBlock], box_of) -> str:  # noqa: ANN001 - box 
 
 
 @register("qwen2.5-vl")
-def _qwen25(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Memory) -> str:
+def _qwen25(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Any) -> str:
     """QwenVL HTML, boxes in pixels of the image as the processor resizes it (smart_resize)."""
     rh, rw = smart_resize(facts.height, facts.width)
     return _qwen_html(blocks, lambda f: f"{round(f[0] * rw)} {round(f[1] * rh)} {round(f[2] * rw)} {round(f[3] * rh)}")
 
 
 @register("qwen3-vl")
-def _qwen3(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Memory) -> str:
+def _qwen3(kind: str, body: dict[str, Any], facts: ImageFacts, blocks: list[LayoutBlock], memory: Any) -> str:
     """QwenVL HTML, boxes 0..1000 of the image."""
     return _qwen_html(blocks, lambda f: " ".join(str(v) for v in _thousandths(f)))
