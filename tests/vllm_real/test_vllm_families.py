@@ -29,6 +29,7 @@ import pytest
 from llm_ocr.servers.engines import free_port, vllm_command
 from llm_ocr.servers.presets import PRESETS
 from llm_ocr.servers.process import ManagedServer
+from llm_ocr.vlm.families import family_for
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import make_corpus
 from tests.vllm_real.conftest import SERVER_ARGS, SERVER_COMMAND, VLLM_ENV, LoggedRequest, logged_requests
@@ -36,9 +37,14 @@ from tests.vllm_real.conftest import SERVER_ARGS, SERVER_COMMAND, VLLM_ENV, Logg
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 #: Each architecture's served model names: the first one's family flags start the server.
+#: PaddleOCR-VL is missing: vLLM 0.32's processor info reads ``image_processor.max_pixels``,
+#: which transformers 5.19's ``PaddleOCRVLImageProcessor`` no longer has (it keeps the bounds in
+#: ``size``), so vLLM cannot start it with this pair of versions (docs/models.md).
 ARCHITECTURES: dict[str, tuple[str, ...]] = {
-    "qwen2_5_vl": ("allenai/olmOCR-2-7B-1025", "nanonets/Nanonets-OCR2-3B", "Qwen/Qwen2.5-VL-7B-Instruct"),
-    "qwen3_vl": ("datalab-to/chandra", "Qwen/Qwen3-VL-8B-Instruct"),
+    "qwen2_5_vl": ("nanonets/Nanonets-OCR2-3B", "Qwen/Qwen2.5-VL-7B-Instruct", "allenai/olmOCR-2-7B-1025"),
+    "qwen3_vl": ("Qwen/Qwen3-VL-8B-Instruct", "datalab-to/chandra"),
+    "lightonocr": ("lightonai/LightOnOCR-2-1B", "lightonai/LightOnOCR-2-1B-bbox-soup"),
+    "glm_ocr": ("zai-org/GLM-OCR",),
 }
 FAMILY_MODELS = [(arch, name) for arch, names in ARCHITECTURES.items() for name in names]
 #: Weights are random anyway: vLLM draws them from the config (no weight files to build).
@@ -102,7 +108,7 @@ def servers(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
         port = free_port()
         command = vllm_command(
             str(tiny_models[arch]), host="127.0.0.1", port=port, preset=PRESETS["l4-24gb"], served_model_name=names[0],
-            server_command=shlex.split(SERVER_COMMAND),
+            family=family_for(names[0]), server_command=shlex.split(SERVER_COMMAND),
             extra_args=[*shlex.split(SERVER_ARGS), *shlex.split(DUMMY_WEIGHTS), "--served-model-name", *names],
         )  # fmt: skip
         log_path = logs / f"{arch}.log"
@@ -157,6 +163,20 @@ def test_family_request_is_accepted_by_its_architecture(
         assert row["status"] in ("ok", "truncated"), row["error"]
         assert row["model"] == model and row["prompt_tokens"] > 0
     assert logged, "vLLM logged no request"
+    family = family_for(model)
+    ladder = {family.retries.temperature(i) for i in range(6)}
     for request in logged:
         assert request.param("max_tokens") == "24"
+        assert float(request.param("temperature")) in ladder
+        # The family's own sampling arrived in the engine as set. At temperature 0 vLLM samples
+        # greedily and resets top_p to 1 and top_k to 0 itself (vllm/sampling_params.py,
+        # SamplingParams.__post_init__): those two are checked on sampled requests only.
+        greedy = float(request.param("temperature")) < 1e-5
+        for name, value in family.sampling.fields().items():
+            if name in ("top_p", "top_k") and (greedy or (name == "top_p" and family.retries.retry_top_p is not None)):
+                continue
+            assert float(request.param(name)) == pytest.approx(value), (name, request.params)
+        for name, value in family.sampling.extra.items():
+            if name == "skip_special_tokens":
+                assert request.param(name) == str(value)
         assert request.output is not None

@@ -12,6 +12,12 @@ recipes' requests against (``tests/vllm_real/test_vllm_families.py``).
 | --- | --- |
 | Qwen2.5-VL | olmOCR-2, Nanonets-OCR2, Qwen2.5-VL |
 | Qwen3-VL | Chandra, Qwen3-VL |
+| LightOnOCR (Mistral3 config: Pixtral encoder, Qwen3 decoder) | LightOnOCR-2, LightOnOCR-2-bbox |
+| GLM-OCR (GLM-4.1V processor) | GLM-OCR |
+| PaddleOCR-VL | built, not served: see ``test_vllm_families.py`` |
+
+Chat templates: Qwen2-VL's is the checkpoints' own; the others follow their checkpoint's shape
+(roles, where the image placeholder goes) without claiming to be byte-for-byte copies.
 
 The Idefics3 model of the older tests is :mod:`tests.vllm_real.tiny_vlm`.
 
