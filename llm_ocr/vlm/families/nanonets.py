@@ -2,7 +2,8 @@
 
 The answer has no boxes, so no figure is cropped; what the model says a figure shows (its
 caption, or its own short description) is kept where the figure was, as
-``[Figure: description]``, and in the page's ``figure_descriptions`` metadata. Describe has no
+``[Figure: description]``, in an ``image`` block (and the layout's ``figure_descriptions``
+metadata). Describe has no
 crop to caption, so it asks nothing more for these pages. ``<watermark>``, ``<page_number>`` and
 ``<signature>`` keep their text; tables are HTML and math LaTeX already.
 
