@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "llm_ocr.commands.bench",
     "llm_ocr.commands.bench_reads",
     "llm_ocr.commands.status",
+    "llm_ocr.commands.models",
     "llm_ocr.commands.bench_accuracy",
     "llm_ocr.commands.bench_quality",
     "llm_ocr.commands.compare",

@@ -16,6 +16,8 @@ class RunKeywords(TypedDict, total=False):
     """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."""
     model: str
     """Served model name."""
+    recipe: str | None
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
     api_key: str | None
     """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
     num_shards: int | None
@@ -55,9 +57,13 @@ class RunKeywords(TypedDict, total=False):
     gpus: int | None
     """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
     dpi: float
-    """PDF render resolution (DeepSeek-OCR's own pipeline uses 144)."""
+    """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
     """Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans)."""
+    long_side: int | None
+    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
+    max_long_side: int | None
+    """Scale pages down so their longer side has at most this many pixels (default: none)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
     max_image_pixels: int
@@ -65,7 +71,7 @@ class RunKeywords(TypedDict, total=False):
     max_pages: int
     """Documents with more pages than this are refused (error row)."""
     image_format: Literal['jpeg', 'png']
-    """Encoding of page images sent to the model: jpeg (fast) or png (lossless)."""
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."""
     jpeg_quality: int
     """JPEG quality when image_format is jpeg."""
     config: str | None
@@ -75,13 +81,13 @@ class RunKeywords(TypedDict, total=False):
     image_column: str | None
     """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of Image."""
     prompt: str | None
-    """OCR prompt (default: the model family's grounding document prompt)."""
+    """OCR prompt (default: the model family's own; see llm-ocr models)."""
     max_tokens: int | None
     """Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."""
-    truncation_retries: int
-    """Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature."""
-    retry_temperature_step: float
-    """Temperature added per truncation retry."""
+    truncation_retries: int | None
+    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default: the family's own count, 1 for DeepSeek-OCR)."""
+    retry_temperature_step: float | None
+    """Temperature added per truncation retry (default: the family's retry temperatures)."""
     retry_quarantined: bool
     """Retry pages an earlier run quarantined because the model server crashed on them."""
     text_layer_fallback: bool
@@ -102,6 +108,8 @@ class RunKeywords(TypedDict, total=False):
     """OpenAI-compatible base URL of a separate captioning server (default: the job's endpoint)."""
     describe_api_key: str | None
     """API key of --describe-endpoint (default: --api-key; prefer LLM_OCR_DESCRIBE_API_KEY)."""
+    redescribe: bool
+    """Also describe figures the OCR model already described in its page answer (olmOCR-2's alt text, Chandra's image alt); default: keep the model's own description."""
     describe_schema: str | None
     """JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured output; the validated JSON goes to description_json and a readable form to description."""
     page_separator: str
@@ -163,6 +171,8 @@ class ExtractKeywords(TypedDict, total=False):
     """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."""
     model: str
     """Served model name."""
+    recipe: str | None
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
     api_key: str | None
     """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
     num_shards: int | None
@@ -202,9 +212,13 @@ class ExtractKeywords(TypedDict, total=False):
     gpus: int | None
     """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
     dpi: float
-    """PDF render resolution (DeepSeek-OCR's own pipeline uses 144)."""
+    """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
     """Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans)."""
+    long_side: int | None
+    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
+    max_long_side: int | None
+    """Scale pages down so their longer side has at most this many pixels (default: none)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
     max_image_pixels: int
@@ -212,7 +226,7 @@ class ExtractKeywords(TypedDict, total=False):
     max_pages: int
     """Documents with more pages than this are refused (error row)."""
     image_format: Literal['jpeg', 'png']
-    """Encoding of page images sent to the model: jpeg (fast) or png (lossless)."""
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."""
     jpeg_quality: int
     """JPEG quality when image_format is jpeg."""
     config: str | None
@@ -222,13 +236,13 @@ class ExtractKeywords(TypedDict, total=False):
     image_column: str | None
     """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of Image."""
     prompt: str | None
-    """OCR prompt (default: the model family's grounding document prompt)."""
+    """OCR prompt (default: the model family's own; see llm-ocr models)."""
     max_tokens: int | None
     """Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."""
-    truncation_retries: int
-    """Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature."""
-    retry_temperature_step: float
-    """Temperature added per truncation retry."""
+    truncation_retries: int | None
+    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default: the family's own count, 1 for DeepSeek-OCR)."""
+    retry_temperature_step: float | None
+    """Temperature added per truncation retry (default: the family's retry temperatures)."""
     retry_quarantined: bool
     """Retry pages an earlier run quarantined because the model server crashed on them."""
     text_layer_fallback: bool
@@ -256,6 +270,8 @@ class DescribeKeywords(TypedDict, total=False):
     """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."""
     model: str
     """Served model name."""
+    recipe: str | None
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
     api_key: str | None
     """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
     num_shards: int | None
@@ -304,6 +320,8 @@ class DescribeKeywords(TypedDict, total=False):
     """OpenAI-compatible base URL of a separate captioning server (default: the job's endpoint)."""
     describe_api_key: str | None
     """API key of --describe-endpoint (default: --api-key; prefer LLM_OCR_DESCRIBE_API_KEY)."""
+    redescribe: bool
+    """Also describe figures the OCR model already described in its page answer (olmOCR-2's alt text, Chandra's image alt); default: keep the model's own description."""
     describe_schema: str | None
     """JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured output; the validated JSON goes to description_json and a readable form to description."""
     request_timeout: float
@@ -346,6 +364,8 @@ class FieldsKeywords(TypedDict, total=False):
     """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."""
     model: str
     """Served model name."""
+    recipe: str | None
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
     api_key: str | None
     """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
     num_shards: int | None
@@ -383,9 +403,13 @@ class FieldsKeywords(TypedDict, total=False):
     gpus: int | None
     """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
     dpi: float
-    """PDF render resolution (DeepSeek-OCR's own pipeline uses 144)."""
+    """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
     """Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans)."""
+    long_side: int | None
+    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
+    max_long_side: int | None
+    """Scale pages down so their longer side has at most this many pixels (default: none)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
     max_image_pixels: int
@@ -393,7 +417,7 @@ class FieldsKeywords(TypedDict, total=False):
     max_pages: int
     """Documents with more pages than this are refused (error row)."""
     image_format: Literal['jpeg', 'png']
-    """Encoding of page images sent to the model: jpeg (fast) or png (lossless)."""
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."""
     jpeg_quality: int
     """JPEG quality when image_format is jpeg."""
     fields_schema: str | None
@@ -515,6 +539,8 @@ class LaunchKeywords(TypedDict, total=False):
     """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."""
     model: str
     """Served model name."""
+    recipe: str | None
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
     max_in_flight: int | None
     """Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."""
     workers: int | None
@@ -548,9 +574,13 @@ class LaunchKeywords(TypedDict, total=False):
     gpus: int | None
     """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
     dpi: float
-    """PDF render resolution (DeepSeek-OCR's own pipeline uses 144)."""
+    """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
     """Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans)."""
+    long_side: int | None
+    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
+    max_long_side: int | None
+    """Scale pages down so their longer side has at most this many pixels (default: none)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
     max_image_pixels: int
@@ -558,7 +588,7 @@ class LaunchKeywords(TypedDict, total=False):
     max_pages: int
     """Documents with more pages than this are refused (error row)."""
     image_format: Literal['jpeg', 'png']
-    """Encoding of page images sent to the model: jpeg (fast) or png (lossless)."""
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."""
     jpeg_quality: int
     """JPEG quality when image_format is jpeg."""
     config: str | None
@@ -568,13 +598,13 @@ class LaunchKeywords(TypedDict, total=False):
     image_column: str | None
     """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of Image."""
     prompt: str | None
-    """OCR prompt (default: the model family's grounding document prompt)."""
+    """OCR prompt (default: the model family's own; see llm-ocr models)."""
     max_tokens: int | None
     """Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."""
-    truncation_retries: int
-    """Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature."""
-    retry_temperature_step: float
-    """Temperature added per truncation retry."""
+    truncation_retries: int | None
+    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default: the family's own count, 1 for DeepSeek-OCR)."""
+    retry_temperature_step: float | None
+    """Temperature added per truncation retry (default: the family's retry temperatures)."""
     retry_quarantined: bool
     """Retry pages an earlier run quarantined because the model server crashed on them."""
     text_layer_fallback: bool
@@ -593,6 +623,8 @@ class LaunchKeywords(TypedDict, total=False):
     """Served model that writes descriptions (default: --model)."""
     describe_endpoint: str | None
     """OpenAI-compatible base URL of a separate captioning server (default: the job's endpoint)."""
+    redescribe: bool
+    """Also describe figures the OCR model already described in its page answer (olmOCR-2's alt text, Chandra's image alt); default: keep the model's own description."""
     describe_schema: str | None
     """JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured output; the validated JSON goes to description_json and a readable form to description."""
     page_separator: str

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from llm_ocr.servers.presets import PRESETS
+from llm_ocr.vlm import families
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, DESCRIBE_PROMPT
 
 Engine = Literal["auto", "vllm", "cpu", "sim"]
@@ -39,6 +40,11 @@ class JobOptions(BaseModel):
         None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."
     )
     model: str = Field(DEFAULT_MODEL, description="Served model name.")
+    recipe: str | None = Field(
+        None,
+        description="Model family whose recipe to use (request, server flags, parser), for a fine-tune served "
+        "under another name: one of llm-ocr models' names (default: chosen from --model).",
+    )
     api_key: SecretStr | None = Field(None, description="API key for the endpoint (prefer the LLM_OCR_API_KEY variable).")
     num_shards: int | None = Field(None, ge=1, description="Number of shards (default: from the platform, else 1).")
     shard_index: int | None = Field(None, ge=0, description="This shard's index (default: from the platform, else 0).")
@@ -62,6 +68,13 @@ class JobOptions(BaseModel):
         None, ge=0, description="US$ per GPU-hour for the cost estimate in the stats (default: the preset's list price)."
     )
     part_rows: int = Field(1000, ge=1, description="Rows per Parquet part at most.")
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, value: str | None) -> str | None:
+        if value is not None:
+            families.family_named(value)  # raises with the choices
+        return value
 
 
 # -- the model server, and requests to it ------------------------------------------------------
@@ -110,11 +123,20 @@ class ClientOptions(BaseModel):
 class RenderOptions(BaseModel):
     """How pages become the images sent to the model."""
 
-    dpi: float = Field(144.0, gt=0, description="PDF render resolution (DeepSeek-OCR's own pipeline uses 144).")
+    dpi: float = Field(144.0, gt=0, description="PDF render resolution (default: the model family's, 144 for DeepSeek-OCR).")
     max_page_pixels: int = Field(
         12_000_000,
         gt=0,
         description="Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans).",
+    )
+    long_side: int | None = Field(
+        None,
+        gt=0,
+        description="Scale every page (PDF or image) so its longer side has exactly this many pixels, "
+        "instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most).",
+    )
+    max_long_side: int | None = Field(
+        None, gt=0, description="Scale pages down so their longer side has at most this many pixels (default: none)."
     )
     min_page_side: int = Field(
         640,
@@ -131,7 +153,8 @@ class RenderOptions(BaseModel):
         100_000, gt=0, description="Documents with more pages than this are refused (error row)."
     )
     image_format: Literal["jpeg", "png"] = Field(
-        "jpeg", description="Encoding of page images sent to the model: jpeg (fast) or png (lossless)."
+        "jpeg", description="Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the "
+        "model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."
     )
     jpeg_quality: int = Field(95, ge=50, le=100, description="JPEG quality when image_format is jpeg.")
 
@@ -158,16 +181,19 @@ class DatasetOptions(BaseModel):
 class ExtractOptions(BaseModel):
     """What Extract asks the model and how it treats degenerate answers."""
 
-    prompt: str | None = Field(None, description="OCR prompt (default: the model family's grounding document prompt).")
+    prompt: str | None = Field(None, description="OCR prompt (default: the model family's own; see llm-ocr models).")
     max_tokens: int | None = Field(
         None, gt=0, description="Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."
     )
-    truncation_retries: int = Field(
-        1,
+    truncation_retries: int | None = Field(
+        None,
         ge=0,
-        description="Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature.",
+        description="Extra attempts for a page that looped or hit max_tokens, each at the family's next retry "
+        "temperature (default: the family's own count, 1 for DeepSeek-OCR).",
     )
-    retry_temperature_step: float = Field(0.2, ge=0, le=1, description="Temperature added per truncation retry.")
+    retry_temperature_step: float | None = Field(
+        None, ge=0, le=1, description="Temperature added per truncation retry (default: the family's retry temperatures)."
+    )
     retry_quarantined: bool = Field(
         False, description="Retry pages an earlier run quarantined because the model server crashed on them."
     )
@@ -203,6 +229,11 @@ class DescribeOptions(BaseModel):
     )
     describe_api_key: SecretStr | None = Field(
         None, description="API key of --describe-endpoint (default: --api-key; prefer LLM_OCR_DESCRIBE_API_KEY)."
+    )
+    redescribe: bool = Field(
+        False,
+        description="Also describe figures the OCR model already described in its page answer (olmOCR-2's alt "
+        "text, Chandra's image alt); default: keep the model's own description.",
     )
     describe_schema: str | None = Field(
         None,
@@ -323,7 +354,7 @@ STAGE_EXCLUDED: dict[str, frozenset[str]] = {
     "describe": frozenset({"workers"}),
     "fields": frozenset({"workers"}),
     "assemble": frozenset({
-        "endpoint", "model", "api_key", "max_in_flight", "workers", "grace_period", "flush_interval", "progress",
+        "endpoint", "model", "recipe", "api_key", "max_in_flight", "workers", "grace_period", "flush_interval", "progress",
         "progress_interval",
     }),
 }

@@ -318,6 +318,10 @@ class SimulatedServer(LocalServer):
         """Drop the queued faults; how many there were."""
         return int(self.call_json("DELETE", "/sim/faults")["cleared"])
 
+    def end_startup(self) -> None:
+        """End ``--startup-delay`` now: the server answers once its corpus is indexed."""
+        self.call_json("POST", "/sim/ready")
+
     def stats(self) -> dict[str, Any]:
         """``GET /sim/stats``: request counters, prompt kinds, faults applied, peak load."""
         return self.call_json("GET", "/sim/stats")

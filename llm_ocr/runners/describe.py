@@ -91,6 +91,7 @@ async def describe_context(
         temperature=options.describe_temperature,
         extra_body=describe_extra_body(client.model),
         schema=schema,
+        redescribe=options.redescribe,
         limit=limit,
     )
 

@@ -18,24 +18,29 @@ from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_stage
 from llm_ocr.runners.page_flow import DocumentPages
 from llm_ocr.runners.shard import ShardOutcome
-from llm_ocr.runners.workers import WorkerPool, crop_figures
+from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
 from llm_ocr.sources.base import DocumentRef
-from llm_ocr.stages.extract import ExtractContext, extract_page
+from llm_ocr.stages.extract import ExtractContext, extract_page, family_render
 from llm_ocr.storage.parts import ShardIndex
-from llm_ocr.vlm.recipes import clamp_max_tokens, recipe_for
+from llm_ocr.vlm.families import family_for
 
 log = logging.getLogger("llm_ocr")
 
 
-async def extract_context(endpoint: Endpoint, model: str, options: ExtractOptions, pool: WorkerPool) -> ExtractContext:
-    """What every page of an Extract run on ``endpoint`` shares."""
+async def extract_context(
+    endpoint: Endpoint, model: str, recipe: str | None, options: ExtractOptions, pool: WorkerPool
+) -> ExtractContext:
+    """What every page of an Extract run on ``endpoint`` shares: the model family's recipe
+    (from the served ``model`` name, or ``recipe`` for a fine-tune served under another name)."""
     client = endpoint.client
+    family = family_for(model, recipe).with_prompt(options.prompt)
     return ExtractContext(
         client,
-        recipe_for(model).with_prompt(options.prompt),
+        family,
         options,
-        clamp_max_tokens(options.max_tokens, await client.max_model_len()),
+        family.max_tokens(options.max_tokens, await client.max_model_len()),
         partial(pool.run, crop_figures),
+        partial(pool.run, transform_image),
     )
 
 
@@ -65,9 +70,10 @@ class Extract(ShardStage):
         async with shard.connect(spec.client, spec.server) as endpoint, \
                 PageWork(shard, endpoint, {"extract": self.index}, render=True) as work:
             assert work.pool is not None
-            ctx = await extract_context(endpoint, job.model, spec.extract, work.pool)
+            ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
             bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
-            intake = DocumentPages(self.documents, self.index, work.pool, spec.render, job.storage_options)
+            render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
+            intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options)
             await work.run(intake, bad.guard(partial(_extract_handler, ctx=ctx, bad=bad)), ["extract"])
         kept = self.index.kept_quarantined
         result = work.result("extract", kept=kept)

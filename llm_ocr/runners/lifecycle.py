@@ -123,12 +123,15 @@ class Shard:
         opens an endpoint."""
         job = self.job
         key = api_key if api_key is not None else (job.api_key.get_secret_value() if job.api_key else None)
+        served = model or job.model
         async with open_endpoint(
             url if url is not None else job.endpoint,
-            model or job.model,
+            served,
             api_key=key,
             client_options=client,
             server_options=server,
+            # --recipe names the family of --model (a fine-tune); another model goes by its name.
+            recipe=job.recipe if served == job.model else None,
             out=self.out,
             log_name=f"{log_prefix}-{self.name}.log",
         ) as endpoint:

@@ -43,7 +43,7 @@ from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, ShardOutcome
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.stages.describe import DescribeContext, describe_page
-from llm_ocr.stages.extract import ExtractContext, extract_page
+from llm_ocr.stages.extract import ExtractContext, extract_page, family_render
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.storage.upstream import iter_shard_rows
 
@@ -170,12 +170,14 @@ class Run(ShardStage):
                 rows = UpstreamRows(iter_shard_rows(shard.folder("extract"), shard.index, shard.count), self.describe)
                 await work.run(rows, partial(describe_handler, ctx=dctx), ["describe"], limit=work.limit.scaled(2))
             if not shard.stop.is_set():
-                ectx = await extract_context(endpoint, job.model, spec.extract, work.pool)
+                ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
                 bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                 shared = {"describe": dctx, "described": self.describe.done_pages,
                           "counters": work.counters["describe"], "bad": bad}
                 handler = bad.guard(partial(_run_page, extract=ectx, **shared), partial(_run_quarantined, **shared))
-                pages = DocumentPages(self.documents, self.extract, work.pool, spec.render, job.storage_options)
+                pages = DocumentPages(
+                    self.documents, self.extract, work.pool, family_render(spec.render, ectx.recipe), job.storage_options
+                )
                 await work.run(pages, handler, ["extract", "describe"])
             extracted, described = work.counters["extract"], work.counters["describe"]
             caught_up = len(work.documents["describe"])

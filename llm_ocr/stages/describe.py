@@ -84,6 +84,8 @@ class DescribeContext:
     temperature: float = 0.0
     extra_body: dict[str, Any] = field(default_factory=dict)
     schema: dict[str, Any] | None = None
+    #: Describe figures that arrive with a description (from the OCR model's page answer) again.
+    redescribe: bool = False
     #: Bounds figure requests in flight; each request takes a slot on its own (no batches). A
     #: runner passes a limit sized for its endpoint (it may change while the run goes).
     limit: AbstractAsyncContextManager[Any] = field(default_factory=lambda: asyncio.Semaphore(64))
@@ -218,7 +220,8 @@ async def describe_figure(figure: Figure, ctx: DescribeContext) -> Figure:
 
     :class:`EndpointDown` propagates: the run stops rather than failing every remaining figure.
     """
-    if figure.description:
+    if figure.description and not ctx.redescribe:
+        # Extract's family described it inline (olmOCR-2's alt text, Chandra's alt): kept.
         ctx.counts.already += 1
         return figure
     if figure.image is None:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pypdfium2
@@ -217,11 +218,19 @@ def test_slow_starting_external_endpoint_gets_backoff_then_a_clean_stop_or_the_r
     assert impatient.returncode == 2 and "has answered nothing successfully" in impatient.stderr
     assert read_stage(tmp_path / "out", "extract") == []  # a clean stop: no page burnt
     assert 1 < tried < 100  # retried with backoff for --dead-after, not in a tight loop
-    # 7 s: long enough that the CLI's own start-up (seconds on a loaded CI box) still meets a
-    # starting server, so some pages really get 503s.
-    with SimulatedServer("--startup-delay", "7", corpus=tmp_path / "docs", wait_ready=False) as slow:
+    # The server starts only once the run has met it starting (a 503), whatever the machine's
+    # load: the test ends the startup delay, not a clock.
+    with SimulatedServer("--startup-delay", "600", corpus=tmp_path / "docs", wait_ready=False) as slow:
         started = time.monotonic()
-        patient = extract([tmp_path / "docs"], tmp_path / "out", slow, "--dead-after", "60", "--backoff-max", "0.5")
+        with ThreadPoolExecutor(1) as pool:
+            run = pool.submit(
+                extract, [tmp_path / "docs"], tmp_path / "out", slow, "--dead-after", "60", "--backoff-max", "0.5"
+            )
+            while not slow.stats()["responses"].get("503") and not run.done():
+                time.sleep(0.1)
+            time.sleep(1)  # a few retries with backoff against the starting server
+            slow.end_startup()
+            patient = run.result()
         waited = time.monotonic() - started
         refused = slow.stats()["responses"].get("503", 0)
     assert patient.returncode == 0, patient.stderr

@@ -190,8 +190,8 @@ def parse_chat_request(
     m = _DATA_URI.match(url) if isinstance(url, str) else None
     if not m:
         raise ApiError(400, f"image_url.url must be a data:image/...;base64, URI ({server_name} fetches nothing).")
-    if not texts:
-        raise ApiError(400, "The last message must contain a text part with the prompt.")
+    # No text part is a valid request: vLLM renders the image alone (LightOnOCR's plain mode
+    # sends nothing else; the real-vLLM tier serves it). The prompt is then empty.
     try:
         image = base64.b64decode(url[m.end():], validate=True)
     except (binascii.Error, ValueError) as exc:

@@ -44,6 +44,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         log_help="append one JSON line per chat request (body with images replaced by sha256 and size, "
         "status, outcome)",
     )
+    model.add_argument("--recipe", default=None, metavar="FAMILY",
+                       help="the model family every served name plays (default: each name's own family, "
+                       "chosen as llm-ocr chooses it; see llm-ocr models)")
+    model.add_argument("--lenient", action="store_true",
+                       help="answer page requests that stray from the family's recipe as a real model would "
+                       "(grounding tags dropped, loops without the n-gram processor) instead of refusing "
+                       "them with a 400")
     model.add_argument("--corpus", action="append", default=[], metavar="DIR_OR_FILE",
                        help="PDF file or folder (recursive) whose pages are answered from their text "
                        "layer; repeatable")
@@ -142,9 +149,20 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
     if args.crash_times and not args.crash_ledger:
         raise SystemExit("--crash-times needs --crash-ledger (the count must survive the restarts)")
+    from llm_ocr.vlm.families import UnknownRecipe, family_for
+
     poison = PoisonPages(args.crash_on_page, args.crash_times or 0, args.crash_ledger) if args.crash_on_page else None
+    settings = frame_settings(args)
+    try:
+        family = family_for(settings["served_model_names"][0], args.recipe)
+    except UnknownRecipe as exc:
+        raise SystemExit(str(exc)) from None
+    if args.max_model_len is None:  # the context of the family it plays, as vLLM's would be
+        settings["max_model_len"] = family.serving.context
     return SimConfig(
-        **frame_settings(args),
+        **settings,
+        recipe=args.recipe,
+        lenient=args.lenient,
         corpus=list(args.corpus),
         slots=args.slots,
         prefill_ms=args.prefill_ms,

@@ -59,6 +59,8 @@ class KnownPage:
     aspect: float  # width / height as displayed
     fingerprint: Any  # numpy float32 vector of FP_SIZE[0] * FP_SIZE[1] grey levels
     blocks: list[LayoutBlock] = field(default_factory=list)
+    #: The page's /Rotate (degrees clockwise): its text is upright only when this is 0.
+    rotation: int = 0
 
 
 def fingerprint_image(img: Image.Image) -> np.ndarray:
@@ -108,13 +110,17 @@ class CorpusIndex:
     def __len__(self) -> int:
         return len(self.pages)
 
-    def match(self, fp: np.ndarray, aspect: float) -> KnownPage | None:
-        """The known page nearest to a fingerprint, or None when nothing is close enough."""
+    def match(self, fp: np.ndarray, aspect: float | None) -> KnownPage | None:
+        """The known page nearest to a fingerprint, or None when nothing is close enough
+        (``aspect`` None: any aspect ratio, for pages resized to another shape)."""
         import numpy as np
 
         if not self.pages:
             return None
-        ok = np.abs(self._aspects - aspect) <= MAX_ASPECT_DIFF * aspect
+        if aspect is None:
+            ok = np.ones(len(self.pages), dtype=bool)
+        else:
+            ok = np.abs(self._aspects - aspect) <= MAX_ASPECT_DIFF * aspect
         if not ok.any():
             return None
         idx = np.flatnonzero(ok)
@@ -179,6 +185,7 @@ def _index_page(page: Any, source: str, index: int) -> KnownPage:
         aspect=aspect,
         fingerprint=fingerprint_image(img),
         blocks=extract_layout(page),
+        rotation=page.get_rotation() % 360,
     )
 
 

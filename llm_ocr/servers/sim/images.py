@@ -20,9 +20,13 @@ class ImageFacts:
     sha256: bytes
     known: KnownPage | None = None
     colour: str = "white"
+    #: Degrees the image had to be turned clockwise to match its known page (0: as displayed).
+    turned: int = 0
 
 
-def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool) -> ImageFacts:
+def analyse_image(
+    data: bytes, corpus: CorpusIndex | None, need_colour: bool, any_aspect: bool = False, turns: bool = False
+) -> ImageFacts:
     """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus.
 
     Runs in a worker thread: decoding a full page PNG takes tens of milliseconds.
@@ -40,7 +44,15 @@ def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool) ->
         raise ApiError(400, f"Failed to load image: {exc}") from None
     facts = ImageFacts(width, height, digest)
     if corpus is not None and len(corpus):
-        facts.known = corpus.match(fingerprint_image(img), width / height)
+        # A page resized to a square (MinerU's layout pass) keeps its fingerprint, not its aspect.
+        facts.known = corpus.match(fingerprint_image(img), None if any_aspect else width / height)
+        # A page sent turned (a model that reads rotation, olmOCR-2) is found turned back.
+        for clockwise in (90, 180, 270) if turns and facts.known is None else ():
+            turned = img.convert("L").rotate(-clockwise, expand=True)
+            facts.known = corpus.match(fingerprint_image(turned), turned.width / turned.height)
+            if facts.known is not None:
+                facts.turned = clockwise
+                break
     if need_colour:
         facts.colour = content.dominant_colour(img)
     return facts
