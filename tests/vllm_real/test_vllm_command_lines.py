@@ -24,7 +24,7 @@ if importlib.util.find_spec("vllm") is None:
 from llm_ocr.endpoint.open import ServerOptions, _command
 from llm_ocr.servers.engines import api_key_to_env
 from llm_ocr.servers.presets import PRESETS, with_gpus
-from llm_ocr.vlm import recipes
+from llm_ocr.vlm import families
 from tests.fakes import vllm_flags
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
@@ -34,13 +34,11 @@ API_SERVER = f"{sys.executable} -m vllm.entrypoints.openai.api_server"
 
 
 def model_per_family() -> dict[str, str]:
-    """A served-model name for every family the recipe registry knows (each may add server flags)."""
-    registry = getattr(recipes, "FAMILIES", None) or getattr(recipes, "RECIPES", None)
-    if registry:  # the families' registry: one example model each
-        return {family: getattr(entry, "example_model", None) or getattr(entry, "models", [family])[0]
-                for family, entry in dict(registry).items()}
-    names = [recipes.DEFAULT_MODEL, "HuggingFaceTB/SmolVLM-256M-Instruct"]
-    return {recipes.recipe_for(name).family: name for name in names}
+    """A served-model name for every model family (each may add server flags and sizing)."""
+    return {
+        family.name: family.models[0] if family.models else "HuggingFaceTB/SmolVLM-256M-Instruct"
+        for family in families.FAMILIES
+    }
 
 
 def command_lines() -> list[tuple[str, list[str]]]:
@@ -50,9 +48,9 @@ def command_lines() -> list[tuple[str, list[str]]]:
         for family, model in sorted(model_per_family().items()):
             for how, server in (("serve", SERVE), ("api-server", API_SERVER)):
                 options = ServerOptions(engine="vllm", server_command=server, server_args="--api-key sk-test")
-                single = _command("vllm", model, 8000, options, preset)
+                single = _command("vllm", model, 8000, options, preset, family)
                 # A fleet's server: the one-GPU preset, the key moved to the environment.
-                fleet, _ = api_key_to_env(_command("vllm", model, 8001, options, with_gpus(preset, 1)))
+                fleet, _ = api_key_to_env(_command("vllm", model, 8001, options, with_gpus(preset, 1), family))
                 found += [(f"{preset_name}-{family}-{how}", single), (f"{preset_name}-{family}-{how}-fleet", fleet)]
     return found
 
