@@ -1,0 +1,61 @@
+"""llm-ocr: batch OCR of PDFs and page images into Markdown, figures and captions.
+
+The Python API (docs/python-api.md); ``llm-ocr`` on the command line is the same functions::
+
+    import llm_ocr
+
+    result = llm_ocr.run("samples/", output="out")       # Extract, Describe, Assemble
+    llm_ocr.extract(...); llm_ocr.describe("out"); llm_ocr.assemble("out")
+    llm_ocr.fields("out", schema="invoice.schema.json")   # typed, validated fields per document
+    await llm_ocr.arun("samples/", "out")                 # from async code
+    pages = llm_ocr.load("out", "describe")               # a datasets.Dataset
+    job = llm_ocr.launch("hf-jobs", "hf://datasets/me/scans", output="hf://datasets/me/out", num_shards=16)
+    job = llm_ocr.Launch.attach("hf://datasets/me/out")   # the same launch, later, from anywhere
+
+Importing the package imports nothing else: each name is loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llm_ocr.api import Result, RunError, arun, assemble, describe, extract, fields, load, run
+    from llm_ocr.config import OptionError
+    from llm_ocr.launchers.api import Launch, LaunchError, launch
+
+__all__ = [
+    "Launch",
+    "LaunchError",
+    "OptionError",
+    "Result",
+    "RunError",
+    "arun",
+    "assemble",
+    "describe",
+    "extract",
+    "fields",
+    "launch",
+    "load",
+    "run",
+]
+
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use (lazily, but as plain imports: the layer test sees them).
+    if name in ("Result", "RunError", "arun", "assemble", "describe", "extract", "fields", "load", "run"):
+        from llm_ocr import api as home
+    elif name == "OptionError":
+        from llm_ocr import config as home
+    elif name in ("Launch", "LaunchError", "launch"):
+        from llm_ocr.launchers import api as home
+    else:
+        raise AttributeError(f"module 'llm_ocr' has no attribute {name!r}")
+    value = getattr(home, name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

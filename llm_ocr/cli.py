@@ -18,11 +18,15 @@ COMMAND_MODULES = (
     "llm_ocr.commands.extract",
     "llm_ocr.commands.describe",
     "llm_ocr.commands.assemble",
+    "llm_ocr.commands.fields",
     "llm_ocr.commands.report",
     "llm_ocr.commands.bench",
     "llm_ocr.commands.bench_reads",
     "llm_ocr.commands.status",
+    "llm_ocr.commands.models",
     "llm_ocr.commands.bench_accuracy",
+    "llm_ocr.commands.bench_quality",
+    "llm_ocr.commands.compare",
     "llm_ocr.commands.launch",
 )
 

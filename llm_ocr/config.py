@@ -1,110 +1,173 @@
-"""Typed options and their one binding to CLI flags and ``LLM_OCR_*`` environment variables.
+"""How options are given: CLI flags, ``LLM_OCR_*`` environment variables, keyword arguments.
 
-Each option group is a pydantic model whose fields carry descriptions; :func:`add_options`
-turns the fields into ``--kebab-case`` flags (help text from the description) and
-:func:`resolve_options` builds the validated model from flags, then environment, then defaults.
+The options themselves are declared once, as the typed models of :mod:`llm_ocr.options` (and a
+launch's in :mod:`llm_ocr.launchers.spec`); this module binds them:
+
+- :func:`add_options` turns a model's fields into ``--kebab-case`` flags (help from the
+  description; a boolean is ``--flag/--no-flag``, a list a repeatable flag);
+- :func:`resolve_options` builds the validated model from flags or keyword arguments, then the
+  environment, then the defaults;
+- :func:`check_names` refuses a keyword no model declares, naming the closest one;
+- :func:`as_flags` writes values back as the flags a job's command line carries.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import types
 import typing
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError
-
-from llm_ocr.vlm.recipes import DEFAULT_MODEL
+from pydantic import BaseModel, SecretStr, ValidationError
 
 ENV_PREFIX = "LLM_OCR_"
 
 M = TypeVar("M", bound=BaseModel)
 
-
-class JobOptions(BaseModel):
-    """Where a stage reads and writes, which server it talks to, and how it runs."""
-
-    output: str = Field(..., description="Output folder or URL (local path, s3://, gs://, hf://...).")
-    endpoint: str | None = Field(
-        None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."
-    )
-    model: str = Field(DEFAULT_MODEL, description="Served model name.")
-    api_key: SecretStr | None = Field(None, description="API key for the endpoint (prefer the LLM_OCR_API_KEY variable).")
-    num_shards: int | None = Field(None, ge=1, description="Number of shards (default: from the platform, else 1).")
-    shard_index: int | None = Field(None, ge=0, description="This shard's index (default: from the platform, else 0).")
-    max_in_flight: int | None = Field(
-        None, ge=1, description="Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."
-    )
-    workers: int | None = Field(
-        None, ge=0, description="Render/crop worker processes (default: one per core; 0 = a thread in-process)."
-    )
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict, description="JSON object of fsspec storage options for inputs and output."
-    )
-    progress: Literal["auto", "live", "log", "off"] = Field(
-        "auto", description="Progress display: live on a terminal, periodic log lines otherwise."
-    )
-    progress_interval: float = Field(30.0, gt=0, description="Seconds between progress log lines.")
-    flush_interval: float = Field(120.0, gt=0, description="Seconds between part writes at most (bounds loss on a crash).")
-    grace_period: float = Field(30.0, ge=0, description="Seconds in-flight pages may finish after SIGTERM/SIGINT.")
-    gpu_price_per_hour: float | None = Field(
-        None, ge=0, description="US$ per GPU-hour for the cost estimate in the stats (default: the preset's list price)."
-    )
-    part_rows: int = Field(1000, ge=1, description="Rows per Parquet part at most.")
+#: How messages name an option: as the CLI flag (``--max-in-flight``) or the keyword (``max_in_flight``).
+Naming = Literal["flag", "keyword"]
 
 
-def _env_name(field: str) -> str:
-    return ENV_PREFIX + field.upper()
+class OptionError(Exception):
+    """An option has an invalid value, or no such option exists; the message names it."""
+
+
+def flag_name(name: str) -> str:
+    """``max_in_flight`` -> ``--max-in-flight``."""
+    return "--" + name.replace("_", "-")
+
+
+def env_name(name: str) -> str:
+    """``max_in_flight`` -> ``LLM_OCR_MAX_IN_FLIGHT``."""
+    return ENV_PREFIX + name.upper()
+
+
+def _shown(name: str, naming: Naming) -> str:
+    return flag_name(name) if naming == "flag" else name
+
+
+def _args_of(annotation: Any) -> tuple[Any, ...]:
+    return typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+
+
+def _without_none(annotation: Any) -> Any:
+    args = [a for a in _args_of(annotation) if a is not type(None)]
+    return args[0] if len(args) == 1 else annotation
 
 
 def _is_bool(annotation: Any) -> bool:
-    return annotation is bool or (typing.get_origin(annotation) is typing.Union and bool in typing.get_args(annotation) and len(typing.get_args(annotation)) == 2 and type(None) in typing.get_args(annotation))
+    return _without_none(annotation) is bool
 
 
-def add_options(parser: argparse.ArgumentParser, *models: type[BaseModel], exclude: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-    """Add one ``--flag`` per field of ``models`` (defaults stay None: resolved later)."""
+def _is_list(annotation: Any) -> bool:
+    return typing.get_origin(_without_none(annotation)) in (list, tuple)
+
+
+def _extra(info: Any, key: str) -> Any:
+    extra = info.json_schema_extra
+    return extra.get(key) if isinstance(extra, dict) else None
+
+
+def add_options(
+    parser: argparse.ArgumentParser, *models: type[BaseModel], exclude: Iterable[str] = (), environment: bool = True
+) -> None:
+    """Add one ``--flag`` per field of ``models`` (defaults stay None: resolved later); the help
+    names each one's ``LLM_OCR_*`` variable unless ``environment`` is False (none is read).
+
+    A field may say how it is typed on the command line in its ``json_schema_extra``:
+    ``metavar``, and ``repeat: True`` for a value given once per flag (``--env A=1 --env B=2``).
+    """
+    skip = set(exclude)
     for model in models:
         group = parser.add_argument_group(model.__name__, (model.__doc__ or "").strip().splitlines()[0])
         for name, info in model.model_fields.items():
-            if name in exclude:
+            if name in skip:
                 continue
-            flag = "--" + name.replace("_", "-")
-            help_text = f"{info.description or ''} [env {_env_name(name)}]"
+            help_text = f"{info.description or ''}" + (f" [env {env_name(name)}]" if environment else "")
             if not info.is_required():
                 default = info.get_default(call_default_factory=True)
-                if default not in (None, {}, []):
+                if default not in (None, {}, [], ()):
                     help_text += f" (default: {default})"
+            metavar = _extra(info, "metavar") or name.upper()
             if _is_bool(info.annotation):
-                group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+                group.add_argument(flag_name(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
+                                   help=help_text)
+            elif _extra(info, "repeat"):
+                group.add_argument(flag_name(name), dest=name, action="append", default=None, metavar=metavar,
+                                   help=help_text + " (repeatable)")
             else:
-                group.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_text)
+                group.add_argument(flag_name(name), dest=name, default=None, metavar=metavar, help=help_text)
 
 
-def resolve_options(model: type[M], args: argparse.Namespace, **overrides: Any) -> M:
-    """Build ``model`` from parsed flags, then ``LLM_OCR_*`` variables, then field defaults."""
+def resolve_options(
+    model: type[M],
+    given: argparse.Namespace | Mapping[str, Any],
+    *,
+    naming: Naming = "flag",
+    environment: bool = True,
+    **overrides: Any,
+) -> M:
+    """Build ``model`` from ``given`` (parsed flags, or keyword arguments), then ``LLM_OCR_*``
+    variables (unless ``environment`` is False), then field defaults. A flag or variable's text
+    is JSON for a dict or list field; errors name the option as ``naming`` says."""
     values: dict[str, Any] = {}
     for name, info in model.model_fields.items():
-        value = overrides.get(name, getattr(args, name, None))
+        value = overrides.get(name)
         if value is None:
-            value = os.environ.get(_env_name(name))
+            value = given.get(name) if isinstance(given, Mapping) else getattr(given, name, None)
+        if value is None and environment:
+            value = os.environ.get(env_name(name))
         if value is None:
             continue
         annotation = str(info.annotation)
-        if isinstance(value, str) and ("dict" in annotation or "list" in annotation):
+        if isinstance(value, str) and ("dict" in annotation or "list" in annotation) and not _extra(info, "repeat"):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
-                raise OptionError(f"--{name.replace('_', '-')} must be JSON: {exc}") from exc
+                raise OptionError(f"{_shown(name, naming)} must be JSON: {exc}") from exc
         values[name] = value
     try:
         return model.model_validate(values)
     except ValidationError as exc:
         problems = "; ".join(
-            f"--{'.'.join(str(p) for p in err['loc']).replace('_', '-')}: {err['msg']}" for err in exc.errors()
+            f"{_shown('.'.join(str(p) for p in err['loc']), naming)}: {err['msg']}" for err in exc.errors()
         )
         raise OptionError(problems) from exc
 
 
-class OptionError(Exception):
-    """An option has an invalid value; the message names the flag."""
+def check_names(given: Iterable[str], known: Iterable[str], where: str) -> None:
+    """Raise :class:`OptionError` for a keyword in ``given`` that is not in ``known``, naming the
+    closest known one (``max_inflight`` -> did you mean ``max_in_flight``?)."""
+    known = list(known)
+    for name in given:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; {where} takes: {', '.join(sorted(known))}"
+        raise OptionError(f"{where} has no option {name!r}{hint}")
+
+
+def as_flags(values: Mapping[str, Any]) -> list[str]:
+    """Keyword values as the command-line flags that give them (a bool is ``--x``/``--no-x``, a
+    list one flag per item, a dict JSON; None is left out)."""
+    flags: list[str] = []
+    for name, value in values.items():
+        flag = flag_name(name)
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if value is True:
+            flags.append(flag)
+        elif value is False:
+            flags.append("--no-" + name.replace("_", "-"))
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                flags += [flag, str(item)]
+        elif isinstance(value, dict):
+            flags += [flag, json.dumps(value)]
+        elif value is not None:
+            flags += [flag, str(value)]
+    return flags

@@ -180,12 +180,20 @@ SAGEMAKER_HARDWARE: dict[str, Hardware] = {
 }
 
 
-def sagemaker_price_note(instance_type: str) -> str:
-    """Where the built-in price of ``instance_type`` comes from, and when it was found."""
+#: The region the built-in SageMaker prices are for.
+SAGEMAKER_PRICE_REGION = "us-east-1"
+
+
+def sagemaker_price_note(instance_type: str, region: str = SAGEMAKER_PRICE_REGION) -> str:
+    """Where the built-in price of ``instance_type`` comes from, and when it was found; for a
+    ``region`` other than the one priced, that the figure is that region's estimate only."""
     row = next((r for r in _SAGEMAKER_ROWS if r[0] == instance_type), None)
     if row is None or row[3] is None:
         return f"no built-in price for {instance_type}"
-    return (f"{instance_type}: ${row[3]:g}/h, an estimate (on-demand, us-east-1) from "
+    where = (f"on-demand in {SAGEMAKER_PRICE_REGION}" if region == SAGEMAKER_PRICE_REGION else
+             f"on-demand in {SAGEMAKER_PRICE_REGION}, NOT {region}: prices differ by region, so for {region} it is only "
+             "an estimate")
+    return (f"{instance_type}: ${row[3]:g}/h, an estimate ({where}) from "
             f"{SAGEMAKER_PRICE_SOURCES[row[5]]}, as found on {SAGEMAKER_PRICES_AS_OF}")
 
 

@@ -1,13 +1,17 @@
 """The data model: what a page, a figure and a document look like in every stage's output.
 
 Rows are plain dicts at the Parquet boundary; these dataclasses are the typed view the stages
-work with. The Arrow schemas carry ``datasets`` feature metadata so that
-``datasets.load_dataset("parquet", data_files=...)`` decodes the figure images.
+work with, and the one declaration of the output columns: the Arrow schemas are derived from
+their fields (:func:`schema_of`), and so is the ``datasets`` feature metadata the schemas carry,
+so that ``datasets.load_dataset("parquet", data_files=...)`` decodes the figure images.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import types
+import typing
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -20,6 +24,60 @@ DocumentStatus = Literal["ok", "partial", "error"]
 #: ``page`` value of a row that stands for a whole document that could not be split into
 #: pages (a corrupt PDF, a dataset row without images). Real pages are numbered from 1.
 DOCUMENT_LEVEL_PAGE = 0
+
+
+#: The Arrow type of a column whose Python type alone does not say it (``field(metadata={ARROW: ...})``).
+ARROW = "arrow"
+
+#: How ``datasets`` stores an image: its encoded bytes (``path`` unused here).
+IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+_SCALARS = {str: pa.string(), int: pa.int32(), float: pa.float64(), bool: pa.bool_(), bytes: IMAGE}
+
+
+def arrow_type(annotation: Any) -> pa.DataType:
+    """The Arrow type of a column of Python type ``annotation``: ``int`` is int32, ``bytes`` an
+    image, a ``Literal`` of strings a string, a list a list, a dataclass a struct of its fields."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        (annotation,) = [a for a in args if a is not type(None)]  # X | None: nullable X
+        return arrow_type(annotation)
+    if origin is typing.Literal:
+        return _SCALARS[type(args[0])]
+    if origin is list:
+        return pa.list_(arrow_type(args[0]))
+    if dataclasses.is_dataclass(annotation):
+        return pa.struct(arrow_fields(annotation))  # type: ignore[arg-type]
+    return _SCALARS[annotation]
+
+
+def arrow_fields(cls: type) -> list[pa.Field]:
+    """The Arrow fields of dataclass ``cls``, in declaration order: the columns of its rows."""
+    hints = typing.get_type_hints(cls)
+    return [
+        pa.field(f.name, f.metadata.get(ARROW) or arrow_type(hints[f.name]))
+        for f in dataclasses.fields(cls)
+    ]
+
+
+def features_of(dtype: pa.DataType) -> dict[str, Any]:
+    """The ``datasets`` feature of an Arrow type (an image struct is an ``Image``)."""
+    if dtype.equals(IMAGE):
+        return {"_type": "Image"}
+    if pa.types.is_list(dtype):
+        return {"feature": features_of(dtype.value_type), "_type": "List"}
+    if pa.types.is_struct(dtype):
+        return {dtype.field(i).name: features_of(dtype.field(i).type) for i in range(dtype.num_fields)}
+    return {"dtype": {"double": "float64"}.get(str(dtype), str(dtype)), "_type": "Value"}
+
+
+def schema_of(cls: type) -> pa.Schema:
+    """The Arrow schema of dataclass ``cls``'s rows, with the ``datasets`` features that let
+    ``datasets.load_dataset("parquet", ...)`` decode its images (it reads the ``huggingface``
+    key when it loads Parquet files it did not write itself)."""
+    fields = arrow_fields(cls)
+    features = {f.name: features_of(f.type) for f in fields}
+    return pa.schema(fields, metadata={b"huggingface": json.dumps({"info": {"features": features}}).encode()})
 
 
 @dataclass
@@ -74,7 +132,7 @@ class PageResult:
     """One output row of Extract and Describe: a page, its Markdown and its figures."""
 
     doc_id: str
-    doc_index: int
+    doc_index: int = field(metadata={ARROW: pa.int64()})
     page: int
     source: str
     num_pages: int | None = None
@@ -132,19 +190,29 @@ class PageResult:
         return cls(**data)
 
 
+def _figure_with_page() -> pa.DataType:
+    """A figure of a document (Assemble's rows): a page's figure and the page it is on."""
+    fields = arrow_fields(Figure)
+    return pa.struct([fields[0], pa.field("page", pa.int32()), *fields[1:]])
+
+
 @dataclass
 class DocumentResult:
     """One output row of Assemble: a whole document."""
 
     doc_id: str
-    doc_index: int
+    doc_index: int = field(metadata={ARROW: pa.int64()})
     source: str
     num_pages: int
     markdown: str
-    figures: list[dict[str, Any]]
+    #: Figure rows of every page, each with its ``page`` (see :func:`_figure_with_page`).
+    figures: list[dict[str, Any]] = field(metadata={ARROW: pa.list_(_figure_with_page())})
     status: DocumentStatus
     failed_pages: list[int]
     error: str | None = None
+    #: Character offset in ``markdown`` where each page's text begins (page 1 at 0); None in
+    #: rows written before the column existed.
+    page_starts: list[int] | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The Parquet row of this document."""
@@ -153,154 +221,17 @@ class DocumentResult:
         row = {name: getattr(self, name) for name in self.__dataclass_fields__}
         row["figures"] = [dict(f) for f in self.figures]
         row["failed_pages"] = list(self.failed_pages)
+        row["page_starts"] = list(self.page_starts) if self.page_starts is not None else None
         return row
-
-
-def _image_struct() -> pa.DataType:
-    return pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-
-
-def _figure_fields(with_page: bool) -> list[tuple[str, pa.DataType]]:
-    fields: list[tuple[str, pa.DataType]] = [("id", pa.string())]
-    if with_page:
-        fields.append(("page", pa.int32()))
-    fields += [
-        ("bbox", pa.list_(pa.int32())),
-        ("image", _image_struct()),
-        ("description", pa.string()),
-        ("description_json", pa.string()),
-        ("error", pa.string()),
-    ]
-    return fields
-
-
-def _features_metadata(features: dict[str, Any]) -> dict[bytes, bytes]:
-    # ``datasets`` reads this key to restore feature types (and so decode images) when it
-    # loads Parquet files it did not write itself.
-    return {b"huggingface": json.dumps({"info": {"features": features}}).encode()}
-
-
-def _value(dtype: str) -> dict[str, Any]:
-    return {"dtype": dtype, "_type": "Value"}
-
-
-def _figure_features(with_page: bool) -> dict[str, Any]:
-    features: dict[str, Any] = {"id": _value("string")}
-    if with_page:
-        features["page"] = _value("int32")
-    features.update(
-        {
-            "bbox": {"feature": _value("int32"), "_type": "List"},
-            "image": {"_type": "Image"},
-            "description": _value("string"),
-            "description_json": _value("string"),
-            "error": _value("string"),
-        }
-    )
-    return features
 
 
 @lru_cache(maxsize=None)
 def page_schema() -> pa.Schema:
-    """Arrow schema of Extract and Describe rows (one row per page)."""
-    fields = [
-        ("doc_id", pa.string()),
-        ("doc_index", pa.int64()),
-        ("page", pa.int32()),
-        ("source", pa.string()),
-        ("num_pages", pa.int32()),
-        ("markdown", pa.string()),
-        ("raw", pa.string()),
-        ("figures", pa.list_(pa.struct(_figure_fields(with_page=False)))),
-        (
-            "blocks",
-            pa.list_(
-                pa.struct(
-                    [
-                        ("label", pa.string()),
-                        ("boxes", pa.list_(pa.list_(pa.int32()))),
-                        ("text", pa.string()),
-                    ]
-                )
-            ),
-        ),
-        ("width", pa.int32()),
-        ("height", pa.int32()),
-        ("status", pa.string()),
-        ("error", pa.string()),
-        ("finish_reason", pa.string()),
-        ("prompt_tokens", pa.int32()),
-        ("completion_tokens", pa.int32()),
-        ("latency_s", pa.float64()),
-        ("attempts", pa.int32()),
-        ("cut_tokens", pa.int32()),
-        ("cut_reason", pa.string()),
-        ("segments", pa.int32()),
-        ("model", pa.string()),
-        ("quarantined", pa.bool_()),
-        ("fallback_text", pa.string()),
-        ("fallback_note", pa.string()),
-    ]
-    features = {
-        "doc_id": _value("string"),
-        "doc_index": _value("int64"),
-        "page": _value("int32"),
-        "source": _value("string"),
-        "num_pages": _value("int32"),
-        "markdown": _value("string"),
-        "raw": _value("string"),
-        "figures": {"feature": _figure_features(with_page=False), "_type": "List"},
-        "blocks": {
-            "feature": {
-                "label": _value("string"),
-                "boxes": {"feature": {"feature": _value("int32"), "_type": "List"}, "_type": "List"},
-                "text": _value("string"),
-            },
-            "_type": "List",
-        },
-        "width": _value("int32"),
-        "height": _value("int32"),
-        "status": _value("string"),
-        "error": _value("string"),
-        "finish_reason": _value("string"),
-        "prompt_tokens": _value("int32"),
-        "completion_tokens": _value("int32"),
-        "latency_s": _value("float64"),
-        "attempts": _value("int32"),
-        "cut_tokens": _value("int32"),
-        "cut_reason": _value("string"),
-        "segments": _value("int32"),
-        "model": _value("string"),
-        "quarantined": _value("bool"),
-        "fallback_text": _value("string"),
-        "fallback_note": _value("string"),
-    }
-    return pa.schema(fields, metadata=_features_metadata(features))
+    """Arrow schema of Extract and Describe rows (one row per page): :class:`PageResult`'s fields."""
+    return schema_of(PageResult)
 
 
 @lru_cache(maxsize=None)
 def document_schema() -> pa.Schema:
-    """Arrow schema of Assemble rows (one row per document)."""
-    fields = [
-        ("doc_id", pa.string()),
-        ("doc_index", pa.int64()),
-        ("source", pa.string()),
-        ("num_pages", pa.int32()),
-        ("markdown", pa.string()),
-        ("figures", pa.list_(pa.struct(_figure_fields(with_page=True)))),
-        ("status", pa.string()),
-        ("failed_pages", pa.list_(pa.int32())),
-        ("error", pa.string()),
-    ]
-    features = {
-        "doc_id": _value("string"),
-        "doc_index": _value("int64"),
-        "source": _value("string"),
-        "num_pages": _value("int32"),
-        "markdown": _value("string"),
-        "figures": {"feature": _figure_features(with_page=True), "_type": "List"},
-        "status": _value("string"),
-        "failed_pages": {"feature": _value("int32"), "_type": "List"},
-        "error": _value("string"),
-    }
-    return pa.schema(fields, metadata=_features_metadata(features))
+    """Arrow schema of Assemble rows (one row per document): :class:`DocumentResult`'s fields."""
+    return schema_of(DocumentResult)

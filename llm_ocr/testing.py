@@ -13,39 +13,43 @@
 
 :class:`CpuServer` runs the CPU OCR engine (``python -m llm_ocr.servers.cpu``) the same way.
 
-Only the standard library is used for HTTP here, so the helper adds no dependencies.
+Both are started and stopped by the process manager llm-ocr runs its own model servers with
+(:class:`~llm_ocr.servers.process.ManagedServer`: its own process group, a watcher that stops it
+should the test process be killed), on a private event loop, with no restarts: a test sees a
+crash as it happened. Their own HTTP calls use only the standard library.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Coroutine
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any, ClassVar, TypeVar
 
-__all__ = ["CpuServer", "OFFLINE_ENV", "SimulatedServer", "SimulatedServerError"]
+__all__ = ["CpuServer", "LocalServer", "OFFLINE_ENV", "SimulatedServer", "SimulatedServerError"]
+
+T = TypeVar("T")
 
 
 class SimulatedServerError(RuntimeError):
-    """The simulated server failed to start or answered a control request with an error."""
+    """A local server failed to start or answered a control request with an error."""
 
 
-class SimulatedServer:
-    """The simulated DeepSeek-OCR server in a subprocess, as a context manager.
+class LocalServer:
+    """A model server module (``python -m MODULE``) in a subprocess, as a context manager.
 
     Args:
-        *args: extra command-line options for ``python -m llm_ocr.servers.sim``
-            (``"--slots", "2"``, ``"--instant"`` ...). ``--port 0 --port-file`` are added.
-        corpus: PDF file(s) or folder(s) the server should know (``--corpus``).
+        *args: extra command-line options of the module (``"--slots", "2"`` ...);
+            ``--port 0 --port-file`` are added.
         request_log: where to write the request log; ``None`` uses a temporary file that
             :meth:`requests` reads (``False`` disables the log).
         startup_timeout: seconds to wait for ``/health`` to answer 200.
@@ -54,19 +58,15 @@ class SimulatedServer:
         env: extra environment variables for the server process.
         port: the port to listen on (default 0: a free one the OS picks).
 
-    Subclasses run another server with the same command-line contract (``--port 0
-    --port-file --request-log``) by setting :attr:`module` and :attr:`label`.
+    A subclass names the :attr:`module` it runs and how messages call it (:attr:`label`).
     """
 
-    #: The module run with ``python -m``.
-    module = "llm_ocr.servers.sim"
-    #: How messages name the server.
-    label = "simulated server"
+    module: ClassVar[str]
+    label: ClassVar[str]
 
     def __init__(
         self,
         *args: str,
-        corpus: str | os.PathLike[str] | list[str | os.PathLike[str]] | None = None,
         request_log: str | os.PathLike[str] | bool | None = None,
         startup_timeout: float = 30.0,
         wait_ready: bool = True,
@@ -76,24 +76,21 @@ class SimulatedServer:
     ) -> None:
         self.args = [str(a) for a in args]
         self._listen_port = port  # 0: the OS picks a free one
-        if corpus is not None:
-            for c in corpus if isinstance(corpus, list) else [corpus]:
-                self.args += ["--corpus", os.fspath(c)]
         self._request_log_arg = request_log
         self.startup_timeout = startup_timeout
         self.wait_ready = wait_ready
         self.python = python or sys.executable
         self.env = env
-        self.process: subprocess.Popen[bytes] | None = None
-        self.port: int | None = None
         self.request_log: Path | None = None
         self._tmp: str | None = None
-        self._stderr_file: Any = None
         self._final_requests: list[dict[str, Any]] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: Any = None  # the ManagedServer
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def __enter__(self) -> SimulatedServer:
+    def __enter__(self) -> LocalServer:
         return self.start()
 
     def __exit__(
@@ -104,71 +101,76 @@ class SimulatedServer:
     ) -> None:
         self.stop()
 
-    def start(self) -> SimulatedServer:
+    def start(self) -> LocalServer:
         """Start the process and wait until it listens (and, by default, is healthy)."""
-        if self.process is not None:
+        from llm_ocr.servers.process import ManagedServer, ServerFailed
+
+        if self._server is not None:
             raise SimulatedServerError("already started")
-        self._tmp = tempfile.mkdtemp(prefix="llm-ocr-sim-")
+        self._tmp = tempfile.mkdtemp(prefix="llm-ocr-server-")
         port_file = Path(self._tmp) / "port"
-        cmd = [self.python, "-m", self.module, *self.args, "--port", str(self._listen_port), "--port-file", str(port_file)]
+        command = [self.python, "-m", self.module, *self.args, "--port", str(self._listen_port), "--port-file", str(port_file)]
         if self._request_log_arg is not False:
             self.request_log = Path(
                 self._request_log_arg if isinstance(self._request_log_arg, (str, os.PathLike))
                 else Path(self._tmp) / "requests.jsonl"
             )
-            cmd += ["--request-log", str(self.request_log)]
-        # stderr goes to a file, not a pipe: a pipe nobody reads would block a chatty server.
-        self._stderr_file = open(Path(self._tmp) / "stderr.log", "w+b")  # noqa: SIM115 - closed in stop()
-        env = {**os.environ, **(self.env or {})}
-        self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._stderr_file, env=env)
+            command += ["--request-log", str(self.request_log)]
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"llm-ocr-{self.module}", daemon=True)
+        self._thread.start()
+        self._server = ManagedServer(
+            command, host="127.0.0.1", port=self._listen_port, port_file=port_file, log_path=Path(self._tmp) / "server.log",
+            env=self.env, startup_timeout=self.startup_timeout, max_restarts=0, stop_grace=5.0, name=self.label,
+            unhealthy_timeout=None,
+        )  # fmt: skip
         try:
-            self._wait_started(port_file)
+            if self.wait_ready:
+                self._run(self._server.__aenter__())
+            else:
+                self._run(self._server.start())
+                self._run(self._port_written())
+        except ServerFailed as exc:
+            self.stop()
+            raise SimulatedServerError(f"{self.label} did not start: {exc}") from exc
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_started(self, port_file: Path) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            self._check_alive()
-            if self.port is None and port_file.exists():
-                self.port = int(port_file.read_text().strip())
-                if not self.wait_ready:
-                    return
-            if self.port is not None and self.health() == 200:
-                return
-            if time.monotonic() > deadline:
-                raise SimulatedServerError(
-                    f"{self.label} not ready after {self.startup_timeout} s\n{self.stderr_tail()}"
-                )
-            time.sleep(0.02)
+    async def _port_written(self) -> None:
+        from llm_ocr.servers.process import ServerFailed
 
-    def _check_alive(self) -> None:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise SimulatedServerError(
-                f"{self.label} exited with code {self.process.returncode}\n{self.stderr_tail()}"
-            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.startup_timeout
+        while not self._server.read_port_file():
+            if self.returncode is not None:
+                raise ServerFailed(f"{self.label} exited with code {self.returncode}", log_tail=self.stderr_tail())
+            if loop.time() > deadline:
+                raise ServerFailed(f"{self.label} not listening after {self.startup_timeout} s", log_tail=self.stderr_tail())
+            await asyncio.sleep(0.02)
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def stop(self, grace: float = 5.0) -> int | None:
-        """Terminate the process (SIGTERM, then SIGKILL after ``grace`` s); its exit code."""
+        """Terminate the process group (SIGTERM, then SIGKILL after ``grace`` s); its exit code."""
         code = None
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(grace)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-            code = self.process.returncode
-        if self._stderr_file is not None:
-            self._stderr_file.close()
-            self._stderr_file = None
+        if self._server is not None and self._loop is not None:
+            self._server.stop_grace = grace
+            self._run(self._server.stop())
+            code = self.returncode
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            assert self._thread is not None
+            self._thread.join()
+            self._loop.close()
+            self._loop = None
         if self._tmp is not None:
             # Keep a caller-chosen request log; the temporary folder goes.
             self._final_requests = self._read_requests() if self._owns_log() else None
+            self._log_tail = self.stderr_tail()
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
         return code
@@ -178,24 +180,40 @@ class SimulatedServer:
 
     def wait_exit(self, timeout: float = 10.0) -> int:
         """Wait for the process to exit by itself (e.g. after an injected crash); its code."""
-        assert self.process is not None
-        return self.process.wait(timeout)
+        process = self._process()
+        return process.wait(timeout)
+
+    def _process(self) -> Any:
+        process = getattr(self._server, "_proc", None)
+        if process is None:
+            raise SimulatedServerError("not started")
+        return process
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (also its process group's), once started."""
+        return self._server.pid if self._server is not None else None
 
     @property
     def returncode(self) -> int | None:
         """The exit code once the process has ended, else None."""
-        return None if self.process is None else self.process.poll()
+        process = getattr(self._server, "_proc", None)
+        return None if process is None else process.poll()
 
     def stderr_tail(self, lines: int = 30) -> str:
-        """The last lines the server wrote to stderr."""
-        if self._stderr_file is None:
-            return ""
-        self._stderr_file.flush()
-        self._stderr_file.seek(0)
-        text = self._stderr_file.read().decode("utf-8", "replace")
-        return "\n".join(text.splitlines()[-lines:])
+        """The last lines the server wrote (its stdout and stderr)."""
+        if self._server is None or self._tmp is None:
+            return getattr(self, "_log_tail", "")
+        return str(self._server.log_tail(lines))
 
     # -- addresses ----------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int | None:
+        """The port it listens on, once known."""
+        if self._server is None or not self._server.read_port_file():
+            return None
+        return int(self._server.port)
 
     @property
     def url(self) -> str:
@@ -238,23 +256,6 @@ class SimulatedServer:
         except (OSError, urllib.error.URLError):
             return None
 
-    def inject(self, kind: str, count: int = 1, **kw: Any) -> dict[str, Any]:
-        """Queue ``count`` faults for the next chat requests.
-
-        ``kind`` is one of error, hang, reset, loop, empty, untagged, bad_boxes, crash; extra
-        keywords: ``status`` (error, default 500), ``seconds`` (hang, default 3600),
-        ``message`` (error).
-        """
-        return self.call_json("POST", "/sim/faults", {"kind": kind, "count": count, **kw})
-
-    def clear_faults(self) -> int:
-        """Drop the queued faults; how many there were."""
-        return int(self.call_json("DELETE", "/sim/faults")["cleared"])
-
-    def stats(self) -> dict[str, Any]:
-        """``GET /sim/stats``: request counters, prompt kinds, faults applied, peak load."""
-        return self.call_json("GET", "/sim/stats")
-
     def metrics_text(self) -> str:
         """The raw Prometheus text of ``GET /metrics``."""
         status, data = self.call("GET", "/metrics")
@@ -263,8 +264,8 @@ class SimulatedServer:
         return data.decode()
 
     def metrics(self) -> dict[str, float]:
-        """Parsed ``/metrics`` (see :func:`llm_ocr.servers.sim.parse_prometheus`)."""
-        from llm_ocr.servers.frame.metrics import parse_prometheus
+        """Parsed ``/metrics`` (see :func:`llm_ocr.servers.prometheus.parse_prometheus`)."""
+        from llm_ocr.servers.prometheus import parse_prometheus
 
         return parse_prometheus(self.metrics_text())
 
@@ -284,6 +285,48 @@ class SimulatedServer:
         return out
 
 
+class SimulatedServer(LocalServer):
+    """The simulated DeepSeek-OCR server (``python -m llm_ocr.servers.sim``) in a subprocess.
+
+    Args:
+        *args, request_log, startup_timeout, wait_ready, python, env, port: as for :class:`LocalServer`.
+        corpus: PDF file(s) or folder(s) the server should know (``--corpus``).
+    """
+
+    module = "llm_ocr.servers.sim"
+    label = "simulated server"
+
+    def __init__(
+        self,
+        *args: str,
+        corpus: str | os.PathLike[str] | list[str | os.PathLike[str]] | None = None,
+        **options: Any,
+    ) -> None:
+        corpora = [] if corpus is None else corpus if isinstance(corpus, list) else [corpus]
+        super().__init__(*args, *(arg for c in corpora for arg in ("--corpus", os.fspath(c))), **options)
+
+    def inject(self, kind: str, count: int = 1, **kw: Any) -> dict[str, Any]:
+        """Queue ``count`` faults for the next chat requests.
+
+        ``kind`` is one of error, hang, reset, loop, empty, untagged, bad_boxes, crash; extra
+        keywords: ``status`` (error, default 500), ``seconds`` (hang, default 3600),
+        ``message`` (error).
+        """
+        return self.call_json("POST", "/sim/faults", {"kind": kind, "count": count, **kw})
+
+    def clear_faults(self) -> int:
+        """Drop the queued faults; how many there were."""
+        return int(self.call_json("DELETE", "/sim/faults")["cleared"])
+
+    def end_startup(self) -> None:
+        """End ``--startup-delay`` now: the server answers once its corpus is indexed."""
+        self.call_json("POST", "/sim/ready")
+
+    def stats(self) -> dict[str, Any]:
+        """``GET /sim/stats``: request counters, prompt kinds, faults applied, peak load."""
+        return self.call_json("GET", "/sim/stats")
+
+
 #: Environment that makes any attempt to download over HTTP(S) fail at once (a proxy on a
 #: closed port), to prove that the engine works offline.
 OFFLINE_ENV = {
@@ -296,15 +339,13 @@ OFFLINE_ENV = {
 }
 
 
-class CpuServer(SimulatedServer):
-    """``python -m llm_ocr.servers.cpu`` in a subprocess, as a context manager.
+class CpuServer(LocalServer):
+    """The CPU OCR engine (``python -m llm_ocr.servers.cpu``) in a subprocess.
 
     Args:
-        *args: extra options (``"--threads", "2"`` ...); ``--port 0 --port-file`` are added.
-        request_log: as for :class:`~llm_ocr.testing.SimulatedServer`.
+        *args, request_log, python, env: as for :class:`LocalServer`.
         startup_timeout: seconds to wait for the models to load (``/health`` 200).
         offline: run with HTTP(S) proxies pointing at a closed port (see :data:`OFFLINE_ENV`).
-        env, python: as for :class:`~llm_ocr.testing.SimulatedServer`.
     """
 
     module = "llm_ocr.servers.cpu"
@@ -313,26 +354,10 @@ class CpuServer(SimulatedServer):
     def __init__(
         self,
         *args: str,
-        request_log: str | os.PathLike[str] | bool | None = None,
         startup_timeout: float = 120.0,
         offline: bool = False,
         env: dict[str, str] | None = None,
-        python: str | None = None,
+        **options: Any,
     ) -> None:
         full_env = {**(OFFLINE_ENV if offline else {}), **(env or {})}
-        super().__init__(*args, request_log=request_log, startup_timeout=startup_timeout, env=full_env, python=python)
-
-    def _unsupported(self, what: str) -> NoReturn:
-        raise SimulatedServerError(f"the CPU OCR engine has no {what}")
-
-    def inject(self, kind: str, count: int = 1, **kw: Any) -> dict[str, Any]:
-        """Not available: the CPU engine has no fault injection."""
-        self._unsupported("fault injection")
-
-    def clear_faults(self) -> int:
-        """Not available: the CPU engine has no fault injection."""
-        self._unsupported("fault injection")
-
-    def stats(self) -> dict[str, Any]:
-        """Not available: the CPU engine has no ``/sim/stats``."""
-        self._unsupported("/sim/stats")
+        super().__init__(*args, startup_timeout=startup_timeout, env=full_env, **options)

@@ -5,6 +5,8 @@
 #
 # Needs the aws CLI (credentials that may create/push an ECR repository) and docker. Extra
 # `docker build` arguments can be given in DOCKER_BUILD_ARGS (e.g. "--build-arg BASE=...").
+# Builds for linux/amd64 whatever the machine: SageMaker's GPU instances are x86-64, and an image
+# built on an ARM laptop without it would not start there (on ARM, docker emulates x86-64: slower).
 set -euo pipefail
 
 region="${1:-${AWS_REGION:-${AWS_DEFAULT_REGION:-}}}"
@@ -27,6 +29,6 @@ if ! aws ecr describe-repositories --repository-names "$repository" --region "$r
 fi
 aws ecr get-login-password --region "$region" | docker login --username AWS --password-stdin "$registry" >&2
 # shellcheck disable=SC2086 # DOCKER_BUILD_ARGS is a list of words on purpose
-docker build ${DOCKER_BUILD_ARGS:-} -f "$here/Dockerfile" -t "$image" "$root" >&2
+docker build --platform linux/amd64 ${DOCKER_BUILD_ARGS:-} -f "$here/Dockerfile" -t "$image" "$root" >&2
 docker push "$image" >&2
 echo "$image"

@@ -19,6 +19,8 @@ import pytest
 
 #: Set by scripts/test-vllm: this run is the real-vLLM tier.
 TIER_VARIABLE = "LLM_OCR_IN_VLLM_TIER"
+#: Set by scripts/test-packaging: this run is the packaging tier (tests/packaging/conftest.py).
+PACKAGING_TIER_VARIABLE = "LLM_OCR_IN_PACKAGING_TIER"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,11 @@ ALLOWED_SKIPS = (
         why="writes to the real Hugging Face Hub: needs a write token, which CI does not have",
     ),
     AllowedSkip(
+        "tests/packaging/", "run in the packaging tier",
+        why="installs from the package index; scripts/test-packaging runs these (scripts/test runs it beside the suite)",
+        unless_env=PACKAGING_TIER_VARIABLE,
+    ),
+    AllowedSkip(
         "tests/vllm_real/", "vLLM is not installed",
         why="the default venv has no vLLM; scripts/test-vllm runs these in the tier's own venv",
         unless_env=TIER_VARIABLE,  # in the tier vLLM must be importable
@@ -58,6 +65,8 @@ def enforced() -> str | None:
         return "in CI (CI=true)"
     if os.environ.get(TIER_VARIABLE):
         return "in the real-vLLM tier"
+    if os.environ.get(PACKAGING_TIER_VARIABLE):
+        return "in the packaging tier"
     return None
 
 

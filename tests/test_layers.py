@@ -1,8 +1,9 @@
 """The package's layers hold: no module imports a layer it must not, and no import cycle.
 
 Every import statement counts, also those inside functions (a lazy import is still a
-dependency); only imports under ``if TYPE_CHECKING:`` are left out, as they never run. The
-rules are the ones each package's ``__init__`` docstring states.
+dependency), and so does ``importlib.import_module("llm_ocr....")`` with a literal name; only
+imports under ``if TYPE_CHECKING:`` are left out, as they never run. The rules are the ones each
+package's ``__init__`` docstring states.
 """
 
 from __future__ import annotations
@@ -17,24 +18,36 @@ PACKAGE = Path(__file__).resolve().parent.parent / "llm_ocr"
 #: Top-level parts of ``llm_ocr`` (a package or a module) that each part must not import.
 FORBIDDEN: dict[str, set[str]] = {
     "storage": {"runners", "stages", "servers", "commands", "launchers", "endpoint", "report", "bench",
-                "sources", "vlm", "cli", "api", "container"},
+                "sources", "vlm", "cli", "api", "container", "quality"},
     "vlm": {"servers", "storage", "stages", "runners", "commands", "launchers", "endpoint", "report",
-            "bench", "cli", "sources", "api", "container"},
-    "stages": {"runners", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli", "api"},
+            "bench", "cli", "sources", "api", "container", "quality"},
+    "stages": {"runners", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli", "api", "quality"},
     "sources": {"runners", "stages", "commands", "launchers", "endpoint", "servers", "vlm", "bench",
-                "report", "cli", "api"},
+                "report", "cli", "api", "quality"},
     "servers": {"storage", "stages", "runners", "commands", "launchers", "endpoint", "report", "bench",
-                "sources", "cli", "api"},
+                "sources", "cli", "api", "quality"},
     # Where requests go: servers and clients below it, never what runs a stage.
-    "endpoint": {"runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources"},
+    "endpoint": {"runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources", "quality"},
     # Container-side contracts (shard index, secrets): the launchers configure jobs for them.
     "container": {"runners", "stages", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli",
-                  "api", "sources", "vlm", "storage"},
+                  "api", "sources", "vlm", "storage", "quality"},
     # The launchers build and submit job specs that run the CLI in a container; they never run a stage.
-    "launchers": {"runners", "servers", "stages", "endpoint", "commands", "cli", "bench", "report", "api"},
-    "report": {"runners", "servers", "commands", "launchers", "endpoint", "bench", "cli", "api"},
-    "runners": {"commands", "launchers", "cli", "bench", "report", "api"},
-    "bench": {"commands", "cli", "launchers", "api"},
+    "launchers": {"runners", "servers", "stages", "endpoint", "commands", "cli", "bench", "report", "api", "quality"},
+    "report": {"runners", "servers", "commands", "launchers", "endpoint", "bench", "cli", "api", "quality"},
+    "runners": {"commands", "launchers", "cli", "bench", "report", "api", "quality"},
+    "bench": {"commands", "cli", "launchers", "api", "quality"},
+    # Quality checks read outputs (storage, sources, report helpers); they never run a stage.
+    "quality": {"runners", "servers", "endpoint", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
+                "container"},
+    # Every option declared once, and its binding to flags, variables and keywords: importable by
+    # every layer, so they import none of them (but two tables of names, servers' presets and
+    # vlm's default model and prompt, quoted in the options' help).
+    "options": {"runners", "stages", "commands", "launchers", "endpoint", "report", "bench", "cli", "api", "sources",
+                "storage", "container", "config", "quality"},
+    "config": {"runners", "stages", "commands", "launchers", "endpoint", "report", "bench", "cli", "api", "sources",
+               "storage", "container", "servers", "vlm", "quality"},
+    "keywords": {"runners", "stages", "commands", "launchers", "endpoint", "report", "bench", "cli", "api", "sources",
+                 "storage", "container", "servers", "vlm", "options", "config", "quality"},
     # The Python API: the CLI stands on it, never the reverse.
     "api": {"commands", "cli"},
     "commands": {"cli"},
@@ -53,6 +66,20 @@ def _under_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports_by_name(call: ast.Call) -> bool:
+    """``importlib.import_module("llm_ocr...")``, ``import_module(...)`` or ``__import__(...)``
+    with a literal name."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return (
+        name in ("import_module", "__import__")
+        and bool(call.args)
+        and isinstance(call.args[0], ast.Constant)
+        and isinstance(call.args[0].value, str)
+        and call.args[0].value.startswith("llm_ocr")
     )
 
 
@@ -80,6 +107,8 @@ def imports_of(path: Path, package: Path = PACKAGE) -> set[str]:
                 found.add(target)
                 # ``from llm_ocr.x import y`` may import the module ``llm_ocr.x.y``
                 found.update(f"{target}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and _imports_by_name(node):
+            found.add(node.args[0].value)  # type: ignore[attr-defined]
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -172,11 +201,12 @@ def test_no_import_cycles() -> None:
         "from llm_ocr.servers.process import ManagedServer\n",
         "def f():\n    from llm_ocr.servers import process\n",
         "from ..servers.process import ManagedServer\n",
+        "import importlib\ndef f():\n    return importlib.import_module(\"llm_ocr.servers.process\")\n",
     ],
 )
 def test_the_checker_sees_direct_lazy_and_relative_imports(tmp_path: Path, source: str) -> None:
     """The scan itself can fail: a forbidden import planted in a storage module of a copy of
-    the package's shape is reported, whichever form it takes."""
+    the package's shape is reported, whichever form it takes (an import by name included)."""
     package = tmp_path / "llm_ocr"
     for module, text in {
         "__init__.py": "",

@@ -42,6 +42,25 @@ def test_quickstart_notebook_runs_the_pipeline_and_shows_results(tmp_path: Path,
         for o in cell.get("outputs", [])
         if "text/html" in o.get("data", {})
     ]
-    assert len(html_outputs) >= 3  # summary, show_document, show_page
+    assert len(html_outputs) >= 4  # summary, show_document, show_page, show_fields
+    # The fields table: every sample has a row, and the invoices' values are those printed on them.
+    import json
+
+    fields = {r["doc_id"]: r for r in pq.read_table(sorted((out / "fields").glob("*.parquet"))).to_pylist()}
+    assert sorted(fields) == sorted(p.name for p in (REPO / "samples").iterdir())
+    truth = json.loads((REPO / "examples" / "fields-truth.json").read_text())
+    for doc_id, expected in truth.items():
+        assert (fields[doc_id]["class"], json.loads(fields[doc_id]["fields"])) == (expected["class"], expected["fields"])
+    assert {fields[d]["class"] for d in ("report.pdf", "notes.png")} == {"other"}
+    assert any("check failed: line items sum to the subtotal" in h for h in html_outputs)  # show_fields of the misprint
     assert any("data:image/" in h for h in html_outputs)
     assert not any(o.get("output_type") == "error" for c in notebook.cells for o in c.get("outputs", []))
+
+    # The notebook runs the pipeline through the Python API in its own kernel, not the CLI in a
+    # subprocess; the run shows a progress bar, not log lines.
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert not any("subprocess" in cell.source or "llm_ocr.cli" in cell.source for cell in code)
+    (run_cell,) = [cell for cell in code if "llm_ocr.run(" in cell.source]
+    shown = "".join(o.get("text", "") for o in run_cell.get("outputs", []) if o.get("output_type") == "stream")
+    assert "page" in shown and "100%" in shown, shown  # the bar, complete
+    assert "pages seen" not in shown and "INFO" not in shown, shown

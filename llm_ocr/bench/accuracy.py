@@ -388,11 +388,11 @@ def text_layer(path: str, page: int) -> str:
 async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tuple[list[PageScore], dict[str, Any]]:
     import asyncio
 
-    from llm_ocr.sources.base import DocumentRef, PageImage, RenderOptions
+    from llm_ocr.options import RenderOptions
+    from llm_ocr.sources.base import DocumentRef, PageImage
     from llm_ocr.sources.render import count_pages, render_pages
     from llm_ocr.vlm.client import ClientOptions, RequestFailed, VlmClient
-    from llm_ocr.vlm.grounding import parse_layout
-    from llm_ocr.vlm.recipes import clamp_max_tokens, image_messages, recipe_for
+    from llm_ocr.vlm.families import family_for
 
     render = RenderOptions(dpi=opts.dpi, image_format=opts.image_format)
     probe = VlmClient(base_url, opts.model or "")
@@ -403,8 +403,8 @@ async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tup
     info: dict[str, Any] = {"endpoint": base_url, "model": model, "dpi": opts.dpi, "image_format": opts.image_format}
     try:
         info["ocr_engine"] = await _engine_info(base_url, model)
-        recipe = recipe_for(model)
-        max_tokens = clamp_max_tokens(None, await client.max_model_len())
+        recipe = family_for(model)
+        max_tokens = recipe.max_tokens(None, await client.max_model_len())
         jobs = []
         for index, path in enumerate(pdfs):
             ref = DocumentRef(doc_id=Path(path).name, index=index, source=path, kind="pdf", location=str(Path(path).resolve()))
@@ -419,12 +419,9 @@ async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tup
 
         async def one(path: str, page: PageImage) -> PageScore:
             truth = text_layer(path, page.page)
-            body = {
-                "messages": image_messages(page.image, page.mime, recipe.ocr_prompt),
-                "max_tokens": max_tokens,
-                "temperature": 0.0,
-                "extra_body": recipe.extra_body,
-            }
+            # One request per page, the family's own (a multi-request family is read by its
+            # first pass only: this measures the page request, not the pipeline).
+            body = recipe.body(page.image, page.mime, temperature=recipe.retries.temperatures[0], max_tokens=max_tokens)
             async with sem:
                 t0 = time.perf_counter()
                 try:
@@ -434,7 +431,7 @@ async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tup
                     chars, edits, n_words, _ = score_page(truth, "")
                     return PageScore(Path(path).name, page.page, chars, edits, n_words, 0, seconds, error=str(exc))
                 seconds = time.perf_counter() - t0
-            layout = parse_layout(result.text, width=page.width, height=page.height, page=page.page)
+            layout = recipe.parse(result.text, width=page.width, height=page.height, page=page.page)
             if opts.keep:
                 keep = Path(opts.keep)
                 keep.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ import numpy as np
 import pypdfium2 as pdfium
 from PIL import Image, ImageOps
 
-from llm_ocr.sources.base import RenderOptions
+from llm_ocr.options import RenderOptions
 from llm_ocr.sources.images import encode
 
 GLOBAL_VIEW = 1024

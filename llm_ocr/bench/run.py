@@ -24,14 +24,12 @@ import aiohttp
 from llm_ocr.bench.lower_bound import LoggedRequest, lower_bound, read_request_log, replay_arrivals
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
 from llm_ocr.endpoint.in_flight import AdaptivePolicy
-from llm_ocr.config import JobOptions
-from llm_ocr.runners.extract import ExtractJob, extract_shard
+from llm_ocr.options import ExtractOptions, JobOptions, RenderOptions, StageSpec
+from llm_ocr.runners.extract import extract_shard
 from llm_ocr.servers.engines import free_port, sim_command
 from llm_ocr.servers.presets import GpuPreset, client_in_flight
 from llm_ocr.servers.process import ManagedServer
 from llm_ocr.servers.sim.timing import TimingModel
-from llm_ocr.sources.base import RenderOptions
-from llm_ocr.stages.extract import ExtractOptions
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
 from llm_ocr.runners.workers import default_workers
 
@@ -182,7 +180,7 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
             command, host="127.0.0.1", port=port, log_path=work / f"server-{i}.log",
             startup_timeout=120, max_restarts=0, name=f"sim {i}",
         ))  # fmt: skip
-    spec = ExtractJob(
+    spec = StageSpec(
         inputs=[str(corpus)],
         job=JobOptions(
             output=str(output),

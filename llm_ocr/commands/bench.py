@@ -8,7 +8,8 @@ import logging
 import sys
 
 from llm_ocr.config import OptionError
-from llm_ocr.servers.frame.cli import fraction, non_negative, positive_int
+from llm_ocr.servers.frame.cli import non_negative, positive_int
+from llm_ocr.servers.sim.cli import DECODE_DEFAULTS, add_decode_options
 
 log = logging.getLogger("llm_ocr")
 
@@ -42,24 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--truncation-retries", type=int, default=d.truncation_retries,
                      help="retries of a page that hit max_tokens (default %(default)s)")
     run.add_argument("--repeat", type=positive_int, default=1, help="runs per configuration (default %(default)s)")
-    run.add_argument("--seed", type=int, default=d.seed, help="seed of the corpus and the server (default %(default)s)")
     server = parser.add_argument_group("simulated server (the decode model)")
-    server.add_argument("--instant", action="store_true",
-                        help="the server answers at once: measures the client's own ceiling")
-    server.add_argument("--slots", type=positive_int, default=d.slots,
-                        help="sequences decoded at once, like vLLM --max-num-seqs (default %(default)s)")
-    server.add_argument("--prefill-ms", type=non_negative, default=d.prefill_ms,
-                        help="time per request before its first token (default %(default)s)")
-    server.add_argument("--decode-ms-per-token", type=non_negative, default=d.decode_ms_per_token,
-                        help="per-token time of a lone sequence (default %(default)s)")
-    server.add_argument("--load-slowdown", type=non_negative, default=d.load_slowdown,
-                        help="per-token time = base * (1 + k * running / slots) (default %(default)s)")
-    server.add_argument("--output-tokens-mean", type=non_negative, default=d.output_tokens_mean,
-                        help="mean answer length in tokens, lognormal (default %(default)s)")
-    server.add_argument("--output-tokens-sigma", type=non_negative, default=d.output_tokens_sigma,
-                        help="sigma of the log of the answer length (default %(default)s)")
-    server.add_argument("--loop-rate", type=fraction, default=d.loop_rate,
-                        help="fraction of pages that loop to max_tokens (default %(default)s)")
+    add_decode_options(server, {name: getattr(d, name) for name in DECODE_DEFAULTS})
     losses = parser.add_argument_group("where GPU time is lost (issues 19 and 28)")
     losses.add_argument("--losses", action="store_true",
                         help="run the loss workloads (loops, 256 and 64 slots behind --endpoint, 1 vs 4 GPUs, a "
@@ -93,15 +78,8 @@ def handle(args: argparse.Namespace) -> int:
     config = BenchConfig(
         workers=args.workers,
         max_in_flight=args.max_in_flight,
-        slots=args.slots,
         instant=args.instant,
-        prefill_ms=args.prefill_ms,
-        decode_ms_per_token=args.decode_ms_per_token,
-        load_slowdown=args.load_slowdown,
-        output_tokens_mean=args.output_tokens_mean,
-        output_tokens_sigma=args.output_tokens_sigma,
-        loop_rate=args.loop_rate,
-        seed=args.seed,
+        **{name: getattr(args, name) for name in DECODE_DEFAULTS},  # the decode model's options
         max_tokens=args.max_tokens,
         truncation_retries=args.truncation_retries,
         sample_interval=args.sample_interval,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from llm_ocr.config import OptionError
 from llm_ocr.servers.frame.cli import positive_int as _positive
-from llm_ocr.sources import DatasetOptions, InputError
+from llm_ocr.options import DatasetOptions
+from llm_ocr.sources import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -3,16 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from llm_ocr.commands.extract import EXIT_CODES_HELP
-from llm_ocr.config import JobOptions, add_options, resolve_options
-from llm_ocr.endpoint import ServerOptions
-from llm_ocr.stages.describe import DescribeOptions
-from llm_ocr.vlm.client import ClientOptions
-
-#: Job options that mean nothing without rendering.
-UNUSED_JOB_OPTIONS = {"workers"}
+from llm_ocr.commands.stage import EXIT_CODES_HELP, add_stage_options, run_stage
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,22 +16,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         "is sent to a vision-language model and the answer stored on the figure.",
         epilog=EXIT_CODES_HELP,
     )
-    add_options(parser, JobOptions, ServerOptions, DescribeOptions, ClientOptions, exclude=UNUSED_JOB_OPTIONS)
-    parser.set_defaults(handler=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Handle ``llm-ocr describe``."""
-    from llm_ocr.runners.describe import DescribeJob, describe_shard
-    from llm_ocr.runners.shard import run_sync
-
-    spec = DescribeJob(
-        job=resolve_options(JobOptions, args),
-        describe=resolve_options(DescribeOptions, args),
-        client=resolve_options(ClientOptions, args),
-        server=resolve_options(ServerOptions, args),
-    )
-    outcome = run_sync(lambda stop: describe_shard(spec, stop))
-    if outcome.stats:
-        print(json.dumps(outcome.stats, sort_keys=True))
-    return outcome.exit_code
+    add_stage_options(parser, "describe")
+    parser.set_defaults(handler=lambda args: run_stage("describe", args))

@@ -6,7 +6,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 log = logging.getLogger("llm_ocr")
 
@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
-    from llm_ocr.launchers.spec import STAGES
+    from llm_ocr.config import add_options
+    from llm_ocr.launchers.spec import LaunchOptions
 
     parser = argparse.ArgumentParser(
         prog=f"llm-ocr launch {platform}",
@@ -65,76 +66,70 @@ def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
         description=LAUNCH_HELP,
         allow_abbrev=False,  # a stage option must never be taken for an abbreviated launch option
     )
-    group = parser.add_argument_group("launch")
-    group.add_argument("--output", required=True, help="output URL the jobs can write (hf://, s3://, gs://)")
-    group.add_argument("--num-shards", type=int, required=True, help="number of shards (jobs on hf-jobs, tasks on cloud-run)")
-    group.add_argument("--stage", choices=STAGES, default="run", help="stage each job runs (default run: all three)")
-    group.add_argument("--image", default=None, help="prebuilt image with llm-ocr (default: a stock pinned image + the llm-ocr wheel)")
-    group.add_argument("--timeout", default=None, help="per job, seconds or 90m/6h (default: sized from --pages, else 6h)")
-    group.add_argument("--attempts", type=int, default=None,
-                       help="tries per job (a task on cloud-run) including the first (default 3; 4 on cloud-run); retries resume")
-    group.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="plain environment variable for the jobs")
-    group.add_argument("--secret", action="append", default=[], metavar="NAME",
-                       help="pass local environment variable NAME to the jobs as a secret (repeatable)")
-    group.add_argument("--pages", type=int, default=None, help="pages in the whole input, to size the timeout")
-    group.add_argument("--pages-per-s", type=float, default=None, help="pages/s one job does, to size the timeout")
-    group.add_argument("--retry-errors", action="store_true", help="also relaunch finished shards that have failed pages")
-    group.add_argument("--wait", action="store_true", help="then show a live table until every shard ends")
-    group.add_argument("--interval", type=float, default=15.0, help="seconds between polls with --wait (default 15)")
-    group.add_argument("--dry-run", action="store_true", help="print the job specs and API requests as JSON; submit nothing")
-    adapter.add_arguments(parser)
+    add_options(parser, LaunchOptions, adapter.options, environment=False)
     return parser
+
+
+class _StageParser(argparse.ArgumentParser):
+    """The launched stage's own options (those of ``llm-ocr STAGE``), raising instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        from llm_ocr.launchers.spec import LaunchError
+
+        stage = self.prog.split()[-1]
+        raise LaunchError(
+            f"{message}: not a launch option nor an option of `llm-ocr {stage}` "
+            f"(see `llm-ocr launch PLATFORM --help` and `llm-ocr {stage} --help`)"
+        )
+
+
+def _stage_options(stage: str, tokens: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """The INPUTs and the options given (as typed) among the tokens of ``llm-ocr STAGE``."""
+    from llm_ocr.commands.stage import add_stage_options
+
+    parser = _StageParser(prog=f"llm-ocr {stage}", allow_abbrev=False)
+    add_stage_options(parser, stage)
+    if stage not in ("run", "extract"):
+        parser.add_argument("inputs", nargs="*", help=argparse.SUPPRESS)  # refused with a message by the launcher
+    given = {name: value for name, value in vars(parser.parse_args(tokens)).items() if value is not None}
+    return [str(i) for i in given.pop("inputs", [])], given
 
 
 def run_launch(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr launch``."""
-    from llm_ocr.launchers import api
-    from llm_ocr.launchers import platform_class
-    from llm_ocr.launchers.spec import LaunchError
+    from llm_ocr.config import OptionError, resolve_options
+    from llm_ocr.launchers import api, platform_class
+    from llm_ocr.launchers.core import describe_plan
+    from llm_ocr.launchers.spec import LaunchError, LaunchOptions
 
     cls = platform_class(args.platform)
-    parser = _launch_parser(args.platform, cls)
-    known, stage_tokens = parser.parse_known_args(args.rest)
+    known, stage_tokens = _launch_parser(args.platform, cls).parse_known_args(args.rest)
     try:
-        env = dict(_pair(item) for item in known.env)
-        result = api.launch(
-            args.platform,
-            stage_tokens,
-            output=known.output,
-            num_shards=known.num_shards,
-            stage=known.stage,
-            hardware=getattr(known, cls.hardware_option, None),
-            image=known.image,
-            timeout=known.timeout,
-            attempts=known.attempts,
-            env=env,
-            secrets=known.secret,
-            pages=known.pages,
-            pages_per_s=known.pages_per_s,
-            retry_errors=known.retry_errors,
-            dry_run=known.dry_run,
-            **cls.options_from_args(known),
-        )
-    except LaunchError as exc:
+        options = {name: value for name, value in vars(known).items() if value is not None}
+        # Checked here for the message's sake (the flag names); launch() checks them again.
+        launch_options = resolve_options(LaunchOptions, options, environment=False)
+        inputs, stage_options = _stage_options(launch_options.stage, stage_tokens)
+        options.pop("wait", None)  # waited for below, with the command line's messages
+        job = api.launch(args.platform, inputs, **options, **stage_options)
+    except (LaunchError, OptionError) as exc:
         log.error("%s", exc)
         return 2
-    from llm_ocr.launchers.core import describe_plan
-
-    if known.dry_run:
-        print(json.dumps(result.plan.to_json(), indent=2))
-        for line in describe_plan(result.plan):
+    if launch_options.dry_run:
+        assert job.plan is not None
+        print(json.dumps(job.plan.to_json(), indent=2))
+        for line in describe_plan(job.plan):
             log.info("%s", line)
         return 0
-    if result.record is None:
-        print(f"nothing to launch: every shard of {known.output} is done or still running")
-        for line in describe_plan(result.plan):
+    if job.record is None:
+        print(f"nothing to launch: every shard of {job.output} is done or still running")
+        for line in describe_plan(job.plan):  # type: ignore[arg-type]
             print(f"  {line}")
         return 0
-    print(result)
-    print(f"follow: llm-ocr jobs status {known.output}   (or: llm-ocr jobs wait / logs --shard I / cancel)")
-    if not known.wait:
+    print(job)
+    print(f"follow: llm-ocr jobs status {job.output}   (or: llm-ocr jobs wait / logs --shard I / cancel)")
+    if not launch_options.wait:
         return 0
-    return _wait(known.output, None, known.interval, None)
+    return _wait(job.output, None, launch_options.interval, None)
 
 
 def run_jobs(args: argparse.Namespace) -> int:
@@ -181,12 +176,3 @@ def _wait(target: str, launch_id: str | None, interval: float, timeout: float | 
         return 1
     print(f"every shard finished; check every page with `llm-ocr status {target}`")
     return 0
-
-
-def _pair(item: str) -> tuple[str, str]:
-    from llm_ocr.launchers.spec import LaunchError
-
-    name, sep, value = item.partition("=")
-    if not sep or not name:
-        raise LaunchError(f"--env {item!r}: write NAME=VALUE")
-    return name, value

@@ -6,9 +6,13 @@ import argparse
 import json
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from llm_ocr.config import ENV_PREFIX, OptionError, add_options, resolve_options
-from llm_ocr.sources.base import RenderOptions
+from llm_ocr.options import RenderOptions
+
+if TYPE_CHECKING:
+    from llm_ocr.report import ReportAnnotations
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             max_pages_per_document=options.max_pages_per_document,
             render=render,
             storage_options=options.storage_options,
+            annotations=_quality(out, options.storage_options),
         )
     except ReportError as exc:
         log.error("%s", exc)
@@ -60,3 +65,14 @@ def run(args: argparse.Namespace) -> int:
     log.info("report written: %s", result.path)
     print(json.dumps({"report": result.path, "documents": result.documents, "pages": result.pages}))
     return 0
+
+
+def _quality(out: str, storage_options: dict) -> ReportAnnotations | None:
+    """The quality results saved by ``llm-ocr bench-quality``, shown in the report if any."""
+    from llm_ocr.quality import results
+    from llm_ocr.quality.findings import annotations
+    from llm_ocr.storage import Storage
+
+    storage = Storage(out, storage_options)
+    bench, checks = results.load(storage, results.BENCH), results.load(storage, results.CHECKS)
+    return annotations(bench, checks) if bench or checks else None

@@ -9,7 +9,7 @@ import argparse
 import json
 
 from llm_ocr.storage import Storage
-from llm_ocr.storage.reconcile import STAGES, stage_status
+from llm_ocr.storage.reconcile import DOCUMENT_STAGES, STAGES, stage_status
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for stage in report:
         counts = stage["by_status"]
-        unit = "documents" if stage["stage"] == "assemble" else "pages"
+        unit = "documents" if stage["stage"] in DOCUMENT_STAGES else "pages"
         parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         print(f"{stage['stage']}: {stage['rows']} {unit} = {parts or 'none'}; shards finished: {len(stage['finished_shards'])}"
               + (f"; DUPLICATES: {stage['duplicates']}" if stage["duplicates"] else "")

@@ -42,6 +42,7 @@ class InFlightLimit:
         self._limit = max(1, limit)
         self._held = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._followers: list[tuple[InFlightLimit, int]] = []
 
     @property
     def limit(self) -> int:
@@ -57,6 +58,15 @@ class InFlightLimit:
         """Change the limit; waiters are let in at once if it grew."""
         self._limit = max(1, limit)
         self._wake()
+        for follower, factor in self._followers:
+            follower.set_limit(self._limit * factor)
+
+    def scaled(self, factor: int) -> InFlightLimit:
+        """A limit that stays ``factor`` times this one as this one changes (e.g. the pages a
+        Describe run holds, twice the figure requests it may have in flight)."""
+        follower = InFlightLimit(self._limit * factor)
+        self._followers.append((follower, factor))
+        return follower
 
     def locked(self) -> bool:
         """Whether :meth:`acquire` would wait."""

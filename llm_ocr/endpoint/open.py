@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import aiohttp
-from pydantic import BaseModel, Field
 
 from llm_ocr.backoff import backoff_delay
+from llm_ocr.container.cuda import CudaMismatch, check_cuda, interpreter_of
+from llm_ocr.options import ServerOptions
 from llm_ocr.endpoint.watch import EndpointWatch, probe_endpoint
 from llm_ocr.endpoint.quarantine import CrashTracker
 from llm_ocr.servers.engines import api_key_to_env, free_port, sim_command, vllm_command
@@ -35,43 +35,22 @@ from llm_ocr.servers.presets import (
     GpuPreset,
     client_in_flight,
     detect_gpu,
+    for_family,
     named_preset,
     preset_for,
     with_gpus,
 )
-from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics
+from llm_ocr.servers.process import ManagedServer, ServerFailed
+from llm_ocr.servers.prometheus import parse_metrics
 from llm_ocr.storage import Storage
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient, display_url
+from llm_ocr.vlm.families import family_for
 from llm_ocr.endpoint.dispatch import Dispatcher
 
 log = logging.getLogger("llm_ocr")
 
-Engine = Literal["auto", "vllm", "cpu", "sim"]
-
-
 class EndpointError(Exception):
     """The model endpoint cannot be used; the message says why and what to do."""
-
-
-class ServerOptions(BaseModel):
-    """The model server this process launches when no ``--endpoint`` is given."""
-
-    engine: Engine = Field(
-        "auto", description="Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."
-    )
-    gpu_preset: str | None = Field(
-        None, description=f"vLLM sizing preset: {', '.join(PRESETS)} (default: detected with nvidia-smi)."
-    )
-    server_command: str = Field("vllm serve", description="Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server').")
-    server_args: str = Field("", description="Extra arguments appended to the server command line (they override ours).")
-    server_startup_timeout: float = Field(1800.0, gt=0, description="Seconds the server may take to become ready.")
-    server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run (per server).")
-    gpus: int | None = Field(
-        None,
-        ge=1,
-        description="GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi "
-        "lists, or as many as --gpu-preset names; 1: one server).",
-    )
 
 
 @dataclass
@@ -132,7 +111,20 @@ def choose_engine(options: ServerOptions) -> tuple[str, str, GpuPreset | None]:
     return "cpu", "no CUDA GPU found (nvidia-smi absent or silent)", None
 
 
-def _command(engine: str, model: str, port: int, options: ServerOptions, preset: GpuPreset | None) -> list[str]:
+def check_vllm_cuda(options: ServerOptions) -> None:
+    """Before vLLM starts: can the CUDA of the Python that runs it work with this machine's driver?
+    :class:`EndpointError` naming both (and the image to use) when not, instead of vLLM failing
+    minutes later deep in its start-up (:mod:`llm_ocr.container.cuda`)."""
+    words = shlex.split(options.server_command) or ["vllm"]
+    try:
+        log.info("%s", check_cuda(interpreter_of(words[0])))
+    except CudaMismatch as exc:
+        raise EndpointError(str(exc)) from None
+
+
+def _command(
+    engine: str, model: str, port: int, options: ServerOptions, preset: GpuPreset | None, recipe: str | None = None
+) -> list[str]:
     extra = shlex.split(options.server_args)
     if engine == "vllm":
         return vllm_command(
@@ -142,9 +134,10 @@ def _command(engine: str, model: str, port: int, options: ServerOptions, preset:
             preset=preset or preset_for(None),
             extra_args=extra,
             server_command=shlex.split(options.server_command),
+            family=family_for(model, recipe),
         )
     if engine == "sim":
-        return sim_command(model, host="127.0.0.1", port=port, extra_args=extra)
+        return sim_command(model, host="127.0.0.1", port=port, extra_args=extra, recipe=recipe)
     if importlib.util.find_spec("rapidocr") is None:
         raise EndpointError("the CPU engine needs its extra: pip install 'llm-ocr[cpu]' (or pass --endpoint URL)")
     return [sys.executable, "-m", "llm_ocr.servers.cpu", "--host", "127.0.0.1", "--port", str(port), "--served-model-name", model, *extra]
@@ -178,8 +171,12 @@ async def open_endpoint(
     server_options: ServerOptions | None = None,
     out: Storage | None = None,
     log_name: str = "server.log",
+    recipe: str | None = None,
 ) -> AsyncIterator[Endpoint]:
     """Yield a ready :class:`Endpoint`; a launched server is stopped (whole process group) on exit.
+
+    A launched server is started with the flags of ``model``'s family (``recipe``: the family
+    named by ``--recipe``) and the GPU preset sized for that family.
 
     ``endpoint`` may list several URLs, comma-separated: servers of the same model, used behind
     one dispatcher. Without it, vLLM on a machine with several GPUs is one server per GPU.
@@ -210,13 +207,17 @@ async def open_endpoint(
 
     options = server_options or ServerOptions()
     engine, why, preset = choose_engine(options)
+    if preset is not None:
+        preset = for_family(preset, family_for(model, recipe).serving)
     log.info("no --endpoint: launching the %s engine (%s)", engine, why)
+    if engine == "vllm":
+        check_vllm_cuda(options)
     if engine == "vllm" and preset is not None and preset.gpus > 1:
-        async with _open_fleet(model, api_key, client_options, options, preset, out, log_name, tracker) as fleet:
+        async with _open_fleet(model, api_key, client_options, options, preset, out, log_name, tracker, recipe) as fleet:
             yield fleet
         return
     port = free_port()
-    command = _command(engine, model, port, options, preset)
+    command = _command(engine, model, port, options, preset, recipe)
     server_env: dict[str, str] = {}
     if engine == "vllm":
         command, server_env = api_key_to_env(command)
@@ -331,18 +332,20 @@ async def _open_fleet(
     out: Storage | None,
     log_name: str,
     tracker: CrashTracker,
+    recipe: str | None = None,
 ) -> AsyncIterator[Endpoint]:
     """vLLM on each of ``preset.gpus`` GPUs (``CUDA_VISIBLE_DEVICES``), behind one dispatcher;
     each server's deaths are told apart in ``tracker`` and charged to its own restart budget."""
     devices = gpu_devices(preset.gpus)
     stem, dot, ext = log_name.rpartition(".")
     logs = {d: _log_path(out, f"{stem}-gpu{d}{dot}{ext}" if dot else f"{log_name}-gpu{d}") for d in devices}
-    per_gpu = with_gpus(preset, 1)
+    serving = family_for(model, recipe).serving
+    per_gpu = for_family(with_gpus(preset, 1), serving)
     # The API key goes in the servers' environment, never on their command lines (see api_key_to_env).
-    _, key_env = api_key_to_env(_command("vllm", model, 0, options, per_gpu))
+    _, key_env = api_key_to_env(_command("vllm", model, 0, options, per_gpu, recipe))
     fleet = ServerFleet(
         devices,
-        lambda device, port: api_key_to_env(_command("vllm", model, port, options, per_gpu))[0],
+        lambda device, port: api_key_to_env(_command("vllm", model, port, options, per_gpu, recipe))[0],
         env=key_env,
         ports=free_port,
         host="127.0.0.1",
@@ -366,7 +369,7 @@ async def _open_fleet(
             dispatcher = Dispatcher(clients, [lambda s=s: s.is_ready for s in fleet.members], route=tracker.route)
             try:
                 await asyncio.gather(*(check_model(c) for c in clients))
-                in_flight = client_in_flight(with_gpus(preset, len(fleet.members)))
+                in_flight = client_in_flight(for_family(with_gpus(preset, len(fleet.members)), serving))
                 yield Endpoint(client=dispatcher, metrics=fleet.metrics, suggested_in_flight=in_flight,  # type: ignore[arg-type]
                                preset=preset.name, tracker=tracker)
             finally:

@@ -16,12 +16,22 @@ all shards and the container finds its index from the platform (``shard_env = Fa
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from llm_ocr.launchers.spec import LaunchRequest, PlannedJob, ShardSpec, Target
+
+class PlatformOptions(BaseModel):
+    """What every platform's options have; each adapter's model adds its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wheel: str | None = Field(None, description="Ship this llm-ocr wheel instead of building one.",
+                              json_schema_extra={"metavar": "PATH"})
+
 
 #: A job's state in platform-neutral terms.
 Phase = Literal["pending", "running", "succeeded", "failed", "cancelled", "unknown"]
@@ -63,20 +73,15 @@ class Platform(Protocol):
     name: ClassVar[str]
     #: True when each shard is its own job and gets ``LLM_OCR_SHARD_INDEX`` in its env.
     shard_env: ClassVar[bool]
-    #: The keyword the Python API and the CLI use for the hardware (``flavor``, ``instance_type``).
+    #: The option that names the hardware (``flavor``, ``instance_type``, ``gpu``).
     hardware_option: ClassVar[str]
 
+    #: The platform's own options (``llm-ocr launch PLATFORM --help``, ``llm_ocr.launch`` keywords),
+    #: declared once: the hardware is the field named :attr:`hardware_option`.
+    options: ClassVar[type[BaseModel]]
+
     def __init__(self, **options: Any) -> None:
-        """Platform options (namespace, region, role...), from the CLI or the Python API."""
-
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """Add the platform's own ``llm-ocr launch PLATFORM`` options (hardware included, with
-        ``dest`` = :attr:`hardware_option`)."""
-
-    @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> dict[str, Any]:
-        """The constructor's keyword arguments from parsed CLI arguments."""
+        """Built from the fields of :attr:`options` (and, for following jobs, what the record says)."""
 
     @classmethod
     def from_record(cls, info: dict[str, Any]) -> Platform:

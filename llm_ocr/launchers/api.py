@@ -1,34 +1,36 @@
-"""Launch llm-ocr as N shard jobs on a cloud platform, from Python (the notebooks use this).
+"""Launch llm-ocr as N shard jobs on a cloud platform, from Python (``llm_ocr.launch``).
 
 ::
 
-    from llm_ocr.launchers import api as launch
+    import llm_ocr
 
-    job = launch.launch("hf-jobs", ["hf://datasets/me/scans/pdfs"], output="hf://datasets/me/scans-ocr",
-                        num_shards=8, flavor="l4x1")
-    launch.wait(job.output)             # a live table until every shard ends
-    launch.status("hf://datasets/me/scans-ocr")
-    for line in launch.logs(job.output, shard=3): print(line)
-    launch.cancel(job.output)
-    launch.costs(job.output)            # GPU-hours and cost per shard, from the completion markers
+    job = llm_ocr.launch("hf-jobs", "hf://datasets/me/scans", output="hf://datasets/me/scans-ocr",
+                         num_shards=8, flavor="l4x1", describe_model="X")
+    job.wait()                          # a live table until every shard ends
+    job.status(); job.logs(shard=3); job.cancel()
+    job.costs()                         # GPU-hours and cost per shard, from the completion markers
+    job = llm_ocr.Launch.attach("hf://datasets/me/scans-ocr")   # later, from any machine
+
+Keyword arguments are the long options of ``llm-ocr launch PLATFORM`` in snake_case: the
+launch's own (:class:`~llm_ocr.launchers.spec.LaunchOptions`), the platform's (its adapter's
+``options`` model, e.g. ``flavor``) and the launched stage's (``describe_model``...), each checked
+against its typed model before anything is uploaded or submitted; a bad one raises
+:class:`LaunchError` naming it (and the closest option, for a misspelt name).
 
 Relaunching the same call starts only the shards without completion markers (and not those whose
-job is still running). ``llm-ocr launch`` and ``llm-ocr jobs`` are the same functions on the
-command line. Everything is checked before anything is submitted: bad input raises
-:class:`LaunchError` with what to change.
+job is still running). ``llm-ocr launch`` and ``llm-ocr jobs`` are these functions on the
+command line; :func:`status`, :func:`wait`, :func:`logs`, :func:`cancel` and :func:`costs` take
+an output URL or a launch id made on this machine.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import json
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llm_ocr.config import JobOptions, OptionError, resolve_options
+from llm_ocr.config import OptionError, as_flags, check_names, resolve_options
 from llm_ocr.launchers import platform_class
 from llm_ocr.launchers.core import (
     cancel_jobs,
@@ -41,16 +43,21 @@ from llm_ocr.launchers.core import (
     wait_for,
 )
 from llm_ocr.launchers.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
-from llm_ocr.launchers.spec import PRIMARY_STAGE, STAGE_MARKERS, LaunchError, LaunchPlan, LaunchRequest
+from llm_ocr.launchers.spec import PRIMARY_STAGE, STAGE_MARKERS, LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
 from llm_ocr.launchers.table import LaunchStatus, marker_costs
-from llm_ocr.sources import DatasetOptions
+from llm_ocr.options import GROUPS, STAGE_OPTIONS, STAGES_WITH_INPUTS, DatasetOptions, JobOptions, stage_option_names
 from llm_ocr.storage.state import markers_by_shard
 from llm_ocr.storage.stores import redact
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from llm_ocr.keywords import LaunchKeywords
 
 __all__ = ["Launch", "LaunchError", "cancel", "costs", "launch", "logs", "status", "wait"]
 
 #: Stage options the launcher sets itself, or that would put a secret in the command line.
-_REFUSED = {
+REFUSED = {
     "num_shards": "the launcher sets the shard count (--num-shards of `llm-ocr launch`)",
     "shard_index": "the launcher gives each job its shard",
     "api_key": "a key in the command line is visible to anyone who can see the job: pass --secret LLM_OCR_API_KEY",
@@ -58,34 +65,81 @@ _REFUSED = {
 }
 
 
-@dataclass
 class Launch:
-    """What :func:`launch` did: the plan, and the record of the submitted jobs (None on a dry run
-    or when every shard was already done)."""
+    """A launch's jobs, followed through their output: :meth:`status`, :meth:`wait`, :meth:`logs`,
+    :meth:`cancel`, :meth:`costs`. Made by :func:`launch`, or by :meth:`attach` from the output
+    alone (the launch record kept beside it), later and from any machine."""
 
-    plan: LaunchPlan
-    record: LaunchRecord | None
-    status: LaunchStatus | None = None
+    def __init__(
+        self,
+        output: str,
+        *,
+        plan: LaunchPlan | None = None,
+        record: LaunchRecord | None = None,
+        launch_id: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.output = output
+        #: What :func:`launch` planned (None for an attached launch).
+        self.plan = plan
+        #: The launch record (None on a dry run, or when every shard was already done).
+        self.record = record
+        self.launch_id = launch_id or (plan.launch_id if plan else record.launch_id if record else None)
+        self.storage_options = dict(storage_options or (plan.request.storage_options if plan else {}))
+        #: The final table, when :func:`launch` waited for the jobs.
+        self.final: LaunchStatus | None = None
 
-    @property
-    def launch_id(self) -> str:
-        return self.plan.launch_id
-
-    @property
-    def output(self) -> str:
-        return self.plan.request.output
+    @classmethod
+    def attach(
+        cls, output: str, *, launch_id: str | None = None, storage_options: Mapping[str, Any] | None = None
+    ) -> Launch:
+        """The latest launch to ``output`` (or launch ``launch_id``), from its launch record."""
+        out, record = _resolve(output, launch_id, storage_options)
+        if record is None:
+            raise LaunchError(f"{out.url} has no launch record: nothing was launched to it")
+        return cls(record.output, record=record, launch_id=record.launch_id, storage_options=storage_options)
 
     @property
     def jobs(self) -> list[dict[str, Any]]:
-        """The jobs submitted by this launch."""
+        """The jobs this launch submitted (launch-record entries)."""
         return [j for j in (self.record.jobs if self.record else []) if j.get("launch_id") == self.launch_id]
 
+    def status(self, *, count: bool = False) -> LaunchStatus:
+        """The table of this launch's shards (see :func:`status`)."""
+        return status(self.output, launch_id=self._id(), count=count, storage_options=self.storage_options)
+
+    def wait(self, *, interval: float = 15.0, timeout: float | None = None, live: bool = True) -> LaunchStatus:
+        """A live table until every shard ends; the final table (see :func:`wait`)."""
+        return wait(self.output, launch_id=self._id(), interval=interval, timeout=timeout, live=live,
+                    storage_options=self.storage_options)
+
+    def logs(self, shard: int = 0, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
+        """Log lines of one shard's job (see :func:`logs`)."""
+        return logs(self.output, shard, follow=follow, tail=tail, launch_id=self._id(), storage_options=self.storage_options)
+
+    def cancel(self, *, shards: Sequence[int] | None = None) -> list[str]:
+        """Cancel the jobs that have not ended (see :func:`cancel`)."""
+        return cancel(self.output, shards=shards, launch_id=self._id(), storage_options=self.storage_options)
+
+    def costs(self) -> Any:
+        """GPU-hours and cost per finished shard (see :func:`costs`)."""
+        return costs(self.output, launch_id=self._id(), storage_options=self.storage_options)
+
+    def _id(self) -> str | None:
+        # A launch that submitted nothing has no record of its own: follow the output's latest.
+        return self.launch_id if self.jobs else None
+
     def __str__(self) -> str:
+        if self.plan is None:
+            return f"launch {self.launch_id} to {self.output}: {len(self.jobs)} job(s)"
         lines = [f"launch {self.launch_id} on {self.plan.platform}: {len(self.jobs)} job(s) submitted"]
         for job in self.jobs:
             shards = ",".join(str(s) for s in job["shards"])
             lines.append(f"  shard {shards}: job {job['job_id']}  {job['url']}" + (f"  (logs: {job['follow']})" if job.get("follow") else ""))
         return "\n".join(lines + [f"  {line}" for line in describe_plan(self.plan)])
+
+    def __repr__(self) -> str:
+        return f"<Launch {self.launch_id} -> {self.output}>"
 
     def _repr_html_(self) -> str:
         import html
@@ -99,86 +153,111 @@ def launch(
     *,
     output: str,
     num_shards: int,
-    stage: str = "run",
-    stage_args: Sequence[str] = (),
-    stage_options: Mapping[str, Any] | None = None,
-    hardware: str | None = None,
-    image: str | None = None,
-    timeout: int | str | None = None,
-    attempts: int | None = None,
-    env: Mapping[str, str] | None = None,
-    secrets: Sequence[str] = (),
-    pages: int | None = None,
-    pages_per_s: float | None = None,
-    retry_errors: bool = False,
-    dry_run: bool = False,
-    wait: bool = False,
-    interval: float = 15.0,
     live: bool = True,
-    **platform_options: Any,
+    **options: Unpack[LaunchKeywords],
 ) -> Launch:
     """Launch ``llm-ocr STAGE INPUT... --output OUT`` as ``num_shards`` jobs on ``platform``.
 
-    ``stage_args`` are ``llm-ocr STAGE`` options as typed (``["--describe-model", "X"]``);
-    ``stage_options`` the same as a mapping (``{"describe_model": "X"}``). ``hardware`` is the
-    platform's machine type, also accepted under its own name (``flavor=`` on ``hf-jobs``).
-    ``secrets`` names local environment variables passed to the jobs as secrets. ``attempts``:
-    tries per job including the first (default: the platform's, 3; 4 on Cloud Run). With
-    ``dry_run`` nothing is uploaded or submitted; ``Launch.plan.to_json()`` is the dry-run JSON.
+    ``options`` are the long options of ``llm-ocr launch PLATFORM`` in snake_case (see the module
+    docstring): ``stage``, ``image``, ``timeout`` (seconds, or ``"90m"``), ``attempts``, ``env``
+    (a dict), ``secret`` (names of local variables passed as secrets), ``pages``, ``dry_run``,
+    ``wait``...; the platform's (``flavor=`` on hf-jobs, ``instance_type=`` and ``role=`` on
+    sagemaker, ``project=`` on cloud-run...); and the stage's (``config="..."``,
+    ``describe_model="..."``, ``max_in_flight=128``...), which go to every job's command line.
+    With ``dry_run`` nothing is uploaded or submitted: ``Launch.plan.to_json()`` is the dry-run
+    JSON; with ``offline`` too, nothing is checked over the network either (the plan's notes say
+    what was not checked). ``wait``: follow the jobs until they end (a live table unless ``live``
+    is False).
     """
     cls = _platform(platform)
-    named = platform_options.pop(cls.hardware_option, None)  # e.g. flavor= on hf-jobs
-    hardware = hardware or named
-    tokens = [*([inputs] if isinstance(inputs, str) else inputs), *stage_args, *_flags(stage_options or {})]
-    request = build_request(
-        platform, stage, tokens, output, num_shards,
-        hardware=hardware, image=image, timeout_s=_seconds(timeout), attempts=attempts, env=dict(env or {}),
-        secret_names=list(secrets), pages=pages, pages_per_s=pages_per_s, retry_errors=retry_errors,
-    )
-    adapter = cls(**platform_options)
-    plan = plan_launch(request, adapter, check_writable=not dry_run)
-    if dry_run:
-        return Launch(plan, None)
+    launch_options, platform_options, stage_options = split_options(cls, options)
+    try:
+        given = LaunchOptions.model_validate({**launch_options, "output": output, "num_shards": num_shards})
+    except ValueError as exc:
+        raise LaunchError(_brief(exc)) from exc
+    if given.offline and not given.dry_run:
+        raise LaunchError("--offline plans without checking anything over the network: use it with --dry-run")
+    request = build_request(platform, given, inputs, stage_options, hardware=platform_options.get(cls.hardware_option))
+    try:
+        adapter = cls(**platform_options)
+    except ValueError as exc:
+        raise LaunchError(_brief(exc)) from exc
+    plan = plan_launch(request, adapter, check_writable=not given.dry_run)
+    if given.dry_run:
+        return Launch(output, plan=plan)
     record = submit_plan(plan, adapter)
-    result = Launch(plan, record)
-    if wait and record is not None:
-        result.status = _wait_record(storage_for(output, request.storage_options), record, interval=interval, timeout=None, live=live)
+    result = Launch(output, plan=plan, record=record)
+    if given.wait and record is not None:
+        result.final = _wait_record(storage_for(output, request.storage_options), record, interval=given.interval,
+                                    timeout=None, live=live)
     return result
 
 
-def build_request(
-    platform: str, stage: str, tokens: Sequence[str], output: str, num_shards: int, **fields: Any
-) -> LaunchRequest:
-    """A :class:`LaunchRequest` from ``llm-ocr STAGE`` tokens (INPUTs and options, in order),
-    checked by the stage's own parser so a mistyped option fails before any job exists."""
-    if stage not in STAGE_MARKERS:
-        raise LaunchError(f"--stage must be one of {', '.join(STAGE_MARKERS)} (got {stage!r})")
-    args = _parse_stage(stage, list(tokens), output)
-    for name, why in _REFUSED.items():
-        if getattr(args, name, None) is not None:
-            raise LaunchError(f"--{name.replace('_', '-')} cannot be passed to launched jobs: {why}")
+def split_options(cls: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``options`` of a launch on the platform of adapter ``cls``, split by whose they are: the
+    launch's, the platform's, the launched stage's. A name none of them takes raises
+    :class:`LaunchError` naming the closest one."""
+    stage = options.get("stage", "run")
+    if stage not in STAGE_OPTIONS:
+        raise LaunchError(f"--stage must be one of {', '.join(STAGE_OPTIONS)} (got {stage!r})")
+    launch_names = set(LaunchOptions.model_fields) - {"output", "num_shards"}
+    platform_names = set(cls.options.model_fields)
+    stage_names = set(stage_option_names(stage)) - {"output"}
     try:
-        job = resolve_options(JobOptions, args)
-        dataset = resolve_options(DatasetOptions, args) if stage in ("run", "extract") else DatasetOptions()
+        check_names(options, launch_names | platform_names | stage_names, f"llm-ocr launch {cls.name} --stage {stage}")
     except OptionError as exc:
         raise LaunchError(str(exc)) from exc
+    split: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] = ({}, {}, {})
+    for name, value in options.items():
+        part = 0 if name in launch_names else 1 if name in platform_names else 2
+        split[part][name] = value
+    return split
+
+
+def build_request(
+    platform: str,
+    options: LaunchOptions,
+    inputs: Sequence[str] | str,
+    stage_options: Mapping[str, Any],
+    *,
+    hardware: str | None = None,
+) -> LaunchRequest:
+    """A :class:`LaunchRequest` of ``options`` whose jobs run ``llm-ocr STAGE INPUT...`` with
+    ``stage_options``, each checked by the stage's own models so a bad one fails before any job
+    exists; the options a launch must not pass on are refused."""
+    stage = options.stage
+    for name, why in REFUSED.items():
+        if stage_options.get(name) is not None:
+            raise LaunchError(f"--{name.replace('_', '-')} cannot be passed to launched jobs: {why}")
+    given = {**stage_options, "output": options.output}
+    try:
+        # The launching machine's LLM_OCR_* variables are not the jobs': only what is given counts.
+        checked = {name: resolve_options(GROUPS[name], given, naming="flag", environment=False)
+                   for name in STAGE_OPTIONS[stage]}
+    except OptionError as exc:
+        raise LaunchError(f"{exc} (an option of `llm-ocr {stage}`)") from exc
+    job: JobOptions = checked["job"]  # type: ignore[assignment]
+    dataset = checked.get("dataset") or DatasetOptions()
     if redact(job.storage_options) != job.storage_options:
         raise LaunchError(
             "--storage-options holds credentials, which would be visible in the job's command line: pass them "
             "as secrets in the store's own variables (e.g. --secret AWS_ACCESS_KEY_ID --secret AWS_SECRET_ACCESS_KEY)"
         )
-    endpoint = getattr(args, "endpoint", None) or (stage == "describe" and getattr(args, "describe_endpoint", None))
+    listed = [inputs] if isinstance(inputs, str) else [str(i) for i in inputs]
+    if stage not in STAGES_WITH_INPUTS and listed:
+        raise LaunchError(f"llm-ocr {stage} takes no INPUT: it reads OUT ({listed[0]!r} given)")
+    # A stage whose model is served elsewhere needs no GPU of its own.
+    own_endpoint = {"describe": "describe_endpoint", "fields": "fields_endpoint"}.get(stage)
+    describe_endpoint = own_endpoint is not None and stage_options.get(own_endpoint)
     return LaunchRequest(
+        **options.model_dump(),
         platform=platform,
-        inputs=list(getattr(args, "inputs", None) or []),
-        output=output,
-        num_shards=num_shards,
-        stage=stage,  # type: ignore[arg-type]
-        stage_args=list(tokens),
-        needs_model=stage != "assemble" and not endpoint,
-        dataset=dataset,
+        inputs=listed,
+        stage_args=[*listed, *as_flags(stage_options)],
+        needs_model=stage != "assemble" and not (job.endpoint or describe_endpoint),
+        hardware=hardware,
+        dataset=dataset,  # type: ignore[arg-type]
         storage_options=job.storage_options,
-        **fields,
     )
 
 
@@ -256,51 +335,12 @@ def _platform(name: str) -> Any:
         raise LaunchError(str(exc)) from exc
 
 
-class _StageParser(argparse.ArgumentParser):
-    """The stage's own parser, raising instead of exiting."""
-
-    stage = ""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise LaunchError(
-            f"{message}: not a launch option nor an option of `llm-ocr {self.stage}` "
-            f"(see `llm-ocr launch PLATFORM --help` and `llm-ocr {self.stage} --help`)"
-        )
-
-
-def _parse_stage(stage: str, tokens: list[str], output: str) -> argparse.Namespace:
-    parser = _StageParser(prog="llm-ocr")
-    _StageParser.stage = stage
-    sub = parser.add_subparsers(dest="command")
-    importlib.import_module(f"llm_ocr.commands.{stage}").register(sub)
-    if "--output" in tokens or any(t.startswith("--output=") for t in tokens):
-        raise LaunchError("give --output once, as the launch's own option")
-    return parser.parse_args([stage, *tokens, "--output", output])
-
-
-def _flags(options: Mapping[str, Any]) -> list[str]:
-    flags: list[str] = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            flags.append(flag)
-        elif value is False:
-            flags.append("--no-" + key.replace("_", "-"))
-        elif value is not None:
-            flags += [flag, json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
-    return flags
-
-
-def _seconds(value: int | str | None) -> int | None:
-    """``3600``, ``"90m"``, ``"2h"`` -> seconds (Hugging Face Jobs' own notation)."""
-    if value is None or isinstance(value, int):
-        return value
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    text = str(value).strip()
-    try:
-        return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(float(text))
-    except ValueError:
-        raise LaunchError(f"--timeout {value!r}: give seconds or a duration like 90m or 6h") from None
+def _brief(exc: ValueError) -> str:
+    """A validation error as one line naming the options (``--attempts: Input should be...``)."""
+    errors = getattr(exc, "errors", None)
+    if errors is None:
+        return str(exc)
+    return "; ".join(f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}" for e in errors())
 
 
 def _resolve(target: str, launch_id: str | None, storage_options: Mapping[str, Any] | None) -> tuple[Any, LaunchRecord | None]:

@@ -36,7 +36,6 @@ before it execs ``llm-ocr`` in the stock pinned vLLM image from Docker Hub
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -48,11 +47,15 @@ from typing import Any, ClassVar
 
 from fsspec.core import split_protocol
 
-from llm_ocr.costs import cloud_run_hardware
+from pydantic import BaseModel, Field
+
+from llm_ocr.costs import CLOUD_RUN_PRICES, cloud_run_hardware
 from llm_ocr.launchers.cloud_run_job import (
+    MAX_RETRIES,
     MAX_TASKS,
     CodeVolume,
     check_job_id,
+    check_service_account,
     job_body,
     parse_secret_refs,
     run_body,
@@ -60,7 +63,7 @@ from llm_ocr.launchers.cloud_run_job import (
     template_changed,
 )
 from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.adapter import JobState, Phase, Submission
+from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage import Storage
@@ -89,41 +92,52 @@ _LOG_POLL_S = 5.0
 _SUCCEEDED, _FAILED = "CONDITION_SUCCEEDED", "CONDITION_FAILED"
 
 
+class CloudRunOptions(PlatformOptions):
+    """Cloud Run Jobs: ``llm-ocr launch cloud-run`` options (``llm_ocr.launch`` keywords)."""
+
+    project: str | None = Field(None, description="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT).")
+    region: str | None = Field(None, description="Cloud Run region with L4 GPUs, e.g. us-central1 (default: "
+                               "$CLOUDSDK_RUN_REGION).")
+    gpu: str | None = Field(None, description="GPU type per task: nvidia-l4 (default), or none for a CPU task (default "
+                            "for assemble and --endpoint runs).", json_schema_extra={"metavar": "TYPE"})
+    cpu: int | None = Field(None, description="vCPUs per task: 1, 2, 4, 6 or 8 (default 8 with a GPU, else 2).")
+    memory: str | None = Field(None, description="Memory per task, e.g. 32Gi (default 32Gi with a GPU, else 8Gi).")
+    job_name: str | None = Field(None, description="The Cloud Run job to create or update (default llm-ocr-STAGE).")
+    parallelism: int | None = Field(None, description="Tasks running at once (default: all; set it to your GPU quota).")
+    service_account: str | None = Field(None, description="The tasks' identity (default: the project's compute "
+                                        "service account).")
+    secret_ref: list[str] = Field(
+        default_factory=list, description="Env var NAME in the tasks from Secret Manager secret SECRET (version latest "
+        "unless given).", json_schema_extra={"metavar": "NAME=SECRET[:VERSION]", "repeat": True},
+    )
+    code_location: str | None = Field(None, description="Where the llm-ocr wheel is uploaded and mounted from (default "
+                                      "gs://OUTPUT_BUCKET/llm-ocr-code).", json_schema_extra={"metavar": "gs://BUCKET/FOLDER"})
+
+
 class CloudRun:
     """The Cloud Run Jobs adapter (see the module docstring)."""
 
     name: ClassVar[str] = "cloud-run"
     shard_env: ClassVar[bool] = False
     hardware_option: ClassVar[str] = "gpu"
+    options: ClassVar[type[BaseModel]] = CloudRunOptions
     #: max_retries 3: a task stopped at the 1 h limit or preempted resumes on its retries.
     default_attempts: ClassVar[int] = 4
 
-    def __init__(
-        self,
-        *,
-        project: str | None = None,
-        region: str | None = None,
-        cpu: int | None = None,
-        memory: str | None = None,
-        job_name: str | None = None,
-        parallelism: int | None = None,
-        service_account: str | None = None,
-        secret_refs: Sequence[str] = (),
-        code_location: str | None = None,
-        wheel: str | None = None,
-        endpoint: str | None = None,
-        logging_endpoint: str | None = None,
-    ) -> None:
-        self.project = project or next((os.environ[k] for k in _PROJECT_ENVS if os.environ.get(k)), None)
-        self.region = region or next((os.environ[k] for k in _REGION_ENVS if os.environ.get(k)), None)
-        self.cpu = cpu
-        self.memory = memory
-        self.job_name = job_name
-        self.parallelism = parallelism
-        self.service_account = service_account
-        self.secret_refs = list(secret_refs)
-        self.code_location = code_location
-        self.wheel_path = wheel
+    def __init__(self, *, endpoint: str | None = None, logging_endpoint: str | None = None, **options: Any) -> None:
+        """``options``: :class:`CloudRunOptions` fields; ``endpoint`` and ``logging_endpoint`` (the APIs')
+        for tests and for following a launch."""
+        given = CloudRunOptions.model_validate(options)
+        self.project = given.project or next((os.environ[k] for k in _PROJECT_ENVS if os.environ.get(k)), None)
+        self.region = given.region or next((os.environ[k] for k in _REGION_ENVS if os.environ.get(k)), None)
+        self.cpu = given.cpu
+        self.memory = given.memory
+        self.job_name = given.job_name
+        self.parallelism = given.parallelism
+        self.service_account = given.service_account
+        self.secret_refs = list(given.secret_ref)
+        self.code_location = given.code_location
+        self.wheel_path = given.wheel
         self.endpoint = os.environ.get(ENDPOINT_ENV) or endpoint or None
         self.logging_endpoint = os.environ.get(LOGGING_ENDPOINT_ENV) or logging_endpoint or self.endpoint
         self._clients: dict[str, Any] = {}
@@ -131,35 +145,6 @@ class CloudRun:
         self._tasks: dict[str, dict[int, JobState]] = {}
 
     # -- options --------------------------------------------------------------------------------
-
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """``--project``, ``--region``, ``--gpu``, ``--cpu``, ``--memory``, ``--job-name``,
-        ``--parallelism``, ``--service-account``, ``--secret-ref``, ``--code-location``, ``--wheel``."""
-        group = parser.add_argument_group("Cloud Run Jobs")
-        group.add_argument("--project", default=None, help="Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)")
-        group.add_argument("--region", default=None, help="Cloud Run region with L4 GPUs, e.g. us-central1 (default: $CLOUDSDK_RUN_REGION)")
-        group.add_argument("--gpu", dest="gpu", default=None, metavar="TYPE",
-                           help="GPU type per task: nvidia-l4 (default), or none for a CPU task (default for assemble and --endpoint runs)")
-        group.add_argument("--cpu", type=int, default=None, help="vCPUs per task: 1, 2, 4, 6 or 8 (default 8 with a GPU, else 2)")
-        group.add_argument("--memory", default=None, help="memory per task, e.g. 32Gi (default 32Gi with a GPU, else 8Gi)")
-        group.add_argument("--job-name", default=None, help="the Cloud Run job to create or update (default llm-ocr-STAGE)")
-        group.add_argument("--parallelism", type=int, default=None, help="tasks running at once (default: all; set it to your GPU quota)")
-        group.add_argument("--service-account", default=None, help="the tasks' identity (default: the project's compute service account)")
-        group.add_argument("--secret-ref", action="append", default=[], metavar="NAME=SECRET[:VERSION]",
-                           help="env var NAME in the tasks from Secret Manager secret SECRET (version latest unless given); repeatable")
-        group.add_argument("--code-location", default=None, metavar="gs://BUCKET/FOLDER",
-                           help="where the llm-ocr wheel is uploaded and mounted from (default gs://OUTPUT_BUCKET/llm-ocr-code)")
-        group.add_argument("--wheel", default=None, metavar="PATH", help="ship this llm-ocr wheel instead of building one")
-
-    @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> dict[str, Any]:
-        """Constructor keywords from parsed arguments."""
-        return {
-            "project": args.project, "region": args.region, "cpu": args.cpu, "memory": args.memory, "job_name": args.job_name,
-            "parallelism": args.parallelism, "service_account": args.service_account, "secret_refs": args.secret_ref,
-            "code_location": args.code_location, "wheel": args.wheel,
-        }
 
     @classmethod
     def from_record(cls, info: dict[str, Any]) -> CloudRun:
@@ -218,6 +203,11 @@ class CloudRun:
             raise LaunchError(f"--num-shards {request.num_shards}: a Cloud Run execution runs at most {MAX_TASKS} tasks")
         if self.parallelism is not None and self.parallelism < 1:
             raise LaunchError(f"--parallelism must be at least 1 (got {self.parallelism})")
+        if request.attempts is not None and request.attempts > MAX_RETRIES + 1:
+            raise LaunchError(
+                f"--attempts {request.attempts}: Cloud Run retries a task at most {MAX_RETRIES} times (maxRetries "
+                f"0..{MAX_RETRIES}), so a task has at most {MAX_RETRIES + 1} attempts"
+            )
         if request.secret_names:
             raise LaunchError(
                 f"--secret {request.secret_names[0]}: Cloud Run tasks read secrets from Secret Manager, never from this machine: "
@@ -235,14 +225,23 @@ class CloudRun:
                 "(printf %s \"$HF_TOKEN\" | gcloud secrets create hf-token --data-file=-) and pass --secret-ref HF_TOKEN=hf-token"
             )
         job_id = check_job_id(self.job_name or f"llm-ocr-{request.stage}")
-        self._check_credentials()
+        if self.service_account:
+            check_service_account(self.service_account)
+        notes = []
+        if request.offline:
+            notes.append("offline: not checked: the Google Cloud credentials")
+        else:
+            self._check_credentials()
         hardware = cloud_run_hardware(1 if resources.gpu else 0, resources.cpu, resources.memory_gib)
+        if self.region != CLOUD_RUN_PRICES.region:
+            notes.append(f"the Cloud Run prices are {CLOUD_RUN_PRICES.region}'s list prices ({CLOUD_RUN_PRICES.source}, "
+                         f"{CLOUD_RUN_PRICES.recorded}); {self.region} may differ, so the costs shown are estimates")
         info: dict[str, Any] = {
             "project": self.project, "region": self.region, "job": job_id, "gpu": resources.gpu, "cpu": resources.cpu,
             "memory_gib": resources.memory_gib, "endpoint": self.endpoint, "logging_endpoint": self.logging_endpoint,
         }
         private: dict[str, Any] = {"resources": resources, "code": None, "command_words": 1}
-        common = {"max_timeout_s": GPU_TASK_LIMIT_S if resources.gpu else CPU_TASK_LIMIT_S,
+        common = {"notes": notes, "max_timeout_s": GPU_TASK_LIMIT_S if resources.gpu else CPU_TASK_LIMIT_S,
                   "env": {"LLM_OCR_GRACE_PERIOD": str(GRACE_PERIOD_S)}, "secret_refs": refs}
         if request.image:
             return Target(hardware, request.image, [], {}, info, private, **common)

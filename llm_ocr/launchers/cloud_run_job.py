@@ -47,8 +47,14 @@ MAX_CPU, MAX_MEMORY_GIB = 8, 32
 GPU_MIN_CPU, GPU_MIN_MEMORY_GIB = 4, 16
 #: Tasks per execution at most (FACTS.md).
 MAX_TASKS = 10_000
+#: A task's retries at most (``maxRetries``: 0..10, Cloud Run docs, "Configure max retries for jobs").
+MAX_RETRIES = 10
 
 _JOB_ID = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+#: A service account's email: NAME@PROJECT.iam.gserviceaccount.com (NAME 6-30 characters in the
+#: IAM docs; Cloud Run takes the email), or a Google-managed account such as the default compute one.
+_SERVICE_ACCOUNT = re.compile(r"^[a-z][a-z0-9-]{4,61}[a-z0-9]@[a-z0-9-]+(\.iam)?\.gserviceaccount\.com$"
+                              r"|^\d+-compute@developer\.gserviceaccount\.com$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Gi|Mi|G|M)$")
 
@@ -119,6 +125,16 @@ def check_job_id(job_id: str) -> str:
             "does not end with a dash, and has at most 63 characters"
         )
     return job_id
+
+
+def check_service_account(email: str) -> str:
+    """A service account email Cloud Run accepts as a task's identity, or :class:`LaunchError`."""
+    if not _SERVICE_ACCOUNT.match(email):
+        raise LaunchError(
+            f"--service-account {email!r} is not a service account email: write NAME@PROJECT.iam.gserviceaccount.com "
+            "(or PROJECT_NUMBER-compute@developer.gserviceaccount.com, the default compute one)"
+        )
+    return email
 
 
 def parse_secret_refs(items: list[str]) -> dict[str, str]:

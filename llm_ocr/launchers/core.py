@@ -40,6 +40,7 @@ from llm_ocr.launchers.spec import (
     secret_values,
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
+from llm_ocr.container.cuda import IMAGE_ENV
 from llm_ocr.container.shard_index import format_ranges
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
@@ -54,6 +55,9 @@ _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCE
 _LOCAL_PROTOCOLS = {None, "file", "local"}
 #: Tries per job when neither ``--attempts`` nor the platform (``default_attempts``) says.
 DEFAULT_ATTEMPTS = 3
+#: What an offline dry run does not check here (the platform adds its own skipped checks).
+OFFLINE_NOTE = ("offline: not checked: that the INPUTs can be read (and their page count), that OUT can be written, "
+                "OUT's completion markers and launch record (every shard is planned)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,27 +70,33 @@ def plan_launch(
     """The launch ``request`` would make, after every check; :class:`LaunchError` otherwise.
 
     ``check_writable=False`` (``--dry-run``) skips the output write check, which may create the
-    output repo or write a probe: a dry run changes nothing anywhere.
+    output repo or write a probe: a dry run changes nothing anywhere. ``request.offline`` skips
+    every check that needs the network, here and in the platform's ``resolve``, and says which.
     """
     _check_request(request)
     # The platform first: it may refuse --secret (and say what it takes instead) before the
     # local values are looked up.
     target = platform.resolve(request)
     user_secrets = _user_secrets(request)
-    pages, pages_how = _check_inputs(request)
     out = Storage(request.output, request.storage_options)
-    if check_writable:
-        try:
-            check_output(out)
-        except StorageError as exc:
-            raise LaunchError(str(exc)) from exc
-    _check_layout(out, request)
-
-    previous = load_record(out)
-    skipped = _finished_shards(out, request)
-    skipped.update(_running_shards(previous, request, skipped))
+    previous, skipped = None, {}
+    if request.offline:
+        pages, pages_how = None, "not read: --offline"
+        offline_notes = [OFFLINE_NOTE]
+    else:
+        pages, pages_how = _check_inputs(request)
+        if check_writable:
+            try:
+                check_output(out)
+            except StorageError as exc:
+                raise LaunchError(str(exc)) from exc
+        _check_layout(out, request)
+        previous = load_record(out)
+        skipped = _finished_shards(out, request)
+        skipped.update(_running_shards(previous, request, skipped))
+        offline_notes = []
     launch_id = launch_id or new_launch_id()
-    notes = [*target.notes, *_notes(request, target)]
+    notes = [*offline_notes, *target.notes, *_notes(request, target)]
 
     rate = request.pages_per_s or planning_rate(target.hardware.gpu_preset, request.stage) * (
         max(target.hardware.gpus, 1) if request.needs_model else 1
@@ -129,7 +139,7 @@ def _check_request(request: LaunchRequest) -> None:
         raise LaunchError(f"--timeout must be positive (got {request.timeout_s})")
     if request.stage in ("run", "extract") and not request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} needs at least one INPUT (a URL the jobs can read)")
-    if request.stage in ("describe", "assemble") and request.inputs:
+    if request.stage in ("describe", "assemble", "fields") and request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} takes no INPUT: it reads OUT ({request.inputs[0]!r} given)")
     for url, what in [(request.output, "--output"), *((u, "INPUT") for u in request.inputs)]:
         if split_protocol(url)[0] in _LOCAL_PROTOCOLS:
@@ -179,12 +189,14 @@ def _finished_shards(out: Storage, request: LaunchRequest) -> dict[int, str]:
     """Shards with every completion marker of the stage (from listings: no marker is read unless
     ``--retry-errors`` needs their failed-page counts)."""
     needed = STAGE_MARKERS[request.stage]
+    if request.stage == "run" and {"--fields-schema", "--classes"} & set(request.stage_args):
+        needed = (*needed, "fields")  # `llm-ocr run --schema ...`: a shard without Fields' marker is not done
     paths = {stage: marker_paths(out, stage, request.num_shards) for stage in needed}
     done = {shard: "done" for shard in range(request.num_shards) if all(shard in paths[s] for s in needed)}
     if request.retry_errors:
         primary = PRIMARY_STAGE[request.stage]
         for shard, stats in markers_by_shard(out, primary, request.num_shards).items():
-            counts = stats.get("documents" if primary == "assemble" else "pages") or {}
+            counts = stats.get("documents" if primary in ("assemble", "fields") else "pages") or {}
             if shard in done and counts.get("error", 0):
                 del done[shard]
     return done
@@ -252,6 +264,7 @@ def _spec(
     hardware = target.hardware
     if request.needs_model and hardware.gpus:
         env["LLM_OCR_ENGINE"] = "vllm"
+        env[IMAGE_ENV] = target.image  # named by the start-up CUDA check when the driver cannot run it
         if hardware.gpu_preset:
             env["LLM_OCR_GPU_PRESET"] = hardware.gpu_preset  # the preset of one GPU
         if hardware.gpus > 1:
@@ -350,7 +363,7 @@ def collect_status(
         num_shards, stage = record.num_shards, record.stage
     stage = stage or "run"
     if num_shards is None:
-        layouts = set().union(*(marker_layouts(out, s) for s in ("extract", "describe", "assemble")))
+        layouts = set().union(*(marker_layouts(out, s) for s in ("extract", "describe", "assemble", "fields")))
         if len(layouts) != 1:
             raise LaunchError(
                 f"{out.url} has no launch record" + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")

@@ -22,7 +22,6 @@ ENTRYPOINT anyway.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -30,9 +29,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from llm_ocr.costs import HF_JOBS_HARDWARE, Hardware
 from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.adapter import JobState, Phase, Submission
+from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.spec import LAUNCH_LABEL, REDACTED, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage.stores import scrub
@@ -55,25 +56,35 @@ _PHASES: dict[str, Phase] = {
 _PER_HOUR = {"second": 3600.0, "minute": 60.0, "hour": 1.0}
 
 
+class HfJobsOptions(PlatformOptions):
+    """Hugging Face Jobs: ``llm-ocr launch hf-jobs`` options (``llm_ocr.launch`` keywords)."""
+
+    flavor: str | None = Field(
+        None, description=f"Hardware flavor (default: {DEFAULT_GPU_FLAVOR}, or {DEFAULT_CPU_FLAVOR} for assemble and "
+        "--endpoint runs); e.g. l4x1, l40sx1, a100-large, h200.", json_schema_extra={"metavar": "FLAVOR"},
+    )
+    namespace: str | None = Field(None, description="User or organisation to run the jobs under (default: the token's user).")
+    code_repo: str | None = Field(
+        None, description="Private model repo the llm-ocr wheel is uploaded to (default: NAMESPACE/llm-ocr-jobs-code).",
+        json_schema_extra={"metavar": "OWNER/NAME"},
+    )
+
+
 class HfJobs:
     """The Hugging Face Jobs adapter (see the module docstring)."""
 
     name: ClassVar[str] = "hf-jobs"
     shard_env: ClassVar[bool] = True
     hardware_option: ClassVar[str] = "flavor"
+    options: ClassVar[type[BaseModel]] = HfJobsOptions
 
-    def __init__(
-        self,
-        *,
-        namespace: str | None = None,
-        code_repo: str | None = None,
-        wheel: str | Path | None = None,
-        token: str | None = None,
-        endpoint: str | None = None,
-    ) -> None:
-        self.namespace = namespace
-        self.code_repo = code_repo
-        self.wheel_path = Path(wheel) if wheel else None
+    def __init__(self, *, token: str | None = None, endpoint: str | None = None, **options: Any) -> None:
+        """``options``: :class:`HfJobsOptions` fields; ``token`` and ``endpoint`` (the Hub's) for tests
+        and for following a launch."""
+        given = HfJobsOptions.model_validate(options)
+        self.namespace = given.namespace
+        self.code_repo = given.code_repo
+        self.wheel_path = Path(given.wheel) if given.wheel else None
         self._token = token
         # huggingface_hub reads HF_ENDPOINT at import time; read it now so that a variable set
         # later (a notebook cell, a test) is honoured too.
@@ -81,23 +92,6 @@ class HfJobs:
         self._api: Any = None
 
     # -- options --------------------------------------------------------------------------------
-
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """``--flavor``, ``--namespace``, ``--code-repo``, ``--wheel``."""
-        group = parser.add_argument_group("Hugging Face Jobs")
-        group.add_argument("--flavor", dest="flavor", default=None, metavar="FLAVOR",
-                           help=f"hardware flavor (default: {DEFAULT_GPU_FLAVOR}, or {DEFAULT_CPU_FLAVOR} for assemble "
-                                f"and --endpoint runs); e.g. l4x1, l40sx1, a100-large, h200")
-        group.add_argument("--namespace", default=None, help="user or organisation to run the jobs under (default: the token's user)")
-        group.add_argument("--code-repo", default=None, metavar="OWNER/NAME",
-                           help="private model repo the llm-ocr wheel is uploaded to (default: NAMESPACE/llm-ocr-jobs-code)")
-        group.add_argument("--wheel", default=None, metavar="PATH", help="ship this llm-ocr wheel instead of building one")
-
-    @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> dict[str, Any]:
-        """Constructor keywords from parsed arguments."""
-        return {"namespace": args.namespace, "code_repo": args.code_repo, "wheel": args.wheel}
 
     @classmethod
     def from_record(cls, info: dict[str, Any]) -> HfJobs:
@@ -132,6 +126,12 @@ class HfJobs:
             except LaunchError:
                 raise
             except Exception as exc:
+                if is_network_error(exc):
+                    raise LaunchError(
+                        f"could not reach the Hugging Face Hub at {self.endpoint or 'https://huggingface.co'} (a network "
+                        f"failure, not the token: {_brief(exc)}); check the connection, or review the plan with "
+                        "--dry-run --offline"
+                    ) from exc
                 raise LaunchError(
                     f"the Hugging Face token was refused ({_brief(exc)}): run `hf auth login` or export a valid HF_TOKEN"
                 ) from exc
@@ -159,10 +159,24 @@ class HfJobs:
         return table, "live list"
 
     def resolve(self, request: LaunchRequest) -> Target:
-        """Token, namespace, flavor, image and the wheel to ship (built, not uploaded)."""
-        token = self._token_or_fail()
-        namespace = self._namespace()
-        table, source = self.hardware_table()
+        """Token, namespace, flavor, image and the wheel to ship (built, not uploaded). Offline:
+        no call to the Hub (the token is not checked, the namespace is ``--namespace`` or a
+        placeholder, the flavors are the built-in table)."""
+        check_jobs_api()
+        notes: list[str] = []
+        if request.offline:
+            from huggingface_hub import get_token
+
+            token = self._token or get_token() or ""
+            namespace = self.namespace or "NAMESPACE"
+            table, source = dict(HF_JOBS_HARDWARE), "built-in table"
+            notes.append("offline: not checked: the Hugging Face token and its namespace"
+                         + ("" if self.namespace else " (NAMESPACE stands for it: pass --namespace)")
+                         + ", the live flavor list and its prices (the built-in table is used)")
+        else:
+            token = self._token_or_fail()
+            namespace = self._namespace()
+            table, source = self.hardware_table()
         flavor = request.hardware or (DEFAULT_GPU_FLAVOR if request.needs_model else DEFAULT_CPU_FLAVOR)
         hardware = table.get(flavor)
         if hardware is None:
@@ -175,7 +189,7 @@ class HfJobs:
         info: dict[str, Any] = {"namespace": namespace, "endpoint": self.endpoint}
         private: dict[str, Any] = {}
         if request.image:
-            return Target(hardware, request.image, [], {"HF_TOKEN": token}, info, private)
+            return Target(hardware, request.image, [], {"HF_TOKEN": token}, info, private, notes)
 
         wheel = self._wheel()
         code_repo = self.code_repo or f"{namespace}/llm-ocr-jobs-code"
@@ -187,7 +201,7 @@ class HfJobs:
         info.update(code_repo=code_repo, wheel=path_in_repo)
         image = VLLM_IMAGE if request.needs_model else CPU_IMAGE
         prefix = install_then_run(with_extras(f"{CODE_MOUNT}/{path_in_repo}", extras))
-        return Target(hardware, image, prefix, {"HF_TOKEN": token}, info, private)
+        return Target(hardware, image, prefix, {"HF_TOKEN": token}, info, private, notes)
 
     def _wheel(self) -> Wheel:
         try:
@@ -292,6 +306,48 @@ def job_body(spec: ShardSpec, volumes: Sequence[Any], *, redact: bool) -> dict[s
     else:
         body["dockerImage"] = spec.image
     return body
+
+
+#: The ``run_job`` keywords the launcher passes (``attempts`` first appears in huggingface_hub 2.1).
+RUN_JOB_KEYWORDS = ("attempts", "name", "labels", "volumes")
+
+
+def check_jobs_api() -> None:
+    """:class:`LaunchError` when the installed huggingface_hub's ``run_job`` lacks a keyword the
+    launcher passes: found now, not as a TypeError after the wheel upload."""
+    import inspect
+
+    import huggingface_hub
+    from huggingface_hub import HfApi
+
+    accepted = inspect.signature(HfApi.run_job).parameters
+    missing = [k for k in RUN_JOB_KEYWORDS if k not in accepted]
+    if missing:
+        raise LaunchError(
+            f"huggingface_hub {huggingface_hub.__version__} is too old for llm-ocr's Jobs launcher (its run_job has no "
+            f"{', '.join(missing)}): pip install -U 'llm-ocr[hub]' (huggingface_hub>=2.1)"
+        )
+
+
+def is_network_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a failure to reach the server: a name that does not
+    resolve, a refused or timed-out connection; not an answer such as 401."""
+    import socket
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        name = type(current).__name__
+        if isinstance(current, (socket.gaierror, ConnectionError, TimeoutError)) or any(
+            word in name for word in ("ConnectError", "ConnectionError", "ConnectTimeout", "NameResolution", "Timeout")
+        ):
+            return True
+        if any(text in str(current) for text in ("Name or service not known", "Temporary failure in name resolution",
+                                                 "nodename nor servname", "Connection refused", "Network is unreachable")):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _state(info: Any) -> JobState:

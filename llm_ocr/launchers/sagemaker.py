@@ -27,7 +27,6 @@ shard is run again by relaunching, and resumes from its parts.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import re
@@ -38,10 +37,12 @@ from typing import Any, ClassVar
 
 from fsspec.core import split_protocol
 
+from pydantic import BaseModel, Field
+
 from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
 from llm_ocr.launchers import sagemaker_request as req
 from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
-from llm_ocr.launchers.adapter import JobState, Phase, Submission
+from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.spec import (
     LAUNCH_LABEL,
     LaunchError,
@@ -95,62 +96,51 @@ _PHASES: dict[str, Phase] = {
 }
 
 
+class SageMakerOptions(PlatformOptions):
+    """SageMaker Processing: ``llm-ocr launch sagemaker`` options (``llm_ocr.launch`` keywords)."""
+
+    instance_type: str | None = Field(
+        None, description=f"Instance type (default: {DEFAULT_GPU_INSTANCE}, 1x L40S; {DEFAULT_CPU_INSTANCE} for "
+        "assemble and --endpoint runs); e.g. ml.g6.xlarge (L4), ml.g5.xlarge (A10G), ml.g6e.12xlarge (4x L40S), "
+        "ml.p5.4xlarge (H100).", json_schema_extra={"metavar": "TYPE"},
+    )
+    role: str | None = Field(None, description="The jobs' execution role (required; see sagemaker/README.md).",
+                             json_schema_extra={"metavar": "ARN"})
+    region: str | None = Field(None, description="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / your AWS config).")
+    aws_secret: list[str] | dict[str, str] = Field(
+        default_factory=list, description="The job sets NAME from this AWS Secrets Manager secret at start (e.g. "
+        "HF_TOKEN=llm-ocr/hf-token for an hf:// output).", json_schema_extra={"metavar": "NAME=SECRET_ID", "repeat": True},
+    )
+    code_uri: str | None = Field(None, description="Where the llm-ocr wheel is uploaded (default: OUT/_state/code for an "
+                                 "s3:// output).", json_schema_extra={"metavar": "S3_URL"})
+    volume_size: int = Field(DEFAULT_VOLUME_GB, description="ML storage volume per instance, in GB (model weights and "
+                             "scratch).", json_schema_extra={"metavar": "GB"})
+    price_per_hour: float | None = Field(None, description="Your price of one instance-hour, for the cost table "
+                                         "(default: the built-in estimate).", json_schema_extra={"metavar": "USD"})
+
+
 class SageMaker:
     """The SageMaker Processing adapter (see the module docstring)."""
 
     name: ClassVar[str] = "sagemaker"
     shard_env: ClassVar[bool] = False
     hardware_option: ClassVar[str] = "instance_type"
+    options: ClassVar[type[BaseModel]] = SageMakerOptions
 
-    def __init__(
-        self,
-        *,
-        role: str | None = None,
-        region: str | None = None,
-        code_uri: str | None = None,
-        wheel: str | None = None,
-        aws_secrets: dict[str, str] | Sequence[str] | None = None,
-        volume_size_gb: int = DEFAULT_VOLUME_GB,
-        price_per_hour: float | None = None,
-    ) -> None:
-        self.role = role
-        self.region = region
-        self.code_uri = code_uri.rstrip("/") if code_uri else None
-        self.wheel_path = wheel
-        self.aws_secrets = _secret_map(aws_secrets)
-        self.volume_size_gb = volume_size_gb
-        self.price_per_hour = price_per_hour
+    def __init__(self, **options: Any) -> None:
+        """``options``: :class:`SageMakerOptions` fields."""
+        given = SageMakerOptions.model_validate(options)
+        self.role = given.role
+        self.region = given.region
+        self.code_uri = given.code_uri.rstrip("/") if given.code_uri else None
+        self.wheel_path = given.wheel
+        self.aws_secrets = _secret_map(given.aws_secret)
+        self.volume_size_gb = given.volume_size
+        self.price_per_hour = given.price_per_hour
         self._session: Any = None
         self._clients: dict[str, Any] = {}
 
     # -- options --------------------------------------------------------------------------------
-
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """``--instance-type``, ``--role``, ``--region``, ``--aws-secret``, ``--code-uri``..."""
-        group = parser.add_argument_group("SageMaker Processing")
-        group.add_argument("--instance-type", dest="instance_type", default=None, metavar="TYPE",
-                           help=f"instance type (default: {DEFAULT_GPU_INSTANCE}, 1x L40S; {DEFAULT_CPU_INSTANCE} for "
-                                "assemble and --endpoint runs); e.g. ml.g6.xlarge (L4), ml.g5.xlarge (A10G), "
-                                "ml.g6e.12xlarge (4x L40S), ml.p5.4xlarge (H100)")
-        group.add_argument("--role", default=None, metavar="ARN", help="the jobs' execution role (required; see sagemaker/README.md)")
-        group.add_argument("--region", default=None, help="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / your AWS config)")
-        group.add_argument("--aws-secret", dest="aws_secret", action="append", default=[], metavar="NAME=SECRET_ID",
-                           help="the job sets NAME from this AWS Secrets Manager secret at start (e.g. "
-                                "HF_TOKEN=llm-ocr/hf-token for an hf:// output); repeatable")
-        group.add_argument("--code-uri", default=None, metavar="S3_URL",
-                           help="where the llm-ocr wheel is uploaded (default: OUT/_state/code for an s3:// output)")
-        group.add_argument("--wheel", default=None, metavar="PATH", help="ship this llm-ocr wheel instead of building one")
-        group.add_argument("--volume-size", dest="volume_size_gb", type=int, default=DEFAULT_VOLUME_GB, metavar="GB",
-                           help=f"ML storage volume per instance (default {DEFAULT_VOLUME_GB}; model weights and scratch)")
-        group.add_argument("--price-per-hour", type=float, default=None, metavar="USD",
-                           help="your price of one instance-hour, for the cost table (default: the built-in estimate)")
-
-    @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> dict[str, Any]:
-        """Constructor keywords from parsed arguments."""
-        return {"role": args.role, "region": args.region, "code_uri": args.code_uri, "wheel": args.wheel,
-                "aws_secrets": args.aws_secret, "volume_size_gb": args.volume_size_gb, "price_per_hour": args.price_per_hour}
 
     @classmethod
     def from_record(cls, info: dict[str, Any]) -> SageMaker:
@@ -198,11 +188,17 @@ class SageMaker:
         notes = ["SageMaker Processing has no job retries (--attempts is not used): relaunch the same command to "
                  "rerun failed shards; they resume from their parts"]
         if hardware.price_per_hour is not None and self.price_per_hour is None:
-            notes.append(f"{sagemaker_price_note(hardware.name)}; pass --price-per-hour for your own")
-        account = self._account()
-        self._check_role(role, notes)
-        quota = self._quota(hardware.name, notes)
-        self._check_secrets(request, notes)
+            notes.append(f"{sagemaker_price_note(hardware.name, region)}; pass --price-per-hour for your own")
+        if request.offline:
+            account, quota = "ACCOUNT", None
+            self._check_secrets(request, notes, offline=True)
+            notes.append("offline: not checked: the AWS credentials and account, that the role exists, the account's "
+                         "instance quota, that the --aws-secret secrets exist")
+        else:
+            account = self._account()
+            self._check_role(role, notes)
+            quota = self._quota(hardware.name, notes)
+            self._check_secrets(request, notes)
         info: dict[str, Any] = {"region": region, "account": account, "role": role}
         private: dict[str, Any] = {"quota": quota, "role": role, "secret_ids": dict(self.aws_secrets), "stage": request.stage}
         # The jobs get the secrets' values only in their own process (fetched by name at start):
@@ -291,7 +287,7 @@ class SageMaker:
         notes.append(f"no '{wanted}' quota listed for this account; SageMaker checks it at submit time")
         return None
 
-    def _check_secrets(self, request: LaunchRequest, notes: list[str]) -> None:
+    def _check_secrets(self, request: LaunchRequest, notes: list[str], *, offline: bool = False) -> None:
         protocols = {split_protocol(url)[0] for url in [request.output, *request.inputs]}
         if split_protocol(request.output)[0] == "hf" and "HF_TOKEN" not in self.aws_secrets:
             raise LaunchError(
@@ -301,7 +297,7 @@ class SageMaker:
             )
         if "hf" in protocols and "HF_TOKEN" not in self.aws_secrets:
             notes.append("hf:// inputs are read without a token: pass --aws-secret HF_TOKEN=SECRET_ID for private ones")
-        for name, reference in self.aws_secrets.items():
+        for name, reference in ({} if offline else self.aws_secrets).items():
             secret_id = reference.partition("#")[0]
             try:
                 self._client("secretsmanager").describe_secret(SecretId=secret_id)  # metadata only, never the value

@@ -21,7 +21,8 @@ from typing import Any
 
 from fsspec.core import split_protocol
 
-from llm_ocr.sources import DatasetOptions, list_documents
+from llm_ocr.options import DatasetOptions
+from llm_ocr.sources import list_documents
 
 #: Timeout when the page count is unknown (HF Jobs' own default is 30 minutes: too short to even
 #: pull a vLLM image and load a model on some days).

@@ -15,11 +15,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from llm_ocr.costs import Hardware
-from llm_ocr.sources import DatasetOptions
+from pydantic import BaseModel, Field, field_validator
 
-Stage = Literal["run", "extract", "describe", "assemble"]
-STAGES: tuple[Stage, ...] = ("run", "extract", "describe", "assemble")
+from llm_ocr.costs import Hardware
+from llm_ocr.options import DatasetOptions
+
+Stage = Literal["run", "extract", "describe", "assemble", "fields"]
+STAGES: tuple[Stage, ...] = ("run", "extract", "describe", "assemble", "fields")
 
 #: The completion markers a shard of each launched stage must have to count as done.
 STAGE_MARKERS: dict[str, tuple[str, ...]] = {
@@ -27,11 +29,13 @@ STAGE_MARKERS: dict[str, tuple[str, ...]] = {
     "extract": ("extract",),
     "describe": ("describe",),
     "assemble": ("assemble",),
+    "fields": ("fields",),
 }
 
 #: The stage whose rows a launched stage's table counts (``run`` counts Extract's pages; its
 #: progress file is Extract's too).
-PRIMARY_STAGE: dict[str, str] = {"run": "extract", "extract": "extract", "describe": "describe", "assemble": "assemble"}
+PRIMARY_STAGE: dict[str, str] = {"run": "extract", "extract": "extract", "describe": "describe", "assemble": "assemble",
+                                 "fields": "fields"}
 
 #: The label keys every job carries (values: the launch id, and "00003-of-00016").
 LAUNCH_LABEL = "llm-ocr-launch"
@@ -45,34 +49,97 @@ class LaunchError(Exception):
     """The launch cannot go ahead; the message says what to change. Nothing was submitted."""
 
 
-@dataclass
-class LaunchRequest:
-    """One ``llm-ocr launch PLATFORM ...`` as typed, before any check."""
+class LaunchOptions(BaseModel):
+    """The options of ``llm-ocr launch`` itself (also ``llm_ocr.launch`` keywords).
+
+    The launched stage's own options go to the jobs' command line; the platform's to its adapter.
+    """
+
+    output: str = Field(..., description="Output URL the jobs can write (hf://, s3://, gs://).")
+    num_shards: int = Field(..., description="Number of shards (jobs on hf-jobs, tasks on cloud-run).")
+    stage: Stage = Field("run", description="Stage each job runs (run: all three).")
+    image: str | None = Field(None, description="Prebuilt image with llm-ocr (default: a stock pinned image + the llm-ocr wheel).")
+    timeout: int | None = Field(
+        None, description="Per job, seconds or 90m/6h (default: sized from --pages, else 6h).",
+        json_schema_extra={"metavar": "DURATION"},
+    )
+    attempts: int | None = Field(
+        None, description="Tries per job (a task on cloud-run) including the first (default 3; 4 on cloud-run); retries resume."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Plain environment variable for the jobs.",
+        json_schema_extra={"metavar": "NAME=VALUE", "repeat": True},
+    )
+    secret: list[str] = Field(
+        default_factory=list, description="Pass local environment variable NAME to the jobs as a secret.",
+        json_schema_extra={"metavar": "NAME", "repeat": True},
+    )
+    pages: int | None = Field(None, description="Pages in the whole input, to size the timeout.")
+    pages_per_s: float | None = Field(None, description="Pages/s one job does, to size the timeout.")
+    retry_errors: bool = Field(False, description="Also relaunch finished shards that have failed pages.")
+    wait: bool = Field(False, description="Then show a live table until every shard ends.")
+    interval: float = Field(15.0, gt=0, description="Seconds between polls while waiting.")
+    dry_run: bool = Field(False, description="Print the job specs and API requests as JSON; submit nothing.")
+    #: ``--dry-run --offline``: plan without any network call; every check skipped is named in
+    #: the plan's notes.
+    offline: bool = Field(
+        False, description="With --dry-run: check nothing over the network (credentials, the platform's lists, "
+        "inputs, output); the notes name every check skipped.",
+    )
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        """``3600``, ``"90m"``, ``"2h"`` -> seconds (Hugging Face Jobs' own notation)."""
+        if value is None or isinstance(value, int):
+            return value
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+        text = str(value).strip()
+        try:
+            return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(float(text))
+        except ValueError:
+            raise ValueError(f"{value!r}: give seconds or a duration like 90m or 6h") from None
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:
+        """``["NAME=VALUE", ...]`` (as the flag is repeated) -> ``{"NAME": "VALUE"}``."""
+        if not isinstance(value, (list, tuple)):
+            return value
+        pairs = {}
+        for item in value:
+            name, sep, text = str(item).partition("=")
+            if not sep or not name:
+                raise ValueError(f"{item!r}: write NAME=VALUE")
+            pairs[name] = text
+        return pairs
+
+
+class LaunchRequest(LaunchOptions):
+    """One launch as asked: its :class:`LaunchOptions`, and what the launch derived from the stage's
+    options (checked before planning; no check against the platform yet)."""
 
     platform: str
-    inputs: list[str]
-    output: str
-    num_shards: int
-    stage: Stage = "run"
-    #: The stage's own options and the INPUTs, in the order given: passed to the container
-    #: unchanged (``llm-ocr STAGE <stage_args> --output OUT``).
-    stage_args: list[str] = field(default_factory=list)
+    inputs: list[str] = Field(default_factory=list)
+    #: The stage's own options and the INPUTs: passed to the container unchanged
+    #: (``llm-ocr STAGE <stage_args> --output OUT``).
+    stage_args: list[str] = Field(default_factory=list)
     #: Whether the stage needs a model server in the job (no ``--endpoint`` among the options).
     needs_model: bool = True
+    #: The platform's machine type (``--flavor`` on hf-jobs, ``--instance-type`` on sagemaker...).
     hardware: str | None = None
-    image: str | None = None
-    timeout_s: int | None = None
-    #: Tries per job including the first; None: the platform's default (``default_attempts``).
-    attempts: int | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    #: Names of local environment variables to pass as secrets (their values are read locally).
-    secret_names: list[str] = field(default_factory=list)
-    #: Pages in the whole input, when known (sizes the timeout).
-    pages: int | None = None
-    pages_per_s: float | None = None
-    retry_errors: bool = False
-    dataset: DatasetOptions = field(default_factory=DatasetOptions)
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    dataset: DatasetOptions = Field(default_factory=DatasetOptions)
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def timeout_s(self) -> int | None:
+        """The per-job timeout in seconds, if given."""
+        return self.timeout
+
+    @property
+    def secret_names(self) -> list[str]:
+        """Names of local environment variables to pass as secrets (their values are read locally)."""
+        return self.secret
 
 
 @dataclass

@@ -26,6 +26,12 @@ from llm_ocr.launchers.spec import PRIMARY_STAGE, STAGE_MARKERS
 FINAL_STATES = frozenset({"failed", "cancelled", "not launched", "no marker"})
 PAGE_STATUSES = ("ok", "truncated", "error")
 DOCUMENT_STATUSES = ("ok", "partial", "error")
+FIELDS_STATUSES = ("ok", "invalid", "error")
+
+
+def statuses_of(stage: str) -> tuple[str, ...]:
+    """The statuses a launched stage's table counts."""
+    return {"assemble": DOCUMENT_STATUSES, "fields": FIELDS_STATUSES}.get(stage, PAGE_STATUSES)
 
 
 @dataclass
@@ -114,7 +120,7 @@ def shard_status(
         job_state=job.raw if job else "",
         job_phase=phase,
         message=job.message if job and phase in ("failed", "cancelled") else None,
-        stages_done=[name for name in ("extract", "describe", "assemble") if name in markers],
+        stages_done=[name for name in ("extract", "describe", "assemble", "fields") if name in markers],
         counts=counts,
         earlier=earlier,
         elapsed_s=elapsed,
@@ -126,9 +132,9 @@ def shard_status(
 
 
 def _counts(stage: str, markers: dict[str, dict[str, Any]], progress: dict[str, Any] | None) -> tuple[dict[str, int], int]:
-    if stage == "assemble":
-        docs = (markers.get("assemble") or {}).get("documents") or {}
-        return {k: int(docs.get(k, 0)) for k in DOCUMENT_STATUSES}, int(docs.get("skipped", 0))
+    if stage in ("assemble", "fields"):
+        docs = (markers.get(stage) or {}).get("documents") or {}
+        return {k: int(docs.get(k, 0)) for k in statuses_of(stage)}, int(docs.get("skipped", 0))
     source = markers.get(PRIMARY_STAGE[stage]) or progress or {}
     pages = source.get("pages") or {}
     return {k: int(pages.get(k, 0)) for k in PAGE_STATUSES}, int(pages.get("skipped", 0))
@@ -211,7 +217,7 @@ class LaunchStatus:
 
     @property
     def unit(self) -> str:
-        return "documents" if self.stage == "assemble" else "pages"
+        return "documents" if self.stage in ("assemble", "fields") else "pages"
 
     def title(self) -> str:
         parts = [f"{self.platform or 'launch'} {self.launch_id or ''}".strip(), f"{self.stage} -> {self.output}",
@@ -222,11 +228,11 @@ class LaunchStatus:
         return " | ".join(parts)
 
     def header(self) -> list[str]:
-        statuses = DOCUMENT_STATUSES if self.stage == "assemble" else PAGE_STATUSES
+        statuses = statuses_of(self.stage)
         return ["shard", "job", "state", "stages done", self.unit, *statuses, "elapsed", "cost $"]
 
     def cells(self, row: ShardStatus) -> list[str]:
-        statuses = DOCUMENT_STATUSES if self.stage == "assemble" else PAGE_STATUSES
+        statuses = statuses_of(self.stage)
         done = str(row.done_count) + (f" (+{row.earlier} earlier)" if row.earlier else "")
         state = row.state + (f": {row.message}" if row.message else "")
         return [
@@ -243,7 +249,7 @@ class LaunchStatus:
     def totals_lines(self) -> list[str]:
         t = self.totals()
         shards = ", ".join(f"{k} {v}" for k, v in sorted(t["shards"].items()))
-        order = DOCUMENT_STATUSES if self.stage == "assemble" else PAGE_STATUSES
+        order = statuses_of(self.stage)
         counts = ", ".join(f"{k} {t['counts'].get(k, 0)}" for k in order)
         source = (f" (counted in the Parquet parts; duplicates: {self.duplicates})" if self.duplicates is not None
                   else f" (+{t['done_earlier']} done by earlier runs)" if t["done_earlier"] else "")

@@ -25,8 +25,8 @@ most one part's table and one document's rows and page images in memory.
 - :mod:`.writer`       :func:`write_report` and its options
 - :mod:`.reader`       which documents and pages an output folder holds (bounded memory)
 - :mod:`.fragments`    the HTML of a page, a document, the summary, and the CSS
+- :mod:`.fields_panel` a document's fields (OUT/fields) with their pages and flagged values
 - :mod:`.safe_html`    untrusted model text -> safe HTML (Markdown, table sanitizer, data URIs)
-- :mod:`.source_pages` page images re-rendered from the sources
 - :mod:`.display`      notebook helpers (also importable as :mod:`llm_ocr.report.display`)
 
 May import sources (to re-render pages) and storage; never runners, servers or commands.
@@ -35,14 +35,22 @@ May import sources (to re-render pages) and storage; never runners, servers or c
 from llm_ocr.report.fragments import CSS, render_document, render_page, render_summary
 from llm_ocr.report.reader import DocumentEntry, OutputReader, Summary
 from llm_ocr.report.safe_html import markdown_to_html, sanitize_table
-from llm_ocr.report.source_pages import PageView, SourcePages
-from llm_ocr.report.writer import ReportError, ReportOptions, ReportResult, pages_to_show, write_report
+from llm_ocr.sources.rerender import PageView, SourcePages
+from llm_ocr.report.writer import (
+    ReportAnnotations,
+    ReportError,
+    ReportOptions,
+    ReportResult,
+    pages_to_show,
+    write_report,
+)
 
 __all__ = [
     "CSS",
     "DocumentEntry",
     "OutputReader",
     "PageView",
+    "ReportAnnotations",
     "ReportError",
     "ReportOptions",
     "ReportResult",

@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from llm_ocr.report import CSS, OutputReader, SourcePages, pages_to_show, render_document, render_page, render_summary
-from llm_ocr.sources.base import RenderOptions
+from llm_ocr.options import RenderOptions
+from llm_ocr.report.fields_panel import render_fields
 
-__all__ = ["HTML", "show_document", "show_page", "summary"]
+__all__ = ["HTML", "show_document", "show_fields", "show_page", "summary"]
 
 
 class HTML:
@@ -91,5 +92,17 @@ def show_document(
     entry = entries[0]
     rows = reader.page_rows(entry, pages_to_show(entry, max_pages))
     assembled = reader.assembled_row(entry) if entry.assemble_parts else None
+    fields = reader.fields_row(entry) if entry.fields_parts else None
     with SourcePages(doc_id, entry.source, render, storage_options) as pages:
-        return _fragment("".join(render_document(entry, rows, assembled=assembled, pages=pages)))
+        return _fragment("".join(render_document(entry, rows, assembled=assembled, fields=fields, pages=pages)))
+
+
+def show_fields(out: str, doc_id: str, *, storage_options: Mapping[str, Any] | None = None) -> HTML:
+    """The fields of ``doc_id`` (its ``OUT/fields`` row): values with their pages, values found
+    nowhere in the text marked, validation errors. Raises ``KeyError`` when it has no fields row."""
+    reader = OutputReader(out, storage_options)
+    _, entries = reader.scan(only={doc_id})
+    row = reader.fields_row(entries[0]) if entries and entries[0].fields_parts else None
+    if row is None:
+        raise KeyError(f"no fields row for document {doc_id!r} in {out}")
+    return _fragment(render_fields(row))

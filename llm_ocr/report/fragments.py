@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+from llm_ocr.report.fields_panel import FIELDS_CSS, fields_on_page, render_fields
 from llm_ocr.report.reader import DocumentEntry, Summary
 from llm_ocr.report.safe_html import anchor, data_uri, esc, figure_bytes, markdown_to_html, text_block
-from llm_ocr.report.source_pages import PageView, SourcePages
+from llm_ocr.sources.rerender import PageView, SourcePages
 
 # ============================================================================================
 # HTML fragments
@@ -86,7 +87,7 @@ CSS = """
 .llmocr .llmocr-legend i{display:inline-block;width:.8em;height:.8em;margin-right:.25em;vertical-align:-.05em;border:2px solid}
 .llmocr details{margin:.4em 0}
 .llmocr summary{cursor:pointer;color:#333}
-""".strip()
+""".strip() + "\n" + FIELDS_CSS
 
 
 def _status_badge(status: str | None) -> str:
@@ -195,8 +196,11 @@ def _legend(blocks: list[Mapping[str, Any]]) -> str:
     return f'<div class="llmocr-legend">{items}</div>'
 
 
-def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_prefix: str = "") -> str:
-    """One page row → an HTML fragment (image with boxes, Markdown, figures, status, error)."""
+def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_prefix: str = "", note_html: str = "") -> str:
+    """One page row → an HTML fragment (image with boxes, Markdown, figures, status, error).
+
+    ``note_html`` (trusted HTML: the quality checks' findings, the fields found on the page) goes
+    under the heading."""
     view = view or PageView(note="the page image was not re-rendered")
     doc_id, page = str(row.get("doc_id") or ""), row.get("page")
     figures = list(row.get("figures") or [])
@@ -220,6 +224,7 @@ def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_
     ]
     if row.get("error"):
         parts.append(f'<div class="llmocr-error">{esc(str(row["error"]))}</div>')
+    parts.append(note_html)
     blocks = list(row.get("blocks") or [])
     # A document-level row (page 0: the document could not be opened) has no picture.
     picture, note = _boxes_svg(row, view) if page != 0 or blocks else ("", None)
@@ -305,6 +310,10 @@ def render_summary(summary: Summary) -> str:
     if summary.assembled is not None:
         for status, n in sorted(summary.assembled.items()):
             numbers.append((f"Assembled documents: {status}", n))
+    for status, n in sorted((summary.fields or {}).items()):
+        numbers.append((f"Fields rows: {status}", n))
+    for klass, n in sorted((summary.classes or {}).items()):
+        numbers.append((f"Documents of class {klass}", n))
     body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     body += "".join(f'<tr><th>{esc(k)}</th><td class="n">{n}</td></tr>' for k, n in numbers)
     return f'<table class="llmocr-summary">{body}</table>'
@@ -315,10 +324,15 @@ def render_document(
     rows: Sequence[Mapping[str, Any]],
     *,
     assembled: Mapping[str, Any] | None = None,
+    fields: Mapping[str, Any] | None = None,
     pages: SourcePages | None = None,
     anchor_prefix: str = "",
+    page_notes: Mapping[int, str] | None = None,
 ) -> Iterator[str]:
-    """One document as HTML fragments, yielded page by page so a caller can stream them."""
+    """One document as HTML fragments, yielded page by page so a caller can stream them.
+
+    ``fields`` (its ``OUT/fields`` row) adds the fields, each linked to the page it is on;
+    ``page_notes`` maps page numbers to trusted HTML shown under each page's heading."""
     shown = {int(r.get("page") or 0) for r in rows}
     total = entry.num_pages
     yield f'<section class="llmocr-doc" id="{anchor(anchor_prefix, "doc", entry.doc_id)}">'
@@ -348,8 +362,11 @@ def render_document(
             for f in row.get("figures") or []
         }
         yield render_assembled(assembled, figure_anchors=anchors)
+    if fields is not None:
+        yield render_fields(fields, lambda page: anchor(anchor_prefix, entry.doc_id, page) if page in shown else None)
     for row in rows:
         page = int(row.get("page") or 0)
         view = pages.page(page) if pages is not None and page > 0 else None
-        yield render_page(row, view, anchor_prefix=anchor_prefix)
+        here = fields_on_page(fields, page) if fields is not None and page > 0 else ""
+        yield render_page(row, view, anchor_prefix=anchor_prefix, note_html=(page_notes or {}).get(page, "") + here)
     yield "</section>"

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 #: Stages whose rows are one page each, in order of preference (Describe adds captions).
 PAGE_STAGES = ("describe", "extract")
 ASSEMBLE_STAGE = "assemble"
+FIELDS_STAGE = "fields"
 
 
 @dataclass
@@ -38,6 +39,7 @@ class DocumentEntry:
     pages: dict[int, str] = field(default_factory=dict)  # page → status
     parts: list[str] = field(default_factory=list)  # page-stage parts holding its rows, in order
     assemble_parts: list[str] = field(default_factory=list)
+    fields_parts: list[str] = field(default_factory=list)
 
     @staticmethod
     def _add_part(path: str, into: list[str]) -> None:
@@ -56,6 +58,8 @@ class Summary:
     status_counts: dict[str, int] = field(default_factory=dict)
     document_failures: int = 0
     assembled: dict[str, int] | None = None
+    fields: dict[str, int] | None = None  # fields rows by status
+    classes: dict[str, int] | None = None  # fields rows by class
     shown_documents: int | None = None
 
 
@@ -80,6 +84,7 @@ class OutputReader:
                 self.stage_name, self.stage = name, stage
                 break
         self.assemble = self.storage.child(ASSEMBLE_STAGE)
+        self.fields = self.storage.child(FIELDS_STAGE)
         self._cached: tuple[str, pa.Table] | None = None
 
     def _table(self, stage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
@@ -153,6 +158,18 @@ class OutputReader:
                     if doc_id in kept:
                         kept[doc_id]._add_part(path, kept[doc_id].assemble_parts)
             summary.assembled = dict(counts)
+        extracted = list_parts(self.fields)
+        if extracted:
+            by_status: Counter[str] = Counter()
+            by_class: Counter[str] = Counter()
+            for path in extracted:
+                table = self._table(self.fields, path, ["doc_id", "status", "class"])
+                for doc_id, state, klass in zip(*(table.column(c).to_pylist() for c in ("doc_id", "status", "class")), strict=True):
+                    by_status[state or "unknown"] += 1
+                    by_class[klass or "unknown"] += 1
+                    if doc_id in kept:
+                        kept[doc_id]._add_part(path, kept[doc_id].fields_parts)
+            summary.fields, summary.classes = dict(by_status), dict(by_class)
         return summary, sorted(kept.values(), key=lambda e: (e.doc_index, e.doc_id))
 
     def _rows(self, stage: Storage, paths: list[str], doc_id: str, pages: set[int] | None) -> list[dict[str, Any]]:
@@ -184,6 +201,11 @@ class OutputReader:
     def assembled_row(self, entry: DocumentEntry) -> dict[str, Any] | None:
         """The Assemble row of one document, if there is one."""
         rows = self._rows(self.assemble, entry.assemble_parts, entry.doc_id, None)
+        return rows[-1] if rows else None
+
+    def fields_row(self, entry: DocumentEntry) -> dict[str, Any] | None:
+        """The Fields row of one document, if there is one."""
+        rows = self._rows(self.fields, entry.fields_parts, entry.doc_id, None)
         return rows[-1] if rows else None
 
     def release(self) -> None:

@@ -7,34 +7,20 @@ import os
 import posixpath
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field
-
+from llm_ocr.options import RenderOptions, ReportOptions
 from llm_ocr.report.fragments import CSS, render_document, render_summary
 from llm_ocr.report.reader import DocumentEntry, OutputReader, Summary
 from llm_ocr.report.safe_html import anchor, esc
-from llm_ocr.report.source_pages import SourcePages
-from llm_ocr.sources.base import RenderOptions
+from llm_ocr.sources.rerender import SourcePages
 from llm_ocr.storage import Storage, retry_io
 
 log = logging.getLogger("llm_ocr.report")
 
-__all__ = ["ReportError", "ReportOptions", "ReportResult", "pages_to_show", "write_report"]
-
-
-
-class ReportOptions(BaseModel):
-    """What the HTML report shows and where it is written."""
-
-    html: str | None = Field(None, description="Where to write the report (default: OUT/report.html).")
-    max_documents: int = Field(20, ge=1, description="Documents shown at most (the first ones, in input order).")
-    max_pages_per_document: int = Field(20, ge=1, description="Pages shown per document at most (the first ones).")
-    storage_options: dict[str, Any] = Field(
-        default_factory=dict, description="JSON object of fsspec storage options for OUT, the sources and the report."
-    )
+__all__ = ["ReportAnnotations", "ReportError", "ReportOptions", "ReportResult", "pages_to_show", "write_report"]
 
 
 class ReportError(Exception):
@@ -59,6 +45,21 @@ class ReportResult:
     summary: Summary
 
 
+@dataclass
+class ReportAnnotations:
+    """Findings about an output that a caller adds to its report (the quality checks' failures).
+
+    The HTML is trusted: callers build it with :func:`llm_ocr.report.safe_html.esc`. With
+    ``documents``, the report shows those documents (in that order) instead of the first ones,
+    and with ``pages``, only those pages of each.
+    """
+
+    summary_html: str = ""
+    page_html: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    documents: Sequence[str] | None = None
+    pages: Mapping[str, set[int]] | None = None
+
+
 def pages_to_show(entry: DocumentEntry, limit: int) -> set[int]:
     """The first ``limit`` pages of a document (plus its document-level row, if any)."""
     pages = sorted(entry.pages)
@@ -73,8 +74,12 @@ def write_report(
     max_pages_per_document: int = 20,
     render: RenderOptions | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    annotations: ReportAnnotations | None = None,
 ) -> ReportResult:
     """Write the HTML report of output folder ``out``; returns where and how much.
+
+    ``annotations`` adds a caller's findings: a section under the summary, notes on pages, and
+    which documents and pages to show.
 
     The file is written to a local temporary file as documents are rendered, then moved (or,
     for a remote ``html_path``, uploaded) in one piece, so a reader never sees half a report.
@@ -83,8 +88,15 @@ def write_report(
     reader = OutputReader(out, so)
     if reader.stage is None:
         raise ReportError(f"no page rows under {out}: expected Parquet parts in {out}/describe or {out}/extract")
-    summary, entries = reader.scan(max_documents=max_documents)
+    chosen = list(annotations.documents)[:max_documents] if annotations and annotations.documents is not None else None
+    summary, entries = reader.scan(max_documents=max_documents, only=set(chosen) if chosen is not None else None)
+    if chosen is not None:
+        order = {doc_id: i for i, doc_id in enumerate(chosen)}
+        entries.sort(key=lambda e: order.get(e.doc_id, len(order)))
     summary.shown_documents = len(entries)
+    notes_by_document: dict[str, dict[int, str]] = {}
+    for (doc_id, page), note in (annotations.page_html if annotations is not None else {}).items():
+        notes_by_document.setdefault(doc_id, {})[page] = note
     target = Storage(html_path or reader.storage.url + "/report.html", so)
     pages_written = 0
     local_dir = posixpath.dirname(target.root) if target.is_local else None
@@ -95,6 +107,8 @@ def write_report(
         with os.fdopen(handle, "w", encoding="utf-8") as f:
             f.write(_head(f"llm-ocr report: {out}"))
             f.write(f"<h1>llm-ocr report</h1>{render_summary(summary)}")
+            if annotations is not None:
+                f.write(annotations.summary_html)
             if entries:
                 f.write("<nav><strong>Documents</strong><ol>")
                 for entry in entries:
@@ -103,10 +117,15 @@ def write_report(
                     f.write(f'<li>{link} <span class="llmocr-meta">({status})</span></li>')
                 f.write("</ol></nav>")
             for entry in entries:
-                rows = reader.page_rows(entry, pages_to_show(entry, max_pages_per_document))
+                wanted = (annotations.pages or {}).get(entry.doc_id) if annotations is not None else None
+                shown = set(sorted(wanted)[:max_pages_per_document]) if wanted else pages_to_show(entry, max_pages_per_document)
+                rows = reader.page_rows(entry, shown)
                 assembled = reader.assembled_row(entry) if entry.assemble_parts else None
+                fields = reader.fields_row(entry) if entry.fields_parts else None
+                notes = notes_by_document.get(entry.doc_id, {})
                 with SourcePages(entry.doc_id, entry.source, render, so) as source_pages:
-                    for fragment in render_document(entry, rows, assembled=assembled, pages=source_pages):
+                    for fragment in render_document(entry, rows, assembled=assembled, fields=fields, pages=source_pages,
+                                                    page_notes=notes):
                         f.write(fragment)
                 pages_written += len(rows)
                 log.info("report: %s (%d pages)", entry.doc_id, len(rows))

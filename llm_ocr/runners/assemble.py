@@ -20,32 +20,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_ocr.config import JobOptions
+from llm_ocr.options import AssembleOptions, JobOptions, StageSpec
 from llm_ocr.records import DocumentResult, document_schema
-from llm_ocr.runners.shard import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_PAGES_FAILED,
-    RunError,
-    ShardOutcome,
-    check_writable,
-    resolve_shard,
-)
-from llm_ocr.stages.assemble import AssembleOptions, assemble_document
+from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage
+from llm_ocr.runners.shard import EXIT_OK, RunError, ShardOutcome
+from llm_ocr.stages.assemble import assemble_document
 from llm_ocr.stages.export import export_document, markdown_path
 from llm_ocr.storage import Storage
-from llm_ocr.storage.parts import (
-    PART_RE,
-    PartWriter,
-    ShardLayoutError,
-    list_parts,
-    part_glob,
-    remove_stale_temp_files,
-    table_to_bytes,
-)
-from llm_ocr.storage.state import clear_marker, read_marker, write_marker
+from llm_ocr.storage.parts import PartWriter, ShardLayoutError
 from llm_ocr.storage.upstream import (
     UnreadablePart,
+    keep_final_rows,
     iter_shard_rows,
     owns_row,
     read_columns,
@@ -59,14 +44,6 @@ log = logging.getLogger("llm_ocr")
 #: Upstream columns Assemble needs (``raw`` and ``blocks`` can be large and are not used).
 PAGE_COLUMNS = ["doc_id", "doc_index", "page", "source", "num_pages", "markdown", "figures", "status", "error",
                 "fallback_text"]  # a column parts written before it lack: the Parquet reader skips it there
-
-
-@dataclass
-class AssembleJob:
-    """Everything an Assemble run needs."""
-
-    job: JobOptions
-    assemble: AssembleOptions = field(default_factory=AssembleOptions)
 
 
 @dataclass
@@ -104,28 +81,8 @@ def scan_assembled(stage: Storage, shard: int, num_shards: int) -> tuple[set[str
     atomically) so they are assembled again from whatever the upstream holds now; unreadable
     parts are deleted.
     """
-    done: set[str] = set()
-    next_seq = 0
-    # A killed run's half-written parts of this shard (temporary files) are removed.
-    remove_stale_temp_files(stage, part_glob(shard, num_shards))
-    for path in list_parts(stage, shard, num_shards):
-        next_seq = max(next_seq, int(PART_RE.search(path).group(3)) + 1)  # type: ignore[union-attr]
-        try:
-            table = read_columns(stage, path, ["doc_id", "status"])
-        except UnreadablePart as exc:
-            log.warning("removing unreadable part %s (%s); its documents will be redone", stage.display(path), exc)
-            stage.delete(path)
-            continue
-        statuses = table.column("status").to_pylist()
-        if any(s != "ok" for s in statuses):
-            full = read_columns(stage, path, None)
-            kept = full.filter(pa.array([s == "ok" for s in statuses]))
-            if kept.num_rows:
-                stage.write_atomic(path, table_to_bytes(kept))
-            else:
-                stage.delete(path)
-        done.update(d for d, s in zip(table.column("doc_id").to_pylist(), statuses) if s == "ok")
-    return done, next_seq
+    return keep_final_rows(stage, shard, num_shards, ["doc_id", "status"],
+                           lambda table: [s == "ok" for s in table.column("status").to_pylist()])
 
 
 def batches(todo: list[int], entries: dict[int, DocumentEntry], max_rows: int) -> Iterator[list[int]]:
@@ -165,43 +122,6 @@ def _export_earlier(out: Storage, stage: Storage, shard: int, num_shards: int, d
     return count
 
 
-async def assemble_documents(
-    out: Storage,
-    shard: int,
-    num_shards: int,
-    options: AssembleOptions,
-    job: JobOptions,
-    stop: asyncio.Event | None = None,
-    previous: dict[str, Any] | None = None,
-) -> ShardOutcome:
-    """Assemble every document of our shard not assembled ``ok`` yet; write the marker at the end.
-
-    ``previous`` is the shard's earlier completion marker, if any (it says whether the Markdown
-    export was done).
-    """
-    name = await asyncio.to_thread(source_stage, out)
-    source, stage = out.child(name), out.child("assemble")
-    complete = await asyncio.to_thread(upstream_complete, out, name, source, shard, num_shards)
-    if not complete and not await asyncio.to_thread(stage_has_parts, source):
-        raise RunError(f"nothing to assemble: {out.url} holds no Extract or Describe output; run those stages first")
-    try:
-        done, next_seq = await asyncio.to_thread(scan_assembled, stage, shard, num_shards)
-    except ShardLayoutError as exc:
-        raise RunError(str(exc)) from exc
-    await asyncio.to_thread(clear_marker, out, "assemble", shard, num_shards)
-    if not complete:
-        log.warning(
-            "%s has not finished every shard this assemble shard reads: documents not there yet are "
-            "left out; rerun assemble once it is done (no completion marker is written until then)",
-            name,
-        )
-    plan = _Plan(out, shard, num_shards, name, source, stage, complete, done, next_seq)
-    try:
-        return await _assemble(plan, options, job, stop, previous)
-    except UnreadablePart as exc:
-        raise RunError(str(exc)) from exc
-
-
 @dataclass
 class _Plan:
     """Where one Assemble shard reads and writes, and what an earlier run already did."""
@@ -217,13 +137,8 @@ class _Plan:
     next_seq: int
 
 
-async def _assemble(
-    plan: _Plan,
-    options: AssembleOptions,
-    job: JobOptions,
-    stop: asyncio.Event | None,
-    previous: dict[str, Any] | None,
-) -> ShardOutcome:
+async def _assemble(plan: _Plan, options: AssembleOptions, job: JobOptions, stop: asyncio.Event,
+                    previous: dict[str, Any] | None) -> StageResult:
     started = time.monotonic()
     out, source, stage, shard, num_shards = plan.out, plan.source, plan.stage, plan.shard, plan.num_shards
     entries = await asyncio.to_thread(index_documents, source, shard, num_shards)
@@ -234,7 +149,7 @@ async def _assemble(
     pages = figures = 0
     try:
         for batch in batches(todo, entries, options.assemble_batch_pages):
-            if stop is not None and stop.is_set():
+            if stop.is_set():
                 break
             grouped = await asyncio.to_thread(read_batch, source, entries, batch)
             for doc_index in batch:
@@ -247,7 +162,7 @@ async def _assemble(
                     await asyncio.to_thread(export_document, out, document)
         exported_earlier = 0
         already_exported = bool(previous and previous.get("exported"))
-        if options.export_markdown and skipped and not already_exported and not (stop and stop.is_set()):
+        if options.export_markdown and skipped and not already_exported and not stop.is_set():
             await writer.close()  # rows of this run are stored before earlier ones are re-read
             exported_earlier = await asyncio.to_thread(_export_earlier, out, stage, shard, num_shards, skipped)
     finally:
@@ -268,13 +183,7 @@ async def _assemble(
         "[assemble %d/%d] documents ok %d, partial %d, error %d, skipped %d (from %s)",
         shard + 1, num_shards, counts["ok"], counts["partial"], counts["error"], len(skipped), plan.source_name,
     )
-    if stop is not None and stop.is_set():
-        log.warning("interrupted: assembled documents are saved; rerun the same command to resume")
-        return ShardOutcome(EXIT_INTERRUPTED, stats)
-    if not plan.upstream_complete:
-        return ShardOutcome(EXIT_PAGES_FAILED, stats)
-    await asyncio.to_thread(write_marker, out, "assemble", shard, num_shards, stats)
-    return ShardOutcome(EXIT_PAGES_FAILED if counts["partial"] or counts["error"] else EXIT_OK, stats)
+    return StageResult("assemble", stats, failed=bool(counts["partial"] or counts["error"]))
 
 
 def assemble_finished(marker: dict[str, Any] | None, options: AssembleOptions) -> bool:
@@ -287,14 +196,54 @@ def assemble_finished(marker: dict[str, Any] | None, options: AssembleOptions) -
     return not options.export_markdown or bool(marker.get("exported"))
 
 
-async def assemble_shard(spec: AssembleJob, stop: asyncio.Event | None = None) -> ShardOutcome:
+class Assemble(ShardStage):
+    """Assemble as a :class:`~llm_ocr.runners.lifecycle.ShardStage` (CPU only: no model server)."""
+
+    writes = ("assemble",)
+
+    def __init__(self, spec: StageSpec) -> None:
+        self.spec = spec
+        self.plan: _Plan | None = None
+        self.previous: dict[str, Any] | None = None
+
+    def settled(self, markers: Markers) -> int | None:
+        return EXIT_OK if assemble_finished(markers["assemble"], self.spec.assemble) else None
+
+    async def check(self, shard: Shard, markers: Markers) -> None:
+        out = shard.out
+        name = await asyncio.to_thread(source_stage, out)
+        source, stage = out.child(name), out.child("assemble")
+        complete = await asyncio.to_thread(upstream_complete, out, name, source, shard.index, shard.count)
+        if not complete and not await asyncio.to_thread(stage_has_parts, source):
+            raise RunError(f"nothing to assemble: {out.url} holds no Extract or Describe output; run those stages first")
+        self.plan = _Plan(out, shard.index, shard.count, name, source, stage, complete, set(), 0)
+
+    async def resume(self, shard: Shard, markers: Markers) -> None:
+        plan = self.plan
+        assert plan is not None
+        # The marker says whether the Markdown export was done.
+        self.previous = markers.get("assemble")
+        try:
+            plan.done, plan.next_seq = await asyncio.to_thread(scan_assembled, plan.stage, shard.index, shard.count)
+        except ShardLayoutError as exc:
+            raise RunError(str(exc)) from exc
+        if not plan.upstream_complete:
+            log.warning(
+                "%s has not finished every shard this assemble shard reads: documents not there yet are "
+                "left out; rerun assemble once it is done (no completion marker is written until then)",
+                plan.source_name,
+            )
+
+    async def work(self, shard: Shard) -> Finished:
+        plan = self.plan
+        assert plan is not None
+        try:
+            result = await _assemble(plan, self.spec.assemble, shard.job, shard.stop, self.previous)
+        except UnreadablePart as exc:
+            raise RunError(str(exc)) from exc
+        return Finished([result], complete=plan.upstream_complete, uses_model=False)
+
+
+async def assemble_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
     """Run Assemble over this process's shard (CPU only: no model server is involved)."""
-    job = spec.job
-    num_shards, shard = resolve_shard(job)
-    out = Storage(job.output, job.storage_options)
-    marker = await asyncio.to_thread(read_marker, out, "assemble", shard, num_shards)
-    if assemble_finished(marker, spec.assemble):
-        log.info("assemble shard %d/%d already complete; nothing to do", shard + 1, num_shards)
-        return ShardOutcome(EXIT_OK, marker or {})
-    await asyncio.to_thread(check_writable, out)
-    return await assemble_documents(out, shard, num_shards, spec.assemble, job, stop, previous=marker)
+    return await run_stage(Assemble(spec), spec.job, stop)

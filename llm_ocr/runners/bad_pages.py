@@ -15,12 +15,13 @@ from typing import Any, TypeVar
 
 from llm_ocr.endpoint.quarantine import CrashTracker, PageQuarantined
 from llm_ocr.records import PageResult
+from llm_ocr.runners.shard import EXIT_OK, EXIT_PAGES_FAILED
+from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.text_layer import TextLayer, read_text_layer
 from llm_ocr.stages.extract import ExtractOptions, failure_result
 from llm_ocr.stages.fallback import with_fallback
 from llm_ocr.storage.parts import ShardIndex
-from llm_ocr.runners.workers import WorkerPool
 
 log = logging.getLogger("llm_ocr")
 
@@ -85,12 +86,26 @@ def marker_settles(marker: dict[str, Any] | None, options: ExtractOptions) -> bo
     return not (options.retry_quarantined and quarantined_in(marker))
 
 
+def extract_settles(marker: dict[str, Any] | None, options: ExtractOptions) -> int | None:
+    """The exit code of an Extract shard its marker settles (1 when it holds quarantined rows),
+    else None (see :func:`marker_settles`)."""
+    if not marker_settles(marker, options):
+        return None
+    return EXIT_PAGES_FAILED if quarantined_in(marker) else EXIT_OK
+
+
 def describe_settles(marker: dict[str, Any] | None, extract_marker: dict[str, Any] | None) -> bool:
     """Whether a Describe completion marker means there is nothing left to do: no error rows, and
     its quarantined rows are Extract's (a page Extract retried and read since must be described)."""
     if not marker or marker.get("pages", {}).get("error", 0):
         return False
     return quarantined_in(marker) == quarantined_in(extract_marker)
+
+
+def note_retried(index: ShardIndex) -> None:
+    """Log the error rows of earlier runs a shard is about to retry."""
+    if index.dropped_error_rows:
+        log.info("retrying %d failed page(s) from earlier runs", index.dropped_error_rows)
 
 
 def note_kept(index: ShardIndex) -> None:

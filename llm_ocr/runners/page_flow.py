@@ -8,26 +8,28 @@ input order through a bounded reorder window and written in parts off the event 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from llm_ocr.endpoint.in_flight import InFlightLimit
-from llm_ocr.runners.progress import RunCounters
+from llm_ocr.options import RenderOptions
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
-from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.runners.progress import RunCounters
+from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.render import DocumentError, count_pages, render_pages
 from llm_ocr.storage import retry_io
 from llm_ocr.storage.parts import PartWriter, ShardIndex
 from llm_ocr.storage.stores import store_options
-from llm_ocr.runners.workers import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,8 @@ PageHandler = Callable[
 ]
 
 CHUNK_PAGES = 8
+
+T = TypeVar("T")
 
 
 class OrderedRows:
@@ -82,9 +86,9 @@ class OrderedRows:
                 await self.writer.add(row)
 
 
-async def iterate_in_thread(items: Iterable[DocumentRef]) -> AsyncIterator[DocumentRef]:
+async def iterate_in_thread(items: Iterable[T]) -> AsyncIterator[T]:
     """Pull a blocking iterator (listing may hit the network) without blocking the loop."""
-    iterator: Iterator[DocumentRef] = iter(items)
+    iterator: Iterator[T] = iter(items)
     sentinel = object()
     while True:
         item = await asyncio.to_thread(next, iterator, sentinel)
@@ -123,48 +127,89 @@ class FlowSettings:
     limit: InFlightLimit | None = None
 
 
+def flow_settings(limit: InFlightLimit, *, flush_interval: float, grace_period: float, workers: int = 0) -> FlowSettings:
+    """The flow's knobs for a run whose pages in flight are bounded by ``limit``: render work
+    queued ahead for two chunks per worker (at least 4), and a reorder window of four times the
+    starting limit (at least 256 rows), so a slow page rarely forces rows out of order."""
+    return FlowSettings(
+        max_in_flight=limit.limit,
+        prefetch_chunks=max(4, workers * 2),
+        reorder_window=max(256, limit.limit * 4),
+        flush_interval=flush_interval,
+        grace_period=grace_period,
+        limit=limit,
+    )
+
+
+@dataclass
+class Batch:
+    """Some pages of one document, handed to the flow by an intake."""
+
+    #: The handler's first argument (the document's :class:`DocumentRef`; None for upstream rows).
+    ref: Any
+    #: The pages: rendered already, or a render under way (see :func:`_keep`).
+    items: Awaitable[list[Any]] | list[Any]
+    num_pages: int | None = None
+    #: Called once the items are out (a downloaded copy of the document is removed).
+    cleanup: Callable[[], None] | None = None
+
+
+class Intake(Protocol):
+    """Where a flow's pages come from: documents to render, or rows an earlier stage wrote."""
+
+    def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
+        """The batches to handle, in input order; counts what it finds and skips in ``flow.counters``
+        (``pages_found``, ``pages_skipped``, documents) and stops early once ``flow.stop`` is set."""
+        ...
+
+
 class PageFlow:
-    """Runs one shard's documents through ``handler`` and writes the rows."""
+    """Runs one shard's pages through ``handler`` and writes the rows in input order.
+
+    Pages come from an :class:`Intake`; a page is sent as soon as it is ready and a slot of the
+    in-flight limit is free; each writer gets its row of every page (``handler`` returns one row
+    per writer) through its own bounded reorder window.
+    """
 
     def __init__(
         self,
         *,
-        pool: WorkerPool,
-        render: RenderOptions,
         handler: PageHandler,
         writer: PartWriter | Sequence[PartWriter],
-        index: ShardIndex,
         counters: RunCounters,
         settings: FlowSettings,
-        storage_options: dict[str, Any] | None = None,
         stop: asyncio.Event | None = None,
     ) -> None:
-        self.pool = pool
-        self.render = render
         self.handler = handler
         self.writers = [writer] if isinstance(writer, PartWriter) else list(writer)
-        self.writer = self.writers[0]
-        self.index = index
         self.counters = counters
-        if counters.pages_found is None:
-            counters.pages_found = 0  # counted by _produce: see RunCounters.reconciliation
         self.settings = settings
-        self.storage_options = storage_options or {}
         self.stop = stop or asyncio.Event()
         self.ordered_all = [OrderedRows(w, settings.reorder_window) for w in self.writers]
-        self.ordered = self.ordered_all[0]
-        self._queue: asyncio.Queue[tuple[DocumentRef, int | None, asyncio.Future[list[Any]] | list[Any], Callable[[], None] | None] | None]
-        self._queue = asyncio.Queue(maxsize=max(1, settings.prefetch_chunks))
+        #: Documents that got a row this run.
+        self.documents: set[str] = set()
+        self._queue: asyncio.Queue[Batch | None] = asyncio.Queue(maxsize=max(1, settings.prefetch_chunks))
         self._slots = settings.limit or asyncio.Semaphore(settings.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
         self._seq = 0
         self._doc_pending: dict[str, int] = {}
         self._fatal: BaseException | None = None
-        self._tmp = tempfile.mkdtemp(prefix="llm-ocr-docs-")
+        self._scratch: str | None = None
 
-    async def run(self, documents: Iterable[DocumentRef]) -> None:
-        """Process every document; returns when all rows are handed to the writer."""
-        producer = asyncio.create_task(self._produce(documents))
+    @property
+    def scratch(self) -> str:
+        """A local folder for the run's temporary files (downloaded documents), removed at its end."""
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="llm-ocr-docs-")
+        return self._scratch
+
+    def expect(self, doc_id: str, pages: int) -> None:
+        """``pages`` of document ``doc_id`` will be handled: the document is finished after them."""
+        self._doc_pending[doc_id] = pages
+
+    async def run(self, intake: Intake) -> None:
+        """Handle every page ``intake`` gives; returns when all rows are handed to the writers."""
+        producer = asyncio.create_task(self._produce(intake))
         flusher = asyncio.create_task(self._flush_periodically())
         try:
             await self._dispatch()
@@ -177,14 +222,19 @@ class PageFlow:
         finally:
             producer.cancel()
             flusher.cancel()
+            # Pages still in flight when the run itself is cancelled (a second Ctrl-C) end here,
+            # not later on a loop whose writers are closed.
+            for task in self._tasks:
+                task.cancel()
             try:
-                # Reap both. Their own errors are already raised above (or moot once stopped);
-                # a cancel of this run itself (a second Ctrl-C) still propagates from here.
-                await asyncio.gather(producer, flusher, return_exceptions=True)
+                # Reap them all. Their own errors are already raised above (or moot once
+                # stopped); a cancel of this run itself still propagates from here.
+                await asyncio.gather(producer, flusher, *self._tasks, return_exceptions=True)
             finally:
                 for ordered in self.ordered_all:
                     await ordered.drain()
-                shutil.rmtree(self._tmp, ignore_errors=True)
+                if self._scratch is not None:
+                    shutil.rmtree(self._scratch, ignore_errors=True)
         if self._fatal is not None:
             raise self._fatal
 
@@ -195,15 +245,15 @@ class PageFlow:
             for writer in self.writers:
                 await writer.flush()
 
-    async def _localize(self, ref: DocumentRef) -> tuple[DocumentRef, Callable[[], None] | None]:
-        if ref.kind == "dataset_row" or _is_local(ref.location):
-            return ref, None
-        path = await asyncio.to_thread(_download, ref.location, self._tmp, self.storage_options)
-        return replace(ref, location=path), lambda: os.path.exists(path) and os.remove(path)
-
-    async def _produce(self, documents: Iterable[DocumentRef]) -> None:
+    async def _produce(self, intake: Intake) -> None:
         try:
-            await self._produce_all(documents)
+            async with contextlib.aclosing(intake.batches(self)) as batches:
+                async for batch in batches:
+                    # The queue's bound is the prefetch limit: intake stays ahead of the
+                    # requests, not arbitrarily far ahead of them.
+                    await self._queue.put(batch)
+                    if self.stop.is_set():
+                        break
         except asyncio.CancelledError:
             # run() cancels the producer only once _dispatch has stopped reading: no end marker
             # is needed, and waiting for room in the full queue would never end (CI's hang with
@@ -214,63 +264,17 @@ class PageFlow:
             raise
         await self._queue.put(None)
 
-    async def _produce_all(self, documents: Iterable[DocumentRef]) -> None:
-        async for ref in iterate_in_thread(documents):
-            if self.stop.is_set():
-                break
-            self.counters.docs_seen += 1
-            if self.index.is_document_done(ref.doc_id):
-                self.counters.docs_skipped += 1
-                pages = self.index.num_pages.get(ref.doc_id) or 0
-                self.counters.pages_skipped += pages
-                self.counters.pages_found += pages
-                continue
-            await self._produce_document(ref)
-
-    async def _produce_document(self, ref: DocumentRef) -> None:
-        try:
-            local, cleanup = await self._localize(ref)
-            if ref.kind == "dataset_row":  # counting is len(images): no need to ship them to a worker
-                num_pages = count_pages(local, self.render)
-            else:
-                num_pages = await self.pool.run(count_pages, local, self.render)
-        except (DocumentError, OSError) as exc:
-            failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
-            self.counters.pages_found += 1  # the document's one error row
-            await self._queue.put((ref, None, [failure], None))
-            return
-        done = self.index.done_pages.get(ref.doc_id, set())
-        todo = [p for p in range(1, num_pages + 1) if p not in done]
-        # Counted from the input, not from the rows: the end-of-run line checks the rows against it.
-        self.counters.pages_found += num_pages
-        self.counters.pages_skipped += num_pages - len(todo)
-        chunks = [todo[i : i + CHUNK_PAGES] for i in range(0, len(todo), CHUNK_PAGES)]
-        if not chunks:
-            if cleanup:
-                cleanup()
-            return
-        self._doc_pending[ref.doc_id] = len(todo)
-        for number, pages in enumerate(chunks):
-            # A worker gets a dataset row's images of these pages only, not all of a long row's.
-            target = local.pages_slice(pages[0], pages[-1]) if ref.kind == "dataset_row" else local
-            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1]))
-            last = number == len(chunks) - 1
-            # The queue's bound is the prefetch limit: rendering stays ahead of the GPU, not
-            # arbitrarily far ahead of it.
-            await self._queue.put((ref, num_pages, _keep(future, set(pages)), cleanup if last else None))
-            if self.stop.is_set():
-                break
-
     async def _dispatch(self) -> None:
-        while (entry := await self._queue.get()) is not None:
-            ref, num_pages, pending, cleanup = entry
+        while (batch := await self._queue.get()) is not None:
+            pending = batch.items
             try:
                 items = await pending if isinstance(pending, Awaitable) else pending
             except Exception as exc:  # noqa: BLE001 - a worker crash fails these pages, not the run
-                items = [PageFailure(ref.doc_id, p, f"rendering failed: {exc}") for p in getattr(pending, "pages", [])]
+                doc_id = batch.ref.doc_id
+                items = [PageFailure(doc_id, p, f"rendering failed: {exc}") for p in getattr(pending, "pages", [])]
             finally:
-                if cleanup:
-                    cleanup()
+                if batch.cleanup:
+                    batch.cleanup()
             for item in items:
                 if self.stop.is_set() or self._fatal is not None:
                     return
@@ -285,11 +289,11 @@ class PageFlow:
                     return
                 seq = self._seq
                 self._seq += 1
-                task = asyncio.create_task(self._handle(ref, item, num_pages, seq))
+                task = asyncio.create_task(self._handle(batch.ref, item, batch.num_pages, seq))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, seq: int) -> None:
+    async def _handle(self, ref: Any, item: Any, num_pages: int | None, seq: int) -> None:
         self.counters.in_flight += 1
         rows: list[dict[str, Any] | None] = [None] * len(self.writers)
         try:
@@ -302,11 +306,13 @@ class PageFlow:
             self.counters.pages[result.tally] += 1
             self.counters.prompt_tokens += result.prompt_tokens or 0
             self.counters.completion_tokens += result.completion_tokens or 0
-            left = self._doc_pending.get(ref.doc_id, 1) - 1
-            self._doc_pending[ref.doc_id] = left
-            if left <= 0:
-                self._doc_pending.pop(ref.doc_id, None)
-                self.counters.docs_finished += 1
+            self.documents.add(result.doc_id)
+            if result.doc_id in self._doc_pending:
+                left = self._doc_pending[result.doc_id] - 1
+                self._doc_pending[result.doc_id] = left
+                if left <= 0:
+                    del self._doc_pending[result.doc_id]
+                    self.counters.docs_finished += 1
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - e.g. EndpointDown: stop the whole flow
@@ -334,6 +340,104 @@ class PageFlow:
         if pending:
             log.warning("abandoned %d page(s) still in flight after the %.0fs grace period", len(pending), timeout)
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+class DocumentPages:
+    """An :class:`Intake` of documents: each is counted, its pages not done yet are rendered in
+    worker processes, a chunk of :data:`CHUNK_PAGES` at a time, ahead of the requests."""
+
+    def __init__(
+        self,
+        documents: Iterable[DocumentRef],
+        index: ShardIndex,
+        pool: WorkerPool,
+        render: RenderOptions,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.documents = documents
+        self.index = index
+        self.pool = pool
+        self.render = render
+        self.storage_options = storage_options or {}
+
+    async def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
+        counters = flow.counters
+        if counters.pages_found is None:
+            counters.pages_found = 0  # counted from the documents: see RunCounters.reconciliation
+        async for ref in iterate_in_thread(self.documents):
+            if flow.stop.is_set():
+                break
+            counters.docs_seen += 1
+            if self.index.is_document_done(ref.doc_id):
+                counters.docs_skipped += 1
+                pages = self.index.num_pages.get(ref.doc_id) or 0
+                counters.pages_skipped += pages
+                counters.pages_found += pages
+                continue
+            async for batch in self._document(ref, flow):
+                yield batch
+
+    async def _localize(self, ref: DocumentRef, folder: str) -> tuple[DocumentRef, Callable[[], None] | None]:
+        if ref.kind == "dataset_row" or _is_local(ref.location):
+            return ref, None
+        path = await asyncio.to_thread(_download, ref.location, folder, self.storage_options)
+        return replace(ref, location=path), lambda: os.path.exists(path) and os.remove(path)
+
+    async def _document(self, ref: DocumentRef, flow: PageFlow) -> AsyncIterator[Batch]:
+        counters = flow.counters
+        assert counters.pages_found is not None
+        try:
+            local, cleanup = await self._localize(ref, flow.scratch)
+            if ref.kind == "dataset_row":  # counting is len(images): no need to ship them to a worker
+                num_pages = count_pages(local, self.render)
+            else:
+                num_pages = await self.pool.run(count_pages, local, self.render)
+        except (DocumentError, OSError) as exc:
+            failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
+            counters.pages_found += 1  # the document's one error row
+            flow.expect(ref.doc_id, 1)  # which finishes the document
+            yield Batch(ref, [failure])
+            return
+        done = self.index.done_pages.get(ref.doc_id, set())
+        todo = [p for p in range(1, num_pages + 1) if p not in done]
+        # Counted from the input, not from the rows: the end-of-run line checks the rows against it.
+        counters.pages_found += num_pages
+        counters.pages_skipped += num_pages - len(todo)
+        chunks = [todo[i : i + CHUNK_PAGES] for i in range(0, len(todo), CHUNK_PAGES)]
+        if not chunks:
+            if cleanup:
+                cleanup()
+            return
+        flow.expect(ref.doc_id, len(todo))
+        for number, pages in enumerate(chunks):
+            # A worker gets a dataset row's images of these pages only, not all of a long row's.
+            target = local.pages_slice(pages[0], pages[-1]) if ref.kind == "dataset_row" else local
+            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1]))
+            last = number == len(chunks) - 1
+            yield Batch(ref, _keep(future, set(pages)), num_pages, cleanup if last else None)
+
+
+class UpstreamRows:
+    """An :class:`Intake` of the page rows an earlier stage wrote (``OUT/extract`` for Describe):
+    rows whose page ``index`` holds already are skipped, the others are handed on as
+    :class:`~llm_ocr.records.PageResult` values. Every row counts as a page found when the
+    counters count them (``pages_found`` not None)."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]], index: ShardIndex) -> None:
+        self.rows = rows
+        self.index = index
+
+    async def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
+        counters = flow.counters
+        async for row in iterate_in_thread(self.rows):
+            if flow.stop.is_set():
+                break
+            if counters.pages_found is not None:
+                counters.pages_found += 1
+            if row["page"] in self.index.done_pages.get(row["doc_id"], ()):
+                counters.pages_skipped += 1
+                continue
+            yield Batch(None, [PageResult.from_row(row)], row.get("num_pages"))
 
 
 async def acquire_unless_stopped(semaphore: asyncio.Semaphore | InFlightLimit, stop: asyncio.Event) -> bool:

@@ -1,4 +1,5 @@
-"""Progress a user can watch: a live view on a terminal, periodic log lines elsewhere."""
+"""Progress a user can watch: a live view on a terminal, a progress bar in a notebook, periodic
+log lines elsewhere."""
 
 from __future__ import annotations
 
@@ -13,7 +14,26 @@ from typing import Any, Literal
 
 log = logging.getLogger("llm_ocr")
 
-ProgressMode = Literal["auto", "live", "log", "off"]
+ProgressMode = Literal["auto", "live", "bar", "log", "off"]
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython with a kernel attached)."""
+    shell = sys.modules.get("IPython")
+    if shell is None:
+        return False
+    try:
+        ipython = shell.get_ipython()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an IPython too old or too odd: treat it as a terminal
+        return False
+    return ipython is not None and hasattr(ipython, "kernel")
+
+
+def auto_progress() -> ProgressMode:
+    """What ``--progress auto`` means here: a bar in a notebook, a live view on a terminal, else log lines."""
+    if in_notebook():
+        return "bar"
+    return "live" if sys.stderr.isatty() else "log"
 
 
 @dataclass
@@ -128,6 +148,21 @@ class RunCounters:
         }
 
 
+def _bar_class() -> Any:
+    """tqdm's notebook widget when ipywidgets is there, else its text bar (which notebooks show
+    too); chosen here rather than by ``tqdm.auto``, which warns about the choice it makes."""
+    if in_notebook():
+        from tqdm.notebook import IProgress  # None without ipywidgets
+
+        if IProgress is not None:
+            from tqdm.notebook import tqdm as notebook_bar
+
+            return notebook_bar
+    from tqdm.std import tqdm as text_bar
+
+    return text_bar
+
+
 class ProgressReporter:
     """Shows :class:`RunCounters` while a run goes on."""
 
@@ -140,7 +175,7 @@ class ProgressReporter:
         on_tick: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if mode == "auto":
-            mode = "live" if sys.stderr.isatty() else "log"
+            mode = auto_progress()
         self.mode = mode
         self.counters = counters
         self.interval = interval
@@ -176,6 +211,26 @@ class ProgressReporter:
                 live.update(self.counters.line())
                 await asyncio.sleep(0.5)
 
+    async def _run_bar(self) -> None:
+        counters = self.counters
+        bar = _bar_class()(desc=f"{counters.stage} {counters.shard + 1}/{counters.num_shards}", unit="page", dynamic_ncols=True)
+        try:
+            while True:
+                self._update_bar(bar)
+                await asyncio.sleep(0.5)
+        finally:  # cancelled by stop(): the bar shows the final count
+            self._update_bar(bar)
+            bar.close()
+
+    def _update_bar(self, bar: Any) -> None:
+        counters = self.counters
+        if counters.pages_found is not None:
+            bar.total = counters.pages_found
+        bar.n = counters.pages_done + counters.pages_skipped
+        failed = counters.pages_failed
+        bar.set_postfix_str(f"in flight {counters.in_flight}" + (f", failed {failed}" if failed else ""), refresh=False)
+        bar.refresh()
+
     async def _tick(self) -> None:
         if self.on_tick is not None:
             await asyncio.to_thread(self.on_tick, self.counters.summary())
@@ -191,7 +246,7 @@ class ProgressReporter:
             self._ticks = asyncio.create_task(self._run_ticks())
         if self.mode == "off":
             return
-        runner = self._run_live if self.mode == "live" else self._run_log
+        runner = {"live": self._run_live, "bar": self._run_bar}.get(self.mode, self._run_log)
         self._task = asyncio.create_task(runner())
 
     async def stop(self) -> None:
@@ -206,5 +261,5 @@ class ProgressReporter:
                 pass
         if self._ticks is not None:
             await self._tick()
-        if self.mode != "off":
+        if self.mode in ("live", "log"):
             log.info(self.counters.line())

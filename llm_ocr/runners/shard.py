@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_ocr.endpoint.in_flight import AdaptiveInFlight, AdaptivePolicy, InFlightLimit, in_flight_control
-from llm_ocr.config import JobOptions
-from llm_ocr.endpoint import Endpoint, EndpointError
 from llm_ocr.container.shard_index import PlatformError, detect_shard
+from llm_ocr.endpoint import Endpoint, EndpointError
+from llm_ocr.endpoint.in_flight import AdaptiveInFlight, AdaptivePolicy, InFlightLimit, in_flight_control
+from llm_ocr.options import JobOptions
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
@@ -44,6 +44,13 @@ class ShardOutcome:
 
     exit_code: int
     stats: dict[str, Any] = field(default_factory=dict)
+    #: Why a run could not run (exit code 2), for the caller to report or raise.
+    error: BaseException | None = None
+    #: ``error`` is a bug, not one of the failures the message explains (:data:`COULD_NOT_RUN`).
+    unexpected: bool = False
+    #: The user interrupted the run (Ctrl-C, a notebook's stop button): the Python API raises
+    #: ``KeyboardInterrupt`` once the run has stopped.
+    interrupted_by_user: bool = False
 
 
 def resolve_shard(job: JobOptions) -> tuple[int, int]:
@@ -78,34 +85,6 @@ def check_writable(out: Storage) -> None:
         raise RunError(str(exc)) from exc
 
 
-@asynccontextmanager
-async def interruptible() -> AsyncIterator[asyncio.Event]:
-    """An event set by SIGTERM/SIGINT; a second signal cancels the run at once."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    main = asyncio.current_task()
-
-    def on_signal(signum: int) -> None:
-        if stop.is_set() and main is not None:
-            main.cancel()
-            return
-        log.warning("received %s: stopping intake, finishing pages in flight", signal.Signals(signum).name)
-        stop.set()
-
-    installed = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(signum, on_signal, signum)
-            installed.append(signum)
-        except (NotImplementedError, RuntimeError):  # not the main thread (e.g. in a notebook)
-            pass
-    try:
-        yield stop
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
-
-
 def reconciled(stats: dict[str, Any], counters: RunCounters) -> bool:
     """Record in ``stats`` whether every page of the input the run reached got a row.
 
@@ -121,40 +100,161 @@ def reconciled(stats: dict[str, Any], counters: RunCounters) -> bool:
     return stats["reconciled"]
 
 
-def run_sync(make: Callable[[asyncio.Event], Awaitable[ShardOutcome]]) -> ShardOutcome:
-    """Run a shard coroutine on one event loop with signal handling; map failures to exit codes."""
+#: Failures that mean "could not run" (exit code 2): the message says what to do.
+COULD_NOT_RUN = (RunError, InputError, EndpointError, StorageError)
 
-    async def main() -> ShardOutcome:
-        async with interruptible() as stop:
-            return await make(stop)
+ShardRun = Callable[[asyncio.Event], Awaitable[ShardOutcome]]
 
-    outcome = _run_and_map(main)
-    # Batched writes (Hub commits) still queued: store them whatever happened, so an interrupted
-    # or failed run keeps its completed parts. A failure here makes a clean run "could not run".
+
+async def run_guarded(make: ShardRun, stop: asyncio.Event) -> ShardOutcome:
+    """Await ``make(stop)``, the failures that stop a run turned into its outcome (exit code 2,
+    the exception in :attr:`ShardOutcome.error`); then store what batched writes still queue
+    (Hub commits), whatever happened, so an interrupted or failed run keeps its completed parts.
+    A cancellation propagates (after the queued writes are stored)."""
     try:
-        close_sinks()
-    except Exception as exc:  # noqa: BLE001 - reported, the rerun redoes the pages
-        log.error("could not store the last queued files (%s); their pages will be redone on rerun", exc)
-        if outcome.exit_code in (EXIT_OK, EXIT_PAGES_FAILED):
-            return ShardOutcome(EXIT_COULD_NOT_RUN, outcome.stats)
+        outcome = await make(stop)
+    except COULD_NOT_RUN as exc:
+        outcome = ShardOutcome(EXIT_COULD_NOT_RUN, error=exc)
+    except Exception as exc:  # noqa: BLE001 - a bug: reported with its traceback, parts are kept
+        outcome = ShardOutcome(EXIT_COULD_NOT_RUN, error=exc, unexpected=True)
+    finally:
+        stored = await asyncio.to_thread(_store_queued_writes)
+    if stored is not None and outcome.exit_code in (EXIT_OK, EXIT_PAGES_FAILED):
+        return ShardOutcome(EXIT_COULD_NOT_RUN, outcome.stats, error=stored)
     return outcome
 
 
-def _run_and_map(main: Callable[[], Awaitable[ShardOutcome]]) -> ShardOutcome:
+def _store_queued_writes() -> RunError | None:
     try:
-        return asyncio.run(main())  # type: ignore[arg-type]
-    except RunError as exc:
-        log.error("%s", exc)
-        return ShardOutcome(EXIT_COULD_NOT_RUN)
-    except (InputError, EndpointError) as exc:
-        log.error("%s", exc)
-        return ShardOutcome(EXIT_COULD_NOT_RUN)
-    except StorageError as exc:
-        log.error("%s", exc)
-        return ShardOutcome(EXIT_COULD_NOT_RUN)
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log.error("interrupted; completed parts are kept, rerun the same command to resume")
-        return ShardOutcome(EXIT_INTERRUPTED)
-    except Exception:
-        log.exception("the run failed unexpectedly; completed parts are kept, rerun to resume")
-        return ShardOutcome(EXIT_COULD_NOT_RUN)
+        close_sinks()
+    except Exception as exc:  # noqa: BLE001 - reported, the rerun redoes the pages
+        return RunError(f"could not store the last queued files ({exc}); their pages will be redone on rerun")
+    return None
+
+
+def run_blocking(make: ShardRun, *, command_line: bool = False) -> ShardOutcome:
+    """Run a shard coroutine to its outcome from synchronous code.
+
+    Without a running event loop, on the main thread (a script, the command line), the run gets
+    a loop here, and SIGINT (Ctrl-C) stops it gracefully: ``stop`` is set, so intake ends and the
+    pages in flight finish; a second signal cancels the run at once. ``command_line`` adds SIGTERM
+    (a platform stopping the job) and logs every failure, for the exit code. Where a loop is
+    running already (Jupyter) or off the main thread, the run gets its own loop in a worker
+    thread, and a ``KeyboardInterrupt`` that reaches this thread while it waits does the same.
+    An interrupt from the user sets :attr:`ShardOutcome.interrupted_by_user`.
+    """
+    try:
+        asyncio.get_running_loop()
+        loop_running = True
+    except RuntimeError:
+        loop_running = False
+    if loop_running or threading.current_thread() is not threading.main_thread():
+        outcome = _run_in_thread(make)
+    else:
+        signals = (signal.SIGTERM, signal.SIGINT) if command_line else (signal.SIGINT,)
+        outcome = _run_here(make, signals)
+    if command_line and outcome.error is not None:
+        if outcome.unexpected:
+            log.error("the run failed unexpectedly; completed parts are kept, rerun to resume", exc_info=outcome.error)
+        else:
+            log.error("%s", outcome.error)
+    return outcome
+
+
+def _interrupted(by_user: bool) -> ShardOutcome:
+    log.error("interrupted; completed parts are kept, rerun the same command to resume")
+    return ShardOutcome(EXIT_INTERRUPTED, interrupted_by_user=by_user)
+
+
+def _run_here(make: ShardRun, signals: tuple[signal.Signals, ...]) -> ShardOutcome:
+    by_user = False
+
+    async def main() -> ShardOutcome:
+        nonlocal by_user
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        task = asyncio.current_task()
+
+        def on_signal(signum: int) -> None:
+            nonlocal by_user
+            by_user = by_user or signum == signal.SIGINT
+            if stop.is_set() and task is not None:
+                task.cancel()
+                return
+            log.warning("received %s: stopping intake, finishing pages in flight", signal.Signals(signum).name)
+            stop.set()
+
+        for signum in signals:
+            loop.add_signal_handler(signum, on_signal, signum)
+        try:
+            return await run_guarded(make, stop)
+        except asyncio.CancelledError:
+            return _interrupted(by_user)
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+
+    try:
+        outcome = asyncio.run(main())
+    except KeyboardInterrupt:  # before the handler was in place, or after it was removed
+        return _interrupted(True)
+    outcome.interrupted_by_user = outcome.interrupted_by_user or (by_user and outcome.exit_code == EXIT_INTERRUPTED)
+    return outcome
+
+
+def _run_in_thread(make: ShardRun) -> ShardOutcome:
+    started = threading.Event()
+    state: dict[str, Any] = {}
+
+    async def main() -> ShardOutcome:
+        state["loop"], state["stop"], state["task"] = asyncio.get_running_loop(), asyncio.Event(), asyncio.current_task()
+        started.set()
+        try:
+            return await run_guarded(make, state["stop"])
+        except asyncio.CancelledError:
+            return _interrupted(True)
+
+    finished = threading.Event()
+
+    def target() -> None:
+        try:
+            state["outcome"] = asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            state["error"] = exc
+        finally:
+            started.set()
+            finished.set()
+
+    threading.Thread(target=target, name="llm-ocr-run", daemon=True).start()
+    interrupts = 0
+    # An Event, not Thread.join: a join that a KeyboardInterrupt breaks into can leave the thread
+    # marked as ended while it still runs.
+    while not finished.is_set():
+        try:
+            finished.wait(0.25)
+        except KeyboardInterrupt:
+            interrupts += 1
+            started.wait()
+            _signal_run(state, interrupts)
+    if "error" in state:
+        raise state["error"]
+    outcome: ShardOutcome = state["outcome"]
+    if interrupts:
+        outcome.interrupted_by_user = True
+    return outcome
+
+
+def _signal_run(state: dict[str, Any], interrupts: int) -> None:
+    """The first interrupt stops the run in the worker thread gracefully, the next cancels it."""
+    loop = state.get("loop")
+    if loop is None:
+        return
+    if interrupts == 1:
+        log.warning("interrupted: stopping intake, finishing pages in flight (interrupt again to cancel them)")
+        action = state["stop"].set
+    else:
+        action = state["task"].cancel
+    try:
+        loop.call_soon_threadsafe(action)
+    except RuntimeError:  # the loop has just closed: the run is over
+        pass

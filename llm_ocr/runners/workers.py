@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import math
 import multiprocessing
 import os
 import threading
@@ -83,3 +84,22 @@ def crop_figures(image: bytes, boxes: list[list[int]]) -> list[bytes]:
             page.crop((x1, y1, x2, y2)).save(buffer, format="PNG", compress_level=1)
             crops.append(buffer.getvalue())
     return crops
+
+
+def transform_image(image: bytes, rotate: int = 0, size: tuple[int, int] | None = None, min_side: int = 0) -> tuple[bytes, int, int]:
+    """An encoded image turned ``rotate`` degrees counter-clockwise (0, 90, 180, 270, as PIL's
+    ``Image.Transpose.ROTATE_*``), then resized to ``size`` (width, height), then scaled up so
+    its shorter side has at least ``min_side`` pixels; PNG bytes and the new size."""
+    with Image.open(io.BytesIO(image)) as opened:
+        img = opened.convert("RGB")
+    turns = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_270}
+    if rotate % 360:
+        img = img.transpose(turns[rotate % 360])
+    if size is not None and img.size != tuple(size):
+        img = img.resize(tuple(size), Image.Resampling.BICUBIC)
+    if min_side and min(img.size) < min_side:
+        scale = min_side / min(img.size)
+        img = img.resize((math.ceil(img.width * scale), math.ceil(img.height * scale)), Image.Resampling.BICUBIC)
+    buffer = io.BytesIO()
+    img.save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue(), img.width, img.height

@@ -27,20 +27,9 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from llm_ocr.servers.presets import GpuPreset
-from llm_ocr.vlm.recipes import recipe_for
-
-#: The DeepSeek-OCR serving recipe (FACTS.md, DeepSeek-OCR; vllm-project/recipes
-#: DeepSeek/DeepSeek-OCR.md): the n-gram repetition blocker is a logits processor that must be
-#: loaded at startup (requests then pass ``vllm_xargs``); prefix caching and the multimodal
-#: processor cache buy nothing when every page is a different image.
-DEEPSEEK_OCR_SERVER_ARGS: tuple[str, ...] = (
-    "--logits-processors",
-    "vllm.model_executor.models.deepseek_ocr:NGramPerReqLogitsProcessor",
-    "--no-enable-prefix-caching",
-    "--mm-processor-cache-gb",
-    "0",
-)
+from llm_ocr.servers.presets import GpuPreset, for_family
+from llm_ocr.vlm.families import Family, family_for
+from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
 
 #: One page image per request: vLLM sizes its encoder cache and profiling for this many.
 LIMIT_MM_PER_PROMPT = json.dumps({"image": 1})
@@ -56,6 +45,10 @@ def _model_is_positional(server_command: Sequence[str]) -> bool:
     return bool(server_command) and server_command[-1] == "serve"
 
 
+#: The DeepSeek-OCR serving flags (vllm-project/recipes DeepSeek/DeepSeek-OCR.md and its yaml).
+DEEPSEEK_OCR_SERVER_ARGS: tuple[str, ...] = DEEPSEEK_OCR.serving.args
+
+
 def server_args(
     *,
     host: str,
@@ -63,23 +56,27 @@ def server_args(
     preset: GpuPreset,
     served_model_name: str,
     model: str,
+    family: Family | None = None,
 ) -> list[str]:
-    """The vLLM flags for ``model`` on ``preset`` (without the command and model argument)."""
+    """The vLLM flags for ``model`` on ``preset`` (without the command and model argument):
+    the preset's sizing fitted to the family (its context, its KV cache), the family's own
+    flags (``llm-ocr models`` lists them), then the preset's extra flags."""
+    family = family or family_for(model)
+    sized = for_family(preset, family.serving)
     args = [
         "--host", host,
         "--port", str(port),
         "--served-model-name", served_model_name,
-        "--max-model-len", str(preset.max_model_len),
-        "--max-num-seqs", str(preset.max_num_seqs),
-        "--max-num-batched-tokens", str(preset.max_num_batched_tokens),
-        "--gpu-memory-utilization", f"{preset.gpu_memory_utilization:g}",
-        "--limit-mm-per-prompt", LIMIT_MM_PER_PROMPT,
+        "--max-model-len", str(sized.max_model_len),
+        "--max-num-seqs", str(sized.max_num_seqs),
+        "--max-num-batched-tokens", str(sized.max_num_batched_tokens),
+        "--gpu-memory-utilization", f"{sized.gpu_memory_utilization:g}",
+        "--limit-mm-per-prompt", json.dumps(dict(family.serving.limit_mm_per_prompt)),
     ]  # fmt: skip
-    if recipe_for(model).family == "deepseek-ocr":
-        # Only DeepSeek-OCR's model module defines this processor; loading it for another model
-        # would fail at startup.
-        args += DEEPSEEK_OCR_SERVER_ARGS
-    args += preset.extra_args
+    # A family's logits processor exists only in its own model module (or package): loading it
+    # for another model would fail at startup, so each family brings only its own flags.
+    args += family.serving.args
+    args += sized.extra_args
     return args
 
 
@@ -92,8 +89,10 @@ def vllm_command(
     served_model_name: str | None = None,
     extra_args: Sequence[str] = (),
     server_command: Sequence[str] = VLLM_SERVE,
+    family: Family | None = None,
 ) -> list[str]:
-    """The argv that starts vLLM's OpenAI-compatible server for ``model``.
+    """The argv that starts vLLM's OpenAI-compatible server for ``model`` (its family's recipe,
+    or ``family``'s: a fine-tune served under another name).
 
     ``server_command`` is ``["vllm", "serve"]`` (model positional, right after ``serve``) or
     e.g. :data:`VLLM_API_SERVER` (model as ``--model``). ``served_model_name`` defaults to
@@ -110,6 +109,7 @@ def vllm_command(
         preset=preset,
         served_model_name=served_model_name or model,
         model=model,
+        family=family,
     )
     command += list(extra_args)
     return command
@@ -154,8 +154,10 @@ def sim_command(
     port: int,
     extra_args: Sequence[str] = (),
     preset: GpuPreset | None = None,
+    recipe: str | None = None,
 ) -> list[str]:
-    """The argv that starts the simulated server (``python -m llm_ocr.servers.sim``).
+    """The argv that starts the simulated server (``python -m llm_ocr.servers.sim``), playing
+    ``model``'s family (or ``recipe``'s).
 
     With ``preset``, the simulator gets its context length and as many decode slots as the
     preset's ``max_num_seqs``, so a benchmark against it behaves like that GPU's batch size.
@@ -168,6 +170,8 @@ def sim_command(
     ]  # fmt: skip
     if preset is not None:
         command += ["--max-model-len", str(preset.max_model_len), "--slots", str(preset.max_num_seqs)]
+    if recipe:
+        command += ["--recipe", recipe]
     command += list(extra_args)
     return command
 

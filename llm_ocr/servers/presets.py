@@ -36,6 +36,8 @@ import subprocess
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llm_ocr.vlm.families.base import Serving
+
 log = logging.getLogger(__name__)
 
 #: DeepSeek-OCR's context length (``max_position_embeddings``; FACTS.md "context 8192").
@@ -323,6 +325,35 @@ def detect_gpu(nvidia_smi: str = "nvidia-smi", timeout: float = 15.0) -> GpuInfo
         return None
     name, mib = gpus[0]
     return GpuInfo(name=name, memory_mib=mib, count=len(gpus))
+
+
+def for_family(preset: GpuPreset, serving: Serving) -> GpuPreset:
+    """``preset`` sized for a model family: its context as ``--max-model-len``, and as many
+    sequences as that family's KV cache holds at its typical page (the same arithmetic as the
+    DeepSeek-OCR presets, with the family's weights and KV bytes per token), never more than the
+    preset's own. DeepSeek-OCR's figures give the preset back unchanged."""
+    same = (
+        serving.weights_gib == ENGINE_OVERHEAD_GIB
+        and serving.kv_bytes_per_token == KV_BYTES_PER_TOKEN
+        and serving.typical_seq_tokens == TYPICAL_SEQ_TOKENS
+    )
+    update: dict[str, object] = {"max_model_len": serving.context}
+    if not same and preset.gpu_memory_gb > 0:
+        kv_gib = preset.gpu_memory_gb * preset.gpu_memory_utilization - serving.weights_gib
+        tokens = max(0, int(kv_gib * _GIB // serving.kv_bytes_per_token))
+        seqs = tokens // serving.typical_seq_tokens
+        # Multiples of 16 keep the batch aligned with vLLM's CUDA-graph capture sizes.
+        seqs = max(8, min(preset.max_num_seqs, (seqs // 16) * 16 or seqs))
+        update["max_num_seqs"] = seqs
+        update["notes"] = (
+            f"{preset.notes} For this family: {preset.gpu_memory_gb:g} x {preset.gpu_memory_utilization:g} - "
+            f"{serving.weights_gib:g} GiB = {kv_gib:.1f} GiB KV = ~{tokens} tokens of "
+            f"{serving.kv_bytes_per_token // 1024} KiB = ~{tokens // serving.typical_seq_tokens} pages of "
+            f"{serving.typical_seq_tokens} tokens -> {seqs}."
+        )
+    if all(getattr(preset, k) == v for k, v in update.items() if k != "notes"):
+        return preset
+    return preset.model_copy(update=update)
 
 
 def client_in_flight(preset: GpuPreset) -> int:

@@ -28,6 +28,7 @@ import aiohttp
 import psutil
 
 from llm_ocr.servers import reaper
+from llm_ocr.servers.prometheus import parse_metrics
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +37,6 @@ log = logging.getLogger(__name__)
 _SECRET_FLAG = re.compile(r"^--?[\w-]*(?<!per-)(key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)
 #: Values that look like credentials wherever they appear (HF, OpenAI-style, bearer tokens).
 _SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|Bearer\s+\S+)")
-
-#: Prometheus metric names (vLLM, FACTS.md) -> the keys :meth:`ManagedServer.metrics` returns.
-_METRICS = {
-    "vllm:num_requests_running": "running",
-    "vllm:num_requests_waiting": "waiting",
-    "vllm:kv_cache_usage_perc": "kv_cache_usage",
-    "vllm:generation_tokens_total": "generation_tokens_total",
-    "vllm:prompt_tokens_total": "prompt_tokens_total",
-}
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{.*\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
-
 
 class ServerFailed(Exception):
     """The server could not be started or kept running; carries its exit code and log tail."""
@@ -95,30 +85,6 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """vLLM's ``/metrics`` (Prometheus text) -> ``running``, ``waiting``, ``kv_cache_usage``,
-    ``generation_tokens_total``, ``prompt_tokens_total``, each summed over its label sets.
-
-    Metrics the server does not export are missing from the result (never guessed as 0).
-    """
-    out: dict[str, float] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m or m.group("name") not in _METRICS:
-            continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        key = _METRICS[m.group("name")]
-        # Several engines (data parallel) or label sets export one sample each: sum them.
-        out[key] = out.get(key, 0.0) + value
-    return out
-
-
 def _group_alive(pgid: int) -> bool:
     """Whether any non-zombie process is left in process group ``pgid``."""
     if not reaper.group_exists(pgid):
@@ -150,6 +116,8 @@ class ManagedServer:
     Args:
         command: the server's argv (see :mod:`llm_ocr.servers.engines`).
         host, port: where it listens (used for ``/health``, ``/metrics`` and :attr:`base_url`).
+        port_file: where a server started with ``--port 0 --port-file PATH`` (the simulator, the
+            CPU engine) writes the port the OS gave it; read after each (re)start, before ``/health``.
         log_path: file the server's stdout and stderr are appended to (parents are created).
         env: variables added to (and overriding) this process's environment for the server.
         startup_timeout: seconds one start may take until ``/health`` answers 200 (vLLM
@@ -179,12 +147,14 @@ class ManagedServer:
         poll_interval: float = 1.0,
         health_interval: float = 10.0,
         unhealthy_timeout: float | None = 120.0,
+        port_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if not command:
             raise ValueError("empty server command")
         self.command = list(command)
         self.host = host
         self.port = port
+        self.port_file = Path(port_file) if port_file is not None else None
         self.log_path = Path(log_path)
         self.env = dict(env) if env else None
         self.startup_timeout = startup_timeout
@@ -374,6 +344,8 @@ class ManagedServer:
 
     def _spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.port_file is not None:
+            self.port_file.unlink(missing_ok=True)  # the new process writes its own
         self.generation += 1
         env = None
         if self.env is not None:
@@ -468,6 +440,16 @@ class ManagedServer:
         self._failed = exc
         raise exc
 
+    def read_port_file(self) -> bool:
+        """Learn the port from :attr:`port_file` once the server wrote it; True when it is known."""
+        if self.port_file is None:
+            return True
+        try:
+            self.port = int(self.port_file.read_text().strip())
+        except (OSError, ValueError):  # not written yet (it is written atomically once listening)
+            return False
+        return True
+
     async def _wait_healthy(self, proc: subprocess.Popen[bytes]) -> bool:
         """Poll ``/health`` until 200 (True) or until ``proc`` exits (False); raise on timeout."""
         deadline = self._started_at + self.startup_timeout
@@ -475,15 +457,15 @@ class ManagedServer:
         # (setup_server in vllm/entrypoints/openai/api_server.py), so a probe can connect and
         # then hang: keep each probe short.
         probe = aiohttp.ClientTimeout(total=5)
-        url = f"{self.root_url}/health"
         async with aiohttp.ClientSession(timeout=probe) as session:
             while True:
                 if proc.poll() is not None:
                     return False
                 try:
-                    async with session.get(url) as resp:
-                        if resp.status == 200:
-                            return True
+                    if self.read_port_file():
+                        async with session.get(f"{self.root_url}/health") as resp:
+                            if resp.status == 200:
+                                return True
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
                     pass
                 if proc.poll() is not None:
@@ -495,7 +477,8 @@ class ManagedServer:
                         f"{self.name} server not healthy after {self.startup_timeout:g}s; killed it",
                         exit_code=proc.returncode, log_tail=tail,
                     ))
-                await asyncio.sleep(0.5)
+                # Often at first (a small server is up in a second), then every half second.
+                await asyncio.sleep(0.05 if time.monotonic() - self._started_at < 5 else 0.5)
 
     async def _watch(self) -> None:
         """Notice the server dying (or going unhealthy) mid-run and restart it within the budget."""

@@ -5,16 +5,16 @@
 - :mod:`.render`  documents -> encoded page images (in worker processes)
 - :mod:`.images`  Pillow helpers: open safely, convert, fit, encode
 - :mod:`.text_layer` a PDF page's own text layer, and whether it reads as English
+- :mod:`.rerender` one document's pages re-rendered after the run (the report, Fields' page images)
 
 May import storage (to read any URL) and records; never vlm, stages, runners, servers or commands.
 """
 
-from .base import DocumentKind, DocumentRef, PageFailure, PageImage, RenderOptions
-from .listing import DatasetOptions, InputError, InputPlan, document_kind, list_documents, plan_inputs
+from .base import DocumentKind, DocumentRef, PageFailure, PageImage
+from .listing import InputError, InputPlan, document_kind, list_documents, plan_inputs
 from .render import DocumentError, close_documents, count_pages, render_pages
 
 __all__ = [
-    "DatasetOptions",
     "DocumentError",
     "DocumentKind",
     "DocumentRef",
@@ -22,7 +22,6 @@ __all__ = [
     "InputPlan",
     "PageFailure",
     "PageImage",
-    "RenderOptions",
     "close_documents",
     "count_pages",
     "document_kind",

@@ -9,40 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from pydantic import BaseModel, Field
-
 from .density import TextEstimate
 
 DocumentKind = Literal["pdf", "image", "dataset_row"]
-
-
-class RenderOptions(BaseModel):
-    """How pages become the images sent to the model."""
-
-    dpi: float = Field(144.0, gt=0, description="PDF render resolution (DeepSeek-OCR's own pipeline uses 144).")
-    max_page_pixels: int = Field(
-        12_000_000,
-        gt=0,
-        description="Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans).",
-    )
-    min_page_side: int = Field(
-        640,
-        ge=0,
-        description="PDF pages whose longer side would render smaller than this many pixels (labels, "
-        "cards, pages sized in odd units) are rendered at this size instead; 0 = never.",
-    )
-    max_image_pixels: int = Field(
-        120_000_000,
-        gt=0,
-        description="Images with more pixels than this are refused as likely decompression bombs.",
-    )
-    max_pages: int = Field(
-        100_000, gt=0, description="Documents with more pages than this are refused (error row)."
-    )
-    image_format: Literal["jpeg", "png"] = Field(
-        "jpeg", description="Encoding of page images sent to the model: jpeg (fast) or png (lossless)."
-    )
-    jpeg_quality: int = Field(95, ge=50, le=100, description="JPEG quality when image_format is jpeg.")
 
 
 @dataclass(frozen=True)

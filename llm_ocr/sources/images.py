@@ -19,7 +19,7 @@ from typing import IO
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .base import RenderOptions
+from llm_ocr.options import RenderOptions
 
 _EXIF_ORIENTATION = 0x0112
 
@@ -99,7 +99,20 @@ def prepare_frame(img: Image.Image, frame: int, opts: RenderOptions) -> Image.Im
             raise ImageRefused(f"{e} (max_image_pixels)") from e
         except (OSError, SyntaxError, ValueError, EOFError) as e:
             raise ImageRefused(f"not a readable image: {type(e).__name__}: {e}") from e
-        return fit(rgb, opts.max_page_pixels)
+        return fit(fit_long_side(rgb, opts), opts.max_page_pixels)
+
+
+def fit_long_side(img: Image.Image, opts: RenderOptions) -> Image.Image:
+    """``img`` scaled so its longer side is ``opts.long_side`` (up or down), then down to at most
+    ``opts.max_long_side``; unchanged when neither is set."""
+    target = opts.long_side or max(img.size)
+    if opts.max_long_side:
+        target = min(target, opts.max_long_side)
+    if target == max(img.size):
+        return img
+    scale = target / max(img.size)
+    size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
+    return img.resize(size, Image.Resampling.LANCZOS)
 
 
 def to_rgb(img: Image.Image) -> Image.Image:

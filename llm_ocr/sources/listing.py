@@ -31,8 +31,7 @@ import fsspec
 import pyarrow as pa
 from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
-from pydantic import BaseModel, Field
-
+from llm_ocr.options import DatasetOptions
 from llm_ocr.sharding import check_shard, round_robin_owner
 from llm_ocr.storage.stores import classify, explain, store_options
 
@@ -45,22 +44,6 @@ logger = logging.getLogger(__name__)
 PDF_EXTENSIONS = frozenset({".pdf"})
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".gif", ".bmp"})
 PARQUET_EXTENSION = ".parquet"
-
-
-class DatasetOptions(BaseModel):
-    """Which part of a dataset INPUT to read (Hub or Parquet)."""
-
-    config: str | None = Field(
-        None,
-        description="Dataset configuration (subset) name, e.g. olmOCR-mix-0225-documents. When set, an "
-        "INPUT that is not an existing path is loaded as a Hub dataset OWNER/NAME.",
-    )
-    split: str = Field("train", description="Dataset split to read.")
-    image_column: str | None = Field(
-        None,
-        description='Column holding the page image(s). Default: "images", then "image", then the '
-        "first column of type Image or list of Image.",
-    )
 
 
 class InputError(Exception):

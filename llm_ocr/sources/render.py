@@ -27,7 +27,9 @@ import pypdfium2.raw as pdfium_c
 from fsspec.implementations.local import LocalFileSystem
 from PIL import Image
 
-from .base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.options import RenderOptions
+
+from .base import DocumentRef, PageFailure, PageImage
 from .density import TextEstimate, ink_estimate, text_layer_estimate
 from .images import ImageRefused, encode, open_image, page_count, prepare_frame
 
@@ -228,10 +230,17 @@ def _layer(page: pdfium.PdfPage) -> TextEstimate | None:
 
 
 def _pdf_scale(width: float, height: float, opts: RenderOptions) -> float:
-    """``dpi / 72``, raised so that the longer side has at least ``min_page_side`` pixels, and
-    lowered so that the rendered bitmap stays within ``max_page_pixels`` (which wins)."""
-    scale = opts.dpi / 72
+    """``dpi / 72`` (or what makes the longer side ``long_side`` pixels, capped at
+    ``max_long_side``), raised so that the longer side has at least ``min_page_side`` pixels,
+    and lowered so that the rendered bitmap stays within ``max_page_pixels`` (which wins)."""
     long_side = max(width, height)
+    scale = opts.long_side / long_side if opts.long_side else opts.dpi / 72
+    if opts.max_long_side and long_side * scale > opts.max_long_side:
+        scale = opts.max_long_side / long_side
+    exact = min(filter(None, (opts.long_side, opts.max_long_side)), default=0)
+    # pypdfium2 sizes the bitmap with ceil(): a rounding error must not make it one pixel longer.
+    while exact and math.ceil(long_side * scale) > exact:
+        scale = math.nextafter(scale, 0.0)
     floor = opts.min_page_side
     if 0 < long_side * scale < floor:
         scale = floor / long_side

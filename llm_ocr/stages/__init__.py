@@ -5,6 +5,7 @@
 - :mod:`.assemble` a document's pages, in order -> one Markdown document with figures in place
 - :mod:`.export`   Markdown files with their figures beside them, for people
 - :mod:`.fallback` a failed PDF page's text layer as marked fallback text
+- :mod:`.fields`   a document's Markdown or page images -> fields validated against a schema
 
 A stage takes records and a context (the client, the options) and returns records; it knows
 nothing of shards, resume or signals. May import vlm, sources (types), records and storage (to

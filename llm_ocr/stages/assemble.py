@@ -21,16 +21,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
-
+from llm_ocr.options import AssembleOptions
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, DocumentResult, Figure, PageResult
 from llm_ocr.stages.fallback import append_fallback
 from llm_ocr.vlm.grounding import FIGURE_LINK
 
-#: DeepSeek-OCR's own page marker (FACTS.md: pages joined with "\n<--- Page Split --->\n"),
-#: given blank lines around it: with single newlines Markdown glues it, and the text around it,
-#: into one paragraph.
-DEFAULT_PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
 ALT_TEXT_CHARS = 100
 #: Figure links with their alt text (the same shape as grounding.FIGURE_LINK, alt captured).
 FIGURE_LINK_ALT = re.compile(r"!\[([^\[\]\n]{0,200})\]\(figure:([^()\s]{1,200})\)")
@@ -39,27 +34,6 @@ _ALT_ESCAPES = str.maketrans({"\\": "\\\\", "*": "\\*", "_": "\\_", "`": "\\`", 
 _MANY_NEWLINES = re.compile(r"\n{3,}")
 _MAX_ERRORS_IN_MESSAGE = 5
 
-
-class AssembleOptions(BaseModel):
-    """How Assemble lays out a document, and whether it exports Markdown files."""
-
-    page_separator: str = Field(
-        DEFAULT_PAGE_SEPARATOR,
-        description="Text between pages; \\n means a newline and {page} the number of the page that follows.",
-    )
-    export_markdown: bool = Field(
-        False,
-        description="Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links).",
-    )
-    assemble_batch_pages: int = Field(
-        2000, ge=1, description="Pages held in memory at once (documents are read from storage in batches)."
-    )
-
-    @field_validator("page_separator")
-    @classmethod
-    def _unescape(cls, value: str) -> str:
-        # Flags and environment variables cannot easily carry a newline; "\n" in them can.
-        return value.replace("\\n", "\n")
 
 
 def alt_text(caption: str | None, limit: int = ALT_TEXT_CHARS) -> str:
@@ -194,8 +168,11 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]], options: Asse
             texts.append(append_fallback(render_page(page, ids), page))
             figures.extend(_figure_row(f, ids[f.id], number) for f in page.figures)
     markdown = texts[0]
+    page_starts = [0]  # where each page's text begins in the document (Fields splits by page)
     for number, text in enumerate(texts[1:], start=2):
-        markdown += separator(options.page_separator, number) + text
+        markdown += separator(options.page_separator, number)
+        page_starts.append(len(markdown))
+        markdown += text
     if not failed:
         status, error = "ok", None
     else:
@@ -213,4 +190,5 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]], options: Asse
         status=status,  # type: ignore[arg-type]
         failed_pages=[n for n, _ in failed],
         error=error,
+        page_starts=page_starts,
     )

@@ -13,13 +13,11 @@ text to ``max_tokens`` again. The caller reads such a page in tiles (:mod:`llm_o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from llm_ocr.vlm.client import ChatResult, VlmClient
+from llm_ocr.vlm.families.base import BodyFor, Family, Retries
 from llm_ocr.vlm.loops import LoopPolicy, LoopWatch
-from llm_ocr.vlm.recipes import ModelRecipe
 
 #: Finish reasons of an answer that did not end by itself.
 UNFINISHED = ("length", "loop")
@@ -84,29 +82,36 @@ def cut_note(result: ChatResult, attempt: int, temperature: float) -> tuple[int,
 
 async def ask_until_whole(
     client: VlmClient,
-    recipe: ModelRecipe,
-    request: Callable[[float], dict[str, Any]],
+    recipe: Family,
+    request: BodyFor,
     *,
-    retries: int,
-    temperature_step: float,
+    retries: int | None = None,
+    temperature_step: float | None = None,
     cut_loops: bool,
     policy: LoopPolicy | None = None,
+    schedule: Retries | None = None,
     stop_when_long: bool = False,
 ) -> Answer:
-    """Ask with ``request(temperature)`` at temperature 0, then, while the answer looped, up to
-    ``retries`` more times at ``temperature_step`` higher each; the best answer is kept.
+    """Ask with ``request(temperature, attempt)`` at the family's first temperature, then, while
+    the answer looped, up to ``retries`` more times (default: the family's count) at its next
+    retry temperatures (``temperature_step``: evenly spaced instead); the best answer is kept.
 
     With ``cut_loops`` every request streams and is closed as soon as it repeats itself. With
     ``stop_when_long`` an answer that ran to ``max_tokens`` without repeating itself ends the
     asking (:attr:`Answer.long`; see the module docstring).
     """
     policy = policy or LoopPolicy()
+    schedule = schedule or recipe.retries
+    retries = schedule.count if retries is None else retries
     kept: ChatResult | None = None
     attempts = cut_tokens = 0
     notes: list[str] = []
     for number in range(retries + 1):
-        temperature = min(1.0, number * temperature_step)
-        body = request(temperature)
+        if temperature_step is None:
+            temperature = schedule.temperature(number)
+        else:
+            temperature = min(1.0, schedule.temperatures[0] + number * temperature_step)
+        body = request(temperature, number)
         if cut_loops:
             result = await client.chat(recipe.streamed(body), stream=True, loops=policy)
         else:

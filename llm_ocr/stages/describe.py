@@ -10,47 +10,22 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import fsspec
-from pydantic import BaseModel, Field, SecretStr
-
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.storage.stores import store_options
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.grounding import EOS
-from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, image_messages, recipe_for
+from llm_ocr.vlm.recipes import image_messages, recipe_for
 
 #: Longest excerpt of a rejected answer kept in a figure's error (enough to see what went wrong).
 _ERROR_EXCERPT = 300
 #: Fields whose string value leads the readable form of a structured description.
 _LEAD_FIELDS = ("description", "caption", "summary", "alt", "alt_text", "text")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
-
-
-class DescribeOptions(BaseModel):
-    """How Describe captions figure crops: prompt, model, endpoint and optional JSON schema."""
-
-    describe_prompt: str | None = Field(
-        None, description=f"Prompt sent with each figure crop (default: {DESCRIBE_PROMPT!r}, DeepSeek-OCR's own)."
-    )
-    describe_max_tokens: int = Field(
-        1024, gt=0, description="Most tokens one description may generate (capped by the server's context)."
-    )
-    describe_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of descriptions.")
-    describe_model: str | None = Field(None, description="Served model that writes descriptions (default: --model).")
-    describe_endpoint: str | None = Field(
-        None, description="OpenAI-compatible base URL of a separate captioning server (default: the job's endpoint)."
-    )
-    describe_api_key: SecretStr | None = Field(
-        None, description="API key of --describe-endpoint (default: --api-key; prefer LLM_OCR_DESCRIBE_API_KEY)."
-    )
-    describe_schema: str | None = Field(
-        None,
-        description="JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured "
-        "output; the validated JSON goes to description_json and a readable form to description.",
-    )
 
 
 class SchemaError(Exception):
@@ -109,8 +84,11 @@ class DescribeContext:
     temperature: float = 0.0
     extra_body: dict[str, Any] = field(default_factory=dict)
     schema: dict[str, Any] | None = None
-    #: Bounds figure requests in flight; each request takes a slot on its own (no batches).
-    limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(64))
+    #: Describe figures that arrive with a description (from the OCR model's page answer) again.
+    redescribe: bool = False
+    #: Bounds figure requests in flight; each request takes a slot on its own (no batches). A
+    #: runner passes a limit sized for its endpoint (it may change while the run goes).
+    limit: AbstractAsyncContextManager[Any] = field(default_factory=lambda: asyncio.Semaphore(64))
     counts: FigureCounts = field(default_factory=FigureCounts)
     _validator: Any = field(default=None, init=False, repr=False)
 
@@ -242,7 +220,8 @@ async def describe_figure(figure: Figure, ctx: DescribeContext) -> Figure:
 
     :class:`EndpointDown` propagates: the run stops rather than failing every remaining figure.
     """
-    if figure.description:
+    if figure.description and not ctx.redescribe:
+        # Extract's family described it inline (olmOCR-2's alt text, Chandra's alt): kept.
         ctx.counts.already += 1
         return figure
     if figure.image is None:

@@ -1,26 +1,29 @@
-"""Extract: a page image → DeepSeek-OCR grounding output → Markdown, layout blocks, figure crops.
+"""Extract: a page image → the model family's answer → Markdown, layout blocks, figure crops.
 
-The per-page work is :func:`extract_page`; the runner feeds it pages and writes its rows.
+The per-page work is :func:`extract_page`; the runner feeds it pages and writes its rows. How a
+page is asked and how the answer is read is the family's recipe (:mod:`llm_ocr.vlm.families`):
+one request for most families, several for some (MinerU's layout pass, then one request per
+block; olmOCR-2's page turned and read again). A page longer than 1:3 is read in segments
+(:mod:`llm_ocr.stages.segmented`); a page whose text is longer than one answer, in tiles
+(:mod:`llm_ocr.stages.tiled`), when its family allows it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from pydantic import BaseModel, Field
-
+from llm_ocr.options import ExtractOptions, RenderOptions
 from llm_ocr.records import Block, Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
 from llm_ocr.stages.segmented import read_in_segments
 from llm_ocr.stages.tiled import TilePlan, may_be_long, read_in_tiles, tiles_after, tiles_at_once, tiling_allowed
-from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
-from llm_ocr.vlm.grounding import parse_layout
-from llm_ocr.vlm.recipes import ModelRecipe, image_messages
+from llm_ocr.vlm.client import EndpointDown, RequestFailed, VlmClient
+from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retries
 
 log = logging.getLogger(__name__)
 
@@ -28,63 +31,55 @@ log = logging.getLogger(__name__)
 EOS_TOKEN = "<｜end▁of▁sentence｜>"
 
 
-class ExtractOptions(BaseModel):
-    """What Extract asks the model and how it treats degenerate answers."""
-
-    prompt: str | None = Field(None, description="OCR prompt (default: the model family's grounding document prompt).")
-    max_tokens: int | None = Field(
-        None, gt=0, description="Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."
-    )
-    truncation_retries: int = Field(
-        1,
-        ge=0,
-        description="Extra attempts for a page that hit max_tokens (a repetition loop), each at a higher temperature.",
-    )
-    retry_temperature_step: float = Field(0.2, ge=0, le=1, description="Temperature added per truncation retry.")
-    retry_quarantined: bool = Field(
-        False, description="Retry pages an earlier run quarantined because the model server crashed on them."
-    )
-    text_layer_fallback: bool = Field(
-        True, description="Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."
-    )
-    max_page_aspect: float = Field(
-        3.0,
-        ge=0,
-        description="Pages whose long side exceeds this many times their short side are read in overlapping "
-        "segments of a readable shape, one request each, and joined (0: always read whole).",
-    )
-    cut_loops: bool = Field(
-        True,
-        description="Stream each answer and close the stream as soon as it repeats itself (a repetition loop), "
-        "then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens).",
-    )
-    tile_dense_pages: bool = Field(
-        True,
-        description="Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, "
-        "all at once: straight away when its text layer or ink says so, else when its answer runs to "
-        "max_tokens without repeating itself (DeepSeek-OCR only); off: such a page is retried whole.",
-    )
-
-
 @dataclass
 class ExtractContext:
     """What every page of a run shares."""
 
     client: VlmClient
-    recipe: ModelRecipe
+    recipe: Family
     options: ExtractOptions
     max_tokens: int
     crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]]
+    #: Turns or resizes an encoded image in a worker: (image, rotate, size, min_side) -> (bytes, w, h).
+    transform: Callable[..., Awaitable[tuple[bytes, int, int]]] | None = None
 
 
-def page_request(page: PageImage, ctx: ExtractContext, temperature: float) -> dict[str, Any]:
-    """The chat-completion arguments for one page (model is added by the client)."""
-    return {
-        "messages": image_messages(page.image, page.mime, ctx.recipe.ocr_prompt),
-        "max_tokens": ctx.max_tokens,
-        "temperature": temperature,
-        "extra_body": ctx.recipe.extra_body,
-    }
+class _Tools:
+    """What a family's :meth:`~llm_ocr.vlm.families.base.Family.read` may do for one page."""
+
+    def __init__(self, ctx: ExtractContext, stop_when_long: bool = False) -> None:
+        self.ctx = ctx
+        self.stop_when_long = stop_when_long
+
+    async def ask(self, body_for: BodyFor, retries: Retries) -> Answer:
+        options = self.ctx.options
+        return await ask_until_whole(
+            self.ctx.client,
+            self.ctx.recipe,
+            body_for,
+            retries=options.truncation_retries,
+            temperature_step=options.retry_temperature_step,
+            cut_loops=options.cut_loops,
+            schedule=retries,
+            stop_when_long=self.stop_when_long,
+        )
+
+    async def crop(self, image: bytes, boxes: list[list[int]]) -> list[bytes]:
+        return await self.ctx.crop(image, boxes)
+
+    async def transform(
+        self, image: bytes, *, rotate: int = 0, size: tuple[int, int] | None = None, min_side: int = 0
+    ) -> tuple[bytes, int, int]:
+        if self.ctx.transform is None:
+            raise RuntimeError("this Extract context cannot transform images")
+        return await self.ctx.transform(image, rotate, size, min_side)
+
+
+def family_render(render: RenderOptions, family: Family) -> RenderOptions:
+    """``render`` with the family's page image (DPI or longest side, format, pixel cap) for
+    every field the user did not set: a page is sent the way the family was trained."""
+    wanted = {k: v for k, v in family.rendering.options().items() if k not in render.model_fields_set}
+    return render.model_copy(update=wanted) if wanted else render
 
 
 def failure_result(ref: DocumentRef, page: int, error: str, num_pages: int | None, attempts: int = 0) -> PageResult:
@@ -101,32 +96,30 @@ def failure_result(ref: DocumentRef, page: int, error: str, num_pages: int | Non
     )
 
 
-async def _ask(page: PageImage, ctx: ExtractContext) -> Answer:
-    """Ask the model, cutting loops and retrying pages that looped at rising temperatures (a
-    page that is long, not looping, is not retried when it can be read in tiles instead)."""
-    return await ask_until_whole(
-        ctx.client,
-        ctx.recipe,
-        lambda temperature: page_request(page, ctx, temperature),
-        retries=ctx.options.truncation_retries,
-        temperature_step=ctx.options.retry_temperature_step,
-        cut_loops=ctx.options.cut_loops,
-        stop_when_long=_tiling(ctx) and may_be_long(page, ctx.max_tokens),
-    )
+async def read_page(page: PageImage, ctx: ExtractContext, *, stop_when_long: bool = False) -> Reading:
+    """Read one page (or segment, or tile) image the family's way; raises :class:`RequestFailed`.
+
+    With ``stop_when_long`` an answer that runs to ``max_tokens`` without repeating itself is not
+    retried hotter (:func:`~llm_ocr.stages.attempts.ask_until_whole`): the page is long, and is
+    read in tiles instead."""
+    source = PageInput(page.image, page.mime, page.width, page.height, page.page)
+    return await ctx.recipe.read(source, _Tools(ctx, stop_when_long), ctx.max_tokens)
 
 
 def _tiling(ctx: ExtractContext) -> bool:
-    return tiling_allowed(ctx.recipe.family, ctx.options.tile_dense_pages)
+    return tiling_allowed(ctx.recipe, ctx.options.tile_dense_pages)
 
 
 async def _tiled(
-    ref: DocumentRef, item: PageImage, num_pages: int | None, plan: TilePlan | None, ctx: ExtractContext, first: Answer | None = None
+    ref: DocumentRef, item: PageImage, num_pages: int | None, plan: TilePlan | None, ctx: ExtractContext, first: Reading | None = None
 ) -> PageResult | None:
-    """The page read in the tiles of ``plan`` (None: no plan, or it cannot be cut)."""
+    """The page read in the tiles of ``plan`` (None: no plan, or it cannot be cut). A tile
+    that runs out of tokens without repeating itself is not retried hotter either: it would
+    only write the same text again."""
     if plan is None:
         return None
-    ask = lambda page: _ask(page, ctx)  # noqa: E731
-    return await read_in_tiles(ref, item, num_pages, plan, ask=ask, crop=ctx.crop, model=ctx.client.model, first=first)
+    read = lambda page: read_page(page, ctx, stop_when_long=True)  # noqa: E731
+    return await read_in_tiles(ref, item, num_pages, plan, read=read, crop=ctx.crop, model=ctx.client.model, first=first)
 
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, ctx: ExtractContext) -> PageResult:
@@ -139,54 +132,82 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
     segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
     if segments:
         return await read_in_segments(
-            ref, item, num_pages, segments, ask=lambda page: _ask(page, ctx), crop=ctx.crop, model=ctx.client.model
+            ref, item, num_pages, segments, read=lambda page: read_page(page, ctx), crop=ctx.crop, model=ctx.client.model
         )
-    dense = _tiling(ctx)
-    if dense and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):
+    tiling = _tiling(ctx)
+    if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):
         return row
+    started = time.monotonic()
     try:
-        answer = await _ask(item, ctx)
+        reading = await read_page(item, ctx, stop_when_long=tiling and may_be_long(item, ctx.max_tokens))
     except RequestFailed as exc:
         return failure_result(ref, item.page, str(exc), num_pages, attempts=exc.attempts)
     except EndpointDown:
         raise
-    if dense and (row := await _tiled(ref, item, num_pages, tiles_after(answer, item, ctx.max_tokens), ctx, answer)):
+    if tiling and (row := await _tiled(ref, item, num_pages, tiles_after(reading, item, ctx.max_tokens), ctx, reading)):
         return row
-    return await result_to_page(ref, item, answer.result, answer.attempts, num_pages, ctx, answer=answer)
+    latency = reading.answers[0].result.latency_s if len(reading.answers) == 1 else time.monotonic() - started
+    return await reading_to_page(ref, item, reading, num_pages, ctx, latency)
 
 
-async def result_to_page(
+def reading_status(reading: Reading, max_tokens: int) -> tuple[str, str | None, str | None]:
+    """``(status, error, finish_reason)`` of a page from the answers it took and the notes
+    its reading left (a page turned, output repaired)."""
+    answers = reading.answers
+    unfinished = [a for a in answers if a.result.finish_reason in UNFINISHED]
+    error = None
+    if unfinished:
+        status, first = "truncated", unfinished[0]
+        where = f" in {len(unfinished)} of {len(answers)} requests" if len(answers) > 1 else ""
+        if first.result.loop is not None:
+            error = (
+                f"repetition loop cut in every one of {first.attempts} attempt(s){where}; text up to the loop kept "
+                f"({first.result.loop.describe()})"
+            )
+        else:
+            error = (
+                f"hit max_tokens ({max_tokens}) after {first.attempts} attempt(s){where}: likely a repetition loop; "
+                "partial text kept"
+            )
+        finish = first.result.finish_reason
+    else:
+        status, finish = "ok", answers[-1].result.finish_reason if answers else None
+        if not any(a.result.text.strip() for a in answers):
+            error = "model returned no text"
+    warnings = reading.layout.warnings[:5]
+    if warnings:
+        note = "; ".join(warnings)
+        error = f"{error}; {note}" if error else f"output repaired: {note}"
+    if reading.notes:
+        note = "; ".join(reading.notes)
+        error = f"{error}; {note}" if error else note
+    return status, error, finish
+
+
+async def reading_to_page(
     ref: DocumentRef,
     item: PageImage,
-    result: ChatResult,
-    attempts: int,
+    reading: Reading,
     num_pages: int | None,
     ctx: ExtractContext,
-    answer: Answer | None = None,
+    latency_s: float,
 ) -> PageResult:
-    """Parse the model's answer into a row, cropping the figures it located."""
-    # parse_layout drops the EOS token itself, after capping the length (no full copy here).
-    text = answer.text if answer is not None else result.text  # a cut loop: up to its first copy
-    layout = parse_layout(text, width=item.width, height=item.height, page=item.page)
-    status = "truncated" if result.finish_reason in UNFINISHED else "ok"
-    error = None
-    if status == "truncated" and result.loop is not None:
-        error = f"repetition loop cut in every one of {attempts} attempt(s); text up to the loop kept ({result.loop.describe()})"
-    elif status == "truncated":
-        error = f"hit max_tokens ({ctx.max_tokens}) after {attempts} attempt(s): likely a repetition loop; partial text kept"
-    elif not result.text.strip():
-        error = "model returned no text"
-    if layout.warnings:
-        note = "; ".join(layout.warnings[:5])
-        error = f"{error}; {note}" if error else f"output repaired: {note}"
+    """The row of a page read whole: its layout, the figures it located cropped from the image
+    their boxes refer to, and what the answers cost."""
+    layout = reading.layout
+    status, error, finish = reading_status(reading, ctx.max_tokens)
     figures: list[Figure] = []
     if layout.figures:
         try:
-            crops = await ctx.crop(item.image, [f.bbox for f in layout.figures])
-            figures = [Figure(id=f.id, bbox=f.bbox, image=c) for f, c in zip(layout.figures, crops)]
+            crops = await ctx.crop(reading.image, [f.bbox for f in layout.figures])
+            figures = [Figure(id=f.id, bbox=f.bbox, image=c, description=f.description) for f, c in zip(layout.figures, crops)]
         except Exception as exc:  # noqa: BLE001 - a bad crop must not lose the page's text
             log.warning("cropping figures of %s page %d failed: %s", ref.doc_id, item.page, exc)
-            figures = [Figure(id=f.id, bbox=f.bbox, error=f"crop failed: {exc}") for f in layout.figures]
+            figures = [
+                Figure(id=f.id, bbox=f.bbox, description=f.description, error=f"crop failed: {exc}") for f in layout.figures
+            ]
+    answers = reading.answers
+    notes = [n for a in answers for n in a.notes]
     return PageResult(
         doc_id=ref.doc_id,
         doc_index=ref.index,
@@ -194,19 +215,25 @@ async def result_to_page(
         source=ref.source,
         num_pages=num_pages,
         markdown=layout.markdown,
-        raw=result.text,
+        raw=reading.raw,
         figures=figures,
         blocks=[Block(label=b.label, boxes=b.boxes, text=b.text) for b in layout.blocks],
-        width=item.width,
-        height=item.height,
-        status=status,
+        width=reading.width,
+        height=reading.height,
+        status=status,  # type: ignore[arg-type]
         error=error,
-        finish_reason=result.finish_reason,
-        prompt_tokens=result.prompt_tokens,
-        completion_tokens=result.completion_tokens,
-        latency_s=round(result.latency_s, 4),
-        attempts=attempts,
-        cut_tokens=answer.cut_tokens if answer is not None and answer.notes else None,
-        cut_reason=answer.cut_reason if answer is not None else None,
+        finish_reason=finish,
+        prompt_tokens=_total(a.result.prompt_tokens for a in answers),
+        completion_tokens=_total(a.result.completion_tokens for a in answers),
+        latency_s=round(latency_s, 4),
+        attempts=sum(a.attempts for a in answers),
+        cut_tokens=sum(a.cut_tokens for a in answers) if notes else None,
+        cut_reason="; ".join(notes) if notes else None,
         model=ctx.client.model,
     )
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    """The sum of the known values (None when none is known)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None

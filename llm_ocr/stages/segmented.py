@@ -19,9 +19,10 @@ from dataclasses import dataclass, field, replace
 from llm_ocr.records import Block, Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, cut_line
-from llm_ocr.stages.attempts import UNFINISHED, Answer
+from llm_ocr.stages.attempts import UNFINISHED
 from llm_ocr.vlm.client import RequestFailed
-from llm_ocr.vlm.grounding import IMAGE_LABEL, clean_markdown, parse_layout
+from llm_ocr.vlm.families.base import Reading
+from llm_ocr.vlm.layout import alt_text, clean_markdown
 
 #: Segment requests of one page in flight at once (the page holds one slot of the page flow).
 SEGMENTS_IN_FLIGHT = 4
@@ -51,20 +52,16 @@ def _moved(box: list[int], segment: Segment) -> list[int]:
     return [box[0] + segment.left, box[1] + segment.top, box[2] + segment.left, box[3] + segment.top]
 
 
-def _pieces(text: str, segment: Segment, page: int) -> tuple[list[Piece], list[str]]:
-    """One segment's answer as blocks in page pixels (figures attached to their blocks)."""
-    layout = parse_layout(text, width=segment.width, height=segment.height, page=page)
-    figures = iter(layout.figures)
-    pending = next(figures, None)
-    pieces = []
-    for block in layout.blocks:
-        piece = Piece(segment.index, Block(block.label, [_moved(b, segment) for b in block.boxes], block.text))
-        if block.label == IMAGE_LABEL:
-            for box in block.boxes:
-                if pending is not None and pending.bbox == box:
-                    piece.figures.append(Figure(id="", bbox=_moved(box, segment)))
-                    pending = next(figures, None)
-        pieces.append(piece)
+def _pieces(reading: Reading, segment: Segment) -> tuple[list[Piece], list[str]]:
+    """One segment's reading as blocks in page pixels (figures attached to their blocks)."""
+    layout = reading.layout
+    pieces = [
+        Piece(segment.index, Block(block.label, [_moved(b, segment) for b in block.boxes], block.text))
+        for block in layout.blocks
+    ]
+    for figure in layout.figures:
+        if 0 <= figure.block < len(pieces):
+            pieces[figure.block].figures.append(Figure(id="", bbox=_moved(figure.bbox, segment), description=figure.description))
     return pieces, layout.warnings
 
 
@@ -109,6 +106,13 @@ def join_pieces(segments: list[Segment], per_segment: list[list[Piece]], page: i
             # No box: kept where the segment put it. Else only in this segment's share.
             if centre is None or ((lower is None or centre >= lower) and (upper is None or centre < upper)):
                 mine.append(piece)
+        previous = per_segment[i - 1] if i > 0 else []
+        if mine and not mine[0].block.boxes and previous and not previous[-1].block.boxes:
+            # A family without text boxes (olmOCR-2) reads the overlap twice: the words this
+            # segment's text starts with that repeat the end of the last one's are dropped.
+            head = mine[0]
+            text = drop_repeated_start(" ".join(p.block.text for p in previous if not p.block.boxes), head.block.text)
+            mine[0] = replace(head, block=Block(head.block.label, [], text))
         for piece in mine:
             twin = _twin(kept, piece)
             if twin is None:
@@ -163,7 +167,7 @@ def box_union(boxes: list[list[int]]) -> list[list[int]]:
 def _markdown(pieces: list[Piece]) -> str:
     parts = []
     for piece in pieces:
-        links = "".join(f"![](figure:{f.id})\n" for f in piece.figures)
+        links = "".join(f"![{alt_text(f.description)}](figure:{f.id})\n" for f in piece.figures)
         parts.append(links + piece.block.text)
     return clean_markdown("\n\n".join(p for p in parts if p))
 
@@ -178,14 +182,15 @@ async def read_in_segments(
     num_pages: int | None,
     segments: list[Segment],
     *,
-    ask: Callable[[PageImage], Awaitable[Answer]],
+    read: Callable[[PageImage], Awaitable[Reading]],
     crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]],
     model: str,
     join: Join = join_pieces,
     kind: str = "segment",
     in_flight: int = SEGMENTS_IN_FLIGHT,
 ) -> PageResult:
-    """Read ``item`` segment by segment with ``ask`` and join the answers into its one row.
+    """Read ``item`` segment by segment with ``read`` (the family's reading of one image) and
+    join the readings into its one row.
 
     A segment whose request fails leaves a hole: the row keeps the other segments' text and is
     an ``error`` (a rerun redoes the page); a segment that looped makes the row ``truncated``.
@@ -197,30 +202,31 @@ async def read_in_segments(
     images = await crop(item.image, [s.box for s in segments])
     limit = asyncio.Semaphore(in_flight)
 
-    async def one(segment: Segment, image: bytes) -> Answer | RequestFailed:
+    async def one(segment: Segment, image: bytes) -> Reading | RequestFailed:
         page = PageImage(item.doc_id, item.page, image, "image/png", segment.width, segment.height)
         async with limit:
             try:
-                return await ask(page)
+                return await read(page)
             except RequestFailed as exc:
                 return exc
 
-    answers = await asyncio.gather(*(one(s, image) for s, image in zip(segments, images)))
+    readings = await asyncio.gather(*(one(s, image) for s, image in zip(segments, images)))
     per_segment, warnings, failures, notes = [], [], [], []
     raw = []
-    for segment, answer in zip(segments, answers):
+    for segment, reading in zip(segments, readings):
         where = f"{kind} {segment.index + 1}/{len(segments)} [{segment.top}:{segment.bottom}, {segment.left}:{segment.right}]"
-        if isinstance(answer, RequestFailed):
-            failures.append(f"{where}: {answer}")
+        if isinstance(reading, RequestFailed):
+            failures.append(f"{where}: {reading}")
             per_segment.append([])
             continue
-        raw.append(f"<--- {where} --->\n{answer.result.text}")
-        pieces, found = _pieces(answer.text, segment, item.page)
+        raw.append(f"<--- {where} --->\n{reading.raw}")
+        pieces, found = _pieces(reading, segment)
         per_segment.append(pieces)
-        warnings += [f"{where}: {w}" for w in found[:2]]
-        if answer.cut_reason:
-            notes.append(f"{where}: {answer.cut_reason}")
-    done = [a for a in answers if isinstance(a, Answer)]
+        warnings += [f"{where}: {w}" for w in (reading.notes + found)[:2]]
+        cut = "; ".join(n for a in reading.answers for n in a.notes)
+        if cut:
+            notes.append(f"{where}: {cut}")
+    done = [a for r in readings if isinstance(r, Reading) for a in r.answers]
     pieces = join(segments, per_segment, item.page)
     figures = [f for p in pieces for f in p.figures]
     if figures:
@@ -257,7 +263,7 @@ async def read_in_segments(
         prompt_tokens=sum(a.result.prompt_tokens or 0 for a in done),
         completion_tokens=sum(a.result.completion_tokens or 0 for a in done),
         latency_s=round(time.monotonic() - started, 4),
-        attempts=sum(a.attempts for a in done) + sum(f.attempts for f in answers if isinstance(f, RequestFailed)),
+        attempts=sum(a.attempts for a in done) + sum(f.attempts for f in readings if isinstance(f, RequestFailed)),
         cut_tokens=sum(a.cut_tokens for a in done) if notes else None,
         cut_reason="; ".join(notes) if notes else None,
         segments=len(segments),

@@ -24,8 +24,10 @@ two tiles both show merged into one; then the blocks are put in reading order by
 (a recursive XY-cut that prefers columns: left to right, each top to bottom), so the columns
 of a page cut into bands read one after the other, not band by band.
 
-Only model families whose answers carry boxes can be joined: for now DeepSeek-OCR
-(:data:`TILING_FAMILIES`); other families keep the old policy.
+Each tile is read the family's way (its :meth:`~llm_ocr.vlm.families.base.Family.read`, as a
+page or a segment is). Only families whose recipe says so (``Family.dense_tiles``: their answers
+carry every block's box, which joining needs) are tiled, for now DeepSeek-OCR; the others keep
+the old policy.
 """
 
 from __future__ import annotations
@@ -41,9 +43,8 @@ from llm_ocr.sources.segments import Segment
 from llm_ocr.sources.tiles import plan_tiles
 from llm_ocr.stages.attempts import Answer
 from llm_ocr.stages.segmented import Piece, box_union, boxes_overlap, drop_repeated_start, number_figures, read_in_segments
+from llm_ocr.vlm.families.base import Family, Reading
 
-#: Families whose answers carry block boxes, which joining tiles needs (decided per family later).
-TILING_FAMILIES = ("deepseek-ocr",)
 #: Tokens of DeepSeek-OCR grounding output per character of a page's text (its tags and boxes
 #: included): 0.35 for the simulator's 7-column page (29,274 characters of markup for 24,883 of
 #: text layer, at 0.3 tokens a character).
@@ -72,9 +73,9 @@ class TilePlan:
     why: str
 
 
-def tiling_allowed(family: str, enabled: bool) -> bool:
+def tiling_allowed(family: Family, enabled: bool) -> bool:
     """Whether pages of a model ``family`` may be read in tiles (``enabled``: the option)."""
-    return enabled and family in TILING_FAMILIES
+    return enabled and family.dense_tiles
 
 
 def tiles_at_once(item: PageImage, max_tokens: int) -> TilePlan | None:
@@ -99,16 +100,17 @@ def may_be_long(item: PageImage, max_tokens: int) -> bool:
     return estimate is None or estimate.chars * TOKENS_PER_CHAR >= LONG_AGREES * max_tokens
 
 
-def tiles_after(answer: Answer, item: PageImage, max_tokens: int) -> TilePlan | None:
-    """A plan when ``answer`` (the whole page's) ran to ``max_tokens`` without repeating itself."""
-    if not answer.long:
+def tiles_after(reading: Reading, item: PageImage, max_tokens: int) -> TilePlan | None:
+    """A plan when ``reading`` (the whole page's) ended in an answer that ran to ``max_tokens``
+    without repeating itself (:attr:`~llm_ocr.stages.attempts.Answer.long`)."""
+    long = [a for a in reading.answers if isinstance(a, Answer) and a.long]
+    if not long:
         return None
     estimate = item.text_estimate
     tokens = max(round(LONG_FACTOR * max_tokens), round(estimate.chars * TOKENS_PER_CHAR) if estimate else 0)
-    result = answer.result
     return TilePlan(
         _count(tokens, max_tokens),
-        f"the whole page's answer ran to max_tokens ({result.completion_tokens} tokens) without repeating itself",
+        f"the whole page's answer ran to max_tokens ({long[0].result.completion_tokens} tokens) without repeating itself",
     )
 
 
@@ -122,32 +124,33 @@ async def read_in_tiles(
     num_pages: int | None,
     plan: TilePlan,
     *,
-    ask: Callable[[PageImage], Awaitable[Answer]],
+    read: Callable[[PageImage], Awaitable[Reading]],
     crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]],
     model: str,
-    first: Answer | None = None,
+    first: Reading | None = None,
 ) -> PageResult | None:
-    """Read ``item`` in the tiles of ``plan``, all at once, and join them into its one row
-    (None when the page cannot be cut: read it whole). ``first`` is the whole page's answer
-    that ran out of tokens, if there was one: its tokens and text stay in the row."""
+    """Read ``item`` in the tiles of ``plan`` (each with ``read``, the family's reading of one
+    image), all at once, and join them into its one row (None when the page cannot be cut:
+    read it whole). ``first`` is the whole page's reading that ran out of tokens, if there was
+    one: its tokens and text stay in the row."""
     tiles = await asyncio.to_thread(plan_tiles, item.image, plan.count)
     if len(tiles) < 2:
         return None
     row = await read_in_segments(
-        ref, item, num_pages, tiles, ask=ask, crop=crop, model=model, join=join_tiles, kind="tile", in_flight=len(tiles)
+        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_tiles, kind="tile", in_flight=len(tiles)
     )
     how = f"read in {len(tiles)} tiles at once" if first is None else f"read again in {len(tiles)} tiles"
     notes = [f"{plan.why}: {how}"] + ([row.cut_reason] if row.cut_reason else [])
     if first is None:
         return replace(row, cut_reason="; ".join(notes))
-    whole = first.result
+    whole = first.answers
     return replace(
         row,
-        raw=f"<--- whole page: ran to max_tokens --->\n{whole.text}\n{row.raw}",
+        raw=f"<--- whole page: ran to max_tokens --->\n{first.raw}\n{row.raw}",
         cut_reason="; ".join(notes),
-        prompt_tokens=(row.prompt_tokens or 0) + (whole.prompt_tokens or 0),
-        completion_tokens=(row.completion_tokens or 0) + (whole.completion_tokens or 0),
-        attempts=row.attempts + first.attempts,
+        prompt_tokens=(row.prompt_tokens or 0) + sum(a.result.prompt_tokens or 0 for a in whole),
+        completion_tokens=(row.completion_tokens or 0) + sum(a.result.completion_tokens or 0 for a in whole),
+        attempts=row.attempts + sum(a.attempts for a in whole),
     )
 
 

@@ -16,7 +16,9 @@ from llm_ocr.storage.parts import PART_RE, list_parts
 from llm_ocr.storage.state import list_markers
 from llm_ocr.storage.url import Storage
 
-STAGES = ("extract", "describe", "assemble")
+STAGES = ("extract", "describe", "assemble", "fields")
+#: Stages whose rows are documents, not pages.
+DOCUMENT_STAGES = ("assemble", "fields")
 
 
 def stage_status(out: Storage, stage: str) -> dict[str, Any]:
@@ -24,7 +26,7 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
     folder = out.child(stage)
     shards: dict[str, Counter[str]] = defaultdict(Counter)
     seen: Counter[tuple[str, int]] = Counter()
-    key_column = "page" if stage != "assemble" else None
+    key_column = "page" if stage not in DOCUMENT_STAGES else None
     unreadable = []
     for path in list_parts(folder):
         match = PART_RE.search(path)

@@ -11,14 +11,14 @@ opened.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_ocr.sharding import output_owner, upstream_shards_for
-from llm_ocr.storage.parts import PART_RE, list_parts
+from llm_ocr.storage.parts import PART_RE, list_parts, part_glob, remove_stale_temp_files, table_to_bytes
 from llm_ocr.storage.retry import retry_io
 from llm_ocr.storage.state import list_markers
 from llm_ocr.storage.url import Storage
@@ -125,3 +125,35 @@ def iter_shard_rows(
                     yield from rows
         except (pa.ArrowInvalid, OSError) as exc:
             raise _unreadable(stage, path, exc) from exc
+
+
+def keep_final_rows(
+    stage: Storage, shard: int, num_shards: int, columns: list[str], final: Callable[[pa.Table], list[bool]]
+) -> tuple[set[str], int]:
+    """Scan a document stage's own parts of one shard before a rerun: the ``doc_id`` of every row
+    ``final`` keeps (it is given each part's ``columns``, with the file's metadata), and the next
+    part number.
+
+    Rows it does not keep are removed from their parts (rewritten atomically) so they are done
+    again; unreadable parts, and a killed run's temporary files, are deleted.
+    """
+    done: set[str] = set()
+    next_seq = 0
+    remove_stale_temp_files(stage, part_glob(shard, num_shards))
+    for path in list_parts(stage, shard, num_shards):
+        next_seq = max(next_seq, int(PART_RE.search(path).group(3)) + 1)  # type: ignore[union-attr]
+        try:
+            table = read_columns(stage, path, columns)
+        except UnreadablePart as exc:
+            log.warning("removing unreadable part %s (%s); its documents will be redone", stage.display(path), exc)
+            stage.delete(path)
+            continue
+        keep = final(table)
+        if not all(keep):
+            kept = read_columns(stage, path, None).filter(pa.array(keep))
+            if kept.num_rows:
+                stage.write_atomic(path, table_to_bytes(kept))
+            else:
+                stage.delete(path)
+        done.update(d for d, k in zip(table.column("doc_id").to_pylist(), keep) if k)
+    return done, next_seq

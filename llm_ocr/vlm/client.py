@@ -18,29 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import openai
-from pydantic import BaseModel, Field
-
 from llm_ocr.backoff import backoff_delay
+from llm_ocr.options import ClientOptions
 from llm_ocr.vlm.loops import Loop, LoopPolicy
 from llm_ocr.vlm.streaming import TokenRatio, stream_chat
 
 log = logging.getLogger(__name__)
-
-
-class ClientOptions(BaseModel):
-    """Retry and timeout policy of model requests."""
-
-    request_timeout: float = Field(
-        600.0, gt=0, description="Seconds one request may take once sent (a page can decode thousands of tokens)."
-    )
-    max_attempts: int = Field(4, ge=1, description="Attempts per request before the page is marked failed.")
-    backoff_base: float = Field(1.0, ge=0, description="First retry delay in seconds; doubles per attempt, with jitter.")
-    backoff_max: float = Field(30.0, ge=0, description="Longest delay between two attempts, in seconds.")
-    dead_after: float = Field(
-        120.0,
-        gt=0,
-        description="Stop the run when the endpoint has been unreachable for this many seconds with no success.",
-    )
 
 
 @dataclass

@@ -15,19 +15,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from itertools import islice
 
 from llm_ocr.records import Block
+from llm_ocr.vlm.layout import FIGURE_LINK, FigureBox, PageLayout, Warnings
+
+__all__ = ["EOS", "FIGURE_LINK", "IMAGE_LABEL", "FigureBox", "PageLayout", "clean_markdown", "parse_layout", "scale_box"]
 
 REF_OPEN, REF_CLOSE, DET_OPEN, DET_CLOSE = "<|ref|>", "<|/ref|>", "<|det|>", "<|/det|>"
 TAGS = (REF_OPEN, REF_CLOSE, DET_OPEN, DET_CLOSE)
 #: End-of-sentence token; it appears in the text because requests set skip_special_tokens=False.
 EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
 IMAGE_LABEL = "image"
-
-#: A figure reference in page Markdown; group 1 is the figure id.
-FIGURE_LINK = re.compile(r"!\[[^\[\]\n]{0,200}\]\(figure:([^()\s]{1,200})\)")
 
 # Bounded number pattern: a run of digits can never make the regex backtrack far.
 _NUMBER = re.compile(r"-?\d{1,12}(?:\.\d{1,12})?")
@@ -36,41 +35,6 @@ _BOX_CHARS = re.compile(r"[\s\d\[\],.+-]*")  # what an unclosed box list may con
 _SPACES = re.compile(r"\s*")
 _NEWLINES = re.compile(r"\n{3,}")
 _MAX_LABEL = 64  # real labels are short words; a longer "label" means a missing <|/ref|>
-_MAX_WARNINGS = 50  # one garbage page must not produce a megabyte of warnings
-
-
-@dataclass
-class FigureBox:
-    """One figure on a page: a box of an ``image`` block."""
-
-    id: str  # "p{page}-f{k}", k counts figures on the page from 1 in output order
-    bbox: list[int]  # [x1, y1, x2, y2] in pixels of the sent image, x1<x2, y1<y2, within image
-
-
-@dataclass
-class PageLayout:
-    """Everything recovered from one page's grounding output."""
-
-    blocks: list[Block]  # boxes in pixels, text stripped (official substitutions not applied)
-    figures: list[FigureBox]
-    markdown: str  # cleaned Markdown, figures referenced as ![](figure:ID)
-    warnings: list[str] = field(default_factory=list)  # what was malformed and skipped/fixed
-
-
-class _Warnings:
-    def __init__(self) -> None:
-        self.items: list[str] = []
-        self.dropped = 0
-
-    def __call__(self, msg: str) -> None:
-        if len(self.items) < _MAX_WARNINGS:
-            self.items.append(msg)
-        else:
-            self.dropped += 1
-
-    def result(self) -> list[str]:
-        extra = [f"... and {self.dropped} more warnings"] if self.dropped else []
-        return self.items + extra
 
 
 class _Finder:
@@ -136,7 +100,7 @@ def _strip_tags(text: str) -> str:
     return text.replace("<|", "< |") if any(t in text for t in TAGS) else text
 
 
-def _parse_header(text: str, finder: _Finder, start: int, end: int, warn: _Warnings) -> tuple[str | None, str | None, int]:
+def _parse_header(text: str, finder: _Finder, start: int, end: int, warn: Warnings) -> tuple[str | None, str | None, int]:
     """Read ``LABEL<|/ref|><|det|>BOXES<|/det|>`` from ``start`` (just after ``<|ref|>``).
 
     Returns (label or None if the ref is unclosed, box text or None, offset of the content).
@@ -165,7 +129,7 @@ def _parse_header(text: str, finder: _Finder, start: int, end: int, warn: _Warni
     return label, text[body:stop], stop
 
 
-def _parse_boxes(body: str, cap: int, where: str, warn: _Warnings) -> list[list[float]]:
+def _parse_boxes(body: str, cap: int, where: str, warn: Warnings) -> list[list[float]]:
     """Numbers of each bracketed group, taken four at a time (never ``eval``: untrusted text)."""
     boxes: list[list[float]] = []
     # A well-formed list has at most two segments per box (the box and a separator).
@@ -186,7 +150,7 @@ def _parse_boxes(body: str, cap: int, where: str, warn: _Warnings) -> list[list[
     return boxes
 
 
-def _pixel_boxes(raw_boxes: list[list[float]], width: int, height: int, where: str, warn: _Warnings) -> list[list[int]]:
+def _pixel_boxes(raw_boxes: list[list[float]], width: int, height: int, where: str, warn: Warnings) -> list[list[int]]:
     out = []
     for box in raw_boxes:
         if any(v < 0 or v > 999 for v in box):
@@ -221,7 +185,7 @@ def parse_layout(
     ``max_figures``, and at most ``max_figure_area`` page areas of pixels in all (a real page's
     figures barely overlap; hundreds of full-page boxes would make a gigabyte row). Boxes past
     a cap stay in their block's ``boxes`` but get no figure."""
-    warn = _Warnings()
+    warn = Warnings()
     text = raw or ""
     # Cut before anything copies the text: memory stays bounded by max_chars, not by the input.
     if len(text) > max_chars:
@@ -266,7 +230,7 @@ def parse_layout(
                     warn(f"{where}: over {max_figures} figures or {max_figure_area:g} page areas of figures, box {box} not cropped")
                     continue
                 figure_pixels += area
-                figures.append(FigureBox(id=f"p{page}-f{len(figures) + 1}", bbox=box))
+                figures.append(FigureBox(id=f"p{page}-f{len(figures) + 1}", bbox=box, block=len(blocks)))
                 pieces.append(f"![](figure:{figures[-1].id})\n")
         block_text = add_text(text[content:end], label or "text")
         if label is not None or block_text:  # an unclosed ref with nothing after it is noise

@@ -147,7 +147,9 @@ async def _ask(session: aiohttp.ClientSession, base_url: str, image: bytes) -> d
     body = {
         "model": MODEL,
         "max_tokens": 2048,
+        "temperature": 0,
         "skip_special_tokens": False,
+        "vllm_xargs": {"ngram_size": 30, "window_size": 90, "whitelist_token_ids": [128821, 128822]},
         "messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": PROMPT},
         ]}],

@@ -154,3 +154,54 @@ def test_an_endpoint_with_more_slots_than_the_default_is_fed_to_its_size(tmp_pat
     limits = [int(n) for n in re.findall(r"(\d+) at [\d.]+s", summary)]
     assert limits[0] == 64 and max(limits) >= 128
     assert limits[-1] <= 128 + 32  # settled: the server's size plus a quarter
+
+
+def write_extract_output(out: Path, pages: int, figures_per_page: int) -> None:
+    """An ``OUT/extract`` of ``pages`` ok pages with figures (and its completion marker), written
+    directly: Describe needs its rows, not the rendering and OCR that made them."""
+    import io
+
+    from PIL import Image
+
+    from llm_ocr.records import Figure, PageResult, page_schema
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.parts import PartWriter
+    from llm_ocr.storage.state import write_marker
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (96, 64), (200, 30, 30)).save(buffer, "PNG")
+    crop = buffer.getvalue()
+
+    async def write() -> None:
+        storage = Storage(str(out))
+        writer = PartWriter(storage.child("extract"), page_schema(), 0, 1)
+        for number in range(pages):
+            doc, page = divmod(number, 10)
+            figures = [Figure(f"{page}-{i}", [0, 0, 96, 64], image=crop) for i in range(figures_per_page)]
+            row = PageResult(f"doc{doc:03d}.pdf", doc, page + 1, f"doc{doc:03d}.pdf", 10, markdown="text",
+                             figures=figures, status="ok")
+            await writer.add(row.to_row())
+        await writer.close()
+        write_marker(storage, "extract", 0, 1, {"stage": "extract", "shard": 0, "num_shards": 1, "pages": {"error": 0}})
+
+    asyncio.run(write())
+
+
+def test_describe_feeds_an_endpoint_with_more_slots_than_the_default_to_its_size(tmp_path: Path) -> None:
+    """Describe sizes its figure requests in flight from /metrics as Extract does: 256 slots behind
+    --endpoint and no --max-in-flight, and the run grows past 64 requests in flight."""
+    out = tmp_path / "out"
+    write_extract_output(out, pages=200, figures_per_page=2)
+    # 300 tokens at 25 ms: each figure holds a slot ~8 s, so 64 in flight would leave most idle.
+    args = ("--slots", "256", "--prefill-ms", "200", "--decode-ms-per-token", "25", "--load-slowdown", "0",
+            "--output-tokens-mean", "300", "--output-tokens-sigma", "0.1")  # fmt: skip
+    with SimulatedServer(*args) as server:
+        result = run_cli("describe", "--output", str(out), "--endpoint", server.base_url, "--progress", "off",
+                         timeout=300)
+        stats = server.stats()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert stats["requests"] == 400
+    assert stats["max_running"] > 64  # fed past the old fixed default
+    (summary,) = re.findall(r"requests in flight adapted to the server: (.*)", result.stderr)
+    limits = [int(n) for n in re.findall(r"(\d+) at [\d.]+s", summary)]
+    assert limits[0] == 64 and max(limits) >= 128

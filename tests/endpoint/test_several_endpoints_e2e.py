@@ -19,7 +19,8 @@ from llm_ocr.endpoint.open import open_endpoint
 from llm_ocr.servers.process import parse_metrics
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import ClientOptions
-from llm_ocr.vlm.recipes import DEFAULT_MODEL, FREE_OCR_PROMPT, image_messages
+from llm_ocr.vlm.families import DEEPSEEK_OCR
+from llm_ocr.vlm.recipes import DEFAULT_MODEL, FREE_OCR_PROMPT
 from tests.conftest import read_stage, run_cli
 from tests.docs import make_corpus
 
@@ -94,7 +95,7 @@ def test_the_summed_metrics_of_several_endpoints_leave_out_a_dead_one(tmp_path: 
         async with open_endpoint(urls, DEFAULT_MODEL, api_key=None, client_options=ClientOptions(dead_after=5)) as endpoint:
             assert endpoint.metrics is not None
             for n in range(9):  # spread over the three by the dispatcher
-                body = {"messages": image_messages(image(n), "image/png", FREE_OCR_PROMPT), "max_tokens": 64}
+                body = DEEPSEEK_OCR.body(image(n), "image/png", temperature=0.0, max_tokens=64, text=FREE_OCR_PROMPT)
                 await endpoint.client.chat(body)
             all_three = await endpoint.metrics()
             each = [direct(s) for s in servers]

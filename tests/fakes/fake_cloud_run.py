@@ -22,9 +22,10 @@ references resolved from the fake Secret Manager (:attr:`FakeCloudRun.secrets`),
 Storage volumes materialised from the GCS emulator into the task's folder, and what the
 container would have: ``CLOUD_RUN_TASK_INDEX``, ``CLOUD_RUN_TASK_COUNT``,
 ``CLOUD_RUN_TASK_ATTEMPT``, ``CLOUD_RUN_EXECUTION``, ``CLOUD_RUN_JOB``, plus ``job_env`` (the GCS
-emulator's address stands in for the service account). ``PATH`` has the ``pip`` shim of
-:mod:`tests.fakes.fake_jobs` (which installs the mounted wheel into the task's own folder) and the
-fake ``vllm``; ``llm-ocr`` exists only once the task installed it. A failed attempt is retried up
+emulator's address stands in for the service account), and :mod:`tests.fakes.container`'s
+``python3``, ``uv`` and fake ``vllm``; the command's words under a volume's mount path point at
+the task's copy of it, and ``llm-ocr`` exists only in the venv the task's bootstrap installs the
+shipped wheel into. A failed attempt is retried up
 to ``maxRetries`` times with the next ``CLOUD_RUN_TASK_ATTEMPT``; an attempt past ``timeout`` is
 stopped as Cloud Run stops one: SIGTERM to the container's main process, SIGKILL to everything
 ``grace_s`` seconds later (:meth:`FakeCloudRun.stop_attempt` does the same on demand).
@@ -33,12 +34,10 @@ stopped as Cloud Run stops one: SIGTERM to the container's main process, SIGKILL
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets as random
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -51,7 +50,7 @@ from typing import Any
 
 import psutil
 
-from tests.fakes.fake_jobs import FAKES, JOBS_BIN
+from tests.fakes.container import container_env, map_words, with_image
 from tests.storage_servers import GcsEmulator
 
 _TYPE = "type.googleapis.com/google.cloud.run.v2."
@@ -65,6 +64,27 @@ class ApiError(Exception):
     def __init__(self, code: int, status: str, message: str) -> None:
         super().__init__(message)
         self.code, self.status, self.message = code, status, message
+
+
+#: A service account's email (Cloud Run's ``serviceAccount``): NAME@PROJECT.iam.gserviceaccount.com,
+#: or a Google-managed one (PROJECT_NUMBER-compute@developer.gserviceaccount.com).
+_SERVICE_ACCOUNT = re.compile(r"^[a-z][a-z0-9-]{4,61}[a-z0-9]@[a-z0-9-]+(\.iam)?\.gserviceaccount\.com$|^\d+-compute@developer\.gserviceaccount\.com$")
+#: Google Cloud labels: keys 1-63 of lowercase letters, digits, _ and -, starting with a letter;
+#: values 0-63 of the same; at most 64; Cloud Run's own prefixes are reserved.
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_RESERVED_PREFIXES = ("run.googleapis.com", "cloud.googleapis.com", "serving.knative.dev", "autoscaling.knative.dev")
+_ANNOTATION_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def _label_problems(labels: dict[str, Any]) -> list[str]:
+    problems = [f"{len(labels)} labels (at most 64)"] if len(labels) > 64 else []
+    for key, value in labels.items():
+        if key.startswith(_RESERVED_PREFIXES) or not _LABEL_KEY.match(key):
+            problems.append(f"key {key!r}: lowercase letters, digits, _ and -, starting with a letter, at most 63")
+        elif not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            problems.append(f"value {value!r} of {key!r}: lowercase letters, digits, _ and -, at most 63")
+    return problems
 
 
 def _iso(t: float | None) -> str | None:
@@ -361,6 +381,23 @@ class FakeCloudRun:
                 raise ApiError(400, "INVALID_ARGUMENT", "an L4 needs at least 4 CPU and 16Gi")
             if _seconds(task.get("timeout", "600s")) > 3600:
                 raise ApiError(400, "INVALID_ARGUMENT", "a GPU task times out after at most 1 hour")
+            # Jobs' GPUs run without zonal redundancy (Cloud Run docs, "Configure GPUs for jobs").
+            if task.get("gpuZonalRedundancyDisabled") is not True:
+                raise ApiError(400, "INVALID_ARGUMENT", "a job's GPU needs gpuZonalRedundancyDisabled: true")
+        if "gpuZonalRedundancyDisabled" in task and not isinstance(task["gpuZonalRedundancyDisabled"], bool):
+            raise ApiError(400, "INVALID_ARGUMENT", "gpuZonalRedundancyDisabled must be a boolean")
+        retries = task.get("maxRetries", 3)
+        if not isinstance(retries, int) or not 0 <= retries <= 10:
+            raise ApiError(400, "INVALID_ARGUMENT", f"maxRetries must be between 0 and 10 (got {retries!r})")
+        account = task.get("serviceAccount")
+        if account is not None and not _SERVICE_ACCOUNT.match(str(account)):
+            raise ApiError(400, "INVALID_ARGUMENT", f"serviceAccount {account!r} is not a service account email")
+        for where, labels in (("job", body.get("labels")), ("template", template.get("labels"))):
+            for problem in _label_problems(labels or {}):
+                raise ApiError(400, "INVALID_ARGUMENT", f"{where} labels: {problem}")
+        for key in (body.get("annotations") or {}):
+            if key.split("/")[0].endswith(_RESERVED_PREFIXES) or not _ANNOTATION_KEY.match(key):
+                raise ApiError(400, "INVALID_ARGUMENT", f"annotation key {key!r} is not allowed")
 
     # -- operations -----------------------------------------------------------------------------
 
@@ -465,7 +502,13 @@ class FakeCloudRun:
             task.started = task.started or attempt.started
             self.changed.notify_all()
         try:
-            process = subprocess.Popen([*container.get("command", []), *container.get("args", [])], env=env, cwd=folder / "work",
+            words = map_words([*container.get("command", []), *container.get("args", [])], self._mount(execution, container, folder))
+        except ApiError as exc:
+            attempt.ended, attempt.exit_code = time.time(), 1
+            self._log(execution, task, attempt, f"cannot mount the task's volumes: {exc.message}")
+            return
+        try:
+            process = subprocess.Popen(words, env=env, cwd=folder / "work",
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             attempt.ended, attempt.exit_code = time.time(), 127
@@ -526,21 +569,12 @@ class FakeCloudRun:
     def _environment(self, execution: FakeExecution, task: FakeTask, attempt: int) -> dict[str, str]:
         container = execution.template["containers"][0]
         folder = self.workdir / execution.short / f"task{task.index}-attempt{attempt}"
-        site = folder / "site"
-        site.mkdir(parents=True, exist_ok=True)
         env = {
-            "PATH": os.pathsep.join([str(JOBS_BIN), str(FAKES), str(site / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
-            "HOME": str(folder / "home"),
+            **container_env(folder),
             "HF_HOME": str(folder / "hf-home"),
-            "LANG": "C.UTF-8",
-            "PYTHONPATH": str(site),
-            "LLM_OCR_TEST_PYTHON": sys.executable,
-            "FAKE_JOBS_SITE": str(site),
-            "FAKE_JOBS_MOUNTS": json.dumps(self._mount(execution, container, folder)),
             **self.job_env,
         }
-        for key, value in self.images.get(container["image"], {}).items():
-            env[key] = f"{value}{os.pathsep}{env[key]}" if key in ("PATH", "PYTHONPATH") else value
+        with_image(env, self.images.get(container["image"], {}))
         for item in container.get("env") or []:
             if "value" in item:
                 env[item["name"]] = item["value"]

@@ -14,21 +14,14 @@ Jobs routes huggingface_hub 2.4 calls, found by reading its ``hf_api.py`` / ``_j
 
 Each submitted job runs its ``command`` as a local subprocess (its own session, so it and every
 process it starts can be killed together), with the spec's ``environment`` and ``secrets`` as
-environment variables, on top of what the "container" provides: ``JOB_ID``, ``HF_ENDPOINT``
-(this server: the job talks to the fake Hub as a real one talks to huggingface.co), a home and
-an HF cache of its own, and a ``PATH`` of:
-
-- ``tests/fakes/jobs_bin``: a ``pip`` shim standing in for the image's pip. The container view
-  and this machine differ: the wheel path in the command is under a volume's mount path (e.g.
-  ``/llm-ocr-code/wheels/...``), which the fake materialises from the repo's files in the job's
-  folder (``FAKE_JOBS_MOUNTS`` maps one to the other). The shim checks the wheel exists there and
-  installs it with ``--no-deps --target`` into the job's own folder, never into the shared venv
-  (the dependencies are the ones the test venv already has, as the stock image's would be);
-- ``tests/fakes`` (the fake ``vllm``: llm-ocr's own engine launch path starts it, and it runs the
-  simulated DeepSeek-OCR server);
-- the job's ``site/bin``, where that install puts the ``llm-ocr`` console script. ``llm-ocr`` is
-  found only if the job installed the wheel: a launcher that forgot would fail here as in the
-  cloud.
+environment variables, on top of what the "container" provides (:mod:`tests.fakes.container`:
+``python3``, ``uv`` and the fake ``vllm`` on ``PATH``, no ``llm-ocr``), ``JOB_ID``,
+``HF_ENDPOINT`` (this server: the job talks to the fake Hub as a real one talks to huggingface.co)
+and an HF cache of its own. The job's repo volumes are materialised from the repos' files in its
+folder, and the command's words under a volume's mount path (the shipped wheel,
+``/llm-ocr-code/wheels/...``) point there: the job's bootstrap installs that wheel into a venv of
+its own and runs ``llm-ocr`` from it, so a launcher that forgot the wheel fails here as in the
+cloud.
 
 ``attempts`` are honoured (a failed attempt is rerun), ``timeoutSeconds`` kills the job
 (``ERROR``), and tests can :meth:`FakeJobs.kill` a job the way a lost machine would (no retry).
@@ -38,10 +31,8 @@ Every request body is kept in :attr:`FakeJobs.job_requests`, every log line in t
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -53,10 +44,9 @@ from typing import Any
 
 import psutil
 
+from tests.fakes.container import container_env, map_words, with_image
 from tests.fakes.fake_hub import FakeHub, _Error
 
-FAKES = Path(__file__).resolve().parent
-JOBS_BIN = FAKES / "jobs_bin"
 TERMINAL = ("COMPLETED", "ERROR", "CANCELED", "DELETED")
 
 #: The flavors this fake offers, in the API's shape (prices per minute, as the Hub lists them).
@@ -308,26 +298,18 @@ class FakeJobs(FakeHub):
             job.changed.notify_all()
 
     def _environment(self, job: FakeJob) -> dict[str, str]:
-        site = job.folder / "site"
         env = {
-            "PATH": os.pathsep.join([str(JOBS_BIN), str(FAKES), str(site / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
-            "HOME": str(job.folder / "home"),
+            **container_env(job.folder),
             "HF_HOME": str(job.folder / "hf-home"),
             "HF_HUB_DISABLE_TELEMETRY": "1",
             # The fake Hub stores parts through LFS, as the real one does, but has no Xet.
             "HF_HUB_DISABLE_XET": "1",
             "HF_ENDPOINT": self.url,
             "JOB_ID": job.id,
-            "LANG": "C.UTF-8",
-            "PYTHONPATH": str(site),
-            "LLM_OCR_TEST_PYTHON": sys.executable,
-            "FAKE_JOBS_SITE": str(site),
-            "FAKE_JOBS_MOUNTS": json.dumps(self._mount(job)),
             **self.job_env,
         }
         image = job.body.get("dockerImage") or job.body.get("spaceId") or ""
-        for key, value in self.images.get(image, {}).items():
-            env[key] = f"{value}{os.pathsep}{env[key]}" if key in ("PATH", "PYTHONPATH") else value
+        with_image(env, self.images.get(image, {}))
         env.update({k: str(v) for k, v in (job.body.get("environment") or {}).items()})
         env.update({k: str(v) for k, v in (job.body.get("secrets") or {}).items()})
         return env
@@ -354,10 +336,10 @@ class FakeJobs(FakeHub):
     def _run(self, job: FakeJob) -> None:
         attempts = int(job.body.get("attempts") or 1)
         timeout = job.body.get("timeoutSeconds")
-        for folder in ("home", "work", "site"):
-            (job.folder / folder).mkdir(parents=True, exist_ok=True)
+        (job.folder / "work").mkdir(parents=True, exist_ok=True)
         try:
             env = self._environment(job)
+            command = map_words(job.body["command"], self._mount(job))
         except _Error as exc:
             self._set(job, "ERROR", exc.message)
             return
@@ -368,7 +350,7 @@ class FakeJobs(FakeHub):
                 self._log(job, f"===== attempt {attempt} of {attempts} =====")
             try:
                 process = subprocess.Popen(
-                    job.body["command"], env=env, cwd=job.folder / "work", stdout=subprocess.PIPE,
+                    command, env=env, cwd=job.folder / "work", stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )
             except OSError as exc:

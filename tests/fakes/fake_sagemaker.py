@@ -11,13 +11,15 @@ every other service (S3, CloudWatch Logs, Secrets Manager, IAM, STS) is moto its
   gives its ARN) and records the exact body in :attr:`FakeSageMaker.requests`;
 - runs the job: for each of ``InstanceCount`` hosts ``algo-1``...``algo-N``, a folder standing for
   the host's ``/opt/ml`` with ``config/resourceconfig.json`` naming that host (found through
-  ``LLM_OCR_SAGEMAKER_RESOURCE_CONFIG``) and every ``ProcessingInput`` downloaded from moto's S3
-  under ``processing/``, then the request's exact ``ContainerEntrypoint + ContainerArguments`` as
+  ``LLM_OCR_SAGEMAKER_RESOURCE_CONFIG``) and the ``ProcessingInputs`` delivered from moto's S3
+  under ``processing/`` as SageMaker delivers them (``FullyReplicated``: every object to every
+  host; ``ShardedByS3Key``: about 1/N of the objects to each host, so one object reaches one host;
+  ``S3InputMode: Pipe`` or ``AppManaged: true``: no files), then the request's exact ``ContainerEntrypoint + ContainerArguments`` as
   a local subprocess with the request's ``Environment`` (values under ``/opt/ml/`` pointed at the
   host's folder, as the container's mount would), the "execution role's" credentials and moto as
-  every AWS endpoint. The ``pip`` of ``tests/fakes/jobs_bin`` installs the wheel into the host's
-  own folder (``FAKE_JOBS_MOUNTS`` maps ``/opt/ml``), ``tests/fakes/vllm`` stands for the image's
-  vLLM (the simulated DeepSeek-OCR server);
+  every AWS endpoint; the command's words under ``/opt/ml/`` point at the host's folder too
+  (:mod:`tests.fakes.container`: the job's bootstrap installs the wheel from there into a venv of
+  its own; ``tests/fakes/vllm`` stands for the image's vLLM, the simulated DeepSeek-OCR server);
 - sends each host's output to moto's CloudWatch Logs, group ``/aws/sagemaker/ProcessingJobs``,
   stream ``JOB/algo-K-EPOCH``, as SageMaker does;
 - answers ``DescribeProcessingJob`` with moto's answer and the real state: ``InProgress`` while
@@ -40,7 +42,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,7 +51,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.fake_jobs import FAKES, JOBS_BIN, _signal_tree
+from tests.fakes.container import container_env, map_words, with_image
+from tests.fakes.fake_jobs import _signal_tree
 
 LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
 #: The credentials of the jobs' "execution role" (distinct from the launcher's).
@@ -258,7 +260,8 @@ class FakeSageMaker:
         pumps = []
         for host in job.hosts:
             try:
-                host.process = subprocess.Popen(command, env=self._environment(job, host), cwd=host.folder,
+                words = map_words(command, {"/opt/ml": str(host.folder / "opt/ml")})
+                host.process = subprocess.Popen(words, env=self._environment(job, host), cwd=host.folder,
                                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
             except OSError as exc:
                 host.lines.append(f"cannot start the container command: {exc}")
@@ -290,23 +293,29 @@ class FakeSageMaker:
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps({"current_host": host.name, "hosts": names, "current_instance_type": instance_type,
                                       "current_group_name": "homogeneousCluster"}))
-        for folder in ("home", "site"):
-            (host.folder / folder).mkdir(parents=True, exist_ok=True)
         s3 = _client("s3", self.moto_url, self.region)
+        index = names.index(host.name)
         for item in job.body.get("ProcessingInputs", []):
             source = item["S3Input"]
-            parsed = urllib.parse.urlparse(source["S3Uri"])
             local = self._local(host, source["LocalPath"])
-            found = 0
-            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=parsed.netloc, Prefix=parsed.path.lstrip("/")):
-                for entry in page.get("Contents", []):
-                    relative = entry["Key"][len(parsed.path.lstrip("/")):].lstrip("/") or entry["Key"].rsplit("/", 1)[-1]
-                    target = local / relative
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(s3.get_object(Bucket=parsed.netloc, Key=entry["Key"])["Body"].read())
-                    found += 1
-            if not found:
+            local.mkdir(parents=True, exist_ok=True)
+            parsed = urllib.parse.urlparse(source["S3Uri"])
+            prefix = parsed.path.lstrip("/")
+            keys = sorted(entry["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=parsed.netloc, Prefix=prefix)
+                          for entry in page.get("Contents", []))
+            if not keys:
                 raise RuntimeError(f"no object under {source['S3Uri']} (ProcessingInput {item['InputName']})")
+            if item.get("AppManaged"):
+                continue  # the container fetches it itself: SageMaker downloads nothing
+            if source.get("S3InputMode", "File") == "Pipe":
+                continue  # streamed through a FIFO named after the input: no files at LocalPath
+            if source.get("S3DataDistributionType", "FullyReplicated") == "ShardedByS3Key":
+                # Each host gets about 1/N of the objects (the API reference); one object goes to one host.
+                keys = keys[index :: len(names)]
+            for key in keys:
+                target = local / (key[len(prefix):].lstrip("/") or key.rsplit("/", 1)[-1])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(s3.get_object(Bucket=parsed.netloc, Key=key)["Body"].read())
 
     def _local(self, host: Host, container_path: str) -> Path:
         """The host's folder standing for a container path under ``/opt/ml``."""
@@ -315,13 +324,7 @@ class FakeSageMaker:
     def _environment(self, job: FakeProcessingJob, host: Host) -> dict[str, str]:
         root = str(host.folder / "opt/ml")
         env = {
-            "PATH": os.pathsep.join([str(JOBS_BIN), str(FAKES), str(host.folder / "site/bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
-            "HOME": str(host.folder / "home"),
-            "LANG": "C.UTF-8",
-            "PYTHONPATH": str(host.folder / "site"),
-            "LLM_OCR_TEST_PYTHON": sys.executable,
-            "FAKE_JOBS_SITE": str(host.folder / "site"),
-            "FAKE_JOBS_MOUNTS": json.dumps({"/opt/ml": root}),
+            **container_env(host.folder),
             "LLM_OCR_SAGEMAKER_RESOURCE_CONFIG": f"{root}/config/resourceconfig.json",
             "AWS_ENDPOINT_URL": self.moto_url,
             "AWS_REGION": self.region,
@@ -332,8 +335,7 @@ class FakeSageMaker:
             **ROLE_CREDENTIALS,
             **self.job_env,
         }
-        for key, value in self.images.get(job.body["AppSpecification"]["ImageUri"], {}).items():
-            env[key] = f"{value}{os.pathsep}{env[key]}" if key in ("PATH", "PYTHONPATH") else value
+        with_image(env, self.images.get(job.body["AppSpecification"]["ImageUri"], {}))
         for key, value in (job.body.get("Environment") or {}).items():
             env[key] = root + value[len("/opt/ml"):] if value.startswith("/opt/ml/") else value
         return env
@@ -421,9 +423,17 @@ def check_create_request(body: dict[str, Any]) -> list[str]:
         if not _ENV_KEY.match(key) or len(key) > 256 or len(value) > 256:
             problems.append(f"Environment {key!r}: keys are variable names, values at most 256 characters")
     for item in body.get("ProcessingInputs", []):
-        local = item.get("S3Input", {}).get("LocalPath", "")
-        if not local.startswith("/opt/ml/processing/"):
-            problems.append(f"ProcessingInput {item.get('InputName')}: LocalPath must be under /opt/ml/processing/")
+        source, name = item.get("S3Input", {}), item.get("InputName")
+        if not source.get("LocalPath", "").startswith("/opt/ml/processing/"):
+            problems.append(f"ProcessingInput {name}: LocalPath must be under /opt/ml/processing/")
+        for key, allowed in (("S3DataType", ("S3Prefix", "ManifestFile")), ("S3InputMode", ("File", "Pipe")),
+                             ("S3DataDistributionType", ("FullyReplicated", "ShardedByS3Key"))):
+            if key in source and source[key] not in allowed:
+                problems.append(f"ProcessingInput {name}: S3Input.{key} {source[key]!r} is not one of {', '.join(allowed)}")
+        if not isinstance(item.get("AppManaged", False), bool):
+            problems.append(f"ProcessingInput {name}: AppManaged must be a boolean")
+        if not str(source.get("S3Uri", "")).startswith("s3://"):
+            problems.append(f"ProcessingInput {name}: S3Uri must be an s3:// URI")
     tags = body.get("Tags", [])
     if len(tags) > 50 or any(not _TAG_TEXT.match(t["Key"] + t["Value"]) or len(t["Value"]) > 256 for t in tags):
         problems.append("Tags: at most 50, keys and values of letters, digits, spaces and _.:/=+-@")

@@ -30,7 +30,9 @@ masked ``api_key`` (vllm-project/vllm#52523): a key passed on its command line l
   ``CUDA_VISIBLE_DEVICES=N`` only (e.g. ``--crash-after 3``: that GPU dies mid-run).
 - ``FAKE_VLLM_IGNORE_SIGTERM=1``: ignore SIGTERM (only SIGKILL stops it), in ``hang`` mode.
 
-Flags vLLM has but this fake does not model are accepted and ignored (vLLM has hundreds).
+Every flag vLLM's own parser has is accepted (with its nargs, integer/float values and choices:
+tests/fakes/vllm_serve_flags.json), any other refused with vLLM's "unrecognized arguments" (exit 2);
+only the flags below change what the fake does.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+
+#: Flags vLLM parses with ``json.loads`` into a dict (vllm/engine/arg_utils.py).
+JSON_FLAGS = ("--limit-mm-per-prompt",)
 
 
 def _json_dict(text: str) -> dict:
@@ -55,25 +62,31 @@ def _json_dict(text: str) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The subset of ``vllm serve``'s parser llm-ocr relies on, with vLLM's types and nargs."""
+    """``vllm serve``'s parser: every option vLLM's own parser has (tests/fakes/vllm_serve_flags.json,
+    written from it: :mod:`tests.fakes.vllm_flags`), with its nargs, integer/float values and choices;
+    any other flag is refused as vLLM refuses it. Dict-valued flags llm-ocr passes are parsed as JSON,
+    as vLLM does."""
     # allow_abbrev=False is stricter than vLLM, whose parser accepts a unique prefix of a flag
     # (``--served-model-nam``): a truncated flag in the launcher works today but would break
     # the day vLLM adds a flag with the same prefix, so the fake refuses it.
     p = argparse.ArgumentParser(prog="vllm serve", usage="vllm serve [model_tag] [options]", allow_abbrev=False)
     p.add_argument("model_tag", nargs="?")
-    p.add_argument("--model")
-    p.add_argument("--host")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--served-model-name", nargs="+")
-    p.add_argument("--max-model-len", type=int)
-    p.add_argument("--max-num-seqs", type=int)
-    p.add_argument("--max-num-batched-tokens", type=int)
-    p.add_argument("--gpu-memory-utilization", type=float)
-    p.add_argument("--limit-mm-per-prompt", type=_json_dict)
-    p.add_argument("--logits-processors", nargs="+")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
-    p.add_argument("--mm-processor-cache-gb", type=float)
-    p.add_argument("--api-key", nargs="+")
+    table = json.loads(Path(__file__).with_name("vllm_serve_flags.json").read_text())["options"]
+    for option in table:
+        flags = option["flags"]
+        if option["kind"] == "boolean":
+            p.add_argument(*[f for f in flags if not f.startswith("--no-")], action=argparse.BooleanOptionalAction, default=None)
+        elif option["kind"] == "flag":
+            p.add_argument(*flags, action="store_true", default=None)
+        else:
+            kwargs: dict = {"type": {"int": int, "float": float}.get(option["type"], str)}
+            if option["nargs"] is not None:
+                kwargs["nargs"] = option["nargs"]
+            if option["choices"] and option["type"] == "text":
+                kwargs["choices"] = option["choices"]
+            p.add_argument(*flags, **kwargs)
+    for flag in JSON_FLAGS:
+        p._option_string_actions[flag].type = _json_dict
     return p
 
 
@@ -96,7 +109,7 @@ def main(argv: list[str]) -> int:
         return 1
 
     parser = build_parser()
-    args, unknown = parser.parse_known_args(args_list)
+    args = parser.parse_args(args_list)  # an unknown flag: "unrecognized arguments", exit 2, as vLLM
     rejected = {f for f in os.environ.get("FAKE_VLLM_REJECT_FLAG", "").split(",") if f}
     bad = [a for a in args_list if a.split("=", 1)[0] in rejected]
     if bad:
@@ -108,9 +121,8 @@ def main(argv: list[str]) -> int:
     # vllm/entrypoints/.../api_utils.py log_non_default_args(), unmasked as in older vLLM.
     non_default = {k: v for k, v in vars(args).items() if v is not None and v != parser.get_default(k)}
     print(f"INFO fake vllm: non-default args: {non_default}", flush=True)
-    print(f"INFO fake vllm: serving {model} as {names} on {args.host}:{args.port} "
-          f"(ignored flags: {unknown})", flush=True)
-    api_key = (args.api_key or [os.environ.get("VLLM_API_KEY")])[0]
+    print(f"INFO fake vllm: serving {model} as {names} on {args.host}:{args.port}", flush=True)
+    api_key = args.api_key[0] if isinstance(args.api_key, list) else (args.api_key or os.environ.get("VLLM_API_KEY"))
     key_file = os.environ.get("FAKE_VLLM_API_KEY_FILE")
     if key_file and api_key:
         with open(key_file, "w", encoding="utf-8") as f:

@@ -232,7 +232,7 @@ def test_dry_run_prints_the_contract_for_the_stock_image_a_prebuilt_one_and_a_cp
     # The stock image: the pinned vLLM image from Docker Hub, the wheel from the mounted bucket,
     # 4 tries a task; 2000 pages a shard are too long for one hour: a warning with numbers.
     job = plans[0]["jobs"][0]
-    assert job["image"] == "docker.io/vllm/vllm-openai:v0.29.0" and job["command"][:2] == ["sh", "-c"]
+    assert job["image"] == "docker.io/vllm/vllm-openai:v0.29.0-cu129" and job["command"][:2] == ["python3", "-c"]
     assert job["command"][3].startswith("/llm-ocr-code/wheels/") and job["command"][3].endswith(".whl[gcs]")
     assert job["command"][-7:] == ["llm-ocr", "run", INPUT, "--workers", "0", "--output", OUTPUT]
     assert (job["timeout_s"], job["attempts"], job["secrets"]) == (3600, 4, ["HF_TOKEN"])

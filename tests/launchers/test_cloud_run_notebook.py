@@ -33,7 +33,7 @@ def test_cloud_run_notebook_launches_waits_loads_shows_and_costs(tmp_path: Path,
             **api.gcs.env, "LLM_OCR_CLOUD_RUN_ENDPOINT": api.url, "HF_HOME": str(tmp_path / "hf-home"),
             "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(REPO), "HF_TOKEN": PLANTED,
             "LLM_OCR_NB_PROJECT": PROJECT, "LLM_OCR_NB_REGION": REGION, "LLM_OCR_NB_INPUT": INPUT, "LLM_OCR_NB_OUTPUT": OUTPUT,
-            "LLM_OCR_NB_STAGE_ARGS": json.dumps(["--workers", "0"]), "LLM_OCR_NB_SHARDS": "2", "LLM_OCR_NB_POLL": "1",
+            "LLM_OCR_NB_STAGE_OPTIONS": json.dumps({"workers": 0}), "LLM_OCR_NB_SHARDS": "2", "LLM_OCR_NB_POLL": "1",
             "LLM_OCR_NB_SECRET_REFS": json.dumps(["HF_TOKEN=hf-token"]),
         }.items():
             monkeypatch.setenv(key, value)

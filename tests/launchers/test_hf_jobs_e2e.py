@@ -207,9 +207,10 @@ def test_dry_run_prints_the_contract_for_each_way_of_shipping_the_code(tmp_path:
     job = plans[0]["jobs"][1]
     tail = ["llm-ocr", "run", INPUT, "--workers", "0", "--describe-model", "deepseek-ai/DeepSeek-OCR", "--output", OUTPUT]
     assert job["command"][-len(tail):] == tail
-    assert job["command"][:2] == ["sh", "-c"] and job["command"][3].startswith("/llm-ocr-code/wheels/")
+    assert job["command"][:2] == ["python3", "-c"] and job["command"][3].startswith("/llm-ocr-code/wheels/")
     assert job["command"][3].endswith(".whl[hub]")
-    assert job["image"] == "vllm/vllm-openai:v0.29.0" and job["hardware"] == "l4x1" and job["attempts"] == 3
+    # The CUDA 12.9 build of the pinned vLLM: it runs on any CUDA 12 driver (the plain tag is CUDA 13).
+    assert job["image"] == "vllm/vllm-openai:v0.29.0-cu129" and job["hardware"] == "l4x1" and job["attempts"] == 3
     assert job["env"]["LLM_OCR_GPU_PRESET"] == "l4-24gb" and job["env"]["LLM_OCR_ENGINE"] == "vllm"
     assert job["timeout_s"] == 5400  # 4000 pages / 3 shards at the L4's 0.7 pages/s, x2, + 20 min
     assert plans[0]["requests"][1]["volumes"] == [{"type": "model", "source": CODE_REPO, "mountPath": "/llm-ocr-code"}]

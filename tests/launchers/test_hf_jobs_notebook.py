@@ -30,7 +30,7 @@ def test_hf_jobs_notebook_launches_waits_loads_shows_and_costs(tmp_path: Path, m
             "HF_ENDPOINT": hub.url, "HF_TOKEN": PLANTED, "HF_HOME": str(tmp_path / "hf-home"),
             "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(REPO), "HF_HUB_DISABLE_TELEMETRY": "1",
             "HF_HUB_DISABLE_XET": "1",
-            "LLM_OCR_NB_INPUT": INPUT, "LLM_OCR_NB_OUTPUT": OUTPUT, "LLM_OCR_NB_STAGE_ARGS": json.dumps(["--workers", "0"]),
+            "LLM_OCR_NB_INPUT": INPUT, "LLM_OCR_NB_OUTPUT": OUTPUT, "LLM_OCR_NB_STAGE_OPTIONS": json.dumps({"workers": 0}),
             "LLM_OCR_NB_SHARDS": "2", "LLM_OCR_NB_FLAVOR": "l4x1", "LLM_OCR_NB_POLL": "0.5",
         }.items():
             monkeypatch.setenv(key, value)

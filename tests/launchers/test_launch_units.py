@@ -143,3 +143,61 @@ def test_progress_ticks_whatever_the_display_mode() -> None:
     asyncio.run(run())
     assert len(ticks) >= 3
     assert ticks[-1]["pages"]["ok"] == 3 and ticks[-1]["pages"]["error"] == 1 and ticks[-1]["shard"] == 1
+
+
+@pytest.mark.parametrize("platform", ["hf-jobs", "sagemaker", "cloud-run"])
+def test_every_launch_keyword_belongs_to_one_kind_of_option(platform: str) -> None:
+    """``llm_ocr.launch`` routes each keyword by its name to the launch, the platform or the
+    launched stage: no name may be two of them, whatever the stage."""
+    from llm_ocr.launchers import platform_class
+    from llm_ocr.launchers.spec import LaunchOptions
+    from llm_ocr.options import STAGE_OPTIONS, stage_option_names
+
+    launch_names = set(LaunchOptions.model_fields)
+    platform_names = set(platform_class(platform).options.model_fields)
+    assert not launch_names & platform_names
+    for stage in STAGE_OPTIONS:
+        # The stage's --output and --num-shards are the launch's own, which it gives every job.
+        stage_names = set(stage_option_names(stage)) - {"output", "num_shards"}
+        assert not stage_names & (launch_names | platform_names), stage
+
+
+def test_launch_keywords_are_checked_and_the_stage_options_reach_the_command_line() -> None:
+    from llm_ocr.launchers.api import build_request, split_options
+    from llm_ocr.launchers.hf_jobs import HfJobs
+    from llm_ocr.launchers.spec import LaunchError, LaunchOptions
+
+    with pytest.raises(LaunchError, match="did you mean 'describe_model'"):
+        split_options(HfJobs, {"describe_modle": "x"})
+    with pytest.raises(LaunchError, match="has no option 'dpi'"):
+        split_options(HfJobs, {"stage": "assemble", "dpi": 200})  # Assemble renders nothing
+    launch, platform, stage = split_options(HfJobs, {"flavor": "l4x1", "timeout": "90m", "dpi": 200, "cut_loops": False})
+    assert (launch, platform, stage) == ({"timeout": "90m"}, {"flavor": "l4x1"}, {"dpi": 200, "cut_loops": False})
+    options = LaunchOptions(output="hf://datasets/me/out", num_shards=2, **launch)
+    request = build_request("hf-jobs", options, "hf://datasets/me/in", stage, hardware="l4x1")
+    assert request.timeout_s == 5400 and request.hardware == "l4x1"
+    assert request.stage_args == ["hf://datasets/me/in", "--dpi", "200", "--no-cut-loops"]
+    with pytest.raises(LaunchError, match="--dpi"):
+        build_request("hf-jobs", options, "hf://datasets/me/in", {"dpi": -1})
+    with pytest.raises(LaunchError, match="--api-key cannot be passed"):
+        build_request("hf-jobs", options, "hf://datasets/me/in", {"api_key": "sk-secret"})
+
+
+def test_fields_launches_take_no_input_need_a_model_unless_given_an_endpoint_and_count_documents() -> None:
+    from llm_ocr.launchers.api import build_request
+    from llm_ocr.launchers.spec import LaunchError, LaunchOptions
+
+    options = LaunchOptions(output="hf://datasets/o/n", num_shards=2, stage="fields")
+    schema = {"classes": "hf://datasets/o/n/classes.yaml"}
+    request = build_request("hf-jobs", options, [], schema)
+    assert (request.stage, request.needs_model, request.inputs) == ("fields", True, [])
+    assert request.stage_args == ["--classes", "hf://datasets/o/n/classes.yaml"]
+    elsewhere = build_request("hf-jobs", options, [], {**schema, "fields_endpoint": "https://llm.example/v1"})
+    assert elsewhere.needs_model is False  # the model is served elsewhere: a CPU job is enough
+    with pytest.raises(LaunchError, match="takes no INPUT"):
+        build_request("hf-jobs", options, ["hf://datasets/o/scans"], schema)
+    marker = {"fields": {"documents": {"ok": 7, "invalid": 2, "error": 1, "skipped": 3}, "wall_time_s": 60.0}}
+    row = shard_status(0, "fields", marker, None, JobState("j0", "succeeded", "COMPLETED", running_s=70.0), gpus=1, price_per_hour=1.0)
+    assert row.counts == {"ok": 7, "invalid": 2, "error": 1} and row.earlier == 3 and row.stages_done == ["fields"]
+    table = LaunchStatus("hf://datasets/o/n", "fields", 1, [row], gpus=1, price_per_hour=1.0)
+    assert "documents: 10 = ok 7, invalid 2, error 1" in "\n".join(table.totals_lines())

@@ -220,7 +220,7 @@ def test_dry_run_contract_splitting_multi_gpu_and_ways_of_shipping_the_code(tmp_
     # Stock image: the vLLM DLC, the wheel from S3 installed, then the plain llm-ocr invocation.
     (body,) = stock["requests"]
     assert body["AppSpecification"]["ImageUri"].startswith(f"763104351884.dkr.ecr.{REGION}.amazonaws.com/vllm:")
-    assert body["AppSpecification"]["ContainerEntrypoint"][:2] == ["sh", "-c"]
+    assert body["AppSpecification"]["ContainerEntrypoint"][:2] == ["python3", "-c"]
     assert body["AppSpecification"]["ContainerEntrypoint"][-1] == "llm-ocr"
     assert stock["jobs"][1]["command"][-6:] == ["llm-ocr", "run", INPUT, "--workers", "0", "--output", OUTPUT][-6:]
     assert body["StoppingCondition"]["MaxRuntimeInSeconds"] == stock["jobs"][0]["timeout_s"] == 5400

@@ -32,7 +32,7 @@ def test_sagemaker_notebook_launches_waits_loads_shows_and_costs(tmp_path: Path,
             monkeypatch.delenv(key)
         for key, value in {
             **world.env(tmp_path), "HF_HOME": str(tmp_path / "hf-home"),
-            "LLM_OCR_NB_INPUT": INPUT, "LLM_OCR_NB_OUTPUT": OUTPUT, "LLM_OCR_NB_STAGE_ARGS": json.dumps(["--workers", "0"]),
+            "LLM_OCR_NB_INPUT": INPUT, "LLM_OCR_NB_OUTPUT": OUTPUT, "LLM_OCR_NB_STAGE_OPTIONS": json.dumps({"workers": 0}),
             "LLM_OCR_NB_SHARDS": "2", "LLM_OCR_NB_INSTANCE": "ml.g6.xlarge", "LLM_OCR_NB_ROLE": ROLE, "LLM_OCR_NB_POLL": "0.5",
         }.items():
             monkeypatch.setenv(key, value)

@@ -162,7 +162,7 @@ def test_build_and_push_creates_the_repository_logs_in_builds_and_pushes(tmp_pat
         "aws ecr get-login-password --region eu-west-1",
         f"docker login --username AWS --password-stdin {registry}",
         "ecr-password",  # what docker login read on stdin
-        f"docker build -f {REPO}/sagemaker/Dockerfile -t {image} {REPO}",
+        f"docker build --platform linux/amd64 -f {REPO}/sagemaker/Dockerfile -t {image} {REPO}",
         f"docker push {image}",
     ]
     usage = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)

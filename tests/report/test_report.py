@@ -14,14 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from llm_ocr.report.display import HTML, show_document, show_page, summary
+from llm_ocr.options import RenderOptions
 from llm_ocr.records import document_schema, page_schema
-from llm_ocr.report import (
-    markdown_to_html,
-    sanitize_table,
-    write_report,
-)
-from llm_ocr.sources.base import DocumentRef, PageImage, RenderOptions
+from llm_ocr.report import markdown_to_html, sanitize_table, write_report
+from llm_ocr.report.display import HTML, show_document, show_page, summary
+from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.render import close_documents, render_pages
 from tests.conftest import run_cli
 from tests.docs import make_pdf

@@ -95,3 +95,22 @@ def test_a_page_that_runs_out_without_repeating_itself_is_read_again_in_tiles(tm
     assert "ran to max_tokens (10000 tokens) without repeating itself: read again in" in gazette["cut_reason"]
     assert gazette["completion_tokens"] == sum(r["completion_tokens"] for r in requests)
     assert json.loads(result.stdout.strip().splitlines()[-1])["pages"]["ok"] == 2
+
+
+def test_a_family_whose_recipe_does_not_tile_reads_a_dense_page_whole(tmp_path: Path, docs: tuple) -> None:
+    """dots.ocr's answers carry boxes too, but its recipe does not say it reads a crop of a page
+    as a page: the dense page is read whole, as before tiles, though its text layer says it holds
+    more than max_tokens (7,168 here, as DeepSeek-OCR's)."""
+    folder, _ = docs
+    model = "rednote-hilab/dots.mocr"
+    with SimulatedServer("--prefill-ms", "0", "--served-model-name", model, corpus=folder) as server:
+        result = extract(folder, tmp_path / "out", server, "--model", model, "--max-tokens", "7168")
+        requests = server.requests()
+        stats = server.stats()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert stats["recipe_refused"] == 0
+    gazette = rows_by_doc(tmp_path / "out")["gazette.pdf"]
+    # Every request showed a whole known page (a tile would be no page the server knows).
+    assert all(r.get("known_page") for r in requests), [r.get("known_page") for r in requests]
+    assert len(gazette_requests(server)) == gazette["attempts"] >= 1
+    assert gazette["segments"] is None and "tile" not in (gazette["cut_reason"] or "") + gazette["raw"][:40]

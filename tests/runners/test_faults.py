@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pypdfium2
@@ -217,11 +218,19 @@ def test_slow_starting_external_endpoint_gets_backoff_then_a_clean_stop_or_the_r
     assert impatient.returncode == 2 and "has answered nothing successfully" in impatient.stderr
     assert read_stage(tmp_path / "out", "extract") == []  # a clean stop: no page burnt
     assert 1 < tried < 100  # retried with backoff for --dead-after, not in a tight loop
-    # 7 s: long enough that the CLI's own start-up (seconds on a loaded CI box) still meets a
-    # starting server, so some pages really get 503s.
-    with SimulatedServer("--startup-delay", "7", corpus=tmp_path / "docs", wait_ready=False) as slow:
+    # The server starts only once the run has met it starting (a 503), whatever the machine's
+    # load: the test ends the startup delay, not a clock.
+    with SimulatedServer("--startup-delay", "600", corpus=tmp_path / "docs", wait_ready=False) as slow:
         started = time.monotonic()
-        patient = extract([tmp_path / "docs"], tmp_path / "out", slow, "--dead-after", "60", "--backoff-max", "0.5")
+        with ThreadPoolExecutor(1) as pool:
+            run = pool.submit(
+                extract, [tmp_path / "docs"], tmp_path / "out", slow, "--dead-after", "60", "--backoff-max", "0.5"
+            )
+            while not slow.stats()["responses"].get("503") and not run.done():
+                time.sleep(0.1)
+            time.sleep(1)  # a few retries with backoff against the starting server
+            slow.end_startup()
+            patient = run.result()
         waited = time.monotonic() - started
         refused = slow.stats()["responses"].get("503", 0)
     assert patient.returncode == 0, patient.stderr
@@ -575,15 +584,15 @@ def test_planted_secrets_never_reach_logs_stats_or_outputs(tmp_path: Path) -> No
     # where the fake vllm, like vLLM, prints the arguments it was started with.
     key_file = tmp_path / "server-key.sha256"
     runs.append(run_cli("extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out5"), "--engine", "vllm",
-                        "--workers", "0", "--server-args", f"--api-key {secret} --corpus {tmp_path / 'a.pdf'}",
-                        env=fake_env(tmp_path, HF_TOKEN=secret, LLM_OCR_API_KEY=secret,
-                                     FAKE_VLLM_API_KEY_FILE=str(key_file))))
+                        "--workers", "0", "--server-args", f"--api-key {secret} --enforce-eager",
+                        env=fake_env(tmp_path, HF_TOKEN=secret, LLM_OCR_API_KEY=secret, FAKE_VLLM_API_KEY_FILE=str(key_file),
+                                     FAKE_VLLM_SIM_ARGS=f"--corpus {tmp_path / 'a.pdf'}")))
     assert [r.returncode for r in runs] == [0, 0, 0, 2, 0], [r.stderr[-2000:] for r in runs]
     assert "endpoint http://***@127.0.0.1:" in runs[3].stderr  # the URL is named, masked
     # The server got the key (in its environment, not on its command line), yet printed nothing of it.
     assert key_file.read_text() == hashlib.sha256(secret.encode()).hexdigest()
     launch = next(line for line in runs[4].stderr.splitlines() if "starting vllm server" in line)
-    assert "--corpus" in launch and "--api-key" not in launch
+    assert "--enforce-eager" in launch and "--api-key" not in launch
     assert "non-default args" in (tmp_path / "out5/_state/logs/server-00000-of-00001.log").read_text()
     haystacks = [text for r in runs for text in (r.stdout, r.stderr)]
     for out in ("out", "out2", "out3", "out4", "out5"):

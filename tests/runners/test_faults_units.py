@@ -23,7 +23,7 @@ from llm_ocr.runners.progress import RunCounters
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, RequestFailed, VlmClient, display_url
 from llm_ocr.vlm.grounding import parse_layout
-from llm_ocr.vlm.recipes import DOCUMENT_PROMPT, image_messages
+from llm_ocr.vlm.recipes import DEFAULT_MODEL, DOCUMENT_PROMPT, image_messages, recipe_for
 
 W, H = 1224, 1584
 
@@ -31,7 +31,12 @@ W, H = 1224, 1584
 def page_body() -> dict[str, Any]:
     buffer = io.BytesIO()
     Image.new("RGB", (64, 48), "white").save(buffer, format="PNG")
-    return {"messages": image_messages(buffer.getvalue(), "image/png", DOCUMENT_PROMPT), "max_tokens": 50, "temperature": 0.0}
+    return {
+        "messages": image_messages(buffer.getvalue(), "image/png", DOCUMENT_PROMPT),
+        "max_tokens": 50,
+        "temperature": 0.0,
+        "extra_body": recipe_for(DEFAULT_MODEL).extra_body,
+    }
 
 
 class Schedule:
@@ -108,9 +113,9 @@ def test_a_failing_endpoint_is_waited_for_with_backoff_then_the_run_stops(sim: S
     before = sim.stats()["requests"]
 
     async def scenario() -> float:
+        started = time.monotonic()  # before the client: its silence is counted from its start
         client = VlmClient(sim.base_url, "deepseek-ai/DeepSeek-OCR", options=options)
         sim.inject("error", count=1000, status=503)
-        started = time.monotonic()
         try:
             with pytest.raises(EndpointDown, match="answered nothing successfully"):
                 await client.chat(page_body())

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from llm_ocr.runners.page_flow import FlowSettings, PageFlow
-from llm_ocr.runners.progress import RunCounters
+from llm_ocr.options import RenderOptions
 from llm_ocr.records import PageResult, page_schema
-from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.runners.page_flow import DocumentPages, FlowSettings, PageFlow
+from llm_ocr.runners.progress import RunCounters
+from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.listing import list_documents
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex
-from llm_ocr.runners.workers import WorkerPool
 from tests.docs import make_corpus
 
 
@@ -39,11 +40,10 @@ def test_a_flow_stopped_with_a_full_prefetch_queue_and_nothing_in_flight_returns
         counters = RunCounters("extract", 0, 1)
         pool = WorkerPool(0)
         writer = PartWriter(Storage(str(tmp_path / "out/extract")), page_schema(), 0, 1)
-        flow = PageFlow(
-            pool=pool, render=RenderOptions(), handler=handler, writer=writer, index=ShardIndex(),
-            counters=counters, settings=FlowSettings(max_in_flight=8, prefetch_chunks=1), stop=stop,
-        )
-        run = asyncio.create_task(flow.run(list_documents([str(tmp_path / "docs")])))
+        flow = PageFlow(handler=handler, writer=writer, counters=counters,
+                        settings=FlowSettings(max_in_flight=8, prefetch_chunks=1), stop=stop)
+        intake = DocumentPages(list_documents([str(tmp_path / "docs")]), ShardIndex(), pool, RenderOptions())
+        run = asyncio.create_task(flow.run(intake))
         try:
             done, _ = await asyncio.wait({run}, timeout=20)
             assert run in done, "the stopped flow did not return"

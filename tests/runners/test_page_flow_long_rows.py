@@ -17,13 +17,14 @@ from typing import Any
 
 from PIL import Image
 
-from llm_ocr.runners.page_flow import CHUNK_PAGES, FlowSettings, PageFlow
-from llm_ocr.runners.progress import RunCounters
+from llm_ocr.options import RenderOptions
 from llm_ocr.records import PageResult, page_schema
-from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage, RenderOptions
+from llm_ocr.runners.page_flow import CHUNK_PAGES, DocumentPages, FlowSettings, PageFlow
+from llm_ocr.runners.progress import RunCounters
+from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex
-from llm_ocr.runners.workers import WorkerPool
 
 PAGES = 300
 
@@ -66,11 +67,9 @@ def test_a_long_row_ships_only_each_chunks_images_and_renders_every_page_right(t
 
     async def main() -> None:
         writer = PartWriter(Storage(str(tmp_path / "extract")), page_schema(), 0, 1)
-        flow = PageFlow(
-            pool=pool, render=RenderOptions(image_format="png"), handler=handler, writer=writer, index=index,
-            counters=RunCounters("extract", 0, 1), settings=FlowSettings(max_in_flight=16, prefetch_chunks=4),
-        )
-        await flow.run([row])
+        flow = PageFlow(handler=handler, writer=writer, counters=RunCounters("extract", 0, 1),
+                        settings=FlowSettings(max_in_flight=16, prefetch_chunks=4))
+        await flow.run(DocumentPages([row], index, pool, RenderOptions(image_format="png")))
         await writer.close()
 
     try:

@@ -34,8 +34,8 @@ def test_extract_launches_vllm_with_the_recipe_when_no_endpoint(tmp_path: Path) 
     make_corpus(tmp_path / "docs", documents=2, pages=1)
     result = run_cli(
         "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"), "--engine", "vllm",
-        "--gpu-preset", "l4-24gb", "--workers", "0", "--server-args", f"--corpus {tmp_path / 'docs'}",
-        env=fake_env(tmp_path),
+        "--gpu-preset", "l4-24gb", "--workers", "0", "--server-args", "--enforce-eager --max-num-seqs 48",
+        env=fake_env(tmp_path, FAKE_VLLM_SIM_ARGS=f"--corpus {tmp_path / 'docs'}"),
     )
     assert result.returncode == 0, result.stderr
     argv = json.loads((tmp_path / "argv.json").read_text())
@@ -43,8 +43,8 @@ def test_extract_launches_vllm_with_the_recipe_when_no_endpoint(tmp_path: Path) 
     joined = " ".join(argv)
     assert "--logits-processors vllm.model_executor.models.deepseek_ocr:NGramPerReqLogitsProcessor" in joined
     assert "--no-enable-prefix-caching" in argv and "--mm-processor-cache-gb 0" in joined
-    assert argv[argv.index("--max-num-seqs") + 1] == "64"  # the L4 preset
-    assert argv[-2:] == ["--corpus", str(tmp_path / "docs")]  # extra args last
+    assert argv[argv.index("--max-num-seqs") + 1] == "64"  # the L4 preset...
+    assert argv[-3:] == ["--enforce-eager", "--max-num-seqs", "48"]  # ...and the extra args last, overriding it
     log = (tmp_path / "out/_state/logs/server-00000-of-00001.log").read_text()
     assert "ready on http://127.0.0.1" in log
     assert [r["status"] for r in read_stage(tmp_path / "out", "extract")] == ["ok", "ok"]

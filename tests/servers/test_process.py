@@ -34,13 +34,15 @@ from llm_ocr.servers.engines import (
     vllm_command,
 )
 from llm_ocr.servers.presets import PRESETS, GpuPreset
-from llm_ocr.servers.process import ManagedServer, ServerFailed, parse_metrics, redact_command
+from llm_ocr.servers.process import ManagedServer, ServerFailed, redact_command
+from llm_ocr.servers.prometheus import parse_metrics
 from llm_ocr.vlm.recipes import DOCUMENT_PROMPT, image_messages, recipe_for
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 MODEL = "deepseek-ai/DeepSeek-OCR"
 HOST = "127.0.0.1"
 RECIPE = [
+    "--trust-remote-code",
     "--logits-processors",
     "vllm.model_executor.models.deepseek_ocr:NGramPerReqLogitsProcessor",
     "--no-enable-prefix-caching",
@@ -92,11 +94,11 @@ def test_deepseek_ocr_2_is_served_the_same_way() -> None:
 
 def test_other_models_get_no_deepseek_flags() -> None:
     cmd = vllm_command("Qwen/Qwen2.5-VL-7B-Instruct", host=HOST, port=8000, preset=PRESETS["l4-24gb"])
-    for flag in ("--logits-processors", "--no-enable-prefix-caching", "--mm-processor-cache-gb"):
-        assert flag not in cmd
+    # DeepSeek-OCR's logits processor lives in its own model module: loading it for Qwen would
+    # fail at startup. (Qwen's own family turns prefix caching off, as DeepSeek-OCR's does.)
+    assert "--logits-processors" not in cmd
     assert "NGramPerReqLogitsProcessor" not in " ".join(cmd)
     assert json.loads(flag_value(cmd, "--limit-mm-per-prompt")) == {"image": 1}
-    assert flag_value(cmd, "--max-num-seqs") == "64"
 
 
 def test_extra_args_come_last_after_preset_extras() -> None:
@@ -533,3 +535,37 @@ def test_slow_start_is_waited_for(tmp_path: Path, fake_vllm: Path, reaper: list[
 
     assert asyncio.run(scenario()) >= 1.5
     assert gone(server.pid)
+
+
+@pytest.mark.parametrize(
+    "model, flags",
+    [
+        ("allenai/olmOCR-2-7B-1025-FP8", []),
+        ("rednote-hilab/dots.mocr", ["--trust-remote-code", "--chat-template-content-format", "string"]),
+        ("datalab-to/chandra-ocr-2", ["--mm-processor-kwargs", '{"min_pixels": 3136, "max_pixels": 6291456}']),
+        ("opendatalab/MinerU2.5-2509-1.2B", ["--logits-processors", "mineru_vl_utils:MinerULogitsProcessor"]),
+        ("ibm-granite/granite-docling-258M", []),
+    ],
+)
+def test_each_family_gets_its_own_flags_context_and_sizing(model: str, flags: list[str]) -> None:
+    from llm_ocr.vlm.families import family_for
+
+    family = family_for(model)
+    cmd = vllm_command(model, host=HOST, port=1, preset=PRESETS["l4-24gb"])
+    assert flags == [] or index_of(cmd, flags) > 0
+    assert "NGramPerReqLogitsProcessor" not in " ".join(cmd)  # DeepSeek's processor: DeepSeek's only
+    assert flag_value(cmd, "--max-model-len") == str(family.serving.context)
+    assert json.loads(flag_value(cmd, "--limit-mm-per-prompt")) == dict(family.serving.limit_mm_per_prompt)
+    seqs = int(flag_value(cmd, "--max-num-seqs"))
+    # The L4's KV cache, sized with the family's own weights and KV bytes per token.
+    kv_tokens = (22.5 * 0.90 - family.serving.weights_gib) * 1024**3 / family.serving.kv_bytes_per_token
+    assert 8 <= seqs <= min(64, max(8, kv_tokens / family.serving.typical_seq_tokens))
+    # A fine-tune served under another name gets the family it names.
+    named = vllm_command("me/ocr-ft", host=HOST, port=1, preset=PRESETS["l4-24gb"], family=family)
+    assert named[named.index("--max-model-len") + 1] == str(family.serving.context)
+
+
+def test_olmocr_on_an_l4_holds_fewer_pages_than_deepseek() -> None:
+    olmocr = vllm_command("allenai/olmOCR-2-7B-1025", host=HOST, port=1, preset=PRESETS["l4-24gb"])
+    deepseek = vllm_command(MODEL, host=HOST, port=1, preset=PRESETS["l4-24gb"])
+    assert int(flag_value(olmocr, "--max-num-seqs")) < int(flag_value(deepseek, "--max-num-seqs")) == 64

@@ -22,7 +22,8 @@ from openai import AsyncOpenAI
 from PIL import Image, ImageDraw
 
 from llm_ocr.servers.frame.protocol import image_prompt_tokens
-from llm_ocr.servers.sim.cli import build_parser, parse_prometheus
+from llm_ocr.servers.prometheus import parse_prometheus
+from llm_ocr.servers.sim.cli import build_parser
 from llm_ocr.servers.sim.server import per_token_seconds
 from llm_ocr.testing import SimulatedServer, SimulatedServerError
 
@@ -179,11 +180,19 @@ def sim(pdf_path: Path) -> Any:
         yield server
 
 
+@pytest.fixture(scope="module")
+def lenient(pdf_path: Path) -> Any:
+    """A server that answers requests straying from the recipe as vLLM would (no 400)."""
+    with SimulatedServer("--prefill-ms", "0", "--lenient", corpus=pdf_path.parent.parent) as server:
+        yield server
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_faults(request: pytest.FixtureRequest) -> Any:
     yield
-    if "sim" in request.fixturenames:
-        request.getfixturevalue("sim").clear_faults()
+    for name in ("sim", "lenient"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name).clear_faults()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,12 +326,33 @@ def test_description_names_size_and_colour(sim: SimulatedServer) -> None:
         assert "640x480" in text and "blue" in text and "<|ref|>" not in text
 
 
-def test_default_skip_special_tokens_drops_grounding_tags(sim: SimulatedServer, pdf_path: Path) -> None:
+def test_default_skip_special_tokens_drops_grounding_tags(lenient: SimulatedServer, pdf_path: Path) -> None:
     # Without skip_special_tokens=false vLLM strips the (special) grounding tags: the client
     # must send the recipe's field, and this shows when it does not.
     jpeg, _, _ = render_jpeg(pdf_path, 1)
-    text = run(ocr(sim.base_url, jpeg, extra={"skip_special_tokens": True})).choices[0].message.content
+    text = run(ocr(lenient.base_url, jpeg, extra={"skip_special_tokens": True})).choices[0].message.content
     assert "<|ref|>" not in text and re.search(r"^text\[\[\d+, \d+, \d+, \d+\]\]$", text, re.M)
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        ({"skip_special_tokens": True}, "skip_special_tokens must be false"),
+        ({"vllm_xargs": None}, "vllm_xargs must be"),
+        ({"vllm_xargs": {"ngram_size": 20, "window_size": 50}}, "vllm_xargs must be"),
+        ({"top_p": 0.5}, "sets no top_p"),
+    ],
+)
+def test_a_page_request_that_strays_from_the_recipe_is_refused(
+    sim: SimulatedServer, extra: dict[str, Any], fragment: str
+) -> None:
+    before = sim.stats()["recipe_refused"]
+    with pytest.raises(openai.BadRequestError, match=fragment):
+        run(ocr(sim.base_url, picture_bytes(4), mime="image/png", extra=extra))
+    assert sim.stats()["recipe_refused"] == before + 1
+    # A figure description (another prompt, no grounding) is not a page request: served.
+    described = run(ocr(sim.base_url, picture_bytes(4), "Describe this image in detail.", mime="image/png", extra=extra))
+    assert described.choices[0].message.content
 
 
 def test_max_tokens_truncates_with_length(sim: SimulatedServer) -> None:
@@ -405,7 +435,7 @@ def test_wrong_model_gets_404_openai_error(sim: SimulatedServer) -> None:
 @pytest.mark.parametrize(
     "messages",
     [
-        [{"role": "user", "content": "Free OCR."}],  # no image
+        # (A text-only request is answered, as vLLM answers one: see tests/servers/test_sim_fields.py.)
         [{"role": "user", "content": [{"type": "text", "text": "Free OCR."},
                                       {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}],
         [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}],
@@ -415,7 +445,7 @@ def test_wrong_model_gets_404_openai_error(sim: SimulatedServer) -> None:
         [{"role": "user", "content": [{"type": "text", "text": "Free OCR."},
                                       {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}],
     ],
-    ids=["no-image", "http-url", "no-text", "two-images", "not-an-image"],
+    ids=["http-url", "no-text", "two-images", "not-an-image"],
 )
 def test_malformed_messages_get_400(sim: SimulatedServer, messages: list[dict[str, Any]]) -> None:
     status, data = sim.call("POST", "/v1/chat/completions", {"model": MODEL, "messages": messages})
@@ -477,7 +507,8 @@ def _period(text: str, span: int = 1500, longest: int = 2000) -> int | None:
     return None
 
 
-def test_fault_loop_repeats_until_max_tokens(sim: SimulatedServer) -> None:
+def test_fault_loop_repeats_until_max_tokens(lenient: SimulatedServer) -> None:
+    sim = lenient
     sim.inject("loop", count=3)
     img = picture_bytes(9)
     resp = run(ocr(sim.base_url, img, mime="image/png", max_tokens=1500))

@@ -15,7 +15,9 @@ from tests.servers.test_simulated import MODEL, RECIPE, body_for, picture_bytes
 
 
 def chat_body(image: bytes, **extra: Any) -> dict[str, Any]:
-    return {"model": MODEL, "messages": body_for(image, mime="image/png"), "temperature": 0, **RECIPE, **extra}
+    # DeepSeek-OCR's recipe sets max_tokens; the simulator refuses a page request without it.
+    body = {"model": MODEL, "messages": body_for(image, mime="image/png"), "temperature": 0, "max_tokens": 2048, **RECIPE}
+    return {**body, **extra}
 
 
 async def raw_events(base_url: str, body: dict[str, Any]) -> tuple[int, list[Any]]:
@@ -82,7 +84,7 @@ def test_the_openai_sdk_reads_the_stream() -> None:
         try:
             stream = await client.chat.completions.create(
                 model=MODEL, messages=body_for(image, mime="image/png"), temperature=0, extra_body=RECIPE,  # type: ignore[arg-type]
-                stream=True, stream_options={"include_usage": True},
+                max_tokens=2048, stream=True, stream_options={"include_usage": True},
             )  # fmt: skip
             parts, usage = [], None
             async for chunk in stream:

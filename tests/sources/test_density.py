@@ -9,7 +9,8 @@ import pytest
 from PIL import Image, ImageDraw
 
 from llm_ocr.bench.corpus import dense_pdf, make_corpus
-from llm_ocr.sources.base import DocumentRef, PageImage, RenderOptions
+from llm_ocr.options import RenderOptions
+from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.density import ink_estimate, text_layer_estimate
 from llm_ocr.sources.render import render_pages
 

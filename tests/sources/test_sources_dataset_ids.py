@@ -17,7 +17,8 @@ import pytest
 from sources_testdata import make_pdf, write
 
 from llm_ocr.bench.finevision import finevision_schema, write_finevision
-from llm_ocr.sources import DatasetOptions, list_documents
+from llm_ocr.options import DatasetOptions
+from llm_ocr.sources import list_documents
 
 
 def expected_rows(files: list[Path]) -> list[list[bytes]]:

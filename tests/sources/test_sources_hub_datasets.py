@@ -38,7 +38,8 @@ configs:
 
 LIST = r"""
 import hashlib, json, sys
-from llm_ocr.sources import DatasetOptions, InputError, plan_inputs
+from llm_ocr.options import DatasetOptions
+from llm_ocr.sources import InputError, plan_inputs
 for job in sys.argv[1:]:  # URL,CONFIG,NUM_SHARDS,SHARD
     url, config, num_shards, shard = job.split(",")
     try:

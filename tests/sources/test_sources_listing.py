@@ -10,7 +10,8 @@ import fsspec
 import pytest
 from sources_testdata import finevision_parquet, make_pdf, png, write
 
-from llm_ocr.sources import DatasetOptions, DocumentRef, InputError, list_documents
+from llm_ocr.options import DatasetOptions
+from llm_ocr.sources import DocumentRef, InputError, list_documents
 
 
 @pytest.fixture(scope="module")

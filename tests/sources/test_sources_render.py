@@ -11,7 +11,8 @@ from PIL import Image
 from reportlab.lib.pagesizes import A0
 from sources_testdata import animated_gif, bomb_png, encode_image, make_pdf, multipage_tiff, png, write, zero_page_pdf
 
-from llm_ocr.sources import DocumentError, DocumentRef, PageFailure, PageImage, RenderOptions, count_pages, render_pages
+from llm_ocr.options import RenderOptions
+from llm_ocr.sources import DocumentError, DocumentRef, PageFailure, PageImage, count_pages, render_pages
 from llm_ocr.sources import render as render_mod
 
 OPTS = RenderOptions()

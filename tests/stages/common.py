@@ -16,7 +16,7 @@ from tests.conftest import run_cli
 DESCRIBE_PROMPT = "Describe this image in detail."
 #: Options that keep the subprocess quick: no worker processes to spawn (only where they render).
 FAST = {"extract": ("--workers", "0", "--progress", "off"), "run": ("--workers", "0", "--progress", "off"),
-        "describe": ("--progress", "off"), "assemble": ()}
+        "describe": ("--progress", "off"), "assemble": (), "fields": ("--progress", "off")}
 
 
 def run_in_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,8 @@ from llm_ocr.sources.segments import Segment, plan_segments
 from llm_ocr.stages.attempts import Answer
 from llm_ocr.stages.segmented import drop_repeated_start, read_in_segments
 from llm_ocr.vlm.client import ChatResult, RequestFailed
+from llm_ocr.vlm.families.base import Reading
+from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
 
 LINE = 30  # pixels per text line
 WIDTH = 443
@@ -74,7 +76,7 @@ def run(lines, height: int, fig_at: int | None = None, fail: set[int] = frozense
             out.append(key)
         return out
 
-    async def ask(page: PageImage) -> Answer:
+    async def read_segment(page: PageImage) -> Reading:
         nonlocal calls
         calls += 1
         x1, y1, x2, y2 = by_size[page.image]
@@ -83,11 +85,13 @@ def run(lines, height: int, fig_at: int | None = None, fail: set[int] = frozense
             raise RequestFailed("HTTP 400: bad image", 1)
         assert (page.width, page.height) == (segment.width, segment.height)
         text = read(segment)
-        return Answer(ChatResult(text, "stop", 600, len(text) // 3, 0.1, 1), 1)
+        answer = Answer(ChatResult(text, "stop", 600, len(text) // 3, 0.1, 1), 1)
+        layout = DEEPSEEK_OCR.parse(text, width=page.width, height=page.height, page=page.page)
+        return Reading(layout, [answer], text, page.image, page.width, page.height)
 
     ref = DocumentRef("strip.pdf", 0, "strip.pdf", "pdf")
     item = PageImage("strip.pdf", 1, b"page", "image/jpeg", WIDTH, height)
-    row = asyncio.run(read_in_segments(ref, item, 1, segments, ask=ask, crop=crop, model="m"))
+    row = asyncio.run(read_in_segments(ref, item, 1, segments, read=read_segment, crop=crop, model="m"))
     return row, calls
 
 

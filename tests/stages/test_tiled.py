@@ -21,6 +21,9 @@ from llm_ocr.stages.attempts import Answer, is_long
 from llm_ocr.stages.segmented import Piece, read_in_segments
 from llm_ocr.stages.tiled import join_tiles, may_be_long, reading_order, tiles_after, tiles_at_once
 from llm_ocr.vlm.client import ChatResult
+from llm_ocr.vlm.families import DEEPSEEK_OCR
+from llm_ocr.vlm.families.base import Reading
+from llm_ocr.vlm.layout import PageLayout
 from llm_ocr.vlm.loops import LoopPolicy
 
 LINE = 20  # pixels per text line
@@ -106,13 +109,15 @@ def join(lines: list[Line], tiles: list[Segment]) -> PageResult:
             out.append(key)
         return out
 
-    async def ask(page: PageImage) -> Answer:
+    async def read_tile(page: PageImage) -> Reading:  # as Extract reads a page, the family's way
         text = read(lines, boxes[page.image])
-        return Answer(ChatResult(text, "stop", 300, len(text) // 3, 0.1, 1), 1)
+        answer = Answer(ChatResult(text, "stop", 300, len(text) // 3, 0.1, 1), 1)
+        layout = DEEPSEEK_OCR.parse(text, width=page.width, height=page.height, page=page.page)
+        return Reading(layout, [answer], text, page.image, page.width, page.height)
 
     ref = DocumentRef("gazette.pdf", 0, "gazette.pdf", "pdf")
     item = PageImage("gazette.pdf", 1, b"page", "image/png", WIDTH, HEIGHT)
-    return asyncio.run(read_in_segments(ref, item, 1, tiles, ask=ask, crop=crop, model="m", join=join_tiles, kind="tile"))
+    return asyncio.run(read_in_segments(ref, item, 1, tiles, read=read_tile, crop=crop, model="m", join=join_tiles, kind="tile"))
 
 
 def reading(lines: list[Line]) -> list[str]:
@@ -157,10 +162,16 @@ def test_a_page_is_tiled_at_once_when_its_estimate_needs_most_of_max_tokens() ->
     # After an answer that ran out without repeating itself: only a page that may hold that much.
     assert may_be_long(page(None), 7168) and may_be_long(page(16_000), 7168)
     assert not may_be_long(page(4_000), 7168)  # ~1,400 tokens of text cannot fill 7,168: a loop
+    def whole(answer: Answer) -> Reading:
+        return Reading(PageLayout([], [], answer.text), [answer], answer.text, b"", 1584, 2448)
+
     long = Answer(ChatResult("text " * 5000, "length", 900, 7168, 1.0, 1), 1, long=True)
-    plan = tiles_after(long, page(None), 7168)
+    plan = tiles_after(whole(long), page(None), 7168)
     assert plan is not None and plan.count == 10 and "ran to max_tokens (7168 tokens)" in plan.why
-    assert tiles_after(Answer(ChatResult("ok", "stop", 900, 10, 1.0, 1), 1), page(None), 7168) is None
+    assert tiles_after(whole(Answer(ChatResult("ok", "stop", 900, 10, 1.0, 1), 1)), page(None), 7168) is None
+    # An answer that ran out after looping (not long) keeps the loop policy: no tiles.
+    looped = Answer(ChatResult("text " * 5000, "length", 900, 7168, 1.0, 1), 2)
+    assert tiles_after(whole(looped), page(None), 7168) is None
 
 
 def test_an_answer_is_long_only_when_it_ran_out_without_repeating_itself() -> None:

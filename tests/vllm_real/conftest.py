@@ -65,7 +65,7 @@ def server_cli_args(model: Path, *extra: str, server_args: str = SERVER_ARGS) ->
     return [
         "--engine", "vllm", "--model", str(model),
         "--server-command", SERVER_COMMAND, "--server-args", server_args,
-        "--server-startup-timeout", "240", *extra,
+        "--server-startup-timeout", "600", *extra,
     ]  # fmt: skip
 
 

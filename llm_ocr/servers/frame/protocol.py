@@ -124,6 +124,11 @@ class ChatRequest:
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage in every chunk
     stream_interval: int | None = None  # tokens per streamed chunk (vLLM's per-request field)
     temperature: float = 0.0
+    #: A conversation (``kind == "conversation"``): system and user text, and whether it goes on
+    #: after an answer of the model's (a repair request).
+    system: str = ""
+    user_text: str = ""
+    follows_answer: bool = False
 
 
 def is_json_int(v: Any) -> bool:
@@ -131,11 +136,15 @@ def is_json_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def parse_chat_request(body: Any, served: list[str], server_name: str = "the simulated server") -> ChatRequest:
+def parse_chat_request(
+    body: Any, served: list[str], server_name: str = "the simulated server", *, conversations: bool = False
+) -> ChatRequest:
     """Validate a chat completion body; raise :class:`ApiError` like vLLM would.
 
     ``server_name`` names the server in the messages about what it does not support (the CPU
-    engine reuses this validation).
+    engine reuses this validation). With ``conversations``, a request that is not one user
+    message with an image (text only, a system message, several turns) is a ``conversation``
+    (vLLM takes those for any model); without, it is refused as before.
     """
     if not isinstance(body, dict):
         raise ApiError(400, "Request body must be a JSON object.")
@@ -155,6 +164,13 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
     )
     if n_images > 1:  # --limit-mm-per-prompt '{"image": 1}'
         raise ApiError(400, f"At most 1 image(s) may be provided in one prompt, got {n_images}.")
+    if conversations and (len(messages) > 1 or n_images == 0):
+        req = _parse_conversation(messages, model, server_name)
+        req.max_tokens = _max_tokens(body)
+        req.stream, req.include_usage, req.continuous_usage = stream, include_usage, continuous_usage
+        req.stream_interval, req.temperature = _stream_interval(body), _temperature(body)
+        _parse_structured(body, req)
+        return req
     parts = messages[-1].get("content")
     if not isinstance(parts, list):
         raise ApiError(400, "The last message must carry a list of content parts with one image_url part.")
@@ -174,8 +190,8 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
     m = _DATA_URI.match(url) if isinstance(url, str) else None
     if not m:
         raise ApiError(400, f"image_url.url must be a data:image/...;base64, URI ({server_name} fetches nothing).")
-    if not texts:
-        raise ApiError(400, "The last message must contain a text part with the prompt.")
+    # No text part is a valid request: vLLM renders the image alone (LightOnOCR's plain mode
+    # sends nothing else; the real-vLLM tier serves it). The prompt is then empty.
     try:
         image = base64.b64decode(url[m.end():], validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -201,9 +217,7 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
         if wl is not None and (not isinstance(wl, list) or not all(is_json_int(t) for t in wl)):
             raise ApiError(400, f"`whitelist_token_ids` has to be a sequence of integers, got {wl!r}.")
 
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    if max_tokens is not None and (not is_json_int(max_tokens) or max_tokens < 1):
-        raise ApiError(400, f"max_tokens must be a positive integer, got {max_tokens!r}.")
+    max_tokens = _max_tokens(body)
 
     prompt = "\n".join(texts)
     stripped = prompt.strip()
@@ -227,6 +241,55 @@ def parse_chat_request(body: Any, served: list[str], server_name: str = "the sim
     )
     _parse_structured(body, req)
     return req
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    if max_tokens is not None and (not is_json_int(max_tokens) or max_tokens < 1):
+        raise ApiError(400, f"max_tokens must be a positive integer, got {max_tokens!r}.")
+    return max_tokens
+
+
+def _parse_conversation(messages: list[dict[str, Any]], model: str, server_name: str) -> ChatRequest:
+    """A request of several messages and/or no image: its texts by role, and its image if any."""
+    system: list[str] = []
+    user: list[str] = []
+    image, media_type = b"", ""
+    answered = False
+    for message in messages:
+        role = message.get("role")
+        if role not in ("system", "user", "assistant"):
+            raise ApiError(400, f"Unsupported message role: {role!r}.")
+        content = message.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(parts, list):
+            raise ApiError(400, "A message's content must be a string or a list of content parts.")
+        for part in parts:
+            ptype = part.get("type") if isinstance(part, dict) else None
+            if ptype == "text" and isinstance(part.get("text"), str):
+                if role == "system":
+                    system.append(part["text"])
+                elif role == "user" and not answered:
+                    user.append(part["text"])
+            elif ptype == "image_url":
+                url = part.get("image_url", {}).get("url") if isinstance(part.get("image_url"), dict) else None
+                m = _DATA_URI.match(url) if isinstance(url, str) else None
+                if not m:
+                    raise ApiError(400, f"image_url.url must be a data:image/...;base64, URI ({server_name} fetches nothing).")
+                try:
+                    image = base64.b64decode(url[m.end():], validate=True)
+                except (binascii.Error, ValueError) as exc:
+                    raise ApiError(400, f"Invalid base64 image data: {exc}") from None
+                media_type = m.group(1).lower()
+            else:
+                raise ApiError(400, f"Unsupported content part: {json.dumps(part)[:200]}")
+        if role == "assistant":
+            answered = True
+    return ChatRequest(
+        model=model, prompt="\n".join(system + user), kind="conversation", image=image, media_type=media_type,
+        max_tokens=None, skip_special_tokens=True, system="\n".join(system), user_text="\n".join(user),
+        follows_answer=answered,
+    )
 
 
 def _parse_stream(body: dict[str, Any]) -> tuple[bool, bool, bool]:

@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..frame.cli import add_frame_options, fraction, frame_settings, non_negative, positive, positive_int
-from ..frame.metrics import parse_prometheus
 from . import FAULT_KINDS
 
 if TYPE_CHECKING:  # the server (and aiohttp) is imported only when it runs
     from .server import SimConfig
 
-__all__ = ["FAULT_KINDS", "build_parser", "config_from_args", "main", "parse_prometheus"]
+__all__ = ["FAULT_KINDS", "add_decode_options", "build_parser", "config_from_args", "main"]
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -45,6 +44,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         log_help="append one JSON line per chat request (body with images replaced by sha256 and size, "
         "status, outcome)",
     )
+    model.add_argument("--recipe", default=None, metavar="FAMILY",
+                       help="the model family every served name plays (default: each name's own family, "
+                       "chosen as llm-ocr chooses it; see llm-ocr models)")
+    model.add_argument("--lenient", action="store_true",
+                       help="answer page requests that stray from the family's recipe as a real model would "
+                       "(grounding tags dropped, loops without the n-gram processor) instead of refusing "
+                       "them with a 400")
     model.add_argument("--corpus", action="append", default=[], metavar="DIR_OR_FILE",
                        help="PDF file or folder (recursive) whose pages are answered from their text "
                        "layer; repeatable")
@@ -52,34 +58,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                        help="the resolution the client rendered --corpus pages at (llm-ocr's --dpi): a "
                        "received image that is a crop of a known page at this scale (a tile of a dense "
                        "page) is answered with the text of that region (default %(default)s)")
-    model.add_argument("--output-tokens-mean", type=non_negative, default=0.0, metavar="TOKENS",
-                       help="give synthetic page answers a lognormal length with this mean in tokens, "
-                       "fixed per image and --seed (a long tail, like real pages); 0 keeps their "
-                       "natural length of a few hundred tokens (default %(default)s)")
-    model.add_argument("--output-tokens-sigma", type=non_negative, default=0.5, metavar="SIGMA",
-                       help="sigma of the log of that length: 0.5 puts ~5%% of pages above twice the "
-                       "mean (default %(default)s)")
-    perf = p.add_argument_group("performance")
-    perf.add_argument("--slots", type=positive_int, default=64,
-                      help="sequences decoded at once, like vLLM --max-num-seqs; more requests wait "
-                      "in a queue (default %(default)s)")
-    perf.add_argument("--prefill-ms", type=non_negative, default=20.0,
-                      help="time per request before its first token (default %(default)s)")
-    perf.add_argument("--decode-ms-per-token", type=non_negative, default=0.0,
-                      help="base time per output token of one sequence (default %(default)s)")
-    perf.add_argument("--load-slowdown", type=non_negative, default=1.0,
-                      help="per-token time is base * (1 + load_slowdown * running / slots), "
-                      "re-evaluated as the batch changes (default %(default)s)")
-    perf.add_argument("--instant", action="store_true", help="no latency at all (measures the client's ceiling)")
+    perf = p.add_argument_group("performance (the decode model)")
+    add_decode_options(perf)
     perf.add_argument("--startup-delay", type=non_negative, default=0.0, metavar="S",
                       help="seconds /health answers 503 before becoming ready (default %(default)s)")
     faults = p.add_argument_group("faults")
-    faults.add_argument("--loop-rate", type=fraction, default=0.0,
-                        help="fraction of (image, prompt) pairs that loop until max_tokens, finish_reason "
-                        "'length' (or, streamed, until the client closes the stream); decided per image so "
-                        "retries loop again. With the n-gram processor on (vllm_xargs.ngram_size), the "
-                        "repeated unit is a table row longer than its window_size, as only such loops "
-                        "escape it in vLLM (default %(default)s)")
     faults.add_argument("--loop-repeat-rate", type=fraction, default=1.0,
                         help="share of looping pages that loop again when retried at a temperature above 0, "
                         "decided per image and temperature (default %(default)s: always)")
@@ -92,7 +75,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     faults.add_argument("--crash-after", type=int, default=0, metavar="N",
                         help="exit with code 1 on the N-th chat request, like a GPU that dies mid-run "
                         "(default %(default)s: never)")
-    faults.add_argument("--seed", type=int, default=0, help="seed of the random faults (default %(default)s)")
     faults.add_argument("--crash-on-page", action="append", default=[], metavar="FILE:PAGE", type=_page_spec,
                         help="exit with code 1 whenever this --corpus page (file name or path, 1-based page) "
                         "is sent, like vLLM on an image that crashes it; repeatable")
@@ -101,7 +83,58 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         "(needs --crash-ledger; default: every time)")
     faults.add_argument("--crash-ledger", default=None, metavar="PATH",
                         help="file that gets one line FILE:PAGE per poison-page crash (and counts them)")
+    fields = p.add_argument_group("structured answers about documents (llm-ocr fields)")
+    fields.add_argument("--fields-invalid-rate", type=fraction, default=0.0,
+                        help="fraction of documents whose first structured answer is cut in the middle (not "
+                        "JSON); a repair request is answered correctly; decided per document and --seed "
+                        "(default %(default)s)")
+    fields.add_argument("--fields-invent-rate", type=fraction, default=0.0,
+                        help="fraction of documents whose first structured answer replaces one free-text value "
+                        "with a name found nowhere in the document (default %(default)s)")
+    fields.add_argument("--no-structured-outputs", dest="structured_outputs", action="store_false",
+                        help="answer HTTP 400 to response_format / structured_outputs, like an endpoint "
+                        "without structured outputs")
     return p
+
+
+#: The decode model's defaults when the simulator runs on its own (``llm-ocr bench`` has its own).
+DECODE_DEFAULTS: dict[str, Any] = {
+    "slots": 64, "prefill_ms": 20.0, "decode_ms_per_token": 0.0, "load_slowdown": 1.0, "output_tokens_mean": 0.0,
+    "output_tokens_sigma": 0.5, "loop_rate": 0.0, "seed": 0,
+}
+
+
+def add_decode_options(group: argparse._ArgumentGroup | argparse.ArgumentParser, defaults: Mapping[str, Any] | None = None) -> None:
+    """The simulated server's decode model as options: how many sequences run at once, how long
+    a request takes, how long answers are, which pages loop (``--instant``: no time at all).
+    ``llm-ocr bench`` takes the same options, for the server it starts, with its own ``defaults``."""
+    d = {**DECODE_DEFAULTS, **(defaults or {})}
+    group.add_argument("--slots", type=positive_int, default=d["slots"],
+                       help="sequences decoded at once, like vLLM --max-num-seqs; more requests wait "
+                       "in a queue (default %(default)s)")
+    group.add_argument("--prefill-ms", type=non_negative, default=d["prefill_ms"],
+                       help="time per request before its first token (default %(default)s)")
+    group.add_argument("--decode-ms-per-token", type=non_negative, default=d["decode_ms_per_token"],
+                       help="base time per output token of one sequence (default %(default)s)")
+    group.add_argument("--load-slowdown", type=non_negative, default=d["load_slowdown"],
+                       help="per-token time is base * (1 + load_slowdown * running / slots), "
+                       "re-evaluated as the batch changes (default %(default)s)")
+    group.add_argument("--instant", action="store_true", help="no latency at all (measures the client's ceiling)")
+    group.add_argument("--output-tokens-mean", type=non_negative, default=d["output_tokens_mean"], metavar="TOKENS",
+                       help="give synthetic page answers a lognormal length with this mean in tokens, "
+                       "fixed per image and --seed (a long tail, like real pages); 0 keeps their "
+                       "natural length of a few hundred tokens (default %(default)s)")
+    group.add_argument("--output-tokens-sigma", type=non_negative, default=d["output_tokens_sigma"], metavar="SIGMA",
+                       help="sigma of the log of that length: 0.5 puts ~5%% of pages above twice the "
+                       "mean (default %(default)s)")
+    group.add_argument("--loop-rate", type=fraction, default=d["loop_rate"],
+                       help="fraction of (image, prompt) pairs that loop until max_tokens, finish_reason "
+                       "'length' (or, streamed, until the client closes the stream); decided per image so "
+                       "retries loop again. With the n-gram processor on (vllm_xargs.ngram_size), the "
+                       "repeated unit is a table row longer than its window_size, as only such loops "
+                       "escape it in vLLM (default %(default)s)")
+    group.add_argument("--seed", type=int, default=d["seed"],
+                       help="seed of the random draws: answer lengths, loops, faults (default %(default)s)")
 
 
 def _page_spec(text: str) -> tuple[str, int]:
@@ -120,9 +153,20 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
     if args.crash_times and not args.crash_ledger:
         raise SystemExit("--crash-times needs --crash-ledger (the count must survive the restarts)")
+    from llm_ocr.vlm.families import UnknownRecipe, family_for
+
     poison = PoisonPages(args.crash_on_page, args.crash_times or 0, args.crash_ledger) if args.crash_on_page else None
+    settings = frame_settings(args)
+    try:
+        family = family_for(settings["served_model_names"][0], args.recipe)
+    except UnknownRecipe as exc:
+        raise SystemExit(str(exc)) from None
+    if args.max_model_len is None:  # the context of the family it plays, as vLLM's would be
+        settings["max_model_len"] = family.serving.context
     return SimConfig(
-        **frame_settings(args),
+        **settings,
+        recipe=args.recipe,
+        lenient=args.lenient,
         corpus=list(args.corpus),
         render_dpi=args.render_dpi,
         slots=args.slots,
@@ -141,6 +185,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         startup_delay=args.startup_delay,
         instant=args.instant,
         poison=poison,
+        fields_invalid_rate=args.fields_invalid_rate,
+        fields_invent_rate=args.fields_invent_rate,
+        structured_outputs=args.structured_outputs,
     )
 
 

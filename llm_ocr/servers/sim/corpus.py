@@ -72,6 +72,8 @@ class KnownPage:
     #: The page in grey (uint8, LOCATE_LONG_SIDE px on its longer side, softened): where a crop
     #: of it lies is found in this (:mod:`.crops`).
     grey: Any = None
+    #: The page's /Rotate (degrees clockwise): its text is upright only when this is 0.
+    rotation: int = 0
 
 
 def fingerprint_image(img: Image.Image) -> np.ndarray:
@@ -121,13 +123,17 @@ class CorpusIndex:
     def __len__(self) -> int:
         return len(self.pages)
 
-    def match(self, fp: np.ndarray, aspect: float) -> KnownPage | None:
-        """The known page nearest to a fingerprint, or None when nothing is close enough."""
+    def match(self, fp: np.ndarray, aspect: float | None) -> KnownPage | None:
+        """The known page nearest to a fingerprint, or None when nothing is close enough
+        (``aspect`` None: any aspect ratio, for pages resized to another shape)."""
         import numpy as np
 
         if not self.pages:
             return None
-        ok = np.abs(self._aspects - aspect) <= MAX_ASPECT_DIFF * aspect
+        if aspect is None:
+            ok = np.ones(len(self.pages), dtype=bool)
+        else:
+            ok = np.abs(self._aspects - aspect) <= MAX_ASPECT_DIFF * aspect
         if not ok.any():
             return None
         idx = np.flatnonzero(ok)
@@ -194,6 +200,7 @@ def _index_page(page: Any, source: str, index: int) -> KnownPage:
         blocks=extract_layout(page),
         size_pt=(w_pt, h_pt),
         grey=_locate_grey(page, w_pt, h_pt),
+        rotation=page.get_rotation() % 360,
     )
 
 

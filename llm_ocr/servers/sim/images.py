@@ -21,14 +21,24 @@ class ImageFacts:
     sha256: bytes
     known: KnownPage | None = None
     colour: str = "white"
+    #: Degrees the image had to be turned clockwise to match its known page (0: as displayed).
+    turned: int = 0
     #: The part of ``known`` the image shows, as page fractions ``(x0, y0, x1, y1)``, when it
     #: is a crop of it (a tile of a dense page); None for the whole page.
     region: tuple[float, float, float, float] | None = None
 
 
-def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool, render_dpi: float = 144.0) -> ImageFacts:
+def analyse_image(
+    data: bytes,
+    corpus: CorpusIndex | None,
+    need_colour: bool,
+    any_aspect: bool = False,
+    turns: bool = False,
+    crops_at: float | None = None,
+) -> ImageFacts:
     """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus: a whole
-    known page, else a crop of one rendered at ``render_dpi`` (see :mod:`.crops`).
+    known page, else (with ``crops_at``, the DPI the client rendered pages at) a crop of one
+    (see :mod:`.crops`).
 
     Runs in a worker thread: decoding a full page PNG takes tens of milliseconds.
     """
@@ -45,9 +55,17 @@ def analyse_image(data: bytes, corpus: CorpusIndex | None, need_colour: bool, re
         raise ApiError(400, f"Failed to load image: {exc}") from None
     facts = ImageFacts(width, height, digest)
     if corpus is not None and len(corpus):
-        facts.known = corpus.match(fingerprint_image(img), width / height)
-        if facts.known is None:
-            crop = locate(img, width, height, corpus.pages, render_dpi)
+        # A page resized to a square (MinerU's layout pass) keeps its fingerprint, not its aspect.
+        facts.known = corpus.match(fingerprint_image(img), None if any_aspect else width / height)
+        # A page sent turned (a model that reads rotation, olmOCR-2) is found turned back.
+        for clockwise in (90, 180, 270) if turns and facts.known is None else ():
+            turned = img.convert("L").rotate(-clockwise, expand=True)
+            facts.known = corpus.match(fingerprint_image(turned), turned.width / turned.height)
+            if facts.known is not None:
+                facts.turned = clockwise
+                break
+        if facts.known is None and crops_at is not None:
+            crop = locate(img, width, height, corpus.pages, crops_at)
             if crop is not None:
                 facts.known, facts.region = crop.page, crop.region
     if need_colour:

@@ -38,8 +38,11 @@ from ..frame.protocol import (
     is_json_int,
     parse_chat_request,
 )
+from llm_ocr.vlm.families import Family, RecipeError, family_for
+
 from ..frame.streaming import SseAnswer
-from . import FAULT_KINDS, content
+from . import FAULT_KINDS, content, families
+from . import fields as sim_fields
 from .corpus import CorpusIndex, build_corpus
 from .crops import region_blocks
 from .images import ImageFacts, analyse_image
@@ -71,6 +74,17 @@ class SimConfig(FrameConfig):
     startup_delay: float = 0.0
     instant: bool = False
     poison: PoisonPages | None = None
+    #: Structured answers to documents (Fields): first answers that are not JSON, invented values.
+    fields_invalid_rate: float = 0.0
+    fields_invent_rate: float = 0.0
+    #: Whether response_format / structured_outputs are accepted (False: HTTP 400, like an
+    #: endpoint without structured outputs).
+    structured_outputs: bool = True
+    #: The family every served name plays (default: each name's own, like llm-ocr picks it).
+    recipe: str | None = None
+    #: Answer requests that stray from the family's recipe as a real model would, instead of
+    #: refusing them (400).
+    lenient: bool = False
 
 
 @dataclass
@@ -107,8 +121,12 @@ class SimServer(OpenAIServer):
             "max_waiting": 0,
             "ngram_processor_off": 0,
             "special_tokens_skipped": 0,
+            "recipe_refused": 0,
+            "families": {},
         }
+        self.memory = families.Memory()
         self._sem: asyncio.Semaphore | None = None
+        self._start_now: asyncio.Event | None = None
         self.timing = TimingModel(
             slots=cfg.slots,
             prefill_ms=cfg.prefill_ms,
@@ -122,6 +140,7 @@ class SimServer(OpenAIServer):
         """Fault injection and counters: ``/sim/faults`` and ``/sim/stats``."""
         return [
             web.post("/sim/faults", self.add_faults),
+            web.post("/sim/ready", self.end_startup),
             web.get("/sim/faults", self.list_faults),
             web.delete("/sim/faults", self.clear_faults),
             web.get("/sim/stats", self.get_stats),
@@ -137,13 +156,27 @@ class SimServer(OpenAIServer):
         """Index the corpus (in a thread) and wait out the startup delay, then serve."""
         self._sem = asyncio.Semaphore(self.cfg.slots)
         self.open_log()
-        tasks = [asyncio.sleep(self.cfg.startup_delay)]
+        self._start_now = asyncio.Event()
+        tasks = [self._wait_startup_delay(self._start_now)]
         if self.cfg.corpus:
             tasks.append(asyncio.to_thread(build_corpus, list(self.cfg.corpus)))
         results = await asyncio.gather(*tasks)
         if self.cfg.corpus:
             self.corpus = results[1]
         self.ready = True
+
+    async def _wait_startup_delay(self, start_now: asyncio.Event) -> None:
+        try:
+            await asyncio.wait_for(start_now.wait(), timeout=self.cfg.startup_delay)
+        except asyncio.TimeoutError:
+            pass
+
+    async def end_startup(self, request: web.Request) -> web.Response:
+        """``POST /sim/ready``: end the startup delay now (a test decides when the server is
+        ready instead of racing a clock); ready once the corpus is indexed too."""
+        if self._start_now is not None:
+            self._start_now.set()
+        return web.json_response({"ready": self.ready})
 
     async def add_faults(self, request: web.Request) -> web.Response:
         """Queue faults for the next chat requests: ``{"kind", "count", "status", "seconds",
@@ -244,13 +277,33 @@ class SimServer(OpenAIServer):
             fault = None
 
         try:
-            req = parse_chat_request(body, self.cfg.served_model_names)
+            req = parse_chat_request(body, self.cfg.served_model_names, conversations=True)
+            if req.structured and not self.cfg.structured_outputs:
+                raise ApiError(400, "response_format is not supported by this server (structured outputs are off).")
+            family = family_for(req.model, self.cfg.recipe)
+            page_kind = self._page_kind(family, body, record)
+            if page_kind is not None:
+                self.count("families", f"{family.name}:{page_kind}")
+                if req.kind == "conversation":
+                    # A family's page request with a system message (Nanonets-OCR2, Qwen) is a
+                    # page to read, not a Fields conversation.
+                    req = parse_chat_request(body, self.cfg.served_model_names)
             self.count("prompt_kinds", "structured" if req.structured else req.kind)
+            if req.kind == "conversation":
+                return await self._conversation(request, req, record, fault)
             if not req.ngram_enabled:
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
-            facts = await asyncio.to_thread(analyse_image, req.image, self.corpus, need_colour, self.cfg.render_dpi)
-            prompt_tokens = estimate_prompt_tokens(facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
+            # A crop of a known page (a tile of a dense page) is looked for only in the page
+            # requests of a family that reads dense pages in tiles: the others never send one.
+            crops_at = self.cfg.render_dpi if page_kind is not None and family.dense_tiles else None
+            facts = await asyncio.to_thread(
+                analyse_image, req.image, self.corpus, need_colour,
+                families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind), crops_at,
+            )
+            prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
+            if prompt_tokens is None:
+                prompt_tokens = estimate_prompt_tokens(facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
             max_tokens = admit_max_tokens(prompt_tokens, req.max_tokens, self.cfg.max_model_len)
         except ApiError as exc:
             record["outcome"] = "error"
@@ -270,7 +323,10 @@ class SimServer(OpenAIServer):
         elif req.kind in ("markdown", "ocr", "free"):
             self.stats["synthetic_pages"] += 1
 
-        text = self._answer(req, facts, fault, max_tokens)
+        if page_kind is not None and families.answers(family):
+            text = self._family_answer(family, page_kind, body, req, facts, fault, max_tokens)
+        else:
+            text = self._answer(req, facts, fault, max_tokens)
         text, completion_tokens, finish = self.fit_answer(req, text, max_tokens)
         if not req.stream:
             await self._run_in_slot(prompt_tokens, completion_tokens)
@@ -291,6 +347,68 @@ class SimServer(OpenAIServer):
                 await stream.open(request)
             return await stream.finish(finish, completion_tokens)
         return stream.closed_response()
+
+    async def _conversation(
+        self, request: web.Request, req: ChatRequest, record: dict[str, Any], fault: Fault | None
+    ) -> web.StreamResponse:
+        """A request that is not a page to OCR: a document's text (and maybe a page image) with
+        a structured question about it (Fields). The answer is read from the text, and from a
+        known page's text layer when the image is one (:mod:`.fields`)."""
+        text = req.user_text
+        prompt_tokens = math.ceil(len(req.prompt) * self.cfg.tokens_per_char) + 8
+        if req.image:
+            facts = await asyncio.to_thread(analyse_image, req.image, self.corpus, False)
+            prompt_tokens += estimate_prompt_tokens(facts.width, facts.height, "", self.cfg.tokens_per_char)
+            if facts.known is not None:
+                text = content.render_plain(facts.known.blocks) + "\n\n" + text
+        max_tokens = admit_max_tokens(prompt_tokens, req.max_tokens, self.cfg.max_model_len)
+        schema = req.schema if req.structured == "json" else sim_fields.schema_in_prompt(req.system)
+        if fault is not None and fault.kind == "empty":
+            answer, applied = "", "empty"
+        elif schema is None and not req.structured:
+            answer, applied = content.render_plain(content.synthetic_blocks(hashlib.sha256(text.encode()).digest())), None
+        else:
+            answer, applied = sim_fields.answer(
+                schema, text, repair=req.follows_answer, seed=self.cfg.seed,
+                invalid_rate=self.cfg.fields_invalid_rate, invent_rate=self.cfg.fields_invent_rate,
+            )
+        if applied is not None:
+            record["fault"] = applied
+            self.count("faults_applied", applied)
+        self.count("prompt_kinds", "repair" if req.follows_answer else "conversation")
+        text_out, completion_tokens, finish = self.fit_answer(req, answer, max_tokens)
+        if req.stream:
+            raise ApiError(400, "the simulated server does not stream conversations.")
+        await self._run_in_slot(prompt_tokens, completion_tokens)
+        return self.completion(req, text_out, finish, prompt_tokens, completion_tokens, record)
+    def _page_kind(self, family: Family, body: dict[str, Any], record: dict[str, Any]) -> str | None:
+        """The kind of page request ``body`` is for ``family`` (None: not a page request);
+        raises :class:`ApiError` 400 for one that strays from the recipe, unless lenient."""
+        try:
+            return family.check(body)
+        except RecipeError as exc:
+            if self.cfg.lenient:
+                return "page"
+            self.stats["recipe_refused"] += 1
+            record["recipe_refused"] = str(exc)
+            raise ApiError(400, f"request strays from the {family.title} recipe: {exc}") from None
+
+    def _family_answer(
+        self, family: Family, kind: str, body: dict[str, Any], req: ChatRequest, facts: ImageFacts,
+        fault: Fault | None, max_tokens: int,
+    ) -> str:
+        """A page request of a family other than DeepSeek-OCR, answered in its own format."""
+        if fault is not None and fault.kind == "empty":
+            return ""
+        if facts.known is not None:
+            blocks = facts.known.blocks
+        else:
+            blocks = content.synthetic_blocks(facts.sha256)
+        text = families.answer(family, kind, body, facts, blocks, self.memory)
+        if fault is not None and fault.kind == "loop":
+            chars = int(max_tokens / self.cfg.tokens_per_char) + 16
+            return content.loop_text(text[: len(text) // 3], facts.sha256, chars)
+        return text
 
     def _loops(self, req: ChatRequest, facts: ImageFacts) -> bool:
         """Whether this page loops: decided by image and prompt, not drawn, since at temperature

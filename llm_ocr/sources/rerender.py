@@ -1,4 +1,5 @@
-"""Page images for the report, re-rendered from each row's source with the code Extract used."""
+"""Page images re-rendered from a row's source with the code Extract used: for the report, and
+for Fields reading page images (``--from images``)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,12 @@ import posixpath
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from llm_ocr.sources.base import DocumentRef, PageFailure, RenderOptions
+from llm_ocr.options import RenderOptions
+from llm_ocr.sources.base import DocumentRef, PageFailure
 from llm_ocr.sources.listing import document_kind
 from llm_ocr.storage import Storage, retry_io
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +103,7 @@ class SourcePages:
             location = store.root
             if not store.is_local:
                 suffix = posixpath.splitext(store.root)[1]
-                handle, self._tmp = tempfile.mkstemp(prefix="llm-ocr-report-", suffix=suffix)
+                handle, self._tmp = tempfile.mkstemp(prefix="llm-ocr-source-", suffix=suffix)
                 with os.fdopen(handle, "wb") as out:
                     out.write(store.read_bytes(store.root))
                 location = self._tmp

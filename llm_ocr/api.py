@@ -1,0 +1,353 @@
+"""The Python API: llm-ocr's stages from a program or a notebook, in this process.
+
+::
+
+    import llm_ocr
+
+    result = llm_ocr.run("samples/", output="out", endpoint="http://gpu-box:8000/v1")
+    result.exit_code, result.pages, result.documents, result.cost
+    pages = llm_ocr.load("out", "describe")        # a datasets.Dataset, figure images decoded
+
+Keyword arguments are the command line's long options in snake_case (``--max-in-flight`` is
+``max_in_flight``), checked by the same typed models (:mod:`llm_ocr.options`) before any work
+starts: a misspelt name or a bad value raises :class:`~llm_ocr.config.OptionError`. Options not
+given come from the ``LLM_OCR_*`` environment variables, then the defaults, as on the command
+line. ``llm-ocr run|extract|describe|assemble`` are these functions behind argparse.
+
+A run works the same in a script and in Jupyter, where an event loop is already running: the
+run then gets its own loop in a worker thread. Interrupting it (Ctrl-C, or the notebook's stop
+button) stops it as SIGTERM stops the command: intake stops, the pages in flight finish within
+``grace_period``, the parts are written, a launched server is stopped, and ``KeyboardInterrupt``
+is raised; calling it again resumes. A second interrupt cancels the pages in flight at once.
+Async code awaits :func:`arun`. In a notebook, progress is a bar, not log lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from llm_ocr.config import Naming, OptionError, check_names, resolve_options
+from llm_ocr.options import STAGE_OPTIONS, STAGES_WITH_INPUTS, StageSpec, stage_models, stage_option_names
+
+if TYPE_CHECKING:
+    import datasets
+    from typing_extensions import Unpack
+
+    from llm_ocr.keywords import AssembleKeywords, DescribeKeywords, ExtractKeywords, FieldsKeywords, RunKeywords
+    from llm_ocr.runners.shard import ShardOutcome
+
+__all__ = ["Result", "RunError", "arun", "assemble", "describe", "extract", "fields", "load", "run"]
+
+log = logging.getLogger("llm_ocr")
+
+#: A local path or a URL (``s3://``, ``gs://``, ``hf://`` ...).
+PathOrUrl: TypeAlias = "str | os.PathLike[str]"
+
+#: What each exit code means (also the command line's).
+EXIT_MEANINGS = {
+    0: "every page ok or truncated",
+    1: "finished, but some pages failed or an upstream stage is not finished (run again to retry them)",
+    2: "could not run",
+    3: "interrupted (run again to resume)",
+}
+
+
+class RunError(Exception):
+    """The run could not start, or had to stop (exit code 2): the message says why and what to do.
+    Completed pages are kept; running it again resumes."""
+
+
+@dataclass
+class Result:
+    """How a run over this process's shard ended.
+
+    ``pages`` counts this run's page rows by status (``ok``, ``truncated``, ``error``,
+    ``quarantined``) plus ``skipped``, the pages earlier runs did; ``documents`` the documents
+    (Assemble's by status; for ``fields``, its rows: ``ok``, ``invalid``, ``error``); ``cost`` the GPU time and its estimated price. They come from the
+    completion markers the run wrote (or would have written, when it stopped early); ``stats``
+    holds the markers themselves.
+    """
+
+    stage: str
+    output: str
+    exit_code: int
+    pages: dict[str, int] = field(default_factory=dict)
+    documents: dict[str, int] = field(default_factory=dict)
+    cost: dict[str, Any] | None = None
+    stats: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when every page is ok or truncated (exit code 0)."""
+        return self.exit_code == 0
+
+    @property
+    def meaning(self) -> str:
+        """The exit code in words."""
+        return EXIT_MEANINGS.get(self.exit_code, "unknown")
+
+    @classmethod
+    def of(cls, stage: str, output: str, outcome: ShardOutcome) -> Result:
+        """The result of a stage's outcome (stats: the marker, or per stage for ``run``)."""
+        stats = outcome.stats or {}
+        by_stage = stats if stage == "run" else {stage: stats}
+        page_stage = by_stage.get("extract") or by_stage.get("describe") or {}
+        assembled = by_stage.get("assemble") or {}
+        counted = page_stage.get("pages") or {}
+        pages = {k: counted[k] for k in ("ok", "truncated", "error", "quarantined", "skipped") if k in counted}
+        documents = assembled.get("documents") or page_stage.get("documents") or {}
+        if stage == "fields":  # its rows are documents: ok, invalid, error (and skipped)
+            documents = (by_stage.get("fields") or {}).get("documents") or {}
+        cost = page_stage.get("gpu") or (by_stage.get("fields") or {}).get("gpu")
+        return cls(stage, output, outcome.exit_code, pages, dict(documents), cost, stats)
+
+    def __str__(self) -> str:
+        pages = ", ".join(f"{k} {v}" for k, v in self.pages.items())
+        documents = ", ".join(f"{k} {v}" for k, v in self.documents.items())
+        cost = (self.cost or {}).get("estimated_cost_usd")
+        return (f"llm-ocr {self.stage} -> {self.output}: exit code {self.exit_code} ({self.meaning})"
+                + (f"; pages: {pages}" if pages else "") + (f"; documents: {documents}" if documents else "")
+                + (f"; estimated GPU cost ${cost}" if cost is not None else ""))
+
+
+def stage_spec(
+    stage: str,
+    inputs: PathOrUrl | Sequence[PathOrUrl] | None,
+    given: argparse.Namespace | Mapping[str, Any],
+    *,
+    naming: Naming = "keyword",
+) -> StageSpec:
+    """The validated :class:`StageSpec` of ``stage`` from ``given`` (keyword arguments, or parsed
+    flags), then ``LLM_OCR_*`` variables, then defaults; :class:`OptionError` names a bad value."""
+    groups = {name: resolve_options(model, given, naming=naming) for name, model in stage_models(stage).items()}
+    listed = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs or [])
+    if stage in STAGES_WITH_INPUTS and not listed:
+        raise OptionError("give at least one INPUT (a file, folder, URL or hf://datasets/OWNER/NAME)")
+    return StageSpec(inputs=[os.fspath(i) for i in listed], **groups)  # type: ignore[arg-type]
+
+
+#: Short keywords of the Fields options (as ``--schema`` is ``--fields-schema`` on the command line).
+FIELDS_ALIASES = {"schema": "fields_schema"}
+
+
+def keyword_spec(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl, options: Mapping[str, Any]) -> StageSpec:
+    """:func:`stage_spec` of ``llm_ocr.STAGE(inputs, output, **options)``; an unknown keyword
+    raises :class:`OptionError` naming the closest option (nothing has run)."""
+    if "fields" in STAGE_OPTIONS[stage]:
+        for short, name in FIELDS_ALIASES.items():
+            if short in options:
+                if options.get(name) is not None:
+                    raise OptionError(f"llm_ocr.{stage}(): give {short}= or {name}=, not both")
+                options = {**{k: v for k, v in options.items() if k != short}, name: options[short]}
+    check_names(options, stage_option_names(stage), f"llm_ocr.{stage}()")
+    return stage_spec(stage, inputs, {**options, "output": os.fspath(output)})
+
+
+def shard_coroutine(stage: str, spec: StageSpec) -> Callable[[asyncio.Event], Awaitable[ShardOutcome]]:
+    """``stop -> the stage's run over this process's shard`` (imported now: the heavy part)."""
+    from llm_ocr.runners import stage_runner
+
+    runner = stage_runner(stage)
+    return lambda stop: runner(spec, stop)
+
+
+def execute(stage: str, spec: StageSpec, *, command_line: bool = False) -> ShardOutcome:
+    """Run ``stage`` over this process's shard from synchronous code (see the module docstring);
+    ``command_line``: also stop gracefully on SIGTERM, and map every failure to its exit code
+    (the command line's behaviour) instead of raising."""
+    from llm_ocr.runners.shard import run_blocking
+
+    if spec.job.progress == "auto":
+        from llm_ocr.runners.progress import auto_progress
+
+        spec.job.progress = auto_progress()
+    return run_blocking(shard_coroutine(stage, spec), command_line=command_line)
+
+
+def _finish(stage: str, output: str, outcome: ShardOutcome) -> Result:
+    if outcome.interrupted_by_user:
+        raise KeyboardInterrupt
+    if outcome.error is not None:
+        if outcome.unexpected:
+            raise outcome.error
+        raise RunError(str(outcome.error)) from outcome.error
+    return Result.of(stage, output, outcome)
+
+
+def _call(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl, options: Mapping[str, Any]) -> Result:
+    spec = keyword_spec(stage, inputs, output, options)
+    return _finish(stage, spec.job.output, execute(stage, spec))
+
+
+def run(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[RunKeywords]) -> Result:
+    """Extract, Describe and Assemble over this process's shard of ``inputs`` into ``output``
+    (``llm-ocr run``); with ``schema=`` (or ``classes=``), then Fields. Rerunning resumes.
+    Raises :class:`RunError` when it cannot run."""
+    return _call("run", inputs, output, options)
+
+
+def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[ExtractKeywords]) -> Result:
+    """Extract over this process's shard of ``inputs`` into ``output/extract`` (``llm-ocr extract``)."""
+    return _call("extract", inputs, output, options)
+
+
+def describe(output: PathOrUrl, **options: Unpack[DescribeKeywords]) -> Result:
+    """Describe the figures of ``output/extract`` into ``output/describe`` (``llm-ocr describe``)."""
+    return _call("describe", None, output, options)
+
+
+def fields(output: PathOrUrl, **options: Unpack[FieldsKeywords]) -> Result:
+    """Fields of the documents of ``output/assemble`` into ``output/fields`` (``llm-ocr fields``):
+    give ``schema=`` (a JSON Schema file, inline JSON, or ``"package.module:Model"``) or
+    ``classes=`` (a classes file). A schema that cannot be used raises :class:`RunError` before
+    any request; ``result.documents`` counts the rows by status (``ok``, ``invalid``, ``error``)."""
+    return _call("fields", None, output, options)
+
+
+def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result:
+    """Assemble the pages of ``output`` into one row per document in ``output/assemble``
+    (``llm-ocr assemble``); CPU only."""
+    return _call("assemble", None, output, options)
+
+
+def _show_options(stage: str, function: Callable[..., Any]) -> None:
+    """Give ``function`` a signature that lists ``stage``'s options as keyword-only parameters
+    with their types and defaults: what ``help()`` and a notebook's completion show."""
+    import inspect
+
+    excluded = {"output"}
+    params = [p for p in inspect.signature(function).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    for model in stage_models(stage).values():
+        for name, info in model.model_fields.items():
+            if name in excluded or name not in stage_option_names(stage):
+                continue
+            default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                            annotation=_type_text(info.annotation)))
+    function.__signature__ = inspect.Signature(params, return_annotation="Result")  # type: ignore[attr-defined]
+
+
+async def arun(
+    inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl, *, stage: str = "run", **options: Any
+) -> Result:
+    """:func:`run` (or ``stage``: ``extract``, ``describe``, ``assemble``) for async callers, on
+    the caller's event loop. Cancelling the task stops the run: the parts are written and a
+    launched server is stopped before the cancellation goes on."""
+    from llm_ocr.runners.shard import run_guarded
+
+    if stage not in STAGE_OPTIONS:
+        raise OptionError(f"llm_ocr.arun(): stage must be one of {', '.join(STAGE_OPTIONS)} (got {stage!r})")
+    spec = keyword_spec(stage, inputs if stage in STAGES_WITH_INPUTS else None, output, options)
+    if spec.job.progress == "auto":
+        from llm_ocr.runners.progress import auto_progress
+
+        spec.job.progress = auto_progress()
+    outcome = await run_guarded(shard_coroutine(stage, spec), asyncio.Event())
+    return _finish(stage, spec.job.output, outcome)
+
+
+def load(output: PathOrUrl, stage: str = "assemble", *, storage_options: Mapping[str, Any] | None = None) -> datasets.Dataset:
+    """The rows of ``output/STAGE`` as a :class:`datasets.Dataset`, figure images decoded
+    (PIL images): one row per page for ``extract`` and ``describe``, per document for ``assemble``."""
+    import datasets
+
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.parts import list_parts
+
+    if stage not in ("extract", "describe", "assemble", "fields"):
+        raise ValueError(f"stage must be extract, describe, assemble or fields (got {stage!r})")
+    options = dict(storage_options or {})
+    folder = Storage(os.fspath(output), options).child(stage)
+    parts = list_parts(folder)
+    if not parts:
+        raise FileNotFoundError(f"{folder.url} holds no {stage} rows yet")
+    files = [folder.display(path) for path in parts]
+    return datasets.load_dataset("parquet", data_files=files, split="train", storage_options=options or None)
+
+
+# -- the keyword types editors see --------------------------------------------------------------
+
+
+def keyword_types_source() -> str:
+    """The source of :mod:`llm_ocr.keywords`: one ``TypedDict`` per function of the API, derived
+    from the option models (``python -m llm_ocr.api > llm_ocr/keywords.py`` rewrites it; a test
+    checks that it is current)."""
+    from llm_ocr.launchers import PLATFORMS, platform_class
+    from llm_ocr.launchers.spec import LaunchOptions
+
+    blocks = []
+    for stage in ("run", "extract", "describe", "assemble", "fields"):
+        fields = [(name, info) for model in stage_models(stage).values() for name, info in model.model_fields.items()
+                  if name in stage_option_names(stage) and name != "output"]
+        known = dict(fields)
+        fields += [(short, known[name]) for short, name in FIELDS_ALIASES.items() if name in known]
+        blocks.append(_typed_dict(f"{stage.capitalize()}Keywords", f"Keyword arguments of ``llm_ocr.{stage}()``: the "
+                                  f"options of ``llm-ocr {stage}``.", fields))
+    from llm_ocr.launchers.api import REFUSED
+
+    launch_fields = [(n, i) for n, i in LaunchOptions.model_fields.items() if n not in ("output", "num_shards")]
+    seen = {n for n, _ in launch_fields}
+    for platform in sorted(PLATFORMS):
+        for name, info in platform_class(platform).options.model_fields.items():
+            if name not in seen:
+                seen.add(name)
+                launch_fields.append((name, info))
+    for model in stage_models("run").values():
+        for name, info in model.model_fields.items():
+            if name not in seen and name not in REFUSED and name != "output":
+                seen.add(name)
+                launch_fields.append((name, info))
+    blocks.append(_typed_dict("LaunchKeywords", "Keyword arguments of ``llm_ocr.launch()``: the options of ``llm-ocr "
+                              "launch``, of every platform, and of the launched stage.", launch_fields))
+    header = ('"""Keyword types of the Python API, for editors and type checkers (generated: do not edit).\n\n'
+              "Derived from the option models (:mod:`llm_ocr.options`, :mod:`llm_ocr.launchers`) by\n"
+              "``python -m llm_ocr.api > llm_ocr/keywords.py``; the test suite checks that it is current.\n"
+              '"""\n\nfrom __future__ import annotations\n\nfrom typing import Any, Literal, TypedDict\n')
+    return header + "".join(blocks)
+
+
+def _typed_dict(name: str, doc: str, fields: list[tuple[str, Any]]) -> str:
+    lines = [f"\n\nclass {name}(TypedDict, total=False):", f'    """{doc}"""', ""]
+    for key, info in fields:
+        lines.append(f"    {key}: {_type_text(info.annotation)}")
+        description = (info.description or "").replace("\\", "\\\\").replace('"""', "'''")
+        if description:
+            lines.append(f'    """{description}"""')
+    return "\n".join(lines) + "\n"
+
+
+def _type_text(annotation: Any) -> str:
+    import types
+    import typing
+
+    from pydantic import SecretStr
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is type(None):
+        return "None"
+    if annotation is typing.Any:
+        return "Any"
+    if annotation is SecretStr:
+        return "str"
+    if origin is typing.Literal:
+        return "Literal[" + ", ".join(repr(a) for a in args) + "]"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_text(a) for a in args)
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_type_text(a) for a in args)}]"
+    return str(annotation.__name__)
+
+
+# The stage functions' signatures list their options (after _type_text, which they use).
+for _stage, _function in (("run", run), ("extract", extract), ("describe", describe), ("assemble", assemble)):
+    _show_options(_stage, _function)
+
+
+if __name__ == "__main__":
+    print(keyword_types_source(), end="")

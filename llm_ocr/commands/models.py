@@ -1,0 +1,103 @@
+"""``llm-ocr models``: the model families llm-ocr has a recipe for, and what each one gives.
+
+For each family: the model names it matches, what its answer holds (boxes, figure crops, HTML
+tables, math, figure descriptions), the vLLM command llm-ocr starts for it, and where its
+recipe comes from (docs/models.md has the same, with every source).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from typing import Any
+
+from llm_ocr.servers.engines import vllm_command
+from llm_ocr.servers.presets import PRESETS
+from llm_ocr.vlm.families import FAMILIES, Family, family_named
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``models`` sub-command."""
+    parser = sub.add_parser(
+        "models",
+        help="list the model families llm-ocr has a recipe for: names matched, outputs, serve command, sources",
+        description="The model families llm-ocr runs, each with its exact recipe (see docs/models.md). "
+        "A model is matched to its family by its served name; --recipe FAMILY picks one for a fine-tune.",
+    )
+    parser.add_argument("family", nargs="?", help="show one family in full (default: all, briefly)")
+    parser.add_argument("--gpu-preset", default="a100-80gb", help="GPU preset of the serve command shown (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the families as JSON")
+    parser.set_defaults(handler=run)
+
+
+def describe(family: Family, preset: str) -> dict[str, Any]:
+    """What ``llm-ocr models`` shows of one family, as plain data."""
+    model = family.models[0] if family.models else "MODEL"
+    command = vllm_command(model, host="127.0.0.1", port=8000, preset=PRESETS[preset], family=family)
+    out = family.outputs
+    return {
+        "family": family.name,
+        "title": family.title,
+        "models": list(family.models),
+        "matches": list(family.patterns) or ["(any model no other family matches)"],
+        "outputs": {
+            "boxes": out.boxes,
+            "figure_crops": out.figure_crops,
+            "html_tables": out.html_tables,
+            "math": out.math,
+            "figure_descriptions": out.figure_descriptions,
+            "notes": out.notes,
+        },
+        "request": {
+            "prompt": family.prompt.text,
+            "system": family.prompt.system,
+            "image_first": family.prompt.image_first,
+            "temperature": family.retries.temperatures[0],
+            **family.sampling.fields(),
+            "max_tokens": family.sampling.max_tokens,
+            "extra_body": dict(family.sampling.extra),
+            "retry_temperatures": list(family.retries.temperatures[: family.retries.count + 1]),
+        },
+        "page_image": family.rendering.options(),
+        "serve": shlex.join(command),
+        "needs": family.serving.needs,
+        "sources": [{"fact": s.fact, "where": s.where} for s in family.sources],
+    }
+
+
+def _flags(outputs: dict[str, Any]) -> str:
+    names = {"boxes": "boxes", "figure_crops": "figure crops", "html_tables": "HTML tables", "math": "math",
+             "figure_descriptions": "figure descriptions"}  # fmt: skip
+    have = [label for key, label in names.items() if outputs[key]]
+    return ", ".join(have) or "Markdown text only"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``llm-ocr models``."""
+    if args.gpu_preset not in PRESETS:
+        print(f"unknown --gpu-preset {args.gpu_preset!r}; choose one of {', '.join(PRESETS)}")
+        return 2
+    chosen = [family_named(args.family)] if args.family else list(FAMILIES)
+    rows = [describe(f, args.gpu_preset) for f in chosen]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        print(f"{row['family']}  ({row['title']})")
+        print(f"  models:  {', '.join(row['models']) or '-'}")
+        print(f"  matches: {', '.join(row['matches'])}")
+        print(f"  outputs: {_flags(row['outputs'])}" + (f"; {row['outputs']['notes']}" if row["outputs"]["notes"] else ""))
+        print(f"  serve:   {row['serve']}")
+        if row["needs"]:
+            print(f"  needs:   {row['needs']}")
+        if args.family:
+            print("  request: " + json.dumps(row["request"], ensure_ascii=False))
+            print("  page image: " + json.dumps(row["page_image"]))
+            for source in row["sources"]:
+                print(f"  source:  {source['fact']}\n           <- {source['where']}")
+        else:
+            where = sorted({s["where"].split(" ")[0] for s in row["sources"]})
+            print(f"  recipe from: {', '.join(where) or '-'}")
+        print()
+    return 0

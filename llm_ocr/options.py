@@ -1,0 +1,398 @@
+"""Every option of llm-ocr, declared once: the typed models the CLI, the Python API and the
+launchers share.
+
+Each group is a pydantic model whose fields carry a type, a default, bounds and a description.
+:mod:`llm_ocr.config` binds them to ``--kebab-case`` flags, ``LLM_OCR_*`` environment variables
+and keyword arguments (``llm_ocr.run(..., max_in_flight=128)``); :data:`STAGE_OPTIONS` says which
+groups each stage command takes, and :class:`StageSpec` holds one validated instance of each.
+The launchers check a launched stage's options against the same models.
+
+This module imports nothing heavy (pydantic, and two tables of names): every layer may use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+
+from llm_ocr.servers.presets import PRESETS
+from llm_ocr.vlm import families
+from llm_ocr.vlm.recipes import DEFAULT_MODEL, DESCRIBE_PROMPT
+
+Engine = Literal["auto", "vllm", "cpu", "sim"]
+
+#: DeepSeek-OCR's own page marker (docs/facts.md: pages joined with "\n<--- Page Split --->\n"),
+#: given blank lines around it: with single newlines Markdown glues it, and the text around it,
+#: into one paragraph.
+DEFAULT_PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
+
+
+# -- where a stage reads and writes, and how it runs ------------------------------------------
+
+
+class JobOptions(BaseModel):
+    """Where a stage reads and writes, which server it talks to, and how it runs."""
+
+    output: str = Field(..., description="Output folder or URL (local path, s3://, gs://, hf://...).")
+    endpoint: str | None = Field(
+        None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."
+    )
+    model: str = Field(DEFAULT_MODEL, description="Served model name.")
+    recipe: str | None = Field(
+        None,
+        description="Model family whose recipe to use (request, server flags, parser), for a fine-tune served "
+        "under another name: one of llm-ocr models' names (default: chosen from --model).",
+    )
+    api_key: SecretStr | None = Field(None, description="API key for the endpoint (prefer the LLM_OCR_API_KEY variable).")
+    num_shards: int | None = Field(None, ge=1, description="Number of shards (default: from the platform, else 1).")
+    shard_index: int | None = Field(None, ge=0, description="This shard's index (default: from the platform, else 0).")
+    max_in_flight: int | None = Field(
+        None, ge=1, description="Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."
+    )
+    workers: int | None = Field(
+        None, ge=0, description="Render/crop worker processes (default: one per core; 0 = a thread in-process)."
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="JSON object of fsspec storage options for inputs and output."
+    )
+    progress: Literal["auto", "live", "bar", "log", "off"] = Field(
+        "auto",
+        description="Progress display: live on a terminal, a progress bar in a notebook, periodic log lines otherwise.",
+    )
+    progress_interval: float = Field(30.0, gt=0, description="Seconds between progress log lines.")
+    flush_interval: float = Field(120.0, gt=0, description="Seconds between part writes at most (bounds loss on a crash).")
+    grace_period: float = Field(30.0, ge=0, description="Seconds in-flight pages may finish after SIGTERM/SIGINT.")
+    gpu_price_per_hour: float | None = Field(
+        None, ge=0, description="US$ per GPU-hour for the cost estimate in the stats (default: the preset's list price)."
+    )
+    part_rows: int = Field(1000, ge=1, description="Rows per Parquet part at most.")
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, value: str | None) -> str | None:
+        if value is not None:
+            families.family_named(value)  # raises with the choices
+        return value
+
+
+# -- the model server, and requests to it ------------------------------------------------------
+
+
+class ServerOptions(BaseModel):
+    """The model server this process launches when no ``--endpoint`` is given."""
+
+    engine: Engine = Field(
+        "auto", description="Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."
+    )
+    gpu_preset: str | None = Field(
+        None, description=f"vLLM sizing preset: {', '.join(PRESETS)} (default: detected with nvidia-smi)."
+    )
+    server_command: str = Field("vllm serve", description="Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server').")
+    server_args: str = Field("", description="Extra arguments appended to the server command line (they override ours).")
+    server_startup_timeout: float = Field(1800.0, gt=0, description="Seconds the server may take to become ready.")
+    server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run (per server).")
+    gpus: int | None = Field(
+        None,
+        ge=1,
+        description="GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi "
+        "lists, or as many as --gpu-preset names; 1: one server).",
+    )
+
+
+class ClientOptions(BaseModel):
+    """Retry and timeout policy of model requests."""
+
+    request_timeout: float = Field(
+        600.0, gt=0, description="Seconds one request may take once sent (a page can decode thousands of tokens)."
+    )
+    max_attempts: int = Field(4, ge=1, description="Attempts per request before the page is marked failed.")
+    backoff_base: float = Field(1.0, ge=0, description="First retry delay in seconds; doubles per attempt, with jitter.")
+    backoff_max: float = Field(30.0, ge=0, description="Longest delay between two attempts, in seconds.")
+    dead_after: float = Field(
+        120.0,
+        gt=0,
+        description="Stop the run when the endpoint has been unreachable for this many seconds with no success.",
+    )
+
+
+# -- inputs -------------------------------------------------------------------------------------
+
+
+class RenderOptions(BaseModel):
+    """How pages become the images sent to the model."""
+
+    dpi: float = Field(144.0, gt=0, description="PDF render resolution (default: the model family's, 144 for DeepSeek-OCR).")
+    max_page_pixels: int = Field(
+        12_000_000,
+        gt=0,
+        description="Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans).",
+    )
+    long_side: int | None = Field(
+        None,
+        gt=0,
+        description="Scale every page (PDF or image) so its longer side has exactly this many pixels, "
+        "instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most).",
+    )
+    max_long_side: int | None = Field(
+        None, gt=0, description="Scale pages down so their longer side has at most this many pixels (default: none)."
+    )
+    min_page_side: int = Field(
+        640,
+        ge=0,
+        description="PDF pages whose longer side would render smaller than this many pixels (labels, "
+        "cards, pages sized in odd units) are rendered at this size instead; 0 = never.",
+    )
+    max_image_pixels: int = Field(
+        120_000_000,
+        gt=0,
+        description="Images with more pixels than this are refused as likely decompression bombs.",
+    )
+    max_pages: int = Field(
+        100_000, gt=0, description="Documents with more pages than this are refused (error row)."
+    )
+    image_format: Literal["jpeg", "png"] = Field(
+        "jpeg", description="Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the "
+        "model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."
+    )
+    jpeg_quality: int = Field(95, ge=50, le=100, description="JPEG quality when image_format is jpeg.")
+
+
+class DatasetOptions(BaseModel):
+    """Which part of a dataset INPUT to read (Hub or Parquet)."""
+
+    config: str | None = Field(
+        None,
+        description="Dataset configuration (subset) name, e.g. olmOCR-mix-0225-documents. When set, an "
+        "INPUT that is not an existing path is loaded as a Hub dataset OWNER/NAME.",
+    )
+    split: str = Field("train", description="Dataset split to read.")
+    image_column: str | None = Field(
+        None,
+        description='Column holding the page image(s). Default: "images", then "image", then the '
+        "first column of type Image or list of Image.",
+    )
+
+
+# -- the stages ---------------------------------------------------------------------------------
+
+
+class ExtractOptions(BaseModel):
+    """What Extract asks the model and how it treats degenerate answers."""
+
+    prompt: str | None = Field(None, description="OCR prompt (default: the model family's own; see llm-ocr models).")
+    max_tokens: int | None = Field(
+        None, gt=0, description="Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."
+    )
+    truncation_retries: int | None = Field(
+        None,
+        ge=0,
+        description="Extra attempts for a page that looped or hit max_tokens, each at the family's next retry "
+        "temperature (default: the family's own count, 1 for DeepSeek-OCR).",
+    )
+    retry_temperature_step: float | None = Field(
+        None, ge=0, le=1, description="Temperature added per truncation retry (default: the family's retry temperatures)."
+    )
+    retry_quarantined: bool = Field(
+        False, description="Retry pages an earlier run quarantined because the model server crashed on them."
+    )
+    text_layer_fallback: bool = Field(
+        True, description="Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."
+    )
+    max_page_aspect: float = Field(
+        3.0,
+        ge=0,
+        description="Pages whose long side exceeds this many times their short side are read in overlapping "
+        "segments of a readable shape, one request each, and joined (0: always read whole).",
+    )
+    cut_loops: bool = Field(
+        True,
+        description="Stream each answer and close the stream as soon as it repeats itself (a repetition loop), "
+        "then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens).",
+    )
+    tile_dense_pages: bool = Field(
+        True,
+        description="Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, "
+        "all at once: straight away when its text layer or ink says so, else when its answer runs to "
+        "max_tokens without repeating itself (families whose recipe allows it: DeepSeek-OCR); off: such a "
+        "page is retried whole.",
+    )
+
+
+class DescribeOptions(BaseModel):
+    """How Describe captions figure crops: prompt, model, endpoint and optional JSON schema."""
+
+    describe_prompt: str | None = Field(
+        None, description=f"Prompt sent with each figure crop (default: {DESCRIBE_PROMPT!r}, DeepSeek-OCR's own)."
+    )
+    describe_max_tokens: int = Field(
+        1024, gt=0, description="Most tokens one description may generate (capped by the server's context)."
+    )
+    describe_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of descriptions.")
+    describe_model: str | None = Field(None, description="Served model that writes descriptions (default: --model).")
+    describe_endpoint: str | None = Field(
+        None, description="OpenAI-compatible base URL of a separate captioning server (default: the job's endpoint)."
+    )
+    describe_api_key: SecretStr | None = Field(
+        None, description="API key of --describe-endpoint (default: --api-key; prefer LLM_OCR_DESCRIBE_API_KEY)."
+    )
+    redescribe: bool = Field(
+        False,
+        description="Also describe figures the OCR model already described in its page answer (olmOCR-2's alt "
+        "text, Chandra's image alt); default: keep the model's own description.",
+    )
+    describe_schema: str | None = Field(
+        None,
+        description="JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured "
+        "output; the validated JSON goes to description_json and a readable form to description.",
+    )
+
+
+class AssembleOptions(BaseModel):
+    """How Assemble lays out a document, and whether it exports Markdown files."""
+
+    page_separator: str = Field(
+        DEFAULT_PAGE_SEPARATOR,
+        description="Text between pages; \\n means a newline and {page} the number of the page that follows.",
+    )
+    export_markdown: bool = Field(
+        False,
+        description="Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links).",
+    )
+    assemble_batch_pages: int = Field(
+        2000, ge=1, description="Pages held in memory at once (documents are read from storage in batches)."
+    )
+
+    @field_validator("page_separator")
+    @classmethod
+    def _unescape(cls, value: str) -> str:
+        # Flags and environment variables cannot easily carry a newline; "\n" in them can.
+        return value.replace("\\n", "\n")
+
+
+class FieldsOptions(BaseModel):
+    """What Fields extracts (schema or classes), from what, with which model and how."""
+
+    fields_schema: str | None = Field(
+        None, description="The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic "
+        "model as package.module:Model. Also --schema."
+    )
+    classes: str | None = Field(
+        None, description="A classes file (YAML): class name -> schema, file-name patterns and keywords; documents "
+        "are classified first (rules, then the model), documents of no known class get class 'other'."
+    )
+    fields_from: Literal["markdown", "images", "both"] = Field(
+        "markdown", description="What the model reads: the assembled Markdown, the page images (a VLM), or both. "
+        "Also --from."
+    )
+    fields_model: str | None = Field(None, description="Served model that extracts fields (default: --model).")
+    fields_endpoint: str | None = Field(
+        None, description="OpenAI-compatible base URL of a separate server for fields (default: the job's endpoint)."
+    )
+    fields_api_key: SecretStr | None = Field(
+        None, description="API key of --fields-endpoint (default: --api-key; prefer LLM_OCR_FIELDS_API_KEY)."
+    )
+    fields_structured: Literal["auto", "json_schema", "json_object", "instruction"] = Field(
+        "auto", description="How the answer's shape is requested: json_schema (structured outputs), json_object "
+        "(JSON mode), instruction (the prompt only); auto starts with json_schema and falls back when the "
+        "endpoint refuses it. The answer is validated whatever the mode."
+    )
+    fields_max_tokens: int = Field(4096, gt=0, description="Most tokens one answer may generate.")
+    fields_max_input_tokens: int | None = Field(
+        None, gt=0, description="Most tokens of document text one request carries; longer documents are split by "
+        "page and the answers merged (default: what the server's context leaves after the answer)."
+    )
+    fields_pages_per_request: int = Field(
+        1, gt=0, description="Page images one request carries with --from images/both (many servers take 1)."
+    )
+    fields_classify: Literal["auto", "rules", "model"] = Field(
+        "auto", description="With --classes: rules then the model (auto), rules only (undecided: other), or the model only."
+    )
+    fields_prompt: str | None = Field(None, description="Instruction sent before the schema (default: a generic one).")
+    fields_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of field requests.")
+    fields_repair: bool = Field(
+        True, description="Send one repair request, showing the model its errors, when an answer is not valid."
+    )
+    export_jsonl: bool = Field(False, description="Also write OUT/fields.jsonl: one JSON object per row.")
+    export_csv: bool = Field(False, description="Also write OUT/fields.csv: one line per row, lists as JSON.")
+
+
+# -- looking at results -------------------------------------------------------------------------
+
+
+class ReportOptions(BaseModel):
+    """What the HTML report shows and where it is written."""
+
+    html: str | None = Field(None, description="Where to write the report (default: OUT/report.html).")
+    max_documents: int = Field(20, ge=1, description="Documents shown at most (the first ones, in input order).")
+    max_pages_per_document: int = Field(20, ge=1, description="Pages shown per document at most (the first ones).")
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="JSON object of fsspec storage options for OUT, the sources and the report."
+    )
+
+
+#: :class:`StageSpec` attribute -> its option model.
+GROUPS: dict[str, type[BaseModel]] = {
+    "job": JobOptions,
+    "server": ServerOptions,
+    "render": RenderOptions,
+    "dataset": DatasetOptions,
+    "extract": ExtractOptions,
+    "describe": DescribeOptions,
+    "assemble": AssembleOptions,
+    "fields": FieldsOptions,
+    "client": ClientOptions,
+}
+
+#: The option groups of each stage command, by :class:`StageSpec` attribute, in ``--help`` order.
+STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "run": ("job", "server", "render", "dataset", "extract", "describe", "assemble", "fields", "client"),
+    "extract": ("job", "server", "render", "dataset", "extract", "client"),
+    "describe": ("job", "server", "describe", "client"),
+    "assemble": ("job", "assemble"),
+    "fields": ("job", "server", "render", "fields", "client"),
+}
+
+#: Options of a group a stage has no use for (Assemble runs no model server and renders nothing).
+STAGE_EXCLUDED: dict[str, frozenset[str]] = {
+    "run": frozenset(),
+    "extract": frozenset(),
+    "describe": frozenset({"workers"}),
+    "fields": frozenset({"workers"}),
+    "assemble": frozenset({
+        "endpoint", "model", "recipe", "api_key", "max_in_flight", "workers", "grace_period", "flush_interval", "progress",
+        "progress_interval",
+    }),
+}
+
+#: Stages that read INPUTs (the others read OUT).
+STAGES_WITH_INPUTS = frozenset({"run", "extract"})
+
+
+@dataclass
+class StageSpec:
+    """Everything a stage runner needs: the INPUTs (Extract and ``run``) and one validated
+    instance of every option group (defaults for the groups the stage does not take)."""
+
+    job: JobOptions
+    inputs: list[str] = field(default_factory=list)
+    server: ServerOptions = field(default_factory=ServerOptions)
+    render: RenderOptions = field(default_factory=RenderOptions)
+    dataset: DatasetOptions = field(default_factory=DatasetOptions)
+    extract: ExtractOptions = field(default_factory=ExtractOptions)
+    describe: DescribeOptions = field(default_factory=DescribeOptions)
+    assemble: AssembleOptions = field(default_factory=AssembleOptions)
+    fields: FieldsOptions = field(default_factory=FieldsOptions)
+    client: ClientOptions = field(default_factory=ClientOptions)
+
+
+def stage_models(stage: str) -> dict[str, type[BaseModel]]:
+    """The option models of ``stage`` by :class:`StageSpec` attribute."""
+    return {name: GROUPS[name] for name in STAGE_OPTIONS[stage]}
+
+
+def stage_option_names(stage: str) -> list[str]:
+    """Every option name ``stage`` takes (the CLI's long options in snake_case)."""
+    excluded = STAGE_EXCLUDED[stage]
+    return [name for model in stage_models(stage).values() for name in model.model_fields if name not in excluded]

@@ -1,0 +1,28 @@
+"""Know the quality of a run: olmOCR-bench's unit tests, checks that need no ground truth, and
+runs compared side by side.
+
+- :mod:`.text`     olmOCR-bench's text normalisation and repetition detector
+- :mod:`.tables`   Markdown and HTML tables as cell graphs (the table tests' view)
+- :mod:`.katex`    formulas rendered with KaTeX in headless Chromium, and compared
+- :mod:`.checks`   the test types (present, absent, order, table, math, baseline, format,
+                   footnote): fields, validation, verdicts
+- :mod:`.stats`    category means and their bootstrap confidence interval
+- :mod:`.bench`    a bench folder in olmOCR-bench's layout, matched to a run and scored
+- :mod:`.signals`  no-ground-truth signals on every page (empty, loops, stray characters,
+                   truncation, text-layer lines missing)
+- :mod:`.pages`    a run's page rows and completion-marker stats, as the checks read them
+- :mod:`.results`  ``OUT/quality/*.json``
+- :mod:`.findings` the results as HTML for the report
+- :mod:`.diff`, :mod:`.compare`  the side-by-side page of several runs
+- :mod:`.download` olmOCR-bench from the Hugging Face Hub
+- :mod:`.score`    the entry points: :func:`score`, :func:`score_output`, :func:`check_output`
+
+May import storage, sources (text layers, page renders), records and report helpers; never
+runners, servers, endpoint, stages, launchers, bench or commands. Only commands, report's
+callers and the Python API import it (``tests/test_layers.py``).
+"""
+
+from llm_ocr.quality.compare import CompareError, CompareResult, compare_runs
+from llm_ocr.quality.score import check_output, score, score_output
+
+__all__ = ["CompareError", "CompareResult", "check_output", "compare_runs", "score", "score_output"]

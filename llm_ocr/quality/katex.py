@@ -1,0 +1,331 @@
+"""Formulas as KaTeX renders them, in headless Chromium, and olmOCR-bench's way of comparing two.
+
+olmOCR-bench's math tests (allenai/olmocr ``olmocr/bench/katex/render.py``, commit f7cfe4c)
+render the test's LaTeX and each formula of the page with KaTeX (display mode, 24 px, errors
+raised) and keep two things per formula: its MathML (without the TeX annotation) and the
+innermost ``<span>`` elements that hold text, with their boxes. A page's formula matches when
+the reference's MathML is a substring of its MathML, or else when every character of the
+reference can be mapped to an equal character of the formula such that each character's
+nearest neighbour above, below, left and right (centres within 5 px) maps to that character's
+neighbour there. Upstream drives Chromium through Playwright; here one ``chromium --headless
+--dump-dom`` run renders a whole batch of formulas on one page, each in its own box, which
+gives the same relative positions.
+
+Two things must be installed, and when either is missing math tests are reported as *not
+scored* (never as failed): a Chromium (``chromium`` or ``chromium-browser`` on PATH, or
+``LLM_OCR_CHROMIUM``) and KaTeX's ``katex.min.js`` + ``katex.min.css`` (``LLM_OCR_KATEX``, a
+``node_modules/katex/dist`` under the working directory, or Debian's ``libjs-katex`` in
+``/usr/share/javascript/katex``). KaTeX's web fonts are not loaded, as upstream loads none:
+boxes come from the browser's fallback fonts in both.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: Where KaTeX's distribution files are looked for, after ``LLM_OCR_KATEX``.
+KATEX_PLACES = ("node_modules/katex/dist", "/usr/share/javascript/katex", "/usr/share/nodejs/katex/dist")
+#: Formulas rendered per browser launch.
+BATCH = 400
+#: Steps the character-mapping search may take before it gives up (upstream has no bound; a
+#: formula of many repeated characters could otherwise take minutes).
+SEARCH_BUDGET = 200_000
+#: Pixels within which two character centres count as on one row or column (upstream's ``tol``).
+TOLERANCE = 5.0
+
+_SPACES = re.compile(r"[\s\u200a-\u200d\u2060\ufeff]+", flags=re.UNICODE)
+
+
+def _squash(text: str) -> str:
+    """Text with every kind of space removed (zero-width ones too), as upstream compares."""
+    return _SPACES.sub("", text)
+
+
+@dataclass(frozen=True)
+class Glyph:
+    """One character of a rendered formula and its box (a span's box divided evenly)."""
+
+    text: str
+    x: float
+    y: float
+    width: float
+    height: float
+
+    @property
+    def centre(self) -> tuple[float, float]:
+        return self.x + self.width / 2, self.y + self.height / 2
+
+
+@dataclass(frozen=True)
+class RenderedEquation:
+    """A formula as KaTeX rendered it: MathML without annotation, and its characters' boxes."""
+
+    mathml: str
+    glyphs: tuple[Glyph, ...]
+    error: str | None = None
+
+    @classmethod
+    def from_browser(cls, record: dict) -> RenderedEquation:
+        """From what the page's script recorded: ``{mathml, spans: [[text, x, y, w, h]...], error}``."""
+        if record.get("error"):
+            return cls(mathml="", glyphs=(), error=str(record["error"]))
+        glyphs: list[Glyph] = []
+        for text, x, y, width, height in record.get("spans", []):
+            text = _squash(text)
+            if not text:
+                continue
+            step = width / len(text)
+            glyphs += [Glyph(c, x + step * i, y, step, height) for i, c in enumerate(text)]
+        return cls(mathml=_squash(record.get("mathml", "")), glyphs=tuple(glyphs))
+
+    def matches(self, reference: RenderedEquation) -> bool:
+        """Whether this (a page's formula) shows ``reference`` (the test's formula)."""
+        if reference.mathml in self.mathml:
+            return True
+        return _maps_onto(reference.glyphs, self.glyphs)
+
+
+def _neighbours(glyphs: tuple[Glyph, ...]) -> list[dict[str, int | None]]:
+    """Each glyph's nearest glyph up, down, left and right (centres within :data:`TOLERANCE`)."""
+    centres = [g.centre for g in glyphs]
+    found: list[dict[str, int | None]] = []
+    for i, (cx, cy) in enumerate(centres):
+        best: dict[str, tuple[float, int] | None] = {"up": None, "down": None, "left": None, "right": None}
+        for j, (ox, oy) in enumerate(centres):
+            if i == j:
+                continue
+            if abs(ox - cx) <= TOLERANCE:
+                if oy < cy and (best["up"] is None or cy - oy < best["up"][0]):
+                    best["up"] = (cy - oy, j)
+                if oy > cy and (best["down"] is None or oy - cy < best["down"][0]):
+                    best["down"] = (oy - cy, j)
+            if abs(oy - cy) <= TOLERANCE:
+                if ox < cx and (best["left"] is None or cx - ox < best["left"][0]):
+                    best["left"] = (cx - ox, j)
+                if ox > cx and (best["right"] is None or ox - cx < best["right"][0]):
+                    best["right"] = (ox - cx, j)
+        found.append({k: (v[1] if v else None) for k, v in best.items()})
+    return found
+
+
+def _maps_onto(reference: tuple[Glyph, ...], page: tuple[Glyph, ...]) -> bool:
+    """Upstream's backtracking search, without recursion and with a step budget."""
+    candidates: list[list[int]] = []
+    for glyph in reference:
+        options = [j for j, other in enumerate(page) if other.text == glyph.text]
+        if not options:
+            return False
+        candidates.append(options)
+    n = len(reference)
+    if n == 0:
+        return True
+    ref_nb = _neighbours(reference)
+    page_nb = _neighbours(page)
+    used = [False] * len(page)
+    assigned = [-1] * n
+    tried = [0] * n
+    i, steps = 0, 0
+
+    def fits(i: int, cand: int) -> bool:
+        for direction in ("up", "down", "left", "right"):
+            mine = ref_nb[i][direction]
+            if mine is None:
+                continue
+            theirs = page_nb[cand][direction]
+            if theirs is None:
+                return False
+            if assigned[mine] != -1:
+                if assigned[mine] != theirs:
+                    return False
+            elif page[theirs].text != reference[mine].text:
+                return False
+        return True
+
+    while 0 <= i < n:
+        advanced = False
+        while tried[i] < len(candidates[i]):
+            cand = candidates[i][tried[i]]
+            tried[i] += 1
+            if used[cand]:
+                continue
+            steps += 1
+            if steps > SEARCH_BUDGET:
+                log.debug("formula comparison gave up after %d steps", steps)
+                return False
+            if fits(i, cand):
+                assigned[i], used[cand] = cand, True
+                i += 1
+                if i < n:
+                    tried[i] = 0
+                advanced = True
+                break
+        if not advanced:
+            tried[i] = 0
+            i -= 1
+            if i >= 0:
+                used[assigned[i]] = False
+                assigned[i] = -1
+    return i == n
+
+
+# ============================================================================================
+# Finding the tools
+
+
+def find_chromium() -> str | None:
+    """The Chromium to render with: ``LLM_OCR_CHROMIUM``, else ``chromium`` on PATH."""
+    explicit = os.environ.get("LLM_OCR_CHROMIUM")
+    if explicit:
+        return explicit
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def find_katex() -> Path | None:
+    """The folder holding ``katex.min.js`` and ``katex.min.css``, if any is installed."""
+    places = [os.environ["LLM_OCR_KATEX"]] if os.environ.get("LLM_OCR_KATEX") else []
+    for place in [*places, *KATEX_PLACES]:
+        folder = Path(place)
+        if (folder / "katex.min.js").is_file() and (folder / "katex.min.css").is_file():
+            return folder
+    return None
+
+
+_PAGE_SCRIPT = r"""
+const eqs = JSON.parse(document.getElementById("eqs").textContent);
+const stage = document.getElementById("stage");
+// Render every formula first, then measure: one layout for the whole batch, not one per formula.
+const boxes = eqs.map((tex) => {
+  const box = document.createElement("div");
+  box.className = "eq";
+  stage.appendChild(box);
+  try {
+    katex.render(tex, box, {displayMode: true, throwOnError: true});
+    return {box};
+  } catch (e) {
+    return {error: String(e && e.message || e)};
+  }
+});
+const out = boxes.map(({box, error}) => {
+  if (error !== undefined) return {error};
+  const spans = [];
+  for (const span of box.querySelectorAll("span")) {
+    if (span.children.length === 0 && /\S/.test(span.textContent)) {
+      const r = span.getBoundingClientRect();
+      spans.push([span.textContent.trim(), r.x, r.y, r.width, r.height]);
+    }
+  }
+  const sem = box.querySelector(".katex-mathml math semantics");
+  const math = box.querySelector(".katex-mathml math");
+  const mathml = sem ? [...sem.children].filter((c) => c.localName !== "annotation").map((c) => c.outerHTML).join("")
+                     : (math ? math.outerHTML : "");
+  return {spans, mathml};
+});
+stage.remove();
+const pre = document.createElement("pre");
+pre.id = "llmocr-result";
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+"""
+
+
+class EquationRenderer:
+    """Renders LaTeX with KaTeX in headless Chromium, in batches, with a cache.
+
+    ``available`` says whether it can render at all (else ``unavailable_reason`` says why);
+    :meth:`prefetch` renders many formulas in few browser runs; :meth:`render` returns one.
+    """
+
+    def __init__(self, katex: str | os.PathLike[str] | None = None, chromium: str | None = None, timeout: float = 300.0):
+        self.katex = Path(katex) if katex else find_katex()
+        self.chromium = chromium or find_chromium()
+        self.timeout = timeout
+        self._cache: dict[str, RenderedEquation | None] = {}
+        self.unavailable_reason = ""
+        if self.chromium is None or shutil.which(self.chromium) is None:
+            self.unavailable_reason = f"no Chromium found{f' at {self.chromium}' if self.chromium else ''} (install chromium, or set LLM_OCR_CHROMIUM)"
+        elif katex is not None and not (Path(katex) / "katex.min.js").is_file():
+            self.unavailable_reason = f"no katex.min.js in {katex}"
+        elif self.katex is None:
+            self.unavailable_reason = (
+                "KaTeX not found (apt-get install libjs-katex, or npm install katex, or set LLM_OCR_KATEX to a folder "
+                "holding katex.min.js and katex.min.css)"
+            )
+
+    @property
+    def available(self) -> bool:
+        """Whether formulas can be rendered here."""
+        return not self.unavailable_reason
+
+    def render(self, latex: str) -> RenderedEquation | None:
+        """``latex`` rendered (``error`` set if KaTeX refused it); None if the browser failed."""
+        if latex not in self._cache:
+            self.prefetch([latex])
+        return self._cache.get(latex)
+
+    def prefetch(self, formulas: Iterable[str]) -> None:
+        """Render every formula not rendered yet, :data:`BATCH` per browser run."""
+        if not self.available:
+            return
+        todo = list(dict.fromkeys(f for f in formulas if f not in self._cache))
+        batches = [todo[start : start + BATCH] for start in range(0, len(todo), BATCH)]
+
+        def run(batch: list[str]) -> list[dict | None]:
+            try:
+                return self._run(batch)
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                log.warning("rendering %d formula(s) in Chromium failed: %s", len(batch), exc)
+                return [None] * len(batch)
+
+        # One browser per core at most: each batch is a subprocess of its own.
+        with ThreadPoolExecutor(max_workers=max(1, min(len(batches), os.cpu_count() or 1))) as pool:
+            for batch, records in zip(batches, pool.map(run, batches), strict=True):
+                for latex, record in zip(batch, records, strict=True):
+                    self._cache[latex] = RenderedEquation.from_browser(record) if record is not None else None
+
+    def _page(self, formulas: list[str]) -> str:
+        assert self.katex is not None
+        css = (self.katex / "katex.min.css").read_text(encoding="utf-8")
+        css = re.sub(r"@font-face\s*\{[^}]*\}", "", css)  # no web fonts, as upstream (see module doc)
+        js = (self.katex / "katex.min.js").read_text(encoding="utf-8")
+        data = json.dumps(formulas).replace("</", "<\\/")
+        return (
+            "<!DOCTYPE html><html><head><meta charset='utf-8'><style>"
+            + css
+            + "\nbody{margin:0;background:#fff;color:#000}#stage{width:max-content}"
+            ".eq{font-size:24px;padding:0;margin:40px}</style></head><body><div id='stage'></div>"
+            f"<script id='eqs' type='application/json'>{data}</script><script>{js}</script>"
+            f"<script>{_PAGE_SCRIPT}</script></body></html>"
+        )
+
+    def _run(self, formulas: list[str]) -> list[dict | None]:
+        assert self.chromium is not None
+        with tempfile.TemporaryDirectory(prefix="llm-ocr-katex-") as tmp:
+            page = Path(tmp) / "formulas.html"
+            page.write_text(self._page(formulas), encoding="utf-8")
+            cmd = [
+                self.chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--force-device-scale-factor=1", f"--user-data-dir={Path(tmp) / 'profile'}",
+                "--window-size=1200,800", "--dump-dom", page.as_uri(),
+            ]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout, check=False)
+        match = re.search(r'<pre id="llmocr-result">(.*?)</pre>', done.stdout, re.DOTALL)
+        if match is None:
+            raise ValueError(f"Chromium exited {done.returncode} without a result: {done.stderr.strip()[-500:]}")
+        records = json.loads(html.unescape(match.group(1)))
+        if len(records) != len(formulas):
+            raise ValueError(f"{len(records)} results for {len(formulas)} formulas")
+        return records

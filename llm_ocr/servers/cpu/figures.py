@@ -1,0 +1,287 @@
+"""Figures on a page: the layout model's figure regions, the text lines inside them and the
+caption beside them.
+
+The layout model (:mod:`.layout_model`) gives labelled regions; the OCR gives text lines. This
+module decides, with plain rules on those numbers:
+
+- which regions are figures: ``figure`` regions at or above the score threshold, nested ones
+  merged, each shrunk to the ink it holds (the model's boxes are loose: tens of pixels of white
+  around a chart), and dropped when it holds no ink;
+- which lines are *inside* a figure (axis labels, legends, text in a diagram): those whose box
+  lies mostly in the figure's region; they belong to the figure, not to the body text;
+- which lines are its *caption*: the row right below the figure (else right above), within
+  :data:`CAPTION_GAP` line heights and overlapping it horizontally, when it starts like a
+  caption ("Figure 3", "Fig. 2.", "Chart 1", ...) or lies in a ``figure_caption`` region the
+  model found beside the figure; the caption goes on over the following rows of the same
+  paragraph. A caption row the loose figure region swallowed is taken back out of it, and so
+  is a row of body text at its top or bottom edge (:data:`BODY_WORDS` words or more): a figure's
+  own text at its edges is short (axis titles, legends), and body text must not vanish into a
+  figure.
+
+Everything here works on plain numbers (and an optional page array for the ink), so it is
+testable without any model.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .layout import SIZE_SPLIT, Y_GAP, Line, bbox, body_line_height, rows
+
+if TYPE_CHECKING:  # numpy is only needed when the page pixels are given
+    import numpy as np
+
+Box = tuple[float, float, float, float]
+
+#: The layout model's label for figures and for figure captions (CDLA's label set).
+FIGURE = "figure"
+FIGURE_CAPTION = "figure_caption"
+#: A line belongs inside a figure when at least this fraction of its box lies in the region.
+INSIDE = 0.6
+#: A caption starts at most this many body line heights below (or above) its figure.
+CAPTION_GAP = 2.5
+#: ... and a caption is at most this many rows long.
+CAPTION_MAX_ROWS = 6
+#: How a caption starts when the model did not label it: a figure word and a number.
+CAPTION_START = re.compile(
+    r"^\s*(fig(ure|\.)?|chart|graph|diagram|image|photo(graph)?|plate|illustration|exhibit|map|scheme|abbildung|abb\.)"
+    r"\s*[.:]?\s*([0-9]+|[ivxlc]+\b|[a-z]\b)",
+    re.IGNORECASE,
+)
+#: A row at a figure's top or bottom edge with this many words is body text, not the figure's.
+BODY_WORDS = 7
+#: A pixel is ink when one of its channels differs this much from the page background.
+INK_DIFF = 40
+#: Padding around the ink of a figure, in pixels (the crop keeps a thin margin).
+INK_PAD = 4
+
+
+@dataclass(frozen=True)
+class Region:
+    """One region found by the layout model: its label, box in image pixels and score."""
+
+    label: str
+    box: Box
+    score: float
+
+
+@dataclass
+class PageFigure:
+    """A figure found on a page: its box, the text read inside it and its caption."""
+
+    box: Box
+    score: float
+    inside: list[Line] = field(default_factory=list)
+    caption: list[Line] = field(default_factory=list)
+
+    @property
+    def caption_box(self) -> Box | None:
+        """The box around the caption lines (``None`` without a caption)."""
+        return bbox(self.caption) if self.caption else None
+
+    @property
+    def caption_text(self) -> str:
+        """The caption, its rows joined by spaces ("" without one)."""
+        return " ".join(l.text.strip() for row in rows(self.caption) for l in row)
+
+
+def _area(box: Box) -> float:
+    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
+
+
+def _overlap(a: Box, b: Box) -> float:
+    """Area of the intersection of two boxes."""
+    return _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
+
+
+def _union(a: Box, b: Box) -> Box:
+    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+
+def _line_box(line: Line) -> Box:
+    return (line.x1, line.y1, line.x2, line.y2)
+
+
+def is_inside(line: Line, box: Box) -> bool:
+    """Whether most of ``line`` (:data:`INSIDE` of its box) lies in ``box``."""
+    own = _area(_line_box(line))
+    return own > 0 and _overlap(_line_box(line), box) >= INSIDE * own
+
+
+def _merge_nested(regions: list[Region]) -> list[Region]:
+    """Figure regions with the ones mostly (80 %) inside a bigger one dropped: the model
+    sometimes finds a panel of a figure as well as the whole figure."""
+    kept: list[Region] = []
+    for region in sorted(regions, key=lambda r: -_area(r.box)):
+        if any(_overlap(region.box, k.box) >= 0.8 * _area(region.box) for k in kept):
+            continue
+        kept.append(region)
+    return kept
+
+
+def background(page: np.ndarray) -> np.ndarray:
+    """The page's background colour: the median pixel of a coarse grid over the page."""
+    import numpy as np
+
+    step = max(1, min(page.shape[0], page.shape[1]) // 64)
+    return np.median(page[::step, ::step].reshape(-1, page.shape[2]), axis=0)
+
+
+def ink_box(page: np.ndarray, box: Box, paper: np.ndarray) -> Box | None:
+    """The part of ``box`` that holds ink (pixels unlike the ``paper`` colour), padded by
+    :data:`INK_PAD` and kept within ``box``; ``None`` when the box is blank."""
+    import numpy as np
+
+    height, width = page.shape[:2]
+    x1, y1 = max(0, int(box[0])), max(0, int(box[1]))
+    x2, y2 = min(width, math.ceil(box[2])), min(height, math.ceil(box[3]))
+    if x2 <= x1 or y2 <= y1:
+        return None
+    patch = page[y1:y2, x1:x2].astype(np.int16)
+    ink = (np.abs(patch - paper.astype(np.int16)) > INK_DIFF).any(axis=2)
+    cols = np.flatnonzero(ink.any(axis=0))
+    lines_ = np.flatnonzero(ink.any(axis=1))
+    if cols.size == 0:
+        return None
+    return (
+        float(max(x1, x1 + cols[0] - INK_PAD)),
+        float(max(y1, y1 + lines_[0] - INK_PAD)),
+        float(min(x2, x1 + cols[-1] + 1 + INK_PAD)),
+        float(min(y2, y1 + lines_[-1] + 1 + INK_PAD)),
+    )
+
+
+def _starts_caption(row: list[Line]) -> bool:
+    return bool(CAPTION_START.match(row[0].text))
+
+
+def _in_region(row: list[Line], regions: Sequence[Region]) -> bool:
+    box = bbox(row)
+    return any(_overlap(box, r.box) >= 0.5 * _area(box) for r in regions)
+
+
+def _x_overlaps(row: list[Line], box: Box) -> bool:
+    """Whether a row overlaps the figure horizontally by a third of the narrower of the two."""
+    rx1, _, rx2, _ = bbox(row)
+    overlap = min(rx2, box[2]) - max(rx1, box[0])
+    return overlap >= min(rx2 - rx1, box[2] - box[0]) / 3
+
+
+def _peel_edges(figure: PageFigure, captions: Sequence[Region]) -> list[Line]:
+    """Take back out of the figure the rows its (loose) region swallowed at its top or bottom
+    edge: a caption (a row that starts like one, or lies in a caption region) becomes the
+    figure's caption, and rows of body text (:data:`BODY_WORDS` words or more) are returned to
+    the body. The figure's box then ends short of them."""
+    released: list[Line] = []
+    while figure.inside:
+        inside_rows = rows(figure.inside)
+        x1, y1, x2, y2 = figure.box
+        for index in (-1, 0):  # the bottom row first: captions sit below figures more often
+            row = inside_rows[index]
+            words = sum(len(l.text.split()) for l in row)
+            if not figure.caption and (_starts_caption(row) or _in_region(row, captions)):
+                figure.caption = list(row)
+            elif words >= BODY_WORDS:
+                released.extend(row)
+            else:
+                continue
+            peeled = {id(l) for l in row}
+            figure.inside = [l for l in figure.inside if id(l) not in peeled]
+            ry1, ry2 = min(l.y1 for l in row), max(l.y2 for l in row)
+            figure.box = (x1, y1, x2, max(y1, ry1)) if index == -1 else (x1, min(y2, ry2), x2, y2)
+            break
+        else:
+            break
+    if figure.caption and released:
+        # A caption of several rows: the rows released below (or above) it continue it.
+        edge = sorted(rows(figure.caption + released), key=lambda r: min(l.y1 for l in r))
+        start = next(i for i, r in enumerate(edge) if any(l in figure.caption for l in r))
+        h = statistics.median(l.height for l in figure.caption)
+        below_caption = figure.caption[0].y1 >= figure.box[3] - 1
+        figure.caption = _caption_rows(edge, start, 1 if below_caption else -1, h)
+        kept = {id(l) for l in figure.caption}
+        released = [l for l in released if id(l) not in kept]
+    return released
+
+
+def _caption_rows(candidates: list[list[Line]], start: int, step: int, h: float) -> list[Line]:
+    """The caption paragraph beginning at ``candidates[start]``, going on in direction ``step``
+    (+1 down, -1 up) while the rows keep the same size and no paragraph gap opens."""
+    first = candidates[start]
+    size = statistics.median(l.height for l in first)
+    taken = [first]
+    i = start + step
+    while 0 <= i < len(candidates) and len(taken) < CAPTION_MAX_ROWS:
+        row, prev = candidates[i], taken[-1]
+        gap = (min(l.y1 for l in row) - max(l.y2 for l in prev)) if step > 0 else (min(l.y1 for l in prev) - max(l.y2 for l in row))
+        row_size = statistics.median(l.height for l in row)
+        if gap > Y_GAP * h or max(row_size, size) / min(row_size, size) >= SIZE_SPLIT:
+            break
+        taken.append(row)
+        i += step
+    return [l for row in taken for l in row]
+
+
+def _find_caption(figure: PageFigure, free: list[Line], captions: Sequence[Region], h: float) -> list[Line]:
+    """The caption lines beside ``figure`` among ``free`` lines (not inside any figure)."""
+    _, y1, _, y2 = figure.box
+    column = [l for l in free if _x_overlaps([l], figure.box)]
+    candidates = rows(column)
+    below = [i for i, r in enumerate(candidates) if 0 <= min(l.y1 for l in r) - y2 + 0.5 * h <= (CAPTION_GAP + 0.5) * h]
+    above = [i for i, r in enumerate(candidates) if 0 <= y1 - max(l.y2 for l in r) + 0.5 * h <= (CAPTION_GAP + 0.5) * h]
+    for index, step in ((below[0] if below else None, 1), (above[-1] if above else None, -1)):
+        if index is None:
+            continue
+        row = candidates[index]
+        if _starts_caption(row) or _in_region(row, captions):
+            return _caption_rows(candidates, index, step, h)
+    return []
+
+
+def find_figures(
+    lines: Sequence[Line],
+    regions: Sequence[Region],
+    *,
+    page: np.ndarray | None = None,
+    min_score: float = 0.5,
+) -> tuple[list[PageFigure], list[Line]]:
+    """The figures of a page and the lines left for the body text.
+
+    ``regions`` come from the layout model, ``lines`` from the OCR, both in pixels of the same
+    image; ``page`` (height x width x 3 ``uint8``), when given, shrinks each figure to its ink.
+    Returns the figures (top to bottom) and the lines that are neither inside a figure nor a
+    caption, in their original order.
+    """
+    figure_regions = _merge_nested([r for r in regions if r.label == FIGURE and r.score >= min_score])
+    caption_regions = [r for r in regions if r.label == FIGURE_CAPTION and r.score >= min_score]
+    if not figure_regions:
+        return [], list(lines)
+    paper = background(page) if page is not None else None
+    text = [l for l in lines if l.text.strip()]
+    h = body_line_height(text) if text else 1.0
+    figures: list[PageFigure] = []
+    taken: set[int] = set()
+    for region in sorted(figure_regions, key=lambda r: (r.box[1], r.box[0])):
+        figure = PageFigure(region.box, region.score)
+        figure.inside = [l for l in text if id(l) not in taken and is_inside(l, region.box)]
+        _peel_edges(figure, caption_regions)  # released rows stay free: the body keeps them
+        if page is not None and paper is not None:
+            tight = ink_box(page, figure.box, paper)
+            if tight is None:
+                continue  # a blank region is not a figure
+            # Text counted inside may reach out of the region a little: the crop keeps it whole.
+            figure.box = _union(tight, bbox(figure.inside)) if figure.inside else tight
+        taken.update(id(l) for l in figure.inside + figure.caption)
+        figures.append(figure)
+    for figure in figures:
+        if not figure.caption:
+            free = [l for l in text if id(l) not in taken]
+            figure.caption = _find_caption(figure, free, caption_regions, h)
+            taken.update(id(l) for l in figure.caption)
+    body = [l for l in lines if id(l) not in taken]
+    return figures, body

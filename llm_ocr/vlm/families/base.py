@@ -1,0 +1,472 @@
+"""What a model family's recipe holds: the request, the server's flags, the parser, the loop policy.
+
+A :class:`Family` is data plus three behaviours: :meth:`Family.request` builds the chat
+completion for a page image exactly as the family's own code sends it, :meth:`Family.parse`
+turns its answer into a :class:`~llm_ocr.vlm.layout.PageLayout` (Markdown, blocks with
+boxes in the pixels of the image that was sent, figure boxes), and :meth:`Family.read` reads one
+page, with one request or several (MinerU's two passes, olmOCR-2's turn-and-read-again).
+
+:meth:`Family.check` is the other side of :meth:`Family.request`: the simulated server runs it
+on every request it receives and refuses what strays from the recipe, so a test that goes
+through the whole pipeline proves the requests on the wire, not the builder's intentions.
+
+Nothing here talks to a server or touches an image: :meth:`Family.read` gets both done through
+the :class:`PageTools` it is given (the Extract stage supplies them), so this package stays in
+the ``vlm`` layer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from llm_ocr.vlm.layout import PageLayout
+
+ImageFormat = Literal["jpeg", "png"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one fact of a recipe comes from: a repository file, a model card, a vLLM recipe."""
+
+    fact: str
+    where: str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The chat shape: the text (None: the image alone), a system message, the image's place."""
+
+    text: str | None
+    system: str | None = None
+    image_first: bool = True
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling fields of the request: OpenAI ones at the top level, vLLM-only ones in ``extra``.
+
+    ``max_tokens`` is the family's own answer budget (None: the context's rest); the request
+    never asks for more than the server's context allows (see :meth:`Family.max_tokens`).
+    ``token_fields`` names the field(s) the budget is sent in, as the family's client does.
+    """
+
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    max_tokens: int | None = None
+    token_fields: tuple[str, ...] = ("max_tokens",)
+    #: vLLM-only request fields (``skip_special_tokens``, ``vllm_xargs``): sent in ``extra_body``.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def fields(self) -> dict[str, Any]:
+        """The sampling fields other than temperature and the token budget, as sent."""
+        out: dict[str, Any] = {}
+        for name in ("top_p", "top_k", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class Retries:
+    """The loop policy: temperatures of the attempts at a page that looped or ran out of tokens.
+
+    ``temperatures[0]`` is the first attempt's; a page is asked again at the next one while its
+    answer loops (the stream cut applies to every family). Past the end of the tuple the last
+    step repeats. ``retry_top_p`` replaces ``top_p`` on the retries (Chandra samples wider then).
+    """
+
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    retry_top_p: float | None = None
+    #: Attempts after the first a page gets by default (``--truncation-retries`` overrides).
+    count: int = 1
+
+    def temperature(self, attempt: int) -> float:
+        """The temperature of attempt ``attempt`` (0: the first)."""
+        seq = self.temperatures
+        if attempt < len(seq):
+            return seq[attempt]
+        step = seq[-1] - seq[-2] if len(seq) > 1 else 0.0
+        return min(1.0, seq[-1] + step * (attempt - len(seq) + 1))
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """The page image the family was trained on: how PDF pages are rendered and sent.
+
+    ``dpi`` renders PDF pages; ``long_side`` instead scales every page so its longer side has
+    exactly that many pixels (olmOCR-2); ``max_long_side`` and ``max_pixels`` cap the size.
+    """
+
+    dpi: float = 144.0
+    long_side: int | None = None
+    max_long_side: int | None = None
+    max_pixels: int | None = None
+    image_format: ImageFormat = "png"
+
+    def options(self) -> dict[str, Any]:
+        """The :class:`~llm_ocr.sources.base.RenderOptions` fields this rendering sets."""
+        out: dict[str, Any] = {"dpi": self.dpi, "image_format": self.image_format}
+        if self.long_side is not None:
+            out["long_side"] = self.long_side
+        if self.max_long_side is not None:
+            out["max_long_side"] = self.max_long_side
+        if self.max_pixels is not None:
+            out["max_page_pixels"] = self.max_pixels
+        return out
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How llm-ocr starts vLLM for the family (``servers/engines.py`` adds host, port, sizing).
+
+    ``args`` are the family's own flags (``--trust-remote-code``, logits processors, the chat
+    template's content format...). ``context`` is the ``--max-model-len`` the family runs with,
+    and the memory figures size the GPU presets (``servers/presets.py``): weights and
+    activations outside the KV cache, the KV cache bytes per token, the tokens a typical page
+    holds (image + prompt + answer).
+    """
+
+    args: tuple[str, ...] = ()
+    context: int = 8192
+    limit_mm_per_prompt: Mapping[str, int] = field(default_factory=lambda: {"image": 1})
+    weights_gib: float = 9.0
+    kv_bytes_per_token: int = 2 * 12 * 10 * 128 * 2
+    typical_seq_tokens: int = 3000
+    #: What must be installed beside vLLM for these flags (a logits processor's package).
+    needs: str = ""
+    #: Image pixels per prompt token after the processor's resize (28 x 28 for Qwen2-VL's 14-px
+    #: patches merged 2 x 2), and the processor's pixel cap: the simulated server's prompt size.
+    pixels_per_token: int = 28 * 28
+    max_image_pixels: int = 12_845_056
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What the family's answer holds, for ``llm-ocr models`` and docs/models.md."""
+
+    boxes: bool
+    figure_crops: bool
+    html_tables: bool
+    math: bool
+    figure_descriptions: bool = False
+    notes: str = ""
+
+
+class AnswerLike(Protocol):
+    """What :meth:`PageTools.ask` returns (``llm_ocr.stages.attempts.Answer``)."""
+
+    @property
+    def text(self) -> str: ...  # noqa: D102 - the answer worth parsing (up to a loop)
+
+    result: Any
+    attempts: int
+    cut_tokens: int
+    notes: list[str]
+
+
+#: Builds a request body for (temperature, attempt number from 0).
+BodyFor = Callable[[float, int], dict[str, Any]]
+
+
+class PageTools(Protocol):
+    """What :meth:`Family.read` may do: ask the model, crop and transform images (off the loop)."""
+
+    async def ask(self, body_for: BodyFor, retries: Retries) -> AnswerLike: ...  # noqa: D102
+
+    async def crop(self, image: bytes, boxes: list[list[int]]) -> list[bytes]: ...  # noqa: D102
+
+    async def transform(  # noqa: D102
+        self, image: bytes, *, rotate: int = 0, size: tuple[int, int] | None = None, min_side: int = 0
+    ) -> tuple[bytes, int, int]: ...
+
+
+@dataclass(frozen=True)
+class PageInput:
+    """A page image as a family reads it: encoded bytes and the pixel size its boxes refer to."""
+
+    image: bytes
+    mime: str
+    width: int
+    height: int
+    page: int
+
+
+@dataclass
+class Reading:
+    """What reading one page produced: the layout, every answer it took, and notes.
+
+    ``image``/``width``/``height`` are the page image the layout's boxes refer to: the page as
+    rendered, or as the family turned it (olmOCR-2's rotation). ``raw`` is the model's text as
+    the row keeps it (several answers joined for multi-request families).
+    """
+
+    layout: PageLayout
+    answers: list[AnswerLike]
+    raw: str
+    image: bytes
+    width: int
+    height: int
+    notes: list[str] = field(default_factory=list)
+
+
+class RecipeError(Exception):
+    """A request strays from the family's recipe (what the simulated server answers with a 400)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family's recipe. Subclasses override :meth:`parse` (and :meth:`read` when one
+    page takes more than one request, or more than one try)."""
+
+    name: str
+    title: str
+    #: Served model names matched (lower-case substrings or regexes against the lower-cased name).
+    patterns: tuple[str, ...]
+    #: The model repositories the recipe is for (shown by ``llm-ocr models``).
+    models: tuple[str, ...]
+    prompt: Prompt
+    sampling: Sampling
+    retries: Retries
+    rendering: Rendering
+    serving: Serving
+    outputs: Outputs
+    sources: tuple[Source, ...] = ()
+    #: Sent with streamed requests in ``stream_options`` / ``extra_body`` (vLLM's continuous usage
+    #: and ``stream_interval`` are only for servers known to be vLLM).
+    stream_options: Mapping[str, Any] = field(default_factory=lambda: {"include_usage": True})
+    stream_extra: Mapping[str, Any] = field(default_factory=dict)
+    #: Whether a page whose text is longer than one answer may be read in tiles
+    #: (``llm_ocr/stages/tiled.py``): joining tiles needs every block's box in the pixels of the
+    #: image sent, and the model must read a crop of a page as it reads a page.
+    dense_tiles: bool = False
+
+    # -- choosing ------------------------------------------------------------------------------
+
+    @property
+    def family(self) -> str:
+        """The family's name (the older ``ModelRecipe.family``)."""
+        return self.name
+
+    @property
+    def ocr_prompt(self) -> str | None:
+        """The page prompt's text (None: the image alone)."""
+        return self.prompt.text
+
+    @property
+    def extra_body(self) -> dict[str, Any]:
+        """The vLLM-only fields of a page request (``extra_body``), a fresh copy."""
+        return json.loads(json.dumps(dict(self.sampling.extra)))
+
+    def matches(self, model: str) -> bool:
+        """Whether the served model name ``model`` belongs to this family."""
+        name = model.lower()
+        return any(re.search(p, name) for p in self.patterns)
+
+    def with_prompt(self, text: str | None) -> Family:
+        """The same family asking with another prompt text (None keeps it): ``--prompt``."""
+        if text is None:
+            return self
+        return replace(self, prompt=replace(self.prompt, text=text))
+
+    # -- the request ---------------------------------------------------------------------------
+
+    def max_tokens(self, requested: int | None, context: int | None) -> int:
+        """``max_tokens`` of a page request: the requested budget, else the family's own, never
+        more than the server's context leaves after the prompt (vLLM refuses a request whose
+        prompt plus ``max_tokens`` exceeds ``--max-model-len``)."""
+        context = context or self.serving.context
+        ceiling = max(256, context - self.prompt_reserve(context))
+        wanted = requested if requested is not None else self.sampling.max_tokens
+        return ceiling if wanted is None else max(1, min(wanted, ceiling))
+
+    def prompt_reserve(self, context: int) -> int:
+        """Tokens of the context kept for the image and the prompt text (see subclasses)."""
+        return min(context // 2, 1024)
+
+    def messages(self, image: bytes, mime: str, text: str | None = None, system: str | None = None) -> list[dict[str, Any]]:
+        """The chat messages for one image in this family's chat shape."""
+        text = self.prompt.text if text is None else text
+        system = self.prompt.system if system is None else system
+        image_part = {"type": "image_url", "image_url": {"url": data_uri(image, mime)}}
+        parts: list[dict[str, Any]] = [image_part]
+        if text is not None:
+            text_part = {"type": "text", "text": text}
+            parts = [image_part, text_part] if self.prompt.image_first else [text_part, image_part]
+        messages: list[dict[str, Any]] = []
+        if system is not None:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": parts})
+        return messages
+
+    def body(
+        self,
+        image: bytes,
+        mime: str,
+        *,
+        temperature: float,
+        max_tokens: int,
+        attempt: int = 0,
+        text: str | None = None,
+        sampling: Sampling | None = None,
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for one image (model added by
+        the client): messages, the token budget, temperature, the sampling fields, and the
+        vLLM-only fields in ``extra_body``."""
+        sampling = sampling or self.sampling
+        fields = sampling.fields()
+        if attempt > 0 and self.retries.retry_top_p is not None:
+            fields["top_p"] = self.retries.retry_top_p
+        body: dict[str, Any] = {"messages": self.messages(image, mime, text), "temperature": temperature}
+        extra: dict[str, Any] = {}
+        for name in sampling.token_fields:
+            # max_completion_tokens is not an argument of every openai SDK's create(): extra_body.
+            (body if name == "max_tokens" else extra)[name] = max_tokens
+        for name, value in fields.items():
+            # top_k and repetition_penalty are vLLM's, not OpenAI's: they go in extra_body.
+            (body if name in ("top_p", "presence_penalty", "frequency_penalty") else extra)[name] = value
+        extra.update(json.loads(json.dumps(dict(sampling.extra))))  # a deep copy, JSON-clean
+        if extra:
+            body["extra_body"] = extra
+        return body
+
+    def streamed(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as a streamed request (usage in the stream; vLLM's stream fields if any)."""
+        extra = {**body.get("extra_body", {}), **self.stream_extra}
+        out = {**body, "stream_options": dict(self.stream_options)}
+        if extra:
+            out["extra_body"] = extra
+        return out
+
+    # -- reading a page ------------------------------------------------------------------------
+
+    async def read(self, page: PageInput, tools: PageTools, max_tokens: int) -> Reading:
+        """Read one page: one request, its answer parsed. Multi-request families override this."""
+        answer = await tools.ask(
+            lambda temperature, attempt: self.body(
+                page.image, page.mime, temperature=temperature, max_tokens=max_tokens, attempt=attempt
+            ),
+            self.retries,
+        )
+        layout = self.parse(answer.text, width=page.width, height=page.height, page=page.page)
+        return Reading(layout, [answer], answer.result.text, page.image, page.width, page.height)
+
+    def parse(self, text: str, *, width: int, height: int, page: int) -> PageLayout:
+        """The family's answer for a ``width`` x ``height`` image as a page layout."""
+        raise NotImplementedError
+
+    # -- checking a request (the simulated server) -------------------------------------------------
+
+    def page_texts(self) -> tuple[str | None, ...]:
+        """The prompt texts of this family's page requests (None: the image alone)."""
+        return (self.prompt.text,)
+
+    def check(self, body: Mapping[str, Any]) -> str | None:
+        """Refuse (``RecipeError``) a page request that strays from this recipe and return its
+        kind (``"page"``, or a pass name for multi-request families); None for a request that
+        is not a page request of this family (a figure description, a custom prompt).
+
+        ``body`` is the JSON the server received: ``extra_body`` fields are at the top level.
+        """
+        if prompt_text(body) not in self.page_texts():
+            return None
+        self.check_messages(body, self.prompt, self.page_texts())
+        self.check_sampling(body, self.sampling, retry_top_p=self.retries.retry_top_p)
+        return "page"
+
+    def check_messages(
+        self, body: Mapping[str, Any], prompt: Prompt, texts: Sequence[str | None] | None = None
+    ) -> str | None:
+        """Check the chat shape against ``prompt`` (or any of ``texts``); returns the text sent."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise RecipeError("messages must be a non-empty list")
+        expected_roles = (["system"] if prompt.system is not None else []) + ["user"]
+        roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
+        if roles != expected_roles:
+            raise RecipeError(f"{self.title} expects messages with roles {expected_roles}, got {roles}")
+        if prompt.system is not None and messages[0].get("content") != prompt.system:
+            raise RecipeError(f"{self.title}'s system message must be {prompt.system!r}")
+        parts = messages[-1].get("content")
+        if not isinstance(parts, list):
+            raise RecipeError(f"{self.title} expects the user message as a list of content parts")
+        kinds = [p.get("type") if isinstance(p, dict) else None for p in parts]
+        wanted = ["image_url"] if prompt.text is None else (
+            ["image_url", "text"] if prompt.image_first else ["text", "image_url"]
+        )
+        if kinds != wanted:
+            raise RecipeError(f"{self.title} expects the user content parts {wanted}, got {kinds}")
+        if prompt.text is None:
+            return None
+        sent = next(p["text"] for p in parts if p.get("type") == "text")
+        allowed = list(texts) if texts is not None else [prompt.text]
+        if sent not in allowed:
+            raise RecipeError(f"{self.title}: unexpected prompt text {sent[:120]!r} (expected {allowed[0][:120]!r})")
+        return sent
+
+    def check_sampling(self, body: Mapping[str, Any], sampling: Sampling, *, retry_top_p: float | None = None) -> None:
+        """Check the sampling fields and the vLLM-only fields against ``sampling``."""
+        temperature = body.get("temperature")
+        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool):
+            raise RecipeError(f"{self.title} requests must set temperature (recipe: {sampling.temperature})")
+        first = abs(temperature - self.retries.temperatures[0]) < 1e-9
+        if temperature < self.retries.temperatures[0] - 1e-9:
+            raise RecipeError(
+                f"{self.title}: temperature {temperature} is below the recipe's first attempt "
+                f"({self.retries.temperatures[0]}); retries only go hotter"
+            )
+        for name, value in sampling.fields().items():
+            if name == "top_p" and retry_top_p is not None and not first:
+                value = retry_top_p
+            if body.get(name) != value:
+                raise RecipeError(f"{self.title}: {name} must be {value}, got {body.get(name)!r}")
+        for name in ("top_p", "top_k", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+            if getattr(sampling, name) is None and body.get(name) is not None:
+                raise RecipeError(f"{self.title}'s recipe sets no {name}; got {body.get(name)!r}")
+        if not any(isinstance(body.get(f), int) for f in sampling.token_fields):
+            raise RecipeError(f"{self.title} requests must set {' or '.join(sampling.token_fields)}")
+        for name, value in sampling.extra.items():
+            if body.get(name) != value:
+                raise RecipeError(f"{self.title}: {name} must be {json.dumps(value)}, got {json.dumps(body.get(name))}")
+        for name in ("vllm_xargs", "skip_special_tokens"):
+            if name not in sampling.extra and name in body:
+                raise RecipeError(f"{self.title}'s recipe sends no {name}; got {json.dumps(body.get(name))}")
+
+
+def data_uri(image: bytes, mime: str) -> str:
+    """An image as a ``data:`` URI, the form vLLM accepts in an ``image_url`` part."""
+    return f"data:{mime};base64,{base64.b64encode(image).decode('ascii')}"
+
+
+def prompt_text(body: Mapping[str, Any]) -> str | None:
+    """The text part of a request's last message (None: the image alone, or no such message)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return None
+    parts = messages[-1].get("content")
+    if not isinstance(parts, list):
+        return None
+    texts = [p.get("text") for p in parts if isinstance(p, dict) and p.get("type") == "text"]
+    return "\n".join(t for t in texts if isinstance(t, str)) if texts else None
+
+
+def sent_image(body: Mapping[str, Any]) -> bytes:
+    """The image bytes of a request body (for the simulated server); b"" if there is none."""
+    for message in body.get("messages") or []:
+        for part in message.get("content") or [] if isinstance(message, dict) and isinstance(message.get("content"), list) else []:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                url = (part.get("image_url") or {}).get("url", "")
+                return base64.b64decode(url.partition(",")[2] or b"")
+    return b""
+
+
+AsyncRead = Callable[[PageInput], Awaitable[Reading]]

@@ -1,0 +1,116 @@
+"""granite-docling (ibm-granite/granite-docling-258M): DocTags, boxes as ``<loc_N>`` on a 500 grid.
+
+Sources (docs/models.md, "granite-docling"): docling-project/docling
+``docling/datamodel/vlm_model_specs.py`` (``GRANITEDOCLING_VLLM_API``),
+``docling/utils/api_image_request.py``; docling-project/docling-core
+``docling_core/types/doc/tokens.py`` (``DocumentToken``, ``TableToken``, ``get_location_token``).
+
+An element is ``<label><loc_x0><loc_y0><loc_x1><loc_y1>content</label>``, locations
+``round(500 * fraction)`` clamped to 0..499 of the page image; tables are OTSL (``<otsl>``), a
+picture or table may hold its ``<caption>``; lists wrap ``<list_item>`` elements.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
+from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
+from llm_ocr.vlm.families.markup import display_math, otsl_to_html
+from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, Warnings, to_pixels
+
+DOCLING_PROMPT = "Convert this page to docling."
+#: docling_core get_location_token: rnorm 500.
+GRID = 500
+_ELEMENT = re.compile(r"<([a-z_0-9]{1,40})>((?:<loc_\d{1,4}>){4})")
+_LOC = re.compile(r"<loc_(\d{1,4})>")
+_TAG = re.compile(r"</?[a-z_0-9]{1,40}/?>")
+_CAPTION = re.compile(r"<caption>((?:<loc_\d{1,4}>){4})(.*?)</caption>", re.DOTALL)
+_HEADING = re.compile(r"section_header_level_(\d)")
+
+
+def _box(locs: str, width: int, height: int) -> list[int] | None:
+    values = [int(v) for v in _LOC.findall(locs)]
+    return to_pixels(values, width / GRID, height / GRID, width, height) if len(values) == 4 else None
+
+
+def _plain(text: str) -> str:
+    return " ".join(_TAG.sub(" ", _LOC.sub("", text)).split())
+
+
+@dataclass(frozen=True)
+class GraniteDocling(Family):
+    """docling's API recipe for granite-docling (``GRANITEDOCLING_VLLM_API``)."""
+
+    def parse(self, text: str, *, width: int, height: int, page: int) -> PageLayout:
+        warn = Warnings()
+        builder = LayoutBuilder(page, width, height, warn=warn)
+        pos = 0
+        for match in _ELEMENT.finditer(text):
+            if match.start() < pos:
+                continue  # inside an element already taken (a caption of a table or picture)
+            label, locs = match.group(1), match.group(2)
+            end = text.find(f"</{label}>", match.end())
+            stop = len(text) if end == -1 else end
+            if end == -1:
+                warn(f"unclosed <{label}> at offset {match.start()}")
+            body = text[match.end() : stop]
+            pos = stop + len(label) + 3
+            box = _box(locs, width, height)
+            captions = [(_box(m.group(1), width, height), _plain(m.group(2))) for m in _CAPTION.finditer(body)]
+            body = _CAPTION.sub("", body)
+            if label == "picture":
+                builder.figure(label, box)
+            elif label == "otsl":
+                builder.text("table", [box] if box else [], otsl_to_html(_LOC.sub("", body)))
+            elif label == "formula":
+                builder.text(label, [box] if box else [], display_math(_plain(body)))
+            elif label == "code":
+                builder.text(label, [box] if box else [], "```\n" + _LOC.sub("", _TAG.sub("", body)).strip() + "\n```")
+            else:
+                heading = _HEADING.match(label)
+                prefix = "# " if label == "title" else "#" * (int(heading.group(1)) + 1) + " " if heading else (
+                    "- " if label == "list_item" else ""
+                )
+                builder.text(label, [box] if box else [], prefix + _plain(body))
+            for caption_box, caption in captions:
+                builder.text("caption", [caption_box] if caption_box else [], caption)
+        if pos == 0 and text.strip():
+            warn("no DocTags elements in the answer: its text kept without boxes")
+            builder.text("text", [], _plain(text))
+        return builder.build()
+
+
+GRANITE_DOCLING = GraniteDocling(
+    name="granite-docling",
+    title="granite-docling",
+    patterns=(r"granite-docling", r"smoldocling"),
+    models=("ibm-granite/granite-docling-258M",),
+    prompt=Prompt(DOCLING_PROMPT),
+    sampling=Sampling(temperature=0.0, max_tokens=4096, extra={"skip_special_tokens": True}),
+    retries=Retries((0.0, 0.2, 0.4, 0.6, 0.8, 1.0)),
+    rendering=Rendering(dpi=144.0, image_format="png"),
+    serving=Serving(
+        args=(),
+        context=8192,
+        # 258M parameters (Idefics3 architecture): weights are small, the KV cache dominates.
+        weights_gib=3.0,
+        kv_bytes_per_token=2 * 30 * 3 * 64 * 2,
+        typical_seq_tokens=3000,
+        pixels_per_token=512 * 512 // 64,
+        max_image_pixels=2048 * 2048,
+    ),
+    outputs=Outputs(boxes=True, figure_crops=True, html_tables=True, math=True,
+                    notes="DocTags with <loc_N> on a 500 grid; tables as OTSL"),
+    sources=(
+        Source("prompt 'Convert this page to docling.'; temperature 0, max_tokens 4096, skip_special_tokens true; page "
+               "scale 2.0 (144 DPI)", "docling-project/docling docling/datamodel/vlm_model_specs.py (GRANITEDOCLING_VLLM_API)"),
+        Source("one user message, the image (PNG) then the prompt",
+               "docling-project/docling docling/utils/api_image_request.py (api_image_request)"),
+        Source("DocTags element names, OTSL table tokens, <loc_N> = round(500 x fraction) clamped to 0..499",
+               "docling-project/docling-core docling_core/types/doc/tokens.py"),
+    ),
+    stream_options=VLLM_STREAM_OPTIONS,
+    stream_extra=VLLM_STREAM_EXTRA,
+)

@@ -1,0 +1,173 @@
+"""The page a family's parser produces, whatever the family: blocks, figures, Markdown, warnings.
+
+Every parser maps its family's coordinate space to pixels of the image that was sent with
+:func:`to_pixels`, and assembles the page's Markdown the same way (:func:`assemble`): each
+block's Markdown in reading order, a figure as ``![](figure:ID)`` (or ``![alt](figure:ID)``
+when the model described it), blocks separated by a blank line.
+
+Conventions of the Markdown every family produces (docs/models.md, "One Markdown"):
+
+- tables are HTML ``<table>`` elements (never Markdown pipes: merged cells survive);
+- display math is ``\\[ ... \\]``, inline math ``\\( ... \\)``;
+- headings are ATX (``#``), figures are links to their crops.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llm_ocr.records import Block
+
+#: A figure reference in page Markdown; group 1 is the figure id.
+FIGURE_LINK = re.compile(r"!\[[^\[\]\n]{0,200}\]\(figure:([^()\s]{1,200})\)")
+_NEWLINES = re.compile(r"\n{3,}")
+MAX_WARNINGS = 50  # one garbage page must not produce a megabyte of warnings
+
+
+@dataclass
+class FigureBox:
+    """One figure on a page, in pixels of the image the layout refers to."""
+
+    id: str  # "p{page}-f{k}", k counts figures on the page from 1 in reading order
+    bbox: list[int]  # [x1, y1, x2, y2], x1 < x2, y1 < y2, within the image
+    #: The index in ``PageLayout.blocks`` of the block this figure belongs to.
+    block: int = -1
+    #: What the OCR model itself said the figure shows (olmOCR-2's alt text, Chandra's alt).
+    description: str | None = None
+
+
+@dataclass
+class PageLayout:
+    """Everything recovered from one page's answer."""
+
+    blocks: list[Block]  # boxes in pixels; text is the block's Markdown
+    figures: list[FigureBox]
+    markdown: str  # the page's Markdown, figures referenced as ![](figure:ID)
+    warnings: list[str] = field(default_factory=list)  # what was malformed and skipped/fixed
+    #: What the family reported about the page beyond its text (olmOCR-2's front matter...).
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+class Warnings:
+    """A capped list of warnings (a garbage page must not produce megabytes of them)."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.dropped = 0
+
+    def __call__(self, msg: str) -> None:
+        if len(self.items) < MAX_WARNINGS:
+            self.items.append(msg)
+        else:
+            self.dropped += 1
+
+    def result(self) -> list[str]:
+        """The warnings, with a count of those dropped past the cap."""
+        extra = [f"... and {self.dropped} more warnings"] if self.dropped else []
+        return self.items + extra
+
+
+def to_pixels(box: Sequence[float], sx: float, sy: float, width: int, height: int) -> list[int] | None:
+    """``box`` (x1, y1, x2, y2 in a family's space) times ``(sx, sy)``, as ``[x1, y1, x2, y2]``
+    pixels clamped to the ``width`` x ``height`` image, corners in order; None when the box is
+    not four finite numbers or has no area in pixels."""
+    if len(box) != 4 or width <= 0 or height <= 0:
+        return None
+    try:
+        vals = [float(v) for v in box]
+    except (TypeError, ValueError):
+        return None
+    if not all(math.isfinite(v) for v in vals):
+        return None
+    x1, x2 = sorted((vals[0] * sx, vals[2] * sx))
+    y1, y2 = sorted((vals[1] * sy, vals[3] * sy))
+    px = [
+        int(min(max(x1, 0.0), width)),
+        int(min(max(y1, 0.0), height)),
+        int(min(max(x2, 0.0), width)),
+        int(min(max(y2, 0.0), height)),
+    ]
+    if px[0] >= px[2] or px[1] >= px[3]:
+        return None
+    return px
+
+
+def clean_markdown(text: str) -> str:
+    """Collapse runs of 3+ newlines to two and strip surrounding whitespace."""
+    return _NEWLINES.sub("\n\n", text).strip()
+
+
+@dataclass
+class LayoutBuilder:
+    """Collects blocks and figures in reading order and assembles the page (one per parse).
+
+    Figures are capped: at most ``max_figures``, and at most ``max_figure_area`` page areas of
+    pixels in all (every figure becomes a crop stored in the row: hundreds of full-page boxes
+    would make a gigabyte row). A figure past a cap keeps its block but gets no crop.
+    """
+
+    page: int
+    width: int
+    height: int
+    warn: Warnings = field(default_factory=Warnings)
+    max_figures: int = 256
+    max_figure_area: float = 4.0
+    blocks: list[Block] = field(default_factory=list)
+    figures: list[FigureBox] = field(default_factory=list)
+    _parts: list[str] = field(default_factory=list)
+    _pixels: int = 0
+
+    def text(self, label: str, boxes: list[list[int]], markdown: str) -> None:
+        """Add a block of text (its Markdown)."""
+        markdown = markdown.strip()
+        self.blocks.append(Block(label=label, boxes=boxes, text=markdown))
+        if markdown:
+            self._parts.append(markdown)
+
+    def figure(self, label: str, box: list[int] | None, description: str | None = None, markdown: str = "") -> None:
+        """Add a figure block: a crop of ``box`` (when it fits the caps), linked from the page.
+
+        ``markdown`` is what the block says besides the picture (Chandra writes a chart's data).
+        """
+        description = (description or "").strip() or None
+        index = len(self.blocks)
+        self.blocks.append(Block(label=label, boxes=[box] if box else [], text=markdown.strip()))
+        link = None
+        if box is None:
+            self.warn(f"{label} block {index + 1}: no usable box, no figure")
+        else:
+            area = (box[2] - box[0]) * (box[3] - box[1])
+            budget = self.max_figure_area * self.width * self.height
+            if len(self.figures) >= self.max_figures or self._pixels + area > budget:
+                self.warn(f"{label} block {index + 1}: over {self.max_figures} figures or "
+                          f"{self.max_figure_area:g} page areas of figures, box {box} not cropped")
+            else:
+                self._pixels += area
+                figure = FigureBox(f"p{self.page}-f{len(self.figures) + 1}", box, index, description)
+                self.figures.append(figure)
+                link = f"![{alt_text(description)}](figure:{figure.id})"
+        pieces = [p for p in (link, markdown.strip()) if p]
+        if pieces:
+            self._parts.append("\n".join(pieces))
+
+    def build(self, metadata: dict[str, object] | None = None) -> PageLayout:
+        """The page layout, Markdown joined in reading order."""
+        return PageLayout(
+            blocks=self.blocks,
+            figures=self.figures,
+            markdown=clean_markdown("\n\n".join(self._parts)),
+            warnings=self.warn.result(),
+            metadata=metadata or {},
+        )
+
+
+def alt_text(description: str | None) -> str:
+    """A description fit for a Markdown image's alt text: one line, no brackets, at most 200
+    characters (the figure-link pattern's bound)."""
+    if not description:
+        return ""
+    text = " ".join(description.replace("[", "(").replace("]", ")").split())
+    return text if len(text) <= 200 else text[:199] + "…"

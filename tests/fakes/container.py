@@ -1,0 +1,58 @@
+"""What a fake platform's "container" is on this machine (shared by the three fakes).
+
+A job's command runs as a local subprocess in a folder of its own, with:
+
+- ``PATH``: ``tests/fakes/jobs_bin`` (``python3``, the tests' interpreter standing for the image's,
+  whose packages stand for the image's; and ``uv``, :mod:`tests.fakes.fake_uv`), then
+  ``tests/fakes`` (the fake ``vllm``, the image's vLLM: the simulated DeepSeek-OCR server);
+  ``llm-ocr`` is on neither: a job finds it only in the venv its bootstrap installs the shipped
+  wheel into, as in the cloud;
+- ``HOME`` and ``TMPDIR`` (where the bootstrap puts its venv) in that folder;
+- the mounts (a volume, SageMaker's ``/opt/ml``) materialised in that folder: :func:`map_words`
+  rewrites the command words under a mount path to the local folder, as the container's view
+  of its filesystem would resolve them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+FAKES = Path(__file__).resolve().parent
+JOBS_BIN = FAKES / "jobs_bin"
+
+
+def container_env(folder: Path) -> dict[str, str]:
+    """The variables every fake container has (its folder made: ``home``, ``tmp``)."""
+    for name in ("home", "tmp"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": os.pathsep.join([str(JOBS_BIN), str(FAKES), "/usr/local/bin", "/usr/bin", "/bin"]),
+        "HOME": str(folder / "home"),
+        "TMPDIR": str(folder / "tmp"),
+        "LANG": "C.UTF-8",
+        "LLM_OCR_TEST_PYTHON": sys.executable,
+    }
+
+
+def map_words(words: Sequence[str], mounts: dict[str, str]) -> list[str]:
+    """``words`` with every word that starts with a mount path (container side) pointing at the
+    local folder holding that mount's files instead."""
+    mapped = []
+    for word in words:
+        for mount, local in sorted(mounts.items(), key=lambda item: -len(item[0])):
+            root = mount.rstrip("/")
+            if word == root or word.startswith(root + "/"):
+                word = local.rstrip("/") + word[len(root):]
+                break
+        mapped.append(word)
+    return mapped
+
+
+def with_image(env: dict[str, str], image_env: dict[str, str]) -> dict[str, str]:
+    """``env`` plus a prebuilt image's variables (``PATH``/``PYTHONPATH`` prepended)."""
+    for key, value in image_env.items():
+        env[key] = f"{value}{os.pathsep}{env[key]}" if key in ("PATH", "PYTHONPATH") and key in env else value
+    return env

@@ -1,0 +1,96 @@
+"""Every vLLM command line the launcher can build, parsed by the installed vLLM's own argument parser.
+
+The launcher builds vLLM's command line from a GPU preset (every preset and its multi-GPU
+variants; a machine with several GPUs runs one server per GPU, on the one-GPU preset), a model
+family (each family may add its own flags) and the server command (``vllm serve MODEL`` in the
+images, ``python -m vllm.entrypoints.openai.api_server --model MODEL`` as here). vLLM's parser
+(``vllm serve``'s, and the API server module's) must accept each one, so a misspelt flag, a flag
+vLLM removed or a value of the wrong type fails here rather than in a GPU job. The fake ``vllm``
+of the default suite refuses the same flags from a table written from this parser; that table
+must match it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import sys
+
+import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
+
+from llm_ocr.endpoint.open import ServerOptions, _command
+from llm_ocr.servers.engines import api_key_to_env
+from llm_ocr.servers.presets import PRESETS, with_gpus
+from llm_ocr.vlm import families
+from tests.fakes import vllm_flags
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
+
+SERVE = "vllm serve"
+API_SERVER = f"{sys.executable} -m vllm.entrypoints.openai.api_server"
+
+
+def model_per_family() -> dict[str, str]:
+    """A served-model name for every model family (each may add server flags and sizing)."""
+    return {
+        family.name: family.models[0] if family.models else "HuggingFaceTB/SmolVLM-256M-Instruct"
+        for family in families.FAMILIES
+    }
+
+
+def command_lines() -> list[tuple[str, list[str]]]:
+    """``(id, argv)`` for every preset x family x server command, single server and one of a fleet."""
+    found = []
+    for preset_name, preset in sorted(PRESETS.items()):
+        for family, model in sorted(model_per_family().items()):
+            for how, server in (("serve", SERVE), ("api-server", API_SERVER)):
+                options = ServerOptions(engine="vllm", server_command=server, server_args="--api-key sk-test")
+                single = _command("vllm", model, 8000, options, preset, family)
+                # A fleet's server: the one-GPU preset, the key moved to the environment.
+                fleet, _ = api_key_to_env(_command("vllm", model, 8001, options, with_gpus(preset, 1), family))
+                found += [(f"{preset_name}-{family}-{how}", single), (f"{preset_name}-{family}-{how}-fleet", fleet)]
+    return found
+
+
+def vllm_parse(argv: list[str]) -> object:
+    """``argv`` as vLLM parses it (SystemExit on a refused flag or value), then vLLM's own checks."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    if argv[:2] == shlex.split(SERVE):
+        parser = FlexibleArgumentParser(prog="vllm")
+        command = ServeSubcommand()
+        command.subparser_init(parser.add_subparsers(dest="subparser"))
+        args = parser.parse_args(argv[1:])
+        command.validate(args)
+        return args
+    assert argv[:3] == shlex.split(API_SERVER), argv
+    try:
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    except ImportError:  # vLLM before the launchers package (0.29's layout)
+        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    args = make_arg_parser(FlexibleArgumentParser(prog="api_server")).parse_args(argv[3:])
+    validate_parsed_serve_args(args)
+    return args
+
+
+@pytest.mark.parametrize("argv", [argv for _, argv in command_lines()], ids=[name for name, _ in command_lines()])
+def test_vllms_parser_accepts_every_command_line_the_launcher_builds(argv: list[str]) -> None:
+    args = vllm_parse(argv)
+    assert getattr(args, "model", None) or getattr(args, "model_tag", None)
+
+
+def test_a_misspelt_flag_is_refused_by_the_same_parser() -> None:
+    (_, argv), *_ = command_lines()
+    with pytest.raises(SystemExit):
+        vllm_parse([*argv, "--served-modle-name", "x"])
+    with pytest.raises(SystemExit):
+        vllm_parse([*argv, "--max-num-seqs", "many"])
+
+
+def test_the_fake_vllms_flag_table_is_vllms() -> None:
+    # Out of date: regenerate with `.venv-vllm/bin/python -m tests.fakes.vllm_flags --write`.
+    assert vllm_flags.load() == vllm_flags.describe(vllm_flags.vllm_serve_parser())
