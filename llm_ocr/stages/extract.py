@@ -106,7 +106,9 @@ async def read_page(page: PageImage, ctx: ExtractContext, *, stop_when_long: boo
     return await ctx.recipe.read(source, _Tools(ctx, stop_when_long), ctx.max_tokens)
 
 
-def _tiling(ctx: ExtractContext) -> bool:
+def tiles_dense_pages(ctx: ExtractContext) -> bool:
+    """Whether this run may read dense pages in tiles (the option, and the family allows it):
+    then its pages' text is estimated as they are rendered."""
     return tiling_allowed(ctx.recipe, ctx.options.tile_dense_pages)
 
 
@@ -134,7 +136,7 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
         return await read_in_segments(
             ref, item, num_pages, segments, read=lambda page: read_page(page, ctx), crop=ctx.crop, model=ctx.client.model
         )
-    tiling = _tiling(ctx)
+    tiling = tiles_dense_pages(ctx)
     if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):
         return row
     started = time.monotonic()

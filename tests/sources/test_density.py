@@ -70,15 +70,20 @@ def test_no_ink_estimate_without_text_lines() -> None:
     assert ink_estimate(picture) is None
 
 
-def test_rendered_pages_carry_their_estimate(pdfs: tuple[Path, list[Path]], tmp_path: Path) -> None:
+def test_rendered_pages_carry_their_estimate_when_asked(pdfs: tuple[Path, list[Path]], tmp_path: Path) -> None:
     dense, _ = pdfs
-    (page,) = render_pages(DocumentRef("dense.pdf", 0, str(dense), "pdf", str(dense)), RenderOptions(dpi=72), 1, 1)
+    ref = DocumentRef("dense.pdf", 0, str(dense), "pdf", str(dense))
+    (page,) = render_pages(ref, RenderOptions(dpi=72), 1, 1, estimate_text=True)
     assert isinstance(page, PageImage) and page.text_estimate is not None
     assert page.text_estimate.source == "text layer" and page.text_estimate.chars > 20_000
     # The same page as an image file: its ink tells.
     _, image = first_page_layer_and_image(dense, 144)
     path = tmp_path / "dense.png"
     image.save(path)
-    (picture,) = render_pages(DocumentRef("dense.png", 0, str(path), "image", str(path)), RenderOptions(), 1, 1)
+    picture_ref = DocumentRef("dense.png", 0, str(path), "image", str(path))
+    (picture,) = render_pages(picture_ref, RenderOptions(), 1, 1, estimate_text=True)
     assert isinstance(picture, PageImage) and picture.text_estimate is not None
     assert picture.text_estimate.source == "ink" and picture.text_estimate.chars > 15_000
+    # A run that cannot tile (another family, --no-tile-dense-pages) spends nothing on it.
+    for unasked in (render_pages(ref, RenderOptions(dpi=72), 1, 1), render_pages(picture_ref, RenderOptions(), 1, 1)):
+        assert isinstance(unasked[0], PageImage) and unasked[0].text_estimate is None
