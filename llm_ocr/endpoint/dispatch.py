@@ -53,6 +53,11 @@ class Dispatcher:
         return sum(m.overloaded for m in self.members)
 
     @property
+    def sending(self) -> int:
+        """Requests of all members on the wire now."""
+        return sum(m.sending for m in self.members)
+
+    @property
     def live(self) -> int:
         """Members not gone for good."""
         return len(self.members) - len(self._gone)
