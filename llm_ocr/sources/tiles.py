@@ -6,7 +6,7 @@ square as the page allows:
 
 - **bands** across the page, each cut at the whitespace between two text lines nearest to an
   even split, overlapping the next by :data:`OVERLAP` of a band (at least
-  :data:`MIN_OVERLAP_PX`): a line the cut grazes is whole in one of the two;
+  :data:`MIN_OVERLAP` of the page's height): a line the cut grazes is whole in one of the two;
 - each band split into **columns** at its gutters only: the widest runs of blank columns within
   that band near an even split (the nearest of equally wide ones). A band without a gutter near
   a split stays wider: a cut through a text column would halve every line. Multi-column pages thus come apart between their columns,
@@ -28,8 +28,9 @@ from .segments import Segment
 ANALYSIS_SIDE = 1300
 #: Share of a band's height each band reaches past its cut into the next one ...
 OVERLAP = 0.08
-#: ... and at least this many page pixels (three lines of 10 pt text at 144 DPI).
-MIN_OVERLAP_PX = 48
+#: ... and at least this share of the page's height (two lines of 10 pt text on a Letter page,
+#: four of 6 pt on a broadsheet, at any resolution: what is read twice costs tokens twice).
+MIN_OVERLAP = 0.02
 #: A tile reaches this share of the page's width past a gutter it was cut at (the glyphs that
 #: stand in the gutter, a drop cap, a slightly crooked scan).
 GUTTER_MARGIN = 0.006
@@ -84,7 +85,7 @@ def plan_grid(ink: Any, width: int, height: int, count: int) -> list[Segment]:
     cuts = [0, *band_cuts(ink, bands), rows]
     tiles: list[Segment] = []
     for top, bottom in zip(cuts, cuts[1:]):
-        reach = max(MIN_OVERLAP_PX, round(OVERLAP * (bottom - top) * sy))
+        reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
         page_top = 0 if top == 0 else max(0, round(top * sy) - reach)
         page_bottom = height if bottom == rows else min(height, round(bottom * sy) + reach)
         splits = _gutter_cuts(ink[top:bottom], columns)
