@@ -119,6 +119,7 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
     if name == "dense pages, 256 slots":
         return [
             (f"{name}: bound / wall (1 = perfect client)", _ratio(today), _ratio(new)),
+            ("  wall s (bound s)", *(f"{r.wall_s:.1f} ({r.lower_bound_s or 0:.1f})" for r in both)),
             ("  dense pages: status", *(", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
             ("  dense pages: tokens each (requests)", *(
                 ", ".join(f"{d['tokens']} ({d['requests']})" for d in r.dense["pages"]) for r in both)),
