@@ -377,8 +377,8 @@ class _Run:
             with self._render_lock, SourcePages(row["doc_id"], row.get("source"), self.spec.render,
                                                 self.spec.job.storage_options) as pages:
                 view = pages.page(page)
-            if view.data is None:
-                raise ValueError(view.note or "no image")
+            if view.data is None:  # e.g. a dataset row: its page images are not kept in OUT
+                raise ValueError(f"{view.note or 'no image'}; --fields-from markdown reads the OCR text instead")
             return view.data, view.mime or "image/jpeg"
 
         return await asyncio.to_thread(render)
