@@ -16,8 +16,8 @@ from __future__ import annotations
 import html
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState
