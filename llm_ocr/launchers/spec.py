@@ -32,6 +32,19 @@ STAGE_MARKERS: dict[str, tuple[str, ...]] = {
     "fields": ("fields",),
 }
 
+#: Flags of ``llm-ocr run`` that make it run Fields after Assemble (``--schema`` is given as
+#: ``--fields-schema`` by the launcher).
+FIELDS_FLAGS = frozenset({"--fields-schema", "--schema", "--classes"})
+
+
+def launch_markers(stage: str, stage_args: list[str]) -> tuple[str, ...]:
+    """The completion markers a shard of a launch must have to count as done: the stage's
+    (:data:`STAGE_MARKERS`), and Fields' too for a ``run`` given a schema or a classes file."""
+    if stage == "run" and FIELDS_FLAGS & set(stage_args):
+        return (*STAGE_MARKERS[stage], "fields")
+    return STAGE_MARKERS[stage]
+
+
 #: The stage whose rows a launched stage's table counts (``run`` counts Extract's pages; its
 #: progress file is Extract's too).
 PRIMARY_STAGE: dict[str, str] = {"run": "extract", "extract": "extract", "describe": "describe", "assemble": "assemble",
@@ -130,6 +143,11 @@ class LaunchRequest(LaunchOptions):
     hardware: str | None = None
     dataset: DatasetOptions = Field(default_factory=DatasetOptions)
     storage_options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The completion markers each shard must have (:func:`launch_markers`)."""
+        return launch_markers(self.stage, self.stage_args)
 
     @property
     def timeout_s(self) -> int | None:

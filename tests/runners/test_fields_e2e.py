@@ -258,3 +258,33 @@ def test_a_rerun_with_another_schema_into_the_same_output_is_refused(assembled: 
         assert len(sim.requests()) == before
     assert other.returncode == 2 and "extracted with another schema or classes file" in other.stderr, other.stderr
     assert read_stage(out, "fields") == rows  # nothing already written is lost
+
+
+def test_page_images_of_dataset_rows_are_an_error_per_document_that_says_what_to_do(tmp_path: Path) -> None:
+    """Page images of a Parquet input's rows are not kept in OUT, and Fields reads only OUT: with
+    ``--from images`` each such document gets an error row naming ``--fields-from markdown``,
+    before any request about it; with Markdown the same documents are read."""
+    from PIL import Image
+
+    from tests.sources.sources_testdata import finevision_parquet
+
+    def png(text: str) -> bytes:
+        buffer = io.BytesIO()
+        Image.new("RGB", (320, 200), "white").save(buffer, format="PNG")
+        return buffer.getvalue() + text.encode()  # distinct bytes per page (PNG ignores a trailer)
+
+    data = finevision_parquet(tmp_path / "scans.parquet", [[png("a")], [png("b"), png("c")]])
+    out = tmp_path / "out"
+    schema = str(EXAMPLES / "receipt.schema.json")
+    with SimulatedServer("--instant") as sim:
+        assert stage("run", out, sim, str(data)).returncode == 0
+        sent = len(sim.requests())
+        result = fields(out, sim, "--schema", schema, "--from", "images")
+        assert len(sim.requests()) == sent  # nothing was asked about documents without images
+    assert result.returncode == 1, result.stderr
+    rows = read_stage(out, "fields")
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"error"}
+    assert all("dataset" in r["error"] and "--fields-from markdown" in r["error"] for r in rows), rows
+    with SimulatedServer("--instant") as sim:
+        again = fields(out, sim, "--schema", schema)  # error rows are redone, from the Markdown
+    assert again.returncode in (0, 1) and "error" not in {r["status"] for r in read_stage(out, "fields")}
