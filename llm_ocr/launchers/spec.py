@@ -6,7 +6,7 @@ container image, the command (the plain ``llm-ocr`` invocation, possibly behind 
 step), the plain environment, the secrets (kept apart: their values never leave this object
 except towards the platform's secrets channel), hardware, timeout, attempts and labels.
 :class:`LaunchPlan` gathers the specs and the exact API request bodies; its :meth:`LaunchPlan.
-to_json` is the ``--dry-run`` contract (DESIGN.md).
+to_json` is the ``--dry-run`` contract (docs/platforms-hf-jobs.md#the-dry-run-contract).
 """
 
 from __future__ import annotations
@@ -252,7 +252,8 @@ class LaunchPlan:
     previous: Any = None
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--dry-run`` object (DESIGN.md): jobs by shard, and the exact request bodies."""
+        """The ``--dry-run`` object (docs/platforms-hf-jobs.md#the-dry-run-contract): jobs by shard,
+        and the exact request bodies."""
         return {
             "platform": self.platform,
             "launch_id": self.launch_id,
