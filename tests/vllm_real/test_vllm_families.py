@@ -15,6 +15,7 @@ then reads real PDFs through it once per family.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -25,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
 from llm_ocr.servers.engines import free_port, vllm_command
 from llm_ocr.servers.presets import PRESETS
