@@ -101,4 +101,4 @@ def test_an_endpoint_that_is_the_cpu_engine_is_refused_before_any_fields_request
     (row,) = read_stage(out, "fields")
     # Answered (the simulator's reading of the CPU engine's Markdown need not be valid): no error row.
     assert row["status"] in ("ok", "invalid") and isinstance(json.loads(row["fields"]), dict), row
-    assert result.exit_code in (0, 1) and len(engine.requests()) == 1
+    assert result.exit_code == 0 and len(engine.requests()) == 1  # ok or invalid: a verdict either way
