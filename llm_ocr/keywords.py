@@ -96,6 +96,8 @@ class RunKeywords(TypedDict, total=False):
     """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable shape, one request each, and joined (0: always read whole)."""
     cut_loops: bool
     """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    tile_dense_pages: bool
+    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
     describe_prompt: str | None
     """Prompt sent with each figure crop (default: 'Describe this image in detail.', DeepSeek-OCR's own)."""
     describe_max_tokens: int
@@ -251,6 +253,8 @@ class ExtractKeywords(TypedDict, total=False):
     """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable shape, one request each, and joined (0: always read whole)."""
     cut_loops: bool
     """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    tile_dense_pages: bool
+    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
     request_timeout: float
     """Seconds one request may take once sent (a page can decode thousands of tokens)."""
     max_attempts: int
@@ -613,6 +617,8 @@ class LaunchKeywords(TypedDict, total=False):
     """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable shape, one request each, and joined (0: always read whole)."""
     cut_loops: bool
     """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    tile_dense_pages: bool
+    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
     describe_prompt: str | None
     """Prompt sent with each figure crop (default: 'Describe this image in detail.', DeepSeek-OCR's own)."""
     describe_max_tokens: int

@@ -211,6 +211,13 @@ class ExtractOptions(BaseModel):
         description="Stream each answer and close the stream as soon as it repeats itself (a repetition loop), "
         "then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens).",
     )
+    tile_dense_pages: bool = Field(
+        True,
+        description="Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, "
+        "all at once: straight away when its text layer or ink says so, else when its answer runs to "
+        "max_tokens without repeating itself (families whose recipe allows it: DeepSeek-OCR); off: such a "
+        "page is retried whole.",
+    )
 
 
 class DescribeOptions(BaseModel):

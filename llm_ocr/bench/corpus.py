@@ -127,6 +127,12 @@ def _vector_page_stream(rng: random.Random, title: str) -> bytes:
 
 def vector_pdf(pages: int, rng: random.Random, name: str) -> bytes:
     """A born-digital PDF of ``pages`` Letter pages (standard Helvetica, nothing embedded)."""
+    return _helvetica_pdf([_vector_page_stream(rng, f"{name}: part {number}") for number in range(1, pages + 1)], LETTER_PT)
+
+
+def _helvetica_pdf(streams: list[bytes], size: tuple[float, float]) -> bytes:
+    """A PDF of one page per content stream, ``size`` points, fonts ``/F1`` Helvetica and
+    ``/F2`` Helvetica-Bold (standard, nothing embedded)."""
     # Object numbers: 1 catalog, 2 page tree, 3-4 fonts, then a page and its stream per page.
     objects: list[bytes] = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
@@ -135,16 +141,15 @@ def vector_pdf(pages: int, rng: random.Random, name: str) -> bytes:
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Bold /Encoding /WinAnsiEncoding >>",
     ]
     kids = []
-    for number in range(1, pages + 1):
-        stream = _vector_page_stream(rng, f"{name}: part {number}")
+    for stream in streams:
         page_obj, stream_obj = len(objects) + 1, len(objects) + 2
         kids.append(f"{page_obj} 0 R")
         objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {LETTER_PT[0]} {LETTER_PT[1]}] "
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {size[0]} {size[1]}] "
             f"/Resources << /Font << /F1 3 0 R /F2 4 0 R >> >> /Contents {stream_obj} 0 R >>".encode()
         )
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {pages} >>".encode()
+    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(streams)} >>".encode()
     return _pdf(objects)
 
 
@@ -270,3 +275,101 @@ def make_corpus(folder: Path, total_pages: int, seed: int = 0) -> list[Path]:
             (folder / name).write_bytes(vector_pdf(pages, rng, title))
     manifest_path.write_text(json.dumps(manifest, indent=1))
     return [folder / n for n in names]
+
+
+#: A broadsheet page (11 x 17 in): the dense page of :func:`dense_pdf`.
+DENSE_PT = (792, 1224)
+DENSE_COLUMNS = 7
+#: Between two columns: wider than two text lines, so a reader of the text layer (and the
+#: simulator) never joins the lines of neighbouring columns into one.
+DENSE_GUTTER_PT = 16.0
+
+
+def dense_page_items(rng: random.Random, title: str) -> list[tuple[str, list[list[str]]]]:
+    """A newspaper page's text in reading order: ``(part, paragraphs)`` (each a list of lines)
+    for the masthead, each headline and each column (about 28,000 characters in all: some 9,000
+    tokens of DeepSeek-OCR's markup, more than one answer may hold)."""
+    column_chars = 26
+    parts: list[tuple[str, list[list[str]]]] = [("masthead", [[title]])]
+    height = DENSE_PT[1] - 100.0 - 36.0  # points of column below the masthead
+    for column in range(DENSE_COLUMNS):
+        if column in (0, 4):  # an article starts here, under a headline across 2 or 3 columns
+            words = 4 if column == 0 else 6
+            parts.append(("headline", [[" ".join(rng.choice(_WORDS).capitalize() for _ in range(words))]]))
+        room = height - (30.0 if column in (0, 1, 4, 5, 6) else 0.0)  # under the headlines' band
+        paragraphs: list[list[str]] = []
+        while room > 14:
+            lines = []
+            for line in _paragraph_lines(rng, column_chars):
+                if room <= 7:
+                    break
+                lines.append(line)
+                room -= 7.0
+            paragraphs.append(lines)
+            room -= 6.0  # paragraph gap: more than a line's height, so a new block
+        parts.append((f"column {column + 1}", paragraphs))
+    return parts
+
+
+def dense_pdf(path: Path, seed: int = 0, pages: int = 1) -> list[list[tuple[str, list[list[str]]]]]:
+    """A born-digital broadsheet PDF of ``pages`` dense newspaper pages: a masthead, seven
+    columns of 6 pt text, and two headlines across columns (over columns 1-2 and 5-7). Returns
+    each page's parts in reading order (see :func:`dense_page_items`)."""
+    rng = random.Random(f"dense|{seed}")
+    width, height = DENSE_PT
+    column_width = (width - 72 - (DENSE_COLUMNS - 1) * DENSE_GUTTER_PT) / DENSE_COLUMNS
+    streams, truth = [], []
+    for number in range(1, pages + 1):
+        title = f"The {rng.choice(_WORDS).capitalize()} Gazette No. {seed * 100 + number}"
+        parts = dense_page_items(rng, title)
+        ops = [f"BT /F2 26 Tf 36 {height - 62:.1f} Td {_pdf_text(title)} Tj ET",
+               f"36 {height - 74:.1f} m {width - 36} {height - 74:.1f} l S"]
+        headlines = iter(paragraphs[0][0] for name, paragraphs in parts if name == "headline")
+        for name, paragraphs in parts:
+            if not name.startswith("column "):
+                continue
+            column = int(name.split()[1]) - 1
+            x = 36 + column * (column_width + DENSE_GUTTER_PT)
+            y = height - 100.0
+            if column in (0, 4):
+                ops.append(f"BT /F2 12 Tf {x:.1f} {y - 12:.1f} Td {_pdf_text(next(headlines))} Tj ET")
+            if column in (0, 1, 4, 5, 6):
+                y -= 30.0
+            for lines in paragraphs:
+                for line in lines:
+                    ops.append(f"BT /F1 6 Tf {x:.1f} {y - 6:.1f} Td {_pdf_text(line)} Tj ET")
+                    y -= 7.0
+                y -= 6.0
+        streams.append("\n".join(ops).encode("latin-1"))
+        truth.append(parts)
+    path.write_bytes(_helvetica_pdf(streams, DENSE_PT))
+    return truth
+
+
+def with_dense_pages(folder: Path, normal: Path, count: int, seed: int = 0) -> Path:
+    """``folder`` holding the PDFs of ``normal`` (hard links) and ``count`` one-page dense PDFs
+    (:func:`dense_pdf`) spread through them in listing order, the last among the last few
+    documents (a dense page read late is the one that can hold up the end of a run). The dense
+    PDFs are also written to ``folder/../NAME-dense/`` alone, for the simulator's ``--corpus``;
+    returns that folder."""
+    import os
+    import shutil
+
+    dense = folder.with_name(folder.name + "-dense")
+    for target in (folder, dense):
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+    documents = sorted(normal.glob("*.pdf"))
+    for path in documents:
+        try:
+            os.link(path, folder / path.name)
+        except OSError:
+            shutil.copyfile(path, folder / path.name)
+    # Spread: after 10%, ..., and the last one 95% of the way through the documents.
+    positions = [round(len(documents) * (0.1 + 0.85 * k / max(1, count - 1))) for k in range(count)] if count > 1 else [len(documents) // 2]
+    for k, position in enumerate(positions):
+        anchor = documents[min(position, len(documents) - 1)].name.split("-")[1] if documents else f"{k:05d}"
+        name = f"doc-{anchor}-dense{k}.pdf"  # sorts right after document number ``anchor``
+        dense_pdf(dense / name, seed=seed * 100 + k)
+        shutil.copyfile(dense / name, folder / name)
+    return dense

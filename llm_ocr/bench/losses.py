@@ -17,19 +17,31 @@ behaved before (``today``) and once as it does now (``new``):
   read whole today, in segments now. The simulator does not read text, so what is compared is how
   large the text is where the model reads it (the scale of its 640-pixel crops), and that the page
   still gets one row.
+
+Two more compare dense pages (issue 28) read whole, cut at ``max_tokens`` and retried (``today``)
+with dense pages read in tiles (``new``); the simulator knows the dense pages (their text layer;
+a tile gets the text of its region):
+
+- **dense pages, 256 slots**: the 256-slot workload (``--endpoint``, in flight sized from
+  ``/metrics``) with 4 broadsheet pages of 25,000 characters (about 9,000 tokens each, against
+  ``max_tokens`` 7,168) spread through the documents, the last one near the end;
+- **dense recall**: 24 pages of the corpus and 2 dense pages, all known to an instant simulator,
+  so that each row's text can be compared with its page's text layer: word recall of normal and
+  dense pages, and the tokens each dense page cost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from llm_ocr.bench.corpus import make_corpus, strip_pdf
+from llm_ocr.bench.corpus import make_corpus, strip_pdf, with_dense_pages
 from llm_ocr.bench.run import BenchConfig, RunResult, run_once
 from llm_ocr.servers.frame.protocol import text_scale
 from llm_ocr.sources.segments import plan_segments
@@ -55,15 +67,24 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
     # then feeds any server on a loaded 2-core machine, so what is measured is the in-flight
     # policy and the dispatcher, not the client's rendering (the instant bench measures that).
     light = replace(quiet, dpi=36.0)
+    before_tiles = {"tile_dense_pages": False}  # issue 19's "today" predates dense pages in tiles
     return [
         ("loops", replace(base, loop_rate=0.10, loop_repeat_rate=0.5, max_tokens=7168, decode_ms_per_token=1.0),
-         {"cut_loops": False}, {"cut_loops": True}),
+         {"cut_loops": False, **before_tiles}, {"cut_loops": True}),
         # 12 ms a token (36 ms with all 256 slots busy): ~6 pages/s at full use, which the
         # client can feed while sharing the machine; the default 3 ms would need 23 pages/s.
-        ("256 slots", replace(light, slots=256, decode_ms_per_token=12.0), {"max_in_flight": 64}, {"adaptive": True}),
-        ("64 slots, long tail", replace(light, output_tokens_sigma=1.0), {"max_in_flight": 64}, {"adaptive": True}),
-        ("GPUs", light, {"servers": 1}, {"servers": 4}),
-        ("long page", replace(quiet, instant=True), {"max_page_aspect": 0.0}, {"max_page_aspect": 3.0}),
+        ("256 slots", replace(light, slots=256, decode_ms_per_token=12.0), {"max_in_flight": 64, **before_tiles},
+         {"adaptive": True}),
+        ("64 slots, long tail", replace(light, output_tokens_sigma=1.0), {"max_in_flight": 64, **before_tiles},
+         {"adaptive": True}),
+        ("GPUs", light, {"servers": 1, **before_tiles}, {"servers": 4}),
+        # Read whole, the strip's text (35,000 characters) would now be tiled: before, it was not.
+        ("long page", replace(quiet, instant=True), {"max_page_aspect": 0.0, **before_tiles}, {"max_page_aspect": 3.0}),
+        # The 256-slot workload, with dense pages (their corpus is filled in by run_losses).
+        ("dense pages, 256 slots", replace(light, slots=256, decode_ms_per_token=12.0, adaptive=True, max_tokens=7168),
+         {"tile_dense_pages": False}, {"tile_dense_pages": True}),
+        ("dense recall", replace(quiet, instant=True, dpi=72.0, max_tokens=7168),
+         {"tile_dense_pages": False}, {"tile_dense_pages": True}),
     ]  # fmt: skip
 
 
@@ -95,6 +116,24 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
             (f"{name}: in flight / mean running", *(
                 f"{r.client['max_in_flight']} / {r.server['mean_running']}" for r in both)),
         ]  # fmt: skip
+    if name == "dense pages, 256 slots":
+        return [
+            (f"{name}: bound / wall (1 = perfect client)", _ratio(today), _ratio(new)),
+            ("  dense pages: status", *(", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
+            ("  dense pages: tokens each (requests)", *(
+                ", ".join(f"{d['tokens']} ({d['requests']})" for d in r.dense["pages"]) for r in both)),
+            ("  client CPU ms/page", *(f"{r.client['cpu_ms_per_page']}" for r in both)),
+        ]  # fmt: skip
+    if name == "dense recall":
+        return [
+            ("dense recall: word recall, normal pages (min)", *(_recall(r, "normal") for r in both)),
+            ("  word recall, dense pages (min)", *(_recall(r, "dense") for r in both)),
+            ("  tokens per dense page, mean", *(f"{_mean(d['tokens'] for d in r.dense['pages']):,.0f}" for r in both)),
+            ("  of which whole-page answers / tiles", *(
+                f"{_mean(d['whole_tokens'] for d in r.dense['pages']):,.0f} / {_mean(d['tile_tokens'] for d in r.dense['pages']):,.0f}"
+                for r in both)),
+            ("  dense pages: status", *(", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
+        ]  # fmt: skip
     if name == "GPUs":
         return [
             ("pages/s, 1 vs 4 simulated GPUs", f"{today.pages_per_s:.2f}", f"{new.pages_per_s:.2f}"),
@@ -110,6 +149,67 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
         ("  text scale in the model's crops", f"{whole:.2f}x", f"{parts:.2f}x"),
         ("  status", *(",".join(k for k, v in r.pages_by_status.items() if v) for r in both)),
     ]
+
+
+def _mean(values: Any) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+def _recall(result: RunResult, kind: str) -> str:
+    recalls = result.dense.get(f"recall_{kind}") or []
+    return f"{min(recalls):.4f} (mean {_mean(recalls):.4f})" if recalls else "-"
+
+
+def dense_accounting(logs: list[Path], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each dense page (a PDF named ``*dense*``): its row's status, and the completion tokens
+    and requests the simulator's logs show for it, whole-page answers and tiles apart."""
+    import json
+
+    pages: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if "dense" in row["doc_id"]:
+            pages[row["doc_id"]] = {"doc": row["doc_id"], "status": row["status"], "tokens": 0, "requests": 0,
+                                    "whole_tokens": 0, "tile_tokens": 0}  # fmt: skip
+    for log in logs:
+        for line in log.read_text().splitlines() if log.exists() else []:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            known = record.get("known_page") or {}
+            page = pages.get(Path(known.get("source", "")).name)
+            if page is None or record.get("completion_tokens") is None:
+                continue
+            tokens = int(record["completion_tokens"])
+            page["tokens"] += tokens
+            page["requests"] += 1
+            page["tile_tokens" if "region" in known else "whole_tokens"] += tokens
+    return [pages[k] for k in sorted(pages)]
+
+
+def recall_by_kind(rows: list[dict[str, Any]], corpus: Path) -> dict[str, list[float]]:
+    """Word recall of each row's Markdown against its page's text layer, normal and dense pages
+    apart (pages without a text layer, the scans, are left out)."""
+    from llm_ocr.bench.accuracy import text_layer, word_recall
+
+    out: dict[str, list[float]] = {"recall_normal": [], "recall_dense": []}
+    for row in rows:
+        truth = text_layer(str(corpus / row["doc_id"]), row["page"])
+        if len(truth.split()) < 10:
+            continue
+        kind = "recall_dense" if "dense" in row["doc_id"] else "recall_normal"
+        out[kind].append(round(word_recall(truth, row["markdown"] or ""), 4))
+    return out
+
+
+def _read_rows(output: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = []
+    for path in sorted((output / "extract").glob("*.parquet")):
+        rows.extend(pq.read_table(path, columns=["doc_id", "page", "status", "markdown"]).to_pylist())
+    return rows
 
 
 def run_losses(
@@ -133,10 +233,25 @@ def run_losses(
             if only and name not in only:
                 continue
             corpus = strip if name == "long page" else pages
+            if name == "dense pages, 256 slots":
+                corpus = corpus_root / f"pages-{base.pages}-seed-{base.seed}-with-dense"
+                config = replace(config, sim_corpus=str(with_dense_pages(corpus, pages, 4, base.seed)))
+            elif name == "dense recall":
+                few = make_corpus(corpus_root / f"pages-24-seed-{base.seed}", 24, base.seed)[0].parent
+                corpus = corpus_root / f"pages-24-seed-{base.seed}-with-dense"
+                with_dense_pages(corpus, few, 2, base.seed)
+                config = replace(config, sim_corpus=str(corpus))  # every page known: each has a truth
             results = []
             for label, changes in (("today", today_changes), ("new", new_changes)):
                 work = work_root / f"{name.replace(' ', '-').replace(',', '')}-{label}"
-                result = asyncio.run(run_once(replace(config, **changes), corpus, work))
+                dense = name.startswith("dense")
+                result = asyncio.run(run_once(replace(config, **changes), corpus, work, keep=dense))
+                if dense and result.output:
+                    rows = _read_rows(Path(result.output))
+                    result.dense = {"pages": dense_accounting(sorted(work.glob("requests-*.jsonl")), rows)}
+                    if name == "dense recall":
+                        result.dense.update(recall_by_kind(rows, corpus))
+                    shutil.rmtree(result.output, ignore_errors=True)
                 if on_result is not None:
                     on_result(name, label, result)
                 results.append(result)

@@ -68,6 +68,10 @@ class BenchConfig:
     adaptive: bool = False  # no --max-in-flight: size it from /metrics, as with --endpoint
     servers: int = 1  # simulated GPUs, one server each, behind the client's dispatcher
     loop_repeat_rate: float = 1.0
+    tile_dense_pages: bool = True  # read pages too long for one answer in tiles (False: whole, retried)
+    #: PDFs the simulator knows (answers from their text layer, crops with the text of their
+    #: region): the dense pages of a workload. None: every page is synthetic.
+    sim_corpus: str | None = None
     # Measurement.
     sample_interval: float = 0.1
 
@@ -97,6 +101,8 @@ class BenchConfig:
         ]  # fmt: skip
         if self.instant:
             args.append("--instant")
+        if self.sim_corpus:
+            args += ["--corpus", self.sim_corpus, "--render-dpi", str(self.dpi)]
         return args
 
 
@@ -134,6 +140,9 @@ class RunResult:
     #: Requests that looped (simulated loop faults): how many, their tokens, tokens per loop
     #: event, their share of all tokens, and requests that did not loop but were cut anyway.
     loops: dict[str, Any] = field(default_factory=dict)
+    #: Dense pages (``llm-ocr bench --losses``' dense workloads): each page's status and tokens,
+    #: and the word recall of normal and dense pages.
+    dense: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -183,7 +192,7 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
         render=RenderOptions(image_format=config.image_format, dpi=config.dpi),  # type: ignore[arg-type]
         extract=ExtractOptions(
             max_tokens=config.max_tokens, truncation_retries=config.truncation_retries, cut_loops=config.cut_loops,
-            max_page_aspect=config.max_page_aspect,
+            max_page_aspect=config.max_page_aspect, tile_dense_pages=config.tile_dense_pages,
         ),  # fmt: skip
     )
     async with contextlib.AsyncExitStack() as stack:

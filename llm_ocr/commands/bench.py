@@ -45,12 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--repeat", type=positive_int, default=1, help="runs per configuration (default %(default)s)")
     server = parser.add_argument_group("simulated server (the decode model)")
     add_decode_options(server, {name: getattr(d, name) for name in DECODE_DEFAULTS})
-    losses = parser.add_argument_group("where GPU time is lost (issue 19)")
+    losses = parser.add_argument_group("where GPU time is lost (issues 19 and 28)")
     losses.add_argument("--losses", action="store_true",
                         help="run the loss workloads (loops, 256 and 64 slots behind --endpoint, 1 vs 4 GPUs, a "
-                        "1:61 page) each the old way and the new way, and print them side by side")
+                        "1:61 page, dense pages behind 256 slots and their recall) each the old way and the new way, "
+                        "and print them side by side")
     losses.add_argument("--workload", action="append", metavar="NAME",
-                        choices=["loops", "256 slots", "64 slots, long tail", "GPUs", "long page"],
+                        choices=["loops", "256 slots", "64 slots, long tail", "GPUs", "long page",
+                                 "dense pages, 256 slots", "dense recall"],
                         help="with --losses, run only this workload (repeatable)")
     report = parser.add_argument_group("report")
     report.add_argument("--json", action="store_true", help="print the report as JSON on stdout")

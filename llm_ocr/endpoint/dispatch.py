@@ -6,6 +6,10 @@ wait for it, as with one server); a member that is gone for good (its server cou
 restarted, or it stopped answering for ``--dead-after``) is dropped, and the request it failed
 is sent to another member without using up the page's attempts. Only when every member is gone
 does the run stop.
+
+With a ``route`` (the crash tracker's :meth:`~llm_ocr.endpoint.quarantine.CrashTracker.route`),
+a page due its solo retry goes to the member it crashed, and the members kept for such pages get
+no other requests meanwhile: one suspect page idles one GPU, not the fleet.
 """
 
 from __future__ import annotations
@@ -23,11 +27,17 @@ log = logging.getLogger(__name__)
 class Dispatcher:
     """A :class:`~llm_ocr.vlm.client.VlmClient` look-alike over several of them."""
 
-    def __init__(self, members: Sequence[VlmClient], ready: Sequence[Callable[[], bool]] | None = None) -> None:
+    def __init__(
+        self,
+        members: Sequence[VlmClient],
+        ready: Sequence[Callable[[], bool]] | None = None,
+        route: Callable[[], tuple[int | None, frozenset[int]]] | None = None,
+    ) -> None:
         if not members:
             raise ValueError("a dispatcher needs at least one member")
         self.members = list(members)
         self._ready = list(ready) if ready is not None else [lambda: True] * len(self.members)
+        self._route = route
         self._busy = [0] * len(self.members)
         self._sent = [0] * len(self.members)  # tie-breaker: an idle fleet takes turns
         self._gone: set[int] = set()
@@ -43,9 +53,18 @@ class Dispatcher:
         return sum(m.overloaded for m in self.members)
 
     @property
+    def sending(self) -> int:
+        """Requests of all members on the wire now."""
+        return sum(m.sending for m in self.members)
+
+    @property
     def live(self) -> int:
         """Members not gone for good."""
         return len(self.members) - len(self._gone)
+
+    def is_live(self, index: int) -> bool:
+        """Whether member ``index`` is not gone for good."""
+        return index not in self._gone
 
     def requests_in_flight(self) -> list[int]:
         """Requests in flight per member (for tests and progress)."""
@@ -55,6 +74,11 @@ class Dispatcher:
         live = [i for i in range(len(self.members)) if i not in self._gone]
         if not live:
             return None
+        if self._route is not None:
+            pinned, held = self._route()
+            if pinned in live:
+                return pinned  # a page due its solo retry: to the member it crashed (ready or not)
+            live = [i for i in live if i not in held] or live
         ready = [i for i in live if self._ready[i]()] or live
         return min(ready, key=lambda i: (self._busy[i], self._sent[i]))
 

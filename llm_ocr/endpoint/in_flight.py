@@ -5,7 +5,9 @@ takes one permit per page). :class:`AdaptiveInFlight` sizes it from the server's
 ``/metrics`` (vLLM's ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``):
 
 - it grows the limit (doubling) while nothing waits at the server, every running request is
-  one of ours and we use the whole limit: the server has slots we do not feed;
+  one of ours and we use the whole limit: the server has slots we do not feed. The limit counts
+  pages, the server requests: a page read in segments or tiles has several requests running on
+  its one permit, so "ours" at the server is the requests the client has on the wire;
 - once requests wait (in two readings, with no more running: vLLM admits a burst over a few
   steps), the server is full: the limit becomes what runs plus a small queue (a quarter, at
   least 8), so a finished sequence is replaced at the next step rather than after a client
@@ -128,8 +130,11 @@ class Reading:
 
     running: float  # vllm:num_requests_running (all clients)
     waiting: float  # vllm:num_requests_waiting (all clients)
-    ours: int  # permits we hold: our requests in flight
+    ours: int  # permits we hold: our pages in flight
     overloaded: int  # 429/503 answers since the last look
+    #: Our requests on the wire (None: not counted; taken to be ``ours``). More than ``ours``
+    #: when pages are read in several requests at once (segments, tiles).
+    sent: int | None = None
 
 
 class AdaptiveInFlight:
@@ -141,10 +146,12 @@ class AdaptiveInFlight:
         metrics: Callable[[], Awaitable[dict[str, float]]],
         overloads: Callable[[], int] = lambda: 0,
         policy: AdaptivePolicy | None = None,
+        sent: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.limit = limit
         self.metrics = metrics
         self.overloads = overloads
+        self.sent = sent  # our requests on the wire now (None: not counted)
         self.policy = policy or AdaptivePolicy()
         self.history: list[tuple[float, int]] = []  # (seconds since start, limit) at each change
         self._seen_overloads = 0
@@ -165,9 +172,10 @@ class AdaptiveInFlight:
             return max(p.floor, min(limit, int(now.running) + queue))
         # The two counts are read at slightly different moments (a request the server just
         # finished may still be ours): a few more running than ours is still "all ours".
-        all_ours = now.running <= now.ours + max(2, 0.05 * now.ours)
+        sent = now.ours if now.sent is None else max(now.sent, 0)
+        all_ours = now.running <= sent + max(2, 0.05 * sent)
         busy = now.ours >= 0.9 * limit  # we use the whole limit: it, not the client, binds
-        fed = now.running >= 0.8 * now.ours  # our requests run (not stuck client-side)
+        fed = now.running >= 0.8 * min(sent, now.ours)  # our requests run (not stuck client-side)
         if all_ours and busy and fed:
             return min(p.ceiling, limit * 2)
         return limit
@@ -192,7 +200,9 @@ class AdaptiveInFlight:
                          reason, self.limit.limit)
                 return
             total = self.overloads()
-            reading = Reading(values["running"], values["waiting"], self.limit.held, total - self._seen_overloads)
+            reading = Reading(
+                values["running"], values["waiting"], self.limit.held, total - self._seen_overloads, self.sent()
+            )
             self._seen_overloads = total
             new = self.decide(self.limit.limit, reading, before)
             before = reading
@@ -227,11 +237,13 @@ def in_flight_control(
     metrics: Callable[[], Awaitable[dict[str, float]]] | None,
     overloads: Callable[[], int] = lambda: 0,
     policy: AdaptivePolicy | None = None,
+    sent: Callable[[], int | None] = lambda: None,
 ) -> tuple[InFlightLimit, AdaptiveInFlight | None]:
     """The in-flight limit of a run, and the controller that sizes it (None: fixed).
 
     ``fixed`` (``--max-in-flight``) wins; then ``suggested`` (the GPU preset of a server we
-    launched); else, with the endpoint's ``metrics``, the limit adapts from ``policy.start``.
+    launched); else, with the endpoint's ``metrics``, the limit adapts from ``policy.start``
+    (``sent``: the client's requests on the wire, see :class:`Reading`).
     """
     policy = policy or AdaptivePolicy()
     if fixed:
@@ -241,4 +253,4 @@ def in_flight_control(
     limit = InFlightLimit(policy.start)
     if metrics is None:
         return limit, None
-    return limit, AdaptiveInFlight(limit, metrics, overloads, policy)
+    return limit, AdaptiveInFlight(limit, metrics, overloads, policy, sent)

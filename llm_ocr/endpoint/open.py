@@ -299,14 +299,22 @@ async def _open_several(
         )
         gate = tracker.server_gate(i, watch.wait_up, on_retry=watch.check)
         clients.append(VlmClient(url, model, api_key=api_key, options=client_options, gate=gate))
-    dispatcher = Dispatcher(clients)
+    dispatcher = Dispatcher(clients, route=tracker.route)
     try:
         await asyncio.gather(*(check_model(c, wait=client_options.dead_after) for c in clients))
 
         async def metrics() -> dict[str, float]:
-            values = await asyncio.gather(*(_external_metrics(u) for u in urls))
+            # A server that is gone for good, down or restarting runs nothing: it is left out
+            # of the sum (a dead server must not stop the adaptive in-flight sizing).
+            asked = [u for i, u in enumerate(urls) if dispatcher.is_live(i)]
+            values = await asyncio.gather(*(_external_metrics(u) for u in asked), return_exceptions=True)
+            answered = [v for v in values if not isinstance(v, BaseException)]
+            if not answered:
+                failed = next((v for v in values if isinstance(v, BaseException)), None)
+                if failed is not None:
+                    raise failed
             # One server without /metrics: a sum would undercount, so there are none.
-            return {} if any(not v for v in values) else sum_metrics(values)
+            return {} if any(not v for v in answered) else sum_metrics(answered)
 
         named = (server_options.gpu_preset if server_options else None) or None
         yield Endpoint(client=dispatcher, metrics=metrics, preset=named, tracker=tracker)  # type: ignore[arg-type]
@@ -358,7 +366,7 @@ async def _open_fleet(
                 member.count_death = tracker.server_death(i)  # a poison page's deaths do not spend its budget
                 gate = tracker.server_gate(i, member.wait_ready)
                 clients.append(VlmClient(member.base_url, model, api_key=api_key, options=client_options, gate=gate))
-            dispatcher = Dispatcher(clients, [lambda s=s: s.is_ready for s in fleet.members])
+            dispatcher = Dispatcher(clients, [lambda s=s: s.is_ready for s in fleet.members], route=tracker.route)
             try:
                 await asyncio.gather(*(check_model(c) for c in clients))
                 in_flight = client_in_flight(for_family(with_gpus(preset, len(fleet.members)), serving))

@@ -8,8 +8,10 @@ incarnations are numbered (a managed server's generation, an external endpoint's
 * When an incarnation dies, every page whose latest request went to it is a **suspect** of that
   death. Its request is retried on the next incarnation without using up an attempt (the
   client's existing rule: a request lost to a crash is not the page's fault).
-* A page that is a suspect of ``isolate_after`` (2) deaths is retried **alone**: new requests
-  of other pages wait, those in flight finish first, then it goes out with nothing beside it.
+* A page that is a suspect of ``isolate_after`` (2) deaths is retried **alone** on the server
+  it crashed last: new requests of other pages to that server wait, those in flight there finish
+  first, then it goes out with nothing beside it. Other servers of a fleet keep working (the
+  dispatcher sends them the other pages, see :meth:`CrashTracker.route`).
 * Suspects of one death go back out at most ``√n`` at a time (``n``: how many there are), beside
   new pages: if one of them is the culprit, the next death then shares only its group, so at most
   ``√n`` pages need a solo retry instead of every page that was in flight (a GPU server holds
@@ -85,6 +87,12 @@ class _Page:
     sent: Generation | None = None  # incarnation of its latest request
     busy: bool = False  # passed the gate and not back at it yet (its request may be on the wire)
     at_gate: bool = False
+    gate_server: int | None = None  # the server whose gate it waits at (while at_gate)
+
+
+def server_of(generation: Generation) -> int:
+    """The server (of several behind one dispatcher; 0 for one) an incarnation belongs to."""
+    return generation // SERVER_STRIDE
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,10 @@ class CrashTracker:
         self._deaths: list[_Death] = []
         self._death_count: Counter[PageKey] = Counter()
         self._pending: set[PageKey] = set()  # due a solo retry
-        self._solo: PageKey | None = None
+        #: The server each page due a solo retry runs it on: the one it crashed last, or the one
+        #: it reached (when that one is gone for good).
+        self._home: dict[PageKey, int] = {}
+        self._solo: dict[int, PageKey] = {}  # server -> the page running alone on it
         #: Solo retries so far (each page that went out alone).
         self.solo_runs = 0
         self._changed: asyncio.Event | None = None
@@ -126,15 +137,27 @@ class CrashTracker:
         explaining = set(self.convicted) | self._pending
         return sum(
             1 for death in self._deaths
-            if not death.suspects & explaining and (server is None or death.generation // SERVER_STRIDE == server)
+            if not death.suspects & explaining and (server is None or server_of(death.generation) == server)
         )
+
+    def route(self) -> tuple[int | None, frozenset[int]]:
+        """For the dispatcher, about the page whose request is being sent (the current context):
+        ``(server it must go to, servers to keep other requests away from)``. A page due its
+        solo retry goes to its server; that server is kept for it (and for a page running alone
+        on it), so the other pages go to the other servers instead of waiting at its gate."""
+        held = frozenset(self._home[key] for key in self._pending) | frozenset(self._solo)
+        key = _current_page.get()
+        if key is not None and key in self._pending:
+            return self._home.get(key), held
+        return None, held
 
     # -- several servers (one per GPU, or several endpoints) behind one dispatcher ---------------
 
     def server_gate(self, server: int, inner: Gate, on_retry: RetryHook | None = None) -> Gate:
         """:meth:`gate` for server ``server`` of several: its incarnations are numbered
         ``server * SERVER_STRIDE + generation``, so a death of one blames only the pages whose
-        latest request went to it. A page due its solo retry runs alone on the whole set."""
+        latest request went to it. A page due its solo retry runs alone on its server; the
+        others keep serving the other pages."""
         base = server * SERVER_STRIDE
 
         async def shifted() -> Generation:
@@ -163,13 +186,15 @@ class CrashTracker:
         Returns :meth:`charged_deaths` afterwards (a managed server's restart budget asks).
         """
         suspects = frozenset(key for key, page in self._pages.items() if page.sent == generation)
-        solo = self._solo
+        server = server_of(generation)
+        solo = self._solo.get(server)
         if solo is not None and solo in suspects:
             # Alone on the server, and it died: this page is the culprit, the others (a page
             # cropping after its answer still carries the tag) are not suspects of this death.
             self._death_count[solo] += 1
             self.convicted[solo] = self._death_count[solo]
             self._pending.discard(solo)
+            self._home.pop(solo, None)
             suspects = frozenset({solo})
             log.error("the model server died while page %s of %s ran alone: quarantining it (%d crashes)",
                       solo[1], solo[0], self.convicted[solo])
@@ -178,6 +203,7 @@ class CrashTracker:
                 self._death_count[key] += 1
                 if self._death_count[key] >= self.isolate_after and key not in self.convicted:
                     self._pending.add(key)
+                    self._home[key] = server  # alone on the server it crashed last
             if suspects:
                 due = suspects & self._pending
                 log.warning(
@@ -209,11 +235,13 @@ class CrashTracker:
                     self._stop_if_convicted(key)
                     generation = await inner()
                     self._stop_if_convicted(key)
-                    if self._may_send(key):
+                    page.gate_server = server_of(generation)
+                    if self._may_send(key, page.gate_server):
                         break
                     await self._wait_for_change()
             finally:
                 page.at_gate = False
+                page.gate_server = None
             page.busy, page.sent = True, generation
             return generation
 
@@ -250,21 +278,34 @@ class CrashTracker:
         if key in self.convicted:
             raise PageQuarantined(key, self.convicted[key])
 
-    def _may_send(self, key: PageKey) -> bool:
-        """Whether ``key`` may send now; claims the solo slot for a page due a solo retry."""
-        if self._solo is not None:
-            return self._solo == key
+    def _may_send(self, key: PageKey, server: int) -> bool:
+        """Whether ``key`` may send to ``server`` now; claims that server's solo slot for a page
+        due a solo retry. Only that server waits for it: the others keep serving."""
+        solo = self._solo.get(server)
+        if solo is not None:
+            return solo == key
         if key in self._pending:
-            if any(page.busy for other, page in self._pages.items() if other != key):
-                return False  # wait for the requests in flight to finish
-            self._solo = key
+            if self._home.get(key) != server:
+                # Not the server it crashed (that one is gone for good, or busy with another
+                # page alone): this one it is, and the dispatcher keeps it for this page now.
+                self._home[key] = server
+                self._notify()
+            busy_here = (
+                page.busy and page.sent is not None and server_of(page.sent) == server
+                for other, page in self._pages.items() if other != key
+            )
+            if any(busy_here):
+                return False  # wait for the requests in flight on this server to finish
+            self._solo[server] = key
             self.solo_runs += 1
             self._notify()  # pages waiting at the gate re-check: they wait for this one now
             log.warning("retrying page %s of %s alone (in flight at %d server deaths)",
                         key[1], key[0], self._death_count[key])
             return True
-        # Pages due a solo retry go first: nothing new starts while one waits at the gate.
-        if self._pending and any(other in self._pending and page.at_gate for other, page in self._pages.items()):
+        # Pages due a solo retry go first: nothing new starts on a server while one waits at its gate.
+        if self._pending and any(
+            other in self._pending and page.at_gate and page.gate_server == server for other, page in self._pages.items()
+        ):
             return False
         if self._death_count[key] == 0:  # the hot path: a page no death has touched
             return True
@@ -278,8 +319,9 @@ class CrashTracker:
             self._pending.discard(key)
             if key not in self.convicted:
                 log.info("page %s of %s finished alone without a crash; cleared", key[1], key[0])
-        if self._solo == key:
-            self._solo = None
+        self._home.pop(key, None)
+        for server in [s for s, solo in self._solo.items() if solo == key]:
+            del self._solo[server]
         self._notify()
 
     def _notify(self) -> None:

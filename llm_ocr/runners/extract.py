@@ -20,7 +20,7 @@ from llm_ocr.runners.page_flow import DocumentPages
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
 from llm_ocr.sources.base import DocumentRef
-from llm_ocr.stages.extract import ExtractContext, extract_page, family_render
+from llm_ocr.stages.extract import ExtractContext, extract_page, family_render, tiles_dense_pages
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.vlm.families import family_for
 
@@ -73,7 +73,9 @@ class Extract(ShardStage):
             ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
             bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
             render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
-            intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options)
+            intake = DocumentPages(
+                self.documents, self.index, work.pool, render, job.storage_options, estimate_text=tiles_dense_pages(ctx)
+            )
             await work.run(intake, bad.guard(partial(_extract_handler, ctx=ctx, bad=bad)), ["extract"])
         kept = self.index.kept_quarantined
         result = work.result("extract", kept=kept)

@@ -344,7 +344,9 @@ class PageFlow:
 
 class DocumentPages:
     """An :class:`Intake` of documents: each is counted, its pages not done yet are rendered in
-    worker processes, a chunk of :data:`CHUNK_PAGES` at a time, ahead of the requests."""
+    worker processes, a chunk of :data:`CHUNK_PAGES` at a time, ahead of the requests (with
+    ``estimate_text``, each page's text is estimated as it is rendered: a run that may read
+    dense pages in tiles)."""
 
     def __init__(
         self,
@@ -353,12 +355,14 @@ class DocumentPages:
         pool: WorkerPool,
         render: RenderOptions,
         storage_options: dict[str, Any] | None = None,
+        estimate_text: bool = False,
     ) -> None:
         self.documents = documents
         self.index = index
         self.pool = pool
         self.render = render
         self.storage_options = storage_options or {}
+        self.estimate_text = estimate_text
 
     async def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
         counters = flow.counters
@@ -412,7 +416,7 @@ class DocumentPages:
         for number, pages in enumerate(chunks):
             # A worker gets a dataset row's images of these pages only, not all of a long row's.
             target = local.pages_slice(pages[0], pages[-1]) if ref.kind == "dataset_row" else local
-            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1]))
+            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1], self.estimate_text))
             last = number == len(chunks) - 1
             yield Batch(ref, _keep(future, set(pages)), num_pages, cleanup if last else None)
 

@@ -43,7 +43,7 @@ from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.stages.describe import DescribeContext, describe_page
-from llm_ocr.stages.extract import ExtractContext, extract_page, family_render
+from llm_ocr.stages.extract import ExtractContext, extract_page, family_render, tiles_dense_pages
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.storage.upstream import iter_shard_rows
 
@@ -190,7 +190,8 @@ class Run(ShardStage):
                           "counters": work.counters["describe"], "bad": bad}
                 handler = bad.guard(partial(_run_page, extract=ectx, **shared), partial(_run_quarantined, **shared))
                 pages = DocumentPages(
-                    self.documents, self.extract, work.pool, family_render(spec.render, ectx.recipe), job.storage_options
+                    self.documents, self.extract, work.pool, family_render(spec.render, ectx.recipe), job.storage_options,
+                    estimate_text=tiles_dense_pages(ectx),
                 )
                 await work.run(pages, handler, ["extract", "describe"])
             extracted, described = work.counters["extract"], work.counters["describe"]

@@ -72,8 +72,10 @@ def in_flight_for_endpoint(job: JobOptions, endpoint: Endpoint) -> tuple[InFligh
     """The run's in-flight limit: ``--max-in-flight``, else the launched server's preset, else
     sized from the endpoint's ``/metrics`` while the run goes (from 64; fixed at 64 without them)."""
     overloads = lambda: getattr(endpoint.client, "overloaded", 0)  # noqa: E731
+    sent = lambda: getattr(endpoint.client, "sending", None)  # noqa: E731
     return in_flight_control(
-        job.max_in_flight, endpoint.suggested_in_flight, endpoint.metrics, overloads, AdaptivePolicy(start=DEFAULT_IN_FLIGHT)
+        job.max_in_flight, endpoint.suggested_in_flight, endpoint.metrics, overloads, AdaptivePolicy(start=DEFAULT_IN_FLIGHT),
+        sent,
     )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from .density import TextEstimate
+
 DocumentKind = Literal["pdf", "image", "dataset_row"]
 
 
@@ -46,6 +48,8 @@ class PageImage:
     mime: str
     width: int
     height: int
+    #: How much text the page holds, estimated while it was rendered (None: no estimate).
+    text_estimate: TextEstimate | None = None
 
 
 @dataclass(frozen=True)

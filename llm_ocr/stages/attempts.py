@@ -4,6 +4,11 @@ An answer that loops is cut as it streams (:mod:`llm_ocr.vlm.loops`) or runs to 
 (``finish_reason == "length"``); either way the image is asked again at once at the next
 temperature step. If every attempt loops, the best answer is kept: the one with the most text
 before its loop began, the greedy (first) one on a tie.
+
+With ``stop_when_long``, an answer that ran to ``max_tokens`` without repeating itself (the
+stream's loop watch saw no loop; an answer that was not streamed is watched once it is whole)
+is not retried: its page is long, not looping, and a hotter retry would only write the same
+text to ``max_tokens`` again. The caller reads such a page in tiles (:mod:`llm_ocr.stages.tiled`).
 """
 
 from __future__ import annotations
@@ -11,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llm_ocr.vlm.client import ChatResult, VlmClient
-from llm_ocr.vlm.loops import LoopPolicy
 from llm_ocr.vlm.families.base import BodyFor, Family, Retries
+from llm_ocr.vlm.loops import LoopPolicy, LoopWatch
 
 #: Finish reasons of an answer that did not end by itself.
 UNFINISHED = ("length", "loop")
@@ -28,6 +33,8 @@ class Answer:
     #: end of the unit's first copy to where generation stopped.
     cut_tokens: int = 0
     notes: list[str] = field(default_factory=list)  # one line per attempt that looped
+    #: The kept answer ran to max_tokens without repeating itself (with ``stop_when_long``).
+    long: bool = False
 
     @property
     def text(self) -> str:
@@ -83,12 +90,15 @@ async def ask_until_whole(
     cut_loops: bool,
     policy: LoopPolicy | None = None,
     schedule: Retries | None = None,
+    stop_when_long: bool = False,
 ) -> Answer:
     """Ask with ``request(temperature, attempt)`` at the family's first temperature, then, while
     the answer looped, up to ``retries`` more times (default: the family's count) at its next
     retry temperatures (``temperature_step``: evenly spaced instead); the best answer is kept.
 
-    With ``cut_loops`` every request streams and is closed as soon as it repeats itself.
+    With ``cut_loops`` every request streams and is closed as soon as it repeats itself. With
+    ``stop_when_long`` an answer that ran to ``max_tokens`` without repeating itself ends the
+    asking (:attr:`Answer.long`; see the module docstring).
     """
     policy = policy or LoopPolicy()
     schedule = schedule or recipe.retries
@@ -114,5 +124,18 @@ async def ask_until_whole(
         kept = result if kept is None else better(kept, result)
         if result.finish_reason not in UNFINISHED:
             break
+        if stop_when_long and is_long(result, policy):
+            return Answer(result, attempts, cut_tokens, notes, long=True)
     assert kept is not None
     return Answer(kept, attempts, cut_tokens, notes)
+
+
+def is_long(result: ChatResult, policy: LoopPolicy) -> bool:
+    """Whether an answer ran to ``max_tokens`` without repeating itself: a streamed one was
+    watched as it came (a loop would have been cut: ``finish_reason`` "loop"); a whole one is
+    watched now."""
+    if result.finish_reason != "length" or result.loop is not None:
+        return False
+    watch = LoopWatch(policy)
+    watch.feed(result.text)
+    return watch.finish() is None

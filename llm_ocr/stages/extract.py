@@ -3,7 +3,9 @@
 The per-page work is :func:`extract_page`; the runner feeds it pages and writes its rows. How a
 page is asked and how the answer is read is the family's recipe (:mod:`llm_ocr.vlm.families`):
 one request for most families, several for some (MinerU's layout pass, then one request per
-block; olmOCR-2's page turned and read again).
+block; olmOCR-2's page turned and read again). A page longer than 1:3 is read in segments
+(:mod:`llm_ocr.stages.segmented`); a page whose text is longer than one answer, in tiles
+(:mod:`llm_ocr.stages.tiled`), when its family allows it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
 from llm_ocr.stages.segmented import read_in_segments
+from llm_ocr.stages.tiled import TilePlan, may_be_long, read_in_tiles, tiles_after, tiles_at_once, tiling_allowed
 from llm_ocr.vlm.client import EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retries
 
@@ -44,8 +47,9 @@ class ExtractContext:
 class _Tools:
     """What a family's :meth:`~llm_ocr.vlm.families.base.Family.read` may do for one page."""
 
-    def __init__(self, ctx: ExtractContext) -> None:
+    def __init__(self, ctx: ExtractContext, stop_when_long: bool = False) -> None:
         self.ctx = ctx
+        self.stop_when_long = stop_when_long
 
     async def ask(self, body_for: BodyFor, retries: Retries) -> Answer:
         options = self.ctx.options
@@ -57,6 +61,7 @@ class _Tools:
             temperature_step=options.retry_temperature_step,
             cut_loops=options.cut_loops,
             schedule=retries,
+            stop_when_long=self.stop_when_long,
         )
 
     async def crop(self, image: bytes, boxes: list[list[int]]) -> list[bytes]:
@@ -91,10 +96,32 @@ def failure_result(ref: DocumentRef, page: int, error: str, num_pages: int | Non
     )
 
 
-async def read_page(page: PageImage, ctx: ExtractContext) -> Reading:
-    """Read one page (or segment) image the family's way; raises :class:`RequestFailed`."""
+async def read_page(page: PageImage, ctx: ExtractContext, *, stop_when_long: bool = False) -> Reading:
+    """Read one page (or segment, or tile) image the family's way; raises :class:`RequestFailed`.
+
+    With ``stop_when_long`` an answer that runs to ``max_tokens`` without repeating itself is not
+    retried hotter (:func:`~llm_ocr.stages.attempts.ask_until_whole`): the page is long, and is
+    read in tiles instead."""
     source = PageInput(page.image, page.mime, page.width, page.height, page.page)
-    return await ctx.recipe.read(source, _Tools(ctx), ctx.max_tokens)
+    return await ctx.recipe.read(source, _Tools(ctx, stop_when_long), ctx.max_tokens)
+
+
+def tiles_dense_pages(ctx: ExtractContext) -> bool:
+    """Whether this run may read dense pages in tiles (the option, and the family allows it):
+    then its pages' text is estimated as they are rendered."""
+    return tiling_allowed(ctx.recipe, ctx.options.tile_dense_pages)
+
+
+async def _tiled(
+    ref: DocumentRef, item: PageImage, num_pages: int | None, plan: TilePlan | None, ctx: ExtractContext, first: Reading | None = None
+) -> PageResult | None:
+    """The page read in the tiles of ``plan`` (None: no plan, or it cannot be cut). A tile
+    that runs out of tokens without repeating itself is not retried hotter either: it would
+    only write the same text again."""
+    if plan is None:
+        return None
+    read = lambda page: read_page(page, ctx, stop_when_long=True)  # noqa: E731
+    return await read_in_tiles(ref, item, num_pages, plan, read=read, crop=ctx.crop, model=ctx.client.model, first=first)
 
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, ctx: ExtractContext) -> PageResult:
@@ -109,13 +136,18 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
         return await read_in_segments(
             ref, item, num_pages, segments, read=lambda page: read_page(page, ctx), crop=ctx.crop, model=ctx.client.model
         )
+    tiling = tiles_dense_pages(ctx)
+    if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):
+        return row
     started = time.monotonic()
     try:
-        reading = await read_page(item, ctx)
+        reading = await read_page(item, ctx, stop_when_long=tiling and may_be_long(item, ctx.max_tokens))
     except RequestFailed as exc:
         return failure_result(ref, item.page, str(exc), num_pages, attempts=exc.attempts)
     except EndpointDown:
         raise
+    if tiling and (row := await _tiled(ref, item, num_pages, tiles_after(reading, item, ctx.max_tokens), ctx, reading)):
+        return row
     latency = reading.answers[0].result.latency_s if len(reading.answers) == 1 else time.monotonic() - started
     return await reading_to_page(ref, item, reading, num_pages, ctx, latency)
 

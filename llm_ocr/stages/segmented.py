@@ -33,7 +33,7 @@ _MAX_OVERLAP_TOKENS = 400
 
 
 @dataclass
-class _Piece:
+class Piece:
     """A block of one segment, in page pixels, with its figures."""
 
     segment: int
@@ -52,11 +52,11 @@ def _moved(box: list[int], segment: Segment) -> list[int]:
     return [box[0] + segment.left, box[1] + segment.top, box[2] + segment.left, box[3] + segment.top]
 
 
-def _pieces(reading: Reading, segment: Segment) -> tuple[list[_Piece], list[str]]:
+def _pieces(reading: Reading, segment: Segment) -> tuple[list[Piece], list[str]]:
     """One segment's reading as blocks in page pixels (figures attached to their blocks)."""
     layout = reading.layout
     pieces = [
-        _Piece(segment.index, Block(block.label, [_moved(b, segment) for b in block.boxes], block.text))
+        Piece(segment.index, Block(block.label, [_moved(b, segment) for b in block.boxes], block.text))
         for block in layout.blocks
     ]
     for figure in layout.figures:
@@ -93,10 +93,10 @@ def drop_repeated_start(first: str, second: str) -> str:
     return second
 
 
-def join_pieces(segments: list[Segment], per_segment: list[list[_Piece]], page: int) -> list[_Piece]:
+def join_pieces(segments: list[Segment], per_segment: list[list[Piece]], page: int) -> list[Piece]:
     """The blocks of the page, in order, each once (see the module docstring)."""
     tall = len(segments) < 2 or segments[1].top > segments[0].top
-    kept: list[_Piece] = []
+    kept: list[Piece] = []
     for i, pieces in enumerate(per_segment):
         lower = cut_line(segments, i - 1) if i > 0 else None
         upper = None if i == len(segments) - 1 else cut_line(segments, i)
@@ -120,17 +120,22 @@ def join_pieces(segments: list[Segment], per_segment: list[list[_Piece]], page: 
                 continue
             head = kept[twin]
             text = drop_repeated_start(head.block.text, piece.block.text)
-            merged = Block(head.block.label, _union(head.block.boxes + piece.block.boxes), f"{head.block.text} {text}".strip())
+            merged = Block(head.block.label, box_union(head.block.boxes + piece.block.boxes), f"{head.block.text} {text}".strip())
             kept[twin] = replace(head, block=merged, figures=head.figures + piece.figures)
+    return number_figures(kept, page)
+
+
+def number_figures(pieces: list[Piece], page: int) -> list[Piece]:
+    """``pieces`` with their figures numbered in order (``p{page}-f1``, ...)."""
     counter = 0
-    for piece in kept:
+    for piece in pieces:
         for k, figure in enumerate(piece.figures):
             counter += 1
             piece.figures[k] = replace(figure, id=f"p{page}-f{counter}")
-    return kept
+    return pieces
 
 
-def _twin(kept: list[_Piece], piece: _Piece) -> int | None:
+def _twin(kept: list[Piece], piece: Piece) -> int | None:
     """The index of the block of the previous segment that ``piece`` is another copy of: the
     same label and overlapping boxes (blocks of one page never overlap, copies of one block
     in two segments do, in their shared lines)."""
@@ -143,26 +148,32 @@ def _twin(kept: list[_Piece], piece: _Piece) -> int | None:
                 return None
             continue
         if other.block.label == piece.block.label and any(
-            _overlap(a, b) for a in other.block.boxes for b in piece.block.boxes
+            boxes_overlap(a, b) for a in other.block.boxes for b in piece.block.boxes
         ):
             return index
     return None
 
 
-def _overlap(a: list[int], b: list[int]) -> bool:
+def boxes_overlap(a: list[int], b: list[int]) -> bool:
+    """Whether two ``[x1, y1, x2, y2]`` boxes share some area."""
     return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
 
 
-def _union(boxes: list[list[int]]) -> list[list[int]]:
+def box_union(boxes: list[list[int]]) -> list[list[int]]:
+    """The one box around ``boxes``, as a list of one box."""
     return [[min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes)]]
 
 
-def _markdown(pieces: list[_Piece]) -> str:
+def _markdown(pieces: list[Piece]) -> str:
     parts = []
     for piece in pieces:
         links = "".join(f"![{alt_text(f.description)}](figure:{f.id})\n" for f in piece.figures)
         parts.append(links + piece.block.text)
     return clean_markdown("\n\n".join(p for p in parts if p))
+
+
+#: How the pieces' answers become the page's blocks in order: ``(pieces, their blocks, page)``.
+Join = Callable[[list[Segment], list[list[Piece]], int], list[Piece]]
 
 
 async def read_in_segments(
@@ -174,16 +185,22 @@ async def read_in_segments(
     read: Callable[[PageImage], Awaitable[Reading]],
     crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]],
     model: str,
+    join: Join = join_pieces,
+    kind: str = "segment",
+    in_flight: int = SEGMENTS_IN_FLIGHT,
 ) -> PageResult:
     """Read ``item`` segment by segment with ``read`` (the family's reading of one image) and
     join the readings into its one row.
 
     A segment whose request fails leaves a hole: the row keeps the other segments' text and is
     an ``error`` (a rerun redoes the page); a segment that looped makes the row ``truncated``.
+    ``join`` puts the segments' blocks together (:func:`join_pieces`: along the page, for a
+    long page); ``kind`` names a piece in ``raw`` and in errors (the tiles of a dense page,
+    :mod:`llm_ocr.stages.tiled`, are read the same way); ``in_flight`` pieces are asked at once.
     """
     started = time.monotonic()
     images = await crop(item.image, [s.box for s in segments])
-    limit = asyncio.Semaphore(SEGMENTS_IN_FLIGHT)
+    limit = asyncio.Semaphore(in_flight)
 
     async def one(segment: Segment, image: bytes) -> Reading | RequestFailed:
         page = PageImage(item.doc_id, item.page, image, "image/png", segment.width, segment.height)
@@ -197,7 +214,7 @@ async def read_in_segments(
     per_segment, warnings, failures, notes = [], [], [], []
     raw = []
     for segment, reading in zip(segments, readings):
-        where = f"segment {segment.index + 1}/{len(segments)} [{segment.top}:{segment.bottom}, {segment.left}:{segment.right}]"
+        where = f"{kind} {segment.index + 1}/{len(segments)} [{segment.top}:{segment.bottom}, {segment.left}:{segment.right}]"
         if isinstance(reading, RequestFailed):
             failures.append(f"{where}: {reading}")
             per_segment.append([])
@@ -210,7 +227,7 @@ async def read_in_segments(
         if cut:
             notes.append(f"{where}: {cut}")
     done = [a for r in readings if isinstance(r, Reading) for a in r.answers]
-    pieces = join_pieces(segments, per_segment, item.page)
+    pieces = join(segments, per_segment, item.page)
     figures = [f for p in pieces for f in p.figures]
     if figures:
         try:
@@ -222,9 +239,9 @@ async def read_in_segments(
     status = "error" if failures else "truncated" if unfinished else "ok"
     error = None
     if failures:
-        error = f"{len(failures)} of {len(segments)} segments failed (text of the others kept): " + "; ".join(failures[:3])
+        error = f"{len(failures)} of {len(segments)} {kind}s failed (text of the others kept): " + "; ".join(failures[:3])
     elif unfinished:
-        error = f"{len(unfinished)} of {len(segments)} segments looped or hit max_tokens; their text up to the loop kept"
+        error = f"{len(unfinished)} of {len(segments)} {kind}s looped or hit max_tokens; their text up to the loop kept"
     if warnings:
         error = f"{error}; {'; '.join(warnings[:5])}" if error else f"output repaired: {'; '.join(warnings[:5])}"
     finish = next((a.result.finish_reason for a in unfinished), "stop" if done else None)

@@ -9,11 +9,12 @@ marking every remaining page failed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +138,8 @@ class VlmClient:
         self._ratio = TokenRatio()  # tokens per character of streamed answers, for cut streams
         #: Answers 429 or 503 so far: the server is overloaded (the in-flight control backs off).
         self.overloaded = 0
+        #: Requests on the wire now (the in-flight control compares them with what the server runs).
+        self.sending = 0
 
     async def close(self) -> None:
         """Release the HTTP connection pool."""
@@ -187,10 +190,11 @@ class VlmClient:
             generation = await self._wait_gate()
             sent = time.monotonic()
             try:
-                if stream:
-                    streamed = await stream_chat(self._client, self.model, body, loops, self._ratio)
-                else:
-                    response = await self._client.chat.completions.create(model=self.model, **body)
+                with self._on_the_wire():
+                    if stream:
+                        streamed = await stream_chat(self._client, self.model, body, loops, self._ratio)
+                    else:
+                        response = await self._client.chat.completions.create(model=self.model, **body)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below, never swallowed silently
@@ -248,6 +252,16 @@ class VlmClient:
                 attempts=attempt + free_retries,
             )
         raise RequestFailed(last_error, opts.max_attempts)
+
+    @contextlib.contextmanager
+    def _on_the_wire(self) -> Iterator[None]:
+        """Counts a request in :attr:`sending` while it is sent and answered (not while it
+        waits for a retry)."""
+        self.sending += 1
+        try:
+            yield
+        finally:
+            self.sending -= 1
 
     async def _wait_gate(self) -> int:
         if self._gate is None:

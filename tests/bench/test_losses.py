@@ -23,3 +23,19 @@ def test_loops_and_the_long_page_side_by_side(tmp_path: Path) -> None:
     assert page.new.requests > 20 and page.new.pages == 1
     table = format_losses(comparisons)
     assert "tokens per loop event" in table and "0.14x" in table and "1.44x" in table
+
+
+def test_dense_pages_read_whole_and_in_tiles_side_by_side(tmp_path: Path) -> None:
+    base = BenchConfig(pages=40, seed=2, workers=1)
+    (dense,) = run_losses(base, corpus_dir=tmp_path / "corpus", work_dir=tmp_path / "work", only=["dense recall"])
+    today, new = dense.today, dense.new
+    # Normal pages read alike either way; a dense page loses its end read whole, nothing in tiles.
+    assert min(today.dense["recall_normal"]) >= 0.99 and min(new.dense["recall_normal"]) >= 0.99
+    assert max(today.dense["recall_dense"]) < 0.95 <= 0.995 <= min(new.dense["recall_dense"])
+    assert [d["status"] for d in today.dense["pages"]] == ["truncated"] * 2
+    assert [d["status"] for d in new.dense["pages"]] == ["ok"] * 2
+    # Today: two whole answers of max_tokens each; now: tiles only, fewer tokens than that.
+    assert all(d["whole_tokens"] == 2 * 7168 and d["tile_tokens"] == 0 for d in today.dense["pages"])
+    assert all(d["whole_tokens"] == 0 and 0 < d["tile_tokens"] < 2 * 7168 for d in new.dense["pages"])
+    table = format_losses([dense])
+    assert "word recall, dense pages" in table and "truncated, truncated" in table

@@ -59,9 +59,12 @@ def test_a_cancelled_waiter_leaves_no_permit_behind() -> None:
 # -- the policy --------------------------------------------------------------------------------
 
 
-def decide(limit: int, running: float, waiting: float, ours: int, overloaded: int = 0, before: Reading | None = None) -> int:
+def decide(
+    limit: int, running: float, waiting: float, ours: int, overloaded: int = 0, before: Reading | None = None,
+    sent: int | None = None,
+) -> int:  # fmt: skip
     controller = AdaptiveInFlight(InFlightLimit(limit), metrics=None)  # type: ignore[arg-type]
-    return controller.decide(limit, Reading(running, waiting, ours, overloaded), before)
+    return controller.decide(limit, Reading(running, waiting, ours, overloaded, sent), before)
 
 
 def test_it_grows_while_the_server_runs_all_of_ours_and_queues_nothing() -> None:
@@ -79,6 +82,16 @@ def test_it_grows_while_the_server_runs_all_of_ours_and_queues_nothing() -> None
 )
 def test_it_does_not_grow_when_the_limit_is_not_what_holds_the_server_back(running, waiting, ours, why) -> None:
     assert decide(64, running, waiting, ours) == 64, why
+
+
+def test_pages_read_in_several_requests_count_their_requests_at_the_server() -> None:
+    # 64 pages in flight, one of them a dense page read in 8 tiles at once (and one long page in
+    # 4 segments): 74 of our requests run on 64 permits. All ours: the limit grows.
+    assert decide(64, running=74, waiting=0, ours=64, sent=74) == 128
+    # Another client's requests beside our 74: 64 pages is our share.
+    assert decide(64, running=110, waiting=0, ours=64, sent=74) == 64
+    # Our requests stuck client-side (74 sent, 10 running): not the limit's fault.
+    assert decide(64, running=10, waiting=0, ours=64, sent=74) == 64
 
 
 def test_a_full_server_gets_a_small_queue_not_a_pile() -> None:
@@ -130,6 +143,38 @@ def test_without_metrics_the_limit_stays_at_the_default() -> None:
 
     limit, history = asyncio.run(go())
     assert limit == 64 and history == [(0.0, 64)]
+
+
+def test_the_client_counts_its_requests_on_the_wire() -> None:
+    """``sending``, what the controller compares with the server's running count: each request
+    from when it is sent until it is answered, per client and summed over a dispatcher."""
+    from llm_ocr.endpoint.dispatch import Dispatcher
+    from llm_ocr.vlm.client import VlmClient
+    from llm_ocr.vlm.families import DEEPSEEK_OCR
+    from llm_ocr.vlm.recipes import DEFAULT_MODEL
+    from tests.docs import chart_png
+
+    async def go(urls: list[str]) -> tuple[list[int], int, int]:
+        clients = [VlmClient(url, DEFAULT_MODEL) for url in urls]
+        dispatcher = Dispatcher(clients)
+        try:
+            bodies = [DEEPSEEK_OCR.body(chart_png(n), "image/png", temperature=0.0, max_tokens=200) for n in range(5)]
+            tasks = [asyncio.ensure_future(dispatcher.chat(body)) for body in bodies]
+            for _ in range(200):  # until all five are at the servers (each decodes for 2 s)
+                await asyncio.sleep(0.02)
+                if dispatcher.sending == 5:
+                    break
+            during = [c.sending for c in clients], dispatcher.sending
+            await asyncio.gather(*tasks)
+            return during[0], during[1], dispatcher.sending
+        finally:
+            await asyncio.gather(*(c.close() for c in clients))
+
+    args = ("--prefill-ms", "0", "--decode-ms-per-token", "10", "--load-slowdown", "0", "--output-tokens-mean", "200",
+            "--output-tokens-sigma", "0")  # fmt: skip
+    with SimulatedServer(*args) as one, SimulatedServer(*args) as two:
+        each, total, after = asyncio.run(go([one.base_url, two.base_url]))
+    assert total == 5 and sorted(each) == [2, 3] and after == 0
 
 
 # -- end to end -----------------------------------------------------------------------------------

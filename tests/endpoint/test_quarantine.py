@@ -8,10 +8,12 @@ budget is charged, with every request of the tracked pages going through the tra
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from llm_ocr.endpoint.dispatch import Dispatcher
 from llm_ocr.endpoint.quarantine import SERVER_STRIDE, CrashTracker, PageQuarantined
 
 
@@ -33,6 +35,10 @@ class Server:
     charged: list[int] = field(default_factory=list)
     #: Tells the tracker of a death (default: ``tracker.record_death``, a single server).
     count_death: Callable[[int], int] | None = None
+    crash_delay: float = 0.01  # seconds a poison request is on the wire before the crash
+    request_s: float = 0.02  # seconds any other request takes
+    sent: list[tuple[float, tuple[str, int]]] = field(default_factory=list)  # (when, page) of each request
+    died: list[tuple[float, list[tuple[str, int]]]] = field(default_factory=list)  # (when, pages in flight)
 
     async def gate(self) -> int:
         await asyncio.sleep(0)
@@ -43,19 +49,21 @@ class Server:
             raise Lost
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.in_flight[done] = key
+        self.sent.append((time.monotonic(), key))
         if self.poison.get(key, 0):
             self.peak_alone.append(len(self.in_flight))
             self.poison[key] -= 1
-            await asyncio.sleep(0.01)  # the crash comes while the request is on the wire
+            await asyncio.sleep(self.crash_delay)  # the crash comes while the request is on the wire
             self._die()
         else:
-            asyncio.get_running_loop().call_later(0.02, lambda: done.done() or done.set_result(None))
+            asyncio.get_running_loop().call_later(self.request_s, lambda: done.done() or done.set_result(None))
         try:
             await done
         finally:
             self.in_flight.pop(done, None)
 
     def _die(self) -> None:
+        self.died.append((time.monotonic(), list(self.in_flight.values())))
         self.at_death.append(len(self.in_flight))
         self.charged.append((self.count_death or self.tracker.record_death)(self.generation))
         self.generation += 1
@@ -216,3 +224,100 @@ def test_with_several_servers_a_death_blames_only_its_own_pages_and_spends_only_
     assert 5 in first and first <= {1, 3, 5, 7}
     # Server 1's budget was charged its first death only; server 0's nothing.
     assert servers[1].charged == [1, 0, 0] and tracker.charged_deaths(0) == 0 and tracker.charged_deaths(1) == 0
+
+
+def test_with_several_servers_each_death_is_charged_to_the_server_that_died() -> None:
+    # Server 0 and server 1 each die once, each from a page of its own that crashes it once and
+    # then works: two independent failures, one per server. Each server's restart budget must
+    # be charged its own death only: a tracker that counted every server's deaths against the
+    # one asking would charge the second server to die two deaths (and drop a healthy GPU with
+    # a budget of 1).
+    async def scenario() -> tuple[dict[int, str], list[Server], CrashTracker]:
+        tracker = CrashTracker()
+        poison = [{("doc.pdf", 2): 1}, {("doc.pdf", 3): 1}]  # page 2 is on server 0, page 3 on server 1
+        servers = [Server(tracker, poison[i], count_death=tracker.server_death(i)) for i in range(2)]
+        gates = [tracker.server_gate(i, server.gate) for i, server in enumerate(servers)]
+        results = await drive_pages(tracker, 8, 3, lambda page: (gates[page % 2], servers[page % 2], page % 2 * SERVER_STRIDE))
+        return results, servers, tracker
+
+    results, servers, tracker = asyncio.run(scenario())
+    assert set(results.values()) == {"ok"} and tracker.convicted == {}
+    assert [len(s.at_death) for s in servers] == [1, 1]
+    assert servers[0].charged == [1] and servers[1].charged == [1]
+    assert tracker.charged_deaths(0) == 1 and tracker.charged_deaths(1) == 1 and tracker.charged_deaths() == 2
+
+
+@dataclass
+class Member:
+    """One server of a fleet as the dispatcher sees it: a client whose requests go through the
+    tracker's gate for that server (the client's loop: a request lost to a crash is retried)."""
+
+    server: Server
+    gate: Callable[[], Awaitable[int]]
+    offset: int
+    model: str = "m"
+    options: object = None
+    base_url: str = "sim"
+    display_url: str = "sim"
+
+    async def chat(self, body: dict[str, object], **kwargs: object) -> str:
+        key = body["page"]
+        assert isinstance(key, tuple)
+        while True:
+            generation = await self.gate()
+            try:
+                await self.server.request(key, generation - self.offset)
+                return "ok"
+            except Lost:
+                continue
+
+
+def test_a_page_due_its_solo_retry_holds_back_only_the_server_it_crashed() -> None:
+    # Two servers behind the dispatcher; page 5 kills whichever server it is sent to. While it
+    # waits for its solo retry and runs alone on the server it crashed last, the other server
+    # keeps serving the other pages (one suspect page idles one GPU, not the fleet).
+    async def scenario() -> tuple[dict[int, str], list[Server], CrashTracker]:
+        tracker = CrashTracker()
+        servers = [
+            Server(tracker, {("doc.pdf", 5): -1}, count_death=tracker.server_death(i), crash_delay=0.3, request_s=0.05)
+            for i in range(2)
+        ]
+        members = [Member(s, tracker.server_gate(i, s.gate), i * SERVER_STRIDE) for i, s in enumerate(servers)]
+        dispatcher = Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
+
+        async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
+            for _ in range(100):  # 5 s of requests: the others are still busy when page 5 runs alone
+                await dispatcher.chat({"page": (ref.doc_id, item.page)})
+            return "ok"
+
+        async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
+            return exc.message
+
+        guarded = tracker.guard(handler, quarantined)
+        ref = SimpleNamespace(doc_id="doc.pdf")
+        pages = range(1, 21)
+        results = await asyncio.wait_for(
+            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 20) for n in pages)), timeout=60
+        )
+        return dict(zip(pages, results)), servers, tracker
+
+    results, servers, tracker = asyncio.run(scenario())
+    assert results[5] == "the model server crashed on this page 3 times; quarantined"
+    assert all(results[n] == "ok" for n in results if n != 5)
+    # Page 5's requests were retried on the server they were lost on: it crashed that one three
+    # times, the last time alone on it.
+    poison = ("doc.pdf", 5)
+    (home,) = [i for i, s in enumerate(servers) if s.died]
+    deaths = servers[home].died
+    assert len(deaths) == 3 and deaths[-1][1] == [poison]
+    # From its second death (due a solo retry) to its conviction, the other server kept serving
+    # the other pages' 50 ms requests instead of waiting with the whole fleet.
+    pending_from, convicted_at = deaths[1][0], deaths[2][0]
+    during = [key for t, key in servers[1 - home].sent if pending_from <= t <= convicted_at]
+    assert len(during) >= 5, (
+        f"the other server got {len(during)} requests while page 5 waited for or ran its solo retry "
+        f"({pending_from:.2f}-{convicted_at:.2f} s; it served {len(servers[1 - home].sent)} from {servers[1 - home].sent[0][0]:.2f} "
+        f"to {servers[1 - home].sent[-1][0]:.2f} s)"
+    )
+    assert poison not in during
+    assert tracker.charged_deaths(0) == 0 and tracker.charged_deaths(1) == 0  # the poison page spent no budget

@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..frame.cli import add_frame_options, fraction, frame_settings, non_negative, positive_int
+from ..frame.cli import add_frame_options, fraction, frame_settings, non_negative, positive, positive_int
 from . import FAULT_KINDS
 
 if TYPE_CHECKING:  # the server (and aiohttp) is imported only when it runs
@@ -54,6 +54,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     model.add_argument("--corpus", action="append", default=[], metavar="DIR_OR_FILE",
                        help="PDF file or folder (recursive) whose pages are answered from their text "
                        "layer; repeatable")
+    model.add_argument("--render-dpi", type=positive, default=144.0, metavar="DPI",
+                       help="the resolution the client rendered --corpus pages at (llm-ocr's --dpi): a "
+                       "received image that is a crop of a known page at this scale (a tile of a dense "
+                       "page) is answered with the text of that region (default %(default)s)")
     perf = p.add_argument_group("performance (the decode model)")
     add_decode_options(perf)
     perf.add_argument("--startup-delay", type=non_negative, default=0.0, metavar="S",
@@ -164,6 +168,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         recipe=args.recipe,
         lenient=args.lenient,
         corpus=list(args.corpus),
+        render_dpi=args.render_dpi,
         slots=args.slots,
         prefill_ms=args.prefill_ms,
         decode_ms_per_token=args.decode_ms_per_token,

@@ -27,6 +27,12 @@ FP_SIZE = (48, 64)
 #: Corpus pages are rendered so that their longer side has about this many pixels before
 #: being reduced to the fingerprint: enough that anti-aliasing differences average out.
 RENDER_LONG_SIDE = 384
+#: The grey page a crop is looked for in (:mod:`.crops`) has this many pixels on its longer
+#: side (a 7 pt text line is then 2.5 px tall on a 17 in page) ...
+LOCATE_LONG_SIDE = 768
+#: ... and is rendered this many times larger, then reduced with a box filter, as the crops
+#: are: two box-filtered views of one page correlate far better than a small render does.
+LOCATE_SUPERSAMPLE = 2
 #: A received image matches a known page when the mean absolute grey-level difference of the
 #: fingerprints is below this (0..255) ...
 MAX_MEAN_ABS_DIFF = 12.0
@@ -43,11 +49,14 @@ MAX_IMAGE_AREA = 0.8
 
 @dataclass(frozen=True)
 class LayoutBlock:
-    """One block of a known page: label, box as page fractions ``(x0, y0, x1, y1)``, text."""
+    """One block of a known page: label, box as page fractions ``(x0, y0, x1, y1)``, text, and
+    (for text from a text layer) its lines, each ``(box, text)``: what a crop of the page shows
+    of the block (:mod:`.crops`)."""
 
     label: str
     box: tuple[float, float, float, float]
     text: str
+    lines: tuple[tuple[tuple[float, float, float, float], str], ...] = ()
 
 
 @dataclass
@@ -59,6 +68,10 @@ class KnownPage:
     aspect: float  # width / height as displayed
     fingerprint: Any  # numpy float32 vector of FP_SIZE[0] * FP_SIZE[1] grey levels
     blocks: list[LayoutBlock] = field(default_factory=list)
+    size_pt: tuple[float, float] = (0.0, 0.0)  # width, height in points, as displayed
+    #: The page in grey (uint8, LOCATE_LONG_SIDE px on its longer side, softened): where a crop
+    #: of it lies is found in this (:mod:`.crops`).
+    grey: Any = None
     #: The page's /Rotate (degrees clockwise): its text is upright only when this is 0.
     rotation: int = 0
 
@@ -185,8 +198,29 @@ def _index_page(page: Any, source: str, index: int) -> KnownPage:
         aspect=aspect,
         fingerprint=fingerprint_image(img),
         blocks=extract_layout(page),
+        size_pt=(w_pt, h_pt),
+        grey=_locate_grey(page, w_pt, h_pt),
         rotation=page.get_rotation() % 360,
     )
+
+
+def soften(image: Any) -> Any:
+    """A grey PIL image blurred over 3 x 3 pixels: two views of one page whose pixels do not
+    line up (a crop's edge between two pixels of the other) then still correlate closely."""
+    from PIL import ImageFilter
+
+    return image.filter(ImageFilter.BoxBlur(1))
+
+
+def _locate_grey(page: Any, w_pt: float, h_pt: float) -> np.ndarray:
+    """The page as the grey image crops are looked for in (see :data:`LOCATE_LONG_SIDE`)."""
+    import numpy as np
+    from PIL import Image
+
+    scale = LOCATE_LONG_SIDE / max(w_pt, h_pt, 1.0)
+    big = page.render(scale=scale * LOCATE_SUPERSAMPLE, grayscale=True).to_pil().convert("L")
+    size = (max(1, round(big.width / LOCATE_SUPERSAMPLE)), max(1, round(big.height / LOCATE_SUPERSAMPLE)))
+    return np.asarray(soften(big.resize(size, Image.Resampling.BOX)), dtype=np.uint8).copy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +319,9 @@ def _group_paragraphs(lines: list[_Line]) -> list[list[_Line]]:
     blocks: list[list[_Line]] = []
     for line in lines:
         target = None
-        for block in reversed(blocks[-6:]):
+        # Every column of a page keeps a block open at one height: look far enough back for a
+        # seven-column newspaper page (lines are sorted by height, so the columns interleave).
+        for block in reversed(blocks[-32:]):
             last = block[-1]
             gap = line.box[1] - last.box[3]
             overlaps = min(line.box[2], last.box[2]) > max(line.box[0], last.box[0])
@@ -357,7 +393,7 @@ def extract_layout(page: Any) -> list[LayoutBlock]:
             if statistics.median(ln.height for ln in group) > 1.3 * med:
                 label = "sub_title" if have_title else "title"
                 have_title = True
-            blocks.append(LayoutBlock(label, box, text))
+            blocks.append(LayoutBlock(label, box, text, tuple((ln.box, ln.text) for ln in group)))
     blocks.extend(LayoutBlock("image", box, "") for box in _image_boxes(page, frame))
     blocks.sort(key=lambda b: (round(b.box[1], 3), b.box[0]))
     # The title decision above went by extraction order; after sorting, keep "title" only for
@@ -366,7 +402,7 @@ def extract_layout(page: Any) -> list[LayoutBlock]:
     fixed = []
     for b in blocks:
         if b.label in ("title", "sub_title"):
-            b = LayoutBlock("sub_title" if seen_title else "title", b.box, b.text)
+            b = LayoutBlock("sub_title" if seen_title else "title", b.box, b.text, b.lines)
             seen_title = True
         fixed.append(b)
     return fixed

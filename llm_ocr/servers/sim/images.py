@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..frame.protocol import ApiError
 from . import content
 from .corpus import CorpusIndex, KnownPage, fingerprint_image
+from .crops import locate
 
 
 @dataclass
@@ -22,12 +23,22 @@ class ImageFacts:
     colour: str = "white"
     #: Degrees the image had to be turned clockwise to match its known page (0: as displayed).
     turned: int = 0
+    #: The part of ``known`` the image shows, as page fractions ``(x0, y0, x1, y1)``, when it
+    #: is a crop of it (a tile of a dense page); None for the whole page.
+    region: tuple[float, float, float, float] | None = None
 
 
 def analyse_image(
-    data: bytes, corpus: CorpusIndex | None, need_colour: bool, any_aspect: bool = False, turns: bool = False
+    data: bytes,
+    corpus: CorpusIndex | None,
+    need_colour: bool,
+    any_aspect: bool = False,
+    turns: bool = False,
+    crops_at: float | None = None,
 ) -> ImageFacts:
-    """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus.
+    """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus: a whole
+    known page, else (with ``crops_at``, the DPI the client rendered pages at) a crop of one
+    (see :mod:`.crops`).
 
     Runs in a worker thread: decoding a full page PNG takes tens of milliseconds.
     """
@@ -53,6 +64,10 @@ def analyse_image(
             if facts.known is not None:
                 facts.turned = clockwise
                 break
+        if facts.known is None and crops_at is not None:
+            crop = locate(img, width, height, corpus.pages, crops_at)
+            if crop is not None:
+                facts.known, facts.region = crop.page, crop.region
     if need_colour:
         facts.colour = content.dominant_colour(img)
     return facts

@@ -44,6 +44,7 @@ from ..frame.streaming import SseAnswer
 from . import FAULT_KINDS, content, families
 from . import fields as sim_fields
 from .corpus import CorpusIndex, build_corpus
+from .crops import region_blocks
 from .images import ImageFacts, analyse_image
 from .poison import PoisonPages
 from .timing import DECODE_STEP_S, TimingModel, per_token_seconds  # noqa: F401 - re-exported
@@ -56,6 +57,7 @@ class SimConfig(FrameConfig):
     """Settings of the simulated server (one field per command-line option) beyond the shared ones."""
 
     corpus: list[str] = field(default_factory=list)
+    render_dpi: float = 144.0  # how the client rendered corpus pages: where their crops lie
     slots: int = 64
     prefill_ms: float = 20.0
     decode_ms_per_token: float = 0.0
@@ -113,6 +115,7 @@ class SimServer(OpenAIServer):
             "prompt_kinds": {},
             "faults_applied": {},
             "known_pages": 0,
+            "known_crops": 0,
             "synthetic_pages": 0,
             "max_running": 0,
             "max_waiting": 0,
@@ -291,9 +294,12 @@ class SimServer(OpenAIServer):
             if not req.ngram_enabled:
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
+            # A crop of a known page (a tile of a dense page) is looked for only in the page
+            # requests of a family that reads dense pages in tiles: the others never send one.
+            crops_at = self.cfg.render_dpi if page_kind is not None and family.dense_tiles else None
             facts = await asyncio.to_thread(
                 analyse_image, req.image, self.corpus, need_colour,
-                families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind),
+                families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind), crops_at,
             )
             prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
             if prompt_tokens is None:
@@ -309,8 +315,10 @@ class SimServer(OpenAIServer):
         if fault is not None:
             self.count("faults_applied", fault.kind)
         if facts.known is not None:
-            self.stats["known_pages"] += 1
+            self.stats["known_pages" if facts.region is None else "known_crops"] += 1
             record["known_page"] = {"source": facts.known.source, "page": facts.known.index + 1}
+            if facts.region is not None:
+                record["known_page"]["region"] = [round(v, 4) for v in facts.region]
             self._crash_if_poison(facts.known.source, facts.known.index + 1, record)
         elif req.kind in ("markdown", "ocr", "free"):
             self.stats["synthetic_pages"] += 1
@@ -435,7 +443,9 @@ class SimServer(OpenAIServer):
             return ""
         if kind == "bad_boxes":
             return content.bad_boxes_text(facts.sha256)
-        if facts.known is not None:
+        if facts.known is not None and facts.region is not None:
+            blocks = region_blocks(facts.known.blocks, facts.region)  # a crop: the text it shows
+        elif facts.known is not None:
             blocks = facts.known.blocks
         elif self.cfg.output_tokens_mean > 0 and req.kind in ("markdown", "ocr", "free") and not req.structured:
             # A long-tailed answer length, fixed per image and seed (like a page's true length).

@@ -245,6 +245,10 @@ class Family:
     #: and ``stream_interval`` are only for servers known to be vLLM).
     stream_options: Mapping[str, Any] = field(default_factory=lambda: {"include_usage": True})
     stream_extra: Mapping[str, Any] = field(default_factory=dict)
+    #: Whether a page whose text is longer than one answer may be read in tiles
+    #: (``llm_ocr/stages/tiled.py``): joining tiles needs every block's box in the pixels of the
+    #: image sent, and the model must read a crop of a page as it reads a page.
+    dense_tiles: bool = False
 
     # -- choosing ------------------------------------------------------------------------------
 

@@ -95,4 +95,5 @@ DEEPSEEK_OCR = DeepSeekOCR(
     ),
     stream_options=VLLM_STREAM_OPTIONS,
     stream_extra=VLLM_STREAM_EXTRA,
+    dense_tiles=True,
 )

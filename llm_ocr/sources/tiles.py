@@ -1,0 +1,159 @@
+"""Dense pages cut into overlapping tiles whose edges fall in the page's whitespace.
+
+A page whose text is longer than one answer may hold is read in tiles, each a request whose
+answer fits (:mod:`llm_ocr.stages.tiled`). The tiles form a grid of about ``count`` tiles as
+square as the page allows:
+
+- **bands** across the page, each cut at the whitespace between two text lines nearest to an
+  even split, overlapping the next by :data:`OVERLAP` of a band (at least
+  :data:`MIN_OVERLAP` of the page's height): a line the cut grazes is whole in one of the two;
+- each band split into **columns** at its gutters only: the widest runs of blank columns within
+  that band near an even split (the nearest of equally wide ones). A band without a gutter near
+  a split stays wider: a cut through a text column would halve every line. Multi-column pages thus come apart between their columns,
+  and the tiles' answers are put back in reading order by their boxes.
+
+The page's ink is measured on a grey copy at most :data:`ANALYSIS_SIDE` pixels long; tiles are
+returned in page pixels as :class:`~llm_ocr.sources.segments.Segment` (band by band, left to right).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any
+
+from .segments import Segment
+
+#: The longer side of the grey copy the whitespace is found in.
+ANALYSIS_SIDE = 1300
+#: Share of a band's height each band reaches past its cut into the next one ...
+OVERLAP = 0.08
+#: ... and at least this share of the page's height (two lines of 10 pt text on a Letter page,
+#: four of 6 pt on a broadsheet, at any resolution: what is read twice costs tokens twice).
+MIN_OVERLAP = 0.02
+#: A tile reaches this share of the page's width past a gutter it was cut at (the glyphs that
+#: stand in the gutter, a drop cap, a slightly crooked scan).
+GUTTER_MARGIN = 0.006
+#: A column of the grey copy is blank when its ink is under this share of the band's busiest.
+BLANK = 0.02
+#: A gutter is a run of blank columns at least this share of the page's width ...
+MIN_GUTTER = 0.006
+#: ... within this share of a tile's width of the even split it replaces.
+SNAP = 0.5
+#: The most tiles a page is cut into.
+MAX_TILES = 36
+
+
+def grid_shape(width: int, height: int, count: int) -> tuple[int, int]:
+    """``(columns, bands)`` of at least ``count`` tiles whose shape is closest to square."""
+    count = max(1, min(count, MAX_TILES))
+    best: tuple[float, int, int, int] | None = None
+    for columns in range(1, count + 1):
+        bands = math.ceil(count / columns)
+        aspect = (width / columns) / (height / bands)
+        key = (abs(math.log(aspect)), columns * bands, columns, bands)
+        if best is None or key < best:
+            best = key
+    assert best is not None
+    return best[2], best[3]
+
+
+def plan_tiles(image: bytes, count: int) -> list[Segment]:
+    """The tiles of an encoded page image cut into about ``count`` (see the module docstring)."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(image)) as img:
+        width, height = img.size
+        if img.format == "JPEG":
+            img.draft("L", (ANALYSIS_SIDE, ANALYSIS_SIDE))
+        grey = img.convert("L")
+    factor = max(grey.size) / ANALYSIS_SIDE
+    if factor > 1:
+        grey = grey.resize((max(1, round(grey.width / factor)), max(1, round(grey.height / factor))), Image.Resampling.BOX)
+    pixels = np.asarray(grey, dtype=np.float32)
+    paper = float(np.percentile(pixels, 95))
+    ink = np.clip(paper - pixels, 0.0, None)
+    return plan_grid(ink, width, height, count)
+
+
+def plan_grid(ink: Any, width: int, height: int, count: int) -> list[Segment]:
+    """The tiles of a ``width`` x ``height`` page whose ink (darkness, any scale) is ``ink``."""
+    rows, cols = ink.shape
+    sx, sy = width / cols, height / rows  # page pixels per ink pixel
+    columns, bands = grid_shape(width, height, count)
+    cuts = [0, *band_cuts(ink, bands), rows]
+    tiles: list[Segment] = []
+    for top, bottom in zip(cuts, cuts[1:]):
+        reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
+        page_top = 0 if top == 0 else max(0, round(top * sy) - reach)
+        page_bottom = height if bottom == rows else min(height, round(bottom * sy) + reach)
+        splits = _gutter_cuts(ink[top:bottom], columns)
+        margin = round(GUTTER_MARGIN * width)
+        edges = [0] + [round(x * sx) for x in splits] + [width]
+        for left, right in zip(edges, edges[1:]):
+            tiles.append(Segment(
+                len(tiles),
+                0 if left == 0 else max(0, left - margin),
+                page_top,
+                width if right == width else min(width, right + margin),
+                page_bottom,
+            ))  # fmt: skip
+    return tiles
+
+
+def band_cuts(ink: Any, bands: int) -> list[int]:
+    """The rows of ``ink`` (in ink pixels, ascending, each once) at which its page is cut into
+    ``bands`` bands: for each even split, the row with the least ink within a quarter of a band
+    of it (the nearest of equally blank ones), so that a cut falls between two text lines."""
+    rows = ink.shape[0]
+    window = max(1, rows // (4 * bands))
+    return sorted({_row_cut(ink, round(k * rows / bands), window) for k in range(1, bands)} - {0, rows})
+
+
+def _row_cut(ink: Any, ideal: int, window: int) -> int:
+    """The row nearest ``ideal`` (within ``window``) with the least ink: between two lines."""
+    import numpy as np
+
+    lo, hi = max(1, ideal - window), min(ink.shape[0] - 1, ideal + window)
+    if hi <= lo:
+        return ideal
+    profile = ink[lo:hi].sum(axis=1)
+    least = profile.min()
+    candidates = np.flatnonzero(profile <= least + 1e-6) + lo
+    return int(candidates[np.argmin(np.abs(candidates - ideal))])
+
+
+def _gutter_cuts(band: Any, columns: int) -> list[int]:
+    """Where to split a band into up to ``columns`` tiles: the centres of its gutters nearest
+    to the even splits (in ink pixels); splits with no gutter near are left out."""
+    import numpy as np
+
+    if columns < 2 or band.shape[0] == 0:
+        return []
+    cols = band.shape[1]
+    profile = band.sum(axis=0)
+    blank = profile <= BLANK * max(float(profile.max()), 1e-6)
+    gutters: list[tuple[int, int]] = []  # [start, end) of each run of blank columns inside the page
+    start = None
+    for x, empty in enumerate(np.append(blank, False)):
+        if empty and start is None:
+            start = x
+        elif not empty and start is not None:
+            if start > 0 and x < cols and x - start >= max(1, MIN_GUTTER * cols):
+                gutters.append((start, x))
+            start = None
+    cuts: list[int] = []
+    tile = cols / columns
+    for j in range(1, columns):
+        ideal = j * tile
+        # The widest gutter near the split, then the nearest: a word space of a large headline
+        # may line up with a gutter below it and open a narrow channel; the gutters between
+        # columns of body text are wider.
+        near = [(-((b - a) // 2), abs((a + b) / 2 - ideal), (a + b) // 2) for a, b in gutters
+                if abs((a + b) / 2 - ideal) <= SNAP * tile]  # fmt: skip
+        if near:
+            cut = min(near)[2]
+            if cut not in cuts:
+                cuts.append(cut)
+    return sorted(cuts)

@@ -1,0 +1,281 @@
+"""Dense pages read in tiles: a page whose text is longer than one answer may hold.
+
+An old newspaper page holds more text than ``max_tokens`` (7,168 with an 8,192 context) lets the
+model write: read whole, its answer runs to ``max_tokens`` without repeating itself, and a
+hotter retry does the same again, so the page costs two full answers and still loses its end.
+Such a page is read in overlapping tiles instead (:mod:`llm_ocr.sources.tiles`), all at once,
+each a request whose answer fits:
+
+- **at once**, when the page's text is estimated, before any request, to need at least
+  :data:`TILE_AT` of ``max_tokens`` (:mod:`llm_ocr.sources.density`: a PDF page's text layer, or
+  any page's ink);
+- **after one answer**, when the page was read whole and the answer ran to ``max_tokens``
+  without repeating itself (the stream's loop watch, :mod:`llm_ocr.vlm.loops`, saw no loop: the
+  text is long, not looping), unless the page's estimate says it holds under
+  :data:`LONG_AGREES` of ``max_tokens``: an answer far longer than its page's text is a loop the
+  watch cannot see (one that counts), and is retried hotter like any loop. A page that loops
+  keeps the loop policy: cut, retried hotter.
+
+Tiles are planned to need at most :data:`TILE_SHARE` of ``max_tokens`` each, so that a dense
+page costs about what reading it once costs, and no tile is the run's last long request. The
+answers are joined as the segments of a long page are (:mod:`llm_ocr.stages.segmented`): boxes
+moved to page pixels, each tile keeping the blocks whose centre lies deepest inside it, a block
+two tiles both show merged into one; then the blocks are put in reading order by their boxes
+(a recursive XY-cut that prefers columns: left to right, each top to bottom), so the columns
+of a page cut into bands read one after the other, not band by band.
+
+Each tile is read the family's way (its :meth:`~llm_ocr.vlm.families.base.Family.read`, as a
+page or a segment is). Only families whose recipe says so (``Family.dense_tiles``: their answers
+carry every block's box, which joining needs) are tiled, for now DeepSeek-OCR; the others keep
+the old policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from llm_ocr.records import Block, PageResult
+from llm_ocr.sources.base import DocumentRef, PageImage
+from llm_ocr.sources.segments import Segment
+from llm_ocr.sources.tiles import plan_tiles
+from llm_ocr.stages.attempts import Answer
+from llm_ocr.stages.segmented import Piece, box_union, boxes_overlap, drop_repeated_start, number_figures, read_in_segments
+from llm_ocr.vlm.families.base import Family, Reading
+
+#: Tokens of DeepSeek-OCR grounding output per character of a page's text (its tags and boxes
+#: included): 0.35 for the simulator's 7-column page (29,274 characters of markup for 24,883 of
+#: text layer, at 0.3 tokens a character).
+TOKENS_PER_CHAR = 0.35
+#: A page estimated to need this share of ``max_tokens`` or more is tiled at once.
+TILE_AT = 0.9
+#: Each tile is planned to need at most this share of ``max_tokens`` (1,434 tokens of 7,168:
+#: about a long normal page).
+TILE_SHARE = 0.2
+#: After an answer that ran to ``max_tokens``, the page is taken to hold at least this many
+#: times ``max_tokens`` (unless its estimate says more) ...
+LONG_FACTOR = 2.0
+#: ... provided its estimate (if any) says at least this share of ``max_tokens``: the ink
+#: estimate is within 0.65-1.35 times the truth, the tokens per character a guess.
+LONG_AGREES = 0.7
+#: Blocks whose boxes overlap by at most this share of the page are still apart (boxes are
+#: approximate) when the reading order looks for the gaps between columns and rows.
+GAP_TOLERANCE = 0.004
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """How many tiles to read a page in, and why (for the row's ``cut_reason``)."""
+
+    count: int
+    why: str
+
+
+def tiling_allowed(family: Family, enabled: bool) -> bool:
+    """Whether pages of a model ``family`` may be read in tiles (``enabled``: the option)."""
+    return enabled and family.dense_tiles
+
+
+def tiles_at_once(item: PageImage, max_tokens: int) -> TilePlan | None:
+    """A plan when the page's estimated text needs :data:`TILE_AT` of ``max_tokens`` or more."""
+    estimate = item.text_estimate
+    if estimate is None:
+        return None
+    tokens = round(estimate.chars * TOKENS_PER_CHAR)
+    if tokens < TILE_AT * max_tokens:
+        return None
+    return TilePlan(
+        _count(tokens, max_tokens),
+        f"{estimate.describe()}, ~{tokens:,} tokens, more than one answer holds (max_tokens {max_tokens})",
+    )
+
+
+def may_be_long(item: PageImage, max_tokens: int) -> bool:
+    """Whether an answer of ``item`` that runs to ``max_tokens`` without repeating itself is to
+    be taken as long (and the page read in tiles) rather than as a loop the watch cannot see:
+    no estimate says its text needs under :data:`LONG_AGREES` of ``max_tokens``."""
+    estimate = item.text_estimate
+    return estimate is None or estimate.chars * TOKENS_PER_CHAR >= LONG_AGREES * max_tokens
+
+
+def tiles_after(reading: Reading, item: PageImage, max_tokens: int) -> TilePlan | None:
+    """A plan when ``reading`` (the whole page's) ended in an answer that ran to ``max_tokens``
+    without repeating itself (:attr:`~llm_ocr.stages.attempts.Answer.long`)."""
+    long = [a for a in reading.answers if isinstance(a, Answer) and a.long]
+    if not long:
+        return None
+    estimate = item.text_estimate
+    tokens = max(round(LONG_FACTOR * max_tokens), round(estimate.chars * TOKENS_PER_CHAR) if estimate else 0)
+    return TilePlan(
+        _count(tokens, max_tokens),
+        f"the whole page's answer ran to max_tokens ({long[0].result.completion_tokens} tokens) without repeating itself",
+    )
+
+
+def _count(tokens: int, max_tokens: int) -> int:
+    return max(2, math.ceil(tokens / (TILE_SHARE * max_tokens)))
+
+
+async def read_in_tiles(
+    ref: DocumentRef,
+    item: PageImage,
+    num_pages: int | None,
+    plan: TilePlan,
+    *,
+    read: Callable[[PageImage], Awaitable[Reading]],
+    crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]],
+    model: str,
+    first: Reading | None = None,
+) -> PageResult | None:
+    """Read ``item`` in the tiles of ``plan`` (each with ``read``, the family's reading of one
+    image), all at once, and join them into its one row (None when the page cannot be cut:
+    read it whole). ``first`` is the whole page's reading that ran out of tokens, if there was
+    one: its tokens and text stay in the row."""
+    tiles = await asyncio.to_thread(plan_tiles, item.image, plan.count)
+    if len(tiles) < 2:
+        return None
+    row = await read_in_segments(
+        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_tiles, kind="tile", in_flight=len(tiles)
+    )
+    how = f"read in {len(tiles)} tiles at once" if first is None else f"read again in {len(tiles)} tiles"
+    notes = [f"{plan.why}: {how}"] + ([row.cut_reason] if row.cut_reason else [])
+    if first is None:
+        return replace(row, cut_reason="; ".join(notes))
+    whole = first.answers
+    return replace(
+        row,
+        raw=f"<--- whole page: ran to max_tokens --->\n{first.raw}\n{row.raw}",
+        cut_reason="; ".join(notes),
+        prompt_tokens=(row.prompt_tokens or 0) + sum(a.result.prompt_tokens or 0 for a in whole),
+        completion_tokens=(row.completion_tokens or 0) + sum(a.result.completion_tokens or 0 for a in whole),
+        attempts=row.attempts + sum(a.attempts for a in whole),
+    )
+
+
+# -- joining ---------------------------------------------------------------------------------
+
+
+def join_tiles(tiles: list[Segment], per_tile: list[list[Piece]], page: int) -> list[Piece]:
+    """The blocks of the page, each once, in reading order (see the module docstring)."""
+    width = max(t.right for t in tiles)
+    height = max(t.bottom for t in tiles)
+    kept: list[Piece] = []
+    for tile, pieces in zip(tiles, per_tile):
+        for piece in pieces:
+            centre = _centre(piece)
+            if centre is None or _owner(tiles, centre, width, height) in (None, tile.index):
+                kept.append(piece)
+    merged: list[Piece] = []
+    for piece in kept:
+        twin = _twin(merged, piece, tiles)
+        if twin is None:
+            merged.append(piece)
+            continue
+        head, tail = sorted((merged[twin], piece), key=lambda p: _position(p))
+        text = drop_repeated_start(head.block.text, tail.block.text)
+        block = Block(head.block.label, box_union(head.block.boxes + tail.block.boxes), f"{head.block.text} {text}".strip())
+        merged[twin] = replace(head, block=block, figures=head.figures + tail.figures)
+    return number_figures(reading_order(merged, width, height), page)
+
+
+def _centre(piece: Piece) -> tuple[float, float] | None:
+    boxes = piece.block.boxes
+    if not boxes:
+        return None
+    return ((min(b[0] for b in boxes) + max(b[2] for b in boxes)) / 2, (min(b[1] for b in boxes) + max(b[3] for b in boxes)) / 2)
+
+
+def _position(piece: Piece) -> tuple[int, int]:
+    boxes = piece.block.boxes
+    return (min(b[1] for b in boxes), min(b[0] for b in boxes)) if boxes else (0, 0)
+
+
+def _owner(tiles: list[Segment], point: tuple[float, float], width: int, height: int) -> int | None:
+    """The tile ``point`` lies deepest inside (its distance to the nearest edge that is not the
+    page's): the tile whose share of the page it is in, overlaps split down the middle."""
+    x, y = point
+    best: tuple[float, int] | None = None
+    for tile in tiles:
+        if not (tile.left <= x <= tile.right and tile.top <= y <= tile.bottom):
+            continue
+        edges = [x - tile.left if tile.left > 0 else math.inf, tile.right - x if tile.right < width else math.inf,
+                 y - tile.top if tile.top > 0 else math.inf, tile.bottom - y if tile.bottom < height else math.inf]  # fmt: skip
+        depth = min(edges)
+        if best is None or depth > best[0]:
+            best = (depth, tile.index)
+    return best[1] if best else None
+
+
+def _twin(merged: list[Piece], piece: Piece, tiles: list[Segment]) -> int | None:
+    """The block of another, overlapping tile that ``piece`` is another copy of: the same label
+    and overlapping boxes (blocks of one page never overlap; copies of one block in two tiles do)."""
+    if not piece.block.boxes:
+        return None
+    mine = tiles[piece.segment]
+    for index in range(len(merged) - 1, -1, -1):
+        other = merged[index]
+        theirs = tiles[other.segment]
+        if other.segment == piece.segment or other.block.label != piece.block.label:
+            continue
+        if not boxes_overlap(mine.box, theirs.box):
+            continue
+        if any(boxes_overlap(a, b) for a in other.block.boxes for b in piece.block.boxes):
+            return index
+    return None
+
+
+def reading_order(pieces: list[Piece], width: int, height: int) -> list[Piece]:
+    """``pieces`` in reading order by their boxes: a recursive XY-cut that splits a region at the
+    gaps between columns when it has any (left to right), else between rows (top to bottom).
+    A block without a box stays behind the block it followed in its tile's answer."""
+    groups: list[list[Piece]] = []
+    for piece in pieces:
+        if piece.block.boxes or not groups:
+            groups.append([piece])
+        else:
+            groups[-1].append(piece)
+    boxed = [g for g in groups if g[0].block.boxes]
+    loose = [g for g in groups if not g[0].block.boxes]  # only a boxless first piece
+    ordered = _xy_cut(boxed, (GAP_TOLERANCE * width, GAP_TOLERANCE * height), 0)
+    return [p for g in loose + ordered for p in g]
+
+
+def _extent(group: list[Piece], axis: int) -> tuple[int, int]:
+    boxes = group[0].block.boxes
+    return min(b[axis] for b in boxes), max(b[axis + 2] for b in boxes)
+
+
+def _xy_cut(groups: list[list[Piece]], tolerance: tuple[float, float], depth: int) -> list[list[Piece]]:
+    if len(groups) <= 1 or depth > 64:
+        return groups
+    parts = _split(groups, 0, tolerance[0])  # columns first
+    if len(parts) == 1:
+        # Rows. Two neighbouring rows that are columns again once joined are one region: their
+        # paragraph breaks merely line up (the classic XY-cut failure, which would read the
+        # columns row by row); a row an element spans (a headline across columns) stays apart.
+        parts = []
+        for row in _split(groups, 1, tolerance[1]):
+            if parts and len(_split(parts[-1] + row, 0, tolerance[0])) > 1:
+                parts[-1] = parts[-1] + row
+            else:
+                parts.append(row)
+    if len(parts) > 1:
+        return [g for part in parts for g in _xy_cut(part, tolerance, depth + 1)]
+    return sorted(groups, key=lambda g: (_extent(g, 1)[0], _extent(g, 0)[0]))
+
+
+def _split(groups: list[list[Piece]], axis: int, tolerance: float) -> list[list[list[Piece]]]:
+    """``groups`` cut at every gap along ``axis`` (0: x, 1: y) that no block spans."""
+    spans = sorted(groups, key=lambda g: _extent(g, axis))
+    parts: list[list[list[Piece]]] = [[spans[0]]]
+    reach = _extent(spans[0], axis)[1]
+    for group in spans[1:]:
+        start, end = _extent(group, axis)
+        if start >= reach - tolerance:
+            parts.append([group])
+        else:
+            parts[-1].append(group)
+        reach = max(reach, end)
+    return parts
