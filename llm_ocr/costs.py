@@ -1,15 +1,16 @@
 """What a shard's GPU time cost, from a price table of the platforms' GPUs and machines.
 
-Prices are on-demand US$ per GPU-hour from FACTS.md (Hugging Face Jobs flavors: ``l4x1`` 0.80,
-``l40sx1`` 1.80, ``a100-large`` 2.50, ``h200`` 5.00; there is no H100 flavor). They are
-estimates for planning, not invoices: pass ``--gpu-price-per-hour`` for your own rate.
+Prices are on-demand US$ per GPU-hour (docs/facts.md#hugging-face-jobs; Hugging Face Jobs flavors:
+``l4x1`` 0.80, ``l40sx1`` 1.80, ``a100-large`` 2.50, ``h200`` 5.00; there is no H100 flavor). They
+are estimates for planning, not invoices: pass ``--gpu-price-per-hour`` for your own rate.
 
 :data:`HF_JOBS_HARDWARE` maps each Hugging Face Jobs flavor to its GPUs, the vLLM sizing preset
 of one of its GPUs (:mod:`llm_ocr.servers.presets`) and its hourly price. The launcher prefers the
 live prices of ``HfApi.list_jobs_hardware()``; this table is the fallback when that is not
-reachable. Prices of single-GPU flavors are from FACTS.md; multi-GPU flavors are priced here as
-the single-GPU price times the GPU count, an estimate marked ``listed=False``; flavors FACTS.md
-gives no price for have ``None`` (unknown) until the live list says otherwise.
+reachable. Prices of single-GPU flavors are the listed ones (docs/facts.md#hugging-face-jobs);
+multi-GPU flavors are priced here as the single-GPU price times the GPU count, an estimate marked
+``listed=False``; flavors with no listed price have ``None`` (unknown) until the live list says
+otherwise.
 """
 
 from __future__ import annotations
@@ -209,15 +210,15 @@ class CloudRunPrices:
     recorded: str
 
 
-#: From https://cloud.google.com/run/pricing as the seed's notebook copied it (FACTS.md): an L4
-#: without zonal redundancy (the launcher disables it), vCPU and memory, us-east4. Recorded here
-#: on 2026-11-23 without re-checking the page (no network): check it for your region.
+#: From https://cloud.google.com/run/pricing (docs/facts.md#google-cloud-run-jobs): an L4 without
+#: zonal redundancy (the launcher disables it), vCPU and memory, us-east4. Recorded here on
+#: 2026-11-23 without re-checking the page (no network): check it for your region.
 CLOUD_RUN_PRICES = CloudRunPrices(
     l4_per_s=0.0001867,
     vcpu_per_s=0.000018,
     gib_per_s=0.000002,
     region="us-east4",
-    source="https://cloud.google.com/run/pricing (via the seed notebook, FACTS.md)",
+    source="https://cloud.google.com/run/pricing",
     recorded="2026-11-23",
 )
 

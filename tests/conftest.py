@@ -15,7 +15,8 @@ from tests import skip_policy
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: DeepSeek-OCR's offline document prompt (FACTS.md), written independently of llm_ocr's constants.
+#: DeepSeek-OCR's offline document prompt (docs/facts.md#deepseek-ocr), written independently of
+#: llm_ocr's constants.
 OFFLINE_DOCUMENT_PROMPT = "<image>\n<|grounding|>Convert the document to markdown."
 
 

@@ -451,18 +451,9 @@ async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tup
 
 async def _engine_info(base_url: str, model: str) -> Any:
     """The ``ocr_engine`` metadata the CPU engine puts in ``/v1/models`` (None elsewhere)."""
-    import openai
+    from llm_ocr.vlm.client import served_model_card
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=10)
-    try:
-        for m in (await client.models.list()).data:
-            if m.id == model:
-                return (m.model_extra or {}).get("ocr_engine")
-    except openai.OpenAIError:
-        return None
-    finally:
-        await client.close()
-    return None
+    return (await served_model_card(base_url, model)).get("ocr_engine")
 
 
 def summarise(scores: list[PageScore], wall_s: float) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pathlib import Path
 CORPUS_VERSION = 1
 
 LETTER_PT = (612, 792)  # 8.5 x 11 in at 72 pt/in
-SCAN_DPI = 144  # DeepSeek-OCR's own rendering resolution (FACTS.md)
+SCAN_DPI = 144  # DeepSeek-OCR's own rendering resolution (docs/facts.md#deepseek-ocr)
 #: Document lengths drawn from here (pages): many short documents, a few long reports.
 DOC_LENGTHS = (1, 1, 2, 3, 4, 6, 8, 12, 20, 32)
 SCAN_EVERY = 5  # every fifth document is a scan
@@ -167,7 +167,8 @@ def _pdf(objects: list[bytes]) -> bytes:
     return bytes(out)
 
 
-#: A real PDF page of 234 x 14,295 pt (FACTS.md): 443 x 27,049 px at 144 DPI under the 12 MP cap.
+#: A real PDF page of 234 x 14,295 pt (docs/facts.md#real-pdfs): 443 x 27,049 px at 144 DPI under
+#: the 12 MP cap.
 STRIP_PT = (234, 14295)
 
 

@@ -1,11 +1,11 @@
 """JPEG q95 versus PNG for page images: encoding cost, size, and what the model gets to see.
 
-DeepSeek-OCR in vLLM's "Gundam" mode (FACTS.md) looks at a page twice: a *global view*,
-the page padded to a 1024x1024 square (``ImageOps.pad``, bicubic), and *tiles* of 640x640 cut
-from the page resized (bicubic) to the closest ``cols x rows`` grid of 640 px tiles with
-2..6 tiles. A Letter page at 144 DPI (1224x1584) gets a 2x3 grid, i.e. 1280x1920: slightly
-*up*-scaled, so the tiles see JPEG artifacts at about native resolution, while the global
-view averages them away. :func:`encoding_report` measures PSNR against the lossless page at
+DeepSeek-OCR in vLLM's "Gundam" mode (docs/facts.md#deepseek-ocr) looks at a page twice: a *global
+view*, the page padded to a 1024x1024 square (``ImageOps.pad``, bicubic), and *tiles* of 640x640 cut
+from the page resized (bicubic) to the closest ``cols x rows`` grid of 640 px tiles with 2..6 tiles.
+A Letter page at 144 DPI (1224x1584) gets a 2x3 grid, i.e. 1280x1920: slightly *up*-scaled, so the
+tiles see JPEG artifacts at about native resolution, while the global view averages them away.
+:func:`encoding_report` measures PSNR against the lossless page at
 native size, in the global view and in the tile canvas.
 """
 
@@ -27,7 +27,7 @@ from llm_ocr.sources.images import encode
 
 GLOBAL_VIEW = 1024
 TILE = 640
-MIN_TILES, MAX_TILES = 2, 6  # vLLM's DeepSeek-OCR processor (FACTS.md)
+MIN_TILES, MAX_TILES = 2, 6  # vLLM's DeepSeek-OCR processor (docs/facts.md#deepseek-ocr)
 
 
 def tile_grid(width: int, height: int) -> tuple[int, int]:

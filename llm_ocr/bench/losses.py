@@ -13,9 +13,9 @@ behaved before (``today``) and once as it does now (``new``):
 - These three render pages small (36 DPI, so 494 x 640 px): on a shared 2-core machine a
   client rendering full pages cannot feed 256 slots or four GPUs, and the comparison would
   measure rendering (the instant benchmark's job) instead of the in-flight policy.
-- **long page**: the 234 x 14,295 pt strip of FACTS.md (443 x 27,049 px at 144 DPI): read whole
-  today, in segments now. The simulator does not read text, so what is compared is how large
-  the text is where the model reads it (the scale of its 640-pixel crops), and that the page
+- **long page**: the 234 x 14,295 pt strip of docs/facts.md#real-pdfs (443 x 27,049 px at 144 DPI):
+  read whole today, in segments now. The simulator does not read text, so what is compared is how
+  large the text is where the model reads it (the scale of its 640-pixel crops), and that the page
   still gets one row.
 
 Two more compare dense pages (issue 28) read whole, cut at ``max_tokens`` and retried (``today``)

@@ -43,7 +43,7 @@ from llm_ocr.launchers.core import (
     wait_for,
 )
 from llm_ocr.launchers.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
-from llm_ocr.launchers.spec import PRIMARY_STAGE, STAGE_MARKERS, LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
+from llm_ocr.launchers.spec import PRIMARY_STAGE, LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
 from llm_ocr.launchers.table import LaunchStatus, marker_costs
 from llm_ocr.options import GROUPS, STAGE_OPTIONS, STAGES_WITH_INPUTS, DatasetOptions, JobOptions, stage_option_names
 from llm_ocr.storage.state import markers_by_shard
@@ -321,8 +321,10 @@ def costs(target: str, *, launch_id: str | None = None, storage_options: Mapping
     out, record = _resolve(target, launch_id, storage_options)
     if record is None:
         raise LaunchError(f"{out.url} has no launch record: the hardware and its price are unknown")
-    markers = {s: markers_by_shard(out, s, record.num_shards) for s in STAGE_MARKERS[record.stage]}
-    return marker_costs(record.stage, markers, hardware=record.hardware, gpus=record.gpus, price_per_hour=record.price_per_hour)
+    needed = record.needed_markers()
+    markers = {s: markers_by_shard(out, s, record.num_shards) for s in needed}
+    return marker_costs(record.stage, markers, hardware=record.hardware, gpus=record.gpus,
+                        price_per_hour=record.price_per_hour, needed=needed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,10 +373,15 @@ def _wait_record(out: Any, record: LaunchRecord, *, interval: float, timeout: fl
 def _count_rows(out: Any, table: LaunchStatus) -> None:
     from llm_ocr.storage.reconcile import stage_status
 
-    report = stage_status(out, PRIMARY_STAGE[table.stage])
     suffix = f"-of-{table.num_shards:05d}"
-    counts = {int(key[:5]): value for key, value in report["shards"].items() if key.endswith(suffix)}
-    table.count_rows(counts, report["duplicates"])
+
+    def by_shard(report: dict[str, Any]) -> dict[int, dict[str, int]]:
+        return {int(key[:5]): value for key, value in report["shards"].items() if key.endswith(suffix)}
+
+    report = stage_status(out, PRIMARY_STAGE[table.stage])
+    # A `run` with a schema: Fields' rows too (its duplicates are reported by `llm-ocr status`).
+    fields = by_shard(stage_status(out, "fields")) if table.fields else None
+    table.count_rows(by_shard(report), report["duplicates"], fields)
 
 
 class _Display:

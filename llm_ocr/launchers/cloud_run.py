@@ -15,11 +15,11 @@ launch is one execution: its ``task_count`` is the number of shards launched, an
 finds its shard from ``CLOUD_RUN_TASK_INDEX`` through :data:`llm_ocr.container.shard_index.TASK_SHARDS_ENV`
 (a relaunch runs only the unfinished shards, whose indices are not 0..k-1).
 
-A GPU task is stopped after at most 1 hour (FACTS.md), so a task's attempts are the unit of
-resume: ``max_retries`` is 3 by default (``--attempts 4``), Cloud Run sends SIGTERM at the limit
-(then SIGKILL ~10 s later, as for services: the container contract; not verified for job
-tasks), llm-ocr stops intake, saves its parts within ``LLM_OCR_GRACE_PERIOD`` (set to 5 s here)
-and exits 3, and the retry resumes from the parts. Shards are sized to fit one attempt
+A GPU task is stopped after at most 1 hour (docs/facts.md#google-cloud-run-jobs), so a task's
+attempts are the unit of resume: ``max_retries`` is 3 by default (``--attempts 4``), Cloud Run sends
+SIGTERM at the limit (then SIGKILL ~10 s later, as for services: the container contract; not
+verified for job tasks), llm-ocr stops intake, saves its parts within ``LLM_OCR_GRACE_PERIOD`` (set
+to 5 s here) and exits 3, and the retry resumes from the parts. Shards are sized to fit one attempt
 (:func:`llm_ocr.launchers.sizing.fit_timeout`).
 
 Secrets are Secret Manager references only (``--secret-ref NAME=SECRET[:VERSION]`` ->
@@ -75,7 +75,8 @@ log = logging.getLogger("llm_ocr")
 GPU_IMAGE = f"docker.io/{VLLM_IMAGE}"
 CPU_ONLY_IMAGE = f"docker.io/library/{CPU_IMAGE}"
 CODE_MOUNT = "/llm-ocr-code"
-#: Per-attempt limits: 1 hour with a GPU (FACTS.md), 168 hours without (Cloud Run docs).
+#: Per-attempt limits: 1 hour with a GPU, 168 hours without (Cloud Run docs, "Set task timeout
+#: for jobs"; docs/facts.md#google-cloud-run-jobs).
 GPU_TASK_LIMIT_S = 3600
 CPU_TASK_LIMIT_S = 168 * 3600
 #: Seconds llm-ocr lets pages in flight finish after SIGTERM: inside Cloud Run's ~10 s before

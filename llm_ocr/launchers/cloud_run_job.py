@@ -5,7 +5,7 @@ Pure functions, no API call: :func:`job_body` is the ``Job`` that ``JobsClient.c
 :func:`run_body` the body of ``POST .../jobs/J:run`` (``RunJobRequest.Overrides``), and
 :func:`template_changed` whether the job on Cloud Run must be updated before it runs.
 
-What goes where (FACTS.md, Cloud Run; google-cloud-run 0.16 ``types/job.py``,
+What goes where (docs/facts.md#google-cloud-run-jobs; google-cloud-run 0.16 ``types/job.py``,
 ``task_template.py``, ``k8s_min.py``, ``vendor_settings.py``):
 
 - the job's template holds everything but the launch: image, command and args, resources
@@ -43,9 +43,9 @@ GPU_TYPES: dict[str, str] = {"nvidia-l4": "l4-24gb"}
 #: vCPU -> (min, max) GiB of memory a task may have (Cloud Run docs, "Configure CPU limits for jobs").
 MEMORY_GIB_BY_CPU: dict[int, tuple[float, float]] = {1: (0.5, 4), 2: (0.5, 8), 4: (2, 16), 6: (4, 24), 8: (4, 32)}
 MAX_CPU, MAX_MEMORY_GIB = 8, 32
-#: An L4 task needs at least this much (FACTS.md, Cloud Run).
+#: An L4 task needs at least this much (docs/facts.md#google-cloud-run-jobs).
 GPU_MIN_CPU, GPU_MIN_MEMORY_GIB = 4, 16
-#: Tasks per execution at most (FACTS.md).
+#: Tasks per execution at most (docs/facts.md#google-cloud-run-jobs).
 MAX_TASKS = 10_000
 #: A task's retries at most (``maxRetries``: 0..10, Cloud Run docs, "Configure max retries for jobs").
 MAX_RETRIES = 10

@@ -188,9 +188,7 @@ def _check_layout(out: Storage, request: LaunchRequest) -> None:
 def _finished_shards(out: Storage, request: LaunchRequest) -> dict[int, str]:
     """Shards with every completion marker of the stage (from listings: no marker is read unless
     ``--retry-errors`` needs their failed-page counts)."""
-    needed = STAGE_MARKERS[request.stage]
-    if request.stage == "run" and {"--fields-schema", "--classes"} & set(request.stage_args):
-        needed = (*needed, "fields")  # `llm-ocr run --schema ...`: a shard without Fields' marker is not done
+    needed = request.markers  # `llm-ocr run --schema ...`: a shard without Fields' marker is not done
     paths = {stage: marker_paths(out, stage, request.num_shards) for stage in needed}
     done = {shard: "done" for shard in range(request.num_shards) if all(shard in paths[s] for s in needed)}
     if request.retry_errors:
@@ -317,6 +315,7 @@ def submit_plan(plan: LaunchPlan, platform: Platform) -> LaunchRecord | None:
         image=target.image,
         info=dict(target.info),
         skipped={str(k): v for k, v in plan.skipped.items()},
+        markers=list(request.markers),
     )
     previous = plan.previous
     if previous is not None and (previous.num_shards, previous.stage) == (request.num_shards, request.stage):
@@ -370,7 +369,13 @@ def collect_status(
                 + ": nothing to show (was it launched with `llm-ocr launch`?)"
             )
         num_shards = layouts.pop()
-    markers = {s: markers_by_shard(out, s, num_shards, cache) for s in STAGE_MARKERS[stage]}
+    if record is not None:
+        needed = record.needed_markers()
+    else:  # no record: a `run` whose shards have Fields markers ran with a schema
+        needed = STAGE_MARKERS[stage]
+        if stage == "run" and num_shards in marker_layouts(out, "fields"):
+            needed = (*needed, "fields")
+    markers = {s: markers_by_shard(out, s, num_shards, cache) for s in needed}
     progress = {shard: data for (name, shard), data in read_progress(out, num_shards).items() if name == PRIMARY_STAGE[stage]}
     states: dict[str, JobState] = {}
     if record is not None:
@@ -388,7 +393,7 @@ def collect_status(
             state = platform.shard_phase(known, shard) if (known and platform) else JobState(job["job_id"], "unknown")
         rows.append(shard_status(
             shard, stage, {s: m[shard] for s, m in markers.items() if shard in m}, progress.get(shard), state,
-            gpus=record.gpus if record else 1, price_per_hour=record.price_per_hour if record else None,
+            gpus=record.gpus if record else 1, price_per_hour=record.price_per_hour if record else None, needed=needed,
         ))
     return LaunchStatus(
         output=out.url,
@@ -400,6 +405,7 @@ def collect_status(
         hardware=record.hardware if record else None,
         gpus=record.gpus if record else 1,
         price_per_hour=record.price_per_hour if record else None,
+        fields="fields" in needed and stage != "fields",
     )
 
 

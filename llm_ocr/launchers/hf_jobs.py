@@ -6,9 +6,10 @@ their prices), ``run_job`` (``POST /api/jobs/{namespace}``), ``list_jobs(labels=
 ``inspect_job`` (``GET /api/jobs/{namespace}[/{id}]``), ``fetch_job_logs``
 (``GET .../{id}/logs``, server-sent events) and ``cancel_job`` (``POST .../{id}/cancel``).
 
-FACTS.md, HF Jobs: no job arrays, so each shard is its own job told ``LLM_OCR_NUM_SHARDS`` /
-``LLM_OCR_SHARD_INDEX`` in ``env``; ``HF_TOKEN`` only ever in ``secrets``; ``attempts`` counts
-tries including the first (a preempted or crashed job is retried and resumes from its parts).
+docs/facts.md#hugging-face-jobs: no job arrays, so each shard is its own job told
+``LLM_OCR_NUM_SHARDS`` / ``LLM_OCR_SHARD_INDEX`` in ``env``; ``HF_TOKEN`` only ever in ``secrets``;
+``attempts`` counts tries including the first (a preempted or crashed job is retried and resumes
+from its parts).
 
 Code delivery without building an image: the llm-ocr wheel is uploaded once per content digest
 to a private model repo (``NAMESPACE/llm-ocr-jobs-code`` unless ``--code-repo``), mounted

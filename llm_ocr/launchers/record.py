@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm_ocr.launchers.spec import STAGE_MARKERS
 from llm_ocr.storage import Storage
 from llm_ocr.storage.state import STATE_DIR
 
@@ -61,6 +62,13 @@ class LaunchRecord:
     info: dict[str, Any] = field(default_factory=dict)
     #: Why shards were not launched ("done", "running job ID").
     skipped: dict[str, str] = field(default_factory=dict)
+    #: The completion markers a shard needs (``run`` with a schema: Fields' too); empty in
+    #: records written before it was kept: the stage's own.
+    markers: list[str] = field(default_factory=list)
+
+    def needed_markers(self) -> tuple[str, ...]:
+        """The completion markers a shard of this launch must have to count as done."""
+        return tuple(self.markers) or STAGE_MARKERS[self.stage]
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         """The record entry of ``job_id``."""

@@ -1,6 +1,6 @@
 """SageMaker Processing: one ``CreateProcessingJob`` with ``InstanceCount = N`` for N shards.
 
-Plain boto3 (the ``sagemaker`` SDK stays out: FACTS.md, AWS SageMaker). Calls: ``sts.
+Plain boto3 (the ``sagemaker`` SDK stays out: docs/facts.md#aws-sagemaker-processing). Calls: ``sts.
 get_caller_identity`` (the credentials work), ``iam.get_role`` (the execution role exists, when
 the caller may look), ``service-quotas.list_service_quotas`` (the account's "ml.X for processing
 job usage" quota, when readable), ``secretsmanager.describe_secret`` (the named secrets exist; no

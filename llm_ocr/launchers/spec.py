@@ -6,7 +6,7 @@ container image, the command (the plain ``llm-ocr`` invocation, possibly behind 
 step), the plain environment, the secrets (kept apart: their values never leave this object
 except towards the platform's secrets channel), hardware, timeout, attempts and labels.
 :class:`LaunchPlan` gathers the specs and the exact API request bodies; its :meth:`LaunchPlan.
-to_json` is the ``--dry-run`` contract (DESIGN.md).
+to_json` is the ``--dry-run`` contract (docs/platforms-hf-jobs.md#the-dry-run-contract).
 """
 
 from __future__ import annotations
@@ -31,6 +31,19 @@ STAGE_MARKERS: dict[str, tuple[str, ...]] = {
     "assemble": ("assemble",),
     "fields": ("fields",),
 }
+
+#: Flags of ``llm-ocr run`` that make it run Fields after Assemble (``--schema`` is given as
+#: ``--fields-schema`` by the launcher).
+FIELDS_FLAGS = frozenset({"--fields-schema", "--schema", "--classes"})
+
+
+def launch_markers(stage: str, stage_args: list[str]) -> tuple[str, ...]:
+    """The completion markers a shard of a launch must have to count as done: the stage's
+    (:data:`STAGE_MARKERS`), and Fields' too for a ``run`` given a schema or a classes file."""
+    if stage == "run" and FIELDS_FLAGS & set(stage_args):
+        return (*STAGE_MARKERS[stage], "fields")
+    return STAGE_MARKERS[stage]
+
 
 #: The stage whose rows a launched stage's table counts (``run`` counts Extract's pages; its
 #: progress file is Extract's too).
@@ -130,6 +143,11 @@ class LaunchRequest(LaunchOptions):
     hardware: str | None = None
     dataset: DatasetOptions = Field(default_factory=DatasetOptions)
     storage_options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The completion markers each shard must have (:func:`launch_markers`)."""
+        return launch_markers(self.stage, self.stage_args)
 
     @property
     def timeout_s(self) -> int | None:
@@ -234,7 +252,8 @@ class LaunchPlan:
     previous: Any = None
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--dry-run`` object (DESIGN.md): jobs by shard, and the exact request bodies."""
+        """The ``--dry-run`` object (docs/platforms-hf-jobs.md#the-dry-run-contract): jobs by shard,
+        and the exact request bodies."""
         return {
             "platform": self.platform,
             "launch_id": self.launch_id,

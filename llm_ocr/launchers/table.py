@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,6 +52,9 @@ class ShardStatus:
     counts: dict[str, int] = field(default_factory=dict)
     #: Pages (documents) done by an earlier run of the shard and skipped by the last one.
     earlier: int = 0
+    #: Fields' documents by status, for a ``run`` launched with a schema (None: no Fields in
+    #: this launch; empty: its marker is not there yet).
+    fields: dict[str, int] | None = None
     elapsed_s: float | None = None
     gpu_hours: float | None = None
     cost_usd: float | None = None
@@ -88,10 +92,12 @@ def shard_status(
     *,
     gpus: int,
     price_per_hour: float | None,
+    needed: Sequence[str] | None = None,
 ) -> ShardStatus:
     """The row of ``shard`` of a ``stage`` launch from its markers (by stage), its progress file
-    and its job's state (None: no job known)."""
-    needed = STAGE_MARKERS[stage]
+    and its job's state (None: no job known). ``needed``: the markers that make the shard done
+    (default the stage's; a ``run`` with a schema needs Fields' too, and its row shows them)."""
+    needed = tuple(needed or STAGE_MARKERS[stage])
     done = all(name in markers for name in needed)
     counts, earlier = _counts(stage, markers, progress)
     phase = job.phase if job is not None else ""
@@ -110,7 +116,7 @@ def shard_status(
         state = job.phase
     else:
         state = job.phase if job.phase != "unknown" else "unknown"
-    elapsed = job.running_s if job is not None and job.running_s is not None else _marker_seconds(stage, markers)
+    elapsed = job.running_s if job is not None and job.running_s is not None else _marker_seconds(stage, markers, needed)
     if elapsed is None and progress is not None:
         elapsed = float(progress.get("wall_time_s") or 0.0)
     row = ShardStatus(
@@ -124,6 +130,7 @@ def shard_status(
         counts=counts,
         earlier=earlier,
         elapsed_s=elapsed,
+        fields=_counts("fields", markers, None)[0] if "fields" in markers else {} if "fields" in needed else None,
     )
     if elapsed is not None:
         row.gpu_hours = round(elapsed * gpus / 3600, 4)
@@ -140,9 +147,9 @@ def _counts(stage: str, markers: dict[str, dict[str, Any]], progress: dict[str, 
     return {k: int(pages.get(k, 0)) for k in PAGE_STATUSES}, int(pages.get("skipped", 0))
 
 
-def _marker_seconds(stage: str, markers: dict[str, dict[str, Any]]) -> float | None:
+def _marker_seconds(stage: str, markers: dict[str, dict[str, Any]], needed: Sequence[str]) -> float | None:
     # In `run`, Describe works inside Extract's page flow: its wall time overlaps Extract's.
-    names = ("extract", "assemble") if stage == "run" else STAGE_MARKERS[stage]
+    names = [name for name in needed if not (stage == "run" and name == "describe")]
     seconds = [float(markers[n]["wall_time_s"]) for n in names if n in markers and "wall_time_s" in markers[n]]
     return sum(seconds) if seconds else None
 
@@ -164,9 +171,14 @@ class LaunchStatus:
     #: Set by :meth:`count_rows`: the counts come from the Parquet parts (every run of every
     #: shard), with this many duplicate rows found; None: from markers and progress files.
     duplicates: int | None = None
+    #: The launch's ``run`` also extracts fields (``--schema``/``--classes``): a column and a
+    #: totals line count its documents.
+    fields: bool = False
 
-    def count_rows(self, counts: dict[int, dict[str, int]], duplicates: int) -> None:
-        """Replace each shard's counts by the rows its parts hold, by status (exact, all runs).
+    def count_rows(self, counts: dict[int, dict[str, int]], duplicates: int,
+                   fields: dict[int, dict[str, int]] | None = None) -> None:
+        """Replace each shard's counts by the rows its parts hold, by status (exact, all runs);
+        ``fields``: the same for Fields' rows of a ``run`` with a schema.
 
         Markers and progress files only count a shard's last run; a shard resumed after a kill
         or a retry did part of its pages in an earlier one.
@@ -174,6 +186,8 @@ class LaunchStatus:
         for row in self.shards:
             row.counts = dict(counts.get(row.shard, {}))
             row.earlier = 0
+            if fields is not None and row.fields is not None and (row.fields or row.shard in fields):
+                row.fields = {k: int(fields.get(row.shard, {}).get(k, 0)) for k in FIELDS_STATUSES}
         self.duplicates = duplicates
 
     @property
@@ -190,8 +204,10 @@ class LaunchStatus:
         """Shards by state, pages by status, GPU-hours, cost and pages/s per GPU."""
         states = Counter(row.kind for row in self.shards)
         counts: Counter[str] = Counter()
+        fields: Counter[str] = Counter()
         for row in self.shards:
             counts.update(row.counts)
+            fields.update(row.fields or {})
         seconds = sum(row.elapsed_s or 0.0 for row in self.shards)
         gpu_seconds = seconds * self.gpus
         done = sum(counts.values())
@@ -204,6 +220,7 @@ class LaunchStatus:
             "gpu_hours": round(gpu_seconds / 3600, 4),
             "cost_usd": round(sum(costs), 4) if costs and self.price_per_hour is not None else None,
             "pages_per_s_per_gpu": round(done / gpu_seconds, 3) if gpu_seconds > 0 and self.stage != "assemble" else None,
+            **({"fields": {k: fields.get(k, 0) for k in FIELDS_STATUSES}} if self.fields else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -229,7 +246,8 @@ class LaunchStatus:
 
     def header(self) -> list[str]:
         statuses = statuses_of(self.stage)
-        return ["shard", "job", "state", "stages done", self.unit, *statuses, "elapsed", "cost $"]
+        fields = ["fields"] if self.fields else []
+        return ["shard", "job", "state", "stages done", self.unit, *statuses, *fields, "elapsed", "cost $"]
 
     def cells(self, row: ShardStatus) -> list[str]:
         statuses = statuses_of(self.stage)
@@ -242,6 +260,7 @@ class LaunchStatus:
             ",".join(row.stages_done) or "-",
             done,
             *(str(row.counts.get(s, 0)) for s in statuses),
+            *([_fields_cell(row.fields)] if self.fields else []),
             _duration(row.elapsed_s),
             f"{row.cost_usd:.2f}" if row.cost_usd is not None else "-",
         ]
@@ -260,6 +279,10 @@ class LaunchStatus:
             + (f" | cost: ${t['cost_usd']:.2f}" if t["cost_usd"] is not None else " | cost: unknown price")
             + (f" | {t['pages_per_s_per_gpu']:.2f} pages/s per GPU" if t["pages_per_s_per_gpu"] is not None else ""),
         ]
+        if self.fields:
+            fields = t["fields"]
+            counted = ", ".join(f"{k} {fields[k]}" for k in FIELDS_STATUSES)
+            lines.insert(2, f"fields: {sum(fields.values())} documents = {counted}")
         return lines
 
     def __str__(self) -> str:
@@ -288,6 +311,14 @@ class LaunchStatus:
         totals = "<br>".join(html.escape(line) for line in self.totals_lines())
         return (f"<div><b>{html.escape(self.title())}</b><table><thead><tr>{head}</tr></thead>"
                 f"<tbody>{body}</tbody></table><p>{totals}</p></div>")
+
+
+def _fields_cell(counts: dict[str, int] | None) -> str:
+    """A ``run`` shard's Fields documents: ``ok 7, invalid 1`` (statuses with none left out);
+    ``-`` before its marker."""
+    if not counts:
+        return "-"
+    return ", ".join(f"{k} {counts[k]}" for k in FIELDS_STATUSES if counts.get(k)) or "0"
 
 
 def _duration(seconds: float | None) -> str:
@@ -338,15 +369,17 @@ class CostTable:
 
 
 def marker_costs(
-    stage: str, markers: dict[str, dict[int, dict[str, Any]]], *, hardware: str, gpus: int, price_per_hour: float | None
+    stage: str, markers: dict[str, dict[int, dict[str, Any]]], *, hardware: str, gpus: int, price_per_hour: float | None,
+    needed: Sequence[str] | None = None,
 ) -> CostTable:
-    """The cost of every shard of a ``stage`` launch that has its markers (by stage, by shard)."""
-    needed = STAGE_MARKERS[stage]
+    """The cost of every shard of a ``stage`` launch that has its ``needed`` markers (by stage,
+    by shard; default the stage's own)."""
+    needed = tuple(needed or STAGE_MARKERS[stage])
     shards = sorted(set.intersection(*(set(markers.get(s, {})) for s in needed))) if needed else []
     rows = []
     for shard in shards:
         own = {s: markers[s][shard] for s in needed}
-        seconds = _marker_seconds(stage, own) or 0.0
+        seconds = _marker_seconds(stage, own, needed) or 0.0
         counts, _ = _counts(stage, own, None)
         pages = sum(counts.values()) if stage != "assemble" else int(own["assemble"].get("pages", 0))
         rows.append({

@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from llm_ocr.endpoint import Endpoint
+from llm_ocr.endpoint.open import EndpointError, choose_engine
 from llm_ocr.options import FieldsOptions, StageSpec
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage, stage_endpoint
 from llm_ocr.runners.page_flow import acquire_unless_stopped, iterate_in_thread
@@ -58,7 +59,7 @@ from llm_ocr.storage.upstream import (
     stage_has_parts,
     upstream_complete,
 )
-from llm_ocr.vlm.client import EndpointDown
+from llm_ocr.vlm.client import EndpointDown, served_model_card
 
 log = logging.getLogger("llm_ocr")
 
@@ -127,13 +128,49 @@ def fields_settled(marker: dict[str, Any] | None, fingerprint: str) -> bool:
 
 
 def exit_code(documents: dict[str, int]) -> int:
-    """0 when every document's fields are ok; 1 when some are invalid or failed (rerun retries errors)."""
-    return EXIT_PAGES_FAILED if documents.get("invalid", 0) or documents.get("error", 0) else EXIT_OK
+    """0 when every document has its verdict (``ok`` or ``invalid``); 1 when some failed (a rerun
+    retries those). ``invalid`` is a verdict on the document, like a truncated page: a rerun
+    keeps it, so exiting 1 would only make a platform retry the job to the same end."""
+    return EXIT_PAGES_FAILED if documents.get("error", 0) else EXIT_OK
 
 
 def fields_wanted(options: FieldsOptions) -> bool:
     """Whether ``llm-ocr run`` was asked for fields (a schema or a classes file)."""
     return bool(options.fields_schema or options.classes)
+
+
+def not_a_language_model(where: str) -> str:
+    """The refusal of a Fields run whose model would be the CPU OCR engine (``where``: which
+    server that is), saying what to do instead."""
+    return (
+        f"fields needs a language model, and {where} is llm-ocr's CPU OCR engine: it reads page images, it cannot "
+        "answer questions about a document (its answers would be made up). Point --fields-endpoint at an "
+        "OpenAI-compatible server of an instruct model (e.g. vLLM serving Qwen/Qwen2.5-7B-Instruct) and name the "
+        "model with --fields-model"
+    )
+
+
+def launched_engine_refusal(spec: StageSpec) -> str | None:
+    """Why Fields cannot run, known from the options alone: its requests would go to the CPU
+    engine this process launches (no ``--fields-endpoint``, no ``--endpoint``, and ``--engine``
+    is ``cpu``, or ``auto`` on a machine without a CUDA GPU and vLLM). None: nothing known yet
+    (an ``--endpoint`` is checked once open, see :func:`served_by_ocr_engine`)."""
+    if spec.fields.fields_endpoint or spec.job.endpoint:
+        return None
+    try:
+        engine, why, _ = choose_engine(spec.server)
+    except EndpointError:  # a bad --gpu-preset: the endpoint's opening says so
+        return None
+    if engine != "cpu":
+        return None
+    chosen = f"--engine {spec.server.engine}" + (f": {why}" if spec.server.engine == "auto" else "")
+    return not_a_language_model(f"the model server this run launches ({chosen})")
+
+
+async def served_by_ocr_engine(endpoint: Endpoint, api_key: str | None) -> bool:
+    """Whether ``endpoint`` is the CPU OCR engine: its ``/v1/models`` entry says so (``ocr_engine``)."""
+    card = await served_model_card(endpoint.client.base_url, endpoint.client.model, api_key)
+    return "ocr_engine" in card
 
 
 def _exports(options: FieldsOptions) -> list[str]:
@@ -175,6 +212,9 @@ class Fields(ShardStage):
         return exit_code(marker.get("documents", {}))
 
     async def check(self, shard: Shard, markers: Markers) -> None:
+        refusal = await asyncio.to_thread(launched_engine_refusal, self.spec)  # runs nvidia-smi
+        if refusal:
+            raise RunError(refusal)
         source = shard.folder("assemble")
         self.complete = await asyncio.to_thread(upstream_complete, shard.out, "assemble", source, shard.index, shard.count)
         if not self.complete and not await asyncio.to_thread(stage_has_parts, source):
@@ -200,6 +240,10 @@ class Fields(ShardStage):
             shard, self.spec.client, self.spec.server, url=options.fields_endpoint, model=options.fields_model or job.model,
             api_key=secret.get_secret_value() if secret else None, main=self.main, log_prefix="server-fields",
         ) as endpoint:
+            # Before any request: the CPU engine would answer every one with an error (or, for
+            # page images, a figure's caption shaped like the schema), never with the fields.
+            if await served_by_ocr_engine(endpoint, secret.get_secret_value() if secret else None):
+                raise RunError(not_a_language_model(f"the fields endpoint {endpoint.client.display_url}"))
             run = _Run(self.spec, self.plan, shard)
             try:
                 result = await run.go(endpoint, self.done, self.next_seq)
@@ -335,8 +379,8 @@ class _Run:
             with self._render_lock, SourcePages(row["doc_id"], row.get("source"), self.spec.render,
                                                 self.spec.job.storage_options) as pages:
                 view = pages.page(page)
-            if view.data is None:
-                raise ValueError(view.note or "no image")
+            if view.data is None:  # e.g. a dataset row: its page images are not kept in OUT
+                raise ValueError(f"{view.note or 'no image'}; --fields-from markdown reads the OCR text instead")
             return view.data, view.mime or "image/jpeg"
 
         return await asyncio.to_thread(render)

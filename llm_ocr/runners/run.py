@@ -35,12 +35,12 @@ from llm_ocr.runners.describe import (
     resolve_schema,
 )
 from llm_ocr.runners.extract import extract_context
-from llm_ocr.runners.fields import Fields, fields_wanted
+from llm_ocr.runners.fields import Fields, fields_wanted, launched_engine_refusal
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_on, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows
 from llm_ocr.runners.progress import RunCounters
-from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, ShardOutcome
+from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.stages.describe import DescribeContext, describe_page
 from llm_ocr.stages.extract import ExtractContext, extract_page, family_render, tiles_dense_pages
@@ -50,6 +50,11 @@ from llm_ocr.storage.upstream import iter_shard_rows
 log = logging.getLogger("llm_ocr")
 
 STAGES = ("extract", "describe", "assemble")
+#: What a Fields error adds in ``llm-ocr run``: the other stages' work is done and kept.
+PAGES_KEPT = (
+    "; Extract, Describe and Assemble are done and kept: `llm-ocr fields --output OUT` with the same --schema or "
+    "--classes extracts the fields from them"
+)
 
 
 def _undescribed(extract: ShardIndex, describe: ShardIndex) -> int:
@@ -118,13 +123,16 @@ class Run(ShardStage):
         self.extract = ShardIndex()
         self.describe = ShardIndex()
 
-    def settled(self, markers: Markers) -> int | None:
+    def _pages_settled(self, markers: Markers) -> int | None:
+        """Extract's exit code when earlier runs left Extract, Describe and Assemble nothing to do."""
         code = extract_settles(markers["extract"], self.spec.extract)
         if code is None or not describe_settles(markers["describe"], markers["extract"]):
             return None
-        if not assemble_finished(markers["assemble"], self.spec.assemble):
-            return None
-        if self.fields is None:
+        return code if assemble_finished(markers["assemble"], self.spec.assemble) else None
+
+    def settled(self, markers: Markers) -> int | None:
+        code = self._pages_settled(markers)
+        if code is None or self.fields is None:
             return code
         # The schema is checked here, before anything runs: a bad one stops the run at once.
         fields_code = self.fields.settled(markers)
@@ -137,6 +145,12 @@ class Run(ShardStage):
         self.schema = resolve_schema(self.spec.describe, shard.job.storage_options)
         if self.fields is not None:
             self.fields.plan  # noqa: B018 - loads and checks the schema: bad input stops the run before any page
+            refusal = await asyncio.to_thread(launched_engine_refusal, self.spec)
+            if refusal and self._pages_settled(markers) is not None:
+                raise RunError(f"{refusal}{PAGES_KEPT}")  # nothing else to do: no server is launched
+            if refusal:
+                # Said now, not only after the pages are read: the pages are still worth reading.
+                log.warning("%s. Extract, Describe and Assemble run first, then the run stops with this error", refusal)
 
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
@@ -203,7 +217,10 @@ class Run(ShardStage):
             # Fields reads OUT/assemble back: batched writes (the Hub) must be committed first.
             await asyncio.to_thread(shard.out.flush)
             self.fields.main = self.endpoint
-            extracted = await run_on(shard, self.fields, writable_checked=True)
+            try:
+                extracted = await run_on(shard, self.fields, writable_checked=True)
+            except RunError as exc:
+                raise RunError(f"{exc}{PAGES_KEPT}") from exc
             stats["fields"] = extracted.stats
             if extracted.exit_code == EXIT_INTERRUPTED:
                 return ShardOutcome(EXIT_INTERRUPTED, stats)

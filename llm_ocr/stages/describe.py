@@ -128,7 +128,7 @@ def figure_request(image: bytes, ctx: DescribeContext) -> dict[str, Any]:
         "extra_body": ctx.extra_body,
     }
     if ctx.schema is not None:
-        # FACTS.md (vLLM OpenAI server): structured output is requested with
+        # docs/facts.md#vllms-openai-compatible-server: structured output is requested with
         # extra_body.structured_outputs.json or OpenAI's response_format json_schema; the old
         # guided_json is silently ignored since vLLM 0.12. response_format is the OpenAI form,
         # so a separate captioning server that is not vLLM understands it too.

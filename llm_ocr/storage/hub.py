@@ -1,7 +1,8 @@
 """Hugging Face Hub outputs: batched commits, the write check, and the dataset card.
 
 Through ``HfFileSystem`` every written file is one commit, and the Hub limits commits per repo
-(FACTS.md: ~128 per hour), so N shards writing a part every few minutes would soon be refused.
+(~128 per hour: docs/facts.md#hugging-face-datasets-and-the-hub), so N shards writing a part
+every few minutes would soon be refused.
 :class:`HubCommitter` is the :class:`~llm_ocr.storage.sinks.Committer` behind
 :class:`~llm_ocr.storage.sinks.BatchingSink`: one ``HfApi.create_commit`` per batch (regular or
 LFS/Xet uploads are huggingface_hub's business), retried with backoff and jitter on commit

@@ -7,11 +7,12 @@ visible, atomically per file, at the latest on ``flush()``/``close()``:
   see :meth:`llm_ocr.storage.Storage.write_atomic`).
 - :class:`BatchingSink` queues operations and hands them to a :class:`Committer` in batches,
   for stores where every write is a commit with a rate limit (the Hugging Face Hub: one commit
-  per file otherwise, FACTS.md). A batch is committed when ``max_files`` are queued, when the
-  oldest queued operation is ``max_age`` seconds old (a background timer), and on
-  ``flush()``/``close()``. Operations keep their order: a completion marker queued after the
-  parts it covers lands in the same commit or a later one, never earlier. Operations still
-  queued when the process is killed are lost, which is safe: their pages are redone on rerun.
+  per file otherwise, docs/facts.md#hugging-face-datasets-and-the-hub). A batch is committed
+  when ``max_files`` are queued, when the oldest queued operation is ``max_age`` seconds old (a
+  background timer), and on ``flush()``/``close()``. Operations keep their order: a completion
+  marker queued after the parts it covers lands in the same commit or a later one, never
+  earlier. Operations still queued when the process is killed are lost, which is safe: their
+  pages are redone on rerun.
 
 Sinks are shared per filesystem instance (fsspec caches instances, so every Storage of one
 output shares one queue); :func:`close_all` flushes them at the end of a run (and, as a safety

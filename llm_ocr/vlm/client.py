@@ -90,6 +90,22 @@ def display_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query="***" if parts.query else ""))
 
 
+async def served_model_card(base_url: str, model: str, api_key: str | None = None) -> dict[str, Any]:
+    """What ``GET /v1/models`` says of ``model`` beyond OpenAI's fields: vLLM's ``max_model_len``,
+    the CPU engine's ``ocr_engine`` (what it really is); ``{}`` when the endpoint does not list
+    the model or cannot be read (a probe: the caller decides what a missing card means)."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=10)
+    try:
+        for entry in (await client.models.list()).data:
+            if entry.id == model:
+                return dict(entry.model_extra or {})
+    except openai.OpenAIError:
+        return {}
+    finally:
+        await client.close()
+    return {}
+
+
 class VlmClient:
     """An OpenAI-compatible chat client for one endpoint and model."""
 

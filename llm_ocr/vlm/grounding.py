@@ -1,7 +1,7 @@
 """Parse DeepSeek-OCR grounding output into layout blocks, figure boxes and clean Markdown.
 
 The model writes blocks ``<|ref|>LABEL<|/ref|><|det|>[[x1, y1, x2, y2], ...]<|/det|>`` each
-followed by its content, coordinates 0..999 relative to the image sent (FACTS.md, DeepSeek-OCR).
+followed by its content, coordinates 0..999 relative to the image sent (docs/facts.md#deepseek-ocr).
 The Markdown follows the official post-processing of ``run_dpsk_ocr_pdf.py`` except that every
 box of an ``image`` block becomes its own figure, linked as ``![](figure:ID)``.
 
@@ -74,7 +74,8 @@ def scale_box(box: Sequence[float], width: int, height: int) -> list[int] | None
     x1, y1, x2, y2 = (min(max(v, 0.0), 999.0) for v in vals)
     x1, x2 = min(x1, x2), max(x1, x2)
     y1, y2 = min(y1, y2), max(y1, y2)
-    # Same formula as run_dpsk_ocr_pdf.py (FACTS.md): x_px = int(x / 999 * width).
+    # Same formula as DeepSeek-OCR's run_dpsk_ocr_pdf.py (docs/facts.md#deepseek-ocr): x_px = int(x
+    # / 999 * width).
     px = [int(x1 / 999 * width), int(y1 / 999 * height), int(x2 / 999 * width), int(y2 / 999 * height)]
     if px[0] >= px[2] or px[1] >= px[3]:
         return None

@@ -1,11 +1,11 @@
 """Spot a repetition loop in a model's answer while it streams, cheaply.
 
-DeepSeek-OCR sometimes repeats one unit (a line, a table row, a whole block) until
-``max_tokens``. vLLM's n-gram logits processor (``ngram_size`` 30, ``window_size`` 90: FACTS.md)
+DeepSeek-OCR sometimes repeats one unit (a line, a table row, a whole block) until ``max_tokens``.
+vLLM's n-gram logits processor (``ngram_size`` 30, ``window_size`` 90: docs/facts.md#deepseek-ocr)
 only blocks repeats that fit in its 90-token window, so a 150-token table row repeated forever
 passes it and costs a full ``max_tokens`` answer (plus its retry). :class:`LoopWatch` is fed the
-text as it arrives and says when the tail has become *exactly* periodic: the same unit, one
-copy after another, over a stretch long enough that a real page would not contain it.
+text as it arrives and says when the tail has become *exactly* periodic: the same unit, one copy
+after another, over a stretch long enough that a real page would not contain it.
 
 What counts as a loop (see :class:`LoopPolicy`):
 

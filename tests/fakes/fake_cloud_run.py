@@ -361,7 +361,7 @@ class FakeCloudRun:
 
     @staticmethod
     def _validate(body: dict[str, Any]) -> None:
-        """The API's own rules the launcher must meet (FACTS.md, Cloud Run)."""
+        """The API's own rules the launcher must meet (docs/facts.md#google-cloud-run-jobs)."""
         template = body.get("template") or {}
         task = template.get("template") or {}
         containers = task.get("containers") or []

@@ -3,7 +3,7 @@
 boto3 reaches it through ``AWS_ENDPOINT_URL_SAGEMAKER`` (and ``AWS_ENDPOINT_URL_SERVICE_QUOTAS``);
 every other service (S3, CloudWatch Logs, Secrets Manager, IAM, STS) is moto itself. moto accepts
 ``CreateProcessingJob`` but reports ``Completed`` at once and drops ``Environment`` and
-``ProcessingResources`` from describe (FACTS.md), so this server:
+``ProcessingResources`` from describe (docs/facts.md#local-stand-ins), so this server:
 
 - checks every ``CreateProcessingJob`` body against SageMaker's documented limits (written out
   here from the API reference, independently of the launcher's own check), answering a

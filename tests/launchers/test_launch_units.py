@@ -201,3 +201,54 @@ def test_fields_launches_take_no_input_need_a_model_unless_given_an_endpoint_and
     assert row.counts == {"ok": 7, "invalid": 2, "error": 1} and row.earlier == 3 and row.stages_done == ["fields"]
     table = LaunchStatus("hf://datasets/o/n", "fields", 1, [row], gpus=1, price_per_hour=1.0)
     assert "documents: 10 = ok 7, invalid 2, error 1" in "\n".join(table.totals_lines())
+
+
+def test_a_run_launched_with_a_schema_is_done_with_fields_marker_and_shows_its_counts(tmp_path: Path) -> None:
+    from llm_ocr.launchers.api import build_request
+    from llm_ocr.launchers.spec import LaunchOptions
+
+    options = LaunchOptions(output="hf://datasets/o/n", num_shards=2)
+    request = build_request("hf-jobs", options, ["hf://datasets/o/scans"], {"fields_schema": "hf://datasets/o/n/s.json"})
+    assert request.markers == ("extract", "describe", "assemble", "fields")
+    assert build_request("hf-jobs", options, ["hf://datasets/o/scans"], {}).markers == ("extract", "describe", "assemble")
+    # `llm-ocr launch ... --schema URL --from images`, spelled as `llm-ocr run` takes them.
+    from llm_ocr.commands.launch import _stage_options
+
+    inputs, given = _stage_options("run", ["hf://datasets/o/scans", "--schema", "hf://datasets/o/n/s.json", "--from", "images"])
+    aliased = build_request("hf-jobs", options, inputs, given)
+    assert aliased.markers == request.markers and "--fields-schema" in aliased.stage_args
+    assert aliased.stage_args[-2:] == ["--fields-from", "images"]
+    # The record keeps them; a record written before it did means the stage's own.
+    out = Storage(str(tmp_path / "out"))
+    save_record(out, LaunchRecord("20250101-000000-aaaa", "hf-jobs", out.url, "run", 2, "l4x1", 1, 1.0, "img",
+                                  markers=list(request.markers)))
+    assert load_record(out).needed_markers() == request.markers
+    assert LaunchRecord.from_json({**load_record(out).to_json(), "markers": []}).needed_markers() == ("extract", "describe", "assemble")
+
+    pages = {
+        "extract": {"pages": {"ok": 20, "error": 1}, "wall_time_s": 100.0},
+        "describe": {"pages": {"ok": 21}, "wall_time_s": 90.0},
+        "assemble": {"documents": {"ok": 4}, "wall_time_s": 2.0},
+    }
+    fields = {"fields": {"documents": {"ok": 3, "invalid": 1, "error": 0, "skipped": 0}, "wall_time_s": 30.0}}
+    needed = request.markers
+    done = shard_status(0, "run", {**pages, **fields}, None, None, gpus=1, price_per_hour=3600.0, needed=needed)
+    # Pages read but fields not extracted yet: the job still runs, the shard is not done.
+    busy = shard_status(1, "run", pages, None, JobState("j1", "running", "RUNNING"), gpus=1, price_per_hour=3600.0, needed=needed)
+    assert (done.state, done.stages_done[-1], done.fields) == ("done (1 failed)", "fields", {"ok": 3, "invalid": 1, "error": 0})
+    assert done.elapsed_s == 132.0  # Extract (Describe overlaps it), Assemble and Fields
+    assert (busy.state, busy.fields) == ("running", {})
+    table = LaunchStatus("hf://datasets/o/n", "run", 2, [done, busy], gpus=1, price_per_hour=3600.0, fields=True)
+    text = str(table)
+    header = text.splitlines()[1].split()
+    assert header[header.index("error") + 1] == "fields"
+    assert "ok 3, invalid 1" in text.splitlines()[2] and text.splitlines()[3].split()[-3] == "-"
+    assert "fields: 4 documents = ok 3, invalid 1, error 0" in text
+    assert table.to_dict()["totals"]["fields"] == {"ok": 3, "invalid": 1, "error": 0}
+    # Counted in the parts: the rows of every run, for a shard without its marker too.
+    table.count_rows({0: {"ok": 21}, 1: {"ok": 5}}, 0, {0: {"ok": 4}, 1: {"ok": 1}})
+    assert [row.fields for row in table.shards] == [{"ok": 4, "invalid": 0, "error": 0}, {"ok": 1, "invalid": 0, "error": 0}]
+    # Its cost counts Fields' time; a shard without Fields' marker is not finished.
+    costs = marker_costs("run", {s: {0: m} for s, m in {**pages, **fields}.items()} | {"extract": {0: pages["extract"], 1: pages["extract"]}},
+                         hardware="l4x1", gpus=1, price_per_hour=3600.0, needed=needed)
+    assert [(r["shard"], r["cost_usd"]) for r in costs.rows] == [(0, 132.0)]

@@ -29,7 +29,7 @@ from llm_ocr.testing import SimulatedServer, SimulatedServerError
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 DOC_PROMPT = "<|grounding|>Convert the document to markdown."
-# The recipe's per-request fields (FACTS.md, DeepSeek-OCR section).
+# The recipe's per-request fields (docs/facts.md#deepseek-ocr).
 RECIPE = {
     "skip_special_tokens": False,
     "vllm_xargs": {"ngram_size": 30, "window_size": 90, "whitelist_token_ids": [128821, 128822]},

@@ -82,7 +82,8 @@ def test_every_figure_is_described_with_the_deepseek_prompt(extracted: Path, tmp
         assert body["messages"][0]["content"][0]["image_url"]["url"]["data_uri"] == "image/png"
         assert body["temperature"] == 0 and body["max_tokens"] == 1024
         assert body["vllm_xargs"]["ngram_size"] == 30  # the repetition blocker stays on
-        # FACTS.md: guided_json is silently ignored by vLLM >= 0.12; never send it.
+        # docs/facts.md#vllms-openai-compatible-server: guided_json is silently ignored by vLLM >=
+        # 0.12; never send it.
         assert "guided_json" not in body and "response_format" not in body and "skip_special_tokens" not in body
     assert peak >= 3, "figure requests were not issued concurrently"
 

@@ -369,7 +369,7 @@ def test_local_writes_are_atomic_for_a_concurrent_reader(tmp_path: Any) -> None:
 def test_no_import_time_side_effects_and_gcsfs_is_prepared_for_the_emulator() -> None:
     """Importing llm_ocr changes nothing; building the first gs:// filesystem with
     STORAGE_EMULATOR_HOST set turns gcsfs's zonal/HNS layer off before gcsfs is imported
-    (otherwise every call against the emulator waits 60 s, FACTS.md)."""
+    (otherwise every call against the emulator waits 60 s, docs/facts.md#local-stand-ins)."""
     import os
     import subprocess
     import sys

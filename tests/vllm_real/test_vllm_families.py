@@ -15,6 +15,7 @@ then reads real PDFs through it once per family.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -25,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
 from llm_ocr.servers.engines import free_port, vllm_command
 from llm_ocr.servers.presets import PRESETS
@@ -164,7 +168,8 @@ def test_family_request_is_accepted_by_its_architecture(
         assert row["model"] == model and row["prompt_tokens"] > 0
     assert logged, "vLLM logged no request"
     family = family_for(model)
-    ladder = {family.retries.temperature(i) for i in range(6)}
+    # every attempt's temperature (olmOCR-2 makes 8 attempts, its 7th at 0.9)
+    ladder = {family.retries.temperature(i) for i in range(16)}
     for request in logged:
         assert request.param("max_tokens") == "24"
         assert float(request.param("temperature")) in ladder

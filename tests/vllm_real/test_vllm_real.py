@@ -229,9 +229,10 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
     assert plain.param("temperature") == "0.0" and plain.param("max_tokens") == "16"
     assert plain.output == first.text  # what the client returned is what vLLM generated
     assert deepseek_logged.param("skip_special_tokens") == "False"
-    # Compared with FACTS.md's literal, not with the constant the request was built from (that
-    # would pass whatever the constant held), and typed: the n-gram processor rejects a string
-    # ngram_size, and a whitelist given as a string would become a set of characters.
+    # Compared with the recipe's literal (docs/facts.md#deepseek-ocr), not with the constant the
+    # request was built from (that would pass whatever the constant held), and typed: the n-gram
+    # processor rejects a string ngram_size, and a whitelist given as a string would become a set
+    # of characters.
     extra_args = ast.literal_eval(deepseek_logged.param("extra_args"))
     assert extra_args == {"ngram_size": 30, "window_size": 90, "whitelist_token_ids": [128821, 128822]}
     assert type(extra_args["ngram_size"]) is int and type(extra_args["window_size"]) is int

@@ -24,7 +24,8 @@ W, H = 1224, 1584  # a Letter page rendered at 144 DPI
 
 
 def px(box, width=W, height=H):
-    """The documented formula (FACTS.md), written out independently of the module."""
+    """The documented formula (docs/facts.md#deepseek-ocr), written out independently of the
+    module."""
     x1, y1, x2, y2 = box
     return [int(x1 / 999 * width), int(y1 / 999 * height), int(x2 / 999 * width), int(y2 / 999 * height)]
 

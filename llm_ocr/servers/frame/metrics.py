@@ -1,10 +1,10 @@
 """Prometheus text exposition with vLLM's metric names (parsed by :mod:`llm_ocr.servers.prometheus`).
 
-The names and labels follow vLLM's ``/metrics`` (see FACTS.md, vLLM section): gauges
-``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``
-(a 0..1 fraction despite its name), counters ``vllm:generation_tokens_total``,
-``vllm:prompt_tokens_total`` and ``vllm:request_success_total{finished_reason=...}``, all
-labelled ``model_name`` and ``engine``.
+The names and labels follow vLLM's ``/metrics`` (see docs/facts.md#vllms-openai-compatible-server):
+gauges ``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (a
+0..1 fraction despite its name), counters ``vllm:generation_tokens_total``,
+``vllm:prompt_tokens_total`` and ``vllm:request_success_total{finished_reason=...}``, all labelled
+``model_name`` and ``engine``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 prompt token estimate and request-log redaction (shared by the simulator and the CPU engine).
 
 Validation mirrors vLLM's OpenAI server with DeepSeek-OCR's n-gram logits processor loaded
-(FACTS.md, DeepSeek-OCR and vLLM sections); where it is stricter than vLLM a comment says so,
-so that client mistakes show up in tests.
+(docs/facts.md#deepseek-ocr, docs/facts.md#vllms-openai-compatible-server); where it is stricter
+than vLLM a comment says so, so that client mistakes show up in tests.
 """
 
 from __future__ import annotations
