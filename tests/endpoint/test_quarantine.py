@@ -285,19 +285,26 @@ def test_a_page_due_its_solo_retry_holds_back_only_the_server_it_crashed() -> No
         members = [Member(s, tracker.server_gate(i, s.gate), i * SERVER_STRIDE) for i, s in enumerate(servers)]
         dispatcher = Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
 
+        convicted = asyncio.Event()
+
         async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
-            for _ in range(100):  # 5 s of requests: the others are still busy when page 5 runs alone
+            # The other pages keep sending requests until page 5 is convicted (at most 60 s of
+            # them), so they are busy through its solo retry however slowly this machine runs.
+            for _ in range(1200):
                 await dispatcher.chat({"page": (ref.doc_id, item.page)})
+                if convicted.is_set():
+                    break
             return "ok"
 
         async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
+            convicted.set()
             return exc.message
 
         guarded = tracker.guard(handler, quarantined)
         ref = SimpleNamespace(doc_id="doc.pdf")
         pages = range(1, 21)
         results = await asyncio.wait_for(
-            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 20) for n in pages)), timeout=60
+            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 20) for n in pages)), timeout=120
         )
         return dict(zip(pages, results)), servers, tracker
 
