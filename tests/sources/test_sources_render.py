@@ -120,10 +120,10 @@ def test_pdf_page_limit_and_missing_file(pdf3, tmp_path):
 def test_a_failing_page_fails_alone(pdf3, monkeypatch):
     real = render_mod._render_pdf_page
 
-    def flaky(pdf, index, *args):
+    def flaky(pdf, index, opts, *args):
         if index == 1:
             raise RuntimeError("boom")
-        return real(pdf, index, *args)
+        return real(pdf, index, opts, *args)
 
     monkeypatch.setattr(render_mod, "_render_pdf_page", flaky)
     pages = render_all(ref_for(pdf3, "pdf"))
