@@ -259,10 +259,13 @@ class Member:
     options: object = None
     base_url: str = "sim"
     display_url: str = "sim"
+    #: (when, page) of each request the dispatcher gave this member, before its gate.
+    given: list[tuple[float, tuple[str, int]]] = field(default_factory=list)
 
     async def chat(self, body: dict[str, object], **kwargs: object) -> str:
         key = body["page"]
         assert isinstance(key, tuple)
+        self.given.append((time.monotonic(), key))
         while True:
             generation = await self.gate()
             try:
@@ -328,3 +331,55 @@ def test_a_page_due_its_solo_retry_holds_back_only_the_server_it_crashed() -> No
     )
     assert poison not in during
     assert tracker.charged_deaths(0) == 0 and tracker.charged_deaths(1) == 0  # the poison page spent no budget
+
+
+def test_the_dispatcher_gives_a_server_kept_for_a_solo_retry_no_other_page() -> None:
+    # While page 1 is due its solo retry on the server it crashed (and while it runs alone
+    # there), the other pages' new requests go to the other server, even when the kept one
+    # looks the less busy: given to it, they would only wait at its gate.
+    poison = ("doc.pdf", 1)
+
+    async def scenario() -> tuple[dict[int, str], list[Member]]:
+        tracker = CrashTracker()
+        servers = [
+            Server(tracker, {poison: -1}, count_death=tracker.server_death(i), crash_delay=0.5, request_s=0.05)
+            for i in range(2)
+        ]
+        members = [Member(s, tracker.server_gate(i, s.gate), i * SERVER_STRIDE) for i, s in enumerate(servers)]
+        dispatcher = Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
+        convicted = asyncio.Event()
+
+        async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
+            if item.page == poison[1]:
+                await dispatcher.chat({"page": poison})
+                return "ok"
+            while not any(len(s.died) >= 2 for s in servers):  # until page 1 is due its solo retry
+                await asyncio.sleep(0.01)
+            # Then requests until page 1 is convicted (at most 60 s of them), however slowly
+            # this machine runs.
+            for _ in range(1200):
+                await dispatcher.chat({"page": (ref.doc_id, item.page)})
+                if convicted.is_set():
+                    break
+            return "ok"
+
+        async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
+            convicted.set()
+            return exc.message
+
+        guarded = tracker.guard(handler, quarantined)
+        ref = SimpleNamespace(doc_id="doc.pdf")
+        results = await asyncio.wait_for(
+            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 3) for n in (1, 2, 3))), timeout=120
+        )
+        return dict(zip((1, 2, 3), results)), members
+
+    results, members = asyncio.run(scenario())
+    assert results == {1: "the model server crashed on this page 3 times; quarantined", 2: "ok", 3: "ok"}
+    (home,) = [i for i, m in enumerate(members) if m.server.died]
+    deaths = members[home].server.died
+    pending_from, convicted_at = deaths[1][0], deaths[2][0]
+    given = [key for t, key in members[home].given if pending_from < t < convicted_at and key != poison]
+    assert given == [], f"{len(given)} requests of other pages were given to the server kept for page 1"
+    served = [key for t, key in members[1 - home].given if pending_from < t < convicted_at]
+    assert len(served) >= 2  # the other server kept serving pages 2 and 3 meanwhile
