@@ -275,28 +275,39 @@ class Member:
                 continue
 
 
+def _two_servers(poison: tuple[str, int], crash_delay: float) -> tuple[CrashTracker, list[Server], list[Member], Dispatcher]:
+    """Two fake servers behind a dispatcher routed by one crash tracker; ``poison`` kills the
+    server it is sent to, ``crash_delay`` seconds after it arrives."""
+    tracker = CrashTracker()
+    servers = [
+        Server(tracker, {poison: -1}, count_death=tracker.server_death(i), crash_delay=crash_delay, request_s=0.05)
+        for i in range(2)
+    ]
+    members = [Member(s, tracker.server_gate(i, s.gate), i * SERVER_STRIDE) for i, s in enumerate(servers)]
+    return tracker, servers, members, Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
+
+
+async def _send_until(dispatcher: Dispatcher, key: tuple[str, int], done: asyncio.Event) -> None:
+    """Requests for page ``key``, one after another, until ``done`` is set (at most 1,200: 60 s
+    of 50 ms requests)."""
+    for _ in range(1200):
+        await dispatcher.chat({"page": key})
+        if done.is_set():
+            break
+
+
 def test_a_page_due_its_solo_retry_holds_back_only_the_server_it_crashed() -> None:
     # Two servers behind the dispatcher; page 5 kills whichever server it is sent to. While it
     # waits for its solo retry and runs alone on the server it crashed last, the other server
     # keeps serving the other pages (one suspect page idles one GPU, not the fleet).
     async def scenario() -> tuple[dict[int, str], list[Server], CrashTracker]:
-        tracker = CrashTracker()
-        servers = [
-            Server(tracker, {("doc.pdf", 5): -1}, count_death=tracker.server_death(i), crash_delay=0.3, request_s=0.05)
-            for i in range(2)
-        ]
-        members = [Member(s, tracker.server_gate(i, s.gate), i * SERVER_STRIDE) for i, s in enumerate(servers)]
-        dispatcher = Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
-
+        tracker, servers, members, dispatcher = _two_servers(("doc.pdf", 5), crash_delay=0.3)
         convicted = asyncio.Event()
 
         async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
-            # The other pages keep sending requests until page 5 is convicted (at most 60 s of
-            # them), so they are busy through its solo retry however slowly this machine runs.
-            for _ in range(1200):
-                await dispatcher.chat({"page": (ref.doc_id, item.page)})
-                if convicted.is_set():
-                    break
+            # The other pages keep sending requests until page 5 is convicted, so they are busy
+            # through its solo retry however slowly this machine runs.
+            await _send_until(dispatcher, (ref.doc_id, item.page), convicted)
             return "ok"
 
         async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
@@ -340,13 +351,7 @@ def test_the_dispatcher_gives_a_server_kept_for_a_solo_retry_no_other_page() -> 
     poison = ("doc.pdf", 1)
 
     async def scenario() -> tuple[dict[int, str], list[Member]]:
-        tracker = CrashTracker()
-        servers = [
-            Server(tracker, {poison: -1}, count_death=tracker.server_death(i), crash_delay=0.5, request_s=0.05)
-            for i in range(2)
-        ]
-        members = [Member(s, tracker.server_gate(i, s.gate), i * SERVER_STRIDE) for i, s in enumerate(servers)]
-        dispatcher = Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
+        tracker, servers, members, dispatcher = _two_servers(poison, crash_delay=0.5)
         convicted = asyncio.Event()
 
         async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
@@ -355,12 +360,8 @@ def test_the_dispatcher_gives_a_server_kept_for_a_solo_retry_no_other_page() -> 
                 return "ok"
             while not any(len(s.died) >= 2 for s in servers):  # until page 1 is due its solo retry
                 await asyncio.sleep(0.01)
-            # Then requests until page 1 is convicted (at most 60 s of them), however slowly
-            # this machine runs.
-            for _ in range(1200):
-                await dispatcher.chat({"page": (ref.doc_id, item.page)})
-                if convicted.is_set():
-                    break
+            # Then requests until page 1 is convicted, however slowly this machine runs.
+            await _send_until(dispatcher, (ref.doc_id, item.page), convicted)
             return "ok"
 
         async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
