@@ -222,6 +222,16 @@ def gone(pid: int | None) -> bool:
         return True
 
 
+def waitable(pid: int | None) -> bool:
+    """Our child ``pid`` has exited and ``waitpid`` would reap it now (it is not reaped here).
+
+    Stricter than :func:`gone`: a multithreaded process's leader shows as a zombie while its
+    other threads are still exiting, and until they have, ``Popen.poll()`` still says it runs.
+    """
+    assert pid is not None
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
 def make_server(tmp_path: Path, *, mode: str = "ok", extra_args: list[str] | None = None,
                 **kwargs: Any) -> ManagedServer:
     port = free_port(HOST)
@@ -413,7 +423,8 @@ def test_crash_fault_is_recovered_by_wait_ready(tmp_path: Path, fake_vllm: Path,
                     assert resp.status < 300
             with pytest.raises(aiohttp.ClientError):
                 await ocr_one_page(server.base_url)  # the simulator exits(1) on this request
-            await wait_for(lambda: gone(first_pid))
+            # Not gone(): the leader shows as a zombie a moment before poll() can reap it.
+            await wait_for(lambda: waitable(first_pid))
             assert await server.wait_ready() == 2
             reaper.append(server.pid)
             assert server.restarts == 1
