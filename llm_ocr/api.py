@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from llm_ocr.config import Naming, OptionError, check_names, resolve_options
-from llm_ocr.options import STAGE_OPTIONS, STAGES_WITH_INPUTS, StageSpec, stage_models, stage_option_names
+from llm_ocr.config import Naming, OptionError, check_names, expand_aliases, resolve_options
+from llm_ocr.options import FIELDS_ALIASES, STAGE_OPTIONS, STAGES_WITH_INPUTS, StageSpec, stage_models, stage_option_names
 
 if TYPE_CHECKING:
     import datasets
@@ -132,19 +132,10 @@ def stage_spec(
     return StageSpec(inputs=[os.fspath(i) for i in listed], **groups)  # type: ignore[arg-type]
 
 
-#: Short keywords of the Fields options (as ``--schema`` is ``--fields-schema`` on the command line).
-FIELDS_ALIASES = {"schema": "fields_schema"}
-
-
 def keyword_spec(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl, options: Mapping[str, Any]) -> StageSpec:
     """:func:`stage_spec` of ``llm_ocr.STAGE(inputs, output, **options)``; an unknown keyword
     raises :class:`OptionError` naming the closest option (nothing has run)."""
-    if "fields" in STAGE_OPTIONS[stage]:
-        for short, name in FIELDS_ALIASES.items():
-            if short in options:
-                if options.get(name) is not None:
-                    raise OptionError(f"llm_ocr.{stage}(): give {short}= or {name}=, not both")
-                options = {**{k: v for k, v in options.items() if k != short}, name: options[short]}
+    options = expand_aliases(stage, options, f"llm_ocr.{stage}()")
     check_names(options, stage_option_names(stage), f"llm_ocr.{stage}()")
     return stage_spec(stage, inputs, {**options, "output": os.fspath(output)})
 
@@ -303,6 +294,7 @@ def keyword_types_source() -> str:
             if name not in seen and name not in REFUSED and name != "output":
                 seen.add(name)
                 launch_fields.append((name, info))
+    launch_fields += [(short, dict(launch_fields)[name]) for short, name in FIELDS_ALIASES.items()]
     blocks.append(_typed_dict("LaunchKeywords", "Keyword arguments of ``llm_ocr.launch()``: the options of ``llm-ocr "
                               "launch``, of every platform, and of the launched stage.", launch_fields))
     header = ('"""Keyword types of the Python API, for editors and type checkers (generated: do not edit).\n\n'

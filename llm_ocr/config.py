@@ -139,6 +139,22 @@ def resolve_options(
         raise OptionError(problems) from exc
 
 
+def expand_aliases(stage: str, options: Mapping[str, Any], caller: str) -> dict[str, Any]:
+    """``options`` with the short Fields keywords (``schema=``) under their option names, for a
+    stage that runs Fields; giving both forms raises :class:`OptionError`."""
+    from llm_ocr.options import FIELDS_ALIASES, STAGE_OPTIONS
+
+    expanded = dict(options)
+    if "fields" not in STAGE_OPTIONS.get(stage, ()):
+        return expanded
+    for short, name in FIELDS_ALIASES.items():
+        if short in expanded:
+            if expanded.get(name) is not None:
+                raise OptionError(f"{caller}: give {short}= or {name}=, not both")
+            expanded[name] = expanded.pop(short)
+    return expanded
+
+
 def check_names(given: Iterable[str], known: Iterable[str], where: str) -> None:
     """Raise :class:`OptionError` for a keyword in ``given`` that is not in ``known``, naming the
     closest known one (``max_inflight`` -> did you mean ``max_in_flight``?)."""

@@ -681,3 +681,5 @@ class LaunchKeywords(TypedDict, total=False):
     """Longest delay between two attempts, in seconds."""
     dead_after: float
     """Stop the run when the endpoint has been unreachable for this many seconds with no success."""
+    schema: str | None
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""

@@ -369,6 +369,9 @@ STAGE_EXCLUDED: dict[str, frozenset[str]] = {
 #: Stages that read INPUTs (the others read OUT).
 STAGES_WITH_INPUTS = frozenset({"run", "extract"})
 
+#: Short keywords of the Fields options (as ``--schema`` is ``--fields-schema`` on the command line).
+FIELDS_ALIASES = {"schema": "fields_schema"}
+
 
 @dataclass
 class StageSpec:

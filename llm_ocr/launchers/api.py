@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from llm_ocr.config import OptionError, as_flags, check_names, resolve_options
+from llm_ocr.config import OptionError, as_flags, check_names, expand_aliases, resolve_options
 from llm_ocr.launchers import platform_class
 from llm_ocr.launchers.core import (
     cancel_jobs,
@@ -42,6 +42,7 @@ from llm_ocr.launchers.core import (
     submit_plan,
     wait_for,
 )
+from llm_ocr.launchers.files import ShipError, ship_local_files
 from llm_ocr.launchers.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
 from llm_ocr.launchers.spec import PRIMARY_STAGE, LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
 from llm_ocr.launchers.table import LaunchStatus, marker_costs
@@ -200,6 +201,10 @@ def split_options(cls: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any],
     stage = options.get("stage", "run")
     if stage not in STAGE_OPTIONS:
         raise LaunchError(f"--stage must be one of {', '.join(STAGE_OPTIONS)} (got {stage!r})")
+    try:
+        options = expand_aliases(stage, options, f"llm_ocr.launch({cls.name!r}, stage={stage!r})")
+    except OptionError as exc:
+        raise LaunchError(str(exc)) from exc
     launch_names = set(LaunchOptions.model_fields) - {"output", "num_shards"}
     platform_names = set(cls.options.model_fields)
     stage_names = set(stage_option_names(stage)) - {"output"}
@@ -238,6 +243,10 @@ def build_request(
         raise LaunchError(f"{exc} (an option of `llm-ocr {stage}`)") from exc
     job: JobOptions = checked["job"]  # type: ignore[assignment]
     dataset = checked.get("dataset") or DatasetOptions()
+    try:
+        stage_options, shipped = ship_local_files(stage_options, options.output)
+    except ShipError as exc:
+        raise LaunchError(str(exc)) from exc
     if redact(job.storage_options) != job.storage_options:
         raise LaunchError(
             "--storage-options holds credentials, which would be visible in the job's command line: pass them "
@@ -258,6 +267,7 @@ def build_request(
         hardware=hardware,
         dataset=dataset,  # type: ignore[arg-type]
         storage_options=job.storage_options,
+        shipped=shipped,
     )
 
 

@@ -23,6 +23,7 @@ from fsspec.core import split_protocol
 
 from llm_ocr.launchers.command import llm_ocr_command
 from llm_ocr.launchers.adapter import JobState, Platform
+from llm_ocr.launchers.files import upload
 from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, save_record
 from llm_ocr.launchers.sizing import fit_timeout, input_pages, planning_rate
 from llm_ocr.launchers.spec import (
@@ -237,6 +238,7 @@ def _notes(request: LaunchRequest, target: Target) -> list[str]:
     notes = []
     if hardware.gpus > 1 and request.needs_model:
         notes.append(f"{hardware.name} has {hardware.gpus} GPUs: each job runs one vLLM server per GPU (LLM_OCR_GPUS)")
+    notes += [f"{file.source} is copied to {file.url} for the jobs to read" for file in request.shipped]
     if hardware.price_per_hour is None:
         notes.append(f"no price known for {hardware.name}: costs will show as unknown")
     elif not hardware.listed:
@@ -301,6 +303,11 @@ def submit_plan(plan: LaunchPlan, platform: Platform) -> LaunchRecord | None:
     if not plan.specs:
         return None
     request, target = plan.request, plan.target
+    try:
+        upload(request.shipped, request.output, request.storage_options)
+    except (OSError, StorageError) as exc:
+        raise LaunchError(f"could not copy {', '.join(f.source for f in request.shipped)} beside {request.output} for "
+                          f"the jobs to read: {exc}") from exc
     platform.deliver(target)
     out = Storage(request.output, request.storage_options)
     record = LaunchRecord(

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from llm_ocr.costs import Hardware
+from llm_ocr.launchers.files import ShippedFile
 from llm_ocr.options import DatasetOptions
 
 Stage = Literal["run", "extract", "describe", "assemble", "fields"]
@@ -143,6 +144,9 @@ class LaunchRequest(LaunchOptions):
     hardware: str | None = None
     dataset: DatasetOptions = Field(default_factory=DatasetOptions)
     storage_options: dict[str, Any] = Field(default_factory=dict)
+    #: Local files the stage's options named, copied beside the output on submit
+    #: (:mod:`llm_ocr.launchers.files`); the stage arguments name the copies.
+    shipped: list[ShippedFile] = Field(default_factory=list)
 
     @property
     def markers(self) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
-"""``llm-ocr launch hf-jobs --stage run --fields-schema URL`` against the fake Hugging Face Jobs
-API that really runs the jobs: every shard runs the four stages, and ``llm-ocr jobs status``
-shows Fields' marker and counts beside the pages."""
+"""``llm-ocr launch hf-jobs --stage run --classes FILE`` against the fake Hugging Face Jobs API
+that really runs the jobs: the local classes file and its schemas are shipped beside the output,
+every shard runs the four stages, and ``llm-ocr jobs status`` shows Fields' marker and counts
+beside the pages."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from tests.launchers.common import (
 
 # Valid ones only: an invalid document makes `llm-ocr run` exit 1, which the platform retries.
 INVOICES = ("invoice-2024-0017.pdf", "invoice-2024-0042.pdf")
-SCHEMA = "hf://datasets/tester/schemas/invoice.schema.json"
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +38,25 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_jobs_status_of_a_run_launched_with_a_schema_shows_fields(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with fake_jobs(tmp_path / "jobs", corpus) as hub, launcher_here(hub, tmp_path, monkeypatch):
-        hub.create("tester/schemas", files={"invoice.schema.json": (REPO / "examples" / "invoice.schema.json").read_bytes()})
+        # A classes file on this machine, naming its schemas by relative path: the jobs cannot see it.
+        local = tmp_path / "my-classes"
+        (local / "schemas").mkdir(parents=True)
+        for name in ("invoice", "receipt"):
+            shutil.copy(REPO / "examples" / f"{name}.schema.json", local / "schemas")
+        classes = (REPO / "examples" / "classes.yaml").read_text().replace("schema: ", "schema: schemas/")
+        (local / "classes.yaml").write_text(classes)
         env = launcher_env(hub, tmp_path)
-        done = llm_ocr(*launch_args("--fields-schema", SCHEMA, "--wait", "--interval", "0.5", shards=2), env=env)
+        done = llm_ocr(*launch_args("--classes", str(local / "classes.yaml"), "--wait", "--interval", "0.5", shards=2),
+                       env=env)
         assert done.returncode == 0, done.stdout + done.stderr
+        commands = [json.dumps(job.body) for job in hub.jobs.values()]
+        assert commands and not any(str(local) in c for c in commands), commands  # only the copies are named
+        shipped = [n for n in hub.files(OUTPUT_REPO) if n.startswith("_state/launch-files/")]
+        assert sorted(n.rsplit("/", 1)[1] for n in shipped) == ["classes.yaml", "invoice.schema.json", "receipt.schema.json"]
         fields = stage_rows(hub, "fields")
         assert sorted(r["doc_id"] for r in fields) == sorted(INVOICES)
         assert {r["status"] for r in fields} == {"ok"}
+        assert {r["class"] for r in fields} == {"invoice"}
 
         # The table (CLI, from the launch record) shows Fields' marker and counts per shard.
         shown = llm_ocr("jobs", "status", OUTPUT, "--json", env=env)

@@ -252,3 +252,36 @@ def test_a_run_launched_with_a_schema_is_done_with_fields_marker_and_shows_its_c
     costs = marker_costs("run", {s: {0: m} for s, m in {**pages, **fields}.items()} | {"extract": {0: pages["extract"], 1: pages["extract"]}},
                          hardware="l4x1", gpus=1, price_per_hour=3600.0, needed=needed)
     assert [(r["shard"], r["cost_usd"]) for r in costs.rows] == [(0, 132.0)]
+
+
+def test_local_schema_files_are_shipped_beside_the_output_and_urls_inline_json_pass_unchanged(tmp_path: Path) -> None:
+    import llm_ocr
+    from llm_ocr.launchers.spec import LaunchError
+
+    out = "s3://bucket/out"
+    schema = tmp_path / "invoice.schema.json"
+    shutil.copy(REPO / "examples" / "invoice.schema.json", schema)
+
+    def command(**options: object) -> list[str]:
+        plan = llm_ocr.launch("hf-jobs", "s3://bucket/in", output=out, num_shards=1, dry_run=True, offline=True,
+                              **options).plan  # type: ignore[arg-type]
+        return plan.to_json()["jobs"][0]["command"]
+
+    # schema= is short for fields_schema=, as --schema is for --fields-schema.
+    shipped = command(schema=str(schema))
+    url = shipped[shipped.index("--fields-schema") + 1]
+    digest = url.split("/")[-2]
+    assert url == f"{out}/_state/launch-files/{digest}/invoice.schema.json" and str(tmp_path) not in " ".join(shipped)
+    assert command(fields_schema=str(schema)) == shipped  # same bytes, same copy
+    schema.write_text(schema.read_text().replace('"title"', '"description": "edited", "title"'))
+    assert command(schema=str(schema)) != shipped  # new bytes: a new copy, never over one a job may read
+    for passed in ("hf://datasets/o/n/s.json", '{"type": "object", "properties": {"n": {"type": "string"}}}',
+                   "mypkg.models:Invoice"):
+        given = command(schema=passed)
+        assert given[given.index("--fields-schema") + 1] == passed
+    with pytest.raises(LaunchError, match="give schema= or fields_schema=, not both"):
+        command(schema=str(schema), fields_schema="hf://datasets/o/n/s.json")
+    bad = tmp_path / "classes.yaml"
+    bad.write_text("classes: [unclosed")
+    with pytest.raises(LaunchError, match="not valid YAML"):
+        command(classes=str(bad))
