@@ -60,6 +60,9 @@ def describe(family: Family, preset: str) -> dict[str, Any]:
             "retry_temperatures": list(family.retries.temperatures[: family.retries.count + 1]),
         },
         "page_image": family.rendering.options(),
+        # docs/bad-pages.md: a page longer than one answer is read in tiles only where the
+        # family's boxes can join them (Family.dense_tiles); elsewhere it is truncated.
+        "dense_pages": "read in tiles" if family.dense_tiles else "read whole",
         "serve": shlex.join(command),
         "needs": family.serving.needs,
         "sources": [{"fact": s.fact, "where": s.where} for s in family.sources],
@@ -88,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  models:  {', '.join(row['models']) or '-'}")
         print(f"  matches: {', '.join(row['matches'])}")
         print(f"  outputs: {_flags(row['outputs'])}" + (f"; {row['outputs']['notes']}" if row["outputs"]["notes"] else ""))
+        print(f"  dense:   {row['dense_pages']}")
         print(f"  serve:   {row['serve']}")
         if row["needs"]:
             print(f"  needs:   {row['needs']}")
