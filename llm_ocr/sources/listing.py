@@ -379,3 +379,53 @@ def _row_ref(plan: DatasetPlan, index: int, row: int, value: Any, so: dict) -> D
         location=plan.source,
         images=row_images(value, plan.is_list, so),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# One dataset row, read again (page images for Fields and the report)
+
+#: Datasets resolved for :func:`dataset_row`, by (source, options): their footers are read once.
+_ROW_PLANS: dict[tuple[str, str, str, str | None, str], DatasetPlan] = {}
+_ROW_PLANS_KEPT = 4
+
+
+def dataset_row(
+    source: str, doc_id: str, dataset: DatasetOptions | None = None, storage_options: dict | None = None
+) -> DocumentRef:
+    """The row ``doc_id`` of dataset INPUT ``source`` (as Extract listed it), with its page images.
+
+    Without ``dataset`` options, the config and split are those the doc_id names
+    (``NAME/CONFIG/SPLIT/ROW``) and the image column is found as Extract finds it. Only the row
+    group holding the row is read. Raises :class:`InputError` when the row cannot be found.
+    """
+    prefix, _, number = doc_id.rpartition("/")
+    if not number.isdigit() or prefix.count("/") < 2:
+        raise InputError(f"{doc_id!r} is not the doc_id of a dataset row (NAME/CONFIG/SPLIT/ROW)")
+    if dataset is None:
+        config, split = prefix.split("/")[-2:]
+        dataset = DatasetOptions(config=None if config == "default" else config, split=split)
+    so = dict(storage_options or {})
+    key = (source, dataset.config or "", dataset.split, dataset.image_column, repr(sorted(so.items())))
+    plan = _ROW_PLANS.get(key)
+    if plan is None:
+        try:
+            resolved = _resolve(source, dataset, so, ReadStats())
+        except DatasetInputError as exc:
+            raise InputError(str(exc)) from exc
+        if isinstance(resolved, _FilesPlan):
+            raise InputError(f"{source!r} is not a dataset: {doc_id!r} cannot be one of its rows")
+        plan = _ROW_PLANS[key] = resolved
+        while len(_ROW_PLANS) > _ROW_PLANS_KEPT:
+            _ROW_PLANS.pop(next(iter(_ROW_PLANS)))
+    if plan.prefix != prefix:
+        raise InputError(f"{source!r} read with {dataset.config or 'default'}/{dataset.split} gives doc_ids "
+                         f"{plan.prefix}/..., not {prefix}/...: pass the --config and --split Extract read it with")
+    row = int(number)
+    if isinstance(plan, ParquetPlan):
+        groups = [g for g in plan.groups if g.first_row <= row < g.first_row + g.num_rows]
+        values = (value for found, value in plan.files.iter_rows(groups, plan.column) if found == row)
+    else:  # streamed by datasets: read up to the row
+        values = (example[plan.column] for found, example in enumerate(plan.dataset) if found == row)
+    for value in values:
+        return _row_ref(plan, row, row, value, so)
+    raise InputError(f"dataset {source!r} has no row {row} ({doc_id!r}): it changed since it was read")

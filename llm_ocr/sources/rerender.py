@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llm_ocr.options import RenderOptions
+from llm_ocr.options import DatasetOptions, RenderOptions
 from llm_ocr.sources.base import DocumentRef, PageFailure
 from llm_ocr.sources.listing import document_kind
 from llm_ocr.storage import Storage, retry_io
@@ -49,11 +49,14 @@ class SourcePages:
         source: str | None,
         options: RenderOptions | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        dataset: DatasetOptions | None = None,
     ) -> None:
         self.doc_id = doc_id
         self.source = source
         self.options = options or RenderOptions()
         self.storage_options = dict(storage_options or {})
+        #: How Extract read a dataset source (default: the config and split the doc_id names).
+        self.dataset = dataset
         self._ref: DocumentRef | None = None
         self._problem: str | None = None
         self._tmp: str | None = None
@@ -86,18 +89,14 @@ class SourcePages:
             return
         try:
             store = Storage(source, self.storage_options)
-            if not store.fs.isfile(store.root):
-                self._problem = (
-                    "the source is a dataset or folder; page images of dataset rows are not kept in the output"
-                    if store.fs.isdir(store.root)
-                    else "the source file is not reachable"
-                )
+            if source.lower().endswith(".parquet") or not store.fs.isfile(store.root):
+                if source.lower().endswith(".parquet") or store.fs.isdir(store.root):
+                    self._dataset_row()  # the row's images, read again from the dataset
+                else:
+                    self._problem = f"the source {source} is not reachable (moved or deleted since Extract read it?)"
                 return
             kind = document_kind(source)
             if kind is None:
-                if source.lower().endswith(".parquet"):
-                    self._problem = "the source is a dataset; page images of dataset rows are not kept in the output"
-                    return
                 # Extract sniffs unknown extensions the same way (see sources.listing).
                 kind = "pdf" if b"%PDF" in retry_io(lambda: store.fs.cat_file(store.root, 0, 1024), what="sniffing") else "image"
             location = store.root
@@ -110,6 +109,15 @@ class SourcePages:
             self._ref = DocumentRef(doc_id=self.doc_id, index=0, source=source, kind=kind, location=location)
         except Exception as exc:  # noqa: BLE001 -- an unreachable source only costs the picture
             self._problem = f"the source cannot be read ({type(exc).__name__}: {exc})"
+
+    def _dataset_row(self) -> None:
+        from llm_ocr.sources.listing import InputError, dataset_row
+
+        assert self.source is not None
+        try:
+            self._ref = dataset_row(self.source, self.doc_id, self.dataset, self.storage_options)
+        except InputError as exc:
+            self._problem = f"the dataset row cannot be read again: {exc}"
 
     def page(self, number: int) -> PageView:
         """The re-rendered page ``number`` (1-based), or a :class:`PageView` with a ``note``."""

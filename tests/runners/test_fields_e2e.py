@@ -260,31 +260,58 @@ def test_a_rerun_with_another_schema_into_the_same_output_is_refused(assembled: 
     assert read_stage(out, "fields") == rows  # nothing already written is lost
 
 
-def test_page_images_of_dataset_rows_are_an_error_per_document_that_says_what_to_do(tmp_path: Path) -> None:
-    """Page images of a Parquet input's rows are not kept in OUT, and Fields reads only OUT: with
-    ``--from images`` each such document gets an error row naming ``--fields-from markdown``,
-    before any request about it; with Markdown the same documents are read."""
-    from PIL import Image
+def test_page_images_of_dataset_rows_are_read_again_from_the_dataset(corpus: tuple[Path, dict[str, Any]],
+                                                                      tmp_path: Path) -> None:
+    """A Parquet input's page images are not kept in OUT: with ``--from images`` Fields reads each
+    row's images again from the dataset (only its row group), and reads them right; once the
+    dataset is gone, each document gets an error row that says so and names ``--fields-from
+    markdown``, and a rerun from the Markdown redoes them."""
+    import pypdfium2
 
     from tests.sources.sources_testdata import finevision_parquet
 
-    def png(text: str) -> bytes:
-        buffer = io.BytesIO()
-        Image.new("RGB", (320, 200), "white").save(buffer, format="PNG")
-        return buffer.getvalue() + text.encode()  # distinct bytes per page (PNG ignores a trailer)
-
-    data = finevision_parquet(tmp_path / "scans.parquet", [[png("a")], [png("b"), png("c")]])
+    docs, truth = corpus
+    names = ["invoice-2024-0017.pdf", "invoice-2024-0042.pdf"]
+    rows = []
+    for name in names:  # each invoice as a FineVision row: its pages as PNG images
+        pdf = pypdfium2.PdfDocument(str(docs / name))
+        pages = []
+        for page in pdf:
+            buffer = io.BytesIO()
+            page.render(scale=144 / 72).to_pil().save(buffer, format="PNG")
+            pages.append(buffer.getvalue())
+        rows.append(pages)
+        pdf.close()
+    data = finevision_parquet(tmp_path / "scans" / "train-00000.parquet", rows)
     out = tmp_path / "out"
-    schema = str(EXAMPLES / "receipt.schema.json")
-    with SimulatedServer("--instant") as sim:
-        assert stage("run", out, sim, str(data)).returncode == 0
+    schema = str(EXAMPLES / "invoice.schema.json")
+    with SimulatedServer("--instant", corpus=docs) as sim:  # it knows the pages by their look
+        assert stage("run", out, sim, str(data.parent)).returncode == 0
         sent = len(sim.requests())
         result = fields(out, sim, "--schema", schema, "--from", "images")
-        assert len(sim.requests()) == sent  # nothing was asked about documents without images
-    assert result.returncode == 1, result.stderr
-    rows = read_stage(out, "fields")
-    assert len(rows) == 2 and {r["status"] for r in rows} == {"error"}
-    assert all("dataset" in r["error"] and "--fields-from markdown" in r["error"] for r in rows), rows
+        asked = sim.requests()[sent:]
+    assert result.returncode == 0, result.stderr
+    assert len(asked) == sum(len(r) for r in rows) and all("image_url" in json.dumps(r["body"]) for r in asked)
+    got = {r["doc_id"]: r for r in read_stage(out, "fields")}
+    assert sorted(got) == ["scans/default/train/00000000", "scans/default/train/00000001"]
+    for number, name in enumerate(names):
+        row = got[f"scans/default/train/{number:08d}"]
+        assert row["status"] == "ok" and json.loads(row["fields"]) == truth[name]["fields"], (name, row)
+
+    report = run_cli("report", str(out))  # the report draws the rows' pages, read the same way
+    assert report.returncode == 0, report.stderr
+    assert (out / "report.html").read_text().count("<img src=\"data:image/") >= sum(len(r) for r in rows)
+
+    shutil.rmtree(data.parent)  # the dataset is gone: the error says so, and what to do instead
+    shutil.rmtree(out / "fields")
+    shutil.rmtree(out / "_state" / "fields")
+    with SimulatedServer("--instant", corpus=docs) as sim:
+        again = fields(out, sim, "--schema", schema, "--from", "images")
+        assert sim.requests() == []  # nothing was asked about documents without images
+    assert again.returncode == 1, again.stderr
+    errors = read_stage(out, "fields")
+    assert len(errors) == 2 and {r["status"] for r in errors} == {"error"}
+    assert all("not reachable" in r["error"] and "--fields-from markdown" in r["error"] for r in errors), errors
     with SimulatedServer("--instant") as sim:
-        again = fields(out, sim, "--schema", schema)  # error rows are redone, from the Markdown
-    assert again.returncode == 0 and "error" not in {r["status"] for r in read_stage(out, "fields")}
+        redone = fields(out, sim, "--schema", schema)  # error rows are redone, from the Markdown
+    assert redone.returncode == 0 and "error" not in {r["status"] for r in read_stage(out, "fields")}

@@ -66,3 +66,22 @@ def test_single_file_split_and_numbering_across_inputs(dataset: Path, tmp_path: 
     )
     assert [d.index for d in docs] == list(range(2 + len(single) + len(folder)))
     assert [list(d.images) for d in docs[2:]] == single + folder
+
+
+def test_a_row_is_read_again_by_its_doc_id_alone(dataset: Path) -> None:
+    """Fields and the report read a dataset row's page images again from its doc_id: the same
+    images as listed, the config and split taken from the doc_id, a doc_id of another config an
+    error that says which to pass."""
+    from llm_ocr.sources.listing import InputError, dataset_row
+
+    rows = expected_rows(list(dataset.glob("*.parquet")))
+    for number in (0, 5, len(rows) - 1):
+        ref = dataset_row(str(dataset), f"fv/default/train/{number:08d}")
+        assert (ref.doc_id, ref.kind, list(ref.images)) == (f"fv/default/train/{number:08d}", "dataset_row", rows[number])
+    assert list(dataset_row(str(dataset), "fv/default/validation/00000003").images) == rows[3]
+    with pytest.raises(InputError, match="pass the --config and --split"):
+        dataset_row(str(dataset), "fv/default/train/00000003", DatasetOptions(split="test"))
+    with pytest.raises(InputError, match="has no row"):
+        dataset_row(str(dataset), f"fv/default/train/{len(rows):08d}")
+    with pytest.raises(InputError, match="not the doc_id of a dataset row"):
+        dataset_row(str(dataset), "scans/a.pdf")
