@@ -60,7 +60,7 @@ def describe(family: Family, preset: str) -> dict[str, Any]:
             "retry_temperatures": list(family.retries.temperatures[: family.retries.count + 1]),
         },
         "page_image": family.rendering.options(),
-        # docs/bad-pages.md: a page longer than one answer is read in tiles only where the
+        # docs/gpu-time.md section 5: a page longer than one answer is read in tiles only where the
         # family's boxes can join them (Family.dense_tiles); elsewhere it is truncated.
         "dense_pages": "read in tiles" if family.dense_tiles else "read whole",
         "serve": shlex.join(command),

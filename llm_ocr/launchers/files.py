@@ -1,10 +1,10 @@
 """Local files a launch's options name (schemas, a classes file), shipped beside the output.
 
 A job cannot read a path on the launching machine, but it can read its own output. So a
-``--fields-schema``, ``--describe-schema`` or ``--classes`` that names a local file is copied under ``OUT/_state/launch-files/DIGEST/NAME`` when the jobs are submitted, and the
-jobs' command line names that copy. A classes file's local schema files are shipped too and the
-copy names them by URL. The file name is kept: a schema's name (the ``class`` of its rows)
-comes from it.
+``--fields-schema``, ``--describe-schema`` or ``--classes`` that names a local file is copied
+under ``OUT/_state/launch-files/DIGEST/NAME`` when the jobs are submitted, and the jobs' command
+line names that copy. A classes file's local schema files are shipped too and the copy names
+them by URL. The file name is kept: a schema's name (the ``class`` of its rows) comes from it.
 
 Inline JSON, URLs and pydantic models (``package.module:Model``) are passed on unchanged: a
 pydantic model must be importable in the image, which nothing here can check.
