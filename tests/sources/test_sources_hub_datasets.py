@@ -115,3 +115,31 @@ def test_a_hub_repo_that_is_not_parquet_is_streamed_and_a_missing_split_is_named
     assert len({d[3][0] for d in listed["docs"]}) == 2  # the two images, as bytes
     assert [d[1] for d in shard["docs"]] == [1]  # streamed whole, every other row kept
     assert "nope" in missing["error"] and "tester/fv" in missing["error"]
+
+
+ROW = r"""
+import hashlib, json, sys
+from llm_ocr.sources.listing import InputError, dataset_row
+from llm_ocr.sources.rerender import SourcePages
+for doc_id in sys.argv[2:]:
+    try:
+        images = [hashlib.sha1(i).hexdigest() for i in dataset_row(sys.argv[1], doc_id).images]
+    except InputError as e:
+        images = str(e)
+    with SourcePages(doc_id, sys.argv[1]) as pages:  # as Fields (--from images) and the report do
+        views = []
+        while (view := pages.page(len(views) + 1)).data is not None:
+            views.append(view)
+        print(json.dumps({"images": images, "pages": len(views), "note": view.note}))
+"""
+
+
+def test_a_hub_row_is_read_again_by_its_doc_id_for_fields_and_the_report(hub: tuple[FakeHub, int], tmp_path: Path) -> None:
+    server, _ = hub
+    (reference,) = run(server, REFERENCE, "tester/fv", "docs", home=tmp_path)
+    wanted = [i for i, images in enumerate(reference) if images][:2] + [len(reference)]
+    *found, beyond = run(server, ROW, "hf://datasets/tester/fv", *(f"tester/fv/docs/train/{i:08d}" for i in wanted),
+                         home=tmp_path)
+    for number, row in zip(wanted, found):
+        assert row["images"] == reference[number] and row["pages"] == len(reference[number]), row
+    assert beyond["pages"] == 0 and "has no row" in beyond["images"] and "has no row" in beyond["note"], beyond
