@@ -224,3 +224,17 @@ def test_the_checker_sees_direct_lazy_and_relative_imports(tmp_path: Path, sourc
 
 def test_the_cycle_check_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_command_line_lists_its_options_without_importing_a_model_client_or_a_stage() -> None:
+    """``llm-ocr --help``, ``status`` or ``jobs status`` build the whole parser: that must not pay
+    for the OpenAI client, the runners or the benchmark (about a second of CPU each time)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from llm_ocr.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('openai', 'llm_ocr.runners', 'llm_ocr.bench.run', 'llm_ocr.endpoint') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=str(PACKAGE.parent))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

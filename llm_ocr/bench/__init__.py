@@ -12,6 +12,7 @@ with every request queued at t=0). ``instant`` mode measures the client's own ce
 - :mod:`.measure`      /metrics and memory sampler, CPU clocks
 - :mod:`.lower_bound`  the perfect-client makespan from the request log
 - :mod:`.fidelity`     JPEG vs PNG: cost, size and PSNR in the model's views
+- :mod:`.config`       one run's settings (light: the CLI reads its defaults)
 - :mod:`.run`          one run, and the report
 - :mod:`.accuracy`     CER and word recall of an endpoint on born-digital PDFs against their text layer
 """
@@ -23,12 +24,26 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llm_ocr.bench.corpus import make_corpus
-from llm_ocr.bench.run import BenchConfig, RunResult, dump_json, format_table, run_once
+from llm_ocr.bench.config import BenchConfig
+
+if TYPE_CHECKING:
+    from llm_ocr.bench.run import RunResult, dump_json, format_table
 
 __all__ = ["BenchConfig", "RunResult", "dump_json", "format_table", "run_bench"]
+
+#: Imported on first use: the benchmark run imports the OpenAI client, the runners and the
+#: servers (about a second), which the CLI must not pay to list its options.
+_FROM_RUN = {"RunResult", "dump_json", "format_table"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_RUN:
+        from llm_ocr.bench import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_bench(
@@ -49,6 +64,9 @@ def run_bench(
     ``corpus_dir``, where it is kept and reused by later calls) and shared by the runs.
     Returns the results and, with ``fidelity``, the JPEG-vs-PNG encoding report.
     """
+    from llm_ocr.bench.corpus import make_corpus
+    from llm_ocr.bench.run import run_once
+
     sizes = list(pages or [base.pages])
     formats = list(image_formats or [base.image_format])
     with tempfile.TemporaryDirectory(prefix="llm-ocr-bench-") as tmp:

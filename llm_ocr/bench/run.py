@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from llm_ocr.bench.config import BenchConfig
 from llm_ocr.bench.lower_bound import LoggedRequest, lower_bound, read_request_log, replay_arrivals
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
 from llm_ocr.endpoint.in_flight import AdaptivePolicy
@@ -29,81 +30,12 @@ from llm_ocr.runners.extract import extract_shard
 from llm_ocr.servers.engines import free_port, sim_command
 from llm_ocr.servers.presets import GpuPreset, client_in_flight
 from llm_ocr.servers.process import ManagedServer
-from llm_ocr.servers.sim.timing import TimingModel
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
 from llm_ocr.runners.workers import default_workers
 
 log = logging.getLogger("llm_ocr")
 
 MB = 1024 * 1024
-
-
-@dataclass
-class BenchConfig:
-    """One run's settings. The server defaults model a fast GPU serving DeepSeek-OCR so that a
-    500-page run takes about 100 s (see docs/benchmarks.md, "The default workload and server", for how they were chosen)."""
-
-    pages: int = 500
-    image_format: str = "jpeg"
-    workers: int | None = None  # None: one per core
-    max_in_flight: int | None = None  # None: what the runner uses with a vLLM preset of `slots`
-    # The simulated server.
-    slots: int = 64
-    instant: bool = False
-    prefill_ms: float = 50.0
-    decode_ms_per_token: float = 3.0
-    load_slowdown: float = 2.0
-    output_tokens_mean: float = 900.0
-    output_tokens_sigma: float = 0.5
-    loop_rate: float = 0.03
-    tokens_per_char: float = 0.3
-    max_model_len: int = 8192
-    seed: int = 0
-    # The client.
-    max_tokens: int = 4096
-    truncation_retries: int = 1
-    dpi: float = 144.0
-    cut_loops: bool = True  # stream and cut repetition loops (False: today's whole answers)
-    max_page_aspect: float = 3.0  # pages longer than this are read in segments (0: whole)
-    adaptive: bool = False  # no --max-in-flight: size it from /metrics, as with --endpoint
-    servers: int = 1  # simulated GPUs, one server each, behind the client's dispatcher
-    loop_repeat_rate: float = 1.0
-    tile_dense_pages: bool = True  # read pages too long for one answer in tiles (False: whole, retried)
-    #: PDFs the simulator knows (answers from their text layer, crops with the text of their
-    #: region): the dense pages of a workload. None: every page is synthetic.
-    sim_corpus: str | None = None
-    # Measurement.
-    sample_interval: float = 0.1
-
-    def timing(self) -> TimingModel:
-        """The server's timing model (the same object the simulator builds from its flags)."""
-        return TimingModel(
-            slots=self.slots,
-            prefill_ms=self.prefill_ms,
-            decode_ms_per_token=self.decode_ms_per_token,
-            load_slowdown=self.load_slowdown,
-        )
-
-    def server_args(self) -> list[str]:
-        """Flags of ``python -m llm_ocr.servers.sim`` for this configuration."""
-        args = [
-            "--slots", str(self.slots),
-            "--prefill-ms", str(self.prefill_ms),
-            "--decode-ms-per-token", str(self.decode_ms_per_token),
-            "--load-slowdown", str(self.load_slowdown),
-            "--output-tokens-mean", str(self.output_tokens_mean),
-            "--output-tokens-sigma", str(self.output_tokens_sigma),
-            "--loop-rate", str(self.loop_rate),
-            "--loop-repeat-rate", str(self.loop_repeat_rate),
-            "--tokens-per-char", str(self.tokens_per_char),
-            "--max-model-len", str(self.max_model_len),
-            "--seed", str(self.seed),
-        ]  # fmt: skip
-        if self.instant:
-            args.append("--instant")
-        if self.sim_corpus:
-            args += ["--corpus", self.sim_corpus, "--render-dpi", str(self.dpi)]
-        return args
 
 
 def default_in_flight(slots: int) -> int:
