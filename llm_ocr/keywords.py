@@ -424,6 +424,8 @@ class FieldsKeywords(TypedDict, total=False):
     """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."""
     jpeg_quality: int
     """JPEG quality when image_format is jpeg."""
+    image_column: str | None
+    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of Image."""
     fields_schema: str | None
     """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
     classes: str | None

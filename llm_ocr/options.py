@@ -351,7 +351,7 @@ STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
     "extract": ("job", "server", "render", "dataset", "extract", "client"),
     "describe": ("job", "server", "describe", "client"),
     "assemble": ("job", "assemble"),
-    "fields": ("job", "server", "render", "fields", "client"),
+    "fields": ("job", "server", "render", "dataset", "fields", "client"),
 }
 
 #: Options of a group a stage has no use for (Assemble runs no model server and renders nothing).
@@ -359,7 +359,9 @@ STAGE_EXCLUDED: dict[str, frozenset[str]] = {
     "run": frozenset(),
     "extract": frozenset(),
     "describe": frozenset({"workers"}),
-    "fields": frozenset({"workers"}),
+    # Fields re-reads a dataset row's images for --from images: the doc_id names its config and
+    # split, only the image column may need saying again.
+    "fields": frozenset({"workers", "config", "split"}),
     "assemble": frozenset({
         "endpoint", "model", "recipe", "api_key", "max_in_flight", "workers", "grace_period", "flush_interval", "progress",
         "progress_interval",

@@ -374,16 +374,11 @@ class _Run:
     async def _page_image(self, row: dict[str, Any], page: int) -> tuple[bytes, str]:
         """A page re-rendered from the document's source (a dataset row's image read again from
         the dataset), as Extract rendered it."""
-        from llm_ocr.options import DatasetOptions
         from llm_ocr.sources.rerender import SourcePages
-
-        # `llm-ocr fields` takes no dataset options: the doc_id names the config and split, and
-        # the image column is found as Extract found it; `run` passes on any it was given.
-        dataset = self.spec.dataset if self.spec.dataset != DatasetOptions() else None
 
         def render() -> tuple[bytes, str]:
             with self._render_lock, SourcePages(row["doc_id"], row.get("source"), self.spec.render,
-                                                self.spec.job.storage_options, dataset) as pages:
+                                                self.spec.job.storage_options, self.spec.dataset.image_column) as pages:
                 view = pages.page(page)
             if view.data is None:  # e.g. the source was moved or deleted since Extract read it
                 raise ValueError(f"{view.note or 'no image'}; --fields-from markdown reads the OCR text instead")

@@ -390,22 +390,21 @@ _ROW_PLANS_KEPT = 4
 
 
 def dataset_row(
-    source: str, doc_id: str, dataset: DatasetOptions | None = None, storage_options: dict | None = None
+    source: str, doc_id: str, image_column: str | None = None, storage_options: dict | None = None
 ) -> DocumentRef:
     """The row ``doc_id`` of dataset INPUT ``source`` (as Extract listed it), with its page images.
 
-    Without ``dataset`` options, the config and split are those the doc_id names
-    (``NAME/CONFIG/SPLIT/ROW``) and the image column is found as Extract finds it. Only the row
-    group holding the row is read. Raises :class:`InputError` when the row cannot be found.
+    The config and split are those the doc_id names (``NAME/CONFIG/SPLIT/ROW``, which Extract
+    built from them); the image column is ``image_column``, else found as Extract finds it. Only
+    the row group holding the row is read. Raises :class:`InputError` when the row cannot be found.
     """
     prefix, _, number = doc_id.rpartition("/")
     if not number.isdigit() or prefix.count("/") < 2:
         raise InputError(f"{doc_id!r} is not the doc_id of a dataset row (NAME/CONFIG/SPLIT/ROW)")
-    if dataset is None:
-        config, split = prefix.split("/")[-2:]
-        dataset = DatasetOptions(config=None if config == "default" else config, split=split)
+    config, split = prefix.split("/")[-2:]
+    dataset = DatasetOptions(config=None if config == "default" else config, split=split, image_column=image_column)
     so = dict(storage_options or {})
-    key = (source, dataset.config or "", dataset.split, dataset.image_column, repr(sorted(so.items())))
+    key = (source, config, split, image_column, repr(sorted(so.items())))
     plan = _ROW_PLANS.get(key)
     if plan is None:
         try:
@@ -417,9 +416,9 @@ def dataset_row(
         plan = _ROW_PLANS[key] = resolved
         while len(_ROW_PLANS) > _ROW_PLANS_KEPT:
             _ROW_PLANS.pop(next(iter(_ROW_PLANS)))
-    if plan.prefix != prefix:
-        raise InputError(f"{source!r} read with {dataset.config or 'default'}/{dataset.split} gives doc_ids "
-                         f"{plan.prefix}/..., not {prefix}/...: pass the --config and --split Extract read it with")
+    if plan.prefix != prefix:  # the dataset was renamed or moved since Extract read it
+        raise InputError(f"{source!r} gives doc_ids {plan.prefix}/..., not {prefix}/...: it is not the dataset "
+                         "Extract read")
     row = int(number)
     if isinstance(plan, ParquetPlan):
         groups = [g for g in plan.groups if g.first_row <= row < g.first_row + g.num_rows]

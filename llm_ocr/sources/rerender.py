@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llm_ocr.options import DatasetOptions, RenderOptions
+from llm_ocr.options import RenderOptions
 from llm_ocr.sources.base import DocumentRef, PageFailure
 from llm_ocr.sources.listing import document_kind
 from llm_ocr.storage import Storage, retry_io
@@ -49,14 +49,14 @@ class SourcePages:
         source: str | None,
         options: RenderOptions | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        dataset: DatasetOptions | None = None,
+        image_column: str | None = None,
     ) -> None:
         self.doc_id = doc_id
         self.source = source
         self.options = options or RenderOptions()
         self.storage_options = dict(storage_options or {})
-        #: How Extract read a dataset source (default: the config and split the doc_id names).
-        self.dataset = dataset
+        #: A dataset source's image column, if Extract was told it (``--image-column``).
+        self.image_column = image_column
         self._ref: DocumentRef | None = None
         self._problem: str | None = None
         self._tmp: str | None = None
@@ -115,7 +115,7 @@ class SourcePages:
 
         assert self.source is not None
         try:
-            self._ref = dataset_row(self.source, self.doc_id, self.dataset, self.storage_options)
+            self._ref = dataset_row(self.source, self.doc_id, self.image_column, self.storage_options)
         except InputError as exc:
             self._problem = f"the dataset row cannot be read again: {exc}"
 

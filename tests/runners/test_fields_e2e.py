@@ -263,12 +263,13 @@ def test_a_rerun_with_another_schema_into_the_same_output_is_refused(assembled: 
 def test_page_images_of_dataset_rows_are_read_again_from_the_dataset(corpus: tuple[Path, dict[str, Any]],
                                                                       tmp_path: Path) -> None:
     """A Parquet input's page images are not kept in OUT: with ``--from images`` Fields reads each
-    row's images again from the dataset (only its row group), and reads them right; once the
-    dataset is gone, each document gets an error row that says so and names ``--fields-from
-    markdown``, and a rerun from the Markdown redoes them."""
+    row's images again from the dataset (only its row group), from the column Extract was told
+    (``--image-column``), and reads them right; once the dataset is gone, each document gets an
+    error row that says so and names ``--fields-from markdown``, and a rerun from the Markdown
+    redoes them."""
+    import datasets
     import pypdfium2
-
-    from tests.sources.sources_testdata import finevision_parquet
+    from PIL import Image
 
     docs, truth = corpus
     names = ["invoice-2024-0017.pdf", "invoice-2024-0042.pdf"]
@@ -282,13 +283,23 @@ def test_page_images_of_dataset_rows_are_read_again_from_the_dataset(corpus: tup
             pages.append(buffer.getvalue())
         rows.append(pages)
         pdf.close()
-    data = finevision_parquet(tmp_path / "scans" / "train-00000.parquet", rows)
+    # The pages in a column that is not the default one; "images" (found first) holds blank ones.
+    blank = io.BytesIO()
+    Image.new("RGB", (850, 1100), "white").save(blank, format="PNG")
+    image = datasets.Image()
+    features = datasets.Features({"images": datasets.List(image), "scan": datasets.List(image)})
+    data = tmp_path / "scans" / "train-00000.parquet"
+    data.parent.mkdir()
+    datasets.Dataset.from_dict({
+        "images": [[{"bytes": blank.getvalue(), "path": None}] * len(r) for r in rows],
+        "scan": [[{"bytes": b, "path": None} for b in r] for r in rows],
+    }, features=features).to_parquet(str(data))
     out = tmp_path / "out"
     schema = str(EXAMPLES / "invoice.schema.json")
     with SimulatedServer("--instant", corpus=docs) as sim:  # it knows the pages by their look
-        assert stage("run", out, sim, str(data.parent)).returncode == 0
+        assert stage("run", out, sim, str(data.parent), "--image-column", "scan").returncode == 0
         sent = len(sim.requests())
-        result = fields(out, sim, "--schema", schema, "--from", "images")
+        result = fields(out, sim, "--schema", schema, "--from", "images", "--image-column", "scan")
         asked = sim.requests()[sent:]
     assert result.returncode == 0, result.stderr
     assert len(asked) == sum(len(r) for r in rows) and all("image_url" in json.dumps(r["body"]) for r in asked)
@@ -306,7 +317,7 @@ def test_page_images_of_dataset_rows_are_read_again_from_the_dataset(corpus: tup
     shutil.rmtree(out / "fields")
     shutil.rmtree(out / "_state" / "fields")
     with SimulatedServer("--instant", corpus=docs) as sim:
-        again = fields(out, sim, "--schema", schema, "--from", "images")
+        again = fields(out, sim, "--schema", schema, "--from", "images", "--image-column", "scan")
         assert sim.requests() == []  # nothing was asked about documents without images
     assert again.returncode == 1, again.stderr
     errors = read_stage(out, "fields")

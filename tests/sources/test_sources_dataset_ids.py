@@ -70,8 +70,8 @@ def test_single_file_split_and_numbering_across_inputs(dataset: Path, tmp_path: 
 
 def test_a_row_is_read_again_by_its_doc_id_alone(dataset: Path) -> None:
     """Fields and the report read a dataset row's page images again from its doc_id: the same
-    images as listed, the config and split taken from the doc_id, a doc_id of another config an
-    error that says which to pass."""
+    images as listed, the config and split taken from the doc_id; a doc_id of another dataset, a
+    row past the end and an image column the dataset lacks are errors that say so."""
     from llm_ocr.sources.listing import InputError, dataset_row
 
     rows = expected_rows(list(dataset.glob("*.parquet")))
@@ -79,8 +79,10 @@ def test_a_row_is_read_again_by_its_doc_id_alone(dataset: Path) -> None:
         ref = dataset_row(str(dataset), f"fv/default/train/{number:08d}")
         assert (ref.doc_id, ref.kind, list(ref.images)) == (f"fv/default/train/{number:08d}", "dataset_row", rows[number])
     assert list(dataset_row(str(dataset), "fv/default/validation/00000003").images) == rows[3]
-    with pytest.raises(InputError, match="pass the --config and --split"):
-        dataset_row(str(dataset), "fv/default/train/00000003", DatasetOptions(split="test"))
+    with pytest.raises(InputError, match="not the dataset Extract read"):
+        dataset_row(str(dataset), "scans/default/train/00000003")
+    with pytest.raises(InputError, match="image column 'pages' not in dataset"):
+        dataset_row(str(dataset), "fv/default/train/00000003", image_column="pages")
     with pytest.raises(InputError, match="has no row"):
         dataset_row(str(dataset), f"fv/default/train/{len(rows):08d}")
     with pytest.raises(InputError, match="not the doc_id of a dataset row"):
