@@ -12,13 +12,13 @@ it scans with ``str.find`` instead of lazy ``.*?`` regexes, which go quadratic o
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from itertools import islice
 
 from llm_ocr.records import Block
-from llm_ocr.vlm.layout import FIGURE_LINK, FigureBox, PageLayout, Warnings
+from llm_ocr.vlm import layout
+from llm_ocr.vlm.layout import FIGURE_LINK, FigureBox, PageLayout, Warnings, finite_box
 
 __all__ = ["EOS", "FIGURE_LINK", "IMAGE_LABEL", "FigureBox", "PageLayout", "clean_markdown", "parse_layout", "scale_box"]
 
@@ -33,7 +33,6 @@ _NUMBER = re.compile(r"-?\d{1,12}(?:\.\d{1,12})?")
 _SEGMENT = re.compile(r"[^\[\]]+")  # text between brackets: one box, or separators
 _BOX_CHARS = re.compile(r"[\s\d\[\],.+-]*")  # what an unclosed box list may consist of
 _SPACES = re.compile(r"\s*")
-_NEWLINES = re.compile(r"\n{3,}")
 _MAX_LABEL = 64  # real labels are short words; a longer "label" means a missing <|/ref|>
 
 
@@ -62,13 +61,8 @@ def scale_box(box: Sequence[float], width: int, height: int) -> list[int] | None
     ``[0, width] x [0, height]``. Returns ``None`` if the box is not four finite numbers, the
     image size is not positive, or the box has zero width or height in pixels.
     """
-    if len(box) != 4 or width <= 0 or height <= 0:
-        return None
-    try:
-        vals = [float(v) for v in box]
-    except (TypeError, ValueError):
-        return None
-    if not all(math.isfinite(v) for v in vals):
+    vals = finite_box(box, width, height)
+    if vals is None:
         return None
     # Clamped to 0..999 first, so the pixels cannot leave [0, width] x [0, height].
     x1, y1, x2, y2 = (min(max(v, 0.0), 999.0) for v in vals)
@@ -85,8 +79,7 @@ def scale_box(box: Sequence[float], width: int, height: int) -> list[int] | None
 def clean_markdown(text: str) -> str:
     """Apply the official substitutions (``\\coloneqq`` to ``:=``, ``\\eqqcolon`` to ``=:``),
     collapse runs of 3+ newlines to two and strip surrounding whitespace."""
-    text = text.replace("\\coloneqq", ":=").replace("\\eqqcolon", "=:")
-    return _NEWLINES.sub("\n\n", text).strip()
+    return layout.clean_markdown(text.replace("\\coloneqq", ":=").replace("\\eqqcolon", "=:"))
 
 
 def _strip_tags(text: str) -> str:

@@ -70,17 +70,24 @@ class Warnings:
         return self.items + extra
 
 
-def to_pixels(box: Sequence[float], sx: float, sy: float, width: int, height: int) -> list[int] | None:
-    """``box`` (x1, y1, x2, y2 in a family's space) times ``(sx, sy)``, as ``[x1, y1, x2, y2]``
-    pixels clamped to the ``width`` x ``height`` image, corners in order; None when the box is
-    not four finite numbers or has no area in pixels."""
+def finite_box(box: Sequence[float], width: int, height: int) -> list[float] | None:
+    """``box`` as four finite floats, or None when it is not that or the image has no size (the
+    check every family's box mapping starts with)."""
     if len(box) != 4 or width <= 0 or height <= 0:
         return None
     try:
         vals = [float(v) for v in box]
     except (TypeError, ValueError):
         return None
-    if not all(math.isfinite(v) for v in vals):
+    return vals if all(math.isfinite(v) for v in vals) else None
+
+
+def to_pixels(box: Sequence[float], sx: float, sy: float, width: int, height: int) -> list[int] | None:
+    """``box`` (x1, y1, x2, y2 in a family's space) times ``(sx, sy)``, as ``[x1, y1, x2, y2]``
+    pixels clamped to the ``width`` x ``height`` image, corners in order; None when the box is
+    not four finite numbers or has no area in pixels."""
+    vals = finite_box(box, width, height)
+    if vals is None:
         return None
     x1, x2 = sorted((vals[0] * sx, vals[2] * sx))
     y1, y2 = sorted((vals[1] * sy, vals[3] * sy))
