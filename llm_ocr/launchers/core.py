@@ -23,7 +23,7 @@ from fsspec.core import split_protocol
 
 from llm_ocr.launchers.command import llm_ocr_command
 from llm_ocr.launchers.adapter import JobState, Platform
-from llm_ocr.launchers.files import upload
+from llm_ocr.launchers.files import LOCAL_PROTOCOLS, upload
 from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, save_record
 from llm_ocr.launchers.sizing import fit_timeout, input_pages, planning_rate
 from llm_ocr.launchers.spec import (
@@ -53,7 +53,6 @@ log = logging.getLogger("llm_ocr")
 
 #: Names that must go through --secret, never --env.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY", re.IGNORECASE)
-_LOCAL_PROTOCOLS = {None, "file", "local"}
 #: Tries per job when neither ``--attempts`` nor the platform (``default_attempts``) says.
 DEFAULT_ATTEMPTS = 3
 #: What an offline dry run does not check here (the platform adds its own skipped checks).
@@ -143,7 +142,7 @@ def _check_request(request: LaunchRequest) -> None:
     if request.stage in ("describe", "assemble", "fields") and request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} takes no INPUT: it reads OUT ({request.inputs[0]!r} given)")
     for url, what in [(request.output, "--output"), *((u, "INPUT") for u in request.inputs)]:
-        if split_protocol(url)[0] in _LOCAL_PROTOCOLS:
+        if split_protocol(url)[0] in LOCAL_PROTOCOLS:
             hint = ("upload it first, e.g. `hf upload OWNER/NAME FOLDER --repo-type dataset`, and pass "
                     "hf://datasets/OWNER/NAME/FOLDER") if what == "INPUT" else "e.g. --output hf://datasets/OWNER/NAME"
             raise LaunchError(

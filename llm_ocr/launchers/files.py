@@ -22,6 +22,8 @@ from fsspec.core import split_protocol
 
 from llm_ocr.storage import Storage
 
+#: fsspec protocols of paths on this machine, which no job can read.
+LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
 #: Where shipped files live under the output.
 FILES_DIR = ("_state", "launch-files")
 #: Options whose value may be a schema file, and the flag that names them in errors.
@@ -46,10 +48,7 @@ def is_local_file(value: Any) -> bool:
     """Whether ``value`` names a file on this machine (not a URL, inline JSON or pydantic path)."""
     if not isinstance(value, str) or value.strip().startswith("{"):
         return False
-    if split_protocol(value)[0] not in (None, "file", "local"):
-        return False
-    path = value.split("://", 1)[-1]
-    return os.path.isfile(path)
+    return split_protocol(value)[0] in LOCAL_PROTOCOLS and os.path.isfile(_local_path(value))
 
 
 def ship_local_files(stage_options: Mapping[str, Any], output: str) -> tuple[dict[str, Any], list[ShippedFile]]:

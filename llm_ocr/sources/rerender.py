@@ -89,8 +89,9 @@ class SourcePages:
             return
         try:
             store = Storage(source, self.storage_options)
-            if source.lower().endswith(".parquet") or not store.fs.isfile(store.root):
-                if source.lower().endswith(".parquet") or store.fs.isdir(store.root):
+            parquet = source.lower().endswith(".parquet")
+            if parquet or not store.fs.isfile(store.root):
+                if parquet or store.fs.isdir(store.root):
                     self._dataset_row()  # the row's images, read again from the dataset
                 else:
                     self._problem = f"the source {source} is not reachable (moved or deleted since Extract read it?)"
