@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -287,6 +287,27 @@ def _two_servers(poison: tuple[str, int], crash_delay: float) -> tuple[CrashTrac
     return tracker, servers, members, Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
 
 
+async def _until_convicted(
+    tracker: CrashTracker,
+    handler: Callable[[SimpleNamespace, SimpleNamespace, int | None], Awaitable[str]],
+    pages: Sequence[int],
+    convicted: asyncio.Event,
+) -> dict[int, str]:
+    """Every page of doc.pdf through ``tracker.guard(handler)``: ``"ok"`` or the quarantine
+    message of each, by page; ``convicted`` is set when a page is quarantined."""
+
+    async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
+        convicted.set()
+        return exc.message
+
+    guarded = tracker.guard(handler, quarantined)
+    ref = SimpleNamespace(doc_id="doc.pdf")
+    results = await asyncio.wait_for(
+        asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), len(pages)) for n in pages)), timeout=120
+    )
+    return dict(zip(pages, results))
+
+
 async def _send_until(dispatcher: Dispatcher, key: tuple[str, int], done: asyncio.Event) -> None:
     """Requests for page ``key``, one after another, until ``done`` is set (at most 1,200: 60 s
     of 50 ms requests)."""
@@ -310,17 +331,7 @@ def test_a_page_due_its_solo_retry_holds_back_only_the_server_it_crashed() -> No
             await _send_until(dispatcher, (ref.doc_id, item.page), convicted)
             return "ok"
 
-        async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
-            convicted.set()
-            return exc.message
-
-        guarded = tracker.guard(handler, quarantined)
-        ref = SimpleNamespace(doc_id="doc.pdf")
-        pages = range(1, 21)
-        results = await asyncio.wait_for(
-            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 20) for n in pages)), timeout=120
-        )
-        return dict(zip(pages, results)), servers, tracker
+        return await _until_convicted(tracker, handler, range(1, 21), convicted), servers, tracker
 
     results, servers, tracker = asyncio.run(scenario())
     assert results[5] == "the model server crashed on this page 3 times; quarantined"
@@ -364,16 +375,7 @@ def test_the_dispatcher_gives_a_server_kept_for_a_solo_retry_no_other_page() -> 
             await _send_until(dispatcher, (ref.doc_id, item.page), convicted)
             return "ok"
 
-        async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
-            convicted.set()
-            return exc.message
-
-        guarded = tracker.guard(handler, quarantined)
-        ref = SimpleNamespace(doc_id="doc.pdf")
-        results = await asyncio.wait_for(
-            asyncio.gather(*(guarded(ref, SimpleNamespace(page=n), 3) for n in (1, 2, 3))), timeout=120
-        )
-        return dict(zip((1, 2, 3), results)), members
+        return await _until_convicted(tracker, handler, (1, 2, 3), convicted), members
 
     results, members = asyncio.run(scenario())
     assert results == {1: "the model server crashed on this page 3 times; quarantined", 2: "ok", 3: "ok"}
