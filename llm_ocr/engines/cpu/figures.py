@@ -245,7 +245,8 @@ def find_figures(
     """The figures of a page and the lines left for the body text.
 
     ``regions`` come from the layout model, ``lines`` from the OCR, both in pixels of the same
-    image; ``page`` (height x width x 3 ``uint8``), when given, shrinks each figure to its ink.
+    image; ``page`` (height x width x 3 ``uint8``), when given, fits each figure to what is
+    drawn in it and keeps as text a region with nothing drawn or mostly text (:func:`_keep_drawing`).
     Returns the figures (top to bottom) and the lines that are neither inside a figure nor a
     caption, in their original order.
     """
