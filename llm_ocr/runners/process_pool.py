@@ -157,11 +157,12 @@ class ProcessPool(Executor):
 
 def worker_command() -> list[str]:
     """The command line that starts a worker of this process: the bootstrap, this process's pid
-    and its ``sys.path`` (``""``, the current directory, made absolute, as spawn does)."""
+    and its ``sys.path``, whose ``""`` (the current directory) is made absolute, as spawn does; the
+    other entries are kept as they are (some are keys of import hooks, not paths)."""
     if not sys.executable or getattr(sys, "frozen", False):  # a frozen app's executable would run the app again
         raise RuntimeError("worker processes need a Python interpreter, and this process has none "
                            "(sys.executable is empty, or a frozen application): use workers=0")
-    paths = [os.path.abspath(path) if path else os.getcwd() for path in sys.path]
+    paths = [path or os.getcwd() for path in sys.path]
     return [sys.executable, "-c", _BOOTSTRAP, str(os.getpid()), *paths]
 
 
