@@ -16,7 +16,8 @@ module, :func:`serve`. Each call is pickled over the worker's own stdin and its 
 stdout; functions travel by reference, and only llm-ocr's module-level ones are sent, so nothing
 of the caller's program is imported or run in a worker, whatever it is: a script with or without
 the guard, ``python -``, ``python -c``, the REPL, a notebook, pytest. Public APIs only
-(``subprocess``, ``pickle``, ``os.dup2``), the same on Linux, macOS and Windows.
+(``subprocess``, ``pickle``, ``os.dup2``), none of them specific to one operating system (the
+tests run on Linux).
 
 A worker
 - is a process, not a thread: pypdfium2 is not thread-safe, and rendering is CPU-bound;
