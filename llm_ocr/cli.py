@@ -34,7 +34,7 @@ COMMAND_MODULES = (
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "serve",
-        help="run a model server in the foreground: vllm (DeepSeek-OCR recipe), cpu, or sim",
+        help="run a model server in the foreground: vllm (the model family's recipe), cpu, or sim",
         add_help=False,
     )
     parser.add_argument("--engine", default="auto", choices=["auto", "vllm", "cpu", "sim"], help="which server to run")

@@ -79,7 +79,9 @@ def add_options(
     names each one's ``LLM_OCR_*`` variable unless ``environment`` is False (none is read).
 
     A field may say how it is typed on the command line in its ``json_schema_extra``:
-    ``metavar``, and ``repeat: True`` for a value given once per flag (``--env A=1 --env B=2``).
+    ``metavar``, ``repeat: True`` for a value given once per flag (``--env A=1 --env B=2``), and
+    ``family_default: True`` when its default is the model family's (its help says so; the
+    model's own default, one family's value, is not shown).
     """
     skip = set(exclude)
     for model in models:
@@ -88,7 +90,7 @@ def add_options(
             if name in skip:
                 continue
             help_text = f"{info.description or ''}" + (f" [env {env_name(name)}]" if environment else "")
-            if not info.is_required():
+            if not info.is_required() and not _extra(info, "family_default"):
                 default = info.get_default(call_default_factory=True)
                 if default not in (None, {}, [], ()):
                     help_text += f" (default: {default})"

@@ -28,6 +28,10 @@ Engine = Literal["auto", "vllm", "cpu", "sim"]
 #: into one paragraph.
 DEFAULT_PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
 
+#: Marks an option whose default is the model family's when it is not given (a render option the
+#: family's recipe sets: ``stages/extract.py`` ``family_render``): its help names no one value.
+FAMILY_DEFAULT: dict[str, Any] = {"family_default": True}
+
 
 # -- where a stage reads and writes, and how it runs ------------------------------------------
 
@@ -123,20 +127,27 @@ class ClientOptions(BaseModel):
 class RenderOptions(BaseModel):
     """How pages become the images sent to the model."""
 
-    dpi: float = Field(144.0, gt=0, description="PDF render resolution (default: the model family's, 144 for DeepSeek-OCR).")
+    dpi: float = Field(
+        144.0, gt=0, description="PDF render resolution (default: the model family's, 144 for DeepSeek-OCR).",
+        json_schema_extra=FAMILY_DEFAULT,
+    )
     max_page_pixels: int = Field(
         12_000_000,
         gt=0,
-        description="Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans).",
+        description="Pages larger than this are rendered or resized down to fit (default: the model family's "
+        "limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans).",
+        json_schema_extra=FAMILY_DEFAULT,
     )
     long_side: int | None = Field(
         None,
         gt=0,
         description="Scale every page (PDF or image) so its longer side has exactly this many pixels, "
         "instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most).",
+        json_schema_extra=FAMILY_DEFAULT,
     )
     max_long_side: int | None = Field(
-        None, gt=0, description="Scale pages down so their longer side has at most this many pixels (default: none)."
+        None, gt=0, description="Scale pages down so their longer side has at most this many pixels (default: the "
+        "model family's, e.g. 3500 for GLM-OCR; none for most).", json_schema_extra=FAMILY_DEFAULT,
     )
     min_page_side: int = Field(
         640,
@@ -154,7 +165,8 @@ class RenderOptions(BaseModel):
     )
     image_format: Literal["jpeg", "png"] = Field(
         "jpeg", description="Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the "
-        "model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."
+        "model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG).",
+        json_schema_extra=FAMILY_DEFAULT,
     )
     jpeg_quality: int = Field(95, ge=50, le=100, description="JPEG quality when image_format is jpeg.")
 

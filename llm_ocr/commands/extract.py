@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``extract`` sub-command."""
     parser = sub.add_parser(
         "extract",
-        help="page images -> DeepSeek-OCR -> Markdown, layout blocks and figure crops (OUT/extract)",
+        help="page images -> the OCR model -> Markdown, layout blocks and figure crops (OUT/extract)",
         description="Run the Extract stage over this shard of the inputs.",
         epilog=EXIT_CODES_HELP,
     )
