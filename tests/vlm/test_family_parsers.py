@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, plan_segments
 from llm_ocr.stages.attempts import Answer
 from llm_ocr.stages.segmented import read_in_segments
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult
 from llm_ocr.vlm.families import family_named
 from llm_ocr.vlm.families.base import Reading
@@ -72,8 +74,9 @@ def test_dots_boxes_are_in_the_resized_image_and_scaled_back() -> None:
     cells = [{"bbox": [0, 0, rw, rh], "category": "Picture"}, {"bbox": [14, 28, 700, 56], "category": "Title",
               "text": "# Annual report"}]  # fmt: skip
     layout = DOTS_OCR.parse(json.dumps(cells), width=1700, height=2200, page=1)
-    assert layout.figures[0].bbox == [0, 0, 1700, 2200]
-    assert layout.blocks[1].boxes == [[int(14 * 1700 / 1708), int(28 * 2200 / 2212), int(700 * 1700 / 1708), int(56 * 2200 / 2212)]]
+    assert layout.figures[0].bbox == (0, 0, 1700, 2200)
+    scaled = (int(14 * 1700 / 1708), int(28 * 2200 / 2212), int(700 * 1700 / 1708), int(56 * 2200 / 2212))
+    assert layout.blocks[1].boxes == [scaled]
     # A cut-off answer keeps its complete cells, and says so.
     cut = DOTS_OCR.parse(json.dumps(cells)[:-30], width=1700, height=2200, page=1)
     assert len(cut.blocks) == 1 and "recovered" in cut.warnings[0]
@@ -89,7 +92,7 @@ def test_olmocr_front_matter_and_figure_links() -> None:
                       "is_table": False, "is_diagram": True} and problem is None  # fmt: skip
     layout = OLMOCR.parse(text, width=1000, height=1288, page=1)
     (figure,) = layout.figures
-    assert figure.bbox == [100, 200, 400, 350] and figure.description == "Bars for 2019 to 2023"
+    assert figure.bbox == (100, 200, 400, 350) and figure.description == "Bars for 2019 to 2023"
     assert layout.markdown == "Intro text.\n\n![Bars for 2019 to 2023](figure:p1-f1)\n\nAfter."
     assert [b.label for b in layout.blocks] == ["text", "image", "text"]
     outside = OLMOCR.parse("---\n---\n![x](page_5000_5000_10_10.png)", width=100, height=100, page=1)
@@ -99,11 +102,11 @@ def test_olmocr_front_matter_and_figure_links() -> None:
 def test_chandra_1_reads_json_boxes_and_chandra_2_space_separated() -> None:
     one = '<div data-bbox="[0, 0, 512, 1024]" data-label="Figure"><img alt="A map."/></div>'
     layout = CHANDRA_1.parse(one, width=2048, height=1000, page=1)
-    assert layout.figures[0].bbox == [0, 0, 1024, 1000] and layout.figures[0].description == "A map."
+    assert layout.figures[0].bbox == (0, 0, 1024, 1000) and layout.figures[0].description == "A map."
     two = ('<div data-bbox="0 0 500 1000" data-label="Text"><p>Hello <b>world</b> '
            '<math>x^2</math></p></div><div data-bbox="1 1 2 2" data-label="Blank-Page"></div>')
     layout = family_named("chandra").parse(two, width=2000, height=1000, page=1)
-    assert layout.blocks[0].boxes == [[0, 0, 1000, 1000]] and len(layout.blocks) == 1
+    assert layout.blocks[0].boxes == [(0, 0, 1000, 1000)] and len(layout.blocks) == 1
     assert layout.markdown == "Hello **world** \\( x^2 \\)"
 
 
@@ -117,7 +120,7 @@ def test_docling_tables_captions_and_headings() -> None:
     layout = GRANITE_DOCLING.parse(text, width=1000, height=1000, page=1)
     assert layout.markdown.startswith("## Results\n\n<table><tr><th>Year</th><th>Sales</th></tr><tr><td>2023</td>")
     assert "Table 1: Sales." in layout.markdown
-    assert layout.figures[0].bbox == [0, 500, 1000, 998]
+    assert layout.figures[0].bbox == (0, 500, 1000, 998)
     assert [b.label for b in layout.blocks] == ["section_header_level_1", "table", "caption", "picture"]
 
 
@@ -136,7 +139,7 @@ def run_segmented(family: str, width: int, height: int, lines: list[tuple[int, i
     segments = plan_segments(width, height)
     crops: dict[bytes, list[int]] = {}
 
-    async def crop(image: bytes, boxes: list[list[int]]) -> list[bytes]:
+    async def crop(image: bytes, boxes: Sequence[Box]) -> list[bytes]:
         out = []
         for box in boxes:
             crops[key := json.dumps(box).encode()] = box

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.layout import PageLayout
 
 ImageFormat = Literal["jpeg", "png"]
@@ -183,7 +184,7 @@ class PageTools(Protocol):
 
     async def ask(self, body_for: BodyFor, retries: Retries) -> AnswerLike: ...  # noqa: D102
 
-    async def crop(self, image: bytes, boxes: list[list[int]]) -> list[bytes]: ...  # noqa: D102
+    async def crop(self, image: bytes, boxes: Sequence[Box]) -> list[bytes]: ...  # noqa: D102
 
     async def transform(  # noqa: D102
         self, image: bytes, *, rotate: int = 0, size: tuple[int, int] | None = None, min_side: int = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
 from llm_ocr.vlm.families.markup import display_math, otsl_to_html
@@ -30,7 +31,7 @@ _CAPTION = re.compile(r"<caption>((?:<loc_\d{1,4}>){4})(.*?)</caption>", re.DOTA
 _HEADING = re.compile(r"section_header_level_(\d)")
 
 
-def _box(locs: str, width: int, height: int) -> list[int] | None:
+def _box(locs: str, width: int, height: int) -> Box | None:
     values = [int(v) for v in _LOC.findall(locs)]
     return to_pixels(values, width / GRID, height / GRID, width, height) if len(values) == 4 else None
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import (
     AnswerLike,
     Family,
@@ -79,7 +80,7 @@ class LayoutBox:
     """One block of the layout pass: type, box in 0..1 of the page, rotation."""
 
     type: str
-    box: tuple[float, float, float, float]
+    box: Box
     angle: int | None = None
     text: str = ""
     read: bool = False
@@ -105,7 +106,7 @@ def parse_layout_pass(text: str, warn: Warnings) -> list[LayoutBox]:
         kind = "image" if kind == "unknown" else kind
         if kind == "inline_formula":
             continue
-        out.append(LayoutBox(kind, (x1 / 1000, y1 / 1000, x2 / 1000, y2 / 1000), ANGLES.get(match.group(6) or "")))
+        out.append(LayoutBox(kind, Box(x1 / 1000, y1 / 1000, x2 / 1000, y2 / 1000), ANGLES.get(match.group(6) or "")))
     if not out and text.strip():
         warn("layout answer has no blocks")
     return out
@@ -157,15 +158,16 @@ class MinerU(Family):
         layout_answer = await self._ask(tools, square, "image/png", LAYOUT_PROMPT, SAMPLING["layout"], max_tokens)
         boxes = parse_layout_pass(layout_answer.text, warn)
         pixels = [to_pixels(b.box, page.width, page.height, page.width, page.height) for b in boxes]
-        todo = [i for i, (b, px) in enumerate(zip(boxes, pixels)) if b.type not in NOT_READ and px is not None]
-        crops = await tools.crop(page.image, [pixels[i] for i in todo]) if todo else []
+        # The blocks read one by one (index -> box in pixels): text, tables, formulas with a box.
+        to_read = {i: px for i, (b, px) in enumerate(zip(boxes, pixels)) if b.type not in NOT_READ and px is not None}
+        todo = list(to_read)
+        crops = await tools.crop(page.image, list(to_read.values())) if todo else []
 
         async def one(index: int, crop: bytes) -> AnswerLike:
             block = boxes[index]
             angle = block.angle if block.angle in (90, 180, 270) else 0
             image, mime = crop, "image/png"
-            x1, y1, x2, y2 = pixels[index]  # type: ignore[misc]
-            width, height = x2 - x1, y2 - y1
+            width, height = int(to_read[index].width), int(to_read[index].height)
             if angle or min(width, height) < MIN_IMAGE_EDGE:
                 # resize_by_need: a block turned upright as the layout said, small ones scaled up.
                 image, width, height = await tools.transform(crop, rotate=angle, min_side=MIN_IMAGE_EDGE)
@@ -196,7 +198,7 @@ class MinerU(Family):
     def messages(self, image: bytes, mime: str, text: str | None = None, system: str | None = None) -> list[dict[str, Any]]:
         return super().messages(image, mime, text, SYSTEM_PROMPT)
 
-    def assemble(self, boxes: list[LayoutBox], pixels: list[list[int] | None], page: PageInput, warn: Warnings) -> PageLayout:
+    def assemble(self, boxes: list[LayoutBox], pixels: list[Box | None], page: PageInput, warn: Warnings) -> PageLayout:
         """The page from its blocks in the layout's (reading) order, each block's text in the
         common forms: tables from OTSL to HTML, formulas as display math, titles as headings."""
         builder = LayoutBuilder(page.page, page.width, page.height, warn=warn)
