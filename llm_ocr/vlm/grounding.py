@@ -1,4 +1,5 @@
-"""Parse DeepSeek-OCR grounding output into layout blocks, figure boxes and clean Markdown.
+"""DeepSeek-OCR's grounding output: parsed into layout blocks, figure boxes and clean Markdown,
+and written from a view of an image (what the simulated server answers).
 
 The model writes blocks ``<|ref|>LABEL<|/ref|><|det|>[[x1, y1, x2, y2], ...]<|/det|>`` each
 followed by its content, coordinates 0..999 relative to the image sent (docs/facts.md#deepseek-ocr).
@@ -19,8 +20,12 @@ from itertools import islice
 from llm_ocr.vlm import layout
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.layout import FIGURE_LINK, FigureBox, PageBlock, PageLayout, Warnings, finite_box
+from llm_ocr.vlm.view import Element
 
-__all__ = ["EOS", "FIGURE_LINK", "IMAGE_LABEL", "FigureBox", "PageLayout", "clean_markdown", "parse_layout", "scale_box"]
+__all__ = [
+    "EOS", "FIGURE_LINK", "IMAGE_LABEL", "FigureBox", "PageLayout", "clean_markdown", "parse_layout", "scale_box",
+    "write_grounding", "write_plain",
+]  # fmt: skip
 
 REF_OPEN, REF_CLOSE, DET_OPEN, DET_CLOSE = "<|ref|>", "<|/ref|>", "<|det|>", "<|/det|>"
 TAGS = (REF_OPEN, REF_CLOSE, DET_OPEN, DET_CLOSE)
@@ -233,3 +238,29 @@ def parse_layout(
     markdown = clean_markdown(_strip_tags("".join(pieces)))
     return PageLayout(blocks=blocks, figures=figures, markdown=markdown, warnings=warn.result())
 
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+def det_box(box: Box) -> Box:
+    """A box in fractions of the image as DeepSeek-OCR writes it: 0..999 integers
+    (``int(x_px / width * 999)``, the inverse of :func:`scale_box`)."""
+    return box.scaled(999, 999).truncated().clamped(999, 999)
+
+
+def write_grounding(elements: Sequence[Element], markdown: bool = True) -> str:
+    """Elements as grounding markup: ``<|ref|>LABEL<|/ref|><|det|>[[x1, y1, x2, y2]]<|/det|>``
+    then the element's text, blocks separated by a blank line. ``markdown`` writes ``#`` /
+    ``##`` before titles, as the "Convert the document to markdown." prompt does (the "OCR this
+    image." one does not)."""
+    parts = []
+    for element in elements:
+        text = element.markdown() if markdown else element.text
+        det = ", ".join(str(v) for v in det_box(element.box))
+        parts.append(f"{REF_OPEN}{element.label}{REF_CLOSE}{DET_OPEN}[[{det}]]{DET_CLOSE}\n{text}\n\n")
+    return "".join(parts)
+
+
+def write_plain(elements: Sequence[Element]) -> str:
+    """Elements as plain text (the "Free OCR." answer): those with text, blank-line separated."""
+    return "\n\n".join(e.text for e in elements if e.text)

@@ -1,11 +1,11 @@
-"""Each family's parser on answers of the family's real shape (written by the simulated server's
-answer functions, which follow each family's own format): text, tables as HTML, math in one
-form, figure boxes mapped back from the family's coordinate space, and a page read in segments."""
+"""Each family's parser on answers of the family's real shape: the coordinate spaces and markup
+of the sources' own examples, and a long page read in segments with every parser (its
+segments' answers written by the family's writer; tests/vlm/test_family_round_trip.py proves
+writer and parser against each other on whole pages)."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -13,10 +13,6 @@ from typing import Any
 
 import pytest
 
-from llm_ocr.engines.sim import content
-from llm_ocr.engines.sim import families as sim_families
-from llm_ocr.engines.sim.corpus import LayoutBlock
-from llm_ocr.engines.sim.images import ImageFacts
 from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, plan_segments
@@ -30,42 +26,10 @@ from llm_ocr.vlm.families.chandra import CHANDRA_1
 from llm_ocr.vlm.families.docling import GRANITE_DOCLING
 from llm_ocr.vlm.families.dots import DOTS_OCR, smart_resize
 from llm_ocr.vlm.families.olmocr import OLMOCR, front_matter
+from llm_ocr.vlm.view import Element, View
 
 #: Families read with one request per page (MinerU's two passes are proven end to end).
 SINGLE = ["deepseek-ocr", "olmocr", "dots-ocr", "chandra", "chandra-1", "granite-docling"]
-#: A synthetic page with a title, paragraphs, a figure and its caption, a table and an equation.
-BLOCKS = content.synthetic_blocks(hashlib.sha256(b"3").digest())
-W, H = 1224, 1584
-
-
-def answer(family: str, blocks: list[LayoutBlock], width: int, height: int) -> str:
-    facts = ImageFacts(width, height, b"x" * 32)
-    if family == "deepseek-ocr":
-        return content.render_grounding(blocks)
-    return sim_families.answer(family_named(family), "page", {}, facts, blocks, sim_families.Memory())
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"[A-Za-z]{3,}", text)
-
-
-@pytest.mark.parametrize("family", SINGLE)
-def test_the_parser_gets_text_tables_math_and_the_figure_box(family: str) -> None:
-    recipe = family_named(family)
-    layout = recipe.parse(answer(family, BLOCKS, W, H), width=W, height=H, page=4)
-    md = layout.markdown
-    text = re.sub(r"<[^>]+>", " ", " ".join(b.text for b in BLOCKS if b.label not in ("table", "equation")))
-    assert set(words(text)) <= set(words(md)), family
-    assert "<table>" in md and "</table>" in md and "|" not in md  # tables as HTML, one way
-    assert re.search(r"\\\[ .*[abcxyz].* \\\]", md)  # display math, one way
-    assert "$$" not in md and "<math" not in md and "<|ref|>" not in md and "<loc_" not in md
-    (figure,) = layout.figures
-    (truth,) = [b.box for b in BLOCKS if b.label == "image"]
-    expected = [truth[0] * W, truth[1] * H, truth[2] * W, truth[3] * H]
-    assert all(abs(a - b) <= 0.005 * W + 2 for a, b in zip(figure.bbox, expected)), (figure.bbox, expected)
-    assert figure.id == "p4-f1" and f"(figure:{figure.id})" in md
-    assert layout.blocks[figure.block].boxes in ([], [figure.bbox])
-    assert layout.warnings == []
 
 
 def test_dots_boxes_are_in_the_resized_image_and_scaled_back() -> None:
@@ -149,8 +113,7 @@ def run_segmented(family: str, width: int, height: int, lines: list[tuple[int, i
     async def read(page: PageImage) -> Reading:
         x1, y1, x2, y2 = crops[page.image]
         segment = next(s for s in segments if s.box == [x1, y1, x2, y2])
-        blocks = visible(segment, lines, figure)
-        text = answer(family, blocks, segment.width, segment.height)
+        text = recipe.write(View(segment.width, segment.height, visible(segment, lines, figure)))
         result = Answer(ChatResult(text, "stop", 500, len(text) // 3, 0.1, 1), 1)
         layout = recipe.parse(text, width=page.width, height=page.height, page=page.page)
         return Reading(layout, [result], text, page.image, page.width, page.height)
@@ -160,7 +123,7 @@ def run_segmented(family: str, width: int, height: int, lines: list[tuple[int, i
     return asyncio.run(read_in_segments(ref, item, 1, segments, read=read, crop=crop, model="m"))
 
 
-def visible(segment: Segment, lines: list[tuple[int, int, str]], figure: tuple[int, int]) -> list[LayoutBlock]:
+def visible(segment: Segment, lines: list[tuple[int, int, str]], figure: tuple[int, int]) -> tuple[Element, ...]:
     """What a segment shows, in its own fractions: the lines at least 60% inside, the figure
     if whole."""
     out = []
@@ -168,13 +131,13 @@ def visible(segment: Segment, lines: list[tuple[int, int, str]], figure: tuple[i
         if min(bottom, segment.bottom) - max(top, segment.top) >= 0.6 * (bottom - top):
             y1 = (max(top, segment.top) - segment.top) / segment.height
             y2 = (min(bottom, segment.bottom) - segment.top) / segment.height
-            out.append(LayoutBlock("text", (0.05, y1, 0.95, y2), text))
+            out.append(Element("text", Box(0.05, y1, 0.95, y2), text))
     top, bottom = figure
     if segment.top <= top and bottom <= segment.bottom:
-        out.append(LayoutBlock("image", (0.2, (top - segment.top) / segment.height, 0.8,
-                                         (bottom - segment.top) / segment.height), ""))  # fmt: skip
-    out.sort(key=lambda b: b.box[1])
-    return out
+        out.append(Element("image", Box(0.2, (top - segment.top) / segment.height, 0.8,
+                                        (bottom - segment.top) / segment.height), "", "A chart"))  # fmt: skip
+    out.sort(key=lambda e: e.box.y1)
+    return tuple(out)
 
 
 @pytest.mark.parametrize("family", SINGLE)

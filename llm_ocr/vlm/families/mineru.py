@@ -36,8 +36,9 @@ from llm_ocr.vlm.families.base import (
     prompt_text,
 )
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
-from llm_ocr.vlm.families.markup import display_math, otsl_to_html
+from llm_ocr.vlm.families.markup import display_math, html_to_otsl, otsl_to_html
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, Warnings, to_pixels
+from llm_ocr.vlm.view import Element, View
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 LAYOUT_PROMPT = "\nLayout Detection:"
@@ -73,6 +74,9 @@ ANGLES = {"<|rotate_up|>": 0, "<|rotate_right|>": 90, "<|rotate_down|>": 180, "<
 NOT_READ = {"list", "equation_block", "image_block", "image", "chart"}
 FIGURES = {"image", "chart"}
 TITLES = {"title": "#", "doc_title": "#", "paragraph_title": "##"}
+#: The layout pass's block type of each element a view shows (the writer's types).
+TYPES = {"title": "title", "sub_title": "title", "text": "text", "image": "image",
+         "image_caption": "image_caption", "table": "table", "equation": "equation"}  # fmt: skip
 
 
 @dataclass
@@ -222,6 +226,31 @@ class MinerU(Family):
         boxes = parse_layout_pass(text, warn)
         pixels = [to_pixels(b.box, width, height, width, height) for b in boxes]
         return self.assemble(boxes, pixels, PageInput(b"", "", width, height, page), warn)
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """The layout pass (``kind`` ``"layout"``): a line per element, its box in 0..1000 and
+        its type, upright. A block pass: what the crop shows, as text, a table as OTSL, an
+        equation as LaTeX."""
+        if kind == "layout":
+            lines = []
+            for element in view.elements:
+                x1, y1, x2, y2 = element.box.scaled(1000, 1000).rounded()
+                lines.append(f"<|box_start|>{x1} {y1} {x2} {y2}<|box_end|><|ref_start|>"
+                             f"{TYPES.get(element.label, 'text')}<|ref_end|><|rotate_up|>")
+            return "\n".join(lines)
+        return "\n".join(_block_answer(element) for element in view.elements)
+
+    def page_reshaped(self, kind: str) -> bool:
+        return kind == "layout"
+
+
+def _block_answer(element: Element) -> str:
+    """One block's answer to its recognition prompt."""
+    if element.label == "table":
+        return html_to_otsl(element.text)
+    if element.label == "equation":
+        return element.latex().replace("\\coloneqq", ":=")
+    return element.text
 
 
 MINERU = MinerU(
