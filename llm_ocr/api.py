@@ -32,8 +32,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from llm_ocr.config import Naming, OptionError, check_names, expand_aliases, resolve_options
-from llm_ocr.options import FIELDS_ALIASES, STAGE_OPTIONS, STAGES_WITH_INPUTS, StageSpec, stage_models, stage_option_names
+from llm_ocr.config import Naming, OptionError, annotation_text, check_names, expand_aliases, resolve_options
+from llm_ocr.options import FIELDS_ALIASES, StageSpec
+from llm_ocr.stage_table import STAGE_FOLDERS, STAGES, Stage, stage_named
 
 if TYPE_CHECKING:
     import datasets
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
     from llm_ocr.keywords import AssembleKeywords, DescribeKeywords, ExtractKeywords, FieldsKeywords, RunKeywords
     from llm_ocr.runners.shard import ShardOutcome
 
-__all__ = ["Result", "RunError", "arun", "assemble", "describe", "extract", "fields", "load", "run"]
+__all__ = ["Result", "RunError", "arun", "load"]
+__all__ += list(STAGES)  # llm_ocr.STAGE: one function per stage, made from the stage table (below)
 
 log = logging.getLogger("llm_ocr")
 
@@ -125,9 +127,9 @@ def stage_spec(
 ) -> StageSpec:
     """The validated :class:`StageSpec` of ``stage`` from ``given`` (keyword arguments, or parsed
     flags), then ``LLM_OCR_*`` variables, then defaults; :class:`OptionError` names a bad value."""
-    groups = {name: resolve_options(model, given, naming=naming) for name, model in stage_models(stage).items()}
+    groups = {name: resolve_options(model, given, naming=naming) for name, model in STAGES[stage].models().items()}
     listed = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs or [])
-    if stage in STAGES_WITH_INPUTS and not listed:
+    if STAGES[stage].reads_inputs and not listed:
         raise OptionError("give at least one INPUT (a file, folder, URL or hf://datasets/OWNER/NAME)")
     return StageSpec(inputs=[os.fspath(i) for i in listed], **groups)  # type: ignore[arg-type]
 
@@ -136,15 +138,13 @@ def keyword_spec(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, out
     """:func:`stage_spec` of ``llm_ocr.STAGE(inputs, output, **options)``; an unknown keyword
     raises :class:`OptionError` naming the closest option (nothing has run)."""
     options = expand_aliases(stage, options, f"llm_ocr.{stage}()")
-    check_names(options, stage_option_names(stage), f"llm_ocr.{stage}()")
+    check_names(options, STAGES[stage].option_names(), f"llm_ocr.{stage}()")
     return stage_spec(stage, inputs, {**options, "output": os.fspath(output)})
 
 
 def shard_coroutine(stage: str, spec: StageSpec) -> Callable[[asyncio.Event], Awaitable[ShardOutcome]]:
     """``stop -> the stage's run over this process's shard`` (imported now: the heavy part)."""
-    from llm_ocr.runners import stage_runner
-
-    runner = stage_runner(stage)
+    runner = STAGES[stage].load_runner()
     return lambda stop: runner(spec, stop)
 
 
@@ -176,52 +176,45 @@ def _call(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: Pa
     return _finish(stage, spec.job.output, execute(stage, spec))
 
 
-def run(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[RunKeywords]) -> Result:
-    """Extract, Describe and Assemble over this process's shard of ``inputs`` into ``output``
-    (``llm-ocr run``); with ``schema=`` (or ``classes=``), then Fields. Rerunning resumes.
-    Raises :class:`RunError` when it cannot run."""
-    return _call("run", inputs, output, options)
+if TYPE_CHECKING:
+    # What editors and type checkers read. At run time each function is made from its entry in
+    # the stage table by stage_function, with these parameters and its options in its signature.
+    def run(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[RunKeywords]) -> Result: ...
+    def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[ExtractKeywords]) -> Result: ...
+    def describe(output: PathOrUrl, **options: Unpack[DescribeKeywords]) -> Result: ...
+    def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result: ...
+    def fields(output: PathOrUrl, **options: Unpack[FieldsKeywords]) -> Result: ...
 
 
-def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[ExtractKeywords]) -> Result:
-    """Extract over this process's shard of ``inputs`` into ``output/extract`` (``llm-ocr extract``)."""
-    return _call("extract", inputs, output, options)
-
-
-def describe(output: PathOrUrl, **options: Unpack[DescribeKeywords]) -> Result:
-    """Describe the figures of ``output/extract`` into ``output/describe`` (``llm-ocr describe``)."""
-    return _call("describe", None, output, options)
-
-
-def fields(output: PathOrUrl, **options: Unpack[FieldsKeywords]) -> Result:
-    """Fields of the documents of ``output/assemble`` into ``output/fields`` (``llm-ocr fields``):
-    give ``schema=`` (a JSON Schema file, inline JSON, or ``"package.module:Model"``) or
-    ``classes=`` (a classes file). A schema that cannot be used raises :class:`RunError` before
-    any request; ``result.documents`` counts the rows by status (``ok``, ``invalid``, ``error``)."""
-    return _call("fields", None, output, options)
-
-
-def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result:
-    """Assemble the pages of ``output`` into one row per document in ``output/assemble``
-    (``llm-ocr assemble``); CPU only."""
-    return _call("assemble", None, output, options)
-
-
-def _show_options(stage: str, function: Callable[..., Any]) -> None:
-    """Give ``function`` a signature that lists ``stage``'s options as keyword-only parameters
-    with their types and defaults: what ``help()`` and a notebook's completion show."""
+def stage_function(stage: Stage) -> Callable[..., Result]:
+    """``llm_ocr.STAGE``: the stage over this process's shard, its options as keywords. Its
+    signature lists them, keyword-only, with their types and defaults: what ``help()`` and a
+    notebook's completion show."""
     import inspect
 
-    excluded = {"output"}
-    params = [p for p in inspect.signature(function).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    for model in stage_models(stage).values():
+    def with_inputs(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Any) -> Result:
+        return _call(stage.name, inputs, output, options)
+
+    def on_output(output: PathOrUrl, **options: Any) -> Result:
+        return _call(stage.name, None, output, options)
+
+    function: Callable[..., Result] = with_inputs if stage.reads_inputs else on_output
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter("output", kind, annotation="PathOrUrl")]
+    if stage.reads_inputs:
+        params.insert(0, inspect.Parameter("inputs", kind, annotation="PathOrUrl | Sequence[PathOrUrl]"))
+    names = set(stage.option_names()) - {"output"}
+    for model in stage.models().values():
         for name, info in model.model_fields.items():
-            if name in excluded or name not in stage_option_names(stage):
-                continue
-            default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
-            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                            annotation=_type_text(info.annotation)))
+            if name in names:
+                default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+                params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                                annotation=annotation_text(info.annotation)))
+    function.__name__ = function.__qualname__ = stage.name
+    function.__module__ = __name__
+    function.__doc__ = stage.doc
     function.__signature__ = inspect.Signature(params, return_annotation="Result")  # type: ignore[attr-defined]
+    return function
 
 
 async def arun(
@@ -232,9 +225,11 @@ async def arun(
     launched server is stopped before the cancellation goes on."""
     from llm_ocr.runners.shard import run_guarded
 
-    if stage not in STAGE_OPTIONS:
-        raise OptionError(f"llm_ocr.arun(): stage must be one of {', '.join(STAGE_OPTIONS)} (got {stage!r})")
-    spec = keyword_spec(stage, inputs if stage in STAGES_WITH_INPUTS else None, output, options)
+    try:
+        reads_inputs = stage_named(stage).reads_inputs
+    except ValueError as exc:
+        raise OptionError(f"llm_ocr.arun(): {exc}") from None
+    spec = keyword_spec(stage, inputs if reads_inputs else None, output, options)
     if spec.job.progress == "auto":
         from llm_ocr.runners.progress import auto_progress
 
@@ -251,8 +246,8 @@ def load(output: PathOrUrl, stage: str = "assemble", *, storage_options: Mapping
     from llm_ocr.storage import Storage
     from llm_ocr.storage.parts import list_parts
 
-    if stage not in ("extract", "describe", "assemble", "fields"):
-        raise ValueError(f"stage must be extract, describe, assemble or fields (got {stage!r})")
+    if stage not in STAGE_FOLDERS:
+        raise ValueError(f"stage must be {', '.join(STAGE_FOLDERS[:-1])} or {STAGE_FOLDERS[-1]} (got {stage!r})")
     options = dict(storage_options or {})
     folder = Storage(os.fspath(output), options).child(stage)
     parts = list_parts(folder)
@@ -273,13 +268,14 @@ def keyword_types_source() -> str:
     from llm_ocr.launchers.spec import LaunchOptions
 
     blocks = []
-    for stage in ("run", "extract", "describe", "assemble", "fields"):
-        fields = [(name, info) for model in stage_models(stage).values() for name, info in model.model_fields.items()
-                  if name in stage_option_names(stage) and name != "output"]
+    for stage in STAGES.values():
+        names = set(stage.option_names()) - {"output"}
+        fields = [(name, info) for model in stage.models().values() for name, info in model.model_fields.items()
+                  if name in names]
         known = dict(fields)
         fields += [(short, known[name]) for short, name in FIELDS_ALIASES.items() if name in known]
-        blocks.append(_typed_dict(f"{stage.capitalize()}Keywords", f"Keyword arguments of ``llm_ocr.{stage}()``: the "
-                                  f"options of ``llm-ocr {stage}``.", fields))
+        blocks.append(_typed_dict(f"{stage.name.capitalize()}Keywords", f"Keyword arguments of ``llm_ocr."
+                                  f"{stage.name}()``: the options of ``llm-ocr {stage.name}``.", fields))
     from llm_ocr.launchers.api import REFUSED
 
     launch_fields = [(n, i) for n, i in LaunchOptions.model_fields.items() if n not in ("output", "num_shards")]
@@ -289,7 +285,7 @@ def keyword_types_source() -> str:
             if name not in seen:
                 seen.add(name)
                 launch_fields.append((name, info))
-    for model in stage_models("run").values():
+    for model in STAGES["run"].models().values():
         for name, info in model.model_fields.items():
             if name not in seen and name not in REFUSED and name != "output":
                 seen.add(name)
@@ -307,38 +303,16 @@ def keyword_types_source() -> str:
 def _typed_dict(name: str, doc: str, fields: list[tuple[str, Any]]) -> str:
     lines = [f"\n\nclass {name}(TypedDict, total=False):", f'    """{doc}"""', ""]
     for key, info in fields:
-        lines.append(f"    {key}: {_type_text(info.annotation)}")
+        lines.append(f"    {key}: {annotation_text(info.annotation)}")
         description = (info.description or "").replace("\\", "\\\\").replace('"""', "'''")
         if description:
             lines.append(f'    """{description}"""')
     return "\n".join(lines) + "\n"
 
 
-def _type_text(annotation: Any) -> str:
-    import types
-    import typing
-
-    from pydantic import SecretStr
-
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if annotation is type(None):
-        return "None"
-    if annotation is typing.Any:
-        return "Any"
-    if annotation is SecretStr:
-        return "str"
-    if origin is typing.Literal:
-        return "Literal[" + ", ".join(repr(a) for a in args) + "]"
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(_type_text(a) for a in args)
-    if origin is not None:
-        return f"{origin.__name__}[{', '.join(_type_text(a) for a in args)}]"
-    return str(annotation.__name__)
-
-
-# The stage functions' signatures list their options (after _type_text, which they use).
-for _stage, _function in (("run", run), ("extract", extract), ("describe", describe), ("assemble", assemble)):
-    _show_options(_stage, _function)
+# The stage functions, made from the stage table (typed above for type checkers).
+for _stage in STAGES.values():
+    globals()[_stage.name] = stage_function(_stage)
 
 
 if __name__ == "__main__":

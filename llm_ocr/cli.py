@@ -14,11 +14,7 @@ log = logging.getLogger("llm_ocr")
 
 #: Sub-command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
 COMMAND_MODULES = (
-    "llm_ocr.commands.run",
-    "llm_ocr.commands.extract",
-    "llm_ocr.commands.describe",
-    "llm_ocr.commands.assemble",
-    "llm_ocr.commands.fields",
+    "llm_ocr.commands.stage",  # run, extract, describe, assemble, fields: one per stage of the stage table
     "llm_ocr.commands.report",
     "llm_ocr.commands.bench",
     "llm_ocr.commands.bench_reads",
