@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from llm_ocr.config import Naming, OptionError, annotation_text, check_names, expand_aliases, resolve_options
 from llm_ocr.options import FIELDS_ALIASES, StageSpec
+from llm_ocr.outcomes import RunError
 from llm_ocr.stage_table import STAGE_FOLDERS, STAGES, Stage, stage_named
 
 if TYPE_CHECKING:
@@ -58,11 +59,6 @@ EXIT_MEANINGS = {
     2: "could not run",
     3: "interrupted (run again to resume)",
 }
-
-
-class RunError(Exception):
-    """The run could not start, or had to stop (exit code 2): the message says why and what to do.
-    Completed pages are kept; running it again resumes."""
 
 
 @dataclass
@@ -165,8 +161,9 @@ def _finish(stage: str, output: str, outcome: ShardOutcome) -> Result:
     if outcome.interrupted_by_user:
         raise KeyboardInterrupt
     if outcome.error is not None:
-        if outcome.unexpected:
+        if outcome.unexpected or isinstance(outcome.error, RunError):
             raise outcome.error
+        # An input, endpoint or storage failure: the same message, as the one error a caller catches.
         raise RunError(str(outcome.error)) from outcome.error
     return Result.of(stage, output, outcome)
 

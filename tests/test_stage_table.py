@@ -105,3 +105,16 @@ def test_a_new_stage_is_one_entry_in_the_table(tmp_path: Path) -> None:
     assert "CALL 1" in lines and "ARUN 1" in lines and "LAUNCH escalate" in lines and "CLI 1" in lines
     assert "Escalate flagged pages." in done.stdout and "--max-attempts MAX_ATTEMPTS" in done.stdout
     assert "exit status: 0 every page ok or truncated" in done.stdout
+
+
+def test_a_run_that_cannot_run_raises_the_runners_own_error(tmp_path: Path) -> None:
+    """One ``RunError``: the one a runner raises reaches the caller as it is, not re-raised as a
+    second class with the first as its cause (two tracebacks for one message)."""
+    code = f"import llm_ocr; llm_ocr.assemble({str(tmp_path / 'empty')!r})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].endswith("RunError: nothing to assemble: "
+                                                         f"{tmp_path / 'empty'} holds no Extract or Describe output; "
+                                                         "run those stages first")
+    assert "direct cause" not in done.stderr
+    assert len(re.findall(r"^\S*RunError: ", done.stderr, flags=re.MULTILINE)) == 1

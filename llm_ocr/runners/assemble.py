@@ -21,9 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llm_ocr.options import AssembleOptions, JobOptions, StageSpec
+from llm_ocr.outcomes import RunError
 from llm_ocr.records import DocumentResult, document_schema
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage
-from llm_ocr.runners.shard import EXIT_OK, RunError, ShardOutcome
+from llm_ocr.runners.shard import EXIT_OK, ShardOutcome
 from llm_ocr.stages.assemble import assemble_document
 from llm_ocr.stages.export import export_document, markdown_path
 from llm_ocr.storage import Storage

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from llm_ocr.costs import gpu_cost
 from llm_ocr.options import ClientOptions, JobOptions, ServerOptions
+from llm_ocr.outcomes import RunError
 from llm_ocr.records import page_schema
 from llm_ocr.runners.page_flow import FlowSettings, Intake, PageFlow, PageHandler, flow_settings
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
@@ -40,7 +41,6 @@ from llm_ocr.runners.shard import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PAGES_FAILED,
-    RunError,
     ShardOutcome,
     check_writable,
     in_flight_for_endpoint,

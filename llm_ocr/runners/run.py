@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any
 
 from llm_ocr.options import StageSpec
+from llm_ocr.outcomes import RunError
 from llm_ocr.records import PageResult
 from llm_ocr.runners.assemble import Assemble, assemble_finished
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, extract_settles, note_kept, note_retried
@@ -38,7 +39,7 @@ from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_on, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows
 from llm_ocr.runners.progress import RunCounters
-from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
+from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, ShardOutcome
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.serving.quarantine import PageQuarantined
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage

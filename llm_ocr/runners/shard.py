@@ -17,6 +17,7 @@ from typing import Any
 
 from llm_ocr.container.shard_index import PlatformError, detect_shard
 from llm_ocr.options import JobOptions
+from llm_ocr.outcomes import RunError
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.serving.in_flight import AdaptiveInFlight, AdaptivePolicy, InFlightLimit, in_flight_control
 from llm_ocr.serving.open import Endpoint, EndpointError
@@ -32,10 +33,6 @@ EXIT_OK, EXIT_PAGES_FAILED, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3
 
 #: Requests in flight when neither --max-in-flight nor a GPU preset says otherwise.
 DEFAULT_IN_FLIGHT = 64
-
-
-class RunError(Exception):
-    """The run could not start or had to stop; the message says what to do."""
 
 
 @dataclass
