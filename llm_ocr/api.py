@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from llm_ocr.config import Naming, OptionError, annotation_text, check_names, expand_aliases, resolve_options
 from llm_ocr.options import FIELDS_ALIASES, StageSpec
-from llm_ocr.outcomes import RunError
+from llm_ocr.outcomes import AssembleStats, ExitCode, FieldsStats, PageStats, RunError, stage_stats
 from llm_ocr.stage_table import STAGE_FOLDERS, STAGES, Stage, stage_named
 
 if TYPE_CHECKING:
@@ -52,14 +52,6 @@ log = logging.getLogger("llm_ocr")
 #: A local path or a URL (``s3://``, ``gs://``, ``hf://`` ...).
 PathOrUrl: TypeAlias = "str | os.PathLike[str]"
 
-#: What each exit code means (also the command line's).
-EXIT_MEANINGS = {
-    0: "every page ok or truncated",
-    1: "finished, but some pages failed or an upstream stage is not finished (run again to retry them)",
-    2: "could not run",
-    3: "interrupted (run again to resume)",
-}
-
 
 @dataclass
 class Result:
@@ -74,7 +66,7 @@ class Result:
 
     stage: str
     output: str
-    exit_code: int
+    exit_code: ExitCode
     pages: dict[str, int] = field(default_factory=dict)
     documents: dict[str, int] = field(default_factory=dict)
     cost: dict[str, Any] | None = None
@@ -83,27 +75,32 @@ class Result:
     @property
     def ok(self) -> bool:
         """True when every page is ok or truncated (exit code 0)."""
-        return self.exit_code == 0
+        return self.exit_code == ExitCode.OK
 
     @property
     def meaning(self) -> str:
         """The exit code in words."""
-        return EXIT_MEANINGS.get(self.exit_code, "unknown")
+        try:
+            return ExitCode(self.exit_code).meaning
+        except ValueError:
+            return "unknown"
 
     @classmethod
     def of(cls, stage: str, output: str, outcome: ShardOutcome) -> Result:
-        """The result of a stage's outcome (stats: the marker, or per stage for ``run``)."""
+        """The result of a stage's outcome, read from its stats (the marker; for a stage that
+        writes several folders, ``run``, one marker per folder) through their typed views."""
         stats = outcome.stats or {}
-        by_stage = stats if stage == "run" else {stage: stats}
-        page_stage = by_stage.get("extract") or by_stage.get("describe") or {}
-        assembled = by_stage.get("assemble") or {}
-        counted = page_stage.get("pages") or {}
-        pages = {k: counted[k] for k in ("ok", "truncated", "error", "quarantined", "skipped") if k in counted}
-        documents = assembled.get("documents") or page_stage.get("documents") or {}
-        if stage == "fields":  # its rows are documents: ok, invalid, error (and skipped)
-            documents = (by_stage.get("fields") or {}).get("documents") or {}
-        cost = page_stage.get("gpu") or (by_stage.get("fields") or {}).get("gpu")
-        return cls(stage, output, outcome.exit_code, pages, dict(documents), cost, stats)
+        markers = stats.values() if len(STAGES[stage].markers) > 1 else [stats]
+        views = [view for view in map(stage_stats, markers) if view is not None]
+        page_stage = next((view for view in views if isinstance(view, PageStats)), None)  # Extract's, else Describe's
+        assembled = next((view for view in views if isinstance(view, AssembleStats)), None)
+        fielded = next((view for view in views if isinstance(view, FieldsStats)), None)
+        pages = page_stage.pages.by_status() if page_stage else {}
+        # Fields' rows are documents (ok, invalid, error); otherwise Assemble's, else those a page stage reached.
+        counted = fielded if stage == "fields" else assembled or page_stage
+        documents = counted.documents.model_dump() if counted else {}
+        cost = (page_stage.gpu if page_stage else None) or (fielded.gpu if fielded else None)
+        return cls(stage, output, outcome.exit_code, pages, documents, cost, stats)
 
     def __str__(self) -> str:
         pages = ", ".join(f"{k} {v}" for k, v in self.pages.items())

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from llm_ocr.config import OptionError
+from llm_ocr.outcomes import ExitCode
 
 log = logging.getLogger("llm_ocr")
 
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except OptionError as exc:
         log.error("%s", exc)
-        return 2
+        return ExitCode.COULD_NOT_RUN
 
 
 def _fetch_secrets() -> None:

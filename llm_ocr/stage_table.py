@@ -5,12 +5,13 @@ A :class:`Stage` says what the stage is called, which option groups it takes (by
 :class:`~llm_ocr.options.StageSpec` attribute, in ``--help`` order) and which of their options
 it has no use for, whether it reads INPUTs (else it reads OUT), the stage folders whose
 completion markers mark a shard of it done, its runner, and what ``llm-ocr --help``,
-``llm-ocr STAGE --help`` and ``help(llm_ocr.STAGE)`` say of it.
+``llm-ocr STAGE --help`` and ``help(llm_ocr.STAGE)`` say of it, what each exit code means for it
+included.
 
 The runner is named by its import path (``module:function``) and imported only when the stage
 runs: listing the stages (``llm-ocr --help``, the launchers) imports no runner. Like
-:mod:`llm_ocr.options`, this module imports nothing but the option models, so every layer may
-read it.
+:mod:`llm_ocr.options`, this module imports nothing but the option models (and the exit codes),
+so every layer may read it.
 
 Adding a stage is an entry in :data:`STAGES`, its runner module (a
 :class:`~llm_ocr.runners.lifecycle.ShardStage`) and its options model (``options.py``); docs/
@@ -20,13 +21,15 @@ architecture.md#adding-a-stage says what follows from it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from llm_ocr.options import GROUPS
+from llm_ocr.outcomes import ExitCode
 
 if TYPE_CHECKING:
     import asyncio
@@ -37,9 +40,13 @@ if TYPE_CHECKING:
 #: What a runner is: ``(spec, stop) -> the outcome of the stage over this process's shard``.
 StageRunner = Callable[["StageSpec", "asyncio.Event | None"], Awaitable["ShardOutcome"]]
 
-#: The exit status of the stages whose rows are pages, as ``--help`` ends.
-PAGE_EXIT_STATUS = """exit status: 0 every page ok or truncated; 1 finished but some pages failed;
-2 could not run (bad options, inputs, output or endpoint); 3 interrupted (rerun to resume)."""
+#: What each exit code means for a stage whose rows are pages, in the words ``--help`` ends with.
+PAGE_EXIT_STATUS: Mapping[ExitCode, str] = MappingProxyType({
+    ExitCode.OK: "every page ok or truncated",
+    ExitCode.PAGES_FAILED: "finished but some pages failed",
+    ExitCode.COULD_NOT_RUN: "could not run (bad options, inputs, output or endpoint)",
+    ExitCode.INTERRUPTED: "interrupted (rerun to resume)",
+})
 
 
 @dataclass(frozen=True)
@@ -65,8 +72,18 @@ class Stage:
     reads_inputs: bool = False
     #: Options of its groups it has no use for.
     excluded: frozenset[str] = frozenset()
-    #: What ``llm-ocr NAME --help`` ends with: the exit status in the stage's words.
-    exit_status: str = PAGE_EXIT_STATUS
+    #: What each exit code means for it, in the words ``llm-ocr NAME --help`` ends with.
+    exit_status: Mapping[ExitCode, str] = field(default_factory=lambda: PAGE_EXIT_STATUS)
+
+    def __post_init__(self) -> None:
+        missing = [code.name for code in ExitCode if code not in self.exit_status]
+        if missing:
+            raise ValueError(f"stage {self.name!r} does not say what exit codes {', '.join(missing)} mean")
+
+    @property
+    def epilog(self) -> str:
+        """``exit status: 0 ...; 1 ...; 2 ...; 3 ....``: what ``llm-ocr NAME --help`` ends with."""
+        return "exit status: " + "; ".join(f"{code.value} {self.exit_status[code]}" for code in ExitCode) + "."
 
     def models(self) -> dict[str, type[BaseModel]]:
         """Its option models, by :class:`~llm_ocr.options.StageSpec` attribute."""
@@ -142,8 +159,13 @@ STAGES: dict[str, Stage] = {
             "with their captions. CPU only; no model server.",
             doc="Assemble the pages of ``output`` into one row per document in ``output/assemble``\n"
             "(``llm-ocr assemble``); CPU only.",
-            exit_status="""exit status: 0 every document ok; 1 finished but some documents are partial or
-failed, or the upstream stage is not finished yet; 2 could not run; 3 interrupted (rerun to resume).""",
+            exit_status={
+                ExitCode.OK: "every document ok",
+                ExitCode.PAGES_FAILED: "finished but some documents are partial or failed, or the upstream stage is "
+                "not finished yet",
+                ExitCode.COULD_NOT_RUN: "could not run",
+                ExitCode.INTERRUPTED: "interrupted (rerun to resume)",
+            },
         ),
         Stage(
             "fields",
@@ -161,10 +183,14 @@ failed, or the upstream stage is not finished yet; 2 could not run; 3 interrupte
             "give ``schema=`` (a JSON Schema file, inline JSON, or ``\"package.module:Model\"``) or\n"
             "``classes=`` (a classes file). A schema that cannot be used raises :class:`RunError` before\n"
             "any request; ``result.documents`` counts the rows by status (``ok``, ``invalid``, ``error``).",
-            exit_status="""exit status: 0 every document's fields are ok (or it is of no known class); 1 finished
-but some documents' fields are invalid or failed (rerun to retry the failed ones), or Assemble is
-not finished yet; 2 could not run (a schema or classes file that cannot be used, bad options,
-unwritable output, endpoint down); 3 interrupted (rerun to resume).""",
+            exit_status={
+                ExitCode.OK: "every document's fields are ok (or it is of no known class)",
+                ExitCode.PAGES_FAILED: "finished but some documents' fields are invalid or failed (rerun to retry the "
+                "failed ones), or Assemble is not finished yet",
+                ExitCode.COULD_NOT_RUN: "could not run (a schema or classes file that cannot be used, bad options, "
+                "unwritable output, endpoint down)",
+                ExitCode.INTERRUPTED: "interrupted (rerun to resume)",
+            },
         ),
     )
 }

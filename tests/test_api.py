@@ -84,6 +84,9 @@ def test_the_stages_one_at_a_time(corpus: Path, server: SimulatedServer, tmp_pat
     assert described.exit_code == 0 and described.stats["figures"]["described"] == 4
     assembled = llm_ocr.assemble(out, export_markdown=True)
     assert assembled.documents["ok"] == 2 and len(list((out / "markdown").glob("*.md"))) == 2
+    # The exit code is an int that names its meaning, as the command line's exit status.
+    assert assembled.exit_code == 0 and assembled.exit_code.name == "OK" and json.dumps(assembled.exit_code) == "0"
+    assert assembled.meaning == "every page ok or truncated" and "exit code 0 (every page ok" in str(assembled)
 
 
 def test_a_misspelt_or_bad_option_fails_before_any_work(corpus: Path, tmp_path: Path) -> None:

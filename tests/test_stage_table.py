@@ -92,7 +92,7 @@ def test_a_new_stage_is_one_entry_in_the_table(tmp_path: Path) -> None:
     """))
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, str(tmp_path / "main.py"), str(out)], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120, env={"PYTHONPATH": f"{tmp_path}:{REPO}", "COLUMNS": "200",
+                          cwd=tmp_path, timeout=120, check=False, env={"PYTHONPATH": f"{tmp_path}:{REPO}", "COLUMNS": "200",
                                                            "PATH": "/usr/bin:/bin"})
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr
@@ -111,7 +111,8 @@ def test_a_run_that_cannot_run_raises_the_runners_own_error(tmp_path: Path) -> N
     """One ``RunError``: the one a runner raises reaches the caller as it is, not re-raised as a
     second class with the first as its cause (two tracebacks for one message)."""
     code = f"import llm_ocr; llm_ocr.assemble({str(tmp_path / 'empty')!r})"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          check=False)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].endswith("RunError: nothing to assemble: "
                                                          f"{tmp_path / 'empty'} holds no Extract or Describe output; "

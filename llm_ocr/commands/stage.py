@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add a sub-command for every stage, in the table's order."""
     for stage in STAGES.values():
         parser = sub.add_parser(stage.name, help=stage.summary, description=stage.description,
-                                epilog=stage.exit_status)
+                                epilog=stage.epilog)
         add_stage_options(parser, stage.name)
         parser.set_defaults(handler=partial(run_stage, stage.name))
 

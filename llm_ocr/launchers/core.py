@@ -38,6 +38,7 @@ from llm_ocr.launchers.spec import (
     secret_values,
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
+from llm_ocr.outcomes import stage_stats
 from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
 from llm_ocr.container.cuda import IMAGE_ENV
 from llm_ocr.container.shard_index import format_ranges
@@ -192,9 +193,9 @@ def _finished_shards(out: Storage, request: LaunchRequest) -> dict[int, str]:
     done = {shard: "done" for shard in range(request.num_shards) if all(shard in paths[s] for s in needed)}
     if request.retry_errors:
         primary = STAGES[request.stage].primary
-        for shard, stats in markers_by_shard(out, primary, request.num_shards).items():
-            counts = stats.get("documents" if primary in ("assemble", "fields") else "pages") or {}
-            if shard in done and counts.get("error", 0):
+        for shard, marker in markers_by_shard(out, primary, request.num_shards).items():
+            stats = stage_stats(marker)
+            if shard in done and stats is not None and stats.errors:
                 del done[shard]
     return done
 
