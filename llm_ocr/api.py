@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from llm_ocr.config import Naming, OptionError, annotation_text, check_names, expand_aliases, resolve_options
-from llm_ocr.options import FIELDS_ALIASES, StageSpec
+from llm_ocr.options import StageSpec
 from llm_ocr.outcomes import AssembleStats, ExitCode, FieldsStats, PageStats, RunError, stage_stats
 from llm_ocr.stage_table import STAGE_FOLDERS, STAGES, Stage, stage_named
 
@@ -251,63 +251,6 @@ def load(output: PathOrUrl, stage: str = "assemble", *, storage_options: Mapping
     return datasets.load_dataset("parquet", data_files=files, split="train", storage_options=options or None)
 
 
-# -- the keyword types editors see --------------------------------------------------------------
-
-
-def keyword_types_source() -> str:
-    """The source of :mod:`llm_ocr.keywords`: one ``TypedDict`` per function of the API, derived
-    from the option models (``python -m llm_ocr.api > llm_ocr/keywords.py`` rewrites it; a test
-    checks that it is current)."""
-    from llm_ocr.launchers import PLATFORMS, platform_class
-    from llm_ocr.launchers.spec import LaunchOptions
-
-    blocks = []
-    for stage in STAGES.values():
-        names = set(stage.option_names()) - {"output"}
-        fields = [(name, info) for model in stage.models().values() for name, info in model.model_fields.items()
-                  if name in names]
-        known = dict(fields)
-        fields += [(short, known[name]) for short, name in FIELDS_ALIASES.items() if name in known]
-        blocks.append(_typed_dict(f"{stage.name.capitalize()}Keywords", f"Keyword arguments of ``llm_ocr."
-                                  f"{stage.name}()``: the options of ``llm-ocr {stage.name}``.", fields))
-    from llm_ocr.launchers.api import REFUSED
-
-    launch_fields = [(n, i) for n, i in LaunchOptions.model_fields.items() if n not in ("output", "num_shards")]
-    seen = {n for n, _ in launch_fields}
-    for platform in sorted(PLATFORMS):
-        for name, info in platform_class(platform).options.model_fields.items():
-            if name not in seen:
-                seen.add(name)
-                launch_fields.append((name, info))
-    for model in STAGES["run"].models().values():
-        for name, info in model.model_fields.items():
-            if name not in seen and name not in REFUSED and name != "output":
-                seen.add(name)
-                launch_fields.append((name, info))
-    launch_fields += [(short, dict(launch_fields)[name]) for short, name in FIELDS_ALIASES.items()]
-    blocks.append(_typed_dict("LaunchKeywords", "Keyword arguments of ``llm_ocr.launch()``: the options of ``llm-ocr "
-                              "launch``, of every platform, and of the launched stage.", launch_fields))
-    header = ('"""Keyword types of the Python API, for editors and type checkers (generated: do not edit).\n\n'
-              "Derived from the option models (:mod:`llm_ocr.options`, :mod:`llm_ocr.launchers`) by\n"
-              "``python -m llm_ocr.api > llm_ocr/keywords.py``; the test suite checks that it is current.\n"
-              '"""\n\nfrom __future__ import annotations\n\nfrom typing import Any, Literal, TypedDict\n')
-    return header + "".join(blocks)
-
-
-def _typed_dict(name: str, doc: str, fields: list[tuple[str, Any]]) -> str:
-    lines = [f"\n\nclass {name}(TypedDict, total=False):", f'    """{doc}"""', ""]
-    for key, info in fields:
-        lines.append(f"    {key}: {annotation_text(info.annotation)}")
-        description = (info.description or "").replace("\\", "\\\\").replace('"""', "'''")
-        if description:
-            lines.append(f'    """{description}"""')
-    return "\n".join(lines) + "\n"
-
-
 # The stage functions, made from the stage table (typed above for type checkers).
 for _stage in STAGES.values():
     globals()[_stage.name] = stage_function(_stage)
-
-
-if __name__ == "__main__":
-    print(keyword_types_source(), end="")
