@@ -8,6 +8,7 @@ launch's in :mod:`llm_ocr.launchers.spec`); this module binds them:
 - :func:`resolve_options` builds the validated model from flags or keyword arguments, then the
   environment, then the defaults;
 - :func:`check_names` refuses a keyword no model declares, naming the closest one;
+- :func:`annotation_text` writes an option's type as a keyword signature shows it;
 - :func:`as_flags` writes values back as the flags a job's command line carries.
 """
 
