@@ -9,16 +9,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from llm_ocr.config import OptionError
+from llm_ocr.outcomes import ExitCode
 
 log = logging.getLogger("llm_ocr")
 
 #: Sub-command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
 COMMAND_MODULES = (
-    "llm_ocr.commands.run",
-    "llm_ocr.commands.extract",
-    "llm_ocr.commands.describe",
-    "llm_ocr.commands.assemble",
-    "llm_ocr.commands.fields",
+    "llm_ocr.commands.stage",  # run, extract, describe, assemble, fields: one per stage of the stage table
     "llm_ocr.commands.report",
     "llm_ocr.commands.bench",
     "llm_ocr.commands.bench_reads",
@@ -82,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except OptionError as exc:
         log.error("%s", exc)
-        return 2
+        return ExitCode.COULD_NOT_RUN
 
 
 def _fetch_secrets() -> None:

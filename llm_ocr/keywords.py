@@ -1,7 +1,8 @@
 """Keyword types of the Python API, for editors and type checkers (generated: do not edit).
 
-Derived from the option models (:mod:`llm_ocr.options`, :mod:`llm_ocr.launchers`) by
-``python -m llm_ocr.api > llm_ocr/keywords.py``; the test suite checks that it is current.
+Derived from the stage table and the option models (:mod:`llm_ocr.stage_table`,
+:mod:`llm_ocr.options`, :mod:`llm_ocr.launchers`) by
+``python scripts/keyword_types.py > llm_ocr/keywords.py``; the test suite checks that it is current.
 """
 
 from __future__ import annotations

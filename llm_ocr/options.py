@@ -3,8 +3,9 @@ launchers share.
 
 Each group is a pydantic model whose fields carry a type, a default, bounds and a description.
 :mod:`llm_ocr.config` binds them to ``--kebab-case`` flags, ``LLM_OCR_*`` environment variables
-and keyword arguments (``llm_ocr.run(..., max_in_flight=128)``); :data:`STAGE_OPTIONS` says which
-groups each stage command takes, and :class:`StageSpec` holds one validated instance of each.
+and keyword arguments (``llm_ocr.run(..., max_in_flight=128)``); the stage table
+(:mod:`llm_ocr.stage_table`) says which groups each stage takes, and :class:`StageSpec` holds one
+validated instance of each.
 The launchers check a launched stage's options against the same models.
 
 This module imports nothing heavy (pydantic, and two tables of names): every layer may use it.
@@ -357,32 +358,6 @@ GROUPS: dict[str, type[BaseModel]] = {
     "client": ClientOptions,
 }
 
-#: The option groups of each stage command, by :class:`StageSpec` attribute, in ``--help`` order.
-STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "run": ("job", "server", "render", "dataset", "extract", "describe", "assemble", "fields", "client"),
-    "extract": ("job", "server", "render", "dataset", "extract", "client"),
-    "describe": ("job", "server", "describe", "client"),
-    "assemble": ("job", "assemble"),
-    "fields": ("job", "server", "render", "dataset", "fields", "client"),
-}
-
-#: Options of a group a stage has no use for (Assemble runs no model server and renders nothing).
-STAGE_EXCLUDED: dict[str, frozenset[str]] = {
-    "run": frozenset(),
-    "extract": frozenset(),
-    "describe": frozenset({"workers"}),
-    # Fields re-reads a dataset row's images for --from images: the doc_id names its config and
-    # split, only the image column may need saying again.
-    "fields": frozenset({"workers", "config", "split"}),
-    "assemble": frozenset({
-        "endpoint", "model", "recipe", "api_key", "max_in_flight", "workers", "grace_period", "flush_interval", "progress",
-        "progress_interval",
-    }),
-}
-
-#: Stages that read INPUTs (the others read OUT).
-STAGES_WITH_INPUTS = frozenset({"run", "extract"})
-
 #: Short keywords of the Fields options (as ``--schema`` is ``--fields-schema`` on the command line).
 FIELDS_ALIASES = {"schema": "fields_schema"}
 
@@ -402,14 +377,3 @@ class StageSpec:
     assemble: AssembleOptions = field(default_factory=AssembleOptions)
     fields: FieldsOptions = field(default_factory=FieldsOptions)
     client: ClientOptions = field(default_factory=ClientOptions)
-
-
-def stage_models(stage: str) -> dict[str, type[BaseModel]]:
-    """The option models of ``stage`` by :class:`StageSpec` attribute."""
-    return {name: GROUPS[name] for name in STAGE_OPTIONS[stage]}
-
-
-def stage_option_names(stage: str) -> list[str]:
-    """Every option name ``stage`` takes (the CLI's long options in snake_case)."""
-    excluded = STAGE_EXCLUDED[stage]
-    return [name for model in stage_models(stage).values() for name in model.model_fields if name not in excluded]
