@@ -40,6 +40,7 @@ that page would wait forever.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 from collections import Counter
@@ -137,6 +138,10 @@ class CrashTracker:
         self._solo: dict[int, PageKey] = {}  # server -> the page running alone on it
         #: Solo retries so far (each page that went out alone).
         self.solo_runs = 0
+        #: Requests of suspects of one death waiting for a place among the √n on the wire, by
+        #: ticket, in the order they began to wait: places go in that order.
+        self._queue: dict[int, PageKey] = {}
+        self._tickets = itertools.count()
         self._changed: asyncio.Event | None = None
 
     # -- what the runners and the server see ----------------------------------------------------
@@ -247,18 +252,25 @@ class CrashTracker:
             page.busy = False
             page.at_gate = True
             self._notify()
+            ticket: int | None = None  # its place in the queue of suspects, once it waits for one
             try:
                 while True:
                     self._stop_if_convicted(key)
                     generation = await inner()
                     self._stop_if_convicted(key)
                     page.gate_server = server_of(generation)
-                    if self._may_send(key, page.gate_server):
+                    if self._may_send(key, page.gate_server, ticket):
                         break
+                    if ticket is None and self._death_count[key] == 1 and key not in self._pending:
+                        ticket = next(self._tickets)
+                        self._queue[ticket] = key
                     await self._wait_for_change()
             finally:
                 page.at_gate = False
                 page.gate_server = None
+                if ticket is not None:
+                    del self._queue[ticket]
+                    self._notify()  # the next in the queue may be first now
             page.busy, page.sent = True, generation
             page.wire[server_of(generation)] += 1  # until request_ended
             return generation
@@ -326,9 +338,10 @@ class CrashTracker:
         if key in self.convicted:
             raise PageQuarantined(key, self.convicted[key])
 
-    def _may_send(self, key: PageKey, server: int) -> bool:
+    def _may_send(self, key: PageKey, server: int, ticket: int | None = None) -> bool:
         """Whether ``key`` may send to ``server`` now; claims that server's solo slot for a page
-        due a solo retry. Only that server waits for it: the others keep serving."""
+        due a solo retry. Only that server waits for it: the others keep serving. ``ticket``:
+        the request's place in the queue of suspects (None: not queued yet)."""
         solo = self._solo.get(server)
         if solo is not None:
             return solo == key
@@ -358,7 +371,12 @@ class CrashTracker:
         # A suspect of one death: only √n of the n such pages on the wire at once (on the wire,
         # not busy: a busy suspect may be waiting for a permit held by a suspect waiting here).
         suspects = [page for other, page in self._pages.items() if self._death_count[other] == 1 and other != key]
-        return sum(1 for page in suspects if any(page.wire.values())) < max(1, math.isqrt(len(suspects) + 1))
+        places = max(1, math.isqrt(len(suspects) + 1)) - sum(1 for page in suspects if any(page.wire.values()))
+        # First come, first served: a suspect whose request was just answered asks again before
+        # the waiters its answer woke up do, and took the free place each time; the culprit
+        # waiting among them never went back out while other suspects had requests to send.
+        ahead = sum(1 for t, other in self._queue.items() if (ticket is None or t < ticket) and self._death_count[other] == 1)
+        return ahead < places
 
     def _page_done(self, key: PageKey) -> None:
         self._pages.pop(key, None)

@@ -12,6 +12,7 @@ import io
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -450,6 +451,49 @@ def test_suspects_over_the_square_root_limit_wait_for_requests_on_the_wire_not_f
     assert [others for key, g, others in wire.log if g == 2] == [[], [], []]  # one at a time after the death
 
 
+def test_a_suspect_waiting_for_its_turn_is_not_overtaken_by_one_that_just_had_it() -> None:
+    # B, P and C were in flight at a death: suspects of one death, they go back one at a time.
+    # B goes first; P and C wait. B's page sends its next request as soon as the server answers
+    # B: it must queue behind P and C. It overtook them every time (it asks the gate again before
+    # the pages its answer woke up do), so P, the page that crashes the server, never went back
+    # out while B's page had requests to send (in the test of two servers: 120 s, then a failure).
+    async def scenario() -> tuple[dict[str, str], Wire]:
+        tracker = CrashTracker()
+        wire = Wire(tracker)
+        gate = tracker.gate(wire.gate)
+        p_out = asyncio.Event()
+
+        async def b() -> str:
+            while not p_out.is_set():
+                await send(tracker, gate, wire, B)
+            return "ok"
+
+        async def p_or_c(key: tuple[str, int]) -> str:
+            await send(tracker, gate, wire, key)
+            return "ok"
+
+        pages = [start_page(tracker, 3, b)]
+        await until(lambda: wire.on_wire() == [B], "B sends", wire)
+        pages.append(start_page(tracker, 2, lambda: p_or_c(P)))
+        pages.append(start_page(tracker, 4, lambda: p_or_c(C)))
+        await until(lambda: wire.on_wire() == [B, P, C], "P and C send beside B", wire)
+        wire.kill()  # three suspects of one death; B's request was lost first and goes back first
+        await until(lambda: wire.on_wire() == [B] and wire.generation == 2, "B goes back", wire)
+        wire.answer(B)  # B's page sends again at once
+        await until(lambda: wire.on_wire() == [P], "P goes back next (it waited longer than B's next request)", wire)
+        p_out.set()
+        wire.answer(P)
+        await until(lambda: wire.on_wire() == [C], "C goes back next", wire)
+        wire.answer(C)
+        await until(lambda: wire.on_wire() == [B], "B's page's last request goes", wire)
+        wire.answer(B)
+        return dict(zip("BPC", await asyncio.gather(*pages))), wire
+
+    results, wire = asyncio.run(scenario())
+    assert results == {"B": "ok", "P": "ok", "C": "ok"}
+    assert [key for key, g, _ in wire.log if g == 2] == [B, P, C, B]
+
+
 def test_a_page_runs_alone_only_once_every_request_of_another_page_has_ended() -> None:
     # A page can have several requests on the wire (a dense page's tiles, a page's figures).
     # B's first request is on the wire and P, due its solo retry, waits for it; B's second
@@ -748,7 +792,9 @@ def _page_image() -> bytes:
 
 
 @pytest.mark.parametrize("launched", [False, True], ids=["endpoint", "managed"])
-def test_the_clients_a_run_opens_tell_the_tracker_when_a_request_was_answered(launched: bool) -> None:
+def test_the_clients_a_run_opens_tell_the_tracker_when_a_request_was_answered(
+    launched: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The fix above works only if the client a run uses tells the tracker when each request
     # ends. Through open_endpoint (an --endpoint, and a server it launches), on the simulator:
     # P is due its solo retry; X's request is answered, then X's page waits for P's. P must go
@@ -790,6 +836,7 @@ def test_the_clients_a_run_opens_tell_the_tracker_when_a_request_was_answered(la
             return results, tracker.solo_runs
 
     if launched:
+        monkeypatch.chdir(tmp_path)  # the launched server's log goes to .llm-ocr/logs here
         results, solo_runs = asyncio.run(scenario(None))
     else:
         with SimulatedServer("--prefill-ms", "0", "--instant") as sim:
