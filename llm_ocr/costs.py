@@ -5,7 +5,7 @@ Prices are on-demand US$ per GPU-hour (docs/facts.md#hugging-face-jobs; Hugging 
 are estimates for planning, not invoices: pass ``--gpu-price-per-hour`` for your own rate.
 
 :data:`HF_JOBS_HARDWARE` maps each Hugging Face Jobs flavor to its GPUs, the vLLM sizing preset
-of one of its GPUs (:mod:`llm_ocr.servers.presets`) and its hourly price. The launcher prefers the
+of one of its GPUs (:mod:`llm_ocr.serving.vllm.presets`) and its hourly price. The launcher prefers the
 live prices of ``HfApi.list_jobs_hardware()``; this table is the fallback when that is not
 reachable. Prices of single-GPU flavors are the listed ones (docs/facts.md#hugging-face-jobs);
 multi-GPU flavors are priced here as the single-GPU price times the GPU count, an estimate marked
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-#: US$ per GPU-hour by GPU preset name (llm_ocr.servers.presets).
+#: US$ per GPU-hour by GPU preset name (llm_ocr.serving.vllm.presets).
 PRICE_PER_GPU_HOUR: dict[str, float] = {
     "l4-24gb": 0.80,
     "l40s-48gb": 1.80,
@@ -60,7 +60,7 @@ class Hardware:
 
     name: str
     gpus: int
-    #: The vLLM sizing preset of one of its GPUs (llm_ocr.servers.presets), None when there is no
+    #: The vLLM sizing preset of one of its GPUs (llm_ocr.serving.vllm.presets), None when there is no
     #: named preset (the job sizes vLLM from the GPU it finds) or no GPU.
     gpu_preset: str | None
     #: US$ per hour for the whole machine, None when unknown.

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
-from llm_ocr.servers.presets import PRESETS
+from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.vlm import families
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, DESCRIBE_PROMPT
 

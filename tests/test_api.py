@@ -162,7 +162,7 @@ def _servers(kernel: psutil.Process) -> list[psutil.Process]:
     found = []
     for child in kernel.children(recursive=True):
         try:
-            if "llm_ocr.servers.sim" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+            if "llm_ocr.engines.sim" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child)
         except psutil.Error:
             continue

@@ -17,37 +17,40 @@ PACKAGE = Path(__file__).resolve().parent.parent / "llm_ocr"
 
 #: Top-level parts of ``llm_ocr`` (a package or a module) that each part must not import.
 FORBIDDEN: dict[str, set[str]] = {
-    "storage": {"runners", "stages", "servers", "commands", "launchers", "endpoint", "report", "bench",
+    "storage": {"runners", "stages", "engines", "serving", "commands", "launchers", "report", "bench",
                 "sources", "vlm", "cli", "api", "container", "quality"},
-    "vlm": {"servers", "storage", "stages", "runners", "commands", "launchers", "endpoint", "report",
+    "vlm": {"engines", "serving", "storage", "stages", "runners", "commands", "launchers", "report",
             "bench", "cli", "sources", "api", "container", "quality"},
-    "stages": {"runners", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli", "api", "quality"},
-    "sources": {"runners", "stages", "commands", "launchers", "endpoint", "servers", "vlm", "bench",
+    "stages": {"runners", "commands", "launchers", "serving", "engines", "bench", "report", "cli", "api", "quality"},
+    "sources": {"runners", "stages", "commands", "launchers", "serving", "engines", "vlm", "bench",
                 "report", "cli", "api", "quality"},
-    "servers": {"storage", "stages", "runners", "commands", "launchers", "endpoint", "report", "bench",
-                "sources", "cli", "api", "quality"},
-    # Where requests go: servers and clients below it, never what runs a stage.
-    "endpoint": {"runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources", "quality"},
+    # The servers llm-ocr ships: only their test harness uses serving's process manager.
+    "engines": {"storage", "stages", "runners", "commands", "launchers", "report", "bench",
+                "sources", "cli", "api", "quality", "container"},
+    # How a run reaches a model: the engines are servers like any other behind a URL (serving only
+    # knows their command lines), and nothing that runs a stage.
+    "serving": {"engines", "runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources",
+                "quality"},
     # Container-side contracts (shard index, secrets): the launchers configure jobs for them.
-    "container": {"runners", "stages", "commands", "launchers", "endpoint", "servers", "bench", "report", "cli",
+    "container": {"runners", "stages", "commands", "launchers", "serving", "engines", "bench", "report", "cli",
                   "api", "sources", "vlm", "storage", "quality"},
     # The launchers build and submit job specs that run the CLI in a container; they never run a stage.
-    "launchers": {"runners", "servers", "stages", "endpoint", "commands", "cli", "bench", "report", "api", "quality"},
-    "report": {"runners", "servers", "commands", "launchers", "endpoint", "bench", "cli", "api", "quality"},
-    "runners": {"commands", "launchers", "cli", "bench", "report", "api", "quality"},
+    "launchers": {"runners", "engines", "serving", "stages", "commands", "cli", "bench", "report", "api", "quality"},
+    "report": {"runners", "engines", "serving", "commands", "launchers", "bench", "cli", "api", "quality"},
+    "runners": {"commands", "launchers", "cli", "bench", "report", "api", "quality", "engines"},
     "bench": {"commands", "cli", "launchers", "api", "quality"},
     # Quality checks read outputs (storage, sources, report helpers); they never run a stage.
-    "quality": {"runners", "servers", "endpoint", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
+    "quality": {"runners", "engines", "serving", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
                 "container"},
     # Every option declared once, and its binding to flags, variables and keywords: importable by
-    # every layer, so they import none of them (but two tables of names, servers' presets and
+    # every layer, so they import none of them (but two tables of names, serving's GPU presets and
     # vlm's default model and prompt, quoted in the options' help).
-    "options": {"runners", "stages", "commands", "launchers", "endpoint", "report", "bench", "cli", "api", "sources",
-                "storage", "container", "config", "quality"},
-    "config": {"runners", "stages", "commands", "launchers", "endpoint", "report", "bench", "cli", "api", "sources",
-               "storage", "container", "servers", "vlm", "quality"},
-    "keywords": {"runners", "stages", "commands", "launchers", "endpoint", "report", "bench", "cli", "api", "sources",
-                 "storage", "container", "servers", "vlm", "options", "config", "quality"},
+    "options": {"runners", "stages", "commands", "launchers", "report", "bench", "cli", "api", "sources",
+                "storage", "container", "config", "quality", "engines"},
+    "config": {"runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
+               "storage", "container", "engines", "vlm", "quality"},
+    "keywords": {"runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
+                 "storage", "container", "engines", "vlm", "options", "config", "quality"},
     # The Python API: the CLI stands on it, never the reverse.
     "api": {"commands", "cli"},
     "commands": {"cli"},
@@ -198,10 +201,10 @@ def test_no_import_cycles() -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "from llm_ocr.servers.process import ManagedServer\n",
-        "def f():\n    from llm_ocr.servers import process\n",
-        "from ..servers.process import ManagedServer\n",
-        "import importlib\ndef f():\n    return importlib.import_module(\"llm_ocr.servers.process\")\n",
+        "from llm_ocr.serving.vllm.process import ManagedServer\n",
+        "def f():\n    from llm_ocr.serving.vllm import process\n",
+        "from ..serving.vllm.process import ManagedServer\n",
+        "import importlib\ndef f():\n    return importlib.import_module(\"llm_ocr.serving.vllm.process\")\n",
     ],
 )
 def test_the_checker_sees_direct_lazy_and_relative_imports(tmp_path: Path, source: str) -> None:
@@ -212,12 +215,13 @@ def test_the_checker_sees_direct_lazy_and_relative_imports(tmp_path: Path, sourc
         "__init__.py": "",
         "storage/__init__.py": "",
         "storage/url.py": source,
-        "servers/__init__.py": "",
-        "servers/process.py": "class ManagedServer: ...\n",
+        "serving/__init__.py": "",
+        "serving/vllm/__init__.py": "",
+        "serving/vllm/process.py": "class ManagedServer: ...\n",
     }.items():
         (package / module).parent.mkdir(parents=True, exist_ok=True)
         (package / module).write_text(text, encoding="utf-8")
-    assert "llm_ocr.storage.url imports llm_ocr.servers.process" in layer_violations(package)
+    assert "llm_ocr.storage.url imports llm_ocr.serving.vllm.process" in layer_violations(package)
     (package / "storage/url.py").write_text("if TYPE_CHECKING:\n" + "".join("    " + line + "\n" for line in source.splitlines()), encoding="utf-8")
     assert layer_violations(package) == []  # type-checking imports never run
 
@@ -233,7 +237,7 @@ def test_the_command_line_lists_its_options_without_importing_a_model_client_or_
     import sys
 
     code = ("import sys; from llm_ocr.cli import build_parser; build_parser(); "
-            "print(sorted(m for m in ('openai', 'llm_ocr.runners', 'llm_ocr.bench.run', 'llm_ocr.endpoint') if m in sys.modules))")
+            "print(sorted(m for m in ('openai', 'llm_ocr.runners', 'llm_ocr.bench.run', 'llm_ocr.serving.open') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=str(PACKAGE.parent))
     assert done.returncode == 0, done.stderr

@@ -14,7 +14,7 @@ PDF's text layer:
 
 Without PDFs it generates a small offline set of varied English pages with reportlab (fonts
 and sizes, one and two columns, a table). Without ``--engine-url`` it launches the CPU engine
-(``python -m llm_ocr.servers.cpu``, one thread unless ``--threads``) for the run.
+(``python -m llm_ocr.engines.cpu``, one thread unless ``--threads``) for the run.
 """
 
 from __future__ import annotations
@@ -491,7 +491,7 @@ def measure_accuracy(opts: AccuracyOptions) -> tuple[list[PageScore], dict[str, 
             from llm_ocr.testing import CpuServer
 
             extra = ["--threads", str(opts.threads), *shlex.split(opts.engine_args)]
-            log.info("launching the CPU engine: python -m llm_ocr.servers.cpu %s", " ".join(extra))
+            log.info("launching the CPU engine: python -m llm_ocr.engines.cpu %s", " ".join(extra))
             with CpuServer(*extra) as engine:
                 scores, info = asyncio.run(_measure(opts, engine.base_url, pdfs))
                 info["engine_args"] = extra

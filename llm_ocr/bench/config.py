@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_ocr.servers.sim.timing import TimingModel
+from llm_ocr.engines.sim.timing import TimingModel
 
 
 @dataclass
@@ -55,7 +55,7 @@ class BenchConfig:
         )
 
     def server_args(self) -> list[str]:
-        """Flags of ``python -m llm_ocr.servers.sim`` for this configuration."""
+        """Flags of ``python -m llm_ocr.engines.sim`` for this configuration."""
         args = [
             "--slots", str(self.slots),
             "--prefill-ms", str(self.prefill_ms),

@@ -43,7 +43,7 @@ from typing import Any
 
 from llm_ocr.bench.corpus import make_corpus, strip_pdf, with_dense_pages
 from llm_ocr.bench.run import BenchConfig, RunResult, run_once
-from llm_ocr.servers.frame.protocol import text_scale
+from llm_ocr.engines.frame.protocol import text_scale
 from llm_ocr.sources.segments import plan_segments
 
 #: (workload, today's config changes, new config changes) on top of the workload's base.

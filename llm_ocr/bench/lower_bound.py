@@ -1,7 +1,7 @@
 """The perfect-client lower bound of a run, from the simulated server's request log.
 
 The requests the server actually answered (their completion tokens, in arrival order) are
-replayed through the server's own timing model (:mod:`llm_ocr.servers.sim.timing`) with every
+replayed through the server's own timing model (:mod:`llm_ocr.engines.sim.timing`) with every
 request queued at t=0. A retry of a page (the same image again, after a loop hit
 ``max_tokens``) cannot be sent before the first answer is back, so it waits for it.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_ocr.servers.sim.timing import Replay, TimingModel, replay
+from llm_ocr.engines.sim.timing import Replay, TimingModel, replay
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from llm_ocr.servers.prometheus import parse_metrics
+from llm_ocr.serving.vllm.prometheus import parse_metrics
 
 
 @dataclass

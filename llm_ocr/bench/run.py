@@ -24,14 +24,14 @@ import aiohttp
 from llm_ocr.bench.config import BenchConfig
 from llm_ocr.bench.lower_bound import LoggedRequest, lower_bound, read_request_log, replay_arrivals
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
-from llm_ocr.endpoint.in_flight import AdaptivePolicy
 from llm_ocr.options import ExtractOptions, JobOptions, RenderOptions, StageSpec
 from llm_ocr.runners.extract import extract_shard
-from llm_ocr.servers.engines import free_port, sim_command
-from llm_ocr.servers.presets import GpuPreset, client_in_flight
-from llm_ocr.servers.process import ManagedServer
-from llm_ocr.vlm.recipes import DEFAULT_MODEL
 from llm_ocr.runners.workers import default_workers
+from llm_ocr.serving.command_lines import free_port, sim_command
+from llm_ocr.serving.in_flight import AdaptivePolicy
+from llm_ocr.serving.vllm.presets import GpuPreset, client_in_flight
+from llm_ocr.serving.vllm.process import ManagedServer
+from llm_ocr.vlm.recipes import DEFAULT_MODEL
 
 log = logging.getLogger("llm_ocr")
 
@@ -40,7 +40,7 @@ MB = 1024 * 1024
 
 def default_in_flight(slots: int) -> int:
     """Requests the runner keeps in flight against vLLM with ``slots`` sequences (its
-    ``--max-num-seqs`` plus a queue, :func:`llm_ocr.servers.presets.client_in_flight`), so the
+    ``--max-num-seqs`` plus a queue, :func:`llm_ocr.serving.vllm.presets.client_in_flight`), so the
     benchmark measures the configuration users run."""
     preset = GpuPreset(
         name="bench", gpu_memory_gb=0, max_num_seqs=slots, gpu_memory_utilization=0.9, max_num_batched_tokens=8192

@@ -7,9 +7,9 @@ import argparse
 import logging
 import sys
 
+from llm_ocr.argtypes import non_negative, positive_int
 from llm_ocr.config import OptionError
-from llm_ocr.servers.frame.cli import non_negative, positive_int
-from llm_ocr.servers.sim.cli import DECODE_DEFAULTS, add_decode_options
+from llm_ocr.engines.sim.cli import DECODE_DEFAULTS, add_decode_options
 
 log = logging.getLogger("llm_ocr")
 

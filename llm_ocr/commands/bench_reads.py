@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from llm_ocr.argtypes import positive_int as _positive
 from llm_ocr.config import OptionError
-from llm_ocr.servers.frame.cli import positive_int as _positive
 from llm_ocr.options import DatasetOptions
 from llm_ocr.sources import InputError
 

@@ -12,8 +12,8 @@ import json
 import shlex
 from typing import Any
 
-from llm_ocr.servers.engines import vllm_command
-from llm_ocr.servers.presets import PRESETS
+from llm_ocr.serving.command_lines import vllm_command
+from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.vlm.families import FAMILIES, Family, family_named
 
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from llm_ocr.config import OptionError, add_options, resolve_options
-from llm_ocr.endpoint.open import EndpointError, ServerOptions, choose_engine
+from llm_ocr.serving.open import EndpointError, ServerOptions, choose_engine
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
 
 
@@ -39,10 +39,10 @@ def main(argv: Sequence[str]) -> int:
         at = argv.index("--engine")
         engine, rest = argv[at + 1], argv[:at] + argv[at + 2 :]
         if engine == "sim":
-            from llm_ocr.servers.sim.cli import main as sim_main
+            from llm_ocr.engines.sim.cli import main as sim_main
 
             return sim_main(rest) or 0
-        from llm_ocr.servers.cpu import main as cpu_main  # type: ignore[attr-defined]
+        from llm_ocr.engines.cpu import main as cpu_main  # type: ignore[attr-defined]
 
         return cpu_main(rest) or 0
     parser = build_parser()
@@ -59,9 +59,9 @@ def main(argv: Sequence[str]) -> int:
 async def _serve_vllm(args: argparse.Namespace, options: ServerOptions, preset, unknown: list[str]) -> int:  # type: ignore[no-untyped-def]
     import signal
 
-    from llm_ocr.servers.engines import vllm_command
-    from llm_ocr.servers.presets import preset_for
-    from llm_ocr.servers.process import ManagedServer, ServerFailed
+    from llm_ocr.serving.command_lines import vllm_command
+    from llm_ocr.serving.vllm.presets import preset_for
+    from llm_ocr.serving.vllm.process import ManagedServer, ServerFailed
 
     command = vllm_command(
         args.model,

@@ -1,6 +1,6 @@
 """One bad page costs one page: what the page-flow runners wrap around their page handler.
 
-* The endpoint's crash tracker (:mod:`llm_ocr.endpoint.quarantine`) guards every page: a page convicted
+* The endpoint's crash tracker (:mod:`llm_ocr.serving.quarantine`) guards every page: a page convicted
   of crashing the model server gets an ``error`` row with ``quarantined`` set, and the run goes
   on. That row is the quarantine's record: a rerun keeps it (``--retry-quarantined`` opts back in).
 * A PDF page that ends as an error or truncated gets its PDF text layer as ``fallback_text`` when
@@ -13,10 +13,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from llm_ocr.endpoint.quarantine import CrashTracker, PageQuarantined
 from llm_ocr.records import PageResult
 from llm_ocr.runners.shard import EXIT_OK, EXIT_PAGES_FAILED
 from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.serving.quarantine import CrashTracker, PageQuarantined
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.text_layer import TextLayer, read_text_layer
 from llm_ocr.stages.extract import ExtractOptions, failure_result

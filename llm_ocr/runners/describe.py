@@ -19,8 +19,6 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
-from llm_ocr.endpoint import Endpoint
-from llm_ocr.endpoint.in_flight import InFlightLimit
 from llm_ocr.options import ClientOptions, DescribeOptions, ServerOptions, StageSpec
 from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import describe_settles, quarantined_in
@@ -37,6 +35,8 @@ from llm_ocr.runners.lifecycle import (
 )
 from llm_ocr.runners.page_flow import UpstreamRows
 from llm_ocr.runners.shard import EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
+from llm_ocr.serving.in_flight import InFlightLimit
+from llm_ocr.serving.open import Endpoint
 from llm_ocr.stages.describe import DescribeContext, SchemaError, describe_extra_body, describe_page, load_schema
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.storage.upstream import iter_shard_rows, stage_has_parts, upstream_complete

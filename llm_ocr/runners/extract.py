@@ -11,7 +11,6 @@ import logging
 from collections.abc import Iterator
 from functools import partial
 
-from llm_ocr.endpoint import Endpoint
 from llm_ocr.options import ExtractOptions, StageSpec
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
 from llm_ocr.runners.inputs import shard_inputs
@@ -19,6 +18,7 @@ from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardS
 from llm_ocr.runners.page_flow import DocumentPages
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
+from llm_ocr.serving.open import Endpoint
 from llm_ocr.sources.base import DocumentRef
 from llm_ocr.stages.extract import ExtractContext, extract_page, family_render, tiles_dense_pages
 from llm_ocr.storage.parts import ShardIndex

@@ -25,13 +25,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from llm_ocr.endpoint import Endpoint
-from llm_ocr.endpoint.open import EndpointError, choose_engine
 from llm_ocr.options import FieldsOptions, StageSpec
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage, stage_endpoint
 from llm_ocr.runners.page_flow import acquire_unless_stopped, iterate_in_thread
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT, EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
+from llm_ocr.serving.open import Endpoint, EndpointError, choose_engine
 from llm_ocr.stages.fields import (
     Classes,
     FieldsContext,

@@ -32,8 +32,6 @@ from functools import partial
 from typing import Any, ClassVar
 
 from llm_ocr.costs import gpu_cost
-from llm_ocr.endpoint import Endpoint, open_endpoint
-from llm_ocr.endpoint.in_flight import InFlightLimit, adapting
 from llm_ocr.options import ClientOptions, JobOptions, ServerOptions
 from llm_ocr.records import page_schema
 from llm_ocr.runners.page_flow import FlowSettings, Intake, PageFlow, PageHandler, flow_settings
@@ -50,6 +48,8 @@ from llm_ocr.runners.shard import (
     resolve_shard,
 )
 from llm_ocr.runners.workers import WorkerPool, default_workers
+from llm_ocr.serving.in_flight import InFlightLimit, adapting
+from llm_ocr.serving.open import Endpoint, open_endpoint
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard

@@ -20,11 +20,11 @@ from typing import Any, Protocol, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from llm_ocr.endpoint.in_flight import InFlightLimit
 from llm_ocr.options import RenderOptions
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.render import DocumentError, count_pages, render_pages
 from llm_ocr.storage import retry_io

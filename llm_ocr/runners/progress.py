@@ -107,7 +107,7 @@ class RunCounters:
 
     def reconciliation(self) -> str:
         """The end-of-run accounting line: every page seen is ok, truncated, error, quarantined
-        (an error row for a page the model server crashed on, see :mod:`llm_ocr.endpoint.quarantine`) or
+        (an error row for a page the model server crashed on, see :mod:`llm_ocr.serving.quarantine`) or
         done before.
 
         Pages seen are counted from the input (``pages_found``), so the equation can fail: pages

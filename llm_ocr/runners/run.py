@@ -21,8 +21,6 @@ from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
 
-from llm_ocr.endpoint import Endpoint
-from llm_ocr.endpoint.quarantine import PageQuarantined
 from llm_ocr.options import StageSpec
 from llm_ocr.records import PageResult
 from llm_ocr.runners.assemble import Assemble, assemble_finished
@@ -41,6 +39,8 @@ from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardS
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
+from llm_ocr.serving.open import Endpoint
+from llm_ocr.serving.quarantine import PageQuarantined
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.stages.describe import DescribeContext, describe_page
 from llm_ocr.stages.extract import ExtractContext, extract_page, family_render, tiles_dense_pages

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_ocr.container.shard_index import PlatformError, detect_shard
-from llm_ocr.endpoint import Endpoint, EndpointError
-from llm_ocr.endpoint.in_flight import AdaptiveInFlight, AdaptivePolicy, InFlightLimit, in_flight_control
 from llm_ocr.options import JobOptions
 from llm_ocr.runners.progress import RunCounters
+from llm_ocr.serving.in_flight import AdaptiveInFlight, AdaptivePolicy, InFlightLimit, in_flight_control
+from llm_ocr.serving.open import Endpoint, EndpointError
 from llm_ocr.sources import InputError
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output

@@ -6,6 +6,6 @@
 
 May import :mod:`llm_ocr.records` and :mod:`llm_ocr.backoff`; never :mod:`llm_ocr.servers`
 (the servers are just endpoints to this package), storage, stages or runners. The aliases
-``python -m llm_ocr.servers.sim`` and ``python -m llm_ocr.servers.cpu`` run the servers by
+``python -m llm_ocr.engines.sim`` and ``python -m llm_ocr.engines.cpu`` run the servers by
 module name only.
 """

@@ -18,8 +18,8 @@ from llm_ocr.bench import BenchConfig, format_table, run_bench
 from llm_ocr.bench.corpus import document_lengths, make_corpus
 from llm_ocr.bench.lower_bound import dependencies, lower_bound_seconds, read_request_log
 from llm_ocr.bench.measure import Sampler
-from llm_ocr.servers.sim import content
-from llm_ocr.servers.sim.timing import TimingModel, perfect_client_makespan, replay
+from llm_ocr.engines.sim import content
+from llm_ocr.engines.sim.timing import TimingModel, perfect_client_makespan, replay
 from llm_ocr.testing import SimulatedServer
 
 MODEL = "deepseek-ai/DeepSeek-OCR"

@@ -48,7 +48,6 @@ import sys
 import time
 from pathlib import Path
 
-
 #: Flags vLLM parses with ``json.loads`` into a dict (vllm/engine/arg_utils.py).
 JSON_FLAGS = ("--limit-mm-per-prompt",)
 
@@ -147,7 +146,7 @@ def main(argv: list[str]) -> int:
         while True:
             time.sleep(3600)
 
-    sim = [sys.executable, "-m", "llm_ocr.servers.sim", "--host", args.host or "127.0.0.1",
+    sim = [sys.executable, "-m", "llm_ocr.engines.sim", "--host", args.host or "127.0.0.1",
            "--port", str(args.port), "--served-model-name", *names]
     if args.max_model_len:
         sim += ["--max-model-len", str(args.max_model_len)]

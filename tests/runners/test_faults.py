@@ -245,7 +245,7 @@ def test_slow_starting_external_endpoint_gets_backoff_then_a_clean_stop_or_the_r
 def test_external_endpoint_not_listening_yet_is_waited_for(tmp_path: Path) -> None:
     # A real vLLM only listens once its weights are loaded: an endpoint started beside the job
     # (a sidecar container) refuses connections at first. The run waits, then does every page.
-    from llm_ocr.servers.engines import free_port
+    from llm_ocr.serving.command_lines import free_port
 
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     port = free_port()
@@ -281,7 +281,7 @@ def test_external_endpoint_not_listening_yet_is_waited_for(tmp_path: Path) -> No
 
 
 def test_slow_starting_managed_server_is_waited_for(tmp_path: Path) -> None:
-    from tests.servers.test_managed_server_e2e import fake_env
+    from tests.serving.test_managed_server_e2e import fake_env
 
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     started = time.monotonic()
@@ -557,7 +557,7 @@ def test_finevision_row_without_images_and_traversal_ids_stay_inside(tmp_path: P
 
 
 def test_planted_secrets_never_reach_logs_stats_or_outputs(tmp_path: Path) -> None:
-    from tests.servers.test_managed_server_e2e import fake_env
+    from tests.serving.test_managed_server_e2e import fake_env
 
     secret = "sk-PLANTED-secret-0123456789abcdef"
     make_pdf(tmp_path / "a.pdf", pages=1)

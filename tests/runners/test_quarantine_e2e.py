@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from llm_ocr.servers.engines import free_port
+from llm_ocr.serving.command_lines import free_port
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import make_corpus
 from tests.runners.test_faults import corpus_keys, summary_lines
-from tests.servers.test_managed_server_e2e import fake_env
+from tests.serving.test_managed_server_e2e import fake_env
 from tests.stages.common import page_keys
 
 FAKES = REPO / "tests" / "fakes"
@@ -112,7 +112,7 @@ def supervised_sim(tmp_path: Path):
     make_corpus(docs, documents=5, pages=4)
     supervisor = subprocess.Popen(
         [sys.executable, str(FAKES / "supervise.py"), "--restart-delay", "1", "--starts-file", str(tmp_path / "starts"),
-         "--", sys.executable, "-m", "llm_ocr.servers.sim", "--host", "127.0.0.1", "--port", str(port),
+         "--", sys.executable, "-m", "llm_ocr.engines.sim", "--host", "127.0.0.1", "--port", str(port),
          "--corpus", str(docs), "--prefill-ms", "50", "--crash-on-page", f"{POISON[0]}:{POISON[1]}",
          "--crash-ledger", str(tmp_path / "crashes.txt")],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

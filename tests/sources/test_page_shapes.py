@@ -2,7 +2,7 @@
 
 Every PDF is generated here (reportlab + pypdfium2 + Pillow), then ``llm-ocr extract`` runs on
 them against the simulated DeepSeek-OCR server, which answers from each page's own text layer and
-image positions (``llm_ocr/servers/sim/corpus.py``). The acceptance check for Extract is pinned page
+image positions (``llm_ocr/engines/sim/corpus.py``). The acceptance check for Extract is pinned page
 by page:
 
 * the model's words survive: >99% of the words of ``raw`` (grounding tags removed) are in

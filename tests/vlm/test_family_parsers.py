@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from llm_ocr.engines.sim import content
+from llm_ocr.engines.sim import families as sim_families
+from llm_ocr.engines.sim.corpus import LayoutBlock
+from llm_ocr.engines.sim.images import ImageFacts
 from llm_ocr.records import PageResult
-from llm_ocr.servers.sim import content, families as sim_families
-from llm_ocr.servers.sim.corpus import LayoutBlock
-from llm_ocr.servers.sim.images import ImageFacts
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, plan_segments
 from llm_ocr.stages.attempts import Answer

@@ -9,8 +9,8 @@ import shlex
 import pytest
 
 from llm_ocr.cli import main
-from llm_ocr.servers.engines import vllm_command
-from llm_ocr.servers.presets import PRESETS
+from llm_ocr.serving.command_lines import vllm_command
+from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.stages.tiled import tiling_allowed
 from llm_ocr.vlm.families import FAMILIES
 

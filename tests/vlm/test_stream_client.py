@@ -14,7 +14,7 @@ from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import ClientOptions, VlmClient
 from llm_ocr.vlm.loops import LoopPolicy
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, image_messages, recipe_for
-from tests.servers.test_simulated import picture_bytes
+from tests.engines.test_simulated import picture_bytes
 
 
 def page_body(image: bytes, max_tokens: int = 7000) -> dict[str, Any]:

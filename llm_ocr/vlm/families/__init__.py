@@ -6,7 +6,7 @@ the family of a served model name; a model no family matches gets :data:`~.gener
 
 To add a family: write its module (a :class:`~.base.Family` instance with ``parse`` and, if
 one page takes several requests, ``read``), list it in :data:`FAMILIES`, teach the simulated
-server its answer format (``llm_ocr/servers/sim/families.py``) and add its section to
+server its answer format (``llm_ocr/engines/sim/families.py``) and add its section to
 docs/models.md.
 """
 

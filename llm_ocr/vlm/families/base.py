@@ -127,11 +127,11 @@ class Rendering:
 
 @dataclass(frozen=True)
 class Serving:
-    """How llm-ocr starts vLLM for the family (``servers/engines.py`` adds host, port, sizing).
+    """How llm-ocr starts vLLM for the family (``serving/command_lines.py`` adds host, port, sizing).
 
     ``args`` are the family's own flags (``--trust-remote-code``, logits processors, the chat
     template's content format...). ``context`` is the ``--max-model-len`` the family runs with,
-    and the memory figures size the GPU presets (``servers/presets.py``): weights and
+    and the memory figures size the GPU presets (``serving/vllm/presets.py``): weights and
     activations outside the KV cache, the KV cache bytes per token, the tokens a typical page
     holds (image + prompt + answer).
     """

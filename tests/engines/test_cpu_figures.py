@@ -1,0 +1,179 @@
+"""The CPU engine's figure rules (no model): which lines are inside a figure, which are its
+caption, where the figure sits in the reading order, how its box shrinks to its ink, and how a
+describe request finds the figure again by its crop.
+
+The end-to-end figure tests, with the real layout model on a generated PDF, are in
+test_cpu_engine.py (they share its server).
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from llm_ocr.engines.cpu.figure_memory import FigureFacts, FigureMemory, Recall
+from llm_ocr.engines.cpu.figures import Region, find_figures, ink_box
+from llm_ocr.engines.cpu.layout import Line, page_blocks, render_grounding
+from llm_ocr.vlm.grounding import parse_layout
+
+H = 20.0  # line height of the synthetic pages
+
+
+def _para(x: float, y: float, width: float, rows: int, tag: str) -> list[Line]:
+    return [Line(x, y + i * 24, x + width, y + i * 24 + H, f"{tag} line {i} of body text with several words") for i in range(rows)]
+
+
+def _figure_page() -> tuple[list[Line], list[Line], Line]:
+    """Body text above and below a figure at (200, 300)-(800, 700) whose labels are text lines."""
+    above = _para(100, 100, 800, 4, "above")
+    labels = [Line(220, 310, 420, 330, "tonnes landed"), Line(300, 660, 360, 680, "north"), Line(600, 660, 660, 680, "south")]
+    caption = Line(200, 720, 700, 740, "Figure 2: Fish landed at each quay in May.")
+    below = _para(100, 780, 800, 3, "below")
+    return above + below, labels, caption
+
+
+def test_lines_inside_a_figure_leave_the_body_and_its_caption_follows_it() -> None:
+    body, labels, caption = _figure_page()
+    region = Region("figure", (190, 290, 810, 700), 0.9)
+    figures, rest = find_figures(body + labels + [caption], [region])
+    (figure,) = figures
+    assert sorted(l.text for l in figure.inside) == ["north", "south", "tonnes landed"]
+    assert figure.caption_text == "Figure 2: Fish landed at each quay in May."
+    assert rest == body  # neither the labels nor the caption stay in the body
+    blocks = page_blocks(rest, figures)
+    assert [b.label for b in blocks] == ["text", "image", "image_caption", "text"]
+    assert blocks[1].figure is figure and blocks[2].figure is figure
+    assert not any(word in b.text for b in blocks for word in ("tonnes", "north", "south"))
+    # The markup the client parses: one figure with the region's box (no page given: no ink to
+    # shrink it to), the caption in the Markdown
+    # right after the figure link.
+    layout = parse_layout(render_grounding(blocks, 1000, 1400), width=1000, height=1400, page=1)
+    ((x1, y1, x2, y2),) = [f.bbox for f in layout.figures]
+    assert 188 <= x1 <= 190 and 288 <= y1 <= 290 and 810 <= x2 <= 812 and 700 <= y2 <= 702  # 0..999 rounding
+    link = layout.markdown.index("![](figure:p1-f1)")
+    assert layout.markdown.index("Figure 2: Fish landed") > link > layout.markdown.index("above line 3")
+
+
+def test_a_caption_the_region_swallowed_is_taken_back_and_the_box_ends_above_it() -> None:
+    body, labels, caption = _figure_page()
+    region = Region("figure", (190, 290, 810, 745), 0.9)  # loose: reaches over the caption
+    (figure,), rest = find_figures(body + labels + [caption], [region])
+    assert figure.caption == [caption] and caption not in figure.inside
+    assert figure.box[3] <= caption.y1
+    assert rest == body
+
+
+def test_body_text_and_a_two_row_caption_the_region_swallowed_go_back() -> None:
+    body, labels, caption = _figure_page()
+    second = Line(200, 744, 640, 764, "Counts are from the harbour office ledger, weighed on landing.")
+    lines = body + labels + [caption, second]
+    # Loose over the caption's two rows and over the first body row below them.
+    region = Region("figure", (90, 290, 910, 805), 0.9)
+    (figure,), rest = find_figures(lines, [region])
+    assert figure.caption == [caption, second]
+    assert sorted(l.text for l in figure.inside) == ["north", "south", "tonnes landed"]
+    assert rest == body and figure.box[3] <= caption.y1
+    # Loose over the last body row above the figure: it stays body text.
+    region = Region("figure", (90, 165, 910, 700), 0.9)
+    (figure,), rest = find_figures(lines, [region])
+    assert rest == body and figure.box[1] >= body[3].y2
+    assert figure.caption_text == f"{caption.text} {second.text}"
+
+
+def test_a_caption_above_the_figure_and_one_labelled_by_the_model_without_a_number() -> None:
+    body, labels, _ = _figure_page()
+    above_caption = Line(200, 262, 560, 282, "Landings by quay")  # no "Figure N": only the model says so
+    region = Region("figure", (190, 290, 810, 700), 0.9)
+    lines = body + labels + [above_caption]
+    (figure,), _ = find_figures(lines, [region])
+    assert figure.caption == []  # a plain line above a figure is not a caption by itself
+    labelled = Region("figure_caption", (195, 258, 570, 286), 0.7)
+    (figure,), rest = find_figures(lines, [region, labelled])
+    assert figure.caption_text == "Landings by quay" and above_caption not in rest
+    assert [b.label for b in page_blocks(rest, [figure])][1:3] == ["image_caption", "image"]
+
+
+def test_body_text_below_a_figure_is_not_its_caption_and_low_scores_are_ignored() -> None:
+    body, labels, _ = _figure_page()
+    region = Region("figure", (190, 290, 810, 700), 0.9)
+    (figure,), rest = find_figures(body + labels, [region])
+    assert figure.caption == [] and rest == body
+    figures, rest = find_figures(body + labels, [Region("figure", region.box, 0.3)], min_score=0.5)
+    assert figures == [] and rest == body + labels
+    # A caption region with no figure beside it (the model labels stray sentences so) changes nothing.
+    figures, rest = find_figures(body, [Region("figure_caption", (100, 780, 900, 800), 0.9)])
+    assert figures == [] and rest == body
+
+
+def test_a_figure_in_the_left_column_stays_in_it() -> None:
+    left_top = _para(100, 100, 380, 3, "L1")
+    left_bottom = _para(100, 600, 380, 3, "L2")
+    right = _para(540, 100, 380, 20, "R")
+    caption = Line(100, 560, 380, 580, "Fig. 3. A map of the quays.")
+    region = Region("figure", (100, 190, 480, 545), 0.8)
+    figures, rest = find_figures(left_top + left_bottom + right + [caption], [region])
+    blocks = page_blocks(rest, figures)
+    order = [b.text.split()[0] if b.text else b.label for b in blocks]
+    assert order == ["L1", "image", "Fig.", "L2", "R"]
+
+
+def test_ink_box_shrinks_a_loose_region_and_a_blank_region_is_no_figure() -> None:
+    page = np.full((400, 600, 3), 250, np.uint8)  # off-white paper
+    page[100:200, 150:400] = (200, 120, 40)  # the figure's ink
+    box = ink_box(page, (100.0, 60.0, 500.0, 260.0), np.array([250, 250, 250]))
+    assert box == (146.0, 96.0, 404.0, 204.0)  # the ink, 4 px of margin
+    assert ink_box(page, (420.0, 250.0, 590.0, 390.0), np.array([250, 250, 250])) is None
+    region = Region("figure", (100, 60, 500, 260), 0.9)
+    blank = Region("figure", (420, 250, 590, 390), 0.9)
+    figures, _ = find_figures([Line(20, 20, 300, 40, "A line of text")], [region, blank], page=page)
+    assert [f.box for f in figures] == [(146.0, 96.0, 404.0, 204.0)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Describe: the figure found again by its crop
+
+
+def _chart(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    image = np.full((180, 300, 3), 255, np.uint8)
+    for i in range(5):
+        top = int(rng.integers(20, 150))
+        image[top:170, 20 + i * 55 : 60 + i * 55] = rng.integers(0, 200, 3)
+    return image
+
+
+def _jpeg_round_trip(image: np.ndarray) -> np.ndarray:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="JPEG", quality=90)
+    return np.asarray(Image.open(buffer).convert("RGB"))
+
+
+def test_memory_finds_a_figure_by_its_crop_despite_re_encoding_and_not_another() -> None:
+    memory = FigureMemory()
+    facts = FigureFacts("Figure 1: Five bars.", "alpha · beta")
+    memory.remember(_chart(1), facts)
+    memory.remember(_chart(2), FigureFacts("Figure 2: Other bars.", ""))
+    assert memory.recall(_jpeg_round_trip(_chart(1))).facts == facts
+    assert memory.recall(_chart(1)[1:, 1:]).facts == facts  # a pixel off at an edge
+    assert memory.recall(_chart(3)).facts is None
+    assert memory.recall(_chart(1)[:, :200]).facts is None  # another size is another picture
+
+
+def test_memory_trusts_no_caption_for_a_picture_seen_beside_different_ones() -> None:
+    memory = FigureMemory()
+    memory.remember(_chart(1), FigureFacts("Figure 1: Logo.", ""))
+    memory.remember(_chart(1), FigureFacts("Figure 1: Logo.", ""))
+    assert memory.recall(_chart(1)).facts == FigureFacts("Figure 1: Logo.", "")
+    memory.remember(_chart(1), FigureFacts("Figure 9: The same logo.", ""))
+    assert memory.recall(_chart(1)) == Recall(None, ambiguous=True)
+
+
+def test_memory_forgets_the_oldest_figures_first() -> None:
+    memory = FigureMemory(capacity=2)
+    for seed in (1, 2, 3):
+        memory.remember(_chart(seed), FigureFacts(f"Figure {seed}.", ""))
+    assert len(memory) == 2
+    assert memory.recall(_chart(1)).facts is None and memory.recall(_chart(3)).facts is not None
