@@ -215,8 +215,9 @@ class CrashTracker:
             # cropping after its answer still carries the tag) are not suspects of this death.
             self._death_count[solo] += 1
             self.convicted[solo] = self._death_count[solo]
-            self._pending.discard(solo)
-            self._home.pop(solo, None)
+            # It never sends again (the gate stops it): the server is the others' at once, not
+            # when its client is back at the gate (after a 5xx, a backoff of up to --backoff-max).
+            self._clear(solo)
             suspects = frozenset({solo})
             log.error("the model server died while page %s of %s ran alone: quarantining it (%d crashes)",
                       solo[1], solo[0], self.convicted[solo])

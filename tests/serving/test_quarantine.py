@@ -587,6 +587,52 @@ def test_a_page_running_alone_whose_request_got_no_answer_stays_alone_until_the_
     assert tracker.convicted == {P: 2}
 
 
+def test_a_convicted_page_gives_the_server_back_at_once() -> None:
+    # P runs alone; vLLM answers its request with a 500 as its engine dies, and the client waits
+    # a backoff before it asks the gate again (where the conviction stops it). When the death is
+    # recorded, P is convicted: X, waiting for the server, must go now, not after P's backoff.
+    async def scenario() -> tuple[dict[str, str], CrashTracker]:
+        tracker = CrashTracker(isolate_after=1)
+        wire = Wire(tracker)
+        gate = tracker.gate(wire.gate)
+        p_again, backoff_over = asyncio.Event(), asyncio.Event()
+
+        async def p() -> str:
+            await send(tracker, gate, wire, P)
+            await p_again.wait()
+            generation = await gate()  # its solo retry
+            try:
+                await wire.request(P, generation)
+            except Lost:
+                tracker.request_ended(generation, False)
+            await backoff_over.wait()
+            await gate()  # the conviction stops it here
+            raise AssertionError("a convicted page passed the gate")
+
+        async def x() -> str:
+            await send(tracker, gate, wire, X)
+            return "ok"
+
+        pages = [start_page(tracker, 2, p)]
+        await until(lambda: wire.on_wire() == [P], "P sends", wire)
+        wire.answer(P)
+        wire.kill()  # P is due its solo retry
+        p_again.set()
+        await until(lambda: wire.on_wire() == [P], "P goes out alone", wire)
+        mark = len(wire.asked)
+        pages.append(start_page(tracker, 1, x))
+        await until(lambda: wire.asked_in_turn(mark, "p1"), "X asks the gate", wire)
+        wire.drop(P)  # a 500: P's client waits a backoff
+        wire.kill()  # the death is recorded: P is convicted
+        await until(lambda: wire.on_wire() == [X], "X goes out while P's client still waits", wire)
+        wire.answer(X)
+        backoff_over.set()
+        return dict(zip("PX", await asyncio.gather(*pages))), tracker
+
+    results, tracker = asyncio.run(scenario())
+    assert results == {"P": "the model server crashed on this page 2 times; quarantined", "X": "ok"}
+
+
 def test_independent_crashes_count_against_the_budget_once_their_suspects_are_cleared() -> None:
     # Page 2 crashes the server twice (the others with it each time), then works: every page in
     # flight at both deaths is retried alone, all succeed, and both deaths count.
