@@ -283,14 +283,13 @@ class CrashTracker:
         ``generation`` ended; ``answered``: the server answered it (see :data:`RequestEnded`).
 
         A page running alone whose request the server answered did not crash it: it is cleared
-        and the server is given back now, not when its page ends. Held until the page ends, the
-        server waited on the page's other work. The interleaving: pages X and P were both in
-        flight at two deaths of server 0, so both are due a solo retry there; X comes back to the
-        gate first and claims server 0; the server answers X; X's page sends its next request,
-        which goes to server 0 (X is still due its solo retry) and passes (X holds the server),
-        again and again, while P waits at the gate for the server X holds. If X's page waits for
-        something only P or the pages held behind it can give (a Describe permit; in the tests,
-        P's conviction), X's page never ends and nothing moves again.
+        and the server is given back now, not when its page ends, for this interleaving: pages X
+        and P were both in flight at two deaths of server 0, so both are due a solo retry there;
+        X is back at the gate first and claims server 0; the server answers X; X's page sends its
+        next request, which goes to server 0 (X is still due its solo retry) and passes (X holds
+        the server), again and again, while P waits at the gate for the server X holds. If X's
+        page waits for something only P or the pages held behind it can give (a Describe permit;
+        in the tests, P's conviction), X's page never ends and nothing moves again.
 
         Unanswered (an error status, a dropped connection), the page keeps the server alone: the
         death that convicts it may be recorded after its request failed (vLLM answers a 500 when
@@ -374,9 +373,12 @@ class CrashTracker:
         suspects = [page for other, page in self._pages.items() if self._death_count[other] == 1 and other != key]
         places = max(1, math.isqrt(len(suspects) + 1)) - sum(1 for page in suspects if any(page.wire.values()))
         # First come, first served: a suspect whose request was just answered asks again before
-        # the waiters its answer woke up do, and took the free place each time; the culprit
-        # waiting among them never went back out while other suspects had requests to send.
-        ahead = sum(1 for t, other in self._queue.items() if (ticket is None or t < ticket) and self._death_count[other] == 1)
+        # the waiters its answer woke up do (the inner gate returns at once when the server is
+        # up), so it would take the free place every time, and the culprit waiting among them
+        # would not go back out while the other suspects have requests to send.
+        ahead = sum(
+            1 for t, other in self._queue.items() if (ticket is None or t < ticket) and self._death_count[other] == 1
+        )
         return ahead < places
 
     def _page_done(self, key: PageKey) -> None:

@@ -166,15 +166,22 @@ def start_page(tracker: CrashTracker, page: int, handler: Callable[[], Awaitable
     async def run(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
         return await handler()
 
-    async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
+    async def quarantined(
+        ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined
+    ) -> str:
         return exc.message
 
     guarded = tracker.guard(run, quarantined)
-    return asyncio.create_task(guarded(SimpleNamespace(doc_id="doc.pdf"), SimpleNamespace(page=page), None), name=f"p{page}")
+    ref, item = SimpleNamespace(doc_id="doc.pdf"), SimpleNamespace(page=page)
+    return asyncio.create_task(guarded(ref, item, None), name=f"p{page}")
 
 
 async def send(
-    tracker: CrashTracker, gate: Callable[[], Awaitable[int]], server: Server | Wire, key: tuple[str, int], offset: int = 0
+    tracker: CrashTracker,
+    gate: Callable[[], Awaitable[int]],
+    server: Server | Wire,
+    key: tuple[str, int],
+    offset: int = 0,
 ) -> None:
     """One request of page ``key`` as :class:`~llm_ocr.vlm.client.VlmClient` sends it: through
     the gate, its end told to the tracker (answered, or lost with the server), and retried on
@@ -393,7 +400,8 @@ def test_a_solo_retry_waits_for_requests_on_the_wire_not_for_a_page_waiting_for_
         await until(lambda: wire.asked_in_turn(mark, "p2"), "P asks the gate again", wire)  # and waits for B's request
         mark = len(wire.asked)
         pages.append(start_page(tracker, 4, c))
-        await until(lambda: wire.asked_in_turn(mark, "p4"), "C asks the gate", wire)  # and waits behind P, holding the permit
+        # C asks the gate, and waits behind P, holding the permit.
+        await until(lambda: wire.asked_in_turn(mark, "p4"), "C asks the gate", wire)
         assert wire.on_wire() == [B]
         wire.answer(B)
         await until(lambda: wire.on_wire() == [P], "P goes out alone once B's request is answered", wire)
@@ -913,7 +921,9 @@ def test_the_client_ends_every_pass_through_the_gate() -> None:
 
     with pytest.raises((RequestFailed, EndpointDown)):
         asyncio.run(refused())
-    assert len(passes) >= 4 and len(ends) == len(passes) and {answered for _, answered in ends} == {False}
+    # Each attempt is one pass, and the pass after its connection error another (how many attempts
+    # fit in --dead-after depends on the machine's load; each brings both passes).
+    assert len(passes) >= 2 and len(ends) == len(passes) and {answered for _, answered in ends} == {False}
 
     # An error status is not an answer: vLLM answers the requests in flight with a 500 when its
     # engine dies (a page running alone must then stay alone until that death is recorded).
@@ -925,7 +935,8 @@ def test_the_client_ends_every_pass_through_the_gate() -> None:
         client = VlmClient(url, DEFAULT_MODEL, options=options, gate=gate,
                            request_ended=lambda generation, answered: ends.append((generation, answered)))
         try:
-            await client.chat(DEEPSEEK_OCR.body(_page_image(), "image/png", temperature=0.0, max_tokens=16, text=FREE_OCR_PROMPT))
+            body = DEEPSEEK_OCR.body(_page_image(), "image/png", temperature=0.0, max_tokens=16, text=FREE_OCR_PROMPT)
+            await client.chat(body)
         finally:
             await client.close()
 
