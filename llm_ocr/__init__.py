@@ -41,17 +41,22 @@ __all__ = [
 ]
 
 
-
 def __getattr__(name: str) -> Any:
     # Imported on first use (lazily, but as plain imports: the layer test sees them).
-    if name in ("Result", "RunError", "arun", "assemble", "describe", "extract", "fields", "load", "run"):
+    if name in ("Result", "RunError", "arun", "load"):
         from llm_ocr import api as home
     elif name == "OptionError":
         from llm_ocr import config as home
     elif name in ("Launch", "LaunchError", "launch"):
         from llm_ocr.launchers import api as home
-    else:
+    elif name.startswith("_"):  # probes such as __wrapped__ import nothing
         raise AttributeError(f"module 'llm_ocr' has no attribute {name!r}")
+    else:
+        from llm_ocr.stage_table import STAGES
+
+        if name not in STAGES:  # every stage of the table is a function of the API
+            raise AttributeError(f"module 'llm_ocr' has no attribute {name!r}")
+        from llm_ocr import api as home
     value = getattr(home, name)
     globals()[name] = value  # later lookups skip this function
     return value

@@ -32,8 +32,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from llm_ocr.config import Naming, OptionError, check_names, expand_aliases, resolve_options
-from llm_ocr.options import FIELDS_ALIASES, STAGE_OPTIONS, STAGES_WITH_INPUTS, StageSpec, stage_models, stage_option_names
+from llm_ocr.config import Naming, OptionError, annotation_text, check_names, expand_aliases, resolve_options
+from llm_ocr.options import StageSpec
+from llm_ocr.outcomes import AssembleStats, ExitCode, FieldsStats, PageStats, RunError, stage_stats
+from llm_ocr.stage_table import STAGE_FOLDERS, STAGES, Stage, stage_named
 
 if TYPE_CHECKING:
     import datasets
@@ -42,25 +44,13 @@ if TYPE_CHECKING:
     from llm_ocr.keywords import AssembleKeywords, DescribeKeywords, ExtractKeywords, FieldsKeywords, RunKeywords
     from llm_ocr.runners.shard import ShardOutcome
 
-__all__ = ["Result", "RunError", "arun", "assemble", "describe", "extract", "fields", "load", "run"]
+__all__ = ["Result", "RunError", "arun", "load"]
+__all__ += list(STAGES)  # llm_ocr.STAGE: one function per stage, made from the stage table (below)
 
 log = logging.getLogger("llm_ocr")
 
 #: A local path or a URL (``s3://``, ``gs://``, ``hf://`` ...).
 PathOrUrl: TypeAlias = "str | os.PathLike[str]"
-
-#: What each exit code means (also the command line's).
-EXIT_MEANINGS = {
-    0: "every page ok or truncated",
-    1: "finished, but some pages failed or an upstream stage is not finished (run again to retry them)",
-    2: "could not run",
-    3: "interrupted (run again to resume)",
-}
-
-
-class RunError(Exception):
-    """The run could not start, or had to stop (exit code 2): the message says why and what to do.
-    Completed pages are kept; running it again resumes."""
 
 
 @dataclass
@@ -76,7 +66,7 @@ class Result:
 
     stage: str
     output: str
-    exit_code: int
+    exit_code: ExitCode
     pages: dict[str, int] = field(default_factory=dict)
     documents: dict[str, int] = field(default_factory=dict)
     cost: dict[str, Any] | None = None
@@ -85,27 +75,32 @@ class Result:
     @property
     def ok(self) -> bool:
         """True when every page is ok or truncated (exit code 0)."""
-        return self.exit_code == 0
+        return self.exit_code == ExitCode.OK
 
     @property
     def meaning(self) -> str:
         """The exit code in words."""
-        return EXIT_MEANINGS.get(self.exit_code, "unknown")
+        try:
+            return ExitCode(self.exit_code).meaning
+        except ValueError:
+            return "unknown"
 
     @classmethod
     def of(cls, stage: str, output: str, outcome: ShardOutcome) -> Result:
-        """The result of a stage's outcome (stats: the marker, or per stage for ``run``)."""
+        """The result of a stage's outcome, read from its stats (the marker; for a stage that
+        writes several folders, ``run``, one marker per folder) through their typed views."""
         stats = outcome.stats or {}
-        by_stage = stats if stage == "run" else {stage: stats}
-        page_stage = by_stage.get("extract") or by_stage.get("describe") or {}
-        assembled = by_stage.get("assemble") or {}
-        counted = page_stage.get("pages") or {}
-        pages = {k: counted[k] for k in ("ok", "truncated", "error", "quarantined", "skipped") if k in counted}
-        documents = assembled.get("documents") or page_stage.get("documents") or {}
-        if stage == "fields":  # its rows are documents: ok, invalid, error (and skipped)
-            documents = (by_stage.get("fields") or {}).get("documents") or {}
-        cost = page_stage.get("gpu") or (by_stage.get("fields") or {}).get("gpu")
-        return cls(stage, output, outcome.exit_code, pages, dict(documents), cost, stats)
+        markers = stats.values() if len(STAGES[stage].markers) > 1 else [stats]
+        views = [view for view in map(stage_stats, markers) if view is not None]
+        page_stage = next((view for view in views if isinstance(view, PageStats)), None)  # Extract's, else Describe's
+        assembled = next((view for view in views if isinstance(view, AssembleStats)), None)
+        fielded = next((view for view in views if isinstance(view, FieldsStats)), None)
+        pages = page_stage.pages.by_status() if page_stage else {}
+        # Fields' rows are documents (ok, invalid, error); otherwise Assemble's, else those a page stage reached.
+        counted = fielded if stage == "fields" else assembled or page_stage
+        documents = counted.documents.model_dump() if counted else {}
+        cost = (page_stage.gpu if page_stage else None) or (fielded.gpu if fielded else None)
+        return cls(stage, output, outcome.exit_code, pages, documents, cost, stats)
 
     def __str__(self) -> str:
         pages = ", ".join(f"{k} {v}" for k, v in self.pages.items())
@@ -125,9 +120,9 @@ def stage_spec(
 ) -> StageSpec:
     """The validated :class:`StageSpec` of ``stage`` from ``given`` (keyword arguments, or parsed
     flags), then ``LLM_OCR_*`` variables, then defaults; :class:`OptionError` names a bad value."""
-    groups = {name: resolve_options(model, given, naming=naming) for name, model in stage_models(stage).items()}
+    groups = {name: resolve_options(model, given, naming=naming) for name, model in STAGES[stage].models().items()}
     listed = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs or [])
-    if stage in STAGES_WITH_INPUTS and not listed:
+    if STAGES[stage].reads_inputs and not listed:
         raise OptionError("give at least one INPUT (a file, folder, URL or hf://datasets/OWNER/NAME)")
     return StageSpec(inputs=[os.fspath(i) for i in listed], **groups)  # type: ignore[arg-type]
 
@@ -136,15 +131,13 @@ def keyword_spec(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, out
     """:func:`stage_spec` of ``llm_ocr.STAGE(inputs, output, **options)``; an unknown keyword
     raises :class:`OptionError` naming the closest option (nothing has run)."""
     options = expand_aliases(stage, options, f"llm_ocr.{stage}()")
-    check_names(options, stage_option_names(stage), f"llm_ocr.{stage}()")
+    check_names(options, STAGES[stage].option_names(), f"llm_ocr.{stage}()")
     return stage_spec(stage, inputs, {**options, "output": os.fspath(output)})
 
 
 def shard_coroutine(stage: str, spec: StageSpec) -> Callable[[asyncio.Event], Awaitable[ShardOutcome]]:
     """``stop -> the stage's run over this process's shard`` (imported now: the heavy part)."""
-    from llm_ocr.runners import stage_runner
-
-    runner = stage_runner(stage)
+    runner = STAGES[stage].load_runner()
     return lambda stop: runner(spec, stop)
 
 
@@ -165,8 +158,9 @@ def _finish(stage: str, output: str, outcome: ShardOutcome) -> Result:
     if outcome.interrupted_by_user:
         raise KeyboardInterrupt
     if outcome.error is not None:
-        if outcome.unexpected:
+        if outcome.unexpected or isinstance(outcome.error, RunError):
             raise outcome.error
+        # An input, endpoint or storage failure: the same message, as the one error a caller catches.
         raise RunError(str(outcome.error)) from outcome.error
     return Result.of(stage, output, outcome)
 
@@ -176,52 +170,45 @@ def _call(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: Pa
     return _finish(stage, spec.job.output, execute(stage, spec))
 
 
-def run(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[RunKeywords]) -> Result:
-    """Extract, Describe and Assemble over this process's shard of ``inputs`` into ``output``
-    (``llm-ocr run``); with ``schema=`` (or ``classes=``), then Fields. Rerunning resumes.
-    Raises :class:`RunError` when it cannot run."""
-    return _call("run", inputs, output, options)
+if TYPE_CHECKING:
+    # What editors and type checkers read. At run time each function is made from its entry in
+    # the stage table by stage_function, with these parameters and its options in its signature.
+    def run(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[RunKeywords]) -> Result: ...
+    def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[ExtractKeywords]) -> Result: ...
+    def describe(output: PathOrUrl, **options: Unpack[DescribeKeywords]) -> Result: ...
+    def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result: ...
+    def fields(output: PathOrUrl, **options: Unpack[FieldsKeywords]) -> Result: ...
 
 
-def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[ExtractKeywords]) -> Result:
-    """Extract over this process's shard of ``inputs`` into ``output/extract`` (``llm-ocr extract``)."""
-    return _call("extract", inputs, output, options)
-
-
-def describe(output: PathOrUrl, **options: Unpack[DescribeKeywords]) -> Result:
-    """Describe the figures of ``output/extract`` into ``output/describe`` (``llm-ocr describe``)."""
-    return _call("describe", None, output, options)
-
-
-def fields(output: PathOrUrl, **options: Unpack[FieldsKeywords]) -> Result:
-    """Fields of the documents of ``output/assemble`` into ``output/fields`` (``llm-ocr fields``):
-    give ``schema=`` (a JSON Schema file, inline JSON, or ``"package.module:Model"``) or
-    ``classes=`` (a classes file). A schema that cannot be used raises :class:`RunError` before
-    any request; ``result.documents`` counts the rows by status (``ok``, ``invalid``, ``error``)."""
-    return _call("fields", None, output, options)
-
-
-def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result:
-    """Assemble the pages of ``output`` into one row per document in ``output/assemble``
-    (``llm-ocr assemble``); CPU only."""
-    return _call("assemble", None, output, options)
-
-
-def _show_options(stage: str, function: Callable[..., Any]) -> None:
-    """Give ``function`` a signature that lists ``stage``'s options as keyword-only parameters
-    with their types and defaults: what ``help()`` and a notebook's completion show."""
+def stage_function(stage: Stage) -> Callable[..., Result]:
+    """``llm_ocr.STAGE``: the stage over this process's shard, its options as keywords. Its
+    signature lists them, keyword-only, with their types and defaults: what ``help()`` and a
+    notebook's completion show."""
     import inspect
 
-    excluded = {"output"}
-    params = [p for p in inspect.signature(function).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    for model in stage_models(stage).values():
+    def with_inputs(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Any) -> Result:
+        return _call(stage.name, inputs, output, options)
+
+    def on_output(output: PathOrUrl, **options: Any) -> Result:
+        return _call(stage.name, None, output, options)
+
+    function: Callable[..., Result] = with_inputs if stage.reads_inputs else on_output
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter("output", kind, annotation="PathOrUrl")]
+    if stage.reads_inputs:
+        params.insert(0, inspect.Parameter("inputs", kind, annotation="PathOrUrl | Sequence[PathOrUrl]"))
+    names = set(stage.option_names()) - {"output"}
+    for model in stage.models().values():
         for name, info in model.model_fields.items():
-            if name in excluded or name not in stage_option_names(stage):
-                continue
-            default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
-            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                            annotation=_type_text(info.annotation)))
+            if name in names:
+                default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+                params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                                annotation=annotation_text(info.annotation)))
+    function.__name__ = function.__qualname__ = stage.name
+    function.__module__ = __name__
+    function.__doc__ = stage.doc
     function.__signature__ = inspect.Signature(params, return_annotation="Result")  # type: ignore[attr-defined]
+    return function
 
 
 async def arun(
@@ -232,9 +219,11 @@ async def arun(
     launched server is stopped before the cancellation goes on."""
     from llm_ocr.runners.shard import run_guarded
 
-    if stage not in STAGE_OPTIONS:
-        raise OptionError(f"llm_ocr.arun(): stage must be one of {', '.join(STAGE_OPTIONS)} (got {stage!r})")
-    spec = keyword_spec(stage, inputs if stage in STAGES_WITH_INPUTS else None, output, options)
+    try:
+        reads_inputs = stage_named(stage).reads_inputs
+    except ValueError as exc:
+        raise OptionError(f"llm_ocr.arun(): {exc}") from None
+    spec = keyword_spec(stage, inputs if reads_inputs else None, output, options)
     if spec.job.progress == "auto":
         from llm_ocr.runners.progress import auto_progress
 
@@ -251,8 +240,8 @@ def load(output: PathOrUrl, stage: str = "assemble", *, storage_options: Mapping
     from llm_ocr.storage import Storage
     from llm_ocr.storage.parts import list_parts
 
-    if stage not in ("extract", "describe", "assemble", "fields"):
-        raise ValueError(f"stage must be extract, describe, assemble or fields (got {stage!r})")
+    if stage not in STAGE_FOLDERS:
+        raise ValueError(f"stage must be {', '.join(STAGE_FOLDERS[:-1])} or {STAGE_FOLDERS[-1]} (got {stage!r})")
     options = dict(storage_options or {})
     folder = Storage(os.fspath(output), options).child(stage)
     parts = list_parts(folder)
@@ -262,84 +251,6 @@ def load(output: PathOrUrl, stage: str = "assemble", *, storage_options: Mapping
     return datasets.load_dataset("parquet", data_files=files, split="train", storage_options=options or None)
 
 
-# -- the keyword types editors see --------------------------------------------------------------
-
-
-def keyword_types_source() -> str:
-    """The source of :mod:`llm_ocr.keywords`: one ``TypedDict`` per function of the API, derived
-    from the option models (``python -m llm_ocr.api > llm_ocr/keywords.py`` rewrites it; a test
-    checks that it is current)."""
-    from llm_ocr.launchers import PLATFORMS, platform_class
-    from llm_ocr.launchers.spec import LaunchOptions
-
-    blocks = []
-    for stage in ("run", "extract", "describe", "assemble", "fields"):
-        fields = [(name, info) for model in stage_models(stage).values() for name, info in model.model_fields.items()
-                  if name in stage_option_names(stage) and name != "output"]
-        known = dict(fields)
-        fields += [(short, known[name]) for short, name in FIELDS_ALIASES.items() if name in known]
-        blocks.append(_typed_dict(f"{stage.capitalize()}Keywords", f"Keyword arguments of ``llm_ocr.{stage}()``: the "
-                                  f"options of ``llm-ocr {stage}``.", fields))
-    from llm_ocr.launchers.api import REFUSED
-
-    launch_fields = [(n, i) for n, i in LaunchOptions.model_fields.items() if n not in ("output", "num_shards")]
-    seen = {n for n, _ in launch_fields}
-    for platform in sorted(PLATFORMS):
-        for name, info in platform_class(platform).options.model_fields.items():
-            if name not in seen:
-                seen.add(name)
-                launch_fields.append((name, info))
-    for model in stage_models("run").values():
-        for name, info in model.model_fields.items():
-            if name not in seen and name not in REFUSED and name != "output":
-                seen.add(name)
-                launch_fields.append((name, info))
-    launch_fields += [(short, dict(launch_fields)[name]) for short, name in FIELDS_ALIASES.items()]
-    blocks.append(_typed_dict("LaunchKeywords", "Keyword arguments of ``llm_ocr.launch()``: the options of ``llm-ocr "
-                              "launch``, of every platform, and of the launched stage.", launch_fields))
-    header = ('"""Keyword types of the Python API, for editors and type checkers (generated: do not edit).\n\n'
-              "Derived from the option models (:mod:`llm_ocr.options`, :mod:`llm_ocr.launchers`) by\n"
-              "``python -m llm_ocr.api > llm_ocr/keywords.py``; the test suite checks that it is current.\n"
-              '"""\n\nfrom __future__ import annotations\n\nfrom typing import Any, Literal, TypedDict\n')
-    return header + "".join(blocks)
-
-
-def _typed_dict(name: str, doc: str, fields: list[tuple[str, Any]]) -> str:
-    lines = [f"\n\nclass {name}(TypedDict, total=False):", f'    """{doc}"""', ""]
-    for key, info in fields:
-        lines.append(f"    {key}: {_type_text(info.annotation)}")
-        description = (info.description or "").replace("\\", "\\\\").replace('"""', "'''")
-        if description:
-            lines.append(f'    """{description}"""')
-    return "\n".join(lines) + "\n"
-
-
-def _type_text(annotation: Any) -> str:
-    import types
-    import typing
-
-    from pydantic import SecretStr
-
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if annotation is type(None):
-        return "None"
-    if annotation is typing.Any:
-        return "Any"
-    if annotation is SecretStr:
-        return "str"
-    if origin is typing.Literal:
-        return "Literal[" + ", ".join(repr(a) for a in args) + "]"
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(_type_text(a) for a in args)
-    if origin is not None:
-        return f"{origin.__name__}[{', '.join(_type_text(a) for a in args)}]"
-    return str(annotation.__name__)
-
-
-# The stage functions' signatures list their options (after _type_text, which they use).
-for _stage, _function in (("run", run), ("extract", extract), ("describe", describe), ("assemble", assemble)):
-    _show_options(_stage, _function)
-
-
-if __name__ == "__main__":
-    print(keyword_types_source(), end="")
+# The stage functions, made from the stage table (typed above for type checkers).
+for _stage in STAGES.values():
+    globals()[_stage.name] = stage_function(_stage)

@@ -9,16 +9,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from llm_ocr.config import OptionError
+from llm_ocr.outcomes import ExitCode
 
 log = logging.getLogger("llm_ocr")
 
 #: Sub-command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
 COMMAND_MODULES = (
-    "llm_ocr.commands.run",
-    "llm_ocr.commands.extract",
-    "llm_ocr.commands.describe",
-    "llm_ocr.commands.assemble",
-    "llm_ocr.commands.fields",
+    "llm_ocr.commands.stage",  # run, extract, describe, assemble, fields: one per stage of the stage table
     "llm_ocr.commands.report",
     "llm_ocr.commands.bench",
     "llm_ocr.commands.bench_reads",
@@ -34,7 +31,7 @@ COMMAND_MODULES = (
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "serve",
-        help="run a model server in the foreground: vllm (DeepSeek-OCR recipe), cpu, or sim",
+        help="run a model server in the foreground: vllm (the model family's recipe), cpu, or sim",
         add_help=False,
     )
     parser.add_argument("--engine", default="auto", choices=["auto", "vllm", "cpu", "sim"], help="which server to run")
@@ -82,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except OptionError as exc:
         log.error("%s", exc)
-        return 2
+        return ExitCode.COULD_NOT_RUN
 
 
 def _fetch_secrets() -> None:

@@ -8,6 +8,7 @@ launch's in :mod:`llm_ocr.launchers.spec`); this module binds them:
 - :func:`resolve_options` builds the validated model from flags or keyword arguments, then the
   environment, then the defaults;
 - :func:`check_names` refuses a keyword no model declares, naming the closest one;
+- :func:`annotation_text` writes an option's type as a keyword signature shows it;
 - :func:`as_flags` writes values back as the flags a job's command line carries.
 """
 
@@ -79,7 +80,9 @@ def add_options(
     names each one's ``LLM_OCR_*`` variable unless ``environment`` is False (none is read).
 
     A field may say how it is typed on the command line in its ``json_schema_extra``:
-    ``metavar``, and ``repeat: True`` for a value given once per flag (``--env A=1 --env B=2``).
+    ``metavar``, ``repeat: True`` for a value given once per flag (``--env A=1 --env B=2``), and
+    ``family_default: True`` when its default is the model family's (its help says so; the
+    model's own default, one family's value, is not shown).
     """
     skip = set(exclude)
     for model in models:
@@ -88,7 +91,7 @@ def add_options(
             if name in skip:
                 continue
             help_text = f"{info.description or ''}" + (f" [env {env_name(name)}]" if environment else "")
-            if not info.is_required():
+            if not info.is_required() and not _extra(info, "family_default"):
                 default = info.get_default(call_default_factory=True)
                 if default not in (None, {}, [], ()):
                     help_text += f" (default: {default})"
@@ -142,10 +145,11 @@ def resolve_options(
 def expand_aliases(stage: str, options: Mapping[str, Any], caller: str) -> dict[str, Any]:
     """``options`` with the short Fields keywords (``schema=``) under their option names, for a
     stage that runs Fields; giving both forms raises :class:`OptionError`."""
-    from llm_ocr.options import FIELDS_ALIASES, STAGE_OPTIONS
+    from llm_ocr.options import FIELDS_ALIASES
+    from llm_ocr.stage_table import STAGES
 
     expanded = dict(options)
-    if "fields" not in STAGE_OPTIONS.get(stage, ()):
+    if stage not in STAGES or "fields" not in STAGES[stage].groups:
         return expanded
     for short, name in FIELDS_ALIASES.items():
         if short in expanded:
@@ -165,6 +169,25 @@ def check_names(given: Iterable[str], known: Iterable[str], where: str) -> None:
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else f"; {where} takes: {', '.join(sorted(known))}"
         raise OptionError(f"{where} has no option {name!r}{hint}")
+
+
+def annotation_text(annotation: Any) -> str:
+    """How an option's type reads in a keyword signature or a ``TypedDict`` (``int | None``,
+    ``Literal['jpeg', 'png']``); a secret is given as a plain ``str``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is type(None):
+        return "None"
+    if annotation is typing.Any:
+        return "Any"
+    if annotation is SecretStr:
+        return "str"
+    if origin is typing.Literal:
+        return "Literal[" + ", ".join(repr(a) for a in args) + "]"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(annotation_text(a) for a in args)
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(annotation_text(a) for a in args)}]"
+    return str(annotation.__name__)
 
 
 def as_flags(values: Mapping[str, Any]) -> list[str]:

@@ -1,7 +1,8 @@
 """Keyword types of the Python API, for editors and type checkers (generated: do not edit).
 
-Derived from the option models (:mod:`llm_ocr.options`, :mod:`llm_ocr.launchers`) by
-``python -m llm_ocr.api > llm_ocr/keywords.py``; the test suite checks that it is current.
+Derived from the stage table and the option models (:mod:`llm_ocr.stage_table`,
+:mod:`llm_ocr.options`, :mod:`llm_ocr.launchers`) by
+``python scripts/keyword_types.py > llm_ocr/keywords.py``; the test suite checks that it is current.
 """
 
 from __future__ import annotations
@@ -59,11 +60,11 @@ class RunKeywords(TypedDict, total=False):
     dpi: float
     """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
-    """Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans)."""
+    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
     long_side: int | None
     """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
     max_long_side: int | None
-    """Scale pages down so their longer side has at most this many pixels (default: none)."""
+    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for GLM-OCR; none for most)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
     max_image_pixels: int
@@ -216,11 +217,11 @@ class ExtractKeywords(TypedDict, total=False):
     dpi: float
     """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
-    """Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans)."""
+    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
     long_side: int | None
     """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
     max_long_side: int | None
-    """Scale pages down so their longer side has at most this many pixels (default: none)."""
+    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for GLM-OCR; none for most)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
     max_image_pixels: int
@@ -409,11 +410,11 @@ class FieldsKeywords(TypedDict, total=False):
     dpi: float
     """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
-    """Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans)."""
+    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
     long_side: int | None
     """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
     max_long_side: int | None
-    """Scale pages down so their longer side has at most this many pixels (default: none)."""
+    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for GLM-OCR; none for most)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
     max_image_pixels: int
@@ -582,11 +583,11 @@ class LaunchKeywords(TypedDict, total=False):
     dpi: float
     """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
-    """Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans)."""
+    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
     long_side: int | None
     """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
     max_long_side: int | None
-    """Scale pages down so their longer side has at most this many pixels (default: none)."""
+    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for GLM-OCR; none for most)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
     max_image_pixels: int

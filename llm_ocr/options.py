@@ -3,8 +3,9 @@ launchers share.
 
 Each group is a pydantic model whose fields carry a type, a default, bounds and a description.
 :mod:`llm_ocr.config` binds them to ``--kebab-case`` flags, ``LLM_OCR_*`` environment variables
-and keyword arguments (``llm_ocr.run(..., max_in_flight=128)``); :data:`STAGE_OPTIONS` says which
-groups each stage command takes, and :class:`StageSpec` holds one validated instance of each.
+and keyword arguments (``llm_ocr.run(..., max_in_flight=128)``); the stage table
+(:mod:`llm_ocr.stage_table`) says which groups each stage takes, and :class:`StageSpec` holds one
+validated instance of each.
 The launchers check a launched stage's options against the same models.
 
 This module imports nothing heavy (pydantic, and two tables of names): every layer may use it.
@@ -27,6 +28,10 @@ Engine = Literal["auto", "vllm", "cpu", "sim"]
 #: given blank lines around it: with single newlines Markdown glues it, and the text around it,
 #: into one paragraph.
 DEFAULT_PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
+
+#: Marks an option whose default is the model family's when it is not given (a render option the
+#: family's recipe sets: ``stages/extract.py`` ``family_render``): its help names no one value.
+FAMILY_DEFAULT: dict[str, Any] = {"family_default": True}
 
 
 # -- where a stage reads and writes, and how it runs ------------------------------------------
@@ -123,20 +128,27 @@ class ClientOptions(BaseModel):
 class RenderOptions(BaseModel):
     """How pages become the images sent to the model."""
 
-    dpi: float = Field(144.0, gt=0, description="PDF render resolution (default: the model family's, 144 for DeepSeek-OCR).")
+    dpi: float = Field(
+        144.0, gt=0, description="PDF render resolution (default: the model family's, 144 for DeepSeek-OCR).",
+        json_schema_extra=FAMILY_DEFAULT,
+    )
     max_page_pixels: int = Field(
         12_000_000,
         gt=0,
-        description="Pages larger than this are rendered or resized down to fit (huge posters, 600 DPI scans).",
+        description="Pages larger than this are rendered or resized down to fit (default: the model family's "
+        "limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans).",
+        json_schema_extra=FAMILY_DEFAULT,
     )
     long_side: int | None = Field(
         None,
         gt=0,
         description="Scale every page (PDF or image) so its longer side has exactly this many pixels, "
         "instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most).",
+        json_schema_extra=FAMILY_DEFAULT,
     )
     max_long_side: int | None = Field(
-        None, gt=0, description="Scale pages down so their longer side has at most this many pixels (default: none)."
+        None, gt=0, description="Scale pages down so their longer side has at most this many pixels (default: the "
+        "model family's, e.g. 3500 for GLM-OCR; none for most).", json_schema_extra=FAMILY_DEFAULT,
     )
     min_page_side: int = Field(
         640,
@@ -154,7 +166,8 @@ class RenderOptions(BaseModel):
     )
     image_format: Literal["jpeg", "png"] = Field(
         "jpeg", description="Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the "
-        "model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."
+        "model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG).",
+        json_schema_extra=FAMILY_DEFAULT,
     )
     jpeg_quality: int = Field(95, ge=50, le=100, description="JPEG quality when image_format is jpeg.")
 
@@ -345,32 +358,6 @@ GROUPS: dict[str, type[BaseModel]] = {
     "client": ClientOptions,
 }
 
-#: The option groups of each stage command, by :class:`StageSpec` attribute, in ``--help`` order.
-STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "run": ("job", "server", "render", "dataset", "extract", "describe", "assemble", "fields", "client"),
-    "extract": ("job", "server", "render", "dataset", "extract", "client"),
-    "describe": ("job", "server", "describe", "client"),
-    "assemble": ("job", "assemble"),
-    "fields": ("job", "server", "render", "dataset", "fields", "client"),
-}
-
-#: Options of a group a stage has no use for (Assemble runs no model server and renders nothing).
-STAGE_EXCLUDED: dict[str, frozenset[str]] = {
-    "run": frozenset(),
-    "extract": frozenset(),
-    "describe": frozenset({"workers"}),
-    # Fields re-reads a dataset row's images for --from images: the doc_id names its config and
-    # split, only the image column may need saying again.
-    "fields": frozenset({"workers", "config", "split"}),
-    "assemble": frozenset({
-        "endpoint", "model", "recipe", "api_key", "max_in_flight", "workers", "grace_period", "flush_interval", "progress",
-        "progress_interval",
-    }),
-}
-
-#: Stages that read INPUTs (the others read OUT).
-STAGES_WITH_INPUTS = frozenset({"run", "extract"})
-
 #: Short keywords of the Fields options (as ``--schema`` is ``--fields-schema`` on the command line).
 FIELDS_ALIASES = {"schema": "fields_schema"}
 
@@ -390,14 +377,3 @@ class StageSpec:
     assemble: AssembleOptions = field(default_factory=AssembleOptions)
     fields: FieldsOptions = field(default_factory=FieldsOptions)
     client: ClientOptions = field(default_factory=ClientOptions)
-
-
-def stage_models(stage: str) -> dict[str, type[BaseModel]]:
-    """The option models of ``stage`` by :class:`StageSpec` attribute."""
-    return {name: GROUPS[name] for name in STAGE_OPTIONS[stage]}
-
-
-def stage_option_names(stage: str) -> list[str]:
-    """Every option name ``stage`` takes (the CLI's long options in snake_case)."""
-    excluded = STAGE_EXCLUDED[stage]
-    return [name for model in stage_models(stage).values() for name in model.model_fields if name not in excluded]

@@ -84,6 +84,9 @@ def test_the_stages_one_at_a_time(corpus: Path, server: SimulatedServer, tmp_pat
     assert described.exit_code == 0 and described.stats["figures"]["described"] == 4
     assembled = llm_ocr.assemble(out, export_markdown=True)
     assert assembled.documents["ok"] == 2 and len(list((out / "markdown").glob("*.md"))) == 2
+    # The exit code is an int that names its meaning, as the command line's exit status.
+    assert assembled.exit_code == 0 and assembled.exit_code.name == "OK" and json.dumps(assembled.exit_code) == "0"
+    assert assembled.meaning == "every page ok or truncated" and "exit code 0 (every page ok" in str(assembled)
 
 
 def test_a_misspelt_or_bad_option_fails_before_any_work(corpus: Path, tmp_path: Path) -> None:
@@ -104,11 +107,13 @@ def test_a_run_that_cannot_run_raises_with_the_reason(tmp_path: Path) -> None:
         llm_ocr.run(tmp_path / "missing", output=tmp_path / "out", endpoint="http://127.0.0.1:9/v1", **FAST)
 
 
-def test_the_keyword_types_are_those_of_the_option_models() -> None:
-    from llm_ocr.api import keyword_types_source
-
+def test_the_keyword_types_are_those_the_generator_writes_now() -> None:
+    """llm_ocr/keywords.py is generated from the stage table and the option models: running the
+    generator, as a maintainer does, must write exactly the file the package ships."""
+    done = subprocess.run([sys.executable, "scripts/keyword_types.py"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120, check=True)
     written = (REPO / "llm_ocr" / "keywords.py").read_text(encoding="utf-8")
-    assert written == keyword_types_source(), "llm_ocr/keywords.py is stale: python -m llm_ocr.api > llm_ocr/keywords.py"
+    assert written == done.stdout, "llm_ocr/keywords.py is stale: python scripts/keyword_types.py > llm_ocr/keywords.py"
 
 
 # -- interrupted inside Jupyter, resumed -----------------------------------------------------------

@@ -1,9 +1,9 @@
 """How well an OCR endpoint reads born-digital pages (``llm-ocr bench-accuracy``).
 
-Pages of PDFs with a text layer are rendered as the pipeline renders them, sent through the
-pipeline's own request path (:class:`~llm_ocr.vlm.client.VlmClient`, the model's recipe,
-:func:`~llm_ocr.vlm.grounding.parse_layout`), and the resulting Markdown is compared with the
-PDF's text layer:
+Pages of PDFs with a text layer are rendered as the pipeline renders them for the served model's
+family (its DPI or longest side, and image format, unless --dpi or --image-format say otherwise),
+sent through the pipeline's own request path (the family's request and answer parser), and the
+resulting Markdown is compared with the PDF's text layer:
 
 - **CER**, character error rate: Levenshtein distance between the whitespace-normalised texts
   (Markdown/HTML markup removed from the answer) divided by the text layer's length, summed
@@ -38,8 +38,8 @@ class AccuracyOptions:
 
     pdfs: list[str] = field(default_factory=list)
     pages: int | None = None
-    dpi: float = 144.0
-    image_format: str = "jpeg"
+    dpi: float | None = None  # None: the model family's rendering
+    image_format: str | None = None
     engine_url: str | None = None
     model: str | None = None
     threads: int = 1
@@ -391,19 +391,22 @@ async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tup
     from llm_ocr.options import RenderOptions
     from llm_ocr.sources.base import DocumentRef, PageImage
     from llm_ocr.sources.render import count_pages, render_pages
+    from llm_ocr.stages.extract import family_render
     from llm_ocr.vlm.client import ClientOptions, RequestFailed, VlmClient
     from llm_ocr.vlm.families import family_for
 
-    render = RenderOptions(dpi=opts.dpi, image_format=opts.image_format)
     probe = VlmClient(base_url, opts.model or "")
     served = await probe.served_models()
     await probe.close()
     model = opts.model or served[0]
+    recipe = family_for(model)
+    given = {"dpi": opts.dpi, "image_format": opts.image_format}
+    render = family_render(RenderOptions(**{k: v for k, v in given.items() if v is not None}), recipe)
     client = VlmClient(base_url, model, options=ClientOptions(max_attempts=2))
-    info: dict[str, Any] = {"endpoint": base_url, "model": model, "dpi": opts.dpi, "image_format": opts.image_format}
+    info: dict[str, Any] = {"endpoint": base_url, "model": model, "dpi": render.dpi, "long_side": render.long_side,
+                            "image_format": render.image_format}
     try:
         info["ocr_engine"] = await _engine_info(base_url, model)
-        recipe = family_for(model)
         max_tokens = recipe.max_tokens(None, await client.max_model_len())
         jobs = []
         for index, path in enumerate(pdfs):

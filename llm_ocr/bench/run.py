@@ -25,6 +25,7 @@ from llm_ocr.bench.config import BenchConfig
 from llm_ocr.bench.lower_bound import LoggedRequest, lower_bound, read_request_log, replay_arrivals
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
 from llm_ocr.options import ExtractOptions, JobOptions, RenderOptions, StageSpec
+from llm_ocr.outcomes import ExitCode
 from llm_ocr.runners.extract import extract_shard
 from llm_ocr.runners.workers import default_workers
 from llm_ocr.serving.command_lines import free_port, sim_command
@@ -55,7 +56,7 @@ class RunResult:
     config: dict[str, Any]
     pages: int
     pages_by_status: dict[str, int]
-    exit_code: int
+    exit_code: ExitCode
     requests: int
     completion_tokens: int
     wall_s: float

@@ -10,6 +10,7 @@ import sys
 from llm_ocr.argtypes import non_negative, positive_int
 from llm_ocr.config import OptionError
 from llm_ocr.engines.sim.cli import DECODE_DEFAULTS, add_decode_options
+from llm_ocr.outcomes import ExitCode
 
 log = logging.getLogger("llm_ocr")
 
@@ -108,7 +109,8 @@ def handle(args: argparse.Namespace) -> int:
     )
     print(dump_json(results, encoding) if args.json else format_table(results, encoding))
     sys.stdout.flush()
-    return 0 if all(r.exit_code in (0, 1) for r in results) else 2
+    finished = all(r.exit_code in (ExitCode.OK, ExitCode.PAGES_FAILED) for r in results)
+    return ExitCode.OK if finished else ExitCode.COULD_NOT_RUN
 
 
 def _losses(args: argparse.Namespace, config) -> int:  # type: ignore[no-untyped-def]
@@ -133,5 +135,5 @@ def _losses(args: argparse.Namespace, config) -> int:  # type: ignore[no-untyped
     else:
         print(format_losses(comparisons))
     sys.stdout.flush()
-    ok = all(r.exit_code in (0, 1) for c in comparisons for r in (c.today, c.new))
-    return 0 if ok else 2
+    finished = all(r.exit_code in (ExitCode.OK, ExitCode.PAGES_FAILED) for c in comparisons for r in (c.today, c.new))
+    return ExitCode.OK if finished else ExitCode.COULD_NOT_RUN

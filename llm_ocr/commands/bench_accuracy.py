@@ -27,9 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("pdfs", nargs="*", metavar="PDF",
                         help="born-digital PDFs (with a text layer); default: generated sample pages")
     parser.add_argument("--pages", type=int, default=None, metavar="N", help="at most N pages per PDF")
-    parser.add_argument("--dpi", type=float, default=144.0, help="render resolution (default %(default)s, the pipeline's)")
-    parser.add_argument("--image-format", choices=["jpeg", "png"], default="jpeg",
-                        help="page image encoding (default %(default)s, the pipeline's)")
+    parser.add_argument("--dpi", type=float, default=None,
+                        help="render resolution (default: the model family's, as the pipeline renders)")
+    parser.add_argument("--image-format", choices=["jpeg", "png"], default=None,
+                        help="page image encoding (default: the model family's, as the pipeline sends)")
     parser.add_argument("--engine-url", metavar="URL",
                         help="OpenAI-compatible base URL (…/v1) to measure; default: launch the CPU engine")
     parser.add_argument("--model", default=None,
@@ -94,8 +95,9 @@ def _report(args: argparse.Namespace, scores: list[PageScore], info: dict[str, A
             print(f"{s.source[:32]:32} {s.page:>4} {s.chars:>6} {s.cer:>7.2%} {s.recall:>7.2%} {s.seconds:>6.2f}{note}")
     engine = info.get("ocr_engine") or {}
     label = f"{engine.get('name', info['model'])} {engine.get('version', '')}".strip()
+    size = f"longest side {info['long_side']} px" if info.get("long_side") else f"{info['dpi']:g} DPI"
     print(
-        f"{label}: {summary['pages']} pages at {args.dpi:g} DPI ({args.image_format}), "
+        f"{label}: {summary['pages']} pages at {size} ({info['image_format']}), "
         f"CER {summary['cer']:.2%}, word recall {summary['word_recall']:.2%}, "
         f"{summary['s_per_page']:.2f} s/page (concurrency {args.concurrency})"
         + (f", engine CPU {summary['engine_cpu_s_per_page']:.2f} s/page" if "engine_cpu_s_per_page" in summary else "")

@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("output", nargs="?", metavar="OUT", help=f"the output folder or URL of a run [env {ENV_PREFIX}OUTPUT]")
     parser.add_argument("--bench", metavar="DIR", help="a bench in olmOCR-bench's layout (JSONL test files beside pdfs/)")
+    parser.add_argument("--markdown", metavar="MD",
+                        help="with --bench: score the Markdown files in MD (another tool's: olmOCR's "
+                        "{pdf}_pg{N}_repeat{M}.md, {pdf}_pg{N}.md per page or {pdf}.md per document, named by the "
+                        "PDF's path under pdfs/) instead of OUT's rows; OUT receives the results only")
     parser.add_argument("--download", action="store_true",
                         help="fetch allenai/olmOCR-bench from the Hugging Face Hub into --bench DIR first (about 360 MB)")
     parser.add_argument("--katex", metavar="DIR", help="folder with katex.min.js and katex.min.css (default: found, see docs)")
@@ -86,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
             log.error("%s", exc)
             return 2
         log.info("olmOCR-bench is in %s", args.bench)
+    if args.markdown and not args.bench:
+        raise OptionError("--markdown needs --bench DIR: the tests its files are scored against")
+    if args.markdown and args.models:
+        raise OptionError("--markdown scores files already written; --models reads a sample with each model: give one")
     if args.models:
         return _several_models(args, out)
     return _one_run(args, out)
@@ -98,7 +106,8 @@ def _one_run(args: argparse.Namespace, out: str) -> int:
 
     try:
         if args.bench:
-            result = score_output(out, args.bench, katex=args.katex, storage_options=args.storage_options)
+            result = score_output(out, args.bench, katex=args.katex, storage_options=args.storage_options,
+                                  markdown=args.markdown)  # fmt: skip
         else:
             result = check_output(out, text_layer=not args.no_text_layer, samples=args.samples, worst=args.worst,
                                   storage_options=args.storage_options)  # fmt: skip
@@ -106,7 +115,10 @@ def _one_run(args: argparse.Namespace, out: str) -> int:
         log.error("%s", exc)
         return 2
     _print(args, result)
-    if not args.no_report:
+    if args.markdown:
+        log.info("no report: the readings are Markdown files, not a run's rows; every verdict is in %s",
+                 result.get("saved_to"))  # fmt: skip
+    elif not args.no_report:
         _report(out, result if args.bench else None, None if args.bench else result, args.storage_options)
     return _verdict(args, result)
 
@@ -176,6 +188,9 @@ def bench_table(result: Mapping[str, Any]) -> str:
         lines.append(f"  {title:<22} {'pass rate':>9} {'passed':>7} {'tests':>6}")
         for name, row in result[key].items():
             lines.append(f"  {name[:22]:<22} {_pct(row['score']):>9} {row['passed']:>7} {row['tests']:>6}")
+    if any("readings" in r for r in result.get("results", [])):
+        lines.append("  (pages read several times: a test passes on more than half of its readings; a test type's")
+        lines.append("  pass rate is the mean share of readings passed, as olmOCR's scorer reports it)")
     if result["not_scored"]["tests"]:
         for reason, n in result["not_scored"]["reasons"].items():
             lines.append(f"  not scored: {n} test(s): {reason}")
@@ -184,6 +199,18 @@ def bench_table(result: Mapping[str, Any]) -> str:
         lines.append(f"  not in the run: {missing['tests']} test(s) on {missing['pdfs']} of {missing['of_pdfs']} PDFs (left out)")
     for line in result["invalid_tests"][:10]:
         lines.append(f"  refused: {line}")
+    raised = result.get("raised") or []
+    if raised:
+        lines.append(f"  {len(raised)} reading(s) made a test raise, counted as failed; "
+                     "olmOCR's scorer fails the whole run there:")  # fmt: skip
+        lines += [f"    {line[:200]}" for line in raised[:10]]
+    if result.get("markdown"):
+        lines.append(f"  read: {result['markdown_files']} Markdown file(s) in {result['markdown']}")
+    unmatched = result.get("unmatched_files") or []
+    if unmatched:
+        lines.append(f"  not scored: {len(unmatched)} file(s) that name no page of the bench:")
+        lines += [f"    {line}" for line in unmatched[:10]]
+        lines.append(f"    expected, {result['expected_names']}")
     if result.get("saved_to"):
         lines.append(f"  verdicts: {result['saved_to']}")
     return "\n".join(lines)

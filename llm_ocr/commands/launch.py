@@ -85,15 +85,12 @@ class _StageParser(argparse.ArgumentParser):
 
 def _stage_options(stage: str, tokens: list[str]) -> tuple[list[str], dict[str, Any]]:
     """The INPUTs and the options given (as typed) among the tokens of ``llm-ocr STAGE``."""
-    from llm_ocr.commands.fields import add_fields_aliases
     from llm_ocr.commands.stage import add_stage_options
-    from llm_ocr.options import STAGE_OPTIONS
+    from llm_ocr.stage_table import STAGES
 
     parser = _StageParser(prog=f"llm-ocr {stage}", allow_abbrev=False)
-    add_stage_options(parser, stage)
-    if "fields" in STAGE_OPTIONS[stage]:
-        add_fields_aliases(parser)  # --schema, --from: as `llm-ocr run|fields` take them
-    if stage not in ("run", "extract"):
+    add_stage_options(parser, stage)  # with --schema, --from for a stage that runs Fields, as `llm-ocr run|fields`
+    if not STAGES[stage].reads_inputs:
         parser.add_argument("inputs", nargs="*", help=argparse.SUPPRESS)  # refused with a message by the launcher
     given = {name: value for name, value in vars(parser.parse_args(tokens)).items() if value is not None}
     return [str(i) for i in given.pop("inputs", [])], given

@@ -1,6 +1,6 @@
 """``llm-ocr serve``: run a model server in the foreground.
 
-``--engine vllm`` starts vLLM with the DeepSeek-OCR recipe and a GPU preset and babysits it
+``--engine vllm`` starts vLLM with the recipe of ``--model``'s family and a GPU preset and babysits it
 (restarts on a crash, kills its whole process group on exit); ``--engine sim`` and
 ``--engine cpu`` run the simulated server and the CPU OCR engine, whose own options follow.
 """

@@ -1,27 +1,47 @@
-"""What the four stage commands share: their options, and running them through the Python API.
+"""``llm-ocr run|extract|describe|assemble|fields``: one sub-command per stage of the stage table.
 
-``llm-ocr run|extract|describe|assemble`` parse flags into the same option models as
-``llm_ocr.run(...)`` and friends take as keyword arguments (:mod:`llm_ocr.options`), then call
-the same :func:`llm_ocr.api.execute`; only signals (SIGTERM too) and the exit code are theirs.
+Each parses its flags into the same option models as ``llm_ocr.run(...)`` and friends take as
+keyword arguments (:mod:`llm_ocr.options`), then calls the same :func:`llm_ocr.api.execute`;
+only signals (SIGTERM too) and the exit code are the command's. What each command is called,
+says and takes comes from its entry in :data:`llm_ocr.stage_table.STAGES`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 
 from llm_ocr.config import add_options
-from llm_ocr.options import STAGE_EXCLUDED, STAGES_WITH_INPUTS, stage_models
+from llm_ocr.stage_table import STAGES
 
-EXIT_CODES_HELP = """exit status: 0 every page ok or truncated; 1 finished but some pages failed;
-2 could not run (bad options, inputs, output or endpoint); 3 interrupted (rerun to resume)."""
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add a sub-command for every stage, in the table's order."""
+    for stage in STAGES.values():
+        parser = sub.add_parser(stage.name, help=stage.summary, description=stage.description,
+                                epilog=stage.epilog)
+        add_stage_options(parser, stage.name)
+        parser.set_defaults(handler=partial(run_stage, stage.name))
 
 
 def add_stage_options(parser: argparse.ArgumentParser, stage: str) -> None:
-    """The INPUTs (if the stage reads any) and every option of ``stage``, as flags."""
-    if stage in STAGES_WITH_INPUTS:
+    """The INPUTs (if the stage reads any) and every option of ``stage``, as flags (with the short
+    spellings of the Fields options for a stage that runs Fields)."""
+    entry = STAGES[stage]
+    if entry.reads_inputs:
         parser.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or URLs of PDFs/images, or a dataset")
-    add_options(parser, *stage_models(stage).values(), exclude=STAGE_EXCLUDED[stage])
+    add_options(parser, *entry.models().values(), exclude=entry.excluded)
+    if "fields" in entry.groups:
+        add_fields_aliases(parser)
+
+
+def add_fields_aliases(parser: argparse.ArgumentParser) -> None:
+    """``--schema`` and ``--from``: the short spellings of ``--fields-schema`` and ``--fields-from``."""
+    parser.add_argument("--schema", dest="fields_schema", default=None, metavar="SCHEMA",
+                        help="the same as --fields-schema: a JSON Schema file, inline JSON, or package.module:Model")
+    parser.add_argument("--from", dest="fields_from", default=None, choices=["markdown", "images", "both"],
+                        help="the same as --fields-from")
 
 
 def run_stage(stage: str, args: argparse.Namespace) -> int:

@@ -44,9 +44,10 @@ from llm_ocr.launchers.core import (
 )
 from llm_ocr.launchers.files import ShipError, ship_local_files
 from llm_ocr.launchers.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
-from llm_ocr.launchers.spec import PRIMARY_STAGE, LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
+from llm_ocr.launchers.spec import LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
 from llm_ocr.launchers.table import LaunchStatus, marker_costs
-from llm_ocr.options import GROUPS, STAGE_OPTIONS, STAGES_WITH_INPUTS, DatasetOptions, JobOptions, stage_option_names
+from llm_ocr.options import DatasetOptions, JobOptions
+from llm_ocr.stage_table import STAGES
 from llm_ocr.storage.state import markers_by_shard
 from llm_ocr.storage.stores import redact
 
@@ -199,15 +200,15 @@ def split_options(cls: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any],
     launch's, the platform's, the launched stage's. A name none of them takes raises
     :class:`LaunchError` naming the closest one."""
     stage = options.get("stage", "run")
-    if stage not in STAGE_OPTIONS:
-        raise LaunchError(f"--stage must be one of {', '.join(STAGE_OPTIONS)} (got {stage!r})")
+    if stage not in STAGES:
+        raise LaunchError(f"--stage must be one of {', '.join(STAGES)} (got {stage!r})")
     try:
         options = expand_aliases(stage, options, f"llm_ocr.launch({cls.name!r}, stage={stage!r})")
     except OptionError as exc:
         raise LaunchError(str(exc)) from exc
     launch_names = set(LaunchOptions.model_fields) - {"output", "num_shards"}
     platform_names = set(cls.options.model_fields)
-    stage_names = set(stage_option_names(stage)) - {"output"}
+    stage_names = set(STAGES[stage].option_names()) - {"output"}
     try:
         check_names(options, launch_names | platform_names | stage_names, f"llm-ocr launch {cls.name} --stage {stage}")
     except OptionError as exc:
@@ -237,8 +238,8 @@ def build_request(
     given = {**stage_options, "output": options.output}
     try:
         # The launching machine's LLM_OCR_* variables are not the jobs': only what is given counts.
-        checked = {name: resolve_options(GROUPS[name], given, naming="flag", environment=False)
-                   for name in STAGE_OPTIONS[stage]}
+        checked = {name: resolve_options(model, given, naming="flag", environment=False)
+                   for name, model in STAGES[stage].models().items()}
     except OptionError as exc:
         raise LaunchError(f"{exc} (an option of `llm-ocr {stage}`)") from exc
     job: JobOptions = checked["job"]  # type: ignore[assignment]
@@ -253,7 +254,7 @@ def build_request(
             "as secrets in the store's own variables (e.g. --secret AWS_ACCESS_KEY_ID --secret AWS_SECRET_ACCESS_KEY)"
         )
     listed = [inputs] if isinstance(inputs, str) else [str(i) for i in inputs]
-    if stage not in STAGES_WITH_INPUTS and listed:
+    if not STAGES[stage].reads_inputs and listed:
         raise LaunchError(f"llm-ocr {stage} takes no INPUT: it reads OUT ({listed[0]!r} given)")
     # A stage whose model is served elsewhere needs no GPU of its own.
     own_endpoint = {"describe": "describe_endpoint", "fields": "fields_endpoint"}.get(stage)
@@ -388,7 +389,7 @@ def _count_rows(out: Any, table: LaunchStatus) -> None:
     def by_shard(report: dict[str, Any]) -> dict[int, dict[str, int]]:
         return {int(key[:5]): value for key, value in report["shards"].items() if key.endswith(suffix)}
 
-    report = stage_status(out, PRIMARY_STAGE[table.stage])
+    report = stage_status(out, STAGES[table.stage].primary)
     # A `run` with a schema: Fields' rows too (its duplicates are reported by `llm-ocr status`).
     fields = by_shard(stage_status(out, "fields")) if table.fields else None
     table.count_rows(by_shard(report), report["duplicates"], fields)

@@ -28,10 +28,7 @@ from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, s
 from llm_ocr.launchers.sizing import fit_timeout, input_pages, planning_rate
 from llm_ocr.launchers.spec import (
     LAUNCH_LABEL,
-    PRIMARY_STAGE,
     SHARD_LABEL,
-    STAGE_MARKERS,
-    STAGES,
     LaunchError,
     LaunchPlan,
     LaunchRequest,
@@ -41,6 +38,8 @@ from llm_ocr.launchers.spec import (
     secret_values,
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
+from llm_ocr.outcomes import stage_stats
+from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
 from llm_ocr.container.cuda import IMAGE_ENV
 from llm_ocr.container.shard_index import format_ranges
 from llm_ocr.sources import InputError
@@ -133,13 +132,14 @@ def _check_request(request: LaunchRequest) -> None:
         raise LaunchError(f"--num-shards must be at least 1 (got {request.num_shards})")
     if request.stage not in STAGES:
         raise LaunchError(f"--stage must be one of {', '.join(STAGES)} (got {request.stage!r})")
+    reads_inputs = STAGES[request.stage].reads_inputs
     if request.attempts is not None and request.attempts < 1:
         raise LaunchError(f"--attempts must be at least 1 (got {request.attempts})")
     if request.timeout_s is not None and request.timeout_s <= 0:
         raise LaunchError(f"--timeout must be positive (got {request.timeout_s})")
-    if request.stage in ("run", "extract") and not request.inputs:
+    if reads_inputs and not request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} needs at least one INPUT (a URL the jobs can read)")
-    if request.stage in ("describe", "assemble", "fields") and request.inputs:
+    if not reads_inputs and request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} takes no INPUT: it reads OUT ({request.inputs[0]!r} given)")
     for url, what in [(request.output, "--output"), *((u, "INPUT") for u in request.inputs)]:
         if split_protocol(url)[0] in LOCAL_PROTOCOLS:
@@ -176,7 +176,7 @@ def _check_inputs(request: LaunchRequest) -> tuple[int | None, str]:
 
 
 def _check_layout(out: Storage, request: LaunchRequest) -> None:
-    for stage in STAGE_MARKERS[request.stage]:
+    for stage in STAGES[request.stage].markers:
         other = marker_layouts(out, stage) - {request.num_shards}
         if other:
             raise LaunchError(
@@ -192,10 +192,10 @@ def _finished_shards(out: Storage, request: LaunchRequest) -> dict[int, str]:
     paths = {stage: marker_paths(out, stage, request.num_shards) for stage in needed}
     done = {shard: "done" for shard in range(request.num_shards) if all(shard in paths[s] for s in needed)}
     if request.retry_errors:
-        primary = PRIMARY_STAGE[request.stage]
-        for shard, stats in markers_by_shard(out, primary, request.num_shards).items():
-            counts = stats.get("documents" if primary in ("assemble", "fields") else "pages") or {}
-            if shard in done and counts.get("error", 0):
+        primary = STAGES[request.stage].primary
+        for shard, marker in markers_by_shard(out, primary, request.num_shards).items():
+            stats = stage_stats(marker)
+            if shard in done and stats is not None and stats.errors:
                 del done[shard]
     return done
 
@@ -368,7 +368,7 @@ def collect_status(
         num_shards, stage = record.num_shards, record.stage
     stage = stage or "run"
     if num_shards is None:
-        layouts = set().union(*(marker_layouts(out, s) for s in ("extract", "describe", "assemble", "fields")))
+        layouts = set().union(*(marker_layouts(out, s) for s in STAGE_FOLDERS))
         if len(layouts) != 1:
             raise LaunchError(
                 f"{out.url} has no launch record" + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")
@@ -378,11 +378,11 @@ def collect_status(
     if record is not None:
         needed = record.needed_markers()
     else:  # no record: a `run` whose shards have Fields markers ran with a schema
-        needed = STAGE_MARKERS[stage]
+        needed = STAGES[stage].markers
         if stage == "run" and num_shards in marker_layouts(out, "fields"):
             needed = (*needed, "fields")
     markers = {s: markers_by_shard(out, s, num_shards, cache) for s in needed}
-    progress = {shard: data for (name, shard), data in read_progress(out, num_shards).items() if name == PRIMARY_STAGE[stage]}
+    progress = {shard: data for (name, shard), data in read_progress(out, num_shards).items() if name == STAGES[stage].primary}
     states: dict[str, JobState] = {}
     if record is not None:
         try:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_ocr.launchers.spec import STAGE_MARKERS
+from llm_ocr.stage_table import STAGES
 from llm_ocr.storage import Storage
 from llm_ocr.storage.state import STATE_DIR
 
@@ -68,7 +68,7 @@ class LaunchRecord:
 
     def needed_markers(self) -> tuple[str, ...]:
         """The completion markers a shard of this launch must have to count as done."""
-        return tuple(self.markers) or STAGE_MARKERS[self.stage]
+        return tuple(self.markers) or STAGES[self.stage].markers
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         """The record entry of ``job_id``."""

@@ -13,25 +13,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from llm_ocr.costs import Hardware
 from llm_ocr.launchers.files import ShippedFile
 from llm_ocr.options import DatasetOptions
+from llm_ocr.stage_table import STAGES
 
-Stage = Literal["run", "extract", "describe", "assemble", "fields"]
-STAGES: tuple[Stage, ...] = ("run", "extract", "describe", "assemble", "fields")
-
-#: The completion markers a shard of each launched stage must have to count as done.
-STAGE_MARKERS: dict[str, tuple[str, ...]] = {
-    "run": ("extract", "describe", "assemble"),
-    "extract": ("extract",),
-    "describe": ("describe",),
-    "assemble": ("assemble",),
-    "fields": ("fields",),
-}
+if TYPE_CHECKING:
+    StageName = str
+else:
+    #: ``--stage``: a stage of the stage table (pydantic checks it, naming them).
+    StageName = Literal[tuple(STAGES)]
 
 #: Flags of ``llm-ocr run`` that make it run Fields after Assemble (``--schema`` is given as
 #: ``--fields-schema`` by the launcher).
@@ -40,16 +35,12 @@ FIELDS_FLAGS = frozenset({"--fields-schema", "--schema", "--classes"})
 
 def launch_markers(stage: str, stage_args: list[str]) -> tuple[str, ...]:
     """The completion markers a shard of a launch must have to count as done: the stage's
-    (:data:`STAGE_MARKERS`), and Fields' too for a ``run`` given a schema or a classes file."""
+    (:attr:`Stage.markers <llm_ocr.stage_table.Stage.markers>`), and Fields' too for a ``run``
+    given a schema or a classes file."""
     if stage == "run" and FIELDS_FLAGS & set(stage_args):
-        return (*STAGE_MARKERS[stage], "fields")
-    return STAGE_MARKERS[stage]
+        return (*STAGES[stage].markers, "fields")
+    return STAGES[stage].markers
 
-
-#: The stage whose rows a launched stage's table counts (``run`` counts Extract's pages; its
-#: progress file is Extract's too).
-PRIMARY_STAGE: dict[str, str] = {"run": "extract", "extract": "extract", "describe": "describe", "assemble": "assemble",
-                                 "fields": "fields"}
 
 #: The label keys every job carries (values: the launch id, and "00003-of-00016").
 LAUNCH_LABEL = "llm-ocr-launch"
@@ -71,7 +62,7 @@ class LaunchOptions(BaseModel):
 
     output: str = Field(..., description="Output URL the jobs can write (hf://, s3://, gs://).")
     num_shards: int = Field(..., description="Number of shards (jobs on hf-jobs, tasks on cloud-run).")
-    stage: Stage = Field("run", description="Stage each job runs (run: all three).")
+    stage: StageName = Field("run", description="Stage each job runs (run: all three).")
     image: str | None = Field(None, description="Prebuilt image with llm-ocr (default: a stock pinned image + the llm-ocr wheel).")
     timeout: int | None = Field(
         None, description="Per job, seconds or 90m/6h (default: sized from --pages, else 6h).",

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState
-from llm_ocr.launchers.spec import PRIMARY_STAGE, STAGE_MARKERS
+from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
 
 #: Row states (besides "done...") that will not change without a new launch.
 FINAL_STATES = frozenset({"failed", "cancelled", "not launched", "no marker"})
@@ -97,7 +97,7 @@ def shard_status(
     """The row of ``shard`` of a ``stage`` launch from its markers (by stage), its progress file
     and its job's state (None: no job known). ``needed``: the markers that make the shard done
     (default the stage's; a ``run`` with a schema needs Fields' too, and its row shows them)."""
-    needed = tuple(needed or STAGE_MARKERS[stage])
+    needed = tuple(needed or STAGES[stage].markers)
     done = all(name in markers for name in needed)
     counts, earlier = _counts(stage, markers, progress)
     phase = job.phase if job is not None else ""
@@ -126,7 +126,7 @@ def shard_status(
         job_state=job.raw if job else "",
         job_phase=phase,
         message=job.message if job and phase in ("failed", "cancelled") else None,
-        stages_done=[name for name in ("extract", "describe", "assemble", "fields") if name in markers],
+        stages_done=[name for name in STAGE_FOLDERS if name in markers],
         counts=counts,
         earlier=earlier,
         elapsed_s=elapsed,
@@ -142,7 +142,7 @@ def _counts(stage: str, markers: dict[str, dict[str, Any]], progress: dict[str, 
     if stage in ("assemble", "fields"):
         docs = (markers.get(stage) or {}).get("documents") or {}
         return {k: int(docs.get(k, 0)) for k in statuses_of(stage)}, int(docs.get("skipped", 0))
-    source = markers.get(PRIMARY_STAGE[stage]) or progress or {}
+    source = markers.get(STAGES[stage].primary) or progress or {}
     pages = source.get("pages") or {}
     return {k: int(pages.get(k, 0)) for k in PAGE_STATUSES}, int(pages.get("skipped", 0))
 
@@ -374,7 +374,7 @@ def marker_costs(
 ) -> CostTable:
     """The cost of every shard of a ``stage`` launch that has its ``needed`` markers (by stage,
     by shard; default the stage's own)."""
-    needed = tuple(needed or STAGE_MARKERS[stage])
+    needed = tuple(needed or STAGES[stage].markers)
     shards = sorted(set.intersection(*(set(markers.get(s, {})) for s in needed))) if needed else []
     rows = []
     for shard in shards:

@@ -3,11 +3,14 @@ runs compared side by side.
 
 - :mod:`.text`     olmOCR-bench's text normalisation and repetition detector
 - :mod:`.tables`   Markdown and HTML tables as cell graphs (the table tests' view)
-- :mod:`.katex`    formulas rendered with KaTeX in headless Chromium, and compared
+- :mod:`.katex`    formulas rendered with KaTeX (0.16.21, shipped in ``katex_dist/``) in headless
+                   Chromium, and compared
 - :mod:`.checks`   the test types (present, absent, order, table, math, baseline, format,
                    footnote): fields, validation, verdicts
 - :mod:`.stats`    category means and their bootstrap confidence interval
 - :mod:`.bench`    a bench folder in olmOCR-bench's layout, matched to a run and scored
+- :mod:`.markdown_dir` Markdown files another tool wrote (olmOCR's ``{pdf}_pg{N}_repeat{M}.md``,
+                   one per page or document), read as readings of a bench's pages
 - :mod:`.signals`  no-ground-truth signals on every page (empty, loops, stray characters,
                    truncation, text-layer lines missing)
 - :mod:`.pages`    a run's page rows and completion-marker stats, as the checks read them

@@ -1,5 +1,6 @@
-"""The quality results as HTML: a section for the report's top, notes on the pages that failed,
-and which documents and pages the report should show (:class:`~llm_ocr.report.ReportAnnotations`)."""
+"""The quality results as HTML: a section for the report's top, marks on the flagged documents,
+notes on the pages that failed, and which documents and pages the report shows first
+(:class:`~llm_ocr.report.ReportAnnotations`)."""
 
 from __future__ import annotations
 
@@ -112,12 +113,22 @@ def failed_test_html(record: Mapping[str, Any]) -> str:
     )
 
 
+def _mark(failed_tests: int, flags: Mapping[str, int]) -> str:
+    """The mark of a flagged document in the report: what was found, counted."""
+    found = [f"{failed_tests} failed test{'s' if failed_tests != 1 else ''}"] if failed_tests else []
+    found += [f"{esc(flag)} &times;{n}" if n > 1 else esc(flag) for flag, n in sorted(flags.items())]
+    return f'<span class="llmocr-flag">flagged</span> <span class="llmocr-meta">{", ".join(found)}</span>'
+
+
 def annotations(bench: Mapping[str, Any] | None, checks: Mapping[str, Any] | None) -> ReportAnnotations:
-    """What the report shows of the quality results: the failing pages first."""
+    """What the report shows of the quality results: every document, the flagged ones first
+    (worst first) and marked, their failing pages always among those shown."""
     sections: list[str] = []
     notes: dict[tuple[str, int], list[str]] = defaultdict(list)
     weight: dict[str, float] = defaultdict(float)
     pages: dict[str, set[int]] = defaultdict(set)
+    failed_tests: dict[str, int] = defaultdict(int)
+    flags: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     if bench is not None:
         sections.append(bench_section(bench))
         for record in bench.get("results", []):
@@ -125,20 +136,24 @@ def annotations(bench: Mapping[str, Any] | None, checks: Mapping[str, Any] | Non
                 key = (record["doc_id"], int(record["page"]))
                 notes[key].append(failed_test_html(record))
                 weight[record["doc_id"]] += 1
+                failed_tests[record["doc_id"]] += 1
                 pages[record["doc_id"]].add(int(record["page"]))
     if checks is not None:
         sections.append(checks_section(checks))
         for page in checks.get("flagged", []):
             key = (page["doc_id"], int(page["page"]))
-            flags = "".join(f'<span class="llmocr-flag">{esc(k)}</span>{esc(v)} ' for k, v in page["flags"].items())
-            notes[key].insert(0, f'<div class="llmocr-note">{flags}</div>')
+            found = "".join(f'<span class="llmocr-flag">{esc(k)}</span>{esc(v)} ' for k, v in page["flags"].items())
+            notes[key].insert(0, f'<div class="llmocr-note">{found}</div>')
             weight[page["doc_id"]] += page["badness"] / 100
+            for flag in page["flags"]:
+                flags[page["doc_id"]][flag] += 1
             pages[page["doc_id"]].add(int(page["page"]))
-    documents = sorted(weight, key=lambda d: (-weight[d], d)) if weight else None
+    documents = sorted(weight, key=lambda d: (-weight[d], d))
     html = f'<style>{CSS}</style><section class="llmocr-quality">{"".join(sections)}</section>' if sections else ""
     return ReportAnnotations(
         summary_html=html,
         page_html={key: "".join(items) for key, items in notes.items()},
+        document_html={d: _mark(failed_tests.get(d, 0), flags.get(d, {})) for d in documents},
         documents=documents,
-        pages=dict(pages) if pages else None,
+        pages=dict(pages),
     )

@@ -11,12 +11,14 @@ neighbour there. Upstream drives Chromium through Playwright; here one ``chromiu
 --dump-dom`` run renders a whole batch of formulas on one page, each in its own box, which
 gives the same relative positions.
 
-Two things must be installed, and when either is missing math tests are reported as *not
-scored* (never as failed): a Chromium (``chromium`` or ``chromium-browser`` on PATH, or
-``LLM_OCR_CHROMIUM``) and KaTeX's ``katex.min.js`` + ``katex.min.css`` (``LLM_OCR_KATEX``, a
-``node_modules/katex/dist`` under the working directory, or Debian's ``libjs-katex`` in
-``/usr/share/javascript/katex``). KaTeX's web fonts are not loaded, as upstream loads none:
-boxes come from the browser's fallback fonts in both.
+Math tests need a Chromium (``chromium`` or ``chromium-browser`` on PATH, or
+``LLM_OCR_CHROMIUM``); without one they are reported as *not scored* (never as failed). KaTeX
+itself ships with the package: ``katex_dist/`` holds ``katex.min.js`` and ``katex.min.css`` of
+KaTeX 0.16.21, the files olmOCR-bench bundles (``olmocr/bench/katex/``), because another KaTeX
+gives other verdicts: Debian's 0.16.4 refuses ``\\dddot``, ``\\ddddot``, ``\\emph`` and
+``\\mathsfit``, which 0.16.21 renders. ``LLM_OCR_KATEX`` or ``--katex DIR`` points elsewhere (a
+warning names the version when it is not 0.16.21). KaTeX's web fonts are not loaded, as upstream
+loads none: boxes come from the browser's fallback fonts in both.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-#: Where KaTeX's distribution files are looked for, after ``LLM_OCR_KATEX``.
-KATEX_PLACES = ("node_modules/katex/dist", "/usr/share/javascript/katex", "/usr/share/nodejs/katex/dist")
+#: KaTeX's distribution files shipped with the package (olmOCR-bench's version, see the module doc).
+SHIPPED_KATEX = Path(__file__).resolve().parent / "katex_dist"
+#: The KaTeX version olmOCR-bench renders with (allenai/olmocr ``olmocr/bench/katex/katex.min.js``).
+OLMOCR_KATEX_VERSION = "0.16.21"
 #: Formulas rendered per browser launch.
 BATCH = 400
 #: Steps the character-mapping search may take before it gives up (upstream has no bound; a
@@ -194,13 +198,25 @@ def find_chromium() -> str | None:
 
 
 def find_katex() -> Path | None:
-    """The folder holding ``katex.min.js`` and ``katex.min.css``, if any is installed."""
-    places = [os.environ["LLM_OCR_KATEX"]] if os.environ.get("LLM_OCR_KATEX") else []
-    for place in [*places, *KATEX_PLACES]:
-        folder = Path(place)
-        if (folder / "katex.min.js").is_file() and (folder / "katex.min.css").is_file():
-            return folder
+    """The folder holding ``katex.min.js`` and ``katex.min.css``: ``LLM_OCR_KATEX``, else the
+    shipped KaTeX 0.16.21 (None if neither has both files)."""
+    explicit = os.environ.get("LLM_OCR_KATEX")
+    folder = Path(explicit) if explicit else SHIPPED_KATEX
+    if (folder / "katex.min.js").is_file() and (folder / "katex.min.css").is_file():
+        return folder
     return None
+
+
+_VERSION = re.compile(rb'version:"([0-9][0-9A-Za-z.+-]*)"')
+
+
+def katex_version(folder: str | os.PathLike[str]) -> str | None:
+    """The version a ``katex.min.js`` declares (``version:"0.16.21"`` in its code), if it says."""
+    try:
+        found = _VERSION.search((Path(folder) / "katex.min.js").read_bytes())
+    except OSError:
+        return None
+    return found.group(1).decode("ascii") if found else None
 
 
 _PAGE_SCRIPT = r"""
@@ -260,9 +276,13 @@ class EquationRenderer:
             self.unavailable_reason = f"no katex.min.js in {katex}"
         elif self.katex is None:
             self.unavailable_reason = (
-                "KaTeX not found (apt-get install libjs-katex, or npm install katex, or set LLM_OCR_KATEX to a folder "
-                "holding katex.min.js and katex.min.css)"
+                f"no katex.min.js and katex.min.css in {os.environ.get('LLM_OCR_KATEX') or SHIPPED_KATEX} "
+                "(LLM_OCR_KATEX: a folder holding both)"
             )
+        self.version = katex_version(self.katex) if self.katex is not None and self.available else None
+        if self.available and self.version != OLMOCR_KATEX_VERSION:
+            log.warning("KaTeX in %s is %s, not %s as olmOCR-bench's: math verdicts may differ from olmOCR's",
+                        self.katex, self.version or "of an unknown version", OLMOCR_KATEX_VERSION)  # fmt: skip
 
     @property
     def available(self) -> bool:

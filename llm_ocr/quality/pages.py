@@ -20,8 +20,17 @@ COLUMNS = (
 )  # fmt: skip
 
 
+#: How a stage's part files are named (:func:`llm_ocr.storage.parts.part_name`).
+PART_PATTERN = "part-NNNNN-of-NNNNN-NNNNNN.parquet (shard, shard count, sequence)"
+
+
 class NoPagesError(Exception):
     """The folder holds no page rows to check."""
+
+
+def has_pages(out: Storage) -> bool:
+    """Whether ``out`` holds a run's page rows (Extract's or Describe's parts)."""
+    return any(list_parts(out.child(name)) for name in PAGE_STAGES)
 
 
 def page_stage(out: Storage) -> tuple[str, Storage]:
@@ -30,7 +39,12 @@ def page_stage(out: Storage) -> tuple[str, Storage]:
         stage = out.child(name)
         if list_parts(stage):
             return name, stage
-    raise NoPagesError(f"no page rows under {out.display(out.root)}: expected Parquet parts in extract/ or describe/")
+    others = [p for name in PAGE_STAGES for p in out.child(name).glob("*.parquet")]
+    found = f"; found {out.display(others[0])}, but a run's parts are named {PART_PATTERN}" if others else ""
+    raise NoPagesError(
+        f"no page rows under {out.display(out.root)}: expected Parquet parts in extract/ or describe/{found}. "
+        "To score Markdown files another tool wrote, use --bench DIR --markdown MD (docs/quality.md)"
+    )
 
 
 def iter_pages(out: Storage, columns: tuple[str, ...] = COLUMNS) -> Iterator[dict[str, Any]]:

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from llm_ocr.quality import results as saved
-from llm_ocr.quality.bench import load_bench, load_run_pages, score_bench
+from llm_ocr.quality.bench import BenchError, load_bench, load_run_pages, score_bench
 from llm_ocr.quality.katex import EquationRenderer
-from llm_ocr.quality.pages import iter_pages, page_stage, run_stats
+from llm_ocr.quality.markdown_dir import expected_names, read_markdown_dir
+from llm_ocr.quality.pages import has_pages, iter_pages, page_stage, run_stats
 from llm_ocr.quality.signals import PageSignals, page_signals, summarise_signals
 from llm_ocr.storage import Storage
 
@@ -100,19 +101,45 @@ def score_output(
     katex: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     write: bool = True,
+    markdown: str | Path | None = None,
 ) -> dict[str, Any]:
     """Score run ``out`` against the olmOCR-bench-format tests in folder ``bench``
-    (:mod:`llm_ocr.quality.bench`); saved as ``OUT/quality/bench.json`` unless ``write`` is false."""
+    (:mod:`llm_ocr.quality.bench`); saved as ``OUT/quality/bench.json`` unless ``write`` is false.
+
+    With ``markdown``, the Markdown files in that folder are scored instead of a run's rows
+    (:mod:`llm_ocr.quality.markdown_dir`: olmOCR's ``{pdf}_pg{N}_repeat{M}.md``, one file per page
+    or per document) and ``out`` only receives the results; it must hold no run of its own.
+    """
     storage = Storage(out, dict(storage_options or {}))
     tests = load_bench(bench)
-    pages = load_run_pages(iter_pages(storage), tests)
+    unmatched: list[str] = []
+    if markdown is not None:
+        if has_pages(storage):
+            raise BenchError(
+                f"{out} holds a run's pages, and --markdown scores other Markdown: give a folder of its own "
+                "for the results (OUT only receives quality/bench.json)"
+            )
+        found = read_markdown_dir(markdown, tests)
+        pages, unmatched = found.pages, found.unmatched
+        source = f"{len(found.files)} Markdown file(s) in {markdown}"
+    else:
+        pages = load_run_pages(iter_pages(storage), tests)
+        source = out
     log.info("bench %s: %d tests on %d PDFs; %d of its pages are in %s", tests.root, len(tests.tests),
-             len({t.pdf for t in tests.tests}), len(pages), out)  # fmt: skip
+             len({t.pdf for t in tests.tests}), len(pages), source)  # fmt: skip
+    for line in unmatched[:10]:
+        log.warning("not scored: %s", line)
     renderer = EquationRenderer(katex) if any(t.type == "math" for t in tests.tests) else None
     if renderer is not None and not renderer.available:
         log.warning("math tests will not be scored: %s", renderer.unavailable_reason)
     result = score_bench(tests, pages, renderer, progress=lambda done, total: log.info("scored %d of %d tests", done, total))
-    result.update(out=out, run=run_stats(storage).to_json(), models=sorted({str(r.get("model")) for r in pages.values() if r.get("model")}))
+    models = {str(r.get("model")) for rows in pages.values() for r in rows if r.get("model")}
+    result.update(out=out, run=run_stats(storage).to_json(), models=sorted(models))
+    result["katex"] = renderer.version if renderer is not None else None
+    if markdown is not None:
+        result.update(markdown=str(markdown), markdown_files=len(found.files), unmatched_files=unmatched)
+        if unmatched:
+            result["expected_names"] = expected_names(next(iter(sorted(tests.pdfs)), None))
     if write:
         result["saved_to"] = saved.save(storage, saved.BENCH, result)
     return result

@@ -328,15 +328,17 @@ def render_document(
     pages: SourcePages | None = None,
     anchor_prefix: str = "",
     page_notes: Mapping[int, str] | None = None,
+    note_html: str = "",
 ) -> Iterator[str]:
     """One document as HTML fragments, yielded page by page so a caller can stream them.
 
     ``fields`` (its ``OUT/fields`` row) adds the fields, each linked to the page it is on;
-    ``page_notes`` maps page numbers to trusted HTML shown under each page's heading."""
+    ``page_notes`` maps page numbers to trusted HTML shown under each page's heading, and
+    ``note_html`` (trusted) goes under the document's heading."""
     shown = {int(r.get("page") or 0) for r in rows}
     total = entry.num_pages
     yield f'<section class="llmocr-doc" id="{anchor(anchor_prefix, "doc", entry.doc_id)}">'
-    yield f"<h2>{esc(entry.doc_id)}</h2>"
+    yield f"<h2>{esc(entry.doc_id)}</h2>{note_html}"
     meta = [f"source: {esc(entry.source or '?')}"]
     if total:
         meta.append(f"{total} page{'s' if total != 1 else ''}")

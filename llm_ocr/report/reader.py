@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 
 # ============================================================================================
 # Reading the output folder
+
+
+class ReportError(Exception):
+    """The report cannot be made (e.g. the output folder holds no pages)."""
 
 
 #: Stages whose rows are one page each, in order of preference (Describe adds captions).
@@ -104,49 +108,59 @@ class OutputReader:
             self._cached = (path, table)  # documents tend to sit together in one part
         return table
 
-    def scan(self, max_documents: int | None = None, only: set[str] | None = None) -> tuple[Summary, list[DocumentEntry]]:
+    def scan(
+        self, max_documents: int | None = None, first: Sequence[str] = (), only: set[str] | None = None
+    ) -> tuple[Summary, list[DocumentEntry]]:
         """Count everything and index the documents to show.
 
-        The documents kept are those in ``only`` if given, else the ``max_documents`` first in
-        input order (``doc_index``), chosen with a bounded heap so memory does not grow with
-        the output. Documents are counted by their page-1 (or document-level page-0) row.
+        The documents kept are those of ``first`` that the output holds, in that order (a caller's
+        flagged documents), then the earliest others in input order (``doc_index``), up to
+        ``max_documents`` in all; the others are chosen with a bounded heap so memory does not
+        grow with the output. With ``only``, no other document is kept. Documents are counted by
+        their page-1 (or document-level page-0) row.
         """
         summary = Summary(out=self.out, stage=self.stage_name)
         status: Counter[str] = Counter()
+        wanted = list(first)[:max_documents] if max_documents is not None else list(first)
+        preferred: dict[str, int] = {}
+        for i, doc_id in enumerate(wanted):
+            preferred.setdefault(doc_id, i)
         kept: dict[str, DocumentEntry] = {}
-        heap: list[tuple[int, str]] = []  # (-doc_index, doc_id): the worst kept document on top
+        heap: list[tuple[int, str]] = []  # (-doc_index, doc_id): the worst kept other document on top
         if self.stage is not None:
             for path in list_parts(self.stage):
-                table = self._table(self.stage, path, _INDEX_COLUMNS)
-                for batch in table.to_batches(max_chunksize=4096):
-                    cols = batch.to_pydict()
-                    for doc_id, doc_index, page, state, source, num_pages in zip(*(cols[c] for c in _INDEX_COLUMNS), strict=True):
-                        page = page or 0
-                        if page <= 1:
-                            summary.documents += 1
-                        if page == 0:
-                            summary.document_failures += 1
-                        else:
-                            summary.pages += 1
-                            status[state or "unknown"] += 1
-                        entry = kept.get(doc_id)
-                        if entry is None:
-                            rank = doc_index if doc_index is not None else 2**62
-                            if only is not None:
-                                if doc_id not in only:
-                                    continue
-                            elif max_documents is not None and len(kept) >= max_documents:
+                cols = self._index_columns(path)
+                rows = zip(*(cols[c] for c in _INDEX_COLUMNS), strict=True)
+                for doc_id, doc_index, page, state, source, num_pages in rows:
+                    page = page or 0
+                    if page <= 1:
+                        summary.documents += 1
+                    if page == 0:
+                        summary.document_failures += 1
+                    else:
+                        summary.pages += 1
+                        status[state or "unknown"] += 1
+                    entry = kept.get(doc_id)
+                    if entry is None:
+                        if only is not None and doc_id not in only:
+                            continue
+                        rank = doc_index if doc_index is not None else 2**62
+                        if doc_id not in preferred and max_documents is not None:
+                            if len(heap) >= max_documents:
                                 if rank >= -heap[0][0]:
                                     continue
                                 _, evicted = heapq.heappop(heap)
                                 del kept[evicted]
-                            entry = kept[doc_id] = DocumentEntry(doc_id, rank)
-                            if only is None:
-                                heapq.heappush(heap, (-rank, doc_id))
-                        entry.source = entry.source or source
-                        entry.num_pages = num_pages if num_pages is not None else entry.num_pages
-                        entry.pages[page] = state or "unknown"
-                        entry._add_part(path, entry.parts)
+                            heapq.heappush(heap, (-rank, doc_id))
+                        entry = kept[doc_id] = DocumentEntry(doc_id, rank)
+                    entry.source = entry.source or source
+                    entry.num_pages = num_pages if num_pages is not None else entry.num_pages
+                    entry.pages[page] = state or "unknown"
+                    entry._add_part(path, entry.parts)
+        chosen = sorted((e for e in kept.values() if e.doc_id in preferred), key=lambda e: preferred[e.doc_id])
+        others = (e for e in kept.values() if e.doc_id not in preferred)
+        chosen += sorted(others, key=lambda e: (e.doc_index, e.doc_id))
+        kept = {e.doc_id: e for e in (chosen[:max_documents] if max_documents is not None else chosen)}
         summary.status_counts = dict(status)
         assembled = list_parts(self.assemble)
         if assembled:
@@ -170,7 +184,26 @@ class OutputReader:
                     if doc_id in kept:
                         kept[doc_id]._add_part(path, kept[doc_id].fields_parts)
             summary.fields, summary.classes = dict(by_status), dict(by_class)
-        return summary, sorted(kept.values(), key=lambda e: (e.doc_index, e.doc_id))
+        return summary, list(kept.values())
+
+    def _index_columns(self, path: str) -> dict[str, list[Any]]:
+        """The index columns of one part; a column the part lacks (a hand-made file with only
+        ``doc_id``, ``page`` and ``markdown``) reads as all None."""
+        import pyarrow.parquet as pq
+
+        stage = self.stage
+        assert stage is not None
+
+        def read() -> pa.Table:
+            with stage.fs.open(path, "rb") as handle:
+                parquet = pq.ParquetFile(handle)
+                return parquet.read(columns=[c for c in _INDEX_COLUMNS if c in parquet.schema_arrow.names])
+
+        table = retry_io(read, what=f"reading {stage.display(path)}")
+        if "doc_id" not in table.column_names:
+            raise ReportError(f"{stage.display(path)} has no doc_id column: its rows cannot be shown")
+        names = table.column_names
+        return {c: table.column(c).to_pylist() if c in names else [None] * table.num_rows for c in _INDEX_COLUMNS}
 
     def _rows(self, stage: Storage, paths: list[str], doc_id: str, pages: set[int] | None) -> list[dict[str, Any]]:
         import pyarrow.compute as pc
@@ -180,7 +213,8 @@ class OutputReader:
             table = self._table(stage, path)
             mask = pc.equal(table.column("doc_id"), doc_id)
             if pages is not None and "page" in table.column_names:
-                mask = pc.and_(mask, pc.is_in(table.column("page"), value_set=_int_array(pages)))
+                wanted = _int_array(pages, table.schema.field("page").type)
+                mask = pc.and_(mask, pc.is_in(table.column("page"), value_set=wanted))
             rows.extend(table.filter(mask).to_pylist())
         return rows
 
@@ -213,7 +247,7 @@ class OutputReader:
         self._cached = None
 
 
-def _int_array(values: set[int]) -> pa.Array:
+def _int_array(values: set[int], of_type: pa.DataType) -> pa.Array:
     import pyarrow as pa
 
-    return pa.array(sorted(values), type=pa.int32())
+    return pa.array(sorted(values), type=of_type)  # the column's own type: a hand-made part may hold int64

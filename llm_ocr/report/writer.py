@@ -13,7 +13,7 @@ from typing import Any
 
 from llm_ocr.options import RenderOptions, ReportOptions
 from llm_ocr.report.fragments import CSS, render_document, render_summary
-from llm_ocr.report.reader import DocumentEntry, OutputReader, Summary
+from llm_ocr.report.reader import DocumentEntry, OutputReader, ReportError, Summary
 from llm_ocr.report.safe_html import anchor, esc
 from llm_ocr.sources.rerender import SourcePages
 from llm_ocr.storage import Storage, retry_io
@@ -21,10 +21,6 @@ from llm_ocr.storage import Storage, retry_io
 log = logging.getLogger("llm_ocr.report")
 
 __all__ = ["ReportAnnotations", "ReportError", "ReportOptions", "ReportResult", "pages_to_show", "write_report"]
-
-
-class ReportError(Exception):
-    """The report cannot be made (e.g. the output folder holds no pages)."""
 
 
 # ============================================================================================
@@ -49,21 +45,29 @@ class ReportResult:
 class ReportAnnotations:
     """Findings about an output that a caller adds to its report (the quality checks' failures).
 
-    The HTML is trusted: callers build it with :func:`llm_ocr.report.safe_html.esc`. With
-    ``documents``, the report shows those documents (in that order) instead of the first ones,
-    and with ``pages``, only those pages of each.
+    The HTML is trusted: callers build it with :func:`llm_ocr.report.safe_html.esc`. The report
+    still shows every document (up to its limit): ``documents`` come first, in that order, each
+    marked with its ``document_html``; ``pages`` are always among the pages shown of a document.
     """
 
     summary_html: str = ""
     page_html: Mapping[tuple[str, int], str] = field(default_factory=dict)
-    documents: Sequence[str] | None = None
-    pages: Mapping[str, set[int]] | None = None
+    document_html: Mapping[str, str] = field(default_factory=dict)
+    documents: Sequence[str] = ()
+    pages: Mapping[str, set[int]] = field(default_factory=dict)
 
 
-def pages_to_show(entry: DocumentEntry, limit: int) -> set[int]:
-    """The first ``limit`` pages of a document (plus its document-level row, if any)."""
-    pages = sorted(entry.pages)
-    return set(pages[: limit + (1 if 0 in entry.pages else 0)])
+def pages_to_show(entry: DocumentEntry, limit: int, wanted: set[int] | None = None) -> set[int]:
+    """Up to ``limit`` pages of a document: the ``wanted`` ones it has first (flagged pages),
+    then its first pages; plus its document-level row, if any."""
+    pages = sorted(p for p in entry.pages if p > 0)
+    first = sorted(p for p in (wanted or set()) if p in entry.pages and p > 0)[:limit]
+    shown = set(first)
+    for page in pages:
+        if len(shown) >= limit:
+            break
+        shown.add(page)
+    return shown | ({0} if 0 in entry.pages else set())
 
 
 def write_report(
@@ -78,8 +82,8 @@ def write_report(
 ) -> ReportResult:
     """Write the HTML report of output folder ``out``; returns where and how much.
 
-    ``annotations`` adds a caller's findings: a section under the summary, notes on pages, and
-    which documents and pages to show.
+    ``annotations`` adds a caller's findings: a section under the summary, marks on documents
+    and notes on pages; the documents and pages they name are shown first.
 
     The file is written to a local temporary file as documents are rendered, then moved (or,
     for a remote ``html_path``, uploaded) in one piece, so a reader never sees half a report.
@@ -88,11 +92,8 @@ def write_report(
     reader = OutputReader(out, so)
     if reader.stage is None:
         raise ReportError(f"no page rows under {out}: expected Parquet parts in {out}/describe or {out}/extract")
-    chosen = list(annotations.documents)[:max_documents] if annotations and annotations.documents is not None else None
-    summary, entries = reader.scan(max_documents=max_documents, only=set(chosen) if chosen is not None else None)
-    if chosen is not None:
-        order = {doc_id: i for i, doc_id in enumerate(chosen)}
-        entries.sort(key=lambda e: order.get(e.doc_id, len(order)))
+    first = list(annotations.documents) if annotations is not None else []
+    summary, entries = reader.scan(max_documents=max_documents, first=first)
     summary.shown_documents = len(entries)
     notes_by_document: dict[str, dict[int, str]] = {}
     for (doc_id, page), note in (annotations.page_html if annotations is not None else {}).items():
@@ -109,23 +110,25 @@ def write_report(
             f.write(f"<h1>llm-ocr report</h1>{render_summary(summary)}")
             if annotations is not None:
                 f.write(annotations.summary_html)
+            marks = annotations.document_html if annotations is not None else {}
             if entries:
                 f.write("<nav><strong>Documents</strong><ol>")
                 for entry in entries:
                     status = ", ".join(f"{esc(s)} {n}" for s, n in sorted(Counter(entry.pages.values()).items()))
                     link = f'<a href="#{anchor("", "doc", entry.doc_id)}">{esc(entry.doc_id)}</a>'
-                    f.write(f'<li>{link} <span class="llmocr-meta">({status})</span></li>')
+                    mark = f" {marks[entry.doc_id]}" if entry.doc_id in marks else ""
+                    f.write(f'<li>{link} <span class="llmocr-meta">({status})</span>{mark}</li>')
                 f.write("</ol></nav>")
             for entry in entries:
-                wanted = (annotations.pages or {}).get(entry.doc_id) if annotations is not None else None
-                shown = set(sorted(wanted)[:max_pages_per_document]) if wanted else pages_to_show(entry, max_pages_per_document)
+                wanted = annotations.pages.get(entry.doc_id) if annotations is not None else None
+                shown = pages_to_show(entry, max_pages_per_document, wanted)
                 rows = reader.page_rows(entry, shown)
                 assembled = reader.assembled_row(entry) if entry.assemble_parts else None
                 fields = reader.fields_row(entry) if entry.fields_parts else None
                 notes = notes_by_document.get(entry.doc_id, {})
                 with SourcePages(entry.doc_id, entry.source, render, so) as source_pages:
                     for fragment in render_document(entry, rows, assembled=assembled, fields=fields, pages=source_pages,
-                                                    page_notes=notes):
+                                                    page_notes=notes, note_html=marks.get(entry.doc_id, "")):
                         f.write(fragment)
                 pages_written += len(rows)
                 log.info("report: %s (%d pages)", entry.doc_id, len(rows))

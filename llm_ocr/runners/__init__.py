@@ -14,44 +14,9 @@
 - :mod:`.bad_pages` quarantine rows and text-layer fallbacks around the page handler
 
 A runner owns resume (which pages are done), the page flow, progress, and the completion
-marker written last. May import everything below it (stages, sources, storage, vlm, endpoint);
-never commands, launchers, report or the API.
+marker written last. May import everything below it (stages, sources, storage, vlm, serving);
+never commands, launchers, report or the API. Which runner runs which stage is the stage table's
+(:mod:`llm_ocr.stage_table`).
 """
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import asyncio
-
-    from llm_ocr.options import StageSpec
-    from llm_ocr.runners.shard import ShardOutcome
-
-StageRunner = Callable[["StageSpec", "asyncio.Event | None"], Awaitable["ShardOutcome"]]
-
-
-def stage_runner(stage: str) -> StageRunner:
-    """The coroutine function that runs ``stage`` over this process's shard (imported on demand)."""
-    if stage == "run":
-        from llm_ocr.runners.run import run_shard
-
-        return run_shard
-    if stage == "extract":
-        from llm_ocr.runners.extract import extract_shard
-
-        return extract_shard
-    if stage == "describe":
-        from llm_ocr.runners.describe import describe_shard
-
-        return describe_shard
-    if stage == "assemble":
-        from llm_ocr.runners.assemble import assemble_shard
-
-        return assemble_shard
-    if stage == "fields":
-        from llm_ocr.runners.fields import fields_shard
-
-        return fields_shard
-    raise ValueError(f"unknown stage {stage!r}")

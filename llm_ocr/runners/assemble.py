@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llm_ocr.options import AssembleOptions, JobOptions, StageSpec
+from llm_ocr.outcomes import AssembleStats, ExitCode, RunError
 from llm_ocr.records import DocumentResult, document_schema
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage
-from llm_ocr.runners.shard import EXIT_OK, RunError, ShardOutcome
+from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.stages.assemble import assemble_document
 from llm_ocr.stages.export import export_document, markdown_path
 from llm_ocr.storage import Storage
@@ -186,14 +187,14 @@ async def _assemble(plan: _Plan, options: AssembleOptions, job: JobOptions, stop
     return StageResult("assemble", stats, failed=bool(counts["partial"] or counts["error"]))
 
 
-def assemble_finished(marker: dict[str, Any] | None, options: AssembleOptions) -> bool:
+def assemble_finished(marker: Mapping[str, Any] | None, options: AssembleOptions) -> bool:
     """Whether an earlier run left nothing to do: every document ok (and exported if asked)."""
     if not marker:
         return False
-    documents = marker.get("documents", {})
-    if documents.get("partial", 0) or documents.get("error", 0):
+    stats = AssembleStats.model_validate(marker)
+    if stats.documents.partial or stats.documents.error:
         return False
-    return not options.export_markdown or bool(marker.get("exported"))
+    return not options.export_markdown or stats.exported
 
 
 class Assemble(ShardStage):
@@ -206,8 +207,8 @@ class Assemble(ShardStage):
         self.plan: _Plan | None = None
         self.previous: dict[str, Any] | None = None
 
-    def settled(self, markers: Markers) -> int | None:
-        return EXIT_OK if assemble_finished(markers["assemble"], self.spec.assemble) else None
+    def settled(self, markers: Markers) -> ExitCode | None:
+        return ExitCode.OK if assemble_finished(markers["assemble"], self.spec.assemble) else None
 
     async def check(self, shard: Shard, markers: Markers) -> None:
         out = shard.out

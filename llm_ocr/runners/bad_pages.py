@@ -10,11 +10,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+from llm_ocr.outcomes import ExitCode, PageStats
 from llm_ocr.records import PageResult
-from llm_ocr.runners.shard import EXIT_OK, EXIT_PAGES_FAILED
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.serving.quarantine import CrashTracker, PageQuarantined
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
@@ -72,32 +72,32 @@ class BadPages:
         return self.tracker.guard(handler, on_quarantine or self.quarantined)  # type: ignore[arg-type]
 
 
-def quarantined_in(marker: dict[str, Any] | None) -> int:
+def quarantined_in(marker: Mapping[str, Any] | None) -> int:
     """Quarantined pages a completion marker records (this run's and those kept from earlier)."""
-    pages = (marker or {}).get("pages", {})
-    return int(pages.get("quarantined", 0)) + int(pages.get("quarantined_earlier", 0))
+    return PageStats.model_validate(marker).quarantined if marker else 0
 
 
-def marker_settles(marker: dict[str, Any] | None, options: ExtractOptions) -> bool:
+def marker_settles(marker: Mapping[str, Any] | None, options: ExtractOptions) -> bool:
     """Whether an Extract completion marker means there is nothing left to do: no error rows,
     and no quarantined ones when ``--retry-quarantined`` asks for them again."""
-    if not marker or marker.get("pages", {}).get("error", 0):
+    if not marker:
         return False
-    return not (options.retry_quarantined and quarantined_in(marker))
+    stats = PageStats.model_validate(marker)
+    return not stats.errors and not (options.retry_quarantined and stats.quarantined)
 
 
-def extract_settles(marker: dict[str, Any] | None, options: ExtractOptions) -> int | None:
+def extract_settles(marker: Mapping[str, Any] | None, options: ExtractOptions) -> ExitCode | None:
     """The exit code of an Extract shard its marker settles (1 when it holds quarantined rows),
     else None (see :func:`marker_settles`)."""
     if not marker_settles(marker, options):
         return None
-    return EXIT_PAGES_FAILED if quarantined_in(marker) else EXIT_OK
+    return ExitCode.PAGES_FAILED if quarantined_in(marker) else ExitCode.OK
 
 
-def describe_settles(marker: dict[str, Any] | None, extract_marker: dict[str, Any] | None) -> bool:
+def describe_settles(marker: Mapping[str, Any] | None, extract_marker: Mapping[str, Any] | None) -> bool:
     """Whether a Describe completion marker means there is nothing left to do: no error rows, and
     its quarantined rows are Extract's (a page Extract retried and read since must be described)."""
-    if not marker or marker.get("pages", {}).get("error", 0):
+    if not marker or PageStats.model_validate(marker).errors:
         return False
     return quarantined_in(marker) == quarantined_in(extract_marker)
 

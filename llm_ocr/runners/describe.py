@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from llm_ocr.options import ClientOptions, DescribeOptions, ServerOptions, StageSpec
+from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import describe_settles, quarantined_in
 from llm_ocr.runners.lifecycle import (
@@ -34,7 +35,7 @@ from llm_ocr.runners.lifecycle import (
     stage_endpoint,
 )
 from llm_ocr.runners.page_flow import UpstreamRows
-from llm_ocr.runners.shard import EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
+from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.stages.describe import DescribeContext, SchemaError, describe_extra_body, describe_page, load_schema
@@ -120,11 +121,11 @@ class Describe(ShardStage):
         self.complete = False
         self.index = ShardIndex()
 
-    def settled(self, markers: Markers) -> int | None:
+    def settled(self, markers: Markers) -> ExitCode | None:
         marker = markers["describe"]
         if not describe_settles(marker, markers["extract"]):
             return None
-        return EXIT_PAGES_FAILED if quarantined_in(marker) else EXIT_OK
+        return ExitCode.PAGES_FAILED if quarantined_in(marker) else ExitCode.OK
 
     async def check(self, shard: Shard, markers: Markers) -> None:
         self.schema = resolve_schema(self.spec.describe, shard.job.storage_options)

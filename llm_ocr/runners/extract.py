@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from functools import partial
 
 from llm_ocr.options import ExtractOptions, StageSpec
+from llm_ocr.outcomes import ExitCode
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_stage
@@ -54,7 +55,7 @@ class Extract(ShardStage):
         self.documents: Iterator[DocumentRef] = iter(())
         self.index = ShardIndex()
 
-    def settled(self, markers: Markers) -> int | None:
+    def settled(self, markers: Markers) -> ExitCode | None:
         return extract_settles(markers["extract"], self.spec.extract)
 
     async def resume(self, shard: Shard, markers: Markers) -> None:

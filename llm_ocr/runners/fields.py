@@ -20,16 +20,18 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from llm_ocr.options import FieldsOptions, StageSpec
+from llm_ocr.outcomes import ExitCode, FieldsStats, RunError
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage, stage_endpoint
 from llm_ocr.runners.page_flow import acquire_unless_stopped, iterate_in_thread
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
-from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT, EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
+from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT, ShardOutcome
 from llm_ocr.serving.open import Endpoint, EndpointError, choose_engine
 from llm_ocr.stages.fields import (
     Classes,
@@ -118,19 +120,20 @@ def scan_fields(stage: Storage, shard: int, num_shards: int, fingerprint: str) -
     return keep_final_rows(stage, shard, num_shards, ["doc_id", "status", "document_status"], final)
 
 
-def fields_settled(marker: dict[str, Any] | None, fingerprint: str) -> bool:
+def fields_settled(marker: Mapping[str, Any] | None, fingerprint: str) -> bool:
     """Whether an earlier run with the same schema left nothing to do: no ``error`` row and no
     row made from a partial document (those are redone: their pages may have been read since)."""
-    if not marker or marker.get("schema") != fingerprint:
+    if not marker:
         return False
-    return not marker.get("documents", {}).get("error", 0) and not marker.get("documents_partial", 0)
+    stats = FieldsStats.model_validate(marker)
+    return stats.fingerprint == fingerprint and not stats.errors and not stats.documents_partial
 
 
-def exit_code(documents: dict[str, int]) -> int:
-    """0 when every document has its verdict (``ok`` or ``invalid``); 1 when some failed (a rerun
-    retries those). ``invalid`` is a verdict on the document, like a truncated page: a rerun
+def exit_code(errors: int) -> ExitCode:
+    """0 when every document has its verdict (``ok`` or ``invalid``); 1 when ``errors`` failed (a
+    rerun retries those). ``invalid`` is a verdict on the document, like a truncated page: a rerun
     keeps it, so exiting 1 would only make a platform retry the job to the same end."""
-    return EXIT_PAGES_FAILED if documents.get("error", 0) else EXIT_OK
+    return ExitCode.PAGES_FAILED if errors else ExitCode.OK
 
 
 def fields_wanted(options: FieldsOptions) -> bool:
@@ -201,14 +204,14 @@ class Fields(ShardStage):
             self._plan = plan_fields(self.spec.fields, self.spec.job.storage_options)
         return self._plan
 
-    def settled(self, markers: Markers) -> int | None:
+    def settled(self, markers: Markers) -> ExitCode | None:
         marker = markers[STAGE]
-        if not fields_settled(marker, self.plan.fingerprint):
+        if not marker or not fields_settled(marker, self.plan.fingerprint):
             return None
-        assert marker is not None
-        if not set(_exports(self.spec.fields)) <= set(marker.get("exported", [])):
+        stats = FieldsStats.model_validate(marker)
+        if not set(_exports(self.spec.fields)) <= set(stats.exported):
             return None
-        return exit_code(marker.get("documents", {}))
+        return exit_code(stats.errors)
 
     async def check(self, shard: Shard, markers: Markers) -> None:
         refusal = await asyncio.to_thread(launched_engine_refusal, self.spec)  # runs nvidia-smi
@@ -335,7 +338,7 @@ class _Run:
             shard.index + 1, shard.count, self.counts["ok"], self.counts["invalid"], self.counts["error"], skipped,
             ctx.counts.requests, ctx.counts.repairs,
         )
-        return StageResult(STAGE, stats, failed=exit_code(documents_count) != EXIT_OK, counters=self.counters)
+        return StageResult(STAGE, stats, failed=exit_code(self.counts["error"]) != ExitCode.OK, counters=self.counters)
 
     async def _one(self, row: dict[str, Any], ctx: FieldsContext, writer: PartWriter, documents: asyncio.Semaphore,
                    fatal: list[BaseException]) -> None:

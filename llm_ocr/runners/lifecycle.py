@@ -33,20 +33,11 @@ from typing import Any, ClassVar
 
 from llm_ocr.costs import gpu_cost
 from llm_ocr.options import ClientOptions, JobOptions, ServerOptions
+from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.records import page_schema
 from llm_ocr.runners.page_flow import FlowSettings, Intake, PageFlow, PageHandler, flow_settings
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
-from llm_ocr.runners.shard import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_PAGES_FAILED,
-    RunError,
-    ShardOutcome,
-    check_writable,
-    in_flight_for_endpoint,
-    reconciled,
-    resolve_shard,
-)
+from llm_ocr.runners.shard import ShardOutcome, check_writable, in_flight_for_endpoint, resolve_shard
 from llm_ocr.runners.workers import WorkerPool, default_workers
 from llm_ocr.serving.in_flight import InFlightLimit, adapting
 from llm_ocr.serving.open import Endpoint, open_endpoint
@@ -204,7 +195,7 @@ class ShardStage(ABC):
         return self.writes[0]
 
     @abstractmethod
-    def settled(self, markers: Markers) -> int | None:
+    def settled(self, markers: Markers) -> ExitCode | None:
         """The exit code when earlier runs left nothing to do, else None."""
 
     def settled_stats(self, markers: Markers) -> dict[str, Any]:
@@ -259,21 +250,28 @@ async def finish(shard: Shard, done: Finished) -> tuple[ShardOutcome, bool]:
         counters = results[0].counters
         saved = f"{counters.pages_done} page(s) saved this run" if counters else "completed work is saved"
         log.warning("interrupted: %s; rerun the same command to resume", saved)
-        return ShardOutcome(EXIT_INTERRUPTED, stats), False
+        return ShardOutcome(ExitCode.INTERRUPTED, stats), False
     if not done.complete:
-        return ShardOutcome(EXIT_PAGES_FAILED, stats), False
+        return ShardOutcome(ExitCode.PAGES_FAILED, stats), False
     first = results[0]
     if done.uses_model:
         # One server did every stage of the run: its GPU time is recorded once, with the first.
         first.stats["gpu"] = gpu_cost(first.stats["wall_time_s"], done.preset, shard.job.gpu_price_per_hour)
-    # Every result records whether it reconciles; the first one's verdict gates the markers
-    # (the other stages of one flow count their pages from its rows, not from the input).
-    verdicts = [reconciled(r.stats, r.counters) if r.counters is not None else True for r in reversed(results)]
-    if not verdicts[-1]:
-        return ShardOutcome(EXIT_PAGES_FAILED, stats), False
+    # Every result records whether every page of the input it reached got a row. A shard that
+    # does not reconcile gets no completion marker: a rerun would skip it and lose the pages
+    # without a row. The first result's verdict gates the markers (the other stages of one flow
+    # count their pages from its rows, not from the input).
+    for result in results:
+        if result.counters is not None:
+            result.stats["reconciled"] = result.counters.pages_left == 0
+            if not result.stats["reconciled"]:
+                log.error("the rows do not reconcile with the input (%s); no completion marker written, rerun to redo "
+                          "the missing pages", result.counters.reconciliation())
+    if first.counters is not None and not first.stats["reconciled"]:
+        return ShardOutcome(ExitCode.PAGES_FAILED, stats), False
     for result in results:
         await asyncio.to_thread(write_marker, shard.out, result.stage, shard.index, shard.count, result.stats)
-    return ShardOutcome(EXIT_PAGES_FAILED if any(r.failed for r in results) else EXIT_OK, stats), True
+    return ShardOutcome(ExitCode.PAGES_FAILED if any(r.failed for r in results) else ExitCode.OK, stats), True
 
 
 class PageWork:

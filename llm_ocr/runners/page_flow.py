@@ -22,6 +22,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from llm_ocr.options import RenderOptions
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
+from llm_ocr.runners.process_pool import WorkerDied
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.serving.in_flight import InFlightLimit
@@ -396,7 +397,7 @@ class DocumentPages:
                 num_pages = count_pages(local, self.render)
             else:
                 num_pages = await self.pool.run(count_pages, local, self.render)
-        except (DocumentError, OSError) as exc:
+        except (DocumentError, OSError, WorkerDied) as exc:  # WorkerDied: the document crashed the renderer
             failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
             counters.pages_found += 1  # the document's one error row
             flow.expect(ref.doc_id, 1)  # which finishes the document

@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any
 
 from llm_ocr.options import StageSpec
+from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.records import PageResult
 from llm_ocr.runners.assemble import Assemble, assemble_finished
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, extract_settles, note_kept, note_retried
@@ -38,7 +39,7 @@ from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_on, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows
 from llm_ocr.runners.progress import RunCounters
-from llm_ocr.runners.shard import EXIT_INTERRUPTED, EXIT_OK, EXIT_PAGES_FAILED, RunError, ShardOutcome
+from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.serving.quarantine import PageQuarantined
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
@@ -123,14 +124,14 @@ class Run(ShardStage):
         self.extract = ShardIndex()
         self.describe = ShardIndex()
 
-    def _pages_settled(self, markers: Markers) -> int | None:
+    def _pages_settled(self, markers: Markers) -> ExitCode | None:
         """Extract's exit code when earlier runs left Extract, Describe and Assemble nothing to do."""
         code = extract_settles(markers["extract"], self.spec.extract)
         if code is None or not describe_settles(markers["describe"], markers["extract"]):
             return None
         return code if assemble_finished(markers["assemble"], self.spec.assemble) else None
 
-    def settled(self, markers: Markers) -> int | None:
+    def settled(self, markers: Markers) -> ExitCode | None:
         code = self._pages_settled(markers)
         if code is None or self.fields is None:
             return code
@@ -210,9 +211,9 @@ class Run(ShardStage):
         await asyncio.to_thread(shard.out.flush)
         assembled = await run_on(shard, Assemble(self.spec), writable_checked=True)
         stats = {**outcome.stats, "assemble": assembled.stats}
-        if assembled.exit_code == EXIT_INTERRUPTED:
-            return ShardOutcome(EXIT_INTERRUPTED, stats)
-        failed = outcome.exit_code != EXIT_OK or assembled.exit_code != EXIT_OK
+        if assembled.exit_code == ExitCode.INTERRUPTED:
+            return ShardOutcome(ExitCode.INTERRUPTED, stats)
+        failed = outcome.exit_code != ExitCode.OK or assembled.exit_code != ExitCode.OK
         if self.fields is not None and assembled.stats:
             # Fields reads OUT/assemble back: batched writes (the Hub) must be committed first.
             await asyncio.to_thread(shard.out.flush)
@@ -222,10 +223,10 @@ class Run(ShardStage):
             except RunError as exc:
                 raise RunError(f"{exc}{PAGES_KEPT}") from exc
             stats["fields"] = extracted.stats
-            if extracted.exit_code == EXIT_INTERRUPTED:
-                return ShardOutcome(EXIT_INTERRUPTED, stats)
-            failed = failed or extracted.exit_code != EXIT_OK
-        return ShardOutcome(EXIT_PAGES_FAILED if failed else EXIT_OK, stats)
+            if extracted.exit_code == ExitCode.INTERRUPTED:
+                return ShardOutcome(ExitCode.INTERRUPTED, stats)
+            failed = failed or extracted.exit_code != ExitCode.OK
+        return ShardOutcome(ExitCode.PAGES_FAILED if failed else ExitCode.OK, stats)
 
 
 async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:

@@ -1,8 +1,8 @@
-"""What every stage's shard runner shares: the shard, exit codes, signals, the output check.
+"""What every stage's shard runner shares: the shard, its outcome, signals, the output check.
 
-Exit codes (also in docs/stages.md): 0 every page ok or truncated; 1 finished but some pages
-failed; 2 could not run (bad options, inputs, output or endpoint); 3 interrupted (SIGTERM or
-SIGINT: completed rows are kept, rerun the same command to resume).
+A shard's run ends with a :class:`ShardOutcome`: its :class:`~llm_ocr.outcomes.ExitCode` (0 every
+page ok or truncated; 1 finished but some pages failed; 2 could not run; 3 interrupted by SIGTERM
+or SIGINT: completed rows are kept, rerun the same command to resume) and its stats.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from llm_ocr.container.shard_index import PlatformError, detect_shard
 from llm_ocr.options import JobOptions
-from llm_ocr.runners.progress import RunCounters
+from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.serving.in_flight import AdaptiveInFlight, AdaptivePolicy, InFlightLimit, in_flight_control
 from llm_ocr.serving.open import Endpoint, EndpointError
 from llm_ocr.sources import InputError
@@ -28,21 +28,17 @@ from llm_ocr.storage.stores import StorageError
 
 log = logging.getLogger("llm_ocr")
 
-EXIT_OK, EXIT_PAGES_FAILED, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3
-
 #: Requests in flight when neither --max-in-flight nor a GPU preset says otherwise.
 DEFAULT_IN_FLIGHT = 64
-
-
-class RunError(Exception):
-    """The run could not start or had to stop; the message says what to do."""
 
 
 @dataclass
 class ShardOutcome:
     """How one shard's run ended."""
 
-    exit_code: int
+    exit_code: ExitCode
+    #: The stats of the completion marker (for ``run``: by stage folder); read them typed with
+    #: :func:`llm_ocr.outcomes.stage_stats`.
     stats: dict[str, Any] = field(default_factory=dict)
     #: Why a run could not run (exit code 2), for the caller to report or raise.
     error: BaseException | None = None
@@ -51,6 +47,9 @@ class ShardOutcome:
     #: The user interrupted the run (Ctrl-C, a notebook's stop button): the Python API raises
     #: ``KeyboardInterrupt`` once the run has stopped.
     interrupted_by_user: bool = False
+
+    def __post_init__(self) -> None:
+        self.exit_code = ExitCode(self.exit_code)  # a runner's plain 0..3 too; any other number is a bug
 
 
 def resolve_shard(job: JobOptions) -> tuple[int, int]:
@@ -87,21 +86,6 @@ def check_writable(out: Storage) -> None:
         raise RunError(str(exc)) from exc
 
 
-def reconciled(stats: dict[str, Any], counters: RunCounters) -> bool:
-    """Record in ``stats`` whether every page of the input the run reached got a row.
-
-    A shard that does not reconcile must get no completion marker: a rerun would skip it and
-    the pages without a row would be lost; without the marker the rerun redoes them.
-    """
-    stats["reconciled"] = counters.pages_left == 0
-    if not stats["reconciled"]:
-        log.error(
-            "the rows do not reconcile with the input (%s); no completion marker written, rerun to redo the missing pages",
-            counters.reconciliation(),
-        )
-    return stats["reconciled"]
-
-
 #: Failures that mean "could not run" (exit code 2): the message says what to do.
 COULD_NOT_RUN = (RunError, InputError, EndpointError, StorageError)
 
@@ -116,13 +100,13 @@ async def run_guarded(make: ShardRun, stop: asyncio.Event) -> ShardOutcome:
     try:
         outcome = await make(stop)
     except COULD_NOT_RUN as exc:
-        outcome = ShardOutcome(EXIT_COULD_NOT_RUN, error=exc)
+        outcome = ShardOutcome(ExitCode.COULD_NOT_RUN, error=exc)
     except Exception as exc:  # noqa: BLE001 - a bug: reported with its traceback, parts are kept
-        outcome = ShardOutcome(EXIT_COULD_NOT_RUN, error=exc, unexpected=True)
+        outcome = ShardOutcome(ExitCode.COULD_NOT_RUN, error=exc, unexpected=True)
     finally:
         stored = await asyncio.to_thread(_store_queued_writes)
-    if stored is not None and outcome.exit_code in (EXIT_OK, EXIT_PAGES_FAILED):
-        return ShardOutcome(EXIT_COULD_NOT_RUN, outcome.stats, error=stored)
+    if stored is not None and outcome.exit_code in (ExitCode.OK, ExitCode.PAGES_FAILED):
+        return ShardOutcome(ExitCode.COULD_NOT_RUN, outcome.stats, error=stored)
     return outcome
 
 
@@ -165,7 +149,7 @@ def run_blocking(make: ShardRun, *, command_line: bool = False) -> ShardOutcome:
 
 def _interrupted(by_user: bool) -> ShardOutcome:
     log.error("interrupted; completed parts are kept, rerun the same command to resume")
-    return ShardOutcome(EXIT_INTERRUPTED, interrupted_by_user=by_user)
+    return ShardOutcome(ExitCode.INTERRUPTED, interrupted_by_user=by_user)
 
 
 def _run_here(make: ShardRun, signals: tuple[signal.Signals, ...]) -> ShardOutcome:
@@ -200,7 +184,7 @@ def _run_here(make: ShardRun, signals: tuple[signal.Signals, ...]) -> ShardOutco
         outcome = asyncio.run(main())
     except KeyboardInterrupt:  # before the handler was in place, or after it was removed
         return _interrupted(True)
-    outcome.interrupted_by_user = outcome.interrupted_by_user or (by_user and outcome.exit_code == EXIT_INTERRUPTED)
+    outcome.interrupted_by_user = outcome.interrupted_by_user or (by_user and outcome.exit_code == ExitCode.INTERRUPTED)
     return outcome
 
 

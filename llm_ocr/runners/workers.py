@@ -1,8 +1,10 @@
 """CPU work off the event loop: rendering, encoding and cropping in worker processes.
 
 pypdfium2 is not thread-safe and rendering plus JPEG encoding is CPU-bound, so the real
-pipeline uses processes (spawned, so no inherited event loop or open sockets). ``workers=0``
-runs the same functions on one background thread: cheaper to start, for tests and tiny jobs.
+pipeline uses processes: fresh interpreters started from llm-ocr's own entry point, which never
+run the caller's script again (:mod:`llm_ocr.runners.process_pool` says why and how).
+``workers=0`` runs the same functions on one background thread: cheaper to start, for tests and
+tiny jobs.
 """
 
 from __future__ import annotations
@@ -10,15 +12,14 @@ from __future__ import annotations
 import asyncio
 import io
 import math
-import multiprocessing
 import os
-import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from PIL import Image
+
+from llm_ocr.runners.process_pool import ProcessPool
 
 T = TypeVar("T")
 
@@ -35,10 +36,7 @@ class WorkerPool:
         self.workers = workers
         self._executor: Executor
         if workers > 0:
-            self._executor = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_exit_with_parent, initargs=(os.getpid(),),
-            )  # fmt: skip
+            self._executor = ProcessPool(workers, name="llm-ocr-render")
         else:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="llm-ocr-render")
 
@@ -56,22 +54,6 @@ class WorkerPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _exit_with_parent(parent: int) -> None:
-    """Pool initializer: end this worker when ``parent`` dies.
-
-    A worker blocks reading its task queue, which a SIGKILLed parent never closes (the worker
-    holds the queue's write end too), so it would stay forever, and multiprocessing's resource
-    tracker with it. A daemon thread notices the re-parenting instead.
-    """
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="llm-ocr-parent-watch", daemon=True).start()
 
 
 def crop_figures(image: bytes, boxes: list[list[int]]) -> list[bytes]:

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from llm_ocr.options import ExtractOptions, RenderOptions
-from llm_ocr.records import Block, Figure, PageResult
+from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
 from llm_ocr.stages.segmented import read_in_segments
 from llm_ocr.stages.tiled import TilePlan, may_be_long, read_in_tiles, tiles_after, tiles_at_once, tiling_allowed
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retries
 
@@ -39,7 +40,7 @@ class ExtractContext:
     recipe: Family
     options: ExtractOptions
     max_tokens: int
-    crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]]
+    crop: Callable[[bytes, Sequence[Box]], Awaitable[list[bytes]]]
     #: Turns or resizes an encoded image in a worker: (image, rotate, size, min_side) -> (bytes, w, h).
     transform: Callable[..., Awaitable[tuple[bytes, int, int]]] | None = None
 
@@ -64,7 +65,7 @@ class _Tools:
             stop_when_long=self.stop_when_long,
         )
 
-    async def crop(self, image: bytes, boxes: list[list[int]]) -> list[bytes]:
+    async def crop(self, image: bytes, boxes: Sequence[Box]) -> list[bytes]:
         return await self.ctx.crop(image, boxes)
 
     async def transform(
@@ -202,12 +203,10 @@ async def reading_to_page(
     if layout.figures:
         try:
             crops = await ctx.crop(reading.image, [f.bbox for f in layout.figures])
-            figures = [Figure(id=f.id, bbox=f.bbox, image=c, description=f.description) for f, c in zip(layout.figures, crops)]
+            figures = [f.record(image=c) for f, c in zip(layout.figures, crops)]
         except Exception as exc:  # noqa: BLE001 - a bad crop must not lose the page's text
             log.warning("cropping figures of %s page %d failed: %s", ref.doc_id, item.page, exc)
-            figures = [
-                Figure(id=f.id, bbox=f.bbox, description=f.description, error=f"crop failed: {exc}") for f in layout.figures
-            ]
+            figures = [f.record(error=f"crop failed: {exc}") for f in layout.figures]
     answers = reading.answers
     notes = [n for a in answers for n in a.notes]
     return PageResult(
@@ -219,7 +218,7 @@ async def reading_to_page(
         markdown=layout.markdown,
         raw=reading.raw,
         figures=figures,
-        blocks=[Block(label=b.label, boxes=b.boxes, text=b.text) for b in layout.blocks],
+        blocks=[b.record() for b in layout.blocks],
         width=reading.width,
         height=reading.height,
         status=status,  # type: ignore[arg-type]

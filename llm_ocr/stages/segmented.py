@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from llm_ocr.records import Block, Figure, PageResult
+from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, cut_line
 from llm_ocr.stages.attempts import UNFINISHED
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import RequestFailed
 from llm_ocr.vlm.families.base import Reading
-from llm_ocr.vlm.layout import alt_text, clean_markdown
+from llm_ocr.vlm.layout import FigureBox, PageBlock, alt_text, clean_markdown
 
 #: Segment requests of one page in flight at once (the page holds one slot of the page flow).
 SEGMENTS_IN_FLIGHT = 4
@@ -37,31 +38,32 @@ class Piece:
     """A block of one segment, in page pixels, with its figures."""
 
     segment: int
-    block: Block
-    figures: list[Figure] = field(default_factory=list)
+    block: PageBlock
+    figures: list[FigureBox] = field(default_factory=list)
 
     def centre(self, tall: bool) -> float | None:
+        """The middle of the block's boxes down the page (``tall``) or across it."""
         if not self.block.boxes:
             return None
-        lo = min(b[1] if tall else b[0] for b in self.block.boxes)
-        hi = max(b[3] if tall else b[2] for b in self.block.boxes)
-        return (lo + hi) / 2
+        x, y = Box.union(self.block.boxes).centre
+        return y if tall else x
 
 
-def _moved(box: list[int], segment: Segment) -> list[int]:
-    return [box[0] + segment.left, box[1] + segment.top, box[2] + segment.left, box[3] + segment.top]
+def _moved(box: Box, segment: Segment) -> Box:
+    return box.moved(segment.left, segment.top)
 
 
 def _pieces(reading: Reading, segment: Segment) -> tuple[list[Piece], list[str]]:
     """One segment's reading as blocks in page pixels (figures attached to their blocks)."""
     layout = reading.layout
     pieces = [
-        Piece(segment.index, Block(block.label, [_moved(b, segment) for b in block.boxes], block.text))
+        Piece(segment.index, PageBlock(block.label, [_moved(b, segment) for b in block.boxes], block.text))
         for block in layout.blocks
     ]
     for figure in layout.figures:
         if 0 <= figure.block < len(pieces):
-            pieces[figure.block].figures.append(Figure(id="", bbox=_moved(figure.bbox, segment), description=figure.description))
+            moved = FigureBox("", _moved(figure.bbox, segment), description=figure.description)
+            pieces[figure.block].figures.append(moved)
     return pieces, layout.warnings
 
 
@@ -112,7 +114,7 @@ def join_pieces(segments: list[Segment], per_segment: list[list[Piece]], page: i
             # segment's text starts with that repeat the end of the last one's are dropped.
             head = mine[0]
             text = drop_repeated_start(" ".join(p.block.text for p in previous if not p.block.boxes), head.block.text)
-            mine[0] = replace(head, block=Block(head.block.label, [], text))
+            mine[0] = replace(head, block=PageBlock(head.block.label, [], text))
         for piece in mine:
             twin = _twin(kept, piece)
             if twin is None:
@@ -120,7 +122,8 @@ def join_pieces(segments: list[Segment], per_segment: list[list[Piece]], page: i
                 continue
             head = kept[twin]
             text = drop_repeated_start(head.block.text, piece.block.text)
-            merged = Block(head.block.label, box_union(head.block.boxes + piece.block.boxes), f"{head.block.text} {text}".strip())
+            boxes = box_union(head.block.boxes + piece.block.boxes)
+            merged = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
             kept[twin] = replace(head, block=merged, figures=head.figures + piece.figures)
     return number_figures(kept, page)
 
@@ -148,20 +151,15 @@ def _twin(kept: list[Piece], piece: Piece) -> int | None:
                 return None
             continue
         if other.block.label == piece.block.label and any(
-            boxes_overlap(a, b) for a in other.block.boxes for b in piece.block.boxes
+            a.overlaps(b) for a in other.block.boxes for b in piece.block.boxes
         ):
             return index
     return None
 
 
-def boxes_overlap(a: list[int], b: list[int]) -> bool:
-    """Whether two ``[x1, y1, x2, y2]`` boxes share some area."""
-    return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
-
-
-def box_union(boxes: list[list[int]]) -> list[list[int]]:
-    """The one box around ``boxes``, as a list of one box."""
-    return [[min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes)]]
+def box_union(boxes: list[Box]) -> list[Box]:
+    """The one box around ``boxes``, as a list of one box (a block's boxes)."""
+    return [Box.union(boxes)]
 
 
 def _markdown(pieces: list[Piece]) -> str:
@@ -183,7 +181,7 @@ async def read_in_segments(
     segments: list[Segment],
     *,
     read: Callable[[PageImage], Awaitable[Reading]],
-    crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]],
+    crop: Callable[[bytes, Sequence[Box]], Awaitable[list[bytes]]],
     model: str,
     join: Join = join_pieces,
     kind: str = "segment",
@@ -199,7 +197,7 @@ async def read_in_segments(
     :mod:`llm_ocr.stages.tiled`, are read the same way); ``in_flight`` pieces are asked at once.
     """
     started = time.monotonic()
-    images = await crop(item.image, [s.box for s in segments])
+    images = await crop(item.image, [Box(*s.box) for s in segments])
     limit = asyncio.Semaphore(in_flight)
 
     async def one(segment: Segment, image: bytes) -> Reading | RequestFailed:
@@ -228,13 +226,14 @@ async def read_in_segments(
             notes.append(f"{where}: {cut}")
     done = [a for r in readings if isinstance(r, Reading) for a in r.answers]
     pieces = join(segments, per_segment, item.page)
-    figures = [f for p in pieces for f in p.figures]
-    if figures:
+    located = [f for p in pieces for f in p.figures]
+    figures: list[Figure] = []
+    if located:
         try:
-            crops = await crop(item.image, [f.bbox for f in figures])
-            figures = [replace(f, image=c) for f, c in zip(figures, crops)]
+            crops = await crop(item.image, [f.bbox for f in located])
+            figures = [f.record(image=c) for f, c in zip(located, crops)]
         except Exception as exc:  # noqa: BLE001 - a bad crop must not lose the page's text
-            figures = [replace(f, error=f"crop failed: {exc}") for f in figures]
+            figures = [f.record(error=f"crop failed: {exc}") for f in located]
     unfinished = [a for a in done if a.result.finish_reason in UNFINISHED]
     status = "error" if failures else "truncated" if unfinished else "ok"
     error = None
@@ -254,7 +253,7 @@ async def read_in_segments(
         markdown=_markdown(pieces),
         raw="\n".join(raw),
         figures=figures,
-        blocks=[p.block for p in pieces],
+        blocks=[p.block.record() for p in pieces],
         width=item.width,
         height=item.height,
         status=status,  # type: ignore[arg-type]

@@ -34,16 +34,18 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
-from llm_ocr.records import Block, PageResult
+from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment
 from llm_ocr.sources.tiles import plan_tiles
 from llm_ocr.stages.attempts import Answer
-from llm_ocr.stages.segmented import Piece, box_union, boxes_overlap, drop_repeated_start, number_figures, read_in_segments
+from llm_ocr.stages.segmented import Piece, box_union, drop_repeated_start, number_figures, read_in_segments
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Reading
+from llm_ocr.vlm.layout import PageBlock
 
 #: Tokens of DeepSeek-OCR grounding output per character of a page's text (its tags and boxes
 #: included): 0.35 for the simulator's 7-column page (29,274 characters of markup for 24,883 of
@@ -125,7 +127,7 @@ async def read_in_tiles(
     plan: TilePlan,
     *,
     read: Callable[[PageImage], Awaitable[Reading]],
-    crop: Callable[[bytes, list[list[int]]], Awaitable[list[bytes]]],
+    crop: Callable[[bytes, Sequence[Box]], Awaitable[list[bytes]]],
     model: str,
     first: Reading | None = None,
 ) -> PageResult | None:
@@ -175,21 +177,23 @@ def join_tiles(tiles: list[Segment], per_tile: list[list[Piece]], page: int) -> 
             continue
         head, tail = sorted((merged[twin], piece), key=lambda p: _position(p))
         text = drop_repeated_start(head.block.text, tail.block.text)
-        block = Block(head.block.label, box_union(head.block.boxes + tail.block.boxes), f"{head.block.text} {text}".strip())
+        boxes = box_union(head.block.boxes + tail.block.boxes)
+        block = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
         merged[twin] = replace(head, block=block, figures=head.figures + tail.figures)
     return number_figures(reading_order(merged, width, height), page)
 
 
 def _centre(piece: Piece) -> tuple[float, float] | None:
     boxes = piece.block.boxes
-    if not boxes:
-        return None
-    return ((min(b[0] for b in boxes) + max(b[2] for b in boxes)) / 2, (min(b[1] for b in boxes) + max(b[3] for b in boxes)) / 2)
+    return Box.union(boxes).centre if boxes else None
 
 
-def _position(piece: Piece) -> tuple[int, int]:
-    boxes = piece.block.boxes
-    return (min(b[1] for b in boxes), min(b[0] for b in boxes)) if boxes else (0, 0)
+def _position(piece: Piece) -> tuple[float, float]:
+    """(top, left) of the piece's boxes."""
+    if not piece.block.boxes:
+        return (0, 0)
+    around = Box.union(piece.block.boxes)
+    return (around.y1, around.x1)
 
 
 def _owner(tiles: list[Segment], point: tuple[float, float], width: int, height: int) -> int | None:
@@ -219,9 +223,9 @@ def _twin(merged: list[Piece], piece: Piece, tiles: list[Segment]) -> int | None
         theirs = tiles[other.segment]
         if other.segment == piece.segment or other.block.label != piece.block.label:
             continue
-        if not boxes_overlap(mine.box, theirs.box):
+        if not Box(*mine.box).overlaps(Box(*theirs.box)):
             continue
-        if any(boxes_overlap(a, b) for a in other.block.boxes for b in piece.block.boxes):
+        if any(a.overlaps(b) for a in other.block.boxes for b in piece.block.boxes):
             return index
     return None
 
@@ -242,9 +246,10 @@ def reading_order(pieces: list[Piece], width: int, height: int) -> list[Piece]:
     return [p for g in loose + ordered for p in g]
 
 
-def _extent(group: list[Piece], axis: int) -> tuple[int, int]:
-    boxes = group[0].block.boxes
-    return min(b[axis] for b in boxes), max(b[axis + 2] for b in boxes)
+def _extent(group: list[Piece], axis: int) -> tuple[float, float]:
+    """Where the group's first piece starts and ends across (``axis`` 0) or down (1) the page."""
+    around = Box.union(group[0].block.boxes)
+    return (around.x1, around.x2) if axis == 0 else (around.y1, around.y2)
 
 
 def _xy_cut(groups: list[list[Piece]], tolerance: tuple[float, float], depth: int) -> list[list[Piece]]:

@@ -1,4 +1,5 @@
-"""Parse DeepSeek-OCR grounding output into layout blocks, figure boxes and clean Markdown.
+"""DeepSeek-OCR's grounding output: parsed into layout blocks, figure boxes and clean Markdown,
+and written from a view of an image (what the simulated server answers).
 
 The model writes blocks ``<|ref|>LABEL<|/ref|><|det|>[[x1, y1, x2, y2], ...]<|/det|>`` each
 followed by its content, coordinates 0..999 relative to the image sent (docs/facts.md#deepseek-ocr).
@@ -16,11 +17,15 @@ import re
 from collections.abc import Sequence
 from itertools import islice
 
-from llm_ocr.records import Block
 from llm_ocr.vlm import layout
-from llm_ocr.vlm.layout import FIGURE_LINK, FigureBox, PageLayout, Warnings, finite_box
+from llm_ocr.vlm.box import Box
+from llm_ocr.vlm.layout import FIGURE_LINK, FigureBox, PageBlock, PageLayout, Warnings, finite_box
+from llm_ocr.vlm.view import Element
 
-__all__ = ["EOS", "FIGURE_LINK", "IMAGE_LABEL", "FigureBox", "PageLayout", "clean_markdown", "parse_layout", "scale_box"]
+__all__ = [
+    "EOS", "FIGURE_LINK", "IMAGE_LABEL", "FigureBox", "PageLayout", "clean_markdown", "parse_layout", "scale_box",
+    "write_grounding", "write_plain",
+]  # fmt: skip
 
 REF_OPEN, REF_CLOSE, DET_OPEN, DET_CLOSE = "<|ref|>", "<|/ref|>", "<|det|>", "<|/det|>"
 TAGS = (REF_OPEN, REF_CLOSE, DET_OPEN, DET_CLOSE)
@@ -54,8 +59,8 @@ class _Finder:
         return hit
 
 
-def scale_box(box: Sequence[float], width: int, height: int) -> list[int] | None:
-    """Convert a model box (0..999 coordinates) to ``[x1, y1, x2, y2]`` pixels of the image.
+def scale_box(box: Sequence[float], width: int, height: int) -> Box | None:
+    """Convert a model box (0..999 coordinates) to a :class:`Box` in pixels of the image.
 
     Coordinates are clamped to 0..999 and swapped into order first, so the result lies within
     ``[0, width] x [0, height]``. Returns ``None`` if the box is not four finite numbers, the
@@ -65,13 +70,11 @@ def scale_box(box: Sequence[float], width: int, height: int) -> list[int] | None
     if vals is None:
         return None
     # Clamped to 0..999 first, so the pixels cannot leave [0, width] x [0, height].
-    x1, y1, x2, y2 = (min(max(v, 0.0), 999.0) for v in vals)
-    x1, x2 = min(x1, x2), max(x1, x2)
-    y1, y2 = min(y1, y2), max(y1, y2)
+    x1, y1, x2, y2 = vals.clamped(999.0, 999.0).ordered()
     # Same formula as DeepSeek-OCR's run_dpsk_ocr_pdf.py (docs/facts.md#deepseek-ocr): x_px = int(x
     # / 999 * width).
-    px = [int(x1 / 999 * width), int(y1 / 999 * height), int(x2 / 999 * width), int(y2 / 999 * height)]
-    if px[0] >= px[2] or px[1] >= px[3]:
+    px = Box(int(x1 / 999 * width), int(y1 / 999 * height), int(x2 / 999 * width), int(y2 / 999 * height))
+    if px.x1 >= px.x2 or px.y1 >= px.y2:
         return None
     return px
 
@@ -144,7 +147,7 @@ def _parse_boxes(body: str, cap: int, where: str, warn: Warnings) -> list[list[f
     return boxes
 
 
-def _pixel_boxes(raw_boxes: list[list[float]], width: int, height: int, where: str, warn: Warnings) -> list[list[int]]:
+def _pixel_boxes(raw_boxes: list[list[float]], width: int, height: int, where: str, warn: Warnings) -> list[Box]:
     out = []
     for box in raw_boxes:
         if any(v < 0 or v > 999 for v in box):
@@ -186,9 +189,9 @@ def parse_layout(
         warn(f"output of {len(text)} characters truncated to {max_chars}")
         text = text[:max_chars]
     text = text.replace(EOS, "")
-    figure_pixels, pixel_budget = 0, max_figure_area * max(width, 0) * max(height, 0)
+    figure_pixels, pixel_budget = 0.0, max_figure_area * max(width, 0) * max(height, 0)
     finder = _Finder(text)
-    blocks: list[Block] = []
+    blocks: list[PageBlock] = []
     figures: list[FigureBox] = []
     pieces: list[str] = []
 
@@ -202,7 +205,7 @@ def parse_layout(
     pos = finder.find(REF_OPEN, 0)
     head = add_text(text if pos == -1 else text[:pos], "text")
     if head:  # untagged output, or text before the first tag
-        blocks.append(Block(label="text", boxes=[], text=head))
+        blocks.append(PageBlock(label="text", boxes=[], text=head))
     while pos != -1:
         if len(blocks) >= max_blocks:
             warn(f"more than {max_blocks} blocks: last {len(text) - pos} characters dropped")
@@ -219,17 +222,45 @@ def parse_layout(
                 warn(f"{where}: no usable box, no figure")
             # Official form: the tag becomes an image link plus "\n"; here one link per box.
             for box in boxes:
-                area = (box[2] - box[0]) * (box[3] - box[1])
+                area = box.area
                 if len(figures) >= max_figures or figure_pixels + area > pixel_budget:
-                    warn(f"{where}: over {max_figures} figures or {max_figure_area:g} page areas of figures, box {box} not cropped")
+                    warn(f"{where}: over {max_figures} figures or {max_figure_area:g} page areas of figures, "
+                         f"box {list(box)} not cropped")
                     continue
                 figure_pixels += area
                 figures.append(FigureBox(id=f"p{page}-f{len(figures) + 1}", bbox=box, block=len(blocks)))
                 pieces.append(f"![](figure:{figures[-1].id})\n")
         block_text = add_text(text[content:end], label or "text")
         if label is not None or block_text:  # an unclosed ref with nothing after it is noise
-            blocks.append(Block(label=label or "text", boxes=boxes, text=block_text))
+            blocks.append(PageBlock(label=label or "text", boxes=boxes, text=block_text))
 
     # Joining pieces can recombine tag fragments across block boundaries: strip once more.
     markdown = clean_markdown(_strip_tags("".join(pieces)))
     return PageLayout(blocks=blocks, figures=figures, markdown=markdown, warnings=warn.result())
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+def det_box(box: Box) -> Box:
+    """A box in fractions of the image as DeepSeek-OCR writes it: 0..999 integers
+    (``int(x_px / width * 999)``, the inverse of :func:`scale_box`)."""
+    return box.scaled(999, 999).truncated().clamped(999, 999)
+
+
+def write_grounding(elements: Sequence[Element], markdown: bool = True) -> str:
+    """Elements as grounding markup: ``<|ref|>LABEL<|/ref|><|det|>[[x1, y1, x2, y2]]<|/det|>``
+    then the element's text, blocks separated by a blank line. ``markdown`` writes ``#`` /
+    ``##`` before titles, as the "Convert the document to markdown." prompt does (the "OCR this
+    image." one does not)."""
+    parts = []
+    for element in elements:
+        text = element.markdown() if markdown else element.text
+        det = ", ".join(str(v) for v in det_box(element.box))
+        parts.append(f"{REF_OPEN}{element.label}{REF_CLOSE}{DET_OPEN}[[{det}]]{DET_CLOSE}\n{text}\n\n")
+    return "".join(parts)
+
+
+def write_plain(elements: Sequence[Element]) -> str:
+    """Elements as plain text (the "Free OCR." answer): those with text, blank-line separated."""
+    return "\n\n".join(e.text for e in elements if e.text)

@@ -1,9 +1,10 @@
 """The page a family's parser produces, whatever the family: blocks, figures, Markdown, warnings.
 
 Every parser maps its family's coordinate space to pixels of the image that was sent with
-:func:`to_pixels`, and assembles the page's Markdown the same way (:func:`assemble`): each
-block's Markdown in reading order, a figure as ``![](figure:ID)`` (or ``![alt](figure:ID)``
-when the model described it), blocks separated by a blank line.
+:func:`to_pixels` (a :class:`~llm_ocr.vlm.box.Box`), and assembles the page's Markdown the same
+way (:class:`LayoutBuilder`): each block's Markdown in reading order, a figure as
+``![](figure:ID)`` (or ``![alt](figure:ID)`` when the model described it), blocks separated by
+a blank line.
 
 Conventions of the Markdown every family produces (docs/models.md, "One Markdown"):
 
@@ -14,12 +15,12 @@ Conventions of the Markdown every family produces (docs/models.md, "One Markdown
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llm_ocr.records import Block
+from llm_ocr.records import Block, Figure
+from llm_ocr.vlm.box import Box
 
 #: A figure reference in page Markdown; group 1 is the figure id.
 FIGURE_LINK = re.compile(r"!\[[^\[\]\n]{0,200}\]\(figure:([^()\s]{1,200})\)")
@@ -28,22 +29,40 @@ MAX_WARNINGS = 50  # one garbage page must not produce a megabyte of warnings
 
 
 @dataclass
+class PageBlock:
+    """One block of a parsed page: the family's label, its boxes in pixels of the image the
+    layout refers to, its Markdown."""
+
+    label: str
+    boxes: list[Box]
+    text: str
+
+    def record(self) -> Block:
+        """The block as an output row stores it (boxes as lists of four ints)."""
+        return Block(label=self.label, boxes=[box.row() for box in self.boxes], text=self.text)
+
+
+@dataclass
 class FigureBox:
     """One figure on a page, in pixels of the image the layout refers to."""
 
     id: str  # "p{page}-f{k}", k counts figures on the page from 1 in reading order
-    bbox: list[int]  # [x1, y1, x2, y2], x1 < x2, y1 < y2, within the image
+    bbox: Box  # x1 < x2, y1 < y2, within the image
     #: The index in ``PageLayout.blocks`` of the block this figure belongs to.
     block: int = -1
     #: What the OCR model itself said the figure shows (olmOCR-2's alt text, Chandra's alt).
     description: str | None = None
+
+    def record(self, image: bytes | None = None, error: str | None = None) -> Figure:
+        """The figure as an output row stores it, with its crop (or why there is none)."""
+        return Figure(id=self.id, bbox=self.bbox.row(), image=image, description=self.description, error=error)
 
 
 @dataclass
 class PageLayout:
     """Everything recovered from one page's answer."""
 
-    blocks: list[Block]  # boxes in pixels; text is the block's Markdown
+    blocks: list[PageBlock]  # boxes in pixels; text is the block's Markdown
     figures: list[FigureBox]
     markdown: str  # the page's Markdown, figures referenced as ![](figure:ID)
     warnings: list[str] = field(default_factory=list)  # what was malformed and skipped/fixed
@@ -70,36 +89,18 @@ class Warnings:
         return self.items + extra
 
 
-def finite_box(box: Sequence[float], width: int, height: int) -> list[float] | None:
-    """``box`` as four finite floats, or None when it is not that or the image has no size (the
-    check every family's box mapping starts with)."""
-    if len(box) != 4 or width <= 0 or height <= 0:
-        return None
-    try:
-        vals = [float(v) for v in box]
-    except (TypeError, ValueError):
-        return None
-    return vals if all(math.isfinite(v) for v in vals) else None
+def finite_box(box: Sequence[object], width: int, height: int) -> Box | None:
+    """``box`` as a :class:`Box` of four finite numbers, or None when it is not that or the
+    image has no size (the check every family's box mapping starts with)."""
+    return Box.of(box) if width > 0 and height > 0 else None
 
 
-def to_pixels(box: Sequence[float], sx: float, sy: float, width: int, height: int) -> list[int] | None:
-    """``box`` (x1, y1, x2, y2 in a family's space) times ``(sx, sy)``, as ``[x1, y1, x2, y2]``
-    pixels clamped to the ``width`` x ``height`` image, corners in order; None when the box is
-    not four finite numbers or has no area in pixels."""
+def to_pixels(box: Sequence[object], sx: float, sy: float, width: int, height: int) -> Box | None:
+    """``box`` (x1, y1, x2, y2 in a family's space) times ``(sx, sy)``, as int pixels of the
+    ``width`` x ``height`` image (clamped to it, corners in order); None when the box is not
+    four finite numbers or has no area in pixels."""
     vals = finite_box(box, width, height)
-    if vals is None:
-        return None
-    x1, x2 = sorted((vals[0] * sx, vals[2] * sx))
-    y1, y2 = sorted((vals[1] * sy, vals[3] * sy))
-    px = [
-        int(min(max(x1, 0.0), width)),
-        int(min(max(y1, 0.0), height)),
-        int(min(max(x2, 0.0), width)),
-        int(min(max(y2, 0.0), height)),
-    ]
-    if px[0] >= px[2] or px[1] >= px[3]:
-        return None
-    return px
+    return None if vals is None else vals.scaled(sx, sy).pixels(width, height)
 
 
 def clean_markdown(text: str) -> str:
@@ -122,35 +123,35 @@ class LayoutBuilder:
     warn: Warnings = field(default_factory=Warnings)
     max_figures: int = 256
     max_figure_area: float = 4.0
-    blocks: list[Block] = field(default_factory=list)
+    blocks: list[PageBlock] = field(default_factory=list)
     figures: list[FigureBox] = field(default_factory=list)
     _parts: list[str] = field(default_factory=list)
-    _pixels: int = 0
+    _pixels: float = 0.0
 
-    def text(self, label: str, boxes: list[list[int]], markdown: str) -> None:
+    def text(self, label: str, boxes: list[Box], markdown: str) -> None:
         """Add a block of text (its Markdown)."""
         markdown = markdown.strip()
-        self.blocks.append(Block(label=label, boxes=boxes, text=markdown))
+        self.blocks.append(PageBlock(label=label, boxes=boxes, text=markdown))
         if markdown:
             self._parts.append(markdown)
 
-    def figure(self, label: str, box: list[int] | None, description: str | None = None, markdown: str = "") -> None:
+    def figure(self, label: str, box: Box | None, description: str | None = None, markdown: str = "") -> None:
         """Add a figure block: a crop of ``box`` (when it fits the caps), linked from the page.
 
         ``markdown`` is what the block says besides the picture (Chandra writes a chart's data).
         """
         description = (description or "").strip() or None
         index = len(self.blocks)
-        self.blocks.append(Block(label=label, boxes=[box] if box else [], text=markdown.strip()))
+        self.blocks.append(PageBlock(label=label, boxes=[box] if box else [], text=markdown.strip()))
         link = None
         if box is None:
             self.warn(f"{label} block {index + 1}: no usable box, no figure")
         else:
-            area = (box[2] - box[0]) * (box[3] - box[1])
+            area = box.area
             budget = self.max_figure_area * self.width * self.height
             if len(self.figures) >= self.max_figures or self._pixels + area > budget:
                 self.warn(f"{label} block {index + 1}: over {self.max_figures} figures or "
-                          f"{self.max_figure_area:g} page areas of figures, box {box} not cropped")
+                          f"{self.max_figure_area:g} page areas of figures, box {list(box)} not cropped")
             else:
                 self._pixels += area
                 figure = FigureBox(f"p{self.page}-f{len(self.figures) + 1}", box, index, description)

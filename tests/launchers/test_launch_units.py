@@ -151,15 +151,15 @@ def test_every_launch_keyword_belongs_to_one_kind_of_option(platform: str) -> No
     launched stage: no name may be two of them, whatever the stage."""
     from llm_ocr.launchers import platform_class
     from llm_ocr.launchers.spec import LaunchOptions
-    from llm_ocr.options import STAGE_OPTIONS, stage_option_names
+    from llm_ocr.stage_table import STAGES
 
     launch_names = set(LaunchOptions.model_fields)
     platform_names = set(platform_class(platform).options.model_fields)
     assert not launch_names & platform_names
-    for stage in STAGE_OPTIONS:
+    for stage in STAGES.values():
         # The stage's --output and --num-shards are the launch's own, which it gives every job.
-        stage_names = set(stage_option_names(stage)) - {"output", "num_shards"}
-        assert not stage_names & (launch_names | platform_names), stage
+        stage_names = set(stage.option_names()) - {"output", "num_shards"}
+        assert not stage_names & (launch_names | platform_names), stage.name
 
 
 def test_launch_keywords_are_checked_and_the_stage_options_reach_the_command_line() -> None:

@@ -220,8 +220,8 @@ def test_figures_are_capped_in_number_and_in_area() -> None:
     assert layout.markdown.count("](figure:") == 256 and "over 256 figures" in layout.warnings[0]
     full = "<|ref|>image<|/ref|><|det|>[[0, 0, 999, 999]]<|/det|>\n" * 10
     layout = parse_layout(full, width=W, height=H, page=1)
-    assert [f.bbox for f in layout.figures] == [[0, 0, W, H]] * 4  # four page areas in all
-    assert len(layout.blocks) == 10 and all(b.boxes == [[0, 0, W, H]] for b in layout.blocks)  # boxes kept
+    assert [f.bbox for f in layout.figures] == [(0, 0, W, H)] * 4  # four page areas in all
+    assert len(layout.blocks) == 10 and all(b.boxes == [(0, 0, W, H)] for b in layout.blocks)  # boxes kept
 
 
 # --- the accounting line -----------------------------------------------------------------------

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 
 from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, plan_segments
 from llm_ocr.stages.attempts import Answer
 from llm_ocr.stages.segmented import drop_repeated_start, read_in_segments
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult, RequestFailed
 from llm_ocr.vlm.families.base import Reading
 from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
@@ -68,7 +70,7 @@ def run(lines, height: int, fig_at: int | None = None, fail: set[int] = frozense
     by_size = {}
     calls = 0
 
-    async def crop(image: bytes, boxes: list[list[int]]) -> list[bytes]:
+    async def crop(image: bytes, boxes: Sequence[Box]) -> list[bytes]:
         out = []
         for box in boxes:
             key = f"{box}".encode()

@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_ocr.records import Block, PageResult
+from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.density import TextEstimate
 from llm_ocr.sources.segments import Segment
 from llm_ocr.stages.attempts import Answer, is_long
 from llm_ocr.stages.segmented import Piece, read_in_segments
 from llm_ocr.stages.tiled import join_tiles, may_be_long, reading_order, tiles_after, tiles_at_once
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult
 from llm_ocr.vlm.families import DEEPSEEK_OCR
 from llm_ocr.vlm.families.base import Reading
-from llm_ocr.vlm.layout import PageLayout
+from llm_ocr.vlm.layout import PageBlock, PageLayout
 from llm_ocr.vlm.loops import LoopPolicy
 
 LINE = 20  # pixels per text line
@@ -101,11 +103,11 @@ def grid(bands: int, overlap: int = 50, across: int = 2) -> list[Segment]:
 def join(lines: list[Line], tiles: list[Segment]) -> PageResult:
     boxes: dict[bytes, Segment] = {}
 
-    async def crop(image: bytes, wanted: list[list[int]]) -> list[bytes]:
+    async def crop(image: bytes, wanted: Sequence[Box]) -> list[bytes]:
         out = []
         for box in wanted:
-            key = f"{box}".encode()
-            boxes[key] = next((t for t in tiles if t.box == box), None)  # type: ignore[assignment]
+            key = f"{list(box)}".encode()
+            boxes[key] = next((t for t in tiles if t.box == list(box)), None)  # type: ignore[assignment]
             out.append(key)
         return out
 
@@ -144,10 +146,11 @@ def test_paragraph_breaks_that_line_up_across_columns_do_not_interleave_the_colu
 
 
 def test_reading_order_keeps_a_boxless_block_behind_the_one_it_followed() -> None:
-    def piece(segment: int, text: str, box: list[int] | None) -> Piece:
-        return Piece(segment, Block("text", [box] if box else [], text))
+    def piece(segment: int, text: str, box: Box | None) -> Piece:
+        return Piece(segment, PageBlock("text", [box] if box else [], text))
 
-    pieces = [piece(0, "right column", [500, 0, 900, 400]), piece(0, "note", None), piece(0, "left column", [0, 0, 400, 400])]
+    pieces = [piece(0, "right column", Box(500, 0, 900, 400)), piece(0, "note", None),
+              piece(0, "left column", Box(0, 0, 400, 400))]
     assert [p.block.text for p in reading_order(pieces, 900, 400)] == ["left column", "right column", "note"]
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from llm_ocr.config import OptionError, resolve_options
 from llm_ocr.options import JobOptions
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, RecipeError, UnknownRecipe, family_for, family_named, names
 from llm_ocr.vlm.families.base import Retries, prompt_text, sent_image
 from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
@@ -121,17 +122,17 @@ def test_math_and_tables_are_rewritten_one_way() -> None:
 
 
 def test_boxes_map_to_pixels_clamped_and_ordered() -> None:
-    assert to_pixels([500, 250, 100, 50], 0.5, 2.0, 400, 400) == [50, 100, 250, 400]
+    assert to_pixels([500, 250, 100, 50], 0.5, 2.0, 400, 400) == (50, 100, 250, 400)
     assert to_pixels([0, 0, 0, 10], 1, 1, 100, 100) is None  # no width
     assert to_pixels(["a", 0, 1, 1], 1, 1, 100, 100) is None
-    assert to_pixels([-5, -5, 1000, 1000], 1, 1, 100, 100) == [0, 0, 100, 100]
+    assert to_pixels([-5, -5, 1000, 1000], 1, 1, 100, 100) == (0, 0, 100, 100)
 
 
 def test_layout_builder_caps_figures_and_links_them_with_their_description() -> None:
     builder = LayoutBuilder(page=2, width=100, height=100, max_figures=1)
-    builder.text("title", [[0, 0, 100, 10]], "# Heading")
-    builder.figure("Picture", [10, 20, 60, 70], description="A [bar] chart")
-    builder.figure("Picture", [0, 0, 50, 50])
+    builder.text("title", [Box(0, 0, 100, 10)], "# Heading")
+    builder.figure("Picture", Box(10, 20, 60, 70), description="A [bar] chart")
+    builder.figure("Picture", Box(0, 0, 50, 50))
     layout = builder.build()
     (figure,) = layout.figures
     assert figure.id == "p2-f1" and figure.block == 1 and figure.description == "A [bar] chart"

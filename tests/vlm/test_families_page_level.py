@@ -110,9 +110,9 @@ QWEN25_ANSWER = """```html
 def test_qwen25_html_boxes_are_resized_image_pixels_mapped_to_the_page() -> None:
     layout = QWEN25_VL.parse(QWEN25_ANSWER, width=1014, height=1532, page=3)
     # The processor saw 1008 x 1540: x scales by 1014/1008, y by 1532/1540.
-    assert [f.bbox for f in layout.figures] == [[263, 193, 712, 270]]
+    assert [f.bbox for f in layout.figures] == [(263, 193, 712, 270)]
     assert layout.figures[0].id == "p3-f1"
-    assert layout.blocks[0].boxes == [[311, 93, 661, 131]]
+    assert layout.blocks[0].boxes == [(311, 93, 661, 131)]
     md = layout.markdown
     assert md.startswith("## Qwen2.5 Technical Report\n\nQwen Team\n\n![](figure:p3-f1)\n\n## Abstract")
     assert "<table><tr><th>Model</th><th>Size</th></tr><tr><td>Qwen2.5</td><td>72B</td></tr></table>" in md
@@ -125,7 +125,7 @@ def test_qwen3_html_boxes_are_thousandths_of_the_image() -> None:
               '<div class="image caption" data-bbox="100 100 600 400">Figure 1: Sales by region</div>'
               '<p data-bbox="100 420 900 500">Sales rose in every region.</p></body></html>')
     layout = QWEN3_VL.parse(answer, width=2000, height=1000, page=1)
-    assert [f.bbox for f in layout.figures] == [[200, 100, 1200, 400]]
+    assert [f.bbox for f in layout.figures] == [(200, 100, 1200, 400)]
     assert layout.figures[0].description == "Figure 1: Sales by region"
     assert "# Annual report" in layout.markdown and "Sales rose in every region." in layout.markdown
 
@@ -184,7 +184,7 @@ def test_nanonets_keeps_its_figure_description_and_drops_only_the_tags() -> None
 def test_lighton_bbox_figures_are_cropped_from_thousandths() -> None:
     answer = "Intro paragraph.\n\n![image](image_1.png) 100,200,500,600\n\nFigure 1: the setup.\n\n![image](image_2.png)"
     layout = LIGHTON_OCR_BBOX.parse(answer, width=1000, height=2000, page=4)
-    assert [f.bbox for f in layout.figures] == [[100, 400, 500, 1200]]
+    assert [f.bbox for f in layout.figures] == [(100, 400, 500, 1200)]
     assert layout.markdown == "Intro paragraph.\n\n![](figure:p4-f1)\n\nFigure 1: the setup."
 
 

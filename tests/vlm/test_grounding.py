@@ -9,14 +9,8 @@ import time
 
 import pytest
 
-from llm_ocr.records import Block
-from llm_ocr.vlm.grounding import (
-    FIGURE_LINK,
-    PageLayout,
-    clean_markdown,
-    parse_layout,
-    scale_box,
-)
+from llm_ocr.vlm.grounding import FIGURE_LINK, PageLayout, clean_markdown, parse_layout, scale_box
+from llm_ocr.vlm.layout import PageBlock as Block
 
 EOS = "<｜end▁of▁sentence｜>"
 TAGS = ("<|ref|>", "<|/ref|>", "<|det|>", "<|/det|>")
@@ -27,14 +21,14 @@ def px(box, width=W, height=H):
     """The documented formula (docs/facts.md#deepseek-ocr), written out independently of the
     module."""
     x1, y1, x2, y2 = box
-    return [int(x1 / 999 * width), int(y1 / 999 * height), int(x2 / 999 * width), int(y2 / 999 * height)]
+    return (int(x1 / 999 * width), int(y1 / 999 * height), int(x2 / 999 * width), int(y2 / 999 * height))
 
 
 def block(label, boxes, text):
     return f"<|ref|>{label}<|/ref|><|det|>{boxes}<|/det|>\n{text}\n\n"
 
 
-def figures(layout) -> list[tuple[str, list[int]]]:
+def figures(layout) -> list[tuple[str, tuple[int, ...]]]:
     """``(id, bbox)`` of each figure; each figure points at its own ``image`` block."""
     for figure in layout.figures:
         block = layout.blocks[figure.block]
@@ -207,7 +201,7 @@ def test_boxes_are_never_evaluated(monkeypatch):
 
 def test_out_of_range_boxes_are_clamped():
     layout = parse(block("image", "[[-50, 100, 1500, 5000]]", ""))
-    assert figures(layout) == [("p1-f1", [0, px([0, 100, 0, 0])[1], W, H])]
+    assert figures(layout) == [("p1-f1", (0, px([0, 100, 0, 0])[1], W, H))]
     assert any("outside 0..999" in w for w in layout.warnings)
     assert_clean(layout)
 
@@ -365,10 +359,10 @@ def test_random_garbage_never_breaks_invariants():
 
 
 def test_scale_box():
-    assert scale_box([0, 0, 999, 999], W, H) == [0, 0, W, H]
+    assert scale_box([0, 0, 999, 999], W, H) == (0, 0, W, H)
     assert scale_box([100, 200, 300, 400], W, H) == px([100, 200, 300, 400])
     assert scale_box([300, 400, 100, 200], W, H) == px([100, 200, 300, 400])  # swapped
-    assert scale_box([-10, -10, 5000, 5000], 100, 50) == [0, 0, 100, 50]  # clamped
+    assert scale_box([-10, -10, 5000, 5000], 100, 50) == (0, 0, 100, 50)  # clamped
     assert scale_box([100, 100, 100, 200], W, H) is None  # zero width
     assert scale_box([100, 100, 101, 200], 5, 5) is None  # zero width in pixels
     assert scale_box([1, 2, 3], W, H) is None

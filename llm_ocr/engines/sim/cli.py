@@ -1,13 +1,13 @@
-"""A simulated OpenAI-compatible DeepSeek-OCR server (vLLM look-alike) for tests, benchmarks
-and demos without a GPU.
+"""A simulated OpenAI-compatible OCR model server (vLLM look-alike) for tests, benchmarks
+and demos without a GPU, answering as the served model's family does (DeepSeek-OCR by default).
 
 Run it as its own process, like a real server::
 
     python -m llm_ocr.engines.sim --port 8000 --corpus docs/ --slots 64
 
 It answers ``/health``, ``/v1/models``, ``/metrics`` and ``/v1/chat/completions`` the way
-vLLM serving DeepSeek-OCR does (validation, error JSON, metric names), with latency from a
-simple batch model, and faults on demand (``POST /sim/faults``) or at random rates. Pages of
+vLLM does (validation, error JSON, metric names), with latency from a simple batch model, and
+faults on demand (``POST /sim/faults``) or at random rates. Pages of
 PDFs given with ``--corpus`` are recognised and answered from their text layer; any other
 image gets a deterministic synthetic page. See :mod:`llm_ocr.engines.sim.server` for the timing
 model and :mod:`llm_ocr.testing` for a context manager that runs it in tests.
@@ -35,8 +35,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     """The command-line parser (pass ``parser`` to add the options to a subcommand's)."""
     p = parser or argparse.ArgumentParser(
         prog="python -m llm_ocr.engines.sim",
-        description="Simulated OpenAI-compatible DeepSeek-OCR server (vLLM look-alike) for tests "
-        "and benchmarks without a GPU.",
+        description="Simulated OpenAI-compatible OCR model server (vLLM look-alike) for tests and benchmarks "
+        "without a GPU: it answers as the served model's family does (DeepSeek-OCR by default).",
     )
     model = add_frame_options(
         p,

@@ -12,6 +12,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from llm_ocr.vlm.grounding import write_grounding, write_plain
+
 from .corpus import LayoutBlock
 
 _WORDS = (
@@ -38,30 +40,15 @@ _PALETTE: dict[str, tuple[int, int, int]] = {
 }
 
 
-def box_to_det(box: tuple[float, float, float, float]) -> list[int]:
-    """Page fractions to DeepSeek-OCR's 0..999 integers (``int(x_px / width * 999)``)."""
-    return [min(999, max(0, int(v * 999))) for v in box]
-
-
 def render_grounding(blocks: list[LayoutBlock], markdown: bool = True) -> str:
-    """Blocks as grounding markup: ``<|ref|>LABEL<|/ref|><|det|>[[x1, y1, x2, y2]]<|/det|>``
-    then the block's text, blocks separated by a blank line. ``markdown`` adds ``#`` / ``##``
-    before titles, as the "Convert the document to markdown." prompt does."""
-    parts = []
-    for b in blocks:
-        text = b.text
-        if markdown and b.label == "title":
-            text = f"# {text}"
-        elif markdown and b.label == "sub_title":
-            text = f"## {text}"
-        det = ", ".join(str(v) for v in box_to_det(b.box))
-        parts.append(f"<|ref|>{b.label}<|/ref|><|det|>[[{det}]]<|/det|>\n{text}\n\n")
-    return "".join(parts)
+    """Blocks as DeepSeek-OCR's grounding markup (its writer, :func:`llm_ocr.vlm.grounding.write_grounding`);
+    ``markdown``: ``#`` before titles, as the "Convert the document to markdown." prompt does."""
+    return write_grounding([b.element() for b in blocks], markdown=markdown)
 
 
 def render_plain(blocks: list[LayoutBlock]) -> str:
     """Blocks as plain text (the "Free OCR." answer): text blocks only, blank-line separated."""
-    return "\n\n".join(b.text for b in blocks if b.text)
+    return write_plain([b.element() for b in blocks])
 
 
 def _rng(digest: bytes, salt: str = "") -> random.Random:

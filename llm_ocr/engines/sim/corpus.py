@@ -5,7 +5,7 @@ The simulated model answers a known page from the PDF's own text layer and image
 tests can check word recall and figure boxes against ground truth without a GPU.
 
 Coordinates inside this module are fractions of the displayed page (0..1, origin top-left,
-after the page's ``/Rotate``); the server turns them into DeepSeek-OCR's 0..999 integers.
+after the page's ``/Rotate``); each family's writer turns them into its own coordinate space.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from llm_ocr.vlm.box import Box
+from llm_ocr.vlm.view import Element
 
 if TYPE_CHECKING:  # numpy and PIL are imported lazily: importing this module stays cheap
     import numpy as np
@@ -57,6 +60,10 @@ class LayoutBlock:
     box: tuple[float, float, float, float]
     text: str
     lines: tuple[tuple[tuple[float, float, float, float], str], ...] = ()
+
+    def element(self, description: str = "") -> Element:
+        """The block as a family's writer gets it (:mod:`llm_ocr.vlm.view`)."""
+        return Element(self.label, Box(*self.box), self.text, description)
 
 
 @dataclass

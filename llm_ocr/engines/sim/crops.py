@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from llm_ocr.vlm.box import Box
+
 from .corpus import KnownPage, LayoutBlock, soften
 
 if TYPE_CHECKING:
@@ -43,8 +45,6 @@ MIN_PAGE_SIDE = 640
 LINE_INSIDE = 0.5
 #: A figure is in a crop when at least this share of its area is (its box is then clipped).
 FIGURE_INSIDE = 0.3
-
-Box = tuple[float, float, float, float]
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def locate(image: Any, width: int, height: int, pages: list[KnownPage], dpi: flo
         rows, cols = page.grey.shape
         score, y, x = _best_match(page.grey.astype(np.float64), crop_at(w, h))
         if score >= MIN_CORRELATION and (best is None or score > best.correlation):
-            best = Crop(page, (x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
+            best = Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
     return best
 
 
@@ -189,47 +189,26 @@ def _window_sums(values: np.ndarray, h: int, w: int) -> np.ndarray:
 def region_blocks(blocks: list[LayoutBlock], region: Box) -> list[LayoutBlock]:
     """What a crop of ``region`` (page fractions) shows of a page's blocks, with boxes as
     fractions of the crop: the lines of each block mostly inside it, the figures partly in it."""
-    x0, y0, x1, y1 = region
     out = []
     for block in blocks:
+        box = Box(*block.box)
         if block.lines:
-            lines = [(box, text) for box, text in block.lines if _inside(box, region, LINE_INSIDE, LINE_INSIDE)]
+            lines = [(Box(*b), text) for b, text in block.lines if _inside(Box(*b), region, LINE_INSIDE, LINE_INSIDE)]
             if not lines:
                 continue
-            box = _clip(_union([b for b, _ in lines]), region)
-            out.append(LayoutBlock(block.label, _relative(box, region), " ".join(t for _, t in lines)))
+            shown = Box.union(b for b, _ in lines).clipped(region)
+            out.append(LayoutBlock(block.label, shown.within(region), " ".join(t for _, t in lines)))
         elif block.label == "image" or not block.text:
-            clipped = _clip(block.box, region)
-            if _area(clipped) >= FIGURE_INSIDE * max(_area(block.box), 1e-12):
-                out.append(LayoutBlock(block.label, _relative(clipped, region), block.text))
-        elif x0 <= (block.box[0] + block.box[2]) / 2 <= x1 and y0 <= (block.box[1] + block.box[3]) / 2 <= y1:
-            out.append(LayoutBlock(block.label, _relative(_clip(block.box, region), region), block.text))
+            clipped = box.clipped(region)
+            if clipped.area >= FIGURE_INSIDE * max(box.area, 1e-12):
+                out.append(LayoutBlock(block.label, clipped.within(region), block.text))
+        elif region.x1 <= box.centre[0] <= region.x2 and region.y1 <= box.centre[1] <= region.y2:
+            out.append(LayoutBlock(block.label, box.clipped(region).within(region), block.text))
     return out
 
 
 def _inside(box: Box, region: Box, height_share: float, width_share: float) -> bool:
-    x = min(box[2], region[2]) - max(box[0], region[0])
-    y = min(box[3], region[3]) - max(box[1], region[1])
-    return y >= height_share * (box[3] - box[1]) and x >= width_share * (box[2] - box[0]) and x > 0 and y > 0
-
-
-def _union(boxes: list[Box]) -> Box:
-    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
-
-
-def _clip(box: Box, region: Box) -> Box:
-    return (max(box[0], region[0]), max(box[1], region[1]), min(box[2], region[2]), min(box[3], region[3]))
-
-
-def _area(box: Box) -> float:
-    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
-
-
-def _relative(box: Box, region: Box) -> Box:
-    width, height = region[2] - region[0], region[3] - region[1]
-    return (
-        (box[0] - region[0]) / width,
-        (box[1] - region[1]) / height,
-        (box[2] - region[0]) / width,
-        (box[3] - region[1]) / height,
-    )
+    """Whether at least ``height_share`` of ``box``'s height and ``width_share`` of its width
+    lie inside ``region``."""
+    inside = box.clipped(region)
+    return inside.height >= height_share * box.height and inside.width >= width_share * box.width and inside.area > 0

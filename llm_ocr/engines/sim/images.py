@@ -6,6 +6,8 @@ import hashlib
 import io
 from dataclasses import dataclass
 
+from llm_ocr.vlm.box import Box
+
 from ..frame.protocol import ApiError
 from . import content
 from .corpus import CorpusIndex, KnownPage, fingerprint_image
@@ -25,7 +27,7 @@ class ImageFacts:
     turned: int = 0
     #: The part of ``known`` the image shows, as page fractions ``(x0, y0, x1, y1)``, when it
     #: is a crop of it (a tile of a dense page); None for the whole page.
-    region: tuple[float, float, float, float] | None = None
+    region: Box | None = None
 
 
 def analyse_image(

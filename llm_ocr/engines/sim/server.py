@@ -397,10 +397,14 @@ class SimServer(OpenAIServer):
         self, family: Family, kind: str, body: dict[str, Any], req: ChatRequest, facts: ImageFacts,
         fault: Fault | None, max_tokens: int,
     ) -> str:
-        """A page request of a family other than DeepSeek-OCR, answered in its own format."""
+        """A page request of a family other than DeepSeek-OCR, answered in its own format (the
+        family's writer) with what the image shows: a known page, the part of it a crop is, or a
+        synthetic page."""
         if fault is not None and fault.kind == "empty":
             return ""
-        if facts.known is not None:
+        if facts.known is not None and facts.region is not None:
+            blocks = region_blocks(facts.known.blocks, facts.region)
+        elif facts.known is not None:
             blocks = facts.known.blocks
         else:
             blocks = content.synthetic_blocks(facts.sha256)

@@ -1,13 +1,14 @@
 """A recipe per OCR model family, chosen from the served model name (or ``--recipe NAME``).
 
-One module per family holds its request, its server's flags, its parser and its loop policy
-(see :mod:`.base`); docs/models.md cites where each fact comes from. :func:`family_for` picks
-the family of a served model name; a model no family matches gets :data:`~.generic.GENERIC`.
+One module per family holds its request, its server's flags, its parser, its writer (the
+answer its model gives, which the simulated server sends) and its loop policy (see
+:mod:`.base`); docs/models.md cites where each fact comes from. :func:`family_for` picks the
+family of a served model name; a model no family matches gets :data:`~.generic.GENERIC`.
 
-To add a family: write its module (a :class:`~.base.Family` instance with ``parse`` and, if
-one page takes several requests, ``read``), list it in :data:`FAMILIES`, teach the simulated
-server its answer format (``llm_ocr/engines/sim/families.py``) and add its section to
-docs/models.md.
+To add a family: write its module (a :class:`~.base.Family` instance with ``parse`` and
+``write`` and, if one page takes several requests, ``read``), list it in :data:`FAMILIES` and
+add its section to docs/models.md. The round-trip tests (tests/vlm/test_family_round_trip.py)
+run on every family listed here.
 """
 
 from __future__ import annotations

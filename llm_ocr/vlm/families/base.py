@@ -1,14 +1,18 @@
-"""What a model family's recipe holds: the request, the server's flags, the parser, the loop policy.
+"""What a model family's recipe holds: the request, the server's flags, the parser and its
+writer, the loop policy.
 
-A :class:`Family` is data plus three behaviours: :meth:`Family.request` builds the chat
+A :class:`Family` is data plus these behaviours: :meth:`Family.body` builds the chat
 completion for a page image exactly as the family's own code sends it, :meth:`Family.parse`
 turns its answer into a :class:`~llm_ocr.vlm.layout.PageLayout` (Markdown, blocks with
 boxes in the pixels of the image that was sent, figure boxes), and :meth:`Family.read` reads one
 page, with one request or several (MinerU's two passes, olmOCR-2's turn-and-read-again).
 
-:meth:`Family.check` is the other side of :meth:`Family.request`: the simulated server runs it
-on every request it receives and refuses what strays from the recipe, so a test that goes
-through the whole pipeline proves the requests on the wire, not the builder's intentions.
+Two more are the other side of those: :meth:`Family.check` of :meth:`Family.body`, and
+:meth:`Family.write` of :meth:`Family.parse`. The simulated server runs ``check`` on every
+request it receives and refuses what strays from the recipe, so a test that goes through the
+whole pipeline proves the requests on the wire, not the builder's intentions; it answers with
+``write``: the answer the family's model gives for a :class:`~llm_ocr.vlm.view.View` of the
+image, in its own format and coordinate space, which the round-trip tests parse back.
 
 Nothing here talks to a server or touches an image: :meth:`Family.read` gets both done through
 the :class:`PageTools` it is given (the Extract stage supplies them), so this package stays in
@@ -24,7 +28,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.layout import PageLayout
+from llm_ocr.vlm.view import View
 
 ImageFormat = Literal["jpeg", "png"]
 
@@ -183,7 +189,7 @@ class PageTools(Protocol):
 
     async def ask(self, body_for: BodyFor, retries: Retries) -> AnswerLike: ...  # noqa: D102
 
-    async def crop(self, image: bytes, boxes: list[list[int]]) -> list[bytes]: ...  # noqa: D102
+    async def crop(self, image: bytes, boxes: Sequence[Box]) -> list[bytes]: ...  # noqa: D102
 
     async def transform(  # noqa: D102
         self, image: bytes, *, rotate: int = 0, size: tuple[int, int] | None = None, min_side: int = 0
@@ -363,6 +369,30 @@ class Family:
     def parse(self, text: str, *, width: int, height: int, page: int) -> PageLayout:
         """The family's answer for a ``width`` x ``height`` image as a page layout."""
         raise NotImplementedError
+
+    # -- writing an answer (the simulated server, the round-trip tests) ---------------------------
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """The answer this family's model gives for an image showing ``view``, to a page request
+        of ``kind`` (what :meth:`check` returns: ``"page"``, or a pass of a multi-request family)
+        asking ``prompt`` (None: the recipe's own): its markup, its labels, its boxes in its own
+        coordinate space. :meth:`parse` reads it back.
+
+        The view is of the image as sent: a whole page, a piece of one, or (MinerU's second
+        pass) one block cropped from it; the writer never needs to know which.
+        """
+        raise NotImplementedError(f"{self.title} has no writer: its answers cannot be simulated")
+
+    def page_reshaped(self, kind: str) -> bool:
+        """Whether a page request of ``kind`` sends the page resized to another aspect ratio
+        (MinerU's layout pass sends it as a square): a server that recognises pages must not
+        compare their aspect."""
+        return False
+
+    def reports_rotation(self, kind: str) -> bool:
+        """Whether the answer to a page request of ``kind`` says how the image is turned
+        (olmOCR-2's front matter): a server that recognises pages must recognise them turned."""
+        return False
 
     # -- checking a request (the simulated server) -------------------------------------------------
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from html import escape
 from html.parser import HTMLParser
 
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
 from llm_ocr.vlm.families.markup import html_to_markdown
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, Warnings, to_pixels
+from llm_ocr.vlm.view import View
 
 _TAGS_1 = ["math", "br", "i", "b", "u", "del", "sup", "sub", "table", "tr", "td", "p", "th", "div", "pre", "h1",
            "h2", "h3", "h4", "h5", "ul", "ol", "li", "input", "a", "span", "img", "hr", "tbody", "small", "caption",
@@ -77,6 +79,9 @@ CHANDRA_2_PROMPT = _layout_prompt(
 )
 
 FIGURE_LABELS = ("Image", "Figure", "Diagram")
+#: The prompt's block label of each element a view shows (the writer's labels).
+LABELS = {"title": "Section-Header", "sub_title": "Section-Header", "text": "Text", "image": "Image",
+          "image_caption": "Caption", "table": "Table", "equation": "Equation-Block"}  # fmt: skip
 _NUMBERS = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -124,6 +129,8 @@ class Chandra(Family):
     """Chandra's ocr_layout recipe; ``scale`` is the bbox normalisation of the version."""
 
     scale: int = 1024
+    #: Boxes written as a JSON list ``[x0, y0, x1, y1]`` (Chandra 1's prompt), else ``x0 y0 x1 y1``.
+    json_boxes: bool = False
 
     def prompt_reserve(self, context: int) -> int:
         # Up to 6,291,456 px at 32 px per token (6,144 image tokens) besides the 12,384-token answer.
@@ -157,6 +164,30 @@ class Chandra(Family):
             else:
                 builder.text(label, [box] if box else [], markdown)
         return builder.build()
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """Top-level ``<div data-bbox data-label>`` blocks, boxes normalised to :attr:`scale`;
+        headings as ``<h1>``/``<h2>``, math in ``<math display="block">``, a figure as an
+        ``<img>`` whose alt describes it."""
+        divs = []
+        for element in view.elements:
+            label = LABELS.get(element.label, "Text")
+            box = list(element.box.scaled(self.scale, self.scale).rounded())
+            bbox = str(box) if self.json_boxes else " ".join(map(str, box))
+            if label == "Image":
+                inner = f'<img alt="{escape(element.description)}"/>'
+            elif label == "Section-Header":
+                level = 1 if element.label == "title" else 2
+                inner = f"<h{level}>{escape(element.text)}</h{level}>"
+            elif label == "Table":
+                inner = element.text
+            elif label == "Equation-Block":
+                latex = escape(element.latex().replace("\\coloneqq", ":="))
+                inner = f'<p><math display="block">{latex}</math></p>'
+            else:
+                inner = f"<p>{escape(element.text)}</p>"
+            divs.append(f'<div data-bbox="{bbox}" data-label="{label}">{inner}</div>')
+        return "\n".join(divs)
 
 
 def _sources(version: str) -> tuple[Source, ...]:
@@ -226,5 +257,6 @@ CHANDRA_1 = Chandra(
     ),
     sources=_sources("1"),
     scale=1024,
+    json_boxes=True,
     **{**_COMMON, "patterns": (r"chandra",), "prompt": Prompt(CHANDRA_1_PROMPT)},  # type: ignore[arg-type]
 )

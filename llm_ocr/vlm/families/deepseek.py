@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
-from llm_ocr.vlm.grounding import parse_layout
+from llm_ocr.vlm.grounding import parse_layout, write_grounding, write_plain
 from llm_ocr.vlm.layout import PageLayout
+from llm_ocr.vlm.view import View
 
 #: The offline prompt is "<image>\n<|grounding|>Convert the document to markdown." Over the chat
 #: API the text part carries no "<image>": vLLM's chat_utils (_get_full_multimodal_text_prompt)
@@ -53,6 +54,14 @@ class DeepSeekOCR(Family):
 
     def parse(self, text: str, *, width: int, height: int, page: int) -> PageLayout:
         return parse_layout(text, width=width, height=height, page=page)
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """Grounding markup, headings as Markdown for the document prompt; no ``#`` for "OCR this
+        image."; the bare text for "Free OCR." (deepseek-ai/DeepSeek-OCR config.py's prompts)."""
+        asked = (prompt or self.prompt.text or "").removeprefix("<image>\n")
+        if asked == FREE_OCR_PROMPT:
+            return write_plain(view.elements)
+        return write_grounding(view.elements, markdown=asked != IMAGE_PROMPT)
 
 
 DEEPSEEK_OCR = DeepSeekOCR(

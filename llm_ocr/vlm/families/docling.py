@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
-from llm_ocr.vlm.families.markup import display_math, otsl_to_html
+from llm_ocr.vlm.families.markup import display_math, html_to_otsl, otsl_to_html
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, Warnings, to_pixels
+from llm_ocr.vlm.view import Element, View
 
 DOCLING_PROMPT = "Convert this page to docling."
 #: docling_core get_location_token: rnorm 500.
@@ -28,9 +30,12 @@ _LOC = re.compile(r"<loc_(\d{1,4})>")
 _TAG = re.compile(r"</?[a-z_0-9]{1,40}/?>")
 _CAPTION = re.compile(r"<caption>((?:<loc_\d{1,4}>){4})(.*?)</caption>", re.DOTALL)
 _HEADING = re.compile(r"section_header_level_(\d)")
+#: The DocTags element of each element a view shows (the writer's tags).
+TAGS = {"title": "title", "sub_title": "section_header_level_1", "text": "text", "image": "picture",
+        "image_caption": "caption", "table": "otsl", "equation": "formula"}  # fmt: skip
 
 
-def _box(locs: str, width: int, height: int) -> list[int] | None:
+def _box(locs: str, width: int, height: int) -> Box | None:
     values = [int(v) for v in _LOC.findall(locs)]
     return to_pixels(values, width / GRID, height / GRID, width, height) if len(values) == 4 else None
 
@@ -80,6 +85,29 @@ class GraniteDocling(Family):
             warn("no DocTags elements in the answer: its text kept without boxes")
             builder.text("text", [], _plain(text))
         return builder.build()
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """DocTags: ``<tag><loc_x0><loc_y0><loc_x1><loc_y1>content</tag>``, locations
+        ``round(500 x fraction)`` clamped to 0..499; tables as OTSL, formulas as LaTeX."""
+        return "<doctag>" + "".join(_element(e) for e in view.elements) + "</doctag>"
+
+
+def locations(box: Box) -> str:
+    """A box in fractions of the image as DocTags locations (docling-core ``get_location_token``)."""
+    return "".join(f"<loc_{v}>" for v in box.scaled(GRID, GRID).rounded().clamped(GRID - 1, GRID - 1))
+
+
+def _element(element: Element) -> str:
+    tag = TAGS.get(element.label, "text")
+    if tag == "otsl":
+        content = html_to_otsl(element.text)
+    elif tag == "formula":
+        content = element.latex().replace("\\coloneqq", ":=")
+    elif tag == "picture":
+        content = ""
+    else:
+        content = element.text
+    return f"<{tag}>{locations(element.box)}{content}</{tag}>"
 
 
 GRANITE_DOCLING = GraniteDocling(

@@ -20,6 +20,7 @@ from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
 from llm_ocr.vlm.families.generic import normalise_markdown
 from llm_ocr.vlm.families.markup import display_math
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, Warnings, to_pixels
+from llm_ocr.vlm.view import View
 
 #: prompt_layout_all_en, dots_ocr/utils/prompts.py.
 LAYOUT_ALL_PROMPT = """Please output the layout information from the PDF image, including each layout element's bbox, its category, and the corresponding text content within the bbox.
@@ -47,6 +48,9 @@ IMAGE_TOKENS = "<|img|><|imgpad|><|endofimg|>"
 #: dots_ocr/utils/consts.py: the processor's resize (Qwen2-VL's smart_resize).
 IMAGE_FACTOR, MIN_PIXELS, MAX_PIXELS = 28, 3136, 11_289_600
 _CELL = re.compile(r"\{[^{}]{0,200000}\}")
+#: The prompt's layout category of each element a view shows (the writer's labels).
+CATEGORIES = {"title": "Title", "sub_title": "Section-header", "text": "Text", "image": "Picture",
+              "image_caption": "Caption", "table": "Table", "equation": "Formula"}  # fmt: skip
 
 
 def smart_resize(height: int, width: int, factor: int = IMAGE_FACTOR, min_pixels: int = MIN_PIXELS,
@@ -129,6 +133,21 @@ class DotsOCR(Family):
             else:
                 builder.text(category, [box] if box else [], normalise_markdown(content))
         return builder.build()
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """A JSON list of cells, boxes in pixels of the image as the processor resizes it; a
+        Picture without text, a Formula as ``$$`` LaTeX, the rest Markdown."""
+        rh, rw = smart_resize(view.height, view.width)
+        cells = []
+        for element in view.elements:
+            category = CATEGORIES.get(element.label, "Text")
+            cell: dict[str, object] = {"bbox": list(element.box.scaled(rw, rh).rounded()), "category": category}
+            if category == "Formula":
+                cell["text"] = element.text.replace("\\[", "$$").replace("\\]", "$$").replace("\\coloneqq", ":=")
+            elif category != "Picture":
+                cell["text"] = element.markdown()
+            cells.append(cell)
+        return json.dumps(cells, ensure_ascii=False)
 
 
 _SOURCES = (

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving
 from llm_ocr.vlm.families.markup import dollars_to_brackets, markdown_table_to_html
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout
+from llm_ocr.vlm.view import View
 
 GENERIC_PROMPT = "Convert this page to markdown. Output only the markdown."
 
@@ -24,6 +25,10 @@ class MarkdownFamily(Family):
         builder = LayoutBuilder(page, width, height)
         builder.text("text", [], normalise_markdown(text))
         return builder.build()
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """The page as Markdown, headings with ``#``; figures left out (no boxes to give)."""
+        return "\n\n".join(e.markdown() for e in view.elements if e.text)
 
 
 def normalise_markdown(text: str) -> str:

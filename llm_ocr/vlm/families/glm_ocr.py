@@ -12,12 +12,26 @@ Sources (docs/models.md, "GLM-OCR"): zai-org/GLM-OCR ``glmocr/config.yaml``,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from llm_ocr.vlm.families.base import Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.generic import MarkdownFamily
+from llm_ocr.vlm.families.markup import brackets_to_dollars
+from llm_ocr.vlm.view import View
 
 TEXT_PROMPT = "Text Recognition:"
 
-GLM_OCR = MarkdownFamily(
+
+@dataclass(frozen=True)
+class GlmOCR(MarkdownFamily):
+    """GLM-OCR's page-level answer: Markdown, parsed as any Markdown answer."""
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """Markdown paragraphs and ``#`` headings, ``$$`` display math, HTML tables; no figures."""
+        return "\n\n".join(brackets_to_dollars(e.markdown()) for e in view.elements if e.text and e.label != "image")
+
+
+GLM_OCR = GlmOCR(
     name="glm-ocr",
     title="GLM-OCR",
     patterns=(r"glm-ocr",),

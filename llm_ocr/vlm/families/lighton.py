@@ -19,13 +19,17 @@ from dataclasses import dataclass
 
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.generic import normalise_markdown
+from llm_ocr.vlm.families.markup import brackets_to_dollars
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, to_pixels
+from llm_ocr.vlm.view import View
 
 #: A figure reference, with the -bbox variants' box after it (0..1000 of the image).
 _FIGURE = re.compile(
     r"!\[(?P<alt>[^\]\n]{0,200})\]\((?P<name>[^)\s]{0,200})\)"
     r"(?:[ \t]*(?P<box>\d{1,4}\s*,\s*\d{1,4}\s*,\s*\d{1,4}\s*,\s*\d{1,4}))?"
 )
+
+
 @dataclass(frozen=True)
 class LightOnOCR(Family):
     """Markdown, figure references turned into crops where the answer gives a box."""
@@ -49,6 +53,21 @@ class LightOnOCR(Family):
         if text[pos:].strip():
             builder.text("text", [], normalise_markdown(text[pos:]))
         return builder.build()
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """Markdown with ``$$`` display math; a figure as ``![image](image_N.png)``, followed by
+        its box in 0..1000 of the image by the ``-bbox`` variants (those whose outputs have boxes)."""
+        parts, figures = [], 0
+        for element in view.elements:
+            if element.label == "image":
+                figures += 1
+                ref = f"![image](image_{figures}.png)"
+                if self.outputs.boxes:
+                    ref += " " + ",".join(str(v) for v in element.box.scaled(1000, 1000).rounded().clamped(1000, 1000))
+                parts.append(ref)
+            elif element.text:
+                parts.append(brackets_to_dollars(element.markdown()))
+        return "\n\n".join(parts)
 
 
 _SAMPLING = Sampling(temperature=0.2, top_p=0.9, max_tokens=4096)

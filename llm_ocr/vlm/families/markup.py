@@ -31,6 +31,15 @@ _DOLLARS = re.compile(r"\$\$(.{1,4000}?)\$\$", re.DOTALL)
 _DOLLAR = re.compile(r"(?<![\\$])\$([^$\n]{1,1000}?)\$(?!\$)")
 
 
+_BRACKETS = re.compile(r"\\\[\s*(.*?)\s*\\\]", re.DOTALL)
+
+
+def brackets_to_dollars(text: str) -> str:
+    """``\\[ x \\]`` as ``$$`` on a line of its own, ``x``, ``$$`` (how GLM-OCR, Nanonets-OCR2 and
+    LightOnOCR write display math)."""
+    return _BRACKETS.sub(lambda m: f"$$\n{m.group(1)}\n$$", text)
+
+
 def dollars_to_brackets(text: str) -> str:
     """``$$x$$`` as ``\\[ x \\]`` and ``$x$`` as ``\\( x \\)`` (escaped ``\\$`` left alone)."""
     text = _DOLLARS.sub(lambda m: f"\\[ {m.group(1).strip()} \\]", text)
@@ -82,6 +91,15 @@ def otsl_to_html(otsl: str) -> str:
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</table>")
     return "".join(out)
+
+
+def html_to_otsl(table: str) -> str:
+    """A simple HTML table (``<tr>`` rows of ``<td>``/``<th>`` cells, no spans) as OTSL, its
+    first row header cells (``<ched>``): what :func:`otsl_to_html` reads back."""
+    rows = []
+    for row in table.split("<tr>")[1:]:
+        rows.append([c.split("</td>")[0].split("</th>")[0] for c in row.replace("<th>", "<td>").split("<td>")[1:]])
+    return "".join(("<ched>" if i == 0 else "<fcel>").join([""] + row) + "<nl>" for i, row in enumerate(rows))
 
 
 _PIPE_ROW = re.compile(r"^\s*\|(.*)\|\s*$")

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import (
     AnswerLike,
     Family,
@@ -35,8 +36,9 @@ from llm_ocr.vlm.families.base import (
     prompt_text,
 )
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
-from llm_ocr.vlm.families.markup import display_math, otsl_to_html
+from llm_ocr.vlm.families.markup import display_math, html_to_otsl, otsl_to_html
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, Warnings, to_pixels
+from llm_ocr.vlm.view import Element, View
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 LAYOUT_PROMPT = "\nLayout Detection:"
@@ -72,6 +74,9 @@ ANGLES = {"<|rotate_up|>": 0, "<|rotate_right|>": 90, "<|rotate_down|>": 180, "<
 NOT_READ = {"list", "equation_block", "image_block", "image", "chart"}
 FIGURES = {"image", "chart"}
 TITLES = {"title": "#", "doc_title": "#", "paragraph_title": "##"}
+#: The layout pass's block type of each element a view shows (the writer's types).
+TYPES = {"title": "title", "sub_title": "title", "text": "text", "image": "image",
+         "image_caption": "image_caption", "table": "table", "equation": "equation"}  # fmt: skip
 
 
 @dataclass
@@ -79,7 +84,7 @@ class LayoutBox:
     """One block of the layout pass: type, box in 0..1 of the page, rotation."""
 
     type: str
-    box: tuple[float, float, float, float]
+    box: Box
     angle: int | None = None
     text: str = ""
     read: bool = False
@@ -105,7 +110,7 @@ def parse_layout_pass(text: str, warn: Warnings) -> list[LayoutBox]:
         kind = "image" if kind == "unknown" else kind
         if kind == "inline_formula":
             continue
-        out.append(LayoutBox(kind, (x1 / 1000, y1 / 1000, x2 / 1000, y2 / 1000), ANGLES.get(match.group(6) or "")))
+        out.append(LayoutBox(kind, Box(x1 / 1000, y1 / 1000, x2 / 1000, y2 / 1000), ANGLES.get(match.group(6) or "")))
     if not out and text.strip():
         warn("layout answer has no blocks")
     return out
@@ -157,15 +162,16 @@ class MinerU(Family):
         layout_answer = await self._ask(tools, square, "image/png", LAYOUT_PROMPT, SAMPLING["layout"], max_tokens)
         boxes = parse_layout_pass(layout_answer.text, warn)
         pixels = [to_pixels(b.box, page.width, page.height, page.width, page.height) for b in boxes]
-        todo = [i for i, (b, px) in enumerate(zip(boxes, pixels)) if b.type not in NOT_READ and px is not None]
-        crops = await tools.crop(page.image, [pixels[i] for i in todo]) if todo else []
+        # The blocks read one by one (index -> box in pixels): text, tables, formulas with a box.
+        to_read = {i: px for i, (b, px) in enumerate(zip(boxes, pixels)) if b.type not in NOT_READ and px is not None}
+        todo = list(to_read)
+        crops = await tools.crop(page.image, list(to_read.values())) if todo else []
 
         async def one(index: int, crop: bytes) -> AnswerLike:
             block = boxes[index]
             angle = block.angle if block.angle in (90, 180, 270) else 0
             image, mime = crop, "image/png"
-            x1, y1, x2, y2 = pixels[index]  # type: ignore[misc]
-            width, height = x2 - x1, y2 - y1
+            width, height = int(to_read[index].width), int(to_read[index].height)
             if angle or min(width, height) < MIN_IMAGE_EDGE:
                 # resize_by_need: a block turned upright as the layout said, small ones scaled up.
                 image, width, height = await tools.transform(crop, rotate=angle, min_side=MIN_IMAGE_EDGE)
@@ -196,7 +202,7 @@ class MinerU(Family):
     def messages(self, image: bytes, mime: str, text: str | None = None, system: str | None = None) -> list[dict[str, Any]]:
         return super().messages(image, mime, text, SYSTEM_PROMPT)
 
-    def assemble(self, boxes: list[LayoutBox], pixels: list[list[int] | None], page: PageInput, warn: Warnings) -> PageLayout:
+    def assemble(self, boxes: list[LayoutBox], pixels: list[Box | None], page: PageInput, warn: Warnings) -> PageLayout:
         """The page from its blocks in the layout's (reading) order, each block's text in the
         common forms: tables from OTSL to HTML, formulas as display math, titles as headings."""
         builder = LayoutBuilder(page.page, page.width, page.height, warn=warn)
@@ -220,6 +226,31 @@ class MinerU(Family):
         boxes = parse_layout_pass(text, warn)
         pixels = [to_pixels(b.box, width, height, width, height) for b in boxes]
         return self.assemble(boxes, pixels, PageInput(b"", "", width, height, page), warn)
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """The layout pass (``kind`` ``"layout"``): a line per element, its box in 0..1000 and
+        its type, upright. A block pass: what the crop shows, as text, a table as OTSL, an
+        equation as LaTeX."""
+        if kind == "layout":
+            lines = []
+            for element in view.elements:
+                x1, y1, x2, y2 = element.box.scaled(1000, 1000).rounded()
+                lines.append(f"<|box_start|>{x1} {y1} {x2} {y2}<|box_end|><|ref_start|>"
+                             f"{TYPES.get(element.label, 'text')}<|ref_end|><|rotate_up|>")
+            return "\n".join(lines)
+        return "\n".join(_block_answer(element) for element in view.elements)
+
+    def page_reshaped(self, kind: str) -> bool:
+        return kind == "layout"
+
+
+def _block_answer(element: Element) -> str:
+    """One block's answer to its recognition prompt."""
+    if element.label == "table":
+        return html_to_otsl(element.text)
+    if element.label == "equation":
+        return element.latex().replace("\\coloneqq", ":=")
+    return element.text
 
 
 MINERU = MinerU(

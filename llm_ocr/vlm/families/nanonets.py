@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.generic import normalise_markdown
+from llm_ocr.vlm.families.markup import brackets_to_dollars
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout
+from llm_ocr.vlm.view import View
 
 #: The model card's prompt, verbatim.
 NANONETS_PROMPT = (
@@ -53,6 +55,22 @@ class Nanonets(Family):
             pos = match.end()
         self._text(builder, text[pos:])
         return builder.build({"figure_descriptions": descriptions} if descriptions else None)
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """Tagged Markdown: a figure as ``<img>`` holding its caption (the caption is not written
+        again), or its description when it has none, as the prompt asks; ``$$`` display math;
+        the page number last in ``<page_number>``."""
+        parts = []
+        for i, element in enumerate(view.elements):
+            if element.label == "image":
+                parts.append(f"<img>{view.caption_of(i) or element.description}</img>")
+            elif view.captioned(i):
+                continue
+            elif element.text:
+                parts.append(brackets_to_dollars(element.markdown()))
+        if view.page_number is not None:
+            parts.append(f"<page_number>{view.page_number}</page_number>")
+        return "\n\n".join(parts)
 
     @staticmethod
     def _text(builder: LayoutBuilder, chunk: str) -> None:

@@ -34,6 +34,7 @@ from llm_ocr.vlm.families.base import (
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
 from llm_ocr.vlm.families.generic import normalise_markdown
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, Warnings, to_pixels
+from llm_ocr.vlm.view import View
 
 #: build_no_anchoring_v4_yaml_prompt(), olmocr/prompts/prompts.py.
 OLMOCR_PROMPT = (
@@ -110,6 +111,31 @@ class OlmOCR(Family):
         # Blocks without text (around figures) carry nothing: dropped, figures re-pointed.
         layout = builder.build(metadata=fields)
         return _drop_empty_text(layout)
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """Front matter, then Markdown; a figure as ``![alt](page_x_y_w_h.png)`` in pixels of the
+        image. An image not upright says so (``is_rotation_valid: False`` and the
+        counter-clockwise turn that makes it upright), as olmOCR-2 was trained to."""
+        parts = []
+        for element in view.elements:
+            if element.label == "image":
+                x1, y1, x2, y2 = element.box
+                x, y = round(x1 * view.width), round(y1 * view.height)
+                w, h = round((x2 - x1) * view.width), round((y2 - y1) * view.height)
+                parts.append(f"![{element.description}](page_{x}_{y}_{w}_{h}.png)")
+            elif element.text:
+                parts.append(element.markdown())
+        correction = view.rotation % 360
+        labels = {e.label for e in view.elements}
+        head = (
+            "---\nprimary_language: en\n"
+            f"is_rotation_valid: {correction == 0}\nrotation_correction: {correction}\n"
+            f"is_table: {'table' in labels}\nis_diagram: {'image' in labels}\n---\n"
+        )
+        return head + "\n\n".join(parts)
+
+    def reports_rotation(self, kind: str) -> bool:
+        return True
 
     async def read(self, page: PageInput, tools: PageTools, max_tokens: int) -> Reading:
         """Read the page; while the model says it is not upright, turn it as it says (rotating

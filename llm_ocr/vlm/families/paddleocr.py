@@ -12,8 +12,11 @@ Sources (docs/models.md): vllm-project/recipes ``PaddlePaddle/PaddleOCR-VL.md`` 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from llm_ocr.vlm.families.base import Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.generic import MarkdownFamily
+from llm_ocr.vlm.view import View
 
 #: The task prompts of the recipe's client example; page-level OCR is "OCR:".
 OCR_PROMPT = "OCR:"
@@ -23,7 +26,17 @@ TASK_PROMPTS = {"ocr": OCR_PROMPT, "table": "Table Recognition:", "formula": "Fo
 #: The processor's pixel cap (preprocessor_config.json: max_pixels 2822400, 14-px patches merged 2 x 2).
 MAX_PIXELS = 2_822_400
 
-PADDLEOCR_VL = MarkdownFamily(
+
+@dataclass(frozen=True)
+class PaddleOCRVL(MarkdownFamily):
+    """PaddleOCR-VL's page-level answer to ``OCR:``, parsed as any Markdown answer."""
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """The page's text, a line per block, no markup added; figures left out."""
+        return "\n".join(e.text for e in view.elements if e.text and e.label != "image")
+
+
+PADDLEOCR_VL = PaddleOCRVL(
     name="paddleocr-vl",
     title="PaddleOCR-VL",
     patterns=("paddleocr-vl",),

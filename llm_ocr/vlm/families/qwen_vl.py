@@ -22,9 +22,11 @@ import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
+from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.markup import display_math, html_to_markdown
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, to_pixels
+from llm_ocr.vlm.view import View
 
 QWEN25_SYSTEM = (
     "You are an AI specialized in recognizing and extracting text from images. Your mission is to analyze the image "
@@ -154,12 +156,18 @@ class QwenVL(Family):
         pixels = self.rendering.max_pixels or self.serving.max_image_pixels
         return pixels // self.serving.pixels_per_token + 512
 
+    def box_space(self, width: int, height: int) -> tuple[int, int]:
+        """``(width, height)`` of the space the answer's boxes are in for a ``width`` x ``height``
+        image: 1000 x 1000 (Qwen3-VL), else the image as the processor resized it."""
+        if self.normalised:
+            return 1000, 1000
+        rh, rw = smart_resize(height, width)
+        return rw, rh
+
     def scale(self, width: int, height: int) -> tuple[float, float]:
         """Factors from the answer's box space to pixels of the ``width`` x ``height`` image."""
-        if self.normalised:
-            return width / 1000, height / 1000
-        rh, rw = smart_resize(height, width)
-        return width / rw, height / rh
+        bw, bh = self.box_space(width, height)
+        return width / bw, height / bh
 
     def parse(self, text: str, *, width: int, height: int, page: int) -> PageLayout:
         builder = LayoutBuilder(page, width, height)
@@ -184,6 +192,37 @@ class QwenVL(Family):
                 label = "title" if block.tag in ("h1", "h2") else "table" if block.tag == "table" else "text"
                 builder.text(label, boxes, markdown)
         return builder.build()
+
+    def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
+        """QwenVL HTML in a code fence: each element with its ``data-bbox`` (in the answer's box
+        space, :meth:`scale`), headings ``<h1>``/``<h2>``, a figure as ``<div class="image">``
+        with its caption after it, a formula as ``<div class="formula">``."""
+        bw, bh = self.box_space(view.width, view.height)
+
+        def bbox(box: Box) -> str:
+            scaled = box.scaled(bw, bh).rounded()
+            return " ".join(str(v) for v in (scaled.clamped(bw, bh) if self.normalised else scaled))
+
+        rows = []
+        for i, element in enumerate(view.elements):
+            where = bbox(element.box)
+            if element.label == "image":
+                rows.append(f'<div class="image" data-bbox="{where}"><img data-bbox="{where}"/></div>')
+                if view.caption_of(i):
+                    after = view.elements[i + 1]
+                    rows.append(f'<p data-bbox="{bbox(after.box)}">{html.escape(after.text)}</p>')
+            elif view.captioned(i):
+                continue
+            elif element.label in ("title", "sub_title"):
+                tag = "h1" if element.label == "title" else "h2"
+                rows.append(f'<{tag} data-bbox="{where}">{html.escape(element.text)}</{tag}>')
+            elif element.label == "table":
+                rows.append(element.text.replace("<table>", f'<table data-bbox="{where}">', 1))
+            elif element.label == "equation":
+                rows.append(f'<div class="formula" data-bbox="{where}">{html.escape(element.latex())}</div>')
+            elif element.text:
+                rows.append(f'<p data-bbox="{where}">{html.escape(element.text)}</p>')
+        return "```html\n<html><body>\n" + " \n ".join(rows) + "\n</body></html>\n```"
 
 
 _SERVING_ARGS = ("--no-enable-prefix-caching", "--mm-processor-cache-gb", "0")

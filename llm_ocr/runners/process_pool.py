@@ -1,0 +1,301 @@
+"""Worker processes started from llm-ocr's own entry point, never from the caller's main module.
+
+Why not ``concurrent.futures.ProcessPoolExecutor``: its workers must be spawned (a forked one
+would inherit the event loop, its sockets and other threads' locks), and a spawned worker first
+runs the parent's main module again (CPython's ``multiprocessing/spawn.py``:
+``get_preparation_data`` sends the main module's path or name, ``prepare`` re-runs it as
+``__mp_main__``). A user's script without an ``if __name__ == "__main__":`` guard then runs again
+in every worker, which fails (``RuntimeError``, then ``BrokenProcessPool``), and a script read
+from standard input (``python -``) has no file to run (``FileNotFoundError: '<stdin>'``). The
+``forkserver`` method sends the same data, and ``set_executable`` changes only the interpreter;
+avoiding the re-import inside ``multiprocessing`` would take its private functions.
+
+So a worker here is a plain :mod:`subprocess` running ``python -c`` with a one-line bootstrap:
+take the parent's ``sys.path`` (as spawn does, so imports resolve as in the parent), import this
+module, :func:`serve`. Each call is pickled over the worker's own stdin and its answer over its
+stdout; functions travel by reference, and only llm-ocr's module-level ones are sent, so nothing
+of the caller's program is imported or run in a worker, whatever it is: a script with or without
+the guard, ``python -``, ``python -c``, the REPL, a notebook, pytest. Public APIs only
+(``subprocess``, ``pickle``, ``os.dup2``), none of them specific to one operating system (the
+tests run on Linux).
+
+A worker
+- is a process, not a thread: pypdfium2 is not thread-safe, and rendering is CPU-bound;
+- is a fresh interpreter: no event loop, sockets (``close_fds``) or locks inherited;
+- ends with its parent: an idle one reads EOF on stdin, a busy one is ended by a watcher thread;
+- ignores SIGINT: Ctrl-C reaches the terminal's whole process group, and the parent, not its
+  workers, decides how a run stops (the pages in flight finish);
+- writes stray output (a C library's ``printf``) to stderr: its stdout carries the answers.
+
+A worker that dies during a call (a crash in native code, the OOM killer) fails that call with
+:class:`WorkerDied`; the next call starts a new worker. The pool itself never breaks.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+#: The length of every message, before it: an unsigned 64-bit integer, big-endian.
+_HEADER = struct.Struct("!Q")
+
+#: What ``python -c`` runs in a worker: argv is the parent's pid, then the parent's ``sys.path``.
+_BOOTSTRAP = (
+    "import sys; sys.path[:] = sys.argv[2:]; from llm_ocr.runners.process_pool import serve; serve(int(sys.argv[1]))"
+)
+
+#: How long a worker whose answers ended may take to exit before it is killed.
+_EXIT_WAIT_S = 10.0
+
+
+class WorkerDied(Exception):
+    """The worker process running a call ended before answering it."""
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker: the ``__cause__`` of the one re-raised."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text}"""'
+
+
+# -- the parent's side ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    future: Future[Any]
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class ProcessPool(Executor):
+    """An :class:`~concurrent.futures.Executor` of ``workers`` processes started as
+    ``python -c`` from llm-ocr's own bootstrap (the module docstring says why). Each worker is
+    started on the first call it takes and serves calls one at a time; ``fn`` must be a
+    module-level function of an importable module, and its arguments and result picklable."""
+
+    def __init__(self, workers: int, *, name: str = "llm-ocr-worker") -> None:
+        if workers < 1:
+            raise ValueError(f"a process pool needs at least one worker, not {workers}")
+        self._command = worker_command()
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        # One thread per worker hands it a call at a time and waits for the answer: daemon
+        # threads, so a pool never closed cannot keep the interpreter alive (its workers then
+        # read EOF when this process exits, and end).
+        self._threads = [
+            threading.Thread(target=self._serve_calls, name=f"{name}-{i}", daemon=True) for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Schedule ``fn(*args, **kwargs)`` in a worker; its :class:`~concurrent.futures.Future`."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            future: Future[Any] = Future()
+            self._calls.put(_Call(future, fn, args, kwargs))
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop taking calls; cancel those not started (``cancel_futures``); the workers end once
+        their current call is answered (``wait``: return only then)."""
+        with self._lock:
+            self._closed = True
+            if cancel_futures:
+                while True:
+                    try:
+                        call = self._calls.get_nowait()
+                    except queue.Empty:
+                        break
+                    if call is not None:
+                        call.future.cancel()
+            for _ in self._threads:
+                self._calls.put(None)  # one end marker per thread
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+    def _serve_calls(self) -> None:
+        worker: _Worker | None = None
+        try:
+            while (call := self._calls.get()) is not None:
+                if not call.future.set_running_or_notify_cancel():
+                    continue  # cancelled while queued
+                try:
+                    if worker is None:
+                        worker = _Worker(self._command)
+                    call.future.set_result(worker.call(call.fn, call.args, call.kwargs))
+                except WorkerDied as exc:
+                    worker = None
+                    call.future.set_exception(exc)
+                except BaseException as exc:  # noqa: BLE001 - the call's own error, raised where it is awaited
+                    call.future.set_exception(exc)
+        finally:
+            if worker is not None:
+                worker.close()
+
+
+def worker_command() -> list[str]:
+    """The command line that starts a worker of this process: the bootstrap, this process's pid
+    and its ``sys.path``, whose ``""`` (the current directory) is made absolute, as spawn does; the
+    other entries are kept as they are (some are keys of import hooks, not paths)."""
+    if not sys.executable or getattr(sys, "frozen", False):  # a frozen app's executable would run the app again
+        raise RuntimeError("worker processes need a Python interpreter, and this process has none "
+                           "(sys.executable is empty, or a frozen application): use workers=0")
+    paths = [path or os.getcwd() for path in sys.path]
+    return [sys.executable, "-c", _BOOTSTRAP, str(os.getpid()), *paths]
+
+
+class _Worker:
+    """One worker process and the two pipes to it, used by one thread of the pool."""
+
+    def __init__(self, command: list[str]) -> None:
+        # stderr is the parent's: a worker's warnings and crash reports show where the run's do.
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # noqa: S603
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.calls: IO[bytes] = self.process.stdin
+        self.answers: IO[bytes] = self.process.stdout
+
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``fn(*args, **kwargs)`` in the worker: its result, or its exception raised here."""
+        message = pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)  # before writing: no torn message
+        try:
+            _write(self.calls, message)
+            answer = _read(self.answers)
+        except (OSError, EOFError):
+            raise WorkerDied(self._ended(fn)) from None
+        ok, value, remote = pickle.loads(answer)
+        if ok:
+            return value
+        value.__cause__ = RemoteTraceback(remote)
+        raise value
+
+    def _ended(self, fn: Callable[..., Any]) -> str:
+        try:
+            code = self.process.wait(_EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:  # its stdout closed, yet it lives on: do not leave it behind
+            self.process.kill()
+            code = self.process.wait()
+        self._close_pipes()
+        how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
+        name = getattr(fn, "__qualname__", repr(fn))
+        return f"the worker process (pid {self.process.pid}) running {name} ended without answering ({how})"
+
+    def close(self) -> None:
+        """End the worker: EOF on its stdin, and wait for it (it is between calls)."""
+        self._close_pipes()
+        try:
+            self.process.wait(_EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.calls, self.answers):
+            try:
+                pipe.close()
+            except OSError:
+                pass  # a broken pipe, already of no use
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _write(stream: IO[bytes], message: bytes) -> None:
+    stream.write(_HEADER.pack(len(message)))
+    stream.write(message)
+    stream.flush()
+
+
+def _read(stream: IO[bytes]) -> bytes:
+    """One whole message; EOFError if the stream ends first (the other side is gone)."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError
+    (size,) = _HEADER.unpack(header)
+    message = stream.read(size)
+    if len(message) < size:
+        raise EOFError
+    return message
+
+
+# -- the worker's side ----------------------------------------------------------------------------
+
+
+def serve(parent: int) -> None:
+    """A worker's main loop (run by the bootstrap): answer calls from stdin until it closes."""
+    calls = os.fdopen(os.dup(0), "rb")
+    answers = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # nothing else may read the calls
+    os.close(devnull)
+    os.dup2(2, 1)  # nor write into the answers: print() and C libraries' output go to stderr
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent(parent)
+    while True:
+        try:
+            message = _read(calls)
+        except EOFError:
+            return  # the pool closed this worker, or the parent is gone
+        try:
+            fn, args, kwargs = pickle.loads(message)
+            answer = _answer(True, fn(*args, **kwargs), None)
+        except Exception as exc:  # noqa: BLE001 - the call's error goes back to the caller
+            answer = _answer(False, exc, traceback.format_exc())
+        try:
+            _write(answers, answer)
+        except OSError:
+            return  # the parent is gone
+
+
+def _answer(ok: bool, value: Any, remote: str | None) -> bytes:
+    """The pickled answer; an exception or result that cannot travel becomes an error saying so."""
+    try:
+        answer = pickle.dumps((ok, value, remote), protocol=pickle.HIGHEST_PROTOCOL)
+        if not ok:
+            pickle.loads(answer)  # an exception whose class cannot be rebuilt from its args
+        return answer
+    except Exception as exc:  # noqa: BLE001
+        what = f"{type(value).__name__}: {value}" if not ok else f"its result ({type(value).__name__})"
+        error = RuntimeError(f"{what} could not be sent back from the worker process: {exc}")
+        return pickle.dumps((False, error, remote or traceback.format_exc()), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when ``parent`` dies, even in the middle of a call.
+
+    An idle worker sees EOF on stdin when its parent dies; a busy one would finish its call first
+    (a long render), so a daemon thread watches for the re-parenting instead.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="llm-ocr-parent-watch", daemon=True).start()

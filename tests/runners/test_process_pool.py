@@ -1,0 +1,154 @@
+"""The render workers as the page flow uses them (``WorkerPool.run``): real worker processes.
+
+What the pipeline relies on: a document's error comes back as the same exception (the page flow
+turns a ``DocumentError`` into that document's error row); a worker that dies fails its own call
+only, and the next call gets a new worker; a Ctrl-C reaching a worker (the terminal signals the
+whole process group) leaves it alone; output a worker prints never reaches the answers; a
+worker busy with a long call ends when its parent is killed; and a document that kills its
+worker is that document's error, the others complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from llm_ocr.options import RenderOptions
+from llm_ocr.records import PageResult, page_schema
+from llm_ocr.runners.page_flow import DocumentPages, FlowSettings, PageFlow
+from llm_ocr.runners.process_pool import WorkerDied
+from llm_ocr.runners.progress import RunCounters
+from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.sources.listing import list_documents
+from llm_ocr.sources.render import DocumentError, count_pages, render_pages
+from llm_ocr.storage import Storage
+from llm_ocr.storage.parts import PartWriter, ShardIndex
+from tests.conftest import REPO, read_stage
+from tests.docs import make_corpus
+
+
+def call(pool: WorkerPool, fn: Any, *args: Any) -> Any:
+    return asyncio.run(pool.run(fn, *args))
+
+
+@pytest.fixture
+def pool() -> WorkerPool:
+    with WorkerPool(1) as workers:
+        yield workers
+
+
+def test_a_documents_error_comes_back_as_itself(pool: WorkerPool, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.7\nnot really a PDF")
+    ref = DocumentRef("broken.pdf", 0, str(broken), "pdf", str(broken))
+    with pytest.raises(DocumentError) as raised:
+        call(pool, count_pages, ref, RenderOptions())
+    assert "count_pages" in str(raised.value.__cause__)  # the worker's traceback, for a bug report
+    good = DocumentRef("report.pdf", 1, "report.pdf", "pdf", str(REPO / "samples" / "report.pdf"))
+    assert call(pool, count_pages, good, RenderOptions()) == 2
+
+
+def test_a_worker_that_dies_fails_its_own_call_only(pool: WorkerPool) -> None:
+    first = call(pool, os.getpid)
+
+    async def killed_mid_call() -> None:
+        sleeping = asyncio.ensure_future(pool.run(time.sleep, 600))
+        os.kill(first, signal.SIGKILL)  # as the OOM killer would
+        await sleeping
+
+    with pytest.raises(WorkerDied, match="running sleep ended without answering \\(killed by SIGKILL\\)"):
+        asyncio.run(killed_mid_call())
+    with pytest.raises(WorkerDied, match="exit code 3"):
+        call(pool, os._exit, 3)
+    second = call(pool, os.getpid)  # the pool still works, with a new worker
+    assert second not in (first, os.getpid())
+    assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
+
+
+def test_ctrl_c_reaching_a_worker_leaves_it_alone(pool: WorkerPool) -> None:
+    worker = call(pool, os.getpid)
+    os.kill(worker, signal.SIGINT)
+    assert call(pool, os.getpid) == worker  # the same worker, still answering
+
+
+def test_output_a_worker_prints_never_reaches_the_answers(pool: WorkerPool) -> None:
+    call(pool, print, "noise from Python")
+    assert call(pool, os.write, 1, b"noise from C, straight to fd 1\n") > 0
+    assert call(pool, sum, [1, 2, 3]) == 6
+
+
+def test_a_busy_worker_ends_with_its_parent(tmp_path: Path) -> None:
+    parent = textwrap.dedent("""
+        import os, sys, time
+        from llm_ocr.runners.process_pool import ProcessPool
+        pool = ProcessPool(1)
+        print(pool.submit(os.getpid).result(), flush=True)
+        pool.submit(time.sleep, 600)   # busy: it will not read EOF on its stdin
+        time.sleep(600)
+    """)
+    process = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    worker: psutil.Process | None = None
+    try:
+        assert process.stdout is not None
+        worker = psutil.Process(int(process.stdout.readline()))
+        process.kill()
+        process.wait()
+        worker.wait(timeout=60)  # raises TimeoutExpired if the worker outlives its parent
+    finally:
+        process.kill()
+        if worker is not None and worker.is_running():
+            worker.kill()
+
+
+class DiesOn(WorkerPool):
+    """Real workers, one of which dies when given ``doc_id`` to ``fn`` (count or render its
+    pages), as on a PDF that crashes pdfium."""
+
+    def __init__(self, fn: Any, doc_id: str) -> None:
+        super().__init__(1)
+        self.fn, self.doc_id = fn, doc_id
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        if fn is self.fn and args[0].doc_id == self.doc_id:
+            return await super().run(os._exit, 1)
+        return await super().run(fn, *args)
+
+
+@pytest.mark.parametrize("fn", [count_pages, render_pages])
+def test_a_document_that_kills_its_worker_is_an_error_and_the_others_complete(fn: Any, tmp_path: Path) -> None:
+    make_corpus(tmp_path / "docs", documents=3, pages=2)
+    pool = DiesOn(fn, "doc001.pdf")
+
+    async def handler(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None) -> PageResult:
+        if isinstance(item, PageFailure):
+            return PageResult(ref.doc_id, ref.index, item.page, ref.source, num_pages, status="error", error=item.error)
+        return PageResult(ref.doc_id, ref.index, item.page, ref.source, num_pages, status="ok")
+
+    async def main() -> None:
+        writer = PartWriter(Storage(str(tmp_path / "out/extract")), page_schema(), 0, 1)
+        flow = PageFlow(handler=handler, writer=writer, counters=RunCounters("extract", 0, 1),
+                        settings=FlowSettings(max_in_flight=4, prefetch_chunks=1))
+        await flow.run(DocumentPages(list_documents([str(tmp_path / "docs")]), ShardIndex(), pool, RenderOptions()))
+        await writer.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        pool.close()
+    rows = {(r["doc_id"], r["page"]): r for r in read_stage(tmp_path / "out", "extract")}
+    ok = {key for key, row in rows.items() if row["status"] == "ok"}
+    assert ok == {("doc000.pdf", 1), ("doc000.pdf", 2), ("doc002.pdf", 1), ("doc002.pdf", 2)}
+    failed = [row for key, row in rows.items() if key[0] == "doc001.pdf"]
+    assert failed and all(row["status"] == "error" for row in failed)
+    assert all("ended without answering (exit code 1)" in row["error"] for row in failed), failed
