@@ -13,7 +13,7 @@ import json
 import types
 import typing
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -225,13 +225,13 @@ class DocumentResult:
         return row
 
 
-@lru_cache(maxsize=None)
+@cache
 def page_schema() -> pa.Schema:
     """Arrow schema of Extract and Describe rows (one row per page): :class:`PageResult`'s fields."""
     return schema_of(PageResult)
 
 
-@lru_cache(maxsize=None)
+@cache
 def document_schema() -> pa.Schema:
     """Arrow schema of Assemble rows (one row per document): :class:`DocumentResult`'s fields."""
     return schema_of(DocumentResult)

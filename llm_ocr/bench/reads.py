@@ -20,9 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llm_ocr.options import DatasetOptions
+from llm_ocr.options import DatasetOptions, RenderOptions
 from llm_ocr.sources import InputError, InputPlan, plan_inputs
-from llm_ocr.options import RenderOptions
 from llm_ocr.sources.dataset_inputs import ParquetPlan
 from llm_ocr.sources.render import render_pages
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
-__all__ = ["CpuServer", "LocalServer", "OFFLINE_ENV", "SimulatedServer", "SimulatedServerError"]
+__all__ = ["OFFLINE_ENV", "CpuServer", "LocalServer", "SimulatedServer", "SimulatedServerError"]
 
 T = TypeVar("T")
 

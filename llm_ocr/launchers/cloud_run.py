@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from fsspec.core import split_protocol
-
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import CLOUD_RUN_PRICES, cloud_run_hardware
+from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.cloud_run_job import (
     MAX_RETRIES,
     MAX_TASKS,
@@ -63,7 +63,6 @@ from llm_ocr.launchers.cloud_run_job import (
     template_changed,
 )
 from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage import Storage

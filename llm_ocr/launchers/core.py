@@ -21,8 +21,10 @@ from typing import Any
 
 from fsspec.core import split_protocol
 
-from llm_ocr.launchers.command import llm_ocr_command
+from llm_ocr.container.cuda import IMAGE_ENV
+from llm_ocr.container.shard_index import format_ranges
 from llm_ocr.launchers.adapter import JobState, Platform
+from llm_ocr.launchers.command import llm_ocr_command
 from llm_ocr.launchers.files import LOCAL_PROTOCOLS, upload
 from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, save_record
 from llm_ocr.launchers.sizing import fit_timeout, input_pages, planning_rate
@@ -39,10 +41,8 @@ from llm_ocr.launchers.spec import (
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
 from llm_ocr.outcomes import stage_stats
-from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
-from llm_ocr.container.cuda import IMAGE_ENV
-from llm_ocr.container.shard_index import format_ranges
 from llm_ocr.sources import InputError
+from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
 from llm_ocr.storage.state import marker_layouts, marker_paths, markers_by_shard, read_progress

@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import HF_JOBS_HARDWARE, Hardware
-from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
 from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
 from llm_ocr.launchers.spec import LAUNCH_LABEL, REDACTED, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage.stores import scrub

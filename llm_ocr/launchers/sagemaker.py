@@ -36,13 +36,12 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar
 
 from fsspec.core import split_protocol
-
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
 from llm_ocr.launchers import sagemaker_request as req
-from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
 from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
 from llm_ocr.launchers.spec import (
     LAUNCH_LABEL,
     LaunchError,
@@ -203,7 +202,7 @@ class SageMaker:
         private: dict[str, Any] = {"quota": quota, "role": role, "secret_ids": dict(self.aws_secrets), "stage": request.stage}
         # The jobs get the secrets' values only in their own process (fetched by name at start):
         # the specs list the names, with no value to leak.
-        secret_names = {name: "" for name in self.aws_secrets}
+        secret_names = dict.fromkeys(self.aws_secrets, "")
         if request.image:
             return Target(hardware, request.image, [], secret_names, info, private, notes)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from rapidfuzz import fuzz
 
+from llm_ocr.options import RenderOptions
 from llm_ocr.quality import results as saved
 from llm_ocr.quality.diff import diff_columns
 from llm_ocr.quality.findings import CSS as QUALITY_CSS
@@ -33,7 +34,6 @@ from llm_ocr.report import CSS as REPORT_CSS
 from llm_ocr.report import SourcePages
 from llm_ocr.report.safe_html import anchor, data_uri, esc, markdown_to_html
 from llm_ocr.report.writer import CSP
-from llm_ocr.options import RenderOptions
 from llm_ocr.storage import Storage
 
 log = logging.getLogger("llm_ocr.quality")

@@ -31,8 +31,8 @@ from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardLayoutError
 from llm_ocr.storage.upstream import (
     UnreadablePart,
-    keep_final_rows,
     iter_shard_rows,
+    keep_final_rows,
     owns_row,
     read_columns,
     shard_parts,

@@ -31,6 +31,7 @@ import fsspec
 import pyarrow as pa
 from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
+
 from llm_ocr.options import DatasetOptions
 from llm_ocr.sharding import check_shard, round_robin_owner
 from llm_ocr.storage.stores import classify, explain, store_options

@@ -110,7 +110,7 @@ class HubCommitter:
                 )
                 log.info("committed %d file(s) to %s", len(ops), url)
                 return
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:  # classified below
                 kind = classify(exc)
                 if kind != "transient" or attempt == self.attempts:
                     if kind in ("transient", "access"):
@@ -160,7 +160,7 @@ def check_hub_output(out: Any) -> None:
                 )
     except StorageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every failure means "cannot write there"
+    except Exception as exc:  # every failure means "cannot write there"
         if isinstance(exc, FileNotFoundError) or "Token is required" in str(exc):
             exc = _as_access(exc)  # still invisible after creating it: this token may not write
         raise StorageError(explain(exc, url, "write to")) from exc

@@ -46,7 +46,7 @@ def retry_io(
             return fn()
         except _PERMANENT:
             raise
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             kind = classify(exc)
             if kind == "missing":
                 raise FileNotFoundError(f"{what}: {scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from exc

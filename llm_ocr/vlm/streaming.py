@@ -115,7 +115,7 @@ async def stream_chat(
                     break  # leaving the block closes the response: vLLM frees the slot
         except openai.OpenAIError:
             raise
-        except Exception as exc:  # noqa: BLE001 - only the transport's own errors are mapped
+        except Exception as exc:  # only the transport's own errors are mapped
             mapped = _transport_error(exc, http.request)
             if mapped is None:
                 raise

@@ -359,7 +359,7 @@ class ManagedServer:
             log.info("starting %s server (generation %d): %s", self.name, self.generation,
                      shlex.join(redact_command(self.command)))
             try:
-                self._proc = subprocess.Popen(  # noqa: S603 - built by engines.py or given by the user
+                self._proc = subprocess.Popen(  # built by engines.py or given by the user
                     self.command,
                     stdin=subprocess.DEVNULL,
                     stdout=logf,

@@ -247,7 +247,7 @@ async def _image(row: dict[str, Any], page: int, ctx: FieldsContext) -> tuple[by
         raise _Failed("no page images: this run cannot re-render the document's pages")
     try:
         return await ctx.page_image(row, page)
-    except Exception as exc:  # noqa: BLE001 - any render failure is this document's error
+    except Exception as exc:  # any render failure is this document's error
         raise _Failed(f"page {page} image: {exc}") from exc
 
 

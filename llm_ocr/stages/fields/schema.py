@@ -240,7 +240,7 @@ def load_fields_schema(
         model = import_model(text, option)
         try:
             schema = model.model_json_schema()
-        except Exception as exc:  # noqa: BLE001 - pydantic raises several kinds for unsupported types
+        except Exception as exc:  # pydantic raises several kinds for unsupported types
             raise SchemaError(f"{option} {value!r}: pydantic cannot make a JSON schema of it: {exc}") from exc
         origin, default_name = text, text.rsplit(":", 1)[1].lower()
     elif text.startswith("{"):
@@ -297,7 +297,7 @@ def import_model(path: str, option: str = "--schema") -> Any:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - an import runs arbitrary code: any error is the user's to see
+    except Exception as exc:  # an import runs arbitrary code: any error is the user's to see
         raise SchemaError(f"{option} {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
     model = getattr(module, attr, None)
     if model is None:

@@ -172,7 +172,7 @@ class AnswerLike(Protocol):
     """What :meth:`PageTools.ask` returns (``llm_ocr.stages.attempts.Answer``)."""
 
     @property
-    def text(self) -> str: ...  # noqa: D102 - the answer worth parsing (up to a loop)
+    def text(self) -> str: ...  # the answer worth parsing (up to a loop)
 
     result: Any
     attempts: int
@@ -187,11 +187,11 @@ BodyFor = Callable[[float, int], dict[str, Any]]
 class PageTools(Protocol):
     """What :meth:`Family.read` may do: ask the model, crop and transform images (off the loop)."""
 
-    async def ask(self, body_for: BodyFor, retries: Retries) -> AnswerLike: ...  # noqa: D102
+    async def ask(self, body_for: BodyFor, retries: Retries) -> AnswerLike: ...
 
-    async def crop(self, image: bytes, boxes: Sequence[Box]) -> list[bytes]: ...  # noqa: D102
+    async def crop(self, image: bytes, boxes: Sequence[Box]) -> list[bytes]: ...
 
-    async def transform(  # noqa: D102
+    async def transform(
         self, image: bytes, *, rotate: int = 0, size: tuple[int, int] | None = None, min_side: int = 0
     ) -> tuple[bytes, int, int]: ...
 
