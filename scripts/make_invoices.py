@@ -334,7 +334,7 @@ def write_receipt(rec: Receipt, path: Path) -> None:
 def write_letter(doc: Letter, path: Path) -> None:
     """A one-page note of no known class."""
     pdf = canvas.Canvas(str(path), pagesize=A4, invariant=1)
-    width, height = A4
+    _, height = A4
     pdf.setFont("Helvetica-Bold", 16)
     pdf.drawString(60, height - 80, doc.title)
     pdf.setFont("Helvetica", 11)

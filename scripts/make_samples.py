@@ -15,12 +15,12 @@ from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
 PARAGRAPHS = [
-    "Optical character recognition turns pictures of text into text that software can search, "
-    "index and quote. Modern systems read a whole page at once and keep its layout.",
-    "This sample report exists so that a new user can run the pipeline on a real PDF within a "
-    "minute of installing it. It has headings, paragraphs, a figure with a caption and a table.",
-    "Every page of every document appears exactly once in the output, with a status that says "
-    "whether the text is complete, cut short, or missing because of an error.",
+    ("Optical character recognition turns pictures of text into text that software can search, "
+     "index and quote. Modern systems read a whole page at once and keep its layout."),
+    ("This sample report exists so that a new user can run the pipeline on a real PDF within a "
+     "minute of installing it. It has headings, paragraphs, a figure with a caption and a table."),
+    ("Every page of every document appears exactly once in the output, with a status that says "
+     "whether the text is complete, cut short, or missing because of an error."),
 ]
 
 

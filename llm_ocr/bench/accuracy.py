@@ -410,7 +410,8 @@ async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tup
         max_tokens = recipe.max_tokens(None, await client.max_model_len())
         jobs = []
         for index, path in enumerate(pdfs):
-            ref = DocumentRef(doc_id=Path(path).name, index=index, source=path, kind="pdf", location=str(Path(path).resolve()))
+            location = str(Path(path).resolve())  # noqa: ASYNC240 - before any page request is in flight
+            ref = DocumentRef(doc_id=Path(path).name, index=index, source=path, kind="pdf", location=location)
             n = count_pages(ref, render)
             last = min(n, opts.pages) if opts.pages else n
             for page in render_pages(ref, render, 1, last):
@@ -437,7 +438,7 @@ async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tup
             layout = recipe.parse(result.text, width=page.width, height=page.height, page=page.page)
             if opts.keep:
                 keep = Path(opts.keep)
-                keep.mkdir(parents=True, exist_ok=True)
+                keep.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - only with --keep, a local folder
                 stem = f"{Path(path).stem}-p{page.page}"
                 (keep / f"{stem}.md").write_text(layout.markdown, encoding="utf-8")
                 (keep / f"{stem}.truth.txt").write_text(truth, encoding="utf-8")

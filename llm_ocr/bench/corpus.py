@@ -222,9 +222,9 @@ def scanned_pdf(pages: int, rng: random.Random, name: str, path: Path) -> None:
                 draw.rectangle((x + 120, y, x + 816, y + height), fill=190)
                 y += height + 20
             elif kind == "table":
-                rows, cols, cells = value  # type: ignore[misc]
+                _, cols, cells = value  # type: ignore[misc]
                 width = 936 // cols
-                for r, row in enumerate(cells):
+                for row in cells:
                     for c, cell in enumerate(row):
                         draw.rectangle((x + c * width, y, x + (c + 1) * width, y + 32), outline=40)
                         draw.text((x + c * width + 8, y + 6), cell, fill=30, font=body)

@@ -94,7 +94,7 @@ async def _server_stats(root_url: str) -> dict[str, Any]:
 async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool = False) -> RunResult:
     """Run Extract over ``corpus`` against a fresh simulated server; ``work`` holds the output,
     the server log and the request log (the output is deleted unless ``keep``)."""
-    work.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - before any request is in flight
     output = work / "out"
     shutil.rmtree(output, ignore_errors=True)  # a leftover output would be resumed, not redone
     logs = [work / f"requests-{i}.jsonl" for i in range(config.servers)]
@@ -126,7 +126,7 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
         extract=ExtractOptions(
             max_tokens=config.max_tokens, truncation_retries=config.truncation_retries, cut_loops=config.cut_loops,
             max_page_aspect=config.max_page_aspect, tile_dense_pages=config.tile_dense_pages,
-        ),  # fmt: skip
+        ),
     )
     async with contextlib.AsyncExitStack() as stack:
         for server in servers:

@@ -184,8 +184,8 @@ class SageMaker:
                 "which the job fetches by name at start with its role"
             )
         hardware = self._hardware(request)
-        notes = ["SageMaker Processing has no job retries (--attempts is not used): relaunch the same command to "
-                 "rerun failed shards; they resume from their parts"]
+        notes = [("SageMaker Processing has no job retries (--attempts is not used): relaunch the same command to "
+                  "rerun failed shards; they resume from their parts")]
         if hardware.price_per_hour is not None and self.price_per_hour is None:
             notes.append(f"{sagemaker_price_note(hardware.name, region)}; pass --price-per-hour for your own")
         if request.offline:

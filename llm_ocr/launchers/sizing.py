@@ -137,8 +137,10 @@ def fit_timeout(
     if planned <= timeout:
         return timeout, []
     with_margin = math.ceil(work_s * MARGIN / useful_s)
-    return timeout, [
-        f"shards too long for the {timeout // 60} min task limit: a shard of {per_shard} pages needs ~{planned / 60:.0f} min "
-        f"at {pages_per_s:g} pages/s ({STARTUP_S // 60} min start-up + x{MARGIN:g} margin); tasks will be stopped at the "
-        f"limit and resume on retry (~{min(with_margin, attempts)} of {attempts} attempts, each paying the start-up again): {advice}"
-    ]
+    note = (
+        f"shards too long for the {timeout // 60} min task limit: a shard of {per_shard} pages needs "
+        f"~{planned / 60:.0f} min at {pages_per_s:g} pages/s ({STARTUP_S // 60} min start-up + x{MARGIN:g} "
+        f"margin); tasks will be stopped at the limit and resume on retry (~{min(with_margin, attempts)} of "
+        f"{attempts} attempts, each paying the start-up again): {advice}"
+    )
+    return timeout, [note]

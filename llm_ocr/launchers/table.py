@@ -324,8 +324,8 @@ def _fields_cell(counts: dict[str, int] | None) -> str:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    whole = round(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
 @dataclass

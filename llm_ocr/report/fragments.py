@@ -8,18 +8,14 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
-
-log = logging.getLogger(__name__)
-
+from typing import Any
 
 from llm_ocr.report.fields_panel import FIELDS_CSS, fields_on_page, render_fields
 from llm_ocr.report.reader import DocumentEntry, Summary
 from llm_ocr.report.safe_html import anchor, data_uri, esc, figure_bytes, markdown_to_html, text_block
 from llm_ocr.sources.rerender import PageView, SourcePages
+
+log = logging.getLogger(__name__)
 
 # ============================================================================================
 # HTML fragments
@@ -44,7 +40,7 @@ def label_colour(label: str) -> str:
     """The box colour of a block label (stable across runs)."""
     if label in LABEL_COLOURS:
         return LABEL_COLOURS[label]
-    return _PALETTE[int(hashlib.sha1(label.encode("utf-8", "surrogatepass")).hexdigest(), 16) % len(_PALETTE)]
+    return _PALETTE[int(hashlib.sha1(label.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest(), 16) % len(_PALETTE)]
 
 
 CSS = """

@@ -202,7 +202,7 @@ class ShardStage(ABC):
         """The outcome's stats of a settled shard: the stage's marker."""
         return dict(markers.get(self.writes[0]) or {})
 
-    async def check(self, shard: Shard, markers: Markers) -> None:
+    async def check(self, shard: Shard, markers: Markers) -> None:  # noqa: B027 - optional: no checks by default
         """Checks that need no write (raise :class:`RunError`); the output is checked after."""
 
     @abstractmethod

@@ -335,7 +335,7 @@ class PageFlow:
         if not self._tasks:
             return
         timeout = self.settings.grace_period if self.stop.is_set() else None
-        done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
         for task in pending:
             task.cancel()
         if pending:

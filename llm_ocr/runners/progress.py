@@ -257,7 +257,7 @@ class ProgressReporter:
             task.cancel()
             try:
                 await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001, S110 - stopping the display never fails a run
                 pass
         if self._ticks is not None:
             await self._tick()

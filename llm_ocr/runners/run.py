@@ -162,8 +162,7 @@ class Run(ShardStage):
         note_kept(self.extract)
 
     async def work(self, shard: Shard) -> Finished:
-        spec, job = self.spec, shard.job
-        indexes = {"extract": self.extract, "describe": self.describe}
+        spec = self.spec
         async with AsyncExitStack() as here:
             # Kept open for Fields (until the caller closes ``servers``), else closed after the pages.
             keeper = self.servers if self.fields is not None and self.servers is not None else here

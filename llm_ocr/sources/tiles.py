@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import math
+from itertools import pairwise
 from typing import Any
 
 from .segments import Segment
@@ -84,14 +85,14 @@ def plan_grid(ink: Any, width: int, height: int, count: int) -> list[Segment]:
     columns, bands = grid_shape(width, height, count)
     cuts = [0, *band_cuts(ink, bands), rows]
     tiles: list[Segment] = []
-    for top, bottom in zip(cuts, cuts[1:]):
+    for top, bottom in pairwise(cuts):
         reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
         page_top = 0 if top == 0 else max(0, round(top * sy) - reach)
         page_bottom = height if bottom == rows else min(height, round(bottom * sy) + reach)
         splits = _gutter_cuts(ink[top:bottom], columns)
         margin = round(GUTTER_MARGIN * width)
         edges = [0] + [round(x * sx) for x in splits] + [width]
-        for left, right in zip(edges, edges[1:]):
+        for left, right in pairwise(edges):
             tiles.append(Segment(
                 len(tiles),
                 0 if left == 0 else max(0, left - margin),

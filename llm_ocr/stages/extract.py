@@ -29,7 +29,7 @@ from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retri
 log = logging.getLogger(__name__)
 
 #: The token DeepSeek-OCR ends a page with; kept in ``raw``, removed from ``markdown``.
-EOS_TOKEN = "<｜end▁of▁sentence｜>"
+EOS_TOKEN = "<｜end▁of▁sentence｜>"  # noqa: S105 - a model token, not a password
 
 
 @dataclass

@@ -242,7 +242,7 @@ Run state (completion markers, per-shard stats) lives in `{base}_state/`, outsid
 def ensure_dataset_card(out: Any) -> None:
     """Queue the dataset card with the output's first commit, only if the repo has no README.md."""
     root = out.root.strip("/")
-    repo_type, repo_id, revision = _repo_of(root)
+    repo_type, repo_id, _ = _repo_of(root)
     if repo_type == "bucket":
         return
     resolved = out.fs.resolve_path(root)

@@ -227,7 +227,7 @@ def decode_image(data: bytes) -> tuple[np.ndarray, int, int]:
     try:
         img = Image.open(io.BytesIO(data))
         img.load()
-    except Exception as exc:  # PIL raises many types for bad input; all mean "bad image"
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input; all mean "bad image"
         raise ValueError(f"Failed to load image: {exc}") from None
     if img.mode in ("RGBA", "LA", "P") and (img.mode != "P" or "transparency" in img.info):
         rgba = img.convert("RGBA")

@@ -241,7 +241,7 @@ def _image_size(data: bytes) -> tuple[int, int]:
     try:
         with Image.open(io.BytesIO(data)) as img:
             return img.size
-    except Exception as exc:  # PIL raises many types for bad input; all mean "bad image"
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input; all mean "bad image"
         raise ApiError(400, f"Failed to load image: {exc}") from None
 
 

@@ -188,7 +188,7 @@ class ManagedServer:
     def root_url(self) -> str:
         """``http://HOST:PORT`` (``/health`` and ``/metrics`` live here)."""
         host = self.host
-        if host in ("0.0.0.0", ""):
+        if host in ("0.0.0.0", ""):  # noqa: S104 - read, not bound
             host = "127.0.0.1"  # a wildcard bind is reachable on loopback
         elif host == "::":
             host = "::1"

@@ -79,7 +79,7 @@ DEEPSEEK_OCR = DeepSeekOCR(
             "--logits-processors", NGRAM_PROCESSOR,
             "--no-enable-prefix-caching",
             "--mm-processor-cache-gb", "0",
-        ),  # fmt: skip
+        ),
         context=8192,
         weights_gib=9.0,
         kv_bytes_per_token=2 * 12 * 10 * 128 * 2,

@@ -135,7 +135,7 @@ def split_blocks(answer: str) -> list[HtmlBlock]:
     try:
         parser.feed(_FENCE.sub("", answer))
         parser.close()
-    except Exception:  # noqa: BLE001 - HTMLParser is lenient; a broken answer keeps its blocks so far
+    except Exception:  # noqa: BLE001, S110 - HTMLParser is lenient; a broken answer keeps its blocks so far
         pass
     return parser.blocks
 
