@@ -182,7 +182,7 @@ class PageResult:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> PageResult:
         """Rebuild a page from a Parquet row (as read by pyarrow ``to_pylist``)."""
-        data = {k: row.get(k) for k in cls.__dataclass_fields__ if k in row}
+        data: dict[str, Any] = {k: row.get(k) for k in cls.__dataclass_fields__ if k in row}
         data["figures"] = [Figure.from_row(f) for f in row.get("figures") or []]
         data["blocks"] = [Block(**b) for b in row.get("blocks") or []]
         data["attempts"] = data.get("attempts") or 0

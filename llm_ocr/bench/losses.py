@@ -36,7 +36,7 @@ import asyncio
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -98,42 +98,48 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _row(label: str, cells: Iterable[str]) -> tuple[str, str, str]:
+    """A table line: the label, then today's and the new run's cell."""
+    today, new = cells
+    return label, today, new
+
+
 def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str, str]]:
     """The lines of the side-by-side table for one workload."""
     both = (today, new)
     if name == "loops":
         return [
-            ("loops: tokens per loop event", *(f"{r.loops['tokens_per_event'] or '-'}" for r in both)),
-            ("loops: share of tokens on loops", *(_pct(r.loops["share_of_tokens"]) for r in both)),
-            ("loops: loop events / looping pages truncated", *(
+            _row("loops: tokens per loop event", (f"{r.loops['tokens_per_event'] or '-'}" for r in both)),
+            _row("loops: share of tokens on loops", (_pct(r.loops["share_of_tokens"]) for r in both)),
+            _row("loops: loop events / looping pages truncated", (
                 f"{r.loops['events']} / {r.pages_by_status.get('truncated', 0)}" for r in both)),
-            ("loops: finished pages cut short", *(str(r.loops["finished_pages_cut"]) for r in both)),
-            ("loops: pages/s", *(f"{r.pages_per_s:.2f}" for r in both)),
+            _row("loops: finished pages cut short", (str(r.loops["finished_pages_cut"]) for r in both)),
+            _row("loops: pages/s", (f"{r.pages_per_s:.2f}" for r in both)),
         ]  # fmt: skip
     if name in ("256 slots", "64 slots, long tail"):
         return [
             (f"{name}: bound / wall (1 = perfect client)", _ratio(today), _ratio(new)),
-            (f"{name}: in flight / mean running", *(
+            _row(f"{name}: in flight / mean running", (
                 f"{r.client['max_in_flight']} / {r.server['mean_running']}" for r in both)),
         ]  # fmt: skip
     if name == "dense pages, 256 slots":
         return [
             (f"{name}: bound / wall (1 = perfect client)", _ratio(today), _ratio(new)),
-            ("  wall s (bound s)", *(f"{r.wall_s:.1f} ({r.lower_bound_s or 0:.1f})" for r in both)),
-            ("  dense pages: status", *(", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
-            ("  dense pages: tokens each (requests)", *(
+            _row("  wall s (bound s)", (f"{r.wall_s:.1f} ({r.lower_bound_s or 0:.1f})" for r in both)),
+            _row("  dense pages: status", (", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
+            _row("  dense pages: tokens each (requests)", (
                 ", ".join(f"{d['tokens']} ({d['requests']})" for d in r.dense["pages"]) for r in both)),
-            ("  client CPU ms/page", *(f"{r.client['cpu_ms_per_page']}" for r in both)),
+            _row("  client CPU ms/page", (f"{r.client['cpu_ms_per_page']}" for r in both)),
         ]  # fmt: skip
     if name == "dense recall":
         return [
-            ("dense recall: word recall, normal pages (min)", *(_recall(r, "normal") for r in both)),
-            ("  word recall, dense pages (min)", *(_recall(r, "dense") for r in both)),
-            ("  tokens per dense page, mean", *(f"{_mean(d['tokens'] for d in r.dense['pages']):,.0f}" for r in both)),
-            ("  of which whole-page answers / tiles", *(
+            _row("dense recall: word recall, normal pages (min)", (_recall(r, "normal") for r in both)),
+            _row("  word recall, dense pages (min)", (_recall(r, "dense") for r in both)),
+            _row("  tokens per dense page, mean", (f"{_mean(d['tokens'] for d in r.dense['pages']):,.0f}" for r in both)),
+            _row("  of which whole-page answers / tiles", (
                 f"{_mean(d['whole_tokens'] for d in r.dense['pages']):,.0f} / {_mean(d['tile_tokens'] for d in r.dense['pages']):,.0f}"
                 for r in both)),
-            ("  dense pages: status", *(", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
+            _row("  dense pages: status", (", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
         ]  # fmt: skip
     if name == "GPUs":
         return [
@@ -146,9 +152,9 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
     whole = text_scale(width, height)
     parts = min(text_scale(s.width, s.height) for s in segments) if segments else whole
     return [
-        ("long page 443x27049: requests / rows", *(f"{r.requests} / {r.pages}" for r in both)),
+        _row("long page 443x27049: requests / rows", (f"{r.requests} / {r.pages}" for r in both)),
         ("  text scale in the model's crops", f"{whole:.2f}x", f"{parts:.2f}x"),
-        ("  status", *(",".join(k for k, v in r.pages_by_status.items() if v) for r in both)),
+        _row("  status", (",".join(k for k, v in r.pages_by_status.items() if v) for r in both)),
     ]
 
 

@@ -122,7 +122,7 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
             max_in_flight=in_flight,
             progress="off",
         ),
-        render=RenderOptions(image_format=config.image_format, dpi=config.dpi),  # type: ignore[arg-type]
+        render=RenderOptions(image_format=config.image_format, dpi=config.dpi),
         extract=ExtractOptions(
             max_tokens=config.max_tokens, truncation_retries=config.truncation_retries, cut_loops=config.cut_loops,
             max_page_aspect=config.max_page_aspect, tile_dense_pages=config.tile_dense_pages,

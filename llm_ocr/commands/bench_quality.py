@@ -12,7 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,7 @@ def _report(
 ) -> None:
     """Rewrite OUT/report.html with the quality results (both kinds, when both were saved)."""
     from llm_ocr.quality import results
-    from llm_ocr.quality.findings import annotations
+    from llm_ocr.quality.findings import report_annotations
     from llm_ocr.report import ReportError, write_report
     from llm_ocr.storage import Storage
 
@@ -146,7 +146,7 @@ def _report(
     bench = bench or results.load(storage, results.BENCH)
     checks = checks or results.load(storage, results.CHECKS)
     try:
-        report = write_report(out, annotations=annotations(bench, checks), storage_options=storage_options)
+        report = write_report(out, annotations=report_annotations(bench, checks), storage_options=storage_options)
     except ReportError as exc:
         log.warning("no report: %s", exc)
         return
@@ -348,7 +348,7 @@ def _several_models(args: argparse.Namespace, out: str) -> int:
     return 0
 
 
-def _models_table(models: list[str], summaries: Mapping[str, Any], stats: list[Mapping[str, Any]]) -> str:
+def _models_table(models: list[str], summaries: Mapping[str, Any], stats: Sequence[Mapping[str, Any]]) -> str:
     head = f"{'model':<40} {'score':>16} {'flagged':>9} {'tok/page':>8} {'pages/s':>8} {'$/1k pages':>10}"
     lines = [head, "-" * len(head)]
     for model, stat in zip(models, stats, strict=True):

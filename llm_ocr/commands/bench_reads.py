@@ -8,6 +8,7 @@ import contextlib
 import json
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from llm_ocr.argtypes import positive_int as _positive
@@ -89,7 +90,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _dataset(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _dataset(args: argparse.Namespace) -> Iterator[tuple[list[str], Callable[[], int] | None]]:
     """The INPUTs given, or a generated dataset served over HTTP with the server's byte count."""
     if args.inputs:
         yield list(args.inputs), None

@@ -73,7 +73,7 @@ def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
 class _StageParser(argparse.ArgumentParser):
     """The launched stage's own options (those of ``llm-ocr STAGE``), raising instead of exiting."""
 
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         from llm_ocr.launchers.spec import LaunchError
 
         stage = self.prog.split()[-1]

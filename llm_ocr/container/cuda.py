@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,7 +137,7 @@ def driver_cuda(version: str) -> tuple[int, int] | None:
     return max(fits) if fits else None
 
 
-def image_cuda(python: str | None = None, environ: dict[str, str] | None = None) -> ImageCuda | None:
+def image_cuda(python: str | None = None, environ: Mapping[str, str] | None = None) -> ImageCuda | None:
     """The image's CUDA: torch's (run with ``python``, the interpreter that starts vLLM; None: the
     ``python3`` on PATH), else ``CUDA_VERSION``, else ``/usr/local/cuda/version.json``."""
     env = os.environ if environ is None else environ
@@ -189,7 +190,7 @@ def verdict(driver: Driver, image: ImageCuda, *, forward_compat: bool = False, i
     )
 
 
-def check_cuda(python: str | None = None, environ: dict[str, str] | None = None) -> str:
+def check_cuda(python: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """Read the driver and the image's CUDA and judge them (:func:`verdict`); a line saying what
     was found. :class:`CudaMismatch` when they cannot work together."""
     env = os.environ if environ is None else environ

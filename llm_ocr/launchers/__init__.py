@@ -46,4 +46,4 @@ def platform_class(name: str) -> type[Platform]:
     except KeyError:
         raise ValueError(f"unknown platform {name!r}; choose one of {', '.join(sorted(PLATFORMS))}") from None
     module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), cls)

@@ -266,7 +266,7 @@ def build_request(
         stage_args=[*listed, *as_flags(stage_options)],
         needs_model=stage != "assemble" and not (job.endpoint or describe_endpoint),
         hardware=hardware,
-        dataset=dataset,  # type: ignore[arg-type]
+        dataset=dataset,
         storage_options=job.storage_options,
         shipped=shipped,
     )

@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from fsspec.core import split_protocol
 from pydantic import BaseModel, Field
@@ -241,10 +241,13 @@ class CloudRun:
             "memory_gib": resources.memory_gib, "endpoint": self.endpoint, "logging_endpoint": self.logging_endpoint,
         }
         private: dict[str, Any] = {"resources": resources, "code": None, "command_words": 1}
-        common = {"notes": notes, "max_timeout_s": GPU_TASK_LIMIT_S if resources.gpu else CPU_TASK_LIMIT_S,
-                  "env": {"LLM_OCR_GRACE_PERIOD": str(GRACE_PERIOD_S)}, "secret_refs": refs}
+        def target(image: str, prefix: list[str]) -> Target:
+            return Target(hardware, image, prefix, {}, info, private, notes=notes, secret_refs=refs,
+                          max_timeout_s=GPU_TASK_LIMIT_S if resources.gpu else CPU_TASK_LIMIT_S,
+                          env={"LLM_OCR_GRACE_PERIOD": str(GRACE_PERIOD_S)})
+
         if request.image:
-            return Target(hardware, request.image, [], {}, info, private, **common)
+            return target(request.image, [])
 
         wheel = self._wheel()
         code_url = self.code_location or _default_code_location(request.output)
@@ -258,7 +261,7 @@ class CloudRun:
                        code=CodeVolume(bucket, folder, CODE_MOUNT), command_words=len(prefix))
         info["code"] = f"{private['code_url']}/{in_folder}"
         image = GPU_IMAGE if request.needs_model else CPU_ONLY_IMAGE
-        return Target(hardware, image, prefix, {}, info, private, **common)
+        return target(image, prefix)
 
     def _wheel(self) -> Wheel:
         try:
@@ -427,12 +430,12 @@ def _to_dict(message_cls: Any, message: Any) -> dict[str, Any]:
     return dict(json_format.MessageToDict(message_cls.pb(message)))
 
 
-def _as_sent(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+def _as_sent(kind: Literal["Job", "RunJobRequest"], body: dict[str, Any]) -> dict[str, Any]:
     """``body`` after a round trip through the proto message, as the REST transport serialises
     it (default values dropped, canonical field forms): what the dry run shows is what is sent."""
     from google.cloud import run_v2
 
-    cls = {"Job": run_v2.Job, "RunJobRequest": run_v2.RunJobRequest}[kind]
+    cls = run_v2.Job if kind == "Job" else run_v2.RunJobRequest
     return _to_dict(cls, cls.from_json(_json(body)))
 
 

@@ -64,8 +64,8 @@ def build_wheel(package_dir: Path | None = None) -> Wheel:
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path, data in entries:
-            info = zipfile.ZipInfo(path, date_time=_EPOCH)
+        for member, data in entries:
+            info = zipfile.ZipInfo(member, date_time=_EPOCH)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, data)
@@ -110,7 +110,7 @@ def _metadata(package_dir: Path) -> _Meta:
 
 def _from_pyproject(path: Path) -> _Meta | None:
     try:
-        import tomllib
+        import tomllib  # type: ignore[import-not-found]  # mypy checks as Python 3.10, which has none
     except ImportError:  # Python 3.10: use the installed distribution's metadata
         return None
     project = tomllib.loads(path.read_text()).get("project", {})

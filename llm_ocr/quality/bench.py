@@ -225,11 +225,11 @@ def score_bench(
     math = [t for t in runnable if isinstance(t, MathTest)]
     if math and renderer is not None and renderer.available:
         formulas: list[str] = []
-        for test in math:
-            for row in pages.get((test.pdf, test.page)) or []:
-                candidates = test.candidates(str(row.get("markdown") or ""))
+        for math_test in math:
+            for row in pages.get((math_test.pdf, math_test.page)) or []:
+                candidates = math_test.candidates(str(row.get("markdown") or ""))
                 if candidates:
-                    formulas += [test.math, *candidates]
+                    formulas += [math_test.math, *candidates]
         log.info("rendering %d formula(s) of %d math test(s) with KaTeX", len(set(formulas)), len(math))
         renderer.prefetch(formulas)
     results: list[TestResult] = []

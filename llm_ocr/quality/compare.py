@@ -153,7 +153,7 @@ def _page_section(key: tuple[str, int], runs: Sequence[Run], score: float, pages
     columns = diff_columns(texts)
     view = pages.page(page) if pages is not None and page > 0 else None
     uri = data_uri(view.data, view.mime) if view is not None and view.data else None
-    picture = f'<img src="{uri}" alt="page image">' if uri else f'<p class="llmocr-missing">{esc(view.note if view else "no page image")}</p>'
+    picture = f'<img src="{uri}" alt="page image">' if uri else f'<p class="llmocr-missing">{esc((view.note if view else None) or "no page image")}</p>'
     cells = [f"<div>{picture}</div>"]
     for run, row, column, text in zip(runs, rows, columns, texts, strict=True):
         status = (row or {}).get("status") or "missing"

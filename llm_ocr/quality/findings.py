@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
@@ -38,7 +38,7 @@ def score_text(overall: Mapping[str, Any]) -> str:
     return f"{score * 100:.1f}%{half}"
 
 
-def _table(rows: list[tuple[str, ...]], head: tuple[str, ...]) -> str:
+def _table(rows: Sequence[tuple[str, ...]], head: tuple[str, ...]) -> str:
     cells = "".join(f"<th>{h}</th>" for h in head)
     body = "".join("<tr>" + "".join(f'<td class="n">{c}</td>' if i else f"<th>{c}</th>" for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f'<table class="llmocr-summary"><tr>{cells}</tr>{body}</table>'
@@ -120,7 +120,7 @@ def _mark(failed_tests: int, flags: Mapping[str, int]) -> str:
     return f'<span class="llmocr-flag">flagged</span> <span class="llmocr-meta">{", ".join(found)}</span>'
 
 
-def annotations(bench: Mapping[str, Any] | None, checks: Mapping[str, Any] | None) -> ReportAnnotations:
+def report_annotations(bench: Mapping[str, Any] | None, checks: Mapping[str, Any] | None) -> ReportAnnotations:
     """What the report shows of the quality results: every document, the flagged ones first
     (worst first) and marked, their failing pages always among those shown."""
     sections: list[str] = []

@@ -31,7 +31,7 @@ def _pointer(parts: list[Any]) -> str:
 class _Marks:
     """Where each value was found and which ones were flagged, by JSON pointer."""
 
-    def __init__(self, row: Mapping[str, Any], page_link: Callable[[int], str] | None) -> None:
+    def __init__(self, row: Mapping[str, Any], page_link: Callable[[int], str | None] | None) -> None:
         self.pages = {str(p.get("path")): p.get("page") for p in row.get("value_pages") or []}
         self.flagged = {str(u.get("path")) for u in row.get("unsupported_values") or []}
         self.errors = {str(e.get("path")) for e in row.get("validation_errors") or []}
@@ -73,7 +73,7 @@ class _Marks:
         return self.scalar(value, path)
 
 
-def render_fields(row: Mapping[str, Any], page_link: Callable[[int], str] | None = None) -> str:
+def render_fields(row: Mapping[str, Any], page_link: Callable[[int], str | None] | None = None) -> str:
     """The fields panel of one document; ``page_link(page)`` gives the element id of a page."""
     status = row.get("status")
     badge = f'<span class="llmocr-status llmocr-status-{status if status in ("ok", "invalid") else "error"}">{esc(str(status))}</span>'

@@ -118,7 +118,8 @@ def _export_earlier(out: Storage, stage: Storage, shard: int, num_shards: int, d
     count = 0
     for row in iter_shard_rows(stage, shard, num_shards, batch_rows=16):
         if row["doc_id"] in doc_ids and not out.exists(markdown_path(out, row["doc_id"])):
-            export_document(out, DocumentResult(**{k: row.get(k) for k in DocumentResult.__dataclass_fields__}))
+            fields: dict[str, Any] = {k: row.get(k) for k in DocumentResult.__dataclass_fields__}
+            export_document(out, DocumentResult(**fields))
             count += 1
     return count
 

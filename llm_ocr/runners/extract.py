@@ -20,7 +20,8 @@ from llm_ocr.runners.page_flow import DocumentPages
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
 from llm_ocr.serving.open import Endpoint
-from llm_ocr.sources.base import DocumentRef
+from llm_ocr.records import PageResult
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.stages.extract import ExtractContext, extract_page, family_render, tiles_dense_pages
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.vlm.families import family_for
@@ -89,5 +90,7 @@ async def extract_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
     return await run_stage(Extract(spec), spec.job, stop)
 
 
-async def _extract_handler(ref, item, num_pages, *, ctx: ExtractContext, bad: BadPages):  # type: ignore[no-untyped-def]
+async def _extract_handler(
+    ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, *, ctx: ExtractContext, bad: BadPages
+) -> PageResult:
     return await bad.fallback(ref, await extract_page(ref, item, num_pages, ctx))

@@ -186,8 +186,9 @@ class ShardStage(ABC):
 
     #: The stage folders this stage writes rows to and marks complete, in marker order.
     writes: ClassVar[tuple[str, ...]]
-    #: Markers read besides those of ``writes`` to decide whether the shard is settled.
-    reads: ClassVar[tuple[str, ...]] = ()
+    #: Markers read besides those of ``writes`` to decide whether the shard is settled (a stage
+    #: may set its own in ``__init__``, from its options).
+    reads: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -158,7 +158,7 @@ class Batch:
 class Intake(Protocol):
     """Where a flow's pages come from: documents to render, or rows an earlier stage wrote."""
 
-    def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
+    def batches(self, flow: PageFlow) -> AsyncGenerator[Batch, None]:
         """The batches to handle, in input order; counts what it finds and skips in ``flow.counters``
         (``pages_found``, ``pages_skipped``, documents) and stops early once ``flow.stop`` is set."""
         ...
@@ -365,7 +365,7 @@ class DocumentPages:
         self.storage_options = storage_options or {}
         self.estimate_text = estimate_text
 
-    async def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
+    async def batches(self, flow: PageFlow) -> AsyncGenerator[Batch, None]:
         counters = flow.counters
         if counters.pages_found is None:
             counters.pages_found = 0  # counted from the documents: see RunCounters.reconciliation
@@ -386,7 +386,12 @@ class DocumentPages:
         if ref.kind == "dataset_row" or _is_local(ref.location):
             return ref, None
         path = await asyncio.to_thread(_download, ref.location, folder, self.storage_options)
-        return replace(ref, location=path), lambda: os.path.exists(path) and os.remove(path)
+
+        def remove() -> None:
+            if os.path.exists(path):
+                os.remove(path)
+
+        return replace(ref, location=path), remove
 
     async def _document(self, ref: DocumentRef, flow: PageFlow) -> AsyncIterator[Batch]:
         counters = flow.counters
@@ -432,7 +437,7 @@ class UpstreamRows:
         self.rows = rows
         self.index = index
 
-    async def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
+    async def batches(self, flow: PageFlow) -> AsyncGenerator[Batch, None]:
         counters = flow.counters
         async for row in iterate_in_thread(self.rows):
             if flow.stop.is_set():
@@ -490,5 +495,5 @@ class _Pending:
         self._make = make
         self.pages = pages
 
-    def __await__(self):  # type: ignore[no-untyped-def]
+    def __await__(self) -> Generator[Any, None, list[Any]]:
         return self._make().__await__()

@@ -366,7 +366,7 @@ async def _open_fleet(
                 member.count_death = tracker.server_death(i)  # a poison page's deaths do not spend its budget
                 gate = tracker.server_gate(i, member.wait_ready)
                 clients.append(VlmClient(member.base_url, model, api_key=api_key, options=client_options, gate=gate))
-            dispatcher = Dispatcher(clients, [lambda s=s: s.is_ready for s in fleet.members], route=tracker.route)
+            dispatcher = Dispatcher(clients, [_readiness(s) for s in fleet.members], route=tracker.route)
             try:
                 await asyncio.gather(*(check_model(c) for c in clients))
                 in_flight = client_in_flight(for_family(with_gpus(preset, len(fleet.members)), serving))
@@ -378,6 +378,11 @@ async def _open_fleet(
             await fleet.__aexit__(None, None, None)
     finally:
         _copy_logs(out, list(logs.values()))
+
+
+def _readiness(server: ManagedServer) -> Callable[[], bool]:
+    """Whether ``server`` is ready, asked anew at each call."""
+    return lambda: server.is_ready
 
 
 def _copy_logs(out: Storage | None, logs: list[tuple[Path, str | None]]) -> None:

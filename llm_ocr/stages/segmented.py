@@ -209,8 +209,11 @@ async def read_in_segments(
                 return exc
 
     readings = await asyncio.gather(*(one(s, image) for s, image in zip(segments, images)))
-    per_segment, warnings, failures, notes = [], [], [], []
-    raw = []
+    per_segment: list[list[Piece]] = []
+    warnings: list[str] = []
+    failures: list[str] = []
+    notes: list[str] = []
+    raw: list[str] = []
     for segment, reading in zip(segments, readings):
         where = f"{kind} {segment.index + 1}/{len(segments)} [{segment.top}:{segment.bottom}, {segment.left}:{segment.right}]"
         if isinstance(reading, RequestFailed):

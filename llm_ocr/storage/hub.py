@@ -175,7 +175,7 @@ def _auth_check_write(api: Any, repo_id: str, repo_type: str) -> None:
         api.auth_check(repo_id, repo_type=repo_type)
 
 
-def _as_access(exc: BaseException) -> BaseException:
+def _as_access(exc: Exception) -> Exception:
     """A 404 from the auth check means "not visible to this token": report it as access."""
     if classify(exc) == "access":
         return exc

@@ -225,7 +225,7 @@ def decode_image(data: bytes) -> tuple[np.ndarray, int, int]:
     from PIL import Image
 
     try:
-        img = Image.open(io.BytesIO(data))
+        img: Image.Image = Image.open(io.BytesIO(data))
         img.load()
     except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input; all mean "bad image"
         raise ValueError(f"Failed to load image: {exc}") from None

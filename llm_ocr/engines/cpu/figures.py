@@ -143,7 +143,7 @@ def ink_box(page: np.ndarray, box: Box, paper: np.ndarray) -> Box | None:
     if x2 <= x1 or y2 <= y1:
         return None
     patch = page[y1:y2, x1:x2].astype(np.int16)
-    ink = (np.abs(patch - paper.astype(np.int16)) > INK_DIFF).any(axis=2)
+    ink = np.any(np.abs(patch - paper.astype(np.int16)) > INK_DIFF, axis=2)
     cols = np.flatnonzero(ink.any(axis=0))
     lines_ = np.flatnonzero(ink.any(axis=1))
     if cols.size == 0:

@@ -47,7 +47,7 @@ class SseAnswer:
         self.text = text
         self.prompt_tokens = prompt_tokens
         self.record = record
-        self.tokens = 0  # generated so far
+        self.tokens: float = 0  # generated so far
         self.sent_chars = 0
         self.response: web.StreamResponse | None = None
         self._id = f"chatcmpl-{uuid.uuid4().hex}"

@@ -187,7 +187,7 @@ def _default(root: dict[str, Any], node: Any, resolved: dict[str, Any]) -> Any:
         return None
     if resolved.get("enum"):
         return resolved["enum"][0]
-    return {"string": "", "number": 0, "integer": 0, "boolean": False, "array": [], "object": {}}.get(resolved.get("type"), "")
+    return {"string": "", "number": 0, "integer": 0, "boolean": False, "array": [], "object": {}}.get(str(resolved.get("type")), "")
 
 
 def _table(lines: list[str], item: dict[str, Any], root: dict[str, Any]) -> list[dict[str, Any]] | None:

@@ -157,12 +157,11 @@ class SimServer(OpenAIServer):
         self._sem = asyncio.Semaphore(self.cfg.slots)
         self.open_log()
         self._start_now = asyncio.Event()
-        tasks = [self._wait_startup_delay(self._start_now)]
-        if self.cfg.corpus:
-            tasks.append(asyncio.to_thread(build_corpus, list(self.cfg.corpus)))
-        results = await asyncio.gather(*tasks)
-        if self.cfg.corpus:
-            self.corpus = results[1]
+        startup = self._wait_startup_delay(self._start_now)
+        if self.cfg.corpus:  # indexed while the start-up delay runs
+            _, self.corpus = await asyncio.gather(startup, asyncio.to_thread(build_corpus, list(self.cfg.corpus)))
+        else:
+            await startup
         self.ready = True
 
     async def _wait_startup_delay(self, start_now: asyncio.Event) -> None:

@@ -173,7 +173,8 @@ def _json_kind(value: Any) -> str:
         return "number"
     if value is None:
         return "null"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "string")
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), "string")
 
 
 def allows_null(root: dict[str, Any], node: Any) -> bool:

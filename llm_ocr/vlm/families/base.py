@@ -440,7 +440,7 @@ class Family:
         sent = next(p["text"] for p in parts if p.get("type") == "text")
         allowed = list(texts) if texts is not None else [prompt.text]
         if sent not in allowed:
-            raise RecipeError(f"{self.title}: unexpected prompt text {sent[:120]!r} (expected {allowed[0][:120]!r})")
+            raise RecipeError(f"{self.title}: unexpected prompt text {sent[:120]!r} (expected {str(allowed[0])[:120]!r})")
         return sent
 
     def check_sampling(self, body: Mapping[str, Any], sampling: Sampling, *, retry_top_p: float | None = None) -> None:

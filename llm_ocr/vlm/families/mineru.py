@@ -148,10 +148,10 @@ class MinerU(Family):
         if text == LAYOUT_PROMPT:
             kind, sampling = "layout", SAMPLING["layout"]
         else:
-            kind = next((k for k, p in PROMPTS.items() if p == text), None)
-            if kind is None:
+            found = next((k for k, p in PROMPTS.items() if p == text), None)
+            if found is None:
                 return None
-            sampling = SAMPLING[kind]
+            kind, sampling = found, SAMPLING[found]
         self.check_messages(body, Prompt(text, system=SYSTEM_PROMPT), [text])
         self.check_sampling(body, sampling)
         return "layout" if kind == "layout" else "block"
