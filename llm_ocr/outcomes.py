@@ -60,7 +60,8 @@ class ExitCode(IntEnum):
 
 _MEANINGS = {
     ExitCode.OK: "every page ok or truncated",
-    ExitCode.PAGES_FAILED: "finished, but some pages failed or an upstream stage is not finished (run again to retry them)",
+    ExitCode.PAGES_FAILED: "finished, but some pages failed or an upstream stage is not finished (run again to retry "
+                           "them)",
     ExitCode.COULD_NOT_RUN: "could not run",
     ExitCode.INTERRUPTED: "interrupted (run again to resume)",
 }

@@ -283,7 +283,8 @@ def write_invoice(inv: Invoice, path: Path) -> None:
         y = header_row(y)
         pdf.setFont("Courier", 9)
         for description, quantity, price in rows:
-            pdf.drawString(x, y, table_line((description, str(quantity), _money(Decimal(price)), _money(next(amounts)))))
+            pdf.drawString(x, y,
+                           table_line((description, str(quantity), _money(Decimal(price)), _money(next(amounts)))))
             y -= LINE
         if number == len(pages):
             y -= 10

@@ -79,13 +79,16 @@ def make_report(path: Path) -> None:
     pdf.setFont("Helvetica-Bold", 16)
     pdf.drawString(72, 720, "Results")
     pdf.setFont("Helvetica", 11)
-    y = write_wrapped(pdf, "The table below lists the machines and their measured throughput in pages per second.", 72, 695)
-    rows = [("Machine", "GPU", "Pages per second"), ("alpha", "A100", "2.3"), ("beta", "L40S", "1.9"), ("gamma", "L4", "0.8")]
+    y = write_wrapped(pdf, "The table below lists the machines and their measured throughput in pages per second.", 72,
+                      695)
+    rows = [("Machine", "GPU", "Pages per second"), ("alpha", "A100", "2.3"), ("beta", "L40S", "1.9"),
+            ("gamma", "L4", "0.8")]
     for row in rows:
         for col, cell in enumerate(row):
             pdf.drawString(72 + col * 150, y, cell)
         y -= 18
-    y = write_wrapped(pdf, "Faster machines finish sooner, but the cheapest page is often on the smallest GPU.", 72, y - 10)
+    y = write_wrapped(pdf, "Faster machines finish sooner, but the cheapest page is often on the smallest GPU.", 72,
+                      y - 10)
     pdf.showPage()
     pdf.save()
 

@@ -242,7 +242,8 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
     margin = 0.9 * inch
 
     def style(name: str, font: str, size: float, lead: float | None = None, **kw: Any) -> ParagraphStyle:
-        return ParagraphStyle(name, fontName=font, fontSize=size, leading=lead or size * 1.25, spaceAfter=size * 0.8, **kw)
+        return ParagraphStyle(name, fontName=font, fontSize=size, leading=lead or size * 1.25, spaceAfter=size * 0.8,
+                              **kw)
 
     def build(name: str, story: list[Any]) -> Path:
         path = folder / name
@@ -281,7 +282,8 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
     col = style("col", "Times-Roman", 9.5, alignment=4)
     paths.append(build("two-columns-times.pdf", [
         Paragraph("Two Column Article on River Funding", style("t2", "Times-Bold", 17)),
-        BalancedColumns([Paragraph(_paragraph(rng, 5), col) for _ in range(8)], nCols=2, spaceBefore=6, innerPadding=18),
+        BalancedColumns([Paragraph(_paragraph(rng, 5), col) for _ in range(8)], nCols=2, spaceBefore=6,
+                        innerPadding=18),
     ]))
 
     # Two columns whose paragraph breaks line up across the gutter (every paragraph is four

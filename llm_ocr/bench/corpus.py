@@ -129,7 +129,8 @@ def _vector_page_stream(rng: random.Random, title: str) -> bytes:
 
 def vector_pdf(pages: int, rng: random.Random, name: str) -> bytes:
     """A born-digital PDF of ``pages`` Letter pages (standard Helvetica, nothing embedded)."""
-    return _helvetica_pdf([_vector_page_stream(rng, f"{name}: part {number}") for number in range(1, pages + 1)], LETTER_PT)
+    return _helvetica_pdf([_vector_page_stream(rng, f"{name}: part {number}") for number in range(1, pages + 1)],
+                          LETTER_PT)
 
 
 def _helvetica_pdf(streams: list[bytes], size: tuple[float, float]) -> bytes:
@@ -368,7 +369,8 @@ def with_dense_pages(folder: Path, normal: Path, count: int, seed: int = 0) -> P
         except OSError:
             shutil.copyfile(path, folder / path.name)
     # Spread: after 10%, ..., and the last one 95% of the way through the documents.
-    positions = [round(len(documents) * (0.1 + 0.85 * k / max(1, count - 1))) for k in range(count)] if count > 1 else [len(documents) // 2]
+    positions = [round(len(documents) * (0.1 + 0.85 * k / max(1,
+        count - 1))) for k in range(count)] if count > 1 else [len(documents) // 2]
     for k, position in enumerate(positions):
         anchor = documents[min(position, len(documents) - 1)].name.split("-")[1] if documents else f"{k:05d}"
         name = f"doc-{anchor}-dense{k}.pdf"  # sorts right after document number ``anchor``

@@ -135,9 +135,11 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
         return [
             _row("dense recall: word recall, normal pages (min)", (_recall(r, "normal") for r in both)),
             _row("  word recall, dense pages (min)", (_recall(r, "dense") for r in both)),
-            _row("  tokens per dense page, mean", (f"{_mean(d['tokens'] for d in r.dense['pages']):,.0f}" for r in both)),
+            _row("  tokens per dense page, mean",
+                 (f"{_mean(d['tokens'] for d in r.dense['pages']):,.0f}" for r in both)),
             _row("  of which whole-page answers / tiles", (
-                f"{_mean(d['whole_tokens'] for d in r.dense['pages']):,.0f} / {_mean(d['tile_tokens'] for d in r.dense['pages']):,.0f}"
+                f"{_mean(d['whole_tokens'] for d in r.dense['pages']):,.0f} / "
+                f"{_mean(d['tile_tokens'] for d in r.dense['pages']):,.0f}"
                 for r in both)),
             _row("  dense pages: status", (", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
         ]  # fmt: skip

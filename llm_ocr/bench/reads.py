@@ -147,7 +147,8 @@ def measure_shard(
 
 
 def plan_report(
-    inputs: Sequence[str], num_shards: int, *, dataset: DatasetOptions | None = None, storage_options: dict | None = None
+    inputs: Sequence[str], num_shards: int, *, dataset: DatasetOptions | None = None,
+    storage_options: dict | None = None
 ) -> PlanReport:
     """Every shard's share of an ``num_shards`` plan, reading the footers only."""
     plan = plan_inputs(inputs, dataset=dataset, storage_options=storage_options)

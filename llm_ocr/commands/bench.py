@@ -125,7 +125,8 @@ def _losses(args: argparse.Namespace, config: BenchConfig) -> int:
     from llm_ocr.bench.losses import format_losses, run_losses
 
     def progress(name: str, label: str, result: RunResult) -> None:
-        log.info("%s (%s): %d pages in %.1f s (%.2f pages/s)", name, label, result.pages, result.wall_s, result.pages_per_s)
+        log.info("%s (%s): %d pages in %.1f s (%.2f pages/s)", name, label, result.pages, result.wall_s,
+                 result.pages_per_s)
 
     comparisons = run_losses(
         replace(config, pages=args.pages[0]),

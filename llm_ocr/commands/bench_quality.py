@@ -38,31 +38,39 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog="exit status: 0 scored; 1 scored below --fail-under; 2 could not run. See docs/quality.md.",
     )
-    parser.add_argument("output", nargs="?", metavar="OUT", help=f"the output folder or URL of a run [env {ENV_PREFIX}OUTPUT]")
-    parser.add_argument("--bench", metavar="DIR", help="a bench in olmOCR-bench's layout (JSONL test files beside pdfs/)")
+    parser.add_argument("output", nargs="?", metavar="OUT", help="the output folder or URL of a run [env "
+                                                                 f"{ENV_PREFIX}OUTPUT]")
+    parser.add_argument("--bench", metavar="DIR", help="a bench in olmOCR-bench's layout (JSONL test files beside "
+                                                       "pdfs/)")
     parser.add_argument("--markdown", metavar="MD",
                         help="with --bench: score the Markdown files in MD (another tool's: olmOCR's "
                         "{pdf}_pg{N}_repeat{M}.md, {pdf}_pg{N}.md per page or {pdf}.md per document, named by the "
                         "PDF's path under pdfs/) instead of OUT's rows; OUT receives the results only")
     parser.add_argument("--download", action="store_true",
-                        help="fetch allenai/olmOCR-bench from the Hugging Face Hub into --bench DIR first (about 360 MB)")
-    parser.add_argument("--katex", metavar="DIR", help="folder with katex.min.js and katex.min.css (default: found, see docs)")
+                        help="fetch allenai/olmOCR-bench from the Hugging Face Hub into --bench DIR first (about 360 "
+                             "MB)")
+    parser.add_argument("--katex", metavar="DIR", help="folder with katex.min.js and katex.min.css (default: found, "
+                                                       "see docs)")
     parser.add_argument("--no-text-layer", action="store_true", help="without --bench: do not read PDF text layers")
-    parser.add_argument("--samples", type=int, default=8, metavar="N", help="text-layer lines looked for per page (default %(default)s)")
+    parser.add_argument("--samples", type=int, default=8, metavar="N", help="text-layer lines looked for per page "
+                                                                            "(default %(default)s)")
     parser.add_argument("--worst", type=int, default=10, metavar="N", help="worst pages listed (default %(default)s)")
     parser.add_argument("--fail-under", type=float, default=None, metavar="SCORE",
                         help="exit 1 when the bench score (0-100) is below SCORE, or without --bench when more than "
                         "SCORE%% of the pages are flagged")
-    parser.add_argument("--no-report", action="store_true", help="do not (re)write OUT/report.html with the failing cases")
+    parser.add_argument("--no-report", action="store_true", help="do not (re)write OUT/report.html with the failing "
+                                                                 "cases")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object instead of tables")
     parser.add_argument("--storage-options", default=None, metavar="JSON",
                         help="fsspec storage options for OUT and the sources, a JSON object")
     chain = parser.add_argument_group("several models (--models)")
-    chain.add_argument("--models", metavar="A,B,...", help="read the same sample with each of these served models and compare")
+    chain.add_argument("--models", metavar="A,B,...", help="read the same sample with each of these served models and "
+                                                           "compare")
     chain.add_argument("--endpoint", metavar="URL[,URL...]",
                        help="OpenAI-compatible base URLs; each model is read on those that serve it (GET /v1/models)")
     chain.add_argument("--inputs", nargs="+", metavar="INPUT", help="without --bench: the documents to read")
-    chain.add_argument("--sample", type=int, default=None, metavar="N", help="with --bench: read only N of its PDFs (spread over its categories)")
+    chain.add_argument("--sample", type=int, default=None, metavar="N", help="with --bench: read only N of its PDFs "
+                                                                             "(spread over its categories)")
     chain.add_argument("--extract-args", default="", metavar="ARGS",
                        help="extra options for each `llm-ocr extract`, one string (e.g. '--max-in-flight 64')")
     parser.set_defaults(handler=run)
@@ -196,7 +204,8 @@ def bench_table(result: Mapping[str, Any]) -> str:
             lines.append(f"  not scored: {n} test(s): {reason}")
     missing = result["not_in_run"]
     if missing["tests"]:
-        lines.append(f"  not in the run: {missing['tests']} test(s) on {missing['pdfs']} of {missing['of_pdfs']} PDFs (left out)")
+        lines.append(f"  not in the run: {missing['tests']} test(s) on {missing['pdfs']} of {missing['of_pdfs']} PDFs "
+                     "(left out)")
     for line in result["invalid_tests"][:10]:
         lines.append(f"  refused: {line}")
     raised = result.get("raised") or []
@@ -326,7 +335,8 @@ def _several_models(args: argparse.Namespace, out: str) -> int:
     for model in models:
         run_out = str(Path(out) / "runs" / _slug(model))
         command = [sys.executable, "-m", "llm_ocr.cli", "extract", *inputs, "--output", run_out,
-                   "--endpoint", ",".join(served[model]), "--model", model, *shlex.split(args.extract_args)]  # fmt: skip
+                   "--endpoint", ",".join(served[model]), "--model", model,
+                   *shlex.split(args.extract_args)]  # fmt: skip
         log.info("reading %d input(s) with %s on %s", len(inputs), model, ", ".join(served[model]))
         done = subprocess.run(command, stdout=subprocess.DEVNULL, check=False)
         if done.returncode not in (0, 1):  # 1: finished with failed pages, which the scores count

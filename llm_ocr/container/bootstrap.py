@@ -154,7 +154,8 @@ def install(wheel: Path, extras: list[str], venv: Path, env: dict[str, str]) -> 
         how = "pip"
     changed = sorted(set(image_packages) ^ set(installed_packages()))
     if changed:  # never expected: the install went into the image's own Python after all
-        raise BootstrapError(f"installing llm-ocr changed the image's own packages ({', '.join(changed[:8])}): vLLM may no longer start")
+        raise BootstrapError(f"installing llm-ocr changed the image's own packages ({', '.join(changed[:8])}): vLLM "
+                             "may no longer start")
     _say(f"installed {requirement.partition(' @ ')[0]} into {venv} with {how} in {time.monotonic() - started:.0f} s "
          "(the image's packages unchanged)")
 

@@ -63,7 +63,8 @@ REFUSED = {
     "num_shards": "the launcher sets the shard count (--num-shards of `llm-ocr launch`)",
     "shard_index": "the launcher gives each job its shard",
     "api_key": "a key in the command line is visible to anyone who can see the job: pass --secret LLM_OCR_API_KEY",
-    "describe_api_key": "a key in the command line is visible to anyone who can see the job: pass --secret LLM_OCR_DESCRIBE_API_KEY",
+    "describe_api_key": "a key in the command line is visible to anyone who can see the job: pass --secret "
+                        "LLM_OCR_DESCRIBE_API_KEY",
 }
 
 
@@ -117,7 +118,8 @@ class Launch:
 
     def logs(self, shard: int = 0, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
         """Log lines of one shard's job (see :func:`logs`)."""
-        return logs(self.output, shard, follow=follow, tail=tail, launch_id=self._id(), storage_options=self.storage_options)
+        return logs(self.output, shard, follow=follow, tail=tail, launch_id=self._id(),
+                    storage_options=self.storage_options)
 
     def cancel(self, *, shards: Sequence[int] | None = None) -> list[str]:
         """Cancel the jobs that have not ended (see :func:`cancel`)."""
@@ -356,7 +358,8 @@ def _brief(exc: ValueError) -> str:
     return "; ".join(f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}" for e in errors())
 
 
-def _resolve(target: str, launch_id: str | None, storage_options: Mapping[str, Any] | None) -> tuple[Any, LaunchRecord | None]:
+def _resolve(target: str, launch_id: str | None, storage_options: Mapping[str, Any] | None) -> tuple[Any,
+    LaunchRecord | None]:
     output = target
     if looks_like_launch_id(target):
         output = output_of_launch(target) or ""

@@ -111,7 +111,8 @@ class CloudRunOptions(PlatformOptions):
         "unless given).", json_schema_extra={"metavar": "NAME=SECRET[:VERSION]", "repeat": True},
     )
     code_location: str | None = Field(None, description="Where the llm-ocr wheel is uploaded and mounted from (default "
-                                      "gs://OUTPUT_BUCKET/llm-ocr-code).", json_schema_extra={"metavar": "gs://BUCKET/FOLDER"})
+                                      "gs://OUTPUT_BUCKET/llm-ocr-code).",
+                                      json_schema_extra={"metavar": "gs://BUCKET/FOLDER"})
 
 
 class CloudRun:
@@ -196,8 +197,9 @@ class CloudRun:
         missing = [flag for flag, value in (("--project", self.project), ("--region", self.region)) if not value]
         if missing:
             raise LaunchError(
-                f"Cloud Run needs {' and '.join(missing)}: pass them, or set GOOGLE_CLOUD_PROJECT / CLOUDSDK_RUN_REGION "
-                "(a region with Cloud Run L4 GPUs, e.g. us-central1, europe-west1, europe-west4, asia-southeast1)"
+                f"Cloud Run needs {' and '.join(missing)}: pass them, or set GOOGLE_CLOUD_PROJECT / "
+                "CLOUDSDK_RUN_REGION (a region with Cloud Run L4 GPUs, e.g. us-central1, europe-west1, europe-west4, "
+                "asia-southeast1)"
             )
         if request.num_shards > MAX_TASKS:
             raise LaunchError(f"--num-shards {request.num_shards}: a Cloud Run execution runs at most {MAX_TASKS} tasks")
@@ -210,11 +212,12 @@ class CloudRun:
             )
         if request.secret_names:
             raise LaunchError(
-                f"--secret {request.secret_names[0]}: Cloud Run tasks read secrets from Secret Manager, never from this machine: "
-                f"store it (printf %s \"${request.secret_names[0]}\" | gcloud secrets create NAME --data-file=-) and pass "
-                f"--secret-ref {request.secret_names[0]}=NAME"
+                f"--secret {request.secret_names[0]}: Cloud Run tasks read secrets from Secret Manager, never from "
+                f"this machine: store it (printf %s \"${request.secret_names[0]}\" | gcloud secrets create NAME "
+                f"--data-file=-) and pass --secret-ref {request.secret_names[0]}=NAME"
             )
-        resources = task_resources(request.hardware, self.cpu, self.memory, needs_model=request.needs_model, stage=request.stage)
+        resources = task_resources(request.hardware, self.cpu, self.memory, needs_model=request.needs_model,
+                                   stage=request.stage)
         refs = parse_secret_refs(self.secret_refs)
         for name in refs:
             if name in request.env:
@@ -222,7 +225,8 @@ class CloudRun:
         if split_protocol(request.output)[0] == "hf" and "HF_TOKEN" not in refs:
             raise LaunchError(
                 f"the tasks need HF_TOKEN to write {request.output}: store a write token in Secret Manager "
-                "(printf %s \"$HF_TOKEN\" | gcloud secrets create hf-token --data-file=-) and pass --secret-ref HF_TOKEN=hf-token"
+                "(printf %s \"$HF_TOKEN\" | gcloud secrets create hf-token --data-file=-) and pass --secret-ref "
+                "HF_TOKEN=hf-token"
             )
         job_id = check_job_id(self.job_name or f"llm-ocr-{request.stage}")
         if self.service_account:
@@ -234,8 +238,9 @@ class CloudRun:
             self._check_credentials()
         hardware = cloud_run_hardware(1 if resources.gpu else 0, resources.cpu, resources.memory_gib)
         if self.region != CLOUD_RUN_PRICES.region:
-            notes.append(f"the Cloud Run prices are {CLOUD_RUN_PRICES.region}'s list prices ({CLOUD_RUN_PRICES.source}, "
-                         f"{CLOUD_RUN_PRICES.recorded}); {self.region} may differ, so the costs shown are estimates")
+            notes.append(f"the Cloud Run prices are {CLOUD_RUN_PRICES.region}'s list prices "
+                         f"({CLOUD_RUN_PRICES.source}, {CLOUD_RUN_PRICES.recorded}); {self.region} may differ, so the "
+                         "costs shown are estimates")
         info: dict[str, Any] = {
             "project": self.project, "region": self.region, "job": job_id, "gpu": resources.gpu, "cpu": resources.cpu,
             "memory_gib": resources.memory_gib, "endpoint": self.endpoint, "logging_endpoint": self.logging_endpoint,
@@ -254,9 +259,11 @@ class CloudRun:
         protocol, path = split_protocol(code_url)
         bucket, _, folder = path.strip("/").partition("/")
         if protocol not in ("gs", "gcs") or not bucket:
-            raise LaunchError(f"--code-location {code_url!r}: give a gs://BUCKET/FOLDER the tasks' service account can read")
+            raise LaunchError(f"--code-location {code_url!r}: give a gs://BUCKET/FOLDER the tasks' service account can "
+                              "read")
         in_folder = f"wheels/{wheel.digest[:16]}/{wheel.filename}"
-        prefix = install_then_run(with_extras(f"{CODE_MOUNT}/{in_folder}", extras_for([request.output, *request.inputs])))
+        prefix = install_then_run(with_extras(f"{CODE_MOUNT}/{in_folder}",
+                                              extras_for([request.output, *request.inputs])))
         private.update(wheel=wheel, code_url=f"gs://{bucket}/{folder}".rstrip("/"), wheel_path=in_folder,
                        code=CodeVolume(bucket, folder, CODE_MOUNT), command_words=len(prefix))
         info["code"] = f"{private['code_url']}/{in_folder}"
@@ -295,7 +302,8 @@ class CloudRun:
         path = code.path(*target.private["wheel_path"].split("/"))
         try:
             if code.exists(path):
-                log.info("llm-ocr wheel %s already in %s: not uploaded again", wheel.digest[:16], target.private["code_url"])
+                log.info("llm-ocr wheel %s already in %s: not uploaded again", wheel.digest[:16],
+                         target.private["code_url"])
                 return
             code.write_atomic(path, wheel.data)
             code.flush()
@@ -320,7 +328,8 @@ class CloudRun:
             try:
                 if current is None:
                     job = run_v2.Job.from_json(_json(desired))
-                    client.create_job(parent=self._location, job=job, job_id=name.rsplit("/", 1)[-1]).result(_OPERATION_TIMEOUT_S)
+                    client.create_job(parent=self._location, job=job,
+                                      job_id=name.rsplit("/", 1)[-1]).result(_OPERATION_TIMEOUT_S)
                     log.info("created Cloud Run job %s", name)
                 elif template_changed(desired, _to_dict(run_v2.Job, current)):
                     job = run_v2.Job.from_json(_json({**desired, "name": name}))
@@ -334,7 +343,8 @@ class CloudRun:
                 raise LaunchError(_brief(exc)) from exc
             execution = operation.metadata
             if execution is None or not execution.name:
-                raise LaunchError(f"Cloud Run accepted the run of {name} but named no execution; see `gcloud run jobs executions list`")
+                raise LaunchError(f"Cloud Run accepted the run of {name} but named no execution; see `gcloud run jobs "
+                                  "executions list`")
             short = execution.name.rsplit("/", 1)[-1]
             url = (f"https://console.cloud.google.com/run/jobs/executions/details/{self.region}/{short}/tasks"
                    f"?project={self.project}")
@@ -373,25 +383,30 @@ class CloudRun:
                  f'AND labels."run.googleapis.com/task_index"="{index}"')
         return self._log_lines(query, job, shard, follow=follow, tail=tail)
 
-    def _log_lines(self, query: str, job: dict[str, Any], shard: int, *, follow: bool, tail: int | None) -> Iterator[str]:
+    def _log_lines(self, query: str, job: dict[str, Any], shard: int, *, follow: bool,
+                   tail: int | None) -> Iterator[str]:
         from google.cloud import logging as cloud_logging
 
         client = cloud_logging.Client(project=self.project, _use_grpc=False, **self._connection(self.logging_endpoint))
         resource = [f"projects/{self.project}"]
         if tail is not None:
-            entries = list(client.list_entries(resource_names=resource, filter_=query, order_by=cloud_logging.DESCENDING,
+            entries = list(client.list_entries(resource_names=resource, filter_=query,
+                                               order_by=cloud_logging.DESCENDING,
                                                max_results=tail))
             entries.reverse()
         else:
-            entries = list(client.list_entries(resource_names=resource, filter_=query, order_by=cloud_logging.ASCENDING))
+            entries = list(client.list_entries(resource_names=resource, filter_=query,
+                                               order_by=cloud_logging.ASCENDING))
         last = None
         for entry in entries:
             last = entry.timestamp
             yield _payload(entry)
         while follow:
-            ended = self.shard_phase(self.states([job])[job["job_id"]], shard).phase in ("succeeded", "failed", "cancelled")
+            ended = self.shard_phase(self.states([job])[job["job_id"]], shard).phase in ("succeeded", "failed",
+                                                                                         "cancelled")
             since = f' AND timestamp>"{last.isoformat()}"' if last else ""
-            for entry in client.list_entries(resource_names=resource, filter_=query + since, order_by=cloud_logging.ASCENDING):
+            for entry in client.list_entries(resource_names=resource, filter_=query + since,
+                                             order_by=cloud_logging.ASCENDING):
                 last = entry.timestamp
                 yield _payload(entry)
             if ended:
@@ -455,9 +470,11 @@ def _seconds(start: Any, end: Any) -> float | None:
 def _execution_state(execution: Any) -> JobState:
     """The execution's phase from its counts: succeeded only when every task succeeded."""
     completed = _conditions(execution).get("Completed")
-    finished = bool(execution.completion_time) or (completed is not None and completed.state.name in (_SUCCEEDED, _FAILED))
+    finished = bool(execution.completion_time) or (completed is not None and completed.state.name in (_SUCCEEDED,
+                                                                                                      _FAILED))
     counts = (f"{execution.succeeded_count}/{execution.task_count} succeeded, {execution.failed_count} failed, "
-              f"{execution.running_count} running, {execution.retried_count} retried, {execution.cancelled_count} cancelled")
+              f"{execution.running_count} running, {execution.retried_count} retried, {execution.cancelled_count} "
+              "cancelled")
     phase: Phase
     if finished:
         if execution.succeeded_count == execution.task_count and not execution.failed_count:
@@ -471,7 +488,8 @@ def _execution_state(execution: Any) -> JobState:
     else:
         phase = "pending"
     message = completed.message if completed is not None and completed.message else None
-    return JobState(execution.name.rsplit("/", 1)[-1], phase, counts, message or (counts if phase in ("failed", "cancelled") else None),
+    return JobState(execution.name.rsplit("/", 1)[-1], phase, counts,
+                    message or (counts if phase in ("failed", "cancelled") else None),
                     _seconds(execution.start_time, execution.completion_time))
 
 
@@ -495,7 +513,8 @@ def _task_state(task: Any) -> JobState:
         why = (result.status.message if result else "") or (completed.message if completed is not None else "")
         message = f"{attempt} exited {exit_code}" + (f": {why}" if why else "")
     name = f"{task.execution.rsplit('/', 1)[-1] or task.name.rsplit('/', 1)[-1]} task {task.index}"
-    return JobState(name, phase, f"{phase.upper()} ({attempt})", message, _seconds(task.start_time, task.completion_time))
+    return JobState(name, phase, f"{phase.upper()} ({attempt})", message,
+                    _seconds(task.start_time, task.completion_time))
 
 
 def _payload(entry: Any) -> str:

@@ -102,9 +102,11 @@ def plan_launch(
     )  # a job serves the model on each of its GPUs
     if request.pages is not None:
         pages, pages_how = request.pages, "--pages"
-    attempts = request.attempts if request.attempts is not None else getattr(platform, "default_attempts", DEFAULT_ATTEMPTS)
+    attempts = request.attempts if request.attempts is not None else getattr(platform, "default_attempts",
+                                                                             DEFAULT_ATTEMPTS)
     try:
-        timeout, too_long = fit_timeout(pages, request.num_shards, rate, limit_s=target.max_timeout_s, attempts=attempts,
+        timeout, too_long = fit_timeout(pages, request.num_shards, rate, limit_s=target.max_timeout_s,
+                                        attempts=attempts,
                                         requested_s=request.timeout_s)
     except ValueError as exc:
         raise LaunchError(f"{platform.name}: {exc}") from exc
@@ -151,7 +153,8 @@ def _check_request(request: LaunchRequest) -> None:
             )
     for name in request.env:
         if _SECRET_NAME.search(name):
-            raise LaunchError(f"--env {name}=... looks like a secret: pass it with --secret {name} (its value is read from your environment)")
+            raise LaunchError(f"--env {name}=... looks like a secret: pass it with --secret {name} (its value is read "
+                              "from your environment)")
 
 
 def _user_secrets(request: LaunchRequest) -> dict[str, str]:
@@ -241,7 +244,8 @@ def _notes(request: LaunchRequest, target: Target) -> list[str]:
     if hardware.price_per_hour is None:
         notes.append(f"no price known for {hardware.name}: costs will show as unknown")
     elif not hardware.listed:
-        notes.append(f"{hardware.name} price ${hardware.price_per_hour:.2f}/h is an estimate (GPU price x {hardware.gpus})")
+        notes.append(f"{hardware.name} price ${hardware.price_per_hour:.2f}/h is an estimate (GPU price x "
+                     f"{hardware.gpus})")
     return notes
 
 
@@ -382,7 +386,8 @@ def collect_status(
         if stage == "run" and num_shards in marker_layouts(out, "fields"):
             needed = (*needed, "fields")
     markers = {s: markers_by_shard(out, s, num_shards, cache) for s in needed}
-    progress = {shard: data for (name, shard), data in read_progress(out, num_shards).items() if name == STAGES[stage].primary}
+    progress = {shard: data for (name, shard),
+                data in read_progress(out, num_shards).items() if name == STAGES[stage].primary}
     states: dict[str, JobState] = {}
     if record is not None:
         try:
@@ -444,7 +449,8 @@ def shard_logs(record: LaunchRecord, shard: int, *, follow: bool = False, tail: 
         raise LaunchError(f"--shard {shard} is out of range: launch {record.launch_id} has {record.num_shards} shard(s)")
     job = record.job_of_shard(shard)
     if job is None:
-        raise LaunchError(f"shard {shard} has no job in launch {record.launch_id} ({record.skipped.get(str(shard), 'not launched')})")
+        raise LaunchError(f"shard {shard} has no job in launch {record.launch_id} "
+                          f"({record.skipped.get(str(shard), 'not launched')})")
     return _follower(record).logs(job, shard, follow=follow, tail=tail)
 
 

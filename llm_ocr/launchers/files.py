@@ -94,7 +94,8 @@ def _classes_copies(output: str, path: str) -> list[ShippedFile]:
     except yaml.YAMLError as exc:
         raise ShipError(f"--classes {path!r} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("classes"), dict):
-        raise ShipError(f"--classes {path!r}: expected a mapping with a 'classes' mapping (class name -> schema and rules)")
+        raise ShipError(f"--classes {path!r}: expected a mapping with a 'classes' mapping (class name -> schema and "
+                        "rules)")
     base = os.path.dirname(os.path.abspath(path))
     copies = []
     for spec in data["classes"].values():

@@ -105,12 +105,15 @@ class SageMakerOptions(PlatformOptions):
     )
     role: str | None = Field(None, description="The jobs' execution role (required; see sagemaker/README.md).",
                              json_schema_extra={"metavar": "ARN"})
-    region: str | None = Field(None, description="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / your AWS config).")
+    region: str | None = Field(None, description="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / your AWS "
+                                                 "config).")
     aws_secret: list[str] | dict[str, str] = Field(
         default_factory=list, description="The job sets NAME from this AWS Secrets Manager secret at start (e.g. "
-        "HF_TOKEN=llm-ocr/hf-token for an hf:// output).", json_schema_extra={"metavar": "NAME=SECRET_ID", "repeat": True},
+        "HF_TOKEN=llm-ocr/hf-token for an hf:// output).",
+        json_schema_extra={"metavar": "NAME=SECRET_ID", "repeat": True},
     )
-    code_uri: str | None = Field(None, description="Where the llm-ocr wheel is uploaded (default: OUT/_state/code for an "
+    code_uri: str | None = Field(None, description="Where the llm-ocr wheel is uploaded (default: OUT/_state/code for "
+                                                   "an "
                                  "s3:// output).", json_schema_extra={"metavar": "S3_URL"})
     volume_size: int = Field(DEFAULT_VOLUME_GB, description="ML storage volume per instance, in GB (model weights and "
                              "scratch).", json_schema_extra={"metavar": "GB"})
@@ -179,8 +182,8 @@ class SageMaker:
         if request.secret_names:
             names = ", ".join(request.secret_names)
             raise LaunchError(
-                f"--secret {names}: SageMaker jobs have no secrets channel (their Environment is readable by anyone who "
-                f"can describe them); store the value in AWS Secrets Manager and pass --aws-secret NAME=SECRET_ID, "
+                f"--secret {names}: SageMaker jobs have no secrets channel (their Environment is readable by anyone "
+                f"who can describe them); store the value in AWS Secrets Manager and pass --aws-secret NAME=SECRET_ID, "
                 "which the job fetches by name at start with its role"
             )
         hardware = self._hardware(request)
@@ -199,7 +202,8 @@ class SageMaker:
             quota = self._quota(hardware.name, notes)
             self._check_secrets(request, notes)
         info: dict[str, Any] = {"region": region, "account": account, "role": role}
-        private: dict[str, Any] = {"quota": quota, "role": role, "secret_ids": dict(self.aws_secrets), "stage": request.stage}
+        private: dict[str, Any] = {"quota": quota, "role": role, "secret_ids": dict(self.aws_secrets),
+                                   "stage": request.stage}
         # The jobs get the secrets' values only in their own process (fetched by name at start):
         # the specs list the names, with no value to leak.
         secret_names = dict.fromkeys(self.aws_secrets, "")
@@ -216,15 +220,16 @@ class SageMaker:
         info.update(code_uri=code_uri)
         image = f"{DLC_ACCOUNTS.get(region, DEFAULT_DLC_ACCOUNT)}.dkr.ecr.{region}.amazonaws.com{_cn(region)}/{DLC_VLLM_TAG}"
         if region not in DLC_ACCOUNTS and not re.match(r"^(us|eu|ap|ca|sa)-", region):
-            notes.append(f"the vLLM DLC registry for {region} is assumed to be {DEFAULT_DLC_ACCOUNT}: pass --image if it is not")
+            notes.append(f"the vLLM DLC registry for {region} is assumed to be {DEFAULT_DLC_ACCOUNT}: pass --image if "
+                         "it is not")
         prefix = install_then_run(with_extras(f"{req.CODE_LOCAL_PATH}/{wheel.filename}", extras))
         return Target(hardware, image, prefix, secret_names, info, private, notes)
 
     def _role(self) -> str:
         if not self.role:
             raise LaunchError(
-                "no execution role: pass --role arn:aws:iam::ACCOUNT:role/NAME, a role SageMaker can assume that may read "
-                "the inputs, write the output and write logs (sagemaker/README.md lists the permissions)"
+                "no execution role: pass --role arn:aws:iam::ACCOUNT:role/NAME, a role SageMaker can assume that may "
+                "read the inputs, write the output and write logs (sagemaker/README.md lists the permissions)"
             )
         if not _ROLE_ARN.match(self.role):
             raise LaunchError(f"--role {self.role!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/NAME)")
@@ -240,7 +245,8 @@ class SageMaker:
                     f"--instance-type {name} is for SageMaker Training only: Processing jobs cannot use it. "
                     f"GPU types Processing offers: {_type_list(gpu_types)}"
                 )
-            raise LaunchError(f"unknown --instance-type {name!r} for SageMaker Processing; GPU types: {_type_list(gpu_types)}")
+            raise LaunchError(f"unknown --instance-type {name!r} for SageMaker Processing; GPU types: "
+                              f"{_type_list(gpu_types)}")
         hardware = SAGEMAKER_HARDWARE.get(name) or Hardware(name, 0, None, None, True, "")
         if request.needs_model:
             if not name.startswith(MODEL_FAMILIES) or name not in SAGEMAKER_HARDWARE or hardware.gpus == 0:
@@ -447,7 +453,8 @@ class SageMaker:
                     raise LaunchError(f"cannot read the logs of {name} ({_brief(exc)})") from exc
                 streams = []
             if not streams and not follow:
-                raise LaunchError(f"no log stream {LOG_GROUP}/{prefix}* yet: the host has not started (llm-ocr jobs status)")
+                raise LaunchError(f"no log stream {LOG_GROUP}/{prefix}* yet: the host has not started (llm-ocr jobs "
+                                  "status)")
             for stream in sorted(streams, key=lambda s: s["logStreamName"]):
                 yield from self._events(logs, stream["logStreamName"], tokens, tail)
             if not follow or ended:
@@ -511,8 +518,8 @@ def _secret_map(given: dict[str, str] | Sequence[str] | None) -> dict[str, str]:
     found = {}
     for name, secret_id in pairs:
         if not _ENV_NAME.match(name or "") or not secret_id:
-            raise LaunchError(f"--aws-secret {name}={secret_id}: write NAME=SECRET_ID (NAME a variable name, SECRET_ID a "
-                              "Secrets Manager name or ARN, optionally #KEY of a JSON secret)")
+            raise LaunchError(f"--aws-secret {name}={secret_id}: write NAME=SECRET_ID (NAME a variable name, SECRET_ID "
+                              "a Secrets Manager name or ARN, optionally #KEY of a JSON secret)")
         found[name] = secret_id
     return found
 

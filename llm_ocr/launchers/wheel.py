@@ -56,7 +56,8 @@ def build_wheel(package_dir: Path | None = None) -> Wheel:
             continue
         entries.append((f"{package_dir.name}/{rel.as_posix()}", path.read_bytes()))
     entries.append((f"{dist_info}/METADATA", meta.text.encode()))
-    entries.append((f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: llm-ocr launcher\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
+    entries.append((f"{dist_info}/WHEEL",
+                    b"Wheel-Version: 1.0\nGenerator: llm-ocr launcher\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
     if meta.entry_points:
         entries.append((f"{dist_info}/entry_points.txt", meta.entry_points.encode()))
     record = "".join(f"{path},sha256={_b64_digest(data)},{len(data)}\n" for path, data in entries)
@@ -130,5 +131,6 @@ def _from_pyproject(path: Path) -> _Meta | None:
         lines.append(f"Provides-Extra: {extra}")
         lines += [f'Requires-Dist: {req}; extra == "{extra}"' for req in reqs]
     scripts = project.get("scripts", {})
-    entry_points = ("[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in sorted(scripts.items()))) if scripts else ""
+    entry_points = ("[console_scripts]\n" + "".join(f"{k} = {v}\n" for k,
+                                                    v in sorted(scripts.items()))) if scripts else ""
     return _Meta(project["name"], project["version"], "\n".join(lines) + "\n", entry_points)

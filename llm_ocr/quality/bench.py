@@ -69,7 +69,8 @@ def bench_root(path: str | Path) -> Path:
     if not list(root.glob("*.jsonl")) and (root / "bench_data").is_dir():
         root = root / "bench_data"
     if not list(root.glob("*.jsonl")):
-        raise BenchError(f"no .jsonl test files in {root} (olmOCR-bench's layout: bench_data/*.jsonl and bench_data/pdfs/)")
+        raise BenchError(f"no .jsonl test files in {root} (olmOCR-bench's layout: bench_data/*.jsonl and "
+                         "bench_data/pdfs/)")
     return root
 
 
@@ -270,7 +271,8 @@ def summarise(
         "by_category": {k: _score(v) for k, v in sorted(by_category.items())},
         "by_type": {k: _type_score(v) for k, v in sorted(by_type.items())},
         "not_scored": {"tests": sum(not_scored.values()), "reasons": dict(not_scored.most_common())},
-        "not_in_run": {"tests": len(skipped), "pdfs": len({t.pdf for t in skipped}), "of_pdfs": len({t.pdf for t in bench.tests})},
+        "not_in_run": {"tests": len(skipped), "pdfs": len({t.pdf for t in skipped}),
+                       "of_pdfs": len({t.pdf for t in bench.tests})},
         "invalid_tests": bench.invalid,
         "raised": list(raised),
         "seconds": round(seconds, 2),

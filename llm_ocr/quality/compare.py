@@ -125,20 +125,23 @@ def runs_table(runs: Sequence[Run]) -> str:
         lines.append(("olmOCR-bench score", [score_text(r.bench["overall"]) if r.bench else "not run" for r in runs]))
         types = sorted({t for r in runs if r.bench for t in r.bench["by_type"]})
         for t in types:
-            lines.append((f"&nbsp;&nbsp;{esc(t)} tests", [pct(r.bench["by_type"].get(t, {}).get("score")) if r.bench else "" for r in runs]))
+            lines.append((f"&nbsp;&nbsp;{esc(t)} tests",
+                          [pct(r.bench["by_type"].get(t, {}).get("score")) if r.bench else "" for r in runs]))
     lines.append(("Pages flagged (no ground truth)", [
         f"{r.checks['flagged_pages']} of {r.checks['pages']}" if r.checks else "&ndash;" for r in runs]))  # fmt: skip
     lines.append(("Text-layer lines found", [pct((r.checks or {}).get("text_layer", {}).get("recall")) for r in runs]))
     stats = [r.stats.to_json() for r in runs]
     lines += [
         ("Completion tokens per page", [_number(s["completion_tokens_per_page"], 0) for s in stats]),
-        ("Prompt tokens per page", [_number(s["prompt_tokens"] / s["pages"] if s["pages"] else None, 0) for s in stats]),
+        ("Prompt tokens per page",
+         [_number(s["prompt_tokens"] / s["pages"] if s["pages"] else None, 0) for s in stats]),
         ("Pages/s (per shard)", [_number(s["pages_per_s"]) for s in stats]),
         ("GPU-seconds per 1,000 pages", [_number(s["gpu_seconds_per_1000_pages"], 0) for s in stats]),
         ("Cost per 1,000 pages", [_money(s["cost_per_1000_pages_usd"]) for s in stats]),
     ]
     head = "<tr><th></th>" + "".join(f"<th>{esc(r.label)}</th>" for r in runs) + "</tr>"
-    body = "".join(f"<tr><th>{name}</th>" + "".join(f'<td class="n">{v}</td>' for v in values) + "</tr>" for name, values in lines)
+    body = "".join(f"<tr><th>{name}</th>" + "".join(f'<td class="n">{v}</td>' for v in values) + "</tr>" for name,
+                   values in lines)
     note = (
         '<p class="llmocr-meta">Speed and cost come from the runs\' completion markers (the last run of each shard); '
         "cost is known when the GPU's price is (a GPU preset or --gpu-price-per-hour).</p>"
@@ -207,7 +210,8 @@ def compare_runs(
         (
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><meta name="referrer" content="no-referrer">'
-            f"<title>llm-ocr compare</title><style>body{{margin:1.2em;background:#fff}}\n{REPORT_CSS}\n{QUALITY_CSS}\n{CSS}"
+            "<title>llm-ocr "
+            f"compare</title><style>body{{margin:1.2em;background:#fff}}\n{REPORT_CSS}\n{QUALITY_CSS}\n{CSS}"
             '</style></head><body><div class="llmocr"><h1>llm-ocr compare</h1>'
         ),
         runs_table(runs),
@@ -229,7 +233,8 @@ def compare_runs(
     parts.append("</div></body></html>\n")
     target = html_path or posixpath.join(runs[0].out.rstrip("/"), "compare.html")
     path = _write(target, "".join(parts), so)
-    return CompareResult(path, [{"out": r.out, "label": r.label, **r.stats.to_json()} for r in runs], len(keys), len(shown))
+    return CompareResult(path, [{"out": r.out, "label": r.label, **r.stats.to_json()} for r in runs], len(keys),
+                         len(shown))
 
 
 def _write(target: str, text: str, storage_options: Mapping[str, Any]) -> str:

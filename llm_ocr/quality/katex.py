@@ -264,7 +264,8 @@ class EquationRenderer:
     :meth:`prefetch` renders many formulas in few browser runs; :meth:`render` returns one.
     """
 
-    def __init__(self, katex: str | os.PathLike[str] | None = None, chromium: str | None = None, timeout: float = 300.0):
+    def __init__(self, katex: str | os.PathLike[str] | None = None, chromium: str | None = None,
+                 timeout: float = 300.0):
         self.katex = Path(katex) if katex else find_katex()
         self.chromium = chromium or find_chromium()
         self.timeout = timeout

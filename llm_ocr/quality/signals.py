@@ -138,7 +138,8 @@ def found_in(snippet: str, content: str) -> bool:
     return similarity / 100.0 >= threshold
 
 
-def page_signals(row: Mapping[str, Any], layer: str | None = None, layer_note: str | None = None, samples: int = 8) -> PageSignals:
+def page_signals(row: Mapping[str, Any], layer: str | None = None, layer_note: str | None = None,
+                 samples: int = 8) -> PageSignals:
     """The signals of one page row; ``layer`` is its usable PDF text layer, if any."""
     markdown = str(row.get("markdown") or "")
     status = str(row.get("status") or "unknown")

@@ -56,7 +56,8 @@ class _Marks:
 
     def value(self, value: Any, path: list[Any]) -> str:
         if isinstance(value, dict):
-            rows = "".join(f"<tr><th>{esc(str(k))}</th><td>{self.value(v, [*path, k])}</td></tr>" for k, v in value.items())
+            rows = "".join(f"<tr><th>{esc(str(k))}</th><td>{self.value(v, [*path, k])}</td></tr>" for k,
+                           v in value.items())
             return f'<table class="llmocr-ftable">{rows}</table>' if rows else '<span class="llmocr-null">{}</span>'
         if isinstance(value, list):
             if value and all(isinstance(v, dict) for v in value):
@@ -69,7 +70,8 @@ class _Marks:
                     for i, item in enumerate(value)
                 )
                 return f'<table class="llmocr-ftable"><tr>{head}</tr>{body}</table>'
-            return ", ".join(self.value(v, [*path, i]) for i, v in enumerate(value)) or '<span class="llmocr-null">[]</span>'
+            return ", ".join(self.value(v, [*path, i]) for i,
+                             v in enumerate(value)) or '<span class="llmocr-null">[]</span>'
         return self.scalar(value, path)
 
 
@@ -103,11 +105,13 @@ def render_fields(row: Mapping[str, Any], page_link: Callable[[int], str | None]
     if conflicts:
         items = "".join(
             f"<li><code>{esc(str(c.get('path')))}</code>: "
-            + "; ".join(f"{esc(str(v))} (page {esc(str(p))})" for v, p in zip(c.get("values") or [], c.get("pages") or []))
+            + "; ".join(f"{esc(str(v))} (page {esc(str(p))})" for v,
+                        p in zip(c.get("values") or [], c.get("pages") or []))
             + "</li>"
             for c in conflicts
         )
-        parts.append(f'<div class="llmocr-note">Pages disagree (the first value is kept unless the schema says last):<ul>{items}</ul></div>')
+        parts.append('<div class="llmocr-note">Pages disagree (the first value is kept unless the schema says '
+                     f'last):<ul>{items}</ul></div>')
     meta = [f"{name}: {esc(str(row.get(key)))}" for name, key in (
         ("model", "model"), ("requests", "requests"), ("structured", "structured"), ("repaired", "repaired"),
         ("prompt tokens", "prompt_tokens"), ("completion tokens", "completion_tokens"),

@@ -62,7 +62,8 @@ class Extract(ShardStage):
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
         # Inputs are checked here, after the output: reading them records the sharding rule in OUT.
-        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count, shard.index)
+        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count,
+                                      shard.index)
         self.index = await shard.scan("extract", keep_quarantined=not spec.extract.retry_quarantined)
         note_retried(self.index)
         note_kept(self.index)

@@ -128,7 +128,8 @@ class FlowSettings:
     limit: InFlightLimit | None = None
 
 
-def flow_settings(limit: InFlightLimit, *, flush_interval: float, grace_period: float, workers: int = 0) -> FlowSettings:
+def flow_settings(limit: InFlightLimit, *, flush_interval: float, grace_period: float,
+                  workers: int = 0) -> FlowSettings:
     """The flow's knobs for a run whose pages in flight are bounded by ``limit``: render work
     queued ahead for two chunks per worker (at least 4), and a reorder window of four times the
     starting limit (at least 256 rows), so a slow page rarely forces rows out of order."""
@@ -422,7 +423,8 @@ class DocumentPages:
         for number, pages in enumerate(chunks):
             # A worker gets a dataset row's images of these pages only, not all of a long row's.
             target = local.pages_slice(pages[0], pages[-1]) if ref.kind == "dataset_row" else local
-            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1], self.estimate_text))
+            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1],
+                                                         self.estimate_text))
             last = number == len(chunks) - 1
             yield Batch(ref, _keep(future, set(pages)), num_pages, cleanup if last else None)
 

@@ -214,7 +214,8 @@ class ProgressReporter:
 
     async def _run_bar(self) -> None:
         counters = self.counters
-        bar = _bar_class()(desc=f"{counters.stage} {counters.shard + 1}/{counters.num_shards}", unit="page", dynamic_ncols=True)
+        bar = _bar_class()(desc=f"{counters.stage} {counters.shard + 1}/{counters.num_shards}", unit="page",
+                           dynamic_ncols=True)
         try:
             while True:
                 self._update_bar(bar)

@@ -155,7 +155,8 @@ class Run(ShardStage):
 
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
-        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count, shard.index)
+        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count,
+                                      shard.index)
         self.extract = await shard.scan("extract", keep_quarantined=not spec.extract.retry_quarantined)
         self.describe = await shard.scan("describe")
         note_retried(self.extract)
@@ -192,7 +193,8 @@ class Run(ShardStage):
                     partial(_run_quarantined, describe=dctx, described=done, counters=counters, bad=bad),
                 )
                 pages = DocumentPages(
-                    self.documents, self.extract, work.pool, family_render(spec.render, ectx.recipe), job.storage_options,
+                    self.documents, self.extract, work.pool, family_render(spec.render, ectx.recipe),
+                    job.storage_options,
                     estimate_text=tiles_dense_pages(ectx),
                 )
                 await work.run(pages, handler, ["extract", "describe"])

@@ -73,7 +73,8 @@ def in_flight_for_endpoint(job: JobOptions, endpoint: Endpoint) -> tuple[InFligh
     overloads = lambda: getattr(endpoint.client, "overloaded", 0)  # noqa: E731
     sent = lambda: getattr(endpoint.client, "sending", None)  # noqa: E731
     return in_flight_control(
-        job.max_in_flight, endpoint.suggested_in_flight, endpoint.metrics, overloads, AdaptivePolicy(start=DEFAULT_IN_FLIGHT),
+        job.max_in_flight, endpoint.suggested_in_flight, endpoint.metrics, overloads,
+        AdaptivePolicy(start=DEFAULT_IN_FLIGHT),
         sent,
     )
 

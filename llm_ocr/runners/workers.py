@@ -68,7 +68,8 @@ def crop_figures(image: bytes, boxes: list[list[int]]) -> list[bytes]:
     return crops
 
 
-def transform_image(image: bytes, rotate: int = 0, size: tuple[int, int] | None = None, min_side: int = 0) -> tuple[bytes, int, int]:
+def transform_image(image: bytes, rotate: int = 0, size: tuple[int, int] | None = None,
+                    min_side: int = 0) -> tuple[bytes, int, int]:
     """An encoded image turned ``rotate`` degrees counter-clockwise (0, 90, 180, 270, as PIL's
     ``Image.Transpose.ROTATE_*``), then resized to ``size`` (width, height), then scaled up so
     its shorter side has at least ``min_side`` pixels; PNG bytes and the new size."""

@@ -140,7 +140,8 @@ def _command(
         return sim_command(model, host="127.0.0.1", port=port, extra_args=extra, recipe=recipe)
     if importlib.util.find_spec("rapidocr") is None:
         raise EndpointError("the CPU engine needs its extra: pip install 'llm-ocr[cpu]' (or pass --endpoint URL)")
-    return [sys.executable, "-m", "llm_ocr.engines.cpu", "--host", "127.0.0.1", "--port", str(port), "--served-model-name", model, *extra]
+    return [sys.executable, "-m", "llm_ocr.engines.cpu", "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", model, *extra]
 
 
 def _log_path(out: Storage | None, name: str) -> tuple[Path, str | None]:
@@ -213,7 +214,8 @@ async def open_endpoint(
     if engine == "vllm":
         check_vllm_cuda(options)
     if engine == "vllm" and preset is not None and preset.gpus > 1:
-        async with _open_fleet(model, api_key, client_options, options, preset, out, log_name, tracker, recipe) as fleet:
+        async with _open_fleet(model, api_key, client_options, options, preset, out, log_name, tracker,
+                               recipe) as fleet:
             yield fleet
         return
     port = free_port()

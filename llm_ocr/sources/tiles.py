@@ -71,7 +71,8 @@ def plan_tiles(image: bytes, count: int) -> list[Segment]:
         grey = img.convert("L")
     factor = max(grey.size) / ANALYSIS_SIDE
     if factor > 1:
-        grey = grey.resize((max(1, round(grey.width / factor)), max(1, round(grey.height / factor))), Image.Resampling.BOX)
+        grey = grey.resize((max(1, round(grey.width / factor)), max(1, round(grey.height / factor))),
+                           Image.Resampling.BOX)
     pixels = np.asarray(grey, dtype=np.float32)
     paper = float(np.percentile(pixels, 95))
     ink = np.clip(paper - pixels, 0.0, None)

@@ -46,7 +46,8 @@ def _env_number(name: str, default: float) -> float:
 class HubCommitter:
     """Commits batches of operations to Hub repos through ``HfApi.create_commit``."""
 
-    def __init__(self, fs: Any, *, attempts: int | None = None, base_delay: float | None = None, max_delay: float = 120.0) -> None:
+    def __init__(self, fs: Any, *, attempts: int | None = None, base_delay: float | None = None,
+                 max_delay: float = 120.0) -> None:
         from huggingface_hub import HfApi
 
         self.fs = fs
@@ -122,7 +123,8 @@ class HubCommitter:
                     delay = max(delay, min(hinted, self.max_delay * 5))
                 log.warning(
                     "commit of %d file(s) to %s failed (%s); retry %d/%d in %.1fs",
-                    len(ops), url, scrub(f"HTTP {http_status(exc)}: {exc}".splitlines()[0]), attempt, self.attempts - 1, delay,
+                    len(ops), url, scrub(f"HTTP {http_status(exc)}: {exc}".splitlines()[0]), attempt, self.attempts - 1,
+                    delay,
                 )
                 time.sleep(delay)
 
@@ -193,7 +195,8 @@ def _api(fs: Any) -> Any:
 def _repo_of(root: str) -> tuple[str, str, str | None]:
     """``(repo_type, repo_id, revision)`` of an HfFileSystem path, without any request."""
     parts = root.strip("/").split("/")
-    type_prefixes = {"datasets": "dataset", "spaces": "space", "models": "model", "buckets": "bucket", "kernels": "kernel"}
+    type_prefixes = {"datasets": "dataset", "spaces": "space", "models": "model", "buckets": "bucket",
+                     "kernels": "kernel"}
     repo_type = type_prefixes.get(parts[0], "model")
     if parts[0] in type_prefixes:
         parts = parts[1:]

@@ -27,7 +27,8 @@ _PERMANENT = (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExis
 
 
 def retry_io(
-    fn: Callable[[], T], *, what: str, attempts: int | None = None, base_delay: float | None = None, max_delay: float = 30.0
+    fn: Callable[[], T], *, what: str, attempts: int | None = None, base_delay: float | None = None,
+    max_delay: float = 30.0
 ) -> T:
     """Call ``fn`` retrying transient storage errors with exponential backoff and jitter.
 
@@ -55,7 +56,8 @@ def retry_io(
             if kind == "access" or attempt == attempts:
                 raise StorageError(_explain_what(exc, what)) from exc
             delay = max(backoff_delay(attempt, base_delay, max_delay), min(retry_after(exc) or 0.0, max_delay * 4))
-            log.warning("%s failed (%s); retry %d/%d in ~%.1fs", what, scrub(str(exc)[:200]), attempt, attempts - 1, delay)
+            log.warning("%s failed (%s); retry %d/%d in ~%.1fs", what, scrub(str(exc)[:200]), attempt, attempts - 1,
+                        delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
 

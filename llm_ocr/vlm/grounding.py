@@ -103,7 +103,8 @@ def _match_end(pattern: re.Pattern[str], text: str, pos: int, end: int) -> int:
     return found.end() if found else pos
 
 
-def _parse_header(text: str, finder: _Finder, start: int, end: int, warn: Warnings) -> tuple[str | None, str | None, int]:
+def _parse_header(text: str, finder: _Finder, start: int, end: int, warn: Warnings) -> tuple[str | None, str | None,
+                                                                                             int]:
     """Read ``LABEL<|/ref|><|det|>BOXES<|/det|>`` from ``start`` (just after ``<|ref|>``).
 
     Returns (label or None if the ref is unclosed, box text or None, offset of the content).

@@ -132,7 +132,8 @@ async def stream_chat(
             tokens = ratio.estimate(len(text))
         return Streamed(text, finish, prompt, tokens, loop, tokens_estimated=estimated)
     if finish is None:
-        raise StreamBroken(message="the stream ended before the answer did (no finish_reason, no [DONE])", request=http.request)
+        raise StreamBroken(message="the stream ended before the answer did (no finish_reason, no [DONE])",
+                           request=http.request)
     ratio.note(len(text), tokens)
     return Streamed(text, finish, prompt, tokens)
 

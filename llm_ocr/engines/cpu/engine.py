@@ -196,7 +196,8 @@ class OcrEngine:
     def read(self, bgr: np.ndarray) -> list[Line]:
         """Text lines of a BGR image (``uint8``, height x width x 3), in detector order."""
         result = self._ocr(bgr)
-        boxes, txts, scores = getattr(result, "boxes", None), getattr(result, "txts", None), getattr(result, "scores", None)
+        boxes, txts, scores = getattr(result, "boxes", None), getattr(result, "txts", None), getattr(result, "scores",
+                                                                                                     None)
         if boxes is None or txts is None:
             return []
         lines = []

@@ -130,7 +130,8 @@ def _y_cuts(lines: Sequence[Line], h: float) -> list[float]:
     # lines' padded boxes touch or overlap even when a visible gap separates them. Figure
     # boxes are not padded: a cut must not pass through a figure's top or bottom.
     pad = 0.1
-    return _gaps([(l.y1 + pad * l.height, l.y2 - pad * l.height) if l.kind == TEXT else (l.y1, l.y2) for l in lines], Y_GAP * h)
+    return _gaps([(l.y1 + pad * l.height, l.y2 - pad * l.height) if l.kind == TEXT else (l.y1, l.y2) for l in lines],
+                 Y_GAP * h)
 
 
 def _split(lines: Sequence[Line], cuts: list[float], key: str) -> list[list[Line]]:

@@ -300,7 +300,8 @@ class SimServer(OpenAIServer):
                 analyse_image, req.image, self.corpus, need_colour,
                 families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind), crops_at,
             )
-            prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
+            prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt,
+                                                   self.cfg.tokens_per_char)
             if prompt_tokens is None:
                 prompt_tokens = estimate_prompt_tokens(facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
             max_tokens = admit_max_tokens(prompt_tokens, req.max_tokens, self.cfg.max_model_len)
@@ -490,7 +491,8 @@ class SimServer(OpenAIServer):
             # shorter repeats): a table row of 1.2-2.5 windows; without it, a short phrase.
             unit_tokens = 0 if req.ngram_window is None else req.ngram_window
             chars = int(max_tokens / self.cfg.tokens_per_char) + 16
-            return content.loop_text(start, facts.sha256, chars, min_unit_chars=int(unit_tokens / self.cfg.tokens_per_char))
+            return content.loop_text(start, facts.sha256, chars,
+                                     min_unit_chars=int(unit_tokens / self.cfg.tokens_per_char))
         return text
 
     async def _run_in_slot(

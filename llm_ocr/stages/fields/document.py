@@ -200,12 +200,14 @@ async def _classify(row: dict[str, Any], pages: list[PageText], ctx: FieldsConte
     names = [n for n, _ in choices]
     chunk = await _first_chunk(row, pages, ctx)
     answer = await _ask(
-        lambda mode: classify_request(doc_id=row["doc_id"], chunk=chunk, num_pages=result.num_pages, choices=choices, mode=mode),
+        lambda mode: classify_request(doc_id=row["doc_id"], chunk=chunk, num_pages=result.num_pages, choices=choices,
+                                      mode=mode),
         classify_schema(names), None, ctx, result, what="classification",
     )
     ctx.counts.classified_by_model += 1
     if answer.problems or not isinstance(answer.value, dict):
-        raise _Failed(f"the model's classification is not one of {', '.join(names)}: {'; '.join(map(str, answer.problems))}")
+        raise _Failed(f"the model's classification is not one of {', '.join(names)}: "
+                      f"{'; '.join(map(str, answer.problems))}")
     return Decision(str(answer.value["class"]), "model")
 
 
@@ -337,7 +339,8 @@ async def _send(build: Callable[[str], dict[str, Any]], body: dict[str, Any], ct
                 raise _Failed(f"{what} request failed after {exc.attempts} attempt(s): {exc}") from exc
             log.warning("the fields endpoint refused %s requests (%s); using %s from now on", ctx.mode, exc, fallback)
             ctx.mode = fallback
-            body = build(fallback) if "assistant" not in [m.get("role") for m in body["messages"]] else _reformat(body, fallback, build)
+            body = build(fallback) if "assistant" not in [m.get("role") for m in body["messages"]] else _reformat(body,
+                fallback, build)
             continue
         except EndpointDown:
             raise
@@ -364,7 +367,8 @@ def _fallback_mode(mode: str) -> str | None:
     return {"json_schema": "json_object", "json_object": "instruction"}.get(mode)
 
 
-def _judge(text: str, chat: ChatResult, wire: dict[str, Any], schema: FieldsSchema | None, ctx: FieldsContext) -> _Answer:
+def _judge(text: str, chat: ChatResult, wire: dict[str, Any], schema: FieldsSchema | None,
+           ctx: FieldsContext) -> _Answer:
     value, error = parse_json(text)
     if error is not None:
         if chat.finish_reason == "length":

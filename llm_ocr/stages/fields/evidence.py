@@ -233,7 +233,8 @@ class _Walker:
         found = self.evidence.find(value, resolved, order)
         where = pointer(list(path))
         if found is None:
-            self.result.unsupported.append({"path": where, "value": value if isinstance(value, str) else json.dumps(value)})
+            self.result.unsupported.append({"path": where,
+                                            "value": value if isinstance(value, str) else json.dumps(value)})
         elif found is not False:
             self.result.pages.append({"path": where, "page": found})
         return found

@@ -96,7 +96,8 @@ class FieldsSchema:
 
     def top_properties(self) -> dict[str, dict[str, Any]]:
         """The root object's properties, ``$ref``s resolved."""
-        return {name: resolve(self.schema, sub) for name, sub in resolve(self.schema, self.schema).get("properties", {}).items()}
+        return {name: resolve(self.schema, sub) for name,
+                sub in resolve(self.schema, self.schema).get("properties", {}).items()}
 
     def merge_policy(self, name: str) -> str:
         """How answers for parts of a long document are merged for top-level property ``name``."""
@@ -192,7 +193,8 @@ def allows_null(root: dict[str, Any], node: Any) -> bool:
 def strip_extensions(node: Any) -> Any:
     """A deep copy of a schema without llm-ocr's ``x-llm-ocr-*`` keywords."""
     if isinstance(node, dict):
-        return {k: strip_extensions(v) for k, v in node.items() if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
+        return {k: strip_extensions(v) for k,
+                v in node.items() if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
     if isinstance(node, list):
         return [strip_extensions(v) for v in node]
     return node
@@ -254,7 +256,8 @@ def load_fields_schema(
         stem = location.rstrip("/").rsplit("/", 1)[-1]
         origin, default_name = location, re.sub(r"(\.schema)?\.(json|ya?ml)$", "", stem, flags=re.IGNORECASE)
     checked = check_schema(schema, f"{option} {value!r}")
-    return FieldsSchema(name=name or default_name, schema=checked, origin=origin, checks=parse_checks(checked, f"{option} {value!r}"), model=model)
+    return FieldsSchema(name=name or default_name, schema=checked, origin=origin,
+                        checks=parse_checks(checked, f"{option} {value!r}"), model=model)
 
 
 def _title(schema: Any) -> str | None:
@@ -326,7 +329,8 @@ def check_schema(schema: Any, what: str) -> dict[str, Any]:
     for prop_name, prop in root["properties"].items():
         policy = resolve(schema, prop).get(MERGE_KEY)
         if policy is not None and policy not in MERGE_POLICIES:
-            raise SchemaError(f"{what}: {prop_name}.{MERGE_KEY} must be one of {', '.join(MERGE_POLICIES)}, not {policy!r}")
+            raise SchemaError(f"{what}: {prop_name}.{MERGE_KEY} must be one of {', '.join(MERGE_POLICIES)}, not "
+                              f"{policy!r}")
         if policy == "concat" and value_type(schema, prop) != "array":
             raise SchemaError(f"{what}: {prop_name}.{MERGE_KEY} 'concat' applies to arrays only")
     return schema

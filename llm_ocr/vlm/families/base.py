@@ -299,7 +299,8 @@ class Family:
         """Tokens of the context kept for the image and the prompt text (see subclasses)."""
         return min(context // 2, 1024)
 
-    def messages(self, image: bytes, mime: str, text: str | None = None, system: str | None = None) -> list[dict[str, Any]]:
+    def messages(self, image: bytes, mime: str, text: str | None = None,
+                 system: str | None = None) -> list[dict[str, Any]]:
         """The chat messages for one image in this family's chat shape."""
         text = self.prompt.text if text is None else text
         system = self.prompt.system if system is None else system
@@ -440,7 +441,8 @@ class Family:
         sent = next(p["text"] for p in parts if p.get("type") == "text")
         allowed = list(texts) if texts is not None else [prompt.text]
         if sent not in allowed:
-            raise RecipeError(f"{self.title}: unexpected prompt text {sent[:120]!r} (expected {str(allowed[0])[:120]!r})")
+            raise RecipeError(f"{self.title}: unexpected prompt text {sent[:120]!r} (expected "
+                              f"{str(allowed[0])[:120]!r})")
         return sent
 
     def check_sampling(self, body: Mapping[str, Any], sampling: Sampling, *, retry_top_p: float | None = None) -> None:
@@ -492,7 +494,8 @@ def prompt_text(body: Mapping[str, Any]) -> str | None:
 def sent_image(body: Mapping[str, Any]) -> bytes:
     """The image bytes of a request body (for the simulated server); b"" if there is none."""
     for message in body.get("messages") or []:
-        for part in message.get("content") or [] if isinstance(message, dict) and isinstance(message.get("content"), list) else []:
+        for part in message.get("content") or [] if isinstance(message, dict) and isinstance(message.get("content"),
+                                                                                             list) else []:
             if isinstance(part, dict) and part.get("type") == "image_url":
                 url = (part.get("image_url") or {}).get("url", "")
                 return base64.b64decode(url.partition(",")[2] or b"")

@@ -199,7 +199,8 @@ class MinerU(Family):
             self.retries,
         )
 
-    def messages(self, image: bytes, mime: str, text: str | None = None, system: str | None = None) -> list[dict[str, Any]]:
+    def messages(self, image: bytes, mime: str, text: str | None = None,
+                 system: str | None = None) -> list[dict[str, Any]]:
         return super().messages(image, mime, text, SYSTEM_PROMPT)
 
     def assemble(self, boxes: list[LayoutBox], pixels: list[Box | None], page: PageInput, warn: Warnings) -> PageLayout:

@@ -153,7 +153,8 @@ class OlmOCR(Family):
             turned = (turned + correction) % 360
             image, width, height = await tools.transform(page.image, rotate=turned)
             current = PageInput(image, "image/png", width, height, page.page)
-            notes.append(f"turned {turned}° as the model said (olmOCR-2 rotation_correction {correction}) and read again")
+            notes.append(f"turned {turned}° as the model said (olmOCR-2 rotation_correction {correction}) and read "
+                         "again")
             reading = await super().read(current, tools, max_tokens)
             answers += reading.answers
         if notes and not reading.layout.metadata.get("is_rotation_valid", True):

@@ -246,7 +246,8 @@ QWEN25_VL = QwenVL(
                "before the image; up to 32000 new tokens",
                "QwenLM/Qwen2.5-VL cookbooks/document_parsing.ipynb (inference, section 1)"),
         Source("data-bbox in pixels of the resized image (image_grid_thw x 14); min/max pixels 512/2048 x 28 x 28 "
-               "in the API example", "QwenLM/Qwen2.5-VL cookbooks/document_parsing.ipynb (draw_bbox, inference_with_api)"),
+               "in the API example", "QwenLM/Qwen2.5-VL cookbooks/document_parsing.ipynb (draw_bbox, "
+                                     "inference_with_api)"),
         Source("smart_resize: sides multiples of 28, 56 x 56 to 12,845,056 pixels",
                "huggingface/transformers models/qwen2_vl/image_processing_qwen2_vl.py"),
         Source("serving: --limit-mm-per-prompt, --max-model-len to bound memory (128K context)",
