@@ -59,7 +59,8 @@ class Result:
 
     ``pages`` counts this run's page rows by status (``ok``, ``truncated``, ``error``,
     ``quarantined``) plus ``skipped``, the pages earlier runs did; ``documents`` the documents
-    (Assemble's by status; for ``fields``, its rows: ``ok``, ``invalid``, ``error``); ``cost`` the GPU time and its estimated price. They come from the
+    (Assemble's by status; for ``fields``, its rows: ``ok``, ``invalid``, ``error``); ``cost`` the GPU time and its
+    estimated price. They come from the
     completion markers the run wrote (or would have written, when it stopped early); ``stats``
     holds the markers themselves.
     """

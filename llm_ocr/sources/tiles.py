@@ -9,7 +9,8 @@ square as the page allows:
   :data:`MIN_OVERLAP` of the page's height): a line the cut grazes is whole in one of the two;
 - each band split into **columns** at its gutters only: the widest runs of blank columns within
   that band near an even split (the nearest of equally wide ones). A band without a gutter near
-  a split stays wider: a cut through a text column would halve every line. Multi-column pages thus come apart between their columns,
+  a split stays wider: a cut through a text column would halve every line. Multi-column pages thus come apart between
+  their columns,
   and the tiles' answers are put back in reading order by their boxes.
 
 The page's ink is measured on a grey copy at most :data:`ANALYSIS_SIDE` pixels long; tiles are
