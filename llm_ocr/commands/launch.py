@@ -155,7 +155,8 @@ def run_jobs(args: argparse.Namespace) -> int:
                 print(line, flush=True)
             return 0
         cancelled = api.cancel(args.target, shards=args.shard, launch_id=args.launch_id, storage_options=options)
-        print(f"cancel sent to {len(cancelled)} job(s)" + (f": {', '.join(cancelled)}" if cancelled else " (none was running)"))
+        which = f": {', '.join(cancelled)}" if cancelled else " (none was running)"
+        print(f"cancel sent to {len(cancelled)} job(s){which}")
         return 0
     except LaunchError as exc:
         log.error("%s", exc)

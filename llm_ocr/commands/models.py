@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{row['family']}  ({row['title']})")
         print(f"  models:  {', '.join(row['models']) or '-'}")
         print(f"  matches: {', '.join(row['matches'])}")
-        print(f"  outputs: {_flags(row['outputs'])}" + (f"; {row['outputs']['notes']}" if row["outputs"]["notes"] else ""))
+        notes = f"; {row['outputs']['notes']}" if row["outputs"]["notes"] else ""
+        print(f"  outputs: {_flags(row['outputs'])}{notes}")
         print(f"  dense:   {row['dense_pages']}")
         print(f"  serve:   {row['serve']}")
         if row["needs"]:

@@ -58,6 +58,7 @@ def fetch_into_environment(environ: MutableMapping[str, str] | None = None, clie
             try:
                 value = json.loads(value)[key]
             except (ValueError, KeyError, TypeError):
-                raise SecretFetchError(f"secret {secret_id!r} for {name} is not a JSON object with the key {key!r}") from None
+                raise SecretFetchError(f"secret {secret_id!r} for {name} is not a JSON object with the key "
+                                       f"{key!r}") from None
         environ[name] = str(value)
     return sorted(wanted)

@@ -94,7 +94,8 @@ def split_wheel(spec: str) -> tuple[Path, list[str]]:
     extras = [e.strip() for e in rest.rstrip("]").split(",") if e.strip()]
     wheel = Path(path)
     if not wheel.exists():
-        raise BootstrapError(f"the llm-ocr wheel {path} is not in the container (was the code volume or input mounted?)")
+        raise BootstrapError(f"the llm-ocr wheel {path} is not in the container (was the code volume or input "
+                             "mounted?)")
     return wheel, extras
 
 

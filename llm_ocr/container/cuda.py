@@ -182,7 +182,8 @@ def verdict(driver: Driver, image: ImageCuda, *, forward_compat: bool = False, i
     better = VLLM_IMAGES.get(have[0])
     remedy = (f"use an image built for CUDA {have[0]}, e.g. {better} (llm-ocr launch ... --image {better}, or the "
               "launcher's default image)") if better else (
-              f"no vLLM image that serves DeepSeek-OCR is built for CUDA {have[0]}: choose hardware with a newer driver")
+              f"no vLLM image that serves DeepSeek-OCR is built for CUDA {have[0]}: choose hardware with a newer "
+              "driver")
     raise CudaMismatch(
         f"{both}, and a CUDA {need[0]} runtime cannot run on a CUDA {have[0]} driver. {remedy[0].upper()}{remedy[1:]}; "
         f"or, on a data-center GPU, set {FORWARD_COMPAT_ENV}=1 to load the image's CUDA forward-compatibility "

@@ -139,7 +139,8 @@ class Launch:
         lines = [f"launch {self.launch_id} on {self.plan.platform}: {len(self.jobs)} job(s) submitted"]
         for job in self.jobs:
             shards = ",".join(str(s) for s in job["shards"])
-            lines.append(f"  shard {shards}: job {job['job_id']}  {job['url']}" + (f"  (logs: {job['follow']})" if job.get("follow") else ""))
+            follow = f"  (logs: {job['follow']})" if job.get("follow") else ""
+            lines.append(f"  shard {shards}: job {job['job_id']}  {job['url']}{follow}")
         return "\n".join(lines + [f"  {line}" for line in describe_plan(self.plan)])
 
     def __repr__(self) -> str:

@@ -202,7 +202,8 @@ class CloudRun:
                 "asia-southeast1)"
             )
         if request.num_shards > MAX_TASKS:
-            raise LaunchError(f"--num-shards {request.num_shards}: a Cloud Run execution runs at most {MAX_TASKS} tasks")
+            raise LaunchError(f"--num-shards {request.num_shards}: a Cloud Run execution runs at most {MAX_TASKS} "
+                              "tasks")
         if self.parallelism is not None and self.parallelism < 1:
             raise LaunchError(f"--parallelism must be at least 1 (got {self.parallelism})")
         if request.attempts is not None and request.attempts > MAX_RETRIES + 1:
@@ -309,7 +310,8 @@ class CloudRun:
             code.flush()
         except Exception as exc:
             raise LaunchError(f"could not upload the llm-ocr wheel to {target.info['code']} ({_brief(exc)}); pass "
-                              "--code-location gs://BUCKET/FOLDER you can write, or --image with a prebuilt image") from exc
+                              "--code-location gs://BUCKET/FOLDER you can write, or --image with a prebuilt "
+                              "image") from exc
         log.info("uploaded the llm-ocr wheel to %s", target.info["code"])
 
     def submit(self, jobs: Sequence[PlannedJob], target: Target) -> Iterator[Submission]:

@@ -112,7 +112,8 @@ def plan_launch(
         raise LaunchError(f"{platform.name}: {exc}") from exc
     notes += too_long
     if request.timeout_s is None:
-        basis = f"{pages} pages ({pages_how}) at {rate:g} pages/s per job" if pages is not None else f"page count unknown ({pages_how}); pass --pages N to size it"
+        basis = (f"{pages} pages ({pages_how}) at {rate:g} pages/s per job" if pages is not None
+                 else f"page count unknown ({pages_how}); pass --pages N to size it")
         notes.append(f"timeout {timeout // 60} min per job: {basis}")
 
     specs = [
@@ -346,7 +347,8 @@ def submit_plan(plan: LaunchPlan, platform: Platform) -> LaunchRecord | None:
             save_record(out, record)
         raise LaunchError(
             f"submitting to {plan.platform} failed after {submitted} of {len(plan.jobs)} job(s): {exc}"
-            + ("; those are recorded (llm-ocr jobs status OUT): relaunch the same command to submit the rest" if submitted else "")
+            + ("; those are recorded (llm-ocr jobs status OUT): relaunch the same command to submit the rest"
+               if submitted else "")
         ) from exc
     save_record(out, record)
     return record
@@ -375,7 +377,8 @@ def collect_status(
         layouts = set().union(*(marker_layouts(out, s) for s in STAGE_FOLDERS))
         if len(layouts) != 1:
             raise LaunchError(
-                f"{out.url} has no launch record" + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")
+                f"{out.url} has no launch record"
+                + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")
                 + ": nothing to show (was it launched with `llm-ocr launch`?)"
             )
         num_shards = layouts.pop()
@@ -446,7 +449,9 @@ def wait_for(
 def shard_logs(record: LaunchRecord, shard: int, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
     """Log lines of ``shard``'s latest job."""
     if not 0 <= shard < record.num_shards:
-        raise LaunchError(f"--shard {shard} is out of range: launch {record.launch_id} has {record.num_shards} shard(s)")
+        raise LaunchError(
+            f"--shard {shard} is out of range: launch {record.launch_id} has {record.num_shards} shard(s)"
+        )
     job = record.job_of_shard(shard)
     if job is None:
         raise LaunchError(f"shard {shard} has no job in launch {record.launch_id} "

@@ -273,7 +273,8 @@ class SageMaker:
             self._client("iam").get_role(RoleName=role.rsplit("/", 1)[-1])
         except Exception as exc:
             if _code(exc) == "NoSuchEntity":
-                raise LaunchError(f"--role {role}: no such role in this account; create it (sagemaker/README.md)") from exc
+                raise LaunchError(f"--role {role}: no such role in this account; create it "
+                                  "(sagemaker/README.md)") from exc
             notes.append(f"could not check that role {role} exists ({_brief(exc)})")
 
     def _quota(self, instance_type: str, notes: list[str]) -> int | None:
@@ -317,7 +318,8 @@ class SageMaker:
     def _code_prefix(self, request: LaunchRequest) -> str:
         if self.code_uri:
             if split_protocol(self.code_uri)[0] != "s3":
-                raise LaunchError(f"--code-uri {self.code_uri!r} must be an s3:// URL: SageMaker copies it into the job")
+                raise LaunchError(f"--code-uri {self.code_uri!r} must be an s3:// URL: SageMaker copies it into the "
+                                  "job")
             return self.code_uri
         if split_protocol(request.output)[0] == "s3":
             return f"{request.output.rstrip('/')}/_state/code"
@@ -366,7 +368,8 @@ class SageMaker:
             problems = req.request_problems(body)
             if problems:
                 raise LaunchError(
-                    "the Processing job would break SageMaker's limits, so nothing was submitted: " + "; ".join(problems)
+                    "the Processing job would break SageMaker's limits, so nothing was submitted: "
+                    + "; ".join(problems)
                     + " (Environment holds the --env variables and llm-ocr's own; ContainerArguments the INPUTs and "
                     "stage options: shorten them, or put long option values in a file the job can read)"
                 )

@@ -99,7 +99,8 @@ def render_fields(row: Mapping[str, Any], page_link: Callable[[int], str | None]
         parts.append(f'<div class="llmocr-error">Found nowhere in the document\'s text: {listed}</div>')
     errors = row.get("validation_errors") or []
     if errors:
-        items = "".join(f"<li><code>{esc(str(e.get('path') or '(root)'))}</code>: {esc(str(e.get('message')))}</li>" for e in errors)
+        items = "".join(f"<li><code>{esc(str(e.get('path') or '(root)'))}</code>: "
+                        f"{esc(str(e.get('message')))}</li>" for e in errors)
         parts.append(f'<div class="llmocr-error">Validation errors:<ul>{items}</ul></div>')
     conflicts = row.get("conflicts") or []
     if conflicts:

@@ -218,7 +218,8 @@ class Assemble(ShardStage):
         source, stage = out.child(name), out.child("assemble")
         complete = await asyncio.to_thread(upstream_complete, out, name, source, shard.index, shard.count)
         if not complete and not await asyncio.to_thread(stage_has_parts, source):
-            raise RunError(f"nothing to assemble: {out.url} holds no Extract or Describe output; run those stages first")
+            raise RunError(f"nothing to assemble: {out.url} holds no Extract or Describe output; run those stages "
+                           "first")
         self.plan = _Plan(out, shard.index, shard.count, name, source, stage, complete, set(), 0)
 
     async def resume(self, shard: Shard, markers: Markers) -> None:

@@ -86,7 +86,8 @@ async def check_model(client: VlmClient, wait: float = 0.0) -> None:
             log.warning("%s; retrying for up to %.0fs more (--dead-after)", exc, left)
             await asyncio.sleep(min(left, backoff_delay(attempt, 0.5, 15.0)))
     if client.model not in served:
-        raise EndpointError(f"endpoint {client.display_url} does not serve --model {client.model!r}; it serves {served}")
+        raise EndpointError(f"endpoint {client.display_url} does not serve --model {client.model!r}; it serves "
+                            f"{served}")
 
 
 def choose_engine(options: ServerOptions) -> tuple[str, str, GpuPreset | None]:

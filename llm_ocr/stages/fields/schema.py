@@ -302,7 +302,8 @@ def import_model(path: str, option: str = "--schema") -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # an import runs arbitrary code: any error is the user's to see
-        raise SchemaError(f"{option} {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+        raise SchemaError(f"{option} {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: "
+                          f"{exc}") from exc
     model = getattr(module, attr, None)
     if model is None:
         raise SchemaError(f"{option} {path!r}: module {module_name!r} has no attribute {attr!r}")
