@@ -1,7 +1,9 @@
-"""``llm-ocr bench --losses``: where GPU time went before issue 19 and where it goes now, side by side.
+"""``llm-ocr bench --losses``: where GPU time goes without the client's loss-cutting mechanisms and with
+them, side by side.
 
-Four workloads, each run twice on the same corpus and simulated server, once the way the client
-behaved before (``today``) and once as it does now (``new``):
+Four workloads, each run twice on the same corpus and simulated server, once with those mechanisms
+off (``today``: answers read whole, a fixed in-flight limit, one server, long pages read whole) and
+once as the client runs now (``new``):
 
 - **loops**: 10% of pages loop on a table row longer than vLLM's 90-token n-gram window, half
   of them again when retried hotter; ``max_tokens`` is 7,168 (an 8,192 context). Today answers
@@ -18,7 +20,7 @@ behaved before (``today``) and once as it does now (``new``):
   large the text is where the model reads it (the scale of its 640-pixel crops), and that the page
   still gets one row.
 
-Two more compare dense pages (issue 28) read whole, cut at ``max_tokens`` and retried (``today``)
+Two more compare dense pages read whole, cut at ``max_tokens`` and retried (``today``)
 with dense pages read in tiles (``new``); the simulator knows the dense pages (their text layer;
 a tile gets the text of its region):
 
@@ -67,7 +69,7 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
     # then feeds any server on a loaded 2-core machine, so what is measured is the in-flight
     # policy and the dispatcher, not the client's rendering (the instant bench measures that).
     light = replace(quiet, dpi=36.0)
-    before_tiles = {"tile_dense_pages": False}  # issue 19's "today" predates dense pages in tiles
+    before_tiles = {"tile_dense_pages": False}  # "today" reads dense pages whole
     return [
         ("loops", replace(base, loop_rate=0.10, loop_repeat_rate=0.5, max_tokens=7168, decode_ms_per_token=1.0),
          {"cut_loops": False, **before_tiles}, {"cut_loops": True}),

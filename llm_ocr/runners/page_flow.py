@@ -492,8 +492,8 @@ class _Pending:
     """An awaitable render result that remembers which pages it stands for."""
 
     def __init__(self, make: Callable[[], Awaitable[list[Any]]], pages: list[int]) -> None:
-        # The coroutine is made only when awaited: entries an interrupted run never reaches
-        # used to leave "coroutine ... was never awaited" warnings on stderr.
+        # The coroutine is made only when awaited, so entries an interrupted run never reaches
+        # leave no "coroutine ... was never awaited" warning on stderr.
         self._make = make
         self.pages = pages
 
