@@ -421,7 +421,8 @@ class SageMaker:
             try:
                 client.create_processing_job(**job.body)
             except Exception as exc:
-                hint = " (the account's instance quota: see Service Quotas)" if _code(exc) == "ResourceLimitExceeded" else ""
+                hint = (" (the account's instance quota: see Service Quotas)" if _code(exc) == "ResourceLimitExceeded"
+                        else "")
                 raise LaunchError(f"{_brief(exc)}{hint}") from exc
             url = f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/processing-jobs/{name}"
             follow = f"aws logs tail {LOG_GROUP} --log-stream-name-prefix {name}/ --follow --region {region}"

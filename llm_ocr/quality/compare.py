@@ -156,7 +156,8 @@ def _page_section(key: tuple[str, int], runs: Sequence[Run], score: float, pages
     columns = diff_columns(texts)
     view = pages.page(page) if pages is not None and page > 0 else None
     uri = data_uri(view.data, view.mime) if view is not None and view.data else None
-    picture = f'<img src="{uri}" alt="page image">' if uri else f'<p class="llmocr-missing">{esc((view.note if view else None) or "no page image")}</p>'
+    picture = (f'<img src="{uri}" alt="page image">' if uri
+               else f'<p class="llmocr-missing">{esc((view.note if view else None) or "no page image")}</p>')
     cells = [f"<div>{picture}</div>"]
     for run, row, column, text in zip(runs, rows, columns, texts, strict=True):
         status = (row or {}).get("status") or "missing"
@@ -166,7 +167,8 @@ def _page_section(key: tuple[str, int], runs: Sequence[Run], score: float, pages
         if failed:
             notes.append(f'<span class="llmocr-meta">{len(failed)} bench test(s) failed: '
                          + esc("; ".join(f"{f['type']}: {f['explanation'][:80]}" for f in failed[:3])) + "</span>")  # fmt: skip
-        body = f'<div class="llmocr-text">{column}</div>' if row is not None else '<p class="llmocr-missing">not in this run</p>'
+        body = (f'<div class="llmocr-text">{column}</div>' if row is not None
+                else '<p class="llmocr-missing">not in this run</p>')
         rendered = markdown_to_html(text) if text else ""
         details = f'<details><summary>Rendered Markdown</summary><div class="llmocr-md">{rendered}</div></details>' if rendered else ""
         cells.append(f"<div>{head}{''.join(notes)}{body}{details}</div>")

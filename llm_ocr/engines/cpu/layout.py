@@ -308,7 +308,8 @@ def page_blocks(lines: Sequence[Line], figures: Sequence[PageFigure] = ()) -> li
             owner[id(atoms[-1])] = figure
     if not lines and not atoms:
         return []
-    h = body_line_height(lines) if lines else body_line_height([l for f in figures for l in f.caption + f.inside] or atoms)
+    h = (body_line_height(lines) if lines
+         else body_line_height([l for f in figures for l in f.caption + f.inside] or atoms))
     blocks = order_blocks(lines + atoms, h)
     for block in blocks:
         if block.label != TEXT and block.lines:

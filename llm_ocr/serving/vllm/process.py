@@ -430,7 +430,8 @@ class ManagedServer:
                 exit_code=code, log_tail=tail,
             ))
         self.restarts += 1
-        excused = f"; {self.restarts - charged} not counted: blamed on pages isolated" if charged < self.restarts else ""
+        excused = (f"; {self.restarts - charged} not counted: blamed on pages isolated" if charged < self.restarts
+                   else "")
         log.warning("%s server (generation %d) exited with code %s %s; restarting (%d of %d%s). Log tail:\n%s",
                     self.name, self.generation, code, "while running" if was_ready else "during a restart",
                     charged, self.max_restarts, excused, tail)
