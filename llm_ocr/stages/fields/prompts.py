@@ -108,7 +108,7 @@ def fields_request(
     instruction: str | None = None,
 ) -> dict[str, Any]:
     """The chat-completion arguments for one part of a document (the client adds the model)."""
-    system = f"{instruction or DEFAULT_INSTRUCTION}\n\nJSON Schema:\n```json\n{json.dumps(schema, ensure_ascii=False)}\n```"
+    system = f"{instruction or DEFAULT_INSTRUCTION}\n\nJSON Schema:\n```json\n{json.dumps(schema, ensure_ascii=False)}\n```"  # noqa: E501 - not wrapped yet
     body: dict[str, Any] = {
         "messages": [
             {"role": "system", "content": system},

@@ -40,7 +40,7 @@ LAYOUT_ALL_PROMPT = """Please output the layout information from the PDF image, 
     - All layout elements must be sorted according to human reading order.
 
 5. Final Output: The entire output must be a single JSON object.
-"""
+"""  # noqa: E501 - the model's prompt, verbatim
 
 #: inference.py puts these before the prompt: without them vLLM v1 inserts "\n" there.
 IMAGE_TOKENS = "<|img|><|imgpad|><|endofimg|>"

@@ -43,7 +43,7 @@ MIN_PIXELS = 56 * 56
 MAX_PIXELS = 12_845_056
 
 _VOID = {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
-_BBOX = re.compile(r"^\s*(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)\s*$")
+_BBOX = re.compile(r"^\s*(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)\s*$")  # noqa: E501 - one regular expression
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n?|\n?\s*```\s*$")
 
 
