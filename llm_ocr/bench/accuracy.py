@@ -32,6 +32,7 @@ import tempfile
 import time
 import unicodedata
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -387,7 +388,7 @@ async def _measure(
                             "image_format": render.image_format}
     known = known or {}
 
-    async def crop(image: bytes, boxes: list[list[int]]) -> list[bytes]:
+    async def crop(image: bytes, boxes: Sequence[Sequence[float]]) -> list[bytes]:
         return await asyncio.to_thread(crop_figures, image, boxes)
 
     async def transform(image: bytes, *args: Any) -> tuple[bytes, int, int]:
