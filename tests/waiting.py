@@ -52,24 +52,25 @@ def hangs_applied(server: SimulatedServer) -> int:
     return int(server.stats().get("faults_applied", {}).get("hang", 0))
 
 
-def hold_request(server: SimulatedServer, after: int) -> int:
-    """Let the next ``after`` chat requests through, then hold the one after them until its
-    client disconnects (a ``hang`` fault of an hour); returns the :func:`hangs_applied` count
-    at which that request is held (for :func:`wait_until_held`).
+def hold_request(server: SimulatedServer, after: int, count: int = 1) -> int:
+    """Let the next ``after`` chat requests through, then hold the ``count`` after them, each
+    until its client disconnects (``hang`` faults of an hour); returns the :func:`hangs_applied`
+    count at which the first is held (for :func:`wait_until_held`).
 
     A run whose request is held cannot finish, so a test can stop or kill it "mid-run" for
-    certain, however slow the machine: no race between the run finishing and the kill. The
-    requests let through are ``hang`` faults of 0 seconds (answered normally), because the
-    simulator takes its queued faults in order, one per request.
+    certain, however slow the machine: no race between the run finishing and the kill. Holding
+    as many requests as the run keeps in flight stops its progress too: it answers exactly
+    ``after`` requests whenever the kill lands. The requests let through are ``hang`` faults of
+    0 seconds (answered normally), because the simulator takes its queued faults in order, one
+    per request. Faults left queued stay for the next requests: ``server.clear_faults()``.
     """
     base = hangs_applied(server)
     if after:
         server.inject("hang", count=after, seconds=0)
-    server.inject("hang", count=1)
+    server.inject("hang", count=count)
     return base + after + 1
 
 
 def wait_until_held(server: SimulatedServer, held_at: int, process: subprocess.Popen | None = None) -> None:
-    """Wait until the request :func:`hold_request` set up is being held."""
+    """Wait until the first request :func:`hold_request` set up is being held."""
     wait_until(lambda: hangs_applied(server) >= held_at, "the held request reached the server", process=process)
-    assert server.stats()["queued_faults"] == 0

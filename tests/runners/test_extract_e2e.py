@@ -300,12 +300,13 @@ def test_kill_at_random_moments_then_rerun_gives_the_same_rows(tmp_path: Path) -
         saved_after_kill = []
         for _ in range(3):
             saved = len(read_stage(out, "extract"))
-            # Each run is killed while one of its requests is held at a random point of the run:
-            # after 5 to 7 answered, past the first wave of 4 sent at once, so the pages before it
-            # are answered and stored (at most 7 a run: the third run still has 8 requests to
-            # send). The run cannot finish before the kill, however loaded the machine; the kill
-            # itself lands a random moment later.
-            held_at = hold_request(server, after=rng.randint(5, 7))
+            # Each run is killed while its requests are held from a random point of the run on:
+            # after 5 to 7 answered, past the first wave of 4 sent at once, every request is held
+            # (4 in flight when the kill lands), so a run stores at most 7 pages and the third
+            # still has 10 to send. The run cannot finish before the kill, however loaded the
+            # machine; the kill itself lands a random moment later.
+            server.clear_faults()  # the holds the last run left queued
+            held_at = hold_request(server, after=rng.randint(5, 7), count=24)
             process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 wait_until_held(server, held_at, process)
@@ -317,6 +318,7 @@ def test_kill_at_random_moments_then_rerun_gives_the_same_rows(tmp_path: Path) -
                 process.wait()
             saved_after_kill.append(len(read_stage(out, "extract")))
         assert 0 < saved_after_kill[0] and saved_after_kill[-1] < 24  # every kill interrupted its run
+        server.clear_faults()
         final = extract([str(tmp_path / "docs")], out, server)
         assert final.returncode == 0, final.stderr
 

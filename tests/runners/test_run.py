@@ -134,11 +134,11 @@ def test_resume_after_a_kill_gives_every_page_once_and_the_same_documents(
 ) -> None:
     out = tmp_path / "out"
     with SimulatedServer("--prefill-ms", "300", "--slots", "2", corpus=corpus) as held:
-        # The sixth request is held until the kill: by then the first page (its OCR and its
-        # figure's description, the first four requests at the latest: a page keeps its place in
-        # flight until described) is answered, and the run cannot finish first however slow the
-        # machine.
-        held_at = hold_request(held, after=5)
+        # From the sixth request on, every request is held until the kill: by then the first page
+        # (its OCR and its figure's description, the first four requests at the latest: a page
+        # keeps its place in flight until described) is answered, and the run can neither finish
+        # first nor get further, however slow the machine.
+        held_at = hold_request(held, after=5, count=PAGES + FIGURES)
         command = [
             sys.executable, "-m", "llm_ocr.cli", "run", str(corpus), "--output", str(out), "--endpoint", held.base_url,
             "--workers", "0", "--progress", "off", "--flush-interval", "0.2", "--part-rows", "2", "--max-in-flight", "2",
