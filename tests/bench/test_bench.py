@@ -22,6 +22,7 @@ from llm_ocr.bench.measure import Sampler
 from llm_ocr.engines.sim import content
 from llm_ocr.engines.sim.timing import TimingModel, perfect_client_makespan, replay
 from llm_ocr.testing import SimulatedServer
+from tests.waiting import HANG_GUARD_S
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 PROMPT = "<|grounding|>Convert the document to markdown."
@@ -161,25 +162,38 @@ async def _ask(session: aiohttp.ClientSession, base_url: str, image: bytes) -> d
 
 
 def test_sampler_reads_running_and_waiting_from_metrics() -> None:
-    # 2 slots, 6 requests of ~300 tokens at 2 ms/token: ~0.6 s each, in three waves; the
-    # sampler must see both slots busy and a queue.
-    with SimulatedServer("--slots", "2", "--decode-ms-per-token", "2", "--load-slowdown", "0",
-                         "--prefill-ms", "0", "--output-tokens-mean", "300", "--output-tokens-sigma", "0") as sim:
+    # 2 slots and 6 requests that would take an hour each: once all have arrived the server
+    # shows 2 running and 4 waiting until the client leaves, however slow the machine, and the
+    # sampler must read exactly that (no utilisation that depends on how fast the client sent).
+    with SimulatedServer("--slots", "2", "--prefill-ms", "3600000", "--load-slowdown", "0") as sim:
+
+        def settled(sampler: Sampler) -> list:
+            return [s for s in sampler.samples if s.running == 2 and s.waiting == 4]
 
         async def main() -> Sampler:
             sampler = Sampler(f"{sim.url}/metrics", interval=0.05)
             sampler.start()
             async with aiohttp.ClientSession() as session:
-                await asyncio.gather(*(_ask(session, sim.base_url, _page(i)) for i in range(6)))
-            sampler.stop()
+                asks = [asyncio.ensure_future(_ask(session, sim.base_url, _page(i))) for i in range(6)]
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + HANG_GUARD_S
+                while len(settled(sampler)) < 10:
+                    assert loop.time() < deadline, f"the sampler never saw 2 running and 4 waiting: {sampler.samples[-3:]}"
+                    await asyncio.sleep(0.05)
+                sampler.stop()
+                for ask in asks:  # the client leaves: the server frees the slots
+                    ask.cancel()
+                await asyncio.gather(*asks, return_exceptions=True)
             return sampler
 
         sampler = asyncio.run(main())
-    usage = sampler.utilisation(slots=2, start=0.0, end=sampler.samples[-1].t)
-    assert usage is not None and usage.samples >= 5
-    assert usage.max_running == 2
-    assert 0.5 < usage.utilisation <= 1.0
-    assert usage.waiting_fraction > 0.2
+    since = settled(sampler)[0].t
+    usage = sampler.utilisation(slots=2, start=since, end=sampler.samples[-1].t)
+    assert usage is not None and usage.samples >= 10
+    assert usage.max_running == 2 and usage.utilisation == pytest.approx(1.0)
+    assert usage.waiting_fraction == pytest.approx(1.0) and usage.mean_waiting == pytest.approx(4.0)
+    whole = sampler.utilisation(slots=2, start=0.0, end=sampler.samples[-1].t)
+    assert whole is not None and whole.max_running == 2 and 0 < whole.utilisation <= 1.0
     assert sampler.errors == 0
     assert 0 < sampler.cpu_s < 1.0
     assert sampler.peak_rss()["main"] > 0
