@@ -61,7 +61,9 @@ class Result:
     ``quarantined``) plus ``skipped``, the pages earlier runs did; ``documents`` the documents
     (Assemble's by status; for ``fields``, its rows: ``ok``, ``invalid``, ``error``); ``cost`` the GPU time and its estimated price. They come from the
     completion markers the run wrote (or would have written, when it stopped early); ``stats``
-    holds the markers themselves.
+    holds the markers themselves. ``routes`` counts the pages by the route of the reading they
+    keep (``text-layer``, ``model``, ``escalated``: docs/routes.md) and ``models`` what each model
+    did (pages read, readings used, tokens, ``busy_s``), over Extract and Escalate.
     """
 
     stage: str
@@ -71,6 +73,8 @@ class Result:
     documents: dict[str, int] = field(default_factory=dict)
     cost: dict[str, Any] | None = None
     stats: dict[str, Any] = field(default_factory=dict, repr=False)
+    routes: dict[str, int] = field(default_factory=dict)
+    models: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -100,14 +104,25 @@ class Result:
         counted = fielded if stage == "fields" else assembled or page_stage
         documents = counted.documents.model_dump() if counted else {}
         cost = (page_stage.gpu if page_stage else None) or (fielded.gpu if fielded else None)
-        return cls(stage, output, outcome.exit_code, pages, documents, cost, stats)
+        readers = [view for view in views if isinstance(view, PageStats) and view.stage in ("extract", "escalate")]
+        # The routes of the last page stage that read pages (Escalate's rows are the final readings).
+        routes = next((dict(view.routes) for view in reversed(readers) if view.routes), {})
+        models: dict[str, dict[str, float]] = {}
+        for view in readers:
+            for model, counts in view.models.items():
+                into = models.setdefault(model, {})
+                for key, value in counts.items():
+                    into[key] = round(into.get(key, 0) + value, 3)
+        return cls(stage, output, outcome.exit_code, pages, documents, cost, stats, routes, models)
 
     def __str__(self) -> str:
         pages = ", ".join(f"{k} {v}" for k, v in self.pages.items())
         documents = ", ".join(f"{k} {v}" for k, v in self.documents.items())
         cost = (self.cost or {}).get("estimated_cost_usd")
+        routes = ", ".join(f"{k} {v}" for k, v in self.routes.items())
         return (f"llm-ocr {self.stage} -> {self.output}: exit code {self.exit_code} ({self.meaning})"
                 + (f"; pages: {pages}" if pages else "") + (f"; documents: {documents}" if documents else "")
+                + (f"; routes: {routes}" if routes and set(self.routes) != {"model"} else "")
                 + (f"; estimated GPU cost ${cost}" if cost is not None else ""))
 
 

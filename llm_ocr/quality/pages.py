@@ -10,13 +10,14 @@ from llm_ocr.storage import Storage, retry_io
 from llm_ocr.storage.parts import list_parts
 from llm_ocr.storage.state import list_markers
 
-#: Stages whose rows are one page each; Extract's are the model's own output.
-PAGE_STAGES = ("extract", "describe")
+#: Stages whose rows are one page each, in the order they are checked: Escalate's hold the readings
+#: used (where a run escalated), Extract's the model's own output.
+PAGE_STAGES = ("escalate", "extract", "describe")
 #: The columns the checks read (never ``raw``, ``figures`` or ``blocks``: images and bulk).
 COLUMNS = (
     "doc_id", "doc_index", "page", "source", "num_pages", "markdown", "status", "error", "finish_reason",
     "cut_reason", "cut_tokens", "prompt_tokens", "completion_tokens", "latency_s", "attempts", "model", "width",
-    "height", "quarantined",
+    "height", "quarantined", "route", "escalated_from", "escalation_reason", "text_estimate",
 )  # fmt: skip
 
 

@@ -31,8 +31,8 @@ from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardLayoutError
 from llm_ocr.storage.upstream import (
     UnreadablePart,
-    keep_final_rows,
     iter_shard_rows,
+    keep_final_rows,
     owns_row,
     read_columns,
     shard_parts,
@@ -57,8 +57,11 @@ class DocumentEntry:
 
 
 def source_stage(out: Storage) -> str:
-    """The stage Assemble reads: Describe if it has written anything, else Extract."""
-    return "describe" if stage_has_parts(out.child("describe")) else "extract"
+    """The stage Assemble reads: Describe if it has written anything, else Escalate, else Extract."""
+    for name in ("describe", "escalate"):
+        if stage_has_parts(out.child(name)):
+            return name
+    return "extract"
 
 
 def index_documents(source: Storage, shard: int, num_shards: int) -> dict[int, DocumentEntry]:

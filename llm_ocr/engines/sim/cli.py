@@ -68,6 +68,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     faults.add_argument("--loop-repeat-rate", type=fraction, default=1.0,
                         help="share of looping pages that loop again when retried at a temperature above 0, "
                         "decided per image and temperature (default %(default)s: always)")
+    faults.add_argument("--garble-rate", type=fraction, default=0.0,
+                        help="fraction of page images read garbled, most words misread letter by letter, as "
+                        "a weaker model does; decided per image and --seed (default %(default)s)")
+    faults.add_argument("--drop-rate", type=fraction, default=0.0,
+                        help="fraction of page images whose reading stops after the first third of the page, "
+                        "decided per image and --seed (default %(default)s)")
     faults.add_argument("--error-rate", type=fraction, default=0.0,
                         help="fraction of requests answered HTTP 500 (default %(default)s)")
     faults.add_argument("--hang-rate", type=fraction, default=0.0,
@@ -179,6 +185,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         output_tokens_sigma=args.output_tokens_sigma,
         loop_rate=args.loop_rate,
         loop_repeat_rate=args.loop_repeat_rate,
+        garble_rate=args.garble_rate,
+        drop_rate=args.drop_rate,
         error_rate=args.error_rate,
         hang_rate=args.hang_rate,
         reset_rate=args.reset_rate,

@@ -43,8 +43,9 @@ from ..frame.protocol import (
 from ..frame.streaming import SseAnswer
 from . import FAULT_KINDS, content, families
 from . import fields as sim_fields
-from .corpus import CorpusIndex, build_corpus
+from .corpus import CorpusIndex, LayoutBlock, build_corpus
 from .crops import region_blocks
+from .damage import damage_of, damaged
 from .images import ImageFacts, analyse_image
 from .poison import PoisonPages
 from .timing import DECODE_STEP_S, TimingModel, per_token_seconds  # noqa: F401 - re-exported
@@ -85,6 +86,9 @@ class SimConfig(FrameConfig):
     #: Answer requests that stray from the family's recipe as a real model would, instead of
     #: refusing them (400).
     lenient: bool = False
+    #: A weaker model: shares of page images read garbled, or with most of their text dropped (:mod:`.damage`).
+    garble_rate: float = 0.0
+    drop_rate: float = 0.0
 
 
 @dataclass
@@ -408,6 +412,7 @@ class SimServer(OpenAIServer):
             blocks = facts.known.blocks
         else:
             blocks = content.synthetic_blocks(facts.sha256)
+        blocks = self._damaged(blocks, facts)
         text = families.answer(family, kind, body, facts, blocks, self.memory)
         if fault is not None and fault.kind == "loop":
             chars = int(max_tokens / self.cfg.tokens_per_char) + 16
@@ -465,6 +470,8 @@ class SimServer(OpenAIServer):
                 blocks = content.sized_blocks(facts.sha256, chars, render)
         else:
             blocks = content.synthetic_blocks(facts.sha256)
+        if req.kind in ("markdown", "ocr", "free") and not req.structured:
+            blocks = self._damaged(blocks, facts)
         if kind == "untagged":
             return content.render_plain(blocks)
         if req.structured:
@@ -493,6 +500,14 @@ class SimServer(OpenAIServer):
             chars = int(max_tokens / self.cfg.tokens_per_char) + 16
             return content.loop_text(start, facts.sha256, chars, min_unit_chars=int(unit_tokens / self.cfg.tokens_per_char))
         return text
+
+    def _damaged(self, blocks: list[LayoutBlock], facts: ImageFacts) -> list[LayoutBlock]:
+        """A page's blocks as the weaker model this server may play reads them (:mod:`.damage`)."""
+        kind = damage_of(facts.sha256, self.cfg.seed, self.cfg.garble_rate, self.cfg.drop_rate)
+        if kind is None:
+            return blocks
+        self.count("faults_applied", kind)
+        return damaged(blocks, facts.sha256, kind)
 
     async def _run_in_slot(
         self, prompt_tokens: int, completion_tokens: int, decoded: Callable[[float], Awaitable[None]] | None = None
