@@ -41,7 +41,14 @@ if TYPE_CHECKING:
     import datasets
     from typing_extensions import Unpack
 
-    from llm_ocr.keywords import AssembleKeywords, DescribeKeywords, ExtractKeywords, FieldsKeywords, RunKeywords
+    from llm_ocr.keywords import (
+        AssembleKeywords,
+        DescribeKeywords,
+        EscalateKeywords,
+        ExtractKeywords,
+        FieldsKeywords,
+        RunKeywords,
+    )
     from llm_ocr.runners.shard import ShardOutcome
 
 __all__ = ["Result", "RunError", "arun", "load"]
@@ -190,6 +197,7 @@ if TYPE_CHECKING:
     # the stage table by stage_function, with these parameters and its options in its signature.
     def run(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[RunKeywords]) -> Result: ...
     def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[ExtractKeywords]) -> Result: ...
+    def escalate(output: PathOrUrl, **options: Unpack[EscalateKeywords]) -> Result: ...
     def describe(output: PathOrUrl, **options: Unpack[DescribeKeywords]) -> Result: ...
     def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result: ...
     def fields(output: PathOrUrl, **options: Unpack[FieldsKeywords]) -> Result: ...

@@ -271,6 +271,9 @@ class EscalateOptions(BaseModel):
     escalate_api_key: SecretStr | None = Field(
         None, description="API key of --escalate-endpoint (default: --api-key; prefer LLM_OCR_ESCALATE_API_KEY)."
     )
+    escalate_server_args: str | None = Field(
+        None, description="Extra arguments of the server launched for --escalate-to (default: --server-args)."
+    )
     escalate_on: str = Field(
         DEFAULT_ESCALATE_ON,
         description=f"Signals of a first reading that send its page to the stronger model, comma-separated, of: "

@@ -1,4 +1,5 @@
-"""Describe over one shard: ``OUT/extract`` rows (``OUT/escalate``'s when it holds any) → figure descriptions → ``OUT/describe``.
+"""Describe over one shard: ``OUT/extract`` rows (``OUT/escalate``'s when it holds any) → figure
+descriptions → ``OUT/describe``.
 
 Every page row of the shard is written again (figures or not, failed pages unchanged), so
 ``OUT/describe`` is a complete superset of ``OUT/extract``. The rows go through the same page
@@ -140,7 +141,8 @@ class Describe(ShardStage):
         self.schema = resolve_schema(self.spec.describe, shard.job.storage_options)
         self.source = await asyncio.to_thread(page_source, shard.out)
         source = shard.folder(self.source)
-        self.complete = await asyncio.to_thread(upstream_complete, shard.out, self.source, source, shard.index, shard.count)
+        self.complete = await asyncio.to_thread(upstream_complete, shard.out, self.source, source, shard.index,
+                                                shard.count)
         if not self.complete and not await asyncio.to_thread(stage_has_parts, source):
             raise RunError(f"nothing to describe: {source.url} holds no Extract output; run llm-ocr extract first")
 

@@ -62,7 +62,10 @@ def escalation_spec(spec: StageSpec) -> StageSpec:
     })
     # The run's --prompt is the first model's: the stronger one is asked its own family's way.
     extract = spec.extract.model_copy(update={"prompt": None})
-    return replace(spec, job=job, extract=extract)
+    server = spec.server
+    if options.escalate_server_args is not None:
+        server = server.model_copy(update={"server_args": options.escalate_server_args})
+    return replace(spec, job=job, extract=extract, server=server)
 
 
 def _signal_view(row: PageResult) -> dict[str, Any]:
@@ -95,7 +98,9 @@ class Escalation:
     """The page handler of an Escalate flow: which rows go to the stronger model, and which
     reading each row keeps."""
 
-    def __init__(self, spec: StageSpec, ctx: ExtractContext, bad: BadPages, pool: WorkerPool, tally: ModelTally) -> None:
+    def __init__(
+        self, spec: StageSpec, ctx: ExtractContext, bad: BadPages, pool: WorkerPool, tally: ModelTally
+    ) -> None:
         self.ctx = ctx
         self.bad = bad
         self.pool = pool
@@ -181,8 +186,9 @@ class Escalation:
         self.kept_first += 1
         self.tally.read(second, used=False)
         why = second.error if second.status == "error" else describe(second_all)
+        outcome = f"{reason}; {model}'s reading was not better ({why}): the first reading is kept"
         return replace(first, route=_route(first), escalated_from=first.model, other_reading=_other(second),
-                       escalation_reason=f"{reason}; {model}'s reading was not better ({why}): the first reading is kept")
+                       escalation_reason=outcome)
 
     def stats(self) -> dict[str, Any]:
         """What the marker records besides pages, routes and models."""
@@ -211,7 +217,8 @@ class Escalate(ShardStage):
         if not self.spec.escalate.signals:
             raise RunError("--escalate-on names no signal: no page would be escalated")
         source = shard.folder("extract")
-        self.complete = await asyncio.to_thread(upstream_complete, shard.out, "extract", source, shard.index, shard.count)
+        self.complete = await asyncio.to_thread(upstream_complete, shard.out, "extract", source, shard.index,
+                                                shard.count)
         if not self.complete and not await asyncio.to_thread(stage_has_parts, source):
             raise RunError(f"nothing to escalate: {source.url} holds no Extract output; run llm-ocr extract first")
         described = await asyncio.to_thread(stage_has_parts, shard.folder("describe"))

@@ -86,7 +86,8 @@ class Extract(ShardStage):
                 await work.run(intake, bad.guard(handler), ["extract"])
                 layout_s = route.client.busy_seconds if route is not None else None
         kept = self.index.kept_quarantined
-        result = work.result("extract", kept=kept, extra=tally.stats({job.model: endpoint.client.busy_seconds}, layout_s))
+        accounting = tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
+        result = work.result("extract", kept=kept, extra=accounting)
         result.stats["pages"]["quarantined_earlier"] = kept
         return Finished([result], preset=endpoint.preset)
 

@@ -213,7 +213,8 @@ class Run(ShardStage):
             described.docs_finished = caught_up + extracted.docs_finished
             described.docs_seen = max(caught_up, extracted.docs_seen)
         kept = self.extract.kept_quarantined
-        ex = work.result("extract", kept=kept, extra=self.tally.stats({job.model: endpoint.client.busy_seconds}, layout_s))
+        accounting = self.tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
+        ex = work.result("extract", kept=kept, extra=accounting)
         ex.stats["pages"]["quarantined_earlier"] = kept
         return Finished([ex, describe_result(work, dctx)], preset=endpoint.preset)
 

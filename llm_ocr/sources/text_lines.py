@@ -43,7 +43,9 @@ MIN_INK_SHARE = 0.5
 MAX_MATH_SHARE = 0.01
 MIN_MATH_CHARS = 5
 
-#: Share of a line's height added above and below its glyph box (see :func:`_lines`).
+#: A line's box height in font sizes (see :func:`_lines`): type is set with about this leading.
+LINE_HEIGHT = 1.2
+#: Share of a line's glyph-box height added above and below it when the font size is not known.
 LINE_PAD = 0.25
 
 _REJECTED = "PDF text layer rejected: "
@@ -93,20 +95,41 @@ class _Frame:
         return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
 
 
+def _font_size(textpage: Any, left: float, bottom: float, right: float, top: float) -> float | None:
+    """The font size (points) of the character at the start of a text rectangle, if PDFium says."""
+    import pypdfium2.raw as pdfium_c
+
+    height = top - bottom
+    index = pdfium_c.FPDFText_GetCharIndexAtPos(textpage.raw, left + min(height, right - left) / 2,
+                                                (top + bottom) / 2, height, height)
+    size = float(pdfium_c.FPDFText_GetFontSize(textpage.raw, index)) if index >= 0 else 0.0
+    return size if size > 0 else None
+
+
 def _lines(textpage: Any, frame: _Frame) -> list[LayerLine]:
     lines = []
     for i in range(textpage.count_rects()):
         left, bottom, right, top = textpage.get_rect(i)
         text = " ".join(clean_text(textpage.get_text_bounded(left, bottom, right, top)).split())
-        if text:
-            x1, y1, x2, y2 = frame.box(left, bottom, right, top)
-            if x2 > x1 and y2 > y1:
-                # PDFium's boxes hug the glyphs; the CPU engine's layout expects a text detector's,
-                # which reach about a quarter of the height beyond them (DB's unclip): without it
-                # every line of a paragraph is a paragraph of its own.
-                pad = LINE_PAD * (y2 - y1)
-                y1, y2 = max(0.0, y1 - pad), min(float(frame.height), y2 + pad)
-                lines.append((round(x1, 1), round(y1, 1), round(x2, 1), round(y2, 1), text))
+        if not text:
+            continue
+        x1, y1, x2, y2 = frame.box(left, bottom, right, top)
+        if not (x2 > x1 and y2 > y1):
+            continue
+        # PDFium's boxes hug the glyphs, so their heights vary with the letters ("Section 4.1" has
+        # no descender) and they leave gaps between the lines of a paragraph. The CPU engine's
+        # layout expects a text detector's boxes, a line's height and a little more: a box of
+        # LINE_HEIGHT times the font size around the glyphs' middle, so that paragraphs hold
+        # together and larger type stands out as a heading. Upright pages only; a turned page's
+        # lines get the glyph box with a quarter of its height added above and below.
+        size = _font_size(textpage, left, bottom, right, top) if frame.rotation in (0, 180) else None
+        if size is not None:
+            half = LINE_HEIGHT * size * frame.height / ((frame.top - frame.bottom) or 1.0) / 2
+        else:
+            half = (y2 - y1) * (0.5 + LINE_PAD)
+        middle = (y1 + y2) / 2
+        y1, y2 = max(0.0, middle - half), min(float(frame.height), middle + half)
+        lines.append((round(x1, 1), round(y1, 1), round(x2, 1), round(y2, 1), text))
     return lines
 
 

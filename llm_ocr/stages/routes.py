@@ -15,7 +15,9 @@ and its row says why in ``route_note``.
 from __future__ import annotations
 
 import logging
+import re
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
@@ -36,6 +38,11 @@ ReadLayer = Callable[[str, int, int, int, bytes], Awaitable[LayerPage]]
 
 #: The family whose markup the CPU engine answers in (and whose parser reads it).
 LAYOUT_FAMILY = "deepseek-ocr"
+#: Share of the text layer's words a page's laid-out Markdown must hold. A real figure's labels
+#: rarely hold a tenth of a page's words; a layout that loses more took running text for a figure.
+MIN_KEPT = 0.9
+
+_WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -65,21 +72,43 @@ async def route_page(
     if not layer.sound:
         return None
     family = family_named(LAYOUT_FAMILY)
-    body = family.body(item.image, item.mime, temperature=0.0, max_tokens=ctx.max_tokens)
-    body.setdefault("extra_body", {})["text_layer"] = {"lines": [list(line) for line in layer.lines]}
     started = time.monotonic()
-    try:
-        result = await ctx.client.chat(body)
-    except RequestFailed as exc:
-        log.warning("the CPU engine could not lay out page %d of %s (%s); the model reads it", item.page, ref.doc_id, exc)
-        return None
-    if result.finish_reason in UNFINISHED:
-        log.warning("the CPU engine's layout of page %d of %s was cut off; the model reads it", item.page, ref.doc_id)
-        return None
-    layout = family.parse(result.text, width=item.width, height=item.height, page=item.page)
+    note = layer.note
+    layout = result = None
+    for figures in (True, False):
+        body = family.body(item.image, item.mime, temperature=0.0, max_tokens=ctx.max_tokens)
+        body.setdefault("extra_body", {})["text_layer"] = {"lines": [list(line) for line in layer.lines],
+                                                           "figures": figures}
+        try:
+            result = await ctx.client.chat(body)
+        except RequestFailed as exc:
+            log.warning("the CPU engine could not lay out page %d of %s (%s); the model reads it", item.page,
+                        ref.doc_id, exc)
+            return None
+        if result.finish_reason in UNFINISHED:
+            log.warning("the CPU engine's layout of page %d of %s was cut off; the model reads it", item.page,
+                        ref.doc_id)
+            return None
+        layout = family.parse(result.text, width=item.width, height=item.height, page=item.page)
+        kept = kept_share(layer, layout.markdown)
+        if kept >= MIN_KEPT:
+            break
+        # The layout model took lines of running text for a figure (it knows Chinese papers best):
+        # the page is laid out again without figures rather than losing its text.
+        note = (f"{layer.note}; without figures (the layout model's figures held {1 - kept:.0%} of the text "
+                "layer's words)")
+    assert layout is not None and result is not None
     reading = Reading(layout, [Answer(result, result.attempts)], result.text, item.image, item.width, item.height)
     tools = ExtractContext(ctx.client, family, ExtractOptions.model_validate({}), ctx.max_tokens, ctx.crop)
     row = await reading_to_page(ref, item, reading, num_pages, tools, time.monotonic() - started)
     # The CPU engine's token counts are estimates of what a model would spend: none was used.
-    return replace(row, model=None, prompt_tokens=None, completion_tokens=None, route="text-layer",
-                   route_note=layer.note)
+    return replace(row, model=None, prompt_tokens=None, completion_tokens=None, route="text-layer", route_note=note)
+
+
+def kept_share(layer: LayerPage, markdown: str) -> float:
+    """Share of the text layer's words (counted with repeats) that the laid-out Markdown holds:
+    lines the layout took for a figure's inside are in its description, not in the page's text."""
+    want = Counter(w.lower() for line in layer.lines for w in _WORD.findall(line[4]))
+    have = Counter(w.lower() for w in _WORD.findall(markdown))
+    total = sum(want.values())
+    return sum(min(n, have[w]) for w, n in want.items()) / total if total else 1.0

@@ -23,11 +23,12 @@ async def verify(url: str, image: bytes, mime: str, text: str, *, timeout: float
     """The verifier's probability (0..1) that ``text`` is a correct reading of ``image``."""
     body = {"image": data_uri(image, mime), "text": text, "category": "text"}
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
-            async with session.post(url, json=body) as response:
-                if response.status != 200:
-                    raise VerifierError(f"the verifier answered HTTP {response.status}: {(await response.text())[:200]}")
-                answer = await response.json(content_type=None)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session, \
+                session.post(url, json=body) as response:
+            if response.status != 200:
+                said = (await response.text())[:200]
+                raise VerifierError(f"the verifier answered HTTP {response.status}: {said}")
+            answer = await response.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         raise VerifierError(f"the verifier could not be asked: {type(exc).__name__}: {exc}") from exc
     probability = answer.get("probability") if isinstance(answer, dict) else None

@@ -159,7 +159,7 @@ class CpuEngineServer(OpenAIServer):
 
     # -- chat ------------------------------------------------------------------------------------
 
-    def _read(self, image: bytes, page: bool, lines: list[Line] | None = None) -> Reading:
+    def _read(self, image: bytes, page: bool, lines: TextLayer | None = None) -> Reading:
         """Worker-thread body: a page's blocks (from its own text ``lines`` when given: no
         OCR), or a figure crop's description."""
         with self._running_lock:  # "+=" on an attribute is not atomic across threads
@@ -168,7 +168,7 @@ class CpuEngineServer(OpenAIServer):
         try:
             if page:
                 if lines is not None:
-                    result = self.pool.lay_out(image, lines)
+                    result = self.pool.lay_out(image, lines.lines, figures=lines.figures and self.cfg.engine.figures)
                 else:
                     result = self.pool.read(image, layout=self.cfg.engine.figures)
                 blocks = page_answer_blocks(result, self.memory, self.cfg.engine.layout_score)
@@ -182,7 +182,7 @@ class CpuEngineServer(OpenAIServer):
     def _job_done(self, _: concurrent.futures.Future[Reading]) -> None:
         self._inflight -= 1
 
-    async def _ocr(self, image: bytes, page: bool, lines: list[Line] | None = None) -> Reading:
+    async def _ocr(self, image: bytes, page: bool, lines: TextLayer | None = None) -> Reading:
         assert self._executor is not None
         loop = asyncio.get_running_loop()
         self._inflight += 1
@@ -252,17 +252,28 @@ def _image_size(data: bytes) -> tuple[int, int]:
         raise ApiError(400, f"Failed to load image: {exc}") from None
 
 
-def text_layer_lines(body: dict[str, Any], width: int, height: int) -> list[Line] | None:
+@dataclass(frozen=True)
+class TextLayer:
+    """A page's own text lines a request carries, and whether to look for figures."""
+
+    lines: list[Line]
+    figures: bool = True
+
+
+def text_layer_lines(body: dict[str, Any], width: int, height: int) -> TextLayer | None:
     """The page's own text lines a request carries in ``text_layer`` (llm-ocr's text-layer route:
-    ``{"lines": [[x1, y1, x2, y2, text], ...]}`` in pixels of the image), or None when it carries
-    none; ApiError 400 for a malformed one. The engine then lays those lines out and finds the
-    page's figures instead of reading the image: docs/routes.md."""
+    ``{"lines": [[x1, y1, x2, y2, text], ...], "figures": true}`` in pixels of the image), or None
+    when it carries none; ApiError 400 for a malformed one. The engine then lays those lines out
+    and finds the page's figures (unless ``figures`` is false) instead of reading the image:
+    docs/routes.md."""
     layer = body.get("text_layer")
     if layer is None:
         return None
     entries = layer.get("lines") if isinstance(layer, dict) else None
-    if not isinstance(entries, list):
-        raise ApiError(400, "`text_layer` must be an object with a `lines` list of [x1, y1, x2, y2, text].")
+    figures = layer.get("figures", True) if isinstance(layer, dict) else True
+    if not isinstance(entries, list) or not isinstance(figures, bool):
+        raise ApiError(400, "`text_layer` must be an object with a `lines` list of [x1, y1, x2, y2, text] (and "
+                       "`figures`, true or false).")
     lines = []
     for entry in entries:
         ok = isinstance(entry, list) and len(entry) == 5 and isinstance(entry[4], str)
@@ -271,7 +282,7 @@ def text_layer_lines(body: dict[str, Any], width: int, height: int) -> list[Line
             raise ApiError(400, f"`text_layer` line {json.dumps(entry)[:200]} is not [x1, y1, x2, y2, text] inside "
                            f"the {width}x{height} image.")
         lines.append(Line(float(entry[0]), float(entry[1]), float(entry[2]), float(entry[3]), entry[4]))
-    return lines
+    return TextLayer(lines, figures)
 
 
 def is_page_request(req: ChatRequest) -> bool:

@@ -9,7 +9,9 @@ same way. So which pages are damaged is a pure function of the image's hash and 
 - **dropped** (``--drop-rate``): the reading ends after the first third of the page's blocks,
   with ``finish_reason`` "stop", as a model that skips the rest of a crowded page does.
 
-Loops are ``--loop-rate``'s (the server's own). Every damage is counted in ``/sim/stats``.
+``--garble-page FILE:PAGE`` and ``--drop-page FILE:PAGE`` damage named ``--corpus`` pages, for
+tests that need to know which. Loops are ``--loop-rate``'s (the server's own). Every damage is
+counted in ``/sim/stats``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from .corpus import LayoutBlock
 
@@ -32,6 +35,27 @@ GARBLED_WORDS = 0.8
 KEPT_BLOCKS = 1 / 3
 
 _WORD = re.compile(r"[A-Za-z]{3,}")
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Which pages a weaker model misreads: shares of all page images, and named corpus pages."""
+
+    garble_rate: float = 0.0
+    drop_rate: float = 0.0
+    #: ``(file name, 1-based page)`` of ``--corpus`` pages always garbled / dropped (for tests).
+    garble_pages: tuple[tuple[str, int], ...] = ()
+    drop_pages: tuple[tuple[str, int], ...] = ()
+
+    def of(self, digest: bytes, seed: int, page: tuple[str, int] | None) -> str | None:
+        """``"garble"``, ``"drop"`` or None for the image whose sha256 is ``digest``, the known
+        corpus ``page`` ``(source, number)`` when it is one."""
+        if page is not None:
+            source, number = page
+            for kind, named in (("garble", self.garble_pages), ("drop", self.drop_pages)):
+                if any(n == number and (source == name or Path(source).name == name) for name, n in named):
+                    return kind
+        return damage_of(digest, seed, self.garble_rate, self.drop_rate)
 
 
 def damage_of(digest: bytes, seed: int, garble_rate: float, drop_rate: float) -> str | None:
