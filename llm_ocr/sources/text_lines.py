@@ -15,7 +15,9 @@ layer holds the page's text, all of it, as text. A layer is **sound** when:
   inside images is not in the layer (the ink estimate runs 0.75 to 1.35 times the true count,
   :mod:`.density`, so a layer under half of it is missing text);
 - it holds no formulas (mathematical symbols, Greek or mathematical alphanumerics beyond a
-  trace): a text layer cannot write LaTeX, a model can.
+  trace): a text layer cannot write LaTeX, a model can;
+- most of its text stands upright on the rendered page (PDFium's character angle plus the
+  page's ``/Rotate``): the CPU engine's layout reads horizontal lines.
 
 Lines come from PDFium's text rectangles (a run of characters on one line, split at large gaps,
 so table cells and columns stay apart), in the pixels of the page as it was rendered (``/Rotate``
@@ -43,6 +45,8 @@ MIN_INK_SHARE = 0.5
 MAX_MATH_SHARE = 0.01
 MIN_MATH_CHARS = 5
 
+#: Degrees a character may lean and still count as upright on the rendered page.
+MAX_TILT = 10.0
 #: A line's box height in font sizes (see :func:`_lines`): type is set with about this leading.
 LINE_HEIGHT = 1.2
 #: Share of a line's glyph-box height added above and below it when the font size is not known.
@@ -95,19 +99,38 @@ class _Frame:
         return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
 
 
-def _font_size(textpage: Any, left: float, bottom: float, right: float, top: float) -> float | None:
-    """The font size (points) of the character at the start of a text rectangle, if PDFium says."""
+def _char_at(textpage: Any, left: float, bottom: float, right: float, top: float) -> int:
+    """The index of a character in the middle of a text rectangle (-1: none found)."""
     import pypdfium2.raw as pdfium_c
 
-    height = top - bottom
-    index = pdfium_c.FPDFText_GetCharIndexAtPos(textpage.raw, left + min(height, right - left) / 2,
-                                                (top + bottom) / 2, height, height)
-    size = float(pdfium_c.FPDFText_GetFontSize(textpage.raw, index)) if index >= 0 else 0.0
-    return size if size > 0 else None
+    tolerance = max(1.0, min(top - bottom, right - left) / 2)
+    return int(pdfium_c.FPDFText_GetCharIndexAtPos(textpage.raw, (left + right) / 2, (top + bottom) / 2,
+                                                   tolerance, tolerance))
 
 
-def _lines(textpage: Any, frame: _Frame) -> list[LayerLine]:
-    lines = []
+def _upright(textpage: Any, index: int, rotation: int) -> bool:
+    """Whether character ``index`` stands upright on the rendered page: its angle in the page's
+    space (PDFium measures it clockwise) plus the page's /Rotate makes a whole turn."""
+    import math
+
+    import pypdfium2.raw as pdfium_c
+
+    angle = float(pdfium_c.FPDFText_GetCharAngle(textpage.raw, index))
+    if angle < 0:  # PDFium could not say: take it as written
+        return True
+    turn = (math.degrees(angle) + rotation) % 360
+    return min(turn, 360 - turn) <= MAX_TILT
+
+
+def _lines(textpage: Any, frame: _Frame) -> tuple[list[LayerLine], int]:
+    """The page's text lines in pixels of the rendered page, and the characters of those that do
+    not stand upright on it (text turned sideways or upside down)."""
+    import pypdfium2.raw as pdfium_c
+
+    lines, turned = [], 0
+    # Points to pixels along the rendered page's height: the page's height, or its width when /Rotate turns it.
+    extent = (frame.top - frame.bottom) if frame.rotation in (0, 180) else (frame.right - frame.left)
+    scale = frame.height / (extent or 1.0)
     for i in range(textpage.count_rects()):
         left, bottom, right, top = textpage.get_rect(i)
         text = " ".join(clean_text(textpage.get_text_bounded(left, bottom, right, top)).split())
@@ -116,21 +139,22 @@ def _lines(textpage: Any, frame: _Frame) -> list[LayerLine]:
         x1, y1, x2, y2 = frame.box(left, bottom, right, top)
         if not (x2 > x1 and y2 > y1):
             continue
+        index = _char_at(textpage, left, bottom, right, top)
+        upright = index < 0 or _upright(textpage, index, frame.rotation)
+        if not upright:
+            turned += len(text)
         # PDFium's boxes hug the glyphs, so their heights vary with the letters ("Section 4.1" has
         # no descender) and they leave gaps between the lines of a paragraph. The CPU engine's
         # layout expects a text detector's boxes, a line's height and a little more: a box of
         # LINE_HEIGHT times the font size around the glyphs' middle, so that paragraphs hold
-        # together and larger type stands out as a heading. Upright pages only; a turned page's
-        # lines get the glyph box with a quarter of its height added above and below.
-        size = _font_size(textpage, left, bottom, right, top) if frame.rotation in (0, 180) else None
-        if size is not None:
-            half = LINE_HEIGHT * size * frame.height / ((frame.top - frame.bottom) or 1.0) / 2
-        else:
-            half = (y2 - y1) * (0.5 + LINE_PAD)
+        # together and larger type stands out as a heading. A line whose size PDFium does not
+        # know (or that is turned) gets its glyph box with a quarter of its height above and below.
+        size = float(pdfium_c.FPDFText_GetFontSize(textpage.raw, index)) if index >= 0 and upright else 0.0
+        half = LINE_HEIGHT * size * scale / 2 if size > 0 else (y2 - y1) * (0.5 + LINE_PAD)
         middle = (y1 + y2) / 2
         y1, y2 = max(0.0, middle - half), min(float(frame.height), middle + half)
         lines.append((round(x1, 1), round(y1, 1), round(x2, 1), round(y2, 1), text))
-    return lines
+    return lines, turned
 
 
 def _objects(page: Any) -> tuple[float, int, int]:
@@ -195,8 +219,9 @@ def _ink_chars(image: bytes | None) -> int | None:
 
 
 def judge_layer(raw: str, lines: list[LayerLine], image_share: float, texts: int, invisible: int,
-                ink: int | None) -> LayerPage:
-    """The verdict on a page's text layer from what was read of it (see the module docstring)."""
+                ink: int | None, turned: int = 0) -> LayerPage:
+    """The verdict on a page's text layer from what was read of it (see the module docstring);
+    ``turned``: characters of ``lines`` not upright on the rendered page."""
     verdict = judge_text_layer(raw)
     if not verdict.usable:
         return LayerPage(False, verdict.note)
@@ -216,6 +241,9 @@ def judge_layer(raw: str, lines: list[LayerLine], image_share: float, texts: int
     if not lines:
         return LayerPage(False, _REJECTED + "PDFium found no text lines on the page", text=text)
     held = sum(len(line[4]) for line in lines)
+    if turned * 2 > held:
+        why = f"{turned:,} of its {held:,} characters are not upright on the rendered page: the layout reads lines"
+        return LayerPage(False, _REJECTED + why, text=text)
     if ink is not None and held < MIN_INK_SHARE * ink:
         why = (f"its ink looks like ~{ink:,} characters but its text layer holds {held:,}: text drawn as outlines "
                "or in images is missing from it")
@@ -291,7 +319,7 @@ def layer_page(
         textpage = handle.get_textpage()
         try:
             raw = str(textpage.get_text_range())
-            lines = _lines(textpage, _Frame(handle, width, height))
+            lines, turned = _lines(textpage, _Frame(handle, width, height))
         finally:
             textpage.close()
         share, texts, invisible = _objects(handle)
@@ -299,4 +327,6 @@ def layer_page(
         return LayerPage(False, f"PDF text layer rejected: could not read it ({exc})")
     finally:
         handle.close()
-    return judge_layer(raw, lines, share, texts, invisible, _ink_chars(image))
+    # The ink of sideways text is not measured as lines of text: only upright pages are checked.
+    ink = _ink_chars(image) if turned * 2 <= sum(len(line[4]) for line in lines) else None
+    return judge_layer(raw, lines, share, texts, invisible, ink, turned)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+import llm_ocr
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import read_stage, run_cli
 from tests.docs import make_corpus
@@ -99,6 +101,7 @@ def test_the_escalate_stage_reads_only_the_flagged_pages_later(corpus, tmp_path:
     with SimulatedServer("--garble-page", "doc000.pdf:2", corpus=docs) as weak:
         extracted = run_cli("extract", str(docs), "--output", str(out), "--endpoint", weak.base_url, *FAST)
     assert extracted.returncode == 0, extracted.stderr
+    shutil.copytree(out, tmp_path / "weak-only")
     # Later, elsewhere: the strong model reads what the first pass flagged, and only that.
     with SimulatedServer("--served-model-name", STRONG, corpus=docs, request_log=True) as strong:
         args = ("escalate", "--output", str(out), "--endpoint", strong.base_url, "--model", STRONG, *FAST)
@@ -106,10 +109,18 @@ def test_the_escalate_stage_reads_only_the_flagged_pages_later(corpus, tmp_path:
         assert first.returncode == 0, first.stderr
         assert _pages(strong) == [GARBLED]
         sent = len(strong.requests())
-        again = run_cli(*args, timeout=300)
-        assert again.returncode == 0 and "already complete" in again.stderr, again.stderr
-        assert len(strong.requests()) == sent
+        # Again, from Python: nothing is sent, and the result says how the pages were read.
+        again = llm_ocr.escalate(out, endpoint=strong.base_url, model=STRONG, workers=0, progress="off")
+        assert again.ok and len(strong.requests()) == sent
+        assert again.routes == {"escalated": 1, "model": 3} and again.models[STRONG]["pages"] == 1
     _check_escalated(out, truth)
+    # llm-ocr compare puts the single-model run beside the cascade: pages per route, GPU time.
+    page = tmp_path / "compare.html"
+    compared = run_cli("compare", str(tmp_path / "weak-only"), str(out), "--html", str(page))
+    assert compared.returncode == 0, compared.stderr
+    table = page.read_text().split("</table>")[0]
+    row = table[table.index("Pages per route"):].split("</tr>")[0]
+    assert re.findall(r"<td[^>]*>([^<]*)</td>", row) == ["0 / 4 / 0", "0 / 3 / 1"]
     # Assemble reads the escalated rows (there is no Describe here).
     assembled = run_cli("assemble", "--output", str(out))
     assert assembled.returncode == 0, assembled.stderr
@@ -139,3 +150,21 @@ def test_the_escalate_stage_launches_from_the_stage_table() -> None:
         command = job["command"]
         assert command[command.index("llm-ocr"):] == ["llm-ocr", "escalate", "--model", STRONG, "--output",
                                                       "hf://datasets/me/out"]
+
+
+def test_a_verifier_can_be_the_signal(corpus, tmp_path: Path) -> None:
+    """The verifier interface end to end, with the simulator playing a verifier (``/sim/verify``:
+    an oracle that knows the corpus, labelled as such; no real verifier model is served here)."""
+    docs, truth = corpus
+    out = tmp_path / "out"
+    with SimulatedServer("--garble-page", "doc000.pdf:2", corpus=docs) as weak:
+        assert run_cli("extract", str(docs), "--output", str(out), "--endpoint", weak.base_url, *FAST).returncode == 0
+    with SimulatedServer("--served-model-name", STRONG, corpus=docs, request_log=True) as strong:
+        escalated = run_cli("escalate", "--output", str(out), "--endpoint", strong.base_url, "--model", STRONG,
+                            "--escalate-on", "verifier", "--escalate-verifier", f"{strong.url}/sim/verify", *FAST)
+        assert escalated.returncode == 0, escalated.stderr
+        assert _pages(strong) == [GARBLED]
+    rows = {(r["doc_id"], r["page"]): r for r in read_stage(out, "escalate")}
+    assert rows[GARBLED]["route"] == "escalated"
+    assert rows[GARBLED]["escalation_reason"].startswith("verifier (the verifier gave it 0.")
+    assert [k for k, r in rows.items() if r["route"] == "escalated"] == [GARBLED]
