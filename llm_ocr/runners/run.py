@@ -242,86 +242,52 @@ class Run(ShardStage):
         return ShardOutcome(ExitCode.PAGES_FAILED if failed else ExitCode.OK, stats)
 
 
-class CascadeRun(Extract):
+async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
     """``llm-ocr run --escalate-to MODEL``: Extract (with its route), then Escalate with the
     stronger model, then Describe and Assemble over the escalated rows (and Fields, given a
-    schema), each a stage of its own on this shard.
+    schema), each a stage of its own on this shard, each settled by its own marker (a rerun
+    starts no server for a stage that is done).
 
-    Each stage opens its own endpoint and closes it when done, so that a machine with one GPU
-    runs one managed server at a time; Describe then serves ``--describe-model`` (default the
+    Each stage opens its server when it starts and stops it when done, so that a machine with one
+    GPU runs one managed server at a time; Describe then serves ``--describe-model`` (default the
     first model) again: with ``--endpoint`` and ``--escalate-endpoint`` nothing is launched twice.
     """
-
-    reads = ("escalate", "describe", "assemble")
-
-    def __init__(self, spec: StageSpec) -> None:
-        super().__init__(spec)
-        self.fields = Fields(spec) if fields_wanted(spec.fields) else None
-        if self.fields is not None:
-            self.reads = ("escalate", "describe", "assemble", "fields")  # type: ignore[misc,assignment]
-
-    @property
-    def label(self) -> str:
-        return "run"
-
-    def _pages_settled(self, markers: Markers) -> ExitCode | None:
-        code = super().settled(markers)
-        if code is None or Escalate(self.spec).settled({"escalate": markers["escalate"]}) is None:
-            return None
-        if not describe_settles(markers["describe"], markers["escalate"]):
-            return None
-        return code if assemble_finished(markers["assemble"], self.spec.assemble) else None
-
-    def settled(self, markers: Markers) -> ExitCode | None:
-        code = self._pages_settled(markers)
-        if code is None or self.fields is None:
-            return code
-        fields_code = self.fields.settled(markers)
-        return None if fields_code is None else max(code, fields_code)
-
-    def settled_stats(self, markers: Markers) -> dict[str, Any]:
-        names = ("extract", "escalate", "describe", "assemble", *(("fields",) if self.fields else ()))
-        return {name: markers[name] for name in names}
-
-    async def check(self, shard: Shard, markers: Markers) -> None:
-        resolve_schema(self.spec.describe, shard.job.storage_options)  # a bad schema stops the run before any page
-        if self.fields is not None:
-            self.fields.plan  # noqa: B018 - loads and checks the schema
-            refusal = await asyncio.to_thread(launched_engine_refusal, self.spec)
-            if refusal:
-                raise RunError(refusal)
-
-    async def then(self, shard: Shard, outcome: ShardOutcome, markers: Markers) -> ShardOutcome:
-        stats = {"extract": outcome.stats}
-        failed = outcome.exit_code != ExitCode.OK
-        stages: list[tuple[str, ShardStage]] = [
-            ("escalate", Escalate(escalation_spec(self.spec))), ("describe", Describe(self.spec)),
-            ("assemble", Assemble(self.spec)),
-        ]
-        if self.fields is not None:
-            stages.append(("fields", self.fields))
-        for name, stage in stages:
+    fields = Fields(spec) if fields_wanted(spec.fields) else None
+    # Bad input stops the run before any page: the figure schema, the fields schema.
+    resolve_schema(spec.describe, spec.job.storage_options)
+    if fields is not None:
+        fields.plan  # noqa: B018 - loads and checks the schema
+        refusal = await asyncio.to_thread(launched_engine_refusal, spec)
+        if refusal:
+            raise RunError(refusal)
+    shard = Shard.resolve(spec.job, stop)
+    stages: list[tuple[str, ShardStage]] = [
+        ("extract", Extract(spec)), ("escalate", Escalate(escalation_spec(spec))), ("describe", Describe(spec)),
+        ("assemble", Assemble(spec)), *((("fields", fields),) if fields is not None else ()),
+    ]
+    stats: dict[str, Any] = {}
+    failed = False
+    for number, (name, stage) in enumerate(stages):
+        if number:
             # The next stage reads back what this one wrote: batched writes (the Hub) are committed first.
             await asyncio.to_thread(shard.out.flush)
-            if name == "fields" and not stats.get("assemble"):
-                break
-            try:
-                done = await run_on(shard, stage, writable_checked=True)
-            except RunError as exc:
-                if name != "fields":
-                    raise
-                raise RunError(f"{exc}{PAGES_KEPT}") from exc
-            stats[name] = done.stats
-            if done.exit_code == ExitCode.INTERRUPTED:
-                return ShardOutcome(ExitCode.INTERRUPTED, stats)
-            failed = failed or done.exit_code != ExitCode.OK
-        return ShardOutcome(ExitCode.PAGES_FAILED if failed else ExitCode.OK, stats)
+        try:
+            done = await run_on(shard, stage, writable_checked=number > 0)
+        except RunError as exc:
+            if name != "fields":
+                raise
+            raise RunError(f"{exc}{PAGES_KEPT}") from exc
+        stats[name] = done.stats
+        if done.exit_code == ExitCode.INTERRUPTED:
+            return ShardOutcome(ExitCode.INTERRUPTED, stats)
+        failed = failed or done.exit_code != ExitCode.OK
+    return ShardOutcome(ExitCode.PAGES_FAILED if failed else ExitCode.OK, stats)
 
 
 async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
     """Run Extract, Describe, Assemble (and Fields, given a schema) over this process's shard;
     with ``--escalate-to``, Escalate between Extract and Describe."""
     if spec.escalate.escalate_to:
-        return await run_stage(CascadeRun(spec), spec.job, stop)
+        return await cascade_shard(spec, stop)
     async with AsyncExitStack() as servers:  # a server kept open for Fields stops here, whatever happened
         return await run_stage(Run(spec, servers), spec.job, stop)
