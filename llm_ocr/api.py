@@ -81,7 +81,7 @@ class Result:
     cost: dict[str, Any] | None = None
     stats: dict[str, Any] = field(default_factory=dict, repr=False)
     routes: dict[str, int] = field(default_factory=dict)
-    models: dict[str, dict[str, float]] = field(default_factory=dict)
+    models: dict[str, dict[str, int | float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -114,7 +114,7 @@ class Result:
         readers = [view for view in views if isinstance(view, PageStats) and view.stage in ("extract", "escalate")]
         # The routes of the last page stage that read pages (Escalate's rows are the final readings).
         routes = next((dict(view.routes) for view in reversed(readers) if view.routes), {})
-        models: dict[str, dict[str, float]] = {}
+        models: dict[str, dict[str, int | float]] = {}
         for view in readers:
             for model, counts in view.models.items():
                 into = models.setdefault(model, {})
@@ -257,7 +257,8 @@ async def arun(
 
 def load(output: PathOrUrl, stage: str = "assemble", *, storage_options: Mapping[str, Any] | None = None) -> datasets.Dataset:
     """The rows of ``output/STAGE`` as a :class:`datasets.Dataset`, figure images decoded
-    (PIL images): one row per page for ``extract`` and ``describe``, per document for ``assemble``."""
+    (PIL images): one row per page for ``extract``, ``escalate`` and ``describe``, per document for
+    ``assemble``."""
     import datasets
 
     from llm_ocr.storage import Storage

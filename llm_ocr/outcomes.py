@@ -111,7 +111,7 @@ class PageStats(_View):
     #: Pages by the route of the reading their row holds (``text-layer``, ``model``, ``escalated``).
     routes: dict[str, int] = Field(default_factory=dict)
     #: Per model this stage used: pages it read, readings used, tokens, ``busy_s`` (its server's time).
-    models: dict[str, dict[str, float]] = Field(default_factory=dict)
+    models: dict[str, dict[str, int | float]] = Field(default_factory=dict)
 
     @property
     def quarantined(self) -> int:
