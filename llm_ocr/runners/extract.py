@@ -13,6 +13,7 @@ from functools import partial
 
 from llm_ocr.options import ExtractOptions, StageSpec
 from llm_ocr.outcomes import ExitCode
+from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
 from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
 from llm_ocr.runners.inputs import shard_inputs
@@ -21,7 +22,7 @@ from llm_ocr.runners.page_flow import DocumentPages
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
 from llm_ocr.serving.open import Endpoint
-from llm_ocr.sources.base import DocumentRef
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.stages.extract import ExtractContext, family_render
 from llm_ocr.stages.routes import RouteContext
 from llm_ocr.storage.parts import ShardIndex
@@ -63,7 +64,8 @@ class Extract(ShardStage):
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
         # Inputs are checked here, after the output: reading them records the sharding rule in OUT.
-        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count, shard.index)
+        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count,
+                                      shard.index)
         self.index = await shard.scan("extract", keep_quarantined=not spec.extract.retry_quarantined)
         note_retried(self.index)
         note_kept(self.index)
@@ -97,7 +99,8 @@ async def extract_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
     return await run_stage(Extract(spec), spec.job, stop)
 
 
-async def _extract_handler(  # type: ignore[no-untyped-def]
-    ref, item, num_pages, *, ctx: ExtractContext, bad: BadPages, route: RouteContext | None, tally: ModelTally
-):
+async def _extract_handler(
+    ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, *, ctx: ExtractContext, bad: BadPages,
+    route: RouteContext | None, tally: ModelTally,
+) -> PageResult:
     return tally.row(await bad.fallback(ref, await first_reading(ref, item, num_pages, ctx, route, tally)))

@@ -115,8 +115,8 @@ class Run(ShardStage):
     Extract's and Describe's rows; :meth:`then` assembles."""
 
     writes = ("extract", "describe")
-    reads = ("assemble",)
-    label = "run"  # type: ignore[assignment]
+    reads: tuple[str, ...] = ("assemble",)
+    label = "run"
 
     def __init__(self, spec: StageSpec, servers: AsyncExitStack | None = None) -> None:
         self.spec = spec
@@ -124,7 +124,7 @@ class Run(ShardStage):
         self.servers = servers
         self.fields = Fields(spec) if fields_wanted(spec.fields) else None
         if self.fields is not None:
-            self.reads = ("assemble", "fields")  # type: ignore[misc]
+            self.reads = ("assemble", "fields")
         self.endpoint: Endpoint | None = None
         self.schema: dict[str, Any] | None = None
         self.documents: Iterator[DocumentRef] = iter(())
@@ -163,15 +163,15 @@ class Run(ShardStage):
 
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
-        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count, shard.index)
+        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count,
+                                      shard.index)
         self.extract = await shard.scan("extract", keep_quarantined=not spec.extract.retry_quarantined)
         self.describe = await shard.scan("describe")
         note_retried(self.extract)
         note_kept(self.extract)
 
     async def work(self, shard: Shard) -> Finished:
-        spec, job = self.spec, shard.job
-        indexes = {"extract": self.extract, "describe": self.describe}
+        spec = self.spec
         async with AsyncExitStack() as here:
             # Kept open for Fields (until the caller closes ``servers``), else closed after the pages.
             keeper = self.servers if self.fields is not None and self.servers is not None else here
