@@ -388,7 +388,9 @@ def collect_status(
         needed = STAGES[stage].markers
         if stage == "run" and num_shards in marker_layouts(out, "fields"):
             needed = (*needed, "fields")
-    markers = {s: markers_by_shard(out, s, num_shards, cache) for s in needed}
+    # Escalate's markers say how a run's pages were routed and escalated, even where not needed.
+    read = (*needed, *(("escalate",) if stage == "run" and "escalate" not in needed else ()))
+    markers = {s: markers_by_shard(out, s, num_shards, cache) for s in read}
     progress = {shard: data for (name, shard),
                 data in read_progress(out, num_shards).items() if name == STAGES[stage].primary}
     states: dict[str, JobState] = {}
