@@ -78,7 +78,7 @@ class SlurmOptions(PlatformOptions):
     gres: str | None = Field(None, description="Generic resources instead of --gpus, e.g. gpu:a100:1 (sbatch --gres).")
     cpus_per_task: int | None = Field(None, ge=1, description="CPUs per task (default: the partition's).")
     mem: str | None = Field(None, description="Memory per task, e.g. 64G (sbatch --mem; default: the partition's).")
-    parallelism: int | None = Field(None, ge=1, description="Tasks running at once: the %K of --array (default: all).")
+    parallelism: int | None = Field(None, ge=1, description="Tasks running at once, the array's throttle (default: all).")
     venv: str | None = Field(None, description="Virtualenv the tasks activate (default: the one running this launcher, "
                              "unless --image is given).", json_schema_extra={"metavar": "PATH"})
     module: list[str] = Field(
@@ -129,6 +129,9 @@ class Slurm:
         """The GPUs, the environment set-up and the log folder; online, the partition's time limit
         and the cluster's array size and kill wait. Submits nothing."""
         given = self.given
+        if given.wheel:
+            raise LaunchError("--wheel: Slurm tasks run the llm-ocr of the environment they set up; install the wheel "
+                              "there (pip install WHEEL in the --venv) or give an --image that has it")
         notes: list[str] = []
         config: dict[str, str] = {}
         max_time: int | None = None

@@ -98,13 +98,15 @@ def test_shards_run_as_one_array_and_are_followed_with_the_secret_in_the_environ
         (f"{array}_{s}", "done", "succeeded") for s in range(3)]
     logs = llm_ocr("jobs", "logs", str(out), "--shard", "1", "--tail", "3", env=env)
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 3, logs.stderr
+    followed = llm_ocr("jobs", "logs", str(out), "--shard", "1", "-f", env=env)  # ends: the task has ended
+    assert followed.returncode == 0 and followed.stdout == (folder / f"{array}_1.log").read_text(), followed.stderr
     again = llm_ocr(*args, env=env)
     assert again.returncode == 0 and "nothing to launch" in again.stdout, again.stderr
 
     places = {
         "dry run": dry.stdout + dry.stderr,
         "launch output": done.stdout + done.stderr + again.stdout + again.stderr,
-        "status and logs": status.stdout + logs.stdout,
+        "status and logs": status.stdout + logs.stdout + followed.stdout,
         "output, script, logs, records, launch record": b"".join(
             p.read_bytes() for p in out.rglob("*") if p.is_file()).decode(errors="replace"),
         "launch cache": "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.json")),

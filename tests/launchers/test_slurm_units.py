@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from llm_ocr.commands.launch import _launch_parser
 from llm_ocr.container.shard_index import PlatformError, detect_shard
+from llm_ocr.launchers import PLATFORMS, platform_class
 from llm_ocr.launchers.slurm_script import parse_slurm_time, slurm_time
 from llm_ocr.launchers.slurm_state import record_state, squeue_states
 from tests.conftest import REPO, read_stage
@@ -189,3 +191,10 @@ def test_slurm_durations() -> None:
         "0-00:01:00", "0-00:01:00", "0-00:02:00", "0-01:00:00", "0-06:00:00", "1-01:00:00"]
     assert [parse_slurm_time(t) for t in ("60", "1:00:00", "0:10", "1-00:00:00", "2-3", "infinite", "UNLIMITED")] == [
         3600, 3600, 10, 86400, 183600, None, None]
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_every_platforms_launch_help_renders(platform: str) -> None:
+    # argparse formats each help with %: a bare "%" in an option's description breaks --help.
+    text = _launch_parser(platform, platform_class(platform)).format_help()
+    assert f"llm-ocr launch {platform} INPUT..." in text
