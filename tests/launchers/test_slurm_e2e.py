@@ -135,19 +135,37 @@ llm-ocr run {corpus} --output {out} --engine sim --server-args "--corpus {corpus
         return done.stdout.strip()
 
     good, bad = submit("0-2", tmp_path / "out"), submit("1-3", tmp_path / "bad")
+    # Some shards only: the same script with other ids, the count given.
+    (tmp_path / "ocr-part.sbatch").write_text((tmp_path / "ocr-0-2.sbatch").read_text().replace("/out ", "/part "))
+    part = slurm_cmd("sbatch", "--parsable", "--array=1", "--export=ALL,LLM_OCR_NUM_SHARDS=3",
+                     str(tmp_path / "ocr-part.sbatch"), env=env).stdout.strip()
 
     def ended() -> bool:
-        live = slurm_cmd("squeue", "-h", "-r", "-t", "PD,R,CG", "-j", f"{good},{bad}", "-o", "%i", env=env)
+        live = slurm_cmd("squeue", "-h", "-r", "-t", "PD,R,CG", "-j", f"{good},{bad},{part}", "-o", "%i", env=env)
         return live.returncode == 0 and not live.stdout.strip()
 
     wait_until(ended, timeout=240, period=1)
     assert pages(tmp_path / "out") == expected(corpus)
+    markers = sorted(p.name for p in (tmp_path / "part" / "_state" / "extract").glob("done-*"))
+    assert markers == ["done-00001-of-00003.json"] and 0 < len(pages(tmp_path / "part")) < len(expected(corpus))
     # Ids 1-3 are not 0..N-1: every task stops at once with the reason, and writes nothing.
     states = slurm_cmd("squeue", "-h", "-r", "-t", "all", "-j", bad, "-o", "%K %T", env=env).stdout.split("\n")
     assert sorted(s for s in states if s) == ["1 FAILED", "2 FAILED", "3 FAILED"]
     message = (logs / f"{bad}_3.log").read_text()
     assert "SLURM_ARRAY_TASK_ID=3 is the shard index, but the array's ids (1-3, 3 task(s)) are not 0..N-1" in message
     assert not (tmp_path / "bad" / "extract").exists()
+
+
+def test_a_task_that_cannot_find_llm_ocr_stops_at_once_with_the_reason(
+    tmp_path: Path, corpus: Path, slurm: dict[str, str]  # noqa: F811
+) -> None:
+    out = tmp_path / "out"
+    env = launcher_env(slurm, tmp_path, PATH="/usr/bin:/bin")  # no llm-ocr there, only the venv has it
+    done = llm_ocr(*launch_args(corpus, out, "--setup", "deactivate", shards=1), "--wait", "--interval", "1", env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert [(e["event"], e["attempt"], e.get("code")) for e in records(out, 0)] == [("start", 1, None), ("exit", 1, 127)]
+    log_text = next(launch_folder(out).glob("*_0.log")).read_text()
+    assert "llm-ocr: llm-ocr is not on PATH after the set-up above" in log_text
 
 
 def test_a_killed_task_requeues_itself_and_resumes_from_its_parts(
