@@ -12,9 +12,16 @@ resulting Markdown is compared with the PDF's text layer:
   punctuation stripped) found in the answer, as multisets, so order does not count.
 - **s/page**: wall-clock seconds per page at the given concurrency (1 by default).
 
+Each page is read as Extract reads it (:func:`~llm_ocr.stages.extract.extract_page`): a page
+longer than 1:3 in segments, its figures cropped. On the generated sets whose figures are known
+(``--corpus layout|held-out``, :mod:`llm_ocr.bench.layout_pages`) it also counts the drawn
+figures found (an output figure overlapping one by IoU >= 0.5) and the output figures that match
+none.
+
 Without PDFs it generates a small offline set of varied English pages with reportlab (fonts
-and sizes, one and two columns, a table). Without ``--engine-url`` it launches the CPU engine
-(``python -m llm_ocr.engines.cpu``, one thread unless ``--threads``) for the run.
+and sizes, one and two columns, a table), or the ``--corpus`` named. Without ``--engine-url``
+it launches the CPU engine (``python -m llm_ocr.engines.cpu``, one thread unless ``--threads``)
+for the run.
 """
 
 from __future__ import annotations
@@ -27,7 +34,12 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from llm_ocr.bench.sample_text import VOCAB, paragraph
+
+if TYPE_CHECKING:
+    from llm_ocr.bench.layout_pages import CorpusPage
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +58,7 @@ class AccuracyOptions:
     engine_args: str = ""
     concurrency: int = 1
     keep: str | None = None
+    corpus: str = "basic"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,6 +148,10 @@ class PageScore:
     seconds: float  # request latency
     finish_reason: str | None = None
     error: str | None = None
+    kind: str = "text"  # "figures": the page holds drawn figures (their labels are not body text)
+    figures: int = 0  # figures in the answer
+    figures_drawn: int = 0  # figures drawn on the page, when known
+    figures_found: int = 0  # of which an answer's figure overlaps (IoU >= 0.5)
 
     @property
     def cer(self) -> float:
@@ -163,49 +180,6 @@ def word_recall(truth: str, text: str) -> float:
 
 # ---------------------------------------------------------------------------------------------
 # Sample pages
-
-_VOCAB = (
-    "the of and to in a is that for it as was with be by on not he this are or his from at which "
-    "but have an they you were her one all their there been has more when will would who what so "
-    "about out into than them can only other new some time could these two may first then do any "
-    "like my now over such our man me even most made after also did many before must through back "
-    "years where much your way well down should because each just those people how too little state "
-    "good very make world still own see men work long get here between both life being under never "
-    "day same another know while last might great old year off come since against go came right "
-    "used take three himself few house use during without again place around however home small "
-    "found thought went say part once general high upon school every does got united left number "
-    "course war until always away something fact though water less public put think almost hand "
-    "enough far took head yet government system better set told nothing night end why called "
-    "didn find look asked later knew point next program city business give group toward young "
-    "days let room president side social given present several order national possible rather "
-    "second face per among form important often things early become others within political "
-    "members development survey measured shoreline retreat stations coast average metres river "
-    "funding drones receivers results published analysis quarterly budget committee revenue"
-).split()
-
-
-def _sentence(rng: Any, n: int) -> str:
-    ws = [rng.choice(_VOCAB) for _ in range(n)]
-    for i in range(len(ws)):
-        r = rng.random()
-        if r < 0.05:
-            ws[i] = str(rng.randint(2, 9999))
-        elif r < 0.08:
-            ws[i] = f"{rng.randint(1, 99)}.{rng.randint(0, 9)}%"
-        elif r < 0.12:
-            ws[i] = ws[i].capitalize()
-        elif r < 0.14:
-            ws[i] = f"{ws[i]}-{rng.choice(_VOCAB)}"
-    if rng.random() < 0.3 and n > 6:
-        k = rng.randint(2, n - 3)
-        ws[k] += ","
-    text = " ".join(ws)
-    return text[:1].upper() + text[1:] + rng.choice([".", ".", ".", "?", ";"])
-
-
-def _paragraph(rng: Any, sentences: int) -> str:
-    return " ".join(_sentence(rng, rng.randint(6, 16)) for _ in range(sentences))
-
 
 def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
     """Write the default benchmark PDFs into ``folder``; their paths.
@@ -259,21 +233,21 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
     body = style("body", "Helvetica", 11)
     paths.append(build("single-helvetica.pdf", [
         Paragraph("Annual Survey of Coastal Stations", h1),
-        *[Paragraph(_paragraph(rng, 4), body) for _ in range(3)],
+        *[Paragraph(paragraph(rng, 4), body) for _ in range(3)],
         Paragraph("Methods and Instruments", h2),
-        *[Paragraph(_paragraph(rng, 4), body) for _ in range(2)],
+        *[Paragraph(paragraph(rng, 4), body) for _ in range(2)],
     ]))
 
     times = style("times", "Times-Roman", 10, alignment=4)  # justified
     paths.append(build("single-times-justified.pdf", [
         Paragraph("Report of the Budget Committee", style("t1", "Times-Bold", 16)),
-        *[Paragraph(_paragraph(rng, 5), times) for _ in range(5)],
+        *[Paragraph(paragraph(rng, 5), times) for _ in range(5)],
     ]))
 
     # A full page of body text: what most pages of a report or a book look like.
     paths.append(build("dense-page.pdf", [
         Paragraph("Chapter Four", style("ch", "Times-Bold", 15)),
-        *[Paragraph(_paragraph(rng, 6), style(f"d{i}", "Times-Roman", 10.5, 13, alignment=4, firstLineIndent=14))
+        *[Paragraph(paragraph(rng, 6), style(f"d{i}", "Times-Roman", 10.5, 13, alignment=4, firstLineIndent=14))
           for i in range(9)],
     ]))
 
@@ -281,7 +255,7 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
     col = style("col", "Times-Roman", 9.5, alignment=4)
     paths.append(build("two-columns-times.pdf", [
         Paragraph("Two Column Article on River Funding", style("t2", "Times-Bold", 17)),
-        BalancedColumns([Paragraph(_paragraph(rng, 5), col) for _ in range(8)], nCols=2, spaceBefore=6, innerPadding=18),
+        BalancedColumns([Paragraph(paragraph(rng, 5), col) for _ in range(8)], nCols=2, spaceBefore=6, innerPadding=18),
     ]))
 
     # Two columns whose paragraph breaks line up across the gutter (every paragraph is four
@@ -296,7 +270,7 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
     for c in range(2):
         y = height - margin - 50
         for _ in range(5):
-            lines = simpleSplit(_paragraph(rng, 5), "Helvetica", 9, col_w)[:4]
+            lines = simpleSplit(paragraph(rng, 5), "Helvetica", 9, col_w)[:4]
             for line in lines:
                 pdf.drawString(margin + c * (col_w + gutter), y, line)
                 y -= 11.5
@@ -307,7 +281,7 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
 
     rows = [["Station", "Region", "Retreat (m)", "Samples"]]
     for _ in range(8):
-        rows.append([f"{rng.choice(_VOCAB).capitalize()} {rng.randint(1, 99)}", rng.choice(_VOCAB).capitalize(),
+        rows.append([f"{rng.choice(VOCAB).capitalize()} {rng.randint(1, 99)}", rng.choice(VOCAB).capitalize(),
                      f"{rng.uniform(0, 5):.2f}", str(rng.randint(10, 500))])
     table = Table(rows, hAlign="LEFT", colWidths=[1.8 * inch, 1.5 * inch, 1.2 * inch, 1.0 * inch])
     table.setStyle(TableStyle([
@@ -318,26 +292,26 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
     ]))
     paths.append(build("table.pdf", [
         Paragraph("Measurements by Station", h1),
-        Paragraph(_paragraph(rng, 4), body),
+        Paragraph(paragraph(rng, 4), body),
         table,
         Spacer(1, 12),
-        Paragraph(_paragraph(rng, 4), body),
+        Paragraph(paragraph(rng, 4), body),
     ]))
 
     paths.append(build("mixed-sizes.pdf", [
         Paragraph("Large Print Notice", style("big", "Helvetica-Bold", 22)),
-        Paragraph(_paragraph(rng, 2), style("b16", "Helvetica", 16)),
+        Paragraph(paragraph(rng, 2), style("b16", "Helvetica", 16)),
         Paragraph("Configuration listing", style("h3", "Times-Bold", 13)),
-        Paragraph(_paragraph(rng, 2), style("mono", "Courier", 10)),
-        Paragraph(_paragraph(rng, 3), style("t12", "Times-Roman", 12)),
-        Paragraph(_paragraph(rng, 3), style("small", "Helvetica", 8)),
+        Paragraph(paragraph(rng, 2), style("mono", "Courier", 10)),
+        Paragraph(paragraph(rng, 3), style("t12", "Times-Roman", 12)),
+        Paragraph(paragraph(rng, 3), style("small", "Helvetica", 8)),
     ]))
 
     # Small print: italic and footnote sizes, where recognisers start to slip.
     paths.append(build("small-print.pdf", [
         Paragraph("Terms and Conditions", style("h4", "Times-Bold", 12)),
-        *[Paragraph(_paragraph(rng, 4), style(f"it{i}", "Times-Italic", 8.5)) for i in range(3)],
-        *[Paragraph(_paragraph(rng, 4), style(f"fn{i}", "Helvetica", 7)) for i in range(3)],
+        *[Paragraph(paragraph(rng, 4), style(f"it{i}", "Times-Italic", 8.5)) for i in range(3)],
+        *[Paragraph(paragraph(rng, 4), style(f"fn{i}", "Helvetica", 7)) for i in range(3)],
     ]))
 
     # Codes, dates, money, quotes and punctuation, which no dictionary helps with.
@@ -350,14 +324,14 @@ def make_sample_pdfs(folder: Path, seed: int = 0) -> list[Path]:
                 f"\u20ac{rng.randint(1, 999)}",
                 f"{rng.randint(2000, 2030)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
                 f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}",
-                f"({rng.choice(_VOCAB)})",
-                f"&quot;{rng.choice(_VOCAB)} {rng.choice(_VOCAB)}&quot;",
-                f"{rng.choice(_VOCAB)}@example.org",
+                f"({rng.choice(VOCAB)})",
+                f"&quot;{rng.choice(VOCAB)} {rng.choice(VOCAB)}&quot;",
+                f"{rng.choice(VOCAB)}@example.org",
                 f"A{rng.randint(1, 9)}-{rng.randint(10, 99)}{rng.choice('bxq')}",
                 f"{rng.randint(1, 40)}&#176;C",
                 f"+{rng.randint(1, 99)} {rng.randint(100, 999)} {rng.randint(1000, 9999)}",
             ]))
-            parts.append(" ".join(rng.choice(_VOCAB) for _ in range(rng.randint(1, 4))))
+            parts.append(" ".join(rng.choice(VOCAB) for _ in range(rng.randint(1, 4))))
         text = " ".join(parts)
         return text[:1].upper() + text[1:] + "."
 
@@ -385,14 +359,18 @@ def text_layer(path: str, page: int) -> str:
         pdf.close()
 
 
-async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tuple[list[PageScore], dict[str, Any]]:
+async def _measure(
+    opts: AccuracyOptions, base_url: str, pdfs: list[str], known: dict[tuple[str, int], CorpusPage] | None = None
+) -> tuple[list[PageScore], dict[str, Any]]:
     import asyncio
 
-    from llm_ocr.options import RenderOptions
+    from llm_ocr.bench.layout_pages import match_figures
+    from llm_ocr.options import ExtractOptions, RenderOptions
+    from llm_ocr.runners.workers import crop_figures, transform_image
     from llm_ocr.sources.base import DocumentRef, PageImage
     from llm_ocr.sources.render import count_pages, render_pages
-    from llm_ocr.stages.extract import family_render
-    from llm_ocr.vlm.client import ClientOptions, RequestFailed, VlmClient
+    from llm_ocr.stages.extract import ExtractContext, extract_page, family_render
+    from llm_ocr.vlm.client import ClientOptions, VlmClient
     from llm_ocr.vlm.families import family_for
 
     probe = VlmClient(base_url, opts.model or "")
@@ -405,9 +383,18 @@ async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tup
     client = VlmClient(base_url, model, options=ClientOptions(max_attempts=2))
     info: dict[str, Any] = {"endpoint": base_url, "model": model, "dpi": render.dpi, "long_side": render.long_side,
                             "image_format": render.image_format}
+    known = known or {}
+
+    async def crop(image: bytes, boxes: list[list[int]]) -> list[bytes]:
+        return await asyncio.to_thread(crop_figures, image, boxes)
+
+    async def transform(image: bytes, *args: Any) -> tuple[bytes, int, int]:
+        return await asyncio.to_thread(transform_image, image, *args)
+
     try:
         info["ocr_engine"] = await _engine_info(base_url, model)
         max_tokens = recipe.max_tokens(None, await client.max_model_len())
+        ctx = ExtractContext(client, recipe, ExtractOptions(), max_tokens, crop, transform)
         jobs = []
         for index, path in enumerate(pdfs):
             ref = DocumentRef(doc_id=Path(path).name, index=index, source=path, kind="pdf", location=str(Path(path).resolve()))
@@ -416,36 +403,41 @@ async def _measure(opts: AccuracyOptions, base_url: str, pdfs: list[str]) -> tup
             for page in render_pages(ref, render, 1, last):
                 if not isinstance(page, PageImage):
                     raise SystemExit(f"cannot render {path} page {page.page}: {page.error}")
-                jobs.append((path, page))
+                jobs.append((ref, n, page))
 
         sem = asyncio.Semaphore(max(1, opts.concurrency))
 
-        async def one(path: str, page: PageImage) -> PageScore:
+        async def one(ref: DocumentRef, n: int, page: PageImage) -> PageScore:
+            path = ref.source
             truth = text_layer(path, page.page)
-            # One request per page, the family's own (a multi-request family is read by its
-            # first pass only: this measures the page request, not the pipeline).
-            body = recipe.body(page.image, page.mime, temperature=recipe.retries.temperatures[0], max_tokens=max_tokens)
+            # Read as Extract reads a page: one request for most pages, segments for a long one
+            # (a family that takes several requests per page is measured by all of them).
             async with sem:
                 t0 = time.perf_counter()
-                try:
-                    result = await client.chat(body)
-                except RequestFailed as exc:
-                    seconds = time.perf_counter() - t0
-                    chars, edits, n_words, _ = score_page(truth, "")
-                    return PageScore(Path(path).name, page.page, chars, edits, n_words, 0, seconds, error=str(exc))
+                row = await extract_page(ref, page, n, ctx)
                 seconds = time.perf_counter() - t0
-            layout = recipe.parse(result.text, width=page.width, height=page.height, page=page.page)
             if opts.keep:
                 keep = Path(opts.keep)
                 keep.mkdir(parents=True, exist_ok=True)
                 stem = f"{Path(path).stem}-p{page.page}"
-                (keep / f"{stem}.md").write_text(layout.markdown, encoding="utf-8")
+                (keep / f"{stem}.md").write_text(row.markdown, encoding="utf-8")
                 (keep / f"{stem}.truth.txt").write_text(truth, encoding="utf-8")
-            chars, edits, n_words, found = score_page(truth, layout.markdown)
-            return PageScore(Path(path).name, page.page, chars, edits, n_words, found, seconds, result.finish_reason)
+            chars, edits, n_words, found = score_page(truth, row.markdown)
+            error = row.error if row.status == "error" else None
+            score = PageScore(Path(path).name, page.page, chars, edits, n_words, found, seconds, row.finish_reason,
+                              error, figures=len(row.figures))
+            drawn = known.get((Path(path).name, page.page))
+            if drawn is not None:
+                scale = page.width / drawn.size[0]
+                truth_boxes = [tuple(v * scale for v in box) for box in drawn.figures]
+                answer_boxes = [tuple(float(v) for v in f.bbox) for f in row.figures]
+                score.kind = drawn.kind
+                score.figures_drawn = len(truth_boxes)
+                score.figures_found, _ = match_figures(truth_boxes, answer_boxes)  # type: ignore[arg-type]
+            return score
 
         t0 = time.perf_counter()
-        scores = list(await asyncio.gather(*(one(path, page) for path, page in jobs)))
+        scores = list(await asyncio.gather(*(one(ref, n, page) for ref, n, page in jobs)))
         info["wall_s"] = time.perf_counter() - t0
     finally:
         await client.close()
@@ -460,14 +452,28 @@ async def _engine_info(base_url: str, model: str) -> Any:
 
 
 def summarise(scores: list[PageScore], wall_s: float) -> dict[str, Any]:
-    """Totals over pages: CER and recall pooled over characters/words, seconds per page."""
+    """Totals over pages: CER and recall pooled over characters/words, the lowest page recall,
+    seconds per page; on pages with drawn figures, how many were found and how many answer
+    figures match none; the same recall figures over the ``text`` pages alone."""
     pages = len(scores)
     chars = sum(s.chars for s in scores)
     words_n = sum(s.words for s in scores)
+    worst = min(scores, key=lambda s: s.recall, default=None)
+    text = [s for s in scores if s.kind == "text"]
+    worst_text = min(text, key=lambda s: s.recall, default=None)
     return {
         "pages": pages,
         "cer": sum(s.edits for s in scores) / max(1, chars),
         "word_recall": sum(s.found for s in scores) / max(1, words_n),
+        "min_recall": worst.recall if worst else 0.0,
+        "min_recall_page": f"{worst.source} p{worst.page}" if worst else None,
+        "text_pages": len(text),
+        "text_word_recall": sum(s.found for s in text) / max(1, sum(s.words for s in text)),
+        "text_min_recall": worst_text.recall if worst_text else 0.0,
+        "figures": sum(s.figures for s in scores),
+        "figures_drawn": sum(s.figures_drawn for s in scores),
+        "figures_found": sum(s.figures_found for s in scores),
+        "figures_unmatched": sum(s.figures - s.figures_found for s in scores),
         "s_per_page": wall_s / max(1, pages),
         "mean_latency_s": sum(s.seconds for s in scores) / max(1, pages),
         "errors": sum(1 for s in scores if s.error),
@@ -481,22 +487,33 @@ def measure_accuracy(opts: AccuracyOptions) -> tuple[list[PageScore], dict[str, 
     import asyncio
     import shlex
 
+    from llm_ocr.bench.layout_pages import CORPORA, make_corpus
     from llm_ocr.config import OptionError
 
     with tempfile.TemporaryDirectory(prefix="llm-ocr-bench-") as tmp:
-        pdfs = list(opts.pdfs) or [str(p) for p in make_sample_pdfs(Path(tmp) / "pages")]
+        known: dict[tuple[str, int], CorpusPage] = {}
+        if opts.pdfs:
+            pdfs = list(opts.pdfs)
+        elif opts.corpus == "basic":
+            pdfs = [str(p) for p in make_sample_pdfs(Path(tmp) / "pages")]
+        elif opts.corpus in CORPORA:
+            made = make_corpus(opts.corpus, Path(tmp) / "pages")
+            known = {(p.path.name, p.page): p for p in made}
+            pdfs = list(dict.fromkeys(str(p.path) for p in made))
+        else:
+            raise OptionError(f"--corpus must be basic, {' or '.join(CORPORA)}, not {opts.corpus!r}")
         for path in pdfs:
             if not Path(path).is_file():
                 raise OptionError(f"no such PDF: {path}")
         if opts.engine_url:
-            scores, info = asyncio.run(_measure(opts, opts.engine_url, pdfs))
+            scores, info = asyncio.run(_measure(opts, opts.engine_url, pdfs, known))
         else:
             from llm_ocr.testing import CpuServer
 
             extra = ["--threads", str(opts.threads), *shlex.split(opts.engine_args)]
             log.info("launching the CPU engine: python -m llm_ocr.engines.cpu %s", " ".join(extra))
             with CpuServer(*extra) as engine:
-                scores, info = asyncio.run(_measure(opts, engine.base_url, pdfs))
+                scores, info = asyncio.run(_measure(opts, engine.base_url, pdfs, known))
                 info["engine_args"] = extra
                 # The engine's own account: CPU time is what a page costs whatever else runs.
                 done = [r for r in engine.requests() if r.get("outcome") == "ok"]

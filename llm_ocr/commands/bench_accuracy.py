@@ -25,7 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("pdfs", nargs="*", metavar="PDF",
-                        help="born-digital PDFs (with a text layer); default: generated sample pages")
+                        help="born-digital PDFs (with a text layer); default: the generated --corpus")
+    parser.add_argument("--corpus", choices=["basic", "layout", "held-out"], default="basic",
+                        help="generated pages to measure without PDFs: basic (9 text pages, the default); layout "
+                        "(text and figure pages: a small book page, a long strip, charts); held-out (pages of the "
+                        "same kinds, made differently)")
     parser.add_argument("--pages", type=int, default=None, metavar="N", help="at most N pages per PDF")
     parser.add_argument("--dpi", type=float, default=None,
                         help="render resolution (default: the model family's, as the pipeline renders)")
@@ -74,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
                 engine_args=args.engine_args,
                 concurrency=args.concurrency,
                 keep=args.keep,
+                corpus=args.corpus,
             )
         )
     except EndpointDown as exc:
@@ -89,10 +94,14 @@ def _report(args: argparse.Namespace, scores: list[PageScore], info: dict[str, A
     if "engine_cpu_s" in info:
         summary["engine_cpu_s_per_page"] = info["engine_cpu_s"] / max(1, summary["pages"])
     if args.per_page:
-        print(f"{'document':32} {'page':>4} {'chars':>6} {'CER':>7} {'recall':>7} {'s':>6}")
+        print(f"{'document':32} {'page':>4} {'kind':>7} {'chars':>6} {'CER':>7} {'recall':>7} {'figures':>9} {'s':>6}")
         for s in scores:
             note = f"  {s.error}" if s.error else ("  (truncated)" if s.finish_reason == "length" else "")
-            print(f"{s.source[:32]:32} {s.page:>4} {s.chars:>6} {s.cer:>7.2%} {s.recall:>7.2%} {s.seconds:>6.2f}{note}")
+            figures = str(s.figures)
+            if s.figures_drawn:  # found of drawn, + answer figures that match none
+                figures = f"{s.figures_found}/{s.figures_drawn}+{s.figures - s.figures_found}"
+            print(f"{s.source[:32]:32} {s.page:>4} {s.kind:>7} {s.chars:>6} {s.cer:>7.2%} {s.recall:>7.2%} "
+                  f"{figures:>9} {s.seconds:>6.2f}{note}")
     engine = info.get("ocr_engine") or {}
     label = f"{engine.get('name', info['model'])} {engine.get('version', '')}".strip()
     size = f"longest side {info['long_side']} px" if info.get("long_side") else f"{info['dpi']:g} DPI"
@@ -104,6 +113,12 @@ def _report(args: argparse.Namespace, scores: list[PageScore], info: dict[str, A
         + (f", {summary['errors']} failed" if summary["errors"] else "")
         + (f", {summary['truncated']} truncated" if summary["truncated"] else "")
     )
+    print(f"lowest page recall {summary['min_recall']:.2%} ({summary['min_recall_page']}); "
+          f"{summary['figures']} figures in the answers")
+    if summary["figures_drawn"] or summary["text_pages"] != summary["pages"]:
+        print(f"text pages ({summary['text_pages']}): word recall {summary['text_word_recall']:.2%}, lowest "
+              f"{summary['text_min_recall']:.2%}; drawn figures found {summary['figures_found']} of "
+              f"{summary['figures_drawn']}, answer figures matching none {summary['figures_unmatched']}")
     if args.json:
         Path(args.json).write_text(
             json.dumps({"summary": summary, "run": info, "pages": [asdict(s) for s in scores]}, indent=2, default=str),

@@ -196,7 +196,8 @@ async def open_endpoint(
             on_down=tracker.record_death,
         )
         gate = tracker.gate(watch.wait_up, on_retry=watch.check)
-        client = VlmClient(endpoint, model, api_key=api_key, options=client_options, gate=gate)
+        client = VlmClient(endpoint, model, api_key=api_key, options=client_options, gate=gate,
+                           request_ended=tracker.request_ended)
         named = (server_options.gpu_preset if server_options else None) or None
         try:
             await check_model(client, wait=client_options.dead_after)
@@ -243,7 +244,8 @@ async def open_endpoint(
             raise EndpointError(f"the {engine} server did not start: {exc}") from exc
         try:
             gate = tracker.gate(server.wait_ready)
-            client = VlmClient(server.base_url, model, api_key=api_key, options=client_options, gate=gate)
+            client = VlmClient(server.base_url, model, api_key=api_key, options=client_options, gate=gate,
+                               request_ended=tracker.request_ended)
             try:
                 await check_model(client)
                 in_flight = client_in_flight(preset) if engine == "vllm" and preset else None
@@ -298,7 +300,8 @@ async def _open_several(
             on_down=tracker.server_death(i),
         )
         gate = tracker.server_gate(i, watch.wait_up, on_retry=watch.check)
-        clients.append(VlmClient(url, model, api_key=api_key, options=client_options, gate=gate))
+        clients.append(VlmClient(url, model, api_key=api_key, options=client_options, gate=gate,
+                                  request_ended=tracker.request_ended))
     dispatcher = Dispatcher(clients, route=tracker.route)
     try:
         await asyncio.gather(*(check_model(c, wait=client_options.dead_after) for c in clients))
@@ -365,7 +368,8 @@ async def _open_fleet(
             for i, member in enumerate(fleet.members):
                 member.count_death = tracker.server_death(i)  # a poison page's deaths do not spend its budget
                 gate = tracker.server_gate(i, member.wait_ready)
-                clients.append(VlmClient(member.base_url, model, api_key=api_key, options=client_options, gate=gate))
+                clients.append(VlmClient(member.base_url, model, api_key=api_key, options=client_options, gate=gate,
+                                          request_ended=tracker.request_ended))
             dispatcher = Dispatcher(clients, [lambda s=s: s.is_ready for s in fleet.members], route=tracker.route)
             try:
                 await asyncio.gather(*(check_model(c) for c in clients))

@@ -18,26 +18,35 @@ incarnations are numbered (a managed server's generation, an external endpoint's
   hundreds, and a solo retry leaves it nearly idle).
 * If the server dies while it is alone, the page is **convicted**: its request raises
   :class:`PageQuarantined`, the runner writes an ``error`` row ("the model server crashed on
-  this page N times; quarantined") and the run goes on. If it succeeds, it is cleared.
+  this page N times; quarantined") and the run goes on. If the server answers it, it is
+  cleared, and the server is given back to the other pages at once (not when the page ends).
 * A death is charged to the server's restart budget only while none of its suspects is
   convicted or waiting for its solo retry: the budget is for independent failures, not for one
   poison page (see :meth:`CrashTracker.charged_deaths`).
 
 The tracker sees requests through the client's ``gate`` (called before every attempt and after
-a connection error, see :class:`llm_ocr.vlm.client.VlmClient`), and pages through
+a connection error, see :class:`llm_ocr.vlm.client.VlmClient`) and its ``request_ended`` (called
+once for each pass through the gate, when that request ends), and pages through
 :meth:`CrashTracker.guard`, which the runners wrap around their page handler; which page a
 request belongs to travels in a context variable, so neither the client nor the stages change.
+
+The gate only ever waits for requests **on the wire** (they end by themselves: an answer, an
+error, a timeout), never for a page to come back to it: between two requests a page may wait
+for something a request held at this gate has (a Describe permit: ``llm-ocr run`` describes a
+page's figures under a limit its figure requests hold while they wait here), and waiting for
+that page would wait forever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 log = logging.getLogger("llm_ocr")
@@ -50,6 +59,11 @@ Gate = Callable[[], Awaitable[Generation]]
 #: Called by the gate when a page that already sent a request asks to send again (its request
 #: failed), with the incarnation it went to. External endpoints probe here.
 RetryHook = Callable[[Generation], Awaitable[None]]
+#: Told, once for each pass through the gate, that the request ended: the incarnation the gate
+#: returned, and whether the server answered it with a completion (not: an error status, since
+#: vLLM answers the requests in flight with a 500 when its engine dies; a lost connection, a
+#: timeout, a cancellation, a pass that sent nothing). :meth:`CrashTracker.request_ended` is one.
+RequestEnded = Callable[[Generation, bool], None]
 
 R = TypeVar("R")
 
@@ -85,9 +99,13 @@ class _Page:
     """What the tracker knows of one page in the handler."""
 
     sent: Generation | None = None  # incarnation of its latest request
-    busy: bool = False  # passed the gate and not back at it yet (its request may be on the wire)
+    busy: bool = False  # passed the gate and not back at it yet (a gate call then is a retry)
     at_gate: bool = False
     gate_server: int | None = None  # the server whose gate it waits at (while at_gate)
+    #: Its requests on the wire, by server: passed the gate, not ended yet (a page can have
+    #: several at once: tiles, figures). What the gate waits for; ``busy`` is not, since a page
+    #: stays busy while it does other things (and may wait for one held at this gate).
+    wire: Counter[int] = field(default_factory=Counter)
 
 
 def server_of(generation: Generation) -> int:
@@ -120,6 +138,10 @@ class CrashTracker:
         self._solo: dict[int, PageKey] = {}  # server -> the page running alone on it
         #: Solo retries so far (each page that went out alone).
         self.solo_runs = 0
+        #: Requests of suspects of one death waiting for a place among the √n on the wire, by
+        #: ticket, in the order they began to wait: places go in that order.
+        self._queue: dict[int, PageKey] = {}
+        self._tickets = itertools.count()
         self._changed: asyncio.Event | None = None
 
     # -- what the runners and the server see ----------------------------------------------------
@@ -193,8 +215,9 @@ class CrashTracker:
             # cropping after its answer still carries the tag) are not suspects of this death.
             self._death_count[solo] += 1
             self.convicted[solo] = self._death_count[solo]
-            self._pending.discard(solo)
-            self._home.pop(solo, None)
+            # It never sends again (the gate stops it): the server is the others' at once, not
+            # when its client is back at the gate (after a 5xx, a backoff of up to --backoff-max).
+            self._clear(solo)
             suspects = frozenset({solo})
             log.error("the model server died while page %s of %s ran alone: quarantining it (%d crashes)",
                       solo[1], solo[0], self.convicted[solo])
@@ -230,22 +253,59 @@ class CrashTracker:
             page.busy = False
             page.at_gate = True
             self._notify()
+            ticket: int | None = None  # its place in the queue of suspects, once it waits for one
             try:
                 while True:
                     self._stop_if_convicted(key)
                     generation = await inner()
                     self._stop_if_convicted(key)
                     page.gate_server = server_of(generation)
-                    if self._may_send(key, page.gate_server):
+                    if self._may_send(key, page.gate_server, ticket):
                         break
+                    if ticket is None and self._death_count[key] == 1 and key not in self._pending:
+                        ticket = next(self._tickets)
+                        self._queue[ticket] = key
                     await self._wait_for_change()
             finally:
                 page.at_gate = False
                 page.gate_server = None
+                if ticket is not None:
+                    del self._queue[ticket]
+                    self._notify()  # the next in the queue may be first now
             page.busy, page.sent = True, generation
+            page.wire[server_of(generation)] += 1  # until request_ended
             return generation
 
         return gated
+
+    def request_ended(self, generation: Generation, answered: bool) -> None:
+        """The client's ``request_ended``: the current page's request that passed the gate to
+        ``generation`` ended; ``answered``: the server answered it (see :data:`RequestEnded`).
+
+        A page running alone whose request the server answered did not crash it: it is cleared
+        and the server is given back now, not when its page ends, for this interleaving: pages X
+        and P were both in flight at two deaths of server 0, so both are due a solo retry there;
+        X is back at the gate first and claims server 0; the server answers X; X's page sends its
+        next request, which goes to server 0 (X is still due its solo retry) and passes (X holds
+        the server), again and again, while P waits at the gate for the server X holds. If X's
+        page waits for something only P or the pages held behind it can give (a Describe permit;
+        in the tests, P's conviction), X's page never ends and nothing moves again.
+
+        Unanswered (an error status, a dropped connection), the page keeps the server alone: the
+        death that convicts it may be recorded after its request failed (vLLM answers a 500 when
+        its engine dies, then exits; a managed server's watcher sees the exit later), and the
+        client comes back to the gate to retry it alone (or gives up, and the page ends).
+        """
+        key = _current_page.get()
+        page = self._pages.get(key) if key is not None else None
+        if key is None or page is None:  # not a page's request, or its page is over
+            return
+        server = server_of(generation)
+        if page.wire[server] > 0:
+            page.wire[server] -= 1
+        if answered and self._solo.get(server) == key and not page.wire[server] and key not in self.convicted:
+            self._clear(key)
+        self._notify()  # a solo retry waiting for this request, or a suspect over the √n limit, may go now
 
     def guard(
         self,
@@ -278,9 +338,10 @@ class CrashTracker:
         if key in self.convicted:
             raise PageQuarantined(key, self.convicted[key])
 
-    def _may_send(self, key: PageKey, server: int) -> bool:
+    def _may_send(self, key: PageKey, server: int, ticket: int | None = None) -> bool:
         """Whether ``key`` may send to ``server`` now; claims that server's solo slot for a page
-        due a solo retry. Only that server waits for it: the others keep serving."""
+        due a solo retry. Only that server waits for it: the others keep serving. ``ticket``:
+        the request's place in the queue of suspects (None: not queued yet)."""
         solo = self._solo.get(server)
         if solo is not None:
             return solo == key
@@ -290,11 +351,9 @@ class CrashTracker:
                 # page alone): this one it is, and the dispatcher keeps it for this page now.
                 self._home[key] = server
                 self._notify()
-            busy_here = (
-                page.busy and page.sent is not None and server_of(page.sent) == server
-                for other, page in self._pages.items() if other != key
-            )
-            if any(busy_here):
+            # Only requests on the wire, which end by themselves: not "busy" pages, which may be
+            # waiting for something held by a request waiting here (see the module docstring).
+            if any(page.wire[server] for other, page in self._pages.items() if other != key):
                 return False  # wait for the requests in flight on this server to finish
             self._solo[server] = key
             self.solo_runs += 1
@@ -309,12 +368,26 @@ class CrashTracker:
             return False
         if self._death_count[key] == 0:  # the hot path: a page no death has touched
             return True
-        # A suspect of one death: only √n of the n such pages on the server at once.
+        # A suspect of one death: only √n of the n such pages on the wire at once (on the wire,
+        # not busy: a busy suspect may be waiting for a permit held by a suspect waiting here).
         suspects = [page for other, page in self._pages.items() if self._death_count[other] == 1 and other != key]
-        return sum(page.busy for page in suspects) < max(1, math.isqrt(len(suspects) + 1))
+        places = max(1, math.isqrt(len(suspects) + 1)) - sum(1 for page in suspects if any(page.wire.values()))
+        # First come, first served: a suspect whose request was just answered asks again before
+        # the waiters its answer woke up do (the inner gate returns at once when the server is
+        # up), so it would take the free place every time, and the culprit waiting among them
+        # would not go back out while the other suspects have requests to send.
+        ahead = sum(
+            1 for t, other in self._queue.items() if (ticket is None or t < ticket) and self._death_count[other] == 1
+        )
+        return ahead < places
 
     def _page_done(self, key: PageKey) -> None:
         self._pages.pop(key, None)
+        self._clear(key)
+        self._notify()
+
+    def _clear(self, key: PageKey) -> None:
+        """``key`` is no longer due a solo retry: it ran alone without a crash, or its page ended."""
         if key in self._pending:
             self._pending.discard(key)
             if key not in self.convicted:
@@ -322,7 +395,6 @@ class CrashTracker:
         self._home.pop(key, None)
         for server in [s for s, solo in self._solo.items() if solo == key]:
             del self._solo[server]
-        self._notify()
 
     def _notify(self) -> None:
         if self._changed is not None:

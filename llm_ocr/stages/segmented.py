@@ -5,7 +5,8 @@ are moved to page pixels, and each segment contributes the blocks whose centre l
 of the page (up to the middle of its overlap with the next). A block that spans a whole overlap
 is kept from both segments, each copy cut at one edge: the two copies (same label, boxes that
 overlap in page pixels) are merged into one block, and the words the second copy repeats from
-the first (the lines both segments showed) are removed.
+the first (the lines both segments showed) are removed; two copies of a figure become one
+figure whose box covers both.
 """
 
 from __future__ import annotations
@@ -124,8 +125,24 @@ def join_pieces(segments: list[Segment], per_segment: list[list[Piece]], page: i
             text = drop_repeated_start(head.block.text, piece.block.text)
             boxes = box_union(head.block.boxes + piece.block.boxes)
             merged = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
-            kept[twin] = replace(head, block=merged, figures=head.figures + piece.figures)
+            kept[twin] = replace(head, block=merged, figures=merge_figures(head.figures + piece.figures))
     return number_figures(kept, page)
+
+
+def merge_figures(figures: list[FigureBox]) -> list[FigureBox]:
+    """Figures with the copies of one figure made one: a figure cut by a segment's edge is seen
+    in part by each segment, and the two parts (their boxes overlap in page pixels, in the lines
+    both segments show) are one figure with the box around both, cropped once from the page."""
+    out: list[FigureBox] = []
+    for figure in figures:
+        copy = next((i for i, f in enumerate(out) if f.bbox.overlaps(figure.bbox)), None)
+        if copy is None:
+            out.append(figure)
+            continue
+        first = out[copy]
+        box = Box.union([first.bbox, figure.bbox])
+        out[copy] = replace(first, bbox=box, description=first.description or figure.description)
+    return out
 
 
 def number_figures(pieces: list[Piece], page: int) -> list[Piece]:

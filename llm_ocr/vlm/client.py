@@ -117,13 +117,18 @@ class VlmClient:
         api_key: str | None = None,
         options: ClientOptions | None = None,
         gate: Callable[[], Awaitable[int]] | None = None,
+        request_ended: Callable[[int, bool], None] | None = None,
     ) -> None:
         """``gate``, for a server we manage, waits until it is ready and returns its
         generation (bumped on each restart); requests that failed because it crashed are then
-        retried on the new server without using up the page's attempts."""
+        retried on the new server without using up the page's attempts. ``request_ended`` is
+        told, once for each pass through the gate, when that request ended: the generation the
+        gate returned and whether the server answered it (a completion; not an error status:
+        vLLM answers the requests in flight with a 500 when its engine dies)."""
         self.base_url = base_url.rstrip("/")
         self.display_url = display_url(self.base_url)  # for messages: no credentials
         self._gate = gate
+        self._request_ended = request_ended
         self.model = model
         self.options = options or ClientOptions()
         # Our own retry loop records attempts per page and applies jitter; the SDK's is off.
@@ -190,7 +195,7 @@ class VlmClient:
             generation = await self._wait_gate()
             sent = time.monotonic()
             try:
-                with self._on_the_wire():
+                with self._on_the_wire(generation):
                     if stream:
                         streamed = await stream_chat(self._client, self.model, body, loops, self._ratio)
                     else:
@@ -206,7 +211,9 @@ class VlmClient:
                 if self._gate is not None and isinstance(exc, openai.APIConnectionError):
                     # The managed server may have crashed: wait for its restart; a request lost
                     # to a crash is not the page's fault, so it does not use up an attempt.
-                    if await self._wait_gate() != generation:
+                    now = await self._wait_gate()
+                    self._ended(now, answered=False)  # this pass through the gate sent nothing
+                    if now != generation:
                         free_retries += 1
                         attempt -= 1
                         continue
@@ -254,14 +261,21 @@ class VlmClient:
         raise RequestFailed(last_error, opts.max_attempts)
 
     @contextlib.contextmanager
-    def _on_the_wire(self) -> Iterator[None]:
+    def _on_the_wire(self, generation: int) -> Iterator[None]:
         """Counts a request in :attr:`sending` while it is sent and answered (not while it
-        waits for a retry)."""
+        waits for a retry); tells ``request_ended`` when it is over."""
         self.sending += 1
+        answered = False
         try:
             yield
+            answered = True
         finally:
             self.sending -= 1
+            self._ended(generation, answered)
+
+    def _ended(self, generation: int, answered: bool) -> None:
+        if self._gate is not None and self._request_ended is not None:
+            self._request_ended(generation, answered)
 
     async def _wait_gate(self) -> int:
         if self._gate is None:

@@ -13,7 +13,7 @@ import io
 import numpy as np
 
 from llm_ocr.engines.cpu.figure_memory import FigureFacts, FigureMemory, Recall
-from llm_ocr.engines.cpu.figures import Region, find_figures, ink_box
+from llm_ocr.engines.cpu.figures import Region, find_figures
 from llm_ocr.engines.cpu.layout import Line, page_blocks, render_grounding
 from llm_ocr.vlm.grounding import parse_layout
 
@@ -118,16 +118,91 @@ def test_a_figure_in_the_left_column_stays_in_it() -> None:
     assert order == ["L1", "image", "Fig.", "L2", "R"]
 
 
-def test_ink_box_shrinks_a_loose_region_and_a_blank_region_is_no_figure() -> None:
+def test_a_loose_region_shrinks_to_its_drawing_and_a_blank_region_is_no_figure() -> None:
     page = np.full((400, 600, 3), 250, np.uint8)  # off-white paper
     page[100:200, 150:400] = (200, 120, 40)  # the figure's ink
-    box = ink_box(page, (100.0, 60.0, 500.0, 260.0), np.array([250, 250, 250]))
-    assert box == (146.0, 96.0, 404.0, 204.0)  # the ink, 4 px of margin
-    assert ink_box(page, (420.0, 250.0, 590.0, 390.0), np.array([250, 250, 250])) is None
     region = Region("figure", (100, 60, 500, 260), 0.9)
     blank = Region("figure", (420, 250, 590, 390), 0.9)
     figures, _ = find_figures([Line(20, 20, 300, 40, "A line of text")], [region, blank], page=page)
-    assert [f.box for f in figures] == [(146.0, 96.0, 404.0, 204.0)]
+    assert [f.box for f in figures] == [(146.0, 96.0, 404.0, 204.0)]  # the ink, 4 px of margin
+
+
+# ---------------------------------------------------------------------------------------------
+# The page's pixels decide: what is drawn is a figure, what is text stays text
+
+
+def _paper(width: int, height: int) -> np.ndarray:
+    return np.full((height, width, 3), 252, np.uint8)
+
+
+def _ink_text(page: np.ndarray, lines: list[Line]) -> None:
+    """Glyph-like ink inside each line's box (strokes 2 px wide, one per character), nothing
+    outside it: what a born-digital text line looks like to the OCR."""
+    for line in lines:
+        top, bottom = int(line.y1 + 0.2 * line.height), int(line.y2 - 0.2 * line.height)
+        step = max(3.0, (line.x2 - line.x1) / max(1, len(line.text)))
+        x = line.x1 + 1
+        while x < line.x2 - 2:
+            page[top:bottom, int(x) : int(x) + 2] = 20
+            x += step
+
+
+def test_a_region_over_text_or_a_table_is_read_as_text_whatever_the_model_says() -> None:
+    # A page of paragraphs and an invoice-like table of short cells, all of it inside one
+    # region the model labelled "figure" with a high score.
+    paragraphs = _para(100, 100, 800, 8, "body")
+    cells = [
+        Line(100 + c * 200, 340 + r * 40, 100 + c * 200 + w, 360 + r * 40, text)
+        for r in range(5)
+        for c, (w, text) in enumerate([(150, "Standing desk"), (20, "6"), (70, "489.00"), (90, "2,934.00")])
+    ]
+    lines = paragraphs + cells
+    page = _paper(1000, 600)
+    _ink_text(page, lines)
+    region = Region("figure", (80, 80, 920, 560), 0.95)
+    figures, body = find_figures(lines, [region], page=page)
+    assert figures == [] and body == lines
+    # A thin rule under the table is drawn ink too, but no drawing: still text.
+    page[545:547, 100:900] = 20
+    figures, body = find_figures(lines, [region], page=page)
+    assert figures == [] and body == lines
+
+
+def test_a_region_over_a_text_column_and_a_plot_keeps_the_plot_and_gives_the_text_back() -> None:
+    # A strip like a well log: depths and notes on the left, a framed curve track on the right
+    # with its scale above; the model's region covers both.
+    column = [Line(20, 40 + i * 60, 90, 60 + i * 60, f"{1500 + 5 * i:.1f}") for i in range(12)]
+    column += [Line(110, 40 + i * 120, 330, 60 + i * 120, "Shale, grey; few fossils") for i in range(6)]
+    scale = [Line(372, 182, 384, 198, "0"), Line(540, 182, 570, 198, "150")]
+    page = _paper(600, 760)
+    _ink_text(page, column + scale)
+    page[200:202, 370:580] = page[598:600, 370:580] = 30  # the track's frame
+    page[200:600, 370:372] = page[200:600, 578:580] = 30
+    for y in range(202, 598):  # a wandering curve
+        x = 470 + int(60 * np.sin(y / 23))
+        page[y, x : x + 2] = (40, 130, 40)
+    region = Region("figure", (5, 10, 595, 750), 0.88)
+    (figure,), body = find_figures(column + scale, [region], page=page)
+    x1, y1, x2, y2 = figure.box
+    assert 360 <= x1 <= 372 and 176 <= y1 <= 184 and 578 <= x2 <= 590 and 598 <= y2 <= 610  # the track, its scale
+    assert sorted(l.text for l in figure.inside) == ["0", "150"]
+    assert body == column  # every depth and note stays body text
+
+
+def test_a_chart_keeps_its_bars_and_labels_as_one_figure() -> None:
+    text = _para(100, 40, 800, 3, "above")
+    labels = [Line(230 + i * 150, 612, 300 + i * 150, 632, name) for i, name in enumerate(["north", "south", "east"])]
+    page = _paper(1000, 700)
+    _ink_text(page, text + labels)
+    page[600:603, 200:700] = 0  # the axis
+    for i, top in enumerate((300, 420, 360)):
+        page[top:600, 235 + i * 150 : 295 + i * 150] = (180, 110, 60)  # bars
+    region = Region("figure", (180, 260, 720, 650), 0.9)
+    (figure,), body = find_figures(text + labels, [region], page=page)
+    assert sorted(l.text for l in figure.inside) == ["east", "north", "south"]
+    assert body == text
+    x1, y1, x2, y2 = figure.box
+    assert x1 <= 200 and y1 <= 300 and x2 >= 700 and y2 >= 632
 
 
 # ---------------------------------------------------------------------------------------------

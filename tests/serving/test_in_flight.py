@@ -183,14 +183,18 @@ def test_the_client_counts_its_requests_on_the_wire() -> None:
 def test_an_endpoint_with_more_slots_than_the_default_is_fed_to_its_size(tmp_path: Path) -> None:
     """128 slots behind --endpoint and no --max-in-flight: the run grows past 64 in flight, and
     settles at the server's size plus a small queue, not at double it."""
-    make_corpus(tmp_path / "docs", documents=10, pages=16)
-    # 300 tokens at 25 ms: each page holds a slot ~8 s, so 64 in flight would leave half idle.
-    args = ("--slots", "128", "--prefill-ms", "200", "--decode-ms-per-token", "25", "--load-slowdown", "0",
+    make_corpus(tmp_path / "docs", documents=9, pages=16)
+    # 300 tokens at 100 ms: each page holds a slot ~30 s, so 64 in flight would leave half idle, and
+    # 144 pages overfill the 128 slots (the limit then settles). The client has to render the pages
+    # faster than the slots free: at 36 DPI (the 640-pixel floor) it does at load 17 on 2 cores
+    # (256 reached 6-14 s in, settled at 160). At 144 DPI and ~8 s a page it rendered about 2 pages
+    # a second there: never 64 in flight (max running 39-53), or never past 128 (no queue to settle).
+    args = ("--slots", "128", "--prefill-ms", "200", "--decode-ms-per-token", "100", "--load-slowdown", "0",
             "--output-tokens-mean", "300")  # fmt: skip
     with SimulatedServer(*args) as server:
         result = run_cli(
             "extract", str(tmp_path / "docs"), "--output", str(tmp_path / "out"), "--endpoint", server.base_url,
-            "--workers", "1", "--progress", "off", timeout=300,
+            "--workers", "1", "--progress", "off", "--dpi", "36", timeout=300,
         )  # fmt: skip
         stats = server.stats()
     assert result.returncode == 0, result.stderr[-3000:]
@@ -237,8 +241,10 @@ def test_describe_feeds_an_endpoint_with_more_slots_than_the_default_to_its_size
     --endpoint and no --max-in-flight, and the run grows past 64 requests in flight."""
     out = tmp_path / "out"
     write_extract_output(out, pages=200, figures_per_page=2)
-    # 300 tokens at 25 ms: each figure holds a slot ~8 s, so 64 in flight would leave most idle.
-    args = ("--slots", "256", "--prefill-ms", "200", "--decode-ms-per-token", "25", "--load-slowdown", "0",
+    # 300 tokens at 50 ms: each figure holds a slot ~16 s, so 64 in flight would leave most idle; the
+    # client must send faster than 64 per 16 s to feed more (at ~8 s a figure, a machine at load 19
+    # sent too slowly and never had 64 in flight: max running 56).
+    args = ("--slots", "256", "--prefill-ms", "200", "--decode-ms-per-token", "50", "--load-slowdown", "0",
             "--output-tokens-mean", "300", "--output-tokens-sigma", "0.1")  # fmt: skip
     with SimulatedServer(*args) as server:
         result = run_cli("describe", "--output", str(out), "--endpoint", server.base_url, "--progress", "off",

@@ -39,8 +39,9 @@ def page_lines(paragraphs: int, seed: int = 3) -> list[tuple[int, int, str]]:
     return lines
 
 
-def reader(lines: list[tuple[int, int, str]], fig_at: int | None = None):
-    """The stand-in model: a segment's answer from the lines it shows."""
+def reader(lines: list[tuple[int, int, str]], fig_at: int | None = None, fig_height: int = 100):
+    """The stand-in model: a segment's answer from the lines it shows, and the figure drawn at
+    ``fig_at`` (``fig_height`` pixels tall) as far as the segment shows it."""
 
     def read(segment: Segment) -> str:
         blocks: dict[int, list[tuple[int, str]]] = {}
@@ -55,17 +56,19 @@ def reader(lines: list[tuple[int, int, str]], fig_at: int | None = None):
             det = [20, int(y1 / segment.height * 999), 980, int(y2 / segment.height * 999)]
             text = " ".join(t for _, t in rows)
             out.append(f"<|ref|>text<|/ref|><|det|>[{det}]<|/det|>\n{text}\n\n")
-        if fig_at is not None and segment.top <= fig_at and fig_at + 100 <= segment.bottom:
-            y = fig_at - segment.top
-            det = [100, int(y / segment.height * 999), 400, int((y + 100) / segment.height * 999)]
+        if fig_at is not None and fig_at < segment.bottom and fig_at + fig_height > segment.top:
+            y1 = max(fig_at, segment.top) - segment.top
+            y2 = min(fig_at + fig_height, segment.bottom) - segment.top
+            det = [100, int(y1 / segment.height * 999), 400, int(y2 / segment.height * 999)]
             out.append(f"<|ref|>image<|/ref|><|det|>[{det}]<|/det|>\n\n")
         return "".join(out) + "<｜end▁of▁sentence｜>"
 
     return read
 
 
-def run(lines, height: int, fig_at: int | None = None, fail: set[int] = frozenset()) -> tuple[PageResult, int]:
-    read = reader(lines, fig_at)
+def run(lines, height: int, fig_at: int | None = None, fail: set[int] = frozenset(),
+        fig_height: int = 100) -> tuple[PageResult, int]:
+    read = reader(lines, fig_at, fig_height)
     segments = plan_segments(WIDTH, height)
     by_size = {}
     calls = 0
@@ -124,6 +127,20 @@ def test_a_figure_is_cropped_from_the_page_once() -> None:
     (figure,) = row.figures
     assert figure.id == "p1-f1" and f"![](figure:{figure.id})" in row.markdown
     assert abs(figure.bbox[1] - inside_two) <= 2 and abs(figure.bbox[3] - (inside_two + 100)) <= 2
+
+
+def test_a_figure_cut_by_segment_edges_is_one_figure_with_its_whole_box() -> None:
+    lines = page_lines(60)
+    height = lines[-1][1] + 60
+    segments = plan_segments(WIDTH, height)
+    # From the middle of the second segment to past the start of the fourth: each of three
+    # segments sees a part of it, two of them cut at an edge.
+    top = (segments[1].top + segments[1].bottom) // 2
+    bottom = segments[3].top + 40
+    row, _ = run(lines, height, fig_at=top, fig_height=bottom - top)
+    (figure,) = row.figures
+    assert abs(figure.bbox[1] - top) <= 2 and abs(figure.bbox[3] - bottom) <= 2
+    assert row.markdown.count("![](figure:") == 1
 
 
 def test_a_failed_segment_keeps_the_others_text_and_makes_the_row_an_error() -> None:

@@ -14,7 +14,8 @@ them back:
 A crop the engine has not seen (another server read the page, the engine restarted between
 ``llm-ocr extract`` and ``llm-ocr describe``, or the image is not an Extract crop at all) gets
 the text read from the image itself ("Text in the image: ...", as the engine cannot tell that it
-is a figure) and says that its caption is unknown: nothing is invented.
+is a figure) and no caption. What is not known is left out: nothing is invented, and no
+placeholder ("none found") ends up in the Markdown as if it were the figure's content.
 
 Crops are matched by size (within :data:`SIZE_SLACK` pixels) and a 16 x 16 grey thumbnail
 (mean difference at most :data:`THUMB_SLACK` of 255), not by exact bytes: the client decodes the
@@ -128,16 +129,16 @@ class FigureMemory:
 
 
 def describe(recall: Recall, text_in_crop: str) -> str:
-    """The description of a figure: its caption and the text inside it, each labelled.
+    """The description of a figure: what is known of it, each part labelled, nothing else.
 
-    ``text_in_crop`` (the text read from the crop itself) is used when the figure is not
-    remembered."""
+    A remembered figure gets ``Caption: ...`` when a caption stood beside it and ``Text in the
+    figure: ...`` when text was read inside it; a crop not remembered (or remembered beside
+    different captions) gets ``Text in the image: ...`` from ``text_in_crop``, the text read
+    from the crop itself. A part that is not known is left out, not stood in for: the answer
+    goes into the Markdown (the figure's alt text and description), where "none found" would
+    read as the figure's content. Nothing known at all is an empty answer."""
     if recall.facts is not None:
-        caption = recall.facts.caption or "none found beside the figure."
-        return f"{CAPTION_LABEL}: {caption}\n{TEXT_LABEL}: {recall.facts.text or 'none.'}"
-    why = (
-        "the same image stands beside different captions on the pages read"
-        if recall.ambiguous
-        else "this engine did not read the page the image comes from"
-    )
-    return f"{CAPTION_LABEL}: unknown ({why}).\n{IMAGE_TEXT_LABEL}: {text_in_crop or 'none.'}"
+        parts = [(CAPTION_LABEL, recall.facts.caption), (TEXT_LABEL, recall.facts.text)]
+    else:
+        parts = [(IMAGE_TEXT_LABEL, text_in_crop)]
+    return "\n".join(f"{label}: {value}" for label, value in parts if value)

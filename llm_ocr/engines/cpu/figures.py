@@ -5,8 +5,12 @@ The layout model (:mod:`.layout_model`) gives labelled regions; the OCR gives te
 module decides, with plain rules on those numbers:
 
 - which regions are figures: ``figure`` regions at or above the score threshold, nested ones
-  merged, each shrunk to the ink it holds (the model's boxes are loose: tens of pixels of white
-  around a chart), and dropped when it holds no ink;
+  merged; then the page's pixels have the last word (:mod:`.drawing`). A figure is what is
+  *drawn* in the region — ink that lies in no text line — so the region shrinks to its drawing
+  and the text within a line height of it (the model's boxes are loose: tens of pixels of white
+  around a chart, or a whole column of text beside a plot). A region with nothing drawn in it,
+  or whose ink is still mostly text lines, is text whatever the model says: a page of a book, a
+  table, a column of numbers;
 - which lines are *inside* a figure (axis labels, legends, text in a diagram): those whose box
   lies mostly in the figure's region; they belong to the figure, not to the body text;
 - which lines are its *caption*: the row right below the figure (else right above), within
@@ -18,20 +22,20 @@ module decides, with plain rules on those numbers:
   own text at its edges is short (axis titles, legends), and body text must not vanish into a
   figure.
 
-Everything here works on plain numbers (and an optional page array for the ink), so it is
+Everything here works on plain numbers (and an optional page array for the pixels), so it is
 testable without any model.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .layout import SIZE_SPLIT, Y_GAP, Line, bbox, body_line_height, rows
+from .drawing import TEXT_SHARE, background, drawing_box, text_share
+from .layout import SIZE_SPLIT, Y_GAP, Line, bbox, body_line_height, has_word, rows
 
 if TYPE_CHECKING:  # numpy is only needed when the page pixels are given
     import numpy as np
@@ -55,10 +59,6 @@ CAPTION_START = re.compile(
 )
 #: A row at a figure's top or bottom edge with this many words is body text, not the figure's.
 BODY_WORDS = 7
-#: A pixel is ink when one of its channels differs this much from the page background.
-INK_DIFF = 40
-#: Padding around the ink of a figure, in pixels (the crop keeps a thin margin).
-INK_PAD = 4
 
 
 @dataclass(frozen=True)
@@ -122,38 +122,6 @@ def _merge_nested(regions: list[Region]) -> list[Region]:
             continue
         kept.append(region)
     return kept
-
-
-def background(page: np.ndarray) -> np.ndarray:
-    """The page's background colour: the median pixel of a coarse grid over the page."""
-    import numpy as np
-
-    step = max(1, min(page.shape[0], page.shape[1]) // 64)
-    return np.median(page[::step, ::step].reshape(-1, page.shape[2]), axis=0)
-
-
-def ink_box(page: np.ndarray, box: Box, paper: np.ndarray) -> Box | None:
-    """The part of ``box`` that holds ink (pixels unlike the ``paper`` colour), padded by
-    :data:`INK_PAD` and kept within ``box``; ``None`` when the box is blank."""
-    import numpy as np
-
-    height, width = page.shape[:2]
-    x1, y1 = max(0, int(box[0])), max(0, int(box[1]))
-    x2, y2 = min(width, math.ceil(box[2])), min(height, math.ceil(box[3]))
-    if x2 <= x1 or y2 <= y1:
-        return None
-    patch = page[y1:y2, x1:x2].astype(np.int16)
-    ink = (np.abs(patch - paper.astype(np.int16)) > INK_DIFF).any(axis=2)
-    cols = np.flatnonzero(ink.any(axis=0))
-    lines_ = np.flatnonzero(ink.any(axis=1))
-    if cols.size == 0:
-        return None
-    return (
-        float(max(x1, x1 + cols[0] - INK_PAD)),
-        float(max(y1, y1 + lines_[0] - INK_PAD)),
-        float(min(x2, x1 + cols[-1] + 1 + INK_PAD)),
-        float(min(y2, y1 + lines_[-1] + 1 + INK_PAD)),
-    )
 
 
 def _starts_caption(row: list[Line]) -> bool:
@@ -243,6 +211,30 @@ def _find_caption(figure: PageFigure, free: list[Line], captions: Sequence[Regio
     return []
 
 
+def _keep_drawing(figure: PageFigure, page: np.ndarray, paper: np.ndarray, h: float) -> bool:
+    """Fit ``figure`` to what is drawn in its region, and say whether it is a figure at all.
+
+    The figure becomes the box around its drawing (:func:`.drawing.drawing_box`: ink that is no
+    text line, in strokes at least a line tall and wide) and the text lines within a line height
+    of it (axis labels and legends sit beside the strokes); lines farther away leave the figure
+    (a column of text the model's region swallowed beside a plot). It is no figure when nothing
+    is drawn, or when most of the ink in its box is text lines (:data:`.drawing.TEXT_SHARE`):
+    a page, a table or a column of numbers the model took for a figure.
+    """
+    words = [l for l in figure.inside if has_word(l)]
+    drawn = drawing_box(page, figure.box, words, paper, h)
+    if drawn is None:
+        return False
+    near = (drawn[0] - h, drawn[1] - h, drawn[2] + h, drawn[3] + h)
+    figure.inside = [l for l in figure.inside if is_inside(l, near)]
+    box = _union(drawn, bbox(figure.inside)) if figure.inside else drawn
+    if text_share(page, box, [l for l in figure.inside if has_word(l)], paper) >= TEXT_SHARE:
+        return False
+    # Text counted inside may reach out of the drawing a little: the crop keeps it whole.
+    figure.box = box
+    return True
+
+
 def find_figures(
     lines: Sequence[Line],
     regions: Sequence[Region],
@@ -253,7 +245,8 @@ def find_figures(
     """The figures of a page and the lines left for the body text.
 
     ``regions`` come from the layout model, ``lines`` from the OCR, both in pixels of the same
-    image; ``page`` (height x width x 3 ``uint8``), when given, shrinks each figure to its ink.
+    image; ``page`` (height x width x 3 ``uint8``), when given, fits each figure to what is
+    drawn in it and keeps as text a region with nothing drawn or mostly text (:func:`_keep_drawing`).
     Returns the figures (top to bottom) and the lines that are neither inside a figure nor a
     caption, in their original order.
     """
@@ -270,12 +263,8 @@ def find_figures(
         figure = PageFigure(region.box, region.score)
         figure.inside = [l for l in text if id(l) not in taken and is_inside(l, region.box)]
         _peel_edges(figure, caption_regions)  # released rows stay free: the body keeps them
-        if page is not None and paper is not None:
-            tight = ink_box(page, figure.box, paper)
-            if tight is None:
-                continue  # a blank region is not a figure
-            # Text counted inside may reach out of the region a little: the crop keeps it whole.
-            figure.box = _union(tight, bbox(figure.inside)) if figure.inside else tight
+        if page is not None and paper is not None and not _keep_drawing(figure, page, paper, h):
+            continue  # nothing drawn there, or mostly text: its lines stay body text
         taken.update(id(l) for l in figure.inside + figure.caption)
         figures.append(figure)
     for figure in figures:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ TABLE_MIN_ALIGNED = 0.6
 #: A line ending before this fraction of its column's width ends its paragraph.
 SHORT_LINE = 0.7
 _RECURSION_LIMIT = 64  # every cut shrinks the region, but a bound keeps odd input cheap
+#: A letter or digit in any script.
+_WORDY = re.compile(r"[^\W_]")
 
 
 #: The kinds of :class:`Line`: a recognised text line, or a figure / figure caption "atom"
@@ -100,6 +103,12 @@ class LayoutBlock:
     lines: list[Line] = field(default_factory=list, repr=False)
     #: The figure an ``image`` / ``image_caption`` block stands for.
     figure: PageFigure | None = field(default=None, repr=False)
+
+
+def has_word(line: Line) -> bool:
+    """Whether a line holds a letter or digit: the recogniser reads bars, rules and markers
+    as "_", "|" or "■", which are not text."""
+    return bool(_WORDY.search(line.text))
 
 
 def bbox(lines: Sequence[Line]) -> tuple[float, float, float, float]:
@@ -158,20 +167,53 @@ def rows(lines: Sequence[Line]) -> list[list[Line]]:
     return [sorted(r, key=lambda l: l.x1) for r in out]
 
 
+def _same_row(a: Line, b: Line) -> bool:
+    return min(a.y2, b.y2) - max(a.y1, b.y1) >= 0.5 * min(a.height, b.height)
+
+
+def _aligned(parts: list[list[Line]], i: int) -> int:
+    """How many lines of ``parts[i]`` share a row with a line of another part."""
+    others = [l for j, p in enumerate(parts) if j != i for l in p]
+    return sum(1 for line in parts[i] if any(_same_row(line, o) for o in others))
+
+
+def _short_cells(lines: Sequence[Line]) -> bool:
+    if any(l.kind != TEXT for l in lines):
+        return False
+    return statistics.median(len(l.text.split()) for l in lines) <= TABLE_MAX_WORDS
+
+
 def _is_table(parts: list[list[Line]]) -> bool:
     """Whether columns ``parts`` (from one x-cut) hold table cells rather than text columns."""
     cells = [l for p in parts for l in p]
-    if len(parts) < 2 or len(cells) < 4 or any(l.kind != TEXT for l in cells):
-        return False
-    if statistics.median(len(l.text.split()) for l in cells) > TABLE_MAX_WORDS:
+    if len(parts) < 2 or len(cells) < 4 or not _short_cells(cells):
         return False  # text columns carry many words per line
-    aligned = 0
-    for i, part in enumerate(parts):
-        others = [l for j, p in enumerate(parts) if j != i for l in p]
-        for line in part:
-            if any(min(line.y2, o.y2) - max(line.y1, o.y1) >= 0.5 * min(line.height, o.height) for o in others):
-                aligned += 1
-    return aligned / len(cells) >= TABLE_MIN_ALIGNED
+    return sum(_aligned(parts, i) for i in range(len(parts))) / len(cells) >= TABLE_MIN_ALIGNED
+
+
+def _cell_column(parts: list[list[Line]], i: int) -> bool:
+    """Whether ``parts[i]`` is a column of table cells (short, most on a row of the other
+    parts: an Amount column) rather than a column of text that flows on its own."""
+    part = parts[i]
+    return len(part) >= 2 and _short_cells(part) and _aligned(parts, i) >= TABLE_MIN_ALIGNED * len(part)
+
+
+def _table_inside(lines: list[Line], parts: list[list[Line]], h: float) -> list[list[Line]] | None:
+    """The bands to read ``lines`` in when its columns are a table's inside a taller region.
+
+    An x-cut is a column boundary only when the columns flow on their own. A column of cells
+    beside the rest (an invoice's Amount column, whose rows continue the other columns' rows)
+    is part of a table that lies between other blocks: cutting the region into columns would
+    read the Amount column after everything else. Then the region is cut into bands instead
+    (the table's rows merge back into one band, :func:`_merge_bands`), so the table comes out
+    whole with every column. ``None`` when the columns stand, or the region is one band."""
+    if not any(_cell_column(parts, i) for i in range(len(parts))):
+        return None
+    y_cuts = _y_cuts(lines, h)
+    if not y_cuts:
+        return None
+    bands = _merge_bands(_split(lines, y_cuts, "y"), h)
+    return bands if len(bands) > 1 else None
 
 
 def _table_block(lines: Sequence[Line], parts: list[list[Line]]) -> LayoutBlock:
@@ -242,6 +284,11 @@ def _order(lines: list[Line], h: float, out: list[LayoutBlock], depth: int) -> N
         x_cuts = _x_cuts(lines, h)
         if x_cuts:
             parts = _split(lines, x_cuts, "x")
+            bands = _table_inside(lines, parts, h)
+            if bands is not None:
+                for band in bands:
+                    _order(band, h, out, depth + 1)
+                return
             if _is_table(parts):
                 out.append(_table_block(lines, parts))
                 return

@@ -3,7 +3,6 @@ figures remembered for Describe), and a figure crop's description."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -11,16 +10,12 @@ from llm_ocr.vlm.grounding import scale_box
 
 from .figure_memory import SEPARATOR, FigureFacts, FigureMemory, describe
 from .figures import find_figures
-from .layout import LayoutBlock, Line, order_blocks, page_blocks, rows, to_det
+from .layout import LayoutBlock, Line, has_word, order_blocks, page_blocks, rows, to_det
 
 if TYPE_CHECKING:
     import numpy as np
 
     from .engine import EnginePool, OcrResult
-
-#: A letter or digit in any script.
-_WORDY = re.compile(r"[^\W_]")
-
 
 def client_crop(page: np.ndarray, box: tuple[float, float, float, float]) -> np.ndarray:
     """The pixels the client will crop for a block written with ``box``: the markup carries
@@ -38,7 +33,7 @@ def text_of(lines: Sequence[Line]) -> str:
     order joined by " · " (table cells row by row). Lines without a letter or digit are left
     out: in a figure they are the recogniser reading bars and markers as "_" or "■"."""
     parts = []
-    for block in order_blocks([l for l in lines if _WORDY.search(l.text)]):
+    for block in order_blocks([l for l in lines if has_word(l)]):
         if block.label == "table":
             parts.extend(" ".join(l.text.strip() for l in row) for row in rows(block.lines))
         else:
