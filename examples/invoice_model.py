@@ -47,7 +47,7 @@ class Invoice(BaseModel):
 
     @field_validator("due_date")
     @classmethod
-    def _due_after_issue(cls, value: dt.date | None, info) -> dt.date | None:  # noqa: ANN001
+    def _due_after_issue(cls, value: dt.date | None, info) -> dt.date | None:
         issued = info.data.get("invoice_date")
         if value is not None and issued is not None and value < issued:
             raise ValueError("the due date is before the invoice date")

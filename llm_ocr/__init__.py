@@ -20,6 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from llm_ocr.api import Result, RunError, arun, assemble, describe, extract, fields, load, run
     from llm_ocr.config import OptionError
     from llm_ocr.launchers.api import Launch, LaunchError, launch
@@ -43,12 +45,19 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # Imported on first use (lazily, but as plain imports: the layer test sees them).
+    home: ModuleType
     if name in ("Result", "RunError", "arun", "load"):
-        from llm_ocr import api as home
+        from llm_ocr import api
+
+        home = api
     elif name == "OptionError":
-        from llm_ocr import config as home
+        from llm_ocr import config
+
+        home = config
     elif name in ("Launch", "LaunchError", "launch"):
-        from llm_ocr.launchers import api as home
+        from llm_ocr.launchers import api as launchers_api
+
+        home = launchers_api
     elif name.startswith("_"):  # probes such as __wrapped__ import nothing
         raise AttributeError(f"module 'llm_ocr' has no attribute {name!r}")
     else:
@@ -56,7 +65,9 @@ def __getattr__(name: str) -> Any:
 
         if name not in STAGES:  # every stage of the table is a function of the API
             raise AttributeError(f"module 'llm_ocr' has no attribute {name!r}")
-        from llm_ocr import api as home
+        from llm_ocr import api
+
+        home = api
     value = getattr(home, name)
     globals()[name] = value  # later lookups skip this function
     return value

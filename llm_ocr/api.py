@@ -59,7 +59,8 @@ class Result:
 
     ``pages`` counts this run's page rows by status (``ok``, ``truncated``, ``error``,
     ``quarantined``) plus ``skipped``, the pages earlier runs did; ``documents`` the documents
-    (Assemble's by status; for ``fields``, its rows: ``ok``, ``invalid``, ``error``); ``cost`` the GPU time and its estimated price. They come from the
+    (Assemble's by status; for ``fields``, its rows: ``ok``, ``invalid``, ``error``); ``cost`` the GPU time and its
+    estimated price. They come from the
     completion markers the run wrote (or would have written, when it stopped early); ``stats``
     holds the markers themselves.
     """
@@ -127,7 +128,8 @@ def stage_spec(
     return StageSpec(inputs=[os.fspath(i) for i in listed], **groups)  # type: ignore[arg-type]
 
 
-def keyword_spec(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl, options: Mapping[str, Any]) -> StageSpec:
+def keyword_spec(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl,
+                 options: Mapping[str, Any]) -> StageSpec:
     """:func:`stage_spec` of ``llm_ocr.STAGE(inputs, output, **options)``; an unknown keyword
     raises :class:`OptionError` naming the closest option (nothing has run)."""
     options = expand_aliases(stage, options, f"llm_ocr.{stage}()")
@@ -165,7 +167,8 @@ def _finish(stage: str, output: str, outcome: ShardOutcome) -> Result:
     return Result.of(stage, output, outcome)
 
 
-def _call(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl, options: Mapping[str, Any]) -> Result:
+def _call(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl,
+          options: Mapping[str, Any]) -> Result:
     spec = keyword_spec(stage, inputs, output, options)
     return _finish(stage, spec.job.output, execute(stage, spec))
 
@@ -174,7 +177,8 @@ if TYPE_CHECKING:
     # What editors and type checkers read. At run time each function is made from its entry in
     # the stage table by stage_function, with these parameters and its options in its signature.
     def run(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[RunKeywords]) -> Result: ...
-    def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[ExtractKeywords]) -> Result: ...
+    def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl,
+                **options: Unpack[ExtractKeywords]) -> Result: ...
     def describe(output: PathOrUrl, **options: Unpack[DescribeKeywords]) -> Result: ...
     def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result: ...
     def fields(output: PathOrUrl, **options: Unpack[FieldsKeywords]) -> Result: ...
@@ -232,7 +236,8 @@ async def arun(
     return _finish(stage, spec.job.output, outcome)
 
 
-def load(output: PathOrUrl, stage: str = "assemble", *, storage_options: Mapping[str, Any] | None = None) -> datasets.Dataset:
+def load(output: PathOrUrl, stage: str = "assemble", *,
+         storage_options: Mapping[str, Any] | None = None) -> datasets.Dataset:
     """The rows of ``output/STAGE`` as a :class:`datasets.Dataset`, figure images decoded
     (PIL images): one row per page for ``extract`` and ``describe``, per document for ``assemble``."""
     import datasets

@@ -71,7 +71,8 @@ class Hardware:
     accelerator: str = ""
 
 
-def _flavor(name: str, gpus: int, preset: str | None, unit_price: float | None, accelerator: str, listed: bool = True) -> Hardware:
+def _flavor(name: str, gpus: int, preset: str | None, unit_price: float | None, accelerator: str,
+            listed: bool = True) -> Hardware:
     price = None if unit_price is None else round(unit_price * max(gpus, 1), 2)
     return Hardware(name, gpus, preset, price, listed and gpus <= 1, accelerator)
 
@@ -177,7 +178,8 @@ _SAGEMAKER_ROWS: tuple[tuple[str, int, str | None, float | None, str, str], ...]
     ("ml.m5.2xlarge", 0, None, 0.46, "8 vCPU, 32 GiB", "public-table"),
 )
 SAGEMAKER_HARDWARE: dict[str, Hardware] = {
-    name: Hardware(name, gpus, preset, price, True, accelerator) for name, gpus, preset, price, accelerator, _ in _SAGEMAKER_ROWS
+    name: Hardware(name, gpus, preset, price, True, accelerator) for name, gpus, preset, price, accelerator,
+    _ in _SAGEMAKER_ROWS
 }
 
 
@@ -192,8 +194,8 @@ def sagemaker_price_note(instance_type: str, region: str = SAGEMAKER_PRICE_REGIO
     if row is None or row[3] is None:
         return f"no built-in price for {instance_type}"
     where = (f"on-demand in {SAGEMAKER_PRICE_REGION}" if region == SAGEMAKER_PRICE_REGION else
-             f"on-demand in {SAGEMAKER_PRICE_REGION}, NOT {region}: prices differ by region, so for {region} it is only "
-             "an estimate")
+             f"on-demand in {SAGEMAKER_PRICE_REGION}, NOT {region}: prices differ by region, so for {region} it is "
+             "only an estimate")
     return (f"{instance_type}: ${row[3]:g}/h, an estimate ({where}) from "
             f"{SAGEMAKER_PRICE_SOURCES[row[5]]}, as found on {SAGEMAKER_PRICES_AS_OF}")
 
@@ -228,7 +230,8 @@ def cloud_run_hardware(gpus: int, cpu: int, memory_gib: float, prices: CloudRunP
     per_s = gpus * prices.l4_per_s + cpu * prices.vcpu_per_s + memory_gib * prices.gib_per_s
     sizing = f"{cpu} vCPU, {memory_gib:g} GiB"
     name = f"nvidia-l4, {sizing}" if gpus else sizing
-    return Hardware(name, gpus, "l4-24gb" if gpus else None, round(per_s * 3600, 4), True, f"L4 24GB, {sizing}" if gpus else sizing)
+    return Hardware(name, gpus, "l4-24gb" if gpus else None, round(per_s * 3600, 4), True,
+                    f"L4 24GB, {sizing}" if gpus else sizing)
 
 
 def cloud_run_usage(

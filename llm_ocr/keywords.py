@@ -18,7 +18,8 @@ class RunKeywords(TypedDict, total=False):
     model: str
     """Served model name."""
     recipe: str | None
-    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one
+    of llm-ocr models' names (default: chosen from --model)."""
     api_key: str | None
     """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
     num_shards: int | None
@@ -46,7 +47,9 @@ class RunKeywords(TypedDict, total=False):
     engine: Literal['auto', 'vllm', 'cpu', 'sim']
     """Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."""
     gpu_preset: str | None
-    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8, l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8 (default: detected with nvidia-smi)."""
+    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8,
+    l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8
+    (default: detected with nvidia-smi)."""
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
@@ -56,37 +59,46 @@ class RunKeywords(TypedDict, total=False):
     server_max_restarts: int
     """Restarts of a server that crashed mid-run (per server)."""
     gpus: int | None
-    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
+    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as
+    --gpu-preset names; 1: one server)."""
     dpi: float
     """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
-    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
+    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for
+    Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
     long_side: int | None
-    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
+    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the
+    model family's, e.g. 1288 for olmOCR-2; none for most)."""
     max_long_side: int | None
-    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for GLM-OCR; none for most)."""
+    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
+    GLM-OCR; none for most)."""
     min_page_side: int
-    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
+    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
+    are rendered at this size instead; 0 = never."""
     max_image_pixels: int
     """Images with more pixels than this are refused as likely decompression bombs."""
     max_pages: int
     """Documents with more pages than this are refused (error row)."""
     image_format: Literal['jpeg', 'png']
-    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."""
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for
+    DeepSeek-OCR, png for the families whose own code sends PNG)."""
     jpeg_quality: int
     """JPEG quality when image_format is jpeg."""
     config: str | None
-    """Dataset configuration (subset) name, e.g. olmOCR-mix-0225-documents. When set, an INPUT that is not an existing path is loaded as a Hub dataset OWNER/NAME."""
+    """Dataset configuration (subset) name, e.g. olmOCR-mix-0225-documents. When set, an INPUT that is not an existing
+    path is loaded as a Hub dataset OWNER/NAME."""
     split: str
     """Dataset split to read."""
     image_column: str | None
-    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of Image."""
+    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of
+    Image."""
     prompt: str | None
     """OCR prompt (default: the model family's own; see llm-ocr models)."""
     max_tokens: int | None
     """Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."""
     truncation_retries: int | None
-    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default: the family's own count, 1 for DeepSeek-OCR)."""
+    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default:
+    the family's own count, 1 for DeepSeek-OCR)."""
     retry_temperature_step: float | None
     """Temperature added per truncation retry (default: the family's retry temperatures)."""
     retry_quarantined: bool
@@ -94,11 +106,15 @@ class RunKeywords(TypedDict, total=False):
     text_layer_fallback: bool
     """Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."""
     max_page_aspect: float
-    """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable shape, one request each, and joined (0: always read whole)."""
+    """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable
+    shape, one request each, and joined (0: always read whole)."""
     cut_loops: bool
-    """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next
+    temperature step; off: wait for whole answers (loops run to max_tokens)."""
     tile_dense_pages: bool
-    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
+    away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
+    whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
     describe_prompt: str | None
     """Prompt sent with each figure crop (default: 'Describe this image in detail.', DeepSeek-OCR's own)."""
     describe_max_tokens: int
@@ -112,9 +128,11 @@ class RunKeywords(TypedDict, total=False):
     describe_api_key: str | None
     """API key of --describe-endpoint (default: --api-key; prefer LLM_OCR_DESCRIBE_API_KEY)."""
     redescribe: bool
-    """Also describe figures the OCR model already described in its page answer (olmOCR-2's alt text, Chandra's image alt); default: keep the model's own description."""
+    """Also describe figures the OCR model already described in its page answer (olmOCR-2's alt text, Chandra's image
+    alt); default: keep the model's own description."""
     describe_schema: str | None
-    """JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured output; the validated JSON goes to description_json and a readable form to description."""
+    """JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured output; the validated
+    JSON goes to description_json and a readable form to description."""
     page_separator: str
     """Text between pages; \\n means a newline and {page} the number of the page that follows."""
     export_markdown: bool
@@ -122,9 +140,11 @@ class RunKeywords(TypedDict, total=False):
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
     fields_schema: str | None
-    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
+    package.module:Model. Also --schema."""
     classes: str | None
-    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first (rules, then the model), documents of no known class get class 'other'."""
+    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first
+    (rules, then the model), documents of no known class get class 'other'."""
     fields_from: Literal['markdown', 'images', 'both']
     """What the model reads: the assembled Markdown, the page images (a VLM), or both. Also --from."""
     fields_model: str | None
@@ -134,11 +154,14 @@ class RunKeywords(TypedDict, total=False):
     fields_api_key: str | None
     """API key of --fields-endpoint (default: --api-key; prefer LLM_OCR_FIELDS_API_KEY)."""
     fields_structured: Literal['auto', 'json_schema', 'json_object', 'instruction']
-    """How the answer's shape is requested: json_schema (structured outputs), json_object (JSON mode), instruction (the prompt only); auto starts with json_schema and falls back when the endpoint refuses it. The answer is validated whatever the mode."""
+    """How the answer's shape is requested: json_schema (structured outputs), json_object (JSON mode), instruction (the
+    prompt only); auto starts with json_schema and falls back when the endpoint refuses it. The answer is validated
+    whatever the mode."""
     fields_max_tokens: int
     """Most tokens one answer may generate."""
     fields_max_input_tokens: int | None
-    """Most tokens of document text one request carries; longer documents are split by page and the answers merged (default: what the server's context leaves after the answer)."""
+    """Most tokens of document text one request carries; longer documents are split by page and the answers merged
+    (default: what the server's context leaves after the answer)."""
     fields_pages_per_request: int
     """Page images one request carries with --from images/both (many servers take 1)."""
     fields_classify: Literal['auto', 'rules', 'model']
@@ -164,7 +187,8 @@ class RunKeywords(TypedDict, total=False):
     dead_after: float
     """Stop the run when the endpoint has been unreachable for this many seconds with no success."""
     schema: str | None
-    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
+    package.module:Model. Also --schema."""
 
 
 class ExtractKeywords(TypedDict, total=False):
@@ -175,7 +199,8 @@ class ExtractKeywords(TypedDict, total=False):
     model: str
     """Served model name."""
     recipe: str | None
-    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one
+    of llm-ocr models' names (default: chosen from --model)."""
     api_key: str | None
     """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
     num_shards: int | None
@@ -203,7 +228,9 @@ class ExtractKeywords(TypedDict, total=False):
     engine: Literal['auto', 'vllm', 'cpu', 'sim']
     """Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."""
     gpu_preset: str | None
-    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8, l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8 (default: detected with nvidia-smi)."""
+    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8,
+    l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8
+    (default: detected with nvidia-smi)."""
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
@@ -213,37 +240,46 @@ class ExtractKeywords(TypedDict, total=False):
     server_max_restarts: int
     """Restarts of a server that crashed mid-run (per server)."""
     gpus: int | None
-    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
+    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as
+    --gpu-preset names; 1: one server)."""
     dpi: float
     """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
-    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
+    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for
+    Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
     long_side: int | None
-    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
+    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the
+    model family's, e.g. 1288 for olmOCR-2; none for most)."""
     max_long_side: int | None
-    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for GLM-OCR; none for most)."""
+    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
+    GLM-OCR; none for most)."""
     min_page_side: int
-    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
+    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
+    are rendered at this size instead; 0 = never."""
     max_image_pixels: int
     """Images with more pixels than this are refused as likely decompression bombs."""
     max_pages: int
     """Documents with more pages than this are refused (error row)."""
     image_format: Literal['jpeg', 'png']
-    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."""
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for
+    DeepSeek-OCR, png for the families whose own code sends PNG)."""
     jpeg_quality: int
     """JPEG quality when image_format is jpeg."""
     config: str | None
-    """Dataset configuration (subset) name, e.g. olmOCR-mix-0225-documents. When set, an INPUT that is not an existing path is loaded as a Hub dataset OWNER/NAME."""
+    """Dataset configuration (subset) name, e.g. olmOCR-mix-0225-documents. When set, an INPUT that is not an existing
+    path is loaded as a Hub dataset OWNER/NAME."""
     split: str
     """Dataset split to read."""
     image_column: str | None
-    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of Image."""
+    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of
+    Image."""
     prompt: str | None
     """OCR prompt (default: the model family's own; see llm-ocr models)."""
     max_tokens: int | None
     """Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."""
     truncation_retries: int | None
-    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default: the family's own count, 1 for DeepSeek-OCR)."""
+    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default:
+    the family's own count, 1 for DeepSeek-OCR)."""
     retry_temperature_step: float | None
     """Temperature added per truncation retry (default: the family's retry temperatures)."""
     retry_quarantined: bool
@@ -251,11 +287,15 @@ class ExtractKeywords(TypedDict, total=False):
     text_layer_fallback: bool
     """Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."""
     max_page_aspect: float
-    """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable shape, one request each, and joined (0: always read whole)."""
+    """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable
+    shape, one request each, and joined (0: always read whole)."""
     cut_loops: bool
-    """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next
+    temperature step; off: wait for whole answers (loops run to max_tokens)."""
     tile_dense_pages: bool
-    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
+    away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
+    whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
     request_timeout: float
     """Seconds one request may take once sent (a page can decode thousands of tokens)."""
     max_attempts: int
@@ -276,7 +316,8 @@ class DescribeKeywords(TypedDict, total=False):
     model: str
     """Served model name."""
     recipe: str | None
-    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one
+    of llm-ocr models' names (default: chosen from --model)."""
     api_key: str | None
     """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
     num_shards: int | None
@@ -302,7 +343,9 @@ class DescribeKeywords(TypedDict, total=False):
     engine: Literal['auto', 'vllm', 'cpu', 'sim']
     """Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."""
     gpu_preset: str | None
-    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8, l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8 (default: detected with nvidia-smi)."""
+    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8,
+    l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8
+    (default: detected with nvidia-smi)."""
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
@@ -312,7 +355,8 @@ class DescribeKeywords(TypedDict, total=False):
     server_max_restarts: int
     """Restarts of a server that crashed mid-run (per server)."""
     gpus: int | None
-    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
+    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as
+    --gpu-preset names; 1: one server)."""
     describe_prompt: str | None
     """Prompt sent with each figure crop (default: 'Describe this image in detail.', DeepSeek-OCR's own)."""
     describe_max_tokens: int
@@ -326,9 +370,11 @@ class DescribeKeywords(TypedDict, total=False):
     describe_api_key: str | None
     """API key of --describe-endpoint (default: --api-key; prefer LLM_OCR_DESCRIBE_API_KEY)."""
     redescribe: bool
-    """Also describe figures the OCR model already described in its page answer (olmOCR-2's alt text, Chandra's image alt); default: keep the model's own description."""
+    """Also describe figures the OCR model already described in its page answer (olmOCR-2's alt text, Chandra's image
+    alt); default: keep the model's own description."""
     describe_schema: str | None
-    """JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured output; the validated JSON goes to description_json and a readable form to description."""
+    """JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured output; the validated
+    JSON goes to description_json and a readable form to description."""
     request_timeout: float
     """Seconds one request may take once sent (a page can decode thousands of tokens)."""
     max_attempts: int
@@ -370,7 +416,8 @@ class FieldsKeywords(TypedDict, total=False):
     model: str
     """Served model name."""
     recipe: str | None
-    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one
+    of llm-ocr models' names (default: chosen from --model)."""
     api_key: str | None
     """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
     num_shards: int | None
@@ -396,7 +443,9 @@ class FieldsKeywords(TypedDict, total=False):
     engine: Literal['auto', 'vllm', 'cpu', 'sim']
     """Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."""
     gpu_preset: str | None
-    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8, l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8 (default: detected with nvidia-smi)."""
+    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8,
+    l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8
+    (default: detected with nvidia-smi)."""
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
@@ -406,31 +455,40 @@ class FieldsKeywords(TypedDict, total=False):
     server_max_restarts: int
     """Restarts of a server that crashed mid-run (per server)."""
     gpus: int | None
-    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
+    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as
+    --gpu-preset names; 1: one server)."""
     dpi: float
     """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
-    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
+    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for
+    Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
     long_side: int | None
-    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
+    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the
+    model family's, e.g. 1288 for olmOCR-2; none for most)."""
     max_long_side: int | None
-    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for GLM-OCR; none for most)."""
+    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
+    GLM-OCR; none for most)."""
     min_page_side: int
-    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
+    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
+    are rendered at this size instead; 0 = never."""
     max_image_pixels: int
     """Images with more pixels than this are refused as likely decompression bombs."""
     max_pages: int
     """Documents with more pages than this are refused (error row)."""
     image_format: Literal['jpeg', 'png']
-    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."""
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for
+    DeepSeek-OCR, png for the families whose own code sends PNG)."""
     jpeg_quality: int
     """JPEG quality when image_format is jpeg."""
     image_column: str | None
-    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of Image."""
+    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of
+    Image."""
     fields_schema: str | None
-    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
+    package.module:Model. Also --schema."""
     classes: str | None
-    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first (rules, then the model), documents of no known class get class 'other'."""
+    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first
+    (rules, then the model), documents of no known class get class 'other'."""
     fields_from: Literal['markdown', 'images', 'both']
     """What the model reads: the assembled Markdown, the page images (a VLM), or both. Also --from."""
     fields_model: str | None
@@ -440,11 +498,14 @@ class FieldsKeywords(TypedDict, total=False):
     fields_api_key: str | None
     """API key of --fields-endpoint (default: --api-key; prefer LLM_OCR_FIELDS_API_KEY)."""
     fields_structured: Literal['auto', 'json_schema', 'json_object', 'instruction']
-    """How the answer's shape is requested: json_schema (structured outputs), json_object (JSON mode), instruction (the prompt only); auto starts with json_schema and falls back when the endpoint refuses it. The answer is validated whatever the mode."""
+    """How the answer's shape is requested: json_schema (structured outputs), json_object (JSON mode), instruction (the
+    prompt only); auto starts with json_schema and falls back when the endpoint refuses it. The answer is validated
+    whatever the mode."""
     fields_max_tokens: int
     """Most tokens one answer may generate."""
     fields_max_input_tokens: int | None
-    """Most tokens of document text one request carries; longer documents are split by page and the answers merged (default: what the server's context leaves after the answer)."""
+    """Most tokens of document text one request carries; longer documents are split by page and the answers merged
+    (default: what the server's context leaves after the answer)."""
     fields_pages_per_request: int
     """Page images one request carries with --from images/both (many servers take 1)."""
     fields_classify: Literal['auto', 'rules', 'model']
@@ -470,11 +531,13 @@ class FieldsKeywords(TypedDict, total=False):
     dead_after: float
     """Stop the run when the endpoint has been unreachable for this many seconds with no success."""
     schema: str | None
-    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
+    package.module:Model. Also --schema."""
 
 
 class LaunchKeywords(TypedDict, total=False):
-    """Keyword arguments of ``llm_ocr.launch()``: the options of ``llm-ocr launch``, of every platform, and of the launched stage."""
+    """Keyword arguments of ``llm_ocr.launch()``: the options of ``llm-ocr launch``, of every platform, and of the
+    launched stage."""
 
     stage: Literal['run', 'extract', 'describe', 'assemble', 'fields']
     """Stage each job runs (run: all three)."""
@@ -501,7 +564,8 @@ class LaunchKeywords(TypedDict, total=False):
     dry_run: bool
     """Print the job specs and API requests as JSON; submit nothing."""
     offline: bool
-    """With --dry-run: check nothing over the network (credentials, the platform's lists, inputs, output); the notes name every check skipped."""
+    """With --dry-run: check nothing over the network (credentials, the platform's lists, inputs, output); the notes
+    name every check skipped."""
     wheel: str | None
     """Ship this llm-ocr wheel instead of building one."""
     project: str | None
@@ -525,17 +589,20 @@ class LaunchKeywords(TypedDict, total=False):
     code_location: str | None
     """Where the llm-ocr wheel is uploaded and mounted from (default gs://OUTPUT_BUCKET/llm-ocr-code)."""
     flavor: str | None
-    """Hardware flavor (default: a100-large, or cpu-basic for assemble and --endpoint runs); e.g. l4x1, l40sx1, a100-large, h200."""
+    """Hardware flavor (default: a100-large, or cpu-basic for assemble and --endpoint runs); e.g. l4x1, l40sx1,
+    a100-large, h200."""
     namespace: str | None
     """User or organisation to run the jobs under (default: the token's user)."""
     code_repo: str | None
     """Private model repo the llm-ocr wheel is uploaded to (default: NAMESPACE/llm-ocr-jobs-code)."""
     instance_type: str | None
-    """Instance type (default: ml.g6e.xlarge, 1x L40S; ml.m5.xlarge for assemble and --endpoint runs); e.g. ml.g6.xlarge (L4), ml.g5.xlarge (A10G), ml.g6e.12xlarge (4x L40S), ml.p5.4xlarge (H100)."""
+    """Instance type (default: ml.g6e.xlarge, 1x L40S; ml.m5.xlarge for assemble and --endpoint runs); e.g. ml.g6.xlarge
+    (L4), ml.g5.xlarge (A10G), ml.g6e.12xlarge (4x L40S), ml.p5.4xlarge (H100)."""
     role: str | None
     """The jobs' execution role (required; see sagemaker/README.md)."""
     aws_secret: list[str] | dict[str, str]
-    """The job sets NAME from this AWS Secrets Manager secret at start (e.g. HF_TOKEN=llm-ocr/hf-token for an hf:// output)."""
+    """The job sets NAME from this AWS Secrets Manager secret at start (e.g. HF_TOKEN=llm-ocr/hf-token for an hf://
+    output)."""
     code_uri: str | None
     """Where the llm-ocr wheel is uploaded (default: OUT/_state/code for an s3:// output)."""
     volume_size: int
@@ -565,11 +632,14 @@ class LaunchKeywords(TypedDict, total=False):
     setup: list[str]
     """Shell line each task runs before llm-ocr, e.g. 'source ~/miniforge3/bin/activate ocr'."""
     container_mounts: str | None
-    """With --image: pyxis --container-mounts (default: OUT, the local INPUTs and the log folder, each at its own path)."""
+    """With --image: pyxis --container-mounts (default: OUT, the local INPUTs and the log folder, each at its own
+    path)."""
     requeue_before: int
-    """Seconds before its time limit a task stops, keeps its parts and requeues itself to resume (sbatch --signal=B:USR1@S; 0: never)."""
+    """Seconds before its time limit a task stops, keeps its parts and requeues itself to resume (sbatch
+    --signal=B:USR1@S; 0: never)."""
     log_dir: str | None
-    """Folder for the script, task logs and task records, shared with the nodes (default: OUT/_state/slurm when OUT is a local path)."""
+    """Folder for the script, task logs and task records, shared with the nodes (default: OUT/_state/slurm when OUT is a
+    local path)."""
     sbatch_option: list[str]
     """Any other sbatch option for the script, e.g. --constraint=h100."""
     endpoint: str | None
@@ -577,7 +647,8 @@ class LaunchKeywords(TypedDict, total=False):
     model: str
     """Served model name."""
     recipe: str | None
-    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one of llm-ocr models' names (default: chosen from --model)."""
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one
+    of llm-ocr models' names (default: chosen from --model)."""
     max_in_flight: int | None
     """Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."""
     workers: int | None
@@ -599,7 +670,9 @@ class LaunchKeywords(TypedDict, total=False):
     engine: Literal['auto', 'vllm', 'cpu', 'sim']
     """Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."""
     gpu_preset: str | None
-    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8, l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8 (default: detected with nvidia-smi)."""
+    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8,
+    l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8
+    (default: detected with nvidia-smi)."""
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
@@ -609,37 +682,46 @@ class LaunchKeywords(TypedDict, total=False):
     server_max_restarts: int
     """Restarts of a server that crashed mid-run (per server)."""
     gpus: int | None
-    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as --gpu-preset names; 1: one server)."""
+    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as
+    --gpu-preset names; 1: one server)."""
     dpi: float
     """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
     max_page_pixels: int
-    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
+    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for
+    Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
     long_side: int | None
-    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the model family's, e.g. 1288 for olmOCR-2; none for most)."""
+    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the
+    model family's, e.g. 1288 for olmOCR-2; none for most)."""
     max_long_side: int | None
-    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for GLM-OCR; none for most)."""
+    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
+    GLM-OCR; none for most)."""
     min_page_side: int
-    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units) are rendered at this size instead; 0 = never."""
+    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
+    are rendered at this size instead; 0 = never."""
     max_image_pixels: int
     """Images with more pixels than this are refused as likely decompression bombs."""
     max_pages: int
     """Documents with more pages than this are refused (error row)."""
     image_format: Literal['jpeg', 'png']
-    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for DeepSeek-OCR, png for the families whose own code sends PNG)."""
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for
+    DeepSeek-OCR, png for the families whose own code sends PNG)."""
     jpeg_quality: int
     """JPEG quality when image_format is jpeg."""
     config: str | None
-    """Dataset configuration (subset) name, e.g. olmOCR-mix-0225-documents. When set, an INPUT that is not an existing path is loaded as a Hub dataset OWNER/NAME."""
+    """Dataset configuration (subset) name, e.g. olmOCR-mix-0225-documents. When set, an INPUT that is not an existing
+    path is loaded as a Hub dataset OWNER/NAME."""
     split: str
     """Dataset split to read."""
     image_column: str | None
-    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of Image."""
+    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of
+    Image."""
     prompt: str | None
     """OCR prompt (default: the model family's own; see llm-ocr models)."""
     max_tokens: int | None
     """Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."""
     truncation_retries: int | None
-    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default: the family's own count, 1 for DeepSeek-OCR)."""
+    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default:
+    the family's own count, 1 for DeepSeek-OCR)."""
     retry_temperature_step: float | None
     """Temperature added per truncation retry (default: the family's retry temperatures)."""
     retry_quarantined: bool
@@ -647,11 +729,15 @@ class LaunchKeywords(TypedDict, total=False):
     text_layer_fallback: bool
     """Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."""
     max_page_aspect: float
-    """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable shape, one request each, and joined (0: always read whole)."""
+    """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable
+    shape, one request each, and joined (0: always read whole)."""
     cut_loops: bool
-    """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next
+    temperature step; off: wait for whole answers (loops run to max_tokens)."""
     tile_dense_pages: bool
-    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
+    away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
+    whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
     describe_prompt: str | None
     """Prompt sent with each figure crop (default: 'Describe this image in detail.', DeepSeek-OCR's own)."""
     describe_max_tokens: int
@@ -663,9 +749,11 @@ class LaunchKeywords(TypedDict, total=False):
     describe_endpoint: str | None
     """OpenAI-compatible base URL of a separate captioning server (default: the job's endpoint)."""
     redescribe: bool
-    """Also describe figures the OCR model already described in its page answer (olmOCR-2's alt text, Chandra's image alt); default: keep the model's own description."""
+    """Also describe figures the OCR model already described in its page answer (olmOCR-2's alt text, Chandra's image
+    alt); default: keep the model's own description."""
     describe_schema: str | None
-    """JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured output; the validated JSON goes to description_json and a readable form to description."""
+    """JSON schema the answer must follow, as a file path/URL or inline JSON: enables structured output; the validated
+    JSON goes to description_json and a readable form to description."""
     page_separator: str
     """Text between pages; \\n means a newline and {page} the number of the page that follows."""
     export_markdown: bool
@@ -673,9 +761,11 @@ class LaunchKeywords(TypedDict, total=False):
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
     fields_schema: str | None
-    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
+    package.module:Model. Also --schema."""
     classes: str | None
-    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first (rules, then the model), documents of no known class get class 'other'."""
+    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first
+    (rules, then the model), documents of no known class get class 'other'."""
     fields_from: Literal['markdown', 'images', 'both']
     """What the model reads: the assembled Markdown, the page images (a VLM), or both. Also --from."""
     fields_model: str | None
@@ -685,11 +775,14 @@ class LaunchKeywords(TypedDict, total=False):
     fields_api_key: str | None
     """API key of --fields-endpoint (default: --api-key; prefer LLM_OCR_FIELDS_API_KEY)."""
     fields_structured: Literal['auto', 'json_schema', 'json_object', 'instruction']
-    """How the answer's shape is requested: json_schema (structured outputs), json_object (JSON mode), instruction (the prompt only); auto starts with json_schema and falls back when the endpoint refuses it. The answer is validated whatever the mode."""
+    """How the answer's shape is requested: json_schema (structured outputs), json_object (JSON mode), instruction (the
+    prompt only); auto starts with json_schema and falls back when the endpoint refuses it. The answer is validated
+    whatever the mode."""
     fields_max_tokens: int
     """Most tokens one answer may generate."""
     fields_max_input_tokens: int | None
-    """Most tokens of document text one request carries; longer documents are split by page and the answers merged (default: what the server's context leaves after the answer)."""
+    """Most tokens of document text one request carries; longer documents are split by page and the answers merged
+    (default: what the server's context leaves after the answer)."""
     fields_pages_per_request: int
     """Page images one request carries with --from images/both (many servers take 1)."""
     fields_classify: Literal['auto', 'rules', 'model']
@@ -715,4 +808,5 @@ class LaunchKeywords(TypedDict, total=False):
     dead_after: float
     """Stop the run when the endpoint has been unreachable for this many seconds with no success."""
     schema: str | None
-    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as package.module:Model. Also --schema."""
+    """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
+    package.module:Model. Also --schema."""

@@ -50,11 +50,13 @@ class JobOptions(BaseModel):
         description="Model family whose recipe to use (request, server flags, parser), for a fine-tune served "
         "under another name: one of llm-ocr models' names (default: chosen from --model).",
     )
-    api_key: SecretStr | None = Field(None, description="API key for the endpoint (prefer the LLM_OCR_API_KEY variable).")
+    api_key: SecretStr | None = Field(None, description="API key for the endpoint (prefer the LLM_OCR_API_KEY "
+                                                        "variable).")
     num_shards: int | None = Field(None, ge=1, description="Number of shards (default: from the platform, else 1).")
     shard_index: int | None = Field(None, ge=0, description="This shard's index (default: from the platform, else 0).")
     max_in_flight: int | None = Field(
-        None, ge=1, description="Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."
+        None, ge=1, description="Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else "
+                                "64)."
     )
     workers: int | None = Field(
         None, ge=0, description="Render/crop worker processes (default: one per core; 0 = a thread in-process)."
@@ -67,10 +69,12 @@ class JobOptions(BaseModel):
         description="Progress display: live on a terminal, a progress bar in a notebook, periodic log lines otherwise.",
     )
     progress_interval: float = Field(30.0, gt=0, description="Seconds between progress log lines.")
-    flush_interval: float = Field(120.0, gt=0, description="Seconds between part writes at most (bounds loss on a crash).")
+    flush_interval: float = Field(120.0, gt=0, description="Seconds between part writes at most (bounds loss on a "
+                                                           "crash).")
     grace_period: float = Field(30.0, ge=0, description="Seconds in-flight pages may finish after SIGTERM/SIGINT.")
     gpu_price_per_hour: float | None = Field(
-        None, ge=0, description="US$ per GPU-hour for the cost estimate in the stats (default: the preset's list price)."
+        None, ge=0, description="US$ per GPU-hour for the cost estimate in the stats (default: the preset's list "
+                                "price)."
     )
     part_rows: int = Field(1000, ge=1, description="Rows per Parquet part at most.")
 
@@ -89,13 +93,16 @@ class ServerOptions(BaseModel):
     """The model server this process launches when no ``--endpoint`` is given."""
 
     engine: Engine = Field(
-        "auto", description="Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."
+        "auto", description="Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else "
+                            "cpu)."
     )
     gpu_preset: str | None = Field(
         None, description=f"vLLM sizing preset: {', '.join(PRESETS)} (default: detected with nvidia-smi)."
     )
-    server_command: str = Field("vllm serve", description="Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server').")
-    server_args: str = Field("", description="Extra arguments appended to the server command line (they override ours).")
+    server_command: str = Field("vllm serve", description="Command that starts vLLM (e.g. 'python -m "
+                                                          "vllm.entrypoints.openai.api_server').")
+    server_args: str = Field("",
+                             description="Extra arguments appended to the server command line (they override ours).")
     server_startup_timeout: float = Field(1800.0, gt=0, description="Seconds the server may take to become ready.")
     server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run (per server).")
     gpus: int | None = Field(
@@ -113,7 +120,8 @@ class ClientOptions(BaseModel):
         600.0, gt=0, description="Seconds one request may take once sent (a page can decode thousands of tokens)."
     )
     max_attempts: int = Field(4, ge=1, description="Attempts per request before the page is marked failed.")
-    backoff_base: float = Field(1.0, ge=0, description="First retry delay in seconds; doubles per attempt, with jitter.")
+    backoff_base: float = Field(1.0, ge=0,
+                                description="First retry delay in seconds; doubles per attempt, with jitter.")
     backoff_max: float = Field(30.0, ge=0, description="Longest delay between two attempts, in seconds.")
     dead_after: float = Field(
         120.0,
@@ -196,7 +204,8 @@ class ExtractOptions(BaseModel):
 
     prompt: str | None = Field(None, description="OCR prompt (default: the model family's own; see llm-ocr models).")
     max_tokens: int | None = Field(
-        None, gt=0, description="Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."
+        None, gt=0, description="Most tokens a page may generate (default and ceiling: the server's context minus the "
+                                "prompt)."
     )
     truncation_retries: int | None = Field(
         None,
@@ -205,13 +214,15 @@ class ExtractOptions(BaseModel):
         "temperature (default: the family's own count, 1 for DeepSeek-OCR).",
     )
     retry_temperature_step: float | None = Field(
-        None, ge=0, le=1, description="Temperature added per truncation retry (default: the family's retry temperatures)."
+        None, ge=0, le=1, description="Temperature added per truncation retry (default: the family's retry "
+                                      "temperatures)."
     )
     retry_quarantined: bool = Field(
         False, description="Retry pages an earlier run quarantined because the model server crashed on them."
     )
     text_layer_fallback: bool = Field(
-        True, description="Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."
+        True, description="Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it "
+                          "reads as English."
     )
     max_page_aspect: float = Field(
         3.0,
@@ -320,7 +331,8 @@ class FieldsOptions(BaseModel):
         1, gt=0, description="Page images one request carries with --from images/both (many servers take 1)."
     )
     fields_classify: Literal["auto", "rules", "model"] = Field(
-        "auto", description="With --classes: rules then the model (auto), rules only (undecided: other), or the model only."
+        "auto", description="With --classes: rules then the model (auto), rules only (undecided: other), or the model "
+                            "only."
     )
     fields_prompt: str | None = Field(None, description="Instruction sent before the schema (default: a generic one).")
     fields_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of field requests.")

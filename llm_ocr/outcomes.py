@@ -10,7 +10,8 @@
 - :class:`PageStats`, :class:`AssembleStats`, :class:`FieldsStats`: typed views of a completion
   marker. The marker is the JSON the runners write (``OUT/_state/STAGE/done-*.json``), read by
   relaunches, ``llm-ocr jobs status`` and older outputs; its format stays what it is. Reading
-  it through :func:`stage_stats` (or a view's ``model_validate``) gives typed counts, with the defaults a marker lacks, instead
+  it through :func:`stage_stats` (or a view's ``model_validate``) gives typed counts, with the defaults a marker lacks,
+  instead
   of ``.get(...) or {}`` chains; keys the views do not name are kept (``extra``).
 
 This module imports nothing of llm-ocr: the runners, the API, the command line and the
@@ -60,7 +61,8 @@ class ExitCode(IntEnum):
 
 _MEANINGS = {
     ExitCode.OK: "every page ok or truncated",
-    ExitCode.PAGES_FAILED: "finished, but some pages failed or an upstream stage is not finished (run again to retry them)",
+    ExitCode.PAGES_FAILED: "finished, but some pages failed or an upstream stage is not finished (run again to retry "
+                           "them)",
     ExitCode.COULD_NOT_RUN: "could not run",
     ExitCode.INTERRUPTED: "interrupted (run again to resume)",
 }

@@ -13,7 +13,7 @@ import json
 import types
 import typing
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -182,7 +182,7 @@ class PageResult:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> PageResult:
         """Rebuild a page from a Parquet row (as read by pyarrow ``to_pylist``)."""
-        data = {k: row.get(k) for k in cls.__dataclass_fields__ if k in row}
+        data: dict[str, Any] = {k: row.get(k) for k in cls.__dataclass_fields__ if k in row}
         data["figures"] = [Figure.from_row(f) for f in row.get("figures") or []]
         data["blocks"] = [Block(**b) for b in row.get("blocks") or []]
         data["attempts"] = data.get("attempts") or 0
@@ -225,13 +225,13 @@ class DocumentResult:
         return row
 
 
-@lru_cache(maxsize=None)
+@cache
 def page_schema() -> pa.Schema:
     """Arrow schema of Extract and Describe rows (one row per page): :class:`PageResult`'s fields."""
     return schema_of(PageResult)
 
 
-@lru_cache(maxsize=None)
+@cache
 def document_schema() -> pa.Schema:
     """Arrow schema of Assemble rows (one row per document): :class:`DocumentResult`'s fields."""
     return schema_of(DocumentResult)

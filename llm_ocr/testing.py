@@ -6,4 +6,4 @@ own tests import (``from llm_ocr.testing import SimulatedServer``).
 
 from llm_ocr.engines.harness import OFFLINE_ENV, CpuServer, LocalServer, SimulatedServer, SimulatedServerError
 
-__all__ = ["CpuServer", "LocalServer", "OFFLINE_ENV", "SimulatedServer", "SimulatedServerError"]
+__all__ = ["OFFLINE_ENV", "CpuServer", "LocalServer", "SimulatedServer", "SimulatedServerError"]

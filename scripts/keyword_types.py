@@ -12,6 +12,7 @@ The test suite runs it and fails when the file it wrote is not what it writes no
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from llm_ocr.launchers.api import REFUSED
 from llm_ocr.launchers.spec import LaunchOptions
 from llm_ocr.options import FIELDS_ALIASES
 from llm_ocr.stage_table import STAGES
+
+#: The package's line width (pyproject.toml's ruff line-length).
+WIDTH = 120
 
 HEADER = '''"""Keyword types of the Python API, for editors and type checkers (generated: do not edit).
 
@@ -75,13 +79,19 @@ def launch_fields() -> list[tuple[str, Any]]:
 
 def typed_dict(name: str, doc: str, fields: list[tuple[str, Any]]) -> str:
     """A ``TypedDict`` class named ``name``: one key per option, typed, with its help as a docstring."""
-    lines = [f"\n\nclass {name}(TypedDict, total=False):", f'    """{doc}"""', ""]
+    lines = [f"\n\nclass {name}(TypedDict, total=False):", *_docstring(doc), ""]
     for key, info in fields:
         lines.append(f"    {key}: {annotation_text(info.annotation)}")
         description = (info.description or "").replace("\\", "\\\\").replace('"""', "'''")
         if description:
-            lines.append(f'    """{description}"""')
+            lines += _docstring(description)
     return "\n".join(lines) + "\n"
+
+
+def _docstring(text: str) -> list[str]:
+    """``text`` as a docstring indented in a class body, wrapped at :data:`WIDTH`."""
+    return textwrap.wrap(f'"""{text}"""', WIDTH, initial_indent="    ", subsequent_indent="    ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 if __name__ == "__main__":

@@ -283,7 +283,8 @@ def write_invoice(inv: Invoice, path: Path) -> None:
         y = header_row(y)
         pdf.setFont("Courier", 9)
         for description, quantity, price in rows:
-            pdf.drawString(x, y, table_line((description, str(quantity), _money(Decimal(price)), _money(next(amounts)))))
+            pdf.drawString(x, y,
+                           table_line((description, str(quantity), _money(Decimal(price)), _money(next(amounts)))))
             y -= LINE
         if number == len(pages):
             y -= 10
@@ -334,7 +335,7 @@ def write_receipt(rec: Receipt, path: Path) -> None:
 def write_letter(doc: Letter, path: Path) -> None:
     """A one-page note of no known class."""
     pdf = canvas.Canvas(str(path), pagesize=A4, invariant=1)
-    width, height = A4
+    _, height = A4
     pdf.setFont("Helvetica-Bold", 16)
     pdf.drawString(60, height - 80, doc.title)
     pdf.setFont("Helvetica", 11)

@@ -15,12 +15,12 @@ from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
 PARAGRAPHS = [
-    "Optical character recognition turns pictures of text into text that software can search, "
-    "index and quote. Modern systems read a whole page at once and keep its layout.",
-    "This sample report exists so that a new user can run the pipeline on a real PDF within a "
-    "minute of installing it. It has headings, paragraphs, a figure with a caption and a table.",
-    "Every page of every document appears exactly once in the output, with a status that says "
-    "whether the text is complete, cut short, or missing because of an error.",
+    ("Optical character recognition turns pictures of text into text that software can search, "
+     "index and quote. Modern systems read a whole page at once and keep its layout."),
+    ("This sample report exists so that a new user can run the pipeline on a real PDF within a "
+     "minute of installing it. It has headings, paragraphs, a figure with a caption and a table."),
+    ("Every page of every document appears exactly once in the output, with a status that says "
+     "whether the text is complete, cut short, or missing because of an error."),
 ]
 
 
@@ -79,13 +79,16 @@ def make_report(path: Path) -> None:
     pdf.setFont("Helvetica-Bold", 16)
     pdf.drawString(72, 720, "Results")
     pdf.setFont("Helvetica", 11)
-    y = write_wrapped(pdf, "The table below lists the machines and their measured throughput in pages per second.", 72, 695)
-    rows = [("Machine", "GPU", "Pages per second"), ("alpha", "A100", "2.3"), ("beta", "L40S", "1.9"), ("gamma", "L4", "0.8")]
+    y = write_wrapped(pdf, "The table below lists the machines and their measured throughput in pages per second.", 72,
+                      695)
+    rows = [("Machine", "GPU", "Pages per second"), ("alpha", "A100", "2.3"), ("beta", "L40S", "1.9"),
+            ("gamma", "L4", "0.8")]
     for row in rows:
         for col, cell in enumerate(row):
             pdf.drawString(72 + col * 150, y, cell)
         y -= 18
-    y = write_wrapped(pdf, "Faster machines finish sooner, but the cheapest page is often on the smallest GPU.", 72, y - 10)
+    y = write_wrapped(pdf, "Faster machines finish sooner, but the cheapest page is often on the smallest GPU.", 72,
+                      y - 10)
     pdf.showPage()
     pdf.save()
 

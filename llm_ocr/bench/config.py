@@ -11,7 +11,8 @@ from llm_ocr.engines.sim.timing import TimingModel
 @dataclass
 class BenchConfig:
     """One run's settings. The server defaults model a fast GPU serving DeepSeek-OCR so that a
-    500-page run takes about 100 s (see docs/benchmarks.md, "The default workload and server", for how they were chosen)."""
+    500-page run takes about 100 s (see docs/benchmarks.md, "The default workload and server", for how they were
+    chosen)."""
 
     pages: int = 500
     image_format: str = "jpeg"

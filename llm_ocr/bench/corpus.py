@@ -14,6 +14,7 @@ import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 #: Bump when the generated pages change, so a cached corpus is never silently reused stale.
 CORPUS_VERSION = 1
@@ -57,9 +58,10 @@ def _paragraph_lines(rng: random.Random, chars_per_line: int) -> list[str]:
     return lines
 
 
-def _page_items(rng: random.Random, title: str) -> Iterator[tuple[str, object]]:
+def _page_items(rng: random.Random, title: str) -> Iterator[tuple[str, Any]]:
     """A page's layout top to bottom: ('title', text), ('line', text), ('gap', pt),
-    ('figure', height_pt), ('table', (rows, cols, cells)); about 3,000-4,000 characters."""
+    ('figure', height_pt), ('table', (rows, cols, cells)), the value's type set by the kind;
+    about 3,000-4,000 characters."""
     yield "title", title
     budget = 640.0  # points of text height below the title (1 in margins, 10 pt lines of 12 pt)
     while budget > 40:
@@ -102,15 +104,15 @@ def _vector_page_stream(rng: random.Random, title: str) -> bytes:
             ops.append(f"BT /F1 10 Tf {left} {y - 10:.1f} Td {_pdf_text(str(value))} Tj ET")
             y -= 12
         elif kind == "gap":
-            y -= float(value)  # type: ignore[arg-type]
+            y -= float(value)
         elif kind == "figure":
-            height = float(value)  # type: ignore[arg-type]
+            height = float(value)
             ops.append(f"0.75 g {left + 60} {y - height:.1f} 348 {height:.1f} re f 0 g")
             ops.append(f"0.3 G 2 w {left + 80} {y - height + 20:.1f} m {left + 200} {y - 30:.1f} l "
                        f"{left + 320} {y - height + 60:.1f} l S 0 G 1 w")
             y -= height + 10
         elif kind == "table":
-            rows, cols, cells = value  # type: ignore[misc]
+            rows, cols, cells = value
             width = 468.0 / cols
             top = y
             for r in range(rows + 1):
@@ -127,7 +129,8 @@ def _vector_page_stream(rng: random.Random, title: str) -> bytes:
 
 def vector_pdf(pages: int, rng: random.Random, name: str) -> bytes:
     """A born-digital PDF of ``pages`` Letter pages (standard Helvetica, nothing embedded)."""
-    return _helvetica_pdf([_vector_page_stream(rng, f"{name}: part {number}") for number in range(1, pages + 1)], LETTER_PT)
+    return _helvetica_pdf([_vector_page_stream(rng, f"{name}: part {number}") for number in range(1, pages + 1)],
+                          LETTER_PT)
 
 
 def _helvetica_pdf(streams: list[bytes], size: tuple[float, float]) -> bytes:
@@ -216,15 +219,15 @@ def scanned_pdf(pages: int, rng: random.Random, name: str, path: Path) -> None:
                 draw.text((x, y), str(value), fill=30, font=body)
                 y += 24
             elif kind == "gap":
-                y += int(float(value) * scale)  # type: ignore[arg-type]
+                y += int(float(value) * scale)
             elif kind == "figure":
-                height = int(float(value) * scale)  # type: ignore[arg-type]
+                height = int(float(value) * scale)
                 draw.rectangle((x + 120, y, x + 816, y + height), fill=190)
                 y += height + 20
             elif kind == "table":
-                rows, cols, cells = value  # type: ignore[misc]
+                _, cols, cells = value
                 width = 936 // cols
-                for r, row in enumerate(cells):
+                for row in cells:
                     for c, cell in enumerate(row):
                         draw.rectangle((x + c * width, y, x + (c + 1) * width, y + 32), outline=40)
                         draw.text((x + c * width + 8, y + 6), cell, fill=30, font=body)
@@ -366,7 +369,8 @@ def with_dense_pages(folder: Path, normal: Path, count: int, seed: int = 0) -> P
         except OSError:
             shutil.copyfile(path, folder / path.name)
     # Spread: after 10%, ..., and the last one 95% of the way through the documents.
-    positions = [round(len(documents) * (0.1 + 0.85 * k / max(1, count - 1))) for k in range(count)] if count > 1 else [len(documents) // 2]
+    positions = [round(len(documents) * (0.1 + 0.85 * k / max(1,
+        count - 1))) for k in range(count)] if count > 1 else [len(documents) // 2]
     for k, position in enumerate(positions):
         anchor = documents[min(position, len(documents) - 1)].name.split("-")[1] if documents else f"{k:05d}"
         name = f"doc-{anchor}-dense{k}.pdf"  # sorts right after document number ``anchor``

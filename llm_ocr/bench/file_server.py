@@ -98,10 +98,10 @@ def _handler(server: CountingFileServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:  # quiet: tests and the bench print their own
             pass
 
-        def do_HEAD(self) -> None:  # noqa: N802 - the http.server naming
+        def do_HEAD(self) -> None:  # the http.server naming
             self._serve(body=False)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self._serve(body=True)
 
         def _serve(self, body: bool) -> None:

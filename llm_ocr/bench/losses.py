@@ -1,7 +1,9 @@
-"""``llm-ocr bench --losses``: where GPU time went before issue 19 and where it goes now, side by side.
+"""``llm-ocr bench --losses``: where GPU time goes without the client's loss-cutting mechanisms and with
+them, side by side.
 
-Four workloads, each run twice on the same corpus and simulated server, once the way the client
-behaved before (``today``) and once as it does now (``new``):
+Four workloads, each run twice on the same corpus and simulated server, once with those mechanisms
+off (``today``: answers read whole, a fixed in-flight limit, one server, long pages read whole) and
+once as the client runs now (``new``):
 
 - **loops**: 10% of pages loop on a table row longer than vLLM's 90-token n-gram window, half
   of them again when retried hotter; ``max_tokens`` is 7,168 (an 8,192 context). Today answers
@@ -18,7 +20,7 @@ behaved before (``today``) and once as it does now (``new``):
   large the text is where the model reads it (the scale of its 640-pixel crops), and that the page
   still gets one row.
 
-Two more compare dense pages (issue 28) read whole, cut at ``max_tokens`` and retried (``today``)
+Two more compare dense pages read whole, cut at ``max_tokens`` and retried (``today``)
 with dense pages read in tiles (``new``); the simulator knows the dense pages (their text layer;
 a tile gets the text of its region):
 
@@ -36,7 +38,7 @@ import asyncio
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -67,7 +69,7 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
     # then feeds any server on a loaded 2-core machine, so what is measured is the in-flight
     # policy and the dispatcher, not the client's rendering (the instant bench measures that).
     light = replace(quiet, dpi=36.0)
-    before_tiles = {"tile_dense_pages": False}  # issue 19's "today" predates dense pages in tiles
+    before_tiles = {"tile_dense_pages": False}  # "today" reads dense pages whole
     return [
         ("loops", replace(base, loop_rate=0.10, loop_repeat_rate=0.5, max_tokens=7168, decode_ms_per_token=1.0),
          {"cut_loops": False, **before_tiles}, {"cut_loops": True}),
@@ -98,42 +100,50 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _row(label: str, cells: Iterable[str]) -> tuple[str, str, str]:
+    """A table line: the label, then today's and the new run's cell."""
+    today, new = cells
+    return label, today, new
+
+
 def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str, str]]:
     """The lines of the side-by-side table for one workload."""
     both = (today, new)
     if name == "loops":
         return [
-            ("loops: tokens per loop event", *(f"{r.loops['tokens_per_event'] or '-'}" for r in both)),
-            ("loops: share of tokens on loops", *(_pct(r.loops["share_of_tokens"]) for r in both)),
-            ("loops: loop events / looping pages truncated", *(
+            _row("loops: tokens per loop event", (f"{r.loops['tokens_per_event'] or '-'}" for r in both)),
+            _row("loops: share of tokens on loops", (_pct(r.loops["share_of_tokens"]) for r in both)),
+            _row("loops: loop events / looping pages truncated", (
                 f"{r.loops['events']} / {r.pages_by_status.get('truncated', 0)}" for r in both)),
-            ("loops: finished pages cut short", *(str(r.loops["finished_pages_cut"]) for r in both)),
-            ("loops: pages/s", *(f"{r.pages_per_s:.2f}" for r in both)),
+            _row("loops: finished pages cut short", (str(r.loops["finished_pages_cut"]) for r in both)),
+            _row("loops: pages/s", (f"{r.pages_per_s:.2f}" for r in both)),
         ]  # fmt: skip
     if name in ("256 slots", "64 slots, long tail"):
         return [
             (f"{name}: bound / wall (1 = perfect client)", _ratio(today), _ratio(new)),
-            (f"{name}: in flight / mean running", *(
+            _row(f"{name}: in flight / mean running", (
                 f"{r.client['max_in_flight']} / {r.server['mean_running']}" for r in both)),
         ]  # fmt: skip
     if name == "dense pages, 256 slots":
         return [
             (f"{name}: bound / wall (1 = perfect client)", _ratio(today), _ratio(new)),
-            ("  wall s (bound s)", *(f"{r.wall_s:.1f} ({r.lower_bound_s or 0:.1f})" for r in both)),
-            ("  dense pages: status", *(", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
-            ("  dense pages: tokens each (requests)", *(
+            _row("  wall s (bound s)", (f"{r.wall_s:.1f} ({r.lower_bound_s or 0:.1f})" for r in both)),
+            _row("  dense pages: status", (", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
+            _row("  dense pages: tokens each (requests)", (
                 ", ".join(f"{d['tokens']} ({d['requests']})" for d in r.dense["pages"]) for r in both)),
-            ("  client CPU ms/page", *(f"{r.client['cpu_ms_per_page']}" for r in both)),
+            _row("  client CPU ms/page", (f"{r.client['cpu_ms_per_page']}" for r in both)),
         ]  # fmt: skip
     if name == "dense recall":
         return [
-            ("dense recall: word recall, normal pages (min)", *(_recall(r, "normal") for r in both)),
-            ("  word recall, dense pages (min)", *(_recall(r, "dense") for r in both)),
-            ("  tokens per dense page, mean", *(f"{_mean(d['tokens'] for d in r.dense['pages']):,.0f}" for r in both)),
-            ("  of which whole-page answers / tiles", *(
-                f"{_mean(d['whole_tokens'] for d in r.dense['pages']):,.0f} / {_mean(d['tile_tokens'] for d in r.dense['pages']):,.0f}"
+            _row("dense recall: word recall, normal pages (min)", (_recall(r, "normal") for r in both)),
+            _row("  word recall, dense pages (min)", (_recall(r, "dense") for r in both)),
+            _row("  tokens per dense page, mean",
+                 (f"{_mean(d['tokens'] for d in r.dense['pages']):,.0f}" for r in both)),
+            _row("  of which whole-page answers / tiles", (
+                f"{_mean(d['whole_tokens'] for d in r.dense['pages']):,.0f} / "
+                f"{_mean(d['tile_tokens'] for d in r.dense['pages']):,.0f}"
                 for r in both)),
-            ("  dense pages: status", *(", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
+            _row("  dense pages: status", (", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
         ]  # fmt: skip
     if name == "GPUs":
         return [
@@ -146,9 +156,9 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
     whole = text_scale(width, height)
     parts = min(text_scale(s.width, s.height) for s in segments) if segments else whole
     return [
-        ("long page 443x27049: requests / rows", *(f"{r.requests} / {r.pages}" for r in both)),
+        _row("long page 443x27049: requests / rows", (f"{r.requests} / {r.pages}" for r in both)),
         ("  text scale in the model's crops", f"{whole:.2f}x", f"{parts:.2f}x"),
-        ("  status", *(",".join(k for k, v in r.pages_by_status.items() if v) for r in both)),
+        _row("  status", (",".join(k for k, v in r.pages_by_status.items() if v) for r in both)),
     ]
 
 

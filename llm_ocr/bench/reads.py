@@ -20,9 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llm_ocr.options import DatasetOptions
+from llm_ocr.options import DatasetOptions, RenderOptions
 from llm_ocr.sources import InputError, InputPlan, plan_inputs
-from llm_ocr.options import RenderOptions
 from llm_ocr.sources.dataset_inputs import ParquetPlan
 from llm_ocr.sources.render import render_pages
 
@@ -148,7 +147,8 @@ def measure_shard(
 
 
 def plan_report(
-    inputs: Sequence[str], num_shards: int, *, dataset: DatasetOptions | None = None, storage_options: dict | None = None
+    inputs: Sequence[str], num_shards: int, *, dataset: DatasetOptions | None = None,
+    storage_options: dict | None = None
 ) -> PlanReport:
     """Every shard's share of an ``num_shards`` plan, reading the footers only."""
     plan = plan_inputs(inputs, dataset=dataset, storage_options=storage_options)

@@ -94,7 +94,7 @@ async def _server_stats(root_url: str) -> dict[str, Any]:
 async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool = False) -> RunResult:
     """Run Extract over ``corpus`` against a fresh simulated server; ``work`` holds the output,
     the server log and the request log (the output is deleted unless ``keep``)."""
-    work.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - before any request is in flight
     output = work / "out"
     shutil.rmtree(output, ignore_errors=True)  # a leftover output would be resumed, not redone
     logs = [work / f"requests-{i}.jsonl" for i in range(config.servers)]
@@ -122,17 +122,18 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
             max_in_flight=in_flight,
             progress="off",
         ),
-        render=RenderOptions(image_format=config.image_format, dpi=config.dpi),  # type: ignore[arg-type]
+        render=RenderOptions(image_format=config.image_format, dpi=config.dpi),
         extract=ExtractOptions(
             max_tokens=config.max_tokens, truncation_retries=config.truncation_retries, cut_loops=config.cut_loops,
             max_page_aspect=config.max_page_aspect, tile_dense_pages=config.tile_dense_pages,
-        ),  # fmt: skip
+        ),
     )
     async with contextlib.AsyncExitStack() as stack:
         for server in servers:
             await stack.enter_async_context(server)
         # /metrics of the first server (with several, the slot use shown is that one's).
-        sampler = Sampler(f"{servers[0].root_url}/metrics", config.sample_interval, exclude={pid for s in servers for pid in (s.pid or -1, *s.helper_pids)})
+        sampler = Sampler(f"{servers[0].root_url}/metrics", config.sample_interval,
+                          exclude={pid for s in servers for pid in (s.pid or -1, *s.helper_pids)})
         sampler.start()
         load_before = os.getloadavg()
         await asyncio.sleep(2 * config.sample_interval)  # a sample or two of the idle server
@@ -161,7 +162,8 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
     lower = bound.makespan if bound else None
     actual = None
     if not config.instant and per_server:
-        actual = max((replay_arrivals(config.timing(), rs, epoch_start) for rs in per_server if rs), key=lambda r: r.makespan)
+        actual = max((replay_arrivals(config.timing(), rs, epoch_start) for rs in per_server if rs),
+                     key=lambda r: r.makespan)
     last_answer = max((r.arrival + r.latency_s for r in requests), default=epoch_start) - epoch_start
     usage = sampler.utilisation(config.slots, t_start, t_end)
     rss = sampler.peak_rss()
@@ -173,7 +175,8 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
     if len(requests) != seen:
         notes.append(f"the server saw {seen} requests, {len(requests)} were answered")
     if config.servers > 1:
-        notes.append(f"{config.servers} servers; requests each: {[len(rs) for rs in per_server]}; slot use is server 0's")
+        notes.append(f"{config.servers} servers; requests each: {[len(rs) for rs in per_server]}; slot use is server "
+                     "0's")
     if not keep:
         shutil.rmtree(output, ignore_errors=True)
     return RunResult(

@@ -6,11 +6,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from llm_ocr.argtypes import non_negative, positive_int
 from llm_ocr.config import OptionError
 from llm_ocr.engines.sim.cli import DECODE_DEFAULTS, add_decode_options
 from llm_ocr.outcomes import ExitCode
+
+if TYPE_CHECKING:  # imported when the command runs
+    from llm_ocr.bench.config import BenchConfig
+    from llm_ocr.bench.run import RunResult
 
 log = logging.getLogger("llm_ocr")
 
@@ -89,7 +94,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.losses:
         return _losses(args, config)
 
-    def progress(result) -> None:  # type: ignore[no-untyped-def]
+    def progress(result: RunResult) -> None:
         log.info(
             "run done: %d pages in %.1f s (%.2f pages/s)%s",
             result.pages, result.wall_s, result.pages_per_s,
@@ -113,14 +118,15 @@ def handle(args: argparse.Namespace) -> int:
     return ExitCode.OK if finished else ExitCode.COULD_NOT_RUN
 
 
-def _losses(args: argparse.Namespace, config) -> int:  # type: ignore[no-untyped-def]
+def _losses(args: argparse.Namespace, config: BenchConfig) -> int:
     import json
     from dataclasses import replace
 
     from llm_ocr.bench.losses import format_losses, run_losses
 
-    def progress(name: str, label: str, result) -> None:  # type: ignore[no-untyped-def]
-        log.info("%s (%s): %d pages in %.1f s (%.2f pages/s)", name, label, result.pages, result.wall_s, result.pages_per_s)
+    def progress(name: str, label: str, result: RunResult) -> None:
+        log.info("%s (%s): %d pages in %.1f s (%.2f pages/s)", name, label, result.pages, result.wall_s,
+                 result.pages_per_s)
 
     comparisons = run_losses(
         replace(config, pages=args.pages[0]),

@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default=None,
                         help="served model name (default: the endpoint's first; the CPU engine serves "
                         "deepseek-ai/DeepSeek-OCR)")
-    parser.add_argument("--threads", type=int, default=1, help="--threads of the launched CPU engine (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=1, help="--threads of the launched CPU engine (default "
+                                                               "%(default)s)")
     parser.add_argument("--engine-args", default="", metavar="ARGS",
                         help="extra options for the launched CPU engine, one string, e.g. '--no-cls'")
     parser.add_argument("--concurrency", type=int, default=1, help="requests in flight (default %(default)s)")

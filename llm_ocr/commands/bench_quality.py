@@ -12,7 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,31 +38,39 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog="exit status: 0 scored; 1 scored below --fail-under; 2 could not run. See docs/quality.md.",
     )
-    parser.add_argument("output", nargs="?", metavar="OUT", help=f"the output folder or URL of a run [env {ENV_PREFIX}OUTPUT]")
-    parser.add_argument("--bench", metavar="DIR", help="a bench in olmOCR-bench's layout (JSONL test files beside pdfs/)")
+    parser.add_argument("output", nargs="?", metavar="OUT", help="the output folder or URL of a run [env "
+                                                                 f"{ENV_PREFIX}OUTPUT]")
+    parser.add_argument("--bench", metavar="DIR", help="a bench in olmOCR-bench's layout (JSONL test files beside "
+                                                       "pdfs/)")
     parser.add_argument("--markdown", metavar="MD",
                         help="with --bench: score the Markdown files in MD (another tool's: olmOCR's "
                         "{pdf}_pg{N}_repeat{M}.md, {pdf}_pg{N}.md per page or {pdf}.md per document, named by the "
                         "PDF's path under pdfs/) instead of OUT's rows; OUT receives the results only")
     parser.add_argument("--download", action="store_true",
-                        help="fetch allenai/olmOCR-bench from the Hugging Face Hub into --bench DIR first (about 360 MB)")
-    parser.add_argument("--katex", metavar="DIR", help="folder with katex.min.js and katex.min.css (default: found, see docs)")
+                        help="fetch allenai/olmOCR-bench from the Hugging Face Hub into --bench DIR first (about 360 "
+                             "MB)")
+    parser.add_argument("--katex", metavar="DIR", help="folder with katex.min.js and katex.min.css (default: found, "
+                                                       "see docs)")
     parser.add_argument("--no-text-layer", action="store_true", help="without --bench: do not read PDF text layers")
-    parser.add_argument("--samples", type=int, default=8, metavar="N", help="text-layer lines looked for per page (default %(default)s)")
+    parser.add_argument("--samples", type=int, default=8, metavar="N", help="text-layer lines looked for per page "
+                                                                            "(default %(default)s)")
     parser.add_argument("--worst", type=int, default=10, metavar="N", help="worst pages listed (default %(default)s)")
     parser.add_argument("--fail-under", type=float, default=None, metavar="SCORE",
                         help="exit 1 when the bench score (0-100) is below SCORE, or without --bench when more than "
                         "SCORE%% of the pages are flagged")
-    parser.add_argument("--no-report", action="store_true", help="do not (re)write OUT/report.html with the failing cases")
+    parser.add_argument("--no-report", action="store_true", help="do not (re)write OUT/report.html with the failing "
+                                                                 "cases")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object instead of tables")
     parser.add_argument("--storage-options", default=None, metavar="JSON",
                         help="fsspec storage options for OUT and the sources, a JSON object")
     chain = parser.add_argument_group("several models (--models)")
-    chain.add_argument("--models", metavar="A,B,...", help="read the same sample with each of these served models and compare")
+    chain.add_argument("--models", metavar="A,B,...", help="read the same sample with each of these served models and "
+                                                           "compare")
     chain.add_argument("--endpoint", metavar="URL[,URL...]",
                        help="OpenAI-compatible base URLs; each model is read on those that serve it (GET /v1/models)")
     chain.add_argument("--inputs", nargs="+", metavar="INPUT", help="without --bench: the documents to read")
-    chain.add_argument("--sample", type=int, default=None, metavar="N", help="with --bench: read only N of its PDFs (spread over its categories)")
+    chain.add_argument("--sample", type=int, default=None, metavar="N", help="with --bench: read only N of its PDFs "
+                                                                             "(spread over its categories)")
     chain.add_argument("--extract-args", default="", metavar="ARGS",
                        help="extra options for each `llm-ocr extract`, one string (e.g. '--max-in-flight 64')")
     parser.set_defaults(handler=run)
@@ -138,7 +146,7 @@ def _report(
 ) -> None:
     """Rewrite OUT/report.html with the quality results (both kinds, when both were saved)."""
     from llm_ocr.quality import results
-    from llm_ocr.quality.findings import annotations
+    from llm_ocr.quality.findings import report_annotations
     from llm_ocr.report import ReportError, write_report
     from llm_ocr.storage import Storage
 
@@ -146,7 +154,7 @@ def _report(
     bench = bench or results.load(storage, results.BENCH)
     checks = checks or results.load(storage, results.CHECKS)
     try:
-        report = write_report(out, annotations=annotations(bench, checks), storage_options=storage_options)
+        report = write_report(out, annotations=report_annotations(bench, checks), storage_options=storage_options)
     except ReportError as exc:
         log.warning("no report: %s", exc)
         return
@@ -196,7 +204,8 @@ def bench_table(result: Mapping[str, Any]) -> str:
             lines.append(f"  not scored: {n} test(s): {reason}")
     missing = result["not_in_run"]
     if missing["tests"]:
-        lines.append(f"  not in the run: {missing['tests']} test(s) on {missing['pdfs']} of {missing['of_pdfs']} PDFs (left out)")
+        lines.append(f"  not in the run: {missing['tests']} test(s) on {missing['pdfs']} of {missing['of_pdfs']} PDFs "
+                     "(left out)")
     for line in result["invalid_tests"][:10]:
         lines.append(f"  refused: {line}")
     raised = result.get("raised") or []
@@ -218,7 +227,7 @@ def bench_table(result: Mapping[str, Any]) -> str:
 
 def checks_table(result: Mapping[str, Any], max_rows: int = 50) -> str:
     """The no-ground-truth checks as text: one line per document, then the worst pages."""
-    head = f"{'document':<34} {'pages':>5} {'ok':>4} {'trunc':>5} {'error':>5} {'empty':>5} {'loop':>4} {'stray':>5} {'layer':>6}  worst"
+    head = f"{'document':<34} {'pages':>5} {'ok':>4} {'trunc':>5} {'error':>5} {'empty':>5} {'loop':>4} {'stray':>5} {'layer':>6}  worst"  # noqa: E501 - not wrapped yet
     lines = [head, "-" * len(head)]
     documents = sorted(result["documents"], key=lambda d: d["doc_id"])
     for doc in documents[:max_rows]:
@@ -326,7 +335,8 @@ def _several_models(args: argparse.Namespace, out: str) -> int:
     for model in models:
         run_out = str(Path(out) / "runs" / _slug(model))
         command = [sys.executable, "-m", "llm_ocr.cli", "extract", *inputs, "--output", run_out,
-                   "--endpoint", ",".join(served[model]), "--model", model, *shlex.split(args.extract_args)]  # fmt: skip
+                   "--endpoint", ",".join(served[model]), "--model", model,
+                   *shlex.split(args.extract_args)]  # fmt: skip
         log.info("reading %d input(s) with %s on %s", len(inputs), model, ", ".join(served[model]))
         done = subprocess.run(command, stdout=subprocess.DEVNULL, check=False)
         if done.returncode not in (0, 1):  # 1: finished with failed pages, which the scores count
@@ -348,7 +358,7 @@ def _several_models(args: argparse.Namespace, out: str) -> int:
     return 0
 
 
-def _models_table(models: list[str], summaries: Mapping[str, Any], stats: list[Mapping[str, Any]]) -> str:
+def _models_table(models: list[str], summaries: Mapping[str, Any], stats: Sequence[Mapping[str, Any]]) -> str:
     head = f"{'model':<40} {'score':>16} {'flagged':>9} {'tok/page':>8} {'pages/s':>8} {'$/1k pages':>10}"
     lines = [head, "-" * len(head)]
     for model, stat in zip(models, stats, strict=True):

@@ -8,6 +8,7 @@ import contextlib
 import json
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from llm_ocr.argtypes import positive_int as _positive
@@ -33,9 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "inputs", nargs="*", metavar="INPUT", help="Parquet dataset folder/file/URL or hf://datasets/OWNER/NAME"
     )
-    parser.add_argument("--num-shards", type=_positive, nargs="+", default=[1, 8], help="shard counts to measure (default: 1 8)")
-    parser.add_argument("--shard-index", type=int, nargs="+", default=[0], help="shards to measure for each count (default: 0)")
-    parser.add_argument("--plan", type=_positive, nargs="*", default=[], metavar="N", help="also print the N-shard plan from footers")
+    parser.add_argument("--num-shards", type=_positive, nargs="+", default=[1, 8], help="shard counts to measure "
+                                                                                        "(default: 1 8)")
+    parser.add_argument("--shard-index", type=int, nargs="+", default=[0], help="shards to measure for each count "
+                                                                                "(default: 0)")
+    parser.add_argument("--plan", type=_positive, nargs="*", default=[], metavar="N", help="also print the N-shard "
+                                                                                           "plan from footers")
     parser.add_argument("--config", default=None, help="dataset configuration (Hub datasets)")
     parser.add_argument("--split", default="train", help="dataset split (default: train)")
     parser.add_argument("--image-column", default=None, help="column of the page images (default: found)")
@@ -44,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     generate.add_argument("--files", type=_positive, default=16, help="Parquet files (default %(default)s)")
     generate.add_argument("--rows", type=_positive, nargs=2, default=[40, 120], metavar=("MIN", "MAX"),
                           help="rows per file, drawn between MIN and MAX (default 40 120)")
-    generate.add_argument("--row-group-rows", type=_positive, default=2, help="rows per row group (default %(default)s)")
+    generate.add_argument("--row-group-rows", type=_positive, default=2,
+                          help="rows per row group (default %(default)s)")
     generate.add_argument("--image-side", type=_positive, nargs=2, default=[80, 200], metavar=("MIN", "MAX"),
                           help="page image side in pixels, one per file (default 80 200)")
     generate.add_argument("--seed", type=int, default=0, help="seed of the generated dataset (default %(default)s)")
@@ -89,7 +94,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _dataset(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _dataset(args: argparse.Namespace) -> Iterator[tuple[list[str], Callable[[], int] | None]]:
     """The INPUTs given, or a generated dataset served over HTTP with the server's byte count."""
     if args.inputs:
         yield list(args.inputs), None

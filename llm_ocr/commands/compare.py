@@ -30,8 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("outputs", nargs="+", metavar="OUT", help="output folders or URLs of two or more runs")
     parser.add_argument("--html", metavar="PATH", help="where to write the page (default: OUT_A/compare.html)")
     parser.add_argument("--labels", metavar="A,B,...", help="names for the runs (default: their models)")
-    parser.add_argument("--max-pages", type=int, default=30, metavar="N", help="pages shown, most different first (default %(default)s)")
-    parser.add_argument("--storage-options", default=None, metavar="JSON", help="fsspec storage options for the runs, a JSON object")
+    parser.add_argument("--max-pages", type=int, default=30, metavar="N", help="pages shown, most different first "
+                                                                               "(default %(default)s)")
+    parser.add_argument("--storage-options", default=None, metavar="JSON", help="fsspec storage options for the runs, "
+                                                                                "a JSON object")
     add_options(parser, RenderOptions, exclude={"max_pages"})
     parser.set_defaults(handler=run)
 
@@ -59,5 +61,6 @@ def run(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 2
     log.info("comparison written: %s", result.path)
-    print(json.dumps({"compare": result.path, "pages_compared": result.pages_compared, "pages_shown": result.pages_shown}))
+    print(json.dumps({"compare": result.path, "pages_compared": result.pages_compared,
+                      "pages_shown": result.pages_shown}))
     return 0

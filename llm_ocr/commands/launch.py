@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     parser = sub.add_parser(
         "launch",
-        help=f"run a stage as N shard jobs on a cloud platform ({', '.join(sorted(PLATFORMS))}), optionally waiting with a live table",
+        help=f"run a stage as N shard jobs on a cloud platform ({', '.join(sorted(PLATFORMS))}), optionally waiting "
+             "with a live table",
         description="Launch `llm-ocr STAGE INPUT... --output OUT` as N shard jobs. " + LAUNCH_HELP,
     )
     parser.add_argument("platform", choices=sorted(PLATFORMS), help="where to run the jobs")
@@ -37,8 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("cancel", "cancel the jobs that have not ended"),
     ):
         p = jsub.add_parser(name, help=helptext, description=helptext)
-        p.add_argument("target", metavar="OUT", help="the launch's --output, or its launch id (on the machine that launched)")
-        p.add_argument("--launch", dest="launch_id", default=None, help="a launch id (default: the latest launch to OUT)")
+        p.add_argument("target", metavar="OUT", help="the launch's --output, or its launch id (on the machine that "
+                                                     "launched)")
+        p.add_argument("--launch", dest="launch_id", default=None, help="a launch id (default: the latest launch to "
+                                                                        "OUT)")
         p.add_argument("--storage-options", default=None, help="JSON object of fsspec storage options for OUT")
         if name == "status":
             p.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -73,7 +76,7 @@ def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
 class _StageParser(argparse.ArgumentParser):
     """The launched stage's own options (those of ``llm-ocr STAGE``), raising instead of exiting."""
 
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         from llm_ocr.launchers.spec import LaunchError
 
         stage = self.prog.split()[-1]
@@ -152,14 +155,16 @@ def run_jobs(args: argparse.Namespace) -> int:
                 print(line, flush=True)
             return 0
         cancelled = api.cancel(args.target, shards=args.shard, launch_id=args.launch_id, storage_options=options)
-        print(f"cancel sent to {len(cancelled)} job(s)" + (f": {', '.join(cancelled)}" if cancelled else " (none was running)"))
+        which = f": {', '.join(cancelled)}" if cancelled else " (none was running)"
+        print(f"cancel sent to {len(cancelled)} job(s){which}")
         return 0
     except LaunchError as exc:
         log.error("%s", exc)
         return 2
 
 
-def _wait(target: str, launch_id: str | None, interval: float, timeout: float | None, options: dict | None = None) -> int:
+def _wait(target: str, launch_id: str | None, interval: float, timeout: float | None,
+          options: dict | None = None) -> int:
     from llm_ocr.launchers import api
 
     try:
@@ -168,7 +173,8 @@ def _wait(target: str, launch_id: str | None, interval: float, timeout: float | 
         log.error("%s; the jobs keep running (llm-ocr jobs status %s)", exc, target)
         return 3
     except KeyboardInterrupt:
-        print(f"\nstopped waiting; the jobs keep running: llm-ocr jobs status {target} / llm-ocr jobs cancel {target}", file=sys.stderr)
+        print(f"\nstopped waiting; the jobs keep running: llm-ocr jobs status {target} / llm-ocr jobs cancel {target}",
+              file=sys.stderr)
         return 130
     print(final)
     if not final.succeeded:

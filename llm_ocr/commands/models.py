@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "A model is matched to its family by its served name; --recipe FAMILY picks one for a fine-tune.",
     )
     parser.add_argument("family", nargs="?", help="show one family in full (default: all, briefly)")
-    parser.add_argument("--gpu-preset", default="a100-80gb", help="GPU preset of the serve command shown (default %(default)s)")
+    parser.add_argument("--gpu-preset", default="a100-80gb", help="GPU preset of the serve command shown (default "
+                                                                  "%(default)s)")
     parser.add_argument("--json", action="store_true", help="print the families as JSON")
     parser.set_defaults(handler=run)
 
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{row['family']}  ({row['title']})")
         print(f"  models:  {', '.join(row['models']) or '-'}")
         print(f"  matches: {', '.join(row['matches'])}")
-        print(f"  outputs: {_flags(row['outputs'])}" + (f"; {row['outputs']['notes']}" if row["outputs"]["notes"] else ""))
+        notes = f"; {row['outputs']['notes']}" if row["outputs"]["notes"] else ""
+        print(f"  outputs: {_flags(row['outputs'])}{notes}")
         print(f"  dense:   {row['dense_pages']}")
         print(f"  serve:   {row['serve']}")
         if row["needs"]:

@@ -70,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
 def _quality(out: str, storage_options: dict) -> ReportAnnotations | None:
     """The quality results saved by ``llm-ocr bench-quality``, shown in the report if any."""
     from llm_ocr.quality import results
-    from llm_ocr.quality.findings import annotations
+    from llm_ocr.quality.findings import report_annotations
     from llm_ocr.storage import Storage
 
     storage = Storage(out, storage_options)
     bench, checks = results.load(storage, results.BENCH), results.load(storage, results.CHECKS)
-    return annotations(bench, checks) if bench or checks else None
+    return report_annotations(bench, checks) if bench or checks else None

@@ -12,10 +12,14 @@ import asyncio
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from llm_ocr.config import OptionError, add_options, resolve_options
 from llm_ocr.serving.open import EndpointError, ServerOptions, choose_engine
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from llm_ocr.serving.vllm.presets import GpuPreset
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,21 +46,23 @@ def main(argv: Sequence[str]) -> int:
             from llm_ocr.engines.sim.cli import main as sim_main
 
             return sim_main(rest) or 0
-        from llm_ocr.engines.cpu import main as cpu_main  # type: ignore[attr-defined]
+        from llm_ocr.engines.cpu import main as cpu_main
 
         return cpu_main(rest) or 0
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     try:
         options = resolve_options(ServerOptions, args)
-        engine, why, preset = choose_engine(options.model_copy(update={"engine": options.engine if options.engine != "auto" else "vllm"}))
+        engine, _why, preset = choose_engine(options.model_copy(update={"engine": options.engine if options.engine != "auto" else "vllm"}))  # noqa: E501 - not wrapped yet
     except (OptionError, EndpointError) as exc:
         print(f"llm-ocr serve: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(_serve_vllm(args, options, preset, unknown))
 
 
-async def _serve_vllm(args: argparse.Namespace, options: ServerOptions, preset, unknown: list[str]) -> int:  # type: ignore[no-untyped-def]
+async def _serve_vllm(
+    args: argparse.Namespace, options: ServerOptions, preset: GpuPreset | None, unknown: list[str]
+) -> int:
     import signal
 
     from llm_ocr.serving.command_lines import vllm_command

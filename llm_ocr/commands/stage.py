@@ -30,7 +30,8 @@ def add_stage_options(parser: argparse.ArgumentParser, stage: str) -> None:
     spellings of the Fields options for a stage that runs Fields)."""
     entry = STAGES[stage]
     if entry.reads_inputs:
-        parser.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or URLs of PDFs/images, or a dataset")
+        parser.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or URLs of PDFs/images, or a "
+                                                                       "dataset")
     add_options(parser, *entry.models().values(), exclude=entry.excluded)
     if "fields" in entry.groups:
         add_fields_aliases(parser)

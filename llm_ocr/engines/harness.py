@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
-__all__ = ["CpuServer", "LocalServer", "OFFLINE_ENV", "SimulatedServer", "SimulatedServerError"]
+__all__ = ["OFFLINE_ENV", "CpuServer", "LocalServer", "SimulatedServer", "SimulatedServerError"]
 
 T = TypeVar("T")
 
@@ -109,7 +109,8 @@ class LocalServer:
             raise SimulatedServerError("already started")
         self._tmp = tempfile.mkdtemp(prefix="llm-ocr-server-")
         port_file = Path(self._tmp) / "port"
-        command = [self.python, "-m", self.module, *self.args, "--port", str(self._listen_port), "--port-file", str(port_file)]
+        command = [self.python, "-m", self.module, *self.args, "--port", str(self._listen_port), "--port-file",
+                   str(port_file)]
         if self._request_log_arg is not False:
             self.request_log = Path(
                 self._request_log_arg if isinstance(self._request_log_arg, (str, os.PathLike))
@@ -120,7 +121,8 @@ class LocalServer:
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"llm-ocr-{self.module}", daemon=True)
         self._thread.start()
         self._server = ManagedServer(
-            command, host="127.0.0.1", port=self._listen_port, port_file=port_file, log_path=Path(self._tmp) / "server.log",
+            command, host="127.0.0.1", port=self._listen_port, port_file=port_file,
+            log_path=Path(self._tmp) / "server.log",
             env=self.env, startup_timeout=self.startup_timeout, max_restarts=0, stop_grace=5.0, name=self.label,
             unhealthy_timeout=None,
         )  # fmt: skip
@@ -147,7 +149,8 @@ class LocalServer:
             if self.returncode is not None:
                 raise ServerFailed(f"{self.label} exited with code {self.returncode}", log_tail=self.stderr_tail())
             if loop.time() > deadline:
-                raise ServerFailed(f"{self.label} not listening after {self.startup_timeout} s", log_tail=self.stderr_tail())
+                raise ServerFailed(f"{self.label} not listening after {self.startup_timeout} s",
+                                   log_tail=self.stderr_tail())
             await asyncio.sleep(0.02)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -233,11 +236,11 @@ class LocalServer:
         """One HTTP request to the server; ``body`` is sent as JSON. Returns (status, body
         bytes) for any status, so tests can look at error answers."""
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req = urllib.request.Request(self.url + path, data=data, method=method)  # noqa: S310 - our http:// URL
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - our http:// URL
                 return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()

@@ -16,7 +16,8 @@ What belongs here:
 What it may import: :mod:`llm_ocr.storage`, :mod:`llm_ocr.storage.state`, :mod:`llm_ocr.config`,
 :mod:`llm_ocr.costs`, :mod:`llm_ocr.storage.stores`, :mod:`llm_ocr.storage.access` and :mod:`llm_ocr.sources`
 (to check inputs before anything is submitted), and the container side's contracts the jobs are
-configured for: :mod:`llm_ocr.container.shard_index` (how a task finds its shard) and :mod:`llm_ocr.container.aws_secrets`
+configured for: :mod:`llm_ocr.container.shard_index` (how a task finds its shard) and
+:mod:`llm_ocr.container.aws_secrets`
 (secrets fetched by name). Never the runners, the pipeline or the model servers' internals: a
 launcher only builds and submits job specs that run the same CLI inside a container, and reads
 what those runs leave in ``OUT/_state``. Platform SDKs
@@ -47,4 +48,4 @@ def platform_class(name: str) -> type[Platform]:
     except KeyError:
         raise ValueError(f"unknown platform {name!r}; choose one of {', '.join(sorted(PLATFORMS))}") from None
     module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), cls)

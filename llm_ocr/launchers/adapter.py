@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from llm_ocr.launchers.spec import LaunchRequest, PlannedJob, ShardSpec, Target
 
+
 class PlatformOptions(BaseModel):
     """What every platform's options have; each adapter's model adds its own."""
 

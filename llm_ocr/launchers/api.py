@@ -63,7 +63,8 @@ REFUSED = {
     "num_shards": "the launcher sets the shard count (--num-shards of `llm-ocr launch`)",
     "shard_index": "the launcher gives each job its shard",
     "api_key": "a key in the command line is visible to anyone who can see the job: pass --secret LLM_OCR_API_KEY",
-    "describe_api_key": "a key in the command line is visible to anyone who can see the job: pass --secret LLM_OCR_DESCRIBE_API_KEY",
+    "describe_api_key": "a key in the command line is visible to anyone who can see the job: pass --secret "
+                        "LLM_OCR_DESCRIBE_API_KEY",
 }
 
 
@@ -117,7 +118,8 @@ class Launch:
 
     def logs(self, shard: int = 0, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
         """Log lines of one shard's job (see :func:`logs`)."""
-        return logs(self.output, shard, follow=follow, tail=tail, launch_id=self._id(), storage_options=self.storage_options)
+        return logs(self.output, shard, follow=follow, tail=tail, launch_id=self._id(),
+                    storage_options=self.storage_options)
 
     def cancel(self, *, shards: Sequence[int] | None = None) -> list[str]:
         """Cancel the jobs that have not ended (see :func:`cancel`)."""
@@ -137,7 +139,8 @@ class Launch:
         lines = [f"launch {self.launch_id} on {self.plan.platform}: {len(self.jobs)} job(s) submitted"]
         for job in self.jobs:
             shards = ",".join(str(s) for s in job["shards"])
-            lines.append(f"  shard {shards}: job {job['job_id']}  {job['url']}" + (f"  (logs: {job['follow']})" if job.get("follow") else ""))
+            follow = f"  (logs: {job['follow']})" if job.get("follow") else ""
+            lines.append(f"  shard {shards}: job {job['job_id']}  {job['url']}{follow}")
         return "\n".join(lines + [f"  {line}" for line in describe_plan(self.plan)])
 
     def __repr__(self) -> str:
@@ -266,7 +269,7 @@ def build_request(
         stage_args=[*listed, *as_flags(stage_options)],
         needs_model=stage != "assemble" and not (job.endpoint or describe_endpoint),
         hardware=hardware,
-        dataset=dataset,  # type: ignore[arg-type]
+        dataset=dataset,
         storage_options=job.storage_options,
         shipped=shipped,
     )
@@ -356,7 +359,8 @@ def _brief(exc: ValueError) -> str:
     return "; ".join(f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}" for e in errors())
 
 
-def _resolve(target: str, launch_id: str | None, storage_options: Mapping[str, Any] | None) -> tuple[Any, LaunchRecord | None]:
+def _resolve(target: str, launch_id: str | None, storage_options: Mapping[str, Any] | None) -> tuple[Any,
+    LaunchRecord | None]:
     output = target
     if looks_like_launch_id(target):
         output = output_of_launch(target) or ""

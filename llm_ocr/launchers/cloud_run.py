@@ -43,13 +43,13 @@ import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from fsspec.core import split_protocol
-
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import CLOUD_RUN_PRICES, cloud_run_hardware
+from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.cloud_run_job import (
     MAX_RETRIES,
     MAX_TASKS,
@@ -63,7 +63,6 @@ from llm_ocr.launchers.cloud_run_job import (
     template_changed,
 )
 from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage import Storage
@@ -112,7 +111,8 @@ class CloudRunOptions(PlatformOptions):
         "unless given).", json_schema_extra={"metavar": "NAME=SECRET[:VERSION]", "repeat": True},
     )
     code_location: str | None = Field(None, description="Where the llm-ocr wheel is uploaded and mounted from (default "
-                                      "gs://OUTPUT_BUCKET/llm-ocr-code).", json_schema_extra={"metavar": "gs://BUCKET/FOLDER"})
+                                      "gs://OUTPUT_BUCKET/llm-ocr-code).",
+                                      json_schema_extra={"metavar": "gs://BUCKET/FOLDER"})
 
 
 class CloudRun:
@@ -197,11 +197,13 @@ class CloudRun:
         missing = [flag for flag, value in (("--project", self.project), ("--region", self.region)) if not value]
         if missing:
             raise LaunchError(
-                f"Cloud Run needs {' and '.join(missing)}: pass them, or set GOOGLE_CLOUD_PROJECT / CLOUDSDK_RUN_REGION "
-                "(a region with Cloud Run L4 GPUs, e.g. us-central1, europe-west1, europe-west4, asia-southeast1)"
+                f"Cloud Run needs {' and '.join(missing)}: pass them, or set GOOGLE_CLOUD_PROJECT / "
+                "CLOUDSDK_RUN_REGION (a region with Cloud Run L4 GPUs, e.g. us-central1, europe-west1, europe-west4, "
+                "asia-southeast1)"
             )
         if request.num_shards > MAX_TASKS:
-            raise LaunchError(f"--num-shards {request.num_shards}: a Cloud Run execution runs at most {MAX_TASKS} tasks")
+            raise LaunchError(f"--num-shards {request.num_shards}: a Cloud Run execution runs at most {MAX_TASKS} "
+                              "tasks")
         if self.parallelism is not None and self.parallelism < 1:
             raise LaunchError(f"--parallelism must be at least 1 (got {self.parallelism})")
         if request.attempts is not None and request.attempts > MAX_RETRIES + 1:
@@ -211,11 +213,12 @@ class CloudRun:
             )
         if request.secret_names:
             raise LaunchError(
-                f"--secret {request.secret_names[0]}: Cloud Run tasks read secrets from Secret Manager, never from this machine: "
-                f"store it (printf %s \"${request.secret_names[0]}\" | gcloud secrets create NAME --data-file=-) and pass "
-                f"--secret-ref {request.secret_names[0]}=NAME"
+                f"--secret {request.secret_names[0]}: Cloud Run tasks read secrets from Secret Manager, never from "
+                f"this machine: store it (printf %s \"${request.secret_names[0]}\" | gcloud secrets create NAME "
+                f"--data-file=-) and pass --secret-ref {request.secret_names[0]}=NAME"
             )
-        resources = task_resources(request.hardware, self.cpu, self.memory, needs_model=request.needs_model, stage=request.stage)
+        resources = task_resources(request.hardware, self.cpu, self.memory, needs_model=request.needs_model,
+                                   stage=request.stage)
         refs = parse_secret_refs(self.secret_refs)
         for name in refs:
             if name in request.env:
@@ -223,7 +226,8 @@ class CloudRun:
         if split_protocol(request.output)[0] == "hf" and "HF_TOKEN" not in refs:
             raise LaunchError(
                 f"the tasks need HF_TOKEN to write {request.output}: store a write token in Secret Manager "
-                "(printf %s \"$HF_TOKEN\" | gcloud secrets create hf-token --data-file=-) and pass --secret-ref HF_TOKEN=hf-token"
+                "(printf %s \"$HF_TOKEN\" | gcloud secrets create hf-token --data-file=-) and pass --secret-ref "
+                "HF_TOKEN=hf-token"
             )
         job_id = check_job_id(self.job_name or f"llm-ocr-{request.stage}")
         if self.service_account:
@@ -235,31 +239,37 @@ class CloudRun:
             self._check_credentials()
         hardware = cloud_run_hardware(1 if resources.gpu else 0, resources.cpu, resources.memory_gib)
         if self.region != CLOUD_RUN_PRICES.region:
-            notes.append(f"the Cloud Run prices are {CLOUD_RUN_PRICES.region}'s list prices ({CLOUD_RUN_PRICES.source}, "
-                         f"{CLOUD_RUN_PRICES.recorded}); {self.region} may differ, so the costs shown are estimates")
+            notes.append(f"the Cloud Run prices are {CLOUD_RUN_PRICES.region}'s list prices "
+                         f"({CLOUD_RUN_PRICES.source}, {CLOUD_RUN_PRICES.recorded}); {self.region} may differ, so the "
+                         "costs shown are estimates")
         info: dict[str, Any] = {
             "project": self.project, "region": self.region, "job": job_id, "gpu": resources.gpu, "cpu": resources.cpu,
             "memory_gib": resources.memory_gib, "endpoint": self.endpoint, "logging_endpoint": self.logging_endpoint,
         }
         private: dict[str, Any] = {"resources": resources, "code": None, "command_words": 1}
-        common = {"notes": notes, "max_timeout_s": GPU_TASK_LIMIT_S if resources.gpu else CPU_TASK_LIMIT_S,
-                  "env": {"LLM_OCR_GRACE_PERIOD": str(GRACE_PERIOD_S)}, "secret_refs": refs}
+        def target(image: str, prefix: list[str]) -> Target:
+            return Target(hardware, image, prefix, {}, info, private, notes=notes, secret_refs=refs,
+                          max_timeout_s=GPU_TASK_LIMIT_S if resources.gpu else CPU_TASK_LIMIT_S,
+                          env={"LLM_OCR_GRACE_PERIOD": str(GRACE_PERIOD_S)})
+
         if request.image:
-            return Target(hardware, request.image, [], {}, info, private, **common)
+            return target(request.image, [])
 
         wheel = self._wheel()
         code_url = self.code_location or _default_code_location(request.output)
         protocol, path = split_protocol(code_url)
         bucket, _, folder = path.strip("/").partition("/")
         if protocol not in ("gs", "gcs") or not bucket:
-            raise LaunchError(f"--code-location {code_url!r}: give a gs://BUCKET/FOLDER the tasks' service account can read")
+            raise LaunchError(f"--code-location {code_url!r}: give a gs://BUCKET/FOLDER the tasks' service account can "
+                              "read")
         in_folder = f"wheels/{wheel.digest[:16]}/{wheel.filename}"
-        prefix = install_then_run(with_extras(f"{CODE_MOUNT}/{in_folder}", extras_for([request.output, *request.inputs])))
+        prefix = install_then_run(with_extras(f"{CODE_MOUNT}/{in_folder}",
+                                              extras_for([request.output, *request.inputs])))
         private.update(wheel=wheel, code_url=f"gs://{bucket}/{folder}".rstrip("/"), wheel_path=in_folder,
                        code=CodeVolume(bucket, folder, CODE_MOUNT), command_words=len(prefix))
         info["code"] = f"{private['code_url']}/{in_folder}"
         image = GPU_IMAGE if request.needs_model else CPU_ONLY_IMAGE
-        return Target(hardware, image, prefix, {}, info, private, **common)
+        return target(image, prefix)
 
     def _wheel(self) -> Wheel:
         try:
@@ -293,13 +303,15 @@ class CloudRun:
         path = code.path(*target.private["wheel_path"].split("/"))
         try:
             if code.exists(path):
-                log.info("llm-ocr wheel %s already in %s: not uploaded again", wheel.digest[:16], target.private["code_url"])
+                log.info("llm-ocr wheel %s already in %s: not uploaded again", wheel.digest[:16],
+                         target.private["code_url"])
                 return
             code.write_atomic(path, wheel.data)
             code.flush()
         except Exception as exc:
             raise LaunchError(f"could not upload the llm-ocr wheel to {target.info['code']} ({_brief(exc)}); pass "
-                              "--code-location gs://BUCKET/FOLDER you can write, or --image with a prebuilt image") from exc
+                              "--code-location gs://BUCKET/FOLDER you can write, or --image with a prebuilt "
+                              "image") from exc
         log.info("uploaded the llm-ocr wheel to %s", target.info["code"])
 
     def submit(self, jobs: Sequence[PlannedJob], target: Target) -> Iterator[Submission]:
@@ -318,7 +330,8 @@ class CloudRun:
             try:
                 if current is None:
                     job = run_v2.Job.from_json(_json(desired))
-                    client.create_job(parent=self._location, job=job, job_id=name.rsplit("/", 1)[-1]).result(_OPERATION_TIMEOUT_S)
+                    client.create_job(parent=self._location, job=job,
+                                      job_id=name.rsplit("/", 1)[-1]).result(_OPERATION_TIMEOUT_S)
                     log.info("created Cloud Run job %s", name)
                 elif template_changed(desired, _to_dict(run_v2.Job, current)):
                     job = run_v2.Job.from_json(_json({**desired, "name": name}))
@@ -332,7 +345,8 @@ class CloudRun:
                 raise LaunchError(_brief(exc)) from exc
             execution = operation.metadata
             if execution is None or not execution.name:
-                raise LaunchError(f"Cloud Run accepted the run of {name} but named no execution; see `gcloud run jobs executions list`")
+                raise LaunchError(f"Cloud Run accepted the run of {name} but named no execution; see `gcloud run jobs "
+                                  "executions list`")
             short = execution.name.rsplit("/", 1)[-1]
             url = (f"https://console.cloud.google.com/run/jobs/executions/details/{self.region}/{short}/tasks"
                    f"?project={self.project}")
@@ -350,7 +364,7 @@ class CloudRun:
             tasks = list(self._client("tasks").list_tasks(parent=name))
             found[name] = _execution_state(execution)
             shards = job["shards"]
-            self._tasks[name] = {shards[task.index]: _task_state(task) for task in tasks if 0 <= task.index < len(shards)}
+            self._tasks[name] = {shards[task.index]: _task_state(task) for task in tasks if 0 <= task.index < len(shards)}  # noqa: E501 - not wrapped yet
         return found
 
     def shard_phase(self, state: JobState, shard: int) -> JobState:
@@ -371,25 +385,30 @@ class CloudRun:
                  f'AND labels."run.googleapis.com/task_index"="{index}"')
         return self._log_lines(query, job, shard, follow=follow, tail=tail)
 
-    def _log_lines(self, query: str, job: dict[str, Any], shard: int, *, follow: bool, tail: int | None) -> Iterator[str]:
+    def _log_lines(self, query: str, job: dict[str, Any], shard: int, *, follow: bool,
+                   tail: int | None) -> Iterator[str]:
         from google.cloud import logging as cloud_logging
 
         client = cloud_logging.Client(project=self.project, _use_grpc=False, **self._connection(self.logging_endpoint))
         resource = [f"projects/{self.project}"]
         if tail is not None:
-            entries = list(client.list_entries(resource_names=resource, filter_=query, order_by=cloud_logging.DESCENDING,
+            entries = list(client.list_entries(resource_names=resource, filter_=query,
+                                               order_by=cloud_logging.DESCENDING,
                                                max_results=tail))
             entries.reverse()
         else:
-            entries = list(client.list_entries(resource_names=resource, filter_=query, order_by=cloud_logging.ASCENDING))
+            entries = list(client.list_entries(resource_names=resource, filter_=query,
+                                               order_by=cloud_logging.ASCENDING))
         last = None
         for entry in entries:
             last = entry.timestamp
             yield _payload(entry)
         while follow:
-            ended = self.shard_phase(self.states([job])[job["job_id"]], shard).phase in ("succeeded", "failed", "cancelled")
+            ended = self.shard_phase(self.states([job])[job["job_id"]], shard).phase in ("succeeded", "failed",
+                                                                                         "cancelled")
             since = f' AND timestamp>"{last.isoformat()}"' if last else ""
-            for entry in client.list_entries(resource_names=resource, filter_=query + since, order_by=cloud_logging.ASCENDING):
+            for entry in client.list_entries(resource_names=resource, filter_=query + since,
+                                             order_by=cloud_logging.ASCENDING):
                 last = entry.timestamp
                 yield _payload(entry)
             if ended:
@@ -428,12 +447,12 @@ def _to_dict(message_cls: Any, message: Any) -> dict[str, Any]:
     return dict(json_format.MessageToDict(message_cls.pb(message)))
 
 
-def _as_sent(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+def _as_sent(kind: Literal["Job", "RunJobRequest"], body: dict[str, Any]) -> dict[str, Any]:
     """``body`` after a round trip through the proto message, as the REST transport serialises
     it (default values dropped, canonical field forms): what the dry run shows is what is sent."""
     from google.cloud import run_v2
 
-    cls = {"Job": run_v2.Job, "RunJobRequest": run_v2.RunJobRequest}[kind]
+    cls = run_v2.Job if kind == "Job" else run_v2.RunJobRequest
     return _to_dict(cls, cls.from_json(_json(body)))
 
 
@@ -453,9 +472,11 @@ def _seconds(start: Any, end: Any) -> float | None:
 def _execution_state(execution: Any) -> JobState:
     """The execution's phase from its counts: succeeded only when every task succeeded."""
     completed = _conditions(execution).get("Completed")
-    finished = bool(execution.completion_time) or (completed is not None and completed.state.name in (_SUCCEEDED, _FAILED))
+    finished = bool(execution.completion_time) or (completed is not None and completed.state.name in (_SUCCEEDED,
+                                                                                                      _FAILED))
     counts = (f"{execution.succeeded_count}/{execution.task_count} succeeded, {execution.failed_count} failed, "
-              f"{execution.running_count} running, {execution.retried_count} retried, {execution.cancelled_count} cancelled")
+              f"{execution.running_count} running, {execution.retried_count} retried, {execution.cancelled_count} "
+              "cancelled")
     phase: Phase
     if finished:
         if execution.succeeded_count == execution.task_count and not execution.failed_count:
@@ -469,7 +490,8 @@ def _execution_state(execution: Any) -> JobState:
     else:
         phase = "pending"
     message = completed.message if completed is not None and completed.message else None
-    return JobState(execution.name.rsplit("/", 1)[-1], phase, counts, message or (counts if phase in ("failed", "cancelled") else None),
+    return JobState(execution.name.rsplit("/", 1)[-1], phase, counts,
+                    message or (counts if phase in ("failed", "cancelled") else None),
                     _seconds(execution.start_time, execution.completion_time))
 
 
@@ -493,7 +515,8 @@ def _task_state(task: Any) -> JobState:
         why = (result.status.message if result else "") or (completed.message if completed is not None else "")
         message = f"{attempt} exited {exit_code}" + (f": {why}" if why else "")
     name = f"{task.execution.rsplit('/', 1)[-1] or task.name.rsplit('/', 1)[-1]} task {task.index}"
-    return JobState(name, phase, f"{phase.upper()} ({attempt})", message, _seconds(task.start_time, task.completion_time))
+    return JobState(name, phase, f"{phase.upper()} ({attempt})", message,
+                    _seconds(task.start_time, task.completion_time))
 
 
 def _payload(entry: Any) -> str:

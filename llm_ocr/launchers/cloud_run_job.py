@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llm_ocr.launchers.spec import LaunchError, ShardSpec
 from llm_ocr.container.shard_index import TASK_SHARDS_ENV, task_shards_value
+from llm_ocr.launchers.spec import LaunchError, ShardSpec
 
 #: The one container of a task (ContainerOverride names it).
 CONTAINER = "llm-ocr"
@@ -76,7 +76,8 @@ class TaskResources:
         return limits
 
 
-def task_resources(gpu: str | None, cpu: int | None, memory: str | None, *, needs_model: bool, stage: str) -> TaskResources:
+def task_resources(gpu: str | None, cpu: int | None, memory: str | None, *, needs_model: bool,
+                   stage: str) -> TaskResources:
     """The checked resources of a task; :class:`LaunchError` naming what Cloud Run accepts."""
     gpu = gpu if gpu is not None else ("nvidia-l4" if needs_model else "none")
     if gpu.lower() in ("", "none", "cpu"):
@@ -89,20 +90,24 @@ def task_resources(gpu: str | None, cpu: int | None, memory: str | None, *, need
     elif gpu in GPU_TYPES:
         gpu_type = gpu
     else:
-        raise LaunchError(f"--gpu {gpu!r} is not a GPU Cloud Run Jobs offer: choose {', '.join(GPU_TYPES)} (or none for a CPU task)")
+        raise LaunchError(f"--gpu {gpu!r} is not a GPU Cloud Run Jobs offer: choose {', '.join(GPU_TYPES)} (or none "
+                          "for a CPU task)")
     cpu = cpu if cpu is not None else (8 if gpu_type else 2)
     memory_gib = parse_memory(memory) if memory is not None else (32.0 if gpu_type else 8.0)
     if cpu > MAX_CPU or memory_gib > MAX_MEMORY_GIB:
-        raise LaunchError(f"--cpu {cpu} --memory {memory_gib:g}Gi: a Cloud Run task has at most {MAX_CPU} vCPU and {MAX_MEMORY_GIB} GiB")
+        raise LaunchError(f"--cpu {cpu} --memory {memory_gib:g}Gi: a Cloud Run task has at most {MAX_CPU} vCPU and "
+                          f"{MAX_MEMORY_GIB} GiB")
     if cpu not in MEMORY_GIB_BY_CPU:
         raise LaunchError(f"--cpu {cpu}: Cloud Run tasks take {', '.join(map(str, MEMORY_GIB_BY_CPU))} vCPU")
     low, high = MEMORY_GIB_BY_CPU[cpu]
     if not low <= memory_gib <= high:
-        raise LaunchError(f"--memory {memory_gib:g}Gi with --cpu {cpu}: Cloud Run needs {low:g} to {high:g} GiB for {cpu} vCPU")
+        raise LaunchError(f"--memory {memory_gib:g}Gi with --cpu {cpu}: Cloud Run needs {low:g} to {high:g} GiB for "
+                          f"{cpu} vCPU")
     if gpu_type and (cpu < GPU_MIN_CPU or memory_gib < GPU_MIN_MEMORY_GIB):
         raise LaunchError(
-            f"--gpu {gpu_type} needs at least {GPU_MIN_CPU} vCPU and {GPU_MIN_MEMORY_GIB} GiB (got {cpu} vCPU, {memory_gib:g} GiB); "
-            "the default 8 vCPU / 32 GiB leaves room for the model download, which Cloud Run keeps in memory"
+            f"--gpu {gpu_type} needs at least {GPU_MIN_CPU} vCPU and {GPU_MIN_MEMORY_GIB} GiB (got {cpu} vCPU, "
+            f"{memory_gib:g} GiB); the default 8 vCPU / 32 GiB leaves room for the model download, which Cloud Run "
+            "keeps in memory"
         )
     return TaskResources(gpu_type, cpu, memory_gib)
 
@@ -121,8 +126,8 @@ def check_job_id(job_id: str) -> str:
     """A valid Cloud Run job name, or :class:`LaunchError`."""
     if not _JOB_ID.match(job_id):
         raise LaunchError(
-            f"--job-name {job_id!r}: a Cloud Run job name has lowercase letters, digits and dashes, starts with a letter, "
-            "does not end with a dash, and has at most 63 characters"
+            f"--job-name {job_id!r}: a Cloud Run job name has lowercase letters, digits and dashes, starts with a "
+            "letter, does not end with a dash, and has at most 63 characters"
         )
     return job_id
 
@@ -144,7 +149,8 @@ def parse_secret_refs(items: list[str]) -> dict[str, str]:
     for item in items:
         name, sep, ref = item.partition("=")
         if not sep or not _ENV_NAME.match(name) or not ref:
-            raise LaunchError(f"--secret-ref {item!r}: write NAME=SECRET[:VERSION], e.g. HF_TOKEN=hf-token or HF_TOKEN=hf-token:2")
+            raise LaunchError(f"--secret-ref {item!r}: write NAME=SECRET[:VERSION], e.g. HF_TOKEN=hf-token or "
+                              "HF_TOKEN=hf-token:2")
         secret, version = _split_version(ref)
         refs[name] = f"{secret}:{version}"
     return refs

@@ -21,8 +21,10 @@ from typing import Any
 
 from fsspec.core import split_protocol
 
-from llm_ocr.launchers.command import llm_ocr_command
+from llm_ocr.container.cuda import IMAGE_ENV
+from llm_ocr.container.shard_index import format_ranges
 from llm_ocr.launchers.adapter import JobState, Platform
+from llm_ocr.launchers.command import llm_ocr_command
 from llm_ocr.launchers.files import LOCAL_PROTOCOLS, upload
 from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, save_record
 from llm_ocr.launchers.sizing import fit_timeout, input_pages, planning_rate
@@ -39,10 +41,8 @@ from llm_ocr.launchers.spec import (
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
 from llm_ocr.outcomes import stage_stats
-from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
-from llm_ocr.container.cuda import IMAGE_ENV
-from llm_ocr.container.shard_index import format_ranges
 from llm_ocr.sources import InputError
+from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
 from llm_ocr.storage.state import marker_layouts, marker_paths, markers_by_shard, read_progress
@@ -102,15 +102,18 @@ def plan_launch(
     )  # a job serves the model on each of its GPUs
     if request.pages is not None:
         pages, pages_how = request.pages, "--pages"
-    attempts = request.attempts if request.attempts is not None else getattr(platform, "default_attempts", DEFAULT_ATTEMPTS)
+    attempts = request.attempts if request.attempts is not None else getattr(platform, "default_attempts",
+                                                                             DEFAULT_ATTEMPTS)
     try:
-        timeout, too_long = fit_timeout(pages, request.num_shards, rate, limit_s=target.max_timeout_s, attempts=attempts,
+        timeout, too_long = fit_timeout(pages, request.num_shards, rate, limit_s=target.max_timeout_s,
+                                        attempts=attempts,
                                         requested_s=request.timeout_s)
     except ValueError as exc:
         raise LaunchError(f"{platform.name}: {exc}") from exc
     notes += too_long
     if request.timeout_s is None:
-        basis = f"{pages} pages ({pages_how}) at {rate:g} pages/s per job" if pages is not None else f"page count unknown ({pages_how}); pass --pages N to size it"
+        basis = (f"{pages} pages ({pages_how}) at {rate:g} pages/s per job" if pages is not None
+                 else f"page count unknown ({pages_how}); pass --pages N to size it")
         notes.append(f"timeout {timeout // 60} min per job: {basis}")
 
     specs = [
@@ -154,7 +157,8 @@ def _check_request(request: LaunchRequest, *, shared_filesystem: bool = False) -
             )
     for name in request.env:
         if _SECRET_NAME.search(name):
-            raise LaunchError(f"--env {name}=... looks like a secret: pass it with --secret {name} (its value is read from your environment)")
+            raise LaunchError(f"--env {name}=... looks like a secret: pass it with --secret {name} (its value is read "
+                              "from your environment)")
 
 
 def _user_secrets(request: LaunchRequest) -> dict[str, str]:
@@ -244,7 +248,8 @@ def _notes(request: LaunchRequest, target: Target) -> list[str]:
     if hardware.price_per_hour is None:
         notes.append(f"no price known for {hardware.name}: costs will show as unknown")
     elif not hardware.listed:
-        notes.append(f"{hardware.name} price ${hardware.price_per_hour:.2f}/h is an estimate (GPU price x {hardware.gpus})")
+        notes.append(f"{hardware.name} price ${hardware.price_per_hour:.2f}/h is an estimate (GPU price x "
+                     f"{hardware.gpus})")
     return notes
 
 
@@ -346,7 +351,8 @@ def submit_plan(plan: LaunchPlan, platform: Platform) -> LaunchRecord | None:
             save_record(out, record)
         raise LaunchError(
             f"submitting to {plan.platform} failed after {submitted} of {len(plan.jobs)} job(s): {exc}"
-            + ("; those are recorded (llm-ocr jobs status OUT): relaunch the same command to submit the rest" if submitted else "")
+            + ("; those are recorded (llm-ocr jobs status OUT): relaunch the same command to submit the rest"
+               if submitted else "")
         ) from exc
     save_record(out, record)
     return record
@@ -375,7 +381,8 @@ def collect_status(
         layouts = set().union(*(marker_layouts(out, s) for s in STAGE_FOLDERS))
         if len(layouts) != 1:
             raise LaunchError(
-                f"{out.url} has no launch record" + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")
+                f"{out.url} has no launch record"
+                + (f" and markers for several shard counts {sorted(layouts)}" if layouts else " and no completion markers")  # noqa: E501 - not wrapped yet
                 + ": nothing to show (was it launched with `llm-ocr launch`?)"
             )
         num_shards = layouts.pop()
@@ -386,7 +393,8 @@ def collect_status(
         if stage == "run" and num_shards in marker_layouts(out, "fields"):
             needed = (*needed, "fields")
     markers = {s: markers_by_shard(out, s, num_shards, cache) for s in needed}
-    progress = {shard: data for (name, shard), data in read_progress(out, num_shards).items() if name == STAGES[stage].primary}
+    progress = {shard: data for (name, shard),
+                data in read_progress(out, num_shards).items() if name == STAGES[stage].primary}
     states: dict[str, JobState] = {}
     if record is not None:
         try:
@@ -445,10 +453,13 @@ def wait_for(
 def shard_logs(record: LaunchRecord, shard: int, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
     """Log lines of ``shard``'s latest job."""
     if not 0 <= shard < record.num_shards:
-        raise LaunchError(f"--shard {shard} is out of range: launch {record.launch_id} has {record.num_shards} shard(s)")
+        raise LaunchError(
+            f"--shard {shard} is out of range: launch {record.launch_id} has {record.num_shards} shard(s)"
+        )
     job = record.job_of_shard(shard)
     if job is None:
-        raise LaunchError(f"shard {shard} has no job in launch {record.launch_id} ({record.skipped.get(str(shard), 'not launched')})")
+        raise LaunchError(f"shard {shard} has no job in launch {record.launch_id} "
+                          f"({record.skipped.get(str(shard), 'not launched')})")
     return _follower(record).logs(job, shard, follow=follow, tail=tail)
 
 

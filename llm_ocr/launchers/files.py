@@ -16,7 +16,7 @@ import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from fsspec.core import split_protocol
 
@@ -44,7 +44,7 @@ class ShippedFile:
     source: str
 
 
-def is_local_file(value: Any) -> bool:
+def is_local_file(value: Any) -> TypeGuard[str]:
     """Whether ``value`` names a file on this machine (not a URL, inline JSON or pydantic path)."""
     if not isinstance(value, str) or value.strip().startswith("{"):
         return False
@@ -94,7 +94,8 @@ def _classes_copies(output: str, path: str) -> list[ShippedFile]:
     except yaml.YAMLError as exc:
         raise ShipError(f"--classes {path!r} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("classes"), dict):
-        raise ShipError(f"--classes {path!r}: expected a mapping with a 'classes' mapping (class name -> schema and rules)")
+        raise ShipError(f"--classes {path!r}: expected a mapping with a 'classes' mapping (class name -> schema and "
+                        "rules)")
     base = os.path.dirname(os.path.abspath(path))
     copies = []
     for spec in data["classes"].values():

@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import HF_JOBS_HARDWARE, Hardware
-from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
 from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
 from llm_ocr.launchers.spec import LAUNCH_LABEL, REDACTED, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage.stores import scrub
@@ -64,7 +64,8 @@ class HfJobsOptions(PlatformOptions):
         None, description=f"Hardware flavor (default: {DEFAULT_GPU_FLAVOR}, or {DEFAULT_CPU_FLAVOR} for assemble and "
         "--endpoint runs); e.g. l4x1, l40sx1, a100-large, h200.", json_schema_extra={"metavar": "FLAVOR"},
     )
-    namespace: str | None = Field(None, description="User or organisation to run the jobs under (default: the token's user).")
+    namespace: str | None = Field(None, description="User or organisation to run the jobs under (default: the token's "
+                                                    "user).")
     code_repo: str | None = Field(
         None, description="Private model repo the llm-ocr wheel is uploaded to (default: NAMESPACE/llm-ocr-jobs-code).",
         json_schema_extra={"metavar": "OWNER/NAME"},
@@ -129,12 +130,13 @@ class HfJobs:
             except Exception as exc:
                 if is_network_error(exc):
                     raise LaunchError(
-                        f"could not reach the Hugging Face Hub at {self.endpoint or 'https://huggingface.co'} (a network "
-                        f"failure, not the token: {_brief(exc)}); check the connection, or review the plan with "
-                        "--dry-run --offline"
+                        f"could not reach the Hugging Face Hub at {self.endpoint or 'https://huggingface.co'} (a "
+                        f"network failure, not the token: {_brief(exc)}); check the connection, or review the plan "
+                        "with --dry-run --offline"
                     ) from exc
                 raise LaunchError(
-                    f"the Hugging Face token was refused ({_brief(exc)}): run `hf auth login` or export a valid HF_TOKEN"
+                    f"the Hugging Face token was refused ({_brief(exc)}): run `hf auth login` or export a valid "
+                    "HF_TOKEN"
                 ) from exc
         return self.namespace
 
@@ -181,7 +183,8 @@ class HfJobs:
         flavor = request.hardware or (DEFAULT_GPU_FLAVOR if request.needs_model else DEFAULT_CPU_FLAVOR)
         hardware = table.get(flavor)
         if hardware is None:
-            raise LaunchError(f"unknown --flavor {flavor!r}; Hugging Face Jobs flavors ({source}): {_flavor_list(table)}")
+            raise LaunchError(f"unknown --flavor {flavor!r}; Hugging Face Jobs flavors ({source}): "
+                              f"{_flavor_list(table)}")
         if request.needs_model and hardware.gpus == 0:
             raise LaunchError(
                 f"--flavor {flavor} has no GPU, but llm-ocr {request.stage} serves a model in the job: choose a GPU "
@@ -234,8 +237,8 @@ class HfJobs:
             )
             log.info("uploaded the llm-ocr wheel to %s/%s", repo, path)
         except Exception as exc:
-            raise LaunchError(f"could not upload the llm-ocr wheel to {repo} ({_brief(exc)}); pass --code-repo OWNER/NAME "
-                              "of a repo the token can write, or --image with a prebuilt image") from exc
+            raise LaunchError(f"could not upload the llm-ocr wheel to {repo} ({_brief(exc)}); pass --code-repo "
+                              "OWNER/NAME of a repo the token can write, or --image with a prebuilt image") from exc
 
     def submit(self, jobs: Sequence[PlannedJob], target: Target) -> Iterator[Submission]:
         """``run_job`` per shard."""
@@ -274,7 +277,8 @@ class HfJobs:
 
     def logs(self, job: dict[str, Any], shard: int, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
         """The job's log lines (``fetch_job_logs``)."""
-        return iter(self.api.fetch_job_logs(job_id=job["job_id"], namespace=self._namespace(), follow=follow, tail=tail))
+        return iter(self.api.fetch_job_logs(job_id=job["job_id"], namespace=self._namespace(), follow=follow,
+                                            tail=tail))
 
     def cancel(self, jobs: Sequence[dict[str, Any]]) -> list[str]:
         """``cancel_job`` each."""
@@ -300,7 +304,8 @@ def job_body(spec: ShardSpec, volumes: Sequence[Any], *, redact: bool) -> dict[s
     body["labels"] = {**spec.labels, "name": spec.name}
     if volumes:
         body["volumes"] = [v.to_dict() for v in volumes]
-    for prefix in ("https://huggingface.co/spaces/", "https://hf.co/spaces/", "huggingface.co/spaces/", "hf.co/spaces/"):
+    for prefix in ("https://huggingface.co/spaces/", "https://hf.co/spaces/", "huggingface.co/spaces/",
+                   "hf.co/spaces/"):
         if spec.image.startswith(prefix):
             body["spaceId"] = spec.image[len(prefix):]
             break
@@ -345,7 +350,8 @@ def is_network_error(exc: BaseException) -> bool:
         ):
             return True
         if any(text in str(current) for text in ("Name or service not known", "Temporary failure in name resolution",
-                                                 "nodename nor servname", "Connection refused", "Network is unreachable")):
+                                                 "nodename nor servname", "Connection refused",
+                                                 "Network is unreachable")):
             return True
         current = current.__cause__ or current.__context__
     return False

@@ -119,7 +119,8 @@ def record_path(out: Storage, launch_id: str) -> str:
 def save_record(out: Storage, record: LaunchRecord) -> None:
     """Write the record beside the output, made visible now (on the Hub: committed), and note
     its output locally by launch id."""
-    out.write_atomic(record_path(out, record.launch_id), json.dumps(record.to_json(), indent=2, sort_keys=True).encode())
+    out.write_atomic(record_path(out, record.launch_id),
+                     json.dumps(record.to_json(), indent=2, sort_keys=True).encode())
     out.flush()
     try:
         path = _local_index() / f"{record.launch_id}.json"

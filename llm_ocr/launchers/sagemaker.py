@@ -36,13 +36,12 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar
 
 from fsspec.core import split_protocol
-
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
 from llm_ocr.launchers import sagemaker_request as req
-from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
 from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
 from llm_ocr.launchers.spec import (
     LAUNCH_LABEL,
     LaunchError,
@@ -106,12 +105,15 @@ class SageMakerOptions(PlatformOptions):
     )
     role: str | None = Field(None, description="The jobs' execution role (required; see sagemaker/README.md).",
                              json_schema_extra={"metavar": "ARN"})
-    region: str | None = Field(None, description="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / your AWS config).")
+    region: str | None = Field(None, description="AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / your AWS "
+                                                 "config).")
     aws_secret: list[str] | dict[str, str] = Field(
         default_factory=list, description="The job sets NAME from this AWS Secrets Manager secret at start (e.g. "
-        "HF_TOKEN=llm-ocr/hf-token for an hf:// output).", json_schema_extra={"metavar": "NAME=SECRET_ID", "repeat": True},
+        "HF_TOKEN=llm-ocr/hf-token for an hf:// output).",
+        json_schema_extra={"metavar": "NAME=SECRET_ID", "repeat": True},
     )
-    code_uri: str | None = Field(None, description="Where the llm-ocr wheel is uploaded (default: OUT/_state/code for an "
+    code_uri: str | None = Field(None, description="Where the llm-ocr wheel is uploaded (default: OUT/_state/code for "
+                                                   "an "
                                  "s3:// output).", json_schema_extra={"metavar": "S3_URL"})
     volume_size: int = Field(DEFAULT_VOLUME_GB, description="ML storage volume per instance, in GB (model weights and "
                              "scratch).", json_schema_extra={"metavar": "GB"})
@@ -180,13 +182,13 @@ class SageMaker:
         if request.secret_names:
             names = ", ".join(request.secret_names)
             raise LaunchError(
-                f"--secret {names}: SageMaker jobs have no secrets channel (their Environment is readable by anyone who "
-                f"can describe them); store the value in AWS Secrets Manager and pass --aws-secret NAME=SECRET_ID, "
+                f"--secret {names}: SageMaker jobs have no secrets channel (their Environment is readable by anyone "
+                f"who can describe them); store the value in AWS Secrets Manager and pass --aws-secret NAME=SECRET_ID, "
                 "which the job fetches by name at start with its role"
             )
         hardware = self._hardware(request)
-        notes = ["SageMaker Processing has no job retries (--attempts is not used): relaunch the same command to "
-                 "rerun failed shards; they resume from their parts"]
+        notes = [("SageMaker Processing has no job retries (--attempts is not used): relaunch the same command to "
+                  "rerun failed shards; they resume from their parts")]
         if hardware.price_per_hour is not None and self.price_per_hour is None:
             notes.append(f"{sagemaker_price_note(hardware.name, region)}; pass --price-per-hour for your own")
         if request.offline:
@@ -200,10 +202,11 @@ class SageMaker:
             quota = self._quota(hardware.name, notes)
             self._check_secrets(request, notes)
         info: dict[str, Any] = {"region": region, "account": account, "role": role}
-        private: dict[str, Any] = {"quota": quota, "role": role, "secret_ids": dict(self.aws_secrets), "stage": request.stage}
+        private: dict[str, Any] = {"quota": quota, "role": role, "secret_ids": dict(self.aws_secrets),
+                                   "stage": request.stage}
         # The jobs get the secrets' values only in their own process (fetched by name at start):
         # the specs list the names, with no value to leak.
-        secret_names = {name: "" for name in self.aws_secrets}
+        secret_names = dict.fromkeys(self.aws_secrets, "")
         if request.image:
             return Target(hardware, request.image, [], secret_names, info, private, notes)
 
@@ -215,17 +218,18 @@ class SageMaker:
             extras = sorted({*extras, "sagemaker"})  # boto3, to fetch the secrets
         private.update(wheel=wheel, code_uri=code_uri)
         info.update(code_uri=code_uri)
-        image = f"{DLC_ACCOUNTS.get(region, DEFAULT_DLC_ACCOUNT)}.dkr.ecr.{region}.amazonaws.com{_cn(region)}/{DLC_VLLM_TAG}"
+        image = f"{DLC_ACCOUNTS.get(region, DEFAULT_DLC_ACCOUNT)}.dkr.ecr.{region}.amazonaws.com{_cn(region)}/{DLC_VLLM_TAG}"  # noqa: E501 - not wrapped yet
         if region not in DLC_ACCOUNTS and not re.match(r"^(us|eu|ap|ca|sa)-", region):
-            notes.append(f"the vLLM DLC registry for {region} is assumed to be {DEFAULT_DLC_ACCOUNT}: pass --image if it is not")
+            notes.append(f"the vLLM DLC registry for {region} is assumed to be {DEFAULT_DLC_ACCOUNT}: pass --image if "
+                         "it is not")
         prefix = install_then_run(with_extras(f"{req.CODE_LOCAL_PATH}/{wheel.filename}", extras))
         return Target(hardware, image, prefix, secret_names, info, private, notes)
 
     def _role(self) -> str:
         if not self.role:
             raise LaunchError(
-                "no execution role: pass --role arn:aws:iam::ACCOUNT:role/NAME, a role SageMaker can assume that may read "
-                "the inputs, write the output and write logs (sagemaker/README.md lists the permissions)"
+                "no execution role: pass --role arn:aws:iam::ACCOUNT:role/NAME, a role SageMaker can assume that may "
+                "read the inputs, write the output and write logs (sagemaker/README.md lists the permissions)"
             )
         if not _ROLE_ARN.match(self.role):
             raise LaunchError(f"--role {self.role!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/NAME)")
@@ -241,7 +245,8 @@ class SageMaker:
                     f"--instance-type {name} is for SageMaker Training only: Processing jobs cannot use it. "
                     f"GPU types Processing offers: {_type_list(gpu_types)}"
                 )
-            raise LaunchError(f"unknown --instance-type {name!r} for SageMaker Processing; GPU types: {_type_list(gpu_types)}")
+            raise LaunchError(f"unknown --instance-type {name!r} for SageMaker Processing; GPU types: "
+                              f"{_type_list(gpu_types)}")
         hardware = SAGEMAKER_HARDWARE.get(name) or Hardware(name, 0, None, None, True, "")
         if request.needs_model:
             if not name.startswith(MODEL_FAMILIES) or name not in SAGEMAKER_HARDWARE or hardware.gpus == 0:
@@ -268,14 +273,15 @@ class SageMaker:
             self._client("iam").get_role(RoleName=role.rsplit("/", 1)[-1])
         except Exception as exc:
             if _code(exc) == "NoSuchEntity":
-                raise LaunchError(f"--role {role}: no such role in this account; create it (sagemaker/README.md)") from exc
+                raise LaunchError(f"--role {role}: no such role in this account; create it "
+                                  "(sagemaker/README.md)") from exc
             notes.append(f"could not check that role {role} exists ({_brief(exc)})")
 
     def _quota(self, instance_type: str, notes: list[str]) -> int | None:
         """The account's "TYPE for processing job usage" quota, None when it cannot be read."""
         wanted = f"{instance_type} for processing job usage"
         try:
-            pages = self._client("service-quotas").get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker")
+            pages = self._client("service-quotas").get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker")  # noqa: E501 - not wrapped yet
             for page in pages:
                 for quota in page.get("Quotas", []):
                     if quota.get("QuotaName") == wanted:
@@ -312,7 +318,8 @@ class SageMaker:
     def _code_prefix(self, request: LaunchRequest) -> str:
         if self.code_uri:
             if split_protocol(self.code_uri)[0] != "s3":
-                raise LaunchError(f"--code-uri {self.code_uri!r} must be an s3:// URL: SageMaker copies it into the job")
+                raise LaunchError(f"--code-uri {self.code_uri!r} must be an s3:// URL: SageMaker copies it into the "
+                                  "job")
             return self.code_uri
         if split_protocol(request.output)[0] == "s3":
             return f"{request.output.rstrip('/')}/_state/code"
@@ -361,7 +368,8 @@ class SageMaker:
             problems = req.request_problems(body)
             if problems:
                 raise LaunchError(
-                    "the Processing job would break SageMaker's limits, so nothing was submitted: " + "; ".join(problems)
+                    "the Processing job would break SageMaker's limits, so nothing was submitted: "
+                    + "; ".join(problems)
                     + " (Environment holds the --env variables and llm-ocr's own; ContainerArguments the INPUTs and "
                     "stage options: shorten them, or put long option values in a file the job can read)"
                 )
@@ -413,7 +421,8 @@ class SageMaker:
             try:
                 client.create_processing_job(**job.body)
             except Exception as exc:
-                hint = " (the account's instance quota: see Service Quotas)" if _code(exc) == "ResourceLimitExceeded" else ""
+                hint = (" (the account's instance quota: see Service Quotas)" if _code(exc) == "ResourceLimitExceeded"
+                        else "")
                 raise LaunchError(f"{_brief(exc)}{hint}") from exc
             url = f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/processing-jobs/{name}"
             follow = f"aws logs tail {LOG_GROUP} --log-stream-name-prefix {name}/ --follow --region {region}"
@@ -448,7 +457,8 @@ class SageMaker:
                     raise LaunchError(f"cannot read the logs of {name} ({_brief(exc)})") from exc
                 streams = []
             if not streams and not follow:
-                raise LaunchError(f"no log stream {LOG_GROUP}/{prefix}* yet: the host has not started (llm-ocr jobs status)")
+                raise LaunchError(f"no log stream {LOG_GROUP}/{prefix}* yet: the host has not started (llm-ocr jobs "
+                                  "status)")
             for stream in sorted(streams, key=lambda s: s["logStreamName"]):
                 yield from self._events(logs, stream["logStreamName"], tokens, tail)
             if not follow or ended:
@@ -512,8 +522,8 @@ def _secret_map(given: dict[str, str] | Sequence[str] | None) -> dict[str, str]:
     found = {}
     for name, secret_id in pairs:
         if not _ENV_NAME.match(name or "") or not secret_id:
-            raise LaunchError(f"--aws-secret {name}={secret_id}: write NAME=SECRET_ID (NAME a variable name, SECRET_ID a "
-                              "Secrets Manager name or ARN, optionally #KEY of a JSON secret)")
+            raise LaunchError(f"--aws-secret {name}={secret_id}: write NAME=SECRET_ID (NAME a variable name, SECRET_ID "
+                              "a Secrets Manager name or ARN, optionally #KEY of a JSON secret)")
         found[name] = secret_id
     return found
 

@@ -113,7 +113,8 @@ def fit_timeout(
     finish even in every attempt of ``attempts`` (without any margin) raises ``ValueError``.
     """
     if requested_s is not None and limit_s is not None and requested_s > limit_s:
-        raise ValueError(f"--timeout {requested_s}s is more than the platform's limit of {limit_s}s ({limit_s / 60:g} min) per attempt")
+        raise ValueError(f"--timeout {requested_s}s is more than the platform's limit of {limit_s}s ({limit_s / 60:g} "
+                         "min) per attempt")
     timeout = requested_s if requested_s is not None else shard_timeout(pages, num_shards, pages_per_s)
     if limit_s is None:
         return timeout, []
@@ -123,22 +124,25 @@ def fit_timeout(
     per_shard = math.ceil(pages / max(num_shards, 1))
     work_s = per_shard / pages_per_s
     useful_s = timeout - STARTUP_S
-    one_attempt = max(1, math.ceil(pages / ((limit_s - STARTUP_S) / MARGIN * pages_per_s))) if limit_s > STARTUP_S else None
+    one_attempt = max(1,
+        math.ceil(pages / ((limit_s - STARTUP_S) / MARGIN * pages_per_s))) if limit_s > STARTUP_S else None
     advice = (f"--num-shards {one_attempt} or more keeps each shard within one attempt with margin" if one_attempt
               else f"the limit is shorter than the {STARTUP_S // 60} min planned start-up")
     needed = math.ceil(work_s / useful_s) if useful_s > 0 else None
     if needed is None or needed > attempts:
         raise ValueError(
-            f"a shard of {per_shard} pages needs ~{work_s / 60:.0f} min at {pages_per_s:g} pages/s, more than {attempts} "
-            f"attempt(s) of {timeout // 60} min (minus ~{STARTUP_S // 60} min start-up each) can give: {advice} "
-            "(or set --pages-per-s if your rate is known to be higher)"
+            f"a shard of {per_shard} pages needs ~{work_s / 60:.0f} min at {pages_per_s:g} pages/s, more than "
+            f"{attempts} attempt(s) of {timeout // 60} min (minus ~{STARTUP_S // 60} min start-up each) can give: "
+            f"{advice} (or set --pages-per-s if your rate is known to be higher)"
         )
     planned = STARTUP_S + work_s * MARGIN
     if planned <= timeout:
         return timeout, []
     with_margin = math.ceil(work_s * MARGIN / useful_s)
-    return timeout, [
-        f"shards too long for the {timeout // 60} min task limit: a shard of {per_shard} pages needs ~{planned / 60:.0f} min "
-        f"at {pages_per_s:g} pages/s ({STARTUP_S // 60} min start-up + x{MARGIN:g} margin); tasks will be stopped at the "
-        f"limit and resume on retry (~{min(with_margin, attempts)} of {attempts} attempts, each paying the start-up again): {advice}"
-    ]
+    note = (
+        f"shards too long for the {timeout // 60} min task limit: a shard of {per_shard} pages needs "
+        f"~{planned / 60:.0f} min at {pages_per_s:g} pages/s ({STARTUP_S // 60} min start-up + x{MARGIN:g} "
+        f"margin); tasks will be stopped at the limit and resume on retry (~{min(with_margin, attempts)} of "
+        f"{attempts} attempts, each paying the start-up again): {advice}"
+    )
+    return timeout, [note]

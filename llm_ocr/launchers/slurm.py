@@ -78,7 +78,8 @@ class SlurmOptions(PlatformOptions):
     gres: str | None = Field(None, description="Generic resources instead of --gpus, e.g. gpu:a100:1 (sbatch --gres).")
     cpus_per_task: int | None = Field(None, ge=1, description="CPUs per task (default: the partition's).")
     mem: str | None = Field(None, description="Memory per task, e.g. 64G (sbatch --mem; default: the partition's).")
-    parallelism: int | None = Field(None, ge=1, description="Tasks running at once, the array's throttle (default: all).")
+    parallelism: int | None = Field(None, ge=1,
+                                    description="Tasks running at once, the array's throttle (default: all).")
     venv: str | None = Field(None, description="Virtualenv the tasks activate (default: the one running this launcher, "
                              "unless --image is given).", json_schema_extra={"metavar": "PATH"})
     module: list[str] = Field(

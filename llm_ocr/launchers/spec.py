@@ -63,13 +63,15 @@ class LaunchOptions(BaseModel):
     output: str = Field(..., description="Output URL the jobs can write (hf://, s3://, gs://).")
     num_shards: int = Field(..., description="Number of shards (jobs on hf-jobs, tasks on cloud-run).")
     stage: StageName = Field("run", description="Stage each job runs (run: all three).")
-    image: str | None = Field(None, description="Prebuilt image with llm-ocr (default: a stock pinned image + the llm-ocr wheel).")
+    image: str | None = Field(None, description="Prebuilt image with llm-ocr (default: a stock pinned image + the "
+                                                "llm-ocr wheel).")
     timeout: int | None = Field(
         None, description="Per job, seconds or 90m/6h (default: sized from --pages, else 6h).",
         json_schema_extra={"metavar": "DURATION"},
     )
     attempts: int | None = Field(
-        None, description="Tries per job (a task on cloud-run) including the first (default 3; 4 on cloud-run); retries resume."
+        None, description="Tries per job (a task on cloud-run) including the first (default 3; 4 on cloud-run); "
+                          "retries resume."
     )
     env: dict[str, str] = Field(
         default_factory=dict, description="Plain environment variable for the jobs.",

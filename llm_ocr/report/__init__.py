@@ -35,7 +35,6 @@ May import sources (to re-render pages) and storage; never runners, servers or c
 from llm_ocr.report.fragments import CSS, render_document, render_page, render_summary
 from llm_ocr.report.reader import DocumentEntry, OutputReader, Summary
 from llm_ocr.report.safe_html import markdown_to_html, sanitize_table
-from llm_ocr.sources.rerender import PageView, SourcePages
 from llm_ocr.report.writer import (
     ReportAnnotations,
     ReportError,
@@ -44,6 +43,7 @@ from llm_ocr.report.writer import (
     pages_to_show,
     write_report,
 )
+from llm_ocr.sources.rerender import PageView, SourcePages
 
 __all__ = [
     "CSS",

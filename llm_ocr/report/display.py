@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llm_ocr.report import CSS, OutputReader, SourcePages, pages_to_show, render_document, render_page, render_summary
 from llm_ocr.options import RenderOptions
+from llm_ocr.report import CSS, OutputReader, SourcePages, pages_to_show, render_document, render_page, render_summary
 from llm_ocr.report.fields_panel import render_fields
 
 __all__ = ["HTML", "show_document", "show_fields", "show_page", "summary"]

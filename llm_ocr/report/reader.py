@@ -167,7 +167,8 @@ class OutputReader:
             counts: Counter[str] = Counter()
             for path in assembled:
                 table = self._table(self.assemble, path, ["doc_id", "status"])
-                for doc_id, state in zip(table.column("doc_id").to_pylist(), table.column("status").to_pylist(), strict=True):
+                for doc_id, state in zip(table.column("doc_id").to_pylist(), table.column("status").to_pylist(),
+                                         strict=True):
                     counts[state or "unknown"] += 1
                     if doc_id in kept:
                         kept[doc_id]._add_part(path, kept[doc_id].assemble_parts)
@@ -178,7 +179,8 @@ class OutputReader:
             by_class: Counter[str] = Counter()
             for path in extracted:
                 table = self._table(self.fields, path, ["doc_id", "status", "class"])
-                for doc_id, state, klass in zip(*(table.column(c).to_pylist() for c in ("doc_id", "status", "class")), strict=True):
+                for doc_id, state, klass in zip(*(table.column(c).to_pylist() for c in ("doc_id", "status", "class")),
+                                                strict=True):
                     by_status[state or "unknown"] += 1
                     by_class[klass or "unknown"] += 1
                     if doc_id in kept:

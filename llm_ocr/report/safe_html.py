@@ -218,7 +218,8 @@ def text_block(text: str | None, css: str = "llmocr-pre") -> str:
 
 def anchor(*parts: object) -> str:
     """An element id derived from untrusted values without ever containing them."""
-    digest = hashlib.sha1("\x00".join(str(p) for p in parts).encode("utf-8", "surrogatepass")).hexdigest()
+    data = "\x00".join(str(p) for p in parts).encode("utf-8", "surrogatepass")
+    digest = hashlib.sha1(data, usedforsecurity=False).hexdigest()
     return "llmocr-" + digest[:14]
 
 

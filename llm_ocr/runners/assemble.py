@@ -31,8 +31,8 @@ from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardLayoutError
 from llm_ocr.storage.upstream import (
     UnreadablePart,
-    keep_final_rows,
     iter_shard_rows,
+    keep_final_rows,
     owns_row,
     read_columns,
     shard_parts,
@@ -118,7 +118,8 @@ def _export_earlier(out: Storage, stage: Storage, shard: int, num_shards: int, d
     count = 0
     for row in iter_shard_rows(stage, shard, num_shards, batch_rows=16):
         if row["doc_id"] in doc_ids and not out.exists(markdown_path(out, row["doc_id"])):
-            export_document(out, DocumentResult(**{k: row.get(k) for k in DocumentResult.__dataclass_fields__}))
+            fields: dict[str, Any] = {k: row.get(k) for k in DocumentResult.__dataclass_fields__}
+            export_document(out, DocumentResult(**fields))
             count += 1
     return count
 
@@ -173,7 +174,8 @@ async def _assemble(plan: _Plan, options: AssembleOptions, job: JobOptions, stop
         "shard": shard,
         "num_shards": num_shards,
         "source": plan.source_name,
-        "documents": {"ok": counts["ok"], "partial": counts["partial"], "error": counts["error"], "skipped": len(skipped)},
+        "documents": {"ok": counts["ok"], "partial": counts["partial"], "error": counts["error"],
+                      "skipped": len(skipped)},
         "pages": pages,
         "figures": figures,
         "exported": options.export_markdown or already_exported,
@@ -216,7 +218,8 @@ class Assemble(ShardStage):
         source, stage = out.child(name), out.child("assemble")
         complete = await asyncio.to_thread(upstream_complete, out, name, source, shard.index, shard.count)
         if not complete and not await asyncio.to_thread(stage_has_parts, source):
-            raise RunError(f"nothing to assemble: {out.url} holds no Extract or Describe output; run those stages first")
+            raise RunError(f"nothing to assemble: {out.url} holds no Extract or Describe output; run those stages "
+                           "first")
         self.plan = _Plan(out, shard.index, shard.count, name, source, stage, complete, set(), 0)
 
     async def resume(self, shard: Shard, markers: Markers) -> None:

@@ -130,7 +130,8 @@ class Describe(ShardStage):
     async def check(self, shard: Shard, markers: Markers) -> None:
         self.schema = resolve_schema(self.spec.describe, shard.job.storage_options)
         source = shard.folder("extract")
-        self.complete = await asyncio.to_thread(upstream_complete, shard.out, "extract", source, shard.index, shard.count)
+        self.complete = await asyncio.to_thread(upstream_complete, shard.out, "extract", source, shard.index,
+                                                shard.count)
         if not self.complete and not await asyncio.to_thread(stage_has_parts, source):
             raise RunError(f"nothing to describe: {source.url} holds no Extract output; run llm-ocr extract first")
 

@@ -13,6 +13,7 @@ from functools import partial
 
 from llm_ocr.options import ExtractOptions, StageSpec
 from llm_ocr.outcomes import ExitCode
+from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_stage
@@ -20,7 +21,7 @@ from llm_ocr.runners.page_flow import DocumentPages
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
 from llm_ocr.serving.open import Endpoint
-from llm_ocr.sources.base import DocumentRef
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.stages.extract import ExtractContext, extract_page, family_render, tiles_dense_pages
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.vlm.families import family_for
@@ -61,7 +62,8 @@ class Extract(ShardStage):
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
         # Inputs are checked here, after the output: reading them records the sharding rule in OUT.
-        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count, shard.index)
+        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count,
+                                      shard.index)
         self.index = await shard.scan("extract", keep_quarantined=not spec.extract.retry_quarantined)
         note_retried(self.index)
         note_kept(self.index)
@@ -89,5 +91,7 @@ async def extract_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
     return await run_stage(Extract(spec), spec.job, stop)
 
 
-async def _extract_handler(ref, item, num_pages, *, ctx: ExtractContext, bad: BadPages):  # type: ignore[no-untyped-def]
+async def _extract_handler(
+    ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, *, ctx: ExtractContext, bad: BadPages
+) -> PageResult:
     return await bad.fallback(ref, await extract_page(ref, item, num_pages, ctx))

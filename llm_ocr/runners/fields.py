@@ -94,7 +94,8 @@ def plan_fields(options: FieldsOptions, storage_options: dict[str, Any] | None =
         if options.classes:
             classes, single = load_classes(options.classes, storage_options), False
         else:
-            classes, single = single_class(load_fields_schema(options.fields_schema or "", storage_options=storage_options)), True
+            classes, single = single_class(load_fields_schema(options.fields_schema or "",
+                                                              storage_options=storage_options)), True
     except SchemaError as exc:
         raise RunError(str(exc)) from exc
     return FieldsPlan(classes, single, typed_columns(classes.schemas), run_fingerprint(classes.schemas))
@@ -218,9 +219,11 @@ class Fields(ShardStage):
         if refusal:
             raise RunError(refusal)
         source = shard.folder("assemble")
-        self.complete = await asyncio.to_thread(upstream_complete, shard.out, "assemble", source, shard.index, shard.count)
+        self.complete = await asyncio.to_thread(upstream_complete, shard.out, "assemble", source, shard.index,
+                                                shard.count)
         if not self.complete and not await asyncio.to_thread(stage_has_parts, source):
-            raise RunError(f"nothing to extract fields from: {source.url} holds no Assemble output; run llm-ocr assemble first")
+            raise RunError(f"nothing to extract fields from: {source.url} holds no Assemble output; run llm-ocr "
+                           "assemble first")
 
     async def resume(self, shard: Shard, markers: Markers) -> None:
         try:
@@ -239,7 +242,8 @@ class Fields(ShardStage):
         job, options = shard.job, self.spec.fields
         secret = options.fields_api_key or job.api_key
         async with stage_endpoint(
-            shard, self.spec.client, self.spec.server, url=options.fields_endpoint, model=options.fields_model or job.model,
+            shard, self.spec.client, self.spec.server, url=options.fields_endpoint,
+            model=options.fields_model or job.model,
             api_key=secret.get_secret_value() if secret else None, main=self.main, log_prefix="server-fields",
         ) as endpoint:
             # Before any request: the CPU engine would answer every one with an error (or, for
@@ -279,7 +283,8 @@ class _Run:
         stop = shard.stop
         started = time.monotonic()
         stage = shard.folder(STAGE)
-        writer = PartWriter(stage, self.plan.arrow_schema, shard.index, shard.count, start_seq=next_seq, max_rows=job.part_rows)
+        writer = PartWriter(stage, self.plan.arrow_schema, shard.index, shard.count, start_seq=next_seq,
+                            max_rows=job.part_rows)
         skipped = 0
         in_flight = job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
         ctx = await self._context(endpoint, in_flight)
@@ -292,7 +297,8 @@ class _Run:
         tasks: set[asyncio.Task[None]] = set()
         fatal: list[BaseException] = []
         try:
-            rows = iter_shard_rows(shard.folder("assemble"), shard.index, shard.count, columns=DOCUMENT_COLUMNS, batch_rows=16)
+            rows = iter_shard_rows(shard.folder("assemble"), shard.index, shard.count, columns=DOCUMENT_COLUMNS,
+                                   batch_rows=16)
             async for row in iterate_in_thread(rows):
                 if stop.is_set() or fatal:
                     break

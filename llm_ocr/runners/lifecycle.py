@@ -186,8 +186,9 @@ class ShardStage(ABC):
 
     #: The stage folders this stage writes rows to and marks complete, in marker order.
     writes: ClassVar[tuple[str, ...]]
-    #: Markers read besides those of ``writes`` to decide whether the shard is settled.
-    reads: ClassVar[tuple[str, ...]] = ()
+    #: Markers read besides those of ``writes`` to decide whether the shard is settled (a stage
+    #: may set its own in ``__init__``, from its options).
+    reads: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -202,7 +203,7 @@ class ShardStage(ABC):
         """The outcome's stats of a settled shard: the stage's marker."""
         return dict(markers.get(self.writes[0]) or {})
 
-    async def check(self, shard: Shard, markers: Markers) -> None:
+    async def check(self, shard: Shard, markers: Markers) -> None:  # noqa: B027 - optional: no checks by default
         """Checks that need no write (raise :class:`RunError`); the output is checked after."""
 
     @abstractmethod

@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -128,7 +128,8 @@ class FlowSettings:
     limit: InFlightLimit | None = None
 
 
-def flow_settings(limit: InFlightLimit, *, flush_interval: float, grace_period: float, workers: int = 0) -> FlowSettings:
+def flow_settings(limit: InFlightLimit, *, flush_interval: float, grace_period: float,
+                  workers: int = 0) -> FlowSettings:
     """The flow's knobs for a run whose pages in flight are bounded by ``limit``: render work
     queued ahead for two chunks per worker (at least 4), and a reorder window of four times the
     starting limit (at least 256 rows), so a slow page rarely forces rows out of order."""
@@ -158,7 +159,7 @@ class Batch:
 class Intake(Protocol):
     """Where a flow's pages come from: documents to render, or rows an earlier stage wrote."""
 
-    def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
+    def batches(self, flow: PageFlow) -> AsyncGenerator[Batch, None]:
         """The batches to handle, in input order; counts what it finds and skips in ``flow.counters``
         (``pages_found``, ``pages_skipped``, documents) and stops early once ``flow.stop`` is set."""
         ...
@@ -335,7 +336,7 @@ class PageFlow:
         if not self._tasks:
             return
         timeout = self.settings.grace_period if self.stop.is_set() else None
-        done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
         for task in pending:
             task.cancel()
         if pending:
@@ -365,7 +366,7 @@ class DocumentPages:
         self.storage_options = storage_options or {}
         self.estimate_text = estimate_text
 
-    async def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
+    async def batches(self, flow: PageFlow) -> AsyncGenerator[Batch, None]:
         counters = flow.counters
         if counters.pages_found is None:
             counters.pages_found = 0  # counted from the documents: see RunCounters.reconciliation
@@ -386,7 +387,12 @@ class DocumentPages:
         if ref.kind == "dataset_row" or _is_local(ref.location):
             return ref, None
         path = await asyncio.to_thread(_download, ref.location, folder, self.storage_options)
-        return replace(ref, location=path), lambda: os.path.exists(path) and os.remove(path)
+
+        def remove() -> None:
+            if os.path.exists(path):
+                os.remove(path)
+
+        return replace(ref, location=path), remove
 
     async def _document(self, ref: DocumentRef, flow: PageFlow) -> AsyncIterator[Batch]:
         counters = flow.counters
@@ -417,7 +423,8 @@ class DocumentPages:
         for number, pages in enumerate(chunks):
             # A worker gets a dataset row's images of these pages only, not all of a long row's.
             target = local.pages_slice(pages[0], pages[-1]) if ref.kind == "dataset_row" else local
-            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1], self.estimate_text))
+            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1],
+                                                         self.estimate_text))
             last = number == len(chunks) - 1
             yield Batch(ref, _keep(future, set(pages)), num_pages, cleanup if last else None)
 
@@ -432,7 +439,7 @@ class UpstreamRows:
         self.rows = rows
         self.index = index
 
-    async def batches(self, flow: PageFlow) -> AsyncIterator[Batch]:
+    async def batches(self, flow: PageFlow) -> AsyncGenerator[Batch, None]:
         counters = flow.counters
         async for row in iterate_in_thread(self.rows):
             if flow.stop.is_set():
@@ -485,10 +492,10 @@ class _Pending:
     """An awaitable render result that remembers which pages it stands for."""
 
     def __init__(self, make: Callable[[], Awaitable[list[Any]]], pages: list[int]) -> None:
-        # The coroutine is made only when awaited: entries an interrupted run never reaches
-        # used to leave "coroutine ... was never awaited" warnings on stderr.
+        # The coroutine is made only when awaited, so entries an interrupted run never reaches
+        # leave no "coroutine ... was never awaited" warning on stderr.
         self._make = make
         self.pages = pages
 
-    def __await__(self):  # type: ignore[no-untyped-def]
+    def __await__(self) -> Generator[Any, None, list[Any]]:
         return self._make().__await__()

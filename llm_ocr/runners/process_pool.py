@@ -172,7 +172,7 @@ class _Worker:
 
     def __init__(self, command: list[str]) -> None:
         # stderr is the parent's: a worker's warnings and crash reports show where the run's do.
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # noqa: S603
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.process.stdin is not None and self.process.stdout is not None
         self.calls: IO[bytes] = self.process.stdin
         self.answers: IO[bytes] = self.process.stdout

@@ -23,7 +23,7 @@ def in_notebook() -> bool:
     if shell is None:
         return False
     try:
-        ipython = shell.get_ipython()  # type: ignore[attr-defined]
+        ipython = shell.get_ipython()
     except Exception:  # noqa: BLE001 - an IPython too old or too odd: treat it as a terminal
         return False
     return ipython is not None and hasattr(ipython, "kernel")
@@ -152,7 +152,8 @@ def _bar_class() -> Any:
     """tqdm's notebook widget when ipywidgets is there, else its text bar (which notebooks show
     too); chosen here rather than by ``tqdm.auto``, which warns about the choice it makes."""
     if in_notebook():
-        from tqdm.notebook import IProgress  # None without ipywidgets
+        # None without ipywidgets; typeshed's tqdm stubs leave this module global out
+        from tqdm.notebook import IProgress  # type: ignore[attr-defined]
 
         if IProgress is not None:
             from tqdm.notebook import tqdm as notebook_bar
@@ -213,7 +214,8 @@ class ProgressReporter:
 
     async def _run_bar(self) -> None:
         counters = self.counters
-        bar = _bar_class()(desc=f"{counters.stage} {counters.shard + 1}/{counters.num_shards}", unit="page", dynamic_ncols=True)
+        bar = _bar_class()(desc=f"{counters.stage} {counters.shard + 1}/{counters.num_shards}", unit="page",
+                           dynamic_ncols=True)
         try:
             while True:
                 self._update_bar(bar)
@@ -257,7 +259,7 @@ class ProgressReporter:
             task.cancel()
             try:
                 await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001, S110 - stopping the display never fails a run
                 pass
         if self._ticks is not None:
             await self._tick()

@@ -108,8 +108,8 @@ class Run(ShardStage):
     Extract's and Describe's rows; :meth:`then` assembles."""
 
     writes = ("extract", "describe")
-    reads = ("assemble",)
-    label = "run"  # type: ignore[assignment]
+    reads: tuple[str, ...] = ("assemble",)
+    label = "run"
 
     def __init__(self, spec: StageSpec, servers: AsyncExitStack | None = None) -> None:
         self.spec = spec
@@ -117,7 +117,7 @@ class Run(ShardStage):
         self.servers = servers
         self.fields = Fields(spec) if fields_wanted(spec.fields) else None
         if self.fields is not None:
-            self.reads = ("assemble", "fields")  # type: ignore[misc]
+            self.reads = ("assemble", "fields")
         self.endpoint: Endpoint | None = None
         self.schema: dict[str, Any] | None = None
         self.documents: Iterator[DocumentRef] = iter(())
@@ -155,15 +155,15 @@ class Run(ShardStage):
 
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
-        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count, shard.index)
+        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count,
+                                      shard.index)
         self.extract = await shard.scan("extract", keep_quarantined=not spec.extract.retry_quarantined)
         self.describe = await shard.scan("describe")
         note_retried(self.extract)
         note_kept(self.extract)
 
     async def work(self, shard: Shard) -> Finished:
-        spec, job = self.spec, shard.job
-        indexes = {"extract": self.extract, "describe": self.describe}
+        spec = self.spec
         async with AsyncExitStack() as here:
             # Kept open for Fields (until the caller closes ``servers``), else closed after the pages.
             keeper = self.servers if self.fields is not None and self.servers is not None else here
@@ -187,11 +187,14 @@ class Run(ShardStage):
             if not shard.stop.is_set():
                 ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
                 bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
-                shared = {"describe": dctx, "described": self.describe.done_pages,
-                          "counters": work.counters["describe"], "bad": bad}
-                handler = bad.guard(partial(_run_page, extract=ectx, **shared), partial(_run_quarantined, **shared))
+                done, counters = self.describe.done_pages, work.counters["describe"]
+                handler = bad.guard(
+                    partial(_run_page, extract=ectx, describe=dctx, described=done, counters=counters, bad=bad),
+                    partial(_run_quarantined, describe=dctx, described=done, counters=counters, bad=bad),
+                )
                 pages = DocumentPages(
-                    self.documents, self.extract, work.pool, family_render(spec.render, ectx.recipe), job.storage_options,
+                    self.documents, self.extract, work.pool, family_render(spec.render, ectx.recipe),
+                    job.storage_options,
                     estimate_text=tiles_dense_pages(ectx),
                 )
                 await work.run(pages, handler, ["extract", "describe"])

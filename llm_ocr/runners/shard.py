@@ -79,7 +79,8 @@ def in_flight_for_endpoint(job: JobOptions, endpoint: Endpoint) -> tuple[InFligh
     overloads = lambda: getattr(endpoint.client, "overloaded", 0)  # noqa: E731
     sent = lambda: getattr(endpoint.client, "sending", None)  # noqa: E731
     return in_flight_control(
-        job.max_in_flight, endpoint.suggested_in_flight, endpoint.metrics, overloads, AdaptivePolicy(start=DEFAULT_IN_FLIGHT),
+        job.max_in_flight, endpoint.suggested_in_flight, endpoint.metrics, overloads,
+        AdaptivePolicy(start=DEFAULT_IN_FLIGHT),
         sent,
     )
 
@@ -199,7 +200,7 @@ def _run_in_thread(make: ShardRun) -> ShardOutcome:
     state: dict[str, Any] = {}
 
     async def main() -> ShardOutcome:
-        state["loop"], state["stop"], state["task"] = asyncio.get_running_loop(), asyncio.Event(), asyncio.current_task()
+        state["loop"], state["stop"], state["task"] = asyncio.get_running_loop(), asyncio.Event(), asyncio.current_task()  # noqa: E501 - not wrapped yet
         started.set()
         try:
             return await run_guarded(make, state["stop"])

@@ -13,7 +13,7 @@ import asyncio
 import io
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -56,7 +56,7 @@ class WorkerPool:
         self.close()
 
 
-def crop_figures(image: bytes, boxes: list[list[int]]) -> list[bytes]:
+def crop_figures(image: bytes, boxes: Sequence[Sequence[float]]) -> list[bytes]:
     """Crop each ``[x1, y1, x2, y2]`` pixel box from an encoded page image, as PNG bytes."""
     with Image.open(io.BytesIO(image)) as page:
         page = page.convert("RGB")
@@ -68,7 +68,8 @@ def crop_figures(image: bytes, boxes: list[list[int]]) -> list[bytes]:
     return crops
 
 
-def transform_image(image: bytes, rotate: int = 0, size: tuple[int, int] | None = None, min_side: int = 0) -> tuple[bytes, int, int]:
+def transform_image(image: bytes, rotate: int = 0, size: tuple[int, int] | None = None,
+                    min_side: int = 0) -> tuple[bytes, int, int]:
     """An encoded image turned ``rotate`` degrees counter-clockwise (0, 90, 180, 270, as PIL's
     ``Image.Transpose.ROTATE_*``), then resized to ``size`` (width, height), then scaled up so
     its shorter side has at least ``min_side`` pixels; PNG bytes and the new size."""

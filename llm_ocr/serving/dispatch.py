@@ -1,7 +1,8 @@
 """Several endpoints serving the same model, used as one client: the client-side dispatcher.
 
 Each request goes to the member with the fewest requests in flight among those that are
-ready (on a tie, the one sent the fewest so far); a member that is restarting gets nothing new until it is back (its requests in flight
+ready (on a tie, the one sent the fewest so far); a member that is restarting gets nothing new until it is back (its
+requests in flight
 wait for it, as with one server); a member that is gone for good (its server could not be
 restarted, or it stopped answering for ``--dead-after``) is dropped, and the request it failed
 is sent to another member without using up the page's attempts. Only when every member is gone

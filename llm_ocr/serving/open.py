@@ -86,7 +86,8 @@ async def check_model(client: VlmClient, wait: float = 0.0) -> None:
             log.warning("%s; retrying for up to %.0fs more (--dead-after)", exc, left)
             await asyncio.sleep(min(left, backoff_delay(attempt, 0.5, 15.0)))
     if client.model not in served:
-        raise EndpointError(f"endpoint {client.display_url} does not serve --model {client.model!r}; it serves {served}")
+        raise EndpointError(f"endpoint {client.display_url} does not serve --model {client.model!r}; it serves "
+                            f"{served}")
 
 
 def choose_engine(options: ServerOptions) -> tuple[str, str, GpuPreset | None]:
@@ -140,7 +141,8 @@ def _command(
         return sim_command(model, host="127.0.0.1", port=port, extra_args=extra, recipe=recipe)
     if importlib.util.find_spec("rapidocr") is None:
         raise EndpointError("the CPU engine needs its extra: pip install 'llm-ocr[cpu]' (or pass --endpoint URL)")
-    return [sys.executable, "-m", "llm_ocr.engines.cpu", "--host", "127.0.0.1", "--port", str(port), "--served-model-name", model, *extra]
+    return [sys.executable, "-m", "llm_ocr.engines.cpu", "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", model, *extra]
 
 
 def _log_path(out: Storage | None, name: str) -> tuple[Path, str | None]:
@@ -214,7 +216,8 @@ async def open_endpoint(
     if engine == "vllm":
         check_vllm_cuda(options)
     if engine == "vllm" and preset is not None and preset.gpus > 1:
-        async with _open_fleet(model, api_key, client_options, options, preset, out, log_name, tracker, recipe) as fleet:
+        async with _open_fleet(model, api_key, client_options, options, preset, out, log_name, tracker,
+                               recipe) as fleet:
             yield fleet
         return
     port = free_port()
@@ -369,8 +372,8 @@ async def _open_fleet(
                 member.count_death = tracker.server_death(i)  # a poison page's deaths do not spend its budget
                 gate = tracker.server_gate(i, member.wait_ready)
                 clients.append(VlmClient(member.base_url, model, api_key=api_key, options=client_options, gate=gate,
-                                          request_ended=tracker.request_ended))
-            dispatcher = Dispatcher(clients, [lambda s=s: s.is_ready for s in fleet.members], route=tracker.route)
+                                         request_ended=tracker.request_ended))
+            dispatcher = Dispatcher(clients, [_readiness(s) for s in fleet.members], route=tracker.route)
             try:
                 await asyncio.gather(*(check_model(c) for c in clients))
                 in_flight = client_in_flight(for_family(with_gpus(preset, len(fleet.members)), serving))
@@ -382,6 +385,11 @@ async def _open_fleet(
             await fleet.__aexit__(None, None, None)
     finally:
         _copy_logs(out, list(logs.values()))
+
+
+def _readiness(server: ManagedServer) -> Callable[[], bool]:
+    """Whether ``server`` is ready, asked anew at each call."""
+    return lambda: server.is_ready
 
 
 def _copy_logs(out: Storage | None, logs: list[tuple[Path, str | None]]) -> None:

@@ -363,7 +363,8 @@ class CrashTracker:
             return True
         # Pages due a solo retry go first: nothing new starts on a server while one waits at its gate.
         if self._pending and any(
-            other in self._pending and page.at_gate and page.gate_server == server for other, page in self._pages.items()
+            other in self._pending and page.at_gate and page.gate_server == server for other,
+            page in self._pages.items()
         ):
             return False
         if self._death_count[key] == 0:  # the hot path: a page no death has touched

@@ -103,7 +103,7 @@ def hub_plan(url: str, name: str, source: str, options: Any, so: dict, stats: Re
             revision=revision or None,
             storage_options=copy.deepcopy(so) or None,  # datasets mutates it (FACTS)
         )
-    except Exception as e:  # noqa: BLE001 -- any failure makes the whole INPUT unusable
+    except Exception as e:  # any failure makes the whole INPUT unusable
         raise DatasetInputError(f"cannot load {what}: {type(e).__name__}: {e}") from e
     data_files = builder.config.data_files or {}
     if options.split not in data_files:
@@ -140,7 +140,7 @@ def _stream_plan(url: str, source: str, repo: str, builder: Any, options: Any) -
 
     try:
         ds = builder.as_streaming_dataset(split=options.split)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise DatasetInputError(f"cannot load dataset {url!r}: {type(e).__name__}: {e}") from e
     if ds.features is None:  # untyped streams (e.g. JSON): infer from the first rows
         ds = ds._resolve_features()

@@ -139,6 +139,7 @@ def _high_depth_to_l(img: Image.Image) -> Image.Image:
     if img.mode != "F":
         img = img.convert("I")  # I;16, I;16B, ... → 32-bit signed, values preserved
     lo, hi = img.getextrema()
+    assert isinstance(lo, (int, float)) and isinstance(hi, (int, float))  # one band (I or F): two numbers
     if img.mode == "F" and 0 <= lo and hi <= 1:
         scale, offset = 255.0, 0.0
     elif 0 <= lo and hi <= 255:

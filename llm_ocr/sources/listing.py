@@ -31,6 +31,7 @@ import fsspec
 import pyarrow as pa
 from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
+
 from llm_ocr.options import DatasetOptions
 from llm_ocr.sharding import check_shard, round_robin_owner
 from llm_ocr.storage.stores import classify, explain, store_options
@@ -298,14 +299,14 @@ def _assign_doc_ids(plans: list[_Plan]) -> None:
                 )
             seen[doc_id] = plan.source(path)
     prefixes: dict[str, str] = {}
-    for plan in plans:
-        if not isinstance(plan, _FilesPlan):
-            if plan.prefix in prefixes:
+    for dataset in plans:
+        if not isinstance(dataset, _FilesPlan):
+            if dataset.prefix in prefixes:
                 raise InputError(
-                    f"dataset inputs {prefixes[plan.prefix]!r} and {plan.url!r} both give doc_ids "
-                    f"{plan.prefix}/...; give each dataset once (rename one Parquet folder)"
+                    f"dataset inputs {prefixes[dataset.prefix]!r} and {dataset.url!r} both give doc_ids "
+                    f"{dataset.prefix}/...; give each dataset once (rename one Parquet folder)"
                 )
-            prefixes[plan.prefix] = plan.url
+            prefixes[dataset.prefix] = dataset.url
     for doc_id, src in seen.items():
         for prefix, url in prefixes.items():
             if doc_id.startswith(prefix + "/"):

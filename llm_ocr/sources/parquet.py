@@ -150,14 +150,16 @@ class ParquetFiles:
             reader = pq.ParquetFile(source, metadata=f.metadata, buffer_size=CHUNK_BUFFER, pre_buffer=False)
             yield from self._file_rows(list(run), column, source, reader)
 
-    def _file_rows(self, groups: list[RowGroup], column: str, source: _RangeFile, reader: Any) -> Iterator[tuple[int, Any]]:
+    def _file_rows(self, groups: list[RowGroup], column: str, source: _RangeFile,
+                   reader: Any) -> Iterator[tuple[int, Any]]:
         for together in _read_together(groups):
             start, end = together[0].start, together[-1].end
             if end - start <= READ_AHEAD:
                 source.hold(start, end)
             for group in together:
                 row = group.first_row
-                batches = reader.iter_batches(batch_size=BATCH_ROWS, row_groups=[group.index], columns=[column], use_threads=False)
+                batches = reader.iter_batches(batch_size=BATCH_ROWS, row_groups=[group.index], columns=[column],
+                                              use_threads=False)
                 for batch in batches:
                     for value in batch.column(0).to_pylist():
                         yield row, value

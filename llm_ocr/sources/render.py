@@ -19,6 +19,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import fsspec
@@ -74,19 +75,27 @@ def render_pages(
     pages = range(first, last + 1)
     if ref.kind == "pdf":
         pdf = _open_pdf(ref.location)
-        return [_guard(ref, p, lambda p=p: _render_pdf_page(pdf, p - 1, opts, estimate_text)) for p in pages]
+        return [_guard(ref, p, partial(_render_pdf_page, pdf, p - 1, opts, estimate_text)) for p in pages]
     if ref.kind == "image":
         with _open_image_file(ref.location, opts) as img:
-            return [_guard(ref, p, lambda p=p: _encoded(prepare_frame(img, p - 1, opts), opts, estimate_text)) for p in pages]
+            return [_guard(ref, p, partial(_frame_page, img, p - 1, opts, estimate_text)) for p in pages]
     if first < ref.first_page:
         raise ValueError(f"pages {first}..{last} of {ref.doc_id}: this slice starts at page {ref.first_page}")
     return [
-        _guard(ref, p, lambda p=p: _encoded(_dataset_image(ref.images[p - ref.first_page], opts), opts, estimate_text))
+        _guard(ref, p, partial(_dataset_page, ref, p, opts, estimate_text))
         for p in pages
     ]
 
 
 _Encoded = tuple[bytes, str, int, int, TextEstimate | None]  # image bytes, mime type, width, height, text
+
+
+def _frame_page(img: Image.Image, index: int, opts: RenderOptions, estimate_text: bool) -> _Encoded:
+    return _encoded(prepare_frame(img, index, opts), opts, estimate_text)
+
+
+def _dataset_page(ref: DocumentRef, page: int, opts: RenderOptions, estimate_text: bool) -> _Encoded:
+    return _encoded(_dataset_image(ref.images[page - ref.first_page], opts), opts, estimate_text)
 
 
 def _guard(ref: DocumentRef, page: int, make: Callable[[], _Encoded]) -> PageImage | PageFailure:

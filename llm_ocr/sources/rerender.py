@@ -99,7 +99,8 @@ class SourcePages:
             kind = document_kind(source)
             if kind is None:
                 # Extract sniffs unknown extensions the same way (see sources.listing).
-                kind = "pdf" if b"%PDF" in retry_io(lambda: store.fs.cat_file(store.root, 0, 1024), what="sniffing") else "image"
+                kind = "pdf" if b"%PDF" in retry_io(lambda: store.fs.cat_file(store.root, 0, 1024),
+                                                    what="sniffing") else "image"
             location = store.root
             if not store.is_local:
                 suffix = posixpath.splitext(store.root)[1]

@@ -9,7 +9,8 @@ square as the page allows:
   :data:`MIN_OVERLAP` of the page's height): a line the cut grazes is whole in one of the two;
 - each band split into **columns** at its gutters only: the widest runs of blank columns within
   that band near an even split (the nearest of equally wide ones). A band without a gutter near
-  a split stays wider: a cut through a text column would halve every line. Multi-column pages thus come apart between their columns,
+  a split stays wider: a cut through a text column would halve every line. Multi-column pages thus come apart between
+  their columns,
   and the tiles' answers are put back in reading order by their boxes.
 
 The page's ink is measured on a grey copy at most :data:`ANALYSIS_SIDE` pixels long; tiles are
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import io
 import math
+from itertools import pairwise
 from typing import Any
 
 from .segments import Segment
@@ -70,7 +72,8 @@ def plan_tiles(image: bytes, count: int) -> list[Segment]:
         grey = img.convert("L")
     factor = max(grey.size) / ANALYSIS_SIDE
     if factor > 1:
-        grey = grey.resize((max(1, round(grey.width / factor)), max(1, round(grey.height / factor))), Image.Resampling.BOX)
+        grey = grey.resize((max(1, round(grey.width / factor)), max(1, round(grey.height / factor))),
+                           Image.Resampling.BOX)
     pixels = np.asarray(grey, dtype=np.float32)
     paper = float(np.percentile(pixels, 95))
     ink = np.clip(paper - pixels, 0.0, None)
@@ -84,14 +87,14 @@ def plan_grid(ink: Any, width: int, height: int, count: int) -> list[Segment]:
     columns, bands = grid_shape(width, height, count)
     cuts = [0, *band_cuts(ink, bands), rows]
     tiles: list[Segment] = []
-    for top, bottom in zip(cuts, cuts[1:]):
+    for top, bottom in pairwise(cuts):
         reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
         page_top = 0 if top == 0 else max(0, round(top * sy) - reach)
         page_bottom = height if bottom == rows else min(height, round(bottom * sy) + reach)
         splits = _gutter_cuts(ink[top:bottom], columns)
         margin = round(GUTTER_MARGIN * width)
         edges = [0] + [round(x * sx) for x in splits] + [width]
-        for left, right in zip(edges, edges[1:]):
+        for left, right in pairwise(edges):
             tiles.append(Segment(
                 len(tiles),
                 0 if left == 0 else max(0, left - margin),

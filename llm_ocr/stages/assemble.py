@@ -30,7 +30,8 @@ ALT_TEXT_CHARS = 100
 #: Figure links with their alt text (the same shape as grounding.FIGURE_LINK, alt captured).
 FIGURE_LINK_ALT = re.compile(r"!\[([^\[\]\n]{0,200})\]\(figure:([^()\s]{1,200})\)")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
-_ALT_ESCAPES = str.maketrans({"\\": "\\\\", "*": "\\*", "_": "\\_", "`": "\\`", "<": "\\<", ">": "\\>", "[": "(", "]": ")"})
+_ALT_ESCAPES = str.maketrans({"\\": "\\\\", "*": "\\*", "_": "\\_", "`": "\\`", "<": "\\<", ">": "\\>", "[": "(",
+                              "]": ")"})
 _MANY_NEWLINES = re.compile(r"\n{3,}")
 _MAX_ERRORS_IN_MESSAGE = 5
 
@@ -127,7 +128,8 @@ def _figure_row(figure: Figure, doc_figure_id: str, page: int) -> dict[str, Any]
     return row
 
 
-def assemble_document(rows: Iterable[PageResult | dict[str, Any]], options: AssembleOptions | None = None) -> DocumentResult:
+def assemble_document(rows: Iterable[PageResult | dict[str, Any]],
+                      options: AssembleOptions | None = None) -> DocumentResult:
     """One document's row from its page rows (any order, any stage: Extract or Describe)."""
     options = options or AssembleOptions()
     pages = [r if isinstance(r, PageResult) else PageResult.from_row(r) for r in rows]
@@ -162,7 +164,8 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]], options: Asse
             texts.append(f"<!-- page {number}: missing (no row for this page upstream) -->")
         elif page.status == "error":
             failed.append((number, page.error or "failed"))
-            texts.append(append_fallback(f"<!-- page {number}: failed ({_comment(page.error or 'no error message')}) -->", page))
+            texts.append(append_fallback(f"<!-- page {number}: failed ({_comment(page.error or 'no error message')}) "
+                                         "-->", page))
         else:
             ids = figure_ids[number]
             texts.append(append_fallback(render_page(page, ids), page))

@@ -76,7 +76,7 @@ def cut_note(result: ChatResult, attempt: int, temperature: float) -> tuple[int,
             f"stream closed after {about}{tokens} tokens"
         )
     if result.finish_reason == "length":
-        return 0, f"attempt {attempt} (temperature {temperature:g}) ran to max_tokens ({result.completion_tokens} tokens)"
+        return 0, f"attempt {attempt} (temperature {temperature:g}) ran to max_tokens ({result.completion_tokens} tokens)"  # noqa: E501 - not wrapped yet
     return 0, None
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import fsspec
+
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.storage.stores import store_options
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient

@@ -55,8 +55,8 @@ def _extension(image: bytes) -> str:
 def _image_bytes(figure: dict[str, Any]) -> bytes | None:
     image = figure.get("image")
     if isinstance(image, dict):
-        return image.get("bytes")
-    return image if isinstance(image, (bytes, bytearray)) else None
+        image = image.get("bytes")
+    return bytes(image) if isinstance(image, (bytes, bytearray)) else None
 
 
 def markdown_path(out: Storage, doc_id: str) -> str:

@@ -29,7 +29,7 @@ from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retri
 log = logging.getLogger(__name__)
 
 #: The token DeepSeek-OCR ends a page with; kept in ``raw``, removed from ``markdown``.
-EOS_TOKEN = "<｜end▁of▁sentence｜>"
+EOS_TOKEN = "<｜end▁of▁sentence｜>"  # noqa: S105 - a model token, not a password
 
 
 @dataclass
@@ -114,7 +114,8 @@ def tiles_dense_pages(ctx: ExtractContext) -> bool:
 
 
 async def _tiled(
-    ref: DocumentRef, item: PageImage, num_pages: int | None, plan: TilePlan | None, ctx: ExtractContext, first: Reading | None = None
+    ref: DocumentRef, item: PageImage, num_pages: int | None, plan: TilePlan | None, ctx: ExtractContext,
+    first: Reading | None = None
 ) -> PageResult | None:
     """The page read in the tiles of ``plan`` (None: no plan, or it cannot be cut). A tile
     that runs out of tokens without repeating itself is not retried hotter either: it would
@@ -122,10 +123,12 @@ async def _tiled(
     if plan is None:
         return None
     read = lambda page: read_page(page, ctx, stop_when_long=True)  # noqa: E731
-    return await read_in_tiles(ref, item, num_pages, plan, read=read, crop=ctx.crop, model=ctx.client.model, first=first)
+    return await read_in_tiles(ref, item, num_pages, plan, read=read, crop=ctx.crop, model=ctx.client.model,
+                               first=first)
 
 
-async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, ctx: ExtractContext) -> PageResult:
+async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None,
+                       ctx: ExtractContext) -> PageResult:
     """Turn one rendered page into its output row. Never raises for a page-level problem.
 
     :class:`EndpointDown` propagates: the run stops rather than failing every remaining page.
@@ -135,7 +138,8 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
     segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
     if segments:
         return await read_in_segments(
-            ref, item, num_pages, segments, read=lambda page: read_page(page, ctx), crop=ctx.crop, model=ctx.client.model
+            ref, item, num_pages, segments, read=lambda page: read_page(page, ctx), crop=ctx.crop,
+            model=ctx.client.model
         )
     tiling = tiles_dense_pages(ctx)
     if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):

@@ -40,7 +40,8 @@ def fallback_markdown(page: PageResult) -> str | None:
     """The visible note and the fallback text Assemble places on the page, or None."""
     if not page.fallback_text:
         return None
-    what = "the model could not read this page" if page.status == "error" else "the model's text of this page is cut off"
+    what = ("the model could not read this page" if page.status == "error"
+            else "the model's text of this page is cut off")
     note = (
         f"> **Fallback text (page {page.page}):** {what}; below is the text layer the PDF itself carries, "
         "unverified and without layout."

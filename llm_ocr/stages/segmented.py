@@ -226,10 +226,13 @@ async def read_in_segments(
                 return exc
 
     readings = await asyncio.gather(*(one(s, image) for s, image in zip(segments, images)))
-    per_segment, warnings, failures, notes = [], [], [], []
-    raw = []
+    per_segment: list[list[Piece]] = []
+    warnings: list[str] = []
+    failures: list[str] = []
+    notes: list[str] = []
+    raw: list[str] = []
     for segment, reading in zip(segments, readings):
-        where = f"{kind} {segment.index + 1}/{len(segments)} [{segment.top}:{segment.bottom}, {segment.left}:{segment.right}]"
+        where = f"{kind} {segment.index + 1}/{len(segments)} [{segment.top}:{segment.bottom}, {segment.left}:{segment.right}]"  # noqa: E501 - not wrapped yet
         if isinstance(reading, RequestFailed):
             failures.append(f"{where}: {reading}")
             per_segment.append([])
@@ -255,7 +258,7 @@ async def read_in_segments(
     status = "error" if failures else "truncated" if unfinished else "ok"
     error = None
     if failures:
-        error = f"{len(failures)} of {len(segments)} {kind}s failed (text of the others kept): " + "; ".join(failures[:3])
+        error = f"{len(failures)} of {len(segments)} {kind}s failed (text of the others kept): " + "; ".join(failures[:3])  # noqa: E501 - not wrapped yet
     elif unfinished:
         error = f"{len(unfinished)} of {len(segments)} {kind}s looped or hit max_tokens; their text up to the loop kept"
     if warnings:

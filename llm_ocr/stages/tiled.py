@@ -112,7 +112,8 @@ def tiles_after(reading: Reading, item: PageImage, max_tokens: int) -> TilePlan 
     tokens = max(round(LONG_FACTOR * max_tokens), round(estimate.chars * TOKENS_PER_CHAR) if estimate else 0)
     return TilePlan(
         _count(tokens, max_tokens),
-        f"the whole page's answer ran to max_tokens ({long[0].result.completion_tokens} tokens) without repeating itself",
+        f"the whole page's answer ran to max_tokens ({long[0].result.completion_tokens} tokens) without repeating "
+        "itself",
     )
 
 
@@ -139,7 +140,8 @@ async def read_in_tiles(
     if len(tiles) < 2:
         return None
     row = await read_in_segments(
-        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_tiles, kind="tile", in_flight=len(tiles)
+        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_tiles, kind="tile",
+        in_flight=len(tiles)
     )
     how = f"read in {len(tiles)} tiles at once" if first is None else f"read again in {len(tiles)} tiles"
     notes = [f"{plan.why}: {how}"] + ([row.cut_reason] if row.cut_reason else [])
@@ -205,7 +207,8 @@ def _owner(tiles: list[Segment], point: tuple[float, float], width: int, height:
         if not (tile.left <= x <= tile.right and tile.top <= y <= tile.bottom):
             continue
         edges = [x - tile.left if tile.left > 0 else math.inf, tile.right - x if tile.right < width else math.inf,
-                 y - tile.top if tile.top > 0 else math.inf, tile.bottom - y if tile.bottom < height else math.inf]  # fmt: skip
+                 y - tile.top if tile.top > 0 else math.inf,
+                 tile.bottom - y if tile.bottom < height else math.inf]  # fmt: skip
         depth = min(edges)
         if best is None or depth > best[0]:
             best = (depth, tile.index)

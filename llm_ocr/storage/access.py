@@ -34,6 +34,6 @@ def probe_write(out: Storage) -> None:
         out.delete(probe)
     except StorageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure here means "cannot write there"
+    except Exception as exc:  # any failure here means "cannot write there"
         raise StorageError(explain(exc, out.url, "write to")) from exc
 

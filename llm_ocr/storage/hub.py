@@ -46,7 +46,8 @@ def _env_number(name: str, default: float) -> float:
 class HubCommitter:
     """Commits batches of operations to Hub repos through ``HfApi.create_commit``."""
 
-    def __init__(self, fs: Any, *, attempts: int | None = None, base_delay: float | None = None, max_delay: float = 120.0) -> None:
+    def __init__(self, fs: Any, *, attempts: int | None = None, base_delay: float | None = None,
+                 max_delay: float = 120.0) -> None:
         from huggingface_hub import HfApi
 
         self.fs = fs
@@ -110,7 +111,7 @@ class HubCommitter:
                 )
                 log.info("committed %d file(s) to %s", len(ops), url)
                 return
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:  # classified below
                 kind = classify(exc)
                 if kind != "transient" or attempt == self.attempts:
                     if kind in ("transient", "access"):
@@ -122,7 +123,8 @@ class HubCommitter:
                     delay = max(delay, min(hinted, self.max_delay * 5))
                 log.warning(
                     "commit of %d file(s) to %s failed (%s); retry %d/%d in %.1fs",
-                    len(ops), url, scrub(f"HTTP {http_status(exc)}: {exc}".splitlines()[0]), attempt, self.attempts - 1, delay,
+                    len(ops), url, scrub(f"HTTP {http_status(exc)}: {exc}".splitlines()[0]), attempt, self.attempts - 1,
+                    delay,
                 )
                 time.sleep(delay)
 
@@ -160,7 +162,7 @@ def check_hub_output(out: Any) -> None:
                 )
     except StorageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every failure means "cannot write there"
+    except Exception as exc:  # every failure means "cannot write there"
         if isinstance(exc, FileNotFoundError) or "Token is required" in str(exc):
             exc = _as_access(exc)  # still invisible after creating it: this token may not write
         raise StorageError(explain(exc, url, "write to")) from exc
@@ -175,7 +177,7 @@ def _auth_check_write(api: Any, repo_id: str, repo_type: str) -> None:
         api.auth_check(repo_id, repo_type=repo_type)
 
 
-def _as_access(exc: BaseException) -> BaseException:
+def _as_access(exc: Exception) -> Exception:
     """A 404 from the auth check means "not visible to this token": report it as access."""
     if classify(exc) == "access":
         return exc
@@ -193,7 +195,8 @@ def _api(fs: Any) -> Any:
 def _repo_of(root: str) -> tuple[str, str, str | None]:
     """``(repo_type, repo_id, revision)`` of an HfFileSystem path, without any request."""
     parts = root.strip("/").split("/")
-    type_prefixes = {"datasets": "dataset", "spaces": "space", "models": "model", "buckets": "bucket", "kernels": "kernel"}
+    type_prefixes = {"datasets": "dataset", "spaces": "space", "models": "model", "buckets": "bucket",
+                     "kernels": "kernel"}
     repo_type = type_prefixes.get(parts[0], "model")
     if parts[0] in type_prefixes:
         parts = parts[1:]
@@ -242,7 +245,7 @@ Run state (completion markers, per-shard stats) lives in `{base}_state/`, outsid
 def ensure_dataset_card(out: Any) -> None:
     """Queue the dataset card with the output's first commit, only if the repo has no README.md."""
     root = out.root.strip("/")
-    repo_type, repo_id, revision = _repo_of(root)
+    repo_type, repo_id, _ = _repo_of(root)
     if repo_type == "bucket":
         return
     resolved = out.fs.resolve_path(root)

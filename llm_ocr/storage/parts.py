@@ -79,7 +79,8 @@ def remove_stale_temp_files(folder: Storage, pattern: str) -> int:
     for path in stale:
         folder.delete(path)
     if stale:
-        log.info("removed %d temporary file(s) left by an interrupted write in %s", len(stale), folder.display(folder.root))
+        log.info("removed %d temporary file(s) left by an interrupted write in %s", len(stale),
+                 folder.display(folder.root))
     return len(stale)
 
 
@@ -193,7 +194,8 @@ def rows_to_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
     return buffer.getvalue()
 
 
-def iter_rows(stage: Storage, paths: list[str] | None = None, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+def iter_rows(stage: Storage, paths: list[str] | None = None,
+              columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """Rows of a stage's parts, one part in memory at a time."""
     for path in paths if paths is not None else list_parts(stage):
         table = _read_table(stage, path, columns)

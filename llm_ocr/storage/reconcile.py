@@ -39,8 +39,10 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
             unreadable.append(folder.display(path))
             continue
         pages = table.column(key_column).to_pylist() if key_column else [0] * table.num_rows
-        held = table.column("quarantined").to_pylist() if "quarantined" in table.column_names else [None] * table.num_rows
-        for doc_id, status, page, quarantined in zip(table.column("doc_id").to_pylist(), table.column("status").to_pylist(), pages, held):
+        held = (table.column("quarantined").to_pylist() if "quarantined" in table.column_names
+                else [None] * table.num_rows)
+        for doc_id, status, page, quarantined in zip(table.column("doc_id").to_pylist(),
+                                                     table.column("status").to_pylist(), pages, held):
             # A quarantined page is an error row counted in its own column (as the run's line does).
             shards[shard]["quarantined" if quarantined else status] += 1
             seen[(doc_id, page)] += 1

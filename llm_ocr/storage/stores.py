@@ -202,7 +202,8 @@ def scrub(text: str, storage_options: Mapping[str, Any] | None = None) -> str:
     # Bearer tokens and signed-URL credentials that a client library may echo back.
     text = re.sub(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}", r"\1***", text)
     text = re.sub(r"\bhf_[A-Za-z0-9]{20,}", "hf_***", text)  # Hub tokens (case-sensitive: not HF_ENDPOINT)
-    text = re.sub(r"(?i)(X-Amz-Credential|X-Amz-Signature|X-Amz-Security-Token|Signature|access_token)=[^&\s]+", r"\1=***", text)
+    text = re.sub(r"(?i)(X-Amz-Credential|X-Amz-Signature|X-Amz-Security-Token|Signature|access_token)=[^&\s]+",
+                  r"\1=***", text)
     return text
 
 

@@ -40,7 +40,7 @@ def _committer_factory(fs: Any) -> Callable[[Any], Committer] | None:
         target = COMMITTING_FILESYSTEMS.get(f"{cls.__module__}.{cls.__qualname__}")
         if target is not None:
             module, _, name = target.partition(":")
-            return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+            return getattr(importlib.import_module(module), name)
     return None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import openai
+
 from llm_ocr.backoff import backoff_delay
 from llm_ocr.options import ClientOptions
 from llm_ocr.vlm.loops import Loop, LoopPolicy
@@ -202,7 +203,7 @@ class VlmClient:
                         response = await self._client.chat.completions.create(model=self.model, **body)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - classified below, never swallowed silently
+            except Exception as exc:  # classified below, never swallowed silently
                 last_error = describe_error(exc)
                 if isinstance(exc, openai.APIStatusError) and exc.status_code in (429, 503):
                     self.overloaded += 1
@@ -282,7 +283,7 @@ class VlmClient:
             return 0
         try:
             return await self._gate()
-        except Exception as exc:  # noqa: BLE001 - the managed server is gone for good
+        except Exception as exc:  # the managed server is gone for good
             self._down = EndpointDown(f"model server failed: {exc}")
             raise self._down from exc
 

@@ -97,7 +97,14 @@ def _strip_tags(text: str) -> str:
     return text.replace("<|", "< |") if any(t in text for t in TAGS) else text
 
 
-def _parse_header(text: str, finder: _Finder, start: int, end: int, warn: Warnings) -> tuple[str | None, str | None, int]:
+def _match_end(pattern: re.Pattern[str], text: str, pos: int, end: int) -> int:
+    """Where ``pattern`` (one that also matches the empty string) stops matching from ``pos``."""
+    found = pattern.match(text, pos, end)
+    return found.end() if found else pos
+
+
+def _parse_header(text: str, finder: _Finder, start: int, end: int, warn: Warnings) -> tuple[str | None, str | None,
+                                                                                             int]:
     """Read ``LABEL<|/ref|><|det|>BOXES<|/det|>`` from ``start`` (just after ``<|ref|>``).
 
     Returns (label or None if the ref is unclosed, box text or None, offset of the content).
@@ -111,7 +118,7 @@ def _parse_header(text: str, finder: _Finder, start: int, end: int, warn: Warnin
         warn(f"empty label at offset {start}: treated as text")
         label = "text"
     after = close + len(REF_CLOSE)
-    det = _SPACES.match(text, after, end).end()
+    det = _match_end(_SPACES, text, after, end)
     if not text.startswith(DET_OPEN, det, end):
         warn(f"{label} block at offset {start} has no {DET_OPEN}: no boxes")
         return label, None, after
@@ -122,7 +129,7 @@ def _parse_header(text: str, finder: _Finder, start: int, end: int, warn: Warnin
     warn(f"unclosed {DET_OPEN} in {label} block at offset {start}")
     # Take the box list up to its closing "]]", else as far as it looks like numbers.
     stop = text.find("]]", body, end)
-    stop = stop + 2 if stop != -1 else _BOX_CHARS.match(text, body, end).end()
+    stop = stop + 2 if stop != -1 else _match_end(_BOX_CHARS, text, body, end)
     return label, text[body:stop], stop
 
 

@@ -115,7 +115,7 @@ async def stream_chat(
                     break  # leaving the block closes the response: vLLM frees the slot
         except openai.OpenAIError:
             raise
-        except Exception as exc:  # noqa: BLE001 - only the transport's own errors are mapped
+        except Exception as exc:  # only the transport's own errors are mapped
             mapped = _transport_error(exc, http.request)
             if mapped is None:
                 raise
@@ -132,7 +132,8 @@ async def stream_chat(
             tokens = ratio.estimate(len(text))
         return Streamed(text, finish, prompt, tokens, loop, tokens_estimated=estimated)
     if finish is None:
-        raise StreamBroken(message="the stream ended before the answer did (no finish_reason, no [DONE])", request=http.request)
+        raise StreamBroken(message="the stream ended before the answer did (no finish_reason, no [DONE])",
+                           request=http.request)
     ratio.note(len(text), tokens)
     return Streamed(text, finish, prompt, tokens)
 

@@ -311,7 +311,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                     headers["X-Error-Code"] = exc.code
                 self._send(exc.status, {"error": exc.message}, headers)
 
-        do_GET = do_POST = do_HEAD = do_PUT = _dispatch  # noqa: N815
+        do_GET = do_POST = do_HEAD = do_PUT = _dispatch
 
         # -- routes -----------------------------------------------------------------------------
 
@@ -567,7 +567,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 with hub.lock:
                     hub.lfs_objects[oid] = self.body
                     hub.lfs_uploads.append(oid)
-                self._send(200, headers={"ETag": f'"{hashlib.md5(self.body).hexdigest()}"'})  # noqa: S324 - as S3
+                self._send(200, headers={"ETag": f'"{hashlib.md5(self.body).hexdigest()}"'})  # as S3
                 return
             if m.group(1) == "objects" and self.command in ("GET", "HEAD"):
                 with hub.lock:

@@ -109,7 +109,7 @@ class FakeJob:
             "arguments": body.get("arguments", []),
             "environment": body.get("environment", {}),
             # The API never gives secret values back.
-            "secrets": {name: None for name in body.get("secrets") or {}},
+            "secrets": dict.fromkeys(body.get("secrets") or {}),
             "flavor": body.get("flavor"),
             "labels": body.get("labels"),
             "volumes": body.get("volumes"),

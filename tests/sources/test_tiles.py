@@ -5,7 +5,6 @@ would halve a line and a narrow channel lies nearer to a split than the gutter."
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 import pypdfium2 as pdfium

@@ -16,9 +16,9 @@ from reportlab.lib.pagesizes import letter
 from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
+from llm_ocr.options import DEFAULT_PAGE_SEPARATOR, AssembleOptions
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.runners.assemble import scan_assembled
-from llm_ocr.options import DEFAULT_PAGE_SEPARATOR, AssembleOptions
 from llm_ocr.stages.assemble import alt_text, assemble_document
 from llm_ocr.stages.export import EXPORT_DIR, export_document, safe_name
 from llm_ocr.storage import Storage

@@ -56,7 +56,7 @@ def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
 
 
 @pytest.fixture(scope="module")
-def sim(corpus: tuple[Path, dict[str, list[list[str]]]]):  # noqa: ANN201 - a SimulatedServer
+def sim(corpus: tuple[Path, dict[str, list[list[str]]]]):  # a SimulatedServer
     """One simulated server answering to every family's name (it plays each name's family), with
     the largest context of them (Nanonets-OCR2's 32768: 15000 answer tokens and the page)."""
     names = [model for model, _ in FAMILIES]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest

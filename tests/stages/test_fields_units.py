@@ -248,7 +248,7 @@ def test_typed_columns_get_arrow_types_from_the_schema_and_load_in_datasets(tmp_
     schema = fields_arrow_schema(columns, "abc")
     assert schema.field("invoice_date").type == pa.date32() and schema.field("paid_at").type == pa.timestamp("us", tz="UTC")
     by_column = {c.column: c for c in columns}
-    row = {name: None for name in schema.names}
+    row = dict.fromkeys(schema.names)
     row.update({"doc_id": "a", "doc_index": 0, "invoice_date": by_column["invoice_date"].convert("2024-03-15"),
                 "paid_at": by_column["paid_at"].convert("2024-03-15T10:00:00+02:00"), "total": by_column["total"].convert(12),
                 "subtotal": by_column["subtotal"].convert("twelve"), "status": "ok", "validation_errors": [],

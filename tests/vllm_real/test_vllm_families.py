@@ -94,7 +94,7 @@ class _Loop:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
-    def run(self, coro, timeout: float):  # noqa: ANN001, ANN201 - any coroutine
+    def run(self, coro, timeout: float):  # any coroutine
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def close(self) -> None:

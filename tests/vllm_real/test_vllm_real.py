@@ -284,7 +284,7 @@ def _start(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -
     return subprocess.Popen(
         [sys.executable, "-m", "llm_ocr.cli", *args],
         env={**os.environ, **VLLM_ENV, **(env or {})}, cwd=str(REPO), text=True,
-        stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr.log", "w"),  # noqa: SIM115
+        stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr.log", "w"),
     )  # fmt: skip
 
 

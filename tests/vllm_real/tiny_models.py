@@ -267,7 +267,7 @@ GLM_TEMPLATE = (
 
 def build_glm_ocr(folder: Path) -> None:
     """GLM-OCR (``GlmOcrForConditionalGeneration``): CogViT encoder, GLM decoder, GLM-4.1V processor."""
-    from transformers import GlmOcrConfig, Glm4vProcessor, Glm4vVideoProcessor
+    from transformers import Glm4vProcessor, Glm4vVideoProcessor, GlmOcrConfig
     from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
 
     specials = ["<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|begin_of_image|>",

@@ -56,7 +56,7 @@ def declare_schemas() -> bool:
 
     if torch.version.cuda is not None:
         return False
-    _library = torch.library.Library("torchvision", "DEF")  # noqa: TOR101 - kept for the process lifetime
+    _library = torch.library.Library("torchvision", "DEF")  # kept for the process lifetime
     for schema in SCHEMAS:
         _library.define(schema)
     return True
@@ -65,7 +65,7 @@ def declare_schemas() -> bool:
 class _BeforeTorchvision(importlib.abc.MetaPathFinder):
     """Runs :func:`declare_schemas` once, just before ``torchvision`` itself is imported."""
 
-    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001 - importlib protocol
+    def find_spec(self, fullname, path=None, target=None):  # importlib protocol
         if fullname == "torchvision":
             sys.meta_path.remove(self)
             declare_schemas()

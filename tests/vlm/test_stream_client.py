@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -41,7 +42,7 @@ def test_streamed_answer_equals_the_plain_one_with_the_same_usage() -> None:
     with SimulatedServer("--instant") as sim:
         plain = asyncio.run(ask(sim.base_url, page_body(image)))
         streamed = asyncio.run(ask(sim.base_url, recipe.streamed(page_body(image)), stream=True, loops=LoopPolicy()))
-        logged = sim.requests()[-1]
+        logged = _logged(sim, 2)[-1]
     assert streamed.text == plain.text and streamed.finish_reason == plain.finish_reason == "stop"
     assert (streamed.prompt_tokens, streamed.completion_tokens) == (plain.prompt_tokens, plain.completion_tokens)
     assert streamed.loop is None
@@ -60,9 +61,7 @@ def test_a_loop_longer_than_the_ngram_window_is_cut_and_the_server_stops_generat
     with SimulatedServer(*args) as sim:
         sim.inject("loop")
         result = asyncio.run(ask(sim.base_url, recipe.streamed(page_body(image)), stream=True, loops=LoopPolicy()))
-        deadline = asyncio.run(_wait_logged(sim, 1))
-        (logged,) = sim.requests()
-    assert deadline
+        (logged,) = _logged(sim, 1)
     assert result.finish_reason == "loop" and result.loop is not None
     assert result.loop.unit_chars * 0.3 > 90  # a unit the n-gram processor lets through
     assert not result.tokens_estimated  # continuous usage: the tokens are the server's count
@@ -72,12 +71,17 @@ def test_a_loop_longer_than_the_ngram_window_is_cut_and_the_server_stops_generat
     assert result.completion_tokens <= logged["completion_tokens"] < result.completion_tokens + 300
 
 
-async def _wait_logged(sim: SimulatedServer, n: int) -> bool:
-    for _ in range(100):
-        if len(sim.requests()) >= n:
-            return True
-        await asyncio.sleep(0.05)
-    return False
+def _logged(sim: SimulatedServer, n: int) -> list[dict[str, Any]]:
+    """The server's request log once it holds ``n`` requests.
+
+    The server logs a request after its last byte is sent, so the client can return first (on a
+    busy machine, by seconds): wait for the entry itself. The limit only turns a hang into a failure.
+    """
+    deadline = time.monotonic() + 300
+    while len(requests := sim.requests()) < n:
+        assert time.monotonic() < deadline, f"the server logged {len(requests)} of {n} requests"
+        time.sleep(0.05)
+    return requests
 
 
 def test_without_continuous_usage_the_cut_tokens_are_estimated() -> None:

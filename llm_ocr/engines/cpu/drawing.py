@@ -68,7 +68,7 @@ def ink(page: np.ndarray, box: Box, paper: np.ndarray) -> tuple[np.ndarray, tupl
         return None
     x1, y1, x2, y2 = clipped
     patch = page[y1:y2, x1:x2].astype(np.int16)
-    return (np.abs(patch - paper.astype(np.int16)) > INK_DIFF).any(axis=2), (x1, y1)
+    return np.any(np.abs(patch - paper.astype(np.int16)) > INK_DIFF, axis=2), (x1, y1)
 
 
 def text_mask(shape: tuple[int, int], origin: tuple[int, int], lines: Sequence[Line]) -> np.ndarray:

@@ -196,7 +196,8 @@ class OcrEngine:
     def read(self, bgr: np.ndarray) -> list[Line]:
         """Text lines of a BGR image (``uint8``, height x width x 3), in detector order."""
         result = self._ocr(bgr)
-        boxes, txts, scores = getattr(result, "boxes", None), getattr(result, "txts", None), getattr(result, "scores", None)
+        boxes, txts, scores = getattr(result, "boxes", None), getattr(result, "txts", None), getattr(result, "scores",
+                                                                                                     None)
         if boxes is None or txts is None:
             return []
         lines = []
@@ -225,9 +226,9 @@ def decode_image(data: bytes) -> tuple[np.ndarray, int, int]:
     from PIL import Image
 
     try:
-        img = Image.open(io.BytesIO(data))
+        img: Image.Image = Image.open(io.BytesIO(data))
         img.load()
-    except Exception as exc:  # PIL raises many types for bad input; all mean "bad image"
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input; all mean "bad image"
         raise ValueError(f"Failed to load image: {exc}") from None
     if img.mode in ("RGBA", "LA", "P") and (img.mode != "P" or "transparency" in img.info):
         rgba = img.convert("RGBA")

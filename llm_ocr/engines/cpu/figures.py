@@ -186,7 +186,8 @@ def _caption_rows(candidates: list[list[Line]], start: int, step: int, h: float)
     i = start + step
     while 0 <= i < len(candidates) and len(taken) < CAPTION_MAX_ROWS:
         row, prev = candidates[i], taken[-1]
-        gap = (min(l.y1 for l in row) - max(l.y2 for l in prev)) if step > 0 else (min(l.y1 for l in prev) - max(l.y2 for l in row))
+        gap = ((min(l.y1 for l in row) - max(l.y2 for l in prev)) if step > 0
+               else (min(l.y1 for l in prev) - max(l.y2 for l in row)))
         row_size = statistics.median(l.height for l in row)
         if gap > Y_GAP * h or max(row_size, size) / min(row_size, size) >= SIZE_SPLIT:
             break

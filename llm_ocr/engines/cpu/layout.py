@@ -139,7 +139,8 @@ def _y_cuts(lines: Sequence[Line], h: float) -> list[float]:
     # lines' padded boxes touch or overlap even when a visible gap separates them. Figure
     # boxes are not padded: a cut must not pass through a figure's top or bottom.
     pad = 0.1
-    return _gaps([(l.y1 + pad * l.height, l.y2 - pad * l.height) if l.kind == TEXT else (l.y1, l.y2) for l in lines], Y_GAP * h)
+    return _gaps([(l.y1 + pad * l.height, l.y2 - pad * l.height) if l.kind == TEXT else (l.y1, l.y2) for l in lines],
+                 Y_GAP * h)
 
 
 def _split(lines: Sequence[Line], cuts: list[float], key: str) -> list[list[Line]]:
@@ -354,7 +355,8 @@ def page_blocks(lines: Sequence[Line], figures: Sequence[PageFigure] = ()) -> li
             owner[id(atoms[-1])] = figure
     if not lines and not atoms:
         return []
-    h = body_line_height(lines) if lines else body_line_height([l for f in figures for l in f.caption + f.inside] or atoms)
+    h = (body_line_height(lines) if lines
+         else body_line_height([l for f in figures for l in f.caption + f.inside] or atoms))
     blocks = order_blocks(lines + atoms, h)
     for block in blocks:
         if block.label != TEXT and block.lines:

@@ -32,7 +32,7 @@ def text_of(lines: Sequence[Line]) -> str:
     """The text of some lines (a figure's inside) on one line: the blocks of their reading
     order joined by " · " (table cells row by row). Lines without a letter or digit are left
     out: in a figure they are the recogniser reading bars and markers as "_" or "■"."""
-    parts = []
+    parts: list[str] = []
     for block in order_blocks([l for l in lines if has_word(l)]):
         if block.label == "table":
             parts.extend(" ".join(l.text.strip() for l in row) for row in rows(block.lines))

@@ -91,7 +91,8 @@ class CpuEngineServer(OpenAIServer):
         super().__init__(cfg)
         self.pool = pool or EnginePool(cfg.threads, cfg.engine)
         self.memory = FigureMemory() if cfg.engine.figures else None
-        self.stats: dict[str, Any] = {"requests": 0, "responses": {}, "prompt_kinds": {}, "pages_read": 0, "ocr_seconds": 0.0}
+        self.stats: dict[str, Any] = {"requests": 0, "responses": {}, "prompt_kinds": {}, "pages_read": 0,
+                                      "ocr_seconds": 0.0}
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._inflight = 0  # submitted OCR jobs not finished (waiting + running)
         self._running = 0  # jobs a worker thread is executing (written by workers, read here)
@@ -168,9 +169,11 @@ class CpuEngineServer(OpenAIServer):
             if page:
                 result = self.pool.read(image, layout=self.cfg.engine.figures)
                 blocks = page_answer_blocks(result, self.memory, self.cfg.engine.layout_score)
-                return Reading(result, blocks=blocks, seconds=time.perf_counter() - t0, cpu_seconds=time.thread_time() - c0)
+                return Reading(result, blocks=blocks, seconds=time.perf_counter() - t0,
+                               cpu_seconds=time.thread_time() - c0)
             description, read = figure_answer(image, self.pool, self.memory)
-            return Reading(read, description=description, seconds=time.perf_counter() - t0, cpu_seconds=time.thread_time() - c0)
+            return Reading(read, description=description, seconds=time.perf_counter() - t0,
+                           cpu_seconds=time.thread_time() - c0)
         finally:
             with self._running_lock:
                 self._running -= 1
@@ -241,7 +244,7 @@ def _image_size(data: bytes) -> tuple[int, int]:
     try:
         with Image.open(io.BytesIO(data)) as img:
             return img.size
-    except Exception as exc:  # PIL raises many types for bad input; all mean "bad image"
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input; all mean "bad image"
         raise ApiError(400, f"Failed to load image: {exc}") from None
 
 

@@ -8,7 +8,7 @@ from the page, never in how the answer is cut, tagged or fitted to a schema.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 # Grounding tags are special tokens of DeepSeek-OCR's tokenizer; vLLM drops them from the
 # text unless the request sets ``skip_special_tokens: false`` (which is why the recipe does).
@@ -103,7 +103,7 @@ def _number(schema: dict[str, Any], integer: bool) -> int | float:
     """The first of a few candidate values (0, the bounds and their neighbours, a midpoint)
     that satisfies every numeric constraint; 0 if none does."""
 
-    def num(v: Any) -> bool:
+    def num(v: Any) -> TypeGuard[float]:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
     lo, xlo = schema.get("minimum"), schema.get("exclusiveMinimum")

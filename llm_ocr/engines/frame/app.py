@@ -205,7 +205,8 @@ class OpenAIServer:
         return text, completion_tokens, "length" if truncated else "stop"
 
     def count_finished(
-        self, req: ChatRequest, finish: str, prompt_tokens: int, completion_tokens: int, record: dict[str, Any], **log_fields: Any
+        self, req: ChatRequest, finish: str, prompt_tokens: int, completion_tokens: int, record: dict[str, Any],
+        **log_fields: Any
     ) -> None:
         """Count a finished (or, ``finish == "abort"``, abandoned) request in the metrics and the log."""
         self.metrics.prompt_tokens += prompt_tokens

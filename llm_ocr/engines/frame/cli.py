@@ -23,7 +23,8 @@ def add_frame_options(
     (for a server's own model options)."""
     net = p.add_argument_group("network")
     net.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    net.add_argument("--port", type=int, default=default_port, help="port to bind; 0 picks a free port (default %(default)s)")
+    net.add_argument("--port", type=int, default=default_port, help="port to bind; 0 picks a free port (default "
+                                                                    "%(default)s)")
     net.add_argument("--port-file", metavar="PATH", help="write the bound port to PATH (atomically) once listening")
     model = p.add_argument_group("model")
     model.add_argument(

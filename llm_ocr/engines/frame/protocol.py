@@ -274,8 +274,9 @@ def _parse_conversation(messages: list[dict[str, Any]], model: str, server_name:
             elif ptype == "image_url":
                 url = part.get("image_url", {}).get("url") if isinstance(part.get("image_url"), dict) else None
                 m = _DATA_URI.match(url) if isinstance(url, str) else None
-                if not m:
-                    raise ApiError(400, f"image_url.url must be a data:image/...;base64, URI ({server_name} fetches nothing).")
+                if m is None or not isinstance(url, str):
+                    raise ApiError(400, f"image_url.url must be a data:image/...;base64, URI ({server_name} fetches "
+                                        "nothing).")
                 try:
                     image = base64.b64decode(url[m.end():], validate=True)
                 except (binascii.Error, ValueError) as exc:

@@ -41,13 +41,14 @@ DEFAULT_CHUNK_TOKENS = 16
 class SseAnswer:
     """One streamed answer: open it, send text as it is generated, then finish or abort."""
 
-    def __init__(self, server: OpenAIServer, req: ChatRequest, text: str, prompt_tokens: int, record: dict[str, Any]) -> None:
+    def __init__(self, server: OpenAIServer, req: ChatRequest, text: str, prompt_tokens: int,
+                 record: dict[str, Any]) -> None:
         self.server = server
         self.req = req
         self.text = text
         self.prompt_tokens = prompt_tokens
         self.record = record
-        self.tokens = 0  # generated so far
+        self.tokens: float = 0  # generated so far
         self.sent_chars = 0
         self.response: web.StreamResponse | None = None
         self._id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -60,7 +61,8 @@ class SseAnswer:
 
     async def open(self, request: web.Request) -> None:
         """Send the headers and the role chunk."""
-        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        response = web.StreamResponse(status=200,
+                                      headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         self.response = response
         # Status 200 is on the wire from here on, whatever happens next: the request log says so.
@@ -88,7 +90,8 @@ class SseAnswer:
         self.sent_chars = len(self.text)
         await self._event(self._chunk({"content": rest} if rest else {}, finish))
         if self.req.include_usage:
-            usage = {"id": self._id, "object": "chat.completion.chunk", "created": self._created, "model": self.req.model,
+            usage = {"id": self._id, "object": "chat.completion.chunk", "created": self._created,
+                     "model": self.req.model,
                      "choices": [], "usage": self._usage()}  # fmt: skip
             await self._event(usage)
         await self.response.write(b"data: [DONE]\n\n")
@@ -128,7 +131,8 @@ class SseAnswer:
 
     def _usage(self) -> dict[str, int]:
         tokens = math.ceil(self.tokens)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": tokens, "total_tokens": self.prompt_tokens + tokens}
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": tokens,
+                "total_tokens": self.prompt_tokens + tokens}
 
     def _chunk(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}

@@ -106,7 +106,8 @@ DECODE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def add_decode_options(group: argparse._ArgumentGroup | argparse.ArgumentParser, defaults: Mapping[str, Any] | None = None) -> None:
+def add_decode_options(group: argparse._ArgumentGroup | argparse.ArgumentParser,
+                       defaults: Mapping[str, Any] | None = None) -> None:
     """The simulated server's decode model as options: how many sequences run at once, how long
     a request takes, how long answers are, which pages loop (``--instant``: no time at all).
     ``llm-ocr bench`` takes the same options, for the server it starts, with its own ``defaults``."""

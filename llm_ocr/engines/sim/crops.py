@@ -155,7 +155,8 @@ def _best_match(page: np.ndarray, crop: np.ndarray) -> tuple[float, int, int]:
         return 0.0, 0, 0
     shape = (_fast_length(rows), _fast_length(cols))
     # Cross-correlation as a product of spectra; positions where the crop fits do not wrap.
-    corr = np.fft.irfft2(np.fft.rfft2(page, shape) * np.conj(np.fft.rfft2(t, shape)), shape)[: rows - h + 1, : cols - w + 1]
+    corr = np.fft.irfft2(np.fft.rfft2(page, shape) * np.conj(np.fft.rfft2(t, shape)), shape)[: rows - h + 1,
+                                                                                             : cols - w + 1]
     # The page's sum and sum of squares under the crop at each position (integral images).
     s1 = _window_sums(page, h, w)
     s2 = _window_sums(page * page, h, w)

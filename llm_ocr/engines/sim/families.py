@@ -99,7 +99,7 @@ def view_of(blocks: list[LayoutBlock], facts: ImageFacts) -> View:
     known = facts.known
     elements = tuple(
         Element(b.label, Box(*turned_box(b.box, facts.turned)) if facts.turned else Box(*b.box), b.text,
-                FIGURE_DESCRIPTION if b.label == "image" else "")  # fmt: skip
+                FIGURE_DESCRIPTION if b.label == "image" else "")
         for b in blocks
     )
     rotation = ((known.rotation if known is not None else 0) - facts.turned) % 360

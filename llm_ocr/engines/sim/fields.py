@@ -187,7 +187,8 @@ def _default(root: dict[str, Any], node: Any, resolved: dict[str, Any]) -> Any:
         return None
     if resolved.get("enum"):
         return resolved["enum"][0]
-    return {"string": "", "number": 0, "integer": 0, "boolean": False, "array": [], "object": {}}.get(resolved.get("type"), "")
+    return {"string": "", "number": 0, "integer": 0, "boolean": False, "array": [],
+            "object": {}}.get(str(resolved.get("type")), "")
 
 
 def _table(lines: list[str], item: dict[str, Any], root: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -274,7 +275,8 @@ def read_object(schema: dict[str, Any], text: str, root: dict[str, Any] | None =
             item = _node(root, resolved.get("items"))
             value = _table(lines, item, root) if (item.get("type") == "object" or "properties" in item) else None
         else:
-            raw = next((labels[k] for k in _keys(name, resolved) + [_words(prefix + name.replace('_', ' '))] if k in labels), None)
+            raw = next((labels[k] for k in _keys(name,
+                resolved) + [_words(prefix + name.replace('_', ' '))] if k in labels), None)
             if raw is not None:
                 value = _convert(raw, resolved)
             if value is None and resolved.get("enum"):

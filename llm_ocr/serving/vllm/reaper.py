@@ -68,7 +68,7 @@ def watch(parent: int, pgid: int, grace: float) -> int:
 
 def start(pgid: int, grace: float) -> subprocess.Popen[bytes]:
     """Start the watcher for server process group ``pgid`` (our child; stop it with ``kill()``)."""
-    return subprocess.Popen(  # noqa: S603 - our own interpreter running this file
+    return subprocess.Popen(  # our own interpreter running this file
         # -I -S: the standard library only, no site-packages to import, no user environment.
         [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), str(pgid), str(grace)],
         stdin=subprocess.DEVNULL,

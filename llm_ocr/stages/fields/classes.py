@@ -123,7 +123,8 @@ def load_classes(location: str, storage_options: dict[str, Any] | None = None) -
     what = f"--classes {location!r}"
     data = _parse(_read_text(location, "--classes", location, storage_options), what, yaml_ok=True)
     if not isinstance(data, dict) or not isinstance(data.get("classes"), dict) or not data["classes"]:
-        raise SchemaError(f"{what}: expected a mapping with a non-empty 'classes' mapping (class name -> schema and rules)")
+        raise SchemaError(f"{what}: expected a mapping with a non-empty 'classes' mapping (class name -> schema and "
+                          "rules)")
     unknown_top = set(data) - {"classes"}
     if unknown_top:
         raise SchemaError(f"{what}: unknown top-level keys: {', '.join(sorted(map(str, unknown_top)))}")
@@ -138,7 +139,8 @@ def load_classes(location: str, storage_options: dict[str, Any] | None = None) -
             raise SchemaError(f"{where} must be a mapping with at least 'schema'")
         unknown = set(spec) - _CLASS_KEYS
         if unknown:
-            raise SchemaError(f"{where} has unknown keys: {', '.join(sorted(map(str, unknown)))} (known: {', '.join(sorted(_CLASS_KEYS))})")
+            raise SchemaError(f"{where} has unknown keys: {', '.join(sorted(map(str, unknown)))} (known: "
+                              f"{', '.join(sorted(_CLASS_KEYS))})")
         if not spec.get("schema"):
             raise SchemaError(f"{where} names no schema")
         try:

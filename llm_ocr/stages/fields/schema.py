@@ -96,7 +96,8 @@ class FieldsSchema:
 
     def top_properties(self) -> dict[str, dict[str, Any]]:
         """The root object's properties, ``$ref``s resolved."""
-        return {name: resolve(self.schema, sub) for name, sub in resolve(self.schema, self.schema).get("properties", {}).items()}
+        return {name: resolve(self.schema, sub) for name,
+                sub in resolve(self.schema, self.schema).get("properties", {}).items()}
 
     def merge_policy(self, name: str) -> str:
         """How answers for parts of a long document are merged for top-level property ``name``."""
@@ -173,7 +174,8 @@ def _json_kind(value: Any) -> str:
         return "number"
     if value is None:
         return "null"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "string")
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), "string")
 
 
 def allows_null(root: dict[str, Any], node: Any) -> bool:
@@ -191,7 +193,8 @@ def allows_null(root: dict[str, Any], node: Any) -> bool:
 def strip_extensions(node: Any) -> Any:
     """A deep copy of a schema without llm-ocr's ``x-llm-ocr-*`` keywords."""
     if isinstance(node, dict):
-        return {k: strip_extensions(v) for k, v in node.items() if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
+        return {k: strip_extensions(v) for k,
+                v in node.items() if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
     if isinstance(node, list):
         return [strip_extensions(v) for v in node]
     return node
@@ -240,7 +243,7 @@ def load_fields_schema(
         model = import_model(text, option)
         try:
             schema = model.model_json_schema()
-        except Exception as exc:  # noqa: BLE001 - pydantic raises several kinds for unsupported types
+        except Exception as exc:  # pydantic raises several kinds for unsupported types
             raise SchemaError(f"{option} {value!r}: pydantic cannot make a JSON schema of it: {exc}") from exc
         origin, default_name = text, text.rsplit(":", 1)[1].lower()
     elif text.startswith("{"):
@@ -253,7 +256,8 @@ def load_fields_schema(
         stem = location.rstrip("/").rsplit("/", 1)[-1]
         origin, default_name = location, re.sub(r"(\.schema)?\.(json|ya?ml)$", "", stem, flags=re.IGNORECASE)
     checked = check_schema(schema, f"{option} {value!r}")
-    return FieldsSchema(name=name or default_name, schema=checked, origin=origin, checks=parse_checks(checked, f"{option} {value!r}"), model=model)
+    return FieldsSchema(name=name or default_name, schema=checked, origin=origin,
+                        checks=parse_checks(checked, f"{option} {value!r}"), model=model)
 
 
 def _title(schema: Any) -> str | None:
@@ -297,8 +301,9 @@ def import_model(path: str, option: str = "--schema") -> Any:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - an import runs arbitrary code: any error is the user's to see
-        raise SchemaError(f"{option} {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # an import runs arbitrary code: any error is the user's to see
+        raise SchemaError(f"{option} {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: "
+                          f"{exc}") from exc
     model = getattr(module, attr, None)
     if model is None:
         raise SchemaError(f"{option} {path!r}: module {module_name!r} has no attribute {attr!r}")
@@ -325,7 +330,8 @@ def check_schema(schema: Any, what: str) -> dict[str, Any]:
     for prop_name, prop in root["properties"].items():
         policy = resolve(schema, prop).get(MERGE_KEY)
         if policy is not None and policy not in MERGE_POLICIES:
-            raise SchemaError(f"{what}: {prop_name}.{MERGE_KEY} must be one of {', '.join(MERGE_POLICIES)}, not {policy!r}")
+            raise SchemaError(f"{what}: {prop_name}.{MERGE_KEY} must be one of {', '.join(MERGE_POLICIES)}, not "
+                              f"{policy!r}")
         if policy == "concat" and value_type(schema, prop) != "array":
             raise SchemaError(f"{what}: {prop_name}.{MERGE_KEY} 'concat' applies to arrays only")
     return schema
@@ -358,7 +364,7 @@ def schema_at(schema: dict[str, Any], tokens: list[str]) -> dict[str, Any] | Non
     """The schema node a parsed path leads to, or None when it names no property."""
     node = non_null(schema, schema)
     for token in tokens:
-        if token == "*":
+        if token == "*":  # noqa: S105 - a path token, not a password
             if value_type(schema, node) != "array":
                 return None
             node = non_null(schema, node.get("items", {}))

@@ -173,7 +173,8 @@ def validate_answer(value: Any, schema: FieldsSchema, *, json_schema: dict[str, 
         seen = {(p.path, p.message) for p in problems}
         # Pydantic repeats most schema errors in its own words; keep only what it adds (validators).
         known_paths = {p.path for p in problems}
-        problems += [p for p in model_problems(value, schema.model) if (p.path, p.message) not in seen and p.path not in known_paths]
+        problems += [p for p in model_problems(value, schema.model) if (p.path,
+            p.message) not in seen and p.path not in known_paths]
     if whole:
         problems += check_problems(value, schema.checks)
     return problems[:MAX_PROBLEMS]

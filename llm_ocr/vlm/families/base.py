@@ -172,7 +172,7 @@ class AnswerLike(Protocol):
     """What :meth:`PageTools.ask` returns (``llm_ocr.stages.attempts.Answer``)."""
 
     @property
-    def text(self) -> str: ...  # noqa: D102 - the answer worth parsing (up to a loop)
+    def text(self) -> str: ...  # the answer worth parsing (up to a loop)
 
     result: Any
     attempts: int
@@ -187,11 +187,11 @@ BodyFor = Callable[[float, int], dict[str, Any]]
 class PageTools(Protocol):
     """What :meth:`Family.read` may do: ask the model, crop and transform images (off the loop)."""
 
-    async def ask(self, body_for: BodyFor, retries: Retries) -> AnswerLike: ...  # noqa: D102
+    async def ask(self, body_for: BodyFor, retries: Retries) -> AnswerLike: ...
 
-    async def crop(self, image: bytes, boxes: Sequence[Box]) -> list[bytes]: ...  # noqa: D102
+    async def crop(self, image: bytes, boxes: Sequence[Box]) -> list[bytes]: ...
 
-    async def transform(  # noqa: D102
+    async def transform(
         self, image: bytes, *, rotate: int = 0, size: tuple[int, int] | None = None, min_side: int = 0
     ) -> tuple[bytes, int, int]: ...
 
@@ -299,7 +299,8 @@ class Family:
         """Tokens of the context kept for the image and the prompt text (see subclasses)."""
         return min(context // 2, 1024)
 
-    def messages(self, image: bytes, mime: str, text: str | None = None, system: str | None = None) -> list[dict[str, Any]]:
+    def messages(self, image: bytes, mime: str, text: str | None = None,
+                 system: str | None = None) -> list[dict[str, Any]]:
         """The chat messages for one image in this family's chat shape."""
         text = self.prompt.text if text is None else text
         system = self.prompt.system if system is None else system
@@ -440,7 +441,8 @@ class Family:
         sent = next(p["text"] for p in parts if p.get("type") == "text")
         allowed = list(texts) if texts is not None else [prompt.text]
         if sent not in allowed:
-            raise RecipeError(f"{self.title}: unexpected prompt text {sent[:120]!r} (expected {allowed[0][:120]!r})")
+            raise RecipeError(f"{self.title}: unexpected prompt text {sent[:120]!r} (expected "
+                              f"{str(allowed[0])[:120]!r})")
         return sent
 
     def check_sampling(self, body: Mapping[str, Any], sampling: Sampling, *, retry_top_p: float | None = None) -> None:
@@ -492,7 +494,8 @@ def prompt_text(body: Mapping[str, Any]) -> str | None:
 def sent_image(body: Mapping[str, Any]) -> bytes:
     """The image bytes of a request body (for the simulated server); b"" if there is none."""
     for message in body.get("messages") or []:
-        for part in message.get("content") or [] if isinstance(message, dict) and isinstance(message.get("content"), list) else []:
+        for part in message.get("content") or [] if isinstance(message, dict) and isinstance(message.get("content"),
+                                                                                             list) else []:
             if isinstance(part, dict) and part.get("type") == "image_url":
                 url = (part.get("image_url") or {}).get("url", "")
                 return base64.b64decode(url.partition(",")[2] or b"")

@@ -28,7 +28,8 @@ _TAGS_1 = ["math", "br", "i", "b", "u", "del", "sup", "sub", "table", "tr", "td"
 _ATTRIBUTES_1 = ["class", "colspan", "rowspan", "display", "checked", "type", "border", "value", "style", "href",
                  "alt", "align"]  # fmt: skip
 _LABELS_1 = ["Caption", "Footnote", "Equation-Block", "List-Group", "Page-Header", "Page-Footer", "Image",
-             "Section-Header", "Table", "Text", "Complex-Block", "Code-Block", "Form", "Table-Of-Contents", "Figure"]  # fmt: skip
+             "Section-Header", "Table", "Text", "Complex-Block", "Code-Block", "Form", "Table-Of-Contents",
+             "Figure"]  # fmt: skip
 
 
 def _ending(tags: list[str], attributes: list[str], images: str, extra: str) -> str:

@@ -79,7 +79,7 @@ DEEPSEEK_OCR = DeepSeekOCR(
             "--logits-processors", NGRAM_PROCESSOR,
             "--no-enable-prefix-caching",
             "--mm-processor-cache-gb", "0",
-        ),  # fmt: skip
+        ),
         context=8192,
         weights_gib=9.0,
         kv_bytes_per_token=2 * 12 * 10 * 128 * 2,
@@ -93,14 +93,16 @@ DEEPSEEK_OCR = DeepSeekOCR(
                "vllm-project/recipes DeepSeek/DeepSeek-OCR.md (Online OCR serving); DeepSeek/DeepSeek-OCR-2.md"),
         Source("server flags: --trust-remote-code, the n-gram logits processor, --no-enable-prefix-caching, "
                "--mm-processor-cache-gb 0; context 8192",
-               "vllm-project/recipes models/deepseek-ai/DeepSeek-OCR.yaml and DeepSeek-OCR-2.yaml (base_args, context_length)"),
+               "vllm-project/recipes models/deepseek-ai/DeepSeek-OCR.yaml and DeepSeek-OCR-2.yaml (base_args, "
+               "context_length)"),
         Source("the grounding prompt '<image>\\n<|grounding|>Convert the document to markdown.'",
                "deepseek-ai/DeepSeek-OCR DeepSeek-OCR-master/DeepSeek-OCR-vllm/config.py; "
                "deepseek-ai/DeepSeek-OCR-2 DeepSeek-OCR2-master/DeepSeek-OCR2-vllm/config.py"),
         Source("boxes 0..999 of the image: x_px = int(x / 999 * width); figures are 'image' blocks; "
                "\\coloneqq -> :=, \\eqqcolon -> =:",
                "deepseek-ai/DeepSeek-OCR DeepSeek-OCR-master/DeepSeek-OCR-vllm/run_dpsk_ocr_pdf.py"),
-        Source("pages rendered at 144 DPI", "deepseek-ai/DeepSeek-OCR run_dpsk_ocr_pdf.py (pdf_to_images_high_quality)"),
+        Source("pages rendered at 144 DPI",
+               "deepseek-ai/DeepSeek-OCR run_dpsk_ocr_pdf.py (pdf_to_images_high_quality)"),
     ),
     stream_options=VLLM_STREAM_OPTIONS,
     stream_extra=VLLM_STREAM_EXTRA,

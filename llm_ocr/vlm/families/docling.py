@@ -133,7 +133,8 @@ GRANITE_DOCLING = GraniteDocling(
                     notes="DocTags with <loc_N> on a 500 grid; tables as OTSL"),
     sources=(
         Source("prompt 'Convert this page to docling.'; temperature 0, max_tokens 4096, skip_special_tokens true; page "
-               "scale 2.0 (144 DPI)", "docling-project/docling docling/datamodel/vlm_model_specs.py (GRANITEDOCLING_VLLM_API)"),
+               "scale 2.0 (144 DPI)", "docling-project/docling docling/datamodel/vlm_model_specs.py "
+                                      "(GRANITEDOCLING_VLLM_API)"),
         Source("one user message, the image (PNG) then the prompt",
                "docling-project/docling docling/utils/api_image_request.py (api_image_request)"),
         Source("DocTags element names, OTSL table tokens, <loc_N> = round(500 x fraction) clamped to 0..499",

@@ -40,7 +40,7 @@ LAYOUT_ALL_PROMPT = """Please output the layout information from the PDF image, 
     - All layout elements must be sorted according to human reading order.
 
 5. Final Output: The entire output must be a single JSON object.
-"""
+"""  # noqa: E501 - the model's prompt, verbatim
 
 #: inference.py puts these before the prompt: without them vLLM v1 inserts "\n" there.
 IMAGE_TOKENS = "<|img|><|imgpad|><|endofimg|>"
@@ -153,7 +153,8 @@ class DotsOCR(Family):
 _SOURCES = (
     Source("prompt: prompt_layout_all_en", "rednote-hilab/dots.ocr dots_ocr/utils/prompts.py"),
     Source("one user message, the image then '<|img|><|imgpad|><|endofimg|>' + the prompt (else vLLM v1 adds a "
-           "newline); PNG data URI", "rednote-hilab/dots.ocr dots_ocr/model/inference.py, dots_ocr/utils/image_utils.py "
+           "newline); PNG data URI", "rednote-hilab/dots.ocr dots_ocr/model/inference.py, "
+                                     "dots_ocr/utils/image_utils.py "
            "(PILimage_to_base64)"),
     Source("temperature 0.1, top_p 1.0, max_completion_tokens 16384; PDFs at 200 DPI",
            "rednote-hilab/dots.ocr dots_ocr/parser.py (DotsOCRParser defaults and argument parser)"),

@@ -148,10 +148,10 @@ class MinerU(Family):
         if text == LAYOUT_PROMPT:
             kind, sampling = "layout", SAMPLING["layout"]
         else:
-            kind = next((k for k, p in PROMPTS.items() if p == text), None)
-            if kind is None:
+            found = next((k for k, p in PROMPTS.items() if p == text), None)
+            if found is None:
                 return None
-            sampling = SAMPLING[kind]
+            kind, sampling = found, SAMPLING[found]
         self.check_messages(body, Prompt(text, system=SYSTEM_PROMPT), [text])
         self.check_sampling(body, sampling)
         return "layout" if kind == "layout" else "block"
@@ -199,7 +199,8 @@ class MinerU(Family):
             self.retries,
         )
 
-    def messages(self, image: bytes, mime: str, text: str | None = None, system: str | None = None) -> list[dict[str, Any]]:
+    def messages(self, image: bytes, mime: str, text: str | None = None,
+                 system: str | None = None) -> list[dict[str, Any]]:
         return super().messages(image, mime, text, SYSTEM_PROMPT)
 
     def assemble(self, boxes: list[LayoutBox], pixels: list[Box | None], page: PageInput, warn: Warnings) -> PageLayout:
@@ -280,7 +281,8 @@ MINERU = MinerU(
                "opendatalab/mineru-vl-utils mineru_vl_utils/mineru_client.py (DEFAULT_PROMPTS, prepare_for_layout, "
                "prepare_for_extract, resize_by_need); vlm_client/base_client.py (DEFAULT_SYSTEM_PROMPT)"),
         Source("sampling: temperature 0, top_p 0.01, top_k 1, repetition_penalty 1.0; presence/frequency penalties "
-               "1.0/0.05 (tables 1.0/0.005, layout 0/0); vllm_xargs no_repeat_ngram_size 100; skip_special_tokens false",
+               "1.0/0.05 (tables 1.0/0.005, layout 0/0); vllm_xargs no_repeat_ngram_size 100; skip_special_tokens "
+               "false",
                "opendatalab/mineru-vl-utils mineru_client.py (DEFAULT_SAMPLING_PARAMS); vlm_client/http_client.py "
                "(build_request_body)"),
         Source("layout lines <|box_start|>x1 y1 x2 y2<|box_end|><|ref_start|>type<|ref_end|><|rotate_*|>, boxes "
@@ -291,7 +293,8 @@ MINERU = MinerU(
         Source("server: --logits-processors mineru_vl_utils:MinerULogitsProcessor",
                "opendatalab/MinerU mineru/model/vlm/vllm_server.py"),
         Source("PDFs at 200 DPI, longest side at most 3500 px",
-               "opendatalab/MinerU mineru/utils/pdf_image_tools.py (DEFAULT_PDF_IMAGE_DPI), mineru/utils/pdf_reader.py"),
+               "opendatalab/MinerU mineru/utils/pdf_image_tools.py (DEFAULT_PDF_IMAGE_DPI), "
+               "mineru/utils/pdf_reader.py"),
         Source("--max-model-len 16384", "opendatalab/MinerU docs/zh/usage/acceleration_cards/VastAI.md"),
     ),
     stream_options=VLLM_STREAM_OPTIONS,

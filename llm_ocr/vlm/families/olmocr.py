@@ -143,16 +143,18 @@ class OlmOCR(Family):
         ``build_page_query`` does) and read it again, up to :data:`MAX_TURNS` turns."""
         reading = await super().read(page, tools, max_tokens)
         answers = list(reading.answers)
-        turned, notes = 0, []
+        turned, notes = 0, list[str]()
         current = page
         while not reading.layout.metadata.get("is_rotation_valid", True) and len(notes) < MAX_TURNS:
-            correction = int(reading.layout.metadata.get("rotation_correction") or 0)
+            value = reading.layout.metadata.get("rotation_correction")
+            correction = value if isinstance(value, int) else 0  # the parser reads it as 0, 90, 180 or 270
             if correction == 0:
                 break
             turned = (turned + correction) % 360
             image, width, height = await tools.transform(page.image, rotate=turned)
             current = PageInput(image, "image/png", width, height, page.page)
-            notes.append(f"turned {turned}° as the model said (olmOCR-2 rotation_correction {correction}) and read again")
+            notes.append(f"turned {turned}° as the model said (olmOCR-2 rotation_correction {correction}) and read "
+                         "again")
             reading = await super().read(current, tools, max_tokens)
             answers += reading.answers
         if notes and not reading.layout.metadata.get("is_rotation_valid", True):

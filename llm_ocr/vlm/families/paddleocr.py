@@ -54,7 +54,7 @@ PADDLEOCR_VL = PaddleOCRVL(
             "--max-num-batched-tokens", "16384",
             "--no-enable-prefix-caching",
             "--mm-processor-cache-gb", "0",
-        ),  # fmt: skip
+        ),
         context=16384,
         weights_gib=2.5,
         kv_bytes_per_token=2 * 18 * 2 * 128 * 2,  # 18 layers, 2 KV heads of 128 (ERNIE-4.5-0.3B)

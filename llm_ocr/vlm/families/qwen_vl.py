@@ -43,7 +43,7 @@ MIN_PIXELS = 56 * 56
 MAX_PIXELS = 12_845_056
 
 _VOID = {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
-_BBOX = re.compile(r"^\s*(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)\s*$")
+_BBOX = re.compile(r"^\s*(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)\s*$")  # noqa: E501 - one regular expression
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n?|\n?\s*```\s*$")
 
 
@@ -135,7 +135,7 @@ def split_blocks(answer: str) -> list[HtmlBlock]:
     try:
         parser.feed(_FENCE.sub("", answer))
         parser.close()
-    except Exception:  # noqa: BLE001 - HTMLParser is lenient; a broken answer keeps its blocks so far
+    except Exception:  # noqa: BLE001, S110 - HTMLParser is lenient; a broken answer keeps its blocks so far
         pass
     return parser.blocks
 
@@ -246,7 +246,8 @@ QWEN25_VL = QwenVL(
                "before the image; up to 32000 new tokens",
                "QwenLM/Qwen2.5-VL cookbooks/document_parsing.ipynb (inference, section 1)"),
         Source("data-bbox in pixels of the resized image (image_grid_thw x 14); min/max pixels 512/2048 x 28 x 28 "
-               "in the API example", "QwenLM/Qwen2.5-VL cookbooks/document_parsing.ipynb (draw_bbox, inference_with_api)"),
+               "in the API example", "QwenLM/Qwen2.5-VL cookbooks/document_parsing.ipynb (draw_bbox, "
+                                     "inference_with_api)"),
         Source("smart_resize: sides multiples of 28, 56 x 56 to 12,845,056 pixels",
                "huggingface/transformers models/qwen2_vl/image_processing_qwen2_vl.py"),
         Source("serving: --limit-mm-per-prompt, --max-model-len to bound memory (128K context)",
