@@ -768,6 +768,39 @@ class LaunchKeywords(TypedDict, total=False):
     """ML storage volume per instance, in GB (model weights and scratch)."""
     price_per_hour: float | None
     """Your price of one instance-hour, for the cost table (default: the built-in estimate)."""
+    partition: str | None
+    """Partition (default: the cluster's default partition)."""
+    account: str | None
+    """Account to charge (sbatch --account)."""
+    qos: str | None
+    """Quality of service (sbatch --qos)."""
+    gpus_per_task: int | None
+    """GPUs per shard task (sbatch --gpus; default 1, 0 for assemble and --endpoint runs)."""
+    gpu_type: str | None
+    """GPU type as the cluster names it in its GRES (--gpus=TYPE:N), e.g. a100."""
+    gres: str | None
+    """Generic resources instead of --gpus, e.g. gpu:a100:1 (sbatch --gres)."""
+    cpus_per_task: int | None
+    """CPUs per task (default: the partition's)."""
+    mem: str | None
+    """Memory per task, e.g. 64G (sbatch --mem; default: the partition's)."""
+    venv: str | None
+    """Virtualenv the tasks activate (default: the one running this launcher, unless --image is given)."""
+    module: list[str]
+    """Environment module each task loads (module load NAME)."""
+    setup: list[str]
+    """Shell line each task runs before llm-ocr, e.g. 'source ~/miniforge3/bin/activate ocr'."""
+    container_mounts: str | None
+    """With --image: pyxis --container-mounts (default: OUT, the local INPUTs and the log folder, each at its own
+    path)."""
+    requeue_before: int
+    """Seconds before its time limit a task stops, keeps its parts and requeues itself to resume (sbatch
+    --signal=B:USR1@S; 0: never)."""
+    log_dir: str | None
+    """Folder for the script, task logs and task records, shared with the nodes (default: OUT/_state/slurm when OUT is a
+    local path)."""
+    sbatch_option: list[str]
+    """Any other sbatch option for the script, e.g. --constraint=h100."""
     endpoint: str | None
     """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."""
     model: str
