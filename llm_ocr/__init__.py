@@ -6,6 +6,7 @@ The Python API (docs/python-api.md); ``llm-ocr`` on the command line is the same
 
     result = llm_ocr.run("samples/", output="out")       # Extract, Describe, Assemble
     llm_ocr.extract(...); llm_ocr.describe("out"); llm_ocr.assemble("out")
+    llm_ocr.escalate("out", model="...")                  # flagged pages read again by a stronger model
     llm_ocr.fields("out", schema="invoice.schema.json")   # typed, validated fields per document
     await llm_ocr.arun("samples/", "out")                 # from async code
     pages = llm_ocr.load("out", "describe")               # a datasets.Dataset
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from llm_ocr.api import Result, RunError, arun, assemble, describe, extract, fields, load, run
+    from llm_ocr.api import Result, RunError, arun, assemble, describe, escalate, extract, fields, load, run
     from llm_ocr.config import OptionError
     from llm_ocr.launchers.api import Launch, LaunchError, launch
 
@@ -35,6 +36,7 @@ __all__ = [
     "arun",
     "assemble",
     "describe",
+    "escalate",
     "extract",
     "fields",
     "launch",

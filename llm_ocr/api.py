@@ -41,7 +41,14 @@ if TYPE_CHECKING:
     import datasets
     from typing_extensions import Unpack
 
-    from llm_ocr.keywords import AssembleKeywords, DescribeKeywords, ExtractKeywords, FieldsKeywords, RunKeywords
+    from llm_ocr.keywords import (
+        AssembleKeywords,
+        DescribeKeywords,
+        EscalateKeywords,
+        ExtractKeywords,
+        FieldsKeywords,
+        RunKeywords,
+    )
     from llm_ocr.runners.shard import ShardOutcome
 
 __all__ = ["Result", "RunError", "arun", "load"]
@@ -62,7 +69,9 @@ class Result:
     (Assemble's by status; for ``fields``, its rows: ``ok``, ``invalid``, ``error``); ``cost`` the GPU time and its
     estimated price. They come from the
     completion markers the run wrote (or would have written, when it stopped early); ``stats``
-    holds the markers themselves.
+    holds the markers themselves. ``routes`` counts the pages by the route of the reading they
+    keep (``text-layer``, ``model``, ``escalated``: docs/routes.md) and ``models`` what each model
+    did (pages read, readings used, tokens, ``busy_s``), over Extract and Escalate.
     """
 
     stage: str
@@ -72,6 +81,8 @@ class Result:
     documents: dict[str, int] = field(default_factory=dict)
     cost: dict[str, Any] | None = None
     stats: dict[str, Any] = field(default_factory=dict, repr=False)
+    routes: dict[str, int] = field(default_factory=dict)
+    models: dict[str, dict[str, int | float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -101,14 +112,25 @@ class Result:
         counted = fielded if stage == "fields" else assembled or page_stage
         documents = counted.documents.model_dump() if counted else {}
         cost = (page_stage.gpu if page_stage else None) or (fielded.gpu if fielded else None)
-        return cls(stage, output, outcome.exit_code, pages, documents, cost, stats)
+        readers = [view for view in views if isinstance(view, PageStats) and view.stage in ("extract", "escalate")]
+        # The routes of the last page stage that read pages (Escalate's rows are the final readings).
+        routes = next((dict(view.routes) for view in reversed(readers) if view.routes), {})
+        models: dict[str, dict[str, int | float]] = {}
+        for view in readers:
+            for model, counts in view.models.items():
+                into = models.setdefault(model, {})
+                for key, value in counts.items():
+                    into[key] = round(into.get(key, 0) + value, 3)
+        return cls(stage, output, outcome.exit_code, pages, documents, cost, stats, routes, models)
 
     def __str__(self) -> str:
         pages = ", ".join(f"{k} {v}" for k, v in self.pages.items())
         documents = ", ".join(f"{k} {v}" for k, v in self.documents.items())
         cost = (self.cost or {}).get("estimated_cost_usd")
+        routes = ", ".join(f"{k} {v}" for k, v in self.routes.items())
         return (f"llm-ocr {self.stage} -> {self.output}: exit code {self.exit_code} ({self.meaning})"
                 + (f"; pages: {pages}" if pages else "") + (f"; documents: {documents}" if documents else "")
+                + (f"; routes: {routes}" if routes and set(self.routes) != {"model"} else "")
                 + (f"; estimated GPU cost ${cost}" if cost is not None else ""))
 
 
@@ -179,6 +201,7 @@ if TYPE_CHECKING:
     def run(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl, **options: Unpack[RunKeywords]) -> Result: ...
     def extract(inputs: PathOrUrl | Sequence[PathOrUrl], output: PathOrUrl,
                 **options: Unpack[ExtractKeywords]) -> Result: ...
+    def escalate(output: PathOrUrl, **options: Unpack[EscalateKeywords]) -> Result: ...
     def describe(output: PathOrUrl, **options: Unpack[DescribeKeywords]) -> Result: ...
     def assemble(output: PathOrUrl, **options: Unpack[AssembleKeywords]) -> Result: ...
     def fields(output: PathOrUrl, **options: Unpack[FieldsKeywords]) -> Result: ...
@@ -239,7 +262,8 @@ async def arun(
 def load(output: PathOrUrl, stage: str = "assemble", *,
          storage_options: Mapping[str, Any] | None = None) -> datasets.Dataset:
     """The rows of ``output/STAGE`` as a :class:`datasets.Dataset`, figure images decoded
-    (PIL images): one row per page for ``extract`` and ``describe``, per document for ``assemble``."""
+    (PIL images): one row per page for ``extract``, ``escalate`` and ``describe``, per document for
+    ``assemble``."""
     import datasets
 
     from llm_ocr.storage import Storage

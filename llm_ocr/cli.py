@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "llm_ocr.commands.report",
     "llm_ocr.commands.bench",
     "llm_ocr.commands.bench_reads",
+    "llm_ocr.commands.bench_cascade",
     "llm_ocr.commands.status",
     "llm_ocr.commands.models",
     "llm_ocr.commands.bench_accuracy",

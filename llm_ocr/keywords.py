@@ -115,6 +115,35 @@ class RunKeywords(TypedDict, total=False):
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
     away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
     whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    route: Literal['model', 'text-layer']
+    """model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its Markdown from that
+    layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model request (docs/routes.md)."""
+    route_endpoint: str | None
+    """Base URL of a running CPU engine (llm-ocr serve --engine cpu) that lays out text-layer pages (default: launch
+    one; it needs pip install 'llm-ocr[cpu]')."""
+    escalate_to: str | None
+    """A stronger model that reads again every page whose first reading trips --escalate-on (llm-ocr run: Extract, then
+    Escalate into OUT/escalate, then Describe and Assemble use it)."""
+    escalate_endpoint: str | None
+    """Base URL serving --escalate-to (default: launch a second server with the server options)."""
+    escalate_api_key: str | None
+    """API key of --escalate-endpoint (default: --api-key; prefer LLM_OCR_ESCALATE_API_KEY)."""
+    escalate_server_args: str | None
+    """Extra arguments of the server launched for --escalate-to (default: --server-args)."""
+    escalate_on: str
+    """Signals of a first reading that send its page to the stronger model, comma-separated, of: error, empty,
+    truncated, looped, repetition, missing-text, stray, garbled, short, verifier."""
+    escalate_min_recall: float
+    """missing-text: share of sampled text-layer lines a reading must contain."""
+    escalate_min_dictionary: float
+    """garbled: share of a reading's words of 3+ ASCII letters that must be English dictionary words."""
+    escalate_min_length: float
+    """short: share of the characters the page's ink (or text layer) suggests that a reading must hold."""
+    escalate_verifier: str | None
+    """URL of a verifier (POST JSON {image, text} -> {probability}) whose score is the verifier signal
+    (docs/routes.md#a-verifier)."""
+    escalate_verifier_threshold: float
+    """verifier: a reading scored below this probability is escalated."""
     describe_prompt: str | None
     """Prompt sent with each figure crop (default: 'Describe this image in detail.', DeepSeek-OCR's own)."""
     describe_max_tokens: int
@@ -296,6 +325,136 @@ class ExtractKeywords(TypedDict, total=False):
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
     away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
     whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    route: Literal['model', 'text-layer']
+    """model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its Markdown from that
+    layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model request (docs/routes.md)."""
+    route_endpoint: str | None
+    """Base URL of a running CPU engine (llm-ocr serve --engine cpu) that lays out text-layer pages (default: launch
+    one; it needs pip install 'llm-ocr[cpu]')."""
+    request_timeout: float
+    """Seconds one request may take once sent (a page can decode thousands of tokens)."""
+    max_attempts: int
+    """Attempts per request before the page is marked failed."""
+    backoff_base: float
+    """First retry delay in seconds; doubles per attempt, with jitter."""
+    backoff_max: float
+    """Longest delay between two attempts, in seconds."""
+    dead_after: float
+    """Stop the run when the endpoint has been unreachable for this many seconds with no success."""
+
+
+class EscalateKeywords(TypedDict, total=False):
+    """Keyword arguments of ``llm_ocr.escalate()``: the options of ``llm-ocr escalate``."""
+
+    endpoint: str | None
+    """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."""
+    model: str
+    """Served model name."""
+    recipe: str | None
+    """Model family whose recipe to use (request, server flags, parser), for a fine-tune served under another name: one
+    of llm-ocr models' names (default: chosen from --model)."""
+    api_key: str | None
+    """API key for the endpoint (prefer the LLM_OCR_API_KEY variable)."""
+    num_shards: int | None
+    """Number of shards (default: from the platform, else 1)."""
+    shard_index: int | None
+    """This shard's index (default: from the platform, else 0)."""
+    max_in_flight: int | None
+    """Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."""
+    workers: int | None
+    """Render/crop worker processes (default: one per core; 0 = a thread in-process)."""
+    storage_options: dict[str, Any]
+    """JSON object of fsspec storage options for inputs and output."""
+    progress: Literal['auto', 'live', 'bar', 'log', 'off']
+    """Progress display: live on a terminal, a progress bar in a notebook, periodic log lines otherwise."""
+    progress_interval: float
+    """Seconds between progress log lines."""
+    flush_interval: float
+    """Seconds between part writes at most (bounds loss on a crash)."""
+    grace_period: float
+    """Seconds in-flight pages may finish after SIGTERM/SIGINT."""
+    gpu_price_per_hour: float | None
+    """US$ per GPU-hour for the cost estimate in the stats (default: the preset's list price)."""
+    part_rows: int
+    """Rows per Parquet part at most."""
+    engine: Literal['auto', 'vllm', 'cpu', 'sim']
+    """Server to launch without --endpoint: vllm, cpu, sim, or auto (vllm with a CUDA GPU, else cpu)."""
+    gpu_preset: str | None
+    """vLLM sizing preset: a100-80gb, a100-40gb, h100-80gb, h200-141gb, l40s-48gb, l4-24gb, l4-24gb-x4, l4-24gb-x8,
+    l40s-48gb-x4, l40s-48gb-x8, a100-80gb-x4, a100-80gb-x8, h100-80gb-x8, h200-141gb-x2, h200-141gb-x4, h200-141gb-x8
+    (default: detected with nvidia-smi)."""
+    server_command: str
+    """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
+    server_args: str
+    """Extra arguments appended to the server command line (they override ours)."""
+    server_startup_timeout: float
+    """Seconds the server may take to become ready."""
+    server_max_restarts: int
+    """Restarts of a server that crashed mid-run (per server)."""
+    gpus: int | None
+    """GPUs to use, one vLLM server on each behind one dispatcher (default: every GPU nvidia-smi lists, or as many as
+    --gpu-preset names; 1: one server)."""
+    dpi: float
+    """PDF render resolution (default: the model family's, 144 for DeepSeek-OCR)."""
+    max_page_pixels: int
+    """Pages larger than this are rendered or resized down to fit (default: the model family's limit, e.g. 6291456 for
+    Chandra; 12000000 for most, against huge posters and 600 DPI scans)."""
+    long_side: int | None
+    """Scale every page (PDF or image) so its longer side has exactly this many pixels, instead of --dpi (default: the
+    model family's, e.g. 1288 for olmOCR-2; none for most)."""
+    max_long_side: int | None
+    """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
+    GLM-OCR; none for most)."""
+    min_page_side: int
+    """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
+    are rendered at this size instead; 0 = never."""
+    max_image_pixels: int
+    """Images with more pixels than this are refused as likely decompression bombs."""
+    max_pages: int
+    """Documents with more pages than this are refused (error row)."""
+    image_format: Literal['jpeg', 'png']
+    """Encoding of page images sent to the model: jpeg (fast) or png (lossless); default: the model family's (jpeg for
+    DeepSeek-OCR, png for the families whose own code sends PNG)."""
+    jpeg_quality: int
+    """JPEG quality when image_format is jpeg."""
+    image_column: str | None
+    """Column holding the page image(s). Default: "images", then "image", then the first column of type Image or list of
+    Image."""
+    prompt: str | None
+    """OCR prompt (default: the model family's own; see llm-ocr models)."""
+    max_tokens: int | None
+    """Most tokens a page may generate (default and ceiling: the server's context minus the prompt)."""
+    truncation_retries: int | None
+    """Extra attempts for a page that looped or hit max_tokens, each at the family's next retry temperature (default:
+    the family's own count, 1 for DeepSeek-OCR)."""
+    retry_temperature_step: float | None
+    """Temperature added per truncation retry (default: the family's retry temperatures)."""
+    text_layer_fallback: bool
+    """Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."""
+    max_page_aspect: float
+    """Pages whose long side exceeds this many times their short side are read in overlapping segments of a readable
+    shape, one request each, and joined (0: always read whole)."""
+    cut_loops: bool
+    """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next
+    temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    tile_dense_pages: bool
+    """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
+    away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
+    whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    escalate_on: str
+    """Signals of a first reading that send its page to the stronger model, comma-separated, of: error, empty,
+    truncated, looped, repetition, missing-text, stray, garbled, short, verifier."""
+    escalate_min_recall: float
+    """missing-text: share of sampled text-layer lines a reading must contain."""
+    escalate_min_dictionary: float
+    """garbled: share of a reading's words of 3+ ASCII letters that must be English dictionary words."""
+    escalate_min_length: float
+    """short: share of the characters the page's ink (or text layer) suggests that a reading must hold."""
+    escalate_verifier: str | None
+    """URL of a verifier (POST JSON {image, text} -> {probability}) whose score is the verifier signal
+    (docs/routes.md#a-verifier)."""
+    escalate_verifier_threshold: float
+    """verifier: a reading scored below this probability is escalated."""
     request_timeout: float
     """Seconds one request may take once sent (a page can decode thousands of tokens)."""
     max_attempts: int
@@ -539,7 +698,7 @@ class LaunchKeywords(TypedDict, total=False):
     """Keyword arguments of ``llm_ocr.launch()``: the options of ``llm-ocr launch``, of every platform, and of the
     launched stage."""
 
-    stage: Literal['run', 'extract', 'describe', 'assemble', 'fields']
+    stage: Literal['run', 'extract', 'escalate', 'describe', 'assemble', 'fields']
     """Stage each job runs (run: all three)."""
     image: str | None
     """Prebuilt image with llm-ocr (default: a stock pinned image + the llm-ocr wheel)."""
@@ -609,6 +768,39 @@ class LaunchKeywords(TypedDict, total=False):
     """ML storage volume per instance, in GB (model weights and scratch)."""
     price_per_hour: float | None
     """Your price of one instance-hour, for the cost table (default: the built-in estimate)."""
+    partition: str | None
+    """Partition (default: the cluster's default partition)."""
+    account: str | None
+    """Account to charge (sbatch --account)."""
+    qos: str | None
+    """Quality of service (sbatch --qos)."""
+    gpus_per_task: int | None
+    """GPUs per shard task (sbatch --gpus; default 1, 0 for assemble and --endpoint runs)."""
+    gpu_type: str | None
+    """GPU type as the cluster names it in its GRES (--gpus=TYPE:N), e.g. a100."""
+    gres: str | None
+    """Generic resources instead of --gpus, e.g. gpu:a100:1 (sbatch --gres)."""
+    cpus_per_task: int | None
+    """CPUs per task (default: the partition's)."""
+    mem: str | None
+    """Memory per task, e.g. 64G (sbatch --mem; default: the partition's)."""
+    venv: str | None
+    """Virtualenv the tasks activate (default: the one running this launcher, unless --image is given)."""
+    module: list[str]
+    """Environment module each task loads (module load NAME)."""
+    setup: list[str]
+    """Shell line each task runs before llm-ocr, e.g. 'source ~/miniforge3/bin/activate ocr'."""
+    container_mounts: str | None
+    """With --image: pyxis --container-mounts (default: OUT, the local INPUTs and the log folder, each at its own
+    path)."""
+    requeue_before: int
+    """Seconds before its time limit a task stops, keeps its parts and requeues itself to resume (sbatch
+    --signal=B:USR1@S; 0: never)."""
+    log_dir: str | None
+    """Folder for the script, task logs and task records, shared with the nodes (default: OUT/_state/slurm when OUT is a
+    local path)."""
+    sbatch_option: list[str]
+    """Any other sbatch option for the script, e.g. --constraint=h100."""
     endpoint: str | None
     """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (given: launch nothing)."""
     model: str
@@ -705,6 +897,35 @@ class LaunchKeywords(TypedDict, total=False):
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
     away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
     whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    route: Literal['model', 'text-layer']
+    """model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its Markdown from that
+    layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model request (docs/routes.md)."""
+    route_endpoint: str | None
+    """Base URL of a running CPU engine (llm-ocr serve --engine cpu) that lays out text-layer pages (default: launch
+    one; it needs pip install 'llm-ocr[cpu]')."""
+    escalate_to: str | None
+    """A stronger model that reads again every page whose first reading trips --escalate-on (llm-ocr run: Extract, then
+    Escalate into OUT/escalate, then Describe and Assemble use it)."""
+    escalate_endpoint: str | None
+    """Base URL serving --escalate-to (default: launch a second server with the server options)."""
+    escalate_api_key: str | None
+    """API key of --escalate-endpoint (default: --api-key; prefer LLM_OCR_ESCALATE_API_KEY)."""
+    escalate_server_args: str | None
+    """Extra arguments of the server launched for --escalate-to (default: --server-args)."""
+    escalate_on: str
+    """Signals of a first reading that send its page to the stronger model, comma-separated, of: error, empty,
+    truncated, looped, repetition, missing-text, stray, garbled, short, verifier."""
+    escalate_min_recall: float
+    """missing-text: share of sampled text-layer lines a reading must contain."""
+    escalate_min_dictionary: float
+    """garbled: share of a reading's words of 3+ ASCII letters that must be English dictionary words."""
+    escalate_min_length: float
+    """short: share of the characters the page's ink (or text layer) suggests that a reading must hold."""
+    escalate_verifier: str | None
+    """URL of a verifier (POST JSON {image, text} -> {probability}) whose score is the verifier signal
+    (docs/routes.md#a-verifier)."""
+    escalate_verifier_threshold: float
+    """verifier: a reading scored below this probability is escalated."""
     describe_prompt: str | None
     """Prompt sent with each figure crop (default: 'Describe this image in detail.', DeepSeek-OCR's own)."""
     describe_max_tokens: int

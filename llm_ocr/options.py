@@ -244,6 +244,88 @@ class ExtractOptions(BaseModel):
     )
 
 
+#: The signals a first reading is escalated on (``--escalate-on``), in the order they are checked.
+ESCALATION_SIGNALS = (
+    "error", "empty", "truncated", "looped", "repetition", "missing-text", "stray", "garbled", "short", "verifier",
+)
+#: The default: every signal that needs no verifier (docs/routes.md says why each one is there).
+DEFAULT_ESCALATE_ON = "error,empty,truncated,looped,repetition,missing-text,stray,garbled,short"
+
+
+class RouteOptions(BaseModel):
+    """Which pages the model reads at all: a PDF page with a sound text layer may skip it."""
+
+    route: Literal["model", "text-layer"] = Field(
+        "model",
+        description="model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its "
+        "Markdown from that layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model "
+        "request (docs/routes.md).",
+    )
+    route_endpoint: str | None = Field(
+        None,
+        description="Base URL of a running CPU engine (llm-ocr serve --engine cpu) that lays out text-layer pages "
+        "(default: launch one; it needs pip install 'llm-ocr[cpu]').",
+    )
+
+
+class EscalateOptions(BaseModel):
+    """Which first readings are read again by a stronger model, and which model that is."""
+
+    escalate_to: str | None = Field(
+        None,
+        description="A stronger model that reads again every page whose first reading trips --escalate-on "
+        "(llm-ocr run: Extract, then Escalate into OUT/escalate, then Describe and Assemble use it).",
+    )
+    escalate_endpoint: str | None = Field(
+        None, description="Base URL serving --escalate-to (default: launch a second server with the server options)."
+    )
+    escalate_api_key: SecretStr | None = Field(
+        None, description="API key of --escalate-endpoint (default: --api-key; prefer LLM_OCR_ESCALATE_API_KEY)."
+    )
+    escalate_server_args: str | None = Field(
+        None, description="Extra arguments of the server launched for --escalate-to (default: --server-args)."
+    )
+    escalate_on: str = Field(
+        DEFAULT_ESCALATE_ON,
+        description=f"Signals of a first reading that send its page to the stronger model, comma-separated, of: "
+        f"{', '.join(ESCALATION_SIGNALS)}.",
+    )
+    escalate_min_recall: float = Field(
+        0.8, ge=0, le=1, description="missing-text: share of sampled text-layer lines a reading must contain."
+    )
+    escalate_min_dictionary: float = Field(
+        0.5, ge=0, le=1,
+        description="garbled: share of a reading's words of 3+ ASCII letters that must be English dictionary words.",
+    )
+    escalate_min_length: float = Field(
+        0.5, ge=0, le=1,
+        description="short: share of the characters the page's ink (or text layer) suggests that a reading must hold.",
+    )
+    escalate_verifier: str | None = Field(
+        None,
+        description="URL of a verifier (POST JSON {image, text} -> {probability}) whose score is the verifier signal "
+        "(docs/routes.md#a-verifier).",
+    )
+    escalate_verifier_threshold: float = Field(
+        0.5, ge=0, le=1, description="verifier: a reading scored below this probability is escalated."
+    )
+
+    @field_validator("escalate_on")
+    @classmethod
+    def _known_signals(cls, value: str) -> str:
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        unknown = [name for name in names if name not in ESCALATION_SIGNALS]
+        if unknown:
+            raise ValueError(f"unknown signal(s) {', '.join(unknown)}; choose from {', '.join(ESCALATION_SIGNALS)}")
+        return ",".join(names)
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        """The signals of :attr:`escalate_on`, in the order they are checked."""
+        chosen = set(self.escalate_on.split(","))
+        return tuple(name for name in ESCALATION_SIGNALS if name in chosen)
+
+
 class DescribeOptions(BaseModel):
     """How Describe captions figure crops: prompt, model, endpoint and optional JSON schema."""
 
@@ -364,6 +446,8 @@ GROUPS: dict[str, type[BaseModel]] = {
     "render": RenderOptions,
     "dataset": DatasetOptions,
     "extract": ExtractOptions,
+    "route": RouteOptions,
+    "escalate": EscalateOptions,
     "describe": DescribeOptions,
     "assemble": AssembleOptions,
     "fields": FieldsOptions,
@@ -385,6 +469,8 @@ class StageSpec:
     render: RenderOptions = field(default_factory=RenderOptions)
     dataset: DatasetOptions = field(default_factory=DatasetOptions)
     extract: ExtractOptions = field(default_factory=ExtractOptions)
+    route: RouteOptions = field(default_factory=RouteOptions)
+    escalate: EscalateOptions = field(default_factory=EscalateOptions)
     describe: DescribeOptions = field(default_factory=DescribeOptions)
     assemble: AssembleOptions = field(default_factory=AssembleOptions)
     fields: FieldsOptions = field(default_factory=FieldsOptions)

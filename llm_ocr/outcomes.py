@@ -110,6 +110,10 @@ class PageStats(_View):
     wall_time_s: float = 0.0
     #: The GPU time and its estimated price (:func:`llm_ocr.costs.gpu_cost`), when a model was used.
     gpu: dict[str, Any] | None = None
+    #: Pages by the route of the reading their row holds (``text-layer``, ``model``, ``escalated``).
+    routes: dict[str, int] = Field(default_factory=dict)
+    #: Per model this stage used: pages it read, readings used, tokens, ``busy_s`` (its server's time).
+    models: dict[str, dict[str, int | float]] = Field(default_factory=dict)
 
     @property
     def quarantined(self) -> int:
@@ -181,7 +185,8 @@ class FieldsStats(_View):
 
 #: The view of each stage folder's completion marker.
 _VIEWS: dict[str, type[PageStats | AssembleStats | FieldsStats]] = {
-    "extract": PageStats, "describe": PageStats, "assemble": AssembleStats, "fields": FieldsStats,
+    "extract": PageStats, "escalate": PageStats, "describe": PageStats, "assemble": AssembleStats,
+    "fields": FieldsStats,
 }
 
 

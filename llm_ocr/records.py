@@ -127,6 +127,27 @@ class Figure:
         )
 
 
+#: How the reading a page row holds was made (``route``): from the PDF's text layer without a model,
+#: by the run's model, or by the stronger model a first reading was escalated to.
+Route = Literal["text-layer", "model", "escalated"]
+
+
+@dataclass
+class OtherReading:
+    """The reading of a page that a row does not use: the first model's when the page was
+    escalated, or the stronger model's when it was not better. Kept for comparison and for the
+    cost of each model."""
+
+    model: str | None = None
+    status: str | None = None
+    markdown: str = ""
+    error: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+
+
 @dataclass
 class PageResult:
     """One output row of Extract and Describe: a page, its Markdown and its figures."""
@@ -161,6 +182,18 @@ class PageResult:
     fallback_text: str | None = None
     #: Why the text layer was used, or why it was rejected (None: not looked at).
     fallback_note: str | None = None
+    #: How the reading this row holds was made (None in rows written before routes: the model).
+    route: Route | None = None
+    #: Why the page took its route: its text layer's verdict (docs/routes.md).
+    route_note: str | None = None
+    #: The model whose first reading was escalated (None: the page was not escalated).
+    escalated_from: str | None = None
+    #: The signals of the first reading that sent the page to the stronger model, and the outcome.
+    escalation_reason: str | None = None
+    #: The reading not used (see :class:`OtherReading`; None: the page was read once).
+    other_reading: OtherReading | None = None
+    #: Characters the page seemed to hold when it was rendered (its text layer, else its ink).
+    text_estimate: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -187,7 +220,14 @@ class PageResult:
         data["blocks"] = [Block(**b) for b in row.get("blocks") or []]
         data["attempts"] = data.get("attempts") or 0
         data["quarantined"] = bool(data.get("quarantined"))  # null in parts written before the column
+        other = row.get("other_reading")
+        data["other_reading"] = OtherReading(**other) if isinstance(other, dict) else None
         return cls(**data)
+
+    @property
+    def used_route(self) -> str:
+        """:attr:`route`, with rows written before routes counted as the model's."""
+        return self.route or "model"
 
 
 def _figure_with_page() -> pa.DataType:

@@ -111,27 +111,45 @@ STAGES: dict[str, Stage] = {
     for stage in (
         Stage(
             "run",
-            ("job", "server", "render", "dataset", "extract", "describe", "assemble", "fields", "client"),
+            ("job", "server", "render", "dataset", "extract", "route", "escalate", "describe", "assemble", "fields",
+             "client"),
             "llm_ocr.runners.run:run_shard",
             markers=("extract", "describe", "assemble"),
             reads_inputs=True,
             summary="all stages in one process: OCR, figure descriptions, assembled documents",
             description="Run Extract -> Describe -> Assemble over this shard of the inputs against one endpoint: "
             "each page is described in memory right after its OCR; writes OUT/extract, OUT/describe and "
-            "OUT/assemble; with --schema or --classes, then Fields (OUT/fields) on the same endpoint.",
+            "OUT/assemble; with --schema or --classes, then Fields (OUT/fields) on the same endpoint. With "
+            "--escalate-to MODEL, Extract, then Escalate (OUT/escalate: the pages whose first reading trips "
+            "--escalate-on, read again by MODEL), then Describe and Assemble.",
             doc="Extract, Describe and Assemble over this process's shard of ``inputs`` into ``output``\n"
             "(``llm-ocr run``); with ``schema=`` (or ``classes=``), then Fields. Rerunning resumes.\n"
             "Raises :class:`RunError` when it cannot run.",
         ),
         Stage(
             "extract",
-            ("job", "server", "render", "dataset", "extract", "client"),
+            ("job", "server", "render", "dataset", "extract", "route", "client"),
             "llm_ocr.runners.extract:extract_shard",
             markers=("extract",),
             reads_inputs=True,
             summary="page images -> the OCR model -> Markdown, layout blocks and figure crops (OUT/extract)",
             description="Run the Extract stage over this shard of the inputs.",
             doc="Extract over this process's shard of ``inputs`` into ``output/extract`` (``llm-ocr extract``).",
+        ),
+        Stage(
+            "escalate",
+            ("job", "server", "render", "dataset", "extract", "escalate", "client"),
+            "llm_ocr.runners.escalate:escalate_shard",
+            markers=("escalate",),
+            # The stage's model is --model (the stronger one); the dataset row is named by its doc_id.
+            excluded=frozenset({"escalate_to", "escalate_endpoint", "escalate_api_key", "escalate_server_args",
+                                "config", "split", "retry_quarantined"}),
+            summary="pages of OUT/extract whose reading trips --escalate-on -> read again by --model (OUT/escalate)",
+            description="Run the Escalate stage over this shard of OUT/extract: every page whose first reading "
+            "trips one of the --escalate-on signals is rendered again and read by --model (a stronger model); "
+            "OUT/escalate gets every page row, the reading used in each (Describe and Assemble read it).",
+            doc="Escalate the pages of ``output/extract`` whose reading trips ``escalate_on`` to ``model``,\n"
+            "into ``output/escalate`` (``llm-ocr escalate``).",
         ),
         Stage(
             "describe",
@@ -195,8 +213,14 @@ STAGES: dict[str, Stage] = {
     )
 }
 
+#: The order of the stage folders a page goes through (Escalate's rows replace Extract's downstream).
+_PIPELINE = ("extract", "escalate", "describe", "assemble", "fields")
+
 #: Every stage folder of OUT that holds rows (``llm_ocr.load`` reads them), in pipeline order.
-STAGE_FOLDERS: tuple[str, ...] = tuple(dict.fromkeys(folder for stage in STAGES.values() for folder in stage.markers))
+STAGE_FOLDERS: tuple[str, ...] = tuple(sorted(
+    dict.fromkeys(folder for stage in STAGES.values() for folder in stage.markers),
+    key=lambda folder: _PIPELINE.index(folder) if folder in _PIPELINE else len(_PIPELINE),
+))
 
 
 def stage_named(name: str) -> Stage:

@@ -37,7 +37,8 @@ FORBIDDEN: dict[str, set[str]] = {
     # The launchers build and submit job specs that run the CLI in a container; they never run a stage.
     "launchers": {"runners", "engines", "serving", "stages", "commands", "cli", "bench", "report", "api", "quality"},
     "report": {"runners", "engines", "serving", "commands", "launchers", "bench", "cli", "api", "quality"},
-    "runners": {"commands", "launchers", "cli", "bench", "report", "api", "quality", "engines"},
+    # Runners may ask quality's no-truth signals which pages to escalate (runners/escalate.py).
+    "runners": {"commands", "launchers", "cli", "bench", "report", "api", "engines"},
     "bench": {"commands", "cli", "launchers", "api", "quality"},
     # Quality checks read outputs (storage, sources, report helpers); they never run a stage.
     "quality": {"runners", "engines", "serving", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",

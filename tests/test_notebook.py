@@ -60,7 +60,20 @@ def test_quickstart_notebook_runs_the_pipeline_and_shows_results(tmp_path: Path,
     # subprocess; the run shows a progress bar, not log lines.
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert not any("subprocess" in cell.source or "llm_ocr.cli" in cell.source for cell in code)
-    (run_cell,) = [cell for cell in code if "llm_ocr.run(" in cell.source]
+    run_cell = next(cell for cell in code if "llm_ocr.run(" in cell.source)
     shown = "".join(o.get("text", "") for o in run_cell.get("outputs", []) if o.get("output_type") == "stream")
     assert "page" in shown and "100%" in shown, shown  # the bar, complete
     assert "pages seen" not in shown and "INFO" not in shown, shown
+
+    # The cascade (section 7): the born-digital PDFs read from their text layer, the scan and the
+    # image by the weak model, the garbled scan page read again by the strong one.
+    cascade = tmp_path / "out-cascade"
+    parts = sorted((cascade / "escalate").glob("*.parquet"))
+    rows = {(r["doc_id"], r["page"]): r for r in pq.read_table(parts).to_pylist()}
+    pdfs = [p.name for p in (REPO / "samples").glob("*.pdf")]
+    assert {rows[key]["route"] for key in rows if key[0] in pdfs} == {"text-layer"}
+    assert rows[("report-scan.pdf", 2)]["route"] == "escalated"
+    assert rows[("report-scan.pdf", 2)]["model"] == "allenai/olmOCR-2-7B-1025"
+    assert rows[("report-scan.pdf", 1)]["route"] == "model"  # read well the first time: not escalated
+    assembled = {d["doc_id"]: d for d in pq.read_table(sorted((cascade / "assemble").glob("*.parquet"))).to_pylist()}
+    assert "cheapest page is often on the smallest GPU" in assembled["report-scan.pdf"]["markdown"]

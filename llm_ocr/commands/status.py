@@ -45,6 +45,11 @@ def run(args: argparse.Namespace) -> int:
               f"{len(stage['finished_shards'])}"
               + (f"; DUPLICATES: {stage['duplicates']}" if stage["duplicates"] else "")
               + (f"; unreadable parts: {len(stage['unreadable_parts'])}" if stage["unreadable_parts"] else ""))
+        if stage.get("routes"):
+            print("  routes (finished shards): " + ", ".join(f"{k} {v}" for k, v in sorted(stage["routes"].items())))
+        for model, counts in stage.get("models", {}).items():
+            print(f"  {model}: read {int(counts.get('pages', 0))} page(s), {int(counts.get('used', 0))} used, "
+                  f"{counts.get('busy_s', 0.0):.1f} s busy, {int(counts.get('completion_tokens', 0))} tokens out")
         for shard, shard_counts in stage["shards"].items():
             detail = ", ".join(f"{k} {v}" for k, v in sorted(shard_counts.items()))
             print(f"  shard {shard}: {sum(shard_counts.values())} = {detail}")

@@ -37,6 +37,7 @@ PLATFORMS: dict[str, str] = {
     "hf-jobs": "llm_ocr.launchers.hf_jobs:HfJobs",
     "sagemaker": "llm_ocr.launchers.sagemaker:SageMaker",
     "cloud-run": "llm_ocr.launchers.cloud_run:CloudRun",
+    "slurm": "llm_ocr.launchers.slurm:Slurm",
 }
 
 

@@ -12,6 +12,9 @@ How shards map to jobs is the adapter's business: Hugging Face Jobs has no job a
 job per shard, each told its index in ``LLM_OCR_SHARD_INDEX`` (``shard_env = True``);
 SageMaker Processing (``InstanceCount = N``) and Cloud Run (``task_count = N``) run one job for
 all shards and the container finds its index from the platform (``shard_env = False``).
+
+An adapter whose jobs see the launching machine's file system (a Slurm cluster's shared one) sets
+``shared_filesystem = True``: the core then accepts local paths as INPUT and OUT.
 """
 
 from __future__ import annotations

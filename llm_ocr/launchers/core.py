@@ -72,7 +72,7 @@ def plan_launch(
     output repo or write a probe: a dry run changes nothing anywhere. ``request.offline`` skips
     every check that needs the network, here and in the platform's ``resolve``, and says which.
     """
-    _check_request(request)
+    _check_request(request, shared_filesystem=getattr(platform, "shared_filesystem", False))
     # The platform first: it may refuse --secret (and say what it takes instead) before the
     # local values are looked up.
     target = platform.resolve(request)
@@ -130,7 +130,9 @@ def plan_launch(
     return plan
 
 
-def _check_request(request: LaunchRequest) -> None:
+def _check_request(request: LaunchRequest, *, shared_filesystem: bool = False) -> None:
+    """Refuse what no platform can run; local paths only where the jobs share this machine's
+    file system (a Slurm cluster's)."""
     if request.num_shards < 1:
         raise LaunchError(f"--num-shards must be at least 1 (got {request.num_shards})")
     if request.stage not in STAGES:
@@ -144,7 +146,8 @@ def _check_request(request: LaunchRequest) -> None:
         raise LaunchError(f"llm-ocr {request.stage} needs at least one INPUT (a URL the jobs can read)")
     if not reads_inputs and request.inputs:
         raise LaunchError(f"llm-ocr {request.stage} takes no INPUT: it reads OUT ({request.inputs[0]!r} given)")
-    for url, what in [(request.output, "--output"), *((u, "INPUT") for u in request.inputs)]:
+    paths = [] if shared_filesystem else [(request.output, "--output"), *((u, "INPUT") for u in request.inputs)]
+    for url, what in paths:
         if split_protocol(url)[0] in LOCAL_PROTOCOLS:
             hint = ("upload it first, e.g. `hf upload OWNER/NAME FOLDER --repo-type dataset`, and pass "
                     "hf://datasets/OWNER/NAME/FOLDER") if what == "INPUT" else "e.g. --output hf://datasets/OWNER/NAME"
@@ -268,7 +271,8 @@ def _spec(
     hardware = target.hardware
     if request.needs_model and hardware.gpus:
         env["LLM_OCR_ENGINE"] = "vllm"
-        env[IMAGE_ENV] = target.image  # named by the start-up CUDA check when the driver cannot run it
+        if target.image:
+            env[IMAGE_ENV] = target.image  # named by the start-up CUDA check when the driver cannot run it
         if hardware.gpu_preset:
             env["LLM_OCR_GPU_PRESET"] = hardware.gpu_preset  # the preset of one GPU
         if hardware.gpus > 1:
@@ -388,7 +392,9 @@ def collect_status(
         needed = STAGES[stage].markers
         if stage == "run" and num_shards in marker_layouts(out, "fields"):
             needed = (*needed, "fields")
-    markers = {s: markers_by_shard(out, s, num_shards, cache) for s in needed}
+    # Escalate's markers say how a run's pages were routed and escalated, even where not needed.
+    read = (*needed, *(("escalate",) if stage == "run" and "escalate" not in needed else ()))
+    markers = {s: markers_by_shard(out, s, num_shards, cache) for s in read}
     progress = {shard: data for (name, shard),
                 data in read_progress(out, num_shards).items() if name == STAGES[stage].primary}
     states: dict[str, JobState] = {}

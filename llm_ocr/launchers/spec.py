@@ -33,13 +33,20 @@ else:
 FIELDS_FLAGS = frozenset({"--fields-schema", "--schema", "--classes"})
 
 
+#: The flag of ``llm-ocr run`` that makes it escalate pages between Extract and Describe.
+ESCALATE_FLAG = "--escalate-to"
+
+
 def launch_markers(stage: str, stage_args: list[str]) -> tuple[str, ...]:
     """The completion markers a shard of a launch must have to count as done: the stage's
-    (:attr:`Stage.markers <llm_ocr.stage_table.Stage.markers>`), and Fields' too for a ``run``
-    given a schema or a classes file."""
+    (:attr:`Stage.markers <llm_ocr.stage_table.Stage.markers>`), Escalate's too for a ``run``
+    given ``--escalate-to``, and Fields' for a ``run`` given a schema or a classes file."""
+    markers = STAGES[stage].markers
+    if stage == "run" and any(a == ESCALATE_FLAG or a.startswith(f"{ESCALATE_FLAG}=") for a in stage_args):
+        markers = (markers[0], "escalate", *markers[1:])
     if stage == "run" and FIELDS_FLAGS & set(stage_args):
-        return (*STAGES[stage].markers, "fields")
-    return STAGES[stage].markers
+        return (*markers, "fields")
+    return markers
 
 
 #: The label keys every job carries (values: the launch id, and "00003-of-00016").

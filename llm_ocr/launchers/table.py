@@ -58,6 +58,9 @@ class ShardStatus:
     elapsed_s: float | None = None
     gpu_hours: float | None = None
     cost_usd: float | None = None
+    #: Pages by the route of the reading kept, and per model its pages and busy seconds (docs/routes.md).
+    routes: dict[str, int] = field(default_factory=dict)
+    models: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def final(self) -> bool:
@@ -134,10 +137,26 @@ def shard_status(
         elapsed_s=elapsed,
         fields=_counts("fields", markers, None)[0] if "fields" in markers else {} if "fields" in needed else None,
     )
+    row.routes, row.models = _routes(markers)
     if elapsed is not None:
         row.gpu_hours = round(elapsed * gpus / 3600, 4)
         row.cost_usd = round(elapsed / 3600 * price_per_hour, 4) if price_per_hour is not None else None
     return row
+
+
+def _routes(markers: dict[str, dict[str, Any]]) -> tuple[dict[str, int], dict[str, dict[str, float]]]:
+    """A shard's pages by route (Escalate's marker's when it has one: its rows are the final
+    readings) and, per model, its pages read and busy seconds over Extract and Escalate."""
+    routes: dict[str, int] = {}
+    models: dict[str, dict[str, float]] = {}
+    for name in ("extract", "escalate"):
+        marker = markers.get(name) or {}
+        routes = dict(marker.get("routes") or {}) or routes
+        for model, counts in (marker.get("models") or {}).items():
+            into = models.setdefault(model, {"pages": 0, "busy_s": 0.0})
+            into["pages"] += counts.get("pages", 0)
+            into["busy_s"] += counts.get("busy_s", 0.0)
+    return routes, models
 
 
 def _counts(stage: str, markers: dict[str, dict[str, Any]], progress: dict[str, Any] | None) -> tuple[dict[str, int],
@@ -287,6 +306,16 @@ class LaunchStatus:
             fields = t["fields"]
             counted = ", ".join(f"{k} {fields[k]}" for k in FIELDS_STATUSES)
             lines.insert(2, f"fields: {sum(fields.values())} documents = {counted}")
+        routes: Counter[str] = Counter()
+        models: dict[str, Counter[str]] = {}
+        for row in self.shards:
+            routes.update(row.routes)
+            for model, read in row.models.items():
+                models.setdefault(model, Counter()).update(read)
+        if routes and set(routes) != {"model"}:
+            lines.append("routes: " + ", ".join(f"{k} {v}" for k, v in sorted(routes.items()))
+                         + " | " + "; ".join(f"{m}: {int(c['pages'])} pages read, {c['busy_s'] / 3600:.3f} GPU-h busy"
+                                              for m, c in sorted(models.items())))
         return lines
 
     def __str__(self) -> str:

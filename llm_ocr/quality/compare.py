@@ -114,6 +114,13 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "&ndash;" if value is None else f"{value:,.{digits}f}"
 
 
+def _routes(routes: Mapping[str, int]) -> str:
+    """``12 / 30 / 5``: pages by route (all the model's for a run before routes)."""
+    if not routes:
+        return "&ndash;"
+    return " / ".join(str(routes.get(k, 0)) for k in ("text-layer", "model", "escalated"))
+
+
 def runs_table(runs: Sequence[Run]) -> str:
     """One column per run: scores, signals, tokens, speed and cost."""
     lines: list[tuple[str, list[str]]] = [
@@ -136,7 +143,10 @@ def runs_table(runs: Sequence[Run]) -> str:
         ("Prompt tokens per page",
          [_number(s["prompt_tokens"] / s["pages"] if s["pages"] else None, 0) for s in stats]),
         ("Pages/s (per shard)", [_number(s["pages_per_s"]) for s in stats]),
+        ("Pages per route (text layer / model / escalated)", [_routes(s["routes"]) for s in stats]),
         ("GPU-seconds per 1,000 pages", [_number(s["gpu_seconds_per_1000_pages"], 0) for s in stats]),
+        ("&nbsp;&nbsp;of them busy (a request in flight)",
+         [_number(s["busy_seconds_per_1000_pages"], 0) for s in stats]),
         ("Cost per 1,000 pages", [_money(s["cost_per_1000_pages_usd"]) for s in stats]),
     ]
     head = "<tr><th></th>" + "".join(f"<th>{esc(r.label)}</th>" for r in runs) + "</tr>"

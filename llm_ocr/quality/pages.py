@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llm_ocr.storage import Storage, retry_io
 from llm_ocr.storage.parts import list_parts
 from llm_ocr.storage.state import list_markers
 
-#: Stages whose rows are one page each; Extract's are the model's own output.
-PAGE_STAGES = ("extract", "describe")
+#: Stages whose rows are one page each, in the order they are checked: Escalate's hold the readings
+#: used (where a run escalated), Extract's the model's own output.
+PAGE_STAGES = ("escalate", "extract", "describe")
 #: The columns the checks read (never ``raw``, ``figures`` or ``blocks``: images and bulk).
 COLUMNS = (
     "doc_id", "doc_index", "page", "source", "num_pages", "markdown", "status", "error", "finish_reason",
     "cut_reason", "cut_tokens", "prompt_tokens", "completion_tokens", "latency_s", "attempts", "model", "width",
-    "height", "quarantined",
+    "height", "quarantined", "route", "escalated_from", "escalation_reason", "text_estimate",
 )  # fmt: skip
 
 
@@ -95,6 +96,15 @@ class RunStats:
     gpu_seconds: float | None = 0.0
     cost_usd: float | None = 0.0
     presets: tuple[str, ...] = ()
+    #: Pages by the route of the reading kept (Escalate's markers' when it ran, else Extract's).
+    routes: dict[str, int] = field(default_factory=dict)
+    #: Seconds each model's server had a request of the run in flight (``busy_s``), over Extract and Escalate.
+    busy_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def busy_seconds(self) -> float | None:
+        """The models' busy seconds summed (None: no marker says, runs before routes)."""
+        return sum(self.busy_s.values()) if self.busy_s else None
 
     @property
     def pages_per_s(self) -> float | None:
@@ -114,28 +124,42 @@ class RunStats:
             "gpu_seconds_per_1000_pages": self.per_thousand_pages(self.gpu_seconds),
             "cost_per_1000_pages_usd": self.per_thousand_pages(self.cost_usd),
             "completion_tokens_per_page": self.completion_tokens / self.pages if self.pages else None,
-            "presets": list(self.presets),
+            "presets": list(self.presets), "routes": dict(self.routes), "busy_s": dict(self.busy_s),
+            "busy_seconds_per_1000_pages": self.per_thousand_pages(self.busy_seconds),
         }  # fmt: skip
 
 
 def run_stats(out: Storage, stage: str = "extract") -> RunStats:
-    """The sum of a stage's completion markers (their ``gpu`` cost: None when any is unknown)."""
+    """The sum of a stage's completion markers (their ``gpu`` cost: None when any is unknown),
+    plus, for Extract, the Escalate stage's (its model's GPU time and tokens) when it ran."""
     stats = RunStats()
     presets: set[str] = set()
-    for marker in list_markers(out, stage):
-        stats.shards += 1
-        pages: Mapping[str, Any] = marker.get("pages") or {}
-        tokens: Mapping[str, Any] = marker.get("tokens") or {}
-        stats.pages += int(pages.get("total") or 0)
-        stats.prompt_tokens += int(tokens.get("prompt") or 0)
-        stats.completion_tokens += int(tokens.get("completion") or 0)
-        stats.wall_time_s += float(marker.get("wall_time_s") or 0.0)
-        gpu: Mapping[str, Any] = marker.get("gpu") or {}
-        if gpu.get("preset"):
-            presets.add(str(gpu["preset"]))
-        seconds, cost = gpu.get("gpu_seconds"), gpu.get("estimated_cost_usd")
-        stats.gpu_seconds = None if seconds is None or stats.gpu_seconds is None else stats.gpu_seconds + float(seconds)
-        stats.cost_usd = None if cost is None or stats.cost_usd is None else stats.cost_usd + float(cost)
+    stages = (stage, "escalate") if stage == "extract" else (stage,)
+    routes: dict[str, dict[str, int]] = {}
+    for name in stages:
+        for marker in list_markers(out, name):
+            pages: Mapping[str, Any] = marker.get("pages") or {}
+            tokens: Mapping[str, Any] = marker.get("tokens") or {}
+            if name == stage:  # Escalate reads the same pages again: they are counted once
+                stats.shards += 1
+                stats.pages += int(pages.get("total") or 0)
+            stats.prompt_tokens += int(tokens.get("prompt") or 0)
+            stats.completion_tokens += int(tokens.get("completion") or 0)
+            stats.wall_time_s += float(marker.get("wall_time_s") or 0.0)
+            gpu: Mapping[str, Any] = marker.get("gpu") or {}
+            if gpu.get("preset"):
+                presets.add(str(gpu["preset"]))
+            seconds, cost = gpu.get("gpu_seconds"), gpu.get("estimated_cost_usd")
+            unknown = seconds is None or stats.gpu_seconds is None
+            stats.gpu_seconds = None if unknown else (stats.gpu_seconds or 0.0) + float(seconds or 0.0)
+            stats.cost_usd = None if cost is None or stats.cost_usd is None else stats.cost_usd + float(cost)
+            for route, count in (marker.get("routes") or {}).items():
+                routes.setdefault(name, {})
+                routes[name][route] = routes[name].get(route, 0) + int(count)
+            for model, counts in (marker.get("models") or {}).items():
+                stats.busy_s[model] = stats.busy_s.get(model, 0.0) + float(counts.get("busy_s") or 0.0)
+    # Escalate's rows hold the readings kept: its routes, where it ran.
+    stats.routes = routes.get("escalate") or routes.get(stage) or {}
     if not stats.shards:
         stats.gpu_seconds = stats.cost_usd = None
     stats.presets = tuple(sorted(presets))

@@ -138,9 +138,15 @@ def found_in(snippet: str, content: str) -> bool:
     return similarity / 100.0 >= threshold
 
 
-def page_signals(row: Mapping[str, Any], layer: str | None = None, layer_note: str | None = None,
-                 samples: int = 8) -> PageSignals:
-    """The signals of one page row; ``layer`` is its usable PDF text layer, if any."""
+def page_signals(
+    row: Mapping[str, Any],
+    layer: str | None = None,
+    layer_note: str | None = None,
+    samples: int = 8,
+    min_recall: float = MIN_RECALL,
+) -> PageSignals:
+    """The signals of one page row; ``layer`` is its usable PDF text layer, if any; ``min_recall``
+    the share of its sampled lines the Markdown must contain."""
     markdown = str(row.get("markdown") or "")
     status = str(row.get("status") or "unknown")
     signals = PageSignals(str(row.get("doc_id")), int(row.get("page") or 0), status, layer_note=layer_note)
@@ -171,7 +177,7 @@ def page_signals(row: Mapping[str, Any], layer: str | None = None, layer_note: s
         missing = [s for s in snippets if not found_in(s, content)]
         signals.snippets, signals.found = len(snippets), len(snippets) - len(missing)
         recall = signals.recall
-        if recall is not None and recall < MIN_RECALL and "empty" not in flags:  # "empty" says it already
+        if recall is not None and recall < min_recall and "empty" not in flags:  # "empty" says it already
             flags["missing text"] = (
                 f"{len(missing)} of {len(snippets)} text-layer lines not found, e.g. {missing[0][:60]!r}"
             )

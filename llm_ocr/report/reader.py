@@ -27,7 +27,7 @@ class ReportError(Exception):
 
 
 #: Stages whose rows are one page each, in order of preference (Describe adds captions).
-PAGE_STAGES = ("describe", "extract")
+PAGE_STAGES = ("describe", "escalate", "extract")
 ASSEMBLE_STAGE = "assemble"
 FIELDS_STAGE = "fields"
 

@@ -57,8 +57,11 @@ class DocumentEntry:
 
 
 def source_stage(out: Storage) -> str:
-    """The stage Assemble reads: Describe if it has written anything, else Extract."""
-    return "describe" if stage_has_parts(out.child("describe")) else "extract"
+    """The stage Assemble reads: Describe if it has written anything, else Escalate, else Extract."""
+    for name in ("describe", "escalate"):
+        if stage_has_parts(out.child(name)):
+            return name
+    return "extract"
 
 
 def index_documents(source: Storage, shard: int, num_shards: int) -> dict[int, DocumentEntry]:

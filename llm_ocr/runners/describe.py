@@ -1,4 +1,5 @@
-"""Describe over one shard: ``OUT/extract`` rows → figure descriptions → ``OUT/describe``.
+"""Describe over one shard: ``OUT/extract`` rows (``OUT/escalate``'s when it holds any) → figure
+descriptions → ``OUT/describe``.
 
 Every page row of the shard is written again (figures or not, failed pages unchanged), so
 ``OUT/describe`` is a complete superset of ``OUT/extract``. The rows go through the same page
@@ -39,11 +40,18 @@ from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.stages.describe import DescribeContext, SchemaError, describe_extra_body, describe_page, load_schema
+from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.storage.upstream import iter_shard_rows, stage_has_parts, upstream_complete
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, clamp_max_tokens
 
 log = logging.getLogger("llm_ocr")
+
+
+def page_source(out: Storage) -> str:
+    """The page rows a later stage reads: Escalate's when it has written any (each page's reading
+    that is used), else Extract's."""
+    return "escalate" if stage_has_parts(out.child("escalate")) else "extract"
 
 
 def resolve_schema(options: DescribeOptions, storage_options: dict[str, Any]) -> dict[str, Any] | None:
@@ -113,24 +121,27 @@ class Describe(ShardStage):
     """Describe as a :class:`~llm_ocr.runners.lifecycle.ShardStage`."""
 
     writes = ("describe",)
-    reads = ("extract",)
+    reads = ("extract", "escalate")
 
     def __init__(self, spec: StageSpec) -> None:
         self.spec = spec
         self.schema: dict[str, Any] | None = None
         self.complete = False
         self.index = ShardIndex()
+        #: The stage folder read: Escalate's when it holds rows (its readings replace Extract's).
+        self.source = "extract"
 
     def settled(self, markers: Markers) -> ExitCode | None:
         marker = markers["describe"]
-        if not describe_settles(marker, markers["extract"]):
+        if not describe_settles(marker, markers["escalate"] or markers["extract"]):
             return None
         return ExitCode.PAGES_FAILED if quarantined_in(marker) else ExitCode.OK
 
     async def check(self, shard: Shard, markers: Markers) -> None:
         self.schema = resolve_schema(self.spec.describe, shard.job.storage_options)
-        source = shard.folder("extract")
-        self.complete = await asyncio.to_thread(upstream_complete, shard.out, "extract", source, shard.index,
+        self.source = await asyncio.to_thread(page_source, shard.out)
+        source = shard.folder(self.source)
+        self.complete = await asyncio.to_thread(upstream_complete, shard.out, self.source, source, shard.index,
                                                 shard.count)
         if not self.complete and not await asyncio.to_thread(stage_has_parts, source):
             raise RunError(f"nothing to describe: {source.url} holds no Extract output; run llm-ocr extract first")
@@ -139,8 +150,9 @@ class Describe(ShardStage):
         self.index = await shard.scan("describe")
         if not self.complete:
             log.warning(
-                "extract has not finished every shard this describe shard reads: describing the rows there "
-                "are; rerun describe once extract is done (no completion marker is written until then)"
+                "%s has not finished every shard this describe shard reads: describing the rows there "
+                "are; rerun describe once %s is done (no completion marker is written until then)", self.source,
+                self.source,
             )
 
     async def work(self, shard: Shard) -> Finished:
@@ -149,7 +161,7 @@ class Describe(ShardStage):
                 PageWork(shard, endpoint, {"describe": self.index}) as work:
             work.counters["describe"].pages_found = 0  # counted from the rows read
             ctx = await describe_context(endpoint, spec.describe, self.schema, work.limit)
-            rows = UpstreamRows(iter_shard_rows(shard.folder("extract"), shard.index, shard.count), self.index)
+            rows = UpstreamRows(iter_shard_rows(shard.folder(self.source), shard.index, shard.count), self.index)
             await work.run(rows, partial(describe_handler, ctx=ctx), ["describe"], limit=work.limit.scaled(2))
             note_documents(work.counters["describe"], work.documents["describe"])
         return Finished([describe_result(work, ctx)], complete=self.complete, preset=endpoint.preset)

@@ -15,6 +15,7 @@ from llm_ocr.options import ExtractOptions, StageSpec
 from llm_ocr.outcomes import ExitCode
 from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
+from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_stage
 from llm_ocr.runners.page_flow import DocumentPages
@@ -22,7 +23,8 @@ from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
-from llm_ocr.stages.extract import ExtractContext, extract_page, family_render, tiles_dense_pages
+from llm_ocr.stages.extract import ExtractContext, family_render
+from llm_ocr.stages.routes import RouteContext
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.vlm.families import family_for
 
@@ -70,18 +72,24 @@ class Extract(ShardStage):
 
     async def work(self, shard: Shard) -> Finished:
         spec, job = self.spec, shard.job
+        tally = ModelTally()
         async with shard.connect(spec.client, spec.server) as endpoint, \
                 PageWork(shard, endpoint, {"extract": self.index}, render=True) as work:
             assert work.pool is not None
-            ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
-            bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
-            render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
-            intake = DocumentPages(
-                self.documents, self.index, work.pool, render, job.storage_options, estimate_text=tiles_dense_pages(ctx)
-            )
-            await work.run(intake, bad.guard(partial(_extract_handler, ctx=ctx, bad=bad)), ["extract"])
+            async with open_route(shard, spec, work.pool) as route:
+                ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
+                bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
+                render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
+                # Every page's text is estimated as it is rendered (a few ms): its row keeps it, and
+                # a run that may read dense pages in tiles decides with it.
+                intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options,
+                                       estimate_text=True)
+                handler = partial(_extract_handler, ctx=ctx, bad=bad, route=route, tally=tally)
+                await work.run(intake, bad.guard(handler), ["extract"])
+                layout_s = route.client.busy_seconds if route is not None else None
         kept = self.index.kept_quarantined
-        result = work.result("extract", kept=kept)
+        accounting = tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
+        result = work.result("extract", kept=kept, extra=accounting)
         result.stats["pages"]["quarantined_earlier"] = kept
         return Finished([result], preset=endpoint.preset)
 
@@ -92,6 +100,7 @@ async def extract_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
 
 
 async def _extract_handler(
-    ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, *, ctx: ExtractContext, bad: BadPages
+    ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, *, ctx: ExtractContext, bad: BadPages,
+    route: RouteContext | None, tally: ModelTally,
 ) -> PageResult:
-    return await bad.fallback(ref, await extract_page(ref, item, num_pages, ctx))
+    return tally.row(await bad.fallback(ref, await first_reading(ref, item, num_pages, ctx, route, tally)))

@@ -107,16 +107,17 @@ class Shard:
         model: str | None = None,
         api_key: str | None = None,
         log_prefix: str = "server",
+        own_server: bool = False,
     ) -> AsyncIterator[Endpoint]:
-        """The endpoint of this shard's requests: ``url`` (default ``--endpoint``), or a server
-        launched with ``server`` options when there is none, serving ``model`` (default
-        ``--model``), its log in ``OUT/_state/logs/LOG_PREFIX-SHARD.log``. The one place a runner
-        opens an endpoint."""
+        """The endpoint of this shard's requests: ``url`` (default ``--endpoint``, unless
+        ``own_server``: a server of its own), or a server launched with ``server`` options when
+        there is none, serving ``model`` (default ``--model``), its log in
+        ``OUT/_state/logs/LOG_PREFIX-SHARD.log``. The one place a runner opens an endpoint."""
         job = self.job
         key = api_key if api_key is not None else (job.api_key.get_secret_value() if job.api_key else None)
         served = model or job.model
         async with open_endpoint(
-            url if url is not None else job.endpoint,
+            url if url is not None or own_server else job.endpoint,
             served,
             api_key=key,
             client_options=client,

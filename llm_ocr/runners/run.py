@@ -26,14 +26,17 @@ from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.records import PageResult
 from llm_ocr.runners.assemble import Assemble, assemble_finished
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, extract_settles, note_kept, note_retried
+from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
 from llm_ocr.runners.describe import (
+    Describe,
     describe_context,
     describe_endpoint,
     describe_handler,
     describe_result,
     resolve_schema,
 )
-from llm_ocr.runners.extract import extract_context
+from llm_ocr.runners.escalate import Escalate, escalation_spec
+from llm_ocr.runners.extract import Extract, extract_context
 from llm_ocr.runners.fields import Fields, fields_wanted, launched_engine_refusal
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_on, run_stage
@@ -44,7 +47,8 @@ from llm_ocr.serving.open import Endpoint
 from llm_ocr.serving.quarantine import PageQuarantined
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.stages.describe import DescribeContext, describe_page
-from llm_ocr.stages.extract import ExtractContext, extract_page, family_render, tiles_dense_pages
+from llm_ocr.stages.extract import ExtractContext, family_render
+from llm_ocr.stages.routes import RouteContext
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.storage.upstream import iter_shard_rows
 
@@ -68,13 +72,16 @@ async def _run_page(
     num_pages: int | None,
     *,
     extract: ExtractContext,
+    route: RouteContext | None,
+    tally: ModelTally,
     describe: DescribeContext,
     described: dict[str, set[int]],
     counters: RunCounters,
     bad: BadPages,
 ) -> tuple[PageResult, PageResult | None]:
-    """One page through Extract, then Describe: (Extract row, Describe row or None if it has one)."""
-    page = await bad.fallback(ref, await extract_page(ref, item, num_pages, extract))
+    """One page through Extract (or the text-layer route), then Describe: (Extract row, Describe
+    row or None if it has one)."""
+    page = tally.row(await bad.fallback(ref, await first_reading(ref, item, num_pages, extract, route, tally)))
     return await _then_describe(page, describe, described, counters)
 
 
@@ -123,6 +130,7 @@ class Run(ShardStage):
         self.documents: Iterator[DocumentRef] = iter(())
         self.extract = ShardIndex()
         self.describe = ShardIndex()
+        self.tally = ModelTally()
 
     def _pages_settled(self, markers: Markers) -> ExitCode | None:
         """Extract's exit code when earlier runs left Extract, Describe and Assemble nothing to do."""
@@ -184,27 +192,29 @@ class Run(ShardStage):
                 log.info("describing %d page(s) extracted earlier but not described yet", missing)
                 rows = UpstreamRows(iter_shard_rows(shard.folder("extract"), shard.index, shard.count), self.describe)
                 await work.run(rows, partial(describe_handler, ctx=dctx), ["describe"], limit=work.limit.scaled(2))
+            layout_s = None
             if not shard.stop.is_set():
-                ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
-                bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
-                done, counters = self.describe.done_pages, work.counters["describe"]
-                handler = bad.guard(
-                    partial(_run_page, extract=ectx, describe=dctx, described=done, counters=counters, bad=bad),
-                    partial(_run_quarantined, describe=dctx, described=done, counters=counters, bad=bad),
-                )
-                pages = DocumentPages(
-                    self.documents, self.extract, work.pool, family_render(spec.render, ectx.recipe),
-                    job.storage_options,
-                    estimate_text=tiles_dense_pages(ectx),
-                )
-                await work.run(pages, handler, ["extract", "describe"])
+                async with open_route(shard, spec, work.pool) as route:
+                    ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
+                    bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
+                    shared: dict[str, Any] = {"describe": dctx, "described": self.describe.done_pages,
+                              "counters": work.counters["describe"], "bad": bad}
+                    handler = bad.guard(partial(_run_page, extract=ectx, route=route, tally=self.tally, **shared),
+                                        partial(_run_quarantined, **shared))
+                    # Every page's text is estimated as it is rendered (its row keeps it).
+                    pages = DocumentPages(self.documents, self.extract, work.pool,
+                                          family_render(spec.render, ectx.recipe), job.storage_options,
+                                          estimate_text=True)
+                    await work.run(pages, handler, ["extract", "describe"])
+                    layout_s = route.client.busy_seconds if route is not None else None
             extracted, described = work.counters["extract"], work.counters["describe"]
             caught_up = len(work.documents["describe"])
             # The page flow reaches every document of the shard, those the catch-up described included.
             described.docs_finished = caught_up + extracted.docs_finished
             described.docs_seen = max(caught_up, extracted.docs_seen)
         kept = self.extract.kept_quarantined
-        ex = work.result("extract", kept=kept)
+        accounting = self.tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
+        ex = work.result("extract", kept=kept, extra=accounting)
         ex.stats["pages"]["quarantined_earlier"] = kept
         return Finished([ex, describe_result(work, dctx)], preset=endpoint.preset)
 
@@ -232,7 +242,52 @@ class Run(ShardStage):
         return ShardOutcome(ExitCode.PAGES_FAILED if failed else ExitCode.OK, stats)
 
 
+async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
+    """``llm-ocr run --escalate-to MODEL``: Extract (with its route), then Escalate with the
+    stronger model, then Describe and Assemble over the escalated rows (and Fields, given a
+    schema), each a stage of its own on this shard, each settled by its own marker (a rerun
+    starts no server for a stage that is done).
+
+    Each stage opens its server when it starts and stops it when done, so that a machine with one
+    GPU runs one managed server at a time; Describe then serves ``--describe-model`` (default the
+    first model) again: with ``--endpoint`` and ``--escalate-endpoint`` nothing is launched twice.
+    """
+    fields = Fields(spec) if fields_wanted(spec.fields) else None
+    # Bad input stops the run before any page: the figure schema, the fields schema.
+    resolve_schema(spec.describe, spec.job.storage_options)
+    if fields is not None:
+        fields.plan  # noqa: B018 - loads and checks the schema
+        refusal = await asyncio.to_thread(launched_engine_refusal, spec)
+        if refusal:
+            raise RunError(refusal)
+    shard = Shard.resolve(spec.job, stop)
+    stages: list[tuple[str, ShardStage]] = [
+        ("extract", Extract(spec)), ("escalate", Escalate(escalation_spec(spec))), ("describe", Describe(spec)),
+        ("assemble", Assemble(spec)), *((("fields", fields),) if fields is not None else ()),
+    ]
+    stats: dict[str, Any] = {}
+    failed = False
+    for number, (name, stage) in enumerate(stages):
+        if number:
+            # The next stage reads back what this one wrote: batched writes (the Hub) are committed first.
+            await asyncio.to_thread(shard.out.flush)
+        try:
+            done = await run_on(shard, stage, writable_checked=number > 0)
+        except RunError as exc:
+            if name != "fields":
+                raise
+            raise RunError(f"{exc}{PAGES_KEPT}") from exc
+        stats[name] = done.stats
+        if done.exit_code == ExitCode.INTERRUPTED:
+            return ShardOutcome(ExitCode.INTERRUPTED, stats)
+        failed = failed or done.exit_code != ExitCode.OK
+    return ShardOutcome(ExitCode.PAGES_FAILED if failed else ExitCode.OK, stats)
+
+
 async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
-    """Run Extract, Describe, Assemble (and Fields, given a schema) over this process's shard."""
+    """Run Extract, Describe, Assemble (and Fields, given a schema) over this process's shard;
+    with ``--escalate-to``, Escalate between Extract and Describe."""
+    if spec.escalate.escalate_to:
+        return await cascade_shard(spec, stop)
     async with AsyncExitStack() as servers:  # a server kept open for Fields stops here, whatever happened
         return await run_stage(Run(spec, servers), spec.job, stop)

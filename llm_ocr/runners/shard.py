@@ -53,16 +53,22 @@ class ShardOutcome:
 
 
 def resolve_shard(job: JobOptions) -> tuple[int, int]:
-    """``(num_shards, shard_index)`` from options, else the platform, else ``(1, 0)``."""
+    """``(num_shards, shard_index)`` from options, else the platform, else ``(1, 0)``.
+
+    ``--num-shards`` (``LLM_OCR_NUM_SHARDS``) is also the count for a platform that gives only an
+    index (a Kubernetes pod, a Slurm array with ids not 0..N-1): the index is still the platform's."""
+    if job.num_shards is not None and job.shard_index is not None:
+        if job.shard_index >= job.num_shards:
+            raise RunError(f"--shard-index {job.shard_index} is out of range for --num-shards {job.num_shards}")
+        return job.num_shards, job.shard_index  # given in full: the platform's variables are not read
     try:
-        num, index, where = detect_shard()
-    except PlatformError as exc:  # a launcher's task-to-shard list that does not fit the platform's tasks
+        num_shards, index, where = detect_shard(num_shards=job.num_shards)
+    except PlatformError as exc:  # an index without a count, or a launcher's list that does not fit the tasks
         raise RunError(str(exc)) from exc
-    num_shards = job.num_shards if job.num_shards is not None else num
-    shard_index = job.shard_index if job.shard_index is not None else (index if job.num_shards is None else 0)
+    shard_index = job.shard_index if job.shard_index is not None else index
     if shard_index >= num_shards:
         raise RunError(f"--shard-index {shard_index} is out of range for --num-shards {num_shards}")
-    if where != "default" and job.num_shards is None:
+    if where != "default" and job.shard_index is None:
         log.info("shard %d of %d (from %s)", shard_index, num_shards, where)
     return num_shards, shard_index
 

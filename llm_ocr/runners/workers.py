@@ -19,7 +19,9 @@ from typing import Any, TypeVar
 
 from PIL import Image
 
+from llm_ocr.options import RenderOptions
 from llm_ocr.runners.process_pool import ProcessPool
+from llm_ocr.sources.base import PageFailure, PageImage
 
 T = TypeVar("T")
 
@@ -86,3 +88,18 @@ def transform_image(image: bytes, rotate: int = 0, size: tuple[int, int] | None 
     buffer = io.BytesIO()
     img.save(buffer, format="PNG", compress_level=1)
     return buffer.getvalue(), img.width, img.height
+
+
+def rerender_page(
+    doc_id: str, source: str | None, render: RenderOptions, storage_options: dict[str, Any],
+    image_column: str | None, page: int,
+) -> PageImage | PageFailure:
+    """Page ``page`` of a row's source rendered again as Extract rendered it (a dataset row's image
+    read again from the dataset): what the Escalate stage sends the stronger model."""
+    from llm_ocr.sources.rerender import SourcePages
+
+    with SourcePages(doc_id, source, render, storage_options, image_column) as pages:
+        view = pages.page(page)
+    if view.data is None or view.width is None or view.height is None:
+        return PageFailure(doc_id, page, f"the page cannot be rendered again for the stronger model: {view.note}")
+    return PageImage(doc_id, page, view.data, view.mime or "image/png", view.width, view.height)

@@ -59,6 +59,11 @@ class Dispatcher:
         return sum(m.sending for m in self.members)
 
     @property
+    def busy_seconds(self) -> float:
+        """Seconds each member's server worked for this run, summed (one GPU each)."""
+        return sum(m.busy_seconds for m in self.members)
+
+    @property
     def live(self) -> int:
         """Members not gone for good."""
         return len(self.members) - len(self._gone)

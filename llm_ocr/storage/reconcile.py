@@ -16,7 +16,7 @@ from llm_ocr.storage.parts import PART_RE, list_parts
 from llm_ocr.storage.state import list_markers
 from llm_ocr.storage.url import Storage
 
-STAGES = ("extract", "describe", "assemble", "fields")
+STAGES = ("extract", "escalate", "describe", "assemble", "fields")
 #: Stages whose rows are documents, not pages.
 DOCUMENT_STAGES = ("assemble", "fields")
 
@@ -48,6 +48,12 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
             seen[(doc_id, page)] += 1
     markers = list_markers(out, stage)
     finished = sorted(f"{m.get('shard', 0):05d}-of-{m.get('num_shards', 1):05d}" for m in markers)
+    routes: Counter[str] = Counter()
+    models: dict[str, Counter[str]] = defaultdict(Counter)
+    for marker in markers:  # how the finished shards' pages were read (markers written since routes)
+        routes.update(marker.get("routes") or {})
+        for model, counts in (marker.get("models") or {}).items():
+            models[model].update({k: v for k, v in counts.items() if isinstance(v, (int, float))})
     total: Counter[str] = Counter()
     for counts in shards.values():
         total.update(counts)
@@ -59,4 +65,6 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
         "finished_shards": finished,
         "duplicates": sum(n - 1 for n in seen.values() if n > 1),
         "unreadable_parts": unreadable,
+        "routes": dict(routes),
+        "models": {model: dict(counts) for model, counts in sorted(models.items())},
     }

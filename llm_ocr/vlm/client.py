@@ -146,6 +146,15 @@ class VlmClient:
         self.overloaded = 0
         #: Requests on the wire now (the in-flight control compares them with what the server runs).
         self.sending = 0
+        self._busy_s = 0.0
+        self._busy_since: float | None = None
+
+    @property
+    def busy_seconds(self) -> float:
+        """Seconds during which at least one request of this client was on the wire: the time the
+        server worked for this run (what a server that is given back when idle costs)."""
+        open_for = time.monotonic() - self._busy_since if self._busy_since is not None else 0.0
+        return self._busy_s + open_for
 
     async def close(self) -> None:
         """Release the HTTP connection pool."""
@@ -265,6 +274,8 @@ class VlmClient:
     def _on_the_wire(self, generation: int) -> Iterator[None]:
         """Counts a request in :attr:`sending` while it is sent and answered (not while it
         waits for a retry); tells ``request_ended`` when it is over."""
+        if self.sending == 0:
+            self._busy_since = time.monotonic()
         self.sending += 1
         answered = False
         try:
@@ -272,6 +283,9 @@ class VlmClient:
             answered = True
         finally:
             self.sending -= 1
+            if self.sending == 0 and self._busy_since is not None:
+                self._busy_s += time.monotonic() - self._busy_since
+                self._busy_since = None
             self._ended(generation, answered)
 
     def _ended(self, generation: int, answered: bool) -> None:

@@ -124,7 +124,9 @@ def test_run_s3_input_to_gcs_output(s3: MotoS3, gcs: GcsEmulator, corpus: Path) 
         result = cli("run", ["s3://in-bucket/docs"], "gs://out-bucket/s3-to-gcs", server, env, "--export-markdown")
         elapsed = time.monotonic() - started
         assert result.returncode == 0, result.stderr
-        assert elapsed < 60, f"took {elapsed:.0f}s: did gcsfs wait on the emulator?"
+        # Without llm-ocr's GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false every one of the run's store calls waits
+        # 60 s for an API the emulator lacks (tens of minutes in all); a loaded machine can take minutes.
+        assert elapsed < 240, f"took {elapsed:.0f}s: did gcsfs wait on the emulator?"
     names = gcs.list("out-bucket", "s3-to-gcs/")
 
     def stage_rows(stage: str) -> list[dict[str, Any]]:
@@ -238,7 +240,6 @@ def test_store_going_away_stops_the_shard_cleanly_and_keeps_completed_parts(s3: 
     out, prefix = "s3://out-bucket/cut", "cut/extract/"
     try:
         with SimulatedServer(*SLOW, corpus=long_corpus) as server:
-            started = time.monotonic()
             process = subprocess.Popen(
                 [sys.executable, "-m", "llm_ocr.cli", "extract", str(long_corpus), "--output", out, "--endpoint",
                  server.base_url, "--workers", "0", "--progress", "off", *SMALL_PARTS],
@@ -246,12 +247,13 @@ def test_store_going_away_stops_the_shard_cleanly_and_keeps_completed_parts(s3: 
             )
             assert _wait_until(lambda: any(k.endswith(".parquet") for k in s3.list("out-bucket", prefix)))
             proxy.cut()
-            _, stderr = process.communicate(timeout=90)
-            elapsed = time.monotonic() - started
+            # The timeout only turns a retry loop without end into a failure; the exit code and the
+            # message below show the shard stopped on the store's failure (no stopwatch: a loaded
+            # machine can take a minute to get here).
+            _, stderr = process.communicate(timeout=300)
             assert process.returncode == 2, stderr
             assert "s3://out-bucket/cut" in stderr and "rerun" in stderr, stderr
             assert "failed unexpectedly" not in stderr  # a clean stop, not a crash
-            assert elapsed < 60
             kept = rows_of(lambda k: s3.read("out-bucket", k), s3.list("out-bucket", prefix))
             assert kept, "parts written before the failure are kept"
             assert not [k for k in s3.list("out-bucket", "cut/_state/") if "done-" in k]  # no completion marker

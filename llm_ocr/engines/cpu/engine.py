@@ -275,6 +275,23 @@ class EnginePool:
             self._free.put(engine)
         return OcrResult(width, height, lines, time.perf_counter() - t0, time.thread_time() - c0, regions, bgr)
 
+    def lay_out(self, image: bytes, lines: list[Line], *, figures: bool = True) -> OcrResult:
+        """Decode ``image`` and find its layout regions (figures, unless ``figures`` is False) with
+        a free engine, the text being ``lines`` given by the caller (a PDF's text layer, in the
+        image's pixels): no OCR."""
+        import time
+
+        t0, c0 = time.perf_counter(), time.thread_time()
+        bgr, width, height = decode_image(image)
+        regions = []
+        if figures:
+            engine = self._free.get()
+            try:
+                regions = engine.regions(bgr)
+            finally:
+                self._free.put(engine)
+        return OcrResult(width, height, lines, time.perf_counter() - t0, time.thread_time() - c0, regions, bgr)
+
 
 def default_threads() -> int:
     """Pages read at once by default: one per core the process may use."""

@@ -43,7 +43,7 @@ from ..frame.protocol import (
 )
 from .engine import ENGINE_NAME, EngineOptions, EnginePool, ModelUnavailable, OcrResult
 from .figure_memory import FigureMemory
-from .layout import LayoutBlock, render_grounding, render_plain
+from .layout import LayoutBlock, Line, render_grounding, render_plain
 from .reading import figure_answer, page_answer_blocks
 
 log = logging.getLogger(__name__)
@@ -160,14 +160,18 @@ class CpuEngineServer(OpenAIServer):
 
     # -- chat ------------------------------------------------------------------------------------
 
-    def _read(self, image: bytes, page: bool) -> Reading:
-        """Worker-thread body: a page's blocks, or a figure crop's description."""
+    def _read(self, image: bytes, page: bool, lines: TextLayer | None = None) -> Reading:
+        """Worker-thread body: a page's blocks (from its own text ``lines`` when given: no
+        OCR), or a figure crop's description."""
         with self._running_lock:  # "+=" on an attribute is not atomic across threads
             self._running += 1
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
             if page:
-                result = self.pool.read(image, layout=self.cfg.engine.figures)
+                if lines is not None:
+                    result = self.pool.lay_out(image, lines.lines, figures=lines.figures and self.cfg.engine.figures)
+                else:
+                    result = self.pool.read(image, layout=self.cfg.engine.figures)
                 blocks = page_answer_blocks(result, self.memory, self.cfg.engine.layout_score)
                 return Reading(result, blocks=blocks, seconds=time.perf_counter() - t0,
                                cpu_seconds=time.thread_time() - c0)
@@ -181,11 +185,11 @@ class CpuEngineServer(OpenAIServer):
     def _job_done(self, _: concurrent.futures.Future[Reading]) -> None:
         self._inflight -= 1
 
-    async def _ocr(self, image: bytes, page: bool) -> Reading:
+    async def _ocr(self, image: bytes, page: bool, lines: TextLayer | None = None) -> Reading:
         assert self._executor is not None
         loop = asyncio.get_running_loop()
         self._inflight += 1
-        future = self._executor.submit(self._read, image, page)
+        future = self._executor.submit(self._read, image, page, lines)
         # The callback runs in the worker (or here, if cancelled before it started); hop to
         # the loop so that the counter is only ever written from one thread.
         future.add_done_callback(lambda f: _call_soon(loop, self._job_done, f))
@@ -202,8 +206,11 @@ class CpuEngineServer(OpenAIServer):
             width, height = _image_size(req.image)
             prompt_tokens = estimate_prompt_tokens(width, height, req.prompt, self.cfg.tokens_per_char)
             max_tokens = admit_max_tokens(prompt_tokens, req.max_tokens, self.cfg.max_model_len)
+            lines = text_layer_lines(body, width, height) if is_page_request(req) else None
+            if lines is not None:
+                self.count("prompt_kinds", "text layer")
             try:
-                reading = await self._ocr(req.image, page=is_page_request(req))
+                reading = await self._ocr(req.image, page=is_page_request(req), lines=lines)
             except ValueError as exc:  # the header parsed but the pixels do not decode
                 raise ApiError(400, str(exc)) from None
         except ApiError as exc:
@@ -246,6 +253,39 @@ def _image_size(data: bytes) -> tuple[int, int]:
             return img.size
     except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input; all mean "bad image"
         raise ApiError(400, f"Failed to load image: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TextLayer:
+    """A page's own text lines a request carries, and whether to look for figures."""
+
+    lines: list[Line]
+    figures: bool = True
+
+
+def text_layer_lines(body: dict[str, Any], width: int, height: int) -> TextLayer | None:
+    """The page's own text lines a request carries in ``text_layer`` (llm-ocr's text-layer route:
+    ``{"lines": [[x1, y1, x2, y2, text], ...], "figures": true}`` in pixels of the image), or None
+    when it carries none; ApiError 400 for a malformed one. The engine then lays those lines out
+    and finds the page's figures (unless ``figures`` is false) instead of reading the image:
+    docs/routes.md."""
+    layer = body.get("text_layer")
+    if layer is None:
+        return None
+    entries = layer.get("lines") if isinstance(layer, dict) else None
+    figures = layer.get("figures", True) if isinstance(layer, dict) else True
+    if not isinstance(entries, list) or not isinstance(figures, bool):
+        raise ApiError(400, "`text_layer` must be an object with a `lines` list of [x1, y1, x2, y2, text] (and "
+                       "`figures`, true or false).")
+    lines = []
+    for entry in entries:
+        ok = isinstance(entry, list) and len(entry) == 5 and isinstance(entry[4], str)
+        ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in entry[:4])
+        if not ok or not (0 <= entry[0] <= entry[2] <= width and 0 <= entry[1] <= entry[3] <= height):
+            raise ApiError(400, f"`text_layer` line {json.dumps(entry)[:200]} is not [x1, y1, x2, y2, text] inside "
+                           f"the {width}x{height} image.")
+        lines.append(Line(float(entry[0]), float(entry[1]), float(entry[2]), float(entry[3]), entry[4]))
+    return TextLayer(lines, figures)
 
 
 def is_page_request(req: ChatRequest) -> bool:

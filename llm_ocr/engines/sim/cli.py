@@ -68,6 +68,16 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     faults.add_argument("--loop-repeat-rate", type=fraction, default=1.0,
                         help="share of looping pages that loop again when retried at a temperature above 0, "
                         "decided per image and temperature (default %(default)s: always)")
+    faults.add_argument("--garble-rate", type=fraction, default=0.0,
+                        help="fraction of page images read garbled, most words misread letter by letter, as "
+                        "a weaker model does; decided per image and --seed (default %(default)s)")
+    faults.add_argument("--drop-rate", type=fraction, default=0.0,
+                        help="fraction of page images whose reading stops after the first third of the page, "
+                        "decided per image and --seed (default %(default)s)")
+    faults.add_argument("--garble-page", action="append", default=[], metavar="FILE:PAGE", type=_page_spec,
+                        help="this --corpus page is always read garbled; repeatable")
+    faults.add_argument("--drop-page", action="append", default=[], metavar="FILE:PAGE", type=_page_spec,
+                        help="this --corpus page's reading always stops after its first third; repeatable")
     faults.add_argument("--error-rate", type=fraction, default=0.0,
                         help="fraction of requests answered HTTP 500 (default %(default)s)")
     faults.add_argument("--hang-rate", type=fraction, default=0.0,
@@ -151,6 +161,7 @@ def _page_spec(text: str) -> tuple[str, int]:
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """A :class:`~llm_ocr.engines.sim.server.SimConfig` from parsed arguments."""
+    from .damage import Damage
     from .poison import PoisonPages
     from .server import SimConfig
 
@@ -180,6 +191,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         output_tokens_sigma=args.output_tokens_sigma,
         loop_rate=args.loop_rate,
         loop_repeat_rate=args.loop_repeat_rate,
+        damage=Damage(args.garble_rate, args.drop_rate, tuple(args.garble_page), tuple(args.drop_page)),
         error_rate=args.error_rate,
         hang_rate=args.hang_rate,
         reset_rate=args.reset_rate,

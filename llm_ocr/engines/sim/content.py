@@ -6,9 +6,11 @@ the same request always gets the same answer, as from a real model at temperatur
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import math
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,8 @@ _WORDS = (
     "cillum fugiat nulla pariatur excepteur sint occaecat cupidatat non proident sunt culpa qui "
     "officia deserunt mollit anim id est laborum"
 ).split()
+
+_WORD_RE = re.compile(r"\w+")
 
 _PALETTE: dict[str, tuple[int, int, int]] = {
     "white": (245, 245, 245),
@@ -214,3 +218,11 @@ def bad_boxes_text(digest: bytes) -> str:
         + f"<|ref|>image<|/ref|><|det|>[{small}]<|/det|>\n\n" * 5
         + full_page * 3
     )
+
+
+def word_recall(truth: str, text: str) -> float:
+    """Share of ``truth``'s words (case-folded, counted with repeats) that ``text`` holds."""
+    want = collections.Counter(w.lower() for w in _WORD_RE.findall(truth))
+    have = collections.Counter(w.lower() for w in _WORD_RE.findall(text))
+    total = sum(want.values())
+    return round(sum(min(n, have[w]) for w, n in want.items()) / total, 4) if total else 1.0

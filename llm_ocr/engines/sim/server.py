@@ -13,12 +13,15 @@ replays it to compute a perfect client's time). With ``instant`` no time passes 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import collections
 import hashlib
 import json
 import math
 import os
 import random
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -43,13 +46,15 @@ from ..frame.protocol import (
 from ..frame.streaming import SseAnswer
 from . import FAULT_KINDS, content, families
 from . import fields as sim_fields
-from .corpus import CorpusIndex, build_corpus
+from .corpus import CorpusIndex, LayoutBlock, build_corpus
 from .crops import region_blocks
+from .damage import Damage, damaged
 from .images import ImageFacts, analyse_image
 from .poison import PoisonPages
 from .timing import DECODE_STEP_S, TimingModel, per_token_seconds  # noqa: F401 - re-exported
 
 _DECODE_STEP_S = DECODE_STEP_S  # the old private name, kept for existing imports
+_IMAGE_URI = re.compile(r"^data:(image/[\w.+-]+);base64,", re.IGNORECASE)
 
 
 @dataclass
@@ -85,6 +90,8 @@ class SimConfig(FrameConfig):
     #: Answer requests that stray from the family's recipe as a real model would, instead of
     #: refusing them (400).
     lenient: bool = False
+    #: A weaker model: which page images are read garbled, or with most of their text dropped.
+    damage: Damage = field(default_factory=Damage)
 
 
 @dataclass
@@ -144,6 +151,7 @@ class SimServer(OpenAIServer):
             web.get("/sim/faults", self.list_faults),
             web.delete("/sim/faults", self.clear_faults),
             web.get("/sim/stats", self.get_stats),
+            web.post("/sim/verify", self.verify),
         ]
 
     def version_string(self) -> str:
@@ -216,6 +224,30 @@ class SimServer(OpenAIServer):
         n = len(self.faults)
         self.faults.clear()
         return web.json_response({"cleared": n})
+
+    async def verify(self, request: web.Request) -> web.Response:
+        """``POST /sim/verify``: a **simulated** verifier (llm-ocr's verifier interface,
+        ``{"image": data URI, "text": ...}`` -> ``{"probability": p}``). It knows the truth of
+        ``--corpus`` pages, so ``p`` is the share of the page's true words the text holds: an
+        oracle for tests, not a model, and nothing about how a real verifier scores."""
+        try:
+            body = await request.json()
+            match = _IMAGE_URI.match(body["image"]) if isinstance(body, dict) else None
+            text = body["text"] if isinstance(body, dict) else None
+            if match is None or not isinstance(text, str):
+                raise ValueError("expected {\"image\": \"data:image/...;base64,...\", \"text\": \"...\"}")
+            image = base64.b64decode(body["image"][match.end():], validate=True)
+        except (ValueError, KeyError, binascii.Error, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error_response(400, f"Bad verify request: {exc}")
+        try:
+            facts = await asyncio.to_thread(analyse_image, image, self.corpus, False)
+        except ApiError as exc:
+            return error_response(exc.status, exc.message, exc.type)
+        if facts.known is None:
+            return error_response(400, "The simulated verifier only knows the pages of --corpus.")
+        self.count("prompt_kinds", "verify")
+        return web.json_response({"probability": content.word_recall(content.render_plain(facts.known.blocks), text),
+                                  "simulated": True})
 
     async def get_stats(self, request: web.Request) -> web.Response:
         """Counters since start, plus the live queue state."""
@@ -408,6 +440,7 @@ class SimServer(OpenAIServer):
             blocks = facts.known.blocks
         else:
             blocks = content.synthetic_blocks(facts.sha256)
+        blocks = self._damaged(blocks, facts)
         text = families.answer(family, kind, body, facts, blocks, self.memory)
         if fault is not None and fault.kind == "loop":
             chars = int(max_tokens / self.cfg.tokens_per_char) + 16
@@ -465,6 +498,8 @@ class SimServer(OpenAIServer):
                 blocks = content.sized_blocks(facts.sha256, chars, render)
         else:
             blocks = content.synthetic_blocks(facts.sha256)
+        if req.kind in ("markdown", "ocr", "free") and not req.structured:
+            blocks = self._damaged(blocks, facts)
         if kind == "untagged":
             return content.render_plain(blocks)
         if req.structured:
@@ -494,6 +529,16 @@ class SimServer(OpenAIServer):
             return content.loop_text(start, facts.sha256, chars,
                                      min_unit_chars=int(unit_tokens / self.cfg.tokens_per_char))
         return text
+
+    def _damaged(self, blocks: list[LayoutBlock], facts: ImageFacts) -> list[LayoutBlock]:
+        """A page's blocks as the weaker model this server may play reads them (:mod:`.damage`)."""
+        whole = facts.known is not None and facts.region is None
+        known = (facts.known.source, facts.known.index + 1) if whole and facts.known is not None else None
+        kind = self.cfg.damage.of(facts.sha256, self.cfg.seed, known)
+        if kind is None:
+            return blocks
+        self.count("faults_applied", kind)
+        return damaged(blocks, facts.sha256, kind)
 
     async def _run_in_slot(
         self, prompt_tokens: int, completion_tokens: int, decoded: Callable[[float], Awaitable[None]] | None = None
