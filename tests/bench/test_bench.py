@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import math
+import os
 from pathlib import Path
 
 import aiohttp
@@ -21,6 +22,7 @@ from llm_ocr.bench.measure import Sampler
 from llm_ocr.engines.sim import content
 from llm_ocr.engines.sim.timing import TimingModel, perfect_client_makespan, replay
 from llm_ocr.testing import SimulatedServer
+from tests.waiting import HANG_GUARD_S
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 PROMPT = "<|grounding|>Convert the document to markdown."
@@ -160,25 +162,38 @@ async def _ask(session: aiohttp.ClientSession, base_url: str, image: bytes) -> d
 
 
 def test_sampler_reads_running_and_waiting_from_metrics() -> None:
-    # 2 slots, 6 requests of ~300 tokens at 2 ms/token: ~0.6 s each, in three waves; the
-    # sampler must see both slots busy and a queue.
-    with SimulatedServer("--slots", "2", "--decode-ms-per-token", "2", "--load-slowdown", "0",
-                         "--prefill-ms", "0", "--output-tokens-mean", "300", "--output-tokens-sigma", "0") as sim:
+    # 2 slots and 6 requests that would take an hour each: once all have arrived the server
+    # shows 2 running and 4 waiting until the client leaves, however slow the machine, and the
+    # sampler must read exactly that (no utilisation that depends on how fast the client sent).
+    with SimulatedServer("--slots", "2", "--prefill-ms", "3600000", "--load-slowdown", "0") as sim:
+
+        def settled(sampler: Sampler) -> list:
+            return [s for s in sampler.samples if s.running == 2 and s.waiting == 4]
 
         async def main() -> Sampler:
             sampler = Sampler(f"{sim.url}/metrics", interval=0.05)
             sampler.start()
             async with aiohttp.ClientSession() as session:
-                await asyncio.gather(*(_ask(session, sim.base_url, _page(i)) for i in range(6)))
-            sampler.stop()
+                asks = [asyncio.ensure_future(_ask(session, sim.base_url, _page(i))) for i in range(6)]
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + HANG_GUARD_S
+                while len(settled(sampler)) < 10:
+                    assert loop.time() < deadline, f"the sampler never saw 2 running and 4 waiting: {sampler.samples[-3:]}"
+                    await asyncio.sleep(0.05)
+                sampler.stop()
+                for ask in asks:  # the client leaves: the server frees the slots
+                    ask.cancel()
+                await asyncio.gather(*asks, return_exceptions=True)
             return sampler
 
         sampler = asyncio.run(main())
-    usage = sampler.utilisation(slots=2, start=0.0, end=sampler.samples[-1].t)
-    assert usage is not None and usage.samples >= 5
-    assert usage.max_running == 2
-    assert 0.5 < usage.utilisation <= 1.0
-    assert usage.waiting_fraction > 0.2
+    since = settled(sampler)[0].t
+    usage = sampler.utilisation(slots=2, start=since, end=sampler.samples[-1].t)
+    assert usage is not None and usage.samples >= 10
+    assert usage.max_running == 2 and usage.utilisation == pytest.approx(1.0)
+    assert usage.waiting_fraction == pytest.approx(1.0) and usage.mean_waiting == pytest.approx(4.0)
+    whole = sampler.utilisation(slots=2, start=0.0, end=sampler.samples[-1].t)
+    assert whole is not None and whole.max_running == 2 and 0 < whole.utilisation <= 1.0
     assert sampler.errors == 0
     assert 0 < sampler.cpu_s < 1.0
     assert sampler.peak_rss()["main"] > 0
@@ -232,6 +247,13 @@ def test_tiny_instant_bench_reports_every_field(tmp_path: Path) -> None:
     assert json.loads(json.dumps(result.to_dict()))["pages"] == 12
 
 
+#: The nearness claims are timing claims: on CI's loaded 2 cores the client is starved of CPU
+#: (4.3x the bound measured at load 38) whatever the code does. They run when asked for, on a
+#: machine otherwise idle (docs/testing.md, "Tests on a busy machine"); the default suite checks
+#: that the measurement holds together.
+TIMING = os.environ.get("LLM_OCR_TIMING_TESTS") == "1"
+
+
 def test_tiny_simulated_bench_keeps_the_server_near_its_lower_bound(tmp_path: Path) -> None:
     # 12 pages on 4 slots at ~0.3-0.5 s each: a few seconds of simulated GPU time.
     config = BenchConfig(
@@ -243,17 +265,18 @@ def test_tiny_simulated_bench_keeps_the_server_near_its_lower_bound(tmp_path: Pa
     bound, times = result.lower_bound_s, result.breakdown
     assert bound is not None and bound > 0.5
     assert times["model_at_actual_arrivals_s"] >= bound - 1e-6
-    # Near: from its first request on, the client feeds the server so that an exact server,
-    # given the requests when they really arrived, finishes within 2x of the perfect client's
-    # bound. Measured 1.11-1.14 on 2 cores at load 3-4, 1.15-1.37 at load 6-10, 1.83 at load 14
-    # (the client starved of CPU); one request in flight at a time (the client kept to one)
-    # gives 2.66-2.84, and fails.
-    # (The bound is the all-at-t=0 schedule in the same order, not a proven optimum.)
-    sending = times["model_at_actual_arrivals_s"] - times["first_request_s"]
-    assert sending / bound < 2.0, times
-    # The simulator keeps to that model: its last answer comes when the model says (measured
-    # +0.03-0.06 s, up to +0.4 s at load 10).
-    assert -0.2 < times["last_answer_s"] - times["model_at_actual_arrivals_s"] < 1.0, times
+    if TIMING:
+        # Near: from its first request on, the client feeds the server so that an exact server,
+        # given the requests when they really arrived, finishes within 2x of the perfect client's
+        # bound. Measured 1.11-1.14 on 2 cores at load 3-4, 1.15-1.37 at load 6-10, 1.83 at load 14
+        # (the client starved of CPU); one request in flight at a time (the client kept to one)
+        # gives 2.66-2.84, and fails.
+        # (The bound is the all-at-t=0 schedule in the same order, not a proven optimum.)
+        sending = times["model_at_actual_arrivals_s"] - times["first_request_s"]
+        assert sending / bound < 2.0, times
+        # The simulator keeps to that model: its last answer comes when the model says (measured
+        # +0.03-0.06 s, up to +0.4 s at load 10).
+        assert -0.2 < times["last_answer_s"] - times["model_at_actual_arrivals_s"] < 1.0, times
     # The whole run also pays for start-up (worker spawn, first render: 1.7-2.3 s measured, more
     # on a loaded machine), most of so short a run: no bound on it here, only that it is not
     # shorter than the bound.

@@ -14,7 +14,6 @@ import json
 import random
 import re
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from llm_ocr.testing import CpuServer
 from llm_ocr.vlm.grounding import parse_layout, scale_box
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, DOCUMENT_PROMPT, FREE_OCR_PROMPT, image_messages, recipe_for
 from tests.conftest import read_stage, run_cli
+from tests.waiting import wait_until
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 RECIPE = recipe_for(MODEL)
@@ -333,18 +333,16 @@ def test_health_answers_while_pages_are_read_and_extra_requests_wait(engine: Cpu
     ]
     for t in threads:
         t.start()
-    seen: dict[str, float] = {}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def one_read_one_waiting() -> bool:
         seen = engine.metrics()
-        if seen["vllm:num_requests_running"] == 1 and seen["vllm:num_requests_waiting"] == 1:
-            break
-        time.sleep(0.02)
-    # One worker thread: one page is read, the other waits; the event loop still answers.
-    assert seen["vllm:num_requests_running"] == 1 and seen["vllm:num_requests_waiting"] == 1
-    t0 = time.monotonic()
+        return seen["vllm:num_requests_running"] == 1 and seen["vllm:num_requests_waiting"] == 1
+
+    # One worker thread: one page is read, the other waits; the event loop still answers, while
+    # the same page is read (a loop blocked by the read would answer only once it ended, and the
+    # second page would be running then). No stopwatch: load slows the read and the answer alike.
+    wait_until(one_read_one_waiting, "one page read, the other waiting")
     assert engine.health() == 200
-    assert time.monotonic() - t0 < 0.5
+    assert one_read_one_waiting()
     for t in threads:
         t.join(120)
     assert results == [200, 200]

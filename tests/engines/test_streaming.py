@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import aiohttp
@@ -12,6 +11,7 @@ from openai import AsyncOpenAI
 
 from llm_ocr.testing import SimulatedServer
 from tests.engines.test_simulated import MODEL, RECIPE, body_for, picture_bytes
+from tests.waiting import wait_until
 
 
 def chat_body(image: bytes, **extra: Any) -> dict[str, Any]:
@@ -100,35 +100,30 @@ def test_the_openai_sdk_reads_the_stream() -> None:
 
 
 def test_a_client_that_leaves_frees_the_slot_and_pays_only_what_was_generated() -> None:
-    """One slot, 5 ms a token: a loop page would hold it for 20 s. The client reads half a second
-    of it and closes; the next request gets the slot at once and the server counts ~100 tokens."""
+    """One slot, 100 ms a token: a loop page would hold it for 400 s, longer than the test may
+    run. The client reads the first chunk and closes; the next request then gets the slot (it
+    could not finish otherwise) and the server counts the tokens generated before the client
+    left, not 4000. No stopwatch: a loaded machine slows both requests, not the verdict."""
     looping, other = picture_bytes(24), picture_bytes(25)
-    args = ("--slots", "1", "--prefill-ms", "0", "--decode-ms-per-token", "5", "--load-slowdown", "0")
+    args = ("--slots", "1", "--prefill-ms", "0", "--decode-ms-per-token", "100", "--load-slowdown", "0")
 
-    async def go(base_url: str) -> float:
+    async def go(base_url: str) -> None:
         body = chat_body(looping, stream=True, max_tokens=4000)
         async with aiohttp.ClientSession() as session:
             response = await session.post(f"{base_url}/chat/completions", json=body)
-            await asyncio.sleep(0.5)
             await response.content.read(100)
             response.close()  # drop the connection, as the client does on a loop
-            t0 = time.monotonic()
             async with session.post(f"{base_url}/chat/completions", json=chat_body(other, max_tokens=20)) as second:
                 assert second.status == 200
                 await second.json()
-            return time.monotonic() - t0
 
     with SimulatedServer(*args) as sim:
         sim.inject("loop")
-        waited = asyncio.run(go(sim.base_url))
-        deadline = time.monotonic() + 5
-        while len(sim.requests()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        records = sim.requests()
+        asyncio.run(go(sim.base_url))
+        records = wait_until(lambda: sim.requests() if len(sim.requests()) >= 2 else None, "both requests were logged")
         metrics = sim.metrics()
-    assert waited < 2.0  # 20 ms prefill-free decode of 20 tokens, not the 20 s loop
     cut = next(r for r in records if r.get("outcome") == "disconnected")
     assert cut["status"] == 200 and cut["finish_reason"] == "abort"
-    assert 40 <= cut["completion_tokens"] <= 400  # ~0.5 s at 5 ms a token, not 4000
+    assert 1 <= cut["completion_tokens"] < 4000
     assert metrics["vllm:generation_tokens_total"] == sum(r["completion_tokens"] for r in records)
     assert metrics['vllm:request_success_total{engine="0",finished_reason="abort",model_name="' + MODEL + '"}'] == 1

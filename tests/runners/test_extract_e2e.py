@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from pathlib import Path
 
 import datasets
@@ -282,7 +283,8 @@ def test_kill_at_random_moments_then_rerun_gives_the_same_rows(tmp_path: Path) -
     import signal
     import subprocess
     import sys
-    import time
+
+    from tests.waiting import hold_request, wait_until, wait_until_held
 
     make_corpus(tmp_path / "docs", documents=8, pages=3)
     rng = random.Random(1234)
@@ -297,22 +299,26 @@ def test_kill_at_random_moments_then_rerun_gives_the_same_rows(tmp_path: Path) -
         ]
         saved_after_kill = []
         for _ in range(3):
-            before = len(list((out / "extract").glob("*.parquet"))) if (out / "extract").exists() else 0
+            saved = len(read_stage(out, "extract"))
+            # Each run is killed while its requests are held from a random point of the run on:
+            # after 5 to 7 answered, past the first wave of 4 sent at once, every request is held
+            # (4 in flight when the kill lands), so a run stores at most 7 pages and the third
+            # still has 10 to send. The run cannot finish before the kill, however loaded the
+            # machine; the kill itself lands a random moment later.
+            server.clear_faults()  # the holds the last run left queued
+            held_at = hold_request(server, after=rng.randint(5, 7), count=24)
             process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            # Start-up time varies with machine load: kill at a random moment after this run
-            # has written something, so every kill lands mid-run.
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and process.poll() is None and len(
-                list((out / "extract").glob("*.parquet")) if (out / "extract").exists() else []
-            ) <= before:
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 0.5))
-            if process.poll() is not None:
-                break  # a loaded machine let this run finish before its kill: nothing left to interrupt
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
+            try:
+                wait_until_held(server, held_at, process)
+                wait_until(lambda: len(read_stage(out, "extract")) > saved, "a part of this run was stored",
+                           process=process)
+                time.sleep(rng.uniform(0.0, 0.5))  # where the kill lands; the held request bounds the run
+                os.kill(process.pid, signal.SIGKILL)
+            finally:
+                process.wait()
             saved_after_kill.append(len(read_stage(out, "extract")))
-        assert saved_after_kill and 0 < saved_after_kill[0] < 24  # the first kill really interrupted the run
+        assert 0 < saved_after_kill[0] and saved_after_kill[-1] < 24  # every kill interrupted its run
+        server.clear_faults()
         final = extract([str(tmp_path / "docs")], out, server)
         assert final.returncode == 0, final.stderr
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import io
 import random
-import time
 import tracemalloc
 from types import SimpleNamespace
 from typing import Any
@@ -49,6 +48,15 @@ class Schedule:
         self.slept: list[float] = []
         self.asyncio = SimpleNamespace(sleep=self.sleep, CancelledError=asyncio.CancelledError)
         self.random = SimpleNamespace(uniform=self.uniform)
+        # A clock that only the backoffs move (plus a microsecond a reading, so that readings
+        # differ as a real clock's do): a test that patches the client's ``time`` with it sees
+        # the same schedule however long the machine takes to answer.
+        self.now = 0.0
+        self.time = SimpleNamespace(monotonic=self.monotonic)
+
+    def monotonic(self) -> float:
+        self.now += 1e-6
+        return self.now
 
     def uniform(self, low: float, high: float) -> float:
         self.bounds.append((low, high))
@@ -56,6 +64,7 @@ class Schedule:
 
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
+        self.now += seconds
         await asyncio.sleep(seconds)
 
 
@@ -103,17 +112,21 @@ def test_page_retries_back_off_exponentially_with_full_jitter_and_are_bounded(si
     assert len(set(schedule.slept)) == len(schedule.slept)  # jittered: no two pages retry in step
 
 
-def test_a_failing_endpoint_is_waited_for_with_backoff_then_the_run_stops(sim: SimulatedServer, schedule: Schedule) -> None:
+def test_a_failing_endpoint_is_waited_for_with_backoff_then_the_run_stops(
+    sim: SimulatedServer, schedule: Schedule, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Nothing succeeds anywhere (a fresh client, every answer 503): the endpoint, not the page,
     # is failing. The page's attempts are kept; retries back off (half jitter) up to
     # backoff_max; after dead_after of silence EndpointDown stops the run. Bounded in time and
-    # in requests even though max_attempts is never reached.
+    # in requests even though max_attempts is never reached. The client's clock is the
+    # schedule's, moved by the backoffs only: how many requests fit in dead_after does not
+    # depend on how fast a loaded machine answers them.
+    monkeypatch.setattr(client_module, "time", schedule.time)
     options = ClientOptions(max_attempts=2, backoff_base=0.02, backoff_max=0.16, dead_after=1.5)
     sim.clear_faults()
     before = sim.stats()["requests"]
 
-    async def scenario() -> float:
-        started = time.monotonic()  # before the client: its silence is counted from its start
+    async def scenario() -> None:
         client = VlmClient(sim.base_url, "deepseek-ai/DeepSeek-OCR", options=options)
         sim.inject("error", count=1000, status=503)
         try:
@@ -122,19 +135,22 @@ def test_a_failing_endpoint_is_waited_for_with_backoff_then_the_run_stops(sim: S
             # Every later request of the run stops at once, without being sent.
             with pytest.raises(EndpointDown):
                 await client.chat(page_body())
-            return time.monotonic() - started
         finally:
             sim.clear_faults()
             await client.close()
 
-    elapsed = asyncio.run(scenario())
+    asyncio.run(scenario())
     sent = sim.stats()["requests"] - before
-    assert 1.5 <= elapsed < 4
+    # Stopped at the first failure after dead_after of silence (the clock's readings add up to
+    # well under a millisecond), not before it and not later.
+    assert sum(schedule.slept[:-1]) < 1.5 <= sum(schedule.slept) + 0.001
     expected = [min(0.16, 0.02 * 2**k) for k in range(1, len(schedule.bounds) + 1)]
     assert schedule.bounds == [(d / 2, d) for d in expected]  # 0.04, 0.08, 0.16, 0.16, ...
     assert all(low <= slept <= high for slept, (low, high) in zip(schedule.slept, schedule.bounds))
     assert len(set(schedule.slept)) == len(schedule.slept)
-    assert sent == len(schedule.bounds) + 1 and 6 <= sent <= 20  # backed off, not a tight loop
+    # Backed off, not a tight loop: 11 to 20 backoffs of 0.04, 0.08, then 0.16 at most (half at
+    # least) reach 1.5 s.
+    assert sent == len(schedule.bounds) + 1 and 12 <= sent <= 21
 
 
 def test_endpoint_urls_are_shown_without_credentials() -> None:

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO, read_stage, run_cli
 from tests.stages.common import stage
+from tests.waiting import HANG_GUARD_S, hold_request, wait_until, wait_until_held
 
 EXAMPLES = REPO / "examples"
 CLASSES = str(EXAMPLES / "classes.yaml")
@@ -162,12 +162,17 @@ def test_shards_resume_after_kill_and_every_document_once(assembled: Path, corpu
         argv = [sys.executable, "-m", "llm_ocr.cli", "fields", "--output", str(out), "--endpoint", sim.base_url,
                 "--schema", schema, "--num-shards", "2", "--shard-index", "0", "--part-rows", "1", "--max-in-flight", "1",
                 "--progress", "off"]
+        # After the first answer every request is held until the kill: the shard cannot get
+        # further, however late a loaded test process kills it.
+        held_at = hold_request(sim, after=1, count=10)
         process = subprocess.Popen(argv, cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(list((out / "fields").glob("*.parquet"))) < 1:
-            time.sleep(0.1)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+        try:
+            wait_until_held(sim, held_at, process)
+            wait_until(lambda: list((out / "fields").glob("*.parquet")), "a part was stored", process=process)
+            os.kill(process.pid, signal.SIGKILL)
+        finally:
+            process.wait(timeout=HANG_GUARD_S)
+        sim.clear_faults()
         written = read_stage(out, "fields")
         assert 1 <= len(written) < 4, "killed too late to test a resume"
         for index in ("0", "1"):

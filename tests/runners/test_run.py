@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import datasets
@@ -18,6 +17,7 @@ from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO, read_stage
 from tests.docs import make_corpus
 from tests.stages.common import DESCRIBE_PROMPT, bodies, documents_view, page_keys, prompt_of, stage
+from tests.waiting import hold_request, wait_until, wait_until_held
 
 PAGES = 9  # 3 documents x 3 pages
 FIGURES = 6  # a chart on pages 1 and 3
@@ -130,31 +130,37 @@ def test_run_describes_what_an_earlier_extract_left(
 
 
 def test_resume_after_a_kill_gives_every_page_once_and_the_same_documents(
-    corpus: Path, reference: Path, tmp_path: Path
+    corpus: Path, server: SimulatedServer, reference: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    with SimulatedServer("--prefill-ms", "300", "--slots", "2", corpus=corpus) as slow:
+    with SimulatedServer("--prefill-ms", "300", "--slots", "2", corpus=corpus) as held:
+        # From the sixth request on, every request is held until the kill: by then the first page
+        # (its OCR and its figure's description, the first four requests at the latest: a page
+        # keeps its place in flight until described) is answered, and the run can neither finish
+        # first nor get further, however slow the machine.
+        held_at = hold_request(held, after=5, count=PAGES + FIGURES)
         command = [
-            sys.executable, "-m", "llm_ocr.cli", "run", str(corpus), "--output", str(out), "--endpoint", slow.base_url,
+            sys.executable, "-m", "llm_ocr.cli", "run", str(corpus), "--output", str(out), "--endpoint", held.base_url,
             "--workers", "0", "--progress", "off", "--flush-interval", "0.2", "--part-rows", "2", "--max-in-flight", "2",
         ]
         process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 30
+            wait_until_held(held, held_at, process)
             # Kill once both stages have stored something, while the run is still going.
-            while not (list((out / "extract").glob("*.parquet")) and list((out / "describe").glob("*.parquet"))):
-                assert process.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
-                time.sleep(0.05)
+            wait_until(lambda: list((out / "extract").glob("*.parquet")) and list((out / "describe").glob("*.parquet")),
+                       "both stages stored a part", process=process)
             os.kill(process.pid, signal.SIGKILL)
         finally:
             process.wait()
-        assert not (out / "_state" / "assemble").exists()
-        partial_extract, partial_describe = read_stage(out, "extract"), read_stage(out, "describe")
-        assert 0 < len(partial_describe) < PAGES and len(partial_extract) < PAGES
-        before = len(bodies(slow))
-        result = stage("run", out, slow, str(corpus), "--max-in-flight", "8")
-        assert result.returncode == 0, result.stderr
-        resent = [prompt_of(b) for b in bodies(slow)[before:]]
+    assert not (out / "_state" / "assemble").exists()
+    partial_extract, partial_describe = read_stage(out, "extract"), read_stage(out, "describe")
+    assert 0 < len(partial_describe) < PAGES and len(partial_extract) < PAGES
+    # The rerun goes to another server: its log holds the rerun's requests only (the killed
+    # run's held request is logged whenever that server notices its client is gone).
+    before = len(bodies(server))
+    result = stage("run", out, server, str(corpus), "--max-in-flight", "8")
+    assert result.returncode == 0, result.stderr
+    resent = [prompt_of(b) for b in bodies(server)[before:]]
     # Only the unfinished pages went to OCR again.
     assert resent.count(DESCRIBE_PROMPT) < FIGURES and len(resent) - resent.count(DESCRIBE_PROMPT) == PAGES - len(partial_extract)
     for name in ("extract", "describe"):

@@ -13,6 +13,7 @@ from llm_ocr.serving.in_flight import AdaptiveInFlight, AdaptivePolicy, InFlight
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import run_cli
 from tests.docs import make_corpus
+from tests.waiting import HANG_GUARD_S, hangs_applied
 
 # -- the resizable semaphore ------------------------------------------------------------------
 
@@ -147,33 +148,38 @@ def test_without_metrics_the_limit_stays_at_the_default() -> None:
 
 def test_the_client_counts_its_requests_on_the_wire() -> None:
     """``sending``, what the controller compares with the server's running count: each request
-    from when it is sent until it is answered, per client and summed over a dispatcher."""
+    from when it is sent until it is answered or given up, per client and summed over a dispatcher."""
     from llm_ocr.serving.dispatch import Dispatcher
     from llm_ocr.vlm.client import VlmClient
     from llm_ocr.vlm.families import DEEPSEEK_OCR
     from llm_ocr.vlm.recipes import DEFAULT_MODEL
     from tests.docs import chart_png
 
-    async def go(urls: list[str]) -> tuple[list[int], int, int]:
-        clients = [VlmClient(url, DEFAULT_MODEL) for url in urls]
+    async def go(servers: list[SimulatedServer]) -> tuple[list[int], int, int]:
+        clients = [VlmClient(server.base_url, DEFAULT_MODEL) for server in servers]
         dispatcher = Dispatcher(clients)
         try:
             bodies = [DEEPSEEK_OCR.body(chart_png(n), "image/png", temperature=0.0, max_tokens=200) for n in range(5)]
             tasks = [asyncio.ensure_future(dispatcher.chat(body)) for body in bodies]
-            for _ in range(200):  # until all five are at the servers (each decodes for 2 s)
-                await asyncio.sleep(0.02)
-                if dispatcher.sending == 5:
-                    break
+            # The servers hold every request until its client leaves: all five get there and stay,
+            # however slow the machine (no request can be answered before the last is sent).
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + HANG_GUARD_S
+            while sum(hangs_applied(server) for server in servers) < 5:
+                assert loop.time() < deadline, "the five requests never reached the servers"
+                await asyncio.sleep(0.05)
             during = [c.sending for c in clients], dispatcher.sending
-            await asyncio.gather(*tasks)
+            for task in tasks:  # the run gives up on them: each leaves the wire
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             return during[0], during[1], dispatcher.sending
         finally:
             await asyncio.gather(*(c.close() for c in clients))
 
-    args = ("--prefill-ms", "0", "--decode-ms-per-token", "10", "--load-slowdown", "0", "--output-tokens-mean", "200",
-            "--output-tokens-sigma", "0")  # fmt: skip
-    with SimulatedServer(*args) as one, SimulatedServer(*args) as two:
-        each, total, after = asyncio.run(go([one.base_url, two.base_url]))
+    with SimulatedServer("--instant") as one, SimulatedServer("--instant") as two:
+        for server in (one, two):
+            server.inject("hang", count=5)
+        each, total, after = asyncio.run(go([one, two]))
     assert total == 5 and sorted(each) == [2, 3] and after == 0
 
 

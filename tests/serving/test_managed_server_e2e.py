@@ -57,13 +57,13 @@ def test_extract_launches_vllm_with_the_recipe_when_no_endpoint(tmp_path: Path) 
 
 def test_server_that_dies_at_start_fails_fast_with_its_log(tmp_path: Path) -> None:
     (tmp_path / "a.png").write_bytes((REPO / "samples/notes.png").read_bytes())
-    started = time.monotonic()
+    # A start-up timeout beyond the test's own (300 s): waiting for it instead of noticing the
+    # exit fails the test, with no stopwatch for a loaded machine to stretch.
     result = run_cli(
         "extract", str(tmp_path / "a.png"), "--output", str(tmp_path / "out"), "--engine", "vllm",
-        "--server-startup-timeout", "120", env=fake_env(tmp_path, FAKE_VLLM_MODE="crash_on_start"),
+        "--server-startup-timeout", "3600", env=fake_env(tmp_path, FAKE_VLLM_MODE="crash_on_start"),
     )
     assert result.returncode == 2
-    assert time.monotonic() - started < 30
     assert "CUDA out of memory" in result.stderr  # the server's own last words are shown
 
 

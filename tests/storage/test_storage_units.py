@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import io
 import threading
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +19,7 @@ from llm_ocr.storage import retry as retry_module
 from llm_ocr.storage.sinks import BatchingSink, DirectSink, Operation
 from llm_ocr.storage.stores import StorageError, classify, explain, redact, scrub, store_options
 from tests.fakes.fake_hub import FakeHub
+from tests.waiting import wait_until
 
 HUB_TOKEN = "hf_test_writer_token"
 
@@ -230,9 +230,7 @@ def test_the_timer_commits_what_waited_max_age() -> None:
     committer = RecordingCommitter()
     sink, _ = _sink(committer, max_files=64, max_age=0.2)
     sink.put("a", b"x")
-    deadline = time.monotonic() + 5
-    while not committer.batches_made and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: committer.batches_made, "the timer committed")
     assert committer.batches_made == [[("put", "a")]]
     sink.close()
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import ast
 import builtins
 import random
-import time
 
 import pytest
 
 from llm_ocr.vlm.grounding import FIGURE_LINK, PageLayout, clean_markdown, parse_layout, scale_box
 from llm_ocr.vlm.layout import PageBlock as Block
+from tests.scaling import FACTOR, scaling
 
 EOS = "<｜end▁of▁sentence｜>"
 TAGS = ("<|ref|>", "<|/ref|>", "<|det|>", "<|/det|>")
@@ -298,27 +298,32 @@ ADVERSARIAL = {
 FULL_UNITS = 100_000
 
 
-def _parse_cpu_seconds(raw: str, max_blocks: int) -> float:
-    """CPU time of one parse (CPU, not wall: other test workers share the machine)."""
-    t0 = time.process_time()
-    layout = parse(raw, max_blocks=max_blocks, max_chars=3_000_000)
-    links = list(FIGURE_LINK.finditer(layout.markdown))
-    elapsed = time.process_time() - t0
-    assert len(links) == len(layout.figures)
-    assert_clean(layout)
-    return elapsed
-
-
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 @pytest.mark.parametrize("max_blocks", [4000, 10**9])
 def test_adversarial_input_is_linear(name, max_blocks):
     build = ADVERSARIAL[name]
-    small = min(_parse_cpu_seconds(build(FULL_UNITS // 8), max_blocks) for _ in range(2))
-    full = min(_parse_cpu_seconds(build(FULL_UNITS), max_blocks) for _ in range(2))  # min of 2, as for small
-    # Eight times the input: a linear parser takes ~8x as long, a quadratic one ~64x. The
-    # absolute ceiling catches a parser that is linear but absurdly slow on megabytes.
-    assert full < 5.0, f"{name}: {full:.2f}s of CPU for {len(build(FULL_UNITS)):,} characters"
-    assert full < 24 * max(small, 0.02), f"{name}: {small:.3f}s -> {full:.3f}s for 8x the input"
+    small, big = build(FULL_UNITS // FACTOR), build(FULL_UNITS)
+    last: list[PageLayout] = []
+
+    def parse_only(raw):
+        def run():
+            last[:] = [parse(raw, max_blocks=max_blocks, max_chars=3_000_000)]
+            return FIGURE_LINK.findall(last[0].markdown)
+        return run
+
+    # Eight parses of an eighth of the input against one of the whole, in CPU time with the
+    # garbage collector off (tests/scaling.py): the same work if the parser is linear, 8x if
+    # quadratic. The absolute ceiling (about 17x the slowest case's idle time) catches a parser
+    # that is linear but absurdly slow on megabytes.
+    measured = scaling(parse_only(small), parse_only(big))
+    assert measured.big < 5.0, f"{name}: {measured.big:.2f}s of CPU for {len(big):,} characters"
+    assert measured.linear, (
+        f"{name}: {FACTOR} parses of {len(small):,} characters took {measured.small:.3f}s of CPU, one of "
+        f"{len(big):,} took {measured.big:.3f}s ({measured.ratio:.1f}x, least of {measured.rounds} rounds)"
+    )
+    layout = last[0]  # the big input's (the last parse)
+    assert len(FIGURE_LINK.findall(layout.markdown)) == len(layout.figures)
+    assert_clean(layout)
 
 
 FRAGMENTS = [
