@@ -91,7 +91,8 @@ class FakeProcessingJob:
 
 class FakeSageMaker:
     """See the module docstring. ``job_env``: variables every host's "container" has (e.g.
-    ``FAKE_VLLM_SIM_ARGS``); ``images``: image URI -> extra variables when a job runs it."""
+    ``FAKE_VLLM_SIM_ARGS``); ``host_env``: host name (``algo-K``) -> variables of that host only
+    (e.g. a slower GPU); ``images``: image URI -> extra variables when a job runs it."""
 
     def __init__(
         self,
@@ -100,6 +101,7 @@ class FakeSageMaker:
         workdir: Path | None = None,
         region: str = "us-east-1",
         job_env: dict[str, str] | None = None,
+        host_env: dict[str, dict[str, str]] | None = None,
         images: dict[str, dict[str, str]] | None = None,
         quotas: dict[str, int] | None = None,
         stop_others_on_failure: bool = False,
@@ -109,6 +111,7 @@ class FakeSageMaker:
         self.region = region
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fake-sagemaker-"))
         self.job_env = dict(job_env or {})
+        self.host_env = dict(host_env or {})
         self.images = dict(images or {})
         self.quotas = dict(quotas or {})
         self.stop_others_on_failure = stop_others_on_failure
@@ -334,6 +337,7 @@ class FakeSageMaker:
             "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
             **ROLE_CREDENTIALS,
             **self.job_env,
+            **self.host_env.get(host.name, {}),
         }
         with_image(env, self.images.get(job.body["AppSpecification"]["ImageUri"], {}))
         for key, value in (job.body.get("Environment") or {}).items():

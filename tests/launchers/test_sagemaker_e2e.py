@@ -101,15 +101,25 @@ def test_a_lost_host_is_the_only_shard_relaunched_and_it_resumes(
 ) -> None:
     from llm_ocr.launchers import api
 
-    slow = "--prefill-ms 700 --slots 1"
+    # Host algo-2 (shard 1) serves slowly, algo-1 (shard 0) at once: shard 0 is done while shard 1
+    # is still reading, and the kill waits for both, so shard 0's host has finished when algo-2 is
+    # lost (on a loaded machine a kill timed by shard 1's progress alone could land before it had).
+    slow = "--prefill-ms 2000 --slots 1"
+    fast = {"algo-1": {"FAKE_VLLM_SIM_ARGS": f"--corpus {corpus} --instant"}}
     args = sm_args("--part-rows", "1", "--progress-interval", "0.3", shards=2)
-    with aws_world(tmp_path / "jobs", corpus, sim_args=slow) as world, launcher_here(world, tmp_path, monkeypatch):
+    with aws_world(tmp_path / "jobs", corpus, sim_args=slow, host_env=fast) as world, \
+            launcher_here(world, tmp_path, monkeypatch):
         env = world.env(tmp_path)
         first = llm_ocr(*args, env=env)
         assert first.returncode == 0, first.stderr
         (job_name,) = world.sagemaker.jobs
-        # Host algo-2 runs shard 1: kill it once some of its parts are on S3, before its marker.
-        wait_until(lambda: [k for k in world.moto.list("ocr", "2024/extract/") if "part-00001-of-00002" in k], period=0.1)
+        # Kill host algo-2 once shard 0 is done and shard 1 has stored some parts, before its marker.
+        shard0_done = "2024/_state/assemble/done-00000-of-00002.json"
+        wait_until(lambda: shard0_done in world.moto.list("ocr", "2024/_state/assemble/")
+                   and [k for k in world.moto.list("ocr", "2024/extract/") if "part-00001-of-00002" in k],
+                   timeout=300, period=0.1)
+        assert "2024/_state/extract/done-00001-of-00002.json" not in world.moto.list("ocr", "2024/_state/extract/"), (
+            "shard 1 finished before it could be killed")
         world.sagemaker.kill_host(job_name, 2)
         final = api.wait(OUTPUT, interval=0.3, live=False)
         assert not final.succeeded
