@@ -242,14 +242,16 @@ def test_a_task_near_its_time_limit_requeues_itself_and_resumes(
     tmp_path: Path, corpus: Path, slurm: dict[str, str]  # noqa: F811
 ) -> None:
     # A 2-minute limit with USR1 30 s before it: Slurm checks limits about every 30 s and may
-    # signal up to 60 s early (sbatch(1), --signal), so USR1 comes 30-60 s into each run. The
-    # shard needs ~80 s of model time (8 pages at 10 s, one at a time): the first run is stopped
-    # for certain, and the runs after it resume until it is done.
+    # signal up to 30 s earlier still (sbatch(1), --signal), so USR1 comes 60-90 s into each run.
+    # The shard needs 128 s of model time (8 pages at 16 s, one at a time), more than the whole
+    # limit, so the first run is stopped for certain however fast the machine is (at 10 s a page
+    # a quiet machine finished all 80 s before a signal that came at 90 s), and the runs after it
+    # resume until it is done.
     out = tmp_path / "out"
     env = launcher_env(slurm, tmp_path)
     started = time.monotonic()
     done = llm_ocr(*launch_args(corpus, out, "--stage", "extract", *SLOW, "--timeout", "2m", "--requeue-before", "30",
-                                "--attempts", "8", shards=1, sim="--prefill-ms 10000 --slots 1"),
+                                "--attempts", "8", shards=1, sim="--prefill-ms 16000 --slots 1"),
                    "--wait", "--interval", "2", env=env, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert pages(out) == expected(corpus)
