@@ -47,7 +47,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar
 
 log = logging.getLogger("llm_ocr")
 
@@ -65,7 +65,24 @@ RetryHook = Callable[[Generation], Awaitable[None]]
 #: timeout, a cancellation, a pass that sent nothing). :meth:`CrashTracker.request_ended` is one.
 RequestEnded = Callable[[Generation, bool], None]
 
+
+class OfDocument(Protocol):
+    """What a guarded handler's first argument has (a :class:`llm_ocr.sources.base.DocumentRef`)."""
+
+    @property
+    def doc_id(self) -> str: ...
+
+
+class OfPage(Protocol):
+    """What a guarded handler's second argument has (a rendered page, or one that failed to render)."""
+
+    @property
+    def page(self) -> int: ...
+
+
 R = TypeVar("R")
+RefT = TypeVar("RefT", bound=OfDocument)
+ItemT = TypeVar("ItemT", bound=OfPage)
 
 #: Deaths a page must have been in flight at before it is retried alone.
 ISOLATE_AFTER = 2
@@ -309,13 +326,14 @@ class CrashTracker:
 
     def guard(
         self,
-        handler: Callable[..., Awaitable[R]],
-        on_quarantine: Callable[[Any, Any, int | None, PageQuarantined], Awaitable[R]],
-    ) -> Callable[..., Awaitable[R]]:
+        handler: Callable[[RefT, ItemT, int | None], Awaitable[R]],
+        on_quarantine: Callable[[RefT, ItemT, int | None, PageQuarantined], Awaitable[R]],
+    ) -> Callable[[RefT, ItemT, int | None], Awaitable[R]]:
         """Wrap a page handler ``(ref, item, num_pages)``: its requests are tracked as this
-        page's, and a conviction turns into ``on_quarantine(ref, item, num_pages, exc)``."""
+        page's (``(ref.doc_id, item.page)``), and a conviction turns into
+        ``on_quarantine(ref, item, num_pages, exc)``."""
 
-        async def guarded(ref: Any, item: Any, num_pages: int | None) -> R:
+        async def guarded(ref: RefT, item: ItemT, num_pages: int | None) -> R:
             key: PageKey = (ref.doc_id, item.page)
             if key in self.convicted:  # convicted earlier in this run; never sent again
                 return await on_quarantine(ref, item, num_pages, PageQuarantined(key, self.convicted[key]))
