@@ -48,6 +48,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol, TypeVar
 
 log = logging.getLogger("llm_ocr")
@@ -138,6 +139,20 @@ class _Page:
     #: several at once: tiles, figures). What the gate waits for; ``busy`` is not, since a page
     #: stays busy while it does other things (and may wait for one held at this gate).
     wire: Counter[int] = field(default_factory=Counter)
+
+
+class _Turn(Enum):
+    """What the gate does with a page's request to one server now (see :meth:`CrashTracker._turn`)."""
+
+    #: It goes out.
+    SEND = "send"
+    #: It waits at the gate until something changes.
+    WAIT = "wait"
+    #: The page is due its solo retry and no other page runs alone on this server: the server is
+    #: kept for it from now on, and it waits for the other pages' requests on the wire to end.
+    HOLD = "hold"
+    #: As :attr:`HOLD`, with nothing else on the wire: it claims the server and goes out alone.
+    ALONE = "alone"
 
 
 @dataclass(frozen=True)
@@ -273,7 +288,12 @@ class CrashTracker:
                     incarnation = Incarnation(server, await inner())
                     self._stop_if_convicted(key)
                     page.gate_server = server
-                    if self._may_send(key, server, ticket):
+                    turn = self._turn(key, server, ticket)
+                    if turn in (_Turn.HOLD, _Turn.ALONE):
+                        self._keep_server(key, server)
+                    if turn is _Turn.ALONE:
+                        self._run_alone(key, server)
+                    if turn in (_Turn.SEND, _Turn.ALONE):
                         break
                     if ticket is None and self._death_count[key] == 1 and key not in self._pending:
                         ticket = next(self._tickets)
@@ -352,37 +372,27 @@ class CrashTracker:
         if key in self.convicted:
             raise PageQuarantined(key, self.convicted[key])
 
-    def _may_send(self, key: PageKey, server: int, ticket: int | None = None) -> bool:
-        """Whether ``key`` may send to ``server`` now; claims that server's solo slot for a page
-        due a solo retry. Only that server waits for it: the others keep serving. ``ticket``:
-        the request's place in the queue of suspects (None: not queued yet)."""
+    def _turn(self, key: PageKey, server: int, ticket: int | None = None) -> _Turn:
+        """What ``key``'s request to ``server`` does now; changes nothing (the gate acts on the
+        answer). A page due its solo retry holds only that server: the others keep serving.
+        ``ticket``: the request's place in the queue of suspects (None: not queued yet)."""
         solo = self._solo.get(server)
         if solo is not None:
-            return solo == key
+            return _Turn.SEND if solo == key else _Turn.WAIT
         if key in self._pending:
-            if self._home.get(key) != server:
-                # Not the server it crashed (that one is gone for good, or busy with another
-                # page alone): this one it is, and the dispatcher keeps it for this page now.
-                self._home[key] = server
-                self._notify()
             # Only requests on the wire, which end by themselves: not "busy" pages, which may be
             # waiting for something held by a request waiting here (see the module docstring).
             if any(page.wire[server] for other, page in self._pages.items() if other != key):
-                return False  # wait for the requests in flight on this server to finish
-            self._solo[server] = key
-            self.solo_runs += 1
-            self._notify()  # pages waiting at the gate re-check: they wait for this one now
-            log.warning("retrying page %s of %s alone (in flight at %d server deaths)",
-                        key[1], key[0], self._death_count[key])
-            return True
+                return _Turn.HOLD  # wait for the requests in flight on this server to finish
+            return _Turn.ALONE
         # Pages due a solo retry go first: nothing new starts on a server while one waits at its gate.
         if self._pending and any(
             other in self._pending and page.at_gate and page.gate_server == server for other,
             page in self._pages.items()
         ):
-            return False
+            return _Turn.WAIT
         if self._death_count[key] == 0:  # the hot path: a page no death has touched
-            return True
+            return _Turn.SEND
         # A suspect of one death: only √n of the n such pages on the wire at once (on the wire,
         # not busy: a busy suspect may be waiting for a permit held by a suspect waiting here).
         suspects = [page for other, page in self._pages.items() if self._death_count[other] == 1 and other != key]
@@ -394,7 +404,23 @@ class CrashTracker:
         ahead = sum(
             1 for t, other in self._queue.items() if (ticket is None or t < ticket) and self._death_count[other] == 1
         )
-        return ahead < places
+        return _Turn.SEND if ahead < places else _Turn.WAIT
+
+    def _keep_server(self, key: PageKey, server: int) -> None:
+        """``server`` is kept for ``key``'s solo retry (the dispatcher sends the other pages
+        elsewhere): the server it crashed last, or another when that one is gone for good or
+        busy with another page alone."""
+        if self._home.get(key) != server:
+            self._home[key] = server
+            self._notify()
+
+    def _run_alone(self, key: PageKey, server: int) -> None:
+        """``key`` claims ``server`` for its solo retry: other pages' requests to it wait."""
+        self._solo[server] = key
+        self.solo_runs += 1
+        self._notify()  # pages waiting at the gate re-check: they wait for this one now
+        log.warning("retrying page %s of %s alone (in flight at %d server deaths)",
+                    key[1], key[0], self._death_count[key])
 
     def _page_done(self, key: PageKey) -> None:
         self._pages.pop(key, None)
