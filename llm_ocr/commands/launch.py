@@ -96,7 +96,8 @@ def _stage_options(stage: str, tokens: list[str]) -> tuple[list[str], dict[str, 
     if not STAGES[stage].reads_inputs:
         parser.add_argument("inputs", nargs="*", help=argparse.SUPPRESS)  # refused with a message by the launcher
     given = {name: value for name, value in vars(parser.parse_args(tokens)).items() if value is not None}
-    return [str(i) for i in given.pop("inputs", [])], given
+    inputs = given.pop("inputs", [])
+    return [str(i) for i in inputs], given
 
 
 def run_launch(args: argparse.Namespace) -> int:

@@ -26,6 +26,8 @@ from llm_ocr.storage.parts import ShardIndex
 log = logging.getLogger("llm_ocr")
 
 R = TypeVar("R")
+RefT = TypeVar("RefT", bound=DocumentRef)
+ItemT = TypeVar("ItemT", bound=PageImage | PageFailure)
 
 
 class BadPages:
@@ -62,14 +64,14 @@ class BadPages:
 
     def guard(
         self,
-        handler: Callable[..., Awaitable[R]],
-        on_quarantine: Callable[[Any, Any, int | None, PageQuarantined], Awaitable[R]] | None = None,
-    ) -> Callable[..., Awaitable[R]]:
+        handler: Callable[[RefT, ItemT, int | None], Awaitable[R]],
+        on_quarantine: Callable[[RefT, ItemT, int | None, PageQuarantined], Awaitable[R]],
+    ) -> Callable[[RefT, ItemT, int | None], Awaitable[R]]:
         """``handler`` with its pages tracked; a conviction becomes ``on_quarantine``'s result
-        (default: :meth:`quarantined`, for a handler that returns one row)."""
+        (:meth:`quarantined`, for a handler that returns one row)."""
         if self.tracker is None:
             return handler
-        return self.tracker.guard(handler, on_quarantine or self.quarantined)  # type: ignore[arg-type]
+        return self.tracker.guard(handler, on_quarantine)
 
 
 def quarantined_in(marker: Mapping[str, Any] | None) -> int:

@@ -17,7 +17,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 from llm_ocr.options import ClientOptions, DescribeOptions, ServerOptions, StageSpec
@@ -35,7 +34,7 @@ from llm_ocr.runners.lifecycle import (
     run_stage,
     stage_endpoint,
 )
-from llm_ocr.runners.page_flow import UpstreamRows
+from llm_ocr.runners.page_flow import PageHandler, UpstreamRows
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint
@@ -112,9 +111,14 @@ def describe_result(work: PageWork, ctx: DescribeContext, stage: str = "describe
     return work.result(stage, extra={"figures": ctx.counts.as_dict()})
 
 
-async def describe_handler(ref: None, page: PageResult, num_pages: int | None, *, ctx: DescribeContext) -> PageResult:
-    """A page flow handler: the upstream row ``page`` with its figures described."""
-    return await describe_page(page, ctx)
+def describe_handler(ctx: DescribeContext) -> PageHandler[None, PageResult]:
+    """Describe's page handler (for :class:`~llm_ocr.runners.page_flow.UpstreamRows`): each
+    upstream row with its figures described."""
+
+    async def handle(ref: None, page: PageResult, num_pages: int | None) -> PageResult:
+        return await describe_page(page, ctx)
+
+    return handle
 
 
 class Describe(ShardStage):
@@ -162,7 +166,7 @@ class Describe(ShardStage):
             work.counters["describe"].pages_found = 0  # counted from the rows read
             ctx = await describe_context(endpoint, spec.describe, self.schema, work.limit)
             rows = UpstreamRows(iter_shard_rows(shard.folder(self.source), shard.index, shard.count), self.index)
-            await work.run(rows, partial(describe_handler, ctx=ctx), ["describe"], limit=work.limit.scaled(2))
+            await work.run(rows, describe_handler(ctx), ["describe"], limit=work.limit.scaled(2))
             note_documents(work.counters["describe"], work.documents["describe"])
         return Finished([describe_result(work, ctx)], complete=self.complete, preset=endpoint.preset)
 

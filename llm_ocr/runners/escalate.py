@@ -117,7 +117,7 @@ class Escalation:
         self.kept_first = 0
         self._verifier_failed = False
 
-    async def handle(self, ref: Any, row: Any, num_pages: int | None) -> PageResult:
+    async def handle(self, ref: None, row: PageResult, num_pages: int | None) -> PageResult:
         """The row ``OUT/escalate`` gets for the upstream ``row``."""
         if row.page == DOCUMENT_LEVEL_PAGE or row.quarantined or row.used_route == "text-layer":
             return self.tally.row(row)

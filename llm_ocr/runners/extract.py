@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 
 from llm_ocr.options import ExtractOptions, StageSpec
@@ -84,8 +84,8 @@ class Extract(ShardStage):
                 # a run that may read dense pages in tiles decides with it.
                 intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options,
                                        estimate_text=True)
-                handler = partial(_extract_handler, ctx=ctx, bad=bad, route=route, tally=tally)
-                await work.run(intake, bad.guard(handler), ["extract"])
+                handler = _extract_handler(ctx, bad, route, tally)
+                await work.run(intake, bad.guard(handler, bad.quarantined), ["extract"])
                 layout_s = route.client.busy_seconds if route is not None else None
         kept = self.index.kept_quarantined
         accounting = tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
@@ -99,8 +99,12 @@ async def extract_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
     return await run_stage(Extract(spec), spec.job, stop)
 
 
-async def _extract_handler(
-    ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, *, ctx: ExtractContext, bad: BadPages,
-    route: RouteContext | None, tally: ModelTally,
-) -> PageResult:
-    return tally.row(await bad.fallback(ref, await first_reading(ref, item, num_pages, ctx, route, tally)))
+def _extract_handler(
+    ctx: ExtractContext, bad: BadPages, route: RouteContext | None, tally: ModelTally
+) -> Callable[[DocumentRef, PageImage | PageFailure, int | None], Awaitable[PageResult]]:
+    """Extract's page handler: a page's first reading (routed or the model's), with its fallback."""
+
+    async def handle(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None) -> PageResult:
+        return tally.row(await bad.fallback(ref, await first_reading(ref, item, num_pages, ctx, route, tally)))
+
+    return handle

@@ -35,7 +35,7 @@ from llm_ocr.costs import gpu_cost
 from llm_ocr.options import ClientOptions, JobOptions, ServerOptions
 from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.records import page_schema
-from llm_ocr.runners.page_flow import FlowSettings, Intake, PageFlow, PageHandler, flow_settings
+from llm_ocr.runners.page_flow import FlowSettings, Intake, ItemT, PageFlow, PageHandler, RefT, flow_settings
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.runners.shard import ShardOutcome, check_writable, in_flight_for_endpoint, resolve_shard
 from llm_ocr.runners.workers import WorkerPool, default_workers
@@ -314,11 +314,17 @@ class PageWork:
                              workers=self.workers)
 
     async def run(
-        self, intake: Intake, handler: PageHandler, writes: Sequence[str], *, limit: InFlightLimit | None = None
+        self,
+        intake: Intake[RefT, ItemT],
+        handler: PageHandler[RefT, ItemT],
+        writes: Sequence[str],
+        *,
+        limit: InFlightLimit | None = None,
     ) -> None:
-        """Run the pages of ``intake`` through ``handler``, writing its rows to ``writes`` (the
-        first one's counters count them) with at most ``limit`` pages in flight (default: the
-        run's limit, sized from the endpoint's ``/metrics`` while the flow runs)."""
+        """Run the pages of ``intake`` through ``handler`` (one that takes what the intake gives),
+        writing its rows to ``writes`` (the first one's counters count them) with at most ``limit``
+        pages in flight (default: the run's limit, sized from the endpoint's ``/metrics`` while the
+        flow runs)."""
         flow = PageFlow(
             handler=handler,
             writer=[self.writers[name] for name in writes],

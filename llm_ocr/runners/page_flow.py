@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -34,15 +34,23 @@ from llm_ocr.storage.stores import store_options
 
 log = logging.getLogger(__name__)
 
-#: A handler returns the page's row, or a tuple of rows, one per writer (None: no row for that
-#: writer), when one page feeds several stages (``llm-ocr run`` writes Extract and Describe).
-PageHandler = Callable[
-    [DocumentRef, PageImage | PageFailure, int | None], Awaitable[PageResult | tuple[PageResult | None, ...]]
-]
+T = TypeVar("T")
+#: What a flow's intake hands the handler first: the document (a :class:`DocumentRef` for
+#: :class:`DocumentPages`, None for :class:`UpstreamRows`).
+RefT = TypeVar("RefT")
+#: What it hands the handler second: the page (a rendered :class:`PageImage` or a
+#: :class:`PageFailure` for :class:`DocumentPages`, an earlier stage's :class:`PageResult` for
+#: :class:`UpstreamRows`).
+ItemT = TypeVar("ItemT")
+
+#: The page's row, or a tuple of rows, one per writer (None: no row for that writer), when one
+#: page feeds several stages (``llm-ocr run`` writes Extract and Describe).
+PageRows = PageResult | tuple[PageResult | None, ...]
+#: A handler ``(ref, item, num_pages) -> rows`` of the pages an intake gives: a flow takes only a
+#: handler of its intake's ``(RefT, ItemT)``, so a type checker sees a stage's handler against it.
+PageHandler = Callable[[RefT, ItemT, int | None], Awaitable[PageRows]]
 
 CHUNK_PAGES = 8
-
-T = TypeVar("T")
 
 
 class OrderedRows:
@@ -144,28 +152,29 @@ def flow_settings(limit: InFlightLimit, *, flush_interval: float, grace_period: 
 
 
 @dataclass
-class Batch:
+class Batch(Generic[RefT, ItemT]):
     """Some pages of one document, handed to the flow by an intake."""
 
     #: The handler's first argument (the document's :class:`DocumentRef`; None for upstream rows).
-    ref: Any
-    #: The pages: rendered already, or a render under way (see :func:`_keep`).
-    items: Awaitable[list[Any]] | list[Any]
+    ref: RefT
+    #: The pages: ready, or a render under way that turns its own failure into the pages' failures
+    #: (see :func:`_keep`): the flow only waits for it.
+    items: Awaitable[list[ItemT]] | list[ItemT]
     num_pages: int | None = None
     #: Called once the items are out (a downloaded copy of the document is removed).
     cleanup: Callable[[], None] | None = None
 
 
-class Intake(Protocol):
+class Intake(Protocol[RefT, ItemT]):
     """Where a flow's pages come from: documents to render, or rows an earlier stage wrote."""
 
-    def batches(self, flow: PageFlow) -> AsyncGenerator[Batch, None]:
+    def batches(self, flow: PageFlow[RefT, ItemT]) -> AsyncGenerator[Batch[RefT, ItemT], None]:
         """The batches to handle, in input order; counts what it finds and skips in ``flow.counters``
         (``pages_found``, ``pages_skipped``, documents) and stops early once ``flow.stop`` is set."""
         ...
 
 
-class PageFlow:
+class PageFlow(Generic[RefT, ItemT]):
     """Runs one shard's pages through ``handler`` and writes the rows in input order.
 
     Pages come from an :class:`Intake`; a page is sent as soon as it is ready and a slot of the
@@ -176,7 +185,7 @@ class PageFlow:
     def __init__(
         self,
         *,
-        handler: PageHandler,
+        handler: PageHandler[RefT, ItemT],
         writer: PartWriter | Sequence[PartWriter],
         counters: RunCounters,
         settings: FlowSettings,
@@ -190,7 +199,7 @@ class PageFlow:
         self.ordered_all = [OrderedRows(w, settings.reorder_window) for w in self.writers]
         #: Documents that got a row this run.
         self.documents: set[str] = set()
-        self._queue: asyncio.Queue[Batch | None] = asyncio.Queue(maxsize=max(1, settings.prefetch_chunks))
+        self._queue: asyncio.Queue[Batch[RefT, ItemT] | None] = asyncio.Queue(maxsize=max(1, settings.prefetch_chunks))
         self._slots = settings.limit or asyncio.Semaphore(settings.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
         self._seq = 0
@@ -209,7 +218,7 @@ class PageFlow:
         """``pages`` of document ``doc_id`` will be handled: the document is finished after them."""
         self._doc_pending[doc_id] = pages
 
-    async def run(self, intake: Intake) -> None:
+    async def run(self, intake: Intake[RefT, ItemT]) -> None:
         """Handle every page ``intake`` gives; returns when all rows are handed to the writers."""
         producer = asyncio.create_task(self._produce(intake))
         flusher = asyncio.create_task(self._flush_periodically())
@@ -247,7 +256,7 @@ class PageFlow:
             for writer in self.writers:
                 await writer.flush()
 
-    async def _produce(self, intake: Intake) -> None:
+    async def _produce(self, intake: Intake[RefT, ItemT]) -> None:
         try:
             async with contextlib.aclosing(intake.batches(self)) as batches:
                 async for batch in batches:
@@ -271,9 +280,6 @@ class PageFlow:
             pending = batch.items
             try:
                 items = await pending if isinstance(pending, Awaitable) else pending
-            except Exception as exc:  # noqa: BLE001 - a worker crash fails these pages, not the run
-                doc_id = batch.ref.doc_id
-                items = [PageFailure(doc_id, p, f"rendering failed: {exc}") for p in getattr(pending, "pages", [])]
             finally:
                 if batch.cleanup:
                     batch.cleanup()
@@ -295,7 +301,7 @@ class PageFlow:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, ref: Any, item: Any, num_pages: int | None, seq: int) -> None:
+    async def _handle(self, ref: RefT, item: ItemT, num_pages: int | None, seq: int) -> None:
         self.counters.in_flight += 1
         rows: list[dict[str, Any] | None] = [None] * len(self.writers)
         try:
@@ -366,7 +372,9 @@ class DocumentPages:
         self.storage_options = storage_options or {}
         self.estimate_text = estimate_text
 
-    async def batches(self, flow: PageFlow) -> AsyncGenerator[Batch, None]:
+    async def batches(
+        self, flow: PageFlow[DocumentRef, PageImage | PageFailure]
+    ) -> AsyncGenerator[Batch[DocumentRef, PageImage | PageFailure], None]:
         counters = flow.counters
         if counters.pages_found is None:
             counters.pages_found = 0  # counted from the documents: see RunCounters.reconciliation
@@ -394,7 +402,9 @@ class DocumentPages:
 
         return replace(ref, location=path), remove
 
-    async def _document(self, ref: DocumentRef, flow: PageFlow) -> AsyncIterator[Batch]:
+    async def _document(
+        self, ref: DocumentRef, flow: PageFlow[DocumentRef, PageImage | PageFailure]
+    ) -> AsyncIterator[Batch[DocumentRef, PageImage | PageFailure]]:
         counters = flow.counters
         assert counters.pages_found is not None
         try:
@@ -426,7 +436,7 @@ class DocumentPages:
             future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1],
                                                          self.estimate_text))
             last = number == len(chunks) - 1
-            yield Batch(ref, _keep(future, set(pages)), num_pages, cleanup if last else None)
+            yield Batch(ref, _keep(future, ref.doc_id, pages), num_pages, cleanup if last else None)
 
 
 class UpstreamRows:
@@ -439,7 +449,7 @@ class UpstreamRows:
         self.rows = rows
         self.index = index
 
-    async def batches(self, flow: PageFlow) -> AsyncGenerator[Batch, None]:
+    async def batches(self, flow: PageFlow[None, PageResult]) -> AsyncGenerator[Batch[None, PageResult], None]:
         counters = flow.counters
         async for row in iterate_in_thread(self.rows):
             if flow.stop.is_set():
@@ -478,24 +488,30 @@ async def acquire_unless_stopped(semaphore: asyncio.Semaphore | InFlightLimit, s
     return True
 
 
-def _keep(future: asyncio.Future[list[Any]], pages: set[int]) -> Awaitable[list[Any]]:
-    """Wrap a render future so only the requested pages come back (the rest are done already)."""
+def _keep(
+    future: asyncio.Future[list[PageImage | PageFailure]], doc_id: str, pages: list[int]
+) -> Awaitable[list[PageImage | PageFailure]]:
+    """Wrap a render future so only the requested ``pages`` come back (the rest are done already);
+    a render that failed (a worker crash) fails these pages, not the run."""
+    wanted = set(pages)
 
-    async def filtered() -> list[Any]:
-        items = await future
-        return [item for item in items if item.page in pages]
+    async def filtered() -> list[PageImage | PageFailure]:
+        try:
+            items = await future
+        except Exception as exc:  # noqa: BLE001 - each page gets an error row saying why
+            return [PageFailure(doc_id, p, f"rendering failed: {exc}") for p in pages]
+        return [item for item in items if item.page in wanted]
 
-    return _Pending(filtered, sorted(pages))
+    return _Pending(filtered)
 
 
 class _Pending:
-    """An awaitable render result that remembers which pages it stands for."""
+    """An awaitable render result, made only when awaited."""
 
-    def __init__(self, make: Callable[[], Awaitable[list[Any]]], pages: list[int]) -> None:
+    def __init__(self, make: Callable[[], Awaitable[list[PageImage | PageFailure]]]) -> None:
         # The coroutine is made only when awaited, so entries an interrupted run never reaches
         # leave no "coroutine ... was never awaited" warning on stderr.
         self._make = make
-        self.pages = pages
 
-    def __await__(self) -> Generator[Any, None, list[Any]]:
+    def __await__(self) -> Generator[Any, None, list[PageImage | PageFailure]]:
         return self._make().__await__()

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 from llm_ocr.options import StageSpec
@@ -66,48 +66,40 @@ def _undescribed(extract: ShardIndex, describe: ShardIndex) -> int:
     return sum(len(pages - describe.done_pages.get(doc_id, set())) for doc_id, pages in extract.done_pages.items())
 
 
-async def _run_page(
-    ref: DocumentRef,
-    item: PageImage | PageFailure,
-    num_pages: int | None,
-    *,
-    extract: ExtractContext,
-    route: RouteContext | None,
-    tally: ModelTally,
-    describe: DescribeContext,
-    described: dict[str, set[int]],
-    counters: RunCounters,
-    bad: BadPages,
-) -> tuple[PageResult, PageResult | None]:
-    """One page through Extract (or the text-layer route), then Describe: (Extract row, Describe
-    row or None if it has one)."""
-    page = tally.row(await bad.fallback(ref, await first_reading(ref, item, num_pages, extract, route, tally)))
-    return await _then_describe(page, describe, described, counters)
+@dataclass
+class _RunPages:
+    """The page handler of ``llm-ocr run``'s flow: each page through Extract (or the text-layer
+    route), then Describe, as ``(Extract row, Describe row or None if it has one)``."""
 
+    extract: ExtractContext
+    route: RouteContext | None
+    tally: ModelTally
+    describe: DescribeContext
+    #: Pages Describe has rows of already, by document.
+    described: dict[str, set[int]]
+    #: Describe's counters (the flow counts the Extract rows).
+    counters: RunCounters
+    bad: BadPages
 
-async def _then_describe(
-    page: PageResult, describe: DescribeContext, described: dict[str, set[int]], counters: RunCounters
-) -> tuple[PageResult, PageResult | None]:
-    if page.page in described.get(page.doc_id, ()):
-        return page, None
-    result = await describe_page(page, describe)
-    counters.pages[result.tally] += 1
-    return page, result
+    async def read(
+        self, ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None
+    ) -> tuple[PageResult, PageResult | None]:
+        """One page's rows."""
+        first = await first_reading(ref, item, num_pages, self.extract, self.route, self.tally)
+        return await self._then_describe(self.tally.row(await self.bad.fallback(ref, first)))
 
+    async def quarantined(
+        self, ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None, exc: PageQuarantined
+    ) -> tuple[PageResult, PageResult | None]:
+        """A page convicted of crashing the server: its quarantine row, passed through Describe."""
+        return await self._then_describe(await self.bad.quarantined(ref, item, num_pages, exc))
 
-async def _run_quarantined(
-    ref: DocumentRef,
-    item: PageImage | PageFailure,
-    num_pages: int | None,
-    exc: PageQuarantined,
-    *,
-    describe: DescribeContext,
-    described: dict[str, set[int]],
-    counters: RunCounters,
-    bad: BadPages,
-) -> tuple[PageResult, PageResult | None]:
-    """A page convicted of crashing the server: its quarantine row, passed through Describe."""
-    return await _then_describe(await bad.quarantined(ref, item, num_pages, exc), describe, described, counters)
+    async def _then_describe(self, page: PageResult) -> tuple[PageResult, PageResult | None]:
+        if page.page in self.described.get(page.doc_id, ()):
+            return page, None
+        result = await describe_page(page, self.describe)
+        self.counters.pages[result.tally] += 1
+        return page, result
 
 
 class Run(ShardStage):
@@ -191,16 +183,15 @@ class Run(ShardStage):
             if missing:
                 log.info("describing %d page(s) extracted earlier but not described yet", missing)
                 rows = UpstreamRows(iter_shard_rows(shard.folder("extract"), shard.index, shard.count), self.describe)
-                await work.run(rows, partial(describe_handler, ctx=dctx), ["describe"], limit=work.limit.scaled(2))
+                await work.run(rows, describe_handler(dctx), ["describe"], limit=work.limit.scaled(2))
             layout_s = None
             if not shard.stop.is_set():
                 async with open_route(shard, spec, work.pool) as route:
                     ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
                     bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
-                    shared: dict[str, Any] = {"describe": dctx, "described": self.describe.done_pages,
-                              "counters": work.counters["describe"], "bad": bad}
-                    handler = bad.guard(partial(_run_page, extract=ectx, route=route, tally=self.tally, **shared),
-                                        partial(_run_quarantined, **shared))
+                    run_pages = _RunPages(ectx, route, self.tally, dctx, self.describe.done_pages,
+                                          work.counters["describe"], bad)
+                    handler = bad.guard(run_pages.read, run_pages.quarantined)
                     # Every page's text is estimated as it is rendered (its row keeps it).
                     pages = DocumentPages(self.documents, self.extract, work.pool,
                                           family_render(spec.render, ectx.recipe), job.storage_options,

@@ -302,7 +302,7 @@ async def _open_several(
             dead_after=client_options.dead_after,
             on_down=tracker.server_death(i),
         )
-        gate = tracker.server_gate(i, watch.wait_up, on_retry=watch.check)
+        gate = tracker.gate(watch.wait_up, on_retry=watch.check, server=i)
         clients.append(VlmClient(url, model, api_key=api_key, options=client_options, gate=gate,
                                   request_ended=tracker.request_ended))
     dispatcher = Dispatcher(clients, route=tracker.route)
@@ -370,7 +370,7 @@ async def _open_fleet(
             clients = []
             for i, member in enumerate(fleet.members):
                 member.count_death = tracker.server_death(i)  # a poison page's deaths do not spend its budget
-                gate = tracker.server_gate(i, member.wait_ready)
+                gate = tracker.gate(member.wait_ready, server=i)
                 clients.append(VlmClient(member.base_url, model, api_key=api_key, options=client_options, gate=gate,
                                          request_ended=tracker.request_ended))
             dispatcher = Dispatcher(clients, [_readiness(s) for s in fleet.members], route=tracker.route)

@@ -1,9 +1,10 @@
 """Pages that crash the model server: suspects, isolation, quarantine.
 
 A page that kills the server (DeepSeek-OCR users see images that crash vLLM with a CUDA
-illegal memory access on every attempt) must cost that one page, not the run. The server's
-incarnations are numbered (a managed server's generation, an external endpoint's count of
-"down, then up again"); every request a page sends is tagged with the incarnation it went to.
+illegal memory access on every attempt) must cost that one page, not the run. Every request a
+page sends is tagged with the **incarnation** it went to (:class:`Incarnation`): which server
+(of several behind one dispatcher) and which of its lives (a managed server's generation, an
+external endpoint's count of "down, then up again").
 
 * When an incarnation dies, every page whose latest request went to it is a **suspect** of that
   death. Its request is retried on the next incarnation without using up an attempt (the
@@ -47,30 +48,62 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from enum import Enum
+from typing import Protocol, TypeVar
 
 log = logging.getLogger("llm_ocr")
 
 #: ``(doc_id, page)``: a page's identity (the same as :attr:`llm_ocr.records.PageResult.key`).
 PageKey = tuple[str, int]
-#: The server's incarnation a request went to, as the gate returns it.
-Generation = int
-Gate = Callable[[], Awaitable[Generation]]
-#: Called by the gate when a page that already sent a request asks to send again (its request
-#: failed), with the incarnation it went to. External endpoints probe here.
-RetryHook = Callable[[Generation], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """One life of one server: the incarnation a request went to, as the tracker's gate returns it."""
+
+    #: Which server of several behind one dispatcher (0 for one).
+    server: int
+    #: Its generation: a managed server's (bumped on each restart), an external endpoint's count
+    #: of "down, then up again".
+    generation: int
+
+
+#: A server's own gate: waits until the server is up and returns its generation
+#: (:meth:`~llm_ocr.serving.vllm.process.ManagedServer.wait_ready`,
+#: :meth:`~llm_ocr.serving.watch.EndpointWatch.wait_up`).
+ServerGate = Callable[[], Awaitable[int]]
+#: The client's gate (:meth:`CrashTracker.gate`): the incarnation the request goes to.
+Gate = Callable[[], Awaitable[Incarnation]]
+#: Called by the gate when a page that already sent a request to this server asks to send again
+#: (its request failed), with the generation it went to. External endpoints probe here.
+RetryHook = Callable[[int], Awaitable[None]]
 #: Told, once for each pass through the gate, that the request ended: the incarnation the gate
 #: returned, and whether the server answered it with a completion (not: an error status, since
 #: vLLM answers the requests in flight with a 500 when its engine dies; a lost connection, a
 #: timeout, a cancellation, a pass that sent nothing). :meth:`CrashTracker.request_ended` is one.
-RequestEnded = Callable[[Generation, bool], None]
+RequestEnded = Callable[[Incarnation, bool], None]
+
+
+class OfDocument(Protocol):
+    """What a guarded handler's first argument has (a :class:`llm_ocr.sources.base.DocumentRef`)."""
+
+    @property
+    def doc_id(self) -> str: ...
+
+
+class OfPage(Protocol):
+    """What a guarded handler's second argument has (a rendered page, or one that failed to render)."""
+
+    @property
+    def page(self) -> int: ...
+
 
 R = TypeVar("R")
+RefT = TypeVar("RefT", bound=OfDocument)
+ItemT = TypeVar("ItemT", bound=OfPage)
 
 #: Deaths a page must have been in flight at before it is retried alone.
 ISOLATE_AFTER = 2
-#: With several servers, server i's incarnations are ``i * SERVER_STRIDE + generation``.
-SERVER_STRIDE = 1_000_000
 
 _current_page: ContextVar[PageKey | None] = ContextVar("llm_ocr_current_page", default=None)
 
@@ -98,7 +131,7 @@ class PageQuarantined(BaseException):
 class _Page:
     """What the tracker knows of one page in the handler."""
 
-    sent: Generation | None = None  # incarnation of its latest request
+    sent: Incarnation | None = None  # where its latest request went
     busy: bool = False  # passed the gate and not back at it yet (a gate call then is a retry)
     at_gate: bool = False
     gate_server: int | None = None  # the server whose gate it waits at (while at_gate)
@@ -108,14 +141,23 @@ class _Page:
     wire: Counter[int] = field(default_factory=Counter)
 
 
-def server_of(generation: Generation) -> int:
-    """The server (of several behind one dispatcher; 0 for one) an incarnation belongs to."""
-    return generation // SERVER_STRIDE
+class _Turn(Enum):
+    """What the gate does with a page's request to one server now (see :meth:`CrashTracker._turn`)."""
+
+    #: It goes out.
+    SEND = "send"
+    #: It waits at the gate until something changes.
+    WAIT = "wait"
+    #: The page is due its solo retry and no other page runs alone on this server: the server is
+    #: kept for it from now on, and it waits for the other pages' requests on the wire to end.
+    HOLD = "hold"
+    #: As :attr:`HOLD`, with nothing else on the wire: it claims the server and goes out alone.
+    ALONE = "alone"
 
 
 @dataclass(frozen=True)
 class _Death:
-    generation: Generation
+    incarnation: Incarnation
     suspects: frozenset[PageKey]
 
 
@@ -155,11 +197,11 @@ class CrashTracker:
         """Deaths that count against a restart budget: those none of whose suspects is convicted
         or still due its solo retry. A suspect cleared by its solo retry explains nothing, so
         the deaths it was blamed for count again from then on. ``server``: only the deaths of
-        that server of several (see :meth:`server_gate`)."""
+        that server of several (see :meth:`gate`)."""
         explaining = set(self.convicted) | self._pending
         return sum(
             1 for death in self._deaths
-            if not death.suspects & explaining and (server is None or server_of(death.generation) == server)
+            if not death.suspects & explaining and (server is None or death.incarnation.server == server)
         )
 
     def route(self) -> tuple[int | None, frozenset[int]]:
@@ -175,40 +217,24 @@ class CrashTracker:
 
     # -- several servers (one per GPU, or several endpoints) behind one dispatcher ---------------
 
-    def server_gate(self, server: int, inner: Gate, on_retry: RetryHook | None = None) -> Gate:
-        """:meth:`gate` for server ``server`` of several: its incarnations are numbered
-        ``server * SERVER_STRIDE + generation``, so a death of one blames only the pages whose
-        latest request went to it. A page due its solo retry runs alone on its server; the
-        others keep serving the other pages."""
-        base = server * SERVER_STRIDE
-
-        async def shifted() -> Generation:
-            return base + await inner()
-
-        async def retry(generation: Generation) -> None:
-            assert on_retry is not None
-            await on_retry(generation - base)
-
-        return self.gate(shifted, on_retry=retry if on_retry is not None else None)
-
-    def server_death(self, server: int) -> Callable[[Generation], int]:
+    def server_death(self, server: int) -> Callable[[int], int]:
         """The ``count_death`` (or ``on_down``) hook of server ``server`` of several: records the
-        death of its incarnation and returns the deaths charged to that server alone."""
-        base = server * SERVER_STRIDE
+        death of its generation and returns the deaths charged to that server alone."""
 
-        def record(generation: Generation) -> int:
-            self.record_death(base + generation)
+        def record(generation: int) -> int:
+            self.record_death(generation, server)
             return self.charged_deaths(server)
 
         return record
 
-    def record_death(self, generation: Generation) -> int:
-        """Incarnation ``generation`` died: blame the pages whose latest request went to it.
+    def record_death(self, generation: int, server: int = 0) -> int:
+        """Generation ``generation`` of server ``server`` died: blame the pages whose latest
+        request went to it (a death of one server of several blames none of the others' pages).
 
         Returns :meth:`charged_deaths` afterwards (a managed server's restart budget asks).
         """
-        suspects = frozenset(key for key, page in self._pages.items() if page.sent == generation)
-        server = server_of(generation)
+        incarnation = Incarnation(server, generation)
+        suspects = frozenset(key for key, page in self._pages.items() if page.sent == incarnation)
         solo = self._solo.get(server)
         if solo is not None and solo in suspects:
             # Alone on the server, and it died: this page is the culprit, the others (a page
@@ -235,21 +261,23 @@ class CrashTracker:
                     f"; {len(due)} of them were in flight at an earlier death too and will be retried alone"
                     if due else "",
                 )
-        self._deaths.append(_Death(generation, suspects))
+        self._deaths.append(_Death(incarnation, suspects))
         self._notify()
         return self.charged_deaths()
 
-    def gate(self, inner: Gate, on_retry: RetryHook | None = None) -> Gate:
-        """Wrap the client's ``inner`` gate: tag each request with its page and incarnation,
-        hold requests back while a page runs alone, and stop a convicted page's request."""
+    def gate(self, inner: ServerGate, on_retry: RetryHook | None = None, *, server: int = 0) -> Gate:
+        """The client's gate of server ``server`` (of several behind one dispatcher; 0 for one)
+        whose own gate is ``inner``: tag each request with its page and incarnation, hold
+        requests back while a page runs alone, and stop a convicted page's request. A page due
+        its solo retry runs alone on its server; the other servers keep serving the other pages."""
 
-        async def gated() -> Generation:
+        async def gated() -> Incarnation:
             key = _current_page.get()
             page = self._pages.get(key) if key is not None else None
             if key is None or page is None:  # not a page's request (e.g. a describe-only run)
-                return await inner()
-            if page.busy and on_retry is not None and page.sent is not None:
-                await on_retry(page.sent)  # its request failed: is the server gone?
+                return Incarnation(server, await inner())
+            if page.busy and on_retry is not None and page.sent is not None and page.sent.server == server:
+                await on_retry(page.sent.generation)  # its request failed: is the server gone?
             page.busy = False
             page.at_gate = True
             self._notify()
@@ -257,10 +285,15 @@ class CrashTracker:
             try:
                 while True:
                     self._stop_if_convicted(key)
-                    generation = await inner()
+                    incarnation = Incarnation(server, await inner())
                     self._stop_if_convicted(key)
-                    page.gate_server = server_of(generation)
-                    if self._may_send(key, page.gate_server, ticket):
+                    page.gate_server = server
+                    turn = self._turn(key, server, ticket)
+                    if turn in (_Turn.HOLD, _Turn.ALONE):
+                        self._keep_server(key, server)
+                    if turn is _Turn.ALONE:
+                        self._run_alone(key, server)
+                    if turn in (_Turn.SEND, _Turn.ALONE):
                         break
                     if ticket is None and self._death_count[key] == 1 and key not in self._pending:
                         ticket = next(self._tickets)
@@ -272,15 +305,15 @@ class CrashTracker:
                 if ticket is not None:
                     del self._queue[ticket]
                     self._notify()  # the next in the queue may be first now
-            page.busy, page.sent = True, generation
-            page.wire[server_of(generation)] += 1  # until request_ended
-            return generation
+            page.busy, page.sent = True, incarnation
+            page.wire[server] += 1  # until request_ended
+            return incarnation
 
         return gated
 
-    def request_ended(self, generation: Generation, answered: bool) -> None:
+    def request_ended(self, incarnation: Incarnation, answered: bool) -> None:
         """The client's ``request_ended``: the current page's request that passed the gate to
-        ``generation`` ended; ``answered``: the server answered it (see :data:`RequestEnded`).
+        ``incarnation`` ended; ``answered``: the server answered it (see :data:`RequestEnded`).
 
         A page running alone whose request the server answered did not crash it: it is cleared
         and the server is given back now, not when its page ends, for this interleaving: pages X
@@ -300,7 +333,7 @@ class CrashTracker:
         page = self._pages.get(key) if key is not None else None
         if key is None or page is None:  # not a page's request, or its page is over
             return
-        server = server_of(generation)
+        server = incarnation.server
         if page.wire[server] > 0:
             page.wire[server] -= 1
         if answered and self._solo.get(server) == key and not page.wire[server] and key not in self.convicted:
@@ -309,13 +342,14 @@ class CrashTracker:
 
     def guard(
         self,
-        handler: Callable[..., Awaitable[R]],
-        on_quarantine: Callable[[Any, Any, int | None, PageQuarantined], Awaitable[R]],
-    ) -> Callable[..., Awaitable[R]]:
+        handler: Callable[[RefT, ItemT, int | None], Awaitable[R]],
+        on_quarantine: Callable[[RefT, ItemT, int | None, PageQuarantined], Awaitable[R]],
+    ) -> Callable[[RefT, ItemT, int | None], Awaitable[R]]:
         """Wrap a page handler ``(ref, item, num_pages)``: its requests are tracked as this
-        page's, and a conviction turns into ``on_quarantine(ref, item, num_pages, exc)``."""
+        page's (``(ref.doc_id, item.page)``), and a conviction turns into
+        ``on_quarantine(ref, item, num_pages, exc)``."""
 
-        async def guarded(ref: Any, item: Any, num_pages: int | None) -> R:
+        async def guarded(ref: RefT, item: ItemT, num_pages: int | None) -> R:
             key: PageKey = (ref.doc_id, item.page)
             if key in self.convicted:  # convicted earlier in this run; never sent again
                 return await on_quarantine(ref, item, num_pages, PageQuarantined(key, self.convicted[key]))
@@ -338,37 +372,27 @@ class CrashTracker:
         if key in self.convicted:
             raise PageQuarantined(key, self.convicted[key])
 
-    def _may_send(self, key: PageKey, server: int, ticket: int | None = None) -> bool:
-        """Whether ``key`` may send to ``server`` now; claims that server's solo slot for a page
-        due a solo retry. Only that server waits for it: the others keep serving. ``ticket``:
-        the request's place in the queue of suspects (None: not queued yet)."""
+    def _turn(self, key: PageKey, server: int, ticket: int | None = None) -> _Turn:
+        """What ``key``'s request to ``server`` does now; changes nothing (the gate acts on the
+        answer). A page due its solo retry holds only that server: the others keep serving.
+        ``ticket``: the request's place in the queue of suspects (None: not queued yet)."""
         solo = self._solo.get(server)
         if solo is not None:
-            return solo == key
+            return _Turn.SEND if solo == key else _Turn.WAIT
         if key in self._pending:
-            if self._home.get(key) != server:
-                # Not the server it crashed (that one is gone for good, or busy with another
-                # page alone): this one it is, and the dispatcher keeps it for this page now.
-                self._home[key] = server
-                self._notify()
             # Only requests on the wire, which end by themselves: not "busy" pages, which may be
             # waiting for something held by a request waiting here (see the module docstring).
             if any(page.wire[server] for other, page in self._pages.items() if other != key):
-                return False  # wait for the requests in flight on this server to finish
-            self._solo[server] = key
-            self.solo_runs += 1
-            self._notify()  # pages waiting at the gate re-check: they wait for this one now
-            log.warning("retrying page %s of %s alone (in flight at %d server deaths)",
-                        key[1], key[0], self._death_count[key])
-            return True
+                return _Turn.HOLD  # wait for the requests in flight on this server to finish
+            return _Turn.ALONE
         # Pages due a solo retry go first: nothing new starts on a server while one waits at its gate.
         if self._pending and any(
             other in self._pending and page.at_gate and page.gate_server == server for other,
             page in self._pages.items()
         ):
-            return False
+            return _Turn.WAIT
         if self._death_count[key] == 0:  # the hot path: a page no death has touched
-            return True
+            return _Turn.SEND
         # A suspect of one death: only √n of the n such pages on the wire at once (on the wire,
         # not busy: a busy suspect may be waiting for a permit held by a suspect waiting here).
         suspects = [page for other, page in self._pages.items() if self._death_count[other] == 1 and other != key]
@@ -380,7 +404,23 @@ class CrashTracker:
         ahead = sum(
             1 for t, other in self._queue.items() if (ticket is None or t < ticket) and self._death_count[other] == 1
         )
-        return ahead < places
+        return _Turn.SEND if ahead < places else _Turn.WAIT
+
+    def _keep_server(self, key: PageKey, server: int) -> None:
+        """``server`` is kept for ``key``'s solo retry (the dispatcher sends the other pages
+        elsewhere): the server it crashed last, or another when that one is gone for good or
+        busy with another page alone."""
+        if self._home.get(key) != server:
+            self._home[key] = server
+            self._notify()
+
+    def _run_alone(self, key: PageKey, server: int) -> None:
+        """``key`` claims ``server`` for its solo retry: other pages' requests to it wait."""
+        self._solo[server] = key
+        self.solo_runs += 1
+        self._notify()  # pages waiting at the gate re-check: they wait for this one now
+        log.warning("retrying page %s of %s alone (in flight at %d server deaths)",
+                    key[1], key[0], self._death_count[key])
 
     def _page_done(self, key: PageKey) -> None:
         self._pages.pop(key, None)

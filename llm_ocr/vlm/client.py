@@ -16,7 +16,7 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import openai
 
@@ -26,6 +26,9 @@ from llm_ocr.vlm.loops import Loop, LoopPolicy
 from llm_ocr.vlm.streaming import TokenRatio, stream_chat
 
 log = logging.getLogger(__name__)
+
+#: What a client's gate returns for a request (where it went), handed back to ``request_ended``.
+Sent = TypeVar("Sent")
 
 
 @dataclass
@@ -117,19 +120,22 @@ class VlmClient:
         *,
         api_key: str | None = None,
         options: ClientOptions | None = None,
-        gate: Callable[[], Awaitable[int]] | None = None,
-        request_ended: Callable[[int, bool], None] | None = None,
+        gate: Callable[[], Awaitable[Sent]] | None = None,
+        request_ended: Callable[[Sent, bool], None] | None = None,
     ) -> None:
-        """``gate``, for a server we manage, waits until it is ready and returns its
-        generation (bumped on each restart); requests that failed because it crashed are then
-        retried on the new server without using up the page's attempts. ``request_ended`` is
-        told, once for each pass through the gate, when that request ended: the generation the
-        gate returned and whether the server answered it (a completion; not an error status:
-        vLLM answers the requests in flight with a 500 when its engine dies)."""
+        """``gate``, for a server we manage or watch, waits until it is ready and returns where
+        the request goes (the crash tracker's :class:`~llm_ocr.serving.quarantine.Incarnation`:
+        the server and its generation, bumped on each restart); requests that failed because it
+        crashed are then retried on the new incarnation without using up the page's attempts.
+        ``request_ended`` is told, once for each pass through the gate, when that request ended:
+        what the gate returned and whether the server answered it (a completion; not an error
+        status: vLLM answers the requests in flight with a 500 when its engine dies)."""
         self.base_url = base_url.rstrip("/")
         self.display_url = display_url(self.base_url)  # for messages: no credentials
-        self._gate = gate
-        self._request_ended = request_ended
+        # What the gate returns is only compared and handed back: opaque here, and ``Sent`` ties
+        # the two callables together where they are passed.
+        self._gate: Callable[[], Awaitable[object]] | None = gate
+        self._request_ended: Callable[[Any, bool], None] | None = request_ended
         self.model = model
         self.options = options or ClientOptions()
         # Our own retry loop records attempts per page and applies jitter; the SDK's is off.
@@ -271,7 +277,7 @@ class VlmClient:
         raise RequestFailed(last_error, opts.max_attempts)
 
     @contextlib.contextmanager
-    def _on_the_wire(self, generation: int) -> Iterator[None]:
+    def _on_the_wire(self, generation: object) -> Iterator[None]:
         """Counts a request in :attr:`sending` while it is sent and answered (not while it
         waits for a retry); tells ``request_ended`` when it is over."""
         if self.sending == 0:
@@ -288,11 +294,11 @@ class VlmClient:
                 self._busy_since = None
             self._ended(generation, answered)
 
-    def _ended(self, generation: int, answered: bool) -> None:
+    def _ended(self, generation: object, answered: bool) -> None:
         if self._gate is not None and self._request_ended is not None:
             self._request_ended(generation, answered)
 
-    async def _wait_gate(self) -> int:
+    async def _wait_gate(self) -> object:
         if self._gate is None:
             return 0
         try:

@@ -22,7 +22,7 @@ from llm_ocr.options import ServerOptions
 from llm_ocr.serving.command_lines import free_port
 from llm_ocr.serving.dispatch import Dispatcher
 from llm_ocr.serving.open import open_endpoint
-from llm_ocr.serving.quarantine import SERVER_STRIDE, CrashTracker, PageQuarantined
+from llm_ocr.serving.quarantine import CrashTracker, Incarnation, PageQuarantined
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import ClientOptions, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.families import DEEPSEEK_OCR
@@ -178,39 +178,38 @@ def start_page(tracker: CrashTracker, page: int, handler: Callable[[], Awaitable
 
 async def send(
     tracker: CrashTracker,
-    gate: Callable[[], Awaitable[int]],
+    gate: Callable[[], Awaitable[Incarnation]],
     server: Server | Wire,
     key: tuple[str, int],
-    offset: int = 0,
 ) -> None:
     """One request of page ``key`` as :class:`~llm_ocr.vlm.client.VlmClient` sends it: through
     the gate, its end told to the tracker (answered, or lost with the server), and retried on
     the next generation when lost."""
     while True:
-        generation = await gate()
+        sent_to = await gate()
         answered = False
         try:
-            await server.request(key, generation - offset)
+            await server.request(key, sent_to.generation)
             answered = True
             return
         except Lost:
             continue
         finally:
-            tracker.request_ended(generation, answered)
+            tracker.request_ended(sent_to, answered)
 
 
 async def drive_pages(
-    tracker: CrashTracker, pages: int, requests: int, route: Callable[[int], tuple[Callable[[], Awaitable[int]], Server, int]]
+    tracker: CrashTracker, pages: int, requests: int, route: Callable[[int], tuple[Callable[[], Awaitable[Incarnation]], Server]]
 ) -> dict[int, str]:
     """Pages 1..``pages`` of ``doc.pdf`` through the tracker's guard, each sending ``requests``
-    requests; ``route(page)`` gives the gate, the server and the generation offset of its requests."""
+    requests; ``route(page)`` gives the gate and the server of its requests."""
 
     async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
-        gate, server, offset = route(item.page)
+        gate, server = route(item.page)
         # Several requests per page (a truncation retry, figure descriptions): pages are still
         # sending while another runs alone.
         for _ in range(requests):
-            await send(tracker, gate, server, (ref.doc_id, item.page), offset)
+            await send(tracker, gate, server, (ref.doc_id, item.page))
         return "ok"
 
     async def quarantined(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None, exc: PageQuarantined) -> str:
@@ -230,7 +229,7 @@ async def run_pages(
     tracker = CrashTracker()
     server = Server(tracker, dict(poison))
     gate = tracker.gate(server.gate)
-    return await drive_pages(tracker, pages, requests, lambda page: (gate, server, 0)), server, tracker
+    return await drive_pages(tracker, pages, requests, lambda page: (gate, server)), server, tracker
 
 
 def test_a_poison_page_is_isolated_convicted_and_charged_nothing() -> None:
@@ -270,7 +269,7 @@ def test_a_page_runs_alone_only_once_the_requests_already_in_flight_have_finishe
                 sent[ref.doc_id].set()
                 await release[ref.doc_id].wait()  # its request is on the wire until released ...
                 release[ref.doc_id].clear()
-                tracker.request_ended(sent_to, sent_to == generation)  # ... then answered, or lost with its generation
+                tracker.request_ended(sent_to, sent_to.generation == generation)  # ... then answered, or lost with its generation
             events.append(f"{ref.doc_id} done")
             return "ok"
 
@@ -608,11 +607,11 @@ def test_a_convicted_page_gives_the_server_back_at_once() -> None:
         async def p() -> str:
             await send(tracker, gate, wire, P)
             await p_again.wait()
-            generation = await gate()  # its solo retry
+            sent_to = await gate()  # its solo retry
             try:
-                await wire.request(P, generation)
+                await wire.request(P, sent_to.generation)
             except Lost:
-                tracker.request_ended(generation, False)
+                tracker.request_ended(sent_to, False)
             await backoff_over.wait()
             await gate()  # the conviction stops it here
             raise AssertionError("a convicted page passed the gate")
@@ -651,13 +650,13 @@ def test_independent_crashes_count_against_the_budget_once_their_suspects_are_cl
 
 
 def test_requests_outside_a_guarded_page_pass_straight_through() -> None:
-    async def scenario() -> int:
+    async def scenario() -> Incarnation:
         tracker = CrashTracker()
         server = Server(tracker, {})
         server.generation = 7
-        return await tracker.gate(server.gate)()
+        return await tracker.gate(server.gate, server=1)()
 
-    assert asyncio.run(scenario()) == 7
+    assert asyncio.run(scenario()) == Incarnation(server=1, generation=7)
 
 
 def test_with_several_servers_a_death_blames_only_its_own_pages_and_spends_only_its_budget() -> None:
@@ -666,8 +665,8 @@ def test_with_several_servers_a_death_blames_only_its_own_pages_and_spends_only_
     async def scenario() -> tuple[dict[int, str], list[Server], CrashTracker]:
         tracker = CrashTracker()
         servers = [Server(tracker, {("doc.pdf", 5): -1} if i else {}, count_death=tracker.server_death(i)) for i in range(2)]
-        gates = [tracker.server_gate(i, server.gate) for i, server in enumerate(servers)]
-        results = await drive_pages(tracker, 8, 3, lambda page: (gates[page % 2], servers[page % 2], page % 2 * SERVER_STRIDE))
+        gates = [tracker.gate(server.gate, server=i) for i, server in enumerate(servers)]
+        results = await drive_pages(tracker, 8, 3, lambda page: (gates[page % 2], servers[page % 2]))
         return results, servers, tracker
 
     results, servers, tracker = asyncio.run(scenario())
@@ -681,6 +680,36 @@ def test_with_several_servers_a_death_blames_only_its_own_pages_and_spends_only_
     assert servers[1].charged == [1, 0, 0] and tracker.charged_deaths(0) == 0 and tracker.charged_deaths(1) == 0
 
 
+def test_with_several_servers_a_retry_hook_is_told_only_its_own_servers_generations() -> None:
+    # The dispatcher picks a server per request, so one page's requests go to several servers.
+    # Before each request after a page's first, the gate asks the server's retry hook (an
+    # --endpoint's watch probes there) about the page's latest request: only when that went to
+    # this server, and with the generation this server gave it (not another server's number).
+    async def scenario() -> dict[int, list[int]]:
+        tracker = CrashTracker()
+        servers = [Server(tracker, {}, generation=g) for g in (3, 8)]
+        told: dict[int, list[int]] = {0: [], 1: []}
+
+        def hook(i: int) -> Callable[[int], Awaitable[None]]:
+            async def on_retry(generation: int) -> None:
+                told[i].append(generation)
+
+            return on_retry
+
+        gates = [tracker.gate(s.gate, on_retry=hook(i), server=i) for i, s in enumerate(servers)]
+
+        async def handler() -> str:
+            for i in (0, 0, 1, 1, 0):
+                sent_to = await gates[i]()
+                tracker.request_ended(sent_to, True)
+            return "ok"
+
+        assert await start_page(tracker, 1, handler) == "ok"
+        return told
+
+    assert asyncio.run(scenario()) == {0: [3], 1: [8]}
+
+
 def test_with_several_servers_each_death_is_charged_to_the_server_that_died() -> None:
     # Server 0 and server 1 each die once, each from a page of its own that crashes it once and
     # then works: two independent failures, one per server. Each server's restart budget must
@@ -691,8 +720,8 @@ def test_with_several_servers_each_death_is_charged_to_the_server_that_died() ->
         tracker = CrashTracker()
         poison = [{("doc.pdf", 2): 1}, {("doc.pdf", 3): 1}]  # page 2 is on server 0, page 3 on server 1
         servers = [Server(tracker, poison[i], count_death=tracker.server_death(i)) for i in range(2)]
-        gates = [tracker.server_gate(i, server.gate) for i, server in enumerate(servers)]
-        results = await drive_pages(tracker, 8, 3, lambda page: (gates[page % 2], servers[page % 2], page % 2 * SERVER_STRIDE))
+        gates = [tracker.gate(server.gate, server=i) for i, server in enumerate(servers)]
+        results = await drive_pages(tracker, 8, 3, lambda page: (gates[page % 2], servers[page % 2]))
         return results, servers, tracker
 
     results, servers, tracker = asyncio.run(scenario())
@@ -708,8 +737,7 @@ class Member:
     tracker's gate for that server (the client's loop: a request lost to a crash is retried)."""
 
     server: Server
-    gate: Callable[[], Awaitable[int]]
-    offset: int
+    gate: Callable[[], Awaitable[Incarnation]]
     tracker: CrashTracker
     model: str = "m"
     options: object = None
@@ -722,7 +750,7 @@ class Member:
         key = body["page"]
         assert isinstance(key, tuple)
         self.given.append((time.monotonic(), key))
-        await send(self.tracker, self.gate, self.server, key, self.offset)
+        await send(self.tracker, self.gate, self.server, key)
         return "ok"
 
 
@@ -734,7 +762,7 @@ def _two_servers(poison: tuple[str, int], crash_delay: float) -> tuple[CrashTrac
         Server(tracker, {poison: -1}, count_death=tracker.server_death(i), crash_delay=crash_delay, request_s=0.05)
         for i in range(2)
     ]
-    members = [Member(s, tracker.server_gate(i, s.gate), i * SERVER_STRIDE, tracker) for i, s in enumerate(servers)]
+    members = [Member(s, tracker.gate(s.gate, server=i), tracker) for i, s in enumerate(servers)]
     return tracker, servers, members, Dispatcher(members, route=tracker.route)  # type: ignore[arg-type]
 
 
