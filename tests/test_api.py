@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ import llm_ocr
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO, read_stage
 from tests.docs import make_corpus
+from tests.waiting import HANG_GUARD_S, hold_request, wait_until, wait_until_held
 
 FAST = {"workers": 0, "progress": "off"}
 
@@ -199,31 +201,37 @@ def test_a_script_interrupted_with_ctrl_c_stops_cleanly_and_resumes(corpus: Path
     """Ctrl-C in a script (no event loop) stops intake, finishes the pages in flight, writes
     the parts and raises KeyboardInterrupt; running it again resumes to every page once."""
     out = tmp_path / "out"
-    script = textwrap.dedent(f"""
-        import json, llm_ocr
+    # The server holds the run's second request until its client lets go, so the run cannot
+    # finish before the Ctrl-C however slow the machine: the interrupt lands mid-run for certain.
+    # The held page is in flight when Ctrl-C comes; the grace period lets it go after 2 s.
+    with SimulatedServer("--instant", corpus=corpus) as held:
+        script = textwrap.dedent(f"""
+            import json, llm_ocr
+            try:
+                result = llm_ocr.run({str(corpus)!r}, output={str(out)!r}, endpoint={held.base_url!r},
+                                     workers=0, max_in_flight=2, flush_interval=0.2, part_rows=1, grace_period=2)
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+            else:
+                print(json.dumps(result.pages), flush=True)
+        """)
+        held_at = hold_request(held, after=1)
+        process = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
         try:
-            result = llm_ocr.run({str(corpus)!r}, output={str(out)!r}, engine="sim", server_args="--prefill-ms 400 --slots 2",
-                                 workers=0, max_in_flight=2, flush_interval=0.2, part_rows=1)
-        except KeyboardInterrupt:
-            print("interrupted", flush=True)
-        else:
-            print(json.dumps(result.pages), flush=True)
-    """)
-    process = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not list((out / "extract").glob("*.parquet")):
-            assert process.poll() is None and time.monotonic() < deadline, "the run ended before it could be interrupted"
-            time.sleep(0.1)
-        process.send_signal(2)  # SIGINT, as Ctrl-C
-        stdout, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0 and stdout.strip() == "interrupted", stderr[-3000:]
-    assert "Traceback" not in stderr
-    again = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+            wait_until_held(held, held_at, process)
+            wait_until(lambda: list((out / "extract").glob("*.parquet")), "a part was stored", process=process)
+            process.send_signal(signal.SIGINT)  # as Ctrl-C
+            stdout, stderr = process.communicate(timeout=HANG_GUARD_S)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 0 and stdout.strip() == "interrupted", stderr[-3000:]
+        assert "Traceback" not in stderr
+        interrupted = pages_of(out, "extract")
+        assert 0 < len(interrupted) < len(EXPECTED) and len(set(interrupted)) == len(interrupted)
+        again = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                               timeout=HANG_GUARD_S)
     counts = json.loads(again.stdout.strip().splitlines()[-1])
     assert counts["skipped"] > 0 and counts["skipped"] + counts["ok"] == len(EXPECTED), again.stderr[-3000:]
     for stage in ("extract", "describe"):

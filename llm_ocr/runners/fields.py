@@ -29,7 +29,7 @@ import pyarrow as pa
 from llm_ocr.options import FieldsOptions, StageSpec
 from llm_ocr.outcomes import ExitCode, FieldsStats, RunError
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage, stage_endpoint
-from llm_ocr.runners.page_flow import acquire_unless_stopped, iterate_in_thread
+from llm_ocr.runners.page_flow import acquire_unless_stopped, finish_in_flight, iterate_in_thread
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT, ShardOutcome
 from llm_ocr.serving.open import Endpoint, EndpointError, choose_engine
@@ -312,11 +312,7 @@ class _Run:
                 task = asyncio.create_task(self._one(row, ctx, writer, documents, fatal))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-            if tasks:
-                _, pending = await asyncio.wait(set(tasks), timeout=job.grace_period if stop.is_set() else None)
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+            await finish_in_flight(tasks, stop, job.grace_period)
             if fatal:
                 raise fatal[0]
         except (EndpointDown, StorageError) as exc:

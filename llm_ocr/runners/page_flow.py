@@ -339,15 +339,10 @@ class PageFlow(Generic[RefT, ItemT]):
                         self.stop.set()
 
     async def _wait_tasks(self) -> None:
-        if not self._tasks:
-            return
-        timeout = self.settings.grace_period if self.stop.is_set() else None
-        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
-        for task in pending:
-            task.cancel()
-        if pending:
-            log.warning("abandoned %d page(s) still in flight after the %.0fs grace period", len(pending), timeout)
-            await asyncio.gather(*pending, return_exceptions=True)
+        abandoned = await finish_in_flight(self._tasks, self.stop, self.settings.grace_period)
+        if abandoned:
+            log.warning("abandoned %d page(s) still in flight after the %.0fs grace period", abandoned,
+                        self.settings.grace_period)
 
 
 class DocumentPages:
@@ -460,6 +455,31 @@ class UpstreamRows:
                 counters.pages_skipped += 1
                 continue
             yield Batch(None, [PageResult.from_row(row)], row.get("num_pages"))
+
+
+async def finish_in_flight(tasks: set[asyncio.Task[None]], stop: asyncio.Event, grace_period: float) -> int:
+    """Wait for ``tasks`` (the requests in flight) to end; once ``stop`` is set, whether before
+    or during the wait, for at most ``grace_period`` seconds more, then cancel the rest. Returns
+    how many were cancelled.
+
+    A stop that comes while waiting must start the grace period too: after intake ends, a
+    request hung on the server (the last pages of a run) would otherwise outlast Ctrl-C and
+    SIGTERM alike, and the parts already done would wait on it.
+    """
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while (running := {t for t in tasks if not t.done()}) and not stop.is_set():
+            await asyncio.wait({*running, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    running = {t for t in tasks if not t.done()}
+    if not running:
+        return 0
+    _, pending = await asyncio.wait(running, timeout=grace_period)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return len(pending)
 
 
 async def acquire_unless_stopped(semaphore: asyncio.Semaphore | InFlightLimit, stop: asyncio.Event) -> bool:
