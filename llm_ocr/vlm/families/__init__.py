@@ -20,16 +20,20 @@ from llm_ocr.vlm.families.docling import GRANITE_DOCLING
 from llm_ocr.vlm.families.dots import DOTS_OCR
 from llm_ocr.vlm.families.generic import GENERIC
 from llm_ocr.vlm.families.glm_ocr import GLM_OCR
+from llm_ocr.vlm.families.infinity import INFINITY_PARSER2
 from llm_ocr.vlm.families.lighton import LIGHTON_OCR, LIGHTON_OCR_BBOX
+from llm_ocr.vlm.families.lighton3 import LIGHTON_OCR_3, LIGHTON_OCR_3_1B
 from llm_ocr.vlm.families.mineru import MINERU
 from llm_ocr.vlm.families.nanonets import NANONETS_OCR
 from llm_ocr.vlm.families.olmocr import OLMOCR
 from llm_ocr.vlm.families.paddleocr import PADDLEOCR_VL
 from llm_ocr.vlm.families.qwen_vl import QWEN3_VL, QWEN25_VL
+from llm_ocr.vlm.families.unlimited import UNLIMITED_OCR
 
 #: Every family, in the order names are matched (a more specific pattern first).
 FAMILIES: tuple[Family, ...] = (
     DEEPSEEK_OCR,
+    UNLIMITED_OCR,
     OLMOCR,
     DOTS_OCR,
     CHANDRA_2,  # before Chandra 1: "chandra" matches both names
@@ -39,6 +43,9 @@ FAMILIES: tuple[Family, ...] = (
     PADDLEOCR_VL,
     GLM_OCR,
     NANONETS_OCR,
+    INFINITY_PARSER2,
+    LIGHTON_OCR_3_1B,  # before LightOnOCR-3: its names contain the family's
+    LIGHTON_OCR_3,
     LIGHTON_OCR_BBOX,  # before LightOnOCR: its names contain the plain model's
     LIGHTON_OCR,
     # The generic VLMs last: their fine-tunes (olmOCR-2, Nanonets, Chandra) have their own recipes.
