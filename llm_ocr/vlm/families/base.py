@@ -178,13 +178,15 @@ class Images:
     ``docker`` are builds of one vLLM for different CUDA versions, pulled from Docker Hub (Hugging
     Face Jobs, Cloud Run, and the base of a Slurm container); the launcher picks the one the
     platform's GPU driver runs. ``sagemaker`` is an AWS vLLM Deep Learning Container (SageMaker
-    Processing pulls from ECR). When a family has no stock image on a platform, ``missing`` says
-    what to build instead, and a launch there without ``--image`` stops before submitting.
+    Processing pulls from ECR). Where a family has no stock image, ``missing`` (Docker Hub) and
+    ``sagemaker_missing`` say what to build instead, and a launch there without ``--image`` stops
+    before submitting.
     """
 
     docker: tuple[ServingImage, ...] = ()
     sagemaker: ServingImage | None = None
     missing: str = ""
+    sagemaker_missing: str = ""
 
 
 #: llm-ocr's stock images (docs/platforms-hf-jobs.md, "GPU driver and CUDA"): chosen for

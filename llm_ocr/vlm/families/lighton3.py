@@ -242,7 +242,8 @@ LIGHTON_OCR_3 = LightOnOCR3(
     stream_extra=VLLM_STREAM_EXTRA,
     images=Images(
         docker=(VLLM_0_30,),
-        missing="no AWS Deep Learning Container ships vLLM 0.30.0 (LightOnOCR-3's pin): build an image FROM "
-                "vllm/vllm-openai:v0.30.0 with llm-ocr (sagemaker/Dockerfile shows how) and push it to ECR",
+        sagemaker_missing="no AWS Deep Learning Container ships vLLM 0.30.0 (LightOnOCR-3's pin): build an image "
+                          "FROM vllm/vllm-openai:v0.30.0 with llm-ocr (sagemaker/Dockerfile shows how) and push it to "
+                          "ECR",
     ),
 )

@@ -207,7 +207,8 @@ UNLIMITED_OCR = UnlimitedOCR(
                          "baidu/Unlimited-OCR README.md (Docker Images: 'Default (CUDA 13.0)'); vllm-project/recipes "
                          "models/baidu/Unlimited-OCR.yaml (docker_image)"),
         ),
-        missing="no AWS Deep Learning Container has Unlimited-OCR's vLLM: build an image FROM "
-                "vllm/vllm-openai:unlimited-ocr-cu129 with llm-ocr (sagemaker/Dockerfile shows how) and push it to ECR",
+        sagemaker_missing="no AWS Deep Learning Container has Unlimited-OCR's vLLM: build an image FROM "
+                          "vllm/vllm-openai:unlimited-ocr-cu129 with llm-ocr (sagemaker/Dockerfile shows how) and push "
+                          "it to ECR",
     ),
 )

@@ -1,0 +1,93 @@
+"""Each model family's launches run in the image its recipe names, chosen per platform by the
+platform's GPU driver; a family with no image there stops the launch before anything is sent.
+
+The launches are the CLI's (``llm-ocr launch PLATFORM ... --model NAME``) on a machine whose
+every platform endpoint is unreachable: dry runs plan offline, and a real launch of a family
+without an image must fail on the image, naming ``--image``, not on the network.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.launchers.common import llm_ocr_batch
+from tests.launchers.test_real_platform_limits import PLATFORM_ARGS, _offline_env
+
+DRY = ["--num-shards", "1", "--dry-run", "--offline"]
+
+
+def _dry(platform: str, *extra: str) -> list[str]:
+    return ["launch", platform, *PLATFORM_ARGS[platform], *DRY, *extra]
+
+
+def test_a_family_runs_in_its_own_image_on_each_platform(tmp_path: Path) -> None:
+    cases = [
+        (_dry("hf-jobs", "--model", "lightonai/LightOnOCR-3-4B"), {}),
+        (_dry("hf-jobs", "--model", "deepseek-ai/DeepSeek-OCR"), {}),
+        (_dry("cloud-run", "--model", "baidu/Unlimited-OCR"), {}),
+        (_dry("sagemaker", "--model", "deepseek-ai/DeepSeek-OCR"), {}),
+        # A fine-tune served under another name gets its family's image through --recipe.
+        (_dry("hf-jobs", "--model", "my-ocr", "--recipe", "unlimited-ocr"), {}),
+    ]
+    lighton, deepseek, unlimited, sagemaker, fine_tune = llm_ocr_batch(cases, _offline_env(tmp_path))
+    images = []
+    for result in (lighton, deepseek, unlimited, sagemaker, fine_tune):
+        assert result["code"] == 0, result["stderr"]
+        (job,) = json.loads(result["stdout"])["jobs"]
+        images.append(job["image"])
+        assert job["env"].get("LLM_OCR_IMAGE") == job["image"]  # named by the job's own CUDA check at start
+    assert images[0] == "vllm/vllm-openai:v0.30.0"  # LightOnOCR-3's pin
+    assert images[1] == "vllm/vllm-openai:v0.29.0-cu129"  # DeepSeek-OCR's: the stock image, unchanged
+    # Cloud Run's L4 driver runs CUDA 12.2: of Unlimited-OCR's two builds, the CUDA 12.9 one.
+    assert images[2] == "docker.io/vllm/vllm-openai:unlimited-ocr-cu129"
+    assert images[3].endswith(".amazonaws.com/vllm:0.14.0-gpu-py312-cu129-ubuntu22.04-sagemaker")
+    assert images[4] == "vllm/vllm-openai:unlimited-ocr-cu129"
+    # The plan says which image, for which family, and what the driver check found.
+    assert "image docker.io/vllm/vllm-openai:unlimited-ocr-cu129" in unlimited["stderr"]
+    assert "535.216.03" in unlimited["stderr"] and "minor version compatibility" in unlimited["stderr"]
+
+
+def test_a_family_without_an_image_on_a_platform_stops_before_anything_is_sent(tmp_path: Path) -> None:
+    real_hf = ["launch", "hf-jobs", *PLATFORM_ARGS["hf-jobs"], "--num-shards", "1"]
+    cases = [
+        # No stock image: vLLM 0.30.0 with transformers 5.16.1 (a real launch, every endpoint unreachable).
+        ([*real_hf, "--model", "lightonai/LightOnOCR-3-1B"], {}),
+        # LightOnOCR-3's only image is a CUDA 13 build; Cloud Run's L4 driver runs CUDA 12.2.
+        (_dry("cloud-run", "--model", "lightonai/LightOnOCR-3-4B"), {}),
+        # No AWS Deep Learning Container has Unlimited-OCR's vLLM.
+        (_dry("sagemaker", "--model", "baidu/Unlimited-OCR"), {}),
+        # --image is the way out: the same launches then plan.
+        ([*real_hf[:-2], *DRY, "--model", "lightonai/LightOnOCR-3-1B", "--image", "me/lightonocr3-1b:1"], {}),
+        (_dry("sagemaker", "--model", "baidu/Unlimited-OCR", "--image",
+              "123456789012.dkr.ecr.eu-west-1.amazonaws.com/unlimited-ocr:1"), {}),
+    ]
+    one_b, cloud_run, sagemaker, one_b_image, sagemaker_image = llm_ocr_batch(cases, _offline_env(tmp_path))
+    for result in (one_b, cloud_run, sagemaker):
+        assert result["code"] == 2, result
+        assert "--image" in result["stderr"] and result["stdout"] == ""
+        assert "could not reach" not in result["stderr"]  # refused on the image, before any network call
+    assert "transformers 5.16.1" in one_b["stderr"]
+    assert "CUDA 12.2" in cloud_run["stderr"] and "vllm/vllm-openai:v0.30.0 (CUDA 13.0)" in cloud_run["stderr"]
+    assert "no AWS Deep Learning Container" in sagemaker["stderr"]
+    for result, image in ((one_b_image, "me/lightonocr3-1b:1"),
+                          (sagemaker_image, "123456789012.dkr.ecr.eu-west-1.amazonaws.com/unlimited-ocr:1")):
+        assert result["code"] == 0, result["stderr"]
+        (job,) = json.loads(result["stdout"])["jobs"]
+        assert job["image"] == image
+
+
+def test_models_prints_each_familys_image_per_platform(tmp_path: Path) -> None:
+    (listing, one, as_json) = llm_ocr_batch([
+        (["models"], {}), (["models", "lightonocr-3"], {}), (["models", "--json"], {}),
+    ], _offline_env(tmp_path))
+    assert listing["code"] == one["code"] == as_json["code"] == 0
+    rows = {row["family"]: row for row in json.loads(as_json["stdout"])}
+    assert rows["lightonocr-3"]["images"]["hf-jobs"]["image"] == "vllm/vllm-openai:v0.30.0"
+    assert rows["lightonocr-3"]["images"]["hf-jobs"]["vllm"] == "0.30.0"
+    assert "--image" in rows["lightonocr-3"]["images"]["cloud-run"]["missing"]
+    assert "--image" in rows["infinity-parser2"]["images"]["hf-jobs"]["missing"]
+    assert rows["deepseek-ocr"]["images"]["sagemaker"]["vllm"] == "0.14.0"
+    assert "cloud-run: none, pass --image" in one["stdout"]
+    assert "535.216.03" in one["stdout"]  # the Cloud Run driver the refusal is about
+    assert "unlimited-ocr-cu129" in listing["stdout"]
