@@ -91,3 +91,14 @@ def test_models_prints_each_familys_image_per_platform(tmp_path: Path) -> None:
     assert "cloud-run: none, pass --image" in one["stdout"]
     assert "535.216.03" in one["stdout"]  # the Cloud Run driver the refusal is about
     assert "unlimited-ocr-cu129" in listing["stdout"]
+
+
+def test_the_stock_images_are_the_ones_the_containers_and_launchers_name() -> None:
+    # The job's own CUDA check names an image to use instead (container/cuda.py, which may not
+    # import the families): it must be one of the stock images the families fall back to.
+    from llm_ocr.container.cuda import VLLM_IMAGES
+    from llm_ocr.launchers.sagemaker import DLC_VLLM_TAG
+    from llm_ocr.vlm.families.base import STOCK_IMAGES
+
+    assert {i.cuda[0]: i.ref for i in STOCK_IMAGES.docker} == VLLM_IMAGES
+    assert STOCK_IMAGES.sagemaker is not None and STOCK_IMAGES.sagemaker.ref == DLC_VLLM_TAG
