@@ -205,15 +205,19 @@ class Kubernetes:
     def _call(self, what: str, kind: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """One API call; :class:`LaunchError` naming ``what`` and the API server's own message."""
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         api = self._api(kind)
         try:
             return getattr(api, method)(*args, _request_timeout=_REQUEST_TIMEOUT_S, **kwargs)
         except ApiException as exc:
             raise _ApiError(exc.status or 0, f"{what}: {_api_message(exc)}") from exc
-        except Exception as exc:  # urllib3's connection errors, and the like
+        except (HTTPError, OSError) as exc:  # no connection, a timeout, a TLS failure
             raise LaunchError(f"{what}: could not reach the Kubernetes API server at {self._api('host')} "
                               f"({_brief(exc)})") from exc
+        except ValueError as exc:  # the client's own models refused the body (pydantic)
+            raise LaunchError(f"{what}: the kubernetes client refused the request ({_brief(exc)}): pip install -U "
+                              "'llm-ocr[k8s]'") from exc
 
     def _json(self, what: str, kind: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """An API call's answer as the JSON the API server sent (the client's models not involved)."""
@@ -228,6 +232,8 @@ class Kubernetes:
         service account exists. Creates nothing."""
         given = self.given
         notes: list[str] = []
+        if given.yaml and not request.dry_run:
+            raise LaunchError("--yaml prints the objects instead of submitting them: use it with --dry-run")
         if given.wheel and request.image:
             raise LaunchError("--wheel and --image: an image with llm-ocr needs no wheel; give one of them")
         if request.secret_names:
@@ -429,7 +435,8 @@ class Kubernetes:
         pods = self._index_pods(name, index)
         if not pods and not follow:
             state = self.shard_phase(self.states([job])[name], shard)
-            raise LaunchError(f"no pod yet for shard {shard} (index {index} of Job {name}): {state.raw}")
+            raise LaunchError(f"no pod of shard {shard} (index {index} of Job {name}) to read, yet or any more: "
+                              f"{state.raw}")
         return self._log_lines(job, shard, index, pods, follow=follow, tail=tail)
 
     def _index_pods(self, name: str, index: int) -> list[dict[str, Any]]:

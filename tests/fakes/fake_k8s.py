@@ -231,7 +231,7 @@ def job_problems(job: dict[str, Any]) -> list[str]:
     elif len(name) > 63:
         # The controller labels every pod with the Job's name, and a label value holds at most 63.
         problems.append(f"spec.template.labels: Invalid value: {name!r}: must be no more than 63 characters")
-    problems += _label_problems(meta.get("labels"), "metadata.labels")
+    problems += _label_problems(meta.get("labels"), "metadata.labels") + _annotation_problems(meta)
     spec = job.get("spec") or {}
     for key in ("parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "backoffLimitPerIndex",
                 "maxFailedIndexes", "ttlSecondsAfterFinished"):
@@ -306,9 +306,16 @@ def job_problems(job: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _annotation_problems(meta: dict[str, Any]) -> list[str]:
+    """All of an object's annotations hold at most 256 KiB (ValidateAnnotationsSize): where
+    ``kubectl apply`` keeps its copy of the object."""
+    total = sum(len(k) + len(str(v)) for k, v in (meta.get("annotations") or {}).items())
+    return [f"metadata.annotations: Too long: must have at most 262144 bytes ({total})"] if total > 262144 else []
+
+
 def config_map_problems(body: dict[str, Any]) -> list[str]:
     """What the API server refuses in a ConfigMap (ValidateConfigMap)."""
-    problems = []
+    problems = _annotation_problems(body.get("metadata") or {})
     name = (body.get("metadata") or {}).get("name") or ""
     if not name or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
         problems.append(f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain")
@@ -449,7 +456,8 @@ class FakeKubernetes:
     """The fake API server and Job controller (see the module docstring).
 
     Args:
-        tokens: bearer token -> ``"write"`` (may do everything) or ``"read"`` (may only read).
+        tokens: bearer token -> ``"write"`` (may do everything) or ``"read"`` (may only read); the
+            token ``""`` is a request without one (kubectl sends none to an ``http://`` server).
         namespaces: the namespaces that exist.
         secrets: ``(namespace, name)`` -> ``{key: value}``: the cluster's Secrets.
         service_accounts: ``(namespace, name)`` of the ServiceAccounts that exist (``default`` in each
@@ -631,10 +639,18 @@ class FakeKubernetes:
         return role
 
     def _route(self, method: str, path: str, query: dict[str, str], body: Any, role: str) -> tuple[int, Any]:
+        if method == "GET" and path in DISCOVERY:
+            return 200, DISCOVERY[path]
         if path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" and method == "POST":
             attributes = ((body or {}).get("spec") or {}).get("resourceAttributes") or {}
             allowed = role == "write" or attributes.get("verb") in ("get", "list", "watch")
             return 201, {**(body or {}), "status": {"allowed": allowed}}
+        namespace_only = re.match(r"^/api/v1/namespaces/([^/]+)$", path)
+        if namespace_only and method == "GET":  # kubectl apply reads the namespace first
+            if namespace_only.group(1) not in self.namespaces:
+                raise ApiError(404, "NotFound", f"namespaces \"{namespace_only.group(1)}\" not found")
+            return 200, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace_only.group(1)},
+                         "status": {"phase": "Active"}}
         match = re.match(r"^/(?:api/v1|apis/batch/v1)/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$", path)
         if not match:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
@@ -1110,6 +1126,33 @@ class FakeKubernetes:
 
 
 # ------------------------------------------------------------------------------------------------
+
+
+def _resources(*entries: tuple[str, str, bool, list[str]]) -> list[dict[str, Any]]:
+    return [{"name": name, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": verbs}
+            for name, kind, namespaced, verbs in entries]
+
+
+#: The discovery documents kubectl reads before it applies objects (the legacy forms: a server that
+#: does not answer the aggregated ones is asked these, as older API servers are).
+DISCOVERY: dict[str, Any] = {
+    "/version": {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "platform": "linux/amd64"},
+    "/api": {"kind": "APIVersions", "versions": ["v1"],
+             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]},
+    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        {"name": group, "versions": [{"groupVersion": f"{group}/v1", "version": "v1"}],
+         "preferredVersion": {"groupVersion": f"{group}/v1", "version": "v1"}}
+        for group in ("batch", "authorization.k8s.io")]},
+    "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": _resources(
+        ("configmaps", "ConfigMap", True, ["create", "get", "list"]), ("pods", "Pod", True, ["get", "list"]),
+        ("pods/log", "Pod", True, ["get"]), ("serviceaccounts", "ServiceAccount", True, ["get"]),
+        ("namespaces", "Namespace", False, ["get"]))},
+    "/apis/batch/v1": {"kind": "APIResourceList", "groupVersion": "batch/v1", "resources": _resources(
+        ("jobs", "Job", True, ["create", "delete", "get", "list"]))},
+    "/apis/authorization.k8s.io/v1": {"kind": "APIResourceList", "groupVersion": "authorization.k8s.io/v1",
+                                      "resources": _resources(("selfsubjectaccessreviews", "SelfSubjectAccessReview",
+                                                               False, ["create"]))},
+}
 
 
 def _invalid(kind: str, name: str, problems: list[str]) -> ApiError:

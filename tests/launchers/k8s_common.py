@@ -82,7 +82,7 @@ def cluster(workdir: Path, corpus: Path, sim_args: str = "--instant", **options:
                    "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1",
                    **options.pop("job_env", {})}
         secrets = {(NAMESPACE, "aws"): {"access-key-id": AWS_TEST_ENV["AWS_ACCESS_KEY_ID"], "secret-access-key": PLANTED}}
-        with FakeKubernetes(tokens={TOKEN: "write", READER: "read"}, namespaces=(NAMESPACE,), secrets=secrets,
+        with FakeKubernetes(tokens={TOKEN: "write", READER: "read", **options.pop("tokens", {})}, namespaces=(NAMESPACE,), secrets=secrets,
                             job_env=job_env, workdir=workdir, **options) as api:
             yield Cluster(moto, api, workdir / "kubeconfig")
     finally:

@@ -10,7 +10,10 @@ container joins the wheel from the ConfigMaps the launcher created, the bootstra
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -184,6 +187,8 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
         assert (pod.env["JOB_COMPLETION_INDEX"], pod.env["LLM_OCR_TASK_SHARDS"]) == ("0", "3:2")
         for stage in ("extract", "describe"):
             assert keys(world.rows(stage)) == expected_pages(corpus), stage
+        followed = llm_ocr("jobs", "logs", OUTPUT, "--shard", "2", "-f", env=env)  # ended: prints, then returns
+        assert followed.returncode == 0 and "[extract shard 3/3] pages seen" in followed.stdout, followed.stderr
         final = status(env)
         assert [row["state"] for row in final["shards"]] == ["done"] * 3
         assert final["shards"][0]["job_id"] == f"{job.name} index 0"  # from the first Job still
@@ -261,6 +266,31 @@ def test_bad_requests_fail_before_anything_is_created(tmp_path: Path, corpus: Pa
                  if r["code"] != 2 or message not in r["stderr"]]
         assert not wrong, "\n".join(wrong)
         assert not world.api.calls("POST", "/jobs") and not world.api.calls("POST", "/configmaps")
+
+
+def test_kubectl_applies_the_dry_run_yaml_and_the_job_runs_every_page_once(tmp_path: Path, corpus: Path) -> None:
+    # The real kubectl (client-side apply: each object's copy goes into its last-applied annotation,
+    # which the API server caps at 256 KiB) against the fake; kubectl sends no token to an http://
+    # server, so the fake lets requests without one write here.
+    kubectl = os.environ.get("LLM_OCR_TEST_KUBECTL") or shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl is not installed: scripts/test installs Debian's kubernetes-client as root")
+    with cluster(tmp_path / "cluster", corpus, tokens={"": "write"}) as world:
+        env = world.env(tmp_path)
+        dry = llm_ocr(*launch_args("--dry-run", "--yaml", shards=2), env=env)
+        assert dry.returncode == 0, dry.stderr
+        applied = subprocess.run([kubectl, "apply", "-f", "-", "--validate=false"], input=dry.stdout, text=True,
+                                 capture_output=True, env=env, timeout=300)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert re.search(r"^job\.batch/llm-ocr-run-\S+ created$", applied.stdout, re.M), applied.stdout
+        created = world.api.calls("POST", "/configmaps")
+        assert created and all("kubectl.kubernetes.io/last-applied-configuration" in r["body"]["metadata"]["annotations"]
+                               for r in created)
+        (job,) = world.api.all_jobs
+        finished = world.api.wait_job(NAMESPACE, job.name, timeout=600)
+        assert finished.conditions[-1]["type"] == "Complete", world.api.log_text()[-3000:]
+        for stage in ("extract", "describe"):
+            assert keys(world.rows(stage)) == expected_pages(corpus), stage
 
 
 def _docs_job() -> dict:

@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from llm_ocr.launchers.k8s_manifest import PodShape, job_manifest, parse_secret_
 from llm_ocr.launchers.k8s_state import attempt_order
 from llm_ocr.launchers.spec import LaunchError, ShardSpec
 from tests.fakes.fake_k8s import ApiError, FakeKubernetes, config_map_problems, job_problems
+from tests.conftest import REPO
 from tests.launchers.common import llm_ocr_batch
 
 #: Kubernetes releases whose schemas the launcher's objects must pass: backoffLimitPerIndex and
@@ -116,6 +118,17 @@ def test_a_release_without_backoff_limit_per_index_refuses_the_job(manifests: di
     del without_policy["spec"]["podFailurePolicy"]
     with pytest.raises(kubernetes_validate.ValidationError, match="'backoffLimitPerIndex' was unexpected"):
         kubernetes_validate.validate(without_policy, "1.27", strict=True)
+
+
+@pytest.mark.parametrize("page", ["stages.md", "platforms-kubernetes.md"])
+def test_the_job_yamls_of_the_docs_pass_the_schemas(page: str) -> None:
+    jobs = [doc for block in re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / page).read_text(), re.S)
+            if (doc := yaml.safe_load(block)).get("kind") == "Job"]
+    assert jobs
+    for job in jobs:
+        for release in ("1.33", "1.37"):
+            kubernetes_validate.validate(job, release, strict=True)
+        assert job_problems(job) == []
 
 
 def _spec(**changes: Any) -> ShardSpec:
