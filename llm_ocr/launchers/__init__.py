@@ -38,6 +38,7 @@ PLATFORMS: dict[str, str] = {
     "sagemaker": "llm_ocr.launchers.sagemaker:SageMaker",
     "cloud-run": "llm_ocr.launchers.cloud_run:CloudRun",
     "slurm": "llm_ocr.launchers.slurm:Slurm",
+    "ray": "llm_ocr.launchers.ray_cluster:Ray",
 }
 
 
