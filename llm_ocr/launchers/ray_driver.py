@@ -23,8 +23,9 @@ pickled by value with it). The driver
 A shard is only handed out again once its previous ``llm-ocr`` cannot write any more: the child
 gets SIGKILL when its actor's process dies (``PR_SET_PDEATHSIG``; Ray itself kills a worker's
 children only when the worker exits cleanly: "Lifetimes of a User-Spawn Process",
-https://docs.ray.io/en/latest/ray-core/user-spawn-processes.html), and an actor that is only
-unreachable (``ActorUnavailableError``) is killed first. ``ray job stop`` sends the driver
+https://docs.ray.io/en/latest/ray-core/user-spawn-processes.html); and the shard of a run that
+failed with ``RayActorError`` moves on only once its actor answers again: restarted (a new process)
+or, if it was only unreachable, after its ``llm-ocr`` was killed. ``ray job stop`` sends the driver
 SIGTERM: it stops handing out shards, sends SIGTERM to every running ``llm-ocr`` (which finishes
 the pages in flight and keeps its parts), waits for them, and exits; the job's runtime_env sets
 ``RAY_JOB_STOP_WAIT_TIME_S`` so Ray waits that long before its SIGKILL.
@@ -98,11 +99,20 @@ class ShardRunner:
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.timed_out = False
+        self.shard: int | None = None
 
     def where(self) -> dict[str, Any]:
-        """This actor's node and GPUs."""
-        return {"actor": self.number, "node": socket.gethostname(), "pid": os.getpid(),
-                "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        """This actor's node, process and GPUs, and the shard it runs (``busy``), if any."""
+        child = self.child
+        return {"node": socket.gethostname(), "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "busy": self.shard if child is not None and child.poll() is None else None}
+
+    def kill_child(self) -> None:
+        """SIGKILL the running llm-ocr and wait for it (its shard is given to another actor)."""
+        child = self.child
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
 
     def _program(self) -> list[str] | str:
         """How to start llm-ocr here, or why it cannot be."""
@@ -144,6 +154,7 @@ class ShardRunner:
         argv = [sys.executable, "-c", _WRAPPER, str(os.getpid()), *program, *self.plan["command"][1:]]
         with self.lock:
             self.stopping = False
+            self.shard = shard
             self.child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                           cwd=cwd if cwd and os.path.isdir(cwd) else None)
         child = self.child
@@ -234,7 +245,7 @@ class Driver:
     def main(self) -> int:
         """Run every shard of the plan; 0 when each ended with status 0 or 1."""
         import ray
-        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         ray.init()
         signal.signal(signal.SIGTERM, self._on_term)  # after ray.init, which sets its own
@@ -250,14 +261,16 @@ class Driver:
         resources = ray.cluster_resources()
         count = self.actor_count(resources)
         actors: list[Any] = [runner.remote(plan, number) for number in range(count)]
-        deaths = [0] * count
         _emit(event_line("launch", actors=count, shards=plan["shards"], cluster={k: resources.get(k, 0) for k in
                                                                                  ("CPU", "GPU")}, **options))
         idle = list(range(count))
         running: dict[Any, tuple[int, int]] = {}  # run ref -> (actor number, shard)
-        # An actor that died gets no shard until it answers again: a call sent while Ray restarts
-        # it fails ("The actor was restarted"), so a ping that Ray retries until then comes first.
-        waking: dict[Any, int] = {}  # ping ref -> actor number
+        # A shard whose run failed with RayActorError (its actor died, is restarting, or could not
+        # be reached) moves on only once the actor answers again: a restarted actor is a new
+        # process whose llm-ocr died with the old one; one that was only unreachable still has its
+        # llm-ocr, which is killed first. A call sent while Ray restarts an actor fails ("The actor
+        # was restarted"), so the ping is retried by Ray until the actor is back, or dead for good.
+        waking: dict[Any, tuple[int, int]] = {}  # ping ref -> (actor number, shard it lost)
         while True:
             while self.queue and idle and not self.stop_requested:
                 number, shard = idle.pop(0), self.queue.popleft()
@@ -265,7 +278,7 @@ class Driver:
                 running[actors[number].run.remote(shard, self.attempts[shard])] = (number, shard)
                 _emit(event_line("start", shard=shard, attempt=self.attempts[shard], actor=number,
                                  node_secrets=plan.get("node_secrets", [])))
-            if not running and (not self.queue or self.stop_requested or not waking):
+            if not running and not waking:
                 break
             ready, _ = ray.wait([*running, *waking], num_returns=1, timeout=_POLL_S)
             if self.stop_requested and not self.stop_sent:
@@ -275,27 +288,25 @@ class Driver:
                     self._print(ray, actors[number], shard, (GetTimeoutError, RayActorError))
             for ref in ready:
                 if ref in waking:
-                    number = waking.pop(ref)
+                    number, shard = waking.pop(ref)
                     try:
-                        ray.get(ref)
-                    except RayActorError as exc:  # out of restarts
+                        answer = ray.get(ref)
+                    except RayActorError as exc:  # dead for good (out of restarts)
                         _emit(event_line("actor-retired", actor=number, why=_first_line(exc)))
                     else:
-                        _emit(event_line("actor-back", actor=number))
+                        if answer.get("busy") is not None:  # only unreachable: its llm-ocr still runs
+                            ray.get(actors[number].kill_child.remote())
+                        _emit(event_line("actor-back", actor=number, **answer))
                         idle.append(number)
+                    self._again(shard, f"actor {number} died or became unreachable")
                     continue
                 number, shard = running.pop(ref)
                 try:
                     result = ray.get(ref)
                 except RayActorError as exc:
-                    if isinstance(exc, ActorUnavailableError):
-                        ray.kill(actors[number], no_restart=False)  # its llm-ocr must not write on
-                    deaths[number] += 1
-                    self._lost(shard, f"actor {number} died or became unreachable: {_first_line(exc)}")
-                    if plan["actor_restarts"] < 0 or deaths[number] <= plan["actor_restarts"]:
-                        waking[actors[number].where.options(max_task_retries=-1).remote()] = number
-                    else:
-                        _emit(event_line("actor-retired", actor=number, deaths=deaths[number]))
+                    _emit(event_line("lost", shard=shard, attempt=self.attempts[shard],
+                                     why=f"actor {number} died or became unreachable: {_first_line(exc)}"))
+                    waking[actors[number].where.options(max_task_retries=-1).remote()] = (number, shard)
                     continue
                 self._print(ray, actors[number], shard, (GetTimeoutError, RayActorError))
                 idle.append(number)
@@ -327,10 +338,6 @@ class Driver:
         prefix = shard_prefix(shard)
         if lines:
             _emit("\n".join(prefix + line for line in lines))
-
-    def _lost(self, shard: int, why: str) -> None:
-        _emit(event_line("lost", shard=shard, attempt=self.attempts[shard], why=why))
-        self._again(shard, why)
 
     def _ended(self, shard: int, result: dict[str, Any]) -> None:
         code = int(result["code"])
