@@ -114,3 +114,34 @@ def test_a_shards_state_follows_its_events_and_the_jobs_end() -> None:
     assert [shard_state(stopped, found, s).phase for s in (0, 1, 2)] == ["cancelled", "failed", "cancelled"]
     assert shard_state(failed, found, 2).phase == "failed" and "driver died" in shard_state(failed, found, 2).message
     assert shard_state(JobState("job", "pending", "PENDING"), [], 0).phase == "pending"
+
+
+def test_a_shards_llm_ocr_dies_with_its_actors_process(tmp_path: Path) -> None:
+    # The actor starts llm-ocr through the driver's wrapper; when the actor's process dies (SIGKILL:
+    # its node's OOM killer, a crash), the kernel kills llm-ocr too, even one that writes nothing
+    # (so no broken pipe would stop it), before its shard is given to another actor.
+    import subprocess
+    import sys
+
+    import psutil
+
+    from llm_ocr.launchers.ray_driver import _WRAPPER
+    from tests.waiting import wait_until
+
+    actor = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {_WRAPPER!r}, str(os.getpid()), 'sleep', '3600'])\n"
+        "print(child.pid, flush=True)\n"
+        "child.wait()\n"
+    )], stdout=subprocess.PIPE, text=True)
+    assert actor.stdout is not None
+    child = psutil.Process(int(actor.stdout.readline()))
+    wait_until(lambda: child.name() == "sleep", "the wrapper became the program")
+    actor.kill()
+    actor.wait()
+    try:
+        wait_until(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
+                   "the child died with its parent", timeout=60)
+    finally:
+        if child.is_running():
+            child.kill()  # this test's own orphan, by its pid
