@@ -242,3 +242,32 @@ def test_a_cancelled_launch_stops_its_shards_and_the_relaunch_finishes_them(
     assert relaunch.returncode == 0, relaunch.stdout + relaunch.stderr
     assert pages(out) == expected(corpus)
     assert _done_earlier(llm_ocr("jobs", "logs", str(out), "--shard", "0", env=env).stdout) == 1
+
+
+def test_a_users_own_ray_script_needs_no_launcher(tmp_path: Path, corpus: Path, ray_cluster: dict[str, str]) -> None:  # noqa: F811
+    # What docs/platforms-ray.md shows: one Ray task per shard running the plain CLI with its shard.
+    from ray.job_submission import JobSubmissionClient
+
+    out = tmp_path / "out"
+    folder = tmp_path / "script"
+    folder.mkdir()
+    (folder / "ocr.py").write_text(f"""import subprocess
+import ray
+
+N = 2
+
+@ray.remote(num_gpus=0, max_retries=3)
+def shard(i: int) -> int:
+    return subprocess.run(["llm-ocr", "run", "{corpus}", "--output", "{out}", "--engine", "sim",
+                           "--server-args", "--corpus {corpus} --instant",
+                           "--num-shards", str(N), "--shard-index", str(i)]).returncode
+
+ray.init()
+print("exit statuses", ray.get([shard.remote(i) for i in range(N)]))
+""")
+    client = JobSubmissionClient(ray_cluster["dashboard"])
+    job = client.submit_job(entrypoint="python ocr.py", runtime_env={"working_dir": str(folder)})
+    wait_until(lambda: client.get_job_status(job) in ("SUCCEEDED", "FAILED", "STOPPED"), "the script's job ended")
+    assert "exit statuses [0, 0]" in client.get_job_logs(job), client.get_job_logs(job)
+    for stage in ("extract", "describe"):
+        assert pages(out, stage) == expected(corpus), stage
