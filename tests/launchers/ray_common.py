@@ -30,6 +30,11 @@ def launcher_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The launching machine: no stray llm-ocr, Ray or cloud settings, its own launch cache."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "AWS_", "LLM_OCR_", "RAY_"))}
     env.update(cluster.LOOPBACK_ENV, XDG_CACHE_HOME=str(tmp / "cache"), PYTHONPATH=str(REPO), **extra)
+    # A ray:// address is resolved through Ray Client, whose server starts a Python process for each
+    # client: once, in a run of the Ray tests beside others (3 workers), that outlasted Ray's three
+    # connection attempts (waits of 5, 10 and 20 s). A hang guard here, not a speed claim.
+    env["RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S"] = "120"
+    env["RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S"] = "120"
     return env
 
 
