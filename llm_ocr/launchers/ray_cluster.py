@@ -244,8 +244,8 @@ class Ray:
                 log.info("submitted Ray job %s to %s", job_id, address)
                 follow = f"ray job logs -f {job_id} --address {address}"
                 first = planned.specs[0]
-                yield Submission(job_id, list(planned.shards), first.name.rsplit("-", 3)[0], f"{address}/#/jobs",
-                                 follow)
+                name = first.name.rsplit("-", 3)[0]
+                yield Submission(job_id, list(planned.shards), name, f"{address}/#/jobs/{job_id}", follow)
 
     # -- following ------------------------------------------------------------------------------
 
