@@ -164,7 +164,7 @@ def test_a_killed_actor_is_restarted_by_ray_and_its_shard_resumes(
         actor.send_signal(signal.SIGKILL)  # the actor's process dies, as with its node or the OOM killer
         wait_until(lambda: gone(child.pid), "the killed actor's llm-ocr stopped with it")
         final = llm_ocr("jobs", "wait", str(out), "--interval", "1", env=env)
-    assert final.returncode == 0, final.stdout + final.stderr
+    assert final.returncode == 0, final.stdout + final.stderr + job_log(ray_cluster, job)
     assert pages(out) == expected(corpus)
     found = events(ray_cluster, job, 0)
     assert _kinds(found) == [("start", 1), ("lost", 1), ("retry", 1), ("start", 2), ("exit", 2)]
