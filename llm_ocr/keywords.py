@@ -778,6 +778,28 @@ class LaunchKeywords(TypedDict, total=False):
     yaml: bool
     """With --dry-run: print the Job (and the code's ConfigMaps) as YAML for `kubectl apply -f -` instead of the
     JSON."""
+    address: str | None
+    """The Ray cluster: ray://HEAD:10001 (Ray Client), http://HEAD:8265 (its dashboard), or auto (the cluster on this
+    machine) (default: RAY_ADDRESS, else auto)."""
+    actors: int | None
+    """Actors running shards at once (default: one per GPU the cluster has when the job starts, or per --cpus-per-actor
+    CPUs without GPUs; at most one per shard)."""
+    gpus_per_actor: int | None
+    """GPUs per actor, each running one vLLM (default 1; 0 for assemble and --endpoint runs, and CPU-only clusters)."""
+    cpus_per_actor: float
+    """CPUs per actor (Ray's num_cpus)."""
+    accelerator_type: str | None
+    """Only GPUs of this type (Ray's accelerator_type, e.g. A100, L4, H100)."""
+    actor_restarts: int
+    """Times Ray restarts an actor whose process or node died (max_restarts; -1: always); its shard goes to the next
+    free actor."""
+    venv: str | None
+    """A virtualenv with llm-ocr at this path on every node (default: llm-ocr in the cluster's own Python)."""
+    pip: list[str]
+    """A requirement Ray installs on each node (runtime_env pip), e.g. 'llm-ocr[s3]==0.1.0'."""
+    node_secret: list[str]
+    """An environment variable the cluster's nodes already have (exported before `ray start`, or a Kubernetes Secret in
+    KubeRay's pod env), checked in each actor; its value never passes through the launcher or the job."""
     instance_type: str | None
     """Instance type (default: ml.g6e.xlarge, 1x L40S; ml.m5.xlarge for assemble and --endpoint runs); e.g. ml.g6.xlarge
     (L4), ml.g5.xlarge (A10G), ml.g6e.12xlarge (4x L40S), ml.p5.4xlarge (H100)."""
@@ -804,8 +826,6 @@ class LaunchKeywords(TypedDict, total=False):
     """CPUs per task (default: the partition's)."""
     mem: str | None
     """Memory per task, e.g. 64G (sbatch --mem; default: the partition's)."""
-    venv: str | None
-    """Virtualenv the tasks activate (default: the one running this launcher, unless --image is given)."""
     module: list[str]
     """Environment module each task loads (module load NAME)."""
     setup: list[str]

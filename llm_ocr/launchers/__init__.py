@@ -39,6 +39,7 @@ PLATFORMS: dict[str, str] = {
     "cloud-run": "llm_ocr.launchers.cloud_run:CloudRun",
     "slurm": "llm_ocr.launchers.slurm:Slurm",
     "k8s": "llm_ocr.launchers.k8s:Kubernetes",
+    "ray": "llm_ocr.launchers.ray_cluster:Ray",
 }
 
 
