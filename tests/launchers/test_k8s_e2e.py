@@ -37,6 +37,9 @@ from tests.launchers.k8s_common import (
 )
 from tests.storage_servers import VENV_BIN
 
+# The hang guard (pytest-timeout; 300 s by default): a test waits for a launch, a retry and a relaunch in turn, each with its own hang guard.
+pytestmark = pytest.mark.timeout(1200)
+
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
