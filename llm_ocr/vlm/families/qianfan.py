@@ -47,7 +47,7 @@ class QianfanOCR(MarkdownFamily):
 
     def parse(self, text: str, *, width: int, height: int, page: int) -> PageLayout:
         builder = LayoutBuilder(page, width, height)
-        thought, ended, answer = text.rpartition(THINK_END)
+        _, ended, answer = text.rpartition(THINK_END)
         if not ended:
             answer = text
             if self.thinking and "<think>" in text:
