@@ -323,7 +323,7 @@ def _client(address: str | None) -> Iterator[Any]:
     hidden = {name: os.environ.pop(name) for name in _ADDRESS_VARIABLES if address and name in os.environ}
     try:
         try:
-            client = JobSubmissionClient(address)
+            client = _connect(JobSubmissionClient, address)
         except Exception as exc:
             where = address or os.environ.get("RAY_ADDRESS") or "auto (a cluster started on this machine)"
             raise LaunchError(
@@ -334,6 +334,29 @@ def _client(address: str | None) -> Iterator[Any]:
     finally:
         os.environ.update(hidden)
     yield client
+
+
+# Ray Client's proxy starts a server process per client connection; on a loaded head node that
+# start can fail (ray/util/client/server/proxier.py reads the new process's command line while it
+# may already have exited) and the client sees "Initialization failure from server". The cluster
+# is reachable and a new connection usually succeeds, so such failures are retried a few times;
+# an unreachable address is not (its own connect timeout already took tens of seconds).
+_TRANSIENT_CLIENT_FAILURE = "Initialization failure from server"
+_CLIENT_RETRY_WAITS_S = (3.0, 10.0, 30.0)
+
+
+def _connect(make: Any, address: str | None) -> Any:
+    """``make(address)``, retried when Ray Client's server failed to start the connection's server."""
+    waits = list(_CLIENT_RETRY_WAITS_S)
+    while True:
+        try:
+            return make(address)
+        except Exception as exc:
+            if not waits or _TRANSIENT_CLIENT_FAILURE not in str(exc):
+                raise
+            wait = waits.pop(0)
+            log.warning("the Ray cluster at %s failed to start a client connection; retrying in %.0f s", address, wait)
+            time.sleep(wait)
 
 
 def _said(exc: BaseException) -> str:

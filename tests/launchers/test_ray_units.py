@@ -145,3 +145,33 @@ def test_a_shards_llm_ocr_dies_with_its_actors_process(tmp_path: Path) -> None:
     finally:
         if child.is_running():
             child.kill()  # this test's own orphan, by its pid
+
+
+def test_a_client_connection_the_cluster_failed_to_start_is_retried_and_other_failures_are_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from llm_ocr.launchers import ray_cluster
+
+    monkeypatch.setattr(ray_cluster, "_CLIENT_RETRY_WAITS_S", (0.0, 0.0))
+    calls: list[str | None] = []
+
+    def flaky(failures: int, message: str):  # type: ignore[no-untyped-def]
+        def make(address: str | None) -> str:
+            calls.append(address)
+            if len(calls) <= failures:
+                raise ConnectionError(message)
+            return "client"
+
+        return make
+
+    # What CI saw under load: the proxy's per-client server died while starting.
+    transient = "Initialization failure from server: Traceback ... psutil_proc.cmdline()"
+    assert ray_cluster._connect(flaky(2, transient), "ray://head:10001") == "client" and len(calls) == 3
+    calls.clear()
+    with pytest.raises(ConnectionError):  # the retries are bounded
+        ray_cluster._connect(flaky(3, transient), "ray://head:10001")
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ConnectionError):  # an unreachable cluster is reported at once
+        ray_cluster._connect(flaky(1, "Failed to connect to the Ray cluster"), "ray://head:10001")
+    assert len(calls) == 1
