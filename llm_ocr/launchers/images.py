@@ -26,9 +26,10 @@ PLATFORM_DRIVERS: dict[str, Driver | None] = {
     "cloud-run": Driver("535.216.03", (12, 2)),
     "sagemaker": None,
     "slurm": None,
+    "k8s": None,
 }
 #: The platforms in the order ``llm-ocr models`` lists them.
-PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "slurm")
+PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "slurm", "k8s")
 
 
 class NoImage(Exception):
@@ -62,7 +63,7 @@ def image_for(family: Family, platform: str) -> ImageChoice:
         # An undocumented driver: the build that runs on the most drivers (CUDA minor version
         # compatibility covers a whole major version), checked again by the job at start.
         image = min(images.docker, key=lambda i: i.cuda)
-        where = ("the cluster's GPU driver is not known" if platform == "slurm"
+        where = ("the cluster's GPU driver is not known" if platform in ("slurm", "k8s")
                  else "the platform does not document its GPU driver")
         return ImageChoice(platform, image, f"{where}: the job checks CUDA {image.cuda[0]}.{image.cuda[1]} "
                                             "against it at start")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from tests.launchers.common import llm_ocr_batch
 from tests.launchers.test_real_platform_limits import PLATFORM_ARGS, _offline_env
 
@@ -102,3 +104,68 @@ def test_the_stock_images_are_the_ones_the_containers_and_launchers_name() -> No
 
     assert {i.cuda[0]: i.ref for i in STOCK_IMAGES.docker} == VLLM_IMAGES
     assert STOCK_IMAGES.sagemaker is not None and STOCK_IMAGES.sagemaker.ref == DLC_VLLM_TAG
+
+
+STOCK = "vllm/vllm-openai:v0.29.0-cu129"
+#: Every family's Hugging Face Jobs image, as its sources name it (None: none is published, the
+#: launch asks for --image). A family added to the registry must be added here, with its reason.
+HF_JOBS_IMAGE: dict[str, str | None] = {
+    "deepseek-ocr": STOCK,  # the stock images were chosen for it (vLLM 0.29.0)
+    "unlimited-ocr": "vllm/vllm-openai:unlimited-ocr-cu129",  # its own build (baidu/Unlimited-OCR README)
+    "olmocr": STOCK, "dots-ocr": STOCK, "chandra": STOCK, "chandra-1": STOCK, "mineru": STOCK,
+    "granite-docling": STOCK, "paddleocr-vl": STOCK, "glm-ocr": STOCK, "nanonets": STOCK,
+    "infinity-parser2": None,  # vLLM 0.17.1 with transformers 5.3.0: no stock image
+    "lightonocr-3-1b": None,  # vLLM 0.30.0 with transformers 5.16.1: no stock image
+    "lightonocr-3": "vllm/vllm-openai:v0.30.0",  # LightOn's pin
+    "lightonocr-bbox": STOCK, "lightonocr": STOCK,
+    "surya": "vllm/vllm-openai:v0.20.1",  # Datalab's launcher (surya/settings.py VLLM_DOCKER_IMAGE)
+    "qianfan-ocr": "vllm/vllm-openai:v0.32.0-cu129",  # upstream vLLM with the architecture
+    "qianfan-ocr-think": "vllm/vllm-openai:v0.32.0-cu129",
+    "minicpm-ocr": None,  # OpenBMB's own image, no pinned tag published
+    "hunyuan-ocr": STOCK,  # vLLM >= 0.11.0
+    "firered-ocr": STOCK,  # a Qwen3-VL fine-tune
+    "qwen2.5-vl": STOCK, "qwen3-vl": STOCK, "generic": STOCK,
+}  # fmt: skip
+
+
+def test_every_family_names_its_image_or_why_not_on_every_platform(tmp_path: Path) -> None:
+    (as_json,) = llm_ocr_batch([(["models", "--json"], {})], _offline_env(tmp_path))
+    assert as_json["code"] == 0, as_json["stderr"]
+    rows = {row["family"]: row for row in json.loads(as_json["stdout"])}
+    from llm_ocr.vlm.families import names
+
+    assert set(rows) == set(names()) == set(HF_JOBS_IMAGE)  # every family, listed and checked here
+    for family, row in rows.items():
+        assert set(row["images"]) == {"hf-jobs", "sagemaker", "cloud-run", "slurm", "k8s"}, family
+        for platform, choice in row["images"].items():
+            if "missing" in choice:
+                assert "--image" in choice["missing"] and family in choice["missing"], (family, platform)
+            else:
+                assert choice["image"] and choice["vllm"], (family, platform)
+        hf = row["images"]["hf-jobs"]
+        assert hf.get("image") == HF_JOBS_IMAGE[family], family
+    # A family with no Docker Hub image has none on any Docker platform, and says what to build.
+    assert "openbmbofficial/minicpm-ocr" in rows["minicpm-ocr"]["images"]["k8s"]["missing"]
+    # Surya's CUDA 13 build is refused by Cloud Run's L4 driver (CUDA 12.2).
+    assert "535.216.03" in rows["surya"]["images"]["cloud-run"]["missing"]
+    assert rows["hunyuan-ocr"]["images"]["sagemaker"]["vllm"] == "0.14.0"
+
+
+def test_kubernetes_runs_the_familys_image_and_stops_without_one(tmp_path: Path) -> None:
+    base = ["launch", "k8s", "s3://scans/2024", "--output", "s3://ocr/2024", "--num-shards", "1", "--dry-run",
+            "--offline", "--yaml"]
+    env = {k: v for k, v in _offline_env(tmp_path).items() if not k.startswith("KUBE")}
+    surya, minicpm, minicpm_image = llm_ocr_batch([
+        ([*base, "--model", "datalab-to/surya-ocr-2"], {}),
+        ([*base, "--model", "openbmb/MiniCPM-OCR-1.0"], {}),
+        ([*base, "--model", "openbmb/MiniCPM-OCR-1.0", "--image", "me/minicpm-ocr:1"], {}),
+    ], env)  # fmt: skip
+    assert surya["code"] == 0, surya["stderr"]
+    (job,) = [d for d in yaml.safe_load_all(surya["stdout"]) if d["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm/vllm-openai:v0.20.1"
+    assert "image vllm/vllm-openai:v0.20.1 (vLLM 0.20.1) for surya" in surya["stderr"]
+    assert minicpm["code"] == 2 and minicpm["stdout"] == ""
+    assert "--image" in minicpm["stderr"] and "openbmbofficial/minicpm-ocr" in minicpm["stderr"]
+    assert minicpm_image["code"] == 0, minicpm_image["stderr"]
+    (job,) = [d for d in yaml.safe_load_all(minicpm_image["stdout"]) if d["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "me/minicpm-ocr:1"
