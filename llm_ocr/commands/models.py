@@ -1,8 +1,9 @@
 """``llm-ocr models``: the model families llm-ocr has a recipe for, and what each one gives.
 
 For each family: the model names it matches, what its answer holds (boxes, figure crops, HTML
-tables, math, figure descriptions), the vLLM command llm-ocr starts for it, and where its
-recipe comes from (docs/models.md has the same, with every source).
+tables, math, figure descriptions), the vLLM command llm-ocr starts for it, the image (and vLLM)
+its launches run on each platform, with the platform's CUDA-driver check, and where its recipe
+comes from (docs/models.md has the same, with every source).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import shlex
 from typing import Any
 
+from llm_ocr.launchers.images import ImageChoice, choices
 from llm_ocr.serving.command_lines import vllm_command
 from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.vlm.families import FAMILIES, Family, family_named
@@ -65,9 +67,27 @@ def describe(family: Family, preset: str) -> dict[str, Any]:
         # family's boxes can join them (Family.dense_tiles); elsewhere it is truncated.
         "dense_pages": "read in tiles" if family.dense_tiles else "read whole",
         "serve": shlex.join(command),
+        "images": {platform: _image(choice) for platform, choice in choices(family).items()},
         "needs": family.serving.needs,
         "sources": [{"fact": s.fact, "where": s.where} for s in family.sources],
     }
+
+
+def _image(choice: ImageChoice | str) -> dict[str, Any]:
+    """One platform's image as plain data: the image, its vLLM and CUDA, the driver check; or
+    ``missing``, why there is none and what to build (a launch there needs ``--image``)."""
+    if isinstance(choice, str):
+        return {"missing": choice}
+    image = choice.image
+    return {"image": image.ref, "vllm": image.vllm, "cuda": f"{image.cuda[0]}.{image.cuda[1]}", "check": choice.check,
+            "source": image.source}
+
+
+def _image_line(platform: str, image: dict[str, Any]) -> str:
+    if "missing" in image:
+        return f"{platform}: none, pass --image"
+    base = " (base of a pyxis --image)" if platform == "slurm" else ""
+    return f"{platform}: {image['image']}{base} (vLLM {image['vllm']}, CUDA {image['cuda']})"
 
 
 def _flags(outputs: dict[str, Any]) -> str:
@@ -98,11 +118,15 @@ def run(args: argparse.Namespace) -> int:
         if row["needs"]:
             print(f"  needs:   {row['needs']}")
         if args.family:
+            for platform, image in row["images"].items():
+                print(f"  image:   {_image_line(platform, image)}")
+                print(f"           {image.get('missing') or image['check']}")
             print("  request: " + json.dumps(row["request"], ensure_ascii=False))
             print("  page image: " + json.dumps(row["page_image"]))
             for source in row["sources"]:
                 print(f"  source:  {source['fact']}\n           <- {source['where']}")
         else:
+            print("  images:  " + "; ".join(_image_line(p, i) for p, i in row["images"].items()))
             where = sorted({s["where"].split(" ")[0] for s in row["sources"]})
             print(f"  recipe from: {', '.join(where) or '-'}")
         print()

@@ -50,6 +50,7 @@ from llm_ocr.options import DatasetOptions, JobOptions
 from llm_ocr.stage_table import STAGES
 from llm_ocr.storage.state import markers_by_shard
 from llm_ocr.storage.stores import redact
+from llm_ocr.vlm.families import family_for
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -268,6 +269,7 @@ def build_request(
         inputs=listed,
         stage_args=[*listed, *as_flags(stage_options)],
         needs_model=stage != "assemble" and not (job.endpoint or describe_endpoint),
+        family=family_for(job.model, job.recipe).name,
         hardware=hardware,
         dataset=dataset,
         storage_options=job.storage_options,

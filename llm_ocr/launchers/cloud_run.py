@@ -63,6 +63,7 @@ from llm_ocr.launchers.cloud_run_job import (
     template_changed,
 )
 from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
+from llm_ocr.launchers.images import image_note, launch_image
 from llm_ocr.launchers.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage import Storage
@@ -194,6 +195,7 @@ class CloudRun:
     def resolve(self, request: LaunchRequest) -> Target:
         """Project, region, task resources, secrets, image and the wheel to ship (built, not
         uploaded). Nothing is sent anywhere."""
+        chosen = launch_image(request, self.name)
         missing = [flag for flag, value in (("--project", self.project), ("--region", self.region)) if not value]
         if missing:
             raise LaunchError(
@@ -254,6 +256,10 @@ class CloudRun:
 
         if request.image:
             return target(request.image, [])
+        image = CPU_ONLY_IMAGE
+        if chosen is not None:
+            image = f"docker.io/{chosen.image.ref}"  # Docker Hub images run on Cloud Run as they are
+            notes.append(image_note(request, chosen, image))
 
         wheel = self._wheel()
         code_url = self.code_location or _default_code_location(request.output)
@@ -268,7 +274,6 @@ class CloudRun:
         private.update(wheel=wheel, code_url=f"gs://{bucket}/{folder}".rstrip("/"), wheel_path=in_folder,
                        code=CodeVolume(bucket, folder, CODE_MOUNT), command_words=len(prefix))
         info["code"] = f"{private['code_url']}/{in_folder}"
-        image = GPU_IMAGE if request.needs_model else CPU_ONLY_IMAGE
         return target(image, prefix)
 
     def _wheel(self) -> Wheel:

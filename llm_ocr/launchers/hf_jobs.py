@@ -34,7 +34,8 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.costs import HF_JOBS_HARDWARE, Hardware
 from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
-from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
+from llm_ocr.launchers.command import CPU_IMAGE, extras_for, install_then_run, with_extras
+from llm_ocr.launchers.images import image_note, launch_image
 from llm_ocr.launchers.spec import LAUNCH_LABEL, REDACTED, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage.stores import scrub
@@ -166,6 +167,7 @@ class HfJobs:
         no call to the Hub (the token is not checked, the namespace is ``--namespace`` or a
         placeholder, the flavors are the built-in table)."""
         check_jobs_api()
+        chosen = launch_image(request, self.name)
         notes: list[str] = []
         if request.offline:
             from huggingface_hub import get_token
@@ -194,6 +196,10 @@ class HfJobs:
         private: dict[str, Any] = {}
         if request.image:
             return Target(hardware, request.image, [], {"HF_TOKEN": token}, info, private, notes)
+        image = CPU_IMAGE
+        if chosen is not None:
+            image = chosen.image.ref
+            notes.append(image_note(request, chosen))
 
         wheel = self._wheel()
         code_repo = self.code_repo or f"{namespace}/llm-ocr-jobs-code"
@@ -203,7 +209,6 @@ class HfJobs:
 
         private.update(wheel=wheel, volumes=[Volume(type="model", source=code_repo, mount_path=CODE_MOUNT)])
         info.update(code_repo=code_repo, wheel=path_in_repo)
-        image = VLLM_IMAGE if request.needs_model else CPU_IMAGE
         prefix = install_then_run(with_extras(f"{CODE_MOUNT}/{path_in_repo}", extras))
         return Target(hardware, image, prefix, {"HF_TOKEN": token}, info, private, notes)
 

@@ -43,8 +43,9 @@ from pydantic import BaseModel, Field
 from llm_ocr.container.shard_index import NUM_SHARDS_ENV
 from llm_ocr.costs import Hardware
 from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
-from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
+from llm_ocr.launchers.command import CPU_IMAGE, extras_for, install_then_run, with_extras
 from llm_ocr.launchers.files import LOCAL_PROTOCOLS
+from llm_ocr.launchers.images import image_note, launch_image
 from llm_ocr.launchers.k8s_manifest import (
     CONTAINER,
     GRACE_PERIOD_S,
@@ -231,6 +232,7 @@ class Kubernetes:
         ship; online, that this user may create the Job (and its ConfigMaps) there and that the
         service account exists. Creates nothing."""
         given = self.given
+        chosen = launch_image(request, self.name)
         notes: list[str] = []
         if given.yaml and not request.dry_run:
             raise LaunchError("--yaml prints the objects instead of submitting them: use it with --dry-run")
@@ -286,7 +288,10 @@ class Kubernetes:
         info["code"] = shape.code.names
         extras = extras_for([request.output, *request.inputs])
         prefix_words = install_then_run(with_extras(shape.code.wheel_path, extras))
-        image = VLLM_IMAGE if request.needs_model else CPU_IMAGE
+        image = CPU_IMAGE
+        if chosen is not None:
+            image = chosen.image.ref
+            notes.append(image_note(request, chosen))
         notes.append(f"the llm-ocr wheel goes to {len(shape.code.names)} ConfigMap(s) {shape.code.names[0][:-2]}-* in "
                      f"namespace {namespace}, joined in each pod by an init container")
         return Target(hardware, image, prefix_words, {}, info, private, notes, None, env, _secret_names(refs))

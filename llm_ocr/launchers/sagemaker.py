@@ -42,6 +42,7 @@ from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
 from llm_ocr.launchers import sagemaker_request as req
 from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
+from llm_ocr.launchers.images import image_note, launch_image
 from llm_ocr.launchers.spec import (
     LAUNCH_LABEL,
     LaunchError,
@@ -177,6 +178,7 @@ class SageMaker:
 
     def resolve(self, request: LaunchRequest) -> Target:
         """Region, role, instance type, credentials, quota, secrets, image and the wheel to ship."""
+        chosen = launch_image(request, self.name)
         region = self._region()
         role = self._role()
         if request.secret_names:
@@ -209,6 +211,10 @@ class SageMaker:
         secret_names = dict.fromkeys(self.aws_secrets, "")
         if request.image:
             return Target(hardware, request.image, [], secret_names, info, private, notes)
+        dlc = DLC_VLLM_TAG
+        if chosen is not None:
+            dlc = chosen.image.ref
+            notes.append(image_note(request, chosen))
 
         wheel = self._wheel()
         code_prefix = self._code_prefix(request)
@@ -218,7 +224,7 @@ class SageMaker:
             extras = sorted({*extras, "sagemaker"})  # boto3, to fetch the secrets
         private.update(wheel=wheel, code_uri=code_uri)
         info.update(code_uri=code_uri)
-        image = f"{DLC_ACCOUNTS.get(region, DEFAULT_DLC_ACCOUNT)}.dkr.ecr.{region}.amazonaws.com{_cn(region)}/{DLC_VLLM_TAG}"  # noqa: E501 - not wrapped yet
+        image = f"{DLC_ACCOUNTS.get(region, DEFAULT_DLC_ACCOUNT)}.dkr.ecr.{region}.amazonaws.com{_cn(region)}/{dlc}"
         if region not in DLC_ACCOUNTS and not re.match(r"^(us|eu|ap|ca|sa)-", region):
             notes.append(f"the vLLM DLC registry for {region} is assumed to be {DEFAULT_DLC_ACCOUNT}: pass --image if "
                          "it is not")

@@ -140,6 +140,8 @@ class LaunchRequest(LaunchOptions):
     stage_args: list[str] = Field(default_factory=list)
     #: Whether the stage needs a model server in the job (no ``--endpoint`` among the options).
     needs_model: bool = True
+    #: The model family the jobs serve (``--model``/``--recipe``): it names the stock image.
+    family: str = "deepseek-ocr"
     #: The platform's machine type (``--flavor`` on hf-jobs, ``--instance-type`` on sagemaker...).
     hardware: str | None = None
     dataset: DatasetOptions = Field(default_factory=DatasetOptions)

@@ -135,6 +135,16 @@ class LayoutBuilder:
         if markdown:
             self._parts.append(markdown)
 
+    def continued(self, label: str, boxes: list[Box], markdown: str) -> None:
+        """Add a block that continues the one before it (a paragraph running on into the next
+        column): a block of its own, its Markdown joined to the previous block's paragraph."""
+        markdown = markdown.strip()
+        self.blocks.append(PageBlock(label=label, boxes=boxes, text=markdown))
+        if markdown and self._parts:
+            self._parts[-1] = f"{self._parts[-1]} {markdown}"
+        elif markdown:
+            self._parts.append(markdown)
+
     def figure(self, label: str, box: Box | None, description: str | None = None, markdown: str = "") -> None:
         """Add a figure block: a crop of ``box`` (when it fits the caps), linked from the page.
 

@@ -27,6 +27,10 @@ MODELS = {
     "chandra-1": "datalab-to/chandra",
     "mineru": "opendatalab/MinerU2.5-2509-1.2B",
     "granite-docling": "ibm-granite/granite-docling-258M",
+    "lightonocr-3": "lightonai/LightOnOCR-3-4B",
+    "lightonocr-3-1b": "lightonai/LightOnOCR-3-1B",
+    "unlimited-ocr": "baidu/Unlimited-OCR",
+    "infinity-parser2": "infly/Infinity-Parser2-Pro",
 }
 #: The chart tests/docs.py draws on odd pages: x=72pt, y=380pt from the bottom, 300x180 pt.
 CHART_PT = (72, 792 - 380 - 180, 372, 792 - 380)

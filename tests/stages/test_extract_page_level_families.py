@@ -25,6 +25,7 @@ from tests.docs import make_corpus
 #: (served model name, whether the family gives figure boxes)
 FAMILIES = [
     ("PaddlePaddle/PaddleOCR-VL", False),
+    ("PaddlePaddle/PaddleOCR-VL-1.6", False),
     ("zai-org/GLM-OCR", False),
     ("nanonets/Nanonets-OCR2-3B", False),
     ("lightonai/LightOnOCR-2-1B", False),

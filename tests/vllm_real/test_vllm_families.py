@@ -41,15 +41,20 @@ from tests.vllm_real.conftest import SERVER_ARGS, SERVER_COMMAND, VLLM_ENV, Logg
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 #: Each architecture's served model names: the first one's family flags start the server.
-#: PaddleOCR-VL is missing: vLLM 0.32's processor info reads ``image_processor.max_pixels``,
-#: which transformers 5.19's ``PaddleOCRVLImageProcessor`` no longer has (it keeps the bounds in
-#: ``size``), so vLLM cannot start it with this pair of versions (docs/models.md).
+#: PaddleOCR-VL (1.0 to 1.6) is missing: vLLM 0.32's processor info reads
+#: ``image_processor.max_pixels``, which transformers 5.19's ``PaddleOCRVLImageProcessor`` no
+#: longer has (it keeps the bounds in ``size``), so vLLM cannot start it with this pair of
+#: versions (docs/models.md). So is Unlimited-OCR: its DeepSeek-OCR encoder is built at full size
+#: whatever the config, and vLLM's CPU attention has no R-SWA mask (docs/testing.md).
 ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "qwen2_5_vl": ("nanonets/Nanonets-OCR2-3B", "Qwen/Qwen2.5-VL-7B-Instruct", "allenai/olmOCR-2-7B-1025"),
     "qwen3_vl": ("Qwen/Qwen3-VL-8B-Instruct", "datalab-to/chandra", "FireRedTeam/FireRed-OCR"),
-    "qwen3_5": ("datalab-to/surya-ocr-2",),
-    "lightonocr": ("lightonai/LightOnOCR-2-1B", "lightonai/LightOnOCR-2-1B-bbox-soup"),
+    "lightonocr": ("lightonai/LightOnOCR-2-1B", "lightonai/LightOnOCR-2-1B-bbox-soup", "lightonai/LightOnOCR-3-1B"),
     "glm_ocr": ("zai-org/GLM-OCR",),
+    # LightOnOCR-3's 0.8B and 4B are Qwen3.5 models, as is Surya OCR 2; Infinity-Parser2-Pro a
+    # Qwen3.5 mixture of experts, served with its own flags (--reasoning-parser qwen3...).
+    "qwen3_5": ("lightonai/LightOnOCR-3-4B", "datalab-to/surya-ocr-2"),
+    "qwen3_5_moe": ("infly/Infinity-Parser2-Pro",),
     # NAME@RECIPE: the model served as NAME, read with --recipe RECIPE (a variant of NAME's family).
     "qianfan_ocr": ("baidu/Qianfan-OCR", "baidu/Qianfan-OCR@qianfan-ocr-think"),
 }
@@ -196,3 +201,8 @@ def test_family_request_is_accepted_by_its_architecture(
             if name == "skip_special_tokens":
                 assert request.param(name) == str(value)
         assert request.output is not None
+    # What the model generated reached the row: no server-side parser (Infinity-Parser2's
+    # --reasoning-parser qwen3, with thinking disabled per request) moved it out of the answer.
+    outputs = [r.output for r in logged if r.output]
+    for row in rows:
+        assert not outputs or (row["raw"] and any(o.startswith(row["raw"]) for o in outputs)), (row["raw"], outputs)

@@ -12,11 +12,12 @@ recipes' requests against (``tests/vllm_real/test_vllm_families.py``).
 | --- | --- |
 | Qwen2.5-VL | olmOCR-2, Nanonets-OCR2, Qwen2.5-VL |
 | Qwen3-VL | Chandra, Qwen3-VL, FireRed-OCR |
-| Qwen3.5 (one Gated DeltaNet layer, one full-attention layer) | Surya OCR 2 |
 | Qianfan-OCR (InternViT encoder, Qwen3 decoder; vLLM's own config class) | Qianfan-OCR, Qianfan-OCR Layout-as-Thought |
 | HunYuanVL (Transformers backend) | built, not served: see docs/testing.md |
-| LightOnOCR (Mistral3 config: Pixtral encoder, Qwen3 decoder) | LightOnOCR-2, LightOnOCR-2-bbox |
+| LightOnOCR (Mistral3 config: Pixtral encoder, Qwen3 decoder) | LightOnOCR-2, LightOnOCR-2-bbox, LightOnOCR-3 1B |
 | GLM-OCR (GLM-4.1V processor) | GLM-OCR |
+| Qwen3.5 (Qwen3-VL processor, gated-delta-net and attention layers) | LightOnOCR-3 0.8B/4B, Surya OCR 2 |
+| Qwen3.5 mixture of experts | Infinity-Parser2 |
 | PaddleOCR-VL | built, not served: see ``test_vllm_families.py`` |
 
 Chat templates: Qwen2-VL's is the checkpoints' own; the others follow their checkpoint's shape
@@ -175,35 +176,6 @@ def build_qwen3_vl(folder: Path) -> None:
         text_config=text, vision_config=vision, architectures=["Qwen3VLForConditionalGeneration"], **_qwen_tokens(ids)
     )
     _save(folder, config, processor, {"architecture": "qwen3_vl", "vocab_size": len(tokenizer)})
-
-
-def build_qwen3_5(folder: Path) -> None:
-    """Qwen3.5 (``Qwen3_5ForConditionalGeneration``: Surya OCR 2): Qwen3-VL's processor and vision
-    encoder, a hybrid decoder of linear-attention and full-attention layers."""
-    from transformers import Qwen3_5Config, Qwen3VLProcessor, Qwen3VLVideoProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    tokenizer = build_tokenizer(QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
-    images = Qwen2VLImageProcessorPil(min_pixels=64 * 64, max_pixels=128 * 128, patch_size=16, merge_size=2)
-    processor = Qwen3VLProcessor(
-        image_processor=images, tokenizer=tokenizer, video_processor=Qwen3VLVideoProcessor(), chat_template=QWEN3_VL_TEMPLATE
-    )
-    # One linear-attention (Gated DeltaNet) layer and one full-attention layer: vLLM's Qwen3.5 needs
-    # both kinds; its CPU Gated DeltaNet kernel takes heads of 128 only.
-    text = _qwen_text(tokenizer, ids, head_dim=HEAD_DIM, layer_types=["linear_attention", "full_attention"],
-                      linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=1,
-                      linear_num_value_heads=1)  # fmt: skip
-    text["rope_parameters"] = {**text["rope_parameters"], "mrope_interleaved": True, "partial_rotary_factor": 1.0}
-    vision = {
-        "depth": LAYERS, "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_heads": HEADS,
-        "out_hidden_size": HIDDEN, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
-        "num_position_embeddings": 64,
-    }  # fmt: skip
-    config = Qwen3_5Config(
-        text_config=text, vision_config=vision, architectures=["Qwen3_5ForConditionalGeneration"], **_qwen_tokens(ids)
-    )
-    _save(folder, config, processor, {"architecture": "qwen3_5", "vocab_size": len(tokenizer)})
 
 
 #: ChatML whose image parts are InternVL's ``<image>`` placeholder (vLLM's InternVL processor
@@ -412,16 +384,66 @@ def build_glm_ocr(folder: Path) -> None:
     _save(folder, config, processor, {"architecture": "glm_ocr", "vocab_size": len(tokenizer)})
 
 
+#: Qwen3.5's shape: Qwen3-VL's, and a generation prompt that closes an empty think block when
+#: ``enable_thinking`` is false (the checkpoints' template does this; LightOnOCR-3 and
+#: Infinity-Parser2 send ``chat_template_kwargs: {"enable_thinking": false}``).
+QWEN3_5_TEMPLATE = QWEN3_VL_TEMPLATE.replace(
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}",
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- if enable_thinking is defined and enable_thinking "
+    "is false %}<think>\n\n</think>\n\n{%- endif %}{%- endif %}",
+)
+assert QWEN3_5_TEMPLATE != QWEN3_VL_TEMPLATE
+
+
+def build_qwen3_5(folder: Path, *, moe: bool = False) -> None:
+    """Qwen3.5 (``Qwen3_5ForConditionalGeneration``, or the mixture of experts
+    ``Qwen3_5MoeForConditionalGeneration``): Qwen3-VL's processor and vision encoder, a decoder
+    mixing gated-delta-net (linear attention) and full-attention layers."""
+    from transformers import Qwen3_5Config, Qwen3_5MoeConfig, Qwen3VLProcessor, Qwen3VLVideoProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    specials = [*QWEN_SPECIALS, "<think>", "</think>", "<tool_call>", "</tool_call>"]
+    tokenizer = build_tokenizer(specials, eos="<|im_end|>", pad="<|endoftext|>")
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+    images = Qwen2VLImageProcessorPil(min_pixels=64 * 64, max_pixels=128 * 128, patch_size=16, merge_size=2)
+    processor = Qwen3VLProcessor(
+        image_processor=images, tokenizer=tokenizer, video_processor=Qwen3VLVideoProcessor(), chat_template=QWEN3_5_TEMPLATE
+    )
+    # The linear-attention heads are 128 wide: vLLM's CPU gated-delta-net kernel refuses others
+    # ("Unexpected head dim size, 32").
+    text = _qwen_text(
+        tokenizer, ids, head_dim=HEAD_DIM, layer_types=["linear_attention", "full_attention"],
+        linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=HEADS,
+        linear_num_value_heads=HEADS, linear_conv_kernel_dim=4, partial_rotary_factor=1.0,
+        max_position_embeddings=65_536,  # Infinity-Parser2's context (its recipe's --max-model-len)
+    )  # fmt: skip
+    text["rope_parameters"] = {**text["rope_parameters"], "mrope_interleaved": True, "partial_rotary_factor": 1.0}
+    if moe:
+        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=HIDDEN,
+                    shared_expert_intermediate_size=HIDDEN)
+    vision = {
+        "depth": LAYERS, "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_heads": HEADS,
+        "out_hidden_size": HIDDEN, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+        "num_position_embeddings": 64,
+    }  # fmt: skip
+    config_class, arch = (Qwen3_5MoeConfig, "Qwen3_5MoeForConditionalGeneration") if moe else (
+        Qwen3_5Config, "Qwen3_5ForConditionalGeneration")
+    config = config_class(text_config=text, vision_config=vision, architectures=[arch], **_qwen_tokens(ids))
+    name = "qwen3_5_moe" if moe else "qwen3_5"
+    _save(folder, config, processor, {"architecture": name, "vocab_size": len(tokenizer)})
+
+
 #: Every architecture this module builds, by name.
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "qwen2_5_vl": build_qwen2_5_vl,
     "qwen3_vl": build_qwen3_vl,
-    "qwen3_5": build_qwen3_5,
     "qianfan_ocr": build_qianfan_ocr,
     "hunyuan_vl": build_hunyuan_vl,
     "paddleocr_vl": build_paddleocr_vl,
     "lightonocr": build_lightonocr,
     "glm_ocr": build_glm_ocr,
+    "qwen3_5": build_qwen3_5,
+    "qwen3_5_moe": lambda folder: build_qwen3_5(folder, moe=True),
 }
 
 

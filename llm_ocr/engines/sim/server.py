@@ -348,6 +348,8 @@ class SimServer(OpenAIServer):
                 analyse_image, req.image, self.corpus, need_colour,
                 families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind), crops_at,
             )
+            if page_kind is not None:
+                self._check_image(family, facts.width, facts.height, record)
             prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt,
                                                    self.cfg.tokens_per_char)
             if prompt_tokens is None:
@@ -437,6 +439,18 @@ class SimServer(OpenAIServer):
         except RecipeError as exc:
             if self.cfg.lenient:
                 return "page"
+            self.stats["recipe_refused"] += 1
+            record["recipe_refused"] = str(exc)
+            raise ApiError(400, f"request strays from the {family.title} recipe: {exc}") from None
+
+    def _check_image(self, family: Family, width: int, height: int, record: dict[str, Any]) -> None:
+        """Refuse (400) a page image the family's recipe would not send (too large for the size
+        the model was trained on), unless lenient."""
+        try:
+            family.check_image(width, height)
+        except RecipeError as exc:
+            if self.cfg.lenient:
+                return
             self.stats["recipe_refused"] += 1
             record["recipe_refused"] = str(exc)
             raise ApiError(400, f"request strays from the {family.title} recipe: {exc}") from None

@@ -22,7 +22,9 @@ from llm_ocr.vlm.families.firered import FIRERED_OCR
 from llm_ocr.vlm.families.generic import GENERIC
 from llm_ocr.vlm.families.glm_ocr import GLM_OCR
 from llm_ocr.vlm.families.hunyuan import HUNYUAN_OCR
+from llm_ocr.vlm.families.infinity import INFINITY_PARSER2
 from llm_ocr.vlm.families.lighton import LIGHTON_OCR, LIGHTON_OCR_BBOX
+from llm_ocr.vlm.families.lighton3 import LIGHTON_OCR_3, LIGHTON_OCR_3_1B
 from llm_ocr.vlm.families.mineru import MINERU
 from llm_ocr.vlm.families.minicpm_ocr import MINICPM_OCR
 from llm_ocr.vlm.families.nanonets import NANONETS_OCR
@@ -31,10 +33,12 @@ from llm_ocr.vlm.families.paddleocr import PADDLEOCR_VL
 from llm_ocr.vlm.families.qianfan import QIANFAN_OCR, QIANFAN_OCR_THINK
 from llm_ocr.vlm.families.qwen_vl import QWEN3_VL, QWEN25_VL
 from llm_ocr.vlm.families.surya import SURYA_OCR
+from llm_ocr.vlm.families.unlimited import UNLIMITED_OCR
 
 #: Every family, in the order names are matched (a more specific pattern first).
 FAMILIES: tuple[Family, ...] = (
     DEEPSEEK_OCR,
+    UNLIMITED_OCR,
     OLMOCR,
     DOTS_OCR,
     CHANDRA_2,  # before Chandra 1: "chandra" matches both names
@@ -44,6 +48,9 @@ FAMILIES: tuple[Family, ...] = (
     PADDLEOCR_VL,
     GLM_OCR,
     NANONETS_OCR,
+    INFINITY_PARSER2,
+    LIGHTON_OCR_3_1B,  # before LightOnOCR-3: its names contain the family's
+    LIGHTON_OCR_3,
     LIGHTON_OCR_BBOX,  # before LightOnOCR: its names contain the plain model's
     LIGHTON_OCR,
     SURYA_OCR,

@@ -157,6 +157,53 @@ class Serving:
 
 
 @dataclass(frozen=True)
+class ServingImage:
+    """A container image that serves a family: its name, the vLLM in it, the CUDA it is built for.
+
+    ``ref`` is a Docker Hub reference (``vllm/vllm-openai:v0.29.0-cu129``) or, for SageMaker, an
+    AWS Deep Learning Container's ``repository:tag`` (the launcher adds the region's registry).
+    """
+
+    ref: str
+    vllm: str
+    cuda: tuple[int, int]
+    #: Where the image, its vLLM and its CUDA are stated.
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Images:
+    """The images a family's launches run in (``llm-ocr launch``; ``llm-ocr models`` lists them).
+
+    ``docker`` are builds of one vLLM for different CUDA versions, pulled from Docker Hub (Hugging
+    Face Jobs, Cloud Run, and the base of a Slurm container); the launcher picks the one the
+    platform's GPU driver runs. ``sagemaker`` is an AWS vLLM Deep Learning Container (SageMaker
+    Processing pulls from ECR). Where a family has no stock image, ``missing`` (Docker Hub) and
+    ``sagemaker_missing`` say what to build instead, and a launch there without ``--image`` stops
+    before submitting.
+    """
+
+    docker: tuple[ServingImage, ...] = ()
+    sagemaker: ServingImage | None = None
+    missing: str = ""
+    sagemaker_missing: str = ""
+
+
+#: llm-ocr's stock images (docs/platforms-hf-jobs.md, "GPU driver and CUDA"): chosen for
+#: DeepSeek-OCR (vLLM 0.29.0; it broke in 0.30) and used by every family that names no other.
+STOCK_IMAGES = Images(
+    docker=(
+        ServingImage("vllm/vllm-openai:v0.29.0-cu129", "0.29.0", (12, 9),
+                     "vLLM v0.29.0 release notes, Docker Images (-cu129: CUDA 12.9)"),
+        ServingImage("vllm/vllm-openai:v0.29.0", "0.29.0", (13, 0),
+                     "vLLM v0.29.0 release notes, Docker Images (default tag: CUDA 13.0)"),
+    ),
+    sagemaker=ServingImage("vllm:0.14.0-gpu-py312-cu129-ubuntu22.04-sagemaker", "0.14.0", (12, 9),
+                           "aws/deep-learning-containers docs/releasenotes/vllm/vllm-0.14.0-gpu-sagemaker.md"),
+)
+
+
+@dataclass(frozen=True)
 class Outputs:
     """What the family's answer holds, for ``llm-ocr models`` and docs/models.md."""
 
@@ -251,6 +298,8 @@ class Family:
     #: and ``stream_interval`` are only for servers known to be vLLM).
     stream_options: Mapping[str, Any] = field(default_factory=lambda: {"include_usage": True})
     stream_extra: Mapping[str, Any] = field(default_factory=dict)
+    #: The images its launches run in, per platform (``llm-ocr launch``, ``llm-ocr models``).
+    images: Images = STOCK_IMAGES
     #: Whether a page whose text is longer than one answer may be read in tiles
     #: (``llm_ocr/stages/tiled.py``): joining tiles needs every block's box in the pixels of the
     #: image sent, and the model must read a crop of a page as it reads a page.
@@ -396,6 +445,11 @@ class Family:
         return False
 
     # -- checking a request (the simulated server) -------------------------------------------------
+
+    def check_image(self, width: int, height: int) -> None:
+        """Refuse (``RecipeError``) a page image of ``width`` x ``height`` the recipe would not
+        send (larger than the model was trained on and its processor leaves it); the simulated
+        server runs it on every page request's image. Families without such a bound accept any."""
 
     def page_texts(self) -> tuple[str | None, ...]:
         """The prompt texts of this family's page requests (None: the image alone)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_ocr.vlm.families.base import Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
+from llm_ocr.vlm.families.base import STOCK_IMAGES, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.generic import MarkdownFamily
 from llm_ocr.vlm.view import View
 
@@ -101,4 +101,7 @@ FIRERED_OCR = FireRedOCR(
         Source("--no-enable-prefix-caching --mm-processor-cache-gb 0: llm-ocr's flags for unique page images",
                "vllm-project/recipes Qwen/Qwen3-VL.md (Configuration Tips)"),
     ),
+    # A Qwen3-VL fine-tune: any vLLM with Qwen3-VL (since 0.11.0) serves it, so the stock images
+    # (vLLM 0.29.0) and the SageMaker DLC (vLLM 0.14.0); the repository pins no vLLM.
+    images=STOCK_IMAGES,
 )

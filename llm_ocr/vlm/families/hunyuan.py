@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_ocr.vlm.families.base import Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
+from llm_ocr.vlm.families.base import STOCK_IMAGES, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.generic import MarkdownFamily
 from llm_ocr.vlm.families.markup import brackets_to_dollars
 from llm_ocr.vlm.view import View
@@ -81,4 +81,7 @@ HUNYUAN_OCR = HunyuanOCR(
         Source("image processor: 16-px patches merged 2 x 2, 512 x 512 to 2048 x 2048 pixels",
                "huggingface/transformers models/hunyuan_vl/image_processing_hunyuan_vl.py"),
     ),
+    # vLLM >= 0.11.0 (the recipe's min_vllm_version): the stock images (vLLM 0.29.0, CUDA 12.9 and
+    # 13.0) and the SageMaker DLC (vLLM 0.14.0) all have it.
+    images=STOCK_IMAGES,
 )

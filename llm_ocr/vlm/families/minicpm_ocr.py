@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_ocr.vlm.families.base import Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
+from llm_ocr.vlm.families.base import Images, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.generic import MarkdownFamily
 from llm_ocr.vlm.view import View
 
@@ -67,4 +67,10 @@ MINICPM_OCR = MiniCPMOCR(
         Source("served by the vLLM its Docker image bundles (CUDA 12.9); no minicpm_ocr architecture in vLLM 0.32",
                "hub.docker.com/r/openbmbofficial/minicpm-ocr; vllm-project/vllm model_executor/models/registry.py"),
     ),
+    images=Images(missing=(
+        "MiniCPM-OCR is not in upstream vLLM (0.32 has no minicpm_ocr architecture); OpenBMB's Docker image "
+        "openbmbofficial/minicpm-ocr (CUDA 12.9 runtime) bundles the vLLM that serves it, but publishes no pinned tag "
+        "or vLLM version where llm-ocr could read them: build an image FROM a pinned openbmbofficial/minicpm-ocr tag "
+        "with llm-ocr (hf-jobs/Dockerfile shows how)"
+    )),
 )

@@ -22,7 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_ocr.vlm.families.base import Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
+from llm_ocr.vlm.families.base import (
+    Images,
+    Outputs,
+    Prompt,
+    Rendering,
+    Retries,
+    Sampling,
+    Serving,
+    ServingImage,
+    Source,
+)
 from llm_ocr.vlm.families.generic import MarkdownFamily, normalise_markdown
 from llm_ocr.vlm.layout import LayoutBuilder, PageLayout
 from llm_ocr.vlm.view import View
@@ -92,6 +102,21 @@ _COMMON = dict(
         typical_seq_tokens=6000,
         pixels_per_token=TILE_PIXELS // 256,
         max_image_pixels=MAX_IMAGE_PIXELS,
+    ),
+    # vLLM 0.32.0 serves the architecture (the real-vLLM tier runs it); which earlier release first
+    # had it was not checked, so the launches pin 0.32.0 rather than the stock 0.29.0.
+    images=Images(
+        docker=(
+            ServingImage("vllm/vllm-openai:v0.32.0-cu129", "0.32.0", (12, 9),
+                         "vllm-project/vllm registry.py (QianfanOCRForConditionalGeneration in 0.32.0); the -cu129 "
+                         "tag as the v0.29.0 release notes' Docker Images name them"),
+            ServingImage("vllm/vllm-openai:v0.32.0", "0.32.0", (13, 0),
+                         "vllm-project/vllm registry.py (QianfanOCRForConditionalGeneration in 0.32.0); the default "
+                         "tag is CUDA 13.0 since v0.20 (vllm-project/vllm#42738)"),
+        ),
+        sagemaker_missing="the AWS vLLM Deep Learning Container (vLLM 0.14.0) predates Qianfan-OCR (released 2026-03): "
+                          "build an image FROM vllm/vllm-openai:v0.32.0-cu129 with llm-ocr (sagemaker/Dockerfile shows "
+                          "how) and push it to ECR",
     ),
 )
 

@@ -22,7 +22,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from llm_ocr.vlm.families.base import Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
+from llm_ocr.vlm.families.base import (
+    Images,
+    Outputs,
+    Prompt,
+    Rendering,
+    Retries,
+    Sampling,
+    Serving,
+    ServingImage,
+    Source,
+)
 from llm_ocr.vlm.families.chandra import Chandra
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
 
@@ -98,4 +108,13 @@ SURYA_OCR = Surya(
     figure_labels=FIGURE_LABELS,
     stream_options=VLLM_STREAM_OPTIONS,
     stream_extra=VLLM_STREAM_EXTRA,
+    # Datalab's launcher runs vLLM 0.20.1's default build (CUDA 13.0: vLLM's default since v0.20).
+    images=Images(
+        docker=(ServingImage("vllm/vllm-openai:v0.20.1", "0.20.1", (13, 0),
+                             "surya-ocr 0.22.1 surya/settings.py (VLLM_DOCKER_IMAGE); CUDA 13.0: vLLM's default "
+                             "Docker build since v0.20 (vllm-project/vllm#42738)"),),
+        sagemaker_missing="no AWS Deep Learning Container ships vLLM 0.20.1 (Surya OCR 2's, a Qwen3.5 model; the DLC's "
+                          "vLLM 0.14.0 predates Qwen3.5): build an image FROM vllm/vllm-openai:v0.20.1 with llm-ocr "
+                          "(sagemaker/Dockerfile shows how) and push it to ECR",
+    ),
 )
