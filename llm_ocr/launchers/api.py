@@ -269,6 +269,7 @@ def build_request(
         platform=platform,
         model=job.model,
         recipe=job.recipe,
+        gpu_preset=getattr(checked.get("server"), "gpu_preset", None),
         inputs=listed,
         stage_args=[*listed, *as_flags(stage_options)],
         needs_model=stage != "assemble" and not (job.endpoint or describe_endpoint),

@@ -8,6 +8,8 @@ a model of their own are estimated: the rates are pages read.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llm_ocr.launchers.spec import LaunchPlan
 from llm_ocr.planning.estimate import PLATFORMS, Plan, plan_rows
 from llm_ocr.sources import InputError
@@ -39,6 +41,9 @@ def estimate_launch(plan: LaunchPlan) -> Plan | None:
     model = request.model or DEFAULT_MODEL
     family = family_for(model, request.recipe).name
     platforms = [plan.platform] if plan.platform in PLATFORMS else []
+    hardware = plan.target.hardware
+    if hardware.gpu_preset is None and request.gpu_preset:  # a cluster's GPUs, named with --gpu-preset
+        hardware = replace(hardware, gpu_preset=request.gpu_preset.partition("-x")[0])
     rows = plan_rows(family, count.pages, request.num_shards, platforms=platforms,
-                     pages_per_s=request.pages_per_s, chosen=(plan.platform, plan.target.hardware))
+                     pages_per_s=request.pages_per_s, chosen=(plan.platform, hardware))
     return Plan(count, model, family, request.num_shards, rows)

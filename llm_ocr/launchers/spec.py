@@ -137,6 +137,8 @@ class LaunchRequest(LaunchOptions):
     #: The stage's served model and recipe (its ``--model``, ``--recipe``): what a plan estimates.
     model: str | None = None
     recipe: str | None = None
+    #: The stage's ``--gpu-preset``, if given: the GPUs a machine without a named preset has.
+    gpu_preset: str | None = None
     inputs: list[str] = Field(default_factory=list)
     #: The stage's own options and the INPUTs: passed to the container unchanged
     #: (``llm-ocr STAGE <stage_args> --output OUT``).
