@@ -13,7 +13,8 @@ encoded image): pages are taken in while fewer than :attr:`LookAhead.pages` page
 A page is never held back when a slot is free: the first pages of a run go out as they are
 rendered, and pages wait only while every slot is busy. Short pages may wait until the end of
 the shard; they are then the batch the run drains on, which is what a longest-first schedule
-wants.
+wants (and the flow writes rows as pages finish: in input order, the rows behind a waiting page
+would wait too).
 """
 
 from __future__ import annotations

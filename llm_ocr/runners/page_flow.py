@@ -57,13 +57,14 @@ CHUNK_PAGES = 8
 
 
 class OrderedRows:
-    """Releases rows to the writer in input order, holding at most ``window`` out-of-order rows.
+    """Releases rows to the writer in input order, holding at most ``window`` out-of-order rows
+    (``window`` None: as they come, holding none).
 
     A page that takes very long (a loop, a retry) must not stall the GPU: when the window is
     full, the oldest held rows are written out of order, and the slow page follows when done.
     """
 
-    def __init__(self, writer: PartWriter, window: int) -> None:
+    def __init__(self, writer: PartWriter, window: int | None) -> None:
         self.writer = writer
         self.window = window
         self.next_seq = 0
@@ -72,6 +73,10 @@ class OrderedRows:
 
     async def put(self, seq: int, row: dict[str, Any] | None) -> None:
         """Accept the row of sequence number ``seq`` (None: the seq produced no row)."""
+        if self.window is None:
+            if row is not None:
+                await self.writer.add(row)
+            return
         if seq in self.released_early:
             self.released_early.discard(seq)
         self.held[seq] = row
@@ -231,6 +236,12 @@ class PageFlow(Generic[RefT, ItemT]):
         self.waiting = waiting
         if intake.look_ahead.pages > 0:
             self.counters.look_ahead = {"pages": intake.look_ahead.pages, "mb": in_megabytes(intake.look_ahead.bytes)}
+            # Pages go out longest first, and short ones may wait until the end of the shard:
+            # rows held back for input order would wait for them, unwritten (a kill would lose
+            # them, and a page held by the server would hold every row). They are written as
+            # their pages finish.
+            for ordered in self.ordered_all:
+                ordered.window = None
         producer = asyncio.create_task(self._produce(intake))
         filler = asyncio.create_task(self._fill(waiting))
         flusher = asyncio.create_task(self._flush_periodically())
