@@ -262,6 +262,9 @@ class LaunchPlan:
     #: What the launch would take on each machine of the platform (a llm_ocr.planning.Plan, made
     #: on a dry run; None otherwise): printed beside the specs, not part of the dry-run JSON.
     estimate: Any = None
+    #: The platform's own form of the dry run, printed instead of :meth:`to_json` when set
+    #: (Kubernetes' ``--yaml``: the objects for ``kubectl apply -f -``).
+    text: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``--dry-run`` object (docs/platforms-hf-jobs.md#the-dry-run-contract): jobs by shard,
