@@ -32,11 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--recipe", default=None, help="model family, for a fine-tune served under another name")
     parser.add_argument("--num-shards", type=positive_int, default=1, help="shards run at once (default 1)")
     parser.add_argument("--platform", action="append", choices=PLATFORMS, metavar="PLATFORM",
-                        help=f"only this platform (repeatable): {', '.join(PLATFORMS)} (default: all)")
+                        help=f"only this platform (repeatable): {', '.join(PLATFORMS)} (default: all but k8s and ray, "
+                        "whose rows are slurm's: your cluster's GPUs)")
     parser.add_argument("--pages", type=positive_int, default=None, help="take this many pages instead of counting")
     parser.add_argument("--pages-per-s", type=float, default=None, help="your own pages/s per GPU, for every machine")
     parser.add_argument("--gpu-price-per-hour", type=float, default=None,
-                        help="US$ per GPU-hour of your own cluster's GPUs (the slurm rows)")
+                        help="US$ per GPU-hour of your own cluster's GPUs (the slurm, k8s and ray rows)")
     parser.add_argument("--sample", type=positive_int, default=None,
                         help="count at most this many documents one by one and extrapolate (default 2000)")
     parser.add_argument("--config", default=None, help="dataset configuration, as for llm-ocr run")
@@ -50,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr plan``."""
     from llm_ocr.options import DatasetOptions
-    from llm_ocr.planning.estimate import PLATFORMS, plan
+    from llm_ocr.planning.estimate import DEFAULT_PLATFORMS, plan
     from llm_ocr.sources import InputError
     from llm_ocr.sources.counting import DEFAULT_SAMPLE
     from llm_ocr.vlm.families import UnknownRecipe
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = plan(
             args.inputs, model=args.model, recipe=args.recipe, num_shards=args.num_shards,
-            platforms=args.platform or PLATFORMS, pages=args.pages, pages_per_s=args.pages_per_s,
+            platforms=args.platform or DEFAULT_PLATFORMS, pages=args.pages, pages_per_s=args.pages_per_s,
             gpu_price_per_hour=args.gpu_price_per_hour,
             dataset=DatasetOptions(config=args.config, split=args.split, image_column=args.image_column),
             storage_options=json.loads(args.storage_options) if args.storage_options else None,

@@ -31,21 +31,29 @@ from llm_ocr.vlm.families import family_for
 #: load (the launchers size timeouts with the same assumption).
 STARTUP_S = 20 * 60
 
-#: The platforms a plan covers, in the order it lists them.
-PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "slurm")
+#: Platforms on your own cluster: its GPUs, at the price you give (``gpu_price_per_hour``).
+CLUSTER_PLATFORMS = ("slurm", "k8s", "ray")
+
+#: The platforms a plan can cover, in the order it lists them.
+PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", *CLUSTER_PLATFORMS)
+
+#: The platforms ``llm-ocr plan`` covers unless asked: the clusters' rows are alike (one GPU of
+#: each preset at your price), so Slurm's stand for Kubernetes' and Ray's.
+DEFAULT_PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "slurm")
 
 
 def platform_hardware(platform: str, gpu_price_per_hour: float | None = None) -> list[Hardware]:
     """The GPU machines a user could pick on ``platform``: Hugging Face Jobs' flavors, SageMaker's
     instance types, Cloud Run's L4 task (8 vCPU, 32 GiB: the launcher's default with a GPU), and
-    on Slurm one GPU of each preset (priced only with ``gpu_price_per_hour``: your cluster's)."""
+    on a cluster (Slurm, Kubernetes, Ray) one GPU of each preset (priced only with
+    ``gpu_price_per_hour``: your cluster's)."""
     if platform == "hf-jobs":
         return [h for h in HF_JOBS_HARDWARE.values() if h.gpus > 0]
     if platform == "sagemaker":
         return [h for h in SAGEMAKER_HARDWARE.values() if h.gpus > 0]
     if platform == "cloud-run":
         return [cloud_run_hardware(1, 8, 32)]
-    if platform == "slurm":
+    if platform in CLUSTER_PLATFORMS:
         return [Hardware(GPU_NAMES[gpu], 1, gpu, gpu_price_per_hour, gpu_price_per_hour is not None, GPU_NAMES[gpu])
                 for gpu in GPU_NAMES]
     raise ValueError(f"unknown platform {platform!r}: one of {', '.join(PLATFORMS)}")
@@ -167,7 +175,7 @@ def plan_rows(
     pages: int,
     num_shards: int,
     *,
-    platforms: Sequence[str] = PLATFORMS,
+    platforms: Sequence[str] = DEFAULT_PLATFORMS,
     pages_per_s: float | None = None,
     gpu_price_per_hour: float | None = None,
     rates_file: Path | None = None,
@@ -204,7 +212,7 @@ def plan(
     model: str,
     recipe: str | None = None,
     num_shards: int = 1,
-    platforms: Sequence[str] = PLATFORMS,
+    platforms: Sequence[str] = DEFAULT_PLATFORMS,
     pages: int | None = None,
     pages_per_s: float | None = None,
     gpu_price_per_hour: float | None = None,

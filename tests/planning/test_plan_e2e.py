@@ -88,6 +88,22 @@ def test_a_dry_run_prints_the_plan_beside_the_unchanged_json(tmp_path: Path, rat
     assert any("published: 200k+ pages per day on one A100-40G" in line for line in plan)
 
 
+@pytest.mark.parametrize("platform", ["k8s", "ray"])
+def test_a_cluster_dry_run_estimates_each_gpu_of_the_cluster(tmp_path: Path, rates: Path, platform: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "llm_ocr.cli", "launch", platform, "s3://scans/2024", "--output", "s3://ocr/2024",
+         "--num-shards", "4", "--dry-run", "--offline", "--pages", "40000", "--gpu-preset", "a100-40gb"],
+        capture_output=True, text=True, cwd=REPO, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["platform"] == platform
+    plan = [line.split("plan: ", 1)[1] for line in done.stderr.splitlines() if "plan: " in line]
+    rows = [line.split() for line in plan if line.split()[:1] in ([platform], ["*"])]
+    # The GPUs picked first, then one row for each GPU preset the cluster could have.
+    assert rows[0][:2] == ["*", platform] and f"{(1200 + 10_000 / DEEPSEEK_A100_40) / 3600:.1f}" in rows[0]
+    machines = {" ".join(r[1:3]) for r in rows[1:]}
+    assert {"L4 24GB", "A100 40GB", "H100 80GB"} <= machines, plan
+
+
 def test_a_finished_runs_pages_per_s_shows_beside_its_estimate(tmp_path: Path, rates: Path) -> None:
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     out = tmp_path / "out"
