@@ -10,6 +10,7 @@ The Python API (docs/python-api.md); ``llm-ocr`` on the command line is the same
     llm_ocr.fields("out", schema="invoice.schema.json")   # typed, validated fields per document
     await llm_ocr.arun("samples/", "out")                 # from async code
     pages = llm_ocr.load("out", "describe")               # a datasets.Dataset
+    print(llm_ocr.plan("s3://bucket/scans/", model="allenai/olmOCR-2-7B-1025-FP8", num_shards=8))
     job = llm_ocr.launch("hf-jobs", "hf://datasets/me/scans", output="hf://datasets/me/out", num_shards=16)
     job = llm_ocr.Launch.attach("hf://datasets/me/out")   # the same launch, later, from anywhere
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from llm_ocr.api import Result, RunError, arun, assemble, describe, escalate, extract, fields, load, run
     from llm_ocr.config import OptionError
     from llm_ocr.launchers.api import Launch, LaunchError, launch
+    from llm_ocr.planning import plan
 
 __all__ = [
     "Launch",
@@ -41,6 +43,7 @@ __all__ = [
     "fields",
     "launch",
     "load",
+    "plan",
     "run",
 ]
 
@@ -60,6 +63,10 @@ def __getattr__(name: str) -> Any:
         from llm_ocr.launchers import api as launchers_api
 
         home = launchers_api
+    elif name == "plan":
+        from llm_ocr import planning
+
+        home = planning
     elif name.startswith("_"):  # probes such as __wrapped__ import nothing
         raise AttributeError(f"module 'llm_ocr' has no attribute {name!r}")
     else:

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "llm_ocr.commands.bench_reads",
     "llm_ocr.commands.bench_cascade",
     "llm_ocr.commands.status",
+    "llm_ocr.commands.plan",
     "llm_ocr.commands.models",
     "llm_ocr.commands.bench_accuracy",
     "llm_ocr.commands.bench_quality",

@@ -115,6 +115,12 @@ class RunKeywords(TypedDict, total=False):
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
     away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
     whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    look_ahead: int
+    """Rendered pages that may wait for a free slot, so that those expected to hold the most text (their text layer or
+    ink, estimated as they are rendered) are sent first and the run does not end on a long page sent last; each waiting
+    page holds its image in memory (0: send pages in input order)."""
+    look_ahead_mb: float
+    """Most MiB of page images waiting for a slot (--look-ahead): fewer pages wait when they are large."""
     route: Literal['model', 'text-layer']
     """model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its Markdown from that
     layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model request (docs/routes.md)."""
@@ -325,6 +331,12 @@ class ExtractKeywords(TypedDict, total=False):
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
     away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
     whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    look_ahead: int
+    """Rendered pages that may wait for a free slot, so that those expected to hold the most text (their text layer or
+    ink, estimated as they are rendered) are sent first and the run does not end on a long page sent last; each waiting
+    page holds its image in memory (0: send pages in input order)."""
+    look_ahead_mb: float
+    """Most MiB of page images waiting for a slot (--look-ahead): fewer pages wait when they are large."""
     route: Literal['model', 'text-layer']
     """model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its Markdown from that
     layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model request (docs/routes.md)."""
@@ -937,6 +949,12 @@ class LaunchKeywords(TypedDict, total=False):
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping tiles, all at once: straight
     away when its text layer or ink says so, else when its answer runs to max_tokens without repeating itself (families
     whose recipe allows it: DeepSeek-OCR); off: such a page is retried whole."""
+    look_ahead: int
+    """Rendered pages that may wait for a free slot, so that those expected to hold the most text (their text layer or
+    ink, estimated as they are rendered) are sent first and the run does not end on a long page sent last; each waiting
+    page holds its image in memory (0: send pages in input order)."""
+    look_ahead_mb: float
+    """Most MiB of page images waiting for a slot (--look-ahead): fewer pages wait when they are large."""
     route: Literal['model', 'text-layer']
     """model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its Markdown from that
     layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model request (docs/routes.md)."""

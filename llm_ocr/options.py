@@ -242,6 +242,18 @@ class ExtractOptions(BaseModel):
         "max_tokens without repeating itself (families whose recipe allows it: DeepSeek-OCR); off: such a "
         "page is retried whole.",
     )
+    look_ahead: int = Field(
+        1024,
+        ge=0,
+        description="Rendered pages that may wait for a free slot, so that those expected to hold the most text "
+        "(their text layer or ink, estimated as they are rendered) are sent first and the run does not end on a "
+        "long page sent last; each waiting page holds its image in memory (0: send pages in input order).",
+    )
+    look_ahead_mb: float = Field(
+        256.0,
+        gt=0,
+        description="Most MiB of page images waiting for a slot (--look-ahead): fewer pages wait when they are large.",
+    )
 
 
 #: The signals a first reading is escalated on (``--escalate-on``), in the order they are checked.

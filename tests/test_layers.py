@@ -17,50 +17,54 @@ PACKAGE = Path(__file__).resolve().parent.parent / "llm_ocr"
 
 #: Top-level parts of ``llm_ocr`` (a package or a module) that each part must not import.
 FORBIDDEN: dict[str, set[str]] = {
-    "storage": {"runners", "stages", "engines", "serving", "commands", "launchers", "report", "bench",
+    "storage": {"planning", "runners", "stages", "engines", "serving", "commands", "launchers", "report", "bench",
                 "sources", "vlm", "cli", "api", "container", "quality"},
-    "vlm": {"engines", "serving", "storage", "stages", "runners", "commands", "launchers", "report",
+    "vlm": {"planning", "engines", "serving", "storage", "stages", "runners", "commands", "launchers", "report",
             "bench", "cli", "sources", "api", "container", "quality"},
-    "stages": {"runners", "commands", "launchers", "serving", "engines", "bench", "report", "cli", "api", "quality"},
-    "sources": {"runners", "stages", "commands", "launchers", "serving", "engines", "vlm", "bench",
+    "stages": {"planning", "runners", "commands", "launchers", "serving", "engines", "bench", "report", "cli", "api", "quality"},
+    "sources": {"planning", "runners", "stages", "commands", "launchers", "serving", "engines", "vlm", "bench",
                 "report", "cli", "api", "quality"},
     # The servers llm-ocr ships: only their test harness uses serving's process manager.
-    "engines": {"storage", "stages", "runners", "commands", "launchers", "report", "bench",
+    "engines": {"planning", "storage", "stages", "runners", "commands", "launchers", "report", "bench",
                 "sources", "cli", "api", "quality", "container"},
     # How a run reaches a model: the engines are servers like any other behind a URL (serving only
     # knows their command lines), and nothing that runs a stage.
-    "serving": {"engines", "runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources",
+    "serving": {"planning", "engines", "runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources",
                 "quality"},
     # Container-side contracts (shard index, secrets): the launchers configure jobs for them.
-    "container": {"runners", "stages", "commands", "launchers", "serving", "engines", "bench", "report", "cli",
+    "container": {"planning", "runners", "stages", "commands", "launchers", "serving", "engines", "bench", "report", "cli",
                   "api", "sources", "vlm", "storage", "quality"},
     # The launchers build and submit job specs that run the CLI in a container; they never run a stage.
     "launchers": {"runners", "engines", "serving", "stages", "commands", "cli", "bench", "report", "api", "quality"},
-    "report": {"runners", "engines", "serving", "commands", "launchers", "bench", "cli", "api", "quality"},
+    "report": {"planning", "runners", "engines", "serving", "commands", "launchers", "bench", "cli", "api", "quality"},
     # Runners may ask quality's no-truth signals which pages to escalate (runners/escalate.py).
     "runners": {"commands", "launchers", "cli", "bench", "report", "api", "engines"},
     "bench": {"commands", "cli", "launchers", "api", "quality"},
     # Quality checks read outputs (storage, sources, report helpers); they never run a stage.
-    "quality": {"runners", "engines", "serving", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
+    "quality": {"planning", "runners", "engines", "serving", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
                 "container"},
     # Every option declared once, and its binding to flags, variables and keywords: importable by
     # every layer, so they import none of them (but two tables of names, serving's GPU presets and
     # vlm's default model and prompt, quoted in the options' help).
-    "options": {"runners", "stages", "commands", "launchers", "report", "bench", "cli", "api", "sources",
+    "options": {"planning", "runners", "stages", "commands", "launchers", "report", "bench", "cli", "api", "sources",
                 "storage", "container", "config", "quality", "engines", "stage_table"},
     # How a run ends (RunError, exit codes, typed views of the completion markers): every layer
     # uses it, so it imports nothing of the package.
-    "outcomes": {"runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
+    "outcomes": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
                  "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options", "stage_table",
                  "records", "costs", "sharding", "backoff", "testing", "argtypes"},
     # Every stage declared once: the option models it takes, and its runner named by its import
     # path (imported when the stage runs, so not an import here): every layer above may read it.
-    "stage_table": {"runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+    "stage_table": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                     "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords"},
-    "config": {"runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
+    "config": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
                "storage", "container", "engines", "vlm", "quality"},
-    "keywords": {"runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
+    "keywords": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
                  "storage", "container", "engines", "vlm", "options", "config", "quality", "stage_table"},
+    # Estimates before a launch: they read inputs (sources), prices (costs), families and presets;
+    # the launchers, runners and commands use them.
+    "planning": {"runners", "stages", "commands", "launchers", "cli", "api", "bench", "engines", "report", "quality",
+                 "container", "storage"},
     # The Python API: the CLI stands on it, never the reverse.
     "api": {"commands", "cli"},
     "commands": {"cli"},

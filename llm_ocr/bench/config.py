@@ -15,6 +15,9 @@ class BenchConfig:
     chosen)."""
 
     pages: int = 500
+    #: The served model, whose family the simulator plays and whose recipe the client uses
+    #: (None: DeepSeek-OCR, the default model).
+    model: str | None = None
     image_format: str = "jpeg"
     workers: int | None = None  # None: one per core
     max_in_flight: int | None = None  # None: what the runner uses with a vLLM preset of `slots`
@@ -31,15 +34,18 @@ class BenchConfig:
     max_model_len: int = 8192
     seed: int = 0
     # The client.
-    max_tokens: int = 4096
+    max_tokens: int | None = 4096  # None: the family's own
     truncation_retries: int = 1
     dpi: float = 144.0
+    long_side: int | None = None  # every page scaled to this longer side (the family's own when it sets one)
     cut_loops: bool = True  # stream and cut repetition loops (False: today's whole answers)
     max_page_aspect: float = 3.0  # pages longer than this are read in segments (0: whole)
     adaptive: bool = False  # no --max-in-flight: size it from /metrics, as with --endpoint
     servers: int = 1  # simulated GPUs, one server each, behind the client's dispatcher
     loop_repeat_rate: float = 1.0
     tile_dense_pages: bool = True  # read pages too long for one answer in tiles (False: whole, retried)
+    #: Rendered pages that may wait for a slot, longest first (0: input order; None: the default).
+    look_ahead: int | None = None
     #: PDFs the simulator knows (answers from their text layer, crops with the text of their
     #: region): the dense pages of a workload. None: every page is synthetic.
     sim_corpus: str | None = None

@@ -1,13 +1,15 @@
-"""The perfect-client lower bound of a run, from the simulated server's request log.
+"""The perfect-client lower bounds of a run, from the simulated server's request log.
 
 The requests the server actually answered (their completion tokens, in arrival order) are
 replayed through the server's own timing model (:mod:`llm_ocr.engines.sim.timing`) with every
 request queued at t=0. A retry of a page (the same image again, after a loop hit
 ``max_tokens``) cannot be sent before the first answer is back, so it waits for it.
 
-It is the schedule of a client with no cost at all that keeps the server's queue full, in the
-order the pages were really sent. Only knowing the answer lengths in advance (to send the
-long pages first) could beat it, and no client knows them.
+:func:`lower_bound` is the schedule of a client with no cost at all that keeps the server's
+queue full, in the order the pages were really sent: sending the long pages first moves it too.
+:func:`longest_first_bound` is the same client knowing every answer's length in advance and
+sending the longest waiting request whenever a slot frees: a bound that does not depend on the
+order the run chose, only on the requests themselves (the same requests, the same bound).
 """
 
 from __future__ import annotations
@@ -109,3 +111,11 @@ def replay_arrivals(model: TimingModel, requests: list[LoggedRequest], start: fl
         dependencies(requests),
         [max(0.0, r.arrival - start) for r in requests],
     )
+
+
+def longest_first_bound(model: TimingModel, requests: list[LoggedRequest]) -> Replay:
+    """A perfect client that knows every answer's length: these requests, all queued at t=0
+    and admitted longest first (a retry once the answer it retries is back, then by its length
+    too)."""
+    return replay(model, [r.completion_tokens for r in requests], dependencies(requests),
+                  priority=[float(r.completion_tokens) for r in requests])

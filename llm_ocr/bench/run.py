@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from llm_ocr.bench.config import BenchConfig
-from llm_ocr.bench.lower_bound import LoggedRequest, lower_bound, read_request_log, replay_arrivals
+from llm_ocr.bench.lower_bound import LoggedRequest, longest_first_bound, lower_bound, read_request_log, replay_arrivals
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
 from llm_ocr.options import ExtractOptions, JobOptions, RenderOptions, StageSpec
 from llm_ocr.outcomes import ExitCode
@@ -64,6 +64,9 @@ class RunResult:
     tokens_per_s: float
     lower_bound_s: float | None
     wall_over_lower_bound: float | None
+    #: The bound of a perfect client that sends the longest requests first (it knows every
+    #: answer's length): the same for any order the run chose.
+    longest_first_s: float | None
     breakdown: dict[str, Any]
     server: dict[str, Any]
     client: dict[str, Any]
@@ -102,30 +105,35 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
         path.unlink(missing_ok=True)
     workers = config.workers if config.workers is not None else default_workers()
     in_flight = None if config.adaptive else (config.max_in_flight or config.servers * default_in_flight(config.slots))
+    model = config.model or DEFAULT_MODEL
+    render = {"long_side": config.long_side} if config.long_side else {}
+    look_ahead = {"look_ahead": config.look_ahead} if config.look_ahead is not None else {}
     servers = []
     for i, path in enumerate(logs):
         port = free_port()
         command = sim_command(
-            DEFAULT_MODEL, host="127.0.0.1", port=port,
+            model, host="127.0.0.1", port=port,
             extra_args=[*config.server_args(), "--request-log", str(path)],
         )  # fmt: skip
         servers.append(ManagedServer(
             command, host="127.0.0.1", port=port, log_path=work / f"server-{i}.log",
-            startup_timeout=120, max_restarts=0, name=f"sim {i}",
+            # A corpus is indexed before the server is ready (~70 ms a page on a loaded machine).
+            startup_timeout=600 if config.sim_corpus else 120, max_restarts=0, name=f"sim {i}",
         ))  # fmt: skip
     spec = StageSpec(
         inputs=[str(corpus)],
         job=JobOptions(
             output=str(output),
             endpoint=",".join(server.base_url for server in servers),
+            model=model,
             workers=workers,
             max_in_flight=in_flight,
             progress="off",
         ),
-        render=RenderOptions(image_format=config.image_format, dpi=config.dpi),
+        render=RenderOptions(image_format=config.image_format, dpi=config.dpi, **render),
         extract=ExtractOptions(
             max_tokens=config.max_tokens, truncation_retries=config.truncation_retries, cut_loops=config.cut_loops,
-            max_page_aspect=config.max_page_aspect, tile_dense_pages=config.tile_dense_pages,
+            max_page_aspect=config.max_page_aspect, tile_dense_pages=config.tile_dense_pages, **look_ahead,
         ),
     )
     async with contextlib.AsyncExitStack() as stack:
@@ -160,6 +168,9 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
     bounds = [] if config.instant else [lower_bound(config.timing(), rs) for rs in per_server if rs]
     bound = max(bounds, key=lambda b: b.makespan) if bounds else None
     lower = bound.makespan if bound else None
+    # Each server's requests, longest first: the slowest server's is the run's.
+    longest_first = max((longest_first_bound(config.timing(), rs).makespan for rs in per_server if rs),
+                        default=None) if not config.instant else None
     actual = None
     if not config.instant and per_server:
         actual = max((replay_arrivals(config.timing(), rs, epoch_start) for rs in per_server if rs),
@@ -191,6 +202,7 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
         tokens_per_s=round(tokens / wall, 1) if wall > 0 else 0.0,
         lower_bound_s=round(lower, 3) if lower is not None else None,
         wall_over_lower_bound=round(wall / lower, 4) if lower else None,
+        longest_first_s=round(longest_first, 3) if longest_first is not None else None,
         breakdown={
             # When the first request reached the server (worker start-up, first renders).
             "first_request_s": round(min((r.arrival for r in requests), default=epoch_start) - epoch_start, 3),
@@ -228,6 +240,8 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
             "peak_rss_workers_total_mb": round(rss["workers_total"] / MB, 1),
             # The main process's RSS at 10 evenly spaced moments: flat means no leak.
             "rss_main_mb_trace": [round(v / MB) for v in sampler.rss_trace(t_start, t_end, 10)],
+            # Rendered pages waiting for a slot: the look-ahead's bounds and the most it held.
+            "look_ahead": stats.get("look_ahead"),
         },
         machine={
             "cpus": os.cpu_count(),
@@ -280,6 +294,7 @@ def format_table(results: list[RunResult], encoding: dict[str, Any] | None = Non
         ("tokens/s", [fmt(r.tokens_per_s) for r in results]),
         ("lower bound", [fmt(r.lower_bound_s, " s") for r in results]),
         ("wall / lower bound", [f"{r.wall_over_lower_bound:.3f}" if r.wall_over_lower_bound else "-" for r in results]),
+        ("  longest-first bound", [fmt(r.longest_first_s, " s") for r in results]),
         ("  first request at", [fmt(r.breakdown["first_request_s"], " s") for r in results]),
         ("  model at real arrivals", [fmt(r.breakdown["model_at_actual_arrivals_s"], " s") for r in results]),
         ("  last answer at", [fmt(r.breakdown["last_answer_s"], " s") for r in results]),

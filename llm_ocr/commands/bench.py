@@ -51,14 +51,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--repeat", type=positive_int, default=1, help="runs per configuration (default %(default)s)")
     server = parser.add_argument_group("simulated server (the decode model)")
     add_decode_options(server, {name: getattr(d, name) for name in DECODE_DEFAULTS})
-    losses = parser.add_argument_group("where GPU time is lost (issues 19 and 28)")
+    losses = parser.add_argument_group("where GPU time is lost (issues 19, 28 and 38)")
     losses.add_argument("--losses", action="store_true",
                         help="run the loss workloads (loops, 256 and 64 slots behind --endpoint, 1 vs 4 GPUs, a "
-                        "1:61 page, dense pages behind 256 slots and their recall) each the old way and the new way, "
-                        "and print them side by side")
+                        "1:61 page, dense pages behind 256 slots and their recall, a long tail of long pages at 64 "
+                        "and 256 slots) each the old way and the new way, and print them side by side")
     losses.add_argument("--workload", action="append", metavar="NAME",
                         choices=["loops", "256 slots", "64 slots, long tail", "GPUs", "long page",
-                                 "dense pages, 256 slots", "dense recall"],
+                                 "dense pages, 256 slots", "dense recall", "long tail, 64 slots",
+                                 "long tail, 256 slots"],
                         help="with --losses, run only this workload (repeatable)")
     report = parser.add_argument_group("report")
     report.add_argument("--json", action="store_true", help="print the report as JSON on stdout")

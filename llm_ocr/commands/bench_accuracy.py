@@ -45,6 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--engine-args", default="", metavar="ARGS",
                         help="extra options for the launched CPU engine, one string, e.g. '--no-cls'")
     parser.add_argument("--concurrency", type=int, default=1, help="requests in flight (default %(default)s)")
+    parser.add_argument("--gpu", default=None, metavar="GPU",
+                        help="the GPU the endpoint runs on, one of the presets (l4-24gb, l40s-48gb, a100-40gb, "
+                        "a100-80gb, h100-80gb, h200-141gb): record this run's pages/s for `llm-ocr plan` (in "
+                        "$LLM_OCR_RATES_FILE, else ~/.cache/llm-ocr/rates.jsonl); measure with your own PDFs and "
+                        "--concurrency as high as the server takes")
     parser.add_argument("--per-page", action="store_true", help="print one line per page too")
     parser.add_argument("--json", metavar="PATH", help="write per-page results and the summary as JSON")
     parser.add_argument("--keep", metavar="DIR", help="write each page's Markdown and text layer into DIR")
@@ -63,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.pages is not None and args.pages < 1:
         raise OptionError("--pages must be at least 1")
+    if args.gpu is not None:
+        from llm_ocr.planning.rates import GPU_NAMES
+
+        if args.gpu not in GPU_NAMES:
+            raise OptionError(f"--gpu must be one of {', '.join(GPU_NAMES)} (got {args.gpu!r})")
     from llm_ocr.bench.accuracy import AccuracyOptions, measure_accuracy
     from llm_ocr.vlm.client import EndpointDown
 
@@ -120,9 +130,25 @@ def _report(args: argparse.Namespace, scores: list[PageScore], info: dict[str, A
         print(f"text pages ({summary['text_pages']}): word recall {summary['text_word_recall']:.2%}, lowest "
               f"{summary['text_min_recall']:.2%}; drawn figures found {summary['figures_found']} of "
               f"{summary['figures_drawn']}, answer figures matching none {summary['figures_unmatched']}")
+    if args.gpu is not None and summary["pages"] and not summary["errors"]:
+        _record_rate(args, info, summary)
     if args.json:
         Path(args.json).write_text(
             json.dumps({"summary": summary, "run": info, "pages": [asdict(s) for s in scores]}, indent=2, default=str),
             encoding="utf-8",
         )
     return 1 if summary["errors"] else 0
+
+
+def _record_rate(args: argparse.Namespace, info: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Keep this run's pages/s on ``--gpu`` for ``llm-ocr plan`` (pages over the wall time, at
+    ``--concurrency``: a rate of the server under that load, not of one request)."""
+    from llm_ocr.planning.rates import record_measurement
+    from llm_ocr.vlm.families import family_for
+
+    pages_per_s = summary["pages"] / info["wall_s"] if info["wall_s"] > 0 else 0.0
+    if pages_per_s <= 0:
+        return
+    family = family_for(info["model"]).name
+    path = record_measurement(family, info["model"], args.gpu, pages_per_s, summary["pages"], args.concurrency)
+    print(f"recorded {pages_per_s:.3f} pages/s of {family} on {args.gpu} for llm-ocr plan ({path})")

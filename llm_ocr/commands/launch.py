@@ -125,6 +125,9 @@ def run_launch(args: argparse.Namespace) -> int:
         print(job.plan.text if job.plan.text is not None else json.dumps(job.plan.to_json(), indent=2))
         for line in describe_plan(job.plan):
             log.info("%s", line)
+        if job.plan.estimate is not None:
+            for line in job.plan.estimate.lines():
+                log.info("plan: %s", line)
         return 0
     if job.record is None:
         print(f"nothing to launch: every shard of {job.output} is done or still running")

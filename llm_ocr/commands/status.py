@@ -50,7 +50,22 @@ def run(args: argparse.Namespace) -> int:
         for model, counts in stage.get("models", {}).items():
             print(f"  {model}: read {int(counts.get('pages', 0))} page(s), {int(counts.get('used', 0))} used, "
                   f"{counts.get('busy_s', 0.0):.1f} s busy, {int(counts.get('completion_tokens', 0))} tokens out")
+        labels: dict[str, int] = {}
         for shard, shard_counts in stage["shards"].items():
             detail = ", ".join(f"{k} {v}" for k, v in sorted(shard_counts.items()))
-            print(f"  shard {shard}: {sum(shard_counts.values())} = {detail}")
+            speed = _speed(stage.get("speed", {}).get(shard), labels)
+            print(f"  shard {shard}: {sum(shard_counts.values())} = {detail}{speed}")
+        for label, number in labels.items():
+            print(f"  [{number}] {label}")
     return 0
+
+
+def _speed(speed: dict | None, labels: dict[str, int]) -> str:
+    """``; 2.10 pages/s (estimate 2.31 [1])``: a finished shard's pages/s beside its plan's."""
+    if not speed or speed.get("pages_per_s") is None:
+        return ""
+    estimate = speed.get("estimate") or {}
+    ref = f" [{labels.setdefault(estimate['label'], len(labels) + 1)}]" if estimate.get("label") else ""
+    guess = estimate.get("pages_per_s")
+    said = f"estimate {guess:.2f}{ref}" if guess is not None else f"no estimate{ref}"
+    return f"; {speed['pages_per_s']:.2f} pages/s ({said})"

@@ -42,6 +42,7 @@ from llm_ocr.launchers.core import (
     submit_plan,
     wait_for,
 )
+from llm_ocr.launchers.estimate import estimate_launch
 from llm_ocr.launchers.files import ShipError, ship_local_files
 from llm_ocr.launchers.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
 from llm_ocr.launchers.spec import LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
@@ -190,6 +191,7 @@ def launch(
         raise LaunchError(_brief(exc)) from exc
     plan = plan_launch(request, adapter, check_writable=not given.dry_run)
     if given.dry_run:
+        plan.estimate = estimate_launch(plan)
         return Launch(output, plan=plan)
     record = submit_plan(plan, adapter)
     result = Launch(output, plan=plan, record=record)
@@ -266,6 +268,9 @@ def build_request(
     return LaunchRequest(
         **options.model_dump(),
         platform=platform,
+        model=job.model,
+        recipe=job.recipe,
+        gpu_preset=getattr(checked.get("server"), "gpu_preset", None),
         inputs=listed,
         stage_args=[*listed, *as_flags(stage_options)],
         needs_model=stage != "assemble" and not (job.endpoint or describe_endpoint),

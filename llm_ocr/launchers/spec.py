@@ -134,6 +134,11 @@ class LaunchRequest(LaunchOptions):
     options (checked before planning; no check against the platform yet)."""
 
     platform: str
+    #: The stage's served model and recipe (its ``--model``, ``--recipe``): what a plan estimates.
+    model: str | None = None
+    recipe: str | None = None
+    #: The stage's ``--gpu-preset``, if given: the GPUs a machine without a named preset has.
+    gpu_preset: str | None = None
     inputs: list[str] = Field(default_factory=list)
     #: The stage's own options and the INPUTs: passed to the container unchanged
     #: (``llm-ocr STAGE <stage_args> --output OUT``).
@@ -256,6 +261,9 @@ class LaunchPlan:
     notes: list[str] = field(default_factory=list)
     #: The output's latest launch record before this one (a LaunchRecord), if any.
     previous: Any = None
+    #: What the launch would take on each machine of the platform (a llm_ocr.planning.Plan, made
+    #: on a dry run; None otherwise): printed beside the specs, not part of the dry-run JSON.
+    estimate: Any = None
     #: The platform's own form of the dry run, printed instead of :meth:`to_json` when set
     #: (Kubernetes' ``--yaml``: the objects for ``kubectl apply -f -``).
     text: str | None = None

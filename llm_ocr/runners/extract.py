@@ -18,7 +18,7 @@ from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note
 from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_stage
-from llm_ocr.runners.page_flow import DocumentPages
+from llm_ocr.runners.page_flow import DocumentPages, page_look_ahead
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
 from llm_ocr.serving.open import Endpoint
@@ -80,10 +80,12 @@ class Extract(ShardStage):
                 ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
                 bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                 render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
-                # Every page's text is estimated as it is rendered (a few ms): its row keeps it, and
-                # a run that may read dense pages in tiles decides with it.
+                # Every page's text is estimated as it is rendered (a few ms): its row keeps it, a
+                # run that may read dense pages in tiles decides with it, and the pages waiting
+                # for a slot go longest first by it.
                 intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options,
-                                       estimate_text=True)
+                                       estimate_text=True, look_ahead=page_look_ahead(spec.extract.look_ahead,
+                                                                                      spec.extract.look_ahead_mb))
                 handler = _extract_handler(ctx, bad, route, tally)
                 await work.run(intake, bad.guard(handler, bad.quarantined), ["extract"])
                 layout_s = route.client.busy_seconds if route is not None else None

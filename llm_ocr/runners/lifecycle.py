@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from llm_ocr.costs import gpu_cost
 from llm_ocr.options import ClientOptions, JobOptions, ServerOptions
 from llm_ocr.outcomes import ExitCode, RunError
+from llm_ocr.planning.rates import run_estimate
 from llm_ocr.records import page_schema
 from llm_ocr.runners.page_flow import FlowSettings, Intake, ItemT, PageFlow, PageHandler, RefT, flow_settings
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
@@ -48,6 +49,7 @@ from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, wr
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart
 from llm_ocr.vlm.client import EndpointDown
+from llm_ocr.vlm.families import family_for
 
 log = logging.getLogger("llm_ocr")
 
@@ -259,6 +261,8 @@ async def finish(shard: Shard, done: Finished) -> tuple[ShardOutcome, bool]:
     if done.uses_model:
         # One server did every stage of the run: its GPU time is recorded once, with the first.
         first.stats["gpu"] = gpu_cost(first.stats["wall_time_s"], done.preset, shard.job.gpu_price_per_hour)
+        # What `llm-ocr plan` would have estimated, beside the pages/s this run achieved.
+        first.stats["estimate"] = run_estimate(family_for(shard.job.model, shard.job.recipe).name, done.preset)
     # Every result records whether every page of the input it reached got a row. A shard that
     # does not reconcile gets no completion marker: a rerun would skip it and lose the pages
     # without a row. The first result's verdict gates the markers (the other stages of one flow

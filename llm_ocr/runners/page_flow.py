@@ -1,8 +1,9 @@
 """The page flow of a GPU stage: documents → rendered pages → requests in flight → ordered rows.
 
-Rendering runs ahead in worker processes (bounded prefetch); requests are issued as soon as a
-page is ready and a slot is free (never in lock-step batches); finished rows are released in
-input order through a bounded reorder window and written in parts off the event loop.
+Rendering runs ahead in worker processes (bounded prefetch); rendered pages wait in a bounded
+look-ahead (:mod:`.look_ahead`) and the one expected to be longest is sent as soon as a slot is
+free (never in lock-step batches); finished rows are released in input order through a bounded
+reorder window and written in parts off the event loop.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -22,6 +24,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from llm_ocr.options import RenderOptions
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
+from llm_ocr.runners.look_ahead import IN_ORDER, MB, Expected, LookAhead, Waiting, in_megabytes
 from llm_ocr.runners.process_pool import WorkerDied
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.workers import WorkerPool
@@ -54,13 +57,14 @@ CHUNK_PAGES = 8
 
 
 class OrderedRows:
-    """Releases rows to the writer in input order, holding at most ``window`` out-of-order rows.
+    """Releases rows to the writer in input order, holding at most ``window`` out-of-order rows
+    (``window`` None: as they come, holding none).
 
     A page that takes very long (a loop, a retry) must not stall the GPU: when the window is
     full, the oldest held rows are written out of order, and the slow page follows when done.
     """
 
-    def __init__(self, writer: PartWriter, window: int) -> None:
+    def __init__(self, writer: PartWriter, window: int | None) -> None:
         self.writer = writer
         self.window = window
         self.next_seq = 0
@@ -69,6 +73,10 @@ class OrderedRows:
 
     async def put(self, seq: int, row: dict[str, Any] | None) -> None:
         """Accept the row of sequence number ``seq`` (None: the seq produced no row)."""
+        if self.window is None:
+            if row is not None:
+                await self.writer.add(row)
+            return
         if seq in self.released_early:
             self.released_early.discard(seq)
         self.held[seq] = row
@@ -168,6 +176,9 @@ class Batch(Generic[RefT, ItemT]):
 class Intake(Protocol[RefT, ItemT]):
     """Where a flow's pages come from: documents to render, or rows an earlier stage wrote."""
 
+    #: How many of its pages may wait for a slot, and which of them goes first.
+    look_ahead: LookAhead[ItemT]
+
     def batches(self, flow: PageFlow[RefT, ItemT]) -> AsyncGenerator[Batch[RefT, ItemT], None]:
         """The batches to handle, in input order; counts what it finds and skips in ``flow.counters``
         (``pages_found``, ``pages_skipped``, documents) and stops early once ``flow.stop`` is set."""
@@ -202,7 +213,8 @@ class PageFlow(Generic[RefT, ItemT]):
         self._queue: asyncio.Queue[Batch[RefT, ItemT] | None] = asyncio.Queue(maxsize=max(1, settings.prefetch_chunks))
         self._slots = settings.limit or asyncio.Semaphore(settings.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._seq = 0
+        #: The rendered pages waiting for a slot (set when :meth:`run` starts).
+        self.waiting: Waiting[RefT, ItemT] | None = None
         self._doc_pending: dict[str, int] = {}
         self._fatal: BaseException | None = None
         self._scratch: str | None = None
@@ -220,18 +232,33 @@ class PageFlow(Generic[RefT, ItemT]):
 
     async def run(self, intake: Intake[RefT, ItemT]) -> None:
         """Handle every page ``intake`` gives; returns when all rows are handed to the writers."""
+        waiting: Waiting[RefT, ItemT] = Waiting(intake.look_ahead)
+        self.waiting = waiting
+        if intake.look_ahead.pages > 0:
+            self.counters.look_ahead = {"pages": intake.look_ahead.pages, "mb": in_megabytes(intake.look_ahead.bytes)}
+            # Pages go out longest first, and short ones may wait until the end of the shard:
+            # rows held back for input order would wait for them, unwritten (a kill would lose
+            # them, and a page held by the server would hold every row). They are written as
+            # their pages finish.
+            for ordered in self.ordered_all:
+                ordered.window = None
         producer = asyncio.create_task(self._produce(intake))
+        filler = asyncio.create_task(self._fill(waiting))
         flusher = asyncio.create_task(self._flush_periodically())
         try:
-            await self._dispatch()
+            await self._dispatch(waiting)
             if self.stop.is_set():
-                # The producer may be blocked on a full queue nobody reads any more.
+                # The producer may be blocked on a full queue nobody reads any more, the filler
+                # on a look-ahead nobody takes from.
                 producer.cancel()
+                filler.cancel()
             else:
                 await producer
+                await filler
             await self._wait_tasks()
         finally:
             producer.cancel()
+            filler.cancel()
             flusher.cancel()
             # Pages still in flight when the run itself is cancelled (a second Ctrl-C) end here,
             # not later on a loop whose writers are closed.
@@ -240,7 +267,7 @@ class PageFlow(Generic[RefT, ItemT]):
             try:
                 # Reap them all. Their own errors are already raised above (or moot once
                 # stopped); a cancel of this run itself still propagates from here.
-                await asyncio.gather(producer, flusher, *self._tasks, return_exceptions=True)
+                await asyncio.gather(producer, filler, flusher, *self._tasks, return_exceptions=True)
             finally:
                 for ordered in self.ordered_all:
                     await ordered.drain()
@@ -275,31 +302,47 @@ class PageFlow(Generic[RefT, ItemT]):
             raise
         await self._queue.put(None)
 
-    async def _dispatch(self) -> None:
-        while (batch := await self._queue.get()) is not None:
-            pending = batch.items
-            try:
-                items = await pending if isinstance(pending, Awaitable) else pending
-            finally:
-                if batch.cleanup:
-                    batch.cleanup()
-            for item in items:
-                if self.stop.is_set() or self._fatal is not None:
-                    return
-                # SIGTERM (or a fatal error) may come while we wait for a slot: intake has
-                # stopped, so this page must not be sent (the rerun does it), and the wait
-                # must end at once (with every slot on a hung request it could outlast any
-                # grace period: the grace period starts only when this loop returns).
-                if not await acquire_unless_stopped(self._slots, self.stop):
-                    return
-                if self._fatal is not None:
-                    self._slots.release()
-                    return
-                seq = self._seq
-                self._seq += 1
-                task = asyncio.create_task(self._handle(batch.ref, item, batch.num_pages, seq))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+    async def _fill(self, waiting: Waiting[RefT, ItemT]) -> None:
+        """Move the rendered pages of each batch, in input order, into ``waiting`` while it has room."""
+        try:
+            while (batch := await self._queue.get()) is not None:
+                await waiting.wait_for_room()
+                pending = batch.items
+                try:
+                    items = await pending if isinstance(pending, Awaitable) else pending
+                finally:
+                    if batch.cleanup:
+                        batch.cleanup()
+                waiting.add(batch.ref, items, batch.num_pages)
+                self._note(waiting)
+        finally:
+            waiting.close()
+
+    def _note(self, waiting: Waiting[RefT, ItemT]) -> None:
+        """Show what waits in the progress (and, at the end, in the completion marker)."""
+        self.counters.waiting = waiting.pages
+        if self.counters.look_ahead:
+            self.counters.look_ahead.update(peak_pages=waiting.peak_pages, peak_mb=in_megabytes(waiting.peak_bytes))
+
+    async def _dispatch(self, waiting: Waiting[RefT, ItemT]) -> None:
+        while True:
+            if self.stop.is_set() or self._fatal is not None:
+                return
+            # SIGTERM (or a fatal error) may come while we wait for a slot: intake has
+            # stopped, so no more page may be sent (the rerun does it), and the wait
+            # must end at once (with every slot on a hung request it could outlast any
+            # grace period: the grace period starts only when this loop returns).
+            if not await acquire_unless_stopped(self._slots, self.stop):
+                return
+            # The page is chosen once a slot is free: the longest of all that wait by then.
+            entry = await waiting.take(self.stop)
+            self._note(waiting)
+            if entry is None or self._fatal is not None:
+                self._slots.release()
+                return
+            task = asyncio.create_task(self._handle(entry.ref, entry.item, entry.num_pages, entry.seq))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, ref: RefT, item: ItemT, num_pages: int | None, seq: int) -> None:
         self.counters.in_flight += 1
@@ -345,11 +388,31 @@ class PageFlow(Generic[RefT, ItemT]):
                         self.settings.grace_period)
 
 
+def expected_text(item: PageImage | PageFailure) -> Expected:
+    """How long a page's answer is expected to be: the characters of text estimated as it was
+    rendered (None: no estimate); a failure sends nothing and goes first (its row is written
+    at once)."""
+    if isinstance(item, PageFailure):
+        return math.inf
+    return item.text_estimate.chars if item.text_estimate is not None else None
+
+
+def held_bytes(item: PageImage | PageFailure) -> int:
+    """The bytes a waiting page holds: its encoded image."""
+    return len(item.image) if isinstance(item, PageImage) else 0
+
+
+def page_look_ahead(pages: int, megabytes: float) -> LookAhead[PageImage | PageFailure]:
+    """A look-ahead of at most ``pages`` rendered pages and ``megabytes`` MiB of their images,
+    longest expected text first (``pages`` 0: input order)."""
+    return LookAhead(pages, round(megabytes * MB), expected_text, held_bytes)
+
+
 class DocumentPages:
     """An :class:`Intake` of documents: each is counted, its pages not done yet are rendered in
     worker processes, a chunk of :data:`CHUNK_PAGES` at a time, ahead of the requests (with
-    ``estimate_text``, each page's text is estimated as it is rendered: a run that may read
-    dense pages in tiles)."""
+    ``estimate_text``, each page's text is estimated as it is rendered, and with a
+    ``look_ahead``, the rendered pages expected to be longest are sent first)."""
 
     def __init__(
         self,
@@ -359,6 +422,7 @@ class DocumentPages:
         render: RenderOptions,
         storage_options: dict[str, Any] | None = None,
         estimate_text: bool = False,
+        look_ahead: LookAhead[PageImage | PageFailure] = IN_ORDER,
     ) -> None:
         self.documents = documents
         self.index = index
@@ -366,6 +430,7 @@ class DocumentPages:
         self.render = render
         self.storage_options = storage_options or {}
         self.estimate_text = estimate_text
+        self.look_ahead = look_ahead
 
     async def batches(
         self, flow: PageFlow[DocumentRef, PageImage | PageFailure]
@@ -439,6 +504,9 @@ class UpstreamRows:
     rows whose page ``index`` holds already are skipped, the others are handed on as
     :class:`~llm_ocr.records.PageResult` values. Every row counts as a page found when the
     counters count them (``pages_found`` not None)."""
+
+    #: Rows are handed on in their order, one at a time.
+    look_ahead: LookAhead[PageResult] = IN_ORDER
 
     def __init__(self, rows: Iterable[dict[str, Any]], index: ShardIndex) -> None:
         self.rows = rows

@@ -54,6 +54,11 @@ class RunCounters:
     #: line can only restate the rows).
     pages_found: int | None = None
     in_flight: int = 0
+    #: Rendered pages waiting for a slot in the look-ahead (:mod:`llm_ocr.runners.look_ahead`).
+    waiting: int = 0
+    #: The look-ahead's bounds and the most it held (``pages``, ``mb``, ``peak_pages``,
+    #: ``peak_mb``), once a flow with one has run; recorded in the completion marker.
+    look_ahead: dict[str, float] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -82,7 +87,7 @@ class RunCounters:
             f"(ok {self.pages['ok']}, truncated {self.pages['truncated']}, error {self.pages['error']}"
             + (f", quarantined {self.pages['quarantined']})" if self.pages["quarantined"] else ")"),
             f"{self.rate():.2f} pages/s",
-            f"in flight {self.in_flight}",
+            f"in flight {self.in_flight}" + (f", {self.waiting} waiting" if self.waiting else ""),
         ]
         if self.server:
             parts.append(
@@ -145,6 +150,7 @@ class RunCounters:
             "wall_time_s": round(elapsed, 3),
             "pages_per_s": round(self.rate(), 4),
             "tokens_per_s": round(self.completion_tokens / elapsed, 2) if elapsed > 0 else 0.0,
+            **({"look_ahead": {**self.look_ahead, "waiting": self.waiting}} if self.look_ahead else {}),
         }
 
 

@@ -40,7 +40,7 @@ from llm_ocr.runners.extract import Extract, extract_context
 from llm_ocr.runners.fields import Fields, fields_wanted, launched_engine_refusal
 from llm_ocr.runners.inputs import shard_inputs
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_on, run_stage
-from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows
+from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows, page_look_ahead
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.serving.open import Endpoint
@@ -192,10 +192,12 @@ class Run(ShardStage):
                     run_pages = _RunPages(ectx, route, self.tally, dctx, self.describe.done_pages,
                                           work.counters["describe"], bad)
                     handler = bad.guard(run_pages.read, run_pages.quarantined)
-                    # Every page's text is estimated as it is rendered (its row keeps it).
+                    # Every page's text is estimated as it is rendered (its row keeps it; the pages waiting
+                    # for a slot go longest first by it).
+                    look_ahead = page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb)
                     pages = DocumentPages(self.documents, self.extract, work.pool,
                                           family_render(spec.render, ectx.recipe), job.storage_options,
-                                          estimate_text=True)
+                                          estimate_text=True, look_ahead=look_ahead)
                     await work.run(pages, handler, ["extract", "describe"])
                     layout_s = route.client.busy_seconds if route is not None else None
             extracted, described = work.counters["extract"], work.counters["describe"]

@@ -6,6 +6,7 @@
 - :mod:`.images`  Pillow helpers: open safely, convert, fit, encode
 - :mod:`.text_layer` a PDF page's own text layer, and whether it reads as English
 - :mod:`.rerender` one document's pages re-rendered after the run (the report, Fields' page images)
+- :mod:`.counting` the pages of the inputs, counted without rendering (``llm-ocr plan``)
 
 May import storage (to read any URL) and records; never vlm, stages, runners, servers or commands.
 """

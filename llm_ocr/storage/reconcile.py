@@ -50,6 +50,9 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
     finished = sorted(f"{m.get('shard', 0):05d}-of-{m.get('num_shards', 1):05d}" for m in markers)
     routes: Counter[str] = Counter()
     models: dict[str, Counter[str]] = defaultdict(Counter)
+    # Each finished shard's pages/s, beside what a plan estimated for its model and GPUs.
+    speed = {f"{m.get('shard', 0):05d}-of-{m.get('num_shards', 1):05d}": {
+        "pages_per_s": m.get("pages_per_s"), "estimate": m["estimate"]} for m in markers if m.get("estimate")}
     for marker in markers:  # how the finished shards' pages were read (markers written since routes)
         routes.update(marker.get("routes") or {})
         for model, counts in (marker.get("models") or {}).items():
@@ -67,4 +70,5 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
         "unreadable_parts": unreadable,
         "routes": dict(routes),
         "models": {model: dict(counts) for model, counts in sorted(models.items())},
+        "speed": dict(sorted(speed.items())),
     }

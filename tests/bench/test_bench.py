@@ -17,7 +17,13 @@ from PIL import Image, ImageDraw
 
 from llm_ocr.bench import BenchConfig, format_table, run_bench
 from llm_ocr.bench.corpus import document_lengths, make_corpus
-from llm_ocr.bench.lower_bound import dependencies, lower_bound_seconds, read_request_log
+from llm_ocr.bench.lower_bound import (
+    LoggedRequest,
+    dependencies,
+    longest_first_bound,
+    lower_bound_seconds,
+    read_request_log,
+)
 from llm_ocr.bench.measure import Sampler
 from llm_ocr.engines.sim import content
 from llm_ocr.engines.sim.timing import TimingModel, perfect_client_makespan, replay
@@ -67,6 +73,26 @@ def test_a_long_request_dominates_and_order_matters() -> None:
     assert perfect_client_makespan(model, [2000] + [100] * 7) == pytest.approx(0.02 + 20.0)
     # Last in line: it gets a slot only when the first wave ends at 1.02 s.
     assert perfect_client_makespan(model, [100] * 7 + [2000]) == pytest.approx(1.02 + 0.02 + 20.0)
+
+
+def test_the_longest_first_bound_admits_the_longest_waiting_request_first() -> None:
+    model = TimingModel(slots=4, prefill_ms=20, decode_ms_per_token=10, load_slowdown=0)
+    tokens = [100] * 7 + [2000]
+    # The long request last in the list still gets a slot at t=0: it alone sets the makespan.
+    longest = replay(model, tokens, priority=[float(t) for t in tokens])
+    assert longest.makespan == pytest.approx(0.02 + 20.0) and longest.admitted[7] == 0.0
+    # Five on four slots: the four longest at t=0, the shortest when the 100-token one ends; in
+    # list order the 400-token one would wait for the 50-token one (0.52 s) and end at 4.54 s.
+    tokens = [50, 100, 300, 200, 400]
+    ranked = replay(model, tokens, priority=[float(t) for t in tokens])
+    assert ranked.admitted == (pytest.approx(1.02), 0.0, 0.0, 0.0, 0.0)
+    assert ranked.makespan == pytest.approx(4.02)  # 400 tokens from t=0
+    assert replay(model, tokens).makespan == pytest.approx(0.52 + 4.02)
+    # A retry arrives when its answer is back and, from then on, ranks by its length too.
+    requests = [LoggedRequest(float(i), sha, t, "stop") for i, (sha, t) in enumerate(
+        [("a", 100), ("b", 100), ("c", 100), ("d", 100), ("e", 100), ("a", 1000)])]
+    bound = longest_first_bound(model, requests)
+    assert bound.admitted[5] == pytest.approx(1.02) and bound.makespan == pytest.approx(1.02 + 10.02)
 
 
 def test_a_retry_waits_for_the_answer_it_retries() -> None:

@@ -16,6 +16,7 @@ import asyncio
 import base64
 import binascii
 import collections
+import contextlib
 import hashlib
 import json
 import math
@@ -136,6 +137,8 @@ class SimServer(OpenAIServer):
         self.memory = families.Memory()
         self._sem: asyncio.Semaphore | None = None
         self._start_now: asyncio.Event | None = None
+        #: Set to end every hang under way (``POST /sim/release``); a new one holds the next hangs.
+        self._release = asyncio.Event()
         self.timing = TimingModel(
             slots=cfg.slots,
             prefill_ms=cfg.prefill_ms,
@@ -152,6 +155,7 @@ class SimServer(OpenAIServer):
             web.post("/sim/ready", self.end_startup),
             web.get("/sim/faults", self.list_faults),
             web.delete("/sim/faults", self.clear_faults),
+            web.post("/sim/release", self.release_hangs),
             web.get("/sim/stats", self.get_stats),
             web.post("/sim/verify", self.verify),
         ]
@@ -193,7 +197,8 @@ class SimServer(OpenAIServer):
 
         Transport faults act before validation: ``error`` answers HTTP ``status`` (default
         500) with OpenAI error JSON; ``hang`` holds the request ``seconds`` (default 3600, then
-        answers normally) or until the client disconnects; ``reset`` aborts the connection
+        answers normally), until ``POST /sim/release`` (then answers normally) or until the client
+        disconnects; ``reset`` aborts the connection
         without a response; ``crash`` exits the process with code 1 at once. Content faults
         are consumed by the next request even when it then fails validation: ``loop`` (a
         valid start, then one phrase until ``max_tokens``, finish_reason "length"), ``empty``
@@ -226,6 +231,14 @@ class SimServer(OpenAIServer):
         n = len(self.faults)
         self.faults.clear()
         return web.json_response({"cleared": n})
+
+    async def release_hangs(self, request: web.Request) -> web.Response:
+        """``POST /sim/release``: every ``hang`` under way ends now and its request is answered
+        normally (a test holds a run's first request, lets it prepare what it sends next, and
+        then lets it go on); later hangs hold again."""
+        released, self._release = self._release, asyncio.Event()
+        released.set()
+        return web.json_response({"released": True})
 
     async def verify(self, request: web.Request) -> web.Response:
         """``POST /sim/verify``: a **simulated** verifier (llm-ocr's verifier interface,
@@ -318,7 +331,9 @@ class SimServer(OpenAIServer):
                 record["outcome"] = "error"
                 return error_response(fault.status, fault.message or f"Injected fault: HTTP {fault.status}.")
             record["outcome"] = "hang"
-            await asyncio.sleep(fault.seconds)  # cancelled when the client disconnects
+            # Cancelled when the client disconnects; ends early on POST /sim/release.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._release.wait(), fault.seconds)
             # A finite hang (``seconds``) ends as a slow but normal request.
             record["outcome"] = "cancelled"
             fault = None

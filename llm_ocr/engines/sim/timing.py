@@ -80,6 +80,7 @@ def replay(
     completion_tokens: Sequence[int],
     after: Sequence[int | None] | None = None,
     arrivals: Sequence[float] | None = None,
+    priority: Sequence[float] | None = None,
 ) -> Replay:
     """Run requests through the server's scheduling and timing on a virtual clock.
 
@@ -87,6 +88,10 @@ def replay(
     takes the waits of :meth:`TimingModel.slot_steps`, re-evaluated against the number of
     requests holding a slot at that moment, exactly as the server does. Network, parsing and
     client time are zero.
+
+    With ``priority``, the waiting request of the highest priority is admitted first (ties in
+    list order): the server as a client sees it that holds its requests back and sends the
+    best one whenever a slot frees (the longest first, with its completion tokens).
 
     ``arrivals[i]`` is when request ``i`` reaches the server (default: all at t=0; ties keep
     the list order). ``after[i] = j`` says request ``i`` can only be sent once request ``j``
@@ -98,8 +103,8 @@ def replay(
         return Replay(0.0, 0.0, (), ())
     deps = list(after) if after is not None else [None] * n
     times = list(arrivals) if arrivals is not None else [0.0] * n
-    if len(deps) != n or len(times) != n:
-        raise ValueError("after and arrivals must have one entry per request")
+    if len(deps) != n or len(times) != n or (priority is not None and len(priority) != n):
+        raise ValueError("after, arrivals and priority must have one entry per request")
     followers: dict[int, list[int]] = {}
     for i, j in enumerate(deps):
         if j is not None:
@@ -113,6 +118,7 @@ def replay(
     finish = [0.0] * n
     admitted = [0.0] * n
     queue: deque[int] = deque()
+    ranked: list[tuple[float, int]] = []  # (-priority, index): the queue when there are priorities
     events: list[tuple[float, int, int, int, Iterator[tuple[float, float]] | None]] = []
     counter = 0  # tie-breaker: events at the same time run in the order they were scheduled
 
@@ -134,8 +140,8 @@ def replay(
 
     def admit() -> None:
         nonlocal running
-        while queue and running < model.slots:
-            i = queue.popleft()
+        while (queue or ranked) and running < model.slots:
+            i = heapq.heappop(ranked)[1] if priority is not None else queue.popleft()
             running += 1
             admitted[i] = now
             advance(i, model.slot_steps(completion_tokens[i], current))  # the prefill, always
@@ -149,7 +155,10 @@ def replay(
         area += running * (now - last)
         last = now
         if kind == ARRIVE:
-            queue.append(i)
+            if priority is not None:
+                heapq.heappush(ranked, (-priority[i], i))
+            else:
+                queue.append(i)
         elif steps is not None and advance(i, steps):
             continue
         else:
@@ -158,6 +167,8 @@ def replay(
             finish[i] = now
             for k in followers.pop(i, ()):
                 push(max(now, times[k]), ARRIVE, k, None)
+        if events and events[0][0] == now and events[0][1] == ARRIVE:
+            continue  # admit once every request arriving now is in the queue (priorities see them all)
         admit()
     if finished != n:  # pragma: no cover - every request is reachable by construction
         raise AssertionError(f"{n - finished} request(s) never ran")
