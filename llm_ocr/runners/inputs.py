@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterator
 
 from llm_ocr.options import DatasetOptions
-from llm_ocr.sources import DocumentRef, plan_inputs
+from llm_ocr.sources import DocumentRef, InputPlan, plan_inputs
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import list_parts
 from llm_ocr.storage.state import STATE_DIR
@@ -42,6 +42,22 @@ def dataset_rule(out: Storage) -> str:
     return rule
 
 
+def input_plan(
+    inputs: list[str], dataset: DatasetOptions, storage_options: dict, out: Storage
+) -> tuple[InputPlan, bool]:
+    """Check ``inputs`` now (raising :class:`~llm_ocr.sources.InputError`): their plan, and whether
+    dataset rows go round-robin (``by_rows``: the rule ``out`` was begun with, :func:`dataset_rule`)."""
+    plan = plan_inputs(inputs, dataset=dataset, storage_options=storage_options)
+    by_rows = plan.has_datasets and dataset_rule(out) == ROWS
+    if by_rows:
+        log.warning(
+            "%s was begun by an older llm-ocr that shards dataset rows round-robin: keeping that rule "
+            "(every shard reads the whole dataset); write to a new --output to read only each shard's share",
+            out.display(out.root),
+        )
+    return plan, by_rows
+
+
 def shard_inputs(
     inputs: list[str],
     dataset: DatasetOptions,
@@ -52,12 +68,5 @@ def shard_inputs(
 ) -> Iterator[DocumentRef]:
     """Check ``inputs`` now (raising :class:`~llm_ocr.sources.InputError`) and return the
     iterator of this shard's documents."""
-    plan = plan_inputs(inputs, dataset=dataset, storage_options=storage_options)
-    by_rows = plan.has_datasets and dataset_rule(out) == ROWS
-    if by_rows:
-        log.warning(
-            "%s was begun by an older llm-ocr that shards dataset rows round-robin: keeping that rule "
-            "(every shard reads the whole dataset); write to a new --output to read only each shard's share",
-            out.display(out.root),
-        )
+    plan, by_rows = input_plan(inputs, dataset, storage_options, out)
     return plan.documents(num_shards, shard_index, by_rows=by_rows)

@@ -32,18 +32,19 @@ from functools import partial
 from typing import Any, ClassVar
 
 from llm_ocr.costs import gpu_cost
-from llm_ocr.options import ClientOptions, JobOptions, ServerOptions
+from llm_ocr.options import ClientOptions, JobOptions, ServerOptions, StealOptions
 from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.records import page_schema
+from llm_ocr.runners.groups import GroupWork, group_work
 from llm_ocr.runners.page_flow import FlowSettings, Intake, ItemT, PageFlow, PageHandler, RefT, flow_settings
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.runners.shard import ShardOutcome, check_writable, in_flight_for_endpoint, resolve_shard
 from llm_ocr.runners.workers import WorkerPool, default_workers
 from llm_ocr.serving.in_flight import InFlightLimit, adapting
 from llm_ocr.serving.open import Endpoint, open_endpoint
-from llm_ocr.sources import InputError
+from llm_ocr.sources import InputError, InputPlan
 from llm_ocr.storage import Storage
-from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
+from llm_ocr.storage.parts import PartWriter, RowSink, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart
@@ -91,6 +92,17 @@ class Shard:
             )
         except ShardLayoutError as exc:
             raise RunError(str(exc)) from exc
+
+    async def work_groups(
+        self, flow: str, folders: Sequence[str], plan: InputPlan, by_rows: bool, options: StealOptions, *,
+        keep_quarantined: bool,
+    ) -> GroupWork | None:
+        """This shard's work groups for a page flow writing ``folders`` (None: static shards;
+        docs/stragglers.md)."""
+        return await asyncio.to_thread(partial(
+            group_work, self.out, flow, folders, self.index, self.count, plan, by_rows, options, page_schema(),
+            keep_quarantined=keep_quarantined, stop=self.stop, max_rows=self.job.part_rows,
+        ))
 
     def writer(self, stage: str, index: ShardIndex) -> PartWriter:
         """A writer of page rows into ``OUT/STAGE``, numbering parts after those ``index`` found."""
@@ -288,7 +300,8 @@ class PageWork:
     """
 
     def __init__(
-        self, shard: Shard, endpoint: Endpoint, indexes: Mapping[str, ShardIndex], *, render: bool = False
+        self, shard: Shard, endpoint: Endpoint, indexes: Mapping[str, ShardIndex], *, render: bool = False,
+        groups: GroupWork | None = None,
     ) -> None:
         job = shard.job
         self.shard = shard
@@ -296,7 +309,12 @@ class PageWork:
         self.indexes = dict(indexes)
         first = next(iter(self.indexes))
         self.counters = {name: RunCounters(name, shard.index, shard.count) for name in self.indexes}
-        self.writers = {name: shard.writer(name, index) for name, index in self.indexes.items()}
+        #: Work groups (docs/stragglers.md): rows go to the groups' parts, claims are renewed.
+        self.groups = groups
+        self.writers: dict[str, RowSink] = {
+            name: groups.writer(name) if groups is not None else shard.writer(name, index)
+            for name, index in self.indexes.items()
+        }
         self.reporter = ProgressReporter(
             self.counters[first], job.progress, job.progress_interval, poll_server=endpoint.metrics,
             on_tick=progress_writer(shard.out, first, shard.index, shard.count),
@@ -346,13 +364,19 @@ class PageWork:
 
     async def __aenter__(self) -> PageWork:
         self.reporter.start()
+        if self.groups is not None:
+            self.groups.start()
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         try:
             try:
-                for writer in self.writers.values():
-                    await writer.close()
+                try:
+                    for writer in self.writers.values():
+                        await writer.close()
+                finally:
+                    if self.groups is not None:  # groups not finished are released for others
+                        await self.groups.close()
             finally:
                 await self.reporter.stop()
                 if self.pool is not None:

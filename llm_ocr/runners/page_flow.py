@@ -29,7 +29,7 @@ from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.render import DocumentError, count_pages, render_pages
 from llm_ocr.storage import retry_io
-from llm_ocr.storage.parts import PartWriter, ShardIndex
+from llm_ocr.storage.parts import RowSink, ShardIndex
 from llm_ocr.storage.stores import store_options
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class OrderedRows:
     full, the oldest held rows are written out of order, and the slow page follows when done.
     """
 
-    def __init__(self, writer: PartWriter, window: int) -> None:
+    def __init__(self, writer: RowSink, window: int) -> None:
         self.writer = writer
         self.window = window
         self.next_seq = 0
@@ -186,13 +186,13 @@ class PageFlow(Generic[RefT, ItemT]):
         self,
         *,
         handler: PageHandler[RefT, ItemT],
-        writer: PartWriter | Sequence[PartWriter],
+        writer: RowSink | Sequence[RowSink],
         counters: RunCounters,
         settings: FlowSettings,
         stop: asyncio.Event | None = None,
     ) -> None:
         self.handler = handler
-        self.writers = [writer] if isinstance(writer, PartWriter) else list(writer)
+        self.writers = list(writer) if isinstance(writer, Sequence) else [writer]
         self.counters = counters
         self.settings = settings
         self.stop = stop or asyncio.Event()
@@ -359,6 +359,7 @@ class DocumentPages:
         render: RenderOptions,
         storage_options: dict[str, Any] | None = None,
         estimate_text: bool = False,
+        planned: Callable[[DocumentRef, list[int]], None] | None = None,
     ) -> None:
         self.documents = documents
         self.index = index
@@ -366,6 +367,9 @@ class DocumentPages:
         self.render = render
         self.storage_options = storage_options or {}
         self.estimate_text = estimate_text
+        #: Told, for each document, which pages will get a row this run (page 0: the document
+        #: could not be opened; none: it is done): work groups end when those rows are stored.
+        self.planned = planned or (lambda ref, pages: None)
 
     async def batches(
         self, flow: PageFlow[DocumentRef, PageImage | PageFailure]
@@ -382,6 +386,7 @@ class DocumentPages:
                 pages = self.index.num_pages.get(ref.doc_id) or 0
                 counters.pages_skipped += pages
                 counters.pages_found += pages
+                self.planned(ref, [])
                 continue
             async for batch in self._document(ref, flow):
                 yield batch
@@ -412,6 +417,7 @@ class DocumentPages:
             failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
             counters.pages_found += 1  # the document's one error row
             flow.expect(ref.doc_id, 1)  # which finishes the document
+            self.planned(ref, [DOCUMENT_LEVEL_PAGE])
             yield Batch(ref, [failure])
             return
         done = self.index.done_pages.get(ref.doc_id, set())
@@ -419,6 +425,7 @@ class DocumentPages:
         # Counted from the input, not from the rows: the end-of-run line checks the rows against it.
         counters.pages_found += num_pages
         counters.pages_skipped += num_pages - len(todo)
+        self.planned(ref, todo)
         chunks = [todo[i : i + CHUNK_PAGES] for i in range(0, len(todo), CHUNK_PAGES)]
         if not chunks:
             if cleanup:
