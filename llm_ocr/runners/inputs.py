@@ -56,17 +56,3 @@ def input_plan(
             out.display(out.root),
         )
     return plan, by_rows
-
-
-def shard_inputs(
-    inputs: list[str],
-    dataset: DatasetOptions,
-    storage_options: dict,
-    out: Storage,
-    num_shards: int,
-    shard_index: int,
-) -> Iterator[DocumentRef]:
-    """Check ``inputs`` now (raising :class:`~llm_ocr.sources.InputError`) and return the
-    iterator of this shard's documents."""
-    plan, by_rows = input_plan(inputs, dataset, storage_options, out)
-    return plan.documents(num_shards, shard_index, by_rows=by_rows)
