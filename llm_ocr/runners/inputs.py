@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 
 from llm_ocr.options import DatasetOptions
-from llm_ocr.sources import DocumentRef, InputPlan, plan_inputs
+from llm_ocr.sources import InputPlan, plan_inputs
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import list_parts
 from llm_ocr.storage.state import STATE_DIR
