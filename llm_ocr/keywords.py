@@ -130,7 +130,7 @@ class RunKeywords(TypedDict, total=False):
     """Seconds a claim on a page group lasts unless its holder renews it (it does every lease/4): how long a dead
     shard's groups in progress wait before others take them."""
     group_docs: int | None
-    """Documents per page group (default: the largest shard's documents / 64; fixed when the output is begun)."""
+    """Documents per page group (default: the largest shard's documents / 128; fixed when the output is begun)."""
     escalate_to: str | None
     """A stronger model that reads again every page whose first reading trips --escalate-on (llm-ocr run: Extract, then
     Escalate into OUT/escalate, then Describe and Assemble use it)."""
@@ -350,7 +350,7 @@ class ExtractKeywords(TypedDict, total=False):
     """Seconds a claim on a page group lasts unless its holder renews it (it does every lease/4): how long a dead
     shard's groups in progress wait before others take them."""
     group_docs: int | None
-    """Documents per page group (default: the largest shard's documents / 64; fixed when the output is begun)."""
+    """Documents per page group (default: the largest shard's documents / 128; fixed when the output is begun)."""
     request_timeout: float
     """Seconds one request may take once sent (a page can decode thousands of tokens)."""
     max_attempts: int
@@ -932,7 +932,7 @@ class LaunchKeywords(TypedDict, total=False):
     """Seconds a claim on a page group lasts unless its holder renews it (it does every lease/4): how long a dead
     shard's groups in progress wait before others take them."""
     group_docs: int | None
-    """Documents per page group (default: the largest shard's documents / 64; fixed when the output is begun)."""
+    """Documents per page group (default: the largest shard's documents / 128; fixed when the output is begun)."""
     escalate_to: str | None
     """A stronger model that reads again every page whose first reading trips --escalate-on (llm-ocr run: Extract, then
     Escalate into OUT/escalate, then Describe and Assemble use it)."""

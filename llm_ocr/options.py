@@ -286,8 +286,8 @@ class StealOptions(BaseModel):
     )
     group_docs: int | None = Field(
         None, ge=1,
-        description="Documents per page group (default: the largest shard's documents / 64; fixed when the output is "
-        "begun).",
+        description="Documents per page group (default: the largest shard's documents / 128; fixed when the output "
+        "is begun).",
     )
 
 
