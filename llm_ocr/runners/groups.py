@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,6 +216,8 @@ class GroupWork:
         self._sizes: dict[int, int] = {}
         self._heartbeat: asyncio.Task[None] | None = None
         self._writers: dict[str, GroupWriter] = {}
+        #: Batches of pages the page flow has ready ahead of its free slots (set by the flow).
+        self.backlog: Callable[[], int] = lambda: 0
         #: Own groups not done when this process last looked (the marker waits for them).
         self.own_unfinished: list[int] = []
         self._endings: set[asyncio.Task[None]] = set()
@@ -251,6 +253,7 @@ class GroupWork:
             if seen is not None and seen.finished and not self._redo(group, seen):
                 self.stats.own_found_done += 1
                 continue
+            self._wait_for_room()
             claim, seen = self._try_take(group, seen, own=True)
             if claim is None:
                 if seen is not None and seen.finished:
@@ -298,6 +301,7 @@ class GroupWork:
                     yield from self._read(group, claim)
                 else:
                     waiting[number] = latest
+            self._wait_for_room()
             if self.steal and (taken := self._take_other()) is not None:
                 self.stats.taken[f"{taken.group.shard:05d}"] += 1
                 progressed = True
@@ -334,6 +338,13 @@ class GroupWork:
                     log.info("taking %s from its holder (released, or its lease ran out)", group)
                     return claim
         return None
+
+    def _wait_for_room(self) -> None:
+        """Claim the next group only when the page flow is about to need it (at most one batch
+        ready ahead): the groups a process holds are the ones it is reading, so a slow process
+        holds little when the others run out of work (its holding is the run's tail)."""
+        while not self.stop.is_set() and self.backlog() > 1:
+            time.sleep(0.02)
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

@@ -350,6 +350,8 @@ class PageWork:
             settings=self.settings(limit),
             stop=self.shard.stop,
         )
+        if self.groups is not None:  # a group is claimed when this flow has room for it
+            self.groups.backlog = lambda: flow.ready_batches
         async with adapting(self.controller):
             await flow.run(intake)
         self.documents[writes[0]] |= flow.documents

@@ -208,6 +208,11 @@ class PageFlow(Generic[RefT, ItemT]):
         self._scratch: str | None = None
 
     @property
+    def ready_batches(self) -> int:
+        """Batches rendered (or being rendered) ahead, waiting for a free slot."""
+        return self._queue.qsize()
+
+    @property
     def scratch(self) -> str:
         """A local folder for the run's temporary files (downloaded documents), removed at its end."""
         if self._scratch is None:
