@@ -33,8 +33,11 @@ def run(args: argparse.Namespace) -> int:
     report = [stage_status(out, stage) for stage in STAGES]
     report = [r for r in report if r["rows"] or r["finished_shards"]]
     groups = claims_summary(out)
+    for stage in report:
+        if stage["stage"] == "extract" and groups:  # the page flows that claim groups all write extract
+            stage["work_groups"] = groups
     if args.json:
-        print(json.dumps(report + ([{"work_groups": groups}] if groups else []), indent=2, sort_keys=True))
+        print(json.dumps(report, indent=2, sort_keys=True))
         return 0
     if not report:
         print(f"{args.output}: no output yet")
