@@ -18,7 +18,7 @@ from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note
 from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
 from llm_ocr.runners.groups import GroupWork, groups_finished
 from llm_ocr.runners.inputs import input_plan
-from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_stage
+from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_stage
 from llm_ocr.runners.page_flow import DocumentPages
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
@@ -82,6 +82,8 @@ class Extract(ShardStage):
         spec, job = self.spec, shard.job
         tally = ModelTally()
         groups = self.groups
+        if (idle := await nothing_to_read(shard, groups, self.writes)) is not None:
+            return idle
         async with shard.connect(spec.client, spec.server) as endpoint, \
                 PageWork(shard, endpoint, {"extract": self.index}, render=True, groups=groups) as work:
             assert work.pool is not None
@@ -100,8 +102,9 @@ class Extract(ShardStage):
         accounting = tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
         result = work.result("extract", kept=kept, extra=accounting)
         result.stats["pages"]["quarantined_earlier"] = kept
-        complete = await groups_finished(groups, result.stats, stopped=shard.stop.is_set())
-        return Finished([result], preset=endpoint.preset, complete=complete)
+        end = await groups_finished(groups, [result.stats], stopped=shard.stop.is_set())
+        result.failed = result.failed or end.failed_elsewhere
+        return Finished([result], preset=endpoint.preset, complete=end.complete)
 
 
 async def extract_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:

@@ -150,8 +150,7 @@ class GroupStats:
 
     group_docs: int
     own_groups: int = 0
-    #: Own groups this process read, own groups found done (earlier runs or other processes).
-    own_read_here: int = 0
+    #: Own groups found done (by earlier runs or other processes) when this process reached them.
     own_found_done: int = 0
     #: Groups of other shards this process read, by shard.
     taken: Counter[str] = field(default_factory=Counter)
@@ -161,9 +160,14 @@ class GroupStats:
     taken_back: int = 0
     #: Own groups other processes read (as the claims say at the end), by their shard.
     read_by_others: Counter[str] = field(default_factory=Counter)
+    #: Error and quarantined rows of own groups this process did not read (their holders' count).
+    errors_elsewhere: int = 0
+    quarantined_elsewhere: int = 0
+    #: The own groups this process read.
+    read_here: set[int] = field(default_factory=set)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"group_docs": self.group_docs, "own_groups": self.own_groups, "own_read_here": self.own_read_here,
+        return {"group_docs": self.group_docs, "own_groups": self.own_groups, "own_read_here": len(self.read_here),
                 "own_found_done": self.own_found_done, "taken_from_other_shards": dict(sorted(self.taken.items())),
                 "taken_back": self.taken_back, "read_by_other_shards": dict(sorted(self.read_by_others.items())),
                 "rows_already_written": self.rows_already_written}
@@ -261,7 +265,7 @@ class GroupWork:
                 else:
                     waiting[number] = seen
                 continue
-            self.stats.own_read_here += 1
+            self.stats.read_here.add(number)
             yield from self._read(group, claim)
         yield from self._steal_and_wait(waiting)
 
@@ -296,8 +300,9 @@ class GroupWork:
                 if claim is not None:
                     del waiting[number]
                     self.stats.taken_back += 1
+                    self.stats.read_here.add(number)
                     progressed = True
-                    log.info("took back %s: its holder's lease ran out", group)
+                    log.info("took back %s (its holder released it, or its lease ran out)", group)
                     yield from self._read(group, claim)
                 else:
                     waiting[number] = latest
@@ -537,11 +542,42 @@ class GroupWork:
             log.warning("groups %s of this shard are not done (held by other processes, or stopped): no completion "
                         "marker; rerun to finish them", _ranges(left))
             return False
-        self.stats.read_by_others.clear()
+        stats = self.stats
+        stats.read_by_others.clear()
+        stats.errors_elsewhere = stats.quarantined_elsewhere = 0
         for number, seen in view.groups.items():
+            if number in stats.read_here:  # its rows are in this process's counts
+                continue
             ending = self.book.ending(GroupId(self.shard, self.num_shards, number), seen.epoch, "done")
-            if ending is not None and ending.by_shard != self.shard:
-                self.stats.read_by_others[f"{ending.by_shard:05d}"] += 1
+            if ending is None:
+                continue
+            stats.errors_elsewhere += ending.errors
+            stats.quarantined_elsewhere += ending.quarantined
+            if ending.by_shard != self.shard:
+                stats.read_by_others[f"{ending.by_shard:05d}"] += 1
+        return True
+
+    def nothing_to_read(self) -> bool:
+        """Whether this process would read nothing: every group of its shard done (with no error
+        rows to retry), and no free group elsewhere to take. Such a run opens no endpoint (a
+        task that starts after others read its groups launches no model server)."""
+        view = self.book.view(self.shard)
+        for number in range(self.groups_of(self.shard)):
+            seen = view.groups.get(number)
+            group = GroupId(self.shard, self.num_shards, number)
+            if seen is None or not seen.finished or self._redo(group, seen):
+                return False
+        if not self.steal:
+            return True
+        for shard in range(self.num_shards):
+            if shard == self.shard:
+                continue
+            other = self.book.view(shard)
+            if len(other.groups) < self.groups_of(shard):
+                return False  # an unclaimed group
+            for number, seen in other.groups.items():
+                if not seen.finished and self.book.is_free(GroupId(shard, self.num_shards, number), seen):
+                    return False
         return True
 
 
@@ -609,14 +645,32 @@ class GroupWriter:
             raise self.failure
 
 
-async def groups_finished(groups: GroupWork | None, stats: dict[str, Any], *, stopped: bool) -> bool:
+@dataclass
+class GroupsEnd:
+    """How a page flow's work groups ended, for the shard's completion marker."""
+
+    #: Every group of the shard is done, whoever read it: the shard may be marked complete.
+    complete: bool = True
+    #: Error rows in the shard's groups other processes read (the shard failed pages too).
+    failed_elsewhere: bool = False
+
+
+async def groups_finished(groups: GroupWork | None, results: Sequence[dict[str, Any]], *, stopped: bool) -> GroupsEnd:
     """After a page flow: whether the shard may be marked complete (every own group done, by
-    whoever read it), the work groups' numbers added to ``stats`` (its completion marker)."""
+    whoever read it). The stats of ``results`` (its completion markers, the flow's page folders)
+    get the work groups' numbers, and the error and quarantined rows of the groups other
+    processes read (``pages.error_read_elsewhere``...: a rerun of this shard retries them, as it
+    would its own)."""
     if groups is None:
-        return True
-    done = stopped or await asyncio.to_thread(groups.own_done)
-    stats["groups"] = groups.stats.to_dict()
-    return done
+        return GroupsEnd()
+    if stopped:
+        return GroupsEnd(complete=False)
+    done = await asyncio.to_thread(groups.own_done)
+    for stats in results:
+        stats["groups"] = groups.stats.to_dict()
+        stats["pages"]["error_read_elsewhere"] = groups.stats.errors_elsewhere
+        stats["pages"]["quarantined_read_elsewhere"] = groups.stats.quarantined_elsewhere
+    return GroupsEnd(done, failed_elsewhere=bool(groups.stats.errors_elsewhere or groups.stats.quarantined_elsewhere))
 
 
 def group_work(

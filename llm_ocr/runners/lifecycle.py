@@ -35,7 +35,7 @@ from llm_ocr.costs import gpu_cost
 from llm_ocr.options import ClientOptions, JobOptions, ServerOptions, StealOptions
 from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.records import page_schema
-from llm_ocr.runners.groups import GroupWork, group_work
+from llm_ocr.runners.groups import GroupWork, group_work, groups_finished
 from llm_ocr.runners.page_flow import FlowSettings, Intake, ItemT, PageFlow, PageHandler, RefT, flow_settings
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.runners.shard import ShardOutcome, check_writable, in_flight_for_endpoint, resolve_shard
@@ -393,6 +393,24 @@ class PageWork:
             raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
         if isinstance(exc, (InputError, UnreadablePart)):
             raise RunError(str(exc)) from exc
+
+
+async def nothing_to_read(shard: Shard, groups: GroupWork | None, folders: Sequence[str]) -> Finished | None:
+    """With work groups, when every group of the shard is done and no other shard has one free:
+    the work's end without an endpoint (no model server is launched for nothing), its markers
+    counting no page read here; else None."""
+    if groups is None or not await asyncio.to_thread(groups.nothing_to_read):
+        return None
+    log.info("every page group of this shard is done (no other shard has a free one): nothing to read, no endpoint "
+             "opened")
+    results = []
+    for name in folders:
+        counters = RunCounters(name, shard.index, shard.count)
+        counters.pages_found = 0
+        results.append(StageResult(name, counters.summary(), counters=counters))
+    end = await groups_finished(groups, [r.stats for r in results], stopped=shard.stop.is_set())
+    results[0].failed = end.failed_elsewhere
+    return Finished(results, complete=end.complete, uses_model=False)
 
 
 def note_documents(counters: RunCounters, documents: Iterable[str]) -> None:

@@ -40,7 +40,7 @@ from llm_ocr.runners.extract import Extract, extract_context
 from llm_ocr.runners.fields import Fields, fields_wanted, launched_engine_refusal
 from llm_ocr.runners.groups import GroupWork, groups_finished
 from llm_ocr.runners.inputs import input_plan
-from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_on, run_stage
+from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_on, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import ShardOutcome
@@ -173,6 +173,8 @@ class Run(ShardStage):
 
     async def work(self, shard: Shard) -> Finished:
         spec = self.spec
+        if self.fields is None and (idle := await nothing_to_read(shard, self.groups, self.writes)) is not None:
+            return idle  # (Fields runs on this run's endpoint: it opens one anyway)
         async with AsyncExitStack() as here:
             # Kept open for Fields (until the caller closes ``servers``), else closed after the pages.
             keeper = self.servers if self.fields is not None and self.servers is not None else here
@@ -216,8 +218,10 @@ class Run(ShardStage):
         accounting = self.tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
         ex = work.result("extract", kept=kept, extra=accounting)
         ex.stats["pages"]["quarantined_earlier"] = kept
-        complete = await groups_finished(self.groups, ex.stats, stopped=shard.stop.is_set())
-        return Finished([ex, describe_result(work, dctx)], preset=endpoint.preset, complete=complete)
+        de = describe_result(work, dctx)
+        end = await groups_finished(self.groups, [ex.stats, de.stats], stopped=shard.stop.is_set())
+        ex.failed = ex.failed or end.failed_elsewhere
+        return Finished([ex, de], preset=endpoint.preset, complete=end.complete)
 
     async def then(self, shard: Shard, outcome: ShardOutcome, markers: Markers) -> ShardOutcome:
         # Assemble reads OUT/describe back: where writes are batched into commits (the Hub), the

@@ -28,7 +28,9 @@ from tests.docs import make_corpus
 from tests.waiting import hangs_applied, hold_request, wait_until, wait_until_held
 
 
-def shard_command(docs: Path, out: Path, server: SimulatedServer, shard: int, shards: int, *extra: str) -> list[str]:
+def shard_command(docs: Path, out: Path, server: Any, shard: int, shards: int, *extra: str) -> list[str]:
+    """``llm-ocr extract`` of one shard against ``server`` (its ``base_url``), in groups of 2
+    documents unless ``extra`` says otherwise (a later flag wins)."""
     return [sys.executable, "-m", "llm_ocr.cli", "extract", str(docs), "--output", str(out), "--endpoint",
             server.base_url, "--workers", "0", "--progress", "log", "--num-shards", str(shards), "--shard-index",
             str(shard), "--group-docs", "2", *extra]
@@ -196,3 +198,71 @@ def test_a_lease_that_runs_out_while_its_holder_lives_costs_work_never_a_second_
     assert_every_page_once(out, docs)
     assert marker(out, 1, 2)["groups"]["rows_already_written"] == 2
     assert "taken over" in err
+
+
+def test_errors_in_groups_another_shard_read_are_retried_by_their_owner_and_a_shard_left_nothing_opens_no_endpoint(
+    tmp_path: Path,
+) -> None:
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=4, pages=1)  # shard 0: documents 0 and 2; shard 1: 1 and 3
+    out = tmp_path / "out"
+    with SimulatedServer(corpus=docs) as server:
+        # Shard 0 reads its own two pages, then shard 1's two (no one else is running): the
+        # server refuses those two for good (HTTP 400), so they get error rows.
+        server.inject("hang", count=2, seconds=0)
+        server.inject("error", count=2, status=400)
+        first = run_shard(shard_command(docs, out, server, 0, 2, "--group-docs", "1", "--max-in-flight", "1"))
+        assert first.returncode == 1, first.stderr[-3000:]  # pages failed (shard 1's)
+        assert marker(out, 0, 2)["groups"]["taken_from_other_shards"] == {"00001": 2}
+        # Shard 1's run retries them: its groups were done by another shard, with error rows.
+        before = len(server.requests())
+        owner = run_shard(shard_command(docs, out, server, 1, 2, "--group-docs", "1"))
+        assert owner.returncode == 0, owner.stderr[-3000:]
+        assert len(server.requests()) - before == 2
+    assert_every_page_once(out, docs)
+    # Shard 0's marker recorded the failed pages it read, so its rerun is not settled by it; every
+    # group is done and no other shard has one free: it ends without opening its endpoint.
+    again = run_shard(shard_command(docs, out, _Dead(), 0, 2, "--group-docs", "1", "--dead-after", "5"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "no endpoint opened" in again.stderr
+
+
+class _Dead:
+    """An endpoint nothing listens on (port 9, discard): a run that opened it would fail."""
+
+    base_url = "http://127.0.0.1:9/v1"
+
+
+def test_a_shard_whose_groups_another_shard_failed_is_not_marked_clean_and_its_rerun_retries_them(
+    tmp_path: Path,
+) -> None:
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=16, pages=1)  # 8 documents each, groups of 1
+    out = tmp_path / "out"
+    with SimulatedServer(corpus=docs) as slow_server, SimulatedServer(corpus=docs) as fast:
+        # Shard 1 claims its first groups and is frozen while they are read (its lease holds);
+        # shard 0 reads its own pages, then shard 1's free groups, and one of those fails for good.
+        slow_server.inject("hang", count=1000, seconds=2)
+        owner = start(shard_command(docs, out, slow_server, 1, 2, "--group-docs", "1", "--max-in-flight", "1"))
+        try:
+            wait_until(lambda: hangs_applied(slow_server) >= 1, "shard 1 sent a request", process=owner)
+            os.kill(owner.pid, signal.SIGSTOP)
+            fast.inject("hang", count=8, seconds=0)
+            fast.inject("error", count=1, status=400)
+            thief = run_shard(shard_command(docs, out, fast, 0, 2, "--group-docs", "1", "--max-in-flight", "1"))
+            assert thief.returncode == 1, thief.stderr[-3000:]
+            os.kill(owner.pid, signal.SIGCONT)
+            code, err = finish(owner)
+        finally:
+            if owner.poll() is None:
+                os.kill(owner.pid, signal.SIGCONT)
+                os.killpg(owner.pid, signal.SIGKILL)
+        # Shard 1's own pages were fine, but one of its groups holds an error row another shard
+        # wrote: its marker says so and it exits 1, as it would with an error row of its own.
+        assert code == 1, err[-3000:]
+        assert marker(out, 1, 2)["pages"]["error_read_elsewhere"] == 1
+        before = len(fast.requests())
+        again = run_shard(shard_command(docs, out, fast, 1, 2, "--group-docs", "1"))
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert len(fast.requests()) - before == 1  # the rerun retried that page
+    assert_every_page_once(out, docs)
