@@ -774,6 +774,52 @@ class LaunchKeywords(TypedDict, total=False):
     """User or organisation to run the jobs under (default: the token's user)."""
     code_repo: str | None
     """Private model repo the llm-ocr wheel is uploaded to (default: NAMESPACE/llm-ocr-jobs-code)."""
+    context: str | None
+    """kubeconfig context to use (default: the current one)."""
+    gpus_per_pod: int | None
+    """GPUs per shard pod, the nvidia.com/gpu limit (default 1, 0 for assemble and --endpoint runs)."""
+    gpu_type: str | None
+    """The GPU's name for the status table, e.g. L4 (pick the nodes with --node-selector)."""
+    max_failed_shards: int | None
+    """Stop the whole Job once more than this many shards have failed (maxFailedIndexes; default: every shard runs to
+    its end)."""
+    node_selector: list[str]
+    """Node label the pods must run on, e.g. cloud.google.com/gke-accelerator=nvidia-l4."""
+    toleration: list[str]
+    """Taint the pods tolerate, as kubectl taint writes it: KEY[=VALUE][:EFFECT] (nvidia.com/gpu is tolerated with a
+    GPU)."""
+    image_pull_secret: str | None
+    """Secret holding the registry credentials of --image."""
+    pvc: list[str]
+    """PersistentVolumeClaim every pod mounts at PATH, where this machine has the same files (a ReadWriteMany volume):
+    local INPUT and OUT under PATH are then allowed."""
+    price_per_hour: float | None
+    """Your price of one pod-hour (its GPUs and the rest), for the cost table (default: unknown)."""
+    yaml: bool
+    """With --dry-run: print the Job (and the code's ConfigMaps) as YAML for `kubectl apply -f -` instead of the
+    JSON."""
+    address: str | None
+    """The Ray cluster: ray://HEAD:10001 (Ray Client), http://HEAD:8265 (its dashboard), or auto (the cluster on this
+    machine) (default: RAY_ADDRESS, else auto)."""
+    actors: int | None
+    """Actors running shards at once (default: one per GPU the cluster has when the job starts, or per --cpus-per-actor
+    CPUs without GPUs; at most one per shard)."""
+    gpus_per_actor: int | None
+    """GPUs per actor, each running one vLLM (default 1; 0 for assemble and --endpoint runs, and CPU-only clusters)."""
+    cpus_per_actor: float
+    """CPUs per actor (Ray's num_cpus)."""
+    accelerator_type: str | None
+    """Only GPUs of this type (Ray's accelerator_type, e.g. A100, L4, H100)."""
+    actor_restarts: int
+    """Times Ray restarts an actor whose process or node died (max_restarts; -1: always); its shard goes to the next
+    free actor."""
+    venv: str | None
+    """A virtualenv with llm-ocr at this path on every node (default: llm-ocr in the cluster's own Python)."""
+    pip: list[str]
+    """A requirement Ray installs on each node (runtime_env pip), e.g. 'llm-ocr[s3]==0.1.0'."""
+    node_secret: list[str]
+    """An environment variable the cluster's nodes already have (exported before `ray start`, or a Kubernetes Secret in
+    KubeRay's pod env), checked in each actor; its value never passes through the launcher or the job."""
     instance_type: str | None
     """Instance type (default: ml.g6e.xlarge, 1x L40S; ml.m5.xlarge for assemble and --endpoint runs); e.g. ml.g6.xlarge
     (L4), ml.g5.xlarge (A10G), ml.g6e.12xlarge (4x L40S), ml.p5.4xlarge (H100)."""
@@ -786,8 +832,6 @@ class LaunchKeywords(TypedDict, total=False):
     """Where the llm-ocr wheel is uploaded (default: OUT/_state/code for an s3:// output)."""
     volume_size: int
     """ML storage volume per instance, in GB (model weights and scratch)."""
-    price_per_hour: float | None
-    """Your price of one instance-hour, for the cost table (default: the built-in estimate)."""
     partition: str | None
     """Partition (default: the cluster's default partition)."""
     account: str | None
@@ -796,16 +840,12 @@ class LaunchKeywords(TypedDict, total=False):
     """Quality of service (sbatch --qos)."""
     gpus_per_task: int | None
     """GPUs per shard task (sbatch --gpus; default 1, 0 for assemble and --endpoint runs)."""
-    gpu_type: str | None
-    """GPU type as the cluster names it in its GRES (--gpus=TYPE:N), e.g. a100."""
     gres: str | None
     """Generic resources instead of --gpus, e.g. gpu:a100:1 (sbatch --gres)."""
     cpus_per_task: int | None
     """CPUs per task (default: the partition's)."""
     mem: str | None
     """Memory per task, e.g. 64G (sbatch --mem; default: the partition's)."""
-    venv: str | None
-    """Virtualenv the tasks activate (default: the one running this launcher, unless --image is given)."""
     module: list[str]
     """Environment module each task loads (module load NAME)."""
     setup: list[str]

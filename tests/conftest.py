@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import skip_policy
+from tests.fixtures.ray import session as ray_fixture
 from tests.fixtures.slurm import session as slurm_fixture
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,13 +88,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Name the folder of this run's one-node Slurm (tests/launchers/slurm_common.py) before
-    pytest-xdist starts its workers, so they all share the one cluster the first of them starts."""
+    """Name the folders of this run's one-node Slurm and Ray (tests/fixtures/) before pytest-xdist
+    starts its workers, so they all share the one cluster of each the first of them starts."""
     if not hasattr(session.config, "workerinput"):
         slurm_fixture.claim_folder()
+        ray_fixture.claim_folder()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop this run's Slurm, if a test started it (on the controller, after every worker ended)."""
+    """Stop this run's Slurm and Ray, if a test started them (on the controller, after every worker ended)."""
     if not hasattr(session.config, "workerinput"):
         slurm_fixture.release_folder()
+        ray_fixture.release_folder()

@@ -121,7 +121,8 @@ def run_launch(args: argparse.Namespace) -> int:
         return 2
     if launch_options.dry_run:
         assert job.plan is not None
-        print(json.dumps(job.plan.to_json(), indent=2))
+        # One document on stdout: the platform's own form when it has one (k8s --yaml), else the JSON.
+        print(job.plan.text if job.plan.text is not None else json.dumps(job.plan.to_json(), indent=2))
         for line in describe_plan(job.plan):
             log.info("%s", line)
         return 0

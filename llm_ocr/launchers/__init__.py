@@ -21,7 +21,7 @@ configured for: :mod:`llm_ocr.container.shard_index` (how a task finds its shard
 (secrets fetched by name). Never the runners, the pipeline or the model servers' internals: a
 launcher only builds and submits job specs that run the same CLI inside a container, and reads
 what those runs leave in ``OUT/_state``. Platform SDKs
-(``huggingface_hub``, ``boto3``, ``google-cloud-run``) are imported inside the adapters only.
+(``huggingface_hub``, ``boto3``, ``google-cloud-run``, ``kubernetes``) are imported inside the adapters only.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ PLATFORMS: dict[str, str] = {
     "sagemaker": "llm_ocr.launchers.sagemaker:SageMaker",
     "cloud-run": "llm_ocr.launchers.cloud_run:CloudRun",
     "slurm": "llm_ocr.launchers.slurm:Slurm",
+    "k8s": "llm_ocr.launchers.k8s:Kubernetes",
+    "ray": "llm_ocr.launchers.ray_cluster:Ray",
 }
 
 

@@ -123,9 +123,13 @@ def plan_launch(
     ]
     jobs = platform.plan_jobs(specs, target) if specs else []
     plan = LaunchPlan(platform.name, launch_id, request, target, specs, jobs, skipped, notes, previous)
+    text_of = getattr(platform, "dry_run_text", None)  # an adapter with a form of its own (optional)
+    if text_of is not None:
+        plan.text = text_of(jobs, target)
     secrets = secret_values(specs, {**target.secrets, **user_secrets})
     assert_no_secret(secrets, "a job spec", [spec.public() for spec in specs])
     assert_no_secret(secrets, "an API request body", [job.body for job in jobs])
+    assert_no_secret(secrets, "the dry run", plan.text or "")
     assert_no_secret(secrets, "the launch record", target.info)
     return plan
 

@@ -254,6 +254,9 @@ class LaunchPlan:
     notes: list[str] = field(default_factory=list)
     #: The output's latest launch record before this one (a LaunchRecord), if any.
     previous: Any = None
+    #: The platform's own form of the dry run, printed instead of :meth:`to_json` when set
+    #: (Kubernetes' ``--yaml``: the objects for ``kubectl apply -f -``).
+    text: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``--dry-run`` object (docs/platforms-hf-jobs.md#the-dry-run-contract): jobs by shard,

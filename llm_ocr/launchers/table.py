@@ -130,7 +130,9 @@ def shard_status(
         job_id=job.job_id if job else None,
         job_state=job.raw if job else "",
         job_phase=phase,
-        message=job.message if job and phase in ("failed", "cancelled") else None,
+        # A pending job's message says why it waits (a pod that will never start, a retry coming).
+        message=job.message if job and (phase in ("failed", "cancelled") or (phase == "pending" and not done))
+        else None,
         stages_done=[name for name in STAGE_FOLDERS if name in markers],
         counts=counts,
         earlier=earlier,

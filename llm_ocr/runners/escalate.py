@@ -31,7 +31,7 @@ from llm_ocr.runners.extract import extract_context
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, note_documents, run_stage
 from llm_ocr.runners.page_flow import UpstreamRows
 from llm_ocr.runners.shard import ShardOutcome
-from llm_ocr.runners.workers import WorkerPool, rerender_page
+from llm_ocr.runners.workers import WorkerPool, crop_figures, rerender_page
 from llm_ocr.serving.quarantine import PageQuarantined
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.listing import document_kind
@@ -39,7 +39,7 @@ from llm_ocr.sources.text_lines import layer_text
 from llm_ocr.stages.extract import ExtractContext, extract_page, family_render
 from llm_ocr.storage.parts import ShardIndex
 from llm_ocr.storage.upstream import iter_shard_rows, stage_has_parts, upstream_complete
-from llm_ocr.vlm.verifier import VerifierError, verify
+from llm_ocr.vlm.verifier import VerifierError, regions_of, verify_reading
 
 log = logging.getLogger("llm_ocr")
 
@@ -129,7 +129,7 @@ class Escalation:
         score = None
         if not flags and self.verifier is not None and row.status != "error":
             image = await self._image(row)
-            score = await self._score(image, row.markdown)
+            score = await self._score(image, row)
             flags = reading_flags(_signal_view(row), layer, self.rule, verifier=score)
         if not flags:
             return self.tally.row(replace(row, route=_route(row)))
@@ -157,12 +157,19 @@ class Escalation:
         return await self.pool.run(rerender_page, row.doc_id, row.source, self.render, self.storage_options,
                                    self.image_column, row.page)
 
-    async def _score(self, image: PageImage | PageFailure, markdown: str) -> float | None:
-        """The verifier's score of a reading (None: it could not be asked; logged once)."""
+    async def _score(self, image: PageImage | PageFailure, row: PageResult) -> float | None:
+        """The verifier's score of a reading: its lowest region's, each region a block of the
+        reading cropped from the page (None: it could not be asked; logged once)."""
         if isinstance(image, PageFailure) or self.verifier is None:
             return None
+        regions = regions_of(row.blocks, row.width or image.width, row.height or image.height,
+                             (image.width, image.height))
+
+        async def crop(data: bytes, boxes: list[list[int]]) -> list[bytes]:
+            return await self.pool.run(crop_figures, data, boxes)
+
         try:
-            return await verify(self.verifier, image.image, image.mime, markdown)
+            return await verify_reading(self.verifier, image.image, image.mime, row.markdown, regions, crop)
         except VerifierError as exc:
             if not self._verifier_failed:
                 log.warning("%s; the verifier signal is skipped for the pages it cannot score", exc)

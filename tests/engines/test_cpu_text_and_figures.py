@@ -32,6 +32,9 @@ from llm_ocr.bench.layout_pages import CorpusPage, bar_chart, book_page, columns
 from llm_ocr.testing import CpuServer
 from tests.conftest import REPO, read_stage, run_cli
 
+# The hang guard (pytest-timeout; 300 s by default): the module's fixture reads a dozen pages with the real CPU engine: minutes on a loaded 2-core machine (over 300 s at load 36).
+pytestmark = pytest.mark.timeout(1800)
+
 SCALE = 2.0  # 144 DPI, the pipeline's rendering
 SAMPLES = ["invoice-2024-0017.pdf", "invoice-2024-0042.pdf", "invoice-2024-0051.pdf", "receipt-0381.pdf",
            "receipt-0977.pdf", "report.pdf"]

@@ -22,6 +22,9 @@ from tests.fakes.fake_hub import FakeHub
 from tests.launchers.common import expected_pages, llm_ocr, llm_ocr_batch, wait_until
 from tests.launchers.sagemaker_common import INPUT, OUTPUT, PLANTED, REGION, ROLE, aws_world, launcher_here, sm_args
 
+# The hang guard (pytest-timeout; 300 s by default): a test waits for a launch and a relaunch in turn, each with its own hang guard.
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -18,6 +18,9 @@ from tests.docs import make_corpus
 from tests.launchers.common import expected_pages
 from tests.launchers.sagemaker_common import INPUT, OUTPUT, PLANTED, ROLE, aws_world
 
+# The hang guard (pytest-timeout; 300 s by default): the notebook's own cell timeout is 400 s.
+pytestmark = pytest.mark.timeout(600)
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 

@@ -30,6 +30,9 @@ from tests.launchers.slurm_common import (
     slurm_cmd,
 )
 
+# The hang guard (pytest-timeout; 300 s by default): a test waits for several Slurm runs in turn (a time limit and its requeue alone take minutes).
+pytestmark = pytest.mark.timeout(1200)
+
 #: A secret planted in the launching environment: it must reach the tasks and appear nowhere else.
 PLANTED = "planted-secret-5f1e2d3c4b5a69788796a5b4"
 #: One page at a time, each kept at once: a stop lands mid-shard, with parts saved and pages left.

@@ -36,7 +36,9 @@ HANG_S = 900
 #: without them (pip only warns when an extra names an extra its dependency no longer has, as
 #: aiobotocore 3.x's dropped ``boto3`` extra did) would leave the feature broken at run time.
 NEEDED = {"s3": {"s3fs", "boto3"}, "sagemaker": {"boto3"}, "gcs": {"gcsfs"}, "hub": {"huggingface-hub"},
-          "cloud-run": {"google-cloud-run", "google-cloud-logging", "gcsfs"}, "cpu": {"rapidocr", "rapid-layout"}}
+          "cloud-run": {"google-cloud-run", "google-cloud-logging", "gcsfs"}, "cpu": {"rapidocr", "rapid-layout"},
+          # Ray's job client, and grpcio for a ray:// address (Ray Client): ray[default] brings it.
+          "ray": {"ray", "grpcio"}}
 _INSTALL = re.compile(r"pip install[^\n]*?(?:llm-ocr|['\"]?\.)\[([a-z0-9, -]+)\]")
 
 

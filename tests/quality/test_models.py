@@ -6,8 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import run_cli
+
+# The hang guard (pytest-timeout; 300 s by default): its subprocess's own timeout is 600 s.
+pytestmark = pytest.mark.timeout(900)
 
 A, B = "acme/deepseek-ocr-a", "acme/deepseek-ocr-b"
 

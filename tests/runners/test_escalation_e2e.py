@@ -164,6 +164,13 @@ def test_a_verifier_can_be_the_signal(corpus, tmp_path: Path) -> None:
                             "--escalate-on", "verifier", "--escalate-verifier", f"{strong.url}/sim/verify", *FAST)
         assert escalated.returncode == 0, escalated.stderr
         assert _pages(strong) == [GARBLED]
+        categories = strong.stats()["verify_categories"]
+    # Scored region by region, as Jev scores (a block of the reading each, with its category),
+    # not a page at a time: more requests than pages, every one with a category Jev knows.
+    extracted = read_stage(out, "extract")
+    regions = sum(1 for r in extracted for b in r["blocks"] if b["boxes"] and b["text"] and b["label"] != "image")
+    assert sum(categories.values()) == regions > len(extracted), (categories, regions)
+    assert set(categories) <= {"text", "formula", "table"} and categories.get("text")
     rows = {(r["doc_id"], r["page"]): r for r in read_stage(out, "escalate")}
     assert rows[GARBLED]["route"] == "escalated"
     assert rows[GARBLED]["escalation_reason"].startswith("verifier (the verifier gave it 0.")

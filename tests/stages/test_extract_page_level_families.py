@@ -1,5 +1,6 @@
 """Extract of real PDFs through the simulated server playing PaddleOCR-VL, GLM-OCR, Nanonets-OCR2,
-LightOnOCR-2 (and its -bbox variant) and Qwen2.5-VL / Qwen3-VL.
+LightOnOCR-2 (and its -bbox variant), Qwen2.5-VL / Qwen3-VL, Surya OCR 2, Qianfan-OCR (and its
+Layout-as-Thought recipe), HunyuanOCR, MiniCPM-OCR 1.0 and FireRed-OCR.
 
 The server refuses every page request that strays from the family's recipe (``Family.check``)
 and answers in the family's own format, so a run proves the requests on the wire and the parser
@@ -30,6 +31,11 @@ FAMILIES = [
     ("lightonai/LightOnOCR-2-1B-bbox-soup", True),
     ("Qwen/Qwen2.5-VL-7B-Instruct", True),
     ("Qwen/Qwen3-VL-8B-Instruct", True),
+    ("datalab-to/surya-ocr-2", True),
+    ("baidu/Qianfan-OCR", False),
+    ("tencent/HunyuanOCR", False),
+    ("openbmb/MiniCPM-OCR-1.0", False),
+    ("FireRedTeam/FireRed-OCR", False),
 ]
 
 NANONETS = "nanonets/Nanonets-OCR2-3B"
@@ -113,3 +119,50 @@ def test_nanonets_keeps_its_inline_figure_description(
     charted = [r for r in read_stage(out, "extract") if r["page"] % 2 == 1]
     assert charted and all("[Figure: " in r["markdown"] for r in charted)
     assert all(r["figures"] == [] for r in charted)
+
+
+def test_qianfan_layout_as_thought_keeps_its_analysis_in_raw_and_reads_the_markdown_after_it(
+    corpus: tuple[Path, dict[str, list[list[str]]]], sim: SimulatedServer, tmp_path: Path
+) -> None:
+    """--recipe qianfan-ocr-think turns the thinking phase on (chat_template_kwargs); the layout
+    analysis stays in raw, the Markdown after </think> is the page. A server playing the plain
+    recipe refuses the thinking request (a 400 per page: error rows, not a silent other answer)."""
+    docs, texts = corpus
+    model = "baidu/Qianfan-OCR"
+    with SimulatedServer("--instant", "--max-model-len", "32768", "--served-model-name", model,
+                         "--recipe", "qianfan-ocr-think", corpus=docs) as thinking:
+        out = tmp_path / "think"
+        result = run_cli("extract", str(docs), "--output", str(out), "--endpoint", thinking.base_url, "--model",
+                         model, "--recipe", "qianfan-ocr-think", "--workers", "0", "--progress", "off")
+        assert result.returncode == 0, result.stderr[-3000:]
+        requests = thinking.requests()
+        assert thinking.stats()["recipe_refused"] == 0
+    assert requests and all(r["body"]["chat_template_kwargs"] == {"enable_thinking": True} for r in requests)
+    for row in read_stage(out, "extract"):
+        assert row["status"] == "ok", row["error"]
+        assert "<think>" in row["raw"] and "</think>" in row["raw"]
+        assert "think>" not in row["markdown"]
+        truth = "\n".join(texts[row["doc_id"]][row["page"] - 1])
+        assert _recall(truth, row["markdown"]) >= 0.95, row["markdown"][:500]
+    # The shared server plays the plain recipe (no thinking): the same request is off its recipe.
+    refused = sim.stats()["recipe_refused"]
+    result = run_cli("extract", str(docs), "--output", str(tmp_path / "plain"), "--endpoint", sim.base_url,
+                     "--model", model, "--recipe", "qianfan-ocr-think", "--workers", "0", "--progress", "off")  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert sim.stats()["recipe_refused"] > refused
+    rows = read_stage(tmp_path / "plain", "extract")
+    assert rows and all(r["status"] == "error" and "chat_template_kwargs" in r["error"] for r in rows), rows[0]["error"]
+
+
+def test_hunyuan_sends_its_empty_system_message(
+    corpus: tuple[Path, dict[str, list[list[str]]]], sim: SimulatedServer, tmp_path: Path
+) -> None:
+    """HunyuanOCR's chat starts with a system message whose content is the empty string."""
+    docs, _ = corpus
+    before = len(sim.requests())
+    result = run_cli("extract", str(docs), "--output", str(tmp_path / "out"), "--endpoint", sim.base_url,
+                     "--model", "tencent/HunyuanOCR", "--workers", "0", "--progress", "off")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    sent = sim.requests()[before:]
+    assert sent and all(r["body"]["messages"][0] == {"role": "system", "content": ""} for r in sent)
+    assert all(r["body"]["top_k"] == 1 and r["body"]["repetition_penalty"] == 1.0 for r in sent)

@@ -46,11 +46,19 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 #: ``size``), so vLLM cannot start it with this pair of versions (docs/models.md).
 ARCHITECTURES: dict[str, tuple[str, ...]] = {
     "qwen2_5_vl": ("nanonets/Nanonets-OCR2-3B", "Qwen/Qwen2.5-VL-7B-Instruct", "allenai/olmOCR-2-7B-1025"),
-    "qwen3_vl": ("Qwen/Qwen3-VL-8B-Instruct", "datalab-to/chandra"),
+    "qwen3_vl": ("Qwen/Qwen3-VL-8B-Instruct", "datalab-to/chandra", "FireRedTeam/FireRed-OCR"),
+    "qwen3_5": ("datalab-to/surya-ocr-2",),
     "lightonocr": ("lightonai/LightOnOCR-2-1B", "lightonai/LightOnOCR-2-1B-bbox-soup"),
     "glm_ocr": ("zai-org/GLM-OCR",),
+    # NAME@RECIPE: the model served as NAME, read with --recipe RECIPE (a variant of NAME's family).
+    "qianfan_ocr": ("baidu/Qianfan-OCR", "baidu/Qianfan-OCR@qianfan-ocr-think"),
 }
 FAMILY_MODELS = [(arch, name) for arch, names in ARCHITECTURES.items() for name in names]
+
+
+def served_names(names: tuple[str, ...]) -> list[str]:
+    """The model names a server answers to (``NAME@RECIPE`` entries share NAME's)."""
+    return list(dict.fromkeys(n.partition("@")[0] for n in names))
 #: Weights are random anyway: vLLM draws them from the config (no weight files to build).
 DUMMY_WEIGHTS = "--load-format dummy"
 
@@ -113,7 +121,8 @@ def servers(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
         command = vllm_command(
             str(tiny_models[arch]), host="127.0.0.1", port=port, preset=PRESETS["l4-24gb"], served_model_name=names[0],
             family=family_for(names[0]), server_command=shlex.split(SERVER_COMMAND),
-            extra_args=[*shlex.split(SERVER_ARGS), *shlex.split(DUMMY_WEIGHTS), "--served-model-name", *names],
+            extra_args=[*shlex.split(SERVER_ARGS), *shlex.split(DUMMY_WEIGHTS), "--served-model-name",
+                        *served_names(names)],
         )  # fmt: skip
         log_path = logs / f"{arch}.log"
         server = ManagedServer(command, host="127.0.0.1", port=port, log_path=log_path, env=VLLM_ENV,
@@ -152,12 +161,14 @@ def test_family_request_is_accepted_by_its_architecture(
     (a request the chat template or processor refused would be an error row), and every
     request vLLM parsed carries the family's sampling fields."""
     server = servers[architecture]
+    model, _, recipe = model.partition("@")
     with _LOCK:
         before = len(server.requests())
         out = tmp_path / "out"
         result = run_cli(
             "extract", str(documents), "--output", str(out), "--endpoint", server.base_url, "--model", model,
-            "--max-tokens", "24", "--workers", "0", "--progress", "off", timeout=300,
+            "--max-tokens", "24", "--workers", "0", "--progress", "off", *(["--recipe", recipe] if recipe else []),
+            timeout=300,
         )  # fmt: skip
         logged = server.requests()[before:]
     assert result.returncode == 0, result.stderr[-4000:]
@@ -167,7 +178,7 @@ def test_family_request_is_accepted_by_its_architecture(
         assert row["status"] in ("ok", "truncated"), row["error"]
         assert row["model"] == model and row["prompt_tokens"] > 0
     assert logged, "vLLM logged no request"
-    family = family_for(model)
+    family = family_for(model, recipe or None)
     # every attempt's temperature (olmOCR-2 makes 8 attempts, its 7th at 0.9)
     ladder = {family.retries.temperature(i) for i in range(16)}
     for request in logged:

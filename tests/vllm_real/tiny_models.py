@@ -11,7 +11,10 @@ recipes' requests against (``tests/vllm_real/test_vllm_families.py``).
 | architecture | families served on it |
 | --- | --- |
 | Qwen2.5-VL | olmOCR-2, Nanonets-OCR2, Qwen2.5-VL |
-| Qwen3-VL | Chandra, Qwen3-VL |
+| Qwen3-VL | Chandra, Qwen3-VL, FireRed-OCR |
+| Qwen3.5 (one Gated DeltaNet layer, one full-attention layer) | Surya OCR 2 |
+| Qianfan-OCR (InternViT encoder, Qwen3 decoder; vLLM's own config class) | Qianfan-OCR, Qianfan-OCR Layout-as-Thought |
+| HunYuanVL (Transformers backend) | built, not served: see docs/testing.md |
 | LightOnOCR (Mistral3 config: Pixtral encoder, Qwen3 decoder) | LightOnOCR-2, LightOnOCR-2-bbox |
 | GLM-OCR (GLM-4.1V processor) | GLM-OCR |
 | PaddleOCR-VL | built, not served: see ``test_vllm_families.py`` |
@@ -174,6 +177,119 @@ def build_qwen3_vl(folder: Path) -> None:
     _save(folder, config, processor, {"architecture": "qwen3_vl", "vocab_size": len(tokenizer)})
 
 
+def build_qwen3_5(folder: Path) -> None:
+    """Qwen3.5 (``Qwen3_5ForConditionalGeneration``: Surya OCR 2): Qwen3-VL's processor and vision
+    encoder, a hybrid decoder of linear-attention and full-attention layers."""
+    from transformers import Qwen3_5Config, Qwen3VLProcessor, Qwen3VLVideoProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tokenizer = build_tokenizer(QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
+    images = Qwen2VLImageProcessorPil(min_pixels=64 * 64, max_pixels=128 * 128, patch_size=16, merge_size=2)
+    processor = Qwen3VLProcessor(
+        image_processor=images, tokenizer=tokenizer, video_processor=Qwen3VLVideoProcessor(), chat_template=QWEN3_VL_TEMPLATE
+    )
+    # One linear-attention (Gated DeltaNet) layer and one full-attention layer: vLLM's Qwen3.5 needs
+    # both kinds; its CPU Gated DeltaNet kernel takes heads of 128 only.
+    text = _qwen_text(tokenizer, ids, head_dim=HEAD_DIM, layer_types=["linear_attention", "full_attention"],
+                      linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=1,
+                      linear_num_value_heads=1)  # fmt: skip
+    text["rope_parameters"] = {**text["rope_parameters"], "mrope_interleaved": True, "partial_rotary_factor": 1.0}
+    vision = {
+        "depth": LAYERS, "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_heads": HEADS,
+        "out_hidden_size": HIDDEN, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+        "num_position_embeddings": 64,
+    }  # fmt: skip
+    config = Qwen3_5Config(
+        text_config=text, vision_config=vision, architectures=["Qwen3_5ForConditionalGeneration"], **_qwen_tokens(ids)
+    )
+    _save(folder, config, processor, {"architecture": "qwen3_5", "vocab_size": len(tokenizer)})
+
+
+#: ChatML whose image parts are InternVL's ``<image>`` placeholder (vLLM's InternVL processor
+#: expands it to ``<img>``, the tile tokens, ``</img>``): Qianfan-OCR's shape, thinking left out.
+QIANFAN_TEMPLATE = (
+    "{%- for message in messages %}<|im_start|>{{ message['role'] }}\n{%- if message['content'] is string %}"
+    "{{ message['content'] }}{%- else %}{%- for content in message['content'] %}"
+    "{%- if content['type'] == 'image' or 'image' in content or 'image_url' in content %}<image>\n"
+    "{%- elif content['type'] == 'text' %}{{ content['text'] }}{%- endif %}{%- endfor %}{%- endif %}<|im_end|>\n"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{%- if enable_thinking is defined and enable_thinking %}<think>\n{%- endif %}{%- endif %}"
+)
+
+
+def build_qianfan_ocr(folder: Path) -> None:
+    """Qianfan-OCR (``QianfanOCRForConditionalGeneration``, vLLM's own config class): an InternViT
+    encoder on 56 x 56 tiles (4 tokens a tile, at most 2 tiles and a thumbnail), a Qwen3 decoder.
+    vLLM builds the InternVL processor itself from the config; the folder needs only the tokenizer
+    and its chat template."""
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<think>",
+                "</think>"]  # fmt: skip
+    tokenizer = build_tokenizer(specials, eos="<|im_end|>", pad="<|endoftext|>")
+    tokenizer.chat_template = QIANFAN_TEMPLATE
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+    config = {
+        "architectures": ["QianfanOCRForConditionalGeneration"], "model_type": "qianfan_ocr",
+        "vision_config": {"hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_hidden_layers": LAYERS,
+                          "num_attention_heads": HEADS, "image_size": 56, "patch_size": 14},
+        "text_config": {
+            "model_type": "qwen3", "vocab_size": len(tokenizer), "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN,
+            "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": HEADS,
+            "head_dim": HEAD_DIM, "max_position_embeddings": MAX_POSITIONS, "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
+            "architectures": ["Qwen3ForCausalLM"],
+        },
+        "downsample_ratio": 0.5, "dynamic_image_size": True, "force_image_size": 56, "max_dynamic_patch": 2,
+        "min_dynamic_patch": 1, "use_thumbnail": True, "ps_version": "v2", "select_layer": -1,
+        "image_token_id": ids["<IMG_CONTEXT>"], "eos_token_id": ids["<|im_end|>"],
+    }  # fmt: skip
+    tokenizer.save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / "tiny_model.json").write_text(json.dumps({"architecture": "qianfan_ocr", "vocab_size": len(tokenizer)}))
+
+
+#: HunyuanOCR's shape: the system message (HunyuanOCR's recipe sends an empty one), then the user's
+#: image between its start and end tokens, then its text; a plain generation prompt.
+HUNYUAN_TEMPLATE = (
+    "<|hy_begin|>{%- for message in messages %}{%- if message['content'] is string %}{{ message['content'] }}"
+    "{%- else %}{%- for content in message['content'] %}"
+    "{%- if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "<|hy_image_start|><|hy_image|><|hy_image_end|>{%- elif content['type'] == 'text' %}{{ content['text'] }}"
+    "{%- endif %}{%- endfor %}{%- endif %}{%- if message['role'] == 'system' %}<|hy_sep|>{%- else %}<|hy_turn|>"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}<|hy_assistant|>{%- endif %}"
+)
+
+
+def build_hunyuan_vl(folder: Path) -> None:
+    """HunyuanOCR (``HunYuanVLForConditionalGeneration``, served by vLLM's Transformers backend):
+    16-px patches merged 2 x 2, a dense HunYuan decoder."""
+    from transformers import HunYuanVLConfig, HunYuanVLProcessor
+    from transformers.models.hunyuan_vl.image_processing_pil_hunyuan_vl import HunYuanVLImageProcessorPil
+
+    specials = ["<|hy_pad|>", "<|hy_begin|>", "<|hy_end|>", "<|hy_eod|>", "<|hy_sep|>", "<|hy_turn|>",
+                "<|hy_assistant|>", "<|hy_image_start|>", "<|hy_image_end|>", "<|hy_image|>", "<|hy_newline|>"]
+    tokenizer = build_tokenizer(specials, eos="<|hy_end|>", pad="<|hy_pad|>", extra={
+        "image_token": "<|hy_image|>", "image_start_token": "<|hy_image_start|>", "image_end_token": "<|hy_image_end|>"})
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+    images = HunYuanVLImageProcessorPil(min_pixels=64 * 64, max_pixels=128 * 128)
+    processor = HunYuanVLProcessor(image_processor=images, tokenizer=tokenizer, chat_template=HUNYUAN_TEMPLATE)
+    text = {
+        "vocab_size": len(tokenizer), "hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN,
+        "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": HEADS, "head_dim": HEAD_DIM,
+        "max_position_embeddings": MAX_POSITIONS, "bos_token_id": ids["<|hy_begin|>"], "eos_token_id": ids["<|hy_end|>"],
+        "pad_token_id": ids["<|hy_pad|>"], "eod_token_id": ids["<|hy_eod|>"], "sep_token_id": ids["<|hy_sep|>"],
+    }  # fmt: skip
+    vision = {"hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_hidden_layers": LAYERS,
+              "num_attention_heads": HEADS, "out_hidden_size": HIDDEN, "text_hidden_size": HIDDEN, "patch_size": 16,
+              "spatial_merge_size": 2, "max_image_size": 128, "min_image_size": 64, "img_max_token_num": 64}  # fmt: skip
+    config = HunYuanVLConfig(
+        text_config=text, vision_config=vision, architectures=["HunYuanVLForConditionalGeneration"],
+        image_token_id=ids["<|hy_image|>"], im_start_id=ids["<|hy_image_start|>"], im_end_id=ids["<|hy_image_end|>"],
+        im_newline_id=ids["<|hy_newline|>"],
+    )  # fmt: skip
+    _save(folder, config, processor, {"architecture": "hunyuan_vl", "vocab_size": len(tokenizer)})
+
+
 #: PaddleOCR-VL's shape (the checkpoint's ``chat_template.jinja``): images first, then texts,
 #: as ``User: ...\nAssistant: `` after a begin-of-sentence token.
 PADDLEOCR_VL_TEMPLATE = (
@@ -300,6 +416,9 @@ def build_glm_ocr(folder: Path) -> None:
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "qwen2_5_vl": build_qwen2_5_vl,
     "qwen3_vl": build_qwen3_vl,
+    "qwen3_5": build_qwen3_5,
+    "qianfan_ocr": build_qianfan_ocr,
+    "hunyuan_vl": build_hunyuan_vl,
     "paddleocr_vl": build_paddleocr_vl,
     "lightonocr": build_lightonocr,
     "glm_ocr": build_glm_ocr,

@@ -49,8 +49,8 @@ SIZES = [(1224, 1584), (1584, 1224), (2480, 3508), (640, 905), (500, 4820), (300
 
 #: Families whose boxes are for figures only (docs/models.md, "The families": their "boxes" column).
 FIGURE_BOXES_ONLY = {"olmocr", "lightonocr-bbox"}
-#: Families whose answer is the page's text with no markup at all (docs/models.md, "PaddleOCR-VL").
-PLAIN_TEXT = {"paddleocr-vl"}
+#: Families whose answer is the page's text with no markup at all (docs/models.md, "PaddleOCR-VL", "MiniCPM-OCR 1.0").
+PLAIN_TEXT = {"paddleocr-vl", "minicpm-ocr"}
 
 
 def tolerance(size: int) -> float:

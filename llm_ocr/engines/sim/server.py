@@ -30,6 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from llm_ocr.vlm.families import Family, RecipeError, family_for
+from llm_ocr.vlm.verifier import CATEGORIES
 
 from ..frame.answers import schema_instance
 from ..frame.app import FrameConfig, OpenAIServer
@@ -120,6 +121,7 @@ class SimServer(OpenAIServer):
             "requests": 0,
             "responses": {},
             "prompt_kinds": {},
+            "verify_categories": {},
             "faults_applied": {},
             "known_pages": 0,
             "known_crops": 0,
@@ -227,27 +229,41 @@ class SimServer(OpenAIServer):
 
     async def verify(self, request: web.Request) -> web.Response:
         """``POST /sim/verify``: a **simulated** verifier (llm-ocr's verifier interface,
-        ``{"image": data URI, "text": ...}`` -> ``{"probability": p}``). It knows the truth of
-        ``--corpus`` pages, so ``p`` is the share of the page's true words the text holds: an
-        oracle for tests, not a model, and nothing about how a real verifier scores."""
+        ``{"image": data URI, "text": ..., "category": "text"|"formula"|"table"}`` ->
+        ``{"probability": p}``). It knows the truth of ``--corpus`` pages: for a whole page, or a
+        region of one it finds (as it finds tiles, at ``--render-dpi``), ``p`` is the share of
+        the true words the text holds; for a region too small to find, the share of the text's
+        words some known page holds. An oracle for tests, not a model, and nothing about how a
+        real verifier scores. A request without a category Jev knows is refused."""
         try:
             body = await request.json()
             match = _IMAGE_URI.match(body["image"]) if isinstance(body, dict) else None
             text = body["text"] if isinstance(body, dict) else None
             if match is None or not isinstance(text, str):
-                raise ValueError("expected {\"image\": \"data:image/...;base64,...\", \"text\": \"...\"}")
+                raise ValueError("expected {\"image\": \"data:image/...;base64,...\", \"text\": \"...\", "
+                                 "\"category\": \"text\"}")
+            category = body.get("category")
+            if category not in CATEGORIES:
+                raise ValueError(f"category must be one of {', '.join(CATEGORIES)}, got {category!r}")
             image = base64.b64decode(body["image"][match.end():], validate=True)
         except (ValueError, KeyError, binascii.Error, json.JSONDecodeError, UnicodeDecodeError) as exc:
             return error_response(400, f"Bad verify request: {exc}")
+        if self.corpus is None or not len(self.corpus):
+            return error_response(400, "The simulated verifier only knows the pages of --corpus.")
         try:
-            facts = await asyncio.to_thread(analyse_image, image, self.corpus, False)
+            facts = await asyncio.to_thread(analyse_image, image, self.corpus, False, False, False,
+                                            self.cfg.render_dpi)
         except ApiError as exc:
             return error_response(exc.status, exc.message, exc.type)
-        if facts.known is None:
-            return error_response(400, "The simulated verifier only knows the pages of --corpus.")
         self.count("prompt_kinds", "verify")
-        return web.json_response({"probability": content.word_recall(content.render_plain(facts.known.blocks), text),
-                                  "simulated": True})
+        self.count("verify_categories", category)
+        if facts.known is not None:
+            blocks = facts.known.blocks if facts.region is None else region_blocks(facts.known.blocks, facts.region)
+            probability = content.word_recall(content.render_plain(blocks), text)
+        else:
+            pages = self.corpus.pages
+            probability = max(content.word_recall(text, content.render_plain(page.blocks)) for page in pages)
+        return web.json_response({"probability": probability, "simulated": True})
 
     async def get_stats(self, request: web.Request) -> web.Response:
         """Counters since start, plus the live queue state."""

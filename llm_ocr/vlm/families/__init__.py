@@ -18,14 +18,19 @@ from llm_ocr.vlm.families.chandra import CHANDRA_1, CHANDRA_2
 from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
 from llm_ocr.vlm.families.docling import GRANITE_DOCLING
 from llm_ocr.vlm.families.dots import DOTS_OCR
+from llm_ocr.vlm.families.firered import FIRERED_OCR
 from llm_ocr.vlm.families.generic import GENERIC
 from llm_ocr.vlm.families.glm_ocr import GLM_OCR
+from llm_ocr.vlm.families.hunyuan import HUNYUAN_OCR
 from llm_ocr.vlm.families.lighton import LIGHTON_OCR, LIGHTON_OCR_BBOX
 from llm_ocr.vlm.families.mineru import MINERU
+from llm_ocr.vlm.families.minicpm_ocr import MINICPM_OCR
 from llm_ocr.vlm.families.nanonets import NANONETS_OCR
 from llm_ocr.vlm.families.olmocr import OLMOCR
 from llm_ocr.vlm.families.paddleocr import PADDLEOCR_VL
+from llm_ocr.vlm.families.qianfan import QIANFAN_OCR, QIANFAN_OCR_THINK
 from llm_ocr.vlm.families.qwen_vl import QWEN3_VL, QWEN25_VL
+from llm_ocr.vlm.families.surya import SURYA_OCR
 
 #: Every family, in the order names are matched (a more specific pattern first).
 FAMILIES: tuple[Family, ...] = (
@@ -41,6 +46,12 @@ FAMILIES: tuple[Family, ...] = (
     NANONETS_OCR,
     LIGHTON_OCR_BBOX,  # before LightOnOCR: its names contain the plain model's
     LIGHTON_OCR,
+    SURYA_OCR,
+    QIANFAN_OCR,
+    QIANFAN_OCR_THINK,  # --recipe only: the same served name as Qianfan-OCR
+    MINICPM_OCR,
+    HUNYUAN_OCR,
+    FIRERED_OCR,  # a Qwen3-VL fine-tune: before the generic Qwen3-VL recipe
     # The generic VLMs last: their fine-tunes (olmOCR-2, Nanonets, Chandra) have their own recipes.
     QWEN25_VL,
     QWEN3_VL,

@@ -469,7 +469,9 @@ class Family:
         for name, value in sampling.extra.items():
             if body.get(name) != value:
                 raise RecipeError(f"{self.title}: {name} must be {json.dumps(value)}, got {json.dumps(body.get(name))}")
-        for name in ("vllm_xargs", "skip_special_tokens"):
+        # vLLM-only fields that change what the model does: a recipe that sends none refuses them
+        # (a chat template switched into thinking writes another answer than the recipe parses).
+        for name in ("vllm_xargs", "skip_special_tokens", "chat_template_kwargs"):
             if name not in sampling.extra and name in body:
                 raise RecipeError(f"{self.title}'s recipe sends no {name}; got {json.dumps(body.get(name))}")
 

@@ -132,6 +132,8 @@ class Chandra(Family):
     scale: int = 1024
     #: Boxes written as a JSON list ``[x0, y0, x1, y1]`` (Chandra 1's prompt), else ``x0 y0 x1 y1``.
     json_boxes: bool = False
+    #: The block labels that are figures: cropped, their ``<img alt>`` the description.
+    figure_labels: tuple[str, ...] = FIGURE_LABELS
 
     def prompt_reserve(self, context: int) -> int:
         # Up to 6,291,456 px at 32 px per token (6,144 image tokens) besides the 12,384-token answer.
@@ -160,7 +162,7 @@ class Chandra(Family):
             if box is None:
                 warn(f"{label} block with an unusable data-bbox {raw_box[:40]!r}")
             markdown, alts = html_to_markdown(text[start:end])
-            if label in FIGURE_LABELS:
+            if label in self.figure_labels:
                 builder.figure(label, box, description=" ".join(a for a in alts if a) or None, markdown=markdown)
             else:
                 builder.text(label, [box] if box else [], markdown)
@@ -176,7 +178,7 @@ class Chandra(Family):
             box = list(element.box.scaled(self.scale, self.scale).rounded())
             bbox = str(box) if self.json_boxes else " ".join(map(str, box))
             if label == "Image":
-                inner = f'<img alt="{escape(element.description)}"/>'
+                inner = self.figure_html(element.description)
             elif label == "Section-Header":
                 level = 1 if element.label == "title" else 2
                 inner = f"<h{level}>{escape(element.text)}</h{level}>"
@@ -189,6 +191,10 @@ class Chandra(Family):
                 inner = f"<p>{escape(element.text)}</p>"
             divs.append(f'<div data-bbox="{bbox}" data-label="{label}">{inner}</div>')
         return "\n".join(divs)
+
+    def figure_html(self, description: str) -> str:
+        """What the model writes inside a figure's block: an ``<img>`` whose alt describes it."""
+        return f'<img alt="{escape(description)}"/>'
 
 
 def _sources(version: str) -> tuple[Source, ...]:

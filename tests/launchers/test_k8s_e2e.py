@@ -1,0 +1,325 @@
+"""``llm-ocr launch k8s`` against a fake Kubernetes API server that really runs the pods.
+
+The official ``kubernetes`` client talks to it through a kubeconfig (tests/fakes/fake_k8s.py); its
+Job controller runs each index as a local subprocess with ``JOB_COMPLETION_INDEX`` set: the init
+container joins the wheel from the ConfigMaps the launcher created, the bootstrap installs it, and
+``llm-ocr`` launches its model server (the fake ``vllm`` running the simulator) and writes to S3
+(moto) with the credentials of a Kubernetes Secret, read through a ``secretKeyRef``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.docs import make_corpus
+from tests.launchers.common import llm_ocr, llm_ocr_batch, wait_until
+from tests.launchers.k8s_common import (
+    NAMESPACE,
+    OUTPUT,
+    PLANTED,
+    READER,
+    cluster,
+    expected_pages,
+    keys,
+    launch_args,
+    status,
+)
+from tests.storage_servers import VENV_BIN
+
+# The hang guard (pytest-timeout; 300 s by default): a test waits for a launch, a retry and a relaunch in turn, each with its own hang guard.
+pytestmark = pytest.mark.timeout(1200)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("k8s") / "docs"
+    make_corpus(folder, documents=6, pages=2)
+    return folder
+
+
+def _without_launch_id(body: dict, launch_id: str) -> str:
+    return json.dumps(body, sort_keys=True).replace(launch_id, "LAUNCH")
+
+
+def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_reference_only(tmp_path: Path, corpus: Path) -> None:
+    with cluster(tmp_path / "cluster", corpus) as world:
+        env = world.env(tmp_path)
+        dry, dry_yaml = llm_ocr_batch([(launch_args("--dry-run"), {}), (launch_args("--dry-run", "--yaml"), {})], env)
+        assert dry["code"] == 0 and dry_yaml["code"] == 0, dry["stderr"] + dry_yaml["stderr"]
+        plan = json.loads(dry["stdout"])  # exactly one JSON object on stdout
+        assert set(plan) == {"platform", "launch_id", "jobs", "requests"} and plan["platform"] == "k8s"
+        assert [j["shard_index"] for j in plan["jobs"]] == [0, 1, 2]
+        assert all(j["secrets"] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] for j in plan["jobs"])
+        *code_maps, yaml_job = yaml.safe_load_all(dry_yaml["stdout"])
+        assert {m["kind"] for m in code_maps} == {"ConfigMap"} and yaml_job["kind"] == "Job"
+        assert not world.api.calls("POST", "/jobs") and not world.api.calls("POST", "/configmaps")  # a dry run creates nothing
+
+        done = llm_ocr(*launch_args("--wait", "--interval", "0.5"), env=env, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "every shard finished" in done.stdout
+        (job,) = world.api.all_jobs
+        assert [(p.index, p.phase) for p in sorted(job.pods, key=lambda p: p.index)] == [(0, "Succeeded"), (1, "Succeeded"), (2, "Succeeded")]
+        for stage in ("extract", "describe"):
+            rows = world.rows(stage)
+            assert keys(rows) == expected_pages(corpus), stage
+            assert {r["status"] for r in rows} == {"ok"}
+        assert sorted(d["doc_id"] for d in world.rows("assemble")) == sorted(p.name for p in corpus.glob("*.pdf"))
+
+        # Each pod knew its index from the Job and the count from the launcher; the secret arrived.
+        pods = sorted(job.pods, key=lambda p: p.index)
+        assert [(p.env["JOB_COMPLETION_INDEX"], p.env["LLM_OCR_NUM_SHARDS"]) for p in pods] == [("0", "3"), ("1", "3"), ("2", "3")]
+        assert all(p.env["AWS_SECRET_ACCESS_KEY"] == PLANTED for p in pods)
+        # The dry run showed the Job the API server then received (but for the launch id), and the
+        # YAML is the same Job.
+        (received,) = [r["body"] for r in world.api.calls("POST", "/jobs")]
+        real_id = received["metadata"]["labels"]["llm-ocr-launch"]
+        assert _without_launch_id(plan["requests"][0], plan["launch_id"]) == _without_launch_id(received, real_id)
+        yaml_id = yaml_job["metadata"]["labels"]["llm-ocr-launch"]
+        assert _without_launch_id(yaml_job, yaml_id) == _without_launch_id(plan["requests"][0], plan["launch_id"])
+        assert len(world.api.calls("POST", "/configmaps")) == len(code_maps)  # the wheel, once
+
+        # The table from the record, the Job and the pods; one shard's log; the relaunch submits nothing.
+        table = status(env)
+        assert [row["state"] for row in table["shards"]] == ["done"] * 3
+        assert [row["job_state"] for row in table["shards"]] == ["Succeeded (attempt 1)"] * 3
+        logs, again = llm_ocr_batch([(["jobs", "logs", OUTPUT, "--shard", "2"], {}), (launch_args(), {})], env)
+        assert logs["code"] == 0, logs["stderr"]
+        assert "[extract shard 3/3] pages seen" in logs["stdout"]
+        assert again["code"] == 0 and "nothing to launch" in again["stdout"], again["stderr"]
+        assert len(world.api.calls("POST", "/jobs")) == 1
+
+        # The planted key: only in the Secret, never sent by the launcher nor shown anywhere.
+        places = {
+            "dry run": dry["stdout"] + dry["stderr"] + dry_yaml["stdout"] + dry_yaml["stderr"],
+            "launch output": done.stdout + done.stderr + again["stdout"] + again["stderr"],
+            "requests to the API server": json.dumps(world.api.requests),
+            "pod logs": world.api.log_text() + logs["stdout"],
+            "status": json.dumps(table),
+            "output bucket": world.bucket_text("ocr"),
+            "launch cache": "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.json")),
+        }
+        leaked = [where for where, text in places.items() if PLANTED in text]
+        assert not leaked, f"the secret leaked into {leaked}"
+
+
+def _simulator_of(index: int) -> str:
+    """The base URL of the simulated model server a pod of ``index`` started (found by the pod's
+    variables, which its processes inherit, and the port on its command line)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+            if "--startup-delay" not in cmdline or "--port" not in cmdline:
+                continue
+            if proc.environ().get("JOB_COMPLETION_INDEX") != str(index):
+                continue
+            url = f"http://127.0.0.1:{cmdline[cmdline.index('--port') + 1]}"
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        try:
+            urllib.request.urlopen(f"{url}/sim/faults", timeout=5).read()  # it listens (not ready yet)
+        except OSError:
+            return ""
+        return url
+    return ""
+
+
+def _post(url: str, body: dict | None = None) -> None:
+    request = urllib.request.Request(url, data=json.dumps(body or {}).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).read()
+
+
+def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_relaunch_runs_only_it(
+    tmp_path: Path, corpus: Path
+) -> None:
+    # Index 1's first pod answers three requests, then holds every one (its simulator waits to be
+    # told it is ready: the faults are queued before the first request). One request at a time, so
+    # the three are the first page and its figure (whose row is then written), and one more, of the
+    # six its two documents need. It is killed there (SIGKILL, exit 137: a counted failure, retried
+    # by backoffLimitPerIndex). Index 2's pods cannot run (exit 2: FailIndex,
+    # no retry). No race: index 1 cannot finish before the kill.
+    held = {1: {"FAKE_VLLM_SIM_ARGS": f"--corpus {corpus} --instant --slots 1 --startup-delay 3600",
+                "LLM_OCR_MAX_IN_FLIGHT": "1"}}
+    broken = {2: {"LLM_OCR_MAX_IN_FLIGHT": "not-a-number"}}
+    with cluster(tmp_path / "cluster", corpus, index_env=broken, first_attempt_env=held) as world:
+        env = world.env(tmp_path)
+        args = launch_args("--part-rows", "1")
+        first = llm_ocr(*args, env=env)
+        assert first.returncode == 0, first.stdout + first.stderr
+        (job,) = world.api.all_jobs
+        simulator = wait_until(lambda: _simulator_of(1), timeout=240, period=0.2)
+        _post(f"{simulator}/sim/faults", {"kind": "hang", "count": 3, "seconds": 0})
+        _post(f"{simulator}/sim/faults", {"kind": "hang", "count": 1000})
+        _post(f"{simulator}/sim/ready")
+        wait_until(lambda: any(k.startswith("2024/extract/part-00001-of-00003") for k in world.moto.list("ocr", "2024/extract/")),
+                   timeout=240, period=0.1)
+        victim = world.api.pods_of(job.name, 1)[0]
+        world.api.kill(victim)
+        world.api.wait_job(NAMESPACE, job.name)
+
+        assert [len(world.api.pods_of(job.name, i)) for i in range(3)] == [1, 2, 1]  # only index 1 again
+        assert (job.completed, job.failed) == ({0, 1}, {2})
+        assert job.conditions[-1]["reason"] == "FailedIndexes"
+        table = status(env)
+        states = {row["shard"]: row for row in table["shards"]}
+        assert (states[0]["state"], states[1]["state"], states[2]["state"]) == ("done", "done", "failed")
+        assert states[1]["job_state"] == "Succeeded (attempt 2)"
+        assert "container llm-ocr exited 2" in (states[2]["message"] or "")
+        marker = world.marker("extract", 1, 3)
+        assert marker["pages"]["skipped"] >= 1  # the retry resumed from the killed pod's part
+        logs = llm_ocr("jobs", "logs", OUTPUT, "--shard", "1", env=env)
+        assert logs.returncode == 0 and logs.stdout.count("===== pod ") == 2, logs.stdout[-2000:]
+
+        world.api.index_env.clear()  # the broken node is fixed
+        again = llm_ocr(*args, "--wait", "--interval", "0.5", env=env, timeout=600)
+        assert again.returncode == 0, again.stdout + again.stderr
+        relaunched = world.api.all_jobs[1]
+        assert relaunched.spec["completions"] == 1
+        (pod,) = relaunched.pods
+        assert (pod.env["JOB_COMPLETION_INDEX"], pod.env["LLM_OCR_TASK_SHARDS"]) == ("0", "3:2")
+        for stage in ("extract", "describe"):
+            assert keys(world.rows(stage)) == expected_pages(corpus), stage
+        followed = llm_ocr("jobs", "logs", OUTPUT, "--shard", "2", "-f", env=env)  # ended: prints, then returns
+        assert followed.returncode == 0 and "[extract shard 3/3] pages seen" in followed.stdout, followed.stderr
+        final = status(env)
+        assert [row["state"] for row in final["shards"]] == ["done"] * 3
+        assert final["shards"][0]["job_id"] == f"{job.name} index 0"  # from the first Job still
+        assert final["shards"][2]["job_id"] == f"{relaunched.name} index 0"
+
+
+def test_cancel_deletes_the_job_and_stops_every_pod(tmp_path: Path, corpus: Path) -> None:
+    with cluster(tmp_path / "cluster", corpus, sim_args="--prefill-ms 3000 --slots 1") as world:
+        env = world.env(tmp_path)
+        assert llm_ocr(*launch_args("--grace-period", "1", shards=2), env=env).returncode == 0
+        (job,) = world.api.all_jobs
+        wait_until(lambda: len(job.pods) == 2 and all(p.phase == "Running" and p.main[0].process for p in job.pods),
+                   timeout=240)
+        pids = [p.main[0].process.pid for p in job.pods]
+        one, everything = llm_ocr_batch([(["jobs", "cancel", OUTPUT, "--shard", "1"], {}), (["jobs", "cancel", OUTPUT], {})], env)
+        assert one["code"] == 2 and "cannot stop only some of them" in one["stderr"]
+        assert everything["code"] == 0 and "cancel sent to 1 job(s)" in everything["stdout"], everything["stderr"]
+        assert world.api.calls("DELETE")[0]["query"]["propagationPolicy"] == "Foreground"
+        wait_until(lambda: (NAMESPACE, job.name) not in world.api.jobs, timeout=120)
+        assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert {row["state"] for row in status(env)["shards"]} == {"cancelled"}
+
+
+def test_a_shared_volume_takes_local_paths_and_nothing_else_does(tmp_path: Path, corpus: Path) -> None:
+    shared = tmp_path / "shared"
+    (shared / "scans").mkdir(parents=True)
+    for pdf in sorted(corpus.glob("*.pdf"))[:2]:
+        (shared / "scans" / pdf.name).write_bytes(pdf.read_bytes())
+    with cluster(tmp_path / "cluster", corpus, claims={"ocr-data": shared}) as world:
+        env = world.env(tmp_path)
+        local = ["launch", "k8s", str(shared / "scans"), "--output", str(shared / "out"), "--num-shards", "2",
+                 "--workers", "0"]
+        refused, done = llm_ocr_batch([(local, {}), ([*local, "--pvc", f"ocr-data:{shared}", "--wait", "--interval", "0.5"], {})],
+                                      env, timeout=600)
+        assert refused["code"] == 2 and "a path on this machine, which the pods cannot see" in refused["stderr"]
+        assert done["code"] == 0, done["stdout"] + done["stderr"]
+        (received,) = [r["body"] for r in world.api.calls("POST", "/jobs")]
+        volumes = received["spec"]["template"]["spec"]["volumes"]
+        assert {"name": "claim-0", "persistentVolumeClaim": {"claimName": "ocr-data"}} in volumes
+        from tests.conftest import read_stage
+
+        rows = read_stage(shared / "out", "extract")
+        assert sorted((r["doc_id"], r["page"]) for r in rows) == sorted((p.name, n) for p in sorted(corpus.glob("*.pdf"))[:2] for n in (1, 2))
+
+
+BAD = [
+    ("no kubeconfig", {"KUBECONFIG": "/nonexistent/kubeconfig"}, [], "no Kubernetes credentials"),
+    ("a user who may not create Jobs", "reader", [], "may not create jobs, delete jobs, create configmaps in namespace ocr (RBAC)"),
+    ("a local output", {}, ["--output", "/tmp/out"], "--output '/tmp/out' is a path on this machine, which the pods cannot see"),
+    ("a local secret", {}, ["--secret", "AWS_SECRET_ACCESS_KEY"], "--secret AWS_SECRET_ACCESS_KEY: Kubernetes pods read secrets from Kubernetes Secrets"),
+    ("a job name too long", {}, ["--job-name", "a" * 45], "is too long: the pods are named"),
+    ("a job name Kubernetes refuses", {}, ["--job-name", "OCR_2024"], "--job-name 'OCR_2024': Kubernetes takes lowercase letters"),
+    ("a toleration with a bad effect", {}, ["--toleration", "gpu:Never"], "the effect after ':' is one of"),
+    ("a service account that does not exist", {}, ["--service-account", "nobody"], "--service-account nobody: no such ServiceAccount in namespace ocr"),
+    ("a namespace that is not a name", {}, ["--namespace", "Team_A"], "--namespace 'Team_A'"),
+    ("an unknown context", {}, ["--context", "prod"], "--context prod: no such context"),
+    ("an hf:// output without HF_TOKEN", {}, ["--output", "hf://datasets/me/ocr"], "pass --secret-ref HF_TOKEN=hf-token"),
+]
+
+
+def test_bad_requests_fail_before_anything_is_created(tmp_path: Path, corpus: Path) -> None:
+    with cluster(tmp_path / "cluster", corpus) as world:
+        env = world.env(tmp_path)
+        reader = world.env(tmp_path, token=READER)
+        cases = []
+        for _, change, extra, _ in BAD:
+            args = launch_args()
+            if extra[:1] == ["--output"]:
+                args[args.index("--output") + 1] = extra[1]
+                extra = extra[2:]
+            changed = {k: v for k, v in reader.items() if k == "KUBECONFIG"} if change == "reader" else change
+            cases.append(([*args, *extra], changed))
+        results = llm_ocr_batch(cases, env)
+        wrong = [f"{case}: exit {r['code']}, {r['stderr'][-500:]}" for (case, _, _, message), r in zip(BAD, results)
+                 if r["code"] != 2 or message not in r["stderr"]]
+        assert not wrong, "\n".join(wrong)
+        assert not world.api.calls("POST", "/jobs") and not world.api.calls("POST", "/configmaps")
+
+
+def test_kubectl_applies_the_dry_run_yaml_and_the_job_runs_every_page_once(tmp_path: Path, corpus: Path) -> None:
+    # The real kubectl (client-side apply: each object's copy goes into its last-applied annotation,
+    # which the API server caps at 256 KiB) against the fake; kubectl sends no token to an http://
+    # server, so the fake lets requests without one write here.
+    kubectl = os.environ.get("LLM_OCR_TEST_KUBECTL") or shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl is not installed: scripts/test installs Debian's kubernetes-client as root")
+    with cluster(tmp_path / "cluster", corpus, tokens={"": "write"}) as world:
+        env = world.env(tmp_path)
+        dry = llm_ocr(*launch_args("--dry-run", "--yaml", shards=2), env=env)
+        assert dry.returncode == 0, dry.stderr
+        applied = subprocess.run([kubectl, "apply", "-f", "-", "--validate=false"], input=dry.stdout, text=True,
+                                 capture_output=True, env=env, timeout=300)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert re.search(r"^job\.batch/llm-ocr-run-\S+ created$", applied.stdout, re.M), applied.stdout
+        created = world.api.calls("POST", "/configmaps")
+        assert created and all("kubectl.kubernetes.io/last-applied-configuration" in r["body"]["metadata"]["annotations"]
+                               for r in created)
+        (job,) = world.api.all_jobs
+        finished = world.api.wait_job(NAMESPACE, job.name, timeout=600)
+        assert finished.conditions[-1]["type"] == "Complete", world.api.log_text()[-3000:]
+        for stage in ("extract", "describe"):
+            assert keys(world.rows(stage)) == expected_pages(corpus), stage
+
+
+def _docs_job() -> dict:
+    """The Job YAML of docs/platforms-kubernetes.md ("Your own Job YAML")."""
+    text = (REPO / "docs" / "platforms-kubernetes.md").read_text()
+    section = text[text.index("## Your own Job YAML"):]
+    return yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
+
+
+def test_your_own_job_yaml_from_the_docs_runs_every_page_once(tmp_path: Path, corpus: Path) -> None:
+    import kubernetes_validate
+    from kubernetes import client, config
+
+    job = _docs_job()
+    for release in ("1.33", "1.37"):
+        kubernetes_validate.validate(job, release, strict=True)
+    # The docs' image, with llm-ocr in it (here: this checkout's venv); vLLM found on the GPU node
+    # stands as the engine the run picks there (the fake node has no nvidia-smi).
+    image = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    images = {image: {"PATH": str(VENV_BIN), "LLM_OCR_ENGINE": "vllm", "LLM_OCR_WORKERS": "0"}}
+    with cluster(tmp_path / "cluster", corpus, images=images) as world:
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=world.env(tmp_path)["KUBECONFIG"], client_configuration=configuration)
+        client.BatchV1Api(client.ApiClient(configuration)).create_namespaced_job(NAMESPACE, job)
+        finished = world.api.wait_job(NAMESPACE, job["metadata"]["name"], timeout=600)
+        assert finished.conditions[-1]["type"] == "Complete", world.api.log_text()[-3000:]
+        assert sorted(p.index for p in finished.pods) == list(range(job["spec"]["completions"]))
+        for stage in ("extract", "describe"):
+            assert keys(world.rows(stage)) == expected_pages(corpus), stage
