@@ -247,6 +247,7 @@ class GroupWork:
         Returns when none is left, or when the run stops."""
         own = self.groups_of(self.shard)
         self.stats.own_groups = own
+        self.stats.own_found_done = 0  # counted afresh (nothing_to_read may have counted them)
         view = self.book.view(self.shard)
         waiting: dict[int, GroupView | None] = {}
         for number in range(own):
@@ -562,11 +563,14 @@ class GroupWork:
         rows to retry), and no free group elsewhere to take. Such a run opens no endpoint (a
         task that starts after others read its groups launches no model server)."""
         view = self.book.view(self.shard)
-        for number in range(self.groups_of(self.shard)):
+        own = self.groups_of(self.shard)
+        for number in range(own):
             seen = view.groups.get(number)
             group = GroupId(self.shard, self.num_shards, number)
             if seen is None or not seen.finished or self._redo(group, seen):
                 return False
+        # Every own group is done: the marker says so whether or not this run goes on to steal.
+        self.stats.own_groups = self.stats.own_found_done = own
         if not self.steal:
             return True
         for shard in range(self.num_shards):

@@ -43,9 +43,14 @@ def test_of_processes_racing_for_a_group_exactly_one_holds_it(tmp_path: Path) ->
     won: list[str] = []
 
     def claim(holder: str) -> None:
+        # Each racer reads the group's state and finds it free before any of them claims, as
+        # processes racing for one group do (a racer that read the winner's claim would see it
+        # held and not try).
         mine = book(out, holder, 0, clock)
+        seen = mine.view(2).groups.get(5)
+        assert mine.is_free(GROUP, seen)
         start.wait()
-        if mine.take(GROUP, mine.view(2).groups.get(5)) is not None:
+        if mine.take(GROUP, seen) is not None:
             won.append(holder)
 
     threads = [threading.Thread(target=claim, args=(f"h{i}",)) for i in range(8)]
