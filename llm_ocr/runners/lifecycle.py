@@ -408,6 +408,7 @@ async def nothing_to_read(shard: Shard, groups: GroupWork | None, folders: Seque
         counters = RunCounters(name, shard.index, shard.count)
         counters.pages_found = 0
         results.append(StageResult(name, counters.summary(), counters=counters))
+        log.info(counters.reconciliation())  # every run ends with its accounting lines, this one too
     end = await groups_finished(groups, [r.stats for r in results], stopped=shard.stop.is_set())
     results[0].failed = end.failed_elsewhere
     return Finished(results, complete=end.complete, uses_model=False)
