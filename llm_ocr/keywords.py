@@ -127,6 +127,16 @@ class RunKeywords(TypedDict, total=False):
     route_endpoint: str | None
     """Base URL of a running CPU engine (llm-ocr serve --engine cpu) that lays out text-layer pages (default: launch
     one; it needs pip install 'llm-ocr[cpu]')."""
+    steal: bool | None
+    """Read page groups of slow or dead shards once this shard's own are done, claiming each with an atomic
+    create-if-absent and a lease, so every page is still written once (default: on with more than one shard where the
+    output allows it, local disk, S3 or GCS; off on the Hub, where every claim is a commit). An output begun with work
+    groups keeps them."""
+    lease: float
+    """Seconds a claim on a page group lasts unless its holder renews it (it does every lease/4): how long a dead
+    shard's groups in progress wait before others take them."""
+    group_docs: int | None
+    """Documents per page group (default: the largest shard's documents / 128; fixed when the output is begun)."""
     escalate_to: str | None
     """A stronger model that reads again every page whose first reading trips --escalate-on (llm-ocr run: Extract, then
     Escalate into OUT/escalate, then Describe and Assemble use it)."""
@@ -343,6 +353,16 @@ class ExtractKeywords(TypedDict, total=False):
     route_endpoint: str | None
     """Base URL of a running CPU engine (llm-ocr serve --engine cpu) that lays out text-layer pages (default: launch
     one; it needs pip install 'llm-ocr[cpu]')."""
+    steal: bool | None
+    """Read page groups of slow or dead shards once this shard's own are done, claiming each with an atomic
+    create-if-absent and a lease, so every page is still written once (default: on with more than one shard where the
+    output allows it, local disk, S3 or GCS; off on the Hub, where every claim is a commit). An output begun with work
+    groups keeps them."""
+    lease: float
+    """Seconds a claim on a page group lasts unless its holder renews it (it does every lease/4): how long a dead
+    shard's groups in progress wait before others take them."""
+    group_docs: int | None
+    """Documents per page group (default: the largest shard's documents / 128; fixed when the output is begun)."""
     request_timeout: float
     """Seconds one request may take once sent (a page can decode thousands of tokens)."""
     max_attempts: int
@@ -961,6 +981,16 @@ class LaunchKeywords(TypedDict, total=False):
     route_endpoint: str | None
     """Base URL of a running CPU engine (llm-ocr serve --engine cpu) that lays out text-layer pages (default: launch
     one; it needs pip install 'llm-ocr[cpu]')."""
+    steal: bool | None
+    """Read page groups of slow or dead shards once this shard's own are done, claiming each with an atomic
+    create-if-absent and a lease, so every page is still written once (default: on with more than one shard where the
+    output allows it, local disk, S3 or GCS; off on the Hub, where every claim is a commit). An output begun with work
+    groups keeps them."""
+    lease: float
+    """Seconds a claim on a page group lasts unless its holder renews it (it does every lease/4): how long a dead
+    shard's groups in progress wait before others take them."""
+    group_docs: int | None
+    """Documents per page group (default: the largest shard's documents / 128; fixed when the output is begun)."""
     escalate_to: str | None
     """A stronger model that reads again every page whose first reading trips --escalate-on (llm-ocr run: Extract, then
     Escalate into OUT/escalate, then Describe and Assemble use it)."""

@@ -280,6 +280,29 @@ class RouteOptions(BaseModel):
     )
 
 
+class StealOptions(BaseModel):
+    """Work claims: a shard that finished its own share reads the unfinished page groups of slow or
+    dead shards (docs/stragglers.md)."""
+
+    steal: bool | None = Field(
+        None,
+        description="Read page groups of slow or dead shards once this shard's own are done, claiming each with an "
+        "atomic create-if-absent and a lease, so every page is still written once (default: on with more than one "
+        "shard where the output allows it, local disk, S3 or GCS; off on the Hub, where every claim is a commit). "
+        "An output begun with work groups keeps them.",
+    )
+    lease: float = Field(
+        120.0, ge=2.0,
+        description="Seconds a claim on a page group lasts unless its holder renews it (it does every lease/4): how "
+        "long a dead shard's groups in progress wait before others take them.",
+    )
+    group_docs: int | None = Field(
+        None, ge=1,
+        description="Documents per page group (default: the largest shard's documents / 128; fixed when the output "
+        "is begun).",
+    )
+
+
 class EscalateOptions(BaseModel):
     """Which first readings are read again by a stronger model, and which model that is."""
 
@@ -459,6 +482,7 @@ GROUPS: dict[str, type[BaseModel]] = {
     "dataset": DatasetOptions,
     "extract": ExtractOptions,
     "route": RouteOptions,
+    "steal": StealOptions,
     "escalate": EscalateOptions,
     "describe": DescribeOptions,
     "assemble": AssembleOptions,
@@ -482,6 +506,7 @@ class StageSpec:
     dataset: DatasetOptions = field(default_factory=DatasetOptions)
     extract: ExtractOptions = field(default_factory=ExtractOptions)
     route: RouteOptions = field(default_factory=RouteOptions)
+    steal: StealOptions = field(default_factory=StealOptions)
     escalate: EscalateOptions = field(default_factory=EscalateOptions)
     describe: DescribeOptions = field(default_factory=DescribeOptions)
     assemble: AssembleOptions = field(default_factory=AssembleOptions)

@@ -82,6 +82,10 @@ class PageCounts(_View):
     quarantined: int = 0
     #: Quarantined rows kept from earlier runs (Extract).
     quarantined_earlier: int = 0
+    #: With work groups: error and quarantined rows of this shard's groups that other processes
+    #: read (other shards, or earlier runs), which a rerun of this shard retries like its own.
+    error_read_elsewhere: int = 0
+    quarantined_read_elsewhere: int = 0
     total: int = 0
     skipped: int = 0
     seen: int = 0
@@ -118,12 +122,12 @@ class PageStats(_View):
     @property
     def quarantined(self) -> int:
         """Quarantined pages it records: this run's and those kept from earlier runs."""
-        return self.pages.quarantined + self.pages.quarantined_earlier
+        return self.pages.quarantined + self.pages.quarantined_earlier + self.pages.quarantined_read_elsewhere
 
     @property
     def errors(self) -> int:
         """Rows that failed (a rerun retries them)."""
-        return self.pages.error
+        return self.pages.error + self.pages.error_read_elsewhere
 
 
 class AssembleCounts(_View):

@@ -111,8 +111,8 @@ STAGES: dict[str, Stage] = {
     for stage in (
         Stage(
             "run",
-            ("job", "server", "render", "dataset", "extract", "route", "escalate", "describe", "assemble", "fields",
-             "client"),
+            ("job", "server", "render", "dataset", "extract", "route", "steal", "escalate", "describe", "assemble",
+             "fields", "client"),
             "llm_ocr.runners.run:run_shard",
             markers=("extract", "describe", "assemble"),
             reads_inputs=True,
@@ -128,7 +128,7 @@ STAGES: dict[str, Stage] = {
         ),
         Stage(
             "extract",
-            ("job", "server", "render", "dataset", "extract", "route", "client"),
+            ("job", "server", "render", "dataset", "extract", "route", "steal", "client"),
             "llm_ocr.runners.extract:extract_shard",
             markers=("extract",),
             reads_inputs=True,

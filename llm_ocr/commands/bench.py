@@ -61,6 +61,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                                  "dense pages, 256 slots", "dense recall", "long tail, 64 slots",
                                  "long tail, 256 slots"],
                         help="with --losses, run only this workload (repeatable)")
+    stragglers = parser.add_argument_group("stragglers (docs/stragglers.md)")
+    stragglers.add_argument("--stragglers", action="store_true",
+                            help="run --shards shard processes of llm-ocr extract, each against a simulated server of "
+                            "its own, shard 0's --slow-factor times slower: static shards, then work groups; print the "
+                            "wall times against the even-split bound (--pages: pages in all, default 3840)")
+    stragglers.add_argument("--shards", type=positive_int, default=8, help="with --stragglers: shards (default 8)")
+    stragglers.add_argument("--slow-factor", type=float, default=5.0,
+                            help="with --stragglers: how many times slower shard 0's server is (default 5)")
+    stragglers.add_argument("--no-static", action="store_true",
+                            help="with --stragglers: skip the run with static shards")
     report = parser.add_argument_group("report")
     report.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     report.add_argument("--keep", action="store_true", help="keep each run's output folder (paths are printed)")
@@ -94,6 +104,8 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.losses:
         return _losses(args, config)
+    if args.stragglers:
+        return _stragglers(args, default_pages=BenchConfig().pages)
 
     def progress(result: RunResult) -> None:
         log.info(
@@ -143,4 +155,28 @@ def _losses(args: argparse.Namespace, config: BenchConfig) -> int:
         print(format_losses(comparisons))
     sys.stdout.flush()
     finished = all(r.exit_code in (ExitCode.OK, ExitCode.PAGES_FAILED) for c in comparisons for r in (c.today, c.new))
+    return ExitCode.OK if finished else ExitCode.COULD_NOT_RUN
+
+
+def _stragglers(args: argparse.Namespace, default_pages: int) -> int:
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from llm_ocr.bench.stragglers import StragglerConfig, format_stragglers, run_stragglers
+
+    if args.slow_factor < 1:
+        raise OptionError("--slow-factor must be 1 or more")
+    config = StragglerConfig(shards=args.shards, slow_factor=args.slow_factor)
+    if args.pages != [default_pages]:
+        config.pages = args.pages[0]
+    with tempfile.TemporaryDirectory(prefix="llm-ocr-stragglers-") as scratch:
+        work = Path(args.work_dir) if args.work_dir else Path(scratch)
+        runs = run_stragglers(config, work, static=not args.no_static)
+    if args.json:
+        print(json.dumps({"config": config.__dict__, "runs": [r.to_dict() for r in runs]}, indent=2))
+    else:
+        print(format_stragglers(config, runs))
+    sys.stdout.flush()
+    finished = all(code == 0 for r in runs for code in r.exit_codes) and all(r.duplicates == 0 for r in runs)
     return ExitCode.OK if finished else ExitCode.COULD_NOT_RUN

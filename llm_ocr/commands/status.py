@@ -9,6 +9,7 @@ import argparse
 import json
 
 from llm_ocr.storage import Storage
+from llm_ocr.storage.claims import claims_summary
 from llm_ocr.storage.reconcile import DOCUMENT_STAGES, STAGES, stage_status
 
 
@@ -31,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     out = Storage(args.output, options)
     report = [stage_status(out, stage) for stage in STAGES]
     report = [r for r in report if r["rows"] or r["finished_shards"]]
+    groups = claims_summary(out)
+    for stage in report:
+        if stage["stage"] == "extract" and groups:  # the page flows that claim groups all write extract
+            stage["work_groups"] = groups
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0
@@ -57,6 +62,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"  shard {shard}: {sum(shard_counts.values())} = {detail}{speed}")
         for label, number in labels.items():
             print(f"  [{number}] {label}")
+    for flow, shards in groups.items():
+        print(f"work groups ({'llm-ocr ' + flow}; docs/stragglers.md): who read each shard's page groups")
+        for shard, entry in shards.items():
+            own = shard.split("-")[0]
+            readers = ", ".join(f"{n} by {'itself' if by == own else 'shard ' + by}"
+                                for by, n in sorted(entry["done_by"].items()))
+            line = f"  shard {shard}: {entry['done']} done" + (f" ({readers})" if readers else "")
+            if entry["working"]:
+                line += f"; {entry['working']} being read"
+            if entry["free"]:
+                line += f"; {entry['free']} released or with a lease run out (the next run takes them)"
+            print(line)
     return 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 
 from llm_ocr.options import ExtractOptions, StageSpec
@@ -16,8 +16,9 @@ from llm_ocr.outcomes import ExitCode
 from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
 from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
-from llm_ocr.runners.inputs import shard_inputs
-from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_stage
+from llm_ocr.runners.groups import GroupWork, groups_finished
+from llm_ocr.runners.inputs import input_plan
+from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, page_look_ahead
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
@@ -55,26 +56,36 @@ class Extract(ShardStage):
 
     def __init__(self, spec: StageSpec) -> None:
         self.spec = spec
-        self.documents: Iterator[DocumentRef] = iter(())
+        self.documents: Iterable[DocumentRef] = iter(())
         self.index = ShardIndex()
+        self.groups: GroupWork | None = None
 
     def settled(self, markers: Markers) -> ExitCode | None:
         return extract_settles(markers["extract"], self.spec.extract)
 
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
+        keep = not spec.extract.retry_quarantined
         # Inputs are checked here, after the output: reading them records the sharding rule in OUT.
-        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count,
-                                      shard.index)
-        self.index = await shard.scan("extract", keep_quarantined=not spec.extract.retry_quarantined)
+        plan, by_rows = input_plan(spec.inputs, spec.dataset, shard.job.storage_options, shard.out)
+        self.groups = await shard.work_groups("extract", ["extract"], plan, by_rows, spec.steal, keep_quarantined=keep)
+        if self.groups is not None:  # each group is scanned when it is taken
+            self.documents = self.groups.documents()
+            self.index = self.groups.indexes["extract"]
+            return
+        self.documents = plan.documents(shard.count, shard.index, by_rows=by_rows)
+        self.index = await shard.scan("extract", keep_quarantined=keep)
         note_retried(self.index)
         note_kept(self.index)
 
     async def work(self, shard: Shard) -> Finished:
         spec, job = self.spec, shard.job
         tally = ModelTally()
+        groups = self.groups
+        if (idle := await nothing_to_read(shard, groups, self.writes)) is not None:
+            return idle
         async with shard.connect(spec.client, spec.server) as endpoint, \
-                PageWork(shard, endpoint, {"extract": self.index}, render=True) as work:
+                PageWork(shard, endpoint, {"extract": self.index}, render=True, groups=groups) as work:
             assert work.pool is not None
             async with open_route(shard, spec, work.pool) as route:
                 ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
@@ -84,8 +95,8 @@ class Extract(ShardStage):
                 # run that may read dense pages in tiles decides with it, and the pages waiting
                 # for a slot go longest first by it.
                 intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options,
-                                       estimate_text=True, look_ahead=page_look_ahead(spec.extract.look_ahead,
-                                                                                      spec.extract.look_ahead_mb))
+                                       estimate_text=True, planned=groups.planned if groups else None,
+                                       look_ahead=page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb))
                 handler = _extract_handler(ctx, bad, route, tally)
                 await work.run(intake, bad.guard(handler, bad.quarantined), ["extract"])
                 layout_s = route.client.busy_seconds if route is not None else None
@@ -93,7 +104,9 @@ class Extract(ShardStage):
         accounting = tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
         result = work.result("extract", kept=kept, extra=accounting)
         result.stats["pages"]["quarantined_earlier"] = kept
-        return Finished([result], preset=endpoint.preset)
+        end = await groups_finished(groups, [result.stats], stopped=shard.stop.is_set())
+        result.failed = result.failed or end.failed_elsewhere
+        return Finished([result], preset=endpoint.preset, complete=end.complete)
 
 
 async def extract_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 
 from llm_ocr.options import DatasetOptions
-from llm_ocr.sources import DocumentRef, plan_inputs
+from llm_ocr.sources import InputPlan, plan_inputs
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import list_parts
 from llm_ocr.storage.state import STATE_DIR
@@ -42,16 +41,11 @@ def dataset_rule(out: Storage) -> str:
     return rule
 
 
-def shard_inputs(
-    inputs: list[str],
-    dataset: DatasetOptions,
-    storage_options: dict,
-    out: Storage,
-    num_shards: int,
-    shard_index: int,
-) -> Iterator[DocumentRef]:
-    """Check ``inputs`` now (raising :class:`~llm_ocr.sources.InputError`) and return the
-    iterator of this shard's documents."""
+def input_plan(
+    inputs: list[str], dataset: DatasetOptions, storage_options: dict, out: Storage
+) -> tuple[InputPlan, bool]:
+    """Check ``inputs`` now (raising :class:`~llm_ocr.sources.InputError`): their plan, and whether
+    dataset rows go round-robin (``by_rows``: the rule ``out`` was begun with, :func:`dataset_rule`)."""
     plan = plan_inputs(inputs, dataset=dataset, storage_options=storage_options)
     by_rows = plan.has_datasets and dataset_rule(out) == ROWS
     if by_rows:
@@ -60,4 +54,4 @@ def shard_inputs(
             "(every shard reads the whole dataset); write to a new --output to read only each shard's share",
             out.display(out.root),
         )
-    return plan.documents(num_shards, shard_index, by_rows=by_rows)
+    return plan, by_rows

@@ -32,19 +32,20 @@ from functools import partial
 from typing import Any, ClassVar
 
 from llm_ocr.costs import gpu_cost
-from llm_ocr.options import ClientOptions, JobOptions, ServerOptions
+from llm_ocr.options import ClientOptions, JobOptions, ServerOptions, StealOptions
 from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.planning.rates import run_estimate
 from llm_ocr.records import page_schema
+from llm_ocr.runners.groups import GroupWork, group_work, groups_finished
 from llm_ocr.runners.page_flow import FlowSettings, Intake, ItemT, PageFlow, PageHandler, RefT, flow_settings
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.runners.shard import ShardOutcome, check_writable, in_flight_for_endpoint, resolve_shard
 from llm_ocr.runners.workers import WorkerPool, default_workers
 from llm_ocr.serving.in_flight import InFlightLimit, adapting
 from llm_ocr.serving.open import Endpoint, open_endpoint
-from llm_ocr.sources import InputError
+from llm_ocr.sources import InputError, InputPlan
 from llm_ocr.storage import Storage
-from llm_ocr.storage.parts import PartWriter, ShardIndex, ShardLayoutError, scan_shard
+from llm_ocr.storage.parts import PartWriter, RowSink, ShardIndex, ShardLayoutError, scan_shard
 from llm_ocr.storage.state import clear_marker, progress_writer, read_marker, write_marker
 from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.upstream import UnreadablePart
@@ -93,6 +94,17 @@ class Shard:
             )
         except ShardLayoutError as exc:
             raise RunError(str(exc)) from exc
+
+    async def work_groups(
+        self, flow: str, folders: Sequence[str], plan: InputPlan, by_rows: bool, options: StealOptions, *,
+        keep_quarantined: bool,
+    ) -> GroupWork | None:
+        """This shard's work groups for a page flow writing ``folders`` (None: static shards;
+        docs/stragglers.md)."""
+        return await asyncio.to_thread(partial(
+            group_work, self.out, flow, folders, self.index, self.count, plan, by_rows, options, page_schema(),
+            keep_quarantined=keep_quarantined, stop=self.stop, max_rows=self.job.part_rows,
+        ))
 
     def writer(self, stage: str, index: ShardIndex) -> PartWriter:
         """A writer of page rows into ``OUT/STAGE``, numbering parts after those ``index`` found."""
@@ -292,7 +304,8 @@ class PageWork:
     """
 
     def __init__(
-        self, shard: Shard, endpoint: Endpoint, indexes: Mapping[str, ShardIndex], *, render: bool = False
+        self, shard: Shard, endpoint: Endpoint, indexes: Mapping[str, ShardIndex], *, render: bool = False,
+        groups: GroupWork | None = None,
     ) -> None:
         job = shard.job
         self.shard = shard
@@ -300,7 +313,12 @@ class PageWork:
         self.indexes = dict(indexes)
         first = next(iter(self.indexes))
         self.counters = {name: RunCounters(name, shard.index, shard.count) for name in self.indexes}
-        self.writers = {name: shard.writer(name, index) for name, index in self.indexes.items()}
+        #: Work groups (docs/stragglers.md): rows go to the groups' parts, claims are renewed.
+        self.groups = groups
+        self.writers: dict[str, RowSink] = {
+            name: groups.writer(name) if groups is not None else shard.writer(name, index)
+            for name, index in self.indexes.items()
+        }
         self.reporter = ProgressReporter(
             self.counters[first], job.progress, job.progress_interval, poll_server=endpoint.metrics,
             on_tick=progress_writer(shard.out, first, shard.index, shard.count),
@@ -336,6 +354,8 @@ class PageWork:
             settings=self.settings(limit),
             stop=self.shard.stop,
         )
+        if self.groups is not None:  # a group is claimed when this flow has room for it
+            self.groups.backlog = lambda: flow.ready_batches
         async with adapting(self.controller):
             await flow.run(intake)
         self.documents[writes[0]] |= flow.documents
@@ -350,13 +370,19 @@ class PageWork:
 
     async def __aenter__(self) -> PageWork:
         self.reporter.start()
+        if self.groups is not None:
+            self.groups.start()
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         try:
             try:
-                for writer in self.writers.values():
-                    await writer.close()
+                try:
+                    for writer in self.writers.values():
+                        await writer.close()
+                finally:
+                    if self.groups is not None:  # groups not finished are released for others
+                        await self.groups.close()
             finally:
                 await self.reporter.stop()
                 if self.pool is not None:
@@ -371,6 +397,25 @@ class PageWork:
             raise RunError(f"{exc}; completed pages are saved, rerun to resume") from exc
         if isinstance(exc, (InputError, UnreadablePart)):
             raise RunError(str(exc)) from exc
+
+
+async def nothing_to_read(shard: Shard, groups: GroupWork | None, folders: Sequence[str]) -> Finished | None:
+    """With work groups, when every group of the shard is done and no other shard has one free:
+    the work's end without an endpoint (no model server is launched for nothing), its markers
+    counting no page read here; else None."""
+    if groups is None or not await asyncio.to_thread(groups.nothing_to_read):
+        return None
+    log.info("every page group of this shard is done (no other shard has a free one): nothing to read, no endpoint "
+             "opened")
+    results = []
+    for name in folders:
+        counters = RunCounters(name, shard.index, shard.count)
+        counters.pages_found = 0
+        results.append(StageResult(name, counters.summary(), counters=counters))
+        log.info(counters.reconciliation())  # every run ends with its accounting lines, this one too
+    end = await groups_finished(groups, [r.stats for r in results], stopped=shard.stop.is_set())
+    results[0].failed = end.failed_elsewhere
+    return Finished(results, complete=end.complete, uses_model=False)
 
 
 def note_documents(counters: RunCounters, documents: Iterable[str]) -> None:

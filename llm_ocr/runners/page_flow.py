@@ -32,7 +32,7 @@ from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.render import DocumentError, count_pages, render_pages
 from llm_ocr.storage import retry_io
-from llm_ocr.storage.parts import PartWriter, ShardIndex
+from llm_ocr.storage.parts import RowSink, ShardIndex
 from llm_ocr.storage.stores import store_options
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class OrderedRows:
     full, the oldest held rows are written out of order, and the slow page follows when done.
     """
 
-    def __init__(self, writer: PartWriter, window: int | None) -> None:
+    def __init__(self, writer: RowSink, window: int | None) -> None:
         self.writer = writer
         self.window = window
         self.next_seq = 0
@@ -197,13 +197,13 @@ class PageFlow(Generic[RefT, ItemT]):
         self,
         *,
         handler: PageHandler[RefT, ItemT],
-        writer: PartWriter | Sequence[PartWriter],
+        writer: RowSink | Sequence[RowSink],
         counters: RunCounters,
         settings: FlowSettings,
         stop: asyncio.Event | None = None,
     ) -> None:
         self.handler = handler
-        self.writers = [writer] if isinstance(writer, PartWriter) else list(writer)
+        self.writers = list(writer) if isinstance(writer, Sequence) else [writer]
         self.counters = counters
         self.settings = settings
         self.stop = stop or asyncio.Event()
@@ -218,6 +218,19 @@ class PageFlow(Generic[RefT, ItemT]):
         self._doc_pending: dict[str, int] = {}
         self._fatal: BaseException | None = None
         self._scratch: str | None = None
+
+    @property
+    def ready_batches(self) -> int:
+        """Batches rendered (or being rendered) ahead, waiting for a free slot: those queued, and
+        one more for each in-flight limit's worth of pages waiting in the look-ahead.
+
+        Work groups claim a group when this is at most one: the look-ahead then holds at most
+        about two rounds of slots of claimed pages, not its whole bound (1,024 pages by default),
+        so a slow process does not hoard groups the others could read at the end of the run,
+        while the pages waiting still go longest first among those two rounds."""
+        waiting = self.waiting.pages if self.waiting is not None else 0
+        slots = self.settings.limit.limit if self.settings.limit is not None else self.settings.max_in_flight
+        return self._queue.qsize() + waiting // max(1, slots)
 
     @property
     def scratch(self) -> str:
@@ -423,6 +436,7 @@ class DocumentPages:
         storage_options: dict[str, Any] | None = None,
         estimate_text: bool = False,
         look_ahead: LookAhead[PageImage | PageFailure] = IN_ORDER,
+        planned: Callable[[DocumentRef, list[int]], None] | None = None,
     ) -> None:
         self.documents = documents
         self.index = index
@@ -431,6 +445,9 @@ class DocumentPages:
         self.storage_options = storage_options or {}
         self.estimate_text = estimate_text
         self.look_ahead = look_ahead
+        #: Told, for each document, which pages will get a row this run (page 0: the document
+        #: could not be opened; none: it is done): work groups end when those rows are stored.
+        self.planned = planned or (lambda ref, pages: None)
 
     async def batches(
         self, flow: PageFlow[DocumentRef, PageImage | PageFailure]
@@ -447,6 +464,7 @@ class DocumentPages:
                 pages = self.index.num_pages.get(ref.doc_id) or 0
                 counters.pages_skipped += pages
                 counters.pages_found += pages
+                self.planned(ref, [])
                 continue
             async for batch in self._document(ref, flow):
                 yield batch
@@ -477,6 +495,7 @@ class DocumentPages:
             failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
             counters.pages_found += 1  # the document's one error row
             flow.expect(ref.doc_id, 1)  # which finishes the document
+            self.planned(ref, [DOCUMENT_LEVEL_PAGE])
             yield Batch(ref, [failure])
             return
         done = self.index.done_pages.get(ref.doc_id, set())
@@ -484,6 +503,7 @@ class DocumentPages:
         # Counted from the input, not from the rows: the end-of-run line checks the rows against it.
         counters.pages_found += num_pages
         counters.pages_skipped += num_pages - len(todo)
+        self.planned(ref, todo)
         chunks = [todo[i : i + CHUNK_PAGES] for i in range(0, len(todo), CHUNK_PAGES)]
         if not chunks:
             if cleanup:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +38,9 @@ from llm_ocr.runners.describe import (
 from llm_ocr.runners.escalate import Escalate, escalation_spec
 from llm_ocr.runners.extract import Extract, extract_context
 from llm_ocr.runners.fields import Fields, fields_wanted, launched_engine_refusal
-from llm_ocr.runners.inputs import shard_inputs
-from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, run_on, run_stage
+from llm_ocr.runners.groups import GroupWork, groups_finished
+from llm_ocr.runners.inputs import input_plan
+from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_on, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows, page_look_ahead
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import ShardOutcome
@@ -119,10 +120,11 @@ class Run(ShardStage):
             self.reads = ("assemble", "fields")
         self.endpoint: Endpoint | None = None
         self.schema: dict[str, Any] | None = None
-        self.documents: Iterator[DocumentRef] = iter(())
+        self.documents: Iterable[DocumentRef] = iter(())
         self.extract = ShardIndex()
         self.describe = ShardIndex()
         self.tally = ModelTally()
+        self.groups: GroupWork | None = None
 
     def _pages_settled(self, markers: Markers) -> ExitCode | None:
         """Extract's exit code when earlier runs left Extract, Describe and Assemble nothing to do."""
@@ -155,15 +157,24 @@ class Run(ShardStage):
 
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
-        self.documents = shard_inputs(spec.inputs, spec.dataset, shard.job.storage_options, shard.out, shard.count,
-                                      shard.index)
-        self.extract = await shard.scan("extract", keep_quarantined=not spec.extract.retry_quarantined)
+        keep = not spec.extract.retry_quarantined
+        plan, by_rows = input_plan(spec.inputs, spec.dataset, shard.job.storage_options, shard.out)
+        self.groups = await shard.work_groups("run", ["extract", "describe"], plan, by_rows, spec.steal,
+                                              keep_quarantined=keep)
+        if self.groups is not None:  # each group is scanned when it is taken
+            self.documents = self.groups.documents()
+            self.extract, self.describe = self.groups.indexes["extract"], self.groups.indexes["describe"]
+            return
+        self.documents = plan.documents(shard.count, shard.index, by_rows=by_rows)
+        self.extract = await shard.scan("extract", keep_quarantined=keep)
         self.describe = await shard.scan("describe")
         note_retried(self.extract)
         note_kept(self.extract)
 
     async def work(self, shard: Shard) -> Finished:
         spec = self.spec
+        if self.fields is None and (idle := await nothing_to_read(shard, self.groups, self.writes)) is not None:
+            return idle  # (Fields runs on this run's endpoint: it opens one anyway)
         async with AsyncExitStack() as here:
             # Kept open for Fields (until the caller closes ``servers``), else closed after the pages.
             keeper = self.servers if self.fields is not None and self.servers is not None else here
@@ -174,7 +185,7 @@ class Run(ShardStage):
         spec, job = self.spec, shard.job
         indexes = {"extract": self.extract, "describe": self.describe}
         async with describe_endpoint(shard, spec.describe, spec.client, main=endpoint) as describer, \
-                PageWork(shard, endpoint, indexes, render=True) as work:
+                PageWork(shard, endpoint, indexes, render=True, groups=self.groups) as work:
             assert work.pool is not None
             # Figure requests have their own limit, as large as the pages': a page holds its
             # slot while its figures wait for theirs, so one limit for both could deadlock.
@@ -197,7 +208,8 @@ class Run(ShardStage):
                     look_ahead = page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb)
                     pages = DocumentPages(self.documents, self.extract, work.pool,
                                           family_render(spec.render, ectx.recipe), job.storage_options,
-                                          estimate_text=True, look_ahead=look_ahead)
+                                          estimate_text=True, look_ahead=look_ahead,
+                                          planned=self.groups.planned if self.groups else None)
                     await work.run(pages, handler, ["extract", "describe"])
                     layout_s = route.client.busy_seconds if route is not None else None
             extracted, described = work.counters["extract"], work.counters["describe"]
@@ -209,7 +221,10 @@ class Run(ShardStage):
         accounting = self.tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
         ex = work.result("extract", kept=kept, extra=accounting)
         ex.stats["pages"]["quarantined_earlier"] = kept
-        return Finished([ex, describe_result(work, dctx)], preset=endpoint.preset)
+        de = describe_result(work, dctx)
+        end = await groups_finished(self.groups, [ex.stats, de.stats], stopped=shard.stop.is_set())
+        ex.failed = ex.failed or end.failed_elsewhere
+        return Finished([ex, de], preset=endpoint.preset, complete=end.complete)
 
     async def then(self, shard: Shard, outcome: ShardOutcome, markers: Markers) -> ShardOutcome:
         # Assemble reads OUT/describe back: where writes are batched into commits (the Hub), the

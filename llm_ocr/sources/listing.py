@@ -25,6 +25,7 @@ import logging
 import posixpath
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import fsspec
@@ -135,14 +136,42 @@ class InputPlan:
     #: Requests and bytes the Parquet reader made: every footer at planning, then row groups.
     stats: ReadStats
 
-    def documents(self, num_shards: int = 1, shard_index: int = 0, *, by_rows: bool = False) -> Iterator[DocumentRef]:
+    def documents(
+        self, num_shards: int = 1, shard_index: int = 0, *, by_rows: bool = False, start: int = 0,
+        stop: int | None = None,
+    ) -> Iterator[DocumentRef]:
         """The refs of one shard, in input order, with their global ``index``.
 
         ``by_rows`` shards dataset rows round-robin like files (``index % num_shards``), the rule
         of outputs begun before row-group sharding (each shard then reads every row group).
+        ``start``/``stop``: only the shard's documents at those positions of its own list (a work
+        group, docs/stragglers.md); files before ``start`` are skipped by name, dataset row groups
+        wholly before it without reading them.
         """
         check_shard(num_shards, shard_index)
-        return _stream(self.plans, self.storage_options, num_shards, shard_index, by_rows)
+        refs = _stream(self.plans, self.storage_options, num_shards, shard_index, by_rows, start)
+        return refs if stop is None else islice(refs, max(0, stop - start))
+
+    def shard_size(self, num_shards: int, shard_index: int, *, by_rows: bool = False) -> int | None:
+        """How many documents shard ``shard_index`` holds, from the listing and the Parquet footers
+        alone; None when a dataset can only be streamed (its rows are not counted ahead)."""
+        check_shard(num_shards, shard_index)
+        total = 0
+        offset = 0
+        for plan in self.plans:
+            if isinstance(plan, _FilesPlan):
+                total += _residues(offset, len(plan.files), num_shards, shard_index)
+                offset += len(plan.files)
+            elif isinstance(plan, ParquetPlan):
+                if by_rows:
+                    total += _residues(offset, plan.num_rows, num_shards, shard_index)
+                else:
+                    total += sum(g.num_rows for g, owner in zip(plan.groups, plan.owners(num_shards))
+                                 if owner == shard_index)
+                offset += plan.num_rows
+            else:
+                return None
+        return total
 
     @property
     def has_datasets(self) -> bool:
@@ -327,38 +356,67 @@ def _components(fs: Any, path: str) -> list[str]:
 # Streaming
 
 
-def _stream(plans: list[_Plan], so: dict, num_shards: int, shard: int, by_rows: bool) -> Iterator[DocumentRef]:
+def _residues(first: int, count: int, num_shards: int, shard: int) -> int:
+    """How many of ``first .. first + count - 1`` are ``== shard (mod num_shards)``."""
+    return len(range((shard - first) % num_shards, count, num_shards))
+
+
+def _stream(
+    plans: list[_Plan], so: dict, num_shards: int, shard: int, by_rows: bool, start: int = 0
+) -> Iterator[DocumentRef]:
     index = 0  # the global number of the first document of each input
+    position = 0  # how many of the shard's documents came before (its own list's numbering)
     for plan in plans:
         if isinstance(plan, _FilesPlan):
             for doc_id, (path, kind) in zip(plan.doc_ids, plan.files):
                 if round_robin_owner(index, num_shards) == shard:
-                    src = plan.source(path)
-                    yield DocumentRef(doc_id=doc_id, index=index, source=src, kind=kind, location=src)
+                    if position >= start:
+                        src = plan.source(path)
+                        yield DocumentRef(doc_id=doc_id, index=index, source=src, kind=kind, location=src)
+                    position += 1
                 index += 1
         elif isinstance(plan, ParquetPlan):
-            yield from _parquet_rows(plan, so, index, num_shards, shard, by_rows)
+            skipped = [0]
+            for ref in _parquet_rows(plan, so, index, num_shards, shard, by_rows, start - position, skipped):
+                position += 1
+                yield ref
+            position += skipped[0]
             index += plan.num_rows
         else:  # streamed by datasets: every row is read, ours are kept
             rows = 0
             for row, example in enumerate(plan.dataset):
                 if round_robin_owner(index + row, num_shards) == shard:
-                    yield _row_ref(plan, index + row, row, example[plan.column], so)
+                    if position >= start:
+                        yield _row_ref(plan, index + row, row, example[plan.column], so)
+                    position += 1
                 rows = row + 1
             index += rows
 
 
 def _parquet_rows(
-    plan: ParquetPlan, so: dict, offset: int, num_shards: int, shard: int, by_rows: bool
+    plan: ParquetPlan, so: dict, offset: int, num_shards: int, shard: int, by_rows: bool, skip: int = 0,
+    skipped: list[int] | None = None,
 ) -> Iterator[DocumentRef]:
-    """The rows of one Parquet dataset that belong to ``shard``, reading only their row groups."""
+    """The rows of one Parquet dataset that belong to ``shard``, reading only their row groups;
+    the first ``skip`` of them are not yielded, and row groups holding only those are not read
+    (their count is added to ``skipped[0]``)."""
     if by_rows:  # round-robin rows: every row group holding one of ours
         groups = [g for g in plan.groups if _holds_residue(offset + g.first_row, g.num_rows, num_shards, shard)]
     else:
         groups = [g for g, owner in zip(plan.groups, plan.owners(num_shards)) if owner == shard]
+        while groups and 0 < groups[0].num_rows <= skip:  # every row of a group we own is ours
+            skip -= groups[0].num_rows
+            if skipped is not None:
+                skipped[0] += groups[0].num_rows
+            groups = groups[1:]
     try:
         for row, value in plan.files.iter_rows(groups, plan.column):
             if not by_rows or round_robin_owner(offset + row, num_shards) == shard:
+                if skip > 0:
+                    skip -= 1
+                    if skipped is not None:
+                        skipped[0] += 1
+                    continue
                 yield _row_ref(plan, offset + row, row, value, so)
     except (pa.ArrowException, OSError) as exc:
         if classify(exc) == "transient":  # the store, not the data: StorageError says rerun

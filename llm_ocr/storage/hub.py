@@ -11,6 +11,12 @@ adds or deletes the exact paths it is given: other shards' files are never touch
 ``push_to_hub``, which deletes files it did not push).
 
 ``hf://buckets/...`` paths are commit-free storage and are written directly.
+
+:meth:`HubCommitter.create_exclusive` is the Hub's atomic create-if-absent (work claims): it
+reads the branch head, checks the name is absent, and commits the file with ``parent_commit``
+set to that head. The Hub refuses a commit whose parent is no longer the head (HTTP 412, "A
+commit has happened since. Please refresh and try again.": huggingface_hub's
+``test_create_commit_conflict``), so a rival that committed first makes it look again.
 """
 
 from __future__ import annotations
@@ -90,6 +96,39 @@ class HubCommitter:
         for (repo_type, repo_id, revision), ops in groups.items():
             self._commit_with_retries(repo_type, repo_id, revision, ops, message)
             self.fs.invalidate_cache(f"{repo_type}s/{repo_id}")
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        from huggingface_hub import CommitOperationAdd
+
+        resolved = self._resolve(path)
+        repo_type, repo_id, revision = resolved.repo_type, resolved.repo_id, resolved.revision
+        url = f"hf://{repo_type}s/{repo_id}/{resolved.path_in_repo}"
+        attempts = int(_env_number("LLM_OCR_HUB_CONFLICT_RETRIES", 30))
+        for attempt in range(1, attempts + 1):
+            head = retry_io(lambda: self.api.repo_info(repo_id, repo_type=repo_type, revision=revision).sha,
+                            what=f"reading {url}")
+            if retry_io(lambda: self.exists(path), what=f"checking {url}"):
+                # Taken, or our own commit whose answer was lost: it holds exactly our data then.
+                return bool(retry_io(lambda: self.fs.cat_file(path), what=f"reading {url}") == data)
+            try:
+                self.api.create_commit(
+                    repo_id, [CommitOperationAdd(path_in_repo=resolved.path_in_repo, path_or_fileobj=data)],
+                    commit_message=f"llm-ocr: claim {posixpath.basename(resolved.path_in_repo)}",
+                    repo_type=repo_type, revision=revision, parent_commit=head,
+                )
+                self.fs.invalidate_cache(f"{repo_type}s/{repo_id}")
+                return True
+            except Exception as exc:  # classified below
+                # 412: another commit came first (it may or may not have created our name: look
+                # again); 409/429/5xx and network errors: the commit may have landed, look again.
+                if classify(exc) != "transient":
+                    raise StorageError(explain(exc, url, "commit to")) from exc
+                delay = backoff_delay(attempt, min(self.base_delay, 0.25), 10.0)
+                log.debug("conditional commit of %s: %s; looking again in %.1fs", url,
+                          scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__), delay)
+                time.sleep(delay)
+        raise StorageError(f"could not commit {url}: the repo's head moved on {attempts} times in a row "
+                           "(LLM_OCR_HUB_CONFLICT_RETRIES); other writers commit too often")
 
     def _commit_with_retries(
         self, repo_type: str, repo_id: str, revision: str, ops: list[tuple[Operation, str]], message: str

@@ -1,8 +1,9 @@
 """Parquet parts: the shard-named files each stage writes, how they are written and re-read.
 
 A stage folder (``OUT/extract``...) holds ``part-{shard:05d}-of-{num_shards:05d}-{seq:06d}.parquet``
-files. Each is written whole and atomically (see :mod:`llm_ocr.storage`), so a part either exists
-complete or not at all; a part that is nevertheless unreadable (a store without atomic puts, a
+files (with work groups, ``...-{group:06d}-{slot:04d}.parquet``: :mod:`.group_parts`). Each is
+written whole and atomically (see :mod:`llm_ocr.storage`), so a part either exists complete or
+not at all; a part that is nevertheless unreadable (a store without atomic puts, a
 disk that filled up) is detected when a shard starts and removed so its pages are redone.
 """
 
@@ -15,7 +16,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,7 +25,10 @@ from llm_ocr.storage.url import Storage
 
 log = logging.getLogger(__name__)
 
-PART_RE = re.compile(r"part-(\d{5})-of-(\d{5})-(\d{6})\.parquet$")
+#: A shard's parts: ``part-SSSSS-of-NNNNN-QQQQQQ.parquet`` numbered by the shard, or, with work
+#: claims, ``part-SSSSS-of-NNNNN-GGGGGG-JJJJ.parquet``: slot J of page group G (:mod:`.group_parts`).
+#: Group 3 is the part's number, or its group.
+PART_RE = re.compile(r"part-(\d{5})-of-(\d{5})-(\d{6})(?:-(\d{4,}))?\.parquet$")
 
 
 class ShardLayoutError(Exception):
@@ -209,6 +213,19 @@ def _row_bytes(row: dict[str, Any]) -> int:
         image = figure.get("image") or {}
         size += len(image.get("bytes") or b"")
     return size + 256
+
+
+class RowSink(Protocol):
+    """Where a page flow hands its rows (:class:`PartWriter`, or a writer of page groups' parts)."""
+
+    async def add(self, row: dict[str, Any]) -> None:
+        """Take one row (stored by :meth:`close` at the latest)."""
+
+    async def flush(self) -> None:
+        """Start storing what was taken so far."""
+
+    async def close(self) -> None:
+        """Store everything taken; raise if any write failed."""
 
 
 class PartWriter:

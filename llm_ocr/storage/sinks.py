@@ -91,6 +91,10 @@ class Committer(Protocol):
         """Apply ``operations`` in as few atomic commits as the store allows, retrying transient
         failures; raise when they cannot be applied."""
 
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Commit ``path`` at once if no file has that name (True), else leave it (False): a
+        commit conditional on the head at which the name was checked absent."""
+
 
 def _env_number(name: str, default: float) -> float:
     value = os.environ.get(name)
@@ -150,6 +154,17 @@ class BatchingSink:
             if len(self._ops) >= self.max_files or self.pending_bytes >= self.max_bytes:
                 self._commit_locked(self._ops[: self.max_files])
         self._ensure_timer()
+
+    def put_now(self, path: str, data: bytes) -> None:
+        """Store ``data`` at ``path`` in a commit of its own, now (a queued write of it is dropped)."""
+        if not self.committer.batches(path):
+            self.direct.put(path, data)
+            return
+        with self._lock:
+            self._raise_failure()
+            self._ops = [op for op in self._ops if op.path != path]
+            self.committer.commit([Operation("put", path, bytes(data))], "llm-ocr: 1 file")
+            self.commits += 1
 
     def delete(self, path: str) -> None:
         if not self.committer.batches(path):

@@ -4,6 +4,12 @@ Everything goes through fsspec; nothing here branches on the URL scheme. The onl
 distinction is made on the filesystem's *capability*: a local filesystem can rename, so an
 atomic write is "temporary file, then rename"; object stores publish an object only when its
 upload completes, so a single put is already atomic.
+
+:meth:`Storage.create_exclusive` is the one atomic create-if-absent (work claims, see
+docs/stragglers.md): a hard link of a complete temporary file on local disk (``link(2)`` fails
+with ``EEXIST`` when the name exists), ``PutObject`` with ``If-None-Match: *`` on S3 and an upload
+with ``ifGenerationMatch=0`` on GCS (both through fsspec's ``mode="create"``), a commit whose
+``parent_commit`` is the head it checked on the Hub (:mod:`.hub`).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import importlib
 import logging
 import os
 import posixpath
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +28,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from llm_ocr.storage.retry import retry_io
 from llm_ocr.storage.sinks import BatchingSink, Committer, DirectSink, PartSink, batching_sink
-from llm_ocr.storage.stores import redact, store_options
+from llm_ocr.storage.stores import StorageError, redact, store_options
 
 __all__ = ["Storage"]
 
@@ -33,6 +40,20 @@ log = logging.getLogger("llm_ocr.storage")
 COMMITTING_FILESYSTEMS: dict[str, str] = {
     "huggingface_hub.hf_file_system.HfFileSystem": "llm_ocr.storage.hub:HubCommitter",
 }
+
+
+#: Filesystem classes whose ``pipe_file(..., mode="create")`` is atomic on the server: s3fs sends
+#: ``PutObject`` with ``If-None-Match: *`` and gcsfs uploads with ``ifGenerationMatch=0``; either
+#: raises ``FileExistsError`` when the object exists (s3fs ``_pipe_file``, gcsfs ``simple_upload``
+#: and ``retry.validate_response``). fsspec's generic ``pipe_file`` checks, then writes: not atomic.
+EXCLUSIVE_CREATE_FILESYSTEMS = frozenset({"s3fs.core.S3FileSystem", "gcsfs.core.GCSFileSystem"})
+#: ``memory://`` (tests, notebooks) lives in one process: a lock makes its check-then-write atomic.
+_MEMORY_FILESYSTEM = "fsspec.implementations.memory.MemoryFileSystem"
+_memory_lock = threading.Lock()
+
+
+def _class_paths(fs: Any) -> set[str]:
+    return {f"{cls.__module__}.{cls.__qualname__}" for cls in type(fs).__mro__}
 
 
 def _committer_factory(fs: Any) -> Callable[[Any], Committer] | None:
@@ -121,6 +142,14 @@ class Storage:
         """
         self.sink.put(path, data)
 
+    def write_now(self, path: str, data: bytes) -> None:
+        """:meth:`write_atomic`, visible at once also where writes are batched (on the Hub, a
+        commit of its own: for the few small files others must see now, such as claims)."""
+        if isinstance(self.sink, BatchingSink):
+            self.sink.put_now(path, data)
+        else:
+            self.sink.put(path, data)
+
     def _write_now(self, path: str, data: bytes) -> None:
         if self.is_local:
             os.makedirs(posixpath.dirname(path), exist_ok=True)
@@ -135,6 +164,76 @@ class Storage:
         # (s3fs, >= 100 MB) and resumable (gcsfs, >= 50 MB) uploads pipe_file uses for large
         # payloads; tests/storage/test_storage_stores.py pins that a concurrent reader never sees a prefix.
         retry_io(lambda: self.fs.pipe_file(path, data), what=f"writing {self.display(path)}")
+
+    @property
+    def exclusive_create(self) -> str | None:
+        """How :meth:`create_exclusive` is atomic here (for messages), or None where it cannot be."""
+        if self.is_local:
+            return "a hard link of a complete temporary file (link fails when the name exists)"
+        classes = _class_paths(self.fs)
+        if classes & EXCLUSIVE_CREATE_FILESYSTEMS:
+            return "a conditional put (S3 If-None-Match: *, GCS ifGenerationMatch=0)"
+        if _MEMORY_FILESYSTEM in classes:
+            return "a lock (one process)"
+        if isinstance(self.sink, BatchingSink) and self.sink.committer.batches(self.root):
+            return "a commit conditional on the head it checked (parent_commit)"
+        return None
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create ``path`` holding ``data`` if no file has that name: True when this call created
+        it, False when it existed. Atomic on the store itself, so of any number of processes on
+        any machines racing to create one name, exactly one gets True (:attr:`exclusive_create`
+        says how; a store where it cannot be raises :class:`StorageError`).
+
+        A create whose answer was lost and was retried finds its own file: it counts as created
+        when the file holds exactly ``data`` (callers make ``data`` unique, e.g. with a token).
+        The file is visible at once, also on the Hub (a commit of its own, not batched).
+        """
+        if self.is_local:
+            return self._create_local(path, data)
+        classes = _class_paths(self.fs)
+        if classes & EXCLUSIVE_CREATE_FILESYSTEMS:
+            return self._create_remote(path, data)
+        if _MEMORY_FILESYSTEM in classes:
+            with _memory_lock:
+                if self.fs.exists(path):
+                    return bool(self.fs.cat_file(path) == data)
+                self.fs.pipe_file(path, data)
+                return True
+        if isinstance(self.sink, BatchingSink) and self.sink.committer.batches(path):
+            return self.sink.committer.create_exclusive(path, data)
+        raise StorageError(
+            f"cannot create files atomically in {self.display(self.root)}: work claims need local disk, S3, Google "
+            "Cloud Storage or a Hugging Face Hub repo as the output (run with --no-steal)"
+        )
+
+    def _create_local(self, path: str, data: bytes) -> bool:
+        os.makedirs(posixpath.dirname(path), exist_ok=True)
+        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            # link(2) creates the name only if it is free, and the file it names is already
+            # complete: a reader never sees it half-written (O_EXCL then write would show that).
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def _create_remote(self, path: str, data: bytes) -> bool:
+        try:
+            retry_io(lambda: self.fs.pipe_file(path, data, mode="create"), what=f"writing {self.display(path)}")
+            return True
+        except FileExistsError:
+            # Also the answer to a retry of a create that landed while its answer was lost.
+            try:
+                return self.read_bytes(path) == data
+            except FileNotFoundError:
+                return False
 
     def delete(self, path: str) -> None:
         """Remove ``path`` if it exists (through :attr:`sink`, like writes)."""

@@ -32,8 +32,9 @@ them by sha256 (``lfsFile``), and a ``regular`` upload of such a file is refused
 modelled: clients must set ``HF_HUB_DISABLE_XET=1`` (huggingface_hub otherwise uploads every
 LFS file through Xet when ``hf_xet`` is installed); the Xet token route answers with that advice.
 
-Not modelled: Xet, multipart LFS uploads (the batch answer never asks for them), pull
-requests, concurrency conflicts other than injected ones, buckets.
+Commits with a ``parentCommit`` that is no longer the head are refused with 412, as the Hub
+does. Not modelled: Xet, multipart LFS uploads (the batch answer never asks for them), pull
+requests, buckets.
 
 Tokens: ``Authorization: Bearer T``; ``tokens`` maps each known token to ``"write"`` or
 ``"read"``; an unknown token gets 401 everywhere; no token may read public repos only.
@@ -447,6 +448,11 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             header = next(item["value"] for item in lines if item["key"] == "header")
             added, deleted, via_lfs = [], [], []
             with hub.lock:
+                parent = header.get("parentCommit")
+                if parent is not None and parent != repo.sha:
+                    # As the Hub answers a commit whose parent is no longer the head
+                    # (huggingface_hub's test_create_commit_conflict).
+                    raise _Error(412, "A commit has happened since. Please refresh and try again.")
                 files, lfs = dict(repo.files), dict(repo.lfs)
                 for item in lines:
                     value = item["value"]

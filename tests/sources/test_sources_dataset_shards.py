@@ -112,3 +112,22 @@ def test_a_store_that_goes_away_mid_shard_is_named_not_blamed_on_the_data(
         finally:
             proxy.close()
     assert "corrupt" not in str(failure.value)
+
+
+def test_a_work_group_of_a_shard_reads_only_the_row_groups_holding_its_rows(
+    fv: GeneratedDataset, served: CountingFileServer
+) -> None:
+    plan = plan_inputs([served.url + "fv/"])
+    served.reset()
+    whole = list(plan.documents(8, 5))
+    shard_bytes = served.counts().bytes
+    size = plan.shard_size(8, 5)
+    assert size == len(whole) > 6
+    # Groups of 3 documents (docs/stragglers.md) partition the shard, in order.
+    groups = [list(plan.documents(8, 5, start=start, stop=start + 3)) for start in range(0, size, 3)]
+    assert [doc for group in groups for doc in group] == whole
+    served.reset()
+    last = list(plan.documents(8, 5, start=size - 1, stop=size))
+    assert last == whole[-1:]
+    # The row groups before the last one's are skipped unread: one row group of 2 rows is read.
+    assert served.counts().bytes <= shard_bytes / 3, (served.counts().bytes, shard_bytes)

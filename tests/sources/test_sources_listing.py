@@ -11,7 +11,7 @@ import pytest
 from sources_testdata import finevision_parquet, make_pdf, png, write
 
 from llm_ocr.options import DatasetOptions
-from llm_ocr.sources import DocumentRef, InputError, list_documents
+from llm_ocr.sources import DocumentRef, InputError, list_documents, plan_inputs
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +188,15 @@ def test_sharding_rejects_bad_arguments(tree):
         refs(tree, num_shards=2, shard_index=2)
     with pytest.raises(ValueError):
         refs(tree, num_shards=0, shard_index=0)
+
+
+@pytest.mark.parametrize("num_shards", [1, 3])
+def test_work_groups_partition_each_shard_and_its_size_is_known_ahead(tree, fv_file, num_shards):
+    plan = plan_inputs([str(tree), str(fv_file)])
+    for shard in range(num_shards):
+        whole = list(plan.documents(num_shards, shard))
+        size = plan.shard_size(num_shards, shard)
+        assert size == len(whole)
+        groups = [list(plan.documents(num_shards, shard, start=s, stop=s + 2)) for s in range(0, size, 2)]
+        assert [d for g in groups for d in g] == whole
+        assert list(plan.documents(num_shards, shard, start=size)) == []

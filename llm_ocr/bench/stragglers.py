@@ -1,0 +1,258 @@
+"""``llm-ocr bench --stragglers``: N shards, one of them on a GPU several times slower, with and
+without work groups (docs/stragglers.md), against the even-split bound.
+
+Each shard is the plain CLI (``llm-ocr extract``) in a process of its own, against a simulated
+server of its own (its GPU): ``--shards - 1`` fast servers and one ``--slow-factor`` times slower
+(prefill and per-token time). Every request decodes the same number of tokens and the per-token
+time does not grow with the batch (``--load-slowdown 0``), so a request's service time on a server
+is exact and the bound is exact too:
+
+- **even-split bound**: the work (every answered request's service time on a fast server, from
+  the servers' request logs) spread over all servers in proportion to their speed, every slot
+  busy from the first moment to the last: ``work / (slots * (fast servers + 1 / slow factor))``;
+- **static bound**: what static shards can do at best, the slowest shard's own work on its
+  server with every slot busy.
+
+The wall time counts from the moment the shards are started to the moment the last one exits
+(process start-up and the first renders included: the benchmark says how long those took).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_ocr.bench.corpus import vector_pdf
+from llm_ocr.bench.lower_bound import LoggedRequest, read_request_log
+from llm_ocr.serving.command_lines import free_port, sim_command
+from llm_ocr.serving.vllm.process import ManagedServer
+from llm_ocr.vlm.recipes import DEFAULT_MODEL
+
+
+@dataclass
+class StragglerConfig:
+    """The workload and the servers. The defaults keep the slow shard's pipeline (requests in
+    flight and pages rendered ahead, a few pages) small against its share, as in a real run of
+    many thousand pages."""
+
+    shards: int = 8
+    slow_factor: float = 5.0
+    #: Pages in all, one page per document.
+    pages: int = 3840
+    slots: int = 4
+    prefill_ms: float = 100.0
+    decode_ms_per_token: float = 5.0
+    output_tokens: int = 400
+    #: Shard processes' options. Pages are rendered small (a Letter page at 50 DPI comes out 640
+    #: pixels long, the family's least): the benchmark measures scheduling, and 8 clients and 8
+    #: servers on a small machine must not make the client's CPU the bottleneck.
+    dpi: float = 50.0
+    lease: float = 120.0
+    group_docs: int | None = None
+
+    def service_s(self, slow: bool) -> float:
+        """Seconds one request holds a slot on a fast (or the slow) server."""
+        factor = self.slow_factor if slow else 1.0
+        return factor * (self.prefill_ms + self.output_tokens * self.decode_ms_per_token) / 1000.0
+
+    def server_args(self, slow: bool) -> list[str]:
+        factor = self.slow_factor if slow else 1.0
+        return [
+            "--slots", str(self.slots), "--prefill-ms", str(self.prefill_ms * factor),
+            "--decode-ms-per-token", str(self.decode_ms_per_token * factor), "--load-slowdown", "0",
+            "--output-tokens-mean", str(self.output_tokens), "--output-tokens-sigma", "0", "--loop-rate", "0",
+        ]  # fmt: skip
+
+
+@dataclass
+class StragglerRun:
+    """One run of every shard (static or with work groups), measured."""
+
+    mode: str
+    wall_s: float
+    exit_codes: list[int]
+    #: Requests each shard's server answered, and when each shard's process exited (s after start).
+    requests: list[int]
+    exits_s: list[float]
+    first_request_s: float
+    last_answer_s: float
+    #: When each server answered its last request (s after start): with no straggler they end
+    #: together; the gap from the fast servers' ends to the last one is the run's idle tail.
+    last_answers_s: list[float]
+    even_split_bound_s: float
+    static_bound_s: float
+    rows: int
+    duplicates: int
+    groups_taken: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def over_bound(self) -> float:
+        """The wall time over the even-split bound."""
+        return self.wall_s / self.even_split_bound_s if self.even_split_bound_s else 0.0
+
+    @property
+    def serving_over_bound(self) -> float:
+        """From the first request to the last answer, over the bound: the start-up of the shard
+        processes (imports, first renders) left out."""
+        span = self.last_answer_s - self.first_request_s
+        return span / self.even_split_bound_s if self.even_split_bound_s else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "wall_over_even_split_bound": round(self.over_bound, 3),
+                "first_request_to_last_answer_over_bound": round(self.serving_over_bound, 3)}
+
+
+def write_corpus(folder: Path, pages: int) -> Path:
+    """``pages`` one-page PDFs (reused when already there)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(pages):
+        path = folder / f"doc-{i:05d}.pdf"
+        if not path.exists():
+            path.write_bytes(vector_pdf(1, random.Random(i), f"document {i}"))
+    return folder
+
+
+def _work_s(config: StragglerConfig, requests: list[LoggedRequest]) -> float:
+    """The fast-server seconds of ``requests`` (each decodes exactly its tokens)."""
+    return sum((config.prefill_ms + r.completion_tokens * config.decode_ms_per_token) / 1000.0 for r in requests)
+
+
+async def run_shards(config: StragglerConfig, corpus: Path, work: Path, *, steal: bool) -> StragglerRun:
+    """Every shard against its own simulated server, all started at once; the slow one is shard 0."""
+    mode = "work groups" if steal else "static shards"
+    folder = work / ("steal" if steal else "static")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    out = folder / "out"
+    logs = [folder / f"requests-{i}.jsonl" for i in range(config.shards)]
+    servers = []
+    for i, log in enumerate(logs):
+        port = free_port()
+        servers.append(ManagedServer(
+            sim_command(DEFAULT_MODEL, host="127.0.0.1", port=port,
+                        extra_args=[*config.server_args(slow=i == 0), "--request-log", str(log)]),
+            host="127.0.0.1", port=port, log_path=folder / f"server-{i}.log", startup_timeout=300, max_restarts=0,
+            name=f"sim {i}",
+        ))  # fmt: skip
+    async with contextlib.AsyncExitStack() as stack:
+        for server in servers:
+            await stack.enter_async_context(server)
+        start_epoch, start = time.time(), time.monotonic()
+        procs = []
+        for i, server in enumerate(servers):
+            command = [
+                sys.executable, "-m", "llm_ocr.cli", "extract", str(corpus), "--output", str(out),
+                "--endpoint", server.base_url, "--num-shards", str(config.shards), "--shard-index", str(i),
+                "--workers", "0", "--progress", "off", "--max-in-flight", str(config.slots), "--dpi", str(config.dpi),
+                "--steal" if steal else "--no-steal", "--lease", str(config.lease),
+                *(["--group-docs", str(config.group_docs)] if config.group_docs else []),
+            ]  # fmt: skip
+            stderr = (folder / f"shard-{i}.log").open("w")
+            stack.callback(stderr.close)
+            procs.append(await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.DEVNULL,
+                                                              stderr=stderr))
+        exits: list[float] = [0.0] * len(procs)
+
+        async def wait(i: int) -> int:
+            code = await procs[i].wait()
+            exits[i] = time.monotonic() - start
+            return code
+
+        try:
+            codes = await asyncio.gather(*(wait(i) for i in range(len(procs))))
+        finally:  # the benchmark stopped (Ctrl-C): its shards stop too
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.terminate()
+        wall = time.monotonic() - start
+    per_server = [read_request_log(log) for log in logs]
+    every = [r for rs in per_server for r in rs]
+    work_s = _work_s(config, every)
+    speed = config.shards - 1 + 1 / config.slow_factor
+    # Static shards: each shard's own pages (one request each, files go round-robin) on its own server.
+    per_request = work_s / max(1, len(every))
+    shares = [len(range(i, config.pages, config.shards)) for i in range(config.shards)]
+    static = max(n * per_request * (config.slow_factor if i == 0 else 1.0) for i, n in enumerate(shares))
+    rows, duplicates = _count_rows(out)
+    return StragglerRun(
+        mode=mode, wall_s=round(wall, 2), exit_codes=list(codes), requests=[len(rs) for rs in per_server],
+        exits_s=[round(e, 2) for e in exits],
+        first_request_s=round(min((r.arrival for r in every), default=start_epoch) - start_epoch, 2),
+        last_answer_s=round(max((r.arrival + r.latency_s for r in every), default=start_epoch) - start_epoch, 2),
+        last_answers_s=[round(max((r.arrival + r.latency_s for r in rs), default=start_epoch) - start_epoch, 1)
+                        for rs in per_server],
+        even_split_bound_s=round(work_s / (config.slots * speed), 2),
+        static_bound_s=round(static / config.slots, 2), rows=rows, duplicates=duplicates,
+        groups_taken=_groups_taken(out, config.shards),
+    )
+
+
+def _count_rows(out: Path) -> tuple[int, int]:
+    import pyarrow.parquet as pq
+
+    keys: dict[tuple[str, int], int] = {}
+    for path in sorted((out / "extract").glob("*.parquet")):
+        for row in pq.read_table(path, columns=["doc_id", "page"]).to_pylist():
+            key = (row["doc_id"], row["page"])
+            keys[key] = keys.get(key, 0) + 1
+    return len(keys), sum(n - 1 for n in keys.values())
+
+
+def _groups_taken(out: Path, shards: int) -> dict[str, int]:
+    """Groups of other shards each shard read (its completion marker)."""
+    import json
+
+    taken = {}
+    for shard in range(shards):
+        path = out / "_state" / "extract" / f"done-{shard:05d}-of-{shards:05d}.json"
+        if path.exists():
+            groups = json.loads(path.read_text()).get("groups") or {}
+            taken[f"{shard:05d}"] = sum((groups.get("taken_from_other_shards") or {}).values())
+    return taken
+
+
+def run_stragglers(config: StragglerConfig, work: Path, *, static: bool = True) -> list[StragglerRun]:
+    """The workload with work groups, and (``static``) without."""
+    corpus = write_corpus(work / f"corpus-{config.pages}", config.pages)
+    runs = []
+    if static:
+        runs.append(asyncio.run(run_shards(config, corpus, work, steal=False)))
+    runs.append(asyncio.run(run_shards(config, corpus, work, steal=True)))
+    return runs
+
+
+def format_stragglers(config: StragglerConfig, runs: list[StragglerRun]) -> str:
+    """A table, one column per run."""
+    fast, slow = config.service_s(False), config.service_s(True)
+    lines = [(
+        f"{config.shards} shards, {config.pages} one-page documents; shard 0's server is {config.slow_factor:g}x "
+        f"slower ({slow:.2f} s a request vs {fast:.2f} s; {config.slots} slots each, one request per page)"
+    )]
+    rows: list[tuple[str, list[str]]] = [
+        ("", [r.mode for r in runs]),
+        ("wall (start to last exit)", [f"{r.wall_s:.1f} s" for r in runs]),
+        ("even-split bound", [f"{r.even_split_bound_s:.1f} s" for r in runs]),
+        ("wall / even-split bound", [f"{r.over_bound:.2f}" for r in runs]),
+        ("  first request to last answer / bound", [f"{r.serving_over_bound:.2f}" for r in runs]),
+        ("static-shards bound", [f"{r.static_bound_s:.1f} s" for r in runs]),
+        ("first request at", [f"{r.first_request_s:.1f} s" for r in runs]),
+        ("last answer at", [f"{r.last_answer_s:.1f} s" for r in runs]),
+        ("shard exits (s)", [" ".join(f"{e:.0f}" for e in r.exits_s) for r in runs]),
+        ("servers' last answers (s)", [" ".join(f"{e:.0f}" for e in r.last_answers_s) for r in runs]),
+        ("requests per server", [" ".join(str(n) for n in r.requests) for r in runs]),
+        ("groups taken from others", [" ".join(str(n) for n in r.groups_taken.values()) or "-" for r in runs]),
+        ("rows / duplicates", [f"{r.rows} / {r.duplicates}" for r in runs]),
+        ("exit codes", [" ".join(str(c) for c in r.exit_codes) for r in runs]),
+    ]
+    width = max(len(label) for label, _ in rows)
+    cols = [max(len(values[i]) for _, values in rows) for i in range(len(runs))]
+    for label, values in rows:
+        lines.append(f"{label:<{width}}  " + "  ".join(f"{v:>{c}}" for v, c in zip(values, cols)))
+    return "\n".join(lines)

@@ -1,0 +1,219 @@
+"""Storage.create_exclusive on every store: processes racing to create the same names, exactly
+one wins each name, and the file holds the winner's content (docs/stragglers.md).
+
+Local disk, S3 (moto server: it honours ``If-None-Match: *``, moto's ``put_object``), GCS and the
+Hub (the fake Hub refuses a commit whose ``parentCommit`` is not the head, as the Hub does). The
+GCS emulator ignores ``ifGenerationMatch``: racers there go through a proxy that checks the
+precondition as GCS documents it (https://cloud.google.com/storage/docs/request-preconditions),
+so the test shows llm-ocr sends it and reads a 412 as "taken"; that the emulator alone lets every
+racer win is checked too (if it ever enforces the precondition, the proxy can go).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+from tests.fakes.fake_hub import FakeHub
+from tests.storage.test_storage_stores import clean_env
+from tests.storage_servers import GcsEmulator, MotoS3
+from tests.waiting import wait_until
+
+RACERS = 4
+NAMES = [f"claims/{n:06d}-0001.json" for n in range(24)]
+
+
+def race(url: str, env: dict[str, str], folder: Path, racers: int = RACERS) -> list[dict[str, Any]]:
+    """Start ``racers`` processes on ``url``, release them at once, return what each won."""
+    folder.mkdir(parents=True, exist_ok=True)
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.storage.exclusive_racer", url, str(folder), *NAMES],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
+             for _ in range(racers)]
+    try:
+        for proc in procs:  # every racer has its client up before any create
+            wait_until(lambda p=proc: any(f.name == f"ready-{p.pid}" for f in folder.iterdir()),
+                       "a racer got ready", process=proc)
+        (folder / "go").touch()
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err[-3000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def assert_one_winner_each(results: list[dict[str, Any]], read: Any) -> None:
+    winners: dict[str, list[str]] = {name: [] for name in NAMES}
+    for result in results:
+        for name in result["won"]:
+            winners[name].append(result["token"])
+    assert {name: len(tokens) for name, tokens in winners.items()} == dict.fromkeys(NAMES, 1)
+    for name, (token,) in winners.items():
+        assert read(name) == f"{token} {name}".encode()
+
+
+def test_local_disk_one_winner_per_name(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    results = race(str(out), clean_env(), tmp_path / "race")
+    assert_one_winner_each(results, lambda name: (out / name).read_bytes())
+    assert not list(out.rglob("*.tmp"))  # the temporary files linked from are gone
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[MotoS3]:
+    server = MotoS3()
+    try:
+        server.client().create_bucket(Bucket="race")
+        yield server
+    finally:
+        server.stop()
+
+
+def test_s3_one_winner_per_name(s3: MotoS3, tmp_path: Path) -> None:
+    results = race("s3://race/out", clean_env(**s3.env), tmp_path / "race")
+    assert_one_winner_each(results, lambda name: s3.read("race", f"out/{name}"))
+
+
+class PreconditionProxy:
+    """An HTTP proxy in front of the GCS emulator that enforces ``ifGenerationMatch=0`` on
+    uploads (412 when the object exists), checking and forwarding under one lock, and counts the
+    uploads that asked for it."""
+
+    def __init__(self, emulator: GcsEmulator) -> None:
+        self.target = urllib.parse.urlsplit(emulator.url)
+        self.lock = threading.Lock()
+        self.conditional_uploads = 0
+        self.refused = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+                conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                conn.request(self.command, self.path, body=body, headers={**headers, "Content-Length": str(len(body))})
+                answer = conn.getresponse()
+                data = answer.read()
+                conn.close()
+                return answer.status, [(k, v) for k, v in answer.getheaders()
+                                       if k.lower() not in ("transfer-encoding", "content-length", "connection")], data
+
+            def _exists(self, bucket: str, name: str) -> bool:
+                conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
+                conn.request("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}")
+                status = conn.getresponse().status
+                conn.close()
+                return status == 200
+
+            def _handle(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                parsed = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(parsed.query)
+                if query.get("ifGenerationMatch") == ["0"] and parsed.path.startswith("/upload/storage/v1/b/"):
+                    bucket = parsed.path.split("/")[5]
+                    name = (query.get("name") or [None])[0] or _multipart_name(body)
+                    with proxy.lock:
+                        proxy.conditional_uploads += 1
+                        if self._exists(bucket, name):
+                            proxy.refused += 1
+                            self._reply(412, [("Content-Type", "application/json")], json.dumps(
+                                {"error": {"code": 412, "message": "At least one of the pre-conditions you "
+                                           "specified did not hold.", "errors": [{"reason": "conditionNotMet"}]}}
+                            ).encode())
+                            return
+                        self._reply(*self._forward(body))
+                        return
+                self._reply(*self._forward(body))
+
+            def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+                self.send_response(status)
+                for key, value in headers:
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _multipart_name(body: bytes) -> str:
+    """The object name in a multipart upload's JSON part (gcsfs ``simple_upload``)."""
+    for line in body.split(b"\n"):
+        if line.startswith(b"{"):
+            return json.loads(line)["name"]
+    raise AssertionError("no metadata part in the upload")
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[GcsEmulator]:
+    server = GcsEmulator()
+    try:
+        server.create_bucket("race")
+        yield server
+    finally:
+        server.stop()
+
+
+def test_gcs_one_winner_per_name_with_the_precondition_enforced(gcs: GcsEmulator, tmp_path: Path) -> None:
+    proxy = PreconditionProxy(gcs)
+    try:
+        env = clean_env(STORAGE_EMULATOR_HOST=proxy.url, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false")
+        results = race("gs://race/out", env, tmp_path / "race")
+    finally:
+        proxy.stop()
+    assert_one_winner_each(results, lambda name: gcs.read("race", f"out/{name}"))
+    # Every create asked for the precondition; all but the winner of each name were refused.
+    assert proxy.conditional_uploads == RACERS * len(NAMES)
+    assert proxy.refused == (RACERS - 1) * len(NAMES)
+
+
+def test_the_gcs_emulator_alone_ignores_the_precondition(gcs: GcsEmulator, tmp_path: Path) -> None:
+    """Why the proxy above: straight to the emulator, two racers both "create" one name."""
+    env = clean_env(**gcs.env)
+    results = race("gs://race/alone", env, tmp_path / "race", racers=2)
+    assert all(len(result["won"]) == len(NAMES) for result in results)
+
+
+@pytest.fixture
+def hub() -> Iterator[FakeHub]:
+    with FakeHub() as server:
+        server.create("tester/claims", private=True)
+        yield server
+
+
+def test_hub_one_winner_per_name(hub: FakeHub, tmp_path: Path) -> None:
+    env = clean_env(HF_ENDPOINT=hub.url, HF_TOKEN="hf_test_writer_token", HF_HUB_DISABLE_XET="1",
+                    LLM_OCR_STORAGE_RETRY_DELAY="0.05")
+    results = race("hf://datasets/tester/claims/out", env, tmp_path / "race")
+    assert_one_winner_each(results, lambda name: hub.files("tester/claims")[f"out/{name}"])
+    # One commit per name: the losers' commits were refused (412) or never sent (the name existed).
+    assert len([c for c in hub.commits_to("tester/claims") if c.added]) == len(NAMES)
