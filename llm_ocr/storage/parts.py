@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import math
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -228,6 +229,14 @@ class RowSink(Protocol):
         """Store everything taken; raise if any write failed."""
 
 
+def input_order(row: dict[str, Any]) -> tuple[float, int]:
+    """Where a row stands in its shard's input: its document's index, then its page (a row that
+    has neither, such as a document's, keeps its place among its likes: the sort is stable)."""
+    index = row.get("doc_index")
+    page = row.get("page")
+    return (index if isinstance(index, int) else math.inf, page if isinstance(page, int) else 0)
+
+
 class PartWriter:
     """Buffers rows and writes them as parts from a worker thread, never blocking the event loop.
 
@@ -276,6 +285,10 @@ class PartWriter:
         if not self._rows:
             return
         rows, self._rows, self._bytes = self._rows, [], 0
+        # Rows come as their pages finish (longest first, retries, several slots), but a reader
+        # of the dataset expects input order: each part is written in it. A run small enough
+        # for one part is then in input order throughout, and a larger one within each part.
+        rows.sort(key=input_order)
         await self._wait_pending()
         path = self.stage.path(part_name(self.shard, self.num_shards, self.seq))
         self.seq += 1

@@ -211,7 +211,10 @@ def test_errors_in_groups_another_shard_read_are_retried_by_their_owner_and_a_sh
         # server refuses those two for good (HTTP 400), so they get error rows.
         server.inject("hang", count=2, seconds=0)
         server.inject("error", count=2, status=400)
-        first = run_shard(shard_command(docs, out, server, 0, 2, "--group-docs", "1", "--max-in-flight", "1"))
+        # In input order (--look-ahead 0): longest first could send a claimed page of shard 1
+        # before shard 0's own second page, and the faults would land on other pages.
+        first = run_shard(shard_command(docs, out, server, 0, 2, "--group-docs", "1", "--max-in-flight", "1",
+                                        "--look-ahead", "0"))
         assert first.returncode == 1, first.stderr[-3000:]  # pages failed (shard 1's)
         assert marker(out, 0, 2)["groups"]["taken_from_other_shards"] == {"00001": 2}
         # Shard 1's run retries them: its groups were done by another shard, with error rows.
@@ -251,7 +254,9 @@ def test_a_shard_whose_groups_another_shard_failed_is_not_marked_clean_and_its_r
             os.kill(owner.pid, signal.SIGSTOP)
             fast.inject("hang", count=8, seconds=0)
             fast.inject("error", count=1, status=400)
-            thief = run_shard(shard_command(docs, out, fast, 0, 2, "--group-docs", "1", "--max-in-flight", "1"))
+            # In input order (--look-ahead 0), so that the failure lands on a page of shard 1.
+            thief = run_shard(shard_command(docs, out, fast, 0, 2, "--group-docs", "1", "--max-in-flight", "1",
+                                            "--look-ahead", "0"))
             assert thief.returncode == 1, thief.stderr[-3000:]
             os.kill(owner.pid, signal.SIGCONT)
             code, err = finish(owner)

@@ -96,7 +96,8 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory):
     with SimulatedServer("--instant", corpus=root / "docs") as server:
         server.inject("error", count=1, status=400)
         # One page at a time: the failing request is the first page's (broken.pdf sends none).
-        first = stage("extract", root / "out", server, str(root / "docs"), "--max-in-flight", "1")
+        # In input order (no look-ahead: longest first would send another page first).
+        first = stage("extract", root / "out", server, str(root / "docs"), "--max-in-flight", "1", "--look-ahead", "0")
         assert first.returncode == 1, first.stderr
         assert stage("describe", root / "out", server).returncode == 1  # failed pages pass through
         yield root, texts, server
