@@ -153,7 +153,9 @@ def test_an_execution_with_a_failed_task_is_failed_and_a_relaunch_updates_the_jo
     broken = {1: {"FAKE_VLLM_MODE": "crash_on_start"}}
     with fake_cloud_run(tmp_path / "api", corpus, task_env=broken) as api:
         env = launcher_env(api, tmp_path)
-        first = llm_ocr(*launch_args("--attempts", "2", "--wait", "--interval", "1"), env=env)
+        # Static shards: with work groups task 0 would read task 1's groups, and task 1, left
+        # nothing, would end without starting its server (tests/runners/test_stragglers_e2e.py).
+        first = llm_ocr(*launch_args("--attempts", "2", "--wait", "--interval", "1", "--no-steal"), env=env)
         assert first.returncode == 1, first.stdout + first.stderr
         assert "not every shard finished" in first.stdout
         (failed_name,) = api.executions
@@ -171,7 +173,7 @@ def test_an_execution_with_a_failed_task_is_failed_and_a_relaunch_updates_the_jo
         # Relaunch: only shard 1, as task 0 of a new execution (the task index is not the shard);
         # the job's template changed (1 task), so it is updated, not deleted: its history stays.
         api.task_env.clear()
-        again = llm_ocr(*launch_args("--attempts", "2", "--wait", "--interval", "1"), env=env)
+        again = llm_ocr(*launch_args("--attempts", "2", "--wait", "--interval", "1", "--no-steal"), env=env)
         assert again.returncode == 0, again.stdout + again.stderr
         (relaunched,) = [e for n, e in api.executions.items() if n != failed_name]
         (task,) = relaunched.tasks

@@ -139,7 +139,9 @@ llm-ocr run {corpus} --output {out} --engine sim --server-args "--corpus {corpus
 
     good, bad = submit("0-2", tmp_path / "out"), submit("1-3", tmp_path / "bad")
     # Some shards only: the same script with other ids, the count given.
-    (tmp_path / "ocr-part.sbatch").write_text((tmp_path / "ocr-0-2.sbatch").read_text().replace("/out ", "/part "))
+    # (Static shards: alone, shard 1 would read the free work groups of shards 0 and 2 too.)
+    (tmp_path / "ocr-part.sbatch").write_text(
+        (tmp_path / "ocr-0-2.sbatch").read_text().replace("/out ", "/part ").replace(" --engine sim", " --no-steal --engine sim"))
     part = slurm_cmd("sbatch", "--parsable", "--array=1", "--export=ALL,LLM_OCR_NUM_SHARDS=3",
                      str(tmp_path / "ocr-part.sbatch"), env=env).stdout.strip()
 
@@ -176,7 +178,9 @@ def test_a_killed_task_requeues_itself_and_resumes_from_its_parts(
 ) -> None:
     out = tmp_path / "out"
     env = launcher_env(slurm, tmp_path)
-    first = llm_ocr(*launch_args(corpus, out, "--stage", "extract", *SLOW, shards=2, sim=PACED),
+    # Static shards: with work groups the other task could read the requeued task's free
+    # groups, and there would be nothing left to resume from (tests/runners/test_stragglers_e2e.py).
+    first = llm_ocr(*launch_args(corpus, out, "--stage", "extract", "--no-steal", *SLOW, shards=2, sim=PACED),
                     env=env)
     assert first.returncode == 0, first.stderr
     array = array_id(first.stdout)
@@ -200,7 +204,9 @@ def test_a_requeued_task_resumes_from_its_parts(tmp_path: Path, corpus: Path, sl
     # process of the task, back to the queue, started again with SLURM_RESTART_COUNT=1.
     out = tmp_path / "out"
     env = launcher_env(slurm, tmp_path)
-    first = llm_ocr(*launch_args(corpus, out, "--stage", "extract", *SLOW, shards=2, sim=PACED),
+    # Static shards: with work groups the other task could read the requeued task's free
+    # groups, and there would be nothing left to resume from (tests/runners/test_stragglers_e2e.py).
+    first = llm_ocr(*launch_args(corpus, out, "--stage", "extract", "--no-steal", *SLOW, shards=2, sim=PACED),
                     env=env)
     assert first.returncode == 0, first.stderr
     array = array_id(first.stdout)
@@ -220,7 +226,8 @@ def test_a_requeued_task_resumes_from_its_parts(tmp_path: Path, corpus: Path, sl
 def test_a_cancelled_task_is_the_only_shard_relaunched(tmp_path: Path, corpus: Path, slurm: dict[str, str]) -> None:  # noqa: F811
     out = tmp_path / "out"
     env = launcher_env(slurm, tmp_path)
-    args = launch_args(corpus, out, "--stage", "extract", *SLOW, shards=2, sim=PACED)
+    # Static shards, so that the cancelled shard's rest is left for its relaunch to resume.
+    args = launch_args(corpus, out, "--stage", "extract", "--no-steal", *SLOW, shards=2, sim=PACED)
     first = llm_ocr(*args, env=env)
     assert first.returncode == 0, first.stderr
     array = array_id(first.stdout)
