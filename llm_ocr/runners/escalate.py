@@ -155,7 +155,7 @@ class Escalation:
 
     async def _image(self, row: PageResult) -> PageImage | PageFailure:
         return await self.pool.run(rerender_page, row.doc_id, row.source, self.render, self.storage_options,
-                                   self.image_column, row.page)
+                                   self.image_column, row.page, self.ctx.options.max_page_aspect)
 
     async def _score(self, image: PageImage | PageFailure, row: PageResult) -> float | None:
         """The verifier's score of a reading: its lowest region's, each region a block of the
@@ -251,7 +251,7 @@ class Escalate(ShardStage):
                 PageWork(shard, endpoint, {"escalate": self.index}, render=True) as work:
             assert work.pool is not None
             work.counters["escalate"].pages_found = 0  # counted from the rows read
-            ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
+            ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool, work.limit.scaled(1))
             bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
             escalation = Escalation(spec, ctx, bad, work.pool, tally)
             rows = UpstreamRows(iter_shard_rows(shard.folder("extract"), shard.index, shard.count), self.index)

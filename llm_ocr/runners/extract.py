@@ -22,8 +22,10 @@ from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardS
 from llm_ocr.runners.page_flow import DocumentPages, page_look_ahead
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
+from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.sources.pieces import stitch_figures
 from llm_ocr.stages.extract import ExtractContext, family_render
 from llm_ocr.stages.routes import RouteContext
 from llm_ocr.storage.parts import ShardIndex
@@ -33,10 +35,12 @@ log = logging.getLogger("llm_ocr")
 
 
 async def extract_context(
-    endpoint: Endpoint, model: str, recipe: str | None, options: ExtractOptions, pool: WorkerPool
+    endpoint: Endpoint, model: str, recipe: str | None, options: ExtractOptions, pool: WorkerPool,
+    piece_limit: InFlightLimit | None = None,
 ) -> ExtractContext:
     """What every page of an Extract run on ``endpoint`` shares: the model family's recipe
-    (from the served ``model`` name, or ``recipe`` for a fine-tune served under another name)."""
+    (from the served ``model`` name, or ``recipe`` for a fine-tune served under another name),
+    and the limit the pieces of its pages (segments, tiles) are asked within."""
     client = endpoint.client
     family = family_for(model, recipe).with_prompt(options.prompt)
     return ExtractContext(
@@ -46,6 +50,8 @@ async def extract_context(
         family.max_tokens(options.max_tokens, await client.max_model_len()),
         partial(pool.run, crop_figures),
         partial(pool.run, transform_image),
+        piece_limit=piece_limit,
+        stitch=partial(pool.run, stitch_figures),
     )
 
 
@@ -88,7 +94,9 @@ class Extract(ShardStage):
                 PageWork(shard, endpoint, {"extract": self.index}, render=True, groups=groups) as work:
             assert work.pool is not None
             async with open_route(shard, spec, work.pool) as route:
-                ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
+                # The pieces of every page share a limit as large as the pages' (and following it).
+                ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
+                                            work.limit.scaled(1))
                 bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                 render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
                 # Every page's text is estimated as it is rendered (a few ms): its row keeps it, a
@@ -96,7 +104,8 @@ class Extract(ShardStage):
                 # for a slot go longest first by it.
                 intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options,
                                        estimate_text=True, planned=groups.planned if groups else None,
-                                       look_ahead=page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb))
+                                       look_ahead=page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb),
+                                       max_aspect=spec.extract.max_page_aspect)
                 handler = _extract_handler(ctx, bad, route, tally)
                 await work.run(intake, bad.guard(handler, bad.quarantined), ["extract"])
                 layout_s = route.client.busy_seconds if route is not None else None

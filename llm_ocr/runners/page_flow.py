@@ -411,8 +411,10 @@ def expected_text(item: PageImage | PageFailure) -> Expected:
 
 
 def held_bytes(item: PageImage | PageFailure) -> int:
-    """The bytes a waiting page holds: its encoded image."""
-    return len(item.image) if isinstance(item, PageImage) else 0
+    """The bytes a waiting page holds: its encoded image, and its pieces' if it has any."""
+    if not isinstance(item, PageImage):
+        return 0
+    return len(item.image) + (item.pieces.nbytes if item.pieces is not None else 0)
 
 
 def page_look_ahead(pages: int, megabytes: float) -> LookAhead[PageImage | PageFailure]:
@@ -437,8 +439,11 @@ class DocumentPages:
         estimate_text: bool = False,
         look_ahead: LookAhead[PageImage | PageFailure] = IN_ORDER,
         planned: Callable[[DocumentRef, list[int]], None] | None = None,
+        max_aspect: float = 0.0,
     ) -> None:
         self.documents = documents
+        #: Pages longer than this many times their width get their segments rendered too (0: none).
+        self.max_aspect = max_aspect
         self.index = index
         self.pool = pool
         self.render = render
@@ -514,7 +519,7 @@ class DocumentPages:
             # A worker gets a dataset row's images of these pages only, not all of a long row's.
             target = local.pages_slice(pages[0], pages[-1]) if ref.kind == "dataset_row" else local
             future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1],
-                                                         self.estimate_text))
+                                                         self.estimate_text, self.max_aspect))
             last = number == len(chunks) - 1
             yield Batch(ref, _keep(future, ref.doc_id, pages), num_pages, cleanup if last else None)
 

@@ -198,7 +198,8 @@ class Run(ShardStage):
             layout_s = None
             if not shard.stop.is_set():
                 async with open_route(shard, spec, work.pool) as route:
-                    ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool)
+                    ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
+                                                 work.limit.scaled(1))
                     bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                     run_pages = _RunPages(ectx, route, self.tally, dctx, self.describe.done_pages,
                                           work.counters["describe"], bad)
@@ -209,7 +210,8 @@ class Run(ShardStage):
                     pages = DocumentPages(self.documents, self.extract, work.pool,
                                           family_render(spec.render, ectx.recipe), job.storage_options,
                                           estimate_text=True, look_ahead=look_ahead,
-                                          planned=self.groups.planned if self.groups else None)
+                                          planned=self.groups.planned if self.groups else None,
+                                          max_aspect=spec.extract.max_page_aspect)
                     await work.run(pages, handler, ["extract", "describe"])
                     layout_s = route.client.busy_seconds if route is not None else None
             extracted, described = work.counters["extract"], work.counters["describe"]

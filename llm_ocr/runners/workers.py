@@ -92,14 +92,15 @@ def transform_image(image: bytes, rotate: int = 0, size: tuple[int, int] | None 
 
 def rerender_page(
     doc_id: str, source: str | None, render: RenderOptions, storage_options: dict[str, Any],
-    image_column: str | None, page: int,
+    image_column: str | None, page: int, max_aspect: float = 0.0,
 ) -> PageImage | PageFailure:
     """Page ``page`` of a row's source rendered again as Extract rendered it (a dataset row's image
-    read again from the dataset): what the Escalate stage sends the stronger model."""
+    read again from the dataset), with its segments when it is longer than ``max_aspect`` times
+    its width: what the Escalate stage sends the stronger model."""
     from llm_ocr.sources.rerender import SourcePages
 
     with SourcePages(doc_id, source, render, storage_options, image_column) as pages:
-        view = pages.page(page)
+        view = pages.page(page, max_aspect)
     if view.data is None or view.width is None or view.height is None:
         return PageFailure(doc_id, page, f"the page cannot be rendered again for the stronger model: {view.note}")
-    return PageImage(doc_id, page, view.data, view.mime or "image/png", view.width, view.height)
+    return PageImage(doc_id, page, view.data, view.mime or "image/png", view.width, view.height, pieces=view.pieces)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .density import TextEstimate
+from .pieces import PiecedPage
 
 DocumentKind = Literal["pdf", "image", "dataset_row"]
 
@@ -50,6 +51,9 @@ class PageImage:
     height: int
     #: How much text the page holds, estimated while it was rendered (None: no estimate).
     text_estimate: TextEstimate | None = None
+    #: A long page's segments, each rendered from the source as a page of its own
+    #: (:mod:`llm_ocr.sources.pieces`); None: the page is read whole.
+    pieces: PiecedPage | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from llm_ocr.options import RenderOptions
 
 from .base import DocumentRef, PageFailure, PageImage
 from .density import TextEstimate, ink_estimate, text_layer_estimate
-from .images import ImageRefused, encode, open_image, page_count, prepare_frame
+from .images import ImageRefused, encode, fit, fit_long_side, fit_scale, open_image, page_count, prepare_frame
+from .pieces import PiecedPage, PieceImage, plan_pieces
 
 
 class DocumentError(Exception):
@@ -59,12 +60,15 @@ def count_pages(ref: DocumentRef, opts: RenderOptions) -> int:
 
 
 def render_pages(
-    ref: DocumentRef, opts: RenderOptions, first: int, last: int, estimate_text: bool = False
+    ref: DocumentRef, opts: RenderOptions, first: int, last: int, estimate_text: bool = False,
+    max_aspect: float = 0.0,
 ) -> list[PageImage | PageFailure]:
     """Render pages ``first..last`` (1-based, inclusive) of ``ref``, one result per page; with
     ``estimate_text``, each page's :attr:`~llm_ocr.sources.base.PageImage.text_estimate` is taken
     too (:mod:`llm_ocr.sources.density`: about 1 ms a PDF page, 2-4 ms an image page), for a run
-    that may read dense pages in tiles.
+    that may read dense pages in tiles. A page whose long side is more than ``max_aspect`` times
+    its short side (0: never) also gets its segments, each rendered from the source at the
+    resolution ``opts`` gives it as a page (:mod:`llm_ocr.sources.pieces`).
 
     Raises :class:`DocumentError` when the document cannot be opened at all (call
     :func:`count_pages` first to get the page range and to apply ``max_pages``).
@@ -75,34 +79,77 @@ def render_pages(
     pages = range(first, last + 1)
     if ref.kind == "pdf":
         pdf = _open_pdf(ref.location)
-        return [_guard(ref, p, partial(_render_pdf_page, pdf, p - 1, opts, estimate_text)) for p in pages]
+        return [_guard(ref, p, partial(_render_pdf_page, pdf, p - 1, opts, estimate_text, max_aspect)) for p in pages]
     if ref.kind == "image":
         with _open_image_file(ref.location, opts) as img:
-            return [_guard(ref, p, partial(_frame_page, img, p - 1, opts, estimate_text)) for p in pages]
+            return [_guard(ref, p, partial(_frame_page, img, p - 1, opts, estimate_text, max_aspect)) for p in pages]
     if first < ref.first_page:
         raise ValueError(f"pages {first}..{last} of {ref.doc_id}: this slice starts at page {ref.first_page}")
     return [
-        _guard(ref, p, partial(_dataset_page, ref, p, opts, estimate_text))
+        _guard(ref, p, partial(_dataset_page, ref, p, opts, estimate_text, max_aspect))
         for p in pages
     ]
 
 
-_Encoded = tuple[bytes, str, int, int, TextEstimate | None]  # image bytes, mime type, width, height, text
+# image bytes, mime type, width, height, text, the pieces of a long page
+_Encoded = tuple[bytes, str, int, int, TextEstimate | None, PiecedPage | None]
 
 
-def _frame_page(img: Image.Image, index: int, opts: RenderOptions, estimate_text: bool) -> _Encoded:
-    return _encoded(prepare_frame(img, index, opts), opts, estimate_text)
+def _frame_page(img: Image.Image, index: int, opts: RenderOptions, estimate_text: bool,
+                max_aspect: float = 0.0) -> _Encoded:
+    full = prepare_frame(img, index, _full_size(opts))
+    return _image_page(full, opts, estimate_text, max_aspect)
 
 
-def _dataset_page(ref: DocumentRef, page: int, opts: RenderOptions, estimate_text: bool) -> _Encoded:
-    return _encoded(_dataset_image(ref.images[page - ref.first_page], opts), opts, estimate_text)
+def _dataset_page(ref: DocumentRef, page: int, opts: RenderOptions, estimate_text: bool,
+                  max_aspect: float = 0.0) -> _Encoded:
+    full = _dataset_image(ref.images[page - ref.first_page], _full_size(opts))
+    return _image_page(full, opts, estimate_text, max_aspect)
+
+
+def _full_size(opts: RenderOptions) -> RenderOptions:
+    """``opts`` without the page sizing: the image as decoded, its pieces cut from full resolution."""
+    return opts.model_copy(update={"long_side": None, "max_long_side": None, "max_page_pixels": 2**62})
+
+
+def _image_page(full: Image.Image, opts: RenderOptions, estimate_text: bool, max_aspect: float) -> _Encoded:
+    """An image page sized as ``opts`` says (as :func:`~.images.prepare_frame` sizes it), and its
+    pieces, each cropped from the full-resolution ``full`` and sized as a page of its own."""
+    page = fit(fit_long_side(full, opts), opts.max_page_pixels)
+    pieces = _image_pieces(full, page.size, opts, max_aspect) if max_aspect > 0 else None
+    return (*_encoded(page, opts, estimate_text)[:5], pieces)
+
+
+def _image_scale(width: float, height: float, opts: RenderOptions) -> float:
+    """The scale :func:`~.images.prepare_frame` gives a ``width`` x ``height`` image."""
+    target = opts.long_side or max(width, height)
+    if opts.max_long_side:
+        target = min(target, opts.max_long_side)
+    scale = target / max(width, height)
+    return scale * min(1.0, fit_scale(round(width * scale), round(height * scale), opts.max_page_pixels))
+
+
+def _image_pieces(full: Image.Image, page_size: tuple[int, int], opts: RenderOptions,
+                  max_aspect: float) -> PiecedPage | None:
+    segments, scale = plan_pieces(full.width, full.height, max_aspect, lambda w, h: _image_scale(w, h, opts))
+    if not segments:
+        return None
+    pieces = []
+    for segment in segments:
+        x1, y1 = segment.left / scale, segment.top / scale
+        x2, y2 = segment.right / scale, segment.bottom / scale
+        crop = full.crop((round(x1), round(y1), round(x2), round(y2)))
+        sized = fit(fit_long_side(crop, opts), opts.max_page_pixels)
+        data, mime = encode(sized, opts)
+        pieces.append(PieceImage(segment, data, mime, sized.width, sized.height))
+    return PiecedPage(tuple(pieces), round(full.width * scale), round(full.height * scale), scale)
 
 
 def _guard(ref: DocumentRef, page: int, make: Callable[[], _Encoded]) -> PageImage | PageFailure:
     """Run one page's work; any failure is confined to that page."""
     try:
-        data, mime, width, height, estimate = make()
-        return PageImage(ref.doc_id, page, data, mime, width, height, estimate)
+        data, mime, width, height, estimate, pieces = make()
+        return PageImage(ref.doc_id, page, data, mime, width, height, estimate, pieces)
     except ImageRefused as e:
         return PageFailure(ref.doc_id, page, str(e))
     except Exception as e:  # noqa: BLE001 -- a broken page must not take its document down
@@ -113,7 +160,7 @@ def _encoded(img: Image.Image, opts: RenderOptions, estimate_text: bool, layer: 
     """The page encoded, with how much text it holds when ``estimate_text`` (its text ``layer``'s
     count when it has a usable one, else its ink)."""
     data, mime = encode(img, opts)
-    return data, mime, img.width, img.height, (layer or _ink(img)) if estimate_text else None
+    return data, mime, img.width, img.height, (layer or _ink(img)) if estimate_text else None, None
 
 
 def _ink(img: Image.Image) -> TextEstimate | None:
@@ -215,7 +262,8 @@ def _pdf_shape_problem(source: str | bytes) -> str:
     return "corrupt PDF"
 
 
-def _render_pdf_page(pdf: pdfium.PdfDocument, index: int, opts: RenderOptions, estimate_text: bool = False) -> _Encoded:
+def _render_pdf_page(pdf: pdfium.PdfDocument, index: int, opts: RenderOptions, estimate_text: bool = False,
+                     max_aspect: float = 0.0) -> _Encoded:
     page = pdf[index]
     try:
         # get_size() already accounts for /Rotate, and render() applies it (rotated pages come
@@ -226,9 +274,31 @@ def _render_pdf_page(pdf: pdfium.PdfDocument, index: int, opts: RenderOptions, e
         img = bitmap.to_pil()
         # Encode while the bitmap is alive: the PIL image shares its buffer.
         layer = _layer(page) if estimate_text else None
-        return _encoded(img if img.mode == "RGB" else img.convert("RGB"), opts, estimate_text, layer)
+        encoded = _encoded(img if img.mode == "RGB" else img.convert("RGB"), opts, estimate_text, layer)
+        return (*encoded[:5], _pdf_pieces(page, width, height, opts, max_aspect) if max_aspect > 0 else None)
     finally:
         page.close()
+
+
+def _pdf_pieces(page: pdfium.PdfPage, width: float, height: float, opts: RenderOptions,
+                max_aspect: float) -> PiecedPage | None:
+    """The segments of a long PDF page, each rendered from the page at the scale ``opts`` give
+    it as a page of its own (a region of the page rendered: pypdfium2's ``crop``, in points
+    from each edge, after rotation)."""
+    segments, scale = plan_pieces(width, height, max_aspect, lambda w, h: _pdf_scale(w, h, opts))
+    if not segments:
+        return None
+    pieces = []
+    for segment in segments:
+        x1, y1 = segment.left / scale, segment.top / scale
+        x2, y2 = segment.right / scale, segment.bottom / scale
+        piece_scale = _pdf_scale(x2 - x1, y2 - y1, opts)
+        crop = (x1, height - y2, width - x2, y1)  # left, bottom, right, top
+        bitmap = page.render(scale=piece_scale, crop=crop, rev_byteorder=True)
+        img = bitmap.to_pil()
+        data, mime = encode(img if img.mode == "RGB" else img.convert("RGB"), opts)
+        pieces.append(PieceImage(segment, data, mime, img.width, img.height))
+    return PiecedPage(tuple(pieces), round(width * scale), round(height * scale), scale)
 
 
 def _layer(page: pdfium.PdfPage) -> TextEstimate | None:

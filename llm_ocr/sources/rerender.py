@@ -14,6 +14,7 @@ from typing import Any
 from llm_ocr.options import RenderOptions
 from llm_ocr.sources.base import DocumentRef, PageFailure
 from llm_ocr.sources.listing import document_kind
+from llm_ocr.sources.pieces import PiecedPage
 from llm_ocr.storage import Storage, retry_io
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ class PageView:
     width: int | None = None
     height: int | None = None
     note: str | None = None
+    #: A long page's segments rendered from the source (asked for with ``max_aspect``).
+    pieces: PiecedPage | None = None
 
 
 class SourcePages:
@@ -121,8 +124,10 @@ class SourcePages:
         except InputError as exc:
             self._problem = f"the dataset row cannot be read again: {exc}"
 
-    def page(self, number: int) -> PageView:
-        """The re-rendered page ``number`` (1-based), or a :class:`PageView` with a ``note``."""
+    def page(self, number: int, max_aspect: float = 0.0) -> PageView:
+        """The re-rendered page ``number`` (1-based), or a :class:`PageView` with a ``note``
+        (with its segments when it is longer than ``max_aspect`` times its width, as Extract
+        renders them)."""
         from llm_ocr.sources.render import render_pages
 
         if not self._opened:
@@ -132,9 +137,9 @@ class SourcePages:
         if number < 1:
             return PageView(note="no page image for a document-level row")
         try:
-            (result,) = render_pages(self._ref, self.options, number, number)
+            (result,) = render_pages(self._ref, self.options, number, number, max_aspect=max_aspect)
         except Exception as exc:  # noqa: BLE001 -- DocumentError, a page out of range, a broken file
             return PageView(note=f"the page cannot be re-rendered ({exc})")
         if isinstance(result, PageFailure):
             return PageView(note=f"the page cannot be re-rendered ({result.error})")
-        return PageView(result.image, result.mime, result.width, result.height)
+        return PageView(result.image, result.mime, result.width, result.height, pieces=result.pieces)

@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from llm_ocr.options import ExtractOptions, RenderOptions
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
-from llm_ocr.stages.segmented import read_in_segments
+from llm_ocr.stages.segmented import Stitch, read_in_segments
 from llm_ocr.stages.tiled import TilePlan, may_be_long, read_in_tiles, tiles_after, tiles_at_once, tiling_allowed
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import EndpointDown, RequestFailed, VlmClient
@@ -43,6 +45,12 @@ class ExtractContext:
     crop: Callable[[bytes, Sequence[Box]], Awaitable[list[bytes]]]
     #: Turns or resizes an encoded image in a worker: (image, rotate, size, min_side) -> (bytes, w, h).
     transform: Callable[..., Awaitable[tuple[bytes, int, int]]] | None = None
+    #: The permits the pieces (segments, tiles) of every page take while they are asked: as many
+    #: as the run's pages in flight, apart from them (a page holds its slot while its pieces
+    #: wait for theirs, so one limit for both could deadlock); None: no limit.
+    piece_limit: AbstractAsyncContextManager[Any] | None = None
+    #: Stitches a long page's figures from its pieces in a worker (None: on a thread).
+    stitch: Stitch | None = None
 
 
 class _Tools:
@@ -124,7 +132,7 @@ async def _tiled(
         return None
     read = lambda page: read_page(page, ctx, stop_when_long=True)  # noqa: E731
     return await read_in_tiles(ref, item, num_pages, plan, read=read, crop=ctx.crop, model=ctx.client.model,
-                               first=first)
+                               first=first, limit=ctx.piece_limit)
 
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None,
@@ -135,11 +143,19 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
     """
     if isinstance(item, PageFailure):
         return failure_result(ref, item.page, item.error, num_pages)
+    if item.pieces is not None:  # a long page: its segments were rendered with it, from the source
+        return await read_in_segments(
+            ref, item, num_pages, [p.segment for p in item.pieces.pieces], read=lambda page: read_page(page, ctx),
+            crop=ctx.crop, model=ctx.client.model, limit=ctx.piece_limit, pieces=item.pieces, stitch=ctx.stitch,
+        )
     segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
     if segments:
+        # A long page rendered without its pieces (an image handed in by a caller that did not
+        # ask for them): cut from its image, which is at least as sharp as the model reads it
+        # only when the page was not shrunk to fit the family's size.
         return await read_in_segments(
             ref, item, num_pages, segments, read=lambda page: read_page(page, ctx), crop=ctx.crop,
-            model=ctx.client.model
+            model=ctx.client.model, limit=ctx.piece_limit,
         )
     tiling = tiles_dense_pages(ctx)
     if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):

@@ -12,13 +12,17 @@ figure whose box covers both.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
+from llm_ocr.sources.pieces import PiecedPage, stitch_figures
 from llm_ocr.sources.segments import Segment, cut_line
 from llm_ocr.stages.attempts import UNFINISHED
 from llm_ocr.vlm.box import Box
@@ -26,8 +30,8 @@ from llm_ocr.vlm.client import RequestFailed
 from llm_ocr.vlm.families.base import Reading
 from llm_ocr.vlm.layout import FigureBox, PageBlock, alt_text, clean_markdown
 
-#: Segment requests of one page in flight at once (the page holds one slot of the page flow).
-SEGMENTS_IN_FLIGHT = 4
+#: Stitches a page's figures from its pieces: ``(pieces as (segment, image), boxes) -> PNGs``.
+Stitch = Callable[[Sequence[tuple[Segment, bytes]], Sequence[Box]], Awaitable[list[bytes]]]
 #: Tokens for the overlap search: tags, words, punctuation runs.
 _TOKEN = re.compile(r"<[^<>\s]{1,40}>|[^\s<>]+")
 #: Words compared when looking for the lines two copies of a block share.
@@ -50,22 +54,42 @@ class Piece:
         return y if tall else x
 
 
-def _moved(box: Box, segment: Segment) -> Box:
-    return box.moved(segment.left, segment.top)
+def _moved(box: Box, segment: Segment, size: tuple[int, int]) -> Box:
+    """A box in the pixels of a piece's image (``size``) in the pixels the segment is planned in."""
+    sx, sy = segment.width / max(1, size[0]), segment.height / max(1, size[1])
+    return box.scaled(sx, sy).moved(segment.left, segment.top)
 
 
 def _pieces(reading: Reading, segment: Segment) -> tuple[list[Piece], list[str]]:
     """One segment's reading as blocks in page pixels (figures attached to their blocks)."""
     layout = reading.layout
+    size = (reading.width, reading.height)
     pieces = [
-        Piece(segment.index, PageBlock(block.label, [_moved(b, segment) for b in block.boxes], block.text))
+        Piece(segment.index, PageBlock(block.label, [_moved(b, segment, size) for b in block.boxes], block.text))
         for block in layout.blocks
     ]
     for figure in layout.figures:
         if 0 <= figure.block < len(pieces):
-            moved = FigureBox("", _moved(figure.bbox, segment), description=figure.description)
+            moved = FigureBox("", _moved(figure.bbox, segment, size), description=figure.description)
             pieces[figure.block].figures.append(moved)
     return pieces, layout.warnings
+
+
+def _to_page(pieces: list[Piece], sx: float, sy: float) -> list[Piece]:
+    """The joined blocks with their boxes moved from the pieces' virtual render to the pixels of
+    the page image the row describes."""
+    if sx == sy == 1.0:
+        return pieces
+    out = []
+    for piece in pieces:
+        block = PageBlock(piece.block.label, [b.scaled(sx, sy) for b in piece.block.boxes], piece.block.text)
+        figures = [replace(f, bbox=f.bbox.scaled(sx, sy)) for f in piece.figures]
+        out.append(replace(piece, block=block, figures=figures))
+    return out
+
+
+def _to_page_figures(figures: list[FigureBox], sx: float, sy: float) -> list[FigureBox]:
+    return [replace(f, bbox=f.bbox.scaled(sx, sy)) for f in figures]
 
 
 def _tokens(text: str) -> list[tuple[str, int]]:
@@ -202,30 +226,42 @@ async def read_in_segments(
     model: str,
     join: Join = join_pieces,
     kind: str = "segment",
-    in_flight: int = SEGMENTS_IN_FLIGHT,
+    limit: AbstractAsyncContextManager[Any] | None = None,
+    pieces: PiecedPage | None = None,
+    stitch: Stitch | None = None,
 ) -> PageResult:
     """Read ``item`` segment by segment with ``read`` (the family's reading of one image) and
     join the readings into its one row.
+
+    The segments' images are ``pieces`` when the page has them (each rendered from the source
+    as a page of its own, ``segments`` planned on their virtual render: boxes are joined there
+    and moved to ``item``'s pixels at the end, figures stitched from the pieces with ``stitch``);
+    else they are cropped from ``item``'s image with ``crop``.
 
     A segment whose request fails leaves a hole: the row keeps the other segments' text and is
     an ``error`` (a rerun redoes the page); a segment that looped makes the row ``truncated``.
     ``join`` puts the segments' blocks together (:func:`join_pieces`: along the page, for a
     long page); ``kind`` names a piece in ``raw`` and in errors (the tiles of a dense page,
-    :mod:`llm_ocr.stages.tiled`, are read the same way); ``in_flight`` pieces are asked at once.
+    :mod:`llm_ocr.stages.tiled`, are read the same way). Every piece is asked at once, each
+    holding a permit of ``limit`` (the run's piece limit, shared by every page's pieces) if any.
     """
     started = time.monotonic()
-    images = await crop(item.image, [Box(*s.box) for s in segments])
-    limit = asyncio.Semaphore(in_flight)
+    if pieces is not None:
+        sent = [(p.image, p.mime, p.width, p.height) for p in pieces.pieces]
+    else:
+        crops = await crop(item.image, [Box(*s.box) for s in segments])
+        sent = [(c, "image/png", s.width, s.height) for s, c in zip(segments, crops)]
+    gate = limit if limit is not None else contextlib.nullcontext()
 
-    async def one(segment: Segment, image: bytes) -> Reading | RequestFailed:
-        page = PageImage(item.doc_id, item.page, image, "image/png", segment.width, segment.height)
-        async with limit:
+    async def one(image: tuple[bytes, str, int, int]) -> Reading | RequestFailed:
+        page = PageImage(item.doc_id, item.page, *image)
+        async with gate:
             try:
                 return await read(page)
             except RequestFailed as exc:
                 return exc
 
-    readings = await asyncio.gather(*(one(s, image) for s, image in zip(segments, images)))
+    readings = await asyncio.gather(*(one(image) for image in sent))
     per_segment: list[list[Piece]] = []
     warnings: list[str] = []
     failures: list[str] = []
@@ -238,22 +274,29 @@ async def read_in_segments(
             per_segment.append([])
             continue
         raw.append(f"<--- {where} --->\n{reading.raw}")
-        pieces, found = _pieces(reading, segment)
-        per_segment.append(pieces)
+        blocks, found = _pieces(reading, segment)
+        per_segment.append(blocks)
         warnings += [f"{where}: {w}" for w in (reading.notes + found)[:2]]
         cut = "; ".join(n for a in reading.answers for n in a.notes)
         if cut:
             notes.append(f"{where}: {cut}")
     done = [a for r in readings if isinstance(r, Reading) for a in r.answers]
-    pieces = join(segments, per_segment, item.page)
-    located = [f for p in pieces for f in p.figures]
+    joined = join(segments, per_segment, item.page)
+    located = [f for p in joined for f in p.figures]
     figures: list[Figure] = []
+    sx = item.width / pieces.width if pieces is not None else 1.0
+    sy = item.height / pieces.height if pieces is not None else 1.0
     if located:
         try:
-            crops = await crop(item.image, [f.bbox for f in located])
-            figures = [f.record(image=c) for f, c in zip(located, crops)]
+            if pieces is not None:
+                shown = [(p.segment, p.image) for p in pieces.pieces]
+                boxes = [f.bbox for f in located]
+                crops = await (stitch(shown, boxes) if stitch else asyncio.to_thread(stitch_figures, shown, boxes))
+            else:
+                crops = await crop(item.image, [f.bbox for f in located])
+            figures = [f.record(image=c) for f, c in zip(_to_page_figures(located, sx, sy), crops)]
         except Exception as exc:  # noqa: BLE001 - a bad crop must not lose the page's text
-            figures = [f.record(error=f"crop failed: {exc}") for f in located]
+            figures = [f.record(error=f"crop failed: {exc}") for f in _to_page_figures(located, sx, sy)]
     unfinished = [a for a in done if a.result.finish_reason in UNFINISHED]
     status = "error" if failures else "truncated" if unfinished else "ok"
     error = None
@@ -264,16 +307,17 @@ async def read_in_segments(
     if warnings:
         error = f"{error}; {'; '.join(warnings[:5])}" if error else f"output repaired: {'; '.join(warnings[:5])}"
     finish = next((a.result.finish_reason for a in unfinished), "stop" if done else None)
+    placed = _to_page(joined, sx, sy)
     return PageResult(
         doc_id=ref.doc_id,
         doc_index=ref.index,
         page=item.page,
         source=ref.source,
         num_pages=num_pages,
-        markdown=_markdown(pieces),
+        markdown=_markdown(placed),
         raw="\n".join(raw),
         figures=figures,
-        blocks=[p.block.record() for p in pieces],
+        blocks=[p.block.record() for p in placed],
         width=item.width,
         height=item.height,
         status=status,  # type: ignore[arg-type]

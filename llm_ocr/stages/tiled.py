@@ -35,7 +35,9 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
+from typing import Any
 
 from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
@@ -131,17 +133,19 @@ async def read_in_tiles(
     crop: Callable[[bytes, Sequence[Box]], Awaitable[list[bytes]]],
     model: str,
     first: Reading | None = None,
+    limit: AbstractAsyncContextManager[Any] | None = None,
 ) -> PageResult | None:
     """Read ``item`` in the tiles of ``plan`` (each with ``read``, the family's reading of one
     image), all at once, and join them into its one row (None when the page cannot be cut:
     read it whole). ``first`` is the whole page's reading that ran out of tokens, if there was
-    one: its tokens and text stay in the row."""
+    one: its tokens and text stay in the row. Each tile holds a permit of ``limit`` (the run's
+    piece limit) while it is asked."""
     tiles = await asyncio.to_thread(plan_tiles, item.image, plan.count)
     if len(tiles) < 2:
         return None
     row = await read_in_segments(
         ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_tiles, kind="tile",
-        in_flight=len(tiles)
+        limit=limit
     )
     how = f"read in {len(tiles)} tiles at once" if first is None else f"read again in {len(tiles)} tiles"
     notes = [f"{plan.why}: {how}"] + ([row.cut_reason] if row.cut_reason else [])

@@ -33,6 +33,10 @@ RENDER_LONG_SIDE = 384
 #: The grey page a crop is looked for in (:mod:`.crops`) has this many pixels on its longer
 #: side (a 7 pt text line is then 2.5 px tall on a 17 in page) ...
 LOCATE_LONG_SIDE = 768
+#: ... and at least this many on its shorter side (up to :data:`LOCATE_MAX_SIDE` on the longer):
+#: a 1:60 strip at 768 px would be 12 px wide, too narrow to tell one segment from the next.
+LOCATE_SHORT_SIDE = 96
+LOCATE_MAX_SIDE = 8192
 #: ... and is rendered this many times larger, then reduced with a box filter, as the crops
 #: are: two box-filtered views of one page correlate far better than a small render does.
 LOCATE_SUPERSAMPLE = 2
@@ -224,7 +228,8 @@ def _locate_grey(page: Any, w_pt: float, h_pt: float) -> np.ndarray:
     import numpy as np
     from PIL import Image
 
-    scale = LOCATE_LONG_SIDE / max(w_pt, h_pt, 1.0)
+    long, short = max(w_pt, h_pt, 1.0), max(min(w_pt, h_pt), 1.0)
+    scale = max(LOCATE_LONG_SIDE / long, min(LOCATE_SHORT_SIDE / short, LOCATE_MAX_SIDE / long))
     big = page.render(scale=scale * LOCATE_SUPERSAMPLE, grayscale=True).to_pil().convert("L")
     size = (max(1, round(big.width / LOCATE_SUPERSAMPLE)), max(1, round(big.height / LOCATE_SUPERSAMPLE)))
     return np.asarray(soften(big.resize(size, Image.Resampling.BOX)), dtype=np.uint8).copy()

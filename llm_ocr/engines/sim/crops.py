@@ -66,9 +66,21 @@ def page_scale(size_pt: tuple[float, float], dpi: float) -> float:
     return scale
 
 
+def client_scales(page: KnownPage, width: int, height: int, dpi: float) -> list[float]:
+    """The scales (pixels per point) a ``width`` x ``height`` crop of ``page`` may have been
+    rendered at: the page's at ``dpi``, and those of a piece as wide or as tall as the page (the
+    segments of a long page, each rendered from the source at its own resolution)."""
+    scales = [page_scale(page.size_pt, dpi)]
+    for side, size in ((width, page.size_pt[0]), (height, page.size_pt[1])):
+        if size > 0 and all(abs(side / size - s) > 0.01 * s for s in scales):
+            scales.append(side / size)
+    return scales
+
+
 def locate(image: Any, width: int, height: int, pages: list[KnownPage], dpi: float) -> Crop | None:
     """The known page ``image`` (a PIL image of ``width`` x ``height`` pixels) is a crop of,
-    and where; None when it is none of theirs (or a whole page).
+    and where; None when it is none of theirs (or a whole page). Each of the
+    :func:`client_scales` is tried.
 
     Every page that could hold the crop is first compared at half the stored resolution (a few
     milliseconds each); the few that correlate at least :data:`COARSE_CORRELATION` there are
@@ -87,16 +99,17 @@ def locate(image: Any, width: int, height: int, pages: list[KnownPage], dpi: flo
 
     candidates: list[tuple[float, int, KnownPage, int, int]] = []
     for number, page in enumerate(pages):
-        size = _crop_size(page, page.grey.shape if page.grey is not None else None, width, height, dpi)
-        if size is None:
-            continue
-        coarse = _coarse(page)
-        small = _crop_size(page, coarse.shape, width, height, dpi, whole_ok=True)
-        if small is None or min(small) < MIN_SIDE:
-            continue
-        score = _best_match(coarse, crop_at(*small))[0]
-        if score >= COARSE_CORRELATION:
-            candidates.append((score, number, page, *size))
+        for client in client_scales(page, width, height, dpi) if page.size_pt[0] else ():
+            size = _crop_size(page, page.grey.shape if page.grey is not None else None, width, height, client)
+            if size is None:
+                continue
+            coarse = _coarse(page)
+            small = _crop_size(page, coarse.shape, width, height, client, whole_ok=True)
+            if small is None or min(small) < MIN_SIDE:
+                continue
+            score = _best_match(coarse, crop_at(*small))[0]
+            if score >= COARSE_CORRELATION:
+                candidates.append((score, number, page, *size))
     best: Crop | None = None
     for _, _, page, w, h in sorted(candidates, reverse=True)[:COARSE_KEEP]:
         rows, cols = page.grey.shape
@@ -107,15 +120,15 @@ def locate(image: Any, width: int, height: int, pages: list[KnownPage], dpi: flo
 
 
 def _crop_size(
-    page: KnownPage, shape: tuple[int, int] | None, width: int, height: int, dpi: float, whole_ok: bool = False
+    page: KnownPage, shape: tuple[int, int] | None, width: int, height: int, client: float, whole_ok: bool = False
 ) -> tuple[int, int] | None:
-    """``(w, h)``: a ``width`` x ``height`` crop (rendered at ``dpi``) in the pixels of an image
-    of ``page`` of ``shape``; None when it cannot be a crop of it (larger, or the whole page)."""
+    """``(w, h)``: a ``width`` x ``height`` crop (rendered at ``client`` pixels per point) in the
+    pixels of an image of ``page`` of ``shape``; None when it cannot be a crop of it (larger, or
+    the whole page)."""
     if shape is None or not page.size_pt[0]:
         return None
     rows, cols = shape
     stored = cols / page.size_pt[0]  # pixels per point of the image
-    client = page_scale(page.size_pt, dpi)  # pixels per point of the crop
     w, h = round(width * stored / client), round(height * stored / client)
     if w > cols + 2 or h > rows + 2:
         return None

@@ -56,6 +56,9 @@ from .poison import PoisonPages
 from .timing import DECODE_STEP_S, TimingModel, per_token_seconds  # noqa: F401 - re-exported
 
 _DECODE_STEP_S = DECODE_STEP_S  # the old private name, kept for existing imports
+#: A piece of a page sent at under this share of the scale the family renders it at as a page
+#: was cut from a downscaled render (rounding and the renderer's pixel caps stay above it).
+DOWNSCALED = 0.8
 _IMAGE_URI = re.compile(r"^data:(image/[\w.+-]+);base64,", re.IGNORECASE)
 
 
@@ -132,6 +135,7 @@ class SimServer(OpenAIServer):
             "ngram_processor_off": 0,
             "special_tokens_skipped": 0,
             "recipe_refused": 0,
+            "unreadable_refused": 0,
             "families": {},
         }
         self.memory = families.Memory()
@@ -356,15 +360,19 @@ class SimServer(OpenAIServer):
             if not req.ngram_enabled:
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
-            # A crop of a known page (a tile of a dense page) is looked for only in the page
-            # requests of a family that reads dense pages in tiles: the others never send one.
-            crops_at = self.cfg.render_dpi if page_kind is not None and family.dense_tiles else None
+            # A crop of a known page (a tile of a dense page, a segment of a long one) is looked
+            # for in the page requests of every family, but not in a page resized to another
+            # shape (MinerU's layout pass) or a block cropped from one (its second pass).
+            crops_at = self.cfg.render_dpi if page_kind is not None and page_kind != families.BLOCK_PASS \
+                and not families.matches_any_aspect(family, page_kind) else None
             facts = await asyncio.to_thread(
                 analyse_image, req.image, self.corpus, need_colour,
                 families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind), crops_at,
             )
             if page_kind is not None:
                 self._check_image(family, facts.width, facts.height, record)
+                if page_kind != families.BLOCK_PASS:
+                    self._check_readable(family, facts, record)
             prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt,
                                                    self.cfg.tokens_per_char)
             if prompt_tokens is None:
@@ -469,6 +477,32 @@ class SimServer(OpenAIServer):
             self.stats["recipe_refused"] += 1
             record["recipe_refused"] = str(exc)
             raise ApiError(400, f"request strays from the {family.title} recipe: {exc}") from None
+
+    def _check_readable(self, family: Family, facts: ImageFacts, record: dict[str, Any]) -> None:
+        """Refuse (400, counted in ``unreadable_refused``) a page image no model of the family
+        reads: a side under the family's minimum readable size, or a piece of a known page cut
+        from a render smaller than the one the family gives that piece as a page (its scale under
+        :data:`DOWNSCALED` of the family's: the page was shrunk to the family's size whole, then
+        cut). Unless lenient."""
+        problem = None
+        least = family.min_readable_side
+        if min(facts.width, facts.height) < least:
+            problem = (f"a {facts.width} x {facts.height} px image is under {family.title}'s minimum readable size "
+                       f"({least} px a side)")
+        elif facts.known is not None and facts.region is not None and facts.known.size_pt[0]:
+            w_pt = facts.region.width * facts.known.size_pt[0]
+            h_pt = facts.region.height * facts.known.size_pt[1]
+            dpi = self.cfg.render_dpi if family.rendering.long_side is None else None
+            wanted = family.rendering.page_scale(w_pt, h_pt, dpi, min_page_side=0)
+            got = facts.width / max(w_pt, 1e-9)
+            if got < DOWNSCALED * wanted:
+                problem = (f"a piece of a page ({w_pt:.0f} x {h_pt:.0f} pt) sent at {got * 72:.0f} DPI, cut from a "
+                           f"downscaled render: {family.title} reads it as a page at {wanted * 72:.0f} DPI")
+        if problem is None or self.cfg.lenient:
+            return
+        self.stats["unreadable_refused"] += 1
+        record["unreadable_refused"] = problem
+        raise ApiError(400, f"unreadable image for the {family.title} recipe: {problem}")
 
     def _family_answer(
         self, family: Family, kind: str, body: dict[str, Any], req: ChatRequest, facts: ImageFacts,

@@ -118,6 +118,27 @@ class Rendering:
     max_long_side: int | None = None
     max_pixels: int | None = None
     image_format: ImageFormat = "png"
+    #: The smallest image side, in pixels, the recipe reads: the side of one image token (the
+    #: vision encoder's patch times its merge, ``Serving.pixels_per_token``) unless set here. An
+    #: image narrower than that is blown up by the processor (or refused) and its text is not
+    #: there to read; a piece of a page is never sent smaller (:meth:`Family.min_readable_side`).
+    min_side: int | None = None
+
+    def page_scale(self, width: float, height: float, dpi: float | None = None, min_page_side: int = 640) -> float:
+        """Pixels per point of a ``width`` x ``height`` pt page (or piece of one, read as a page)
+        rendered this way: ``dpi / 72`` (``dpi`` None: the family's), or what makes its longer
+        side ``long_side``, capped by ``max_long_side``, raised to ``min_page_side`` on the longer
+        side, lowered to ``max_pixels`` (llm-ocr's renderer, ``sources/render.py``, to the pixel)."""
+        long = max(width, height, 1e-9)
+        scale = self.long_side / long if self.long_side else (dpi or self.dpi) / 72
+        if self.max_long_side and long * scale > self.max_long_side:
+            scale = self.max_long_side / long
+        if 0 < long * scale < min_page_side:
+            scale = min_page_side / long
+        limit = self.max_pixels or 12_000_000
+        if width * scale * height * scale > limit:
+            scale = (limit / (width * height)) ** 0.5
+        return scale
 
     def options(self) -> dict[str, Any]:
         """The :class:`~llm_ocr.sources.base.RenderOptions` fields this rendering sets."""
@@ -304,6 +325,11 @@ class Family:
     #: (``llm_ocr/stages/tiled.py``): joining tiles needs every block's box in the pixels of the
     #: image sent, and the model must read a crop of a page as it reads a page.
     dense_tiles: bool = False
+
+    @property
+    def min_readable_side(self) -> int:
+        """The smallest image side, in pixels, this family reads (:attr:`Rendering.min_side`)."""
+        return self.rendering.min_side or max(1, round(self.serving.pixels_per_token**0.5))
 
     # -- choosing ------------------------------------------------------------------------------
 

@@ -72,7 +72,10 @@ DEEPSEEK_OCR = DeepSeekOCR(
     prompt=Prompt(DOCUMENT_PROMPT),
     sampling=Sampling(temperature=0.0, extra={"skip_special_tokens": False, "vllm_xargs": NGRAM_XARGS}),
     retries=Retries((0.0, 0.2, 0.4, 0.6, 0.8, 1.0)),
-    rendering=Rendering(dpi=144.0, image_format="jpeg"),
+    # Smallest side: one image token. DeepSeek-OCR's Gundam mode makes a 640-px crop 100 tokens
+    # (10 x 10: the DeepEncoder's 16-px patches compressed 16 times, deepseek-ai/DeepSeek-OCR
+    # deepencoder), so a token is 64 px a side.
+    rendering=Rendering(dpi=144.0, image_format="jpeg", min_side=64),
     serving=Serving(
         args=(
             "--trust-remote-code",

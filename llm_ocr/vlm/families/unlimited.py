@@ -159,7 +159,8 @@ UNLIMITED_OCR = UnlimitedOCR(
     # attention window constant; the recipe's 8192 is its example's).
     sampling=Sampling(temperature=0.0, extra={"skip_special_tokens": False, "vllm_xargs": NGRAM_XARGS}),
     retries=Retries((0.0, 0.2, 0.4, 0.6, 0.8, 1.0)),
-    rendering=Rendering(dpi=300.0, image_format="png"),
+    # Smallest side: one image token, 64 px as DeepSeek-OCR's (the same 640-px crops of 100 tokens).
+    rendering=Rendering(dpi=300.0, image_format="png", min_side=64),
     serving=Serving(
         args=(
             "--trust-remote-code",
