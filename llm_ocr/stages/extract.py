@@ -4,8 +4,9 @@ The per-page work is :func:`extract_page`; the runner feeds it pages and writes 
 page is asked and how the answer is read is the family's recipe (:mod:`llm_ocr.vlm.families`):
 one request for most families, several for some (MinerU's layout pass, then one request per
 block; olmOCR-2's page turned and read again). A page longer than 1:3 is read in segments
-(:mod:`llm_ocr.stages.segmented`); a page whose text is longer than one answer, in tiles
-(:mod:`llm_ocr.stages.tiled`), when its family allows it.
+(:mod:`llm_ocr.stages.segmented`); a page whose text is longer than one answer, in tiles or
+bands as its family's recipe says (:mod:`llm_ocr.stages.tiled`); a piece whose answer still
+runs out is cut in two and read again (:mod:`llm_ocr.stages.split`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
 from llm_ocr.stages.segmented import read_in_segments
-from llm_ocr.stages.tiled import TilePlan, may_be_long, read_in_tiles, tiles_after, tiles_at_once, tiling_allowed
+from llm_ocr.stages.tiled import (
+    TilePlan,
+    may_be_long,
+    read_in_tiles,
+    segment_split,
+    tiles_after,
+    tiles_at_once,
+    tiling_allowed,
+)
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retries
@@ -124,7 +133,7 @@ async def _tiled(
         return None
     read = lambda page: read_page(page, ctx, stop_when_long=True)  # noqa: E731
     return await read_in_tiles(ref, item, num_pages, plan, read=read, crop=ctx.crop, model=ctx.client.model,
-                               first=first)
+                               first=first, family=ctx.recipe)
 
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None,
@@ -137,9 +146,11 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
         return failure_result(ref, item.page, item.error, num_pages)
     segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
     if segments:
+        # A segment whose answer runs out without repeating itself is cut in two and read again
+        # (llm_ocr.stages.split), not retried hotter: it would write the same text again.
         return await read_in_segments(
-            ref, item, num_pages, segments, read=lambda page: read_page(page, ctx), crop=ctx.crop,
-            model=ctx.client.model
+            ref, item, num_pages, segments, read=lambda page: read_page(page, ctx, stop_when_long=True),
+            crop=ctx.crop, model=ctx.client.model, split=segment_split(item.height >= item.width)
         )
     tiling = tiles_dense_pages(ctx)
     if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):

@@ -21,6 +21,7 @@ from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, cut_line
 from llm_ocr.stages.attempts import UNFINISHED
+from llm_ocr.stages.split import Splitter, read_pieces
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import RequestFailed
 from llm_ocr.vlm.families.base import Reading
@@ -203,6 +204,7 @@ async def read_in_segments(
     join: Join = join_pieces,
     kind: str = "segment",
     in_flight: int = SEGMENTS_IN_FLIGHT,
+    split: Splitter | None = None,
 ) -> PageResult:
     """Read ``item`` segment by segment with ``read`` (the family's reading of one image) and
     join the readings into its one row.
@@ -212,9 +214,16 @@ async def read_in_segments(
     ``join`` puts the segments' blocks together (:func:`join_pieces`: along the page, for a
     long page); ``kind`` names a piece in ``raw`` and in errors (the tiles of a dense page,
     :mod:`llm_ocr.stages.tiled`, are read the same way); ``in_flight`` pieces are asked at once.
+    With ``split``, a piece whose answer ran to ``max_tokens`` without repeating itself is cut
+    in two and both halves read again (:mod:`llm_ocr.stages.split`); ``read`` must then stop
+    at such an answer rather than retry it hotter.
     """
     started = time.monotonic()
-    images = await crop(item.image, [Box(*s.box) for s in segments])
+
+    async def crop_pieces(pieces: list[Segment]) -> list[bytes]:
+        return await crop(item.image, [Box(*s.box) for s in pieces])
+
+    images = await crop_pieces(segments)
     limit = asyncio.Semaphore(in_flight)
 
     async def one(segment: Segment, image: bytes) -> Reading | RequestFailed:
@@ -225,7 +234,9 @@ async def read_in_segments(
             except RequestFailed as exc:
                 return exc
 
-    readings = await asyncio.gather(*(one(s, image) for s, image in zip(segments, images)))
+    read_all = await read_pieces(segments, images, read=one, crop=crop_pieces, split=split, kind=kind)
+    segments = [segment for segment, _ in read_all.leaves]
+    readings = [reading for _, reading in read_all.leaves]
     per_segment: list[list[Piece]] = []
     warnings: list[str] = []
     failures: list[str] = []
@@ -245,6 +256,8 @@ async def read_in_segments(
         if cut:
             notes.append(f"{where}: {cut}")
     done = [a for r in readings if isinstance(r, Reading) for a in r.answers]
+    spent = read_all.spent  # answers that ran out, their pieces read again in halves
+    notes = read_all.notes + notes
     pieces = join(segments, per_segment, item.page)
     located = [f for p in pieces for f in p.figures]
     figures: list[Figure] = []
@@ -261,6 +274,8 @@ async def read_in_segments(
         error = f"{len(failures)} of {len(segments)} {kind}s failed (text of the others kept): " + "; ".join(failures[:3])  # noqa: E501 - not wrapped yet
     elif unfinished:
         error = f"{len(unfinished)} of {len(segments)} {kind}s looped or hit max_tokens; their text up to the loop kept"
+        if read_all.kept_long:
+            error += ": " + "; ".join(n for n in read_all.notes if n.endswith("kept"))[:1000]
     if warnings:
         error = f"{error}; {'; '.join(warnings[:5])}" if error else f"output repaired: {'; '.join(warnings[:5])}"
     finish = next((a.result.finish_reason for a in unfinished), "stop" if done else None)
@@ -279,11 +294,12 @@ async def read_in_segments(
         status=status,  # type: ignore[arg-type]
         error=error,
         finish_reason=finish,
-        prompt_tokens=sum(a.result.prompt_tokens or 0 for a in done),
-        completion_tokens=sum(a.result.completion_tokens or 0 for a in done),
+        prompt_tokens=sum(a.result.prompt_tokens or 0 for a in done + spent),
+        completion_tokens=sum(a.result.completion_tokens or 0 for a in done + spent),
         latency_s=round(time.monotonic() - started, 4),
-        attempts=sum(a.attempts for a in done) + sum(f.attempts for f in readings if isinstance(f, RequestFailed)),
-        cut_tokens=sum(a.cut_tokens for a in done) if notes else None,
+        attempts=sum(a.attempts for a in done + spent)
+        + sum(f.attempts for f in readings if isinstance(f, RequestFailed)),
+        cut_tokens=sum(a.cut_tokens for a in done + spent) if notes else None,
         cut_reason="; ".join(notes) if notes else None,
         segments=len(segments),
         model=model,

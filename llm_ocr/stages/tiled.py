@@ -25,9 +25,19 @@ two tiles both show merged into one; then the blocks are put in reading order by
 of a page cut into bands read one after the other, not band by band.
 
 Each tile is read the family's way (its :meth:`~llm_ocr.vlm.families.base.Family.read`, as a
-page or a segment is). Only families whose recipe says so (``Family.dense_tiles``: their answers
-carry every block's box, which joining needs) are tiled, for now DeepSeek-OCR; the others keep
-the old policy.
+page or a segment is). Every family reads dense pages so; how it cuts them is its recipe's
+``Family.dense``: **tiles** (the grid above, joined by boxes) where its answers carry every
+block's box; **bands** (full-width pieces cut between text lines, :func:`~llm_ocr.sources.tiles.plan_bands`)
+where they do not, joined as the segments of a long page are, by the words their overlap
+repeats (:func:`~llm_ocr.stages.segmented.drop_repeated_start`). Without boxes the columns of a
+page read in bands come band by band: every word is there, the reading order is the bands'.
+
+The number of pieces is planned from :data:`TOKENS_PER_CHAR`, **a first guess** (fitted to the
+project's simulator, not measured on any model): a piece whose answer still runs to
+``max_tokens`` without repeating itself is cut in two and both halves are read again, until
+every piece fits or a piece is a few text lines tall (:mod:`llm_ocr.stages.split`, the adaptive
+split). The row's ``segments`` is the number of pieces finally read, its ``cut_reason`` says why
+the page was cut and which pieces were cut again.
 """
 
 from __future__ import annotations
@@ -40,16 +50,26 @@ from dataclasses import dataclass, replace
 from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment
-from llm_ocr.sources.tiles import plan_tiles
+from llm_ocr.sources.tiles import plan_bands, plan_tiles, split_piece
 from llm_ocr.stages.attempts import Answer
-from llm_ocr.stages.segmented import Piece, box_union, drop_repeated_start, number_figures, read_in_segments
+from llm_ocr.stages.segmented import (
+    Piece,
+    box_union,
+    drop_repeated_start,
+    join_pieces,
+    number_figures,
+    read_in_segments,
+)
+from llm_ocr.stages.split import Splitter
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Reading
 from llm_ocr.vlm.layout import PageBlock
 
-#: Tokens of DeepSeek-OCR grounding output per character of a page's text (its tags and boxes
-#: included): 0.35 for the simulator's 7-column page (29,274 characters of markup for 24,883 of
-#: text layer, at 0.3 tokens a character).
+#: The first guess of answer tokens per character of a page's text (markup included), for
+#: every family: 0.35 is DeepSeek-OCR's grounding output as the project's *simulator* writes it
+#: for its 7-column page (29,274 characters of markup for 24,883 of text layer, at 0.3 tokens a
+#: character). It is no fact about any model: a model that writes more per character makes
+#: pieces run out, and the adaptive split (:mod:`llm_ocr.stages.split`) cuts them again.
 TOKENS_PER_CHAR = 0.35
 #: A page estimated to need this share of ``max_tokens`` or more is tiled at once.
 TILE_AT = 0.9
@@ -76,8 +96,22 @@ class TilePlan:
 
 
 def tiling_allowed(family: Family, enabled: bool) -> bool:
-    """Whether pages of a model ``family`` may be read in tiles (``enabled``: the option)."""
-    return enabled and family.dense_tiles
+    """Whether pages of a model ``family`` may be read in pieces when dense (``enabled``: the
+    option): every family may, in tiles or bands as its recipe says (``Family.dense``)."""
+    return enabled
+
+
+def dense_split(family: Family) -> Splitter:
+    """How a piece of a dense page read by ``family`` is cut in two when its answer ran out: a
+    tile at a gutter or between lines, a band between lines only."""
+    across = family.dense_tiles
+    return lambda image, piece: split_piece(image, piece, across=across)
+
+
+def segment_split(tall: bool) -> Splitter:
+    """How a segment of a long page is cut in two when its answer ran out: between text lines,
+    along the page (across a tall page's lines, between a wide page's columns of lines)."""
+    return lambda image, piece: split_piece(image, piece, across=False, along_x=not tall)
 
 
 def tiles_at_once(item: PageImage, max_tokens: int) -> TilePlan | None:
@@ -131,19 +165,28 @@ async def read_in_tiles(
     crop: Callable[[bytes, Sequence[Box]], Awaitable[list[bytes]]],
     model: str,
     first: Reading | None = None,
+    family: Family | None = None,
 ) -> PageResult | None:
-    """Read ``item`` in the tiles of ``plan`` (each with ``read``, the family's reading of one
-    image), all at once, and join them into its one row (None when the page cannot be cut:
-    read it whole). ``first`` is the whole page's reading that ran out of tokens, if there was
-    one: its tokens and text stay in the row."""
-    tiles = await asyncio.to_thread(plan_tiles, item.image, plan.count)
+    """Read ``item`` in the pieces of ``plan`` (each with ``read``, the family's reading of one
+    image, which stops at an answer that runs out), all at once, cut again where an answer ran
+    out, and join them into its one row (None when the page cannot be cut: read it whole).
+    ``family``'s recipe says tiles or bands (default tiles). ``first`` is the whole page's
+    reading that ran out of tokens, if there was one: its tokens and text stay in the row."""
+    bands = family is not None and not family.dense_tiles
+    planner = plan_bands if bands else plan_tiles
+    tiles = await asyncio.to_thread(planner, item.image, plan.count)
     if len(tiles) < 2:
         return None
+    kind = "band" if bands else "tile"
+    split = dense_split(family) if family is not None else dense_split_tiles
     row = await read_in_segments(
-        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_tiles, kind="tile",
-        in_flight=len(tiles)
+        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_pieces if bands else join_tiles,
+        kind=kind, in_flight=len(tiles), split=split,
     )
-    how = f"read in {len(tiles)} tiles at once" if first is None else f"read again in {len(tiles)} tiles"
+    pieces = f"{len(tiles)} {kind}s"
+    if row.segments and row.segments != len(tiles):
+        pieces += f" ({row.segments} pieces once cut again)"
+    how = f"read in {pieces} at once" if first is None else f"read again in {pieces}"
     notes = [f"{plan.why}: {how}"] + ([row.cut_reason] if row.cut_reason else [])
     if first is None:
         return replace(row, cut_reason="; ".join(notes))
@@ -156,6 +199,11 @@ async def read_in_tiles(
         completion_tokens=(row.completion_tokens or 0) + sum(a.result.completion_tokens or 0 for a in whole),
         attempts=row.attempts + sum(a.attempts for a in whole),
     )
+
+
+def dense_split_tiles(image: bytes, piece: Segment) -> tuple[list[Segment], str]:
+    """A tile cut in two (at a gutter, else between lines): the split of a tiles family."""
+    return split_piece(image, piece, across=True)
 
 
 # -- joining ---------------------------------------------------------------------------------

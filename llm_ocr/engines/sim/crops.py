@@ -1,6 +1,6 @@
 """Crops of known pages: where a received image lies on a corpus page, and what it shows of it.
 
-A client that reads a dense page in tiles sends rectangles cut from the page's image. The
+A client that reads a dense page in tiles or bands (any family) sends rectangles cut from the page's image. The
 simulated model answers such a crop with the text of that region of the page, as a model reads
 what it is shown: the lines of each block that lie (mostly) inside it, with boxes relative to
 the crop.
@@ -9,16 +9,19 @@ Where the crop lies is found by normalised cross-correlation of the crop, shrunk
 the page's stored grey image, against that image (numpy FFTs). The crop's scale is the client's
 rendering scale, which the simulator is told (``--render-dpi``, llm-ocr's own default of 144,
 with llm-ocr's rule that a page is rendered at least 640 pixels on its longer side): a crop of
-``w`` pixels at 144 DPI is ``w / 2`` points of the page. A crop of a page rendered at another
-scale is not found, and is answered as an unknown image.
+``w`` pixels at 144 DPI is ``w / 2`` points of the page; and at the scale of the family's own
+page image (its recipe's rendering: olmOCR-2's 1,288 pixels on the longer side). A crop of a
+page rendered at another scale is not found, and is answered as an unknown image.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llm_ocr.vlm.box import Box
+from llm_ocr.vlm.families.base import Rendering
 
 from .corpus import KnownPage, LayoutBlock, soften
 
@@ -66,9 +69,31 @@ def page_scale(size_pt: tuple[float, float], dpi: float) -> float:
     return scale
 
 
-def locate(image: Any, width: int, height: int, pages: list[KnownPage], dpi: float) -> Crop | None:
+def family_scale(size_pt: tuple[float, float], rendering: Rendering) -> float:
+    """Pixels per point of a page rendered as a family's recipe renders it (llm-ocr's rules,
+    ``llm_ocr/sources/render.py``): ``long_side`` pixels on the longer side, else ``dpi / 72``;
+    capped at ``max_long_side`` and ``max_pixels``; raised to :data:`MIN_PAGE_SIDE`."""
+    width, height = size_pt
+    long_side = max(size_pt)
+    if not long_side:
+        return rendering.dpi / 72
+    scale = rendering.long_side / long_side if rendering.long_side else rendering.dpi / 72
+    if rendering.max_long_side and long_side * scale > rendering.max_long_side:
+        scale = rendering.max_long_side / long_side
+    if long_side * scale < MIN_PAGE_SIDE:
+        scale = MIN_PAGE_SIDE / long_side
+    if rendering.max_pixels and width * height * scale * scale > rendering.max_pixels:
+        scale = math.sqrt(rendering.max_pixels / (width * height))
+    return scale
+
+
+def locate(
+    image: Any, width: int, height: int, pages: list[KnownPage], dpi: float, rendering: Rendering | None = None
+) -> Crop | None:
     """The known page ``image`` (a PIL image of ``width`` x ``height`` pixels) is a crop of,
-    and where; None when it is none of theirs (or a whole page).
+    and where; None when it is none of theirs (or a whole page). The crop is looked for at the
+    scale of a page rendered at ``dpi`` and, given a family's ``rendering``, at the scale of
+    its own page image (olmOCR-2's 1,288 pixels on the longer side).
 
     Every page that could hold the crop is first compared at half the stored resolution (a few
     milliseconds each); the few that correlate at least :data:`COARSE_CORRELATION` there are
@@ -87,16 +112,20 @@ def locate(image: Any, width: int, height: int, pages: list[KnownPage], dpi: flo
 
     candidates: list[tuple[float, int, KnownPage, int, int]] = []
     for number, page in enumerate(pages):
-        size = _crop_size(page, page.grey.shape if page.grey is not None else None, width, height, dpi)
-        if size is None:
-            continue
-        coarse = _coarse(page)
-        small = _crop_size(page, coarse.shape, width, height, dpi, whole_ok=True)
-        if small is None or min(small) < MIN_SIDE:
-            continue
-        score = _best_match(coarse, crop_at(*small))[0]
-        if score >= COARSE_CORRELATION:
-            candidates.append((score, number, page, *size))
+        scales = {page_scale(page.size_pt, dpi)}
+        if rendering is not None and page.size_pt[0]:
+            scales.add(family_scale(page.size_pt, rendering))
+        for client in sorted(scales):
+            size = _crop_size(page, page.grey.shape if page.grey is not None else None, width, height, client)
+            if size is None:
+                continue
+            coarse = _coarse(page)
+            small = _crop_size(page, coarse.shape, width, height, client, whole_ok=True)
+            if small is None or min(small) < MIN_SIDE:
+                continue
+            score = _best_match(coarse, crop_at(*small))[0]
+            if score >= COARSE_CORRELATION:
+                candidates.append((score, number, page, *size))
     best: Crop | None = None
     for _, _, page, w, h in sorted(candidates, reverse=True)[:COARSE_KEEP]:
         rows, cols = page.grey.shape
@@ -107,15 +136,15 @@ def locate(image: Any, width: int, height: int, pages: list[KnownPage], dpi: flo
 
 
 def _crop_size(
-    page: KnownPage, shape: tuple[int, int] | None, width: int, height: int, dpi: float, whole_ok: bool = False
+    page: KnownPage, shape: tuple[int, int] | None, width: int, height: int, client: float, whole_ok: bool = False
 ) -> tuple[int, int] | None:
-    """``(w, h)``: a ``width`` x ``height`` crop (rendered at ``dpi``) in the pixels of an image
-    of ``page`` of ``shape``; None when it cannot be a crop of it (larger, or the whole page)."""
+    """``(w, h)``: a ``width`` x ``height`` crop (rendered at ``client`` pixels per point) in the
+    pixels of an image of ``page`` of ``shape``; None when it cannot be a crop of it (larger, or
+    the whole page)."""
     if shape is None or not page.size_pt[0]:
         return None
     rows, cols = shape
     stored = cols / page.size_pt[0]  # pixels per point of the image
-    client = page_scale(page.size_pt, dpi)  # pixels per point of the crop
     w, h = round(width * stored / client), round(height * stored / client)
     if w > cols + 2 or h > rows + 2:
         return None

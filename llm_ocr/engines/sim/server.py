@@ -356,12 +356,13 @@ class SimServer(OpenAIServer):
             if not req.ngram_enabled:
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
-            # A crop of a known page (a tile of a dense page) is looked for only in the page
-            # requests of a family that reads dense pages in tiles: the others never send one.
-            crops_at = self.cfg.render_dpi if page_kind is not None and family.dense_tiles else None
+            # A crop of a known page (a tile or band of a dense page) is looked for in the page
+            # requests of every family, at the client's --render-dpi and at the family's own scale.
+            crops_at = self.cfg.render_dpi if page_kind is not None else None
             facts = await asyncio.to_thread(
                 analyse_image, req.image, self.corpus, need_colour,
                 families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind), crops_at,
+                family.rendering,
             )
             if page_kind is not None:
                 self._check_image(family, facts.width, facts.height, record)

@@ -33,6 +33,11 @@ from llm_ocr.vlm.layout import PageLayout
 from llm_ocr.vlm.view import View
 
 ImageFormat = Literal["jpeg", "png"]
+#: How a page whose text is longer than one answer is read (``llm_ocr/stages/tiled.py``):
+#: ``"tiles"``, a grid cut at gutters and between lines, joined by the blocks' boxes (a family
+#: whose answer gives every block's box); ``"bands"``, full-width pieces cut between text lines,
+#: joined by the text their overlap repeats (a family whose text comes without boxes).
+DensePolicy = Literal["tiles", "bands"]
 
 
 @dataclass(frozen=True)
@@ -300,10 +305,15 @@ class Family:
     stream_extra: Mapping[str, Any] = field(default_factory=dict)
     #: The images its launches run in, per platform (``llm-ocr launch``, ``llm-ocr models``).
     images: Images = STOCK_IMAGES
-    #: Whether a page whose text is longer than one answer may be read in tiles
-    #: (``llm_ocr/stages/tiled.py``): joining tiles needs every block's box in the pixels of the
-    #: image sent, and the model must read a crop of a page as it reads a page.
-    dense_tiles: bool = False
+    #: How a page whose text is longer than one answer is read (:data:`DensePolicy`; every
+    #: family in the registry declares it): tiles where its answers carry every text block's box
+    #: in the pixels of the image sent (joining tiles needs them), bands otherwise.
+    dense: DensePolicy = "bands"
+
+    @property
+    def dense_tiles(self) -> bool:
+        """Whether a dense page is read in tiles joined by boxes (else in bands joined by text)."""
+        return self.dense == "tiles"
 
     # -- choosing ------------------------------------------------------------------------------
 

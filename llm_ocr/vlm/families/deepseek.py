@@ -106,5 +106,5 @@ DEEPSEEK_OCR = DeepSeekOCR(
     ),
     stream_options=VLLM_STREAM_OPTIONS,
     stream_extra=VLLM_STREAM_EXTRA,
-    dense_tiles=True,
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
 )
