@@ -97,8 +97,24 @@ def drop_repeated_start(first: str, second: str) -> str:
     return second
 
 
-def join_pieces(segments: list[Segment], per_segment: list[list[Piece]], page: int) -> list[Piece]:
-    """The blocks of the page, in order, each once (see the module docstring)."""
+def drop_exact_repeat(first: str, second: str, min_tokens: int = 4) -> str:
+    """``second`` without the longest run of at least ``min_tokens`` tokens that both ends
+    ``first`` and starts it (``second`` unchanged when there is none): the lines two pieces of
+    a page both showed, with no looking further (a multi-column band's text ends elsewhere)."""
+    a = [t for t, _ in _tokens(first)][-_MAX_OVERLAP_TOKENS:]
+    b_full = _tokens(second)
+    b = [t for t, _ in b_full][:_MAX_OVERLAP_TOKENS]
+    for k in range(min(len(a), len(b)), min_tokens - 1, -1):
+        if a[-k:] == b[:k]:
+            return second[b_full[k - 1][1] :].lstrip()
+    return second
+
+
+def join_pieces(
+    segments: list[Segment], per_segment: list[list[Piece]], page: int, *, text_overlap: bool = True
+) -> list[Piece]:
+    """The blocks of the page, in order, each once (see the module docstring). ``text_overlap``
+    False: the boxless blocks' repeated lines were already dropped (the bands of a dense page)."""
     tall = len(segments) < 2 or segments[1].top > segments[0].top
     kept: list[Piece] = []
     for i, pieces in enumerate(per_segment):
@@ -111,7 +127,7 @@ def join_pieces(segments: list[Segment], per_segment: list[list[Piece]], page: i
             if centre is None or ((lower is None or centre >= lower) and (upper is None or centre < upper)):
                 mine.append(piece)
         previous = per_segment[i - 1] if i > 0 else []
-        if mine and not mine[0].block.boxes and previous and not previous[-1].block.boxes:
+        if text_overlap and mine and not mine[0].block.boxes and previous and not previous[-1].block.boxes:
             # A family without text boxes (olmOCR-2) reads the overlap twice: the words this
             # segment's text starts with that repeat the end of the last one's are dropped.
             head = mine[0]

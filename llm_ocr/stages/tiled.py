@@ -46,6 +46,7 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
@@ -55,6 +56,7 @@ from llm_ocr.stages.attempts import Answer
 from llm_ocr.stages.segmented import (
     Piece,
     box_union,
+    drop_exact_repeat,
     drop_repeated_start,
     join_pieces,
     number_figures,
@@ -180,7 +182,7 @@ async def read_in_tiles(
     kind = "band" if bands else "tile"
     split = dense_split(family) if family is not None else dense_split_tiles
     row = await read_in_segments(
-        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_pieces if bands else join_tiles,
+        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_bands if bands else join_tiles,
         kind=kind, in_flight=len(tiles), split=split,
     )
     pieces = f"{len(tiles)} {kind}s"
@@ -207,6 +209,36 @@ def dense_split_tiles(image: bytes, piece: Segment) -> tuple[list[Segment], str]
 
 
 # -- joining ---------------------------------------------------------------------------------
+
+
+def join_bands(bands: list[Segment], per_band: list[list[Piece]], page: int) -> list[Piece]:
+    """The blocks of a page read in bands by a family without boxes, each once, band by band.
+
+    A band shows every column of the page, so the lines its overlap with the band above repeats
+    are at the start of one of its blocks per column, and at the end of one of that band's
+    blocks, not at the end of its whole text: each block loses the run of words that starts it
+    and ends a block of the band above (:func:`~llm_ocr.stages.segmented.drop_exact_repeat`);
+    a block that was all overlap is dropped. Blocks with boxes (figures) are kept by the band
+    whose share of the page their centre is in (:func:`~llm_ocr.stages.segmented.join_pieces`).
+    """
+    kept = [list(per_band[0])] if per_band else []
+    for above, pieces in pairwise(per_band):
+        tails = [p.block.text for p in above if not p.block.boxes and p.block.text.strip()]
+        mine = []
+        for piece in pieces:
+            text = piece.block.text
+            if not piece.block.boxes:
+                for tail in tails:
+                    cut = drop_exact_repeat(tail, text)
+                    if cut != text:
+                        text = cut
+                        break
+                if not text.strip():
+                    continue
+            same = text == piece.block.text
+            mine.append(piece if same else replace(piece, block=PageBlock(piece.block.label, [], text)))
+        kept.append(mine)
+    return join_pieces(bands, kept, page, text_overlap=False)
 
 
 def join_tiles(tiles: list[Segment], per_tile: list[list[Piece]], page: int) -> list[Piece]:
