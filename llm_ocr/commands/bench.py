@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     losses.add_argument("--losses", action="store_true",
                         help="run the loss workloads (loops, 256 and 64 slots behind --endpoint, 1 vs 4 GPUs, a "
                         "1:61 page, dense pages behind 256 slots and their recall (DeepSeek-OCR at 4,096 and 8,192 "
-                        "tokens of context, olmOCR-2, answers denser than the planner's guess), a long tail of long pages at 64 "
+                        "tokens of context, olmOCR-2, answers denser than the planner's guess), a long tail of long "
+                        "pages at 64 "
                         "and 256 slots) each the old way and the new way, and print them side by side")
     losses.add_argument("--workload", action="append", metavar="NAME",
                         choices=["loops", "256 slots", "64 slots, long tail", "GPUs", "long page",
