@@ -17,18 +17,24 @@ from pathlib import Path
 import pytest
 
 from llm_ocr.bench.accuracy import word_recall
+from llm_ocr.engines.sim.crops import family_scale
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
 from tests.conftest import read_stage, run_cli
 from tests.docs import make_pdf
-from tests.newspaper import Newspaper, newspaper_pdf
+from tests.newspaper import PAGE, Newspaper, newspaper_pdf
 
 def context(family: Family) -> str:
     """The context the page is read at: 4,096 (answers of 1,536 to 3,072 tokens, for ~7,500
-    tokens of text), 8,192 for the families that render pages at 300 DPI (Unlimited-OCR,
-    Infinity-Parser2), whose tiles' images alone take more than half of 4,096."""
-    return "4096" if family.rendering.dpi <= 200 and family.max_tokens(None, 4096) >= 1024 else "8192"
+    tokens of text), unless an eighth of the page, at the family's resolution, takes more image
+    tokens than the family keeps for its prompt at 4,096 (vLLM would refuse such a piece, as it
+    refuses the whole page): then 8,192 (GLM-OCR and Nanonets at 200 DPI, Unlimited-OCR and
+    Infinity-Parser2 at 300)."""
+    scale = family_scale(PAGE, family.rendering)
+    pixels = min(PAGE[0] * PAGE[1] * scale * scale / 8, family.serving.max_image_pixels)
+    fits = pixels / family.serving.pixels_per_token + 64 <= family.prompt_reserve(4096)
+    return "4096" if fits and family.max_tokens(None, 4096) >= 1024 else "8192"
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +54,9 @@ def extract(docs: Path, out: Path, server: SimulatedServer, family: Family, *ext
     )  # fmt: skip
 
 
-def server_for(family: Family, folder: Path, *extra: str) -> SimulatedServer:
-    return SimulatedServer("--instant", "--max-model-len", context(family), "--served-model-name", served(family),
+def server_for(family: Family, folder: Path, *extra: str, small: bool = True) -> SimulatedServer:
+    size = context(family) if small else str(family.serving.context)
+    return SimulatedServer("--instant", "--max-model-len", size, "--served-model-name", served(family),
                            "--recipe", family.name, *extra, corpus=folder)  # fmt: skip
 
 
@@ -138,7 +145,7 @@ def test_an_ordinary_page_costs_no_extra_request(tmp_path: Path, family: Family)
     folder = tmp_path / "docs"
     folder.mkdir()
     make_pdf(folder / "report.pdf", pages=2)
-    with server_for(family, folder) as server:
+    with server_for(family, folder, small=False) as server:
         result = extract(folder, tmp_path / "out", server, family)
         requests = server.requests()
     assert result.returncode == 0, result.stderr[-3000:]

@@ -44,6 +44,8 @@ WHOLE_PAGE = 0.97
 MIN_SIDE = 8
 #: llm-ocr renders a PDF page at least this many pixels on its longer side (``--min-page-side``).
 MIN_PAGE_SIDE = 640
+#: llm-ocr's default ``--max-page-pixels``: a family without its own cap has pages rendered within it.
+CLIENT_MAX_PIXELS = 12_000_000
 #: A line of a block is in a crop when at least this share of its height and of its width is.
 LINE_INSIDE = 0.5
 #: A figure is in a crop when at least this share of its area is (its box is then clipped).
@@ -72,7 +74,8 @@ def page_scale(size_pt: tuple[float, float], dpi: float) -> float:
 def family_scale(size_pt: tuple[float, float], rendering: Rendering) -> float:
     """Pixels per point of a page rendered as a family's recipe renders it (llm-ocr's rules,
     ``llm_ocr/sources/render.py``): ``long_side`` pixels on the longer side, else ``dpi / 72``;
-    capped at ``max_long_side`` and ``max_pixels``; raised to :data:`MIN_PAGE_SIDE`."""
+    capped at ``max_long_side``; raised to :data:`MIN_PAGE_SIDE`; capped at ``max_pixels``
+    (:data:`CLIENT_MAX_PIXELS` for a family without its own cap)."""
     width, height = size_pt
     long_side = max(size_pt)
     if not long_side:
@@ -82,8 +85,9 @@ def family_scale(size_pt: tuple[float, float], rendering: Rendering) -> float:
         scale = rendering.max_long_side / long_side
     if long_side * scale < MIN_PAGE_SIDE:
         scale = MIN_PAGE_SIDE / long_side
-    if rendering.max_pixels and width * height * scale * scale > rendering.max_pixels:
-        scale = math.sqrt(rendering.max_pixels / (width * height))
+    limit = rendering.max_pixels or CLIENT_MAX_PIXELS
+    if width * height * scale * scale > limit:
+        scale = math.sqrt(limit / (width * height))
     return scale
 
 
