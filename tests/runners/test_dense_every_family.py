@@ -121,13 +121,14 @@ def test_answers_denser_than_the_first_guess_are_cut_again_until_they_fit(tmp_pa
 
 
 def test_a_piece_a_few_lines_tall_that_still_runs_out_leaves_the_page_truncated(tmp_path: Path) -> None:
-    """A server that writes 40 tokens a character: even three lines of text overflow 3,072
-    tokens. The split stops at pieces a few lines tall; the page is truncated, and says why."""
+    """A server that writes 7 tokens a character: three lines of a page-wide column (~480
+    characters) overflow 3,072 tokens. The planned bands (about 10 lines each) are cut once; the
+    halves are under six lines and are not cut again: the page is truncated, and says why."""
     folder = tmp_path / "docs"
     folder.mkdir()
     newspaper_pdf(folder / "courier.pdf", seed=5, columns=1, figures=False)
-    family = next(f for f in FAMILIES if f.name == "olmocr")
-    with server_for(family, folder, "--tokens-per-char", "40") as server:
+    family = next(f for f in FAMILIES if f.name == "lightonocr")  # the image alone: no prompt text to inflate
+    with server_for(family, folder, "--tokens-per-char", "7") as server:
         result = extract(folder, tmp_path / "out", server, family)
         requests = server.requests()
     assert result.returncode == 0, result.stderr[-3000:]
