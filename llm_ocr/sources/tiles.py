@@ -5,8 +5,12 @@ answer fits (:mod:`llm_ocr.stages.tiled`). The tiles form a grid of about ``coun
 square as the page allows:
 
 - **bands** across the page, each cut at the whitespace between two text lines nearest to an
-  even split, overlapping the next by :data:`OVERLAP` of a band (at least
-  :data:`MIN_OVERLAP` of the page's height): a line the cut grazes is whole in one of the two;
+  even split, reaching :data:`LINE_REACH` line pitches (the page's, measured on its ink) into
+  the next: a line the cut grazes, in a column whose lines do not line up with the cut, is whole
+  in one of the two. What two bands both show is read twice and costs tokens twice, so the
+  overlap is a line and a half, not a share of the page; a page whose line pitch cannot be
+  measured keeps the older rule, :data:`OVERLAP` of a band and at least :data:`MIN_OVERLAP` of
+  the page's height;
 - each band split into **columns** at its gutters only: the widest runs of blank columns within
   that band near an even split (the nearest of equally wide ones). A band without a gutter near
   a split stays wider: a cut through a text column would halve every line. Multi-column pages thus come apart between
@@ -35,7 +39,9 @@ from .segments import Segment
 
 #: The longer side of the grey copy the whitespace is found in.
 ANALYSIS_SIDE = 1300
-#: Share of a band's height each band reaches past its cut into the next one ...
+#: Line pitches each band reaches past its cut into the next one, when the pitch is measured.
+LINE_REACH = 1.5
+#: Else: share of a band's height each band reaches past its cut into the next one ...
 OVERLAP = 0.08
 #: ... and at least this share of the page's height (two lines of 10 pt text on a Letter page,
 #: four of 6 pt on a broadsheet, at any resolution: what is read twice costs tokens twice).
@@ -114,9 +120,13 @@ def plan_grid(ink: Any, width: int, height: int, count: int, columns: int | None
     else:
         bands = max(1, min(count, MAX_TILES))
     cuts = [0, *band_cuts(ink, bands), rows]
+    pitch = line_pitch(ink) if len(cuts) > 2 else None
     tiles: list[Segment] = []
     for top, bottom in pairwise(cuts):
-        reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
+        if pitch is not None:
+            reach = max(1, round(LINE_REACH * pitch * sy))
+        else:
+            reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
         page_top = 0 if top == 0 else max(0, round(top * sy) - reach)
         page_bottom = height if bottom == rows else min(height, round(bottom * sy) + reach)
         splits = _gutter_cuts(ink[top:bottom], columns)
@@ -207,6 +217,24 @@ def text_lines(ink: Any) -> int:
         starts = np.flatnonzero(inked[1:] & ~inked[:-1]).size + int(inked[0])
         most = max(most, starts)
     return most
+
+
+def line_pitch(ink: Any) -> float | None:
+    """The distance between consecutive text lines of ``ink`` (in its rows): the median gap
+    between the starts of runs of inked rows, over the :data:`LINE_STRIPS` vertical strips
+    that hold at least eight lines; None when none does (a picture, a page of a few lines)."""
+    import numpy as np
+
+    cols = ink.shape[1]
+    strips = max(1, min(LINE_STRIPS, cols // 16))
+    gaps: list[float] = []
+    for k in range(strips):
+        profile = ink[:, k * cols // strips:(k + 1) * cols // strips].sum(axis=1)
+        inked = profile > BLANK * max(float(profile.max()), 1e-6)
+        starts = np.flatnonzero(inked[1:] & ~inked[:-1]) + 1
+        if starts.size >= 8:
+            gaps.extend(np.diff(starts).tolist())
+    return float(np.median(gaps)) if gaps else None
 
 
 def split_piece(
