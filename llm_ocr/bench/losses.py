@@ -29,7 +29,12 @@ a tile gets the text of its region):
   ``max_tokens`` 7,168) spread through the documents, the last one near the end;
 - **dense recall**: 24 pages of the corpus and 2 dense pages, all known to an instant simulator,
   so that each row's text can be compared with its page's text layer: word recall of normal and
-  dense pages, and the tokens each dense page cost.
+  dense pages, and the tokens each dense page cost;
+- **dense recall, ...** (issue 35, :data:`DENSE_RECALL`): the same pages against a served GPU
+  (1 ms a token), DeepSeek-OCR at 4,096 and 8,192 tokens of context, olmOCR-2 (bands) at 8,192,
+  and DeepSeek-OCR answering 2 tokens a character (the adaptive split): word recall, status,
+  tokens generated against the text's own (its text layer at the server's tokens a character),
+  wall time against the bound, and the normal pages' requests and tokens.
 """
 
 from __future__ import annotations
