@@ -39,13 +39,15 @@ async def extract_context(
     (from the served ``model`` name, or ``recipe`` for a fine-tune served under another name)."""
     client = endpoint.client
     family = family_for(model, recipe).with_prompt(options.prompt)
+    context = await client.max_model_len()
     return ExtractContext(
         client,
         family,
         options,
-        family.max_tokens(options.max_tokens, await client.max_model_len()),
+        family.max_tokens(options.max_tokens, context),
         partial(pool.run, crop_figures),
         partial(pool.run, transform_image),
+        context=context,
     )
 
 

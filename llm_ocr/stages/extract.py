@@ -52,6 +52,9 @@ class ExtractContext:
     crop: Callable[[bytes, Sequence[Box]], Awaitable[list[bytes]]]
     #: Turns or resizes an encoded image in a worker: (image, rotate, size, min_side) -> (bytes, w, h).
     transform: Callable[..., Awaitable[tuple[bytes, int, int]]] | None = None
+    #: The server's context length (``max_model_len``), when it says: what is left of it beside
+    #: ``max_tokens`` bounds the image of each piece of a dense page.
+    context: int | None = None
 
 
 class _Tools:
@@ -132,8 +135,9 @@ async def _tiled(
     if plan is None:
         return None
     read = lambda page: read_page(page, ctx, stop_when_long=True)  # noqa: E731
+    room = ctx.context - ctx.max_tokens if ctx.context else None
     return await read_in_tiles(ref, item, num_pages, plan, read=read, crop=ctx.crop, model=ctx.client.model,
-                               first=first, family=ctx.recipe)
+                               first=first, family=ctx.recipe, prompt_room=room)
 
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None,

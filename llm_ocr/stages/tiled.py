@@ -84,6 +84,9 @@ LONG_FACTOR = 2.0
 #: ... provided its estimate (if any) says at least this share of ``max_tokens``: the ink
 #: estimate is within 0.65-1.35 times the truth, the tokens per character a guess.
 LONG_AGREES = 0.7
+#: A piece's image may take this share of the context beside ``max_tokens`` (the rest: the
+#: prompt text, the chat template, the pieces' overlaps and uneven cuts).
+IMAGE_SHARE = 0.6
 #: Blocks whose boxes overlap by at most this share of the page are still apart (boxes are
 #: approximate) when the reading order looks for the gaps between columns and rows.
 GAP_TOLERANCE = 0.004
@@ -153,6 +156,20 @@ def tiles_after(reading: Reading, item: PageImage, max_tokens: int) -> TilePlan 
     )
 
 
+def image_pieces(family: Family | None, width: int, height: int, prompt_room: int | None) -> int:
+    """The fewest pieces a ``width`` x ``height`` page must be cut into for each piece's image to
+    fit, as ``family``'s processor counts it, in :data:`IMAGE_SHARE` of ``prompt_room`` (the
+    context beside ``max_tokens``): vLLM refuses a request whose prompt and ``max_tokens`` exceed
+    the context, and a family at 200 or 300 DPI makes more image tokens of a band of a page than
+    a small context leaves (1 when unknown)."""
+    if family is None or not prompt_room:
+        return 1
+    tokens = family.image_tokens(width, height)
+    if tokens is None:
+        return 1
+    return max(1, math.ceil(tokens / (IMAGE_SHARE * prompt_room)))
+
+
 def _count(tokens: int, max_tokens: int) -> int:
     return max(2, math.ceil(tokens / (TILE_SHARE * max_tokens)))
 
@@ -168,6 +185,7 @@ async def read_in_tiles(
     model: str,
     first: Reading | None = None,
     family: Family | None = None,
+    prompt_room: int | None = None,
 ) -> PageResult | None:
     """Read ``item`` in the pieces of ``plan`` (each with ``read``, the family's reading of one
     image, which stops at an answer that runs out), all at once, cut again where an answer ran
@@ -176,7 +194,8 @@ async def read_in_tiles(
     reading that ran out of tokens, if there was one: its tokens and text stay in the row."""
     bands = family is not None and not family.dense_tiles
     planner = plan_bands if bands else plan_tiles
-    tiles = await asyncio.to_thread(planner, item.image, plan.count)
+    count = max(plan.count, image_pieces(family, item.width, item.height, prompt_room))
+    tiles = await asyncio.to_thread(planner, item.image, count)
     if len(tiles) < 2:
         return None
     kind = "band" if bands else "tile"

@@ -17,24 +17,19 @@ from pathlib import Path
 import pytest
 
 from llm_ocr.bench.accuracy import word_recall
-from llm_ocr.engines.sim.crops import family_scale
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
 from tests.conftest import read_stage, run_cli
 from tests.docs import make_pdf
-from tests.newspaper import PAGE, Newspaper, newspaper_pdf
+from tests.newspaper import Newspaper, newspaper_pdf
 
 def context(family: Family) -> str:
     """The context the page is read at: 4,096 (answers of 1,536 to 3,072 tokens, for ~7,500
-    tokens of text), unless an eighth of the page, at the family's resolution, takes more image
-    tokens than the family keeps for its prompt at 4,096 (vLLM would refuse such a piece, as it
-    refuses the whole page): then 8,192 (GLM-OCR and Nanonets at 200 DPI, Unlimited-OCR and
-    Infinity-Parser2 at 300)."""
-    scale = family_scale(PAGE, family.rendering)
-    pixels = min(PAGE[0] * PAGE[1] * scale * scale / 8, family.serving.max_image_pixels)
-    fits = pixels / family.serving.pixels_per_token + 64 <= family.prompt_reserve(4096)
-    return "4096" if fits and family.max_tokens(None, 4096) >= 1024 else "8192"
+    tokens of text; each piece's image must fit beside them, so the 200 and 300 DPI families
+    read more, smaller pieces), 8,192 for Unlimited-OCR, whose recipe keeps 4,096 tokens for its
+    image alone and would leave 256 for the answer."""
+    return "4096" if family.max_tokens(None, 4096) >= 1024 else "8192"
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +132,9 @@ def test_a_piece_a_few_lines_tall_that_still_runs_out_leaves_the_page_truncated(
     assert "text lines tall, too few to cut: its text up to there kept" in row["error"], row["error"]
     assert "cut in two between text lines" in row["cut_reason"]
     assert len(requests) == row["segments"] + row["cut_reason"].count("both read again")
-    assert all(r["finish_reason"] == "length" for r in requests)
+    # The pieces that were cut again ran out, and so did most of those finally read.
+    long = sum(r["finish_reason"] == "length" for r in requests)
+    assert long >= row["cut_reason"].count("both read again") + row["segments"] // 2
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f.name in ("deepseek-ocr", "olmocr", "lightonocr-3")],

@@ -354,6 +354,12 @@ class Family:
         wanted = requested if requested is not None else self.sampling.max_tokens
         return ceiling if wanted is None else max(1, min(wanted, ceiling))
 
+    def image_tokens(self, width: int, height: int) -> int | None:
+        """Prompt tokens the family's processor makes of a ``width`` x ``height`` image (its
+        pixels per token, up to its pixel cap); None when not proportional to its pixels."""
+        pixels = min(width * height, self.serving.max_image_pixels)
+        return -(-pixels // self.serving.pixels_per_token)
+
     def prompt_reserve(self, context: int) -> int:
         """Tokens of the context kept for the image and the prompt text (see subclasses)."""
         return min(context // 2, 1024)
