@@ -221,6 +221,7 @@ async def read_in_segments(
     kind: str = "segment",
     in_flight: int = SEGMENTS_IN_FLIGHT,
     split: Splitter | None = None,
+    too_big: Callable[[Segment], str | None] | None = None,
 ) -> PageResult:
     """Read ``item`` segment by segment with ``read`` (the family's reading of one image) and
     join the readings into its one row.
@@ -250,7 +251,7 @@ async def read_in_segments(
             except RequestFailed as exc:
                 return exc
 
-    read_all = await read_pieces(segments, images, read=one, crop=crop_pieces, split=split, kind=kind)
+    read_all = await read_pieces(segments, images, read=one, crop=crop_pieces, split=split, kind=kind, too_big=too_big)
     segments = [segment for segment, _ in read_all.leaves]
     readings = [reading for _, reading in read_all.leaves]
     per_segment: list[list[Piece]] = []

@@ -62,38 +62,56 @@ async def read_pieces(
     split: Splitter | None,
     kind: str,
     max_pieces: int = MAX_PIECES,
+    too_big: Callable[[Segment], str | None] | None = None,
 ) -> PieceReadings:
     """Read every piece (``read``, concurrently; the caller bounds how many at once) and, with
     ``split``, every piece whose answer ran out again in halves (``crop`` makes their images);
-    see the module docstring. ``kind`` names a piece in the notes ("tile", "band", "segment")."""
+    see the module docstring. ``kind`` names a piece in the notes ("tile", "band", "segment").
+    ``too_big`` says why a piece cannot be sent at all (its image and ``max_tokens`` exceed the
+    server's context): such a piece is cut in two before it is read, when it can be."""
     out = PieceReadings()
     pieces = len(segments)
 
-    async def one(segment: Segment, image: bytes, label: str) -> list[tuple[Segment, Reading | RequestFailed]]:
+    async def halves_of(segment: Segment, image: bytes, label: str, why: str,
+                        spent: Reading | None) -> list[tuple[Segment, Reading | RequestFailed]] | None:
+        """The halves of a piece, read (None: it cannot be cut; ``why`` it is cut goes in the notes)."""
         nonlocal pieces
-        reading = await read(segment, image)
-        long = ran_long(reading) if split is not None else None
-        if long is None or isinstance(reading, RequestFailed) or split is None:
-            return [(segment, reading)]
+        assert split is not None
         where = f"{kind} {label} [{segment.top}:{segment.bottom}, {segment.left}:{segment.right}]"
-        ran = f"{where} ran to max_tokens ({long.result.completion_tokens} tokens) without repeating itself"
         if pieces >= max_pieces:
-            out.notes.append(f"{ran}, and the page is already read in {max_pieces} pieces: its text up to there kept")
-            out.kept_long += 1
-            return [(segment, reading)]
+            out.notes.append(f"{where} {why}, and the page is already read in {max_pieces} pieces: "
+                             "its text up to there kept")
+            return None
         halves, how = await asyncio.to_thread(split, image, segment)
         if len(halves) < 2:
-            out.notes.append(f"{ran}, and is {how}: its text up to there kept")
-            out.kept_long += 1
-            return [(segment, reading)]
+            out.notes.append(f"{where} {why}, and is {how}: its text up to there kept")
+            return None
         pieces += len(halves) - 1
-        out.spent.extend(reading.answers)
-        out.notes.append(f"{ran}: {how}, both read again")
+        if spent is not None:
+            out.spent.extend(spent.answers)
+        out.notes.append(f"{where} {why}: {how}, both read again" if spent is not None else f"{where} {why}: {how}")
         crops = await crop(halves)
         parts = await asyncio.gather(
             *(one(half, crop_, f"{label}.{k + 1}") for k, (half, crop_) in enumerate(zip(halves, crops)))
         )
         return [leaf for part in parts for leaf in part]
+
+    async def one(segment: Segment, image: bytes, label: str) -> list[tuple[Segment, Reading | RequestFailed]]:
+        oversize = too_big(segment) if too_big is not None and split is not None else None
+        if oversize is not None:
+            cut = await halves_of(segment, image, label, oversize, None)
+            if cut is not None:
+                return cut
+        reading = await read(segment, image)
+        long = ran_long(reading) if split is not None else None
+        if long is None or isinstance(reading, RequestFailed) or split is None:
+            return [(segment, reading)]
+        ran = f"ran to max_tokens ({long.result.completion_tokens} tokens) without repeating itself"
+        cut = await halves_of(segment, image, label, ran, reading)
+        if cut is None:
+            out.kept_long += 1
+            return [(segment, reading)]
+        return cut
 
     parts = await asyncio.gather(*(one(s, image, str(s.index + 1)) for s, image in zip(segments, images)))
     leaves = [leaf for part in parts for leaf in part]

@@ -87,6 +87,9 @@ LONG_AGREES = 0.7
 #: A piece's image may take this share of the context beside ``max_tokens`` (the rest: the
 #: prompt text, the chat template, the pieces' overlaps and uneven cuts).
 IMAGE_SHARE = 0.6
+#: Prompt tokens kept for a request's text and chat template beside its image (olmOCR-2's
+#: prompt, the longest, is about 200 tokens).
+PROMPT_TEXT_TOKENS = 256
 #: Blocks whose boxes overlap by at most this share of the page are still apart (boxes are
 #: approximate) when the reading order looks for the gaps between columns and rows.
 GAP_TOLERANCE = 0.004
@@ -170,6 +173,22 @@ def image_pieces(family: Family | None, width: int, height: int, prompt_room: in
     return max(1, math.ceil(tokens / (IMAGE_SHARE * prompt_room)))
 
 
+def oversize(family: Family | None, prompt_room: int | None) -> Callable[[Segment], str | None] | None:
+    """Why a piece's image cannot be sent beside ``max_tokens`` (None: it can): more image tokens,
+    as ``family``'s processor counts them, than ``prompt_room`` less the prompt's text."""
+    if family is None or not prompt_room:
+        return None
+    room = prompt_room - PROMPT_TEXT_TOKENS
+
+    def why(piece: Segment) -> str | None:
+        tokens = family.image_tokens(piece.width, piece.height)
+        if tokens is None or tokens <= room:
+            return None
+        return f"is an image of ~{tokens:,} tokens, more than the context leaves beside max_tokens ({room:,})"
+
+    return why
+
+
 def _count(tokens: int, max_tokens: int) -> int:
     return max(2, math.ceil(tokens / (TILE_SHARE * max_tokens)))
 
@@ -202,7 +221,7 @@ async def read_in_tiles(
     split = dense_split(family) if family is not None else dense_split_tiles
     row = await read_in_segments(
         ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_bands if bands else join_tiles,
-        kind=kind, in_flight=len(tiles), split=split,
+        kind=kind, in_flight=len(tiles), split=split, too_big=oversize(family, prompt_room),
     )
     pieces = f"{len(tiles)} {kind}s"
     if row.segments and row.segments != len(tiles):
