@@ -274,6 +274,7 @@ async def read_in_segments(
             notes.append(f"{where}: {cut}")
     done = [a for r in readings if isinstance(r, Reading) for a in r.answers]
     spent = read_all.spent  # answers that ran out, their pieces read again in halves
+    looped = bool(notes)  # cut_tokens counts repetition cut, as for a page read whole
     notes = read_all.notes + notes
     pieces = join(segments, per_segment, item.page)
     located = [f for p in pieces for f in p.figures]
@@ -316,7 +317,7 @@ async def read_in_segments(
         latency_s=round(time.monotonic() - started, 4),
         attempts=sum(a.attempts for a in done + spent)
         + sum(f.attempts for f in readings if isinstance(f, RequestFailed)),
-        cut_tokens=sum(a.cut_tokens for a in done + spent) if notes else None,
+        cut_tokens=sum(a.cut_tokens for a in done + spent) if looped else None,
         cut_reason="; ".join(notes) if notes else None,
         segments=len(segments),
         model=model,
