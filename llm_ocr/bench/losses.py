@@ -29,7 +29,12 @@ a tile gets the text of its region):
   ``max_tokens`` 7,168) spread through the documents, the last one near the end;
 - **dense recall**: 24 pages of the corpus and 2 dense pages, all known to an instant simulator,
   so that each row's text can be compared with its page's text layer: word recall of normal and
-  dense pages, and the tokens each dense page cost.
+  dense pages, and the tokens each dense page cost;
+- **dense recall, ...** (issue 35, :data:`DENSE_RECALL`): the same pages against a served GPU
+  (1 ms a token), DeepSeek-OCR at 4,096 and 8,192 tokens of context, olmOCR-2 (bands) at 8,192,
+  and DeepSeek-OCR answering 2 tokens a character (the adaptive split): word recall, status,
+  tokens generated against the text's own (its text layer at the server's tokens a character),
+  wall time against the bound, and the normal pages' requests and tokens.
 """
 
 from __future__ import annotations
@@ -51,6 +56,17 @@ from llm_ocr.sources.segments import plan_segments
 
 #: The served model of the long-tail workloads.
 OLMOCR = "allenai/olmOCR-2-7B-1025-FP8"
+
+#: The dense recall workloads of issue 35 and what each changes on the served GPU's base.
+DENSE_RECALL: dict[str, dict[str, Any]] = {
+    "dense recall, DeepSeek-OCR 4096": {"max_model_len": 4096, "max_tokens": None},
+    "dense recall, DeepSeek-OCR 8192": {"max_model_len": 8192, "max_tokens": None},
+    "dense recall, olmOCR-2 8192": {"model": OLMOCR, "max_model_len": 8192, "max_tokens": None, "long_side": None},
+    # 2 tokens a character: pieces planned from the first guess (0.35 a character of text, 20%
+    # of max_tokens each) run out and are cut again. The dense pages alone: at that density the
+    # normal pages would run out too, and be taken for loops (their estimate says they are short).
+    "dense recall, denser answers": {"max_model_len": 8192, "max_tokens": None, "tokens_per_char": 2.0},
+}
 
 #: (workload, today's config changes, new config changes) on top of the workload's base.
 Variant = tuple[str, dict[str, Any], dict[str, Any]]
@@ -95,6 +111,14 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
          {"tile_dense_pages": False}, {"tile_dense_pages": True}),
         ("dense recall", replace(quiet, instant=True, dpi=72.0, max_tokens=7168),
          {"tile_dense_pages": False}, {"tile_dense_pages": True}),
+        # The same pages read as issue 35 read them: DeepSeek-OCR at 4,096 and 8,192 tokens of
+        # context (answers of 3,072 and 7,168), olmOCR-2 (bands, no boxes) at 8,192 (answers of
+        # 4,096), and DeepSeek-OCR answering twice as many tokens a character as the planner's
+        # first guess (the adaptive split at work). A served GPU (1 ms a token): wall time
+        # against the bound.
+        *((name, replace(quiet, slots=64, prefill_ms=20.0, decode_ms_per_token=1.0, load_slowdown=1.0, dpi=72.0,
+                         **changes), {"tile_dense_pages": False}, {"tile_dense_pages": True})
+          for name, changes in DENSE_RECALL.items()),
         # Pages whose text has a long tail, known to the simulator (each answered from its own
         # text), served as olmOCR-2 behind --endpoint: sent in input order, then longest first.
         ("long tail, 64 slots", replace(long_tail, slots=64, decode_ms_per_token=3.0), {"look_ahead": 0}, {}),
@@ -167,6 +191,19 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
                 ", ".join(f"{d['tokens']} ({d['requests']})" for d in r.dense["pages"]) for r in both)),
             _row("  client CPU ms/page", (f"{r.client['cpu_ms_per_page']}" for r in both)),
         ]  # fmt: skip
+    if name in DENSE_RECALL:
+        return [
+            _row(f"{name}: word recall, dense pages (min)", (_recall(r, "dense") for r in both)),
+            _row("  dense pages: status", (", ".join(d["status"] for d in r.dense["pages"]) for r in both)),
+            _row("  tokens generated / the text's own tokens (target <= 1.3x)", (
+                ", ".join(f"{d['tokens'] / d['text_tokens']:.2f}x" if d.get("text_tokens") else "-"
+                          for d in r.dense["pages"]) for r in both)),
+            _row("  requests per dense page", (", ".join(str(d["requests"]) for d in r.dense["pages"]) for r in both)),
+            _row("  wall s (bound s)", (f"{r.wall_s:.1f} ({r.lower_bound_s or 0:.1f})" for r in both)),
+            _row("  normal pages: requests / tokens / min recall", (
+                f"{r.dense['normal']['requests']} / {r.dense['normal']['tokens']:,} / {_recall(r, 'normal')}"
+                for r in both)),
+        ]  # fmt: skip
     if name == "dense recall":
         return [
             _row("dense recall: word recall, normal pages (min)", (_recall(r, "normal") for r in both)),
@@ -233,6 +270,31 @@ def dense_accounting(logs: list[Path], rows: list[dict[str, Any]]) -> list[dict[
     return [pages[k] for k in sorted(pages)]
 
 
+def normal_accounting(logs: list[Path]) -> dict[str, int]:
+    """Requests and completion tokens of the known pages that are not dense (their cost)."""
+    import json
+
+    out = {"requests": 0, "tokens": 0}
+    for log in logs:
+        for line in log.read_text().splitlines() if log.exists() else []:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            source = Path((record.get("known_page") or {}).get("source", "")).name
+            if source and "dense" not in source and record.get("completion_tokens") is not None:
+                out["requests"] += 1
+                out["tokens"] += int(record["completion_tokens"])
+    return out
+
+
+def text_tokens(corpus: Path, doc: str, tokens_per_char: float) -> int:
+    """The tokens of a page's own text (its text layer, at the simulator's tokens a character)."""
+    from llm_ocr.bench.accuracy import text_layer
+
+    return round(len(text_layer(str(corpus / doc), 1)) * tokens_per_char)
+
+
 def recall_by_kind(rows: list[dict[str, Any]], corpus: Path) -> dict[str, list[float]]:
     """Word recall of each row's Markdown against its page's text layer, normal and dense pages
     apart (pages without a text layer, the scans, are left out)."""
@@ -285,11 +347,13 @@ def run_losses(
             elif name == "dense pages, 256 slots":
                 corpus = corpus_root / f"pages-{base.pages}-seed-{base.seed}-with-dense"
                 config = replace(config, sim_corpus=str(with_dense_pages(corpus, pages, 4, base.seed)))
-            elif name == "dense recall":
+            elif name == "dense recall" or name in DENSE_RECALL:
                 few = make_corpus(corpus_root / f"pages-24-seed-{base.seed}", 24, base.seed)[0].parent
                 corpus = corpus_root / f"pages-24-seed-{base.seed}-with-dense"
-                with_dense_pages(corpus, few, 2, base.seed)
+                dense_only = with_dense_pages(corpus, few, 2, base.seed)
                 config = replace(config, sim_corpus=str(corpus))  # every page known: each has a truth
+                if name == "dense recall, denser answers":
+                    corpus = dense_only
             results = []
             for label, changes in (("today", today_changes), ("new", new_changes)):
                 work = work_root / f"{name.replace(' ', '-').replace(',', '')}-{label}"
@@ -298,8 +362,12 @@ def run_losses(
                 if dense and result.output:
                     rows = _read_rows(Path(result.output))
                     result.dense = {"pages": dense_accounting(sorted(work.glob("requests-*.jsonl")), rows)}
-                    if name == "dense recall":
+                    if name == "dense recall" or name in DENSE_RECALL:
                         result.dense.update(recall_by_kind(rows, corpus))
+                    if name in DENSE_RECALL:
+                        result.dense["normal"] = normal_accounting(sorted(work.glob("requests-*.jsonl")))
+                        for page in result.dense["pages"]:
+                            page["text_tokens"] = text_tokens(corpus, page["doc"], config.tokens_per_char)
                     shutil.rmtree(result.output, ignore_errors=True)
                 if on_result is not None:
                     on_result(name, label, result)

@@ -54,12 +54,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     losses = parser.add_argument_group("where GPU time is lost (issues 19, 28 and 38)")
     losses.add_argument("--losses", action="store_true",
                         help="run the loss workloads (loops, 256 and 64 slots behind --endpoint, 1 vs 4 GPUs, a "
-                        "1:61 page, dense pages behind 256 slots and their recall, a long tail of long pages at 64 "
+                        "1:61 page, dense pages behind 256 slots and their recall (DeepSeek-OCR at 4,096 and 8,192 "
+                        "tokens of context, olmOCR-2, answers denser than the planner's guess), a long tail of long "
+                        "pages at 64 "
                         "and 256 slots) each the old way and the new way, and print them side by side")
     losses.add_argument("--workload", action="append", metavar="NAME",
                         choices=["loops", "256 slots", "64 slots, long tail", "GPUs", "long page",
-                                 "dense pages, 256 slots", "dense recall", "long tail, 64 slots",
-                                 "long tail, 256 slots"],
+                                 "dense pages, 256 slots", "dense recall", "dense recall, DeepSeek-OCR 4096",
+                                 "dense recall, DeepSeek-OCR 8192", "dense recall, olmOCR-2 8192",
+                                 "dense recall, denser answers", "long tail, 64 slots", "long tail, 256 slots"],
                         help="with --losses, run only this workload (repeatable)")
     stragglers = parser.add_argument_group("stragglers (docs/stragglers.md)")
     stragglers.add_argument("--stragglers", action="store_true",

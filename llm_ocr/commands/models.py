@@ -63,14 +63,23 @@ def describe(family: Family, preset: str) -> dict[str, Any]:
             "retry_temperatures": list(family.retries.temperatures[: family.retries.count + 1]),
         },
         "page_image": family.rendering.options(),
-        # docs/gpu-time.md section 5: a page longer than one answer is read in tiles only where the
-        # family's boxes can join them (Family.dense_tiles); elsewhere it is truncated.
-        "dense_pages": "read in tiles" if family.dense_tiles else "read whole",
+        # docs/gpu-time.md section 5: a page longer than one answer is read in pieces by every
+        # family, tiles where its boxes can join them, bands otherwise (Family.dense).
+        "dense_pages": dense_pages(family),
         "serve": shlex.join(command),
         "images": {platform: _image(choice) for platform, choice in choices(family).items()},
         "needs": family.serving.needs,
         "sources": [{"fact": s.fact, "where": s.where} for s in family.sources],
     }
+
+
+def dense_pages(family: Family) -> str:
+    """What happens to a page whose text is longer than one answer, for ``llm-ocr models``."""
+    if family.dense == "tiles":
+        how = "read in tiles joined by their boxes, columns in reading order"
+    else:
+        how = "read in full-width bands joined by the text their overlap repeats (no boxes: bands in page order)"
+    return f"{how}; a piece whose answer runs out is cut in two and read again (--no-tile-dense-pages: read whole)"
 
 
 def _image(choice: ImageChoice | str) -> dict[str, Any]:

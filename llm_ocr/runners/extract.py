@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 
-from llm_ocr.options import ExtractOptions, StageSpec
+from llm_ocr.options import ExtractOptions, RenderOptions, StageSpec
 from llm_ocr.outcomes import ExitCode
 from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
@@ -21,7 +21,7 @@ from llm_ocr.runners.inputs import input_plan
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, page_look_ahead
 from llm_ocr.runners.shard import ShardOutcome
-from llm_ocr.runners.workers import WorkerPool, crop_figures, transform_image
+from llm_ocr.runners.workers import WorkerPool, crop_figures, render_page_regions, transform_image
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
@@ -36,22 +36,28 @@ log = logging.getLogger("llm_ocr")
 
 async def extract_context(
     endpoint: Endpoint, model: str, recipe: str | None, options: ExtractOptions, pool: WorkerPool,
-    piece_limit: InFlightLimit | None = None,
+    piece_limit: InFlightLimit | None = None, render: RenderOptions | None = None,
 ) -> ExtractContext:
     """What every page of an Extract run on ``endpoint`` shares: the model family's recipe
     (from the served ``model`` name, or ``recipe`` for a fine-tune served under another name),
-    and the limit the pieces of its pages (segments, tiles) are asked within."""
+    and the limit the pieces of its pages (segments, tiles) are asked within. With the run's
+    ``render`` options, the tiles and bands of dense pages are rendered from their source at
+    the family's resolution (else cut from the page image)."""
     client = endpoint.client
     family = family_for(model, recipe).with_prompt(options.prompt)
+    context = await client.max_model_len()
+    regions = partial(pool.run, render_page_regions, family_render(render, family)) if render is not None else None
     return ExtractContext(
         client,
         family,
         options,
-        family.max_tokens(options.max_tokens, await client.max_model_len()),
+        family.max_tokens(options.max_tokens, context),
         partial(pool.run, crop_figures),
         partial(pool.run, transform_image),
         piece_limit=piece_limit,
         stitch=partial(pool.run, stitch_figures),
+        context=context,
+        render_regions=regions,
     )
 
 
@@ -96,7 +102,7 @@ class Extract(ShardStage):
             async with open_route(shard, spec, work.pool) as route:
                 # The pieces of every page share a limit as large as the pages' (and following it).
                 ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
-                                            work.limit.scaled(1))
+                                            work.limit.scaled(1), spec.render)
                 bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                 render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
                 # Every page's text is estimated as it is rendered (a few ms): its row keeps it, a

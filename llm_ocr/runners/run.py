@@ -199,7 +199,7 @@ class Run(ShardStage):
             if not shard.stop.is_set():
                 async with open_route(shard, spec, work.pool) as route:
                     ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
-                                                 work.limit.scaled(1))
+                                                 work.limit.scaled(1), spec.render)
                     bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                     run_pages = _RunPages(ectx, route, self.tally, dctx, self.describe.done_pages,
                                           work.counters["describe"], bad)

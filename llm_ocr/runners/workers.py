@@ -21,7 +21,8 @@ from PIL import Image
 
 from llm_ocr.options import RenderOptions
 from llm_ocr.runners.process_pool import ProcessPool
-from llm_ocr.sources.base import PageFailure, PageImage
+from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.sources.pieces import Region
 
 T = TypeVar("T")
 
@@ -104,3 +105,13 @@ def rerender_page(
     if view.data is None or view.width is None or view.height is None:
         return PageFailure(doc_id, page, f"the page cannot be rendered again for the stronger model: {view.note}")
     return PageImage(doc_id, page, view.data, view.mime or "image/png", view.width, view.height, pieces=view.pieces)
+
+
+def render_page_regions(
+    render: RenderOptions, ref: DocumentRef, page: int, regions: list[Region]
+) -> list[tuple[bytes, str, int, int] | None]:
+    """Regions of a page rendered from its source, each as a page of its own
+    (:func:`llm_ocr.sources.render.render_regions`): the tiles and bands of a dense page."""
+    from llm_ocr.sources.render import render_regions
+
+    return render_regions(ref, page, render, regions)

@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 
 from .segments import Segment, plan_segments
 
+#: A region of a page as fractions of its width and height: ``(x1, y1, x2, y2)``.
+Region = tuple[float, float, float, float]
+
 #: A nominal segment is this many times as long as the page is wide (``plan_segments``' own).
 SEGMENT_ASPECT = 2.0
 
@@ -109,3 +112,43 @@ def stitch(pieces: Sequence[tuple[Segment, bytes]], box: Sequence[float]) -> byt
 def stitch_figures(pieces: Sequence[tuple[Segment, bytes]], boxes: Sequence[Sequence[float]]) -> list[bytes]:
     """:func:`stitch` for each of ``boxes`` (one call to a render worker for a page's figures)."""
     return [stitch(pieces, box) for box in boxes]
+
+
+def crop_from_pieces(pieces: Sequence[tuple[Segment, bytes]], halves: Sequence[Segment]) -> list[bytes]:
+    """Each of ``halves`` (in virtual pixels, each inside one piece: a piece cut again because
+    its answer ran out) cropped from the image of the piece it lies in, at that image's own
+    resolution (as sharp as the piece was sent), as PNG."""
+    from PIL import Image
+
+    out = []
+    for half in halves:
+        segment, data = next(
+            ((s, d) for s, d in pieces
+             if s.left <= half.left and s.top <= half.top and half.right <= s.right and half.bottom <= s.bottom),
+            min(pieces, key=lambda p: _outside(p[0], half)),
+        )
+        with Image.open(io.BytesIO(data)) as img:
+            sx, sy = img.width / segment.width, img.height / segment.height
+            part = img.convert("RGB").crop((
+                round((half.left - segment.left) * sx), round((half.top - segment.top) * sy),
+                round((half.right - segment.left) * sx), round((half.bottom - segment.top) * sy),
+            ))  # fmt: skip
+        buffer = io.BytesIO()
+        part.save(buffer, format="PNG", compress_level=1)
+        out.append(buffer.getvalue())
+    return out
+
+
+def _outside(segment: Segment, half: Segment) -> int:
+    """How far ``half`` reaches outside ``segment`` (0: inside it)."""
+    return (max(0, segment.left - half.left) + max(0, segment.top - half.top)
+            + max(0, half.right - segment.right) + max(0, half.bottom - segment.bottom))
+
+
+def image_info(data: bytes) -> tuple[str, int, int]:
+    """``(mime, width, height)`` of an encoded image, from its header."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        mime = Image.MIME.get(img.format or "", "image/png")
+        return mime, img.width, img.height

@@ -33,7 +33,7 @@ from llm_ocr.options import RenderOptions
 from .base import DocumentRef, PageFailure, PageImage
 from .density import TextEstimate, ink_estimate, text_layer_estimate
 from .images import ImageRefused, encode, fit, fit_long_side, fit_scale, open_image, page_count, prepare_frame
-from .pieces import PiecedPage, PieceImage, plan_pieces
+from .pieces import PiecedPage, PieceImage, Region, plan_pieces
 
 
 class DocumentError(Exception):
@@ -376,3 +376,63 @@ def _dataset_image(data: bytes, opts: RenderOptions) -> Image.Image:
         raise ImageRefused("empty image (0 bytes) in the dataset row")
     with open_image(io.BytesIO(data), opts) as img:
         return prepare_frame(img, 0, opts)  # a row's image is one page: first frame only
+
+
+# --------------------------------------------------------------------------------------------
+# Regions of a page, each rendered as a page of its own
+
+def render_regions(
+    ref: DocumentRef, page: int, opts: RenderOptions, regions: list[Region]
+) -> list[tuple[bytes, str, int, int] | None]:
+    """Each of ``regions`` of page ``page`` of ``ref`` rendered from the source as a page of its
+    own, at the scale ``opts`` (the family's rendering) give a page of that size, when that is
+    sharper than the page's own render (by more than :data:`SHARPER`): the tiles and bands of a
+    dense page, which must not be cut from the page's render when the family sizes pages by
+    their longer side or pixel count (a band of olmOCR-2's 1,288 px page is read as a page of
+    its own). None for a region the page's render shows as sharp (cut it from there). Each
+    result is ``(image, mime, width, height)``.
+
+    Raises when the source cannot be read (the caller then cuts the regions from the page image).
+    """
+    out: list[tuple[bytes, str, int, int] | None] = []
+    if ref.kind == "pdf":
+        pdf = _open_pdf(ref.location)
+        pdf_page = pdf[page - 1]
+        try:
+            width, height = pdf_page.get_size()
+            whole = _pdf_scale(width, height, opts)
+            # A piece is not raised to the smallest page side: that floor keeps tiny pages
+            # legible, and a piece of a page is as legible as the page at the page's scale.
+            unfloored = opts.model_copy(update={"min_page_side": 0})
+            for fx1, fy1, fx2, fy2 in regions:
+                x1, x2, y1, y2 = fx1 * width, fx2 * width, fy1 * height, fy2 * height
+                scale = _pdf_scale(x2 - x1, y2 - y1, unfloored)
+                if scale <= SHARPER * whole:
+                    out.append(None)
+                    continue
+                crop = (x1, height - y2, width - x2, y1)  # left, bottom, right, top (points from each edge)
+                img = pdf_page.render(scale=scale, crop=crop, rev_byteorder=True).to_pil()
+                data, mime = encode(img if img.mode == "RGB" else img.convert("RGB"), opts)
+                out.append((data, mime, img.width, img.height))
+        finally:
+            pdf_page.close()
+        return out
+    if ref.kind == "image":
+        with _open_image_file(ref.location, opts) as img:
+            full = prepare_frame(img, page - 1, _full_size(opts))
+    else:
+        full = _dataset_image(ref.images[page - ref.first_page], _full_size(opts))
+    whole = _image_scale(full.width, full.height, opts)
+    for fx1, fy1, fx2, fy2 in regions:
+        box = (round(fx1 * full.width), round(fy1 * full.height), round(fx2 * full.width), round(fy2 * full.height))
+        if _image_scale(box[2] - box[0], box[3] - box[1], opts) <= SHARPER * whole:
+            out.append(None)
+            continue
+        sized = fit(fit_long_side(full.crop(box), opts), opts.max_page_pixels)
+        data, mime = encode(sized, opts)
+        out.append((data, mime, sized.width, sized.height))
+    return out
+
+
+#: A region is rendered on its own when that is this many times sharper than the page's render.
+SHARPER = 1.05

@@ -5,8 +5,12 @@ answer fits (:mod:`llm_ocr.stages.tiled`). The tiles form a grid of about ``coun
 square as the page allows:
 
 - **bands** across the page, each cut at the whitespace between two text lines nearest to an
-  even split, overlapping the next by :data:`OVERLAP` of a band (at least
-  :data:`MIN_OVERLAP` of the page's height): a line the cut grazes is whole in one of the two;
+  even split, reaching :data:`LINE_REACH` line pitches (the page's, measured on its ink) into
+  the next: a line the cut grazes, in a column whose lines do not line up with the cut, is whole
+  in one of the two. What two bands both show is read twice and costs tokens twice, so the
+  overlap is a line and a half, not a share of the page; a page whose line pitch cannot be
+  measured keeps the older rule, :data:`OVERLAP` of a band and at least :data:`MIN_OVERLAP` of
+  the page's height;
 - each band split into **columns** at its gutters only: the widest runs of blank columns within
   that band near an even split (the nearest of equally wide ones). A band without a gutter near
   a split stays wider: a cut through a text column would halve every line. Multi-column pages thus come apart between
@@ -15,6 +19,13 @@ square as the page allows:
 
 The page's ink is measured on a grey copy at most :data:`ANALYSIS_SIDE` pixels long; tiles are
 returned in page pixels as :class:`~llm_ocr.sources.segments.Segment` (band by band, left to right).
+
+A family whose answers carry no boxes reads a dense page in **bands** instead
+(:func:`plan_bands`: the same cuts between text lines, full width), joined by the text their
+overlap repeats. A piece (tile, band or segment) whose answer still ran to ``max_tokens`` is cut
+in two again (:func:`split_piece`): at a gutter when a tile is wider than tall and has one,
+else between two text lines near its middle; a piece under :data:`MIN_SPLIT_LINES` text lines
+is not cut (each half would be a few lines: its text is what overflows, not its size).
 """
 
 from __future__ import annotations
@@ -28,7 +39,9 @@ from .segments import Segment
 
 #: The longer side of the grey copy the whitespace is found in.
 ANALYSIS_SIDE = 1300
-#: Share of a band's height each band reaches past its cut into the next one ...
+#: Line pitches each band reaches past its cut into the next one, when the pitch is measured.
+LINE_REACH = 1.5
+#: Else: share of a band's height each band reaches past its cut into the next one ...
 OVERLAP = 0.08
 #: ... and at least this share of the page's height (two lines of 10 pt text on a Letter page,
 #: four of 6 pt on a broadsheet, at any resolution: what is read twice costs tokens twice).
@@ -44,6 +57,11 @@ MIN_GUTTER = 0.006
 SNAP = 0.5
 #: The most tiles a page is cut into.
 MAX_TILES = 36
+#: A piece with fewer text lines than this is not cut in two (each half would be a few lines).
+MIN_SPLIT_LINES = 6
+#: Vertical strips a piece's lines are counted in (the most lines any strip holds): the lines
+#: of neighbouring columns need not line up, and across a whole band their ink runs together.
+LINE_STRIPS = 8
 
 
 def grid_shape(width: int, height: int, count: int) -> tuple[int, int]:
@@ -62,6 +80,19 @@ def grid_shape(width: int, height: int, count: int) -> tuple[int, int]:
 
 def plan_tiles(image: bytes, count: int) -> list[Segment]:
     """The tiles of an encoded page image cut into about ``count`` (see the module docstring)."""
+    ink, width, height = image_ink(image)
+    return plan_grid(ink, width, height, count)
+
+
+def plan_bands(image: bytes, count: int) -> list[Segment]:
+    """The page cut into ``count`` full-width bands between text lines (see the module docstring)."""
+    ink, width, height = image_ink(image)
+    return plan_grid(ink, width, height, count, columns=1)
+
+
+def image_ink(image: bytes) -> tuple[Any, int, int]:
+    """``(ink, width, height)``: the darkness of an encoded image's grey copy at most
+    :data:`ANALYSIS_SIDE` pixels long, and the image's size in pixels."""
     import numpy as np
     from PIL import Image
 
@@ -76,19 +107,26 @@ def plan_tiles(image: bytes, count: int) -> list[Segment]:
                            Image.Resampling.BOX)
     pixels = np.asarray(grey, dtype=np.float32)
     paper = float(np.percentile(pixels, 95))
-    ink = np.clip(paper - pixels, 0.0, None)
-    return plan_grid(ink, width, height, count)
+    return np.clip(paper - pixels, 0.0, None), width, height
 
 
-def plan_grid(ink: Any, width: int, height: int, count: int) -> list[Segment]:
-    """The tiles of a ``width`` x ``height`` page whose ink (darkness, any scale) is ``ink``."""
+def plan_grid(ink: Any, width: int, height: int, count: int, columns: int | None = None) -> list[Segment]:
+    """The tiles of a ``width`` x ``height`` page whose ink (darkness, any scale) is ``ink``
+    (``columns`` 1: bands only)."""
     rows, cols = ink.shape
     sx, sy = width / cols, height / rows  # page pixels per ink pixel
-    columns, bands = grid_shape(width, height, count)
+    if columns is None:
+        columns, bands = grid_shape(width, height, count)
+    else:
+        bands = max(1, min(count, MAX_TILES))
     cuts = [0, *band_cuts(ink, bands), rows]
+    pitch = line_pitch(ink) if len(cuts) > 2 else None
     tiles: list[Segment] = []
     for top, bottom in pairwise(cuts):
-        reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
+        if pitch is not None:
+            reach = max(1, round(LINE_REACH * pitch * sy))
+        else:
+            reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
         page_top = 0 if top == 0 else max(0, round(top * sy) - reach)
         page_bottom = height if bottom == rows else min(height, round(bottom * sy) + reach)
         splits = _gutter_cuts(ink[top:bottom], columns)
@@ -160,3 +198,80 @@ def _gutter_cuts(band: Any, columns: int) -> list[int]:
             if cut not in cuts:
                 cuts.append(cut)
     return sorted(cuts)
+
+
+def text_lines(ink: Any) -> int:
+    """How many text lines ``ink`` (a piece's darkness) holds: the most runs of inked rows in any
+    of :data:`LINE_STRIPS` vertical strips (a strip mostly within one column of text)."""
+    import numpy as np
+
+    rows, cols = ink.shape
+    if rows == 0 or cols == 0:
+        return 0
+    strips = max(1, min(LINE_STRIPS, cols // 16))
+    most = 0
+    for k in range(strips):
+        strip = ink[:, k * cols // strips:(k + 1) * cols // strips]
+        profile = strip.sum(axis=1)
+        inked = profile > BLANK * max(float(profile.max()), 1e-6)
+        starts = np.flatnonzero(inked[1:] & ~inked[:-1]).size + int(inked[0])
+        most = max(most, starts)
+    return most
+
+
+def line_pitch(ink: Any) -> float | None:
+    """The distance between consecutive text lines of ``ink`` (in its rows): the median gap
+    between the starts of runs of inked rows, over the :data:`LINE_STRIPS` vertical strips
+    that hold at least eight lines; None when none does (a picture, a page of a few lines)."""
+    import numpy as np
+
+    cols = ink.shape[1]
+    strips = max(1, min(LINE_STRIPS, cols // 16))
+    gaps: list[float] = []
+    for k in range(strips):
+        profile = ink[:, k * cols // strips:(k + 1) * cols // strips].sum(axis=1)
+        inked = profile > BLANK * max(float(profile.max()), 1e-6)
+        starts = np.flatnonzero(inked[1:] & ~inked[:-1]) + 1
+        if starts.size >= 8:
+            gaps.extend(np.diff(starts).tolist())
+    return float(np.median(gaps)) if gaps else None
+
+
+def split_piece(
+    image: bytes, piece: Segment, *, across: bool = True, along_x: bool = False
+) -> tuple[list[Segment], str]:
+    """``piece`` of a page (its image ``image``, any scale) cut in two, in page pixels, and how:
+    at its widest gutter near the middle when ``across`` and it is wider than tall, else between
+    two text lines near its middle (across the page when ``along_x``), each half reaching about
+    a line into the other (a line the cut grazes is whole in one). ``([], why)`` when it is not
+    cut: under :data:`MIN_SPLIT_LINES` text lines (see the module docstring)."""
+    ink, _, _ = image_ink(image)
+    if along_x:
+        ink = ink.T
+    lines = text_lines(ink)
+    if lines < MIN_SPLIT_LINES:
+        return [], f"{lines} text line{'s' if lines != 1 else ''} tall, too few to cut"
+    rows, cols = ink.shape
+    sx, sy = piece.width / cols, piece.height / rows  # page pixels per ink pixel (untransposed below)
+    if along_x:
+        sx, sy = piece.height / cols, piece.width / rows
+    if across and not along_x and piece.width > piece.height:
+        gutters = _gutter_cuts(ink, 2)
+        if gutters:
+            x = piece.left + round(gutters[0] * sx)
+            margin = max(2, round(GUTTER_MARGIN * piece.width))
+            halves = [Segment(0, piece.left, piece.top, min(piece.right, x + margin), piece.bottom),
+                      Segment(1, max(piece.left, x - margin), piece.top, piece.right, piece.bottom)]
+            return halves, f"cut in two at a gutter ({lines} text lines)"
+    cut = _row_cut(ink, rows // 2, max(1, rows // 4))
+    reach = max(1, round(rows / lines * sy))  # about one line's pitch, in page pixels
+    start, end = (piece.left, piece.right) if along_x else (piece.top, piece.bottom)
+    middle = start + round(cut * sy)
+    first_end, second_start = min(end, middle + reach), max(start, middle - reach)
+    if along_x:
+        halves = [Segment(0, piece.left, piece.top, first_end, piece.bottom),
+                  Segment(1, second_start, piece.top, piece.right, piece.bottom)]
+    else:
+        halves = [Segment(0, piece.left, piece.top, piece.right, first_end),
+                  Segment(1, piece.left, second_start, piece.right, piece.bottom)]
+    return halves, f"cut in two between text lines ({lines} text lines)"

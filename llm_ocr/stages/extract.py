@@ -4,8 +4,9 @@ The per-page work is :func:`extract_page`; the runner feeds it pages and writes 
 page is asked and how the answer is read is the family's recipe (:mod:`llm_ocr.vlm.families`):
 one request for most families, several for some (MinerU's layout pass, then one request per
 block; olmOCR-2's page turned and read again). A page longer than 1:3 is read in segments
-(:mod:`llm_ocr.stages.segmented`); a page whose text is longer than one answer, in tiles
-(:mod:`llm_ocr.stages.tiled`), when its family allows it.
+(:mod:`llm_ocr.stages.segmented`); a page whose text is longer than one answer, in tiles or
+bands as its family's recipe says (:mod:`llm_ocr.stages.tiled`); a piece whose answer still
+runs out is cut in two and read again (:mod:`llm_ocr.stages.split`).
 """
 
 from __future__ import annotations
@@ -15,15 +16,25 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from llm_ocr.options import ExtractOptions, RenderOptions
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.sources.pieces import Region
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
 from llm_ocr.stages.segmented import Stitch, read_in_segments
-from llm_ocr.stages.tiled import TilePlan, may_be_long, read_in_tiles, tiles_after, tiles_at_once, tiling_allowed
+from llm_ocr.stages.tiled import (
+    TilePlan,
+    may_be_long,
+    read_in_tiles,
+    segment_split,
+    tiles_after,
+    tiles_at_once,
+    tiling_allowed,
+)
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retries
@@ -32,6 +43,10 @@ log = logging.getLogger(__name__)
 
 #: The token DeepSeek-OCR ends a page with; kept in ``raw``, removed from ``markdown``.
 EOS_TOKEN = "<｜end▁of▁sentence｜>"  # noqa: S105 - a model token, not a password
+
+
+#: Renders regions of a page from its source: ``(document, page, regions) -> [(image, mime, w, h)]``.
+RenderRegions = Callable[[DocumentRef, int, list[Region]], Awaitable[list[tuple[bytes, str, int, int] | None]]]
 
 
 @dataclass
@@ -51,6 +66,13 @@ class ExtractContext:
     piece_limit: AbstractAsyncContextManager[Any] | None = None
     #: Stitches a long page's figures from its pieces in a worker (None: on a thread).
     stitch: Stitch | None = None
+    #: The server's context length (``max_model_len``), when it says: what is left of it beside
+    #: ``max_tokens`` bounds the image of each piece of a dense page.
+    context: int | None = None
+    #: Renders regions of a page (fractions of it) from its source, each as a page of its own at
+    #: the family's resolution, in a worker: (document, page, regions) -> [(image, mime, w, h)].
+    #: The tiles and bands of a dense page are rendered so (None: cut from the page image).
+    render_regions: RenderRegions | None = None
 
 
 class _Tools:
@@ -131,8 +153,11 @@ async def _tiled(
     if plan is None:
         return None
     read = lambda page: read_page(page, ctx, stop_when_long=True)  # noqa: E731
+    room = ctx.context - ctx.max_tokens if ctx.context else None
+    sourced = partial(ctx.render_regions, ref, item.page) if ctx.render_regions is not None else None
     return await read_in_tiles(ref, item, num_pages, plan, read=read, crop=ctx.crop, model=ctx.client.model,
-                               first=first, limit=ctx.piece_limit)
+                               first=first, limit=ctx.piece_limit, family=ctx.recipe, prompt_room=room,
+                               sourced=sourced, stitch=ctx.stitch)
 
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None,
@@ -144,18 +169,22 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
     if isinstance(item, PageFailure):
         return failure_result(ref, item.page, item.error, num_pages)
     if item.pieces is not None:  # a long page: its segments were rendered with it, from the source
+        pieced = item.pieces
         return await read_in_segments(
-            ref, item, num_pages, [p.segment for p in item.pieces.pieces], read=lambda page: read_page(page, ctx),
-            crop=ctx.crop, model=ctx.client.model, limit=ctx.piece_limit, pieces=item.pieces, stitch=ctx.stitch,
+            ref, item, num_pages, [p.segment for p in pieced.pieces],
+            read=lambda page: read_page(page, ctx, stop_when_long=True), crop=ctx.crop, model=ctx.client.model,
+            limit=ctx.piece_limit, pieces=pieced, stitch=ctx.stitch, split=segment_split(pieced.height >= pieced.width),
         )
     segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
     if segments:
         # A long page rendered without its pieces (an image handed in by a caller that did not
         # ask for them): cut from its image, which is at least as sharp as the model reads it
-        # only when the page was not shrunk to fit the family's size.
+        # only when the page was not shrunk to fit the family's size. A segment whose answer
+        # runs out without repeating itself is cut in two and read again (llm_ocr.stages.split),
+        # not retried hotter: it would write the same text again.
         return await read_in_segments(
-            ref, item, num_pages, segments, read=lambda page: read_page(page, ctx), crop=ctx.crop,
-            model=ctx.client.model, limit=ctx.piece_limit,
+            ref, item, num_pages, segments, read=lambda page: read_page(page, ctx, stop_when_long=True),
+            crop=ctx.crop, model=ctx.client.model, limit=ctx.piece_limit, split=segment_split(item.height >= item.width)
         )
     tiling = tiles_dense_pages(ctx)
     if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):

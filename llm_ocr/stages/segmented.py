@@ -22,9 +22,10 @@ from typing import Any
 
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
-from llm_ocr.sources.pieces import PiecedPage, stitch_figures
+from llm_ocr.sources.pieces import PiecedPage, crop_from_pieces, image_info, stitch_figures
 from llm_ocr.sources.segments import Segment, cut_line
 from llm_ocr.stages.attempts import UNFINISHED
+from llm_ocr.stages.split import Splitter, read_pieces
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import RequestFailed
 from llm_ocr.vlm.families.base import Reading
@@ -120,8 +121,24 @@ def drop_repeated_start(first: str, second: str) -> str:
     return second
 
 
-def join_pieces(segments: list[Segment], per_segment: list[list[Piece]], page: int) -> list[Piece]:
-    """The blocks of the page, in order, each once (see the module docstring)."""
+def drop_exact_repeat(first: str, second: str, min_tokens: int = 4) -> str:
+    """``second`` without the longest run of at least ``min_tokens`` tokens that both ends
+    ``first`` and starts it (``second`` unchanged when there is none): the lines two pieces of
+    a page both showed, with no looking further (a multi-column band's text ends elsewhere)."""
+    a = [t for t, _ in _tokens(first)][-_MAX_OVERLAP_TOKENS:]
+    b_full = _tokens(second)
+    b = [t for t, _ in b_full][:_MAX_OVERLAP_TOKENS]
+    for k in range(min(len(a), len(b)), min_tokens - 1, -1):
+        if a[-k:] == b[:k]:
+            return second[b_full[k - 1][1] :].lstrip()
+    return second
+
+
+def join_pieces(
+    segments: list[Segment], per_segment: list[list[Piece]], page: int, *, text_overlap: bool = True
+) -> list[Piece]:
+    """The blocks of the page, in order, each once (see the module docstring). ``text_overlap``
+    False: the boxless blocks' repeated lines were already dropped (the bands of a dense page)."""
     tall = len(segments) < 2 or segments[1].top > segments[0].top
     kept: list[Piece] = []
     for i, pieces in enumerate(per_segment):
@@ -134,7 +151,7 @@ def join_pieces(segments: list[Segment], per_segment: list[list[Piece]], page: i
             if centre is None or ((lower is None or centre >= lower) and (upper is None or centre < upper)):
                 mine.append(piece)
         previous = per_segment[i - 1] if i > 0 else []
-        if mine and not mine[0].block.boxes and previous and not previous[-1].block.boxes:
+        if text_overlap and mine and not mine[0].block.boxes and previous and not previous[-1].block.boxes:
             # A family without text boxes (olmOCR-2) reads the overlap twice: the words this
             # segment's text starts with that repeat the end of the last one's are dropped.
             head = mine[0]
@@ -229,6 +246,8 @@ async def read_in_segments(
     limit: AbstractAsyncContextManager[Any] | None = None,
     pieces: PiecedPage | None = None,
     stitch: Stitch | None = None,
+    split: Splitter | None = None,
+    too_big: Callable[[Segment], str | None] | None = None,
 ) -> PageResult:
     """Read ``item`` segment by segment with ``read`` (the family's reading of one image) and
     join the readings into its one row.
@@ -244,24 +263,41 @@ async def read_in_segments(
     long page); ``kind`` names a piece in ``raw`` and in errors (the tiles of a dense page,
     :mod:`llm_ocr.stages.tiled`, are read the same way). Every piece is asked at once, each
     holding a permit of ``limit`` (the run's piece limit, shared by every page's pieces) if any.
+    With ``split``, a piece whose answer ran to ``max_tokens`` without repeating itself is cut
+    in two and both halves read again (:mod:`llm_ocr.stages.split`); ``read`` must then stop
+    at such an answer rather than retry it hotter. The halves of a piece rendered from the
+    source are cut from its own image (as sharp as the piece was sent), else from ``item``'s.
     """
     started = time.monotonic()
-    if pieces is not None:
-        sent = [(p.image, p.mime, p.width, p.height) for p in pieces.pieces]
+    rendered = pieces
+
+    async def crop_pieces(halves: list[Segment]) -> list[bytes]:
+        if rendered is None:
+            return await crop(item.image, [Box(*s.box) for s in halves])
+        shown = [(p.segment, p.image) for p in rendered.pieces]
+        return await asyncio.to_thread(crop_from_pieces, shown, halves)
+
+    if rendered is not None:
+        images = [p.image for p in rendered.pieces]
     else:
-        crops = await crop(item.image, [Box(*s.box) for s in segments])
-        sent = [(c, "image/png", s.width, s.height) for s, c in zip(segments, crops)]
+        images = await crop_pieces(segments)
     gate = limit if limit is not None else contextlib.nullcontext()
 
-    async def one(image: tuple[bytes, str, int, int]) -> Reading | RequestFailed:
-        page = PageImage(item.doc_id, item.page, *image)
+    async def one(segment: Segment, image: bytes) -> Reading | RequestFailed:
+        if rendered is None:
+            page = PageImage(item.doc_id, item.page, image, "image/png", segment.width, segment.height)
+        else:  # a piece rendered on its own (or a half cut from one): its own size and format
+            mime, width, height = image_info(image)
+            page = PageImage(item.doc_id, item.page, image, mime, width, height)
         async with gate:
             try:
                 return await read(page)
             except RequestFailed as exc:
                 return exc
 
-    readings = await asyncio.gather(*(one(image) for image in sent))
+    read_all = await read_pieces(segments, images, read=one, crop=crop_pieces, split=split, kind=kind, too_big=too_big)
+    segments = [segment for segment, _ in read_all.leaves]
+    readings = [reading for _, reading in read_all.leaves]
     per_segment: list[list[Piece]] = []
     warnings: list[str] = []
     failures: list[str] = []
@@ -281,15 +317,18 @@ async def read_in_segments(
         if cut:
             notes.append(f"{where}: {cut}")
     done = [a for r in readings if isinstance(r, Reading) for a in r.answers]
+    spent = read_all.spent  # answers that ran out, their pieces read again in halves
+    looped = bool(notes)  # cut_tokens counts repetition cut, as for a page read whole
+    notes = read_all.notes + notes
     joined = join(segments, per_segment, item.page)
     located = [f for p in joined for f in p.figures]
     figures: list[Figure] = []
-    sx = item.width / pieces.width if pieces is not None else 1.0
-    sy = item.height / pieces.height if pieces is not None else 1.0
+    sx = item.width / rendered.width if rendered is not None else 1.0
+    sy = item.height / rendered.height if rendered is not None else 1.0
     if located:
         try:
-            if pieces is not None:
-                shown = [(p.segment, p.image) for p in pieces.pieces]
+            if rendered is not None:
+                shown = [(p.segment, p.image) for p in rendered.pieces]
                 boxes = [f.bbox for f in located]
                 crops = await (stitch(shown, boxes) if stitch else asyncio.to_thread(stitch_figures, shown, boxes))
             else:
@@ -304,6 +343,8 @@ async def read_in_segments(
         error = f"{len(failures)} of {len(segments)} {kind}s failed (text of the others kept): " + "; ".join(failures[:3])  # noqa: E501 - not wrapped yet
     elif unfinished:
         error = f"{len(unfinished)} of {len(segments)} {kind}s looped or hit max_tokens; their text up to the loop kept"
+        if read_all.kept_long:
+            error += ": " + "; ".join(n for n in read_all.notes if n.endswith("kept"))[:1000]
     if warnings:
         error = f"{error}; {'; '.join(warnings[:5])}" if error else f"output repaired: {'; '.join(warnings[:5])}"
     finish = next((a.result.finish_reason for a in unfinished), "stop" if done else None)
@@ -323,11 +364,12 @@ async def read_in_segments(
         status=status,  # type: ignore[arg-type]
         error=error,
         finish_reason=finish,
-        prompt_tokens=sum(a.result.prompt_tokens or 0 for a in done),
-        completion_tokens=sum(a.result.completion_tokens or 0 for a in done),
+        prompt_tokens=sum(a.result.prompt_tokens or 0 for a in done + spent),
+        completion_tokens=sum(a.result.completion_tokens or 0 for a in done + spent),
         latency_s=round(time.monotonic() - started, 4),
-        attempts=sum(a.attempts for a in done) + sum(f.attempts for f in readings if isinstance(f, RequestFailed)),
-        cut_tokens=sum(a.cut_tokens for a in done) if notes else None,
+        attempts=sum(a.attempts for a in done + spent)
+        + sum(f.attempts for f in readings if isinstance(f, RequestFailed)),
+        cut_tokens=sum(a.cut_tokens for a in done + spent) if looped else None,
         cut_reason="; ".join(notes) if notes else None,
         segments=len(segments),
         model=model,

@@ -25,9 +25,19 @@ two tiles both show merged into one; then the blocks are put in reading order by
 of a page cut into bands read one after the other, not band by band.
 
 Each tile is read the family's way (its :meth:`~llm_ocr.vlm.families.base.Family.read`, as a
-page or a segment is). Only families whose recipe says so (``Family.dense_tiles``: their answers
-carry every block's box, which joining needs) are tiled, for now DeepSeek-OCR; the others keep
-the old policy.
+page or a segment is). Every family reads dense pages so; how it cuts them is its recipe's
+``Family.dense``: **tiles** (the grid above, joined by boxes) where its answers carry every
+block's box; **bands** (full-width pieces cut between text lines, :func:`~llm_ocr.sources.tiles.plan_bands`)
+where they do not, joined as the segments of a long page are, by the words their overlap
+repeats (:func:`~llm_ocr.stages.segmented.drop_repeated_start`). Without boxes the columns of a
+page read in bands come band by band: every word is there, the reading order is the bands'.
+
+The number of pieces is planned from :data:`TOKENS_PER_CHAR`, **a first guess** (fitted to the
+project's simulator, not measured on any model): a piece whose answer still runs to
+``max_tokens`` without repeating itself is cut in two and both halves are read again, until
+every piece fits or a piece is a few text lines tall (:mod:`llm_ocr.stages.split`, the adaptive
+split). The row's ``segments`` is the number of pieces finally read, its ``cut_reason`` says why
+the page was cut and which pieces were cut again.
 """
 
 from __future__ import annotations
@@ -37,21 +47,35 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
+from llm_ocr.sources.pieces import PiecedPage, PieceImage, Region
 from llm_ocr.sources.segments import Segment
-from llm_ocr.sources.tiles import plan_tiles
+from llm_ocr.sources.tiles import plan_bands, plan_tiles, split_piece
 from llm_ocr.stages.attempts import Answer
-from llm_ocr.stages.segmented import Piece, box_union, drop_repeated_start, number_figures, read_in_segments
+from llm_ocr.stages.segmented import (
+    Piece,
+    Stitch,
+    box_union,
+    drop_exact_repeat,
+    drop_repeated_start,
+    join_pieces,
+    number_figures,
+    read_in_segments,
+)
+from llm_ocr.stages.split import Splitter
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Reading
 from llm_ocr.vlm.layout import PageBlock
 
-#: Tokens of DeepSeek-OCR grounding output per character of a page's text (its tags and boxes
-#: included): 0.35 for the simulator's 7-column page (29,274 characters of markup for 24,883 of
-#: text layer, at 0.3 tokens a character).
+#: The first guess of answer tokens per character of a page's text (markup included), for
+#: every family: 0.35 is DeepSeek-OCR's grounding output as the project's *simulator* writes it
+#: for its 7-column page (29,274 characters of markup for 24,883 of text layer, at 0.3 tokens a
+#: character). It is no fact about any model: a model that writes more per character makes
+#: pieces run out, and the adaptive split (:mod:`llm_ocr.stages.split`) cuts them again.
 TOKENS_PER_CHAR = 0.35
 #: A page estimated to need this share of ``max_tokens`` or more is tiled at once.
 TILE_AT = 0.9
@@ -64,6 +88,12 @@ LONG_FACTOR = 2.0
 #: ... provided its estimate (if any) says at least this share of ``max_tokens``: the ink
 #: estimate is within 0.65-1.35 times the truth, the tokens per character a guess.
 LONG_AGREES = 0.7
+#: A piece's image may take this share of the context beside ``max_tokens`` (the rest: the
+#: prompt text, the chat template, the pieces' overlaps and uneven cuts).
+IMAGE_SHARE = 0.6
+#: Prompt tokens kept for a request's text and chat template beside its image (olmOCR-2's
+#: prompt, the longest, is about 200 tokens).
+PROMPT_TEXT_TOKENS = 256
 #: Blocks whose boxes overlap by at most this share of the page are still apart (boxes are
 #: approximate) when the reading order looks for the gaps between columns and rows.
 GAP_TOLERANCE = 0.004
@@ -78,8 +108,22 @@ class TilePlan:
 
 
 def tiling_allowed(family: Family, enabled: bool) -> bool:
-    """Whether pages of a model ``family`` may be read in tiles (``enabled``: the option)."""
-    return enabled and family.dense_tiles
+    """Whether pages of a model ``family`` may be read in pieces when dense (``enabled``: the
+    option): every family may, in tiles or bands as its recipe says (``Family.dense``)."""
+    return enabled
+
+
+def dense_split(family: Family) -> Splitter:
+    """How a piece of a dense page read by ``family`` is cut in two when its answer ran out: a
+    tile at a gutter or between lines, a band between lines only."""
+    across = family.dense_tiles
+    return lambda image, piece: split_piece(image, piece, across=across)
+
+
+def segment_split(tall: bool) -> Splitter:
+    """How a segment of a long page is cut in two when its answer ran out: between text lines,
+    along the page (across a tall page's lines, between a wide page's columns of lines)."""
+    return lambda image, piece: split_piece(image, piece, across=False, along_x=not tall)
 
 
 def tiles_at_once(item: PageImage, max_tokens: int) -> TilePlan | None:
@@ -119,6 +163,36 @@ def tiles_after(reading: Reading, item: PageImage, max_tokens: int) -> TilePlan 
     )
 
 
+def image_pieces(family: Family | None, width: int, height: int, prompt_room: int | None) -> int:
+    """The fewest pieces a ``width`` x ``height`` page must be cut into for each piece's image to
+    fit, as ``family``'s processor counts it, in :data:`IMAGE_SHARE` of ``prompt_room`` (the
+    context beside ``max_tokens``): vLLM refuses a request whose prompt and ``max_tokens`` exceed
+    the context, and a family at 200 or 300 DPI makes more image tokens of a band of a page than
+    a small context leaves (1 when unknown)."""
+    if family is None or not prompt_room:
+        return 1
+    tokens = family.image_tokens(width, height)
+    if tokens is None:
+        return 1
+    return max(1, math.ceil(tokens / (IMAGE_SHARE * prompt_room)))
+
+
+def oversize(family: Family | None, prompt_room: int | None) -> Callable[[Segment], str | None] | None:
+    """Why a piece's image cannot be sent beside ``max_tokens`` (None: it can): more image tokens,
+    as ``family``'s processor counts them, than ``prompt_room`` less the prompt's text."""
+    if family is None or not prompt_room:
+        return None
+    room = prompt_room - PROMPT_TEXT_TOKENS
+
+    def why(piece: Segment) -> str | None:
+        tokens = family.image_tokens(piece.width, piece.height)
+        if tokens is None or tokens <= room:
+            return None
+        return f"is an image of ~{tokens:,} tokens, more than the context leaves beside max_tokens ({room:,})"
+
+    return why
+
+
 def _count(tokens: int, max_tokens: int) -> int:
     return max(2, math.ceil(tokens / (TILE_SHARE * max_tokens)))
 
@@ -134,20 +208,43 @@ async def read_in_tiles(
     model: str,
     first: Reading | None = None,
     limit: AbstractAsyncContextManager[Any] | None = None,
+    family: Family | None = None,
+    prompt_room: int | None = None,
+    sourced: Callable[[list[Region]], Awaitable[list[tuple[bytes, str, int, int] | None]]] | None = None,
+    stitch: Stitch | None = None,
 ) -> PageResult | None:
-    """Read ``item`` in the tiles of ``plan`` (each with ``read``, the family's reading of one
-    image), all at once, and join them into its one row (None when the page cannot be cut:
-    read it whole). ``first`` is the whole page's reading that ran out of tokens, if there was
-    one: its tokens and text stay in the row. Each tile holds a permit of ``limit`` (the run's
-    piece limit) while it is asked."""
-    tiles = await asyncio.to_thread(plan_tiles, item.image, plan.count)
+    """Read ``item`` in the pieces of ``plan`` (each with ``read``, the family's reading of one
+    image, which stops at an answer that runs out), all at once, cut again where an answer ran
+    out, and join them into its one row (None when the page cannot be cut: read it whole).
+    ``family``'s recipe says tiles or bands (default tiles). ``first`` is the whole page's
+    reading that ran out of tokens, if there was one: its tokens and text stay in the row. Each
+    piece holds a permit of ``limit`` (the run's piece limit) while it is asked.
+
+    The pieces are planned on the page image; with ``sourced`` (the page's regions rendered from
+    its source, each as a page of its own at the family's resolution) they are sent so rendered,
+    not cut from the page image, which a family that sizes pages by their longer side or pixel
+    count has shrunk (``stitch`` then crops the figures from them). When the source cannot be
+    read again, they are cut from the page image, and the row says so."""
+    bands = family is not None and not family.dense_tiles
+    planner = plan_bands if bands else plan_tiles
+    count = max(plan.count, image_pieces(family, item.width, item.height, prompt_room))
+    tiles = await asyncio.to_thread(planner, item.image, count)
     if len(tiles) < 2:
         return None
+    kind = "band" if bands else "tile"
+    split = dense_split(family) if family is not None else dense_split_tiles
+    rendered, unsourced = await _from_source(item, tiles, sourced, crop)
     row = await read_in_segments(
-        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_tiles, kind="tile",
-        limit=limit
+        ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_bands if bands else join_tiles,
+        kind=kind, limit=limit, split=split, too_big=_as_sent(oversize(family, prompt_room), rendered),
+        pieces=rendered, stitch=stitch,
     )
-    how = f"read in {len(tiles)} tiles at once" if first is None else f"read again in {len(tiles)} tiles"
+    if unsourced:
+        row = replace(row, error=f"{row.error}; {unsourced}" if row.error else unsourced)
+    pieces = f"{len(tiles)} {kind}s"
+    if row.segments and row.segments != len(tiles):
+        pieces += f" ({row.segments} pieces once cut again)"
+    how = f"read in {pieces} at once" if first is None else f"read again in {pieces}"
     notes = [f"{plan.why}: {how}"] + ([row.cut_reason] if row.cut_reason else [])
     if first is None:
         return replace(row, cut_reason="; ".join(notes))
@@ -162,7 +259,88 @@ async def read_in_tiles(
     )
 
 
+async def _from_source(
+    item: PageImage, tiles: list[Segment],
+    sourced: Callable[[list[Region]], Awaitable[list[tuple[bytes, str, int, int] | None]]] | None,
+    crop: Callable[[bytes, Sequence[Box]], Awaitable[list[bytes]]],
+) -> tuple[PiecedPage | None, str | None]:
+    """The pieces ``tiles`` (page-image pixels), those the page image shows less sharply than
+    the family reads them rendered from the source, the others cropped from the page image,
+    on the page image's pixels as their plan (None: there is no ``sourced``, or every piece is
+    as sharp in the page image), and why they are not rendered, if they could not be."""
+    if sourced is None:
+        return None, None
+    regions = [(t.left / item.width, t.top / item.height, t.right / item.width, t.bottom / item.height) for t in tiles]
+    try:
+        images = await sourced(regions)
+    except Exception as exc:  # noqa: BLE001 - the source gone (a download removed): cut from the page image
+        return None, f"pieces cut from the page image (its source could not be rendered again: {exc})"
+    if all(image is None for image in images):
+        return None, None
+    cut = iter(await crop(item.image, [Box(*t.box) for t, image in zip(tiles, images) if image is None]))
+    pieces = tuple(
+        PieceImage(tile, *image) if image is not None
+        else PieceImage(tile, next(cut), "image/png", tile.width, tile.height)
+        for tile, image in zip(tiles, images)
+    )
+    return PiecedPage(pieces, item.width, item.height, 1.0), None
+
+
+def _as_sent(
+    check: Callable[[Segment], str | None] | None, rendered: PiecedPage | None
+) -> Callable[[Segment], str | None] | None:
+    """``check`` of the image a piece is sent as: a piece rendered from the source (or a part of
+    one) is as many times larger than its plan as that rendering is."""
+    if check is None or rendered is None:
+        return check
+
+    def why(piece: Segment) -> str | None:
+        home = next((p for p in rendered.pieces if p.segment.left <= piece.left and p.segment.top <= piece.top
+                     and piece.right <= p.segment.right and piece.bottom <= p.segment.bottom), None)
+        if home is None:
+            return check(piece)
+        rx, ry = home.width / max(1, home.segment.width), home.height / max(1, home.segment.height)
+        return check(Segment(piece.index, 0, 0, max(1, round(piece.width * rx)), max(1, round(piece.height * ry))))
+
+    return why
+
+
+def dense_split_tiles(image: bytes, piece: Segment) -> tuple[list[Segment], str]:
+    """A tile cut in two (at a gutter, else between lines): the split of a tiles family."""
+    return split_piece(image, piece, across=True)
+
+
 # -- joining ---------------------------------------------------------------------------------
+
+
+def join_bands(bands: list[Segment], per_band: list[list[Piece]], page: int) -> list[Piece]:
+    """The blocks of a page read in bands by a family without boxes, each once, band by band.
+
+    A band shows every column of the page, so the lines its overlap with the band above repeats
+    are at the start of one of its blocks per column, and at the end of one of that band's
+    blocks, not at the end of its whole text: each block loses the run of words that starts it
+    and ends a block of the band above (:func:`~llm_ocr.stages.segmented.drop_exact_repeat`);
+    a block that was all overlap is dropped. Blocks with boxes (figures) are kept by the band
+    whose share of the page their centre is in (:func:`~llm_ocr.stages.segmented.join_pieces`).
+    """
+    kept = [list(per_band[0])] if per_band else []
+    for above, pieces in pairwise(per_band):
+        tails = [p.block.text for p in above if not p.block.boxes and p.block.text.strip()]
+        mine = []
+        for piece in pieces:
+            text = piece.block.text
+            if not piece.block.boxes:
+                for tail in tails:
+                    cut = drop_exact_repeat(tail, text)
+                    if cut != text:
+                        text = cut
+                        break
+                if not text.strip():
+                    continue
+            same = text == piece.block.text
+            mine.append(piece if same else replace(piece, block=PageBlock(piece.block.label, [], text)))
+        kept.append(mine)
+    return join_pieces(bands, kept, page, text_overlap=False)
 
 
 def join_tiles(tiles: list[Segment], per_tile: list[list[Piece]], page: int) -> list[Piece]:

@@ -98,7 +98,8 @@ def test_shards_run_as_the_tasks_of_one_execution_and_the_token_stays_a_referenc
         rows = json.loads(table["stdout"])
         assert [(r["state"], r["job_phase"]) for r in rows["shards"]] == [("done", "succeeded")] * 2 and rows["succeeded"]
         assert logs["code"] == 0, logs["stderr"]
-        assert "[extract shard 2/2] pages seen 4" in logs["stdout"] and "[extract shard 1/2]" not in logs["stdout"]
+        # Shard 1's log, not shard 0's (how many pages it saw depends on the work groups it read).
+        assert "[extract shard 2/2] pages seen" in logs["stdout"] and "[extract shard 1/2]" not in logs["stdout"]
         assert followed["code"] == 0 and followed["stdout"].splitlines() == [
             line for *_, index, _, line in api.log_entries if index == 0][-3:], followed["stderr"]
         assert cut["code"] == 2 and "runs shards 0-1 together and cannot stop only some of them" in cut["stderr"]

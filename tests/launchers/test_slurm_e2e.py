@@ -39,6 +39,7 @@ PLANTED = "planted-secret-5f1e2d3c4b5a69788796a5b4"
 SLOW = ("--part-rows", "1", "--max-in-flight", "1")
 #: Two seconds a page: a shard of four pages is still running when its first part appears.
 PACED = "--prefill-ms 2000 --slots 1"
+PACED_LONGER = "--prefill-ms 4000 --slots 1"
 
 
 @pytest.fixture(scope="module")
@@ -226,8 +227,10 @@ def test_a_requeued_task_resumes_from_its_parts(tmp_path: Path, corpus: Path, sl
 def test_a_cancelled_task_is_the_only_shard_relaunched(tmp_path: Path, corpus: Path, slurm: dict[str, str]) -> None:  # noqa: F811
     out = tmp_path / "out"
     env = launcher_env(slurm, tmp_path)
-    # Static shards, so that the cancelled shard's rest is left for its relaunch to resume.
-    args = launch_args(corpus, out, "--stage", "extract", "--no-steal", *SLOW, shards=2, sim=PACED)
+    # Static shards, so that the cancelled shard's rest is left for its relaunch to resume; four
+    # seconds a page, so that the cancel (an llm-ocr start-up and squeue on a loaded machine)
+    # lands while the shard's last three pages are still being read.
+    args = launch_args(corpus, out, "--stage", "extract", "--no-steal", *SLOW, shards=2, sim=PACED_LONGER)
     first = llm_ocr(*args, env=env)
     assert first.returncode == 0, first.stderr
     array = array_id(first.stdout)

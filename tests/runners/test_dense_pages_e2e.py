@@ -1,7 +1,8 @@
 """Dense pages end to end: a 7-column newspaper page whose text exceeds max_tokens, read by
 ``llm-ocr extract`` against the simulated server (which answers a tile with the text of its
 region): read in tiles at once from its text layer's count, or after one answer that ran out
-without repeating itself; every word once, the columns in order; today's policy when tiling is off."""
+without repeating itself; every word once, the columns in order; today's policy when tiling is off;
+another family with boxes (dots.mocr) tiles too."""
 
 from __future__ import annotations
 
@@ -97,20 +98,19 @@ def test_a_page_that_runs_out_without_repeating_itself_is_read_again_in_tiles(tm
     assert json.loads(result.stdout.strip().splitlines()[-1])["pages"]["ok"] == 2
 
 
-def test_a_family_whose_recipe_does_not_tile_reads_a_dense_page_whole(tmp_path: Path, docs: tuple) -> None:
-    """dots.ocr's answers carry boxes too, but its recipe does not say it reads a crop of a page
-    as a page: the dense page is read whole, as before tiles, though its text layer says it holds
-    more than max_tokens (7,168 here, as DeepSeek-OCR's)."""
-    folder, _ = docs
+def test_a_family_without_deepseeks_markup_reads_a_dense_page_in_tiles_too(tmp_path: Path, docs: tuple) -> None:
+    """dots.mocr's answers carry every block's box (its recipe says tiles): the dense page, whose
+    text layer says it holds more than max_tokens (7,168 here, as DeepSeek-OCR's), is read in
+    tiles in dots' own format and joined, every word once, the columns in order."""
+    folder, parts = docs
     model = "rednote-hilab/dots.mocr"
     with SimulatedServer("--prefill-ms", "0", "--served-model-name", model, corpus=folder) as server:
         result = extract(folder, tmp_path / "out", server, "--model", model, "--max-tokens", "7168")
-        requests = server.requests()
+        requests = gazette_requests(server)
         stats = server.stats()
     assert result.returncode == 0, result.stderr[-3000:]
     assert stats["recipe_refused"] == 0
     gazette = rows_by_doc(tmp_path / "out")["gazette.pdf"]
-    # Every request showed a whole known page (a tile would be no page the server knows).
-    assert all(r.get("known_page") for r in requests), [r.get("known_page") for r in requests]
-    assert len(gazette_requests(server)) == gazette["attempts"] >= 1
-    assert gazette["segments"] is None and "tile" not in (gazette["cut_reason"] or "") + gazette["raw"][:40]
+    assert_read_whole_in_order(gazette, folder, parts)
+    assert "<--- tile 1/" in gazette["raw"] and gazette["segments"] == len(requests) >= 4
+    assert all("region" in r["known_page"] and r["finish_reason"] == "stop" for r in requests)

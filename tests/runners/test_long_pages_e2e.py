@@ -78,7 +78,8 @@ def test_strips_and_ordinary_pages_get_one_row_each(tmp_path: Path) -> None:
     assert strip["segments"] == len(segments) and rows[0]["segments"] is None
     assert len(requests) == 2 + len(segments)  # one request per segment, each its own image
     media = {r["body"]["messages"][0]["content"][0]["image_url"]["url"]["data_uri"] for r in requests}
-    assert media == {"image/jpeg", "image/png"}  # pages as rendered, segments as cropped
+    # Pages and segments alike rendered as the family renders a page (segments from the source).
+    assert media == {"image/jpeg"}
     assert strip["status"] == "ok" and strip["markdown"]
     for block in strip["blocks"]:
         for x1, y1, x2, y2 in block["boxes"]:

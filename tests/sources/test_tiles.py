@@ -11,7 +11,16 @@ import pypdfium2 as pdfium
 import pytest
 
 from llm_ocr.bench.corpus import DENSE_COLUMNS, DENSE_GUTTER_PT, DENSE_PT, dense_pdf
-from llm_ocr.sources.tiles import GUTTER_MARGIN, band_cuts, grid_shape, plan_grid, plan_tiles
+from llm_ocr.sources.segments import Segment
+from llm_ocr.sources.tiles import (
+    GUTTER_MARGIN,
+    MIN_SPLIT_LINES,
+    band_cuts,
+    grid_shape,
+    plan_grid,
+    plan_tiles,
+    split_piece,
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +70,12 @@ def test_tiles_cover_the_page_and_cut_no_text_line_of_any_column(page: tuple[byt
         for edge in (tile.left, tile.right):
             if 0 < edge < width:
                 assert any(g - 20 <= edge <= g + 2 * DENSE_GUTTER_PT + 20 for g in gutters), (edge, gutters)
-    # Bands overlap, by a few lines.
+    # Bands overlap by a line and a half each way of the cut (the page's 7 pt line pitch is
+    # 14 px): a few lines, not a share of the page, since what both show is read twice.
     tops = sorted({t.top for t in tiles})
     bottoms = sorted({t.bottom for t in tiles})
     for top, bottom in zip(tops[1:], bottoms[:-1]):
-        assert 48 <= bottom - top <= 400
+        assert 2 * 14 <= bottom - top <= 4 * 14
     assert min(t.top for t in tiles) == 0 and max(t.bottom for t in tiles) == height
     assert min(t.left for t in tiles) == 0 and max(t.right for t in tiles) == width
 
@@ -141,3 +151,40 @@ def test_a_page_without_gutters_is_cut_into_bands_only() -> None:
     image.save(buffer, "PNG")
     tiles = plan_tiles(buffer.getvalue(), 6)
     assert all(t.left == 0 and t.right == 1200 for t in tiles) and len(tiles) >= 2
+
+
+def _crop(image: bytes, tile) -> bytes:  # noqa: ANN001 - a Segment
+    from PIL import Image
+
+    with Image.open(io.BytesIO(image)) as img:
+        buffer = io.BytesIO()
+        img.crop(tuple(tile.box)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_a_piece_that_ran_out_is_cut_in_two_between_text_lines_or_at_a_gutter(page: tuple[bytes, list]) -> None:
+    """The adaptive split: a tall piece of one column is cut between two of its lines, each half
+    reaching into the other, every line whole in one half; a wide piece across columns is cut
+    at a gutter; a piece of a few lines is not cut, and says how many it holds."""
+    image, lines = page
+    column = Segment(0, 68, 500, 68 + 190, 1500)  # most of the first column, 1,000 px tall
+    halves, how = split_piece(_crop(image, column), column)
+    assert len(halves) == 2 and "between text lines" in how, how
+    top, bottom = halves
+    assert top.top == column.top and bottom.bottom == column.bottom and bottom.top < top.bottom
+    assert 0.25 * column.height < top.bottom - column.top < 0.8 * column.height
+    inside = [ln for ln in lines if column.left <= ln[0] and ln[2] <= column.right and column.top <= ln[1]
+              and ln[3] <= column.bottom]  # fmt: skip
+    assert len(inside) > 50
+    for x0, y0, x1, y1 in inside:
+        assert any(h.top <= y0 and y1 <= h.bottom for h in halves), (y0, y1)
+    wide = Segment(0, 0, 700, 1584, 1100)  # every column, below the masthead and the headlines
+    halves, how = split_piece(_crop(image, wide), wide)
+    assert len(halves) == 2 and "gutter" in how, how
+    cut = (halves[0].right + halves[1].left) / 2
+    assert halves[0].left == 0 and halves[1].right == 1584 and halves[1].left < halves[0].right
+    crossing = [ln for ln in lines if wide.top <= ln[1] and ln[3] <= wide.bottom and ln[0] < cut < ln[2]]
+    assert not crossing and 300 < cut < 1300, (cut, crossing[:3])  # in a gutter, no line halved
+    few = Segment(0, 68, 1000, 68 + 190, 1000 + 50)  # about three lines of 6 pt at 144 DPI
+    halves, how = split_piece(_crop(image, few), few)
+    assert halves == [] and "too few to cut" in how and 2 <= int(how.split()[0]) < MIN_SPLIT_LINES, how

@@ -1,6 +1,6 @@
 """Crops of known pages: where a received image lies on a corpus page, and what it shows of it.
 
-A client that reads a dense page in tiles sends rectangles cut from the page's image. The
+A client that reads a dense page in tiles or bands (any family) sends rectangles cut from the page's image. The
 simulated model answers such a crop with the text of that region of the page, as a model reads
 what it is shown: the lines of each block that lie (mostly) inside it, with boxes relative to
 the crop.
@@ -9,16 +9,19 @@ Where the crop lies is found by normalised cross-correlation of the crop, shrunk
 the page's stored grey image, against that image (numpy FFTs). The crop's scale is the client's
 rendering scale, which the simulator is told (``--render-dpi``, llm-ocr's own default of 144,
 with llm-ocr's rule that a page is rendered at least 640 pixels on its longer side): a crop of
-``w`` pixels at 144 DPI is ``w / 2`` points of the page. A crop of a page rendered at another
-scale is not found, and is answered as an unknown image.
+``w`` pixels at 144 DPI is ``w / 2`` points of the page; and at the scale of the family's own
+page image (its recipe's rendering: olmOCR-2's 1,288 pixels on the longer side). A crop of a
+page rendered at another scale is not found, and is answered as an unknown image.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llm_ocr.vlm.box import Box
+from llm_ocr.vlm.families.base import Rendering
 
 from .corpus import KnownPage, LayoutBlock, soften
 
@@ -41,6 +44,8 @@ WHOLE_PAGE = 0.97
 MIN_SIDE = 8
 #: llm-ocr renders a PDF page at least this many pixels on its longer side (``--min-page-side``).
 MIN_PAGE_SIDE = 640
+#: llm-ocr's default ``--max-page-pixels``: a family without its own cap has pages rendered within it.
+CLIENT_MAX_PIXELS = 12_000_000
 #: A line of a block is in a crop when at least this share of its height and of its width is.
 LINE_INSIDE = 0.5
 #: A figure is in a crop when at least this share of its area is (its box is then clipped).
@@ -77,10 +82,34 @@ def client_scales(page: KnownPage, width: int, height: int, dpi: float) -> list[
     return scales
 
 
-def locate(image: Any, width: int, height: int, pages: list[KnownPage], dpi: float) -> Crop | None:
+def family_scale(size_pt: tuple[float, float], rendering: Rendering) -> float:
+    """Pixels per point of a page rendered as a family's recipe renders it (llm-ocr's rules,
+    ``llm_ocr/sources/render.py``): ``long_side`` pixels on the longer side, else ``dpi / 72``;
+    capped at ``max_long_side``; raised to :data:`MIN_PAGE_SIDE`; capped at ``max_pixels``
+    (:data:`CLIENT_MAX_PIXELS` for a family without its own cap)."""
+    width, height = size_pt
+    long_side = max(size_pt)
+    if not long_side:
+        return rendering.dpi / 72
+    scale = rendering.long_side / long_side if rendering.long_side else rendering.dpi / 72
+    if rendering.max_long_side and long_side * scale > rendering.max_long_side:
+        scale = rendering.max_long_side / long_side
+    if long_side * scale < MIN_PAGE_SIDE:
+        scale = MIN_PAGE_SIDE / long_side
+    limit = rendering.max_pixels or CLIENT_MAX_PIXELS
+    if width * height * scale * scale > limit:
+        scale = math.sqrt(limit / (width * height))
+    return scale
+
+
+def locate(
+    image: Any, width: int, height: int, pages: list[KnownPage], dpi: float, rendering: Rendering | None = None
+) -> Crop | None:
     """The known page ``image`` (a PIL image of ``width`` x ``height`` pixels) is a crop of,
-    and where; None when it is none of theirs (or a whole page). Each of the
-    :func:`client_scales` is tried.
+    and where; None when it is none of theirs (or a whole page). The crop is looked for at the
+    :func:`client_scales` (the page at ``dpi``, a piece as wide or as tall as the page) and,
+    given a family's ``rendering``, at the scale of its own page image (olmOCR-2's 1,288 pixels
+    on the longer side).
 
     Every page that could hold the crop is first compared at half the stored resolution (a few
     milliseconds each); the few that correlate at least :data:`COARSE_CORRELATION` there are
@@ -99,7 +128,10 @@ def locate(image: Any, width: int, height: int, pages: list[KnownPage], dpi: flo
 
     candidates: list[tuple[float, int, KnownPage, int, int]] = []
     for number, page in enumerate(pages):
-        for client in client_scales(page, width, height, dpi) if page.size_pt[0] else ():
+        scales = set(client_scales(page, width, height, dpi)) if page.size_pt[0] else set()
+        if rendering is not None and page.size_pt[0]:
+            scales.add(family_scale(page.size_pt, rendering))
+        for client in sorted(scales):
             size = _crop_size(page, page.grey.shape if page.grey is not None else None, width, height, client)
             if size is None:
                 continue

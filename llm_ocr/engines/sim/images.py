@@ -7,6 +7,7 @@ import io
 from dataclasses import dataclass
 
 from llm_ocr.vlm.box import Box
+from llm_ocr.vlm.families.base import Rendering
 
 from ..frame.protocol import ApiError
 from . import content
@@ -37,10 +38,11 @@ def analyse_image(
     any_aspect: bool = False,
     turns: bool = False,
     crops_at: float | None = None,
+    rendering: Rendering | None = None,
 ) -> ImageFacts:
     """Decode an image (cheaply, in draft mode for JPEG), look it up in the corpus: a whole
     known page, else (with ``crops_at``, the DPI the client rendered pages at) a crop of one
-    (see :mod:`.crops`).
+    (see :mod:`.crops`; also at the scale of a family's own ``rendering``).
 
     Runs in a worker thread: decoding a full page PNG takes tens of milliseconds.
     """
@@ -67,7 +69,7 @@ def analyse_image(
                 facts.turned = clockwise
                 break
         if facts.known is None and crops_at is not None:
-            crop = locate(img, width, height, corpus.pages, crops_at)
+            crop = locate(img, width, height, corpus.pages, crops_at, rendering)
             if crop is not None:
                 facts.known, facts.region = crop.page, crop.region
     if need_colour:

@@ -33,6 +33,11 @@ from llm_ocr.vlm.layout import PageLayout
 from llm_ocr.vlm.view import View
 
 ImageFormat = Literal["jpeg", "png"]
+#: How a page whose text is longer than one answer is read (``llm_ocr/stages/tiled.py``):
+#: ``"tiles"``, a grid cut at gutters and between lines, joined by the blocks' boxes (a family
+#: whose answer gives every block's box); ``"bands"``, full-width pieces cut between text lines,
+#: joined by the text their overlap repeats (a family whose text comes without boxes).
+DensePolicy = Literal["tiles", "bands"]
 
 
 @dataclass(frozen=True)
@@ -321,10 +326,15 @@ class Family:
     stream_extra: Mapping[str, Any] = field(default_factory=dict)
     #: The images its launches run in, per platform (``llm-ocr launch``, ``llm-ocr models``).
     images: Images = STOCK_IMAGES
-    #: Whether a page whose text is longer than one answer may be read in tiles
-    #: (``llm_ocr/stages/tiled.py``): joining tiles needs every block's box in the pixels of the
-    #: image sent, and the model must read a crop of a page as it reads a page.
-    dense_tiles: bool = False
+    #: How a page whose text is longer than one answer is read (:data:`DensePolicy`; every
+    #: family in the registry declares it): tiles where its answers carry every text block's box
+    #: in the pixels of the image sent (joining tiles needs them), bands otherwise.
+    dense: DensePolicy = "bands"
+
+    @property
+    def dense_tiles(self) -> bool:
+        """Whether a dense page is read in tiles joined by boxes (else in bands joined by text)."""
+        return self.dense == "tiles"
 
     @property
     def min_readable_side(self) -> int:
@@ -369,6 +379,12 @@ class Family:
         ceiling = max(256, context - self.prompt_reserve(context))
         wanted = requested if requested is not None else self.sampling.max_tokens
         return ceiling if wanted is None else max(1, min(wanted, ceiling))
+
+    def image_tokens(self, width: int, height: int) -> int | None:
+        """Prompt tokens the family's processor makes of a ``width`` x ``height`` image (its
+        pixels per token, up to its pixel cap); None when not proportional to its pixels."""
+        pixels = min(width * height, self.serving.max_image_pixels)
+        return -(-pixels // self.serving.pixels_per_token)
 
     def prompt_reserve(self, context: int) -> int:
         """Tokens of the context kept for the image and the prompt text (see subclasses)."""

@@ -228,6 +228,7 @@ _COMMON = dict(
 )
 
 CHANDRA_2 = Chandra(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="chandra",
     title="Chandra 2",
     models=("datalab-to/chandra-ocr-2",),
@@ -248,6 +249,7 @@ CHANDRA_2 = Chandra(
 )
 
 CHANDRA_1 = Chandra(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="chandra-1",
     title="Chandra 1",
     models=("datalab-to/chandra",),

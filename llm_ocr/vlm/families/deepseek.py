@@ -46,6 +46,11 @@ class DeepSeekOCR(Family):
     def prompt_reserve(self, context: int) -> int:
         return PROMPT_TOKEN_RESERVE
 
+    def image_tokens(self, width: int, height: int) -> int | None:
+        # A 1024-px global view plus at most a few 640-px tiles, whatever the image's size: within
+        # PROMPT_TOKEN_RESERVE for any piece (docs/facts.md#deepseek-ocr).
+        return None
+
     def page_texts(self) -> tuple[str | None, ...]:
         # The document prompt, and DeepSeek's other OCR prompts (config.py); an "<image>\n"
         # placeholder of the offline form gives vLLM the same prompt (it adds only missing ones).
@@ -109,5 +114,5 @@ DEEPSEEK_OCR = DeepSeekOCR(
     ),
     stream_options=VLLM_STREAM_OPTIONS,
     stream_extra=VLLM_STREAM_EXTRA,
-    dense_tiles=True,
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
 )

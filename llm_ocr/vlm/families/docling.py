@@ -111,6 +111,7 @@ def _element(element: Element) -> str:
 
 
 GRANITE_DOCLING = GraniteDocling(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="granite-docling",
     title="granite-docling",
     patterns=(r"granite-docling", r"smoldocling"),

@@ -168,6 +168,7 @@ _SOURCES = (
 )
 
 DOTS_OCR = DotsOCR(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="dots-ocr",
     title="dots.ocr / dots.mocr",
     patterns=(r"dots[.\-_]?m?ocr",),

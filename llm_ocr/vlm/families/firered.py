@@ -71,6 +71,7 @@ class FireRedOCR(MarkdownFamily):
 
 
 FIRERED_OCR = FireRedOCR(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="firered-ocr",
     title="FireRed-OCR",
     patterns=(r"firered-ocr",),

@@ -41,6 +41,7 @@ def normalise_markdown(text: str) -> str:
 
 
 GENERIC = MarkdownFamily(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="generic",
     title="Any other model",
     patterns=(),

@@ -32,6 +32,7 @@ class GlmOCR(MarkdownFamily):
 
 
 GLM_OCR = GlmOCR(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="glm-ocr",
     title="GLM-OCR",
     patterns=(r"glm-ocr",),

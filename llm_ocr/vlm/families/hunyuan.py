@@ -45,6 +45,7 @@ class HunyuanOCR(MarkdownFamily):
 
 
 HUNYUAN_OCR = HunyuanOCR(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="hunyuan-ocr",
     title="HunyuanOCR",
     patterns=(r"hunyuanocr", r"hunyuan-ocr"),

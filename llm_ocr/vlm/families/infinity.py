@@ -134,6 +134,7 @@ _SOURCES = (
 )
 
 INFINITY_PARSER2 = InfinityParser2(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="infinity-parser2",
     title="Infinity-Parser2",
     patterns=(r"infinity-parser2",),

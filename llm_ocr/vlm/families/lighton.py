@@ -95,6 +95,7 @@ _SOURCES = (
 )
 
 LIGHTON_OCR_BBOX = LightOnOCR(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="lightonocr-bbox",
     title="LightOnOCR-2 (bbox)",
     patterns=(r"lightonocr-2-1b-bbox",),
@@ -114,6 +115,7 @@ LIGHTON_OCR_BBOX = LightOnOCR(
 )
 
 LIGHTON_OCR = LightOnOCR(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="lightonocr",
     title="LightOnOCR-2",
     patterns=(r"lightonocr-2", r"lightonocr-1b"),

@@ -174,6 +174,7 @@ _SOURCES = (
 )
 
 LIGHTON_OCR_3_1B = LightOnOCR3(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="lightonocr-3-1b",
     title="LightOnOCR-3 1B",
     patterns=(r"lightonocr-3-1b",),
@@ -210,6 +211,7 @@ LIGHTON_OCR_3_1B = LightOnOCR3(
 )
 
 LIGHTON_OCR_3 = LightOnOCR3(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="lightonocr-3",
     title="LightOnOCR-3",
     # The 0.8B and 4B; the client treats a name it does not know as LightOnOCR-3 at 2048 px too.

@@ -255,6 +255,7 @@ def _block_answer(element: Element) -> str:
 
 
 MINERU = MinerU(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="mineru",
     title="MinerU2.5",
     patterns=(r"mineru",),

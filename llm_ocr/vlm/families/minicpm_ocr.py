@@ -39,6 +39,7 @@ class MiniCPMOCR(MarkdownFamily):
 
 
 MINICPM_OCR = MiniCPMOCR(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="minicpm-ocr",
     title="MiniCPM-OCR 1.0",
     patterns=(r"minicpm-ocr-1", r"minicpm-ocr$"),

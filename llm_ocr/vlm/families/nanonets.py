@@ -80,6 +80,7 @@ class Nanonets(Family):
 
 
 NANONETS_OCR = Nanonets(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="nanonets",
     title="Nanonets-OCR2",
     patterns=("nanonets-ocr",),

@@ -177,6 +177,7 @@ def _drop_empty_text(layout: PageLayout) -> PageLayout:
 
 
 OLMOCR = OlmOCR(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="olmocr",
     title="olmOCR-2",
     patterns=("olmocr",),

@@ -70,6 +70,7 @@ class PaddleOCRVL(MarkdownFamily):
 
 
 PADDLEOCR_VL = PaddleOCRVL(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="paddleocr-vl",
     title="PaddleOCR-VL",
     patterns=("paddleocr-vl",),

@@ -121,6 +121,7 @@ _COMMON = dict(
 )
 
 QIANFAN_OCR_THINK = QianfanOCR(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="qianfan-ocr-think",
     title="Qianfan-OCR (Layout-as-Thought)",
     patterns=(),  # chosen with --recipe: the served name is the same model's
@@ -133,6 +134,7 @@ QIANFAN_OCR_THINK = QianfanOCR(
 )
 
 QIANFAN_OCR = QianfanOCR(
+    dense="bands",  # text without boxes: bands joined by the text their overlap repeats
     name="qianfan-ocr",
     title="Qianfan-OCR",
     patterns=(r"qianfan-ocr",),

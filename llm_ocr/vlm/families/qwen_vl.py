@@ -229,6 +229,7 @@ _SERVING_ARGS = ("--no-enable-prefix-caching", "--mm-processor-cache-gb", "0")
 _OUTPUTS = dict(boxes=True, figure_crops=True, html_tables=True, math=True)
 
 QWEN25_VL = QwenVL(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="qwen2.5-vl",
     title="Qwen2.5-VL",
     patterns=(r"qwen2\.5-vl",),
@@ -256,6 +257,7 @@ QWEN25_VL = QwenVL(
 )
 
 QWEN3_VL = QwenVL(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="qwen3-vl",
     title="Qwen3-VL",
     patterns=(r"qwen3-vl",),

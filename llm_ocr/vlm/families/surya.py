@@ -61,6 +61,7 @@ class Surya(Chandra):
 
 
 SURYA_OCR = Surya(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="surya",
     title="Surya OCR 2",
     patterns=(r"surya-ocr-2", r"surya-?2"),

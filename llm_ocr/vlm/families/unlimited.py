@@ -150,6 +150,7 @@ def _text(element: Element) -> str:
 
 
 UNLIMITED_OCR = UnlimitedOCR(
+    dense="tiles",  # every block comes with its box: tiles joined by boxes
     name="unlimited-ocr",
     title="Unlimited-OCR",
     patterns=(r"unlimited-ocr",),

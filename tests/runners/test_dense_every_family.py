@@ -1,0 +1,169 @@
+"""A dense newspaper page read whole by every family, at a small context, with the adaptive split.
+
+``llm-ocr extract`` against the simulated server playing each family (its own request, its own
+answer format), on a five-column page of ~20,000 characters with two figures: the page is cut
+in tiles (families whose answers box every block) or bands (the others) and joined into one row,
+``ok``, with at least 98% of its words; where the family boxes figures, every figure is found
+where it is on the page. Then the adaptive split: a server whose answers carry more tokens per
+character than the planner's first guess makes pieces run out, and they are cut again until they
+fit; a server so verbose that a piece a few lines tall still runs out leaves the page
+``truncated``, saying so; an ordinary page costs one request, as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llm_ocr.bench.accuracy import word_recall
+from llm_ocr.testing import SimulatedServer
+from llm_ocr.vlm.box import Box
+from llm_ocr.vlm.families import FAMILIES, Family
+from tests.conftest import read_stage, run_cli
+from tests.docs import make_pdf
+from tests.newspaper import Newspaper, newspaper_pdf
+
+def context(family: Family) -> str:
+    """The context the page is read at: 4,096 (answers of 1,536 to 3,072 tokens, for ~7,500
+    tokens of text; each piece's image must fit beside them, so the 200 and 300 DPI families
+    read more, smaller pieces), 8,192 for Unlimited-OCR, whose recipe keeps 4,096 tokens for its
+    image alone and would leave 256 for the answer."""
+    return "4096" if family.max_tokens(None, 4096) >= 1024 else "8192"
+
+
+@pytest.fixture(scope="module")
+def paper(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Newspaper]:
+    folder = tmp_path_factory.mktemp("newspaper")
+    return folder, newspaper_pdf(folder / "courier.pdf", seed=3)
+
+
+def served(family: Family) -> str:
+    return family.models[0] if family.models else "acme/some-vlm"
+
+
+def extract(docs: Path, out: Path, server: SimulatedServer, family: Family, *extra: str):
+    return run_cli(
+        "extract", str(docs), "--output", str(out), "--endpoint", server.base_url, "--workers", "0", "--progress", "off",
+        "--model", served(family), "--recipe", family.name, *extra, timeout=600,
+    )  # fmt: skip
+
+
+def server_for(family: Family, folder: Path, *extra: str, small: bool = True) -> SimulatedServer:
+    size = context(family) if small else str(family.serving.context)
+    return SimulatedServer("--instant", "--max-model-len", size, "--served-model-name", served(family),
+                           "--recipe", family.name, *extra, corpus=folder)  # fmt: skip
+
+
+def only_row(out: Path, doc: str) -> dict:
+    rows = [r for r in read_stage(out, "extract") if r["doc_id"] == doc]
+    assert len(rows) == 1
+    return rows[0]
+
+
+def overlap(a: Box, b: Box) -> float:
+    """Intersection over the smaller box's area."""
+    inside = a.clipped(b)
+    return inside.area / max(1e-9, min(a.area, b.area)) if inside.width > 0 and inside.height > 0 else 0.0
+
+
+#: Families whose pieces of a dense page are rendered from the source at a scale of their own
+#: (LightOnOCR-3 sizes a page by its longest edge, Unlimited-OCR by its pixel count) that the
+#: simulator's crop finder does not search: it does not find them on the page and answers with
+#: text of no page. What llm-ocr sends them is right by construction (sources/render.py
+#: render_regions), but not read back here: not verified.
+UNLOCATED = ("lightonocr-3", "lightonocr-3-1b", "unlimited-ocr")
+
+
+def _marked(f: Family) -> object:
+    if f.name == "mineru":
+        return pytest.param(f, marks=pytest.mark.xfail(
+            reason="the simulator cannot find a tile MinerU's layout pass resized to a square on its page", strict=True))
+    if f.name in UNLOCATED:
+        return pytest.param(f, marks=pytest.mark.xfail(
+            reason="the simulator does not find this family's source-rendered pieces on the page", strict=False))
+    return f
+
+
+@pytest.mark.parametrize("family", [_marked(f) for f in FAMILIES], ids=lambda f: f.name)
+def test_every_family_reads_a_dense_page_whole_at_a_small_context(tmp_path: Path, paper, family: Family) -> None:
+    folder, truth = paper
+    with server_for(family, folder) as server:
+        result = extract(folder, tmp_path / "out", server, family)
+        stats = server.stats()
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert stats["recipe_refused"] == 0
+    row = only_row(tmp_path / "out", "courier.pdf")
+    assert row["status"] == "ok", (row["error"], row["cut_reason"])
+    assert word_recall(truth.text, row["markdown"]) >= 0.98
+    kind = "tile" if family.dense == "tiles" else "band"
+    assert f"<--- {kind} 1/" in row["raw"] and row["segments"] >= 2, row["raw"][:200]
+    # Every request the page cost was a piece the server found on the page, and each fitted.
+    pieces = [r for r in requests if (r.get("known_page") or {}).get("source", "").endswith("courier.pdf")]
+    assert pieces and all("region" in r["known_page"] for r in pieces), [r.get("known_page") for r in requests]
+    if family.outputs.boxes:  # the families that box figures (olmOCR-2 reads in bands, but boxes them)
+        found = [Box(*f["bbox"]) for f in row["figures"]]
+        for x1, y1, x2, y2 in truth.figures:
+            where = Box(x1 * row["width"], y1 * row["height"], x2 * row["width"], y2 * row["height"])
+            assert any(overlap(where, box) >= 0.8 for box in found), (where, found)
+
+
+def test_answers_denser_than_the_first_guess_are_cut_again_until_they_fit(tmp_path: Path, paper) -> None:
+    """The planner guesses 0.35 tokens a character; this server writes 1.2 (four times the
+    simulator's default): the planned pieces run to max_tokens, unrepeated, and are cut in two,
+    some again, until every answer fits. No piece is retried hotter."""
+    folder, truth = paper
+    family = next(f for f in FAMILIES if f.name == "olmocr")
+    with server_for(family, folder, "--tokens-per-char", "1.2") as server:
+        result = extract(folder, tmp_path / "out", server, family)
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = only_row(tmp_path / "out", "courier.pdf")
+    assert row["status"] == "ok", (row["error"], row["cut_reason"])
+    assert word_recall(truth.text, row["markdown"]) >= 0.98
+    long = [r for r in requests if r.get("finish_reason") == "length"]
+    fitted = [r for r in requests if r.get("finish_reason") == "stop"]
+    assert long and "without repeating itself: cut in two between text lines" in row["cut_reason"]
+    assert row["segments"] == len(fitted) > len(long)  # every piece finally read, and it fitted
+    assert all(r["body"]["temperature"] == family.retries.temperatures[0] for r in requests)  # none retried hotter
+    assert row["completion_tokens"] == sum(r["completion_tokens"] for r in requests)  # the runs-out count too
+
+
+def test_a_piece_a_few_lines_tall_that_still_runs_out_leaves_the_page_truncated(tmp_path: Path) -> None:
+    """A server that writes 7 tokens a character: three lines of a page-wide column (~480
+    characters) overflow 3,072 tokens. The planned bands (about 10 lines each) are cut once; the
+    halves are under six lines and are not cut again: the page is truncated, and says why."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    newspaper_pdf(folder / "courier.pdf", seed=5, columns=1, figures=False)
+    family = next(f for f in FAMILIES if f.name == "lightonocr")  # the image alone: no prompt text to inflate
+    with server_for(family, folder, "--tokens-per-char", "7") as server:
+        result = extract(folder, tmp_path / "out", server, family)
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = only_row(tmp_path / "out", "courier.pdf")
+    assert row["status"] == "truncated"
+    assert "text lines tall, too few to cut: its text up to there kept" in row["error"], row["error"]
+    assert "cut in two between text lines" in row["cut_reason"]
+    assert len(requests) == row["segments"] + row["cut_reason"].count("both read again")
+    # The pieces that were cut again ran out, and so did most of those finally read.
+    long = sum(r["finish_reason"] == "length" for r in requests)
+    assert long >= row["cut_reason"].count("both read again") + row["segments"] // 2
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f.name in ("deepseek-ocr", "olmocr", "lightonocr-3")],
+                         ids=lambda f: f.name)
+def test_an_ordinary_page_costs_no_extra_request(tmp_path: Path, family: Family) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    make_pdf(folder / "report.pdf", pages=2)
+    with server_for(family, folder, small=False) as server:
+        result = extract(folder, tmp_path / "out", server, family)
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_stage(tmp_path / "out", "extract")
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert all(r["segments"] is None and r["cut_reason"] is None for r in rows)
+    pages = [r for r in requests if r.get("known_page")]
+    assert len(pages) == len(requests) == sum(r["attempts"] for r in rows)
