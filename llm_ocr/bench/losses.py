@@ -106,6 +106,10 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
         ("GPUs", light, {"servers": 1, **before_tiles}, {"servers": 4}),
         # Read whole, the strip's text (35,000 characters) would now be tiled: before, it was not.
         ("long page", replace(quiet, instant=True), {"max_page_aspect": 0.0, **before_tiles}, {"max_page_aspect": 3.0}),
+        # The same strip read by olmOCR-2 (its pages 1,288 px on the longer side): read whole it
+        # is a 22 x 1,288 px image; in segments, each rendered from the source as a page of its own.
+        ("long page, olmOCR-2", replace(quiet, instant=True, model=OLMOCR, long_side=None, max_tokens=None),
+         {"max_page_aspect": 0.0, **before_tiles}, {"max_page_aspect": 3.0}),
         # The 256-slot workload, with dense pages (their corpus is filled in by run_losses).
         ("dense pages, 256 slots", replace(light, slots=256, decode_ms_per_token=12.0, adaptive=True, max_tokens=7168),
          {"tile_dense_pages": False}, {"tile_dense_pages": True}),
@@ -220,6 +224,12 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
         return [
             ("pages/s, 1 vs 4 simulated GPUs", f"{today.pages_per_s:.2f}", f"{new.pages_per_s:.2f}"),
             ("  bound / wall (slowest GPU)", _ratio(today), _ratio(new)),
+        ]
+    if name == "long page, olmOCR-2":
+        return [
+            _row("long page (olmOCR-2): requests / rows", (f"{r.requests} / {r.pages}" for r in both)),
+            _row("  status", (",".join(k for k, v in r.pages_by_status.items() if v) for r in both)),
+            _row("  wall s (bound s)", (f"{r.wall_s:.1f} ({r.lower_bound_s or 0:.1f})" for r in both)),
         ]
     # The long page: one row either way; the text scale where the model reads it.
     width, height = 443, 27049
@@ -339,7 +349,7 @@ def run_losses(
         for name, config, today_changes, new_changes in workloads(base):
             if only and name not in only:
                 continue
-            corpus = strip if name == "long page" else pages
+            corpus = strip if name.startswith("long page") else pages
             if name.startswith("long tail"):
                 corpus = corpus_root / f"long-tail-{base.pages}-seed-{base.seed}"
                 make_long_tail_corpus(corpus, base.pages, base.seed)

@@ -60,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "and 256 slots) each the old way and the new way, and print them side by side")
     losses.add_argument("--workload", action="append", metavar="NAME",
                         choices=["loops", "256 slots", "64 slots, long tail", "GPUs", "long page",
+                                 "long page, olmOCR-2",
                                  "dense pages, 256 slots", "dense recall", "dense recall, DeepSeek-OCR 4096",
                                  "dense recall, DeepSeek-OCR 8192", "dense recall, olmOCR-2 8192",
                                  "dense recall, denser answers", "long tail, 64 slots", "long tail, 256 slots"],

@@ -66,11 +66,26 @@ def describe(family: Family, preset: str) -> dict[str, Any]:
         # docs/gpu-time.md section 5: a page longer than one answer is read in pieces by every
         # family, tiles where its boxes can join them, bands otherwise (Family.dense).
         "dense_pages": dense_pages(family),
+        # docs/gpu-time.md section 4: a page longer than 1:3 (a 1:60 log strip) is read in segments.
+        "long_pages": long_pages(family),
         "serve": shlex.join(command),
         "images": {platform: _image(choice) for platform, choice in choices(family).items()},
         "needs": family.serving.needs,
         "sources": [{"fact": s.fact, "where": s.where} for s in family.sources],
     }
+
+
+def long_pages(family: Family) -> str:
+    """What happens to a page far longer than wide (a 1:60 strip), for ``llm-ocr models``."""
+    return (f"cut into overlapping segments of at most 1:2, each rendered from the source as a page of its own "
+            f"({_page_size(family)}), read at once; never sent under {family.min_readable_side} px on a side")
+
+
+def _page_size(family: Family) -> str:
+    rendering = family.rendering
+    if rendering.long_side:
+        return f"{rendering.long_side} px on its longer side"
+    return f"{rendering.dpi:g} DPI" + (f", at most {rendering.max_pixels:,} pixels" if rendering.max_pixels else "")
 
 
 def dense_pages(family: Family) -> str:
@@ -123,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         notes = f"; {row['outputs']['notes']}" if row["outputs"]["notes"] else ""
         print(f"  outputs: {_flags(row['outputs'])}{notes}")
         print(f"  dense:   {row['dense_pages']}")
+        print(f"  strips:  {row['long_pages']}")
         print(f"  serve:   {row['serve']}")
         if row["needs"]:
             print(f"  needs:   {row['needs']}")
