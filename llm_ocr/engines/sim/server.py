@@ -59,6 +59,8 @@ _DECODE_STEP_S = DECODE_STEP_S  # the old private name, kept for existing import
 #: A piece of a page sent at under this share of the scale the family renders it at as a page
 #: was cut from a downscaled render (rounding and the renderer's pixel caps stay above it).
 DOWNSCALED = 0.8
+#: An image at least this many times as long as wide is taken for a segment of a long page.
+SEGMENT_SHAPED = 1.9
 _IMAGE_URI = re.compile(r"^data:(image/[\w.+-]+);base64,", re.IGNORECASE)
 
 
@@ -481,14 +483,20 @@ class SimServer(OpenAIServer):
             raise ApiError(400, f"request strays from the {family.title} recipe: {exc}") from None
 
     def _check_readable(self, family: Family, facts: ImageFacts, record: dict[str, Any]) -> None:
-        """Refuse (400, counted in ``unreadable_refused``) a page image no model of the family
+        """Refuse (400, counted in ``unreadable_refused``) a piece of a page no model of the family
         reads: a side under the family's minimum readable size, or a piece of a known page cut
         from a render smaller than the one the family gives that piece as a page (its scale under
         :data:`DOWNSCALED` of the family's: the page was shrunk to the family's size whole, then
         cut). Unless lenient."""
         problem = None
         least = family.min_readable_side
-        if min(facts.width, facts.height) < least:
+        # Only a piece of a page is held to the minimum: a crop found on a known page, or an
+        # image shaped like a long page's segment (1:2 or longer; one too small to be found is
+        # taken for a page). A whole page image smaller than the minimum is resized by the
+        # model's processor, as vLLM's are (Qwen2-VL's smart_resize raises it to min_pixels).
+        short, long = sorted((facts.width, facts.height))
+        piece = facts.region is not None or long >= SEGMENT_SHAPED * short
+        if piece and short < least:
             problem = (f"a {facts.width} x {facts.height} px image is under {family.title}'s minimum readable size "
                        f"({least} px a side)")
         elif facts.known is not None and facts.region is not None and facts.known.size_pt[0]:
