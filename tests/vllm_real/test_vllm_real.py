@@ -316,7 +316,10 @@ def test_run_extracts_describes_and_assembles_on_real_vllm(tiny_model: Path, tmp
     process = _start([
         "-v", "run", str(tmp_path / "docs"), "--output", str(out),
         *server_cli_args(tiny_model, "--gpu-preset", "l4-24gb", server_args=f"{SERVER_ARGS} --api-key {key}"),
-        "--max-tokens", "48", "--describe-max-tokens", "24", "--workers", "1", "--progress", "log",
+        # A random model runs to max_tokens without looping: read each page whole (the requests
+        # and the run are tested here, not the dense-page policy).
+        "--max-tokens", "48", "--no-tile-dense-pages", "--describe-max-tokens", "24", "--workers", "1",
+        "--progress", "log",
     ], tmp_path, env={"LLM_OCR_API_KEY": key})  # fmt: skip
     watch = ProcessWatch(process.pid)
     handed_over: dict[str, str | None] = {}
@@ -396,7 +399,8 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model
     out = tmp_path / "out"
     process = _start([
         "extract", str(tmp_path / "docs"), "--output", str(out), *server_cli_args(tiny_model),
-        "--max-tokens", "64", "--truncation-retries", "0", "--max-in-flight", "1", "--workers", "0",
+        "--max-tokens", "64", "--no-tile-dense-pages", "--truncation-retries", "0", "--max-in-flight", "1",
+        "--workers", "0",
         "--flush-interval", "0.5", "--part-rows", "1", "--progress", "log", "--progress-interval", "1",
     ], tmp_path)  # fmt: skip
     watch = ProcessWatch(process.pid)
