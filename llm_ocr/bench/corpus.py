@@ -153,10 +153,10 @@ def _helvetica_pdf(streams: list[bytes], size: tuple[float, float]) -> bytes:
         )
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
     objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(streams)} >>".encode()
-    return _pdf(objects)
+    return pdf_file(objects)
 
 
-def _pdf(objects: list[bytes]) -> bytes:
+def pdf_file(objects: list[bytes]) -> bytes:
     """A PDF file of numbered ``objects`` (the first is the catalog), with its xref table."""
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
@@ -194,7 +194,7 @@ def strip_pdf(path: Path, seed: int = 0, size: tuple[int, int] = STRIP_PT) -> in
         "/Resources << /Font << /F1 3 0 R >> >> /Contents 5 0 R >>".encode(),
         b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
     ]
-    path.write_bytes(_pdf(objects))
+    path.write_bytes(pdf_file(objects))
     return lines
 
 

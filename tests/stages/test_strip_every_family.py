@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from llm_ocr.bench.corpus import pdf_file
 from llm_ocr.options import RenderOptions
 from llm_ocr.sources.base import DocumentRef
 from llm_ocr.sources.render import render_pages
@@ -37,19 +38,6 @@ WORDS = "survey district coastal sample annual report volunteers transect figure
 
 def _text(s: str) -> str:
     return "(" + s.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ")"
-
-
-def _pdf(objects: list[bytes]) -> bytes:
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, obj in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + obj + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
 
 
 def strip_pdf(path: Path) -> list[str]:
@@ -82,7 +70,7 @@ def strip_pdf(path: Path) -> list[str]:
         b"<< /Type /XObject /Subtype /Image /Width 60 /Height 40 /ColorSpace /DeviceRGB /BitsPerComponent 8 "
         b"/Filter /FlateDecode /Length %d >>\nstream\n" % len(pixels) + pixels + b"\nendstream",
     ]
-    path.write_bytes(_pdf(objects))
+    path.write_bytes(pdf_file(objects))
     return lines
 
 
