@@ -122,11 +122,8 @@ def crop_from_pieces(pieces: Sequence[tuple[Segment, bytes]], halves: Sequence[S
 
     out = []
     for half in halves:
-        segment, data = next(
-            ((s, d) for s, d in pieces
-             if s.left <= half.left and s.top <= half.top and half.right <= s.right and half.bottom <= s.bottom),
-            min(pieces, key=lambda p: _outside(p[0], half)),
-        )
+        home = containing([s for s, _ in pieces], half)
+        segment, data = pieces[home] if home is not None else min(pieces, key=lambda p: _outside(p[0], half))
         with Image.open(io.BytesIO(data)) as img:
             sx, sy = img.width / segment.width, img.height / segment.height
             part = img.convert("RGB").crop((
@@ -137,6 +134,12 @@ def crop_from_pieces(pieces: Sequence[tuple[Segment, bytes]], halves: Sequence[S
         part.save(buffer, format="PNG", compress_level=1)
         out.append(buffer.getvalue())
     return out
+
+
+def containing(segments: Sequence[Segment], inner: Segment) -> int | None:
+    """The index of the first of ``segments`` that ``inner`` lies wholly inside (None: none)."""
+    return next((i for i, s in enumerate(segments) if s.left <= inner.left and s.top <= inner.top
+                 and inner.right <= s.right and inner.bottom <= s.bottom), None)
 
 
 def _outside(segment: Segment, half: Segment) -> int:

@@ -52,7 +52,7 @@ from typing import Any
 
 from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
-from llm_ocr.sources.pieces import PiecedPage, PieceImage, Region
+from llm_ocr.sources.pieces import PiecedPage, PieceImage, Region, containing
 from llm_ocr.sources.segments import Segment
 from llm_ocr.sources.tiles import plan_bands, plan_tiles, split_piece
 from llm_ocr.stages.attempts import Answer
@@ -295,10 +295,10 @@ def _as_sent(
         return check
 
     def why(piece: Segment) -> str | None:
-        home = next((p for p in rendered.pieces if p.segment.left <= piece.left and p.segment.top <= piece.top
-                     and piece.right <= p.segment.right and piece.bottom <= p.segment.bottom), None)
-        if home is None:
+        index = containing([p.segment for p in rendered.pieces], piece)
+        if index is None:
             return check(piece)
+        home = rendered.pieces[index]
         rx, ry = home.width / max(1, home.segment.width), home.height / max(1, home.segment.height)
         return check(Segment(piece.index, 0, 0, max(1, round(piece.width * rx)), max(1, round(piece.height * ry))))
 
