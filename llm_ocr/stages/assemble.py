@@ -6,7 +6,8 @@ batches and writes the results. Layout of the Markdown (documented in docs/stage
 * pages in order, joined by ``page_separator`` (``{page}`` stands for the next page's number);
 * each ``![](figure:ID)`` whose ID is a figure of that page becomes ``![ALT](figure:ID)`` — ALT the
   first sentence of the caption, at most ~100 characters — followed by the whole caption as a
-  blockquote ``> **Figure:** ...``. A blockquote survives any caption text: several lines,
+  blockquote ``> **Figure:** ...`` (less any line the page's own text already holds, such as the
+  printed caption a description quotes). A blockquote survives any caption text: several lines,
   asterisks, lists; an italic paragraph would break on the first ``*`` or blank line;
 * a link to an ID the page does not have (the model can write one) is escaped into plain text;
 * a failed or missing page leaves an HTML comment ``<!-- page N: failed (...) -->`` in its place,
@@ -52,6 +53,29 @@ def alt_text(caption: str | None, limit: int = ALT_TEXT_CHARS) -> str:
     return first.translate(_ALT_ESCAPES)
 
 
+#: A description line's label, as the CPU engine writes them ("Caption: ...", "Text in the figure: ...").
+_LABEL = re.compile(r"^[A-Z][A-Za-z ]{0,30}:\s+")
+
+
+def _words(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def unrepeated(description: str, page_text: str) -> str:
+    """``description`` without the lines whose words (after any ``Label:``) the page's own
+    text already holds: a description that quotes the figure's printed caption would otherwise
+    put it in the document a second time, under the figure and then as the page's caption line."""
+    shown = f" {_words(page_text)} "
+    kept = []
+    for line in description.strip().splitlines():
+        words = _words(_LABEL.sub("", line.strip()))
+        # A few words (a one-word description) may be on the page by chance: only a line
+        # of some length is taken for the page's own.
+        if len(words.split()) < 4 or f" {words} " not in shown:
+            kept.append(line)
+    return "\n".join(kept).strip()
+
+
 def caption_block(caption: str) -> str:
     """The full caption as a blockquote paragraph."""
     lines = caption.strip().splitlines() or [""]
@@ -78,10 +102,11 @@ def render_page(page: PageResult, figure_ids: dict[str, str]) -> str:
         if figure is None:
             return _escape_link(match.group(0))
         link = f"![{alt_text(figure.description)}](figure:{figure_ids[figure.id]})"
-        if not figure.description:
+        quoted = unrepeated(figure.description or "", page.markdown or "")
+        if not quoted:
             return link
         # Blank lines on both sides: the caption is its own block even if the link was inline.
-        return f"{link}\n\n{caption_block(figure.description)}\n\n"
+        return f"{link}\n\n{caption_block(quoted)}\n\n"
 
     text = FIGURE_LINK.sub(replace, page.markdown or "")
     return _MANY_NEWLINES.sub("\n\n", text).strip("\n")

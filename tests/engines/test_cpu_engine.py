@@ -492,7 +492,9 @@ def test_figure_is_found_cropped_captioned_and_described_and_a_text_page_has_non
     assert second["figures"] == [] and "image" not in [b["label"] for b in second["blocks"]]
     assert "![" not in second["markdown"]
 
-    # The exported document: the figure, its description, then the caption.
+    # The exported document: the figure, the text read inside it, then the caption, once: the
+    # description's "Caption:" line quotes the page's own caption line and is not repeated.
     markdown = (out / "markdown" / "marsh.pdf.md").read_text()
     link = markdown.index("](figures/")
-    assert link < markdown.index("> **Figure:** Caption: Figure 7") < markdown.index(f"\n{CAPTION}")
+    assert link < markdown.index("> **Figure:** Text in the figure: ") < markdown.index(f"\n{CAPTION}")
+    assert markdown.count(f"\n{CAPTION}") == 1 and "Caption: Figure 7" not in markdown[link:]

@@ -58,6 +58,25 @@ def test_pages_in_order_with_captions_in_place_and_fake_links_defused() -> None:
     assert figure["description"] == chart.description
 
 
+def test_a_description_quoting_the_printed_caption_does_not_repeat_it() -> None:
+    """A description line the page's own text already holds (the CPU engine's ``Caption: ...``
+    quotes the caption printed under the figure) is left out of the blockquote; the rest stays;
+    a description made only of such lines leaves the link alone, with its alt text."""
+    caption = "Figure 1: Pages processed per minute on five machines."
+    quoting = Figure(id="p1-f1", bbox=[1, 2, 3, 4], image=b"png",
+                     description=f"Caption: {caption}\nText in the figure: pages per minute alpha")
+    doc = assemble_document([page(1, f"Intro.\n\n![](figure:p1-f1)\n\n{caption}", [quoting])])
+    assert doc.markdown.count("Pages processed per minute") == 2  # the alt text and the page's caption line
+    assert "> **Figure:** Text in the figure: pages per minute alpha\n\n" + caption in doc.markdown
+    only = Figure(id="p1-f1", bbox=[1, 2, 3, 4], image=b"png", description=f"Caption: {caption}")
+    doc = assemble_document([page(1, f"![](figure:p1-f1)\n\n{caption}", [only])])
+    assert doc.markdown.startswith(f"![Caption: Figure 1: Pages processed per minute on five machines.](figure:p1-f1)\n\n{caption}\n")
+    # A short description is kept even when its words are on the page, as is one that is not.
+    short = Figure(id="p1-f1", bbox=[1, 2, 3, 4], image=b"png", description="Pages processed.\nA rising line.")
+    doc = assemble_document([page(1, f"![](figure:p1-f1)\n\n{caption}", [short])])
+    assert "> **Figure:** Pages processed.\n> A rising line." in doc.markdown
+
+
 def test_failed_and_missing_pages_make_a_partial_document() -> None:
     rows = [page(1, "One."), page(3, "", status="error", error="HTTP 400: bad -->request")]
     doc = assemble_document(rows)
