@@ -15,10 +15,15 @@ once as the client runs now (``new``):
 - These three render pages small (36 DPI, so 494 x 640 px): on a shared 2-core machine a
   client rendering full pages cannot feed 256 slots or four GPUs, and the comparison would
   measure rendering (the instant benchmark's job) instead of the in-flight policy.
-- **long page**: the 234 x 14,295 pt strip of docs/facts.md#real-pdfs (443 x 27,049 px at 144 DPI):
-  read whole today, in segments now. The simulator does not read text, so what is compared is how
-  large the text is where the model reads it (the scale of its 640-pixel crops), and that the page
-  still gets one row.
+- **long page** and **long page, olmOCR-2**: the 234 x 14,295 pt strip of
+  docs/facts.md#real-pdfs (443 x 27,049 px at 144 DPI), read by DeepSeek-OCR and by olmOCR-2:
+  whole today, in segments now (each rendered from the source at the family's resolution). The
+  simulator knows the strip (its text layer) and serves it as a GPU would (1 ms a token): word
+  recall, tokens generated against the text's own, wall time against the bound, and for
+  DeepSeek-OCR how large the text is where the model reads it (the scale of its 640-pixel
+  crops). The simulator answers a piece from its geometry, whatever its scale: the recall says
+  that every piece was found and joined, not that a model could read it (the scale line and
+  the simulator's refusal of under-size pieces say that).
 
 Two more compare dense pages read whole, cut at ``max_tokens`` and retried (``today``)
 with dense pages read in tiles (``new``); the simulator knows the dense pages (their text layer;
@@ -93,6 +98,7 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
     # olmOCR-2 (the family of issue 38's measurement: max_tokens 8,000 in a 16,384 context), its
     # pages scaled to 640 px on the longer side so that the client feeds the server on a loaded
     # 2-core machine (its own 1,288 px PNGs cost the client ~4 times more).
+    strip_gpu = replace(quiet, slots=64, prefill_ms=20.0, decode_ms_per_token=1.0, load_slowdown=1.0)
     long_tail = replace(quiet, model=OLMOCR, long_side=640, max_tokens=None, max_model_len=16384, adaptive=True)
     return [
         ("loops", replace(base, loop_rate=0.10, loop_repeat_rate=0.5, max_tokens=7168, decode_ms_per_token=1.0),
@@ -105,10 +111,13 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
          {"adaptive": True}),
         ("GPUs", light, {"servers": 1, **before_tiles}, {"servers": 4}),
         # Read whole, the strip's text (35,000 characters) would now be tiled: before, it was not.
-        ("long page", replace(quiet, instant=True), {"max_page_aspect": 0.0, **before_tiles}, {"max_page_aspect": 3.0}),
+        # Known to the simulator (run_losses), on a served GPU (1 ms a token): recall, tokens
+        # against the text's own and wall time against the bound.
+        ("long page", replace(strip_gpu, max_tokens=7168), {"max_page_aspect": 0.0, **before_tiles},
+         {"max_page_aspect": 3.0}),
         # The same strip read by olmOCR-2 (its pages 1,288 px on the longer side): read whole it
         # is a 22 x 1,288 px image; in segments, each rendered from the source as a page of its own.
-        ("long page, olmOCR-2", replace(quiet, instant=True, model=OLMOCR, long_side=None, max_tokens=None),
+        ("long page, olmOCR-2", replace(strip_gpu, model=OLMOCR, long_side=None, max_tokens=None),
          {"max_page_aspect": 0.0, **before_tiles}, {"max_page_aspect": 3.0}),
         # The 256-slot workload, with dense pages (their corpus is filled in by run_losses).
         ("dense pages, 256 slots", replace(light, slots=256, decode_ms_per_token=12.0, adaptive=True, max_tokens=7168),
@@ -225,11 +234,18 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
             ("pages/s, 1 vs 4 simulated GPUs", f"{today.pages_per_s:.2f}", f"{new.pages_per_s:.2f}"),
             ("  bound / wall (slowest GPU)", _ratio(today), _ratio(new)),
         ]
+    strip = [
+        _row("  word recall", (_recall(r, "strip") for r in both)),
+        _row("  tokens generated / the text's own tokens", (
+            ", ".join(f"{d['tokens'] / d['text_tokens']:.2f}x" if d.get("text_tokens") else "-"
+                      for d in r.dense.get("pages", [])) or "-" for r in both)),
+        _row("  wall s (bound s)", (f"{r.wall_s:.1f} ({r.lower_bound_s or 0:.1f})" for r in both)),
+    ]
     if name == "long page, olmOCR-2":
         return [
             _row("long page (olmOCR-2): requests / rows", (f"{r.requests} / {r.pages}" for r in both)),
             _row("  status", (",".join(k for k, v in r.pages_by_status.items() if v) for r in both)),
-            _row("  wall s (bound s)", (f"{r.wall_s:.1f} ({r.lower_bound_s or 0:.1f})" for r in both)),
+            *strip,
         ]
     # The long page: one row either way; the text scale where the model reads it.
     width, height = 443, 27049
@@ -240,6 +256,7 @@ def describe(name: str, today: RunResult, new: RunResult) -> list[tuple[str, str
         _row("long page 443x27049: requests / rows", (f"{r.requests} / {r.pages}" for r in both)),
         ("  text scale in the model's crops", f"{whole:.2f}x", f"{parts:.2f}x"),
         _row("  status", (",".join(k for k, v in r.pages_by_status.items() if v) for r in both)),
+        *strip,
     ]
 
 
@@ -253,14 +270,15 @@ def _recall(result: RunResult, kind: str) -> str:
     return f"{min(recalls):.4f} (mean {_mean(recalls):.4f})" if recalls else "-"
 
 
-def dense_accounting(logs: list[Path], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For each dense page (a PDF named ``*dense*``): its row's status, and the completion tokens
-    and requests the simulator's logs show for it, whole-page answers and tiles apart."""
+def dense_accounting(logs: list[Path], rows: list[dict[str, Any]], mark: str = "dense") -> list[dict[str, Any]]:
+    """For each dense page (a PDF named ``*dense*``, or ``*MARK*``): its row's status, and the
+    completion tokens and requests the simulator's logs show for it, whole-page answers and
+    tiles apart."""
     import json
 
     pages: dict[str, dict[str, Any]] = {}
     for row in rows:
-        if "dense" in row["doc_id"]:
+        if mark in row["doc_id"]:
             pages[row["doc_id"]] = {"doc": row["doc_id"], "status": row["status"], "tokens": 0, "requests": 0,
                                     "whole_tokens": 0, "tile_tokens": 0}  # fmt: skip
     for log in logs:
@@ -310,12 +328,12 @@ def recall_by_kind(rows: list[dict[str, Any]], corpus: Path) -> dict[str, list[f
     apart (pages without a text layer, the scans, are left out)."""
     from llm_ocr.bench.accuracy import text_layer, word_recall
 
-    out: dict[str, list[float]] = {"recall_normal": [], "recall_dense": []}
+    out: dict[str, list[float]] = {"recall_normal": [], "recall_dense": [], "recall_strip": []}
     for row in rows:
         truth = text_layer(str(corpus / row["doc_id"]), row["page"])
         if len(truth.split()) < 10:
             continue
-        kind = "recall_dense" if "dense" in row["doc_id"] else "recall_normal"
+        kind = next((f"recall_{k}" for k in ("dense", "strip") if k in row["doc_id"]), "recall_normal")
         out[kind].append(round(word_recall(truth, row["markdown"] or ""), 4))
     return out
 
@@ -350,6 +368,8 @@ def run_losses(
             if only and name not in only:
                 continue
             corpus = strip if name.startswith("long page") else pages
+            if name.startswith("long page"):
+                config = replace(config, sim_corpus=str(strip))  # the strip known: answered from its text
             if name.startswith("long tail"):
                 corpus = corpus_root / f"long-tail-{base.pages}-seed-{base.seed}"
                 make_long_tail_corpus(corpus, base.pages, base.seed)
@@ -368,7 +388,15 @@ def run_losses(
             for label, changes in (("today", today_changes), ("new", new_changes)):
                 work = work_root / f"{name.replace(' ', '-').replace(',', '')}-{label}"
                 dense = name.startswith("dense")
-                result = asyncio.run(run_once(replace(config, **changes), corpus, work, keep=dense))
+                result = asyncio.run(run_once(replace(config, **changes), corpus, work,
+                                              keep=dense or name.startswith("long page")))
+                if name.startswith("long page") and result.output:
+                    rows = _read_rows(Path(result.output))
+                    result.dense = {"pages": dense_accounting(sorted(work.glob("requests-*.jsonl")), rows, "strip"),
+                                    **recall_by_kind(rows, corpus)}
+                    for page in result.dense["pages"]:
+                        page["text_tokens"] = text_tokens(corpus, page["doc"], config.tokens_per_char)
+                    shutil.rmtree(result.output, ignore_errors=True)
                 if dense and result.output:
                     rows = _read_rows(Path(result.output))
                     result.dense = {"pages": dense_accounting(sorted(work.glob("requests-*.jsonl")), rows)}

@@ -172,7 +172,7 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
     longest_first = max((longest_first_bound(config.timing(), rs).makespan for rs in per_server if rs),
                         default=None) if not config.instant else None
     actual = None
-    if not config.instant and per_server:
+    if not config.instant and any(per_server):  # a run may send no request (its pages all failed)
         actual = max((replay_arrivals(config.timing(), rs, epoch_start) for rs in per_server if rs),
                      key=lambda r: r.makespan)
     last_answer = max((r.arrival + r.latency_s for r in requests), default=epoch_start) - epoch_start

@@ -10,8 +10,8 @@ from llm_ocr.bench.losses import format_losses, run_losses
 
 def test_loops_and_the_long_page_side_by_side(tmp_path: Path) -> None:
     base = BenchConfig(pages=40, seed=1, workers=1)
-    comparisons = run_losses(base, corpus_dir=tmp_path / "corpus", work_dir=tmp_path / "work", only=["loops", "long page"])
-    loops, page = comparisons
+    comparisons = run_losses(base, corpus_dir=tmp_path / "corpus", work_dir=tmp_path / "work", only=["loops", "long page", "long page, olmOCR-2"])
+    loops, page, olmocr = comparisons
     # Today a loop runs to max_tokens; now it is cut within 2,000 tokens, and nothing else is.
     assert loops.today.loops["events"] > 0 and loops.today.loops["tokens_per_event"] == 7168
     assert loops.new.loops["events"] > 0 and loops.new.loops["tokens_per_event"] <= 2000
@@ -21,6 +21,14 @@ def test_loops_and_the_long_page_side_by_side(tmp_path: Path) -> None:
     # The 1:61 strip: one request today, one per segment now, one row either way.
     assert (page.today.requests, page.today.pages) == (1, 1)
     assert page.new.requests > 20 and page.new.pages == 1
+    # Known to the simulator: every line of the strip read in its segments, and at about the
+    # text's own tokens; olmOCR-2 reads it too in segments (whole, it is 22 px wide: refused).
+    for strip in (page.new, olmocr.new):
+        assert min(strip.dense["recall_strip"]) >= 0.98, strip.dense
+        (accounting,) = strip.dense["pages"]
+        assert accounting["status"] == "ok" and accounting["tokens"] <= 1.3 * accounting["text_tokens"], accounting
+    assert olmocr.today.pages_by_status.get("error") == 1 and olmocr.today.requests == 0
+    assert olmocr.new.requests > 20 and olmocr.new.lower_bound_s
     table = format_losses(comparisons)
     assert "tokens per loop event" in table and "0.14x" in table and "1.44x" in table
 
