@@ -16,9 +16,15 @@ A job's command runs as a local subprocess in a folder of its own, with:
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import psutil
 
 FAKES = Path(__file__).resolve().parent
 JOBS_BIN = FAKES / "jobs_bin"
@@ -56,3 +62,43 @@ def with_image(env: dict[str, str], image_env: dict[str, str]) -> dict[str, str]
     for key, value in image_env.items():
         env[key] = f"{value}{os.pathsep}{env[key]}" if key in ("PATH", "PYTHONPATH") and key in env else value
     return env
+
+
+class Descendants:
+    """Every process a container's main process started, sampled while it runs (orphans are
+    re-parented when it exits, so they cannot be found from it afterwards)."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self.seen: set[psutil.Process] = set()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while self.process.poll() is None:
+            self.seen.update(process_tree(self.process.pid)[1:])
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        for proc in self.seen:
+            try:
+                proc.send_signal(signal.SIGKILL)  # psutil checks the pid still is that process
+            except psutil.NoSuchProcess:
+                pass
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and every process below it (none when it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def kill_tree(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid`` and every process below it: a container stopped as a whole."""
+    for proc in process_tree(pid):
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass

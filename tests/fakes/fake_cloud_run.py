@@ -50,7 +50,7 @@ from typing import Any
 
 import psutil
 
-from tests.fakes.container import container_env, map_words, with_image
+from tests.fakes.container import Descendants, container_env, kill_tree, map_words, process_tree, with_image
 from tests.storage_servers import GcsEmulator
 
 _TYPE = "type.googleapis.com/google.cloud.run.v2."
@@ -219,7 +219,7 @@ class FakeCloudRun:
             execution.cancelled = True
             for task in execution.tasks:
                 if task.process is not None and task.process.poll() is None:
-                    _kill_tree(task.process.pid, signal.SIGKILL)
+                    kill_tree(task.process.pid, signal.SIGKILL)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -518,7 +518,7 @@ class FakeCloudRun:
         timer = threading.Timer(timeout, self._stop, args=(task, "timeout"))
         timer.daemon = True
         timer.start()
-        seen = _Descendants(process)
+        seen = Descendants(process)
         assert process.stdout is not None
         for raw in process.stdout:
             self._log(execution, task, attempt, raw.decode("utf-8", "replace").rstrip("\n"))
@@ -538,14 +538,14 @@ class FakeCloudRun:
             return
         if task.attempts:
             task.attempts[-1].stop_reason = task.attempts[-1].stop_reason or reason
-        tree = _tree(process.pid)
+        tree = process_tree(process.pid)
         try:
             process.send_signal(signal.SIGTERM)  # the container's main process only, as Docker/Cloud Run do
         except ProcessLookupError:
             return
 
         def kill_all() -> None:
-            for proc in tree + _tree(process.pid):
+            for proc in tree + process_tree(process.pid):
                 try:
                     proc.send_signal(signal.SIGKILL)
                 except psutil.NoSuchProcess:
@@ -734,41 +734,3 @@ def _matches(row: dict[str, Any], key: str, op: str, value: str) -> bool:
     else:
         return False
     return actual == value
-
-
-class _Descendants:
-    """Every process a container's main process started, sampled while it runs (orphans are
-    re-parented when it exits, so they cannot be found from it afterwards)."""
-
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.process = process
-        self.seen: set[psutil.Process] = set()
-        threading.Thread(target=self._sample, daemon=True).start()
-
-    def _sample(self) -> None:
-        while self.process.poll() is None:
-            self.seen.update(_tree(self.process.pid)[1:])
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        for proc in self.seen:
-            try:
-                proc.send_signal(signal.SIGKILL)  # psutil checks the pid still is that process
-            except psutil.NoSuchProcess:
-                pass
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _kill_tree(pid: int, sig: int) -> None:
-    for proc in _tree(pid):
-        try:
-            proc.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass

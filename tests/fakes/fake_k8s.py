@@ -66,7 +66,7 @@ from typing import Any
 
 import psutil
 
-from tests.fakes.container import container_env, map_words, with_image
+from tests.fakes.container import Descendants, container_env, kill_tree, map_words, process_tree, with_image
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 JOB_NAME_KEY = "batch.kubernetes.io/job-name"
@@ -538,7 +538,7 @@ class FakeKubernetes:
         for pod in pods:
             for container in [*pod.init, *pod.main]:
                 if container.process is not None and container.process.poll() is None:
-                    _kill_tree(container.process.pid, signal.SIGKILL)
+                    kill_tree(container.process.pid, signal.SIGKILL)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -573,7 +573,7 @@ class FakeKubernetes:
         pod.stop_reason = pod.stop_reason or "killed"
         for container in [*pod.init, *pod.main]:
             if container.process is not None and container.process.poll() is None:
-                _kill_tree(container.process.pid, signal.SIGKILL)
+                kill_tree(container.process.pid, signal.SIGKILL)
 
     def evict(self, pod: FakePod) -> None:
         """Evict a pod as a node drain or preemption does: ``DisruptionTarget``, then a stop."""
@@ -1054,7 +1054,7 @@ class FakeKubernetes:
             pod.phase = "Running"
             self.changed.notify_all()
         started = container.state["running"]["startedAt"]
-        seen = _Descendants(process)
+        seen = Descendants(process)
         assert process.stdout is not None
         for raw in process.stdout:
             with self.changed:
@@ -1083,14 +1083,14 @@ class FakeKubernetes:
             self.changed.notify_all()
         grace = self.grace_s if self.grace_s is not None else float(pod.spec.get("terminationGracePeriodSeconds", 30))
         for process in processes:
-            tree = _tree(process.pid)
+            tree = process_tree(process.pid)
             try:
                 process.send_signal(signal.SIGTERM)
             except ProcessLookupError:
                 continue
 
             def kill_all(process: subprocess.Popen[bytes] = process, tree: list[psutil.Process] = tree) -> None:
-                for proc in tree + _tree(process.pid):
+                for proc in tree + process_tree(process.pid):
                     try:
                         proc.send_signal(signal.SIGKILL)
                     except psutil.NoSuchProcess:
@@ -1187,41 +1187,3 @@ def _policy_action(rules: list[dict[str, Any]], pod: FakePod) -> str:
                 if (on_codes["operator"] == "In") == (code in values):
                     return str(rule["action"])
     return "Count"
-
-
-class _Descendants:
-    """Every process a container's main process started, sampled while it runs (orphans are
-    re-parented when it exits, so they cannot be found from it afterwards)."""
-
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.process = process
-        self.seen: set[psutil.Process] = set()
-        threading.Thread(target=self._sample, daemon=True).start()
-
-    def _sample(self) -> None:
-        while self.process.poll() is None:
-            self.seen.update(_tree(self.process.pid)[1:])
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        for proc in self.seen:
-            try:
-                proc.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _kill_tree(pid: int, sig: int) -> None:
-    for proc in _tree(pid):
-        try:
-            proc.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass
