@@ -67,21 +67,10 @@ def overlap(a: Box, b: Box) -> float:
     return inside.area / max(1e-9, min(a.area, b.area)) if inside.width > 0 and inside.height > 0 else 0.0
 
 
-#: Families whose pieces of a dense page are rendered from the source at a scale of their own
-#: (LightOnOCR-3 sizes a page by its longest edge, Unlimited-OCR by its pixel count) that the
-#: simulator's crop finder does not search: it does not find them on the page and answers with
-#: text of no page. What llm-ocr sends them is right by construction (sources/render.py
-#: render_regions), but not read back here: not verified.
-UNLOCATED = ("lightonocr-3", "lightonocr-3-1b", "unlimited-ocr")
-
-
 def _marked(f: Family) -> object:
     if f.name == "mineru":
         return pytest.param(f, marks=pytest.mark.xfail(
             reason="the simulator cannot find a tile MinerU's layout pass resized to a square on its page", strict=True))
-    if f.name in UNLOCATED:
-        return pytest.param(f, marks=pytest.mark.xfail(
-            reason="the simulator does not find this family's source-rendered pieces on the page", strict=False))
     return f
 
 
