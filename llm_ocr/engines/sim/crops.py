@@ -53,8 +53,7 @@ SEARCH_MIN_SIDE = 32
 #: scale is not always the highest peak at half resolution, but is at full resolution) ...
 SEARCH_CORRELATION = 0.4
 SEARCH_PEAKS = 5
-#: ... each refined in steps of this factor, this many either side, at half resolution, before
-#: the full-resolution test.
+#: ... the best of them refined at full resolution in steps of this factor, this many either side.
 REFINE_STEP = 1.005
 REFINE_STEPS = 3
 #: A crop within this share of the whole page in both directions is a whole page, not a crop.
@@ -207,8 +206,6 @@ def _best_crop(
 ) -> Crop | None:
     """Of the best ``keep`` ``(coarse score, page number, page, w, h)`` candidates,
     the one that correlates best at full resolution, if at least :data:`MIN_CORRELATION`."""
-    import numpy as np
-
     best: Crop | None = None
     for _, _, page, w, h in sorted(candidates, key=lambda c: (c[0], c[1], c[3]), reverse=True)[:keep]:
         rows, cols = page.grey.shape
@@ -222,11 +219,12 @@ def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Cr
     """A piece whose scale its family's rule leaves free, looked for over scales: from the one
     where it spans its page's width or height, in steps of :data:`SEARCH_STEP`, until its shorter
     side on the half-resolution page is under :data:`SEARCH_MIN_SIDE` pixels. The scales where
-    the half-resolution correlation peaks (the best :data:`SEARCH_PEAKS` of a page) are refined
-    there, in steps of :data:`REFINE_STEP`, and decided at full resolution. Tens of
+    the half-resolution correlation peaks (the best :data:`SEARCH_PEAKS` of a page) are compared
+    at full resolution, and the best of them refined there in steps of :data:`REFINE_STEP`
+    (at half resolution a scale 1% off can score higher than the right one). Tens of
     half-resolution correlations a page: only for pieces no fixed scale finds."""
-    candidates: list[tuple[float, int, KnownPage, int, int]] = []
-    for number, page in enumerate(pages):
+    best: Crop | None = None
+    for page in pages:
         if page.grey is None or not page.size_pt[0]:
             continue
         coarse_per_pt = _coarse(page).shape[1] / page.size_pt[0]
@@ -237,16 +235,35 @@ def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Cr
             scored.append((got[0] if got is not None else 0.0, scale))
             scale *= SEARCH_STEP
         peaks = [
-            (score, scale) for i, (score, scale) in enumerate(scored)
+            scale for i, (score, scale) in enumerate(scored)
             if score >= SEARCH_CORRELATION and score >= max(s for s, _ in scored[max(0, i - 1): i + 2])
         ]
-        for _, scale in sorted(peaks, reverse=True)[:SEARCH_PEAKS]:
-            refined = [_coarse_score(page, width, height, scale * REFINE_STEP**step, crop_at)
-                       for step in range(-REFINE_STEPS, REFINE_STEPS + 1)]
-            best = max((r for r in refined if r is not None), default=None)
-            if best is not None and best[0] >= COARSE_CORRELATION:
-                candidates.append((best[0], number, page, *best[1]))
-    return _best_crop(candidates, crop_at, keep=SEARCH_PEAKS)
+        peaks = [scale for _, scale in sorted(((s, c) for s, c in scored if c in peaks), reverse=True)[:SEARCH_PEAKS]]
+
+        found = [c for c in (_fine_crop(page, width, height, scale, crop_at) for scale in peaks) if c is not None]
+        if not found:
+            continue
+        top = max(found, key=lambda c: c.correlation)
+        centre = peaks[found.index(top)] if len(found) == len(peaks) else None
+        if centre is not None:
+            refined = [_fine_crop(page, width, height, centre * REFINE_STEP**step, crop_at)
+                       for step in range(-REFINE_STEPS, REFINE_STEPS + 1) if step]
+            top = max([top, *(c for c in refined if c is not None)], key=lambda c: c.correlation)
+        if top.correlation >= MIN_CORRELATION and (best is None or top.correlation > best.correlation):
+            best = top
+    return best
+
+
+def _fine_crop(page: KnownPage, width: int, height: int, scale: float, crop_at: Any) -> Crop | None:
+    """Where a crop rendered at ``scale`` pixels per point matches ``page`` best at full
+    resolution, and how well (None when it cannot be a crop of it)."""
+    size = _crop_size(page, page.grey.shape, width, height, scale)
+    if size is None:
+        return None
+    w, h = size
+    rows, cols = page.grey.shape
+    score, y, x = _best_match(_fine(page), crop_at(w, h))
+    return Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
 
 
 def _crop_size(
