@@ -56,6 +56,13 @@ SEARCH_PEAKS = 5
 #: ... the best of them refined at full resolution in steps of this factor, this many either side.
 REFINE_STEP = 1.005
 REFINE_STEPS = 3
+#: A piece resized to another shape is looked for on pages at least this many times as long as
+#: wide (the pages a client reads in pieces that span their width) ...
+RESHAPED_PAGE_ASPECT = 2.0
+#: ... from a length this share of the page's width (a segment cut in two; shorter, a few lines
+#: of text match anywhere) to this many times it (or the whole page).
+RESHAPED_SHORTEST = 0.5
+RESHAPED_LONGEST = 8.0
 #: A crop within this share of the whole page in both directions is a whole page, not a crop.
 WHOLE_PAGE = 0.97
 #: Fewest pixels a shrunk crop may have on a side to be looked for (smaller says too little).
@@ -184,6 +191,73 @@ def locate(
     if best is None and free:
         best = _search(pages, width, height, crop_at)
     return best
+
+
+def locate_reshaped(image: Any, width: int, height: int, pages: list[KnownPage]) -> Crop | None:
+    """The known page ``image`` is a piece of, resized to another shape (MinerU2.5's layout pass
+    sends every image it reads as a 1036 x 1036 square), and where; None when it is none of
+    theirs. Only a piece that spans a long page's width (or a wide page's height) is looked for:
+    a segment of a page at least :data:`RESHAPED_PAGE_ASPECT` times as long as wide, the pieces a
+    client cuts such a page into. Its other side is searched for (:func:`_search_span`)."""
+    import numpy as np
+    from PIL import Image
+
+    grey = image.convert("L")
+    shrunk: dict[tuple[int, int], np.ndarray] = {}
+
+    def crop_at(w: int, h: int) -> np.ndarray:
+        if (w, h) not in shrunk:
+            shrunk[(w, h)] = np.asarray(soften(grey.resize((w, h), Image.Resampling.BOX)), dtype=np.float64)
+        return shrunk[(w, h)]
+
+    best: Crop | None = None
+    for page in pages:
+        if page.grey is None or not page.size_pt[0]:
+            continue
+        rows, cols = page.grey.shape
+        if max(rows, cols) < RESHAPED_PAGE_ASPECT * min(rows, cols):
+            continue
+        found = _search_span(page, crop_at, tall=rows > cols)
+        if found is not None and (best is None or found.correlation > best.correlation):
+            best = found
+    return best
+
+
+def _search_span(page: KnownPage, crop_at: Any, tall: bool) -> Crop | None:
+    """A resized piece spanning ``page``'s width (``tall``; else its height): its length along
+    the page, from :data:`RESHAPED_SHORTEST` to :data:`RESHAPED_LONGEST` times its breadth in steps of
+    :data:`SEARCH_STEP` at half resolution, the best :data:`SEARCH_PEAKS` peaks compared at full
+    resolution and the best refined there (:data:`REFINE_STEP`)."""
+    coarse = _coarse(page)
+    c_rows, c_cols = coarse.shape
+    rows, cols = page.grey.shape
+    breadth, length = (c_cols, c_rows) if tall else (c_rows, c_cols)
+    span = RESHAPED_SHORTEST * breadth
+    scored: list[tuple[float, float]] = []  # (score, length as a share of the page's)
+    while span < min(WHOLE_PAGE * length, RESHAPED_LONGEST * breadth):
+        shape = (round(span), breadth) if tall else (breadth, round(span))
+        scored.append((_best_match(coarse, crop_at(shape[1], shape[0]))[0], span / length))
+        span *= SEARCH_STEP
+    peaks = [share for i, (score, share) in enumerate(scored)
+             if score >= SEARCH_CORRELATION and score >= max(s for s, _ in scored[max(0, i - 1): i + 2])]
+    peaks = [share for _, share in sorted(((s, c) for s, c in scored if c in peaks), reverse=True)[:SEARCH_PEAKS]]
+
+    def fine(share: float) -> Crop | None:
+        w, h = (cols, round(share * rows)) if tall else (round(share * cols), rows)
+        if min(w, h) < MIN_SIDE or w > cols or h > rows:
+            return None
+        score, y, x = _best_match(_fine(page), crop_at(w, h))
+        return Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
+
+    found = [c for c in (fine(share) for share in peaks) if c is not None]
+    if not found:
+        return None
+    top = max(found, key=lambda c: c.correlation)
+    if len(found) == len(peaks):
+        centre = peaks[found.index(top)]
+        refined = [fine(centre * REFINE_STEP**step) for step in range(-REFINE_STEPS, REFINE_STEPS + 1) if step]
+        top = max([top, *(c for c in refined if c is not None)], key=lambda c: c.correlation)
+    return top if top.correlation >= MIN_CORRELATION else None
 
 
 def _coarse_score(

@@ -367,11 +367,11 @@ class SimServer(OpenAIServer):
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
             # A crop of a known page (a tile or band of a dense page, a segment of a long one) is
-            # looked for in the page requests of every family (at the client's --render-dpi and the
-            # family's own scale), but not in a page resized to another
-            # shape (MinerU's layout pass) or a block cropped from one (its second pass).
-            crops_at = self.cfg.render_dpi if page_kind is not None and page_kind != families.BLOCK_PASS \
-                and not families.matches_any_aspect(family, page_kind) else None
+            # looked for in the page requests of every family (at the client's --render-dpi, the
+            # family's own scale, the scale its rule gives the piece); in a page resized to another
+            # shape (MinerU's layout pass) only as a piece spanning a long page's width; not in a
+            # block cropped from one (its second pass: the layout pass's blocks are remembered).
+            crops_at = self.cfg.render_dpi if page_kind is not None and page_kind != families.BLOCK_PASS else None
             facts = await asyncio.to_thread(
                 analyse_image, req.image, self.corpus, need_colour,
                 families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind), crops_at,
