@@ -9,14 +9,19 @@ Where the crop lies is found by normalised cross-correlation of the crop, shrunk
 the page's stored grey image, against that image (numpy FFTs). The crop's scale is the client's
 rendering scale, which the simulator is told (``--render-dpi``, llm-ocr's own default of 144,
 with llm-ocr's rule that a page is rendered at least 640 pixels on its longer side): a crop of
-``w`` pixels at 144 DPI is ``w / 2`` points of the page; and at the scale of the family's own
-page image (its recipe's rendering: olmOCR-2's 1,288 pixels on the longer side). A crop of a
-page rendered at another scale is not found, and is answered as an unknown image.
+``w`` pixels at 144 DPI is ``w / 2`` points of the page; at the scale of the family's own page
+image (its recipe's rendering: olmOCR-2's 1,288 pixels on the longer side); and at the scale
+the family's published rule gives the piece read as a page of its own (:func:`rule_scales`: its
+DPI, or, where the rule leaves the scale free, a search over scales: LightOnOCR-3 sizes every
+image by its longest side). A piece resized to another shape (MinerU2.5's square layout pass)
+is looked for as a piece spanning a long page's width (:func:`locate_reshaped`). A crop found at
+none of these is answered as an unknown image.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -367,12 +372,13 @@ def _fine(page: KnownPage) -> np.ndarray:
     """The page's stored grey image as floats (kept, so that its spectrum is too)."""
     import numpy as np
 
-    found = _FINE.pop(id(page), None)
-    if found is None:
-        found = np.asarray(page.grey, dtype=np.float64)
-    _FINE[id(page)] = found
-    while len(_FINE) > PREPARED_PAGES:
-        del _FINE[next(iter(_FINE))]
+    with _CACHE_LOCK:  # requests are analysed in worker threads
+        found = _FINE.pop(id(page), None)
+        if found is None:
+            found = np.asarray(page.grey, dtype=np.float64)
+        _FINE[id(page)] = found
+        while len(_FINE) > PREPARED_PAGES:
+            del _FINE[next(iter(_FINE))]
     return found
 
 
@@ -419,6 +425,7 @@ def _best_match(page: np.ndarray, crop: np.ndarray) -> tuple[float, int, int]:
 #: tens of crops): the most recently used this many.
 PREPARED_PAGES = 8
 _PREPARED: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+_CACHE_LOCK = threading.Lock()
 
 
 def _prepared(page: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -427,14 +434,16 @@ def _prepared(page: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import numpy as np
 
     key = id(page)
-    found = _PREPARED.pop(key, None)
+    with _CACHE_LOCK:
+        found = _PREPARED.pop(key, None)
     if found is None or found[0] is not page:
         rows, cols = page.shape
         found = (page, (np.fft.rfft2(page, (_fast_length(rows), _fast_length(cols))), _integral(page),
                         _integral(page * page)))
-    _PREPARED[key] = found  # the newest last
-    while len(_PREPARED) > PREPARED_PAGES:
-        del _PREPARED[next(iter(_PREPARED))]
+    with _CACHE_LOCK:
+        _PREPARED[key] = found  # the newest last
+        while len(_PREPARED) > PREPARED_PAGES:
+            del _PREPARED[next(iter(_PREPARED))]
     return found[1]
 
 
