@@ -90,6 +90,9 @@ def _page_size(family: Family) -> str:
 
 def dense_pages(family: Family) -> str:
     """What happens to a page whose text is longer than one answer, for ``llm-ocr models``."""
+    if family.dense == "blocks":
+        return ("read whole: a layout pass, then a request per block, so no answer holds the page's text "
+                "(no tiles; --no-tile-dense-pages changes nothing)")
     if family.dense == "tiles":
         how = "read in tiles joined by their boxes, columns in reading order"
     else:

@@ -109,8 +109,9 @@ class TilePlan:
 
 def tiling_allowed(family: Family, enabled: bool) -> bool:
     """Whether pages of a model ``family`` may be read in pieces when dense (``enabled``: the
-    option): every family may, in tiles or bands as its recipe says (``Family.dense``)."""
-    return enabled
+    option): every family may, in tiles or bands as its recipe says (``Family.dense``), except
+    one that reads a page block by block (``"blocks"``, MinerU2.5: no answer holds its text)."""
+    return enabled and family.dense != "blocks"
 
 
 def dense_split(family: Family) -> Splitter:

@@ -3,7 +3,8 @@
 ``llm-ocr extract`` against the simulated server playing each family (its own request, its own
 answer format), on a five-column page of ~20,000 characters with two figures: the page is cut
 in tiles (families whose answers box every block) or bands (the others) and joined into one row,
-``ok``, with at least 98% of its words; where the family boxes figures, every figure is found
+``ok``, with at least 98% of its words (MinerU2.5, which asks for the layout and then for each
+block on its own, reads it whole: no answer of its holds the page's text); where the family boxes figures, every figure is found
 where it is on the page. Then the adaptive split: a server whose answers carry more tokens per
 character than the planner's first guess makes pieces run out, and they are cut again until they
 fit; a server so verbose that a piece a few lines tall still runs out leaves the page
@@ -67,25 +68,7 @@ def overlap(a: Box, b: Box) -> float:
     return inside.area / max(1e-9, min(a.area, b.area)) if inside.width > 0 and inside.height > 0 else 0.0
 
 
-#: Families whose pieces of a dense page are rendered from the source at a scale of their own
-#: (LightOnOCR-3 sizes a page by its longest edge, Unlimited-OCR by its pixel count) that the
-#: simulator's crop finder does not search: it does not find them on the page and answers with
-#: text of no page. What llm-ocr sends them is right by construction (sources/render.py
-#: render_regions), but not read back here: not verified.
-UNLOCATED = ("lightonocr-3", "lightonocr-3-1b", "unlimited-ocr")
-
-
-def _marked(f: Family) -> object:
-    if f.name == "mineru":
-        return pytest.param(f, marks=pytest.mark.xfail(
-            reason="the simulator cannot find a tile MinerU's layout pass resized to a square on its page", strict=True))
-    if f.name in UNLOCATED:
-        return pytest.param(f, marks=pytest.mark.xfail(
-            reason="the simulator does not find this family's source-rendered pieces on the page", strict=False))
-    return f
-
-
-@pytest.mark.parametrize("family", [_marked(f) for f in FAMILIES], ids=lambda f: f.name)
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_every_family_reads_a_dense_page_whole_at_a_small_context(tmp_path: Path, paper, family: Family) -> None:
     folder, truth = paper
     with server_for(family, folder) as server:
@@ -97,11 +80,19 @@ def test_every_family_reads_a_dense_page_whole_at_a_small_context(tmp_path: Path
     row = only_row(tmp_path / "out", "courier.pdf")
     assert row["status"] == "ok", (row["error"], row["cut_reason"])
     assert word_recall(truth.text, row["markdown"]) >= 0.98
-    kind = "tile" if family.dense == "tiles" else "band"
-    assert f"<--- {kind} 1/" in row["raw"] and row["segments"] >= 2, row["raw"][:200]
-    # Every request the page cost was a piece the server found on the page, and each fitted.
-    pieces = [r for r in requests if (r.get("known_page") or {}).get("source", "").endswith("courier.pdf")]
-    assert pieces and all("region" in r["known_page"] for r in pieces), [r.get("known_page") for r in requests]
+    if family.dense == "blocks":
+        # Read whole (MinerU2.5): the layout pass on the page, then a request per block, each
+        # answer short; none ran out, and the page was not cut.
+        assert row["segments"] is None and "<--- block 2 " in row["raw"], row["raw"][:200]
+        (layout,) = [r for r in requests if r.get("known_page")]
+        assert "region" not in layout["known_page"] and len(requests) > 20
+        assert all(r["finish_reason"] == "stop" for r in requests)
+    else:
+        kind = "tile" if family.dense == "tiles" else "band"
+        assert f"<--- {kind} 1/" in row["raw"] and row["segments"] >= 2, row["raw"][:200]
+        # Every request the page cost was a piece the server found on the page, and each fitted.
+        pieces = [r for r in requests if (r.get("known_page") or {}).get("source", "").endswith("courier.pdf")]
+        assert pieces and all("region" in r["known_page"] for r in pieces), [r.get("known_page") for r in requests]
     if family.outputs.boxes:  # the families that box figures (olmOCR-2 reads in bands, but boxes them)
         found = [Box(*f["bbox"]) for f in row["figures"]]
         for x1, y1, x2, y2 in truth.figures:

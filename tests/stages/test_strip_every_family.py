@@ -85,13 +85,7 @@ def strip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return folder, strip_pdf(folder / "strip.pdf")
 
 
-#: MinerU2.5's layout pass sends each piece resized to a square, which the simulator cannot place
-#: on its page (it answers an unknown image): the strip's text is not found. Not settled yet.
-_NOT_YET = {"mineru"}
-
-
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.xfail(strict=True, reason="see _NOT_YET"))
-                                    if f.name in _NOT_YET else f for f in FAMILIES], ids=[f.name for f in FAMILIES])
+@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
 def test_a_strip_is_read_in_pieces_rendered_from_the_source(
     strip: tuple[Path, list[str]], tmp_path: Path, family: Family
 ) -> None:

@@ -9,14 +9,19 @@ Where the crop lies is found by normalised cross-correlation of the crop, shrunk
 the page's stored grey image, against that image (numpy FFTs). The crop's scale is the client's
 rendering scale, which the simulator is told (``--render-dpi``, llm-ocr's own default of 144,
 with llm-ocr's rule that a page is rendered at least 640 pixels on its longer side): a crop of
-``w`` pixels at 144 DPI is ``w / 2`` points of the page; and at the scale of the family's own
-page image (its recipe's rendering: olmOCR-2's 1,288 pixels on the longer side). A crop of a
-page rendered at another scale is not found, and is answered as an unknown image.
+``w`` pixels at 144 DPI is ``w / 2`` points of the page; at the scale of the family's own page
+image (its recipe's rendering: olmOCR-2's 1,288 pixels on the longer side); and at the scale
+the family's published rule gives the piece read as a page of its own (:func:`rule_scales`: its
+DPI, or, where the rule leaves the scale free, a search over scales: LightOnOCR-3 sizes every
+image by its longest side). A piece resized to another shape (MinerU2.5's square layout pass)
+is looked for as a piece spanning a long page's width (:func:`locate_reshaped`). A crop found at
+none of these is answered as an unknown image.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +43,31 @@ COARSE_CORRELATION = 0.5
 #: ... the best this many of them (measured at half resolution: 0.80-0.88 on the crop's own
 #: page, 0.63-0.76 on another page of the same layout, under 0.42 on other pages).
 COARSE_KEEP = 3
+#: A piece whose scale its family's rule leaves free (:func:`rule_scales`: its longer side within
+#: this share of the rule's cap, or its pixels at least :data:`RULE_PIXELS_SHARE` of the cap) ...
+RULE_SIDE_SLACK = 0.01
+RULE_PIXELS_SHARE = 0.97
+#: ... is searched for at scales this factor apart at half resolution (a 3% step: the crop is at
+#: most 1.5% off, which blurs, but keeps, its peak) ...
+SEARCH_STEP = 1.03
+#: ... down to a shorter side of this many half-resolution pixels (smaller says too little) ...
+SEARCH_MIN_SIDE = 32
+#: ... keeping the scales where the correlation peaks at least this high there (lower than
+#: :data:`COARSE_CORRELATION`: the right scale may be 1.5% off), the best this many of a page
+#: (a small crop of a page of text correlates fairly well with many places of it: its true
+#: scale is not always the highest peak at half resolution, but is at full resolution) ...
+SEARCH_CORRELATION = 0.4
+SEARCH_PEAKS = 5
+#: ... the best of them refined at full resolution in steps of this factor, this many either side.
+REFINE_STEP = 1.005
+REFINE_STEPS = 3
+#: A piece resized to another shape is looked for on pages at least this many times as long as
+#: wide (the pages a client reads in pieces that span their width) ...
+RESHAPED_PAGE_ASPECT = 2.0
+#: ... from a length this share of the page's width (a segment cut in two; shorter, a few lines
+#: of text match anywhere) to this many times it (or the whole page).
+RESHAPED_SHORTEST = 0.5
+RESHAPED_LONGEST = 8.0
 #: A crop within this share of the whole page in both directions is a whole page, not a crop.
 WHOLE_PAGE = 0.97
 #: Fewest pixels a shrunk crop may have on a side to be looked for (smaller says too little).
@@ -102,6 +132,24 @@ def family_scale(size_pt: tuple[float, float], rendering: Rendering) -> float:
     return scale
 
 
+def rule_scales(rendering: Rendering, width: int, height: int) -> tuple[list[float], bool]:
+    """What a family's published rendering rule, applied to a piece of a page as to a page of its
+    own, says of the scale of a ``width`` x ``height`` piece: ``(scales, free)``. A family that
+    renders at a DPI renders a piece at it (``dpi / 72``: a piece is under the caps its page may
+    reach), unless the piece's pixels show a cap (its longer side ``max_long_side``, its pixels
+    at the pixel cap): then it may have been any size in points, and its scale is ``free``. So is
+    every piece of a family that sizes images by their longer side (``long_side``): a piece is
+    rendered that long whatever its size in points, and a part of such a piece (cut in two when
+    its image would not fit the context beside the answer) keeps its scale. A free scale is
+    searched for (:func:`_search`)."""
+    if rendering.long_side:
+        return [], True
+    long = max(width, height)
+    limit = rendering.max_pixels or CLIENT_MAX_PIXELS
+    capped = bool(rendering.max_long_side) and abs(long - (rendering.max_long_side or 0)) <= RULE_SIDE_SLACK * long
+    return [rendering.dpi / 72], capped or width * height >= RULE_PIXELS_SHARE * limit
+
+
 def locate(
     image: Any, width: int, height: int, pages: list[KnownPage], dpi: float, rendering: Rendering | None = None
 ) -> Crop | None:
@@ -109,12 +157,53 @@ def locate(
     and where; None when it is none of theirs (or a whole page). The crop is looked for at the
     :func:`client_scales` (the page at ``dpi``, a piece as wide or as tall as the page) and,
     given a family's ``rendering``, at the scale of its own page image (olmOCR-2's 1,288 pixels
-    on the longer side).
+    on the longer side) and at the scale its rule gives a piece rendered as a page of its own
+    (:func:`rule_scales`: its DPI; or, for a piece sized by its longer side or pixel count, a
+    search over scales, :func:`_search`).
 
     Every page that could hold the crop is first compared at half the stored resolution (a few
     milliseconds each); the few that correlate at least :data:`COARSE_CORRELATION` there are
     compared at the full stored resolution, where :data:`MIN_CORRELATION` decides.
     """
+    import numpy as np
+    from PIL import Image
+
+    levels = [image.convert("L")]  # the crop, then halved while more than twice the size asked
+    shrunk: dict[tuple[int, int], np.ndarray] = {}
+
+    def crop_at(w: int, h: int) -> np.ndarray:
+        if (w, h) not in shrunk:
+            level = 0
+            while levels[level].width >= 4 * w and levels[level].height >= 4 * h:
+                if level + 1 == len(levels):
+                    levels.append(levels[level].reduce(2))
+                level += 1
+            shrunk[(w, h)] = np.asarray(soften(levels[level].resize((w, h), Image.Resampling.BOX)), dtype=np.float64)
+        return shrunk[(w, h)]
+
+    ruled, free = rule_scales(rendering, width, height) if rendering is not None else ([], False)
+    candidates: list[tuple[float, int, KnownPage, int, int]] = []
+    for number, page in enumerate(pages):
+        scales = set(client_scales(page, width, height, dpi)) if page.size_pt[0] else set()
+        if rendering is not None and page.size_pt[0]:
+            scales.add(family_scale(page.size_pt, rendering))
+            scales.update(ruled)
+        for client in sorted(scales):
+            found = _coarse_score(page, width, height, client, crop_at)
+            if found is not None and found[0] >= COARSE_CORRELATION:
+                candidates.append((found[0], number, page, *found[1]))
+    best = _best_crop(candidates, crop_at)
+    if best is None and free:
+        best = _search(pages, width, height, crop_at)
+    return best
+
+
+def locate_reshaped(image: Any, width: int, height: int, pages: list[KnownPage]) -> Crop | None:
+    """The known page ``image`` is a piece of, resized to another shape (MinerU2.5's layout pass
+    sends every image it reads as a 1036 x 1036 square), and where; None when it is none of
+    theirs. Only a piece that spans a long page's width (or a wide page's height) is looked for:
+    a segment of a page at least :data:`RESHAPED_PAGE_ASPECT` times as long as wide, the pieces a
+    client cuts such a page into. Its other side is searched for (:func:`_search_span`)."""
     import numpy as np
     from PIL import Image
 
@@ -126,29 +215,134 @@ def locate(
             shrunk[(w, h)] = np.asarray(soften(grey.resize((w, h), Image.Resampling.BOX)), dtype=np.float64)
         return shrunk[(w, h)]
 
-    candidates: list[tuple[float, int, KnownPage, int, int]] = []
-    for number, page in enumerate(pages):
-        scales = set(client_scales(page, width, height, dpi)) if page.size_pt[0] else set()
-        if rendering is not None and page.size_pt[0]:
-            scales.add(family_scale(page.size_pt, rendering))
-        for client in sorted(scales):
-            size = _crop_size(page, page.grey.shape if page.grey is not None else None, width, height, client)
-            if size is None:
-                continue
-            coarse = _coarse(page)
-            small = _crop_size(page, coarse.shape, width, height, client, whole_ok=True)
-            if small is None or min(small) < MIN_SIDE:
-                continue
-            score = _best_match(coarse, crop_at(*small))[0]
-            if score >= COARSE_CORRELATION:
-                candidates.append((score, number, page, *size))
     best: Crop | None = None
-    for _, _, page, w, h in sorted(candidates, reverse=True)[:COARSE_KEEP]:
+    for page in pages:
+        if page.grey is None or not page.size_pt[0]:
+            continue
         rows, cols = page.grey.shape
-        score, y, x = _best_match(page.grey.astype(np.float64), crop_at(w, h))
+        if max(rows, cols) < RESHAPED_PAGE_ASPECT * min(rows, cols):
+            continue
+        found = _search_span(page, crop_at, tall=rows > cols)
+        if found is not None and (best is None or found.correlation > best.correlation):
+            best = found
+    return best
+
+
+def _search_span(page: KnownPage, crop_at: Any, tall: bool) -> Crop | None:
+    """A resized piece spanning ``page``'s width (``tall``; else its height): its length along
+    the page, from :data:`RESHAPED_SHORTEST` to :data:`RESHAPED_LONGEST` times its breadth in steps of
+    :data:`SEARCH_STEP` at half resolution, the best :data:`SEARCH_PEAKS` peaks compared at full
+    resolution and the best refined there (:data:`REFINE_STEP`)."""
+    coarse = _coarse(page)
+    c_rows, c_cols = coarse.shape
+    rows, cols = page.grey.shape
+    breadth, length = (c_cols, c_rows) if tall else (c_rows, c_cols)
+    span = RESHAPED_SHORTEST * breadth
+    scored: list[tuple[float, float]] = []  # (score, length as a share of the page's)
+    while span < min(WHOLE_PAGE * length, RESHAPED_LONGEST * breadth):
+        shape = (round(span), breadth) if tall else (breadth, round(span))
+        scored.append((_best_match(coarse, crop_at(shape[1], shape[0]))[0], span / length))
+        span *= SEARCH_STEP
+    peaks = [share for i, (score, share) in enumerate(scored)
+             if score >= SEARCH_CORRELATION and score >= max(s for s, _ in scored[max(0, i - 1): i + 2])]
+    peaks = [share for _, share in sorted(((s, c) for s, c in scored if c in peaks), reverse=True)[:SEARCH_PEAKS]]
+
+    def fine(share: float) -> Crop | None:
+        w, h = (cols, round(share * rows)) if tall else (round(share * cols), rows)
+        if min(w, h) < MIN_SIDE or w > cols or h > rows:
+            return None
+        score, y, x = _best_match(_fine(page), crop_at(w, h))
+        return Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
+
+    found = [c for c in (fine(share) for share in peaks) if c is not None]
+    if not found:
+        return None
+    top = max(found, key=lambda c: c.correlation)
+    if len(found) == len(peaks):
+        centre = peaks[found.index(top)]
+        refined = [fine(centre * REFINE_STEP**step) for step in range(-REFINE_STEPS, REFINE_STEPS + 1) if step]
+        top = max([top, *(c for c in refined if c is not None)], key=lambda c: c.correlation)
+    return top if top.correlation >= MIN_CORRELATION else None
+
+
+def _coarse_score(
+    page: KnownPage, width: int, height: int, client: float, crop_at: Any
+) -> tuple[float, tuple[int, int]] | None:
+    """The half-resolution correlation of a crop rendered at ``client`` pixels per point with
+    ``page``, and its size in the stored image's pixels; None when it cannot be a crop of it."""
+    size = _crop_size(page, page.grey.shape if page.grey is not None else None, width, height, client)
+    if size is None:
+        return None
+    coarse = _coarse(page)
+    small = _crop_size(page, coarse.shape, width, height, client, whole_ok=True)
+    if small is None or min(small) < MIN_SIDE:
+        return None
+    return _best_match(coarse, crop_at(*small))[0], size
+
+
+def _best_crop(
+    candidates: list[tuple[float, int, KnownPage, int, int]], crop_at: Any, keep: int = COARSE_KEEP
+) -> Crop | None:
+    """Of the best ``keep`` ``(coarse score, page number, page, w, h)`` candidates,
+    the one that correlates best at full resolution, if at least :data:`MIN_CORRELATION`."""
+    best: Crop | None = None
+    for _, _, page, w, h in sorted(candidates, key=lambda c: (c[0], c[1], c[3]), reverse=True)[:keep]:
+        rows, cols = page.grey.shape
+        score, y, x = _best_match(_fine(page), crop_at(w, h))
         if score >= MIN_CORRELATION and (best is None or score > best.correlation):
             best = Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
     return best
+
+
+def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Crop | None:
+    """A piece whose scale its family's rule leaves free, looked for over scales: from the one
+    where it spans its page's width or height, in steps of :data:`SEARCH_STEP`, until its shorter
+    side on the half-resolution page is under :data:`SEARCH_MIN_SIDE` pixels. The scales where
+    the half-resolution correlation peaks (the best :data:`SEARCH_PEAKS` of a page) are compared
+    at full resolution, and the best of them refined there in steps of :data:`REFINE_STEP`
+    (at half resolution a scale 1% off can score higher than the right one). Tens of
+    half-resolution correlations a page: only for pieces no fixed scale finds."""
+    best: Crop | None = None
+    for page in pages:
+        if page.grey is None or not page.size_pt[0]:
+            continue
+        coarse_per_pt = _coarse(page).shape[1] / page.size_pt[0]
+        scale = max(width / page.size_pt[0], height / page.size_pt[1])
+        scored: list[tuple[float, float]] = []
+        while min(width, height) * coarse_per_pt / scale >= SEARCH_MIN_SIDE:
+            got = _coarse_score(page, width, height, scale, crop_at)
+            scored.append((got[0] if got is not None else 0.0, scale))
+            scale *= SEARCH_STEP
+        peaks = [
+            scale for i, (score, scale) in enumerate(scored)
+            if score >= SEARCH_CORRELATION and score >= max(s for s, _ in scored[max(0, i - 1): i + 2])
+        ]
+        peaks = [scale for _, scale in sorted(((s, c) for s, c in scored if c in peaks), reverse=True)[:SEARCH_PEAKS]]
+
+        found = [c for c in (_fine_crop(page, width, height, scale, crop_at) for scale in peaks) if c is not None]
+        if not found:
+            continue
+        top = max(found, key=lambda c: c.correlation)
+        centre = peaks[found.index(top)] if len(found) == len(peaks) else None
+        if centre is not None:
+            refined = [_fine_crop(page, width, height, centre * REFINE_STEP**step, crop_at)
+                       for step in range(-REFINE_STEPS, REFINE_STEPS + 1) if step]
+            top = max([top, *(c for c in refined if c is not None)], key=lambda c: c.correlation)
+        if top.correlation >= MIN_CORRELATION and (best is None or top.correlation > best.correlation):
+            best = top
+    return best
+
+
+def _fine_crop(page: KnownPage, width: int, height: int, scale: float, crop_at: Any) -> Crop | None:
+    """Where a crop rendered at ``scale`` pixels per point matches ``page`` best at full
+    resolution, and how well (None when it cannot be a crop of it)."""
+    size = _crop_size(page, page.grey.shape, width, height, scale)
+    if size is None:
+        return None
+    w, h = size
+    rows, cols = page.grey.shape
+    score, y, x = _best_match(_fine(page), crop_at(w, h))
+    return Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
 
 
 def _crop_size(
@@ -171,6 +365,21 @@ def _crop_size(
 
 
 _COARSE: dict[int, Any] = {}  # id(page) -> its grey image at half the resolution
+_FINE: dict[int, Any] = {}  # id(page) -> its grey image as floats (the most recent PREPARED_PAGES)
+
+
+def _fine(page: KnownPage) -> np.ndarray:
+    """The page's stored grey image as floats (kept, so that its spectrum is too)."""
+    import numpy as np
+
+    with _CACHE_LOCK:  # requests are analysed in worker threads
+        found = _FINE.pop(id(page), None)
+        if found is None:
+            found = np.asarray(page.grey, dtype=np.float64)
+        _FINE[id(page)] = found
+        while len(_FINE) > PREPARED_PAGES:
+            del _FINE[next(iter(_FINE))]
+    return found
 
 
 def _coarse(page: KnownPage) -> np.ndarray:
@@ -198,18 +407,44 @@ def _best_match(page: np.ndarray, crop: np.ndarray) -> tuple[float, int, int]:
     t_norm = float(np.sqrt((t * t).sum()))
     if t_norm == 0.0:  # a blank crop matches every blank region equally: it is not located
         return 0.0, 0, 0
+    spectrum, table, squares = _prepared(page)
     shape = (_fast_length(rows), _fast_length(cols))
     # Cross-correlation as a product of spectra; positions where the crop fits do not wrap.
-    corr = np.fft.irfft2(np.fft.rfft2(page, shape) * np.conj(np.fft.rfft2(t, shape)), shape)[: rows - h + 1,
-                                                                                             : cols - w + 1]
+    corr = np.fft.irfft2(spectrum * np.conj(np.fft.rfft2(t, shape)), shape)[: rows - h + 1, : cols - w + 1]
     # The page's sum and sum of squares under the crop at each position (integral images).
-    s1 = _window_sums(page, h, w)
-    s2 = _window_sums(page * page, h, w)
+    s1 = _window_sums(table, h, w)
+    s2 = _window_sums(squares, h, w)
     spread = np.sqrt(np.maximum(s2 - s1 * s1 / (h * w), 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         score = np.where(spread > 1e-6, corr / (spread * t_norm), 0.0)
     y, x = np.unravel_index(int(np.argmax(score)), score.shape)
     return float(score[y, x]), int(y), int(x)
+
+
+#: Pages whose spectrum and integral images are kept (a scale search compares one page with
+#: tens of crops): the most recently used this many.
+PREPARED_PAGES = 8
+_PREPARED: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _prepared(page: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What every correlation with ``page`` needs of it alone: its spectrum at a fast FFT size,
+    and the integral images of its values and of their squares."""
+    import numpy as np
+
+    key = id(page)
+    with _CACHE_LOCK:
+        found = _PREPARED.pop(key, None)
+    if found is None or found[0] is not page:
+        rows, cols = page.shape
+        found = (page, (np.fft.rfft2(page, (_fast_length(rows), _fast_length(cols))), _integral(page),
+                        _integral(page * page)))
+    with _CACHE_LOCK:
+        _PREPARED[key] = found  # the newest last
+        while len(_PREPARED) > PREPARED_PAGES:
+            del _PREPARED[next(iter(_PREPARED))]
+    return found[1]
 
 
 def _fast_length(n: int) -> int:
@@ -224,11 +459,17 @@ def _fast_length(n: int) -> int:
         n += 1
 
 
-def _window_sums(values: np.ndarray, h: int, w: int) -> np.ndarray:
+def _integral(values: np.ndarray) -> np.ndarray:
+    """The integral image of ``values``: sums over every rectangle from the top left corner."""
     import numpy as np
 
     table = np.zeros((values.shape[0] + 1, values.shape[1] + 1))
     table[1:, 1:] = values.cumsum(0).cumsum(1)
+    return table
+
+
+def _window_sums(table: np.ndarray, h: int, w: int) -> np.ndarray:
+    """The sums of the values under an ``h`` x ``w`` window at each position (from their integral image)."""
     return table[h:, w:] - table[:-h, w:] - table[h:, :-w] + table[:-h, :-w]
 
 

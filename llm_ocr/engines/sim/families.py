@@ -81,7 +81,9 @@ def answer(
     ``blocks`` (in fractions of the page, or of the crop the image is)."""
     prompt = prompt_text(body)
     if kind == LAYOUT_PASS and facts.known is not None:
-        memory.remember(blocks, facts.known.aspect)
+        # The blocks' boxes are fractions of the image's region: of the page, or of the piece.
+        region = facts.region
+        memory.remember(blocks, facts.known.aspect * (region.width / region.height if region is not None else 1.0))
     if kind == BLOCK_PASS:
         block = memory.find(facts.width / facts.height, prompt or "")
         if block is None:  # a crop of no page it knows: some of the page's text

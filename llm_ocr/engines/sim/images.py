@@ -12,7 +12,7 @@ from llm_ocr.vlm.families.base import Rendering
 from ..frame.protocol import ApiError
 from . import content
 from .corpus import CorpusIndex, KnownPage, fingerprint_image
-from .crops import locate
+from .crops import locate, locate_reshaped
 
 
 @dataclass
@@ -68,7 +68,12 @@ def analyse_image(
             if facts.known is not None:
                 facts.turned = clockwise
                 break
-        if facts.known is None and crops_at is not None:
+        if facts.known is None and any_aspect and crops_at is not None:
+            # A piece of a long page resized to another shape (a segment in MinerU's square).
+            crop = locate_reshaped(img, width, height, corpus.pages)
+            if crop is not None:
+                facts.known, facts.region = crop.page, crop.region
+        elif facts.known is None and crops_at is not None:
             crop = locate(img, width, height, corpus.pages, crops_at, rendering)
             if crop is not None:
                 facts.known, facts.region = crop.page, crop.region

@@ -59,6 +59,10 @@ _DECODE_STEP_S = DECODE_STEP_S  # the old private name, kept for existing import
 #: A piece of a page sent at under this share of the scale the family renders it at as a page
 #: was cut from a downscaled render (rounding and the renderer's pixel caps stay above it).
 DOWNSCALED = 0.8
+#: ... unless the context is too small for that: a piece is owed at least the scale at which its
+#: image fills this share of the context left beside the answer (a client keeps the rest for
+#: the prompt and for uneven cuts: an image cut in two until it fits may be a third of it).
+CONTEXT_SHARE = 0.25
 #: An image at least this many times as long as wide is taken for a segment of a long page.
 SEGMENT_SHAPED = 1.9
 _IMAGE_URI = re.compile(r"^data:(image/[\w.+-]+);base64,", re.IGNORECASE)
@@ -363,20 +367,21 @@ class SimServer(OpenAIServer):
                 self.stats["ngram_processor_off"] += 1
             need_colour = req.kind in ("describe", "figure", "other") or bool(req.structured)
             # A crop of a known page (a tile or band of a dense page, a segment of a long one) is
-            # looked for in the page requests of every family (at the client's --render-dpi and the
-            # family's own scale), but not in a page resized to another
-            # shape (MinerU's layout pass) or a block cropped from one (its second pass).
-            crops_at = self.cfg.render_dpi if page_kind is not None and page_kind != families.BLOCK_PASS \
-                and not families.matches_any_aspect(family, page_kind) else None
+            # looked for in the page requests of every family (at the client's --render-dpi, the
+            # family's own scale, the scale its rule gives the piece); in a page resized to another
+            # shape (MinerU's layout pass) only as a piece spanning a long page's width; not in a
+            # block cropped from one (its second pass: the layout pass's blocks are remembered).
+            crops_at = self.cfg.render_dpi if page_kind is not None and page_kind != families.BLOCK_PASS else None
             facts = await asyncio.to_thread(
                 analyse_image, req.image, self.corpus, need_colour,
                 families.matches_any_aspect(family, page_kind), families.reads_rotation(family, page_kind), crops_at,
                 family.rendering,
             )
             if page_kind is not None:
+                record["image_size"] = [facts.width, facts.height]  # the log redacts the image itself
                 self._check_image(family, facts.width, facts.height, record)
                 if page_kind != families.BLOCK_PASS:
-                    self._check_readable(family, facts, record)
+                    self._check_readable(family, facts, record, req.max_tokens)
             prompt_tokens = families.prompt_tokens(family, facts.width, facts.height, req.prompt,
                                                    self.cfg.tokens_per_char)
             if prompt_tokens is None:
@@ -482,12 +487,16 @@ class SimServer(OpenAIServer):
             record["recipe_refused"] = str(exc)
             raise ApiError(400, f"request strays from the {family.title} recipe: {exc}") from None
 
-    def _check_readable(self, family: Family, facts: ImageFacts, record: dict[str, Any]) -> None:
+    def _check_readable(
+        self, family: Family, facts: ImageFacts, record: dict[str, Any], max_tokens: int | None = None
+    ) -> None:
         """Refuse (400, counted in ``unreadable_refused``) a piece of a page no model of the family
         reads: a side under the family's minimum readable size, or a piece of a known page cut
-        from a render smaller than the one the family gives that piece as a page (its scale under
-        :data:`DOWNSCALED` of the family's: the page was shrunk to the family's size whole, then
-        cut). Unless lenient."""
+        from a downscaled render: its scale under :data:`DOWNSCALED` of the scale it is owed, the
+        one the family's rule gives that piece as a page, or, if lower, the one at which the piece
+        would fill :data:`CONTEXT_SHARE` of the context left beside the answer (a piece too large
+        for the context at the family's scale is read at a lower one, or cut in two at its scale).
+        Unless lenient."""
         problem = None
         least = family.min_readable_side
         # Only a piece of a page is held to the minimum: a crop found on a known page, or an
@@ -504,6 +513,10 @@ class SimServer(OpenAIServer):
             h_pt = facts.region.height * facts.known.size_pt[1]
             dpi = self.cfg.render_dpi if family.rendering.long_side is None else None
             wanted = family.rendering.page_scale(w_pt, h_pt, dpi, min_page_side=0)
+            room = self.cfg.max_model_len - (max_tokens or 0)
+            if max_tokens is not None and room > 0:
+                fits = math.sqrt(CONTEXT_SHARE * room * family.serving.pixels_per_token / max(w_pt * h_pt, 1e-9))
+                wanted = min(wanted, fits)
             got = facts.width / max(w_pt, 1e-9)
             if got < DOWNSCALED * wanted:
                 problem = (f"a piece of a page ({w_pt:.0f} x {h_pt:.0f} pt) sent at {got * 72:.0f} DPI, cut from a "

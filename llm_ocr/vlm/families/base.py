@@ -36,8 +36,11 @@ ImageFormat = Literal["jpeg", "png"]
 #: How a page whose text is longer than one answer is read (``llm_ocr/stages/tiled.py``):
 #: ``"tiles"``, a grid cut at gutters and between lines, joined by the blocks' boxes (a family
 #: whose answer gives every block's box); ``"bands"``, full-width pieces cut between text lines,
-#: joined by the text their overlap repeats (a family whose text comes without boxes).
-DensePolicy = Literal["tiles", "bands"]
+#: joined by the text their overlap repeats (a family whose text comes without boxes);
+#: ``"blocks"``, read whole: a recipe that asks for the page's layout, then for each block in a
+#: request of its own (MinerU2.5), has no answer that holds the page's text, so no piece would
+#: fit better (its pieces, resized to its layout pass's square, would be squashed for nothing).
+DensePolicy = Literal["tiles", "bands", "blocks"]
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,8 @@ class Family:
     images: Images = STOCK_IMAGES
     #: How a page whose text is longer than one answer is read (:data:`DensePolicy`; every
     #: family in the registry declares it): tiles where its answers carry every text block's box
-    #: in the pixels of the image sent (joining tiles needs them), bands otherwise.
+    #: in the pixels of the image sent (joining tiles needs them), bands otherwise; blocks (read
+    #: whole) where a layout pass is followed by a request per block.
     dense: DensePolicy = "bands"
 
     @property

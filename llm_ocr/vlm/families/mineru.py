@@ -255,7 +255,11 @@ def _block_answer(element: Element) -> str:
 
 
 MINERU = MinerU(
-    dense="tiles",  # every block comes with its box: tiles joined by boxes
+    # A dense page is read whole, as mineru-vl-utils' two_step_extract reads every page: its
+    # layout pass answers a line per block (no text), then each block is read in a request of
+    # its own, so no answer holds the page's text. Tiles would each be squashed into the
+    # layout pass's 1036 px square for nothing (docs/models.md, "MinerU2.5").
+    dense="blocks",
     name="mineru",
     title="MinerU2.5",
     patterns=(r"mineru",),
