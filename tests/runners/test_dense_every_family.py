@@ -22,7 +22,12 @@ from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
 from tests.conftest import read_stage, run_cli
 from tests.docs import make_pdf
-from tests.newspaper import Newspaper, newspaper_pdf
+from tests.newspaper import Newspaper, newspaper_pdf, order_kept
+
+#: The share of the page's text lines the Markdown must hold in the page's reading order (the
+#: masthead, then each column top to bottom). Read band by band, a five-column page keeps about
+#: a third at most (the top of every column comes before the rest of the first).
+ORDER_KEPT = 0.9
 
 def context(family: Family) -> str:
     """The context the page is read at: 4,096 (answers of 1,536 to 3,072 tokens, for ~7,500
@@ -97,6 +102,8 @@ def test_every_family_reads_a_dense_page_whole_at_a_small_context(tmp_path: Path
     row = only_row(tmp_path / "out", "courier.pdf")
     assert row["status"] == "ok", (row["error"], row["cut_reason"])
     assert word_recall(truth.text, row["markdown"]) >= 0.98
+    kept = order_kept(truth.line_texts, row["markdown"])
+    assert kept >= ORDER_KEPT, f"{kept:.0%} of the page's lines in reading order"
     kind = "tile" if family.dense == "tiles" else "band"
     assert f"<--- {kind} 1/" in row["raw"] and row["segments"] >= 2, row["raw"][:200]
     # Every request the page cost was a piece the server found on the page, and each fitted.
