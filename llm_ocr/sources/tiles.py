@@ -35,6 +35,7 @@ import math
 from itertools import pairwise
 from typing import Any
 
+from .columns import column_regions
 from .segments import Segment
 
 #: The longer side of the grey copy the whitespace is found in.
@@ -84,10 +85,34 @@ def plan_tiles(image: bytes, count: int) -> list[Segment]:
     return plan_grid(ink, width, height, count)
 
 
-def plan_bands(image: bytes, count: int) -> list[Segment]:
-    """The page cut into ``count`` full-width bands between text lines (see the module docstring)."""
+def plan_bands(image: bytes, count: int, max_height: int | None = None) -> list[Segment]:
+    """The page cut into about ``count`` bands between text lines, in reading order (see the
+    module docstring): full-width bands of a page without columns; of a page with columns
+    (:func:`~llm_ocr.sources.columns.column_regions`), each region (a masthead, a column) cut
+    into bands along its height by its share of the page's ink, none taller than
+    ``max_height`` page pixels (None: any)."""
     ink, width, height = image_ink(image)
-    return plan_grid(ink, width, height, count, columns=1)
+    regions = column_regions(ink, line_pitch(ink))
+    if len(regions) == 1:
+        return plan_grid(ink, width, height, count, columns=1)
+    rows, cols = ink.shape
+    sx, sy = width / cols, height / rows  # page pixels per ink pixel
+    total = max(float(ink.sum()), 1e-9)
+    margin = round(GUTTER_MARGIN * width)
+    bands: list[Segment] = []
+    for top, bottom, left, right in regions:
+        # The region in page pixels, reaching a little past the gutters and row gaps it was cut
+        # at (the middles of blank runs: a glyph standing in one is whole on its side).
+        x1, x2 = max(0, round(left * sx) - margin), min(width, round(right * sx) + margin)
+        y1, y2 = max(0, round(top * sy) - margin), min(height, round(bottom * sy) + margin)
+        share = float(ink[top:bottom, left:right].sum()) / total
+        n = max(1, round(count * share))
+        if max_height is not None:
+            n = max(n, math.ceil((y2 - y1) / max(1, max_height)))
+        part = ink[max(0, round(y1 / sy)):max(1, round(y2 / sy)), max(0, round(x1 / sx)):max(1, round(x2 / sx))]
+        for band in plan_grid(part, x2 - x1, y2 - y1, n, columns=1):
+            bands.append(Segment(len(bands), x1 + band.left, y1 + band.top, x1 + band.right, y1 + band.bottom))
+    return bands
 
 
 def image_ink(image: bytes) -> tuple[Any, int, int]:

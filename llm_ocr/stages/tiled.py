@@ -177,6 +177,17 @@ def image_pieces(family: Family | None, width: int, height: int, prompt_room: in
     return max(1, math.ceil(tokens / (IMAGE_SHARE * prompt_room)))
 
 
+def tallest_band(family: Family | None, item: PageImage) -> int | None:
+    """The tallest piece of a column of ``item`` (page pixels) ``family`` reads in bands (None:
+    any). A family that sizes an image by its longer side (olmOCR-2, LightOnOCR: 1,288 and 1,540
+    px) would get a column as tall as the page no sharper than the whole page; no taller than
+    the page is wide, each piece is at least as sharp as a band across the page. A family that
+    renders at a DPI, capped by pixels, gets a narrow column at its DPI whatever its height."""
+    if family is None or not family.rendering.long_side:
+        return None
+    return item.width
+
+
 def oversize(family: Family | None, prompt_room: int | None) -> Callable[[Segment], str | None] | None:
     """Why a piece's image cannot be sent beside ``max_tokens`` (None: it can): more image tokens,
     as ``family``'s processor counts them, than ``prompt_room`` less the prompt's text."""
@@ -226,9 +237,11 @@ async def read_in_tiles(
     count has shrunk (``stitch`` then crops the figures from them). When the source cannot be
     read again, they are cut from the page image, and the row says so."""
     bands = family is not None and not family.dense_tiles
-    planner = plan_bands if bands else plan_tiles
     count = max(plan.count, image_pieces(family, item.width, item.height, prompt_room))
-    tiles = await asyncio.to_thread(planner, item.image, count)
+    if bands:
+        tiles = await asyncio.to_thread(plan_bands, item.image, count, tallest_band(family, item))
+    else:
+        tiles = await asyncio.to_thread(plan_tiles, item.image, count)
     if len(tiles) < 2:
         return None
     kind = "band" if bands else "tile"
@@ -314,9 +327,32 @@ def dense_split_tiles(image: bytes, piece: Segment) -> tuple[list[Segment], str]
 
 
 def join_bands(bands: list[Segment], per_band: list[list[Piece]], page: int) -> list[Piece]:
-    """The blocks of a page read in bands by a family without boxes, each once, band by band.
+    """The blocks of a page read in bands by a family without boxes, each once, in the bands'
+    order: region by region (a page with columns is planned as a masthead, then each column,
+    each cut into bands along its height, :func:`~llm_ocr.sources.tiles.plan_bands`), each
+    region's bands joined down it (:func:`join_region`). A region is a run of bands one below
+    the other, as wide as each other (a band cut in two again, its halves too)."""
+    runs: list[list[int]] = []
+    for i, band in enumerate(bands):
+        last = bands[runs[-1][-1]] if runs else None
+        if last is not None and (last.left, last.right) == (band.left, band.right) and band.top < last.bottom:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    joined: list[Piece] = []
+    for run in runs:
+        # Each region joined on its own, its bands numbered from 0 (the join pairs a band with
+        # the one before it by number), then given back their page-wide numbers.
+        own = [replace(bands[i], index=k) for k, i in enumerate(run)]
+        pieces = [[replace(p, segment=k) for p in per_band[i]] for k, i in enumerate(run)]
+        joined += [replace(p, segment=run[p.segment]) for p in join_region(own, pieces, page)]
+    return number_figures(joined, page)
 
-    A band shows every column of the page, so the lines its overlap with the band above repeats
+
+def join_region(bands: list[Segment], per_band: list[list[Piece]], page: int) -> list[Piece]:
+    """The blocks of one region read in bands, one below the other, each once, band by band.
+
+    A band shows every column of the region, so the lines its overlap with the band above repeats
     are at the start of one of its blocks per column, and at the end of one of that band's
     blocks, not at the end of its whole text: each block loses the run of words that starts it
     and ends a block of the band above (:func:`~llm_ocr.stages.segmented.drop_exact_repeat`);
