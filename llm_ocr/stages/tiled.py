@@ -29,8 +29,10 @@ page or a segment is). Every family reads dense pages so; how it cuts them is it
 ``Family.dense``: **tiles** (the grid above, joined by boxes) where its answers carry every
 block's box; **bands** (full-width pieces cut between text lines, :func:`~llm_ocr.sources.tiles.plan_bands`)
 where they do not, joined as the segments of a long page are, by the words their overlap
-repeats (:func:`~llm_ocr.stages.segmented.drop_repeated_start`). Without boxes the columns of a
-page read in bands come band by band: every word is there, the reading order is the bands'.
+repeats (:func:`~llm_ocr.stages.segmented.drop_repeated_start`). Without boxes the join cannot
+put the columns of a page back in order, so a page with columns is planned column by column
+(:mod:`llm_ocr.sources.columns`: a masthead first, then each column in bands down it) and each
+column's bands are joined down it (:func:`join_bands`).
 
 The number of pieces is planned from :data:`TOKENS_PER_CHAR`, **a first guess** (fitted to the
 project's simulator, not measured on any model): a piece whose answer still runs to
@@ -188,6 +190,25 @@ def tallest_band(family: Family | None, item: PageImage) -> int | None:
     return item.width
 
 
+def band_fits(family: Family | None, prompt_room: int | None) -> Callable[[int, int], bool] | None:
+    """Whether a piece of a column, ``width`` x ``height`` page-image pixels, makes an image that
+    fits in :data:`IMAGE_SHARE` of ``prompt_room`` as ``family``'s processor counts it (None:
+    any does). A family that sizes an image by its longer side renders any piece that long
+    (LightOnOCR: 1,540 px): its image tokens grow with the piece's width over its height, not
+    with its share of the page, so a column is cut into fewer, taller bands to fit, not more."""
+    if family is None or not prompt_room:
+        return None
+    room = IMAGE_SHARE * prompt_room
+    long_side = family.rendering.long_side
+
+    def fits(width: int, height: int) -> bool:
+        scale = long_side / max(width, height, 1) if long_side else 1.0
+        tokens = family.image_tokens(max(1, round(width * scale)), max(1, round(height * scale)))
+        return tokens is None or tokens <= room
+
+    return fits
+
+
 def oversize(family: Family | None, prompt_room: int | None) -> Callable[[Segment], str | None] | None:
     """Why a piece's image cannot be sent beside ``max_tokens`` (None: it can): more image tokens,
     as ``family``'s processor counts them, than ``prompt_room`` less the prompt's text."""
@@ -239,7 +260,8 @@ async def read_in_tiles(
     bands = family is not None and not family.dense_tiles
     count = max(plan.count, image_pieces(family, item.width, item.height, prompt_room))
     if bands:
-        tiles = await asyncio.to_thread(plan_bands, item.image, count, tallest_band(family, item))
+        tiles = await asyncio.to_thread(plan_bands, item.image, count, tallest_band(family, item),
+                                        band_fits(family, prompt_room))
     else:
         tiles = await asyncio.to_thread(plan_tiles, item.image, count)
     if len(tiles) < 2:
