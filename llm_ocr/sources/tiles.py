@@ -88,16 +88,18 @@ def plan_tiles(image: bytes, count: int) -> list[Segment]:
 
 
 def plan_bands(
-    image: bytes, count: int, max_height: int | None = None, fits: Callable[[int, int], bool] | None = None
+    image: bytes, count: int, max_height: int | None = None, fits: Callable[[int, int], bool] | None = None,
+    columns: bool = True,
 ) -> list[Segment]:
     """The page cut into about ``count`` bands between text lines, in reading order (see the
     module docstring): full-width bands of a page without columns; of a page with columns
     (:func:`~llm_ocr.sources.columns.column_regions`), each region (a masthead, a column) cut
     into bands along its height by its share of the page's ink, none taller than
     ``max_height`` page pixels (None: any), in the number nearest to that whose bands ``fits``
-    says can be sent (``fits(width, height)`` in page pixels; None: any can)."""
+    says can be sent (``fits(width, height)`` in page pixels; None: any can). ``columns`` False:
+    full-width bands whatever the page."""
     ink, width, height = image_ink(image)
-    regions = column_regions(ink, line_pitch(ink))
+    regions = column_regions(ink, line_pitch(ink)) if columns else [(0, ink.shape[0], 0, ink.shape[1])]
     if len(regions) == 1:
         return plan_grid(ink, width, height, count, columns=1)
     rows, cols = ink.shape

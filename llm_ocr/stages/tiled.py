@@ -190,6 +190,23 @@ def tallest_band(family: Family | None, item: PageImage) -> int | None:
     return item.width
 
 
+def reads_columns(family: Family | None, prompt_room: int | None) -> bool:
+    """Whether ``family`` reads a page with columns column by column at a context that leaves
+    ``prompt_room`` beside ``max_tokens`` (else in full-width bands: every word, the bands'
+    order). A family that sizes an image by its longer side renders the pieces of a column,
+    and their halves once cut again, squarer as they get shorter, in up to
+    ``long_side`` x ``long_side`` pixels (olmOCR-2: ~2,100 image tokens; LightOnOCR: ~3,000): at a
+    context that cannot hold such an image in :data:`IMAGE_SHARE` of the room, a column's
+    pieces could not be read at the family's resolution, and full-width bands (as wide as the
+    page, as sharp whatever their height) are read instead. At their recipes' contexts (16,384)
+    both read columns."""
+    if family is None or not family.rendering.long_side or not prompt_room:
+        return True
+    side = family.rendering.long_side
+    tokens = family.image_tokens(side, side)
+    return tokens is None or tokens <= IMAGE_SHARE * prompt_room
+
+
 def band_fits(family: Family | None, prompt_room: int | None) -> Callable[[int, int], bool] | None:
     """Whether a piece of a column, ``width`` x ``height`` page-image pixels, makes an image that
     fits in :data:`IMAGE_SHARE` of ``prompt_room`` as ``family``'s processor counts it (None:
@@ -261,7 +278,7 @@ async def read_in_tiles(
     count = max(plan.count, image_pieces(family, item.width, item.height, prompt_room))
     if bands:
         tiles = await asyncio.to_thread(plan_bands, item.image, count, tallest_band(family, item),
-                                        band_fits(family, prompt_room))
+                                        band_fits(family, prompt_room), reads_columns(family, prompt_room))
     else:
         tiles = await asyncio.to_thread(plan_tiles, item.image, count)
     if len(tiles) < 2:
@@ -269,10 +286,14 @@ async def read_in_tiles(
     kind = "band" if bands else "tile"
     split = dense_split(family) if family is not None else dense_split_tiles
     rendered, unsourced = await _from_source(item, tiles, sourced, crop)
+    # A family that sizes an image by its longer side reads a half of a column's band (shorter
+    # than the band, as narrow) at a finer scale than the band was sent at: the halves of its
+    # pieces are rendered from the source again (a band across the page keeps its scale: cut).
+    again = _rerender(item, sourced, family, prompt_room) if rendered is not None and bands else None
     row = await read_in_segments(
         ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_bands if bands else join_tiles,
         kind=kind, limit=limit, split=split, too_big=_as_sent(oversize(family, prompt_room), rendered),
-        pieces=rendered, stitch=stitch,
+        pieces=rendered, stitch=stitch, rerender=again,
     )
     if unsourced:
         row = replace(row, error=f"{row.error}; {unsourced}" if row.error else unsourced)
@@ -321,11 +342,41 @@ async def _from_source(
     return PiecedPage(pieces, item.width, item.height, 1.0), None
 
 
+def _rerender(
+    item: PageImage,
+    sourced: Callable[[list[Region]], Awaitable[list[tuple[bytes, str, int, int] | None]]] | None,
+    family: Family | None,
+    prompt_room: int | None,
+) -> Callable[[list[Segment]], Awaitable[list[bytes | None]]] | None:
+    """The halves of pieces (page-image pixels) rendered from the source as pages of their own,
+    each where the source shows it sharper than its piece and its image fits in
+    :data:`IMAGE_SHARE` of ``prompt_room`` as ``family``'s processor counts it (else None: cut
+    from its piece): ``read_in_segments``' ``rerender``. A half of a column's band is shorter
+    than the band and as narrow: a family that sizes an image by its longer side (olmOCR-2,
+    LightOnOCR) reads it at a finer scale than the band was sent at, but squarer, in more image
+    tokens; a half of a band across the page keeps the band's scale and is cut from it."""
+    if sourced is None or family is None:
+        return None
+    room = IMAGE_SHARE * prompt_room if prompt_room else None
+
+    async def again(halves: list[Segment]) -> list[bytes | None]:
+        regions = [(h.left / item.width, h.top / item.height, h.right / item.width, h.bottom / item.height)
+                   for h in halves]  # fmt: skip
+        out: list[bytes | None] = []
+        for image in await sourced(regions):
+            tokens = family.image_tokens(image[2], image[3]) if image is not None else None
+            out.append(image[0] if image is not None and (room is None or tokens is None or tokens <= room) else None)
+        return out
+
+    return again
+
+
 def _as_sent(
     check: Callable[[Segment], str | None] | None, rendered: PiecedPage | None
 ) -> Callable[[Segment], str | None] | None:
     """``check`` of the image a piece is sent as: a piece rendered from the source (or a part of
-    one) is as many times larger than its plan as that rendering is."""
+    one) is as many times larger than its plan as that rendering is (a half rendered again fits
+    by :func:`_rerender`'s own check)."""
     if check is None or rendered is None:
         return check
 

@@ -119,3 +119,20 @@ def test_a_table_of_narrow_columns_is_not_read_apart(tmp_path: Path) -> None:
     ink, _, _ = image_ink(image)
     assert len(column_regions(ink, line_pitch(ink))) == 1
     assert all(b.left == 0 and b.right > 0.99 * PAGE[0] * SCALE for b in plan_bands(image, 6))
+
+
+def test_column_bands_are_as_many_as_make_each_fit(tmp_path: Path) -> None:
+    """Where an image is sized by its longer side, a taller piece of a column makes fewer image
+    tokens (it is sent narrower): the planner then cuts a column into fewer bands to fit, and
+    into more where the image's tokens grow with its pixels."""
+    newspaper_pdf(tmp_path / "p.pdf", seed=2, columns=5)
+    image, _ = render(tmp_path / "p.pdf")
+    asked = 16  # about three bands per column
+    columns = [b for b in plan_bands(image, asked) if b.bottom > 100]  # the masthead's ends at 82
+    tall = [b for b in plan_bands(image, asked, fits=lambda w, h: h >= 5 * w) if b.bottom > 100]
+    assert all(b.bottom - b.top >= 5 * (b.right - b.left) for b in tall)
+    assert len(tall) < len(columns)
+    budget = 40_000  # page pixels of a band
+    small = plan_bands(image, asked, fits=lambda w, h: w * h <= budget)
+    assert all((b.right - b.left) * (b.bottom - b.top) <= 1.3 * budget for b in small)  # the bands' overlaps
+    assert len(small) > len(plan_bands(image, asked))
