@@ -286,9 +286,9 @@ async def read_in_tiles(
     kind = "band" if bands else "tile"
     split = dense_split(family) if family is not None else dense_split_tiles
     rendered, unsourced = await _from_source(item, tiles, sourced, crop)
-    # A family that sizes an image by its longer side reads a half of a column's band (shorter
-    # than the band, as narrow) at a finer scale than the band was sent at: the halves of its
-    # pieces are rendered from the source again (a band across the page keeps its scale: cut).
+    # The halves of a column's band cut again are rendered from the source again: a family that
+    # sizes an image by its longer side reads such a half (shorter, as narrow) at a finer scale
+    # than the band was sent at. A band across the page is cut as before.
     again = _rerender(item, sourced, family, prompt_room) if rendered is not None and bands else None
     row = await read_in_segments(
         ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_bands if bands else join_tiles,
@@ -354,7 +354,7 @@ def _rerender(
     from its piece): ``read_in_segments``' ``rerender``. A half of a column's band is shorter
     than the band and as narrow: a family that sizes an image by its longer side (olmOCR-2,
     LightOnOCR) reads it at a finer scale than the band was sent at, but squarer, in more image
-    tokens; a half of a band across the page keeps the band's scale and is cut from it."""
+    tokens. A half of a band across the page is cut from it, as before."""
     if sourced is None or family is None:
         return None
     room = IMAGE_SHARE * prompt_room if prompt_room else None
@@ -362,10 +362,14 @@ def _rerender(
     async def again(halves: list[Segment]) -> list[bytes | None]:
         regions = [(h.left / item.width, h.top / item.height, h.right / item.width, h.bottom / item.height)
                    for h in halves]  # fmt: skip
+        narrow = [h.width < item.width for h in halves]  # a column's (a band across the page: cut)
+        if not any(narrow):
+            return [None] * len(halves)
         out: list[bytes | None] = []
-        for image in await sourced(regions):
+        for image, column in zip(await sourced(regions), narrow):
             tokens = family.image_tokens(image[2], image[3]) if image is not None else None
-            out.append(image[0] if image is not None and (room is None or tokens is None or tokens <= room) else None)
+            fits = room is None or tokens is None or tokens <= room
+            out.append(image[0] if image is not None and column and fits else None)
         return out
 
     return again
