@@ -113,9 +113,9 @@ class RunKeywords(TypedDict, total=False):
     temperature step; off: wait for whole answers (loops run to max_tokens)."""
     tile_dense_pages: bool
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping pieces, all at once (tiles
-    joined by boxes, or full-width bands for families without boxes: `llm-ocr models`): straight away when its text
-    layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer still
-    runs out is cut in two and read again. Off: such a page is retried whole."""
+    joined by boxes, or bands column by column for families without boxes: `llm-ocr models`): straight away when its
+    text layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer
+    still runs out is cut in two and read again. Off: such a page is retried whole."""
     look_ahead: int
     """Rendered pages that may wait for a free slot, so that those expected to hold the most text (their text layer or
     ink, estimated as they are rendered) are sent first and the run does not end on a long page sent last; each waiting
@@ -340,9 +340,9 @@ class ExtractKeywords(TypedDict, total=False):
     temperature step; off: wait for whole answers (loops run to max_tokens)."""
     tile_dense_pages: bool
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping pieces, all at once (tiles
-    joined by boxes, or full-width bands for families without boxes: `llm-ocr models`): straight away when its text
-    layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer still
-    runs out is cut in two and read again. Off: such a page is retried whole."""
+    joined by boxes, or bands column by column for families without boxes: `llm-ocr models`): straight away when its
+    text layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer
+    still runs out is cut in two and read again. Off: such a page is retried whole."""
     look_ahead: int
     """Rendered pages that may wait for a free slot, so that those expected to hold the most text (their text layer or
     ink, estimated as they are rendered) are sent first and the run does not end on a long page sent last; each waiting
@@ -473,9 +473,9 @@ class EscalateKeywords(TypedDict, total=False):
     temperature step; off: wait for whole answers (loops run to max_tokens)."""
     tile_dense_pages: bool
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping pieces, all at once (tiles
-    joined by boxes, or full-width bands for families without boxes: `llm-ocr models`): straight away when its text
-    layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer still
-    runs out is cut in two and read again. Off: such a page is retried whole."""
+    joined by boxes, or bands column by column for families without boxes: `llm-ocr models`): straight away when its
+    text layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer
+    still runs out is cut in two and read again. Off: such a page is retried whole."""
     escalate_on: str
     """Signals of a first reading that send its page to the stronger model, comma-separated, of: error, empty,
     truncated, looped, repetition, missing-text, stray, garbled, short, verifier."""
@@ -970,9 +970,9 @@ class LaunchKeywords(TypedDict, total=False):
     temperature step; off: wait for whole answers (loops run to max_tokens)."""
     tile_dense_pages: bool
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping pieces, all at once (tiles
-    joined by boxes, or full-width bands for families without boxes: `llm-ocr models`): straight away when its text
-    layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer still
-    runs out is cut in two and read again. Off: such a page is retried whole."""
+    joined by boxes, or bands column by column for families without boxes: `llm-ocr models`): straight away when its
+    text layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer
+    still runs out is cut in two and read again. Off: such a page is retried whole."""
     look_ahead: int
     """Rendered pages that may wait for a free slot, so that those expected to hold the most text (their text layer or
     ink, estimated as they are rendered) are sent first and the run does not end on a long page sent last; each waiting

@@ -238,7 +238,7 @@ class ExtractOptions(BaseModel):
     tile_dense_pages: bool = Field(
         True,
         description="Read a page whose text is too long for one answer (a newspaper page) in overlapping pieces, "
-        "all at once (tiles joined by boxes, or full-width bands for families without boxes: `llm-ocr models`): "
+        "all at once (tiles joined by boxes, or bands column by column for families without boxes: `llm-ocr models`): "
         "straight away when its text layer or ink says so, else when its answer runs to max_tokens without "
         "repeating itself; a piece whose answer still runs out is cut in two and read again. Off: such a page "
         "is retried whole.",

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import io
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from reportlab.lib.utils import ImageReader
 from reportlab.pdfbase.pdfmetrics import stringWidth
 from reportlab.pdfgen import canvas
 
+from llm_ocr.bench.accuracy import markdown_to_text, words
 from tests.docs import chart_png
 
 #: The page, in points (a small broadsheet).
@@ -25,11 +26,13 @@ _SYLLABLES = ("ka", "lo", "mir", "ten", "sa", "vo", "rin", "da", "pel", "ur", "o
 
 @dataclass
 class Newspaper:
-    """What the page holds: its text in reading order, and its figures' boxes (page fractions)."""
+    """What the page holds: its text in reading order, its figures' boxes (page fractions), how
+    many text lines it has, and each of them (the masthead, then each column top to bottom)."""
 
     text: str
     figures: list[tuple[float, float, float, float]]
     lines: int
+    line_texts: list[str] = field(default_factory=list)
 
 
 def _word(rng: random.Random) -> str:
@@ -44,7 +47,7 @@ def newspaper_pdf(path: Path, seed: int = 0, columns: int = COLUMNS, figures: bo
     title = f"The {_word(rng).capitalize()} Courier No. {seed + 1}"
     pdf.setFont("Helvetica-Bold", 24)
     pdf.drawString(MARGIN, height - 60, title)
-    parts, boxes, count = [title], [], 0
+    parts, boxes, count, drawn = [title], [], 0, [title]
     column_width = (width - 2 * MARGIN - (columns - 1) * GUTTER) / columns
     for column in range(columns):
         x = MARGIN + column * (column_width + GUTTER)
@@ -67,6 +70,7 @@ def newspaper_pdf(path: Path, seed: int = 0, columns: int = COLUMNS, figures: bo
             pdf.setFont(FONT, SIZE)
             pdf.drawString(x, y, line)
             paragraph.append(line)
+            drawn.append(line)
             count += 1
             y -= LEADING
             lines_in_paragraph += 1
@@ -78,4 +82,26 @@ def newspaper_pdf(path: Path, seed: int = 0, columns: int = COLUMNS, figures: bo
             parts.append(" ".join(paragraph))
     pdf.showPage()
     pdf.save()
-    return Newspaper("\n\n".join(parts), boxes, count)
+    return Newspaper("\n\n".join(parts), boxes, count, drawn)
+
+
+def order_kept(lines: list[str], markdown: str) -> float:
+    """The share of the page's text ``lines`` (in reading order) that ``markdown`` holds in that
+    order: the longest run of them, not necessarily adjacent, found at increasing places (the
+    longest increasing subsequence of where each is found; a line not found is not kept).
+
+    A five-column page read band by band (the top of every column, then the next part of every
+    column) keeps about one column's share in order and a little more; read column by column, all."""
+    import bisect
+
+    text = f" {' '.join(words(markdown_to_text(markdown)))} "
+    places = []
+    for line in lines:
+        at = text.find(f" {' '.join(words(line))} ")
+        if at >= 0:
+            places.append(at)
+    tails: list[int] = []  # tails[k]: the least place an increasing run of k + 1 lines ends at
+    for place in places:
+        k = bisect.bisect_left(tails, place)
+        tails[k:k + 1] = [place]
+    return len(tails) / max(1, len(lines))

@@ -96,7 +96,10 @@ def dense_pages(family: Family) -> str:
     if family.dense == "tiles":
         how = "read in tiles joined by their boxes, columns in reading order"
     else:
-        how = "read in full-width bands joined by the text their overlap repeats (no boxes: bands in page order)"
+        how = ("read in bands joined by the text their overlap repeats: column by column where the page has "
+               "columns (a masthead across them first), each column in bands down it; full width where it has none")
+        if family.rendering.long_side:
+            how += " (or at a context too small for a square piece at its resolution)"
     return f"{how}; a piece whose answer runs out is cut in two and read again (--no-tile-dense-pages: read whole)"
 
 

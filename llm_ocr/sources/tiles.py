@@ -21,8 +21,9 @@ The page's ink is measured on a grey copy at most :data:`ANALYSIS_SIDE` pixels l
 returned in page pixels as :class:`~llm_ocr.sources.segments.Segment` (band by band, left to right).
 
 A family whose answers carry no boxes reads a dense page in **bands** instead
-(:func:`plan_bands`: the same cuts between text lines, full width), joined by the text their
-overlap repeats. A piece (tile, band or segment) whose answer still ran to ``max_tokens`` is cut
+(:func:`plan_bands`: the same cuts between text lines, full width; a page with columns column by
+column, each in bands down it, :mod:`llm_ocr.sources.columns`), joined by the text their overlap
+repeats. A piece (tile, band or segment) whose answer still ran to ``max_tokens`` is cut
 in two again (:func:`split_piece`): at a gutter when a tile is wider than tall and has one,
 else between two text lines near its middle; a piece under :data:`MIN_SPLIT_LINES` text lines
 is not cut (each half would be a few lines: its text is what overflows, not its size).
@@ -32,9 +33,11 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
+from .columns import column_regions
 from .segments import Segment
 
 #: The longer side of the grey copy the whitespace is found in.
@@ -84,10 +87,52 @@ def plan_tiles(image: bytes, count: int) -> list[Segment]:
     return plan_grid(ink, width, height, count)
 
 
-def plan_bands(image: bytes, count: int) -> list[Segment]:
-    """The page cut into ``count`` full-width bands between text lines (see the module docstring)."""
+def plan_bands(
+    image: bytes, count: int, max_height: int | None = None, fits: Callable[[int, int], bool] | None = None,
+    columns: bool = True,
+) -> list[Segment]:
+    """The page cut into about ``count`` bands between text lines, in reading order (see the
+    module docstring): full-width bands of a page without columns; of a page with columns
+    (:func:`~llm_ocr.sources.columns.column_regions`), each region (a masthead, a column) cut
+    into bands along its height by its share of the page's ink, none taller than
+    ``max_height`` page pixels (None: any), in the number nearest to that whose bands ``fits``
+    says can be sent (``fits(width, height)`` in page pixels; None: any can). ``columns`` False:
+    full-width bands whatever the page."""
     ink, width, height = image_ink(image)
-    return plan_grid(ink, width, height, count, columns=1)
+    regions = column_regions(ink, line_pitch(ink)) if columns else [(0, ink.shape[0], 0, ink.shape[1])]
+    if len(regions) == 1:
+        return plan_grid(ink, width, height, count, columns=1)
+    rows, cols = ink.shape
+    sx, sy = width / cols, height / rows  # page pixels per ink pixel
+    total = max(float(ink.sum()), 1e-9)
+    margin = round(GUTTER_MARGIN * width)
+    bands: list[Segment] = []
+    for top, bottom, left, right in regions:
+        # The region in page pixels, reaching a little past the gutters and row gaps it was cut
+        # at (the middles of blank runs: a glyph standing in one is whole on its side).
+        x1, x2 = max(0, round(left * sx) - margin), min(width, round(right * sx) + margin)
+        y1, y2 = max(0, round(top * sy) - margin), min(height, round(bottom * sy) + margin)
+        share = float(ink[top:bottom, left:right].sum()) / total
+        n = max(1, round(count * share))
+        if max_height is not None:
+            n = max(n, math.ceil((y2 - y1) / max(1, max_height)))
+        if fits is not None:
+            n = _fitting(n, x2 - x1, y2 - y1, fits)
+        part = ink[max(0, round(y1 / sy)):max(1, round(y2 / sy)), max(0, round(x1 / sx)):max(1, round(x2 / sx))]
+        for band in plan_grid(part, x2 - x1, y2 - y1, n, columns=1):
+            bands.append(Segment(len(bands), x1 + band.left, y1 + band.top, x1 + band.right, y1 + band.bottom))
+    return bands
+
+
+def _fitting(n: int, width: int, height: int, fits: Callable[[int, int], bool]) -> int:
+    """The number of bands nearest ``n`` (more first) that a ``width`` x ``height`` region is
+    cut into for each band to fit (``n`` when none does: the bands are cut again as they are
+    sent). Fewer bands fit better where the image is sized by its longer side (a column piece
+    gets narrower as it gets taller), more where it is sized by its pixels."""
+    for k in (n, *(m for step in range(1, 17) for m in (n + step, n - step) if m >= 1)):
+        if fits(width, math.ceil(height / k)):
+            return k
+    return n
 
 
 def image_ink(image: bytes) -> tuple[Any, int, int]:

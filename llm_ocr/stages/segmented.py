@@ -248,6 +248,7 @@ async def read_in_segments(
     stitch: Stitch | None = None,
     split: Splitter | None = None,
     too_big: Callable[[Segment], str | None] | None = None,
+    rerender: Callable[[list[Segment]], Awaitable[list[bytes | None]]] | None = None,
 ) -> PageResult:
     """Read ``item`` segment by segment with ``read`` (the family's reading of one image) and
     join the readings into its one row.
@@ -266,7 +267,10 @@ async def read_in_segments(
     With ``split``, a piece whose answer ran to ``max_tokens`` without repeating itself is cut
     in two and both halves read again (:mod:`llm_ocr.stages.split`); ``read`` must then stop
     at such an answer rather than retry it hotter. The halves of a piece rendered from the
-    source are cut from its own image (as sharp as the piece was sent), else from ``item``'s.
+    source are cut from its own image (as sharp as the piece was sent), else from ``item``'s;
+    with ``rerender`` they are rendered from the source again, each as a page of its own, where
+    it gives an image (a column's half, read by a family that sizes an image by its longer side,
+    is sharper so than its piece's image shows it).
     """
     started = time.monotonic()
     rendered = pieces
@@ -275,7 +279,14 @@ async def read_in_segments(
         if rendered is None:
             return await crop(item.image, [Box(*s.box) for s in halves])
         shown = [(p.segment, p.image) for p in rendered.pieces]
-        return await asyncio.to_thread(crop_from_pieces, shown, halves)
+        cut = await asyncio.to_thread(crop_from_pieces, shown, halves)
+        if rerender is None:
+            return cut
+        try:
+            again = await rerender(halves)
+        except Exception:  # noqa: BLE001 - the source gone since: the halves cut from the pieces
+            return cut
+        return [image if image is not None else piece for image, piece in zip(again, cut)]
 
     if rendered is not None:
         images = [p.image for p in rendered.pieces]

@@ -29,8 +29,10 @@ page or a segment is). Every family reads dense pages so; how it cuts them is it
 ``Family.dense``: **tiles** (the grid above, joined by boxes) where its answers carry every
 block's box; **bands** (full-width pieces cut between text lines, :func:`~llm_ocr.sources.tiles.plan_bands`)
 where they do not, joined as the segments of a long page are, by the words their overlap
-repeats (:func:`~llm_ocr.stages.segmented.drop_repeated_start`). Without boxes the columns of a
-page read in bands come band by band: every word is there, the reading order is the bands'.
+repeats (:func:`~llm_ocr.stages.segmented.drop_repeated_start`). Without boxes the join cannot
+put the columns of a page back in order, so a page with columns is planned column by column
+(:mod:`llm_ocr.sources.columns`: a masthead first, then each column in bands down it) and each
+column's bands are joined down it (:func:`join_bands`).
 
 The number of pieces is planned from :data:`TOKENS_PER_CHAR`, **a first guess** (fitted to the
 project's simulator, not measured on any model): a piece whose answer still runs to
@@ -178,6 +180,53 @@ def image_pieces(family: Family | None, width: int, height: int, prompt_room: in
     return max(1, math.ceil(tokens / (IMAGE_SHARE * prompt_room)))
 
 
+def tallest_band(family: Family | None, item: PageImage) -> int | None:
+    """The tallest piece of a column of ``item`` (page pixels) ``family`` reads in bands (None:
+    any). A family that sizes an image by its longer side (olmOCR-2, LightOnOCR: 1,288 and 1,540
+    px) would get a column as tall as the page no sharper than the whole page; no taller than
+    the page is wide, each piece is at least as sharp as a band across the page. A family that
+    renders at a DPI, capped by pixels, gets a narrow column at its DPI whatever its height."""
+    if family is None or not family.rendering.long_side:
+        return None
+    return item.width
+
+
+def reads_columns(family: Family | None, prompt_room: int | None) -> bool:
+    """Whether ``family`` reads a page with columns column by column at a context that leaves
+    ``prompt_room`` beside ``max_tokens`` (else in full-width bands: every word, the bands'
+    order). A family that sizes an image by its longer side renders the pieces of a column,
+    and their halves once cut again, squarer as they get shorter, in up to
+    ``long_side`` x ``long_side`` pixels (olmOCR-2: ~2,100 image tokens; LightOnOCR: ~3,000): at a
+    context that cannot hold such an image in :data:`IMAGE_SHARE` of the room, a column's
+    pieces could not be read at the family's resolution, and full-width bands (as wide as the
+    page, as sharp whatever their height) are read instead. At their recipes' contexts (16,384)
+    both read columns."""
+    if family is None or not family.rendering.long_side or not prompt_room:
+        return True
+    side = family.rendering.long_side
+    tokens = family.image_tokens(side, side)
+    return tokens is None or tokens <= IMAGE_SHARE * prompt_room
+
+
+def band_fits(family: Family | None, prompt_room: int | None) -> Callable[[int, int], bool] | None:
+    """Whether a piece of a column, ``width`` x ``height`` page-image pixels, makes an image that
+    fits in :data:`IMAGE_SHARE` of ``prompt_room`` as ``family``'s processor counts it (None:
+    any does). A family that sizes an image by its longer side renders any piece that long
+    (LightOnOCR: 1,540 px): its image tokens grow with the piece's width over its height, not
+    with its share of the page, so a column is cut into fewer, taller bands to fit, not more."""
+    if family is None or not prompt_room:
+        return None
+    room = IMAGE_SHARE * prompt_room
+    long_side = family.rendering.long_side
+
+    def fits(width: int, height: int) -> bool:
+        scale = long_side / max(width, height, 1) if long_side else 1.0
+        tokens = family.image_tokens(max(1, round(width * scale)), max(1, round(height * scale)))
+        return tokens is None or tokens <= room
+
+    return fits
+
+
 def oversize(family: Family | None, prompt_room: int | None) -> Callable[[Segment], str | None] | None:
     """Why a piece's image cannot be sent beside ``max_tokens`` (None: it can): more image tokens,
     as ``family``'s processor counts them, than ``prompt_room`` less the prompt's text."""
@@ -227,18 +276,25 @@ async def read_in_tiles(
     count has shrunk (``stitch`` then crops the figures from them). When the source cannot be
     read again, they are cut from the page image, and the row says so."""
     bands = family is not None and not family.dense_tiles
-    planner = plan_bands if bands else plan_tiles
     count = max(plan.count, image_pieces(family, item.width, item.height, prompt_room))
-    tiles = await asyncio.to_thread(planner, item.image, count)
+    if bands:
+        tiles = await asyncio.to_thread(plan_bands, item.image, count, tallest_band(family, item),
+                                        band_fits(family, prompt_room), reads_columns(family, prompt_room))
+    else:
+        tiles = await asyncio.to_thread(plan_tiles, item.image, count)
     if len(tiles) < 2:
         return None
     kind = "band" if bands else "tile"
     split = dense_split(family) if family is not None else dense_split_tiles
     rendered, unsourced = await _from_source(item, tiles, sourced, crop)
+    # The halves of a column's band cut again are rendered from the source again: a family that
+    # sizes an image by its longer side reads such a half (shorter, as narrow) at a finer scale
+    # than the band was sent at. A band across the page is cut as before.
+    again = _rerender(item, sourced, family, prompt_room) if rendered is not None and bands else None
     row = await read_in_segments(
         ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_bands if bands else join_tiles,
         kind=kind, limit=limit, split=split, too_big=_as_sent(oversize(family, prompt_room), rendered),
-        pieces=rendered, stitch=stitch,
+        pieces=rendered, stitch=stitch, rerender=again,
     )
     if unsourced:
         row = replace(row, error=f"{row.error}; {unsourced}" if row.error else unsourced)
@@ -287,11 +343,45 @@ async def _from_source(
     return PiecedPage(pieces, item.width, item.height, 1.0), None
 
 
+def _rerender(
+    item: PageImage,
+    sourced: Callable[[list[Region]], Awaitable[list[tuple[bytes, str, int, int] | None]]] | None,
+    family: Family | None,
+    prompt_room: int | None,
+) -> Callable[[list[Segment]], Awaitable[list[bytes | None]]] | None:
+    """The halves of pieces (page-image pixels) rendered from the source as pages of their own,
+    each where the source shows it sharper than its piece and its image fits in
+    :data:`IMAGE_SHARE` of ``prompt_room`` as ``family``'s processor counts it (else None: cut
+    from its piece): ``read_in_segments``' ``rerender``. A half of a column's band is shorter
+    than the band and as narrow: a family that sizes an image by its longer side (olmOCR-2,
+    LightOnOCR) reads it at a finer scale than the band was sent at, but squarer, in more image
+    tokens. A half of a band across the page is cut from it, as before."""
+    if sourced is None or family is None:
+        return None
+    room = IMAGE_SHARE * prompt_room if prompt_room else None
+
+    async def again(halves: list[Segment]) -> list[bytes | None]:
+        regions = [(h.left / item.width, h.top / item.height, h.right / item.width, h.bottom / item.height)
+                   for h in halves]  # fmt: skip
+        narrow = [h.width < item.width for h in halves]  # a column's (a band across the page: cut)
+        if not any(narrow):
+            return [None] * len(halves)
+        out: list[bytes | None] = []
+        for image, column in zip(await sourced(regions), narrow):
+            tokens = family.image_tokens(image[2], image[3]) if image is not None else None
+            fits = room is None or tokens is None or tokens <= room
+            out.append(image[0] if image is not None and column and fits else None)
+        return out
+
+    return again
+
+
 def _as_sent(
     check: Callable[[Segment], str | None] | None, rendered: PiecedPage | None
 ) -> Callable[[Segment], str | None] | None:
     """``check`` of the image a piece is sent as: a piece rendered from the source (or a part of
-    one) is as many times larger than its plan as that rendering is."""
+    one) is as many times larger than its plan as that rendering is (a half rendered again fits
+    by :func:`_rerender`'s own check)."""
     if check is None or rendered is None:
         return check
 
@@ -315,9 +405,32 @@ def dense_split_tiles(image: bytes, piece: Segment) -> tuple[list[Segment], str]
 
 
 def join_bands(bands: list[Segment], per_band: list[list[Piece]], page: int) -> list[Piece]:
-    """The blocks of a page read in bands by a family without boxes, each once, band by band.
+    """The blocks of a page read in bands by a family without boxes, each once, in the bands'
+    order: region by region (a page with columns is planned as a masthead, then each column,
+    each cut into bands along its height, :func:`~llm_ocr.sources.tiles.plan_bands`), each
+    region's bands joined down it (:func:`join_region`). A region is a run of bands one below
+    the other, as wide as each other (a band cut in two again, its halves too)."""
+    runs: list[list[int]] = []
+    for i, band in enumerate(bands):
+        last = bands[runs[-1][-1]] if runs else None
+        if last is not None and (last.left, last.right) == (band.left, band.right) and band.top < last.bottom:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    joined: list[Piece] = []
+    for run in runs:
+        # Each region joined on its own, its bands numbered from 0 (the join pairs a band with
+        # the one before it by number), then given back their page-wide numbers.
+        own = [replace(bands[i], index=k) for k, i in enumerate(run)]
+        pieces = [[replace(p, segment=k) for p in per_band[i]] for k, i in enumerate(run)]
+        joined += [replace(p, segment=run[p.segment]) for p in join_region(own, pieces, page)]
+    return number_figures(joined, page)
 
-    A band shows every column of the page, so the lines its overlap with the band above repeats
+
+def join_region(bands: list[Segment], per_band: list[list[Piece]], page: int) -> list[Piece]:
+    """The blocks of one region read in bands, one below the other, each once, band by band.
+
+    A band shows every column of the region, so the lines its overlap with the band above repeats
     are at the start of one of its blocks per column, and at the end of one of that band's
     blocks, not at the end of its whole text: each block loses the run of words that starts it
     and ends a block of the band above (:func:`~llm_ocr.stages.segmented.drop_exact_repeat`);

@@ -18,12 +18,18 @@ from pathlib import Path
 import pytest
 
 from llm_ocr.bench.accuracy import word_recall
+from llm_ocr.stages.tiled import reads_columns
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
 from tests.conftest import read_stage, run_cli
 from tests.docs import make_pdf
-from tests.newspaper import Newspaper, newspaper_pdf
+from tests.newspaper import Newspaper, newspaper_pdf, order_kept
+
+#: The share of the page's text lines the Markdown must hold in the page's reading order (the
+#: masthead, then each column top to bottom). Read band by band, a five-column page keeps about
+#: a third at most (the top of every column comes before the rest of the first).
+ORDER_KEPT = 0.9
 
 def context(family: Family) -> str:
     """The context the page is read at: 4,096 (answers of 1,536 to 3,072 tokens, for ~7,500
@@ -88,6 +94,14 @@ def test_every_family_reads_a_dense_page_whole_at_a_small_context(tmp_path: Path
         assert "region" not in layout["known_page"] and len(requests) > 20
         assert all(r["finish_reason"] == "stop" for r in requests)
     else:
+        kept = order_kept(truth.line_texts, row["markdown"])
+        context_size = int(context(family))
+        if family.dense == "tiles" or reads_columns(family, context_size - family.max_tokens(None, context_size)):
+            assert kept >= ORDER_KEPT, f"{kept:.0%} of the page's lines in reading order"
+        else:
+            # olmOCR-2 and LightOnOCR at this small a context: a column's pieces, squarer, would
+            # not fit at the family's resolution; full-width bands, the bands' order (as the docs say).
+            assert kept < ORDER_KEPT and "band" in row["cut_reason"]
         kind = "tile" if family.dense == "tiles" else "band"
         assert f"<--- {kind} 1/" in row["raw"] and row["segments"] >= 2, row["raw"][:200]
         # Every request the page cost was a piece the server found on the page, and each fitted.
@@ -158,3 +172,20 @@ def test_an_ordinary_page_costs_no_extra_request(tmp_path: Path, family: Family)
     assert all(r["segments"] is None and r["cut_reason"] is None for r in rows)
     pages = [r for r in requests if r.get("known_page")]
     assert len(pages) == len(requests) == sum(r["attempts"] for r in rows)
+
+
+def test_a_family_sized_by_its_longer_side_reads_the_columns_in_order_at_a_larger_context(tmp_path: Path, paper) -> None:
+    """olmOCR-2 at 8,192 tokens (answers of up to 4,096): the page is still dense, and a column's
+    pieces fit at the family's resolution, so it is read column by column, in reading order."""
+    folder, truth = paper
+    family = next(f for f in FAMILIES if f.name == "olmocr")
+    with SimulatedServer("--instant", "--max-model-len", "8192", "--served-model-name", served(family),
+                         "--recipe", family.name, corpus=folder) as server:  # fmt: skip
+        result = extract(folder, tmp_path / "out", server, family)
+        stats = server.stats()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert stats["recipe_refused"] == 0 and stats.get("unreadable_refused", 0) == 0
+    row = only_row(tmp_path / "out", "courier.pdf")
+    assert row["status"] == "ok", (row["error"], row["cut_reason"])
+    assert word_recall(truth.text, row["markdown"]) >= 0.98
+    assert order_kept(truth.line_texts, row["markdown"]) >= ORDER_KEPT

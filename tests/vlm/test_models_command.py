@@ -28,7 +28,7 @@ def test_models_lists_every_family_with_its_serve_command_and_dense_page_policy(
         if family.dense == "blocks":
             assert row["dense_pages"].startswith("read whole: a layout pass, then a request per block")
         else:
-            assert row["dense_pages"].startswith("read in tiles" if family.dense == "tiles" else "read in full-width bands")
+            assert row["dense_pages"].startswith("read in tiles" if family.dense == "tiles" else "read in bands")
             assert "cut in two and read again" in row["dense_pages"], family.name
         # A 1:60 strip: the smallest side it is sent at (the strip test sends it no smaller).
         assert f"never sent under {family.min_readable_side} px" in row["long_pages"], family.name
@@ -36,7 +36,7 @@ def test_models_lists_every_family_with_its_serve_command_and_dense_page_policy(
         started = vllm_command(model, host="127.0.0.1", port=8000, preset=PRESETS["l4-24gb"], family=family)
         assert shlex.split(row["serve"]) == started  # the command a run without --endpoint starts
     assert rows["deepseek-ocr"]["dense_pages"].startswith("read in tiles")
-    assert rows["olmocr"]["dense_pages"].startswith("read in full-width bands")
+    assert rows["olmocr"]["dense_pages"].startswith("read in bands") and "column by column" in rows["olmocr"]["dense_pages"]
     assert "(1288 px on its longer side)" in rows["olmocr"]["long_pages"]  # olmOCR-2's pipeline size
     assert "dense:   read in tiles" in (main(["models", "deepseek-ocr"]), capsys.readouterr().out)[1]
 
