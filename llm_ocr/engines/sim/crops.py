@@ -50,17 +50,23 @@ RULE_PIXELS_SHARE = 0.97
 #: ... is searched for at scales this factor apart at half resolution (a 3% step: the crop is at
 #: most 1.5% off, which blurs, but keeps, its peak) ...
 SEARCH_STEP = 1.03
-#: ... down to a shorter side of this many half-resolution pixels (smaller says too little) ...
-SEARCH_MIN_SIDE = 32
+#: ... down to a shorter side of this many half-resolution pixels and an area of this many (a
+#: smaller crop says too little: a few lines of a column, 10 x 40 pixels, correlate well with
+#: many places of a page of text; a masthead's one line of large type, 100 x 24, is enough) ...
+SEARCH_MIN_SIDE = 12
+SEARCH_MIN_AREA = 1024
 #: ... keeping the scales where the correlation peaks at least this high there (lower than
 #: :data:`COARSE_CORRELATION`: the right scale may be 1.5% off), the best this many of a page
 #: (a small crop of a page of text correlates fairly well with many places of it: its true
 #: scale is not always the highest peak at half resolution, but is at full resolution) ...
 SEARCH_CORRELATION = 0.4
 SEARCH_PEAKS = 5
-#: ... the best of them refined at full resolution in steps of this factor, this many either side.
+#: ... the best :data:`REFINED_PEAKS` of them refined at full resolution in steps of this factor,
+#: this many either side (the half-resolution step's width: at full resolution the peak is a
+#: few tenths of a percent wide, and the half-resolution one may be 3% off it).
 REFINE_STEP = 1.005
-REFINE_STEPS = 3
+REFINE_STEPS = 6
+REFINED_PEAKS = 2
 #: A piece resized to another shape is looked for on pages at least this many times as long as
 #: wide (the pages a client reads in pieces that span their width) ...
 RESHAPED_PAGE_ASPECT = 2.0
@@ -296,11 +302,12 @@ def _best_crop(
 
 def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Crop | None:
     """A piece whose scale its family's rule leaves free, looked for over scales: from the one
-    where it spans its page's width or height, in steps of :data:`SEARCH_STEP`, until its shorter
-    side on the half-resolution page is under :data:`SEARCH_MIN_SIDE` pixels. The scales where
-    the half-resolution correlation peaks (the best :data:`SEARCH_PEAKS` of a page) are compared
-    at full resolution, and the best of them refined there in steps of :data:`REFINE_STEP`
-    (at half resolution a scale 1% off can score higher than the right one). Tens of
+    where it spans its page's width or height, in steps of :data:`SEARCH_STEP`, until on the
+    half-resolution page its shorter side is under :data:`SEARCH_MIN_SIDE` pixels or its area
+    under :data:`SEARCH_MIN_AREA`. The scales where the half-resolution correlation peaks (the
+    best :data:`SEARCH_PEAKS` of a page) are compared at full resolution, the best
+    :data:`REFINED_PEAKS` of them across a step in steps of :data:`REFINE_STEP` (at half
+    resolution a scale 1% off can score higher than the right one). Tens of
     half-resolution correlations a page: only for pieces no fixed scale finds."""
     best: Crop | None = None
     for page in pages:
@@ -309,7 +316,8 @@ def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Cr
         coarse_per_pt = _coarse(page).shape[1] / page.size_pt[0]
         scale = max(width / page.size_pt[0], height / page.size_pt[1])
         scored: list[tuple[float, float]] = []
-        while min(width, height) * coarse_per_pt / scale >= SEARCH_MIN_SIDE:
+        while min(width, height) * coarse_per_pt / scale >= SEARCH_MIN_SIDE and \
+                width * height * (coarse_per_pt / scale) ** 2 >= SEARCH_MIN_AREA:
             got = _coarse_score(page, width, height, scale, crop_at)
             scored.append((got[0] if got is not None else 0.0, scale))
             scale *= SEARCH_STEP
@@ -318,16 +326,13 @@ def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Cr
             if score >= SEARCH_CORRELATION and score >= max(s for s, _ in scored[max(0, i - 1): i + 2])
         ]
         peaks = [scale for _, scale in sorted(((s, c) for s, c in scored if c in peaks), reverse=True)[:SEARCH_PEAKS]]
-
-        found = [c for c in (_fine_crop(page, width, height, scale, crop_at) for scale in peaks) if c is not None]
+        # The best half-resolution peaks refined across a step; the rest compared as they are.
+        tried = [scale * REFINE_STEP**step for scale in peaks[:REFINED_PEAKS]
+                 for step in range(-REFINE_STEPS, REFINE_STEPS + 1)] + peaks[REFINED_PEAKS:]
+        found = [c for c in (_fine_crop(page, width, height, scale, crop_at) for scale in tried) if c is not None]
         if not found:
             continue
         top = max(found, key=lambda c: c.correlation)
-        centre = peaks[found.index(top)] if len(found) == len(peaks) else None
-        if centre is not None:
-            refined = [_fine_crop(page, width, height, centre * REFINE_STEP**step, crop_at)
-                       for step in range(-REFINE_STEPS, REFINE_STEPS + 1) if step]
-            top = max([top, *(c for c in refined if c is not None)], key=lambda c: c.correlation)
         if top.correlation >= MIN_CORRELATION and (best is None or top.correlation > best.correlation):
             best = top
     return best
