@@ -56,6 +56,7 @@ from llm_ocr.sources.pieces import PiecedPage, PieceImage, Region, containing
 from llm_ocr.sources.segments import Segment
 from llm_ocr.sources.tiles import plan_bands, plan_tiles, split_piece
 from llm_ocr.stages.attempts import Answer
+from llm_ocr.stages.rate import TOKENS_PER_CHAR, Coverage
 from llm_ocr.stages.segmented import (
     Piece,
     Stitch,
@@ -71,12 +72,6 @@ from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Reading
 from llm_ocr.vlm.layout import PageBlock
 
-#: The first guess of answer tokens per character of a page's text (markup included), for
-#: every family: 0.35 is DeepSeek-OCR's grounding output as the project's *simulator* writes it
-#: for its 7-column page (29,274 characters of markup for 24,883 of text layer, at 0.3 tokens a
-#: character). It is no fact about any model: a model that writes more per character makes
-#: pieces run out, and the adaptive split (:mod:`llm_ocr.stages.split`) cuts them again.
-TOKENS_PER_CHAR = 0.35
 #: A page estimated to need this share of ``max_tokens`` or more is tiled at once.
 TILE_AT = 0.9
 #: Each tile is planned to need at most this share of ``max_tokens`` (1,434 tokens of 7,168:
@@ -105,6 +100,8 @@ class TilePlan:
 
     count: int
     why: str
+    #: What the plan rests on beyond ``why``, said after how the page was read (None: nothing).
+    detail: str | None = None
 
 
 def tiling_allowed(family: Family, enabled: bool) -> bool:
@@ -126,40 +123,50 @@ def segment_split(tall: bool) -> Splitter:
     return lambda image, piece: split_piece(image, piece, across=False, along_x=not tall)
 
 
-def tiles_at_once(item: PageImage, max_tokens: int) -> TilePlan | None:
-    """A plan when the page's estimated text needs :data:`TILE_AT` of ``max_tokens`` or more."""
+def tiles_at_once(item: PageImage, max_tokens: int, rate: float = TOKENS_PER_CHAR) -> TilePlan | None:
+    """A plan when the page's estimated text, at ``rate`` tokens a character (the run's,
+    :class:`~llm_ocr.stages.rate.RateBook`; at first :data:`TOKENS_PER_CHAR`), needs
+    :data:`TILE_AT` of ``max_tokens`` or more."""
     estimate = item.text_estimate
     if estimate is None:
         return None
-    tokens = round(estimate.chars * TOKENS_PER_CHAR)
+    tokens = round(estimate.chars * rate)
     if tokens < TILE_AT * max_tokens:
         return None
+    at = "" if rate == TOKENS_PER_CHAR else f" at the {rate:.2f} tokens a character this run's answers showed"
     return TilePlan(
         _count(tokens, max_tokens),
-        f"{estimate.describe()}, ~{tokens:,} tokens, more than one answer holds (max_tokens {max_tokens})",
+        f"{estimate.describe()}, ~{tokens:,} tokens{at}, more than one answer holds (max_tokens {max_tokens})",
     )
 
 
-def may_be_long(item: PageImage, max_tokens: int) -> bool:
+def may_be_long(item: PageImage, max_tokens: int, rate: float = TOKENS_PER_CHAR) -> bool:
     """Whether an answer of ``item`` that runs to ``max_tokens`` without repeating itself is to
-    be taken as long (and the page read in tiles) rather than as a loop the watch cannot see:
-    no estimate says its text needs under :data:`LONG_AGREES` of ``max_tokens``."""
+    be taken as long (and the page read in tiles) whatever it says: no estimate says its text
+    needs under :data:`LONG_AGREES` of ``max_tokens`` at ``rate`` tokens a character. Otherwise
+    the answer decides (:func:`~llm_ocr.stages.rate.coverage`: its words are the page's)."""
     estimate = item.text_estimate
-    return estimate is None or estimate.chars * TOKENS_PER_CHAR >= LONG_AGREES * max_tokens
+    return estimate is None or estimate.chars * rate >= LONG_AGREES * max_tokens
 
 
-def tiles_after(reading: Reading, item: PageImage, max_tokens: int) -> TilePlan | None:
+def tiles_after(reading: Reading, item: PageImage, max_tokens: int, rate: float = TOKENS_PER_CHAR,
+                covered: Coverage | None = None) -> TilePlan | None:
     """A plan when ``reading`` (the whole page's) ended in an answer that ran to ``max_tokens``
-    without repeating itself (:attr:`~llm_ocr.stages.attempts.Answer.long`)."""
+    without repeating itself (:attr:`~llm_ocr.stages.attempts.Answer.long`). ``covered``: how
+    much of the page's text layer that answer had written (then the page needs ``max_tokens``
+    over that share; else at least :data:`LONG_FACTOR` times ``max_tokens``)."""
     long = [a for a in reading.answers if isinstance(a, Answer) and a.long]
     if not long:
         return None
     estimate = item.text_estimate
-    tokens = max(round(LONG_FACTOR * max_tokens), round(estimate.chars * TOKENS_PER_CHAR) if estimate else 0)
+    share = covered.share if covered is not None else None
+    ran = round(max_tokens / share) if share else round(LONG_FACTOR * max_tokens)
+    tokens = max(ran, round(estimate.chars * rate) if estimate else 0)
     return TilePlan(
         _count(tokens, max_tokens),
         f"the whole page's answer ran to max_tokens ({long[0].result.completion_tokens} tokens) without repeating "
         "itself",
+        f"planned from that answer: {covered.why}" if covered is not None and covered.share else None,
     )
 
 
@@ -245,7 +252,8 @@ async def read_in_tiles(
     if row.segments and row.segments != len(tiles):
         pieces += f" ({row.segments} pieces once cut again)"
     how = f"read in {pieces} at once" if first is None else f"read again in {pieces}"
-    notes = [f"{plan.why}: {how}"] + ([row.cut_reason] if row.cut_reason else [])
+    detail = f" ({plan.detail})" if plan.detail else ""
+    notes = [f"{plan.why}: {how}{detail}"] + ([row.cut_reason] if row.cut_reason else [])
     if first is None:
         return replace(row, cut_reason="; ".join(notes))
     whole = first.answers

@@ -12,16 +12,19 @@ fit; a server so verbose that a piece a few lines tall still runs out leaves the
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
+from reportlab.lib.pagesizes import letter
+from reportlab.pdfgen import canvas
 
 from llm_ocr.bench.accuracy import word_recall
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
 from tests.conftest import read_stage, run_cli
-from tests.docs import make_pdf
+from tests.docs import make_pdf, paragraph
 from tests.newspaper import Newspaper, newspaper_pdf
 
 def context(family: Family) -> str:
@@ -167,3 +170,69 @@ def test_an_ordinary_page_costs_no_extra_request(tmp_path: Path, family: Family)
     assert all(r["segments"] is None and r["cut_reason"] is None for r in rows)
     pages = [r for r in requests if r.get("known_page")]
     assert len(pages) == len(requests) == sum(r["attempts"] for r in rows)
+
+
+def _letter_page(path: Path, lines: int, seed: int = 11) -> str:
+    """A one-page PDF of ``lines`` lines of 14 words (11 pt Helvetica, ~90 characters a line);
+    returns its text."""
+    rng = random.Random(seed)
+    texts = [paragraph(rng) for _ in range(lines)]
+    pdf = canvas.Canvas(str(path), pagesize=letter)
+    pdf.setFont("Helvetica", 9)
+    for i, line in enumerate(texts):
+        pdf.drawString(54, 750 - i * 14, line)
+    pdf.showPage()
+    pdf.save()
+    return "\n".join(texts)
+
+
+#: (family, context, lines): DeepSeek-OCR at 4,096 (answers of 3,072 tokens), olmOCR-2 at 8,192
+#: (4,096; at 4,096 its whole page's image does not fit beside the answer).
+DENSER_THAN_ESTIMATE = [("deepseek-ocr", "4096", 36), ("olmocr", "8192", 48)]
+
+
+@pytest.mark.parametrize(("name", "size", "lines"), DENSER_THAN_ESTIMATE, ids=[n for n, _, _ in DENSER_THAN_ESTIMATE])
+def test_an_ordinary_page_whose_answer_is_denser_than_its_estimate_is_read_in_pieces_not_taken_for_a_loop(
+    tmp_path: Path, name: str, size: str, lines: int
+) -> None:
+    """A page of ~90 characters a line: at the first guess (0.35 tokens a character) it needs
+    ~40% of max_tokens, too few to fill an answer by the estimate alone. A model writing 1.2
+    tokens a character fills it. The answer that ran out is the page's own text (its text layer's
+    words, none repeated): the page is long, read in pieces, ``ok`` with its words; not retried
+    hotter as a loop and kept ``truncated``."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    text = _letter_page(folder / "letter.pdf", lines)
+    family = next(f for f in FAMILIES if f.name == name)
+    max_tokens = family.max_tokens(None, int(size))
+    assert 0.3 <= len(text) * 0.35 / max_tokens <= 0.5
+    with SimulatedServer("--instant", "--max-model-len", size, "--served-model-name", served(family),
+                         "--recipe", family.name, "--tokens-per-char", "1.2", corpus=folder) as server:  # fmt: skip
+        result = extract(folder, tmp_path / "out", server, family)
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = only_row(tmp_path / "out", "letter.pdf")
+    assert row["status"] == "ok", (row["error"], row["cut_reason"])
+    assert word_recall(text, row["markdown"]) >= 0.98
+    assert row["segments"] >= 2 and "the whole page's answer ran to max_tokens" in row["cut_reason"]
+    assert all(r["body"]["temperature"] == family.retries.temperatures[0] for r in requests)  # none retried hotter
+    whole = [r for r in requests if "region" not in (r.get("known_page") or {})]
+    assert len(whole) == 1 and whole[0]["finish_reason"] == "length"
+
+
+def test_a_page_that_loops_is_still_a_loop(tmp_path: Path) -> None:
+    """The same page on a server whose answers loop after the page's text (the simulator's
+    --loop-rate): the loop watch cuts each attempt, the page is retried hotter and kept
+    ``truncated`` as a loop, not cut in pieces."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    _letter_page(folder / "letter.pdf", 36)
+    family = next(f for f in FAMILIES if f.name == "deepseek-ocr")
+    with server_for(family, folder, "--loop-rate", "1") as server:
+        result = extract(folder, tmp_path / "out", server, family)
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = only_row(tmp_path / "out", "letter.pdf")
+    assert row["status"] == "truncated" and "repetition loop" in row["error"], row["error"]
+    assert row["segments"] is None and len(requests) == row["attempts"] > 1
+    assert not any("region" in (r.get("known_page") or {}) for r in requests)
