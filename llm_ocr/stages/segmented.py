@@ -25,7 +25,7 @@ from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.pieces import PiecedPage, crop_from_pieces, image_info, stitch_figures
 from llm_ocr.sources.segments import Segment, cut_line
 from llm_ocr.stages.attempts import UNFINISHED
-from llm_ocr.stages.split import Splitter, read_pieces
+from llm_ocr.stages.split import Rest, Splitter, read_pieces
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import RequestFailed
 from llm_ocr.vlm.families.base import Reading
@@ -248,6 +248,7 @@ async def read_in_segments(
     stitch: Stitch | None = None,
     split: Splitter | None = None,
     too_big: Callable[[Segment], str | None] | None = None,
+    rest: Rest | None = None,
 ) -> PageResult:
     """Read ``item`` segment by segment with ``read`` (the family's reading of one image) and
     join the readings into its one row.
@@ -267,6 +268,8 @@ async def read_in_segments(
     in two and both halves read again (:mod:`llm_ocr.stages.split`); ``read`` must then stop
     at such an answer rather than retry it hotter. The halves of a piece rendered from the
     source are cut from its own image (as sharp as the piece was sent), else from ``item``'s.
+    With ``rest`` too, such a piece keeps its answer's complete part and only the rest of it is
+    read again, where ``rest`` can tell (:func:`~llm_ocr.stages.split.complete_part`).
     """
     started = time.monotonic()
     rendered = pieces
@@ -295,7 +298,8 @@ async def read_in_segments(
             except RequestFailed as exc:
                 return exc
 
-    read_all = await read_pieces(segments, images, read=one, crop=crop_pieces, split=split, kind=kind, too_big=too_big)
+    read_all = await read_pieces(segments, images, read=one, crop=crop_pieces, split=split, kind=kind, too_big=too_big,
+                                 rest=rest)
     segments = [segment for segment, _ in read_all.leaves]
     readings = [reading for _, reading in read_all.leaves]
     per_segment: list[list[Piece]] = []

@@ -47,6 +47,7 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import pairwise
 from typing import Any
 
@@ -67,7 +68,7 @@ from llm_ocr.stages.segmented import (
     number_figures,
     read_in_segments,
 )
-from llm_ocr.stages.split import Splitter
+from llm_ocr.stages.split import Splitter, complete_part
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Reading
 from llm_ocr.vlm.layout import PageBlock
@@ -200,6 +201,12 @@ def oversize(family: Family | None, prompt_room: int | None) -> Callable[[Segmen
     return why
 
 
+def _min_side(family: Family | None) -> int:
+    """The fewest page-image pixels a side of a piece may have: the family's minimum readable
+    size (a piece is sent at least as large as the page image shows it)."""
+    return family.min_readable_side if family is not None else 0
+
+
 def _count(tokens: int, max_tokens: int) -> int:
     return max(2, math.ceil(tokens / (TILE_SHARE * max_tokens)))
 
@@ -244,7 +251,7 @@ async def read_in_tiles(
     row = await read_in_segments(
         ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_bands if bands else join_tiles,
         kind=kind, limit=limit, split=split, too_big=_as_sent(oversize(family, prompt_room), rendered),
-        pieces=rendered, stitch=stitch,
+        pieces=rendered, stitch=stitch, rest=None if bands else partial(complete_part, min_side=_min_side(family)),
     )
     if unsourced:
         row = replace(row, error=f"{row.error}; {unsourced}" if row.error else unsourced)
@@ -390,12 +397,15 @@ def _position(piece: Piece) -> tuple[float, float]:
 
 def _owner(tiles: list[Segment], point: tuple[float, float], width: int, height: int) -> int | None:
     """The tile ``point`` lies deepest inside (its distance to the nearest edge that is not the
-    page's): the tile whose share of the page it is in, overlaps split down the middle."""
+    page's): the tile whose share of the page it is in, overlaps split down the middle. A piece
+    inside another (the rest of a piece whose answer ran out, :func:`~llm_ocr.stages.split.complete_part`)
+    owns its part of it."""
     x, y = point
     best: tuple[float, int] | None = None
-    for tile in tiles:
-        if not (tile.left <= x <= tile.right and tile.top <= y <= tile.bottom):
-            continue
+    holding = [t for t in tiles if t.left <= x <= t.right and t.top <= y <= t.bottom]
+    for tile in holding:
+        if any(other is not tile and _nested(other, tile) for other in holding):
+            continue  # the rest of a piece whose answer ran out is read inside it: the rest owns it
         edges = [x - tile.left if tile.left > 0 else math.inf, tile.right - x if tile.right < width else math.inf,
                  y - tile.top if tile.top > 0 else math.inf,
                  tile.bottom - y if tile.bottom < height else math.inf]  # fmt: skip
@@ -403,6 +413,12 @@ def _owner(tiles: list[Segment], point: tuple[float, float], width: int, height:
         if best is None or depth > best[0]:
             best = (depth, tile.index)
     return best[1] if best else None
+
+
+def _nested(inner: Segment, outer: Segment) -> bool:
+    """Whether ``inner`` lies inside ``outer`` and is smaller (the rest of a piece read again)."""
+    inside = outer.left <= inner.left and inner.right <= outer.right and outer.top <= inner.top
+    return inside and inner.bottom <= outer.bottom and inner.width * inner.height < outer.width * outer.height
 
 
 def _twin(merged: list[Piece], piece: Piece, tiles: list[Segment]) -> int | None:

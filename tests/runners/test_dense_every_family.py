@@ -236,3 +236,27 @@ def test_a_page_that_loops_is_still_a_loop(tmp_path: Path) -> None:
     assert row["status"] == "truncated" and "repetition loop" in row["error"], row["error"]
     assert row["segments"] is None and len(requests) == row["attempts"] > 1
     assert not any("region" in (r.get("known_page") or {}) for r in requests)
+
+
+def test_a_piece_that_ran_out_keeps_its_complete_blocks_and_only_the_rest_is_read_again(tmp_path: Path, paper) -> None:
+    """DeepSeek-OCR (its answers box every block) on a server writing 1.2 tokens a character:
+    planned tiles run out. Each keeps the blocks its answer completed, and only what lies below
+    them (column by column) is read again, not both halves of the tile: the page is ``ok`` with
+    its words."""
+    folder, truth = paper
+    family = next(f for f in FAMILIES if f.name == "deepseek-ocr")
+    with server_for(family, folder, "--tokens-per-char", "1.2") as server:
+        result = extract(folder, tmp_path / "out", server, family)
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = only_row(tmp_path / "out", "courier.pdf")
+    assert row["status"] == "ok", (row["error"], row["cut_reason"])
+    assert word_recall(truth.text, row["markdown"]) >= 0.98
+    assert "complete blocks kept, the rest of it read again" in row["cut_reason"]
+    assert row["completion_tokens"] == sum(r["completion_tokens"] for r in requests)
+    # Every piece of the rest lies inside the tile it is the rest of, below the blocks kept there.
+    regions = [Box(*r["known_page"]["region"]) for r in requests if "region" in (r.get("known_page") or {})]
+    ran_out = [b for b, r in zip(regions, requests) if r["finish_reason"] == "length"]
+    rest = [b for b in regions if any(b != tile and b.clipped(tile).area >= 0.99 * b.area for tile in ran_out)]
+    assert rest and all(b.area < 0.75 * max(t.area for t in ran_out if b.clipped(t).area >= 0.99 * b.area)
+                        for b in rest)
