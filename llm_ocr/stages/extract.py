@@ -25,7 +25,7 @@ from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.pieces import Region
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
-from llm_ocr.stages.rate import Coverage, RateBook, coverage
+from llm_ocr.stages.rate import KEEPS_COMPLETE_QUANTILE, Coverage, RateBook, coverage
 from llm_ocr.stages.segmented import Stitch, read_in_segments
 from llm_ocr.stages.tiled import (
     TilePlan,
@@ -196,7 +196,9 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
         )
     tiling = tiles_dense_pages(ctx)
     rate = ctx.rates.rate(item.text_estimate)
-    if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens, rate), ctx)):
+    # Tiles keep the complete part of an answer that runs out: planned from the usual rate.
+    planned = ctx.rates.rate(item.text_estimate, KEEPS_COMPLETE_QUANTILE) if ctx.recipe.dense_tiles else rate
+    if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens, planned), ctx)):
         return row
     started = time.monotonic()
     covered: list[Coverage] = []
@@ -215,7 +217,7 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
     except EndpointDown:
         raise
     _observe(ctx.rates, item, reading, covered[-1] if covered else None)
-    plan = tiles_after(reading, item, ctx.max_tokens, rate, covered[-1] if covered else None)
+    plan = tiles_after(reading, item, ctx.max_tokens, planned, covered[-1] if covered else None)
     if tiling and (row := await _tiled(ref, item, num_pages, plan, ctx, reading)):
         return row
     latency = reading.answers[0].result.latency_s if len(reading.answers) == 1 else time.monotonic() - started

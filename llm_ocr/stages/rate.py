@@ -33,8 +33,13 @@ from llm_ocr.sources.density import TextEstimate
 #: character). It is no fact about any model: the run's answers correct it (:class:`RateBook`).
 TOKENS_PER_CHAR = 0.35
 #: The share of observations the run's rate is above (a high quantile: planning a page for fewer
-#: tokens than it needs costs an answer that runs out, more a few smaller pieces).
+#: tokens than it needs costs an answer that runs out, more a few smaller pieces) ...
 RATE_QUANTILE = 0.9
+#: ... where a piece that runs out is cut in halves and read again (bands: their answers have
+#: no boxes). Where it keeps its complete blocks and only the rest is read again (tiles,
+#: :func:`~llm_ocr.stages.split.complete_part`), a run-out costs little and more pieces cost
+#: their overlaps and markup: the median.
+KEEPS_COMPLETE_QUANTILE = 0.5
 #: A page whose estimate holds fewer characters says little about the rate (a caption page whose
 #: figure the model describes at length): not an observation.
 MIN_OBSERVED_CHARS = 1000
@@ -73,7 +78,6 @@ class RateBook:
     planned with is what the pages answered before it showed."""
 
     first_guess: float = TOKENS_PER_CHAR
-    quantile: float = RATE_QUANTILE
     _seen: dict[str, list[float]] = field(default_factory=dict)
 
     def record(self, tokens: int, chars: int, source: str) -> None:
@@ -83,14 +87,14 @@ class RateBook:
             return
         self._seen.setdefault(source, []).append(tokens / chars)
 
-    def rate(self, estimate: TextEstimate | None) -> float:
-        """The tokens per character to plan a page of ``estimate`` with: the :attr:`quantile`
-        of the observations of its kind of estimate, never under the first guess nor over
+    def rate(self, estimate: TextEstimate | None, quantile: float = RATE_QUANTILE) -> float:
+        """The tokens per character to plan a page of ``estimate`` with: the ``quantile`` of
+        the observations of its kind of estimate, never under the first guess nor over
         :data:`MAX_RATE_FACTOR` times it."""
         seen = sorted(self._seen.get(estimate.source, [])) if estimate is not None else []
         if not seen:
             return self.first_guess
-        at = seen[min(len(seen) - 1, int(self.quantile * len(seen)))]
+        at = seen[min(len(seen) - 1, int(quantile * len(seen)))]
         return min(MAX_RATE_FACTOR * self.first_guess, max(self.first_guess, at))
 
     def observations(self, source: str) -> int:
