@@ -50,6 +50,14 @@ MIN_REST_SHARE = 0.04
 REST_STRIPS = 64
 #: Strips read to depths this share of the piece's height apart are read again as one piece.
 REST_DEPTH_SHARE = 0.03
+#: A piece of the rest is at least this share of its piece's width, neighbours joined (from the
+#: shallower one's depth) until it is: a column's strip alone is a small image, read with little
+#: of the page around it, and a request of its own.
+REST_MIN_WIDTH = 0.5
+#: A piece of the rest larger than this share of the area the answer that ran out read (its
+#: kept blocks' strips, down to each one's depth) is cut in two before it is read: at the rate
+#: that answer showed it would run out too.
+REST_FITS = 0.8
 
 
 @dataclass
@@ -130,8 +138,22 @@ async def read_pieces(
         if not others:
             return [(segment, done)]
         crops = await crop(others)
+        # The answer that ran out filled max_tokens with the part of the piece above the rest:
+        # at that rate, a part of the rest larger than most of that would run out too. It is cut
+        # in two before it is read.
+        read = max(1, read_area(segment, done))
+
+        async def rest_one(other: Segment, image: bytes, name: str) -> list[tuple[Segment, Reading | RequestFailed]]:
+            answers = other.width * other.height / read
+            if answers > REST_FITS:
+                why = f"holds ~{answers:.1f} answers of text at the rate its tile's answer showed"
+                cut = await halves_of(other, image, name, why, None)
+                if cut is not None:
+                    return cut
+            return await one(other, image, name)
+
         parts = await asyncio.gather(
-            *(one(other, crop_, f"{label}.{k + 2}") for k, (other, crop_) in enumerate(zip(others, crops)))
+            *(rest_one(other, crop_, f"{label}.{k + 2}") for k, (other, crop_) in enumerate(zip(others, crops)))
         )
         return [(segment, done)] + [leaf for part in parts for leaf in part]
 
@@ -174,7 +196,9 @@ def complete_part(segment: Segment, reading: Reading, min_side: int = 0) -> tupl
     is under ``min_side`` pixels a side (the family's minimum readable size) or
     :data:`MIN_REST_SHARE` of the piece, nor, where no kept block lies over it, when it is
     narrower than half a kept block (a column): a gutter, a margin, the part of a column a tile
-    cut off (its neighbour's)."""
+    cut off (its neighbour's). Neighbouring parts are joined until each is :data:`REST_MIN_WIDTH`
+    of the piece wide (what the deeper-read of them shows again is merged when tiles are joined,
+    as their overlaps are)."""
     blocks = reading.layout.blocks
     if len(blocks) < 2 or any(not b.boxes for b in blocks):
         return None
@@ -224,6 +248,7 @@ def complete_part(segment: Segment, reading: Reading, min_side: int = 0) -> tupl
             continue  # no kept block over it, and too narrow for a column: a margin, a gutter
         if part.height >= max(min_side, MIN_REST_SHARE * segment.height) and part.width >= narrow:
             others.append(part)
+    others = [_whole_blocks(o, places) for o in _wide_enough(others, REST_MIN_WIDTH * segment.width)]
     if sum(o.width * o.height for o in others) >= segment.width * segment.height:
         return None  # nothing read: the rest is the whole piece
     figures = [f for f in reading.layout.figures if 0 <= f.block < len(kept)]
@@ -232,3 +257,43 @@ def complete_part(segment: Segment, reading: Reading, min_side: int = 0) -> tupl
     done = Reading(layout, [], reading.raw, reading.image, reading.width, reading.height, reading.notes)
     rest = " and ".join(f"[{o.top}:{o.bottom}, {o.left}:{o.right}]" for o in others) or "nothing"
     return done, others, f"its {len(kept)} complete blocks kept, the rest of it read again: {rest}"
+
+
+def _wide_enough(parts: list[Segment], width: float) -> list[Segment]:
+    """``parts`` (left to right) joined with their neighbours until each is ``width`` wide or
+    more (a narrow last one joins the one before), each from the shallowest top of those joined."""
+    groups: list[list[Segment]] = []
+    for part in parts:
+        if groups and groups[-1][-1].right - groups[-1][0].left < width:
+            groups[-1].append(part)
+        else:
+            groups.append([part])
+    if len(groups) > 1 and groups[-1][-1].right - groups[-1][0].left < width:
+        groups[-2].extend(groups.pop())
+    return [Segment(0, g[0].left, min(p.top for p in g), g[-1].right, max(p.bottom for p in g)) for g in groups]
+
+
+def _whole_blocks(part: Segment, places: list[Box]) -> Segment:
+    """``part`` reaching up over every kept block its top would cut through: the piece of the
+    rest owns what lies inside it when tiles are joined, so a kept block it cut would lose the
+    lines above the cut (the piece of the rest reads that block again, whole)."""
+    top = part.top
+    while True:
+        cut = [p.y1 for p in places if p.y1 < top < p.y2 and p.x2 > part.left and p.x1 < part.right]
+        if not cut:
+            return replace(part, top=top)
+        top = int(min(cut))
+
+
+def read_area(segment: Segment, done: Reading) -> float:
+    """The area of ``segment`` (page pixels) its kept answer ``done`` read: under each of
+    :data:`REST_STRIPS` strips across it, from its top down to the lowest kept block there."""
+    sx, sy = segment.width / max(1, done.width), segment.height / max(1, done.height)
+    places = [Box.union(b.boxes) for b in done.layout.blocks if b.boxes]
+    strips = max(1, min(REST_STRIPS, segment.width))
+    step = segment.width / strips
+    area = 0.0
+    for k in range(strips):
+        mid = (k + 0.5) * step / sx
+        area += step * max((p.y2 * sy for p in places if p.x1 <= mid <= p.x2), default=0.0)
+    return area
