@@ -11,10 +11,11 @@ each a request whose answer fits:
   any page's ink);
 - **after one answer**, when the page was read whole and the answer ran to ``max_tokens``
   without repeating itself (the stream's loop watch, :mod:`llm_ocr.vlm.loops`, saw no loop: the
-  text is long, not looping), unless the page's estimate says it holds under
-  :data:`LONG_AGREES` of ``max_tokens``: an answer far longer than its page's text is a loop the
-  watch cannot see (one that counts), and is retried hotter like any loop. A page that loops
-  keeps the loop policy: cut, retried hotter.
+  text is long, not looping), and either the answer's words are the page's own text
+  (:func:`~llm_ocr.stages.rate.coverage`: its text layer's, none repeated) or the page's
+  estimate says it may hold :data:`LONG_AGREES` of ``max_tokens``: an answer that is neither is
+  a loop the watch cannot see (one that counts), and is retried hotter like any loop. A page
+  that loops keeps the loop policy: cut, retried hotter.
 
 Tiles are planned to need at most :data:`TILE_SHARE` of ``max_tokens`` each, so that a dense
 page costs about what reading it once costs, and no tile is the run's last long request. The
@@ -32,11 +33,13 @@ where they do not, joined as the segments of a long page are, by the words their
 repeats (:func:`~llm_ocr.stages.segmented.drop_repeated_start`). Without boxes the columns of a
 page read in bands come band by band: every word is there, the reading order is the bands'.
 
-The number of pieces is planned from :data:`TOKENS_PER_CHAR`, **a first guess** (fitted to the
-project's simulator, not measured on any model): a piece whose answer still runs to
-``max_tokens`` without repeating itself is cut in two and both halves are read again, until
-every piece fits or a piece is a few text lines tall (:mod:`llm_ocr.stages.split`, the adaptive
-split). The row's ``segments`` is the number of pieces finally read, its ``cut_reason`` says why
+The number of pieces is planned from :data:`~llm_ocr.stages.rate.TOKENS_PER_CHAR`, **a first
+guess** (fitted to the project's simulator, not measured on any model), then from the tokens a
+character this run's answers showed (:class:`~llm_ocr.stages.rate.RateBook`): a piece whose
+answer still runs to ``max_tokens`` without repeating itself is cut in two and both halves are
+read again, or, for tiles, keeps its answer's complete blocks and only the rest of it is read
+again, until every piece fits or a piece is a few text lines tall (:mod:`llm_ocr.stages.split`,
+the adaptive split). The row's ``segments`` is the number of pieces finally read, its ``cut_reason`` says why
 the page was cut and which pieces were cut again.
 """
 
