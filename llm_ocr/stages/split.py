@@ -54,10 +54,15 @@ REST_DEPTH_SHARE = 0.03
 #: shallower one's depth) until it is: a column's strip alone is a small image, read with little
 #: of the page around it, and a request of its own.
 REST_MIN_WIDTH = 0.5
+#: ... but not two parts whose tops are more than this share of the piece's height apart.
+REST_MAX_REACH = 0.5
 #: A piece of the rest larger than this share of the area the answer that ran out read (its
 #: kept blocks' strips, down to each one's depth) is cut in two before it is read: at the rate
 #: that answer showed it would run out too.
 REST_FITS = 0.8
+#: When the rest of a piece is more than this share of it, its halves are read instead: what
+#: would be kept is little, and the rest would run out again.
+REST_MAX_SHARE = 0.75
 
 
 @dataclass
@@ -248,9 +253,22 @@ def complete_part(segment: Segment, reading: Reading, min_side: int = 0) -> tupl
             continue  # no kept block over it, and too narrow for a column: a margin, a gutter
         if part.height >= max(min_side, MIN_REST_SHARE * segment.height) and part.width >= narrow:
             others.append(part)
-    others = [_whole_blocks(o, places) for o in _wide_enough(others, REST_MIN_WIDTH * segment.width)]
-    if sum(o.width * o.height for o in others) >= segment.width * segment.height:
-        return None  # nothing read: the rest is the whole piece
+    # The block the answer was cut in is read again, however little of the piece is left below
+    # it: a part too small to send grows up over it to the family's minimum side.
+    cut_in = Box.union(blocks[-1].boxes)
+    cut_in = Box(segment.left + cut_in.x1 * sx, segment.top + cut_in.y1 * sy,
+                 segment.left + cut_in.x2 * sx, segment.top + cut_in.y2 * sy)
+    if not any(Box(*o.box).overlaps(cut_in) for o in others):
+        tall = max(min_side, MIN_REST_SHARE * segment.height)
+        wide = max(narrow, cut_in.width)
+        left = int(max(segment.left, min(cut_in.x1, segment.right - wide)))
+        others.append(Segment(0, left, int(max(segment.top, min(cut_in.y1, segment.bottom - tall))),
+                              int(min(segment.right, left + wide + 0.5)), segment.bottom))
+        others.sort(key=lambda o: o.left)
+    others = [_whole_blocks(o, places) for o in _wide_enough(others, REST_MIN_WIDTH * segment.width,
+                                                                  REST_MAX_REACH * segment.height)]
+    if sum(o.width * o.height for o in others) > REST_MAX_SHARE * segment.width * segment.height:
+        return None  # the rest is most of the piece: its halves are read instead
     figures = [f for f in reading.layout.figures if 0 <= f.block < len(kept)]
     layout = PageLayout(kept, figures, "\n\n".join(b.text for b in kept), reading.layout.warnings,
                         reading.layout.metadata)
@@ -259,16 +277,24 @@ def complete_part(segment: Segment, reading: Reading, min_side: int = 0) -> tupl
     return done, others, f"its {len(kept)} complete blocks kept, the rest of it read again: {rest}"
 
 
-def _wide_enough(parts: list[Segment], width: float) -> list[Segment]:
+def _wide_enough(parts: list[Segment], width: float, reach: float) -> list[Segment]:
     """``parts`` (left to right) joined with their neighbours until each is ``width`` wide or
-    more (a narrow last one joins the one before), each from the shallowest top of those joined."""
+    more (a narrow last one joins the one before), each from the shallowest top of those joined;
+    not two whose tops are more than ``reach`` apart (the deeper one would be read again over
+    that height)."""
+
+    def joins(group: list[Segment], part: Segment) -> bool:
+        tops = [p.top for p in group] + [part.top]
+        return max(tops) - min(tops) <= reach
+
     groups: list[list[Segment]] = []
     for part in parts:
-        if groups and groups[-1][-1].right - groups[-1][0].left < width:
+        if groups and groups[-1][-1].right - groups[-1][0].left < width and joins(groups[-1], part):
             groups[-1].append(part)
         else:
             groups.append([part])
-    if len(groups) > 1 and groups[-1][-1].right - groups[-1][0].left < width:
+    if (len(groups) > 1 and groups[-1][-1].right - groups[-1][0].left < width
+            and all(joins(groups[-2], p) for p in groups[-1])):
         groups[-2].extend(groups.pop())
     return [Segment(0, g[0].left, min(p.top for p in g), g[-1].right, max(p.bottom for p in g)) for g in groups]
 

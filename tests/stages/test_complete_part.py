@@ -47,21 +47,29 @@ def test_read_row_by_row_every_column_is_read_again_below_its_last_kept_block() 
 
 
 def test_an_unread_column_is_read_whole_a_margin_is_not() -> None:
-    answer = reading([(1010, 510, 1290, 800), (1010, 810, 1290, 1290), (1010, 1295, 1290, 1299)])
+    answer = reading([(1010, 510, 1290, 800), (1010, 810, 1290, 1100), (1010, 1110, 1290, 1290)])
     kept = complete_part(TILE, answer, min_side=64)
     assert kept is not None
     _, rest, _ = kept
-    assert len(rest) == 1 and rest[0].top == TILE.top and rest[0].left <= 1300 and rest[0].right == TILE.right
-    # A 40-pixel margin right of the only column is not read.
+    below, unread = sorted(rest, key=lambda r: r.left)
+    assert below.top == 1100 and below.bottom == TILE.bottom and below.left <= 1010  # the block cut in, again
+    assert unread.top == TILE.top and unread.left <= 1300 and unread.right == TILE.right  # the right column, whole
+    # A 40-pixel margin right of the only column is not read; the last block, 35 pixels above
+    # the tile's bottom, is (a part that small grows up to the family's minimum side).
     narrow = Segment(0, 1000, 500, 1330, 1300)
     blocks = [PageBlock("text", [Box(20, 20, 560, 700)], "a"), PageBlock("text", [Box(20, 720, 560, 1500)], "b"),
               PageBlock("text", [Box(20, 1520, 560, 1590)], "c")]
     answer = Reading(PageLayout(blocks, [], ""), [], "raw", b"", narrow.width * 2, narrow.height * 2)
     kept = complete_part(narrow, answer, min_side=64)
-    assert kept is not None and kept[1] == []
+    assert kept is not None
+    # Only the block the answer was cut in is read again (grown to the minimum side), not the margin.
+    (again,) = kept[1]
+    assert again.right <= 1290 and again.bottom == narrow.bottom and again.height >= 64
 
 
-def test_no_boxes_or_no_complete_block_cuts_in_halves_instead() -> None:
+def test_no_boxes_no_complete_block_or_little_kept_cuts_in_halves_instead() -> None:
     assert complete_part(TILE, reading([(1010, 510, 1290, 800)])) is None
+    # One short block kept of a three-column tile: the rest is most of it.
+    assert complete_part(TILE, reading([(1010, 510, 1190, 560), (1010, 570, 1190, 900)]), min_side=64) is None
     boxless = Reading(PageLayout([PageBlock("text", [], "a"), PageBlock("text", [], "b")], [], ""), [], "", b"", 10, 10)
     assert complete_part(TILE, boxless) is None
