@@ -56,6 +56,9 @@ REST_DEPTH_SHARE = 0.03
 REST_MIN_WIDTH = 0.5
 #: ... but not two parts whose tops are more than this share of the piece's height apart.
 REST_MAX_REACH = 0.5
+#: A piece of the rest smaller than this share of its piece a side grows (up, and left) to it:
+#: a few lines of a column alone are read with nothing of the page around them.
+REST_MIN_SIDE = 0.25
 #: A piece of the rest larger than this share of the area the answer that ran out read (its
 #: kept blocks' strips, down to each one's depth) is cut in two before it is read: at the rate
 #: that answer showed it would run out too.
@@ -265,8 +268,8 @@ def complete_part(segment: Segment, reading: Reading, min_side: int = 0) -> tupl
         others.append(Segment(0, left, int(max(segment.top, min(cut_in.y1, segment.bottom - tall))),
                               int(min(segment.right, left + wide + 0.5)), segment.bottom))
         others.sort(key=lambda o: o.left)
-    others = [_whole_blocks(o, places) for o in _wide_enough(others, REST_MIN_WIDTH * segment.width,
-                                                                  REST_MAX_REACH * segment.height)]
+    others = [_whole_blocks(_grown(o, segment), places)
+              for o in _wide_enough(others, REST_MIN_WIDTH * segment.width, REST_MAX_REACH * segment.height)]
     if sum(o.width * o.height for o in others) > REST_MAX_SHARE * segment.width * segment.height:
         return None  # the rest is most of the piece: its halves are read instead
     figures = [f for f in reading.layout.figures if 0 <= f.block < len(kept)]
@@ -278,24 +281,32 @@ def complete_part(segment: Segment, reading: Reading, min_side: int = 0) -> tupl
 
 
 def _wide_enough(parts: list[Segment], width: float, reach: float) -> list[Segment]:
-    """``parts`` (left to right) joined with their neighbours until each is ``width`` wide or
-    more (a narrow last one joins the one before), each from the shallowest top of those joined;
-    not two whose tops are more than ``reach`` apart (the deeper one would be read again over
-    that height)."""
+    """``parts`` (left to right) each joined with a neighbour while it is under ``width`` wide
+    (the one before, else the one after), from the shallowest top of those joined; not two whose
+    tops are more than ``reach`` apart (the deeper one would be read again over that height)."""
+    groups = [[p] for p in parts]
 
-    def joins(group: list[Segment], part: Segment) -> bool:
-        tops = [p.top for p in group] + [part.top]
+    def span(group: list[Segment]) -> int:
+        return group[-1].right - group[0].left
+
+    def joins(a: list[Segment], b: list[Segment]) -> bool:
+        tops = [p.top for p in a + b]
         return max(tops) - min(tops) <= reach
 
-    groups: list[list[Segment]] = []
-    for part in parts:
-        if groups and groups[-1][-1].right - groups[-1][0].left < width and joins(groups[-1], part):
-            groups[-1].append(part)
-        else:
-            groups.append([part])
-    if (len(groups) > 1 and groups[-1][-1].right - groups[-1][0].left < width
-            and all(joins(groups[-2], p) for p in groups[-1])):
-        groups[-2].extend(groups.pop())
+    joined = True
+    while joined:
+        joined = False
+        for i, group in enumerate(groups):
+            if span(group) >= width:
+                continue
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(groups) and joins(groups[j], group):
+                    low, high = min(i, j), max(i, j)
+                    groups[low:high + 1] = [groups[low] + groups[high]]
+                    joined = True
+                    break
+            if joined:
+                break
     return [Segment(0, g[0].left, min(p.top for p in g), g[-1].right, max(p.bottom for p in g)) for g in groups]
 
 
@@ -323,3 +334,15 @@ def read_area(segment: Segment, done: Reading) -> float:
         mid = (k + 0.5) * step / sx
         area += step * max((p.y2 * sy for p in places if p.x1 <= mid <= p.x2), default=0.0)
     return area
+
+
+def _grown(part: Segment, piece: Segment) -> Segment:
+    """``part`` of the rest of ``piece`` at least :data:`REST_MIN_SIDE` of it a side, grown up
+    and to the left (its bottom is the piece's; what it shows again of the kept blocks is
+    merged when tiles are joined, as their overlaps are)."""
+    tall = int(REST_MIN_SIDE * piece.height + 0.5)
+    wide = int(REST_MIN_SIDE * piece.width + 0.5)
+    top = max(piece.top, min(part.top, part.bottom - tall))
+    left = max(piece.left, min(part.left, part.right - wide))
+    right = min(piece.right, max(part.right, left + wide))
+    return replace(part, top=top, left=left, right=right)
