@@ -6,8 +6,11 @@ in tiles (families whose answers box every block) or bands (the others) and join
 ``ok``, with at least 98% of its words; where the family boxes figures, every figure is found
 where it is on the page. Then the adaptive split: a server whose answers carry more tokens per
 character than the planner's first guess makes pieces run out, and they are cut again until they
-fit; a server so verbose that a piece a few lines tall still runs out leaves the page
-``truncated``, saying so; an ordinary page costs one request, as before.
+fit (a tile keeping its answer's complete blocks, only the rest of it read again); a server so
+verbose that a piece a few lines tall still runs out leaves the page ``truncated``, saying so;
+an ordinary page costs one request, as before. An ordinary page whose answer runs out because
+the model writes more per character than guessed is read in pieces (its answer is its text
+layer's words), while a page that loops is still a loop.
 """
 
 from __future__ import annotations
