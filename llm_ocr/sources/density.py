@@ -22,7 +22,7 @@ more) is better read in tiles at once than read whole, cut off at ``max_tokens``
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 #: A text layer with fewer characters says nothing about density (a scan's page number).
@@ -46,6 +46,10 @@ class TextEstimate:
 
     chars: int
     source: Literal["text layer", "ink"]
+    #: The text layer itself (None for an ink estimate): what an answer that ran out of tokens
+    #: is compared with, to tell a page longer than one answer from a loop
+    #: (:func:`llm_ocr.stages.rate.coverage`).
+    text: str | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
         """For rows and logs: ``its text layer holds 24,883 characters``."""
@@ -67,7 +71,7 @@ def text_layer_estimate(page: Any) -> TextEstimate | None:
     visible = [c for c in text if not c.isspace()]
     if not visible or sum(c.isalnum() for c in visible) < MIN_ALNUM_SHARE * len(visible):
         return None
-    return TextEstimate(len(text), "text layer")
+    return TextEstimate(len(text), "text layer", text)
 
 
 def ink_estimate(image: Any) -> TextEstimate | None:

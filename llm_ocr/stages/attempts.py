@@ -13,6 +13,7 @@ text to ``max_tokens`` again. The caller reads such a page in tiles (:mod:`llm_o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llm_ocr.vlm.client import ChatResult, VlmClient
@@ -91,6 +92,7 @@ async def ask_until_whole(
     policy: LoopPolicy | None = None,
     schedule: Retries | None = None,
     stop_when_long: bool = False,
+    long_if: Callable[[ChatResult], bool] | None = None,
 ) -> Answer:
     """Ask with ``request(temperature, attempt)`` at the family's first temperature, then, while
     the answer looped, up to ``retries`` more times (default: the family's count) at its next
@@ -98,7 +100,8 @@ async def ask_until_whole(
 
     With ``cut_loops`` every request streams and is closed as soon as it repeats itself. With
     ``stop_when_long`` an answer that ran to ``max_tokens`` without repeating itself ends the
-    asking (:attr:`Answer.long`; see the module docstring).
+    asking (:attr:`Answer.long`; see the module docstring), provided ``long_if`` (if given) says
+    the answer read its page: one that did not is a loop the watch cannot see, retried hotter.
     """
     policy = policy or LoopPolicy()
     schedule = schedule or recipe.retries
@@ -124,7 +127,7 @@ async def ask_until_whole(
         kept = result if kept is None else better(kept, result)
         if result.finish_reason not in UNFINISHED:
             break
-        if stop_when_long and is_long(result, policy):
+        if stop_when_long and is_long(result, policy) and (long_if is None or long_if(result)):
             return Answer(result, attempts, cut_tokens, notes, long=True)
     assert kept is not None
     return Answer(kept, attempts, cut_tokens, notes)

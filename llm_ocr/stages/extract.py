@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -25,6 +25,7 @@ from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.pieces import Region
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
+from llm_ocr.stages.rate import KEEPS_COMPLETE_QUANTILE, Coverage, RateBook, coverage
 from llm_ocr.stages.segmented import Stitch, read_in_segments
 from llm_ocr.stages.tiled import (
     TilePlan,
@@ -36,7 +37,7 @@ from llm_ocr.stages.tiled import (
     tiling_allowed,
 )
 from llm_ocr.vlm.box import Box
-from llm_ocr.vlm.client import EndpointDown, RequestFailed, VlmClient
+from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retries
 
 log = logging.getLogger(__name__)
@@ -73,14 +74,19 @@ class ExtractContext:
     #: the family's resolution, in a worker: (document, page, regions) -> [(image, mime, w, h)].
     #: The tiles and bands of a dense page are rendered so (None: cut from the page image).
     render_regions: RenderRegions | None = None
+    #: The answer tokens per character of text estimate this run's pages showed: what dense
+    #: pages are planned with (:mod:`llm_ocr.stages.rate`).
+    rates: RateBook = field(default_factory=RateBook)
 
 
 class _Tools:
     """What a family's :meth:`~llm_ocr.vlm.families.base.Family.read` may do for one page."""
 
-    def __init__(self, ctx: ExtractContext, stop_when_long: bool = False) -> None:
+    def __init__(self, ctx: ExtractContext, stop_when_long: bool = False,
+                 long_if: Callable[[ChatResult], bool] | None = None) -> None:
         self.ctx = ctx
         self.stop_when_long = stop_when_long
+        self.long_if = long_if
 
     async def ask(self, body_for: BodyFor, retries: Retries) -> Answer:
         options = self.ctx.options
@@ -93,6 +99,7 @@ class _Tools:
             cut_loops=options.cut_loops,
             schedule=retries,
             stop_when_long=self.stop_when_long,
+            long_if=self.long_if,
         )
 
     async def crop(self, image: bytes, boxes: Sequence[Box]) -> list[bytes]:
@@ -127,14 +134,15 @@ def failure_result(ref: DocumentRef, page: int, error: str, num_pages: int | Non
     )
 
 
-async def read_page(page: PageImage, ctx: ExtractContext, *, stop_when_long: bool = False) -> Reading:
+async def read_page(page: PageImage, ctx: ExtractContext, *, stop_when_long: bool = False,
+                    long_if: Callable[[ChatResult], bool] | None = None) -> Reading:
     """Read one page (or segment, or tile) image the family's way; raises :class:`RequestFailed`.
 
     With ``stop_when_long`` an answer that runs to ``max_tokens`` without repeating itself is not
     retried hotter (:func:`~llm_ocr.stages.attempts.ask_until_whole`): the page is long, and is
-    read in tiles instead."""
+    read in tiles instead; with ``long_if`` too, only an answer it says read the page."""
     source = PageInput(page.image, page.mime, page.width, page.height, page.page)
-    return await ctx.recipe.read(source, _Tools(ctx, stop_when_long), ctx.max_tokens)
+    return await ctx.recipe.read(source, _Tools(ctx, stop_when_long, long_if), ctx.max_tokens)
 
 
 def tiles_dense_pages(ctx: ExtractContext) -> bool:
@@ -187,19 +195,56 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
             crop=ctx.crop, model=ctx.client.model, limit=ctx.piece_limit, split=segment_split(item.height >= item.width)
         )
     tiling = tiles_dense_pages(ctx)
-    if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens), ctx)):
+    rate = ctx.rates.rate(item.text_estimate)
+    # Tiles keep the complete part of an answer that runs out: planned from the usual rate.
+    planned = ctx.rates.rate(item.text_estimate, KEEPS_COMPLETE_QUANTILE) if ctx.recipe.dense_tiles else rate
+    if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens, planned), ctx)):
         return row
     started = time.monotonic()
+    covered: list[Coverage] = []
+
+    def long_if(result: ChatResult) -> bool:
+        """An answer that ran out unrepeated is long when the page may hold that much, or when
+        its words are the page's own text (the estimate's rate may be wrong for this model)."""
+        seen = coverage(_markdown(ctx.recipe, result.text, item), item.text_estimate)
+        covered.append(seen)
+        return seen.reads_page or may_be_long(item, ctx.max_tokens, rate)
+
     try:
-        reading = await read_page(item, ctx, stop_when_long=tiling and may_be_long(item, ctx.max_tokens))
+        reading = await read_page(item, ctx, stop_when_long=tiling, long_if=long_if)
     except RequestFailed as exc:
         return failure_result(ref, item.page, str(exc), num_pages, attempts=exc.attempts)
     except EndpointDown:
         raise
-    if tiling and (row := await _tiled(ref, item, num_pages, tiles_after(reading, item, ctx.max_tokens), ctx, reading)):
+    _observe(ctx.rates, item, reading, covered[-1] if covered else None)
+    plan = tiles_after(reading, item, ctx.max_tokens, planned, covered[-1] if covered else None)
+    if tiling and (row := await _tiled(ref, item, num_pages, plan, ctx, reading)):
         return row
     latency = reading.answers[0].result.latency_s if len(reading.answers) == 1 else time.monotonic() - started
     return await reading_to_page(ref, item, reading, num_pages, ctx, latency)
+
+
+def _markdown(family: Family, text: str, item: PageImage) -> str:
+    """An answer as ``family`` parses it (its Markdown: no boxes, no markup), else as it came."""
+    try:
+        return family.parse(text, width=item.width, height=item.height, page=item.page).markdown
+    except Exception:  # noqa: BLE001 - a hint for the long-or-loop decision: never fail a page for it
+        return text
+
+
+def _observe(rates: RateBook, item: PageImage, reading: Reading, covered: Coverage | None) -> None:
+    """What the whole page's reading says about the run's tokens per character: a finished
+    answer wrote the page's estimated text; a long one the share of it ``covered`` says."""
+    estimate = item.text_estimate
+    if estimate is None or not reading.answers:
+        return
+    last = reading.answers[-1]
+    tokens = last.result.completion_tokens or 0
+    if getattr(last, "long", False):
+        if covered is not None and covered.share:
+            rates.record(tokens, round(covered.share * estimate.chars), estimate.source)
+    elif last.result.finish_reason not in UNFINISHED:
+        rates.record(tokens, estimate.chars, estimate.source)
 
 
 def reading_status(reading: Reading, max_tokens: int) -> tuple[str, str | None, str | None]:

@@ -25,7 +25,7 @@ from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.pieces import PiecedPage, crop_from_pieces, image_info, stitch_figures
 from llm_ocr.sources.segments import Segment, cut_line
 from llm_ocr.stages.attempts import UNFINISHED
-from llm_ocr.stages.split import Splitter, read_pieces
+from llm_ocr.stages.split import Rest, Splitter, read_pieces
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import RequestFailed
 from llm_ocr.vlm.families.base import Reading
@@ -249,6 +249,7 @@ async def read_in_segments(
     split: Splitter | None = None,
     too_big: Callable[[Segment], str | None] | None = None,
     rerender: Callable[[list[Segment]], Awaitable[list[bytes | None]]] | None = None,
+    rest: Rest | None = None,
 ) -> PageResult:
     """Read ``item`` segment by segment with ``read`` (the family's reading of one image) and
     join the readings into its one row.
@@ -270,7 +271,9 @@ async def read_in_segments(
     source are cut from its own image (as sharp as the piece was sent), else from ``item``'s;
     with ``rerender`` they are rendered from the source again, each as a page of its own, where
     it gives an image (a column's half, read by a family that sizes an image by its longer side,
-    is sharper so than its piece's image shows it).
+    is sharper so than its piece's image shows it). With ``rest`` too, such a piece keeps its
+    answer's complete part and only the rest of it is read again, where ``rest`` can tell
+    (:func:`~llm_ocr.stages.split.complete_part`).
     """
     started = time.monotonic()
     rendered = pieces
@@ -306,7 +309,8 @@ async def read_in_segments(
             except RequestFailed as exc:
                 return exc
 
-    read_all = await read_pieces(segments, images, read=one, crop=crop_pieces, split=split, kind=kind, too_big=too_big)
+    read_all = await read_pieces(segments, images, read=one, crop=crop_pieces, split=split, kind=kind, too_big=too_big,
+                                 rest=rest)
     segments = [segment for segment, _ in read_all.leaves]
     readings = [reading for _, reading in read_all.leaves]
     per_segment: list[list[Piece]] = []

@@ -11,10 +11,11 @@ each a request whose answer fits:
   any page's ink);
 - **after one answer**, when the page was read whole and the answer ran to ``max_tokens``
   without repeating itself (the stream's loop watch, :mod:`llm_ocr.vlm.loops`, saw no loop: the
-  text is long, not looping), unless the page's estimate says it holds under
-  :data:`LONG_AGREES` of ``max_tokens``: an answer far longer than its page's text is a loop the
-  watch cannot see (one that counts), and is retried hotter like any loop. A page that loops
-  keeps the loop policy: cut, retried hotter.
+  text is long, not looping), and either the answer's words are the page's own text
+  (:func:`~llm_ocr.stages.rate.coverage`: its text layer's, none repeated) or the page's
+  estimate says it may hold :data:`LONG_AGREES` of ``max_tokens``: an answer that is neither is
+  a loop the watch cannot see (one that counts), and is retried hotter like any loop. A page
+  that loops keeps the loop policy: cut, retried hotter.
 
 Tiles are planned to need at most :data:`TILE_SHARE` of ``max_tokens`` each, so that a dense
 page costs about what reading it once costs, and no tile is the run's last long request. The
@@ -34,11 +35,13 @@ put the columns of a page back in order, so a page with columns is planned colum
 (:mod:`llm_ocr.sources.columns`: a masthead first, then each column in bands down it) and each
 column's bands are joined down it (:func:`join_bands`).
 
-The number of pieces is planned from :data:`TOKENS_PER_CHAR`, **a first guess** (fitted to the
-project's simulator, not measured on any model): a piece whose answer still runs to
-``max_tokens`` without repeating itself is cut in two and both halves are read again, until
-every piece fits or a piece is a few text lines tall (:mod:`llm_ocr.stages.split`, the adaptive
-split). The row's ``segments`` is the number of pieces finally read, its ``cut_reason`` says why
+The number of pieces is planned from :data:`~llm_ocr.stages.rate.TOKENS_PER_CHAR`, **a first
+guess** (fitted to the project's simulator, not measured on any model), then from the tokens a
+character this run's answers showed (:class:`~llm_ocr.stages.rate.RateBook`): a piece whose
+answer still runs to ``max_tokens`` without repeating itself is cut in two and both halves are
+read again, or, for tiles, keeps its answer's complete blocks and only the rest of it is read
+again, until every piece fits or a piece is a few text lines tall (:mod:`llm_ocr.stages.split`,
+the adaptive split). The row's ``segments`` is the number of pieces finally read, its ``cut_reason`` says why
 the page was cut and which pieces were cut again.
 """
 
@@ -49,6 +52,7 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import pairwise
 from typing import Any
 
@@ -58,6 +62,7 @@ from llm_ocr.sources.pieces import PiecedPage, PieceImage, Region, containing
 from llm_ocr.sources.segments import Segment
 from llm_ocr.sources.tiles import plan_bands, plan_tiles, split_piece
 from llm_ocr.stages.attempts import Answer
+from llm_ocr.stages.rate import TOKENS_PER_CHAR, Coverage
 from llm_ocr.stages.segmented import (
     Piece,
     Stitch,
@@ -68,17 +73,11 @@ from llm_ocr.stages.segmented import (
     number_figures,
     read_in_segments,
 )
-from llm_ocr.stages.split import Splitter
+from llm_ocr.stages.split import Splitter, complete_part
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Reading
 from llm_ocr.vlm.layout import PageBlock
 
-#: The first guess of answer tokens per character of a page's text (markup included), for
-#: every family: 0.35 is DeepSeek-OCR's grounding output as the project's *simulator* writes it
-#: for its 7-column page (29,274 characters of markup for 24,883 of text layer, at 0.3 tokens a
-#: character). It is no fact about any model: a model that writes more per character makes
-#: pieces run out, and the adaptive split (:mod:`llm_ocr.stages.split`) cuts them again.
-TOKENS_PER_CHAR = 0.35
 #: A page estimated to need this share of ``max_tokens`` or more is tiled at once.
 TILE_AT = 0.9
 #: Each tile is planned to need at most this share of ``max_tokens`` (1,434 tokens of 7,168:
@@ -107,6 +106,8 @@ class TilePlan:
 
     count: int
     why: str
+    #: What the plan rests on beyond ``why``, said after how the page was read (None: nothing).
+    detail: str | None = None
 
 
 def tiling_allowed(family: Family, enabled: bool) -> bool:
@@ -129,40 +130,50 @@ def segment_split(tall: bool) -> Splitter:
     return lambda image, piece: split_piece(image, piece, across=False, along_x=not tall)
 
 
-def tiles_at_once(item: PageImage, max_tokens: int) -> TilePlan | None:
-    """A plan when the page's estimated text needs :data:`TILE_AT` of ``max_tokens`` or more."""
+def tiles_at_once(item: PageImage, max_tokens: int, rate: float = TOKENS_PER_CHAR) -> TilePlan | None:
+    """A plan when the page's estimated text, at ``rate`` tokens a character (the run's,
+    :class:`~llm_ocr.stages.rate.RateBook`; at first :data:`TOKENS_PER_CHAR`), needs
+    :data:`TILE_AT` of ``max_tokens`` or more."""
     estimate = item.text_estimate
     if estimate is None:
         return None
-    tokens = round(estimate.chars * TOKENS_PER_CHAR)
+    tokens = round(estimate.chars * rate)
     if tokens < TILE_AT * max_tokens:
         return None
+    at = "" if rate == TOKENS_PER_CHAR else f" at the {rate:.2f} tokens a character this run's answers showed"
     return TilePlan(
         _count(tokens, max_tokens),
-        f"{estimate.describe()}, ~{tokens:,} tokens, more than one answer holds (max_tokens {max_tokens})",
+        f"{estimate.describe()}, ~{tokens:,} tokens{at}, more than one answer holds (max_tokens {max_tokens})",
     )
 
 
-def may_be_long(item: PageImage, max_tokens: int) -> bool:
+def may_be_long(item: PageImage, max_tokens: int, rate: float = TOKENS_PER_CHAR) -> bool:
     """Whether an answer of ``item`` that runs to ``max_tokens`` without repeating itself is to
-    be taken as long (and the page read in tiles) rather than as a loop the watch cannot see:
-    no estimate says its text needs under :data:`LONG_AGREES` of ``max_tokens``."""
+    be taken as long (and the page read in tiles) whatever it says: no estimate says its text
+    needs under :data:`LONG_AGREES` of ``max_tokens`` at ``rate`` tokens a character. Otherwise
+    the answer decides (:func:`~llm_ocr.stages.rate.coverage`: its words are the page's)."""
     estimate = item.text_estimate
-    return estimate is None or estimate.chars * TOKENS_PER_CHAR >= LONG_AGREES * max_tokens
+    return estimate is None or estimate.chars * rate >= LONG_AGREES * max_tokens
 
 
-def tiles_after(reading: Reading, item: PageImage, max_tokens: int) -> TilePlan | None:
+def tiles_after(reading: Reading, item: PageImage, max_tokens: int, rate: float = TOKENS_PER_CHAR,
+                covered: Coverage | None = None) -> TilePlan | None:
     """A plan when ``reading`` (the whole page's) ended in an answer that ran to ``max_tokens``
-    without repeating itself (:attr:`~llm_ocr.stages.attempts.Answer.long`)."""
+    without repeating itself (:attr:`~llm_ocr.stages.attempts.Answer.long`). ``covered``: how
+    much of the page's text layer that answer had written (then the page needs ``max_tokens``
+    over that share; else at least :data:`LONG_FACTOR` times ``max_tokens``)."""
     long = [a for a in reading.answers if isinstance(a, Answer) and a.long]
     if not long:
         return None
     estimate = item.text_estimate
-    tokens = max(round(LONG_FACTOR * max_tokens), round(estimate.chars * TOKENS_PER_CHAR) if estimate else 0)
+    share = covered.share if covered is not None else None
+    ran = round(max_tokens / share) if share else round(LONG_FACTOR * max_tokens)
+    tokens = max(ran, round(estimate.chars * rate) if estimate else 0)
     return TilePlan(
         _count(tokens, max_tokens),
         f"the whole page's answer ran to max_tokens ({long[0].result.completion_tokens} tokens) without repeating "
         "itself",
+        f"planned from that answer: {covered.why}" if covered is not None and covered.share else None,
     )
 
 
@@ -243,6 +254,12 @@ def oversize(family: Family | None, prompt_room: int | None) -> Callable[[Segmen
     return why
 
 
+def _min_side(family: Family | None) -> int:
+    """The fewest page-image pixels a side of a piece may have: the family's minimum readable
+    size (a piece is sent at least as large as the page image shows it)."""
+    return family.min_readable_side if family is not None else 0
+
+
 def _count(tokens: int, max_tokens: int) -> int:
     return max(2, math.ceil(tokens / (TILE_SHARE * max_tokens)))
 
@@ -295,6 +312,7 @@ async def read_in_tiles(
         ref, item, num_pages, tiles, read=read, crop=crop, model=model, join=join_bands if bands else join_tiles,
         kind=kind, limit=limit, split=split, too_big=_as_sent(oversize(family, prompt_room), rendered),
         pieces=rendered, stitch=stitch, rerender=again,
+        rest=None if bands else partial(complete_part, min_side=_min_side(family)),
     )
     if unsourced:
         row = replace(row, error=f"{row.error}; {unsourced}" if row.error else unsourced)
@@ -302,7 +320,8 @@ async def read_in_tiles(
     if row.segments and row.segments != len(tiles):
         pieces += f" ({row.segments} pieces once cut again)"
     how = f"read in {pieces} at once" if first is None else f"read again in {pieces}"
-    notes = [f"{plan.why}: {how}"] + ([row.cut_reason] if row.cut_reason else [])
+    detail = f" ({plan.detail})" if plan.detail else ""
+    notes = [f"{plan.why}: {how}{detail}"] + ([row.cut_reason] if row.cut_reason else [])
     if first is None:
         return replace(row, cut_reason="; ".join(notes))
     whole = first.answers
@@ -496,12 +515,15 @@ def _position(piece: Piece) -> tuple[float, float]:
 
 def _owner(tiles: list[Segment], point: tuple[float, float], width: int, height: int) -> int | None:
     """The tile ``point`` lies deepest inside (its distance to the nearest edge that is not the
-    page's): the tile whose share of the page it is in, overlaps split down the middle."""
+    page's): the tile whose share of the page it is in, overlaps split down the middle. A piece
+    inside another (the rest of a piece whose answer ran out, :func:`~llm_ocr.stages.split.complete_part`)
+    owns its part of it."""
     x, y = point
     best: tuple[float, int] | None = None
-    for tile in tiles:
-        if not (tile.left <= x <= tile.right and tile.top <= y <= tile.bottom):
-            continue
+    holding = [t for t in tiles if t.left <= x <= t.right and t.top <= y <= t.bottom]
+    for tile in holding:
+        if any(other is not tile and _nested(other, tile) for other in holding):
+            continue  # the rest of a piece whose answer ran out is read inside it: the rest owns it
         edges = [x - tile.left if tile.left > 0 else math.inf, tile.right - x if tile.right < width else math.inf,
                  y - tile.top if tile.top > 0 else math.inf,
                  tile.bottom - y if tile.bottom < height else math.inf]  # fmt: skip
@@ -509,6 +531,12 @@ def _owner(tiles: list[Segment], point: tuple[float, float], width: int, height:
         if best is None or depth > best[0]:
             best = (depth, tile.index)
     return best[1] if best else None
+
+
+def _nested(inner: Segment, outer: Segment) -> bool:
+    """Whether ``inner`` lies inside ``outer`` and is smaller (the rest of a piece read again)."""
+    inside = outer.left <= inner.left and inner.right <= outer.right and outer.top <= inner.top
+    return inside and inner.bottom <= outer.bottom and inner.width * inner.height < outer.width * outer.height
 
 
 def _twin(merged: list[Piece], piece: Piece, tiles: list[Segment]) -> int | None:

@@ -7,15 +7,21 @@ in tiles (families whose answers box every block) or bands (the others) and join
 block on its own, reads it whole: no answer of its holds the page's text); where the family boxes figures, every figure is found
 where it is on the page. Then the adaptive split: a server whose answers carry more tokens per
 character than the planner's first guess makes pieces run out, and they are cut again until they
-fit; a server so verbose that a piece a few lines tall still runs out leaves the page
-``truncated``, saying so; an ordinary page costs one request, as before.
+fit (a tile keeping its answer's complete blocks, only the rest of it read again); a server so
+verbose that a piece a few lines tall still runs out leaves the page ``truncated``, saying so;
+an ordinary page costs one request, as before. An ordinary page whose answer runs out because
+the model writes more per character than guessed is read in pieces (its answer is its text
+layer's words), while a page that loops is still a loop.
 """
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
+from reportlab.lib.pagesizes import letter
+from reportlab.pdfgen import canvas
 
 from llm_ocr.bench.accuracy import word_recall
 from llm_ocr.stages.tiled import reads_columns
@@ -23,7 +29,7 @@ from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
 from tests.conftest import read_stage, run_cli
-from tests.docs import make_pdf
+from tests.docs import make_pdf, paragraph
 from tests.newspaper import Newspaper, newspaper_pdf, order_kept
 
 #: The share of the page's text lines the Markdown must hold in the page's reading order (the
@@ -189,3 +195,93 @@ def test_a_family_sized_by_its_longer_side_reads_the_columns_in_order_at_a_large
     assert row["status"] == "ok", (row["error"], row["cut_reason"])
     assert word_recall(truth.text, row["markdown"]) >= 0.98
     assert order_kept(truth.line_texts, row["markdown"]) >= ORDER_KEPT
+
+
+def _letter_page(path: Path, lines: int, seed: int = 11) -> str:
+    """A one-page PDF of ``lines`` lines of 14 words (11 pt Helvetica, ~90 characters a line);
+    returns its text."""
+    rng = random.Random(seed)
+    texts = [paragraph(rng) for _ in range(lines)]
+    pdf = canvas.Canvas(str(path), pagesize=letter)
+    pdf.setFont("Helvetica", 9)
+    for i, line in enumerate(texts):
+        pdf.drawString(54, 750 - i * 14, line)
+    pdf.showPage()
+    pdf.save()
+    return "\n".join(texts)
+
+
+#: (family, context, lines): DeepSeek-OCR at 4,096 (answers of 3,072 tokens), olmOCR-2 at 8,192
+#: (4,096; at 4,096 its whole page's image does not fit beside the answer).
+DENSER_THAN_ESTIMATE = [("deepseek-ocr", "4096", 36), ("olmocr", "8192", 48)]
+
+
+@pytest.mark.parametrize(("name", "size", "lines"), DENSER_THAN_ESTIMATE, ids=[n for n, _, _ in DENSER_THAN_ESTIMATE])
+def test_an_ordinary_page_whose_answer_is_denser_than_its_estimate_is_read_in_pieces_not_taken_for_a_loop(
+    tmp_path: Path, name: str, size: str, lines: int
+) -> None:
+    """A page of ~90 characters a line: at the first guess (0.35 tokens a character) it needs
+    ~40% of max_tokens, too few to fill an answer by the estimate alone. A model writing 1.2
+    tokens a character fills it. The answer that ran out is the page's own text (its text layer's
+    words, none repeated): the page is long, read in pieces, ``ok`` with its words; not retried
+    hotter as a loop and kept ``truncated``."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    text = _letter_page(folder / "letter.pdf", lines)
+    family = next(f for f in FAMILIES if f.name == name)
+    max_tokens = family.max_tokens(None, int(size))
+    assert 0.3 <= len(text) * 0.35 / max_tokens <= 0.5
+    with SimulatedServer("--instant", "--max-model-len", size, "--served-model-name", served(family),
+                         "--recipe", family.name, "--tokens-per-char", "1.2", corpus=folder) as server:  # fmt: skip
+        result = extract(folder, tmp_path / "out", server, family)
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = only_row(tmp_path / "out", "letter.pdf")
+    assert row["status"] == "ok", (row["error"], row["cut_reason"])
+    assert word_recall(text, row["markdown"]) >= 0.98
+    assert row["segments"] >= 2 and "the whole page's answer ran to max_tokens" in row["cut_reason"]
+    assert all(r["body"]["temperature"] == family.retries.temperatures[0] for r in requests)  # none retried hotter
+    whole = [r for r in requests if "region" not in (r.get("known_page") or {})]
+    assert len(whole) == 1 and whole[0]["finish_reason"] == "length"
+
+
+def test_a_page_that_loops_is_still_a_loop(tmp_path: Path) -> None:
+    """The same page on a server whose answers loop after the page's text (the simulator's
+    --loop-rate): the loop watch cuts each attempt, the page is retried hotter and kept
+    ``truncated`` as a loop, not cut in pieces."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    _letter_page(folder / "letter.pdf", 36)
+    family = next(f for f in FAMILIES if f.name == "deepseek-ocr")
+    with server_for(family, folder, "--loop-rate", "1") as server:
+        result = extract(folder, tmp_path / "out", server, family)
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = only_row(tmp_path / "out", "letter.pdf")
+    assert row["status"] == "truncated" and "repetition loop" in row["error"], row["error"]
+    assert row["segments"] is None and len(requests) == row["attempts"] > 1
+    assert not any("region" in (r.get("known_page") or {}) for r in requests)
+
+
+def test_a_piece_that_ran_out_keeps_its_complete_blocks_and_only_the_rest_is_read_again(tmp_path: Path, paper) -> None:
+    """DeepSeek-OCR (its answers box every block) on a server writing 1.2 tokens a character:
+    planned tiles run out. Each keeps the blocks its answer completed, and only what lies below
+    them (column by column) is read again, not both halves of the tile: the page is ``ok`` with
+    its words."""
+    folder, truth = paper
+    family = next(f for f in FAMILIES if f.name == "deepseek-ocr")
+    with server_for(family, folder, "--tokens-per-char", "1.2") as server:
+        result = extract(folder, tmp_path / "out", server, family)
+        requests = server.requests()
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = only_row(tmp_path / "out", "courier.pdf")
+    assert row["status"] == "ok", (row["error"], row["cut_reason"])
+    assert word_recall(truth.text, row["markdown"]) >= 0.98
+    assert "complete blocks kept, the rest of it read again" in row["cut_reason"]
+    assert row["completion_tokens"] == sum(r["completion_tokens"] for r in requests)
+    # Every piece of the rest lies inside the tile it is the rest of, below the blocks kept there.
+    regions = [Box(*r["known_page"]["region"]) for r in requests if "region" in (r.get("known_page") or {})]
+    ran_out = [b for b, r in zip(regions, requests) if r["finish_reason"] == "length"]
+    rest = [b for b in regions if any(b != tile and b.clipped(tile).area >= 0.99 * b.area for tile in ran_out)]
+    assert rest and all(b.area < 0.75 * max(t.area for t in ran_out if b.clipped(t).area >= 0.99 * b.area)
+                        for b in rest)
