@@ -208,4 +208,9 @@ def test_family_request_is_accepted_by_its_architecture(
     # --reasoning-parser qwen3, with thinking disabled per request) moved it out of the answer.
     outputs = [r.output for r in logged if r.output]
     for row in rows:
-        assert not outputs or (row["raw"] and any(o.startswith(row["raw"]) for o in outputs)), (row["raw"], outputs)
+        # A random model's answer may repeat itself from its first tokens in every attempt: the
+        # loop is cut and the text before it, none, kept (the row says so). Else the row holds
+        # the start of an answer vLLM generated.
+        cut_at_start = row["status"] == "truncated" and "repetition loop" in (row["error"] or "") and not row["raw"]
+        assert not outputs or cut_at_start or (row["raw"] and any(o.startswith(row["raw"]) for o in outputs)), (
+            row["raw"], row["status"], row["error"], outputs)

@@ -67,6 +67,9 @@ SEARCH_PEAKS = 5
 REFINE_STEP = 1.005
 REFINE_STEPS = 6
 REFINED_PEAKS = 2
+#: A searched piece found on a page at least this well is taken without searching the other
+#: pages (the pages it was last found on are searched first: a page's pieces come together).
+SEARCH_SURE = 0.9
 #: A piece resized to another shape is looked for on pages at least this many times as long as
 #: wide (the pages a client reads in pieces that span their width) ...
 RESHAPED_PAGE_ASPECT = 2.0
@@ -308,9 +311,14 @@ def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Cr
     best :data:`SEARCH_PEAKS` of a page) are compared at full resolution, the best
     :data:`REFINED_PEAKS` of them across a step in steps of :data:`REFINE_STEP` (at half
     resolution a scale 1% off can score higher than the right one). Tens of
-    half-resolution correlations a page: only for pieces no fixed scale finds."""
+    half-resolution correlations a page: only for pieces no fixed scale finds. The pages a
+    piece was last found on are searched first, and a match of :data:`SEARCH_SURE` ends the
+    search (a corpus of many pages costs tens of correlations a page for every piece)."""
     best: Crop | None = None
-    for page in pages:
+    with _CACHE_LOCK:
+        recent = list(_RECENT)
+    order = {id(p): i for i, p in enumerate(pages)}
+    for page in sorted(pages, key=lambda p: (recent.index(id(p)) if id(p) in recent else len(recent), order[id(p)])):
         if page.grey is None or not page.size_pt[0]:
             continue
         coarse_per_pt = _coarse(page).shape[1] / page.size_pt[0]
@@ -335,7 +343,19 @@ def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Cr
         top = max(found, key=lambda c: c.correlation)
         if top.correlation >= MIN_CORRELATION and (best is None or top.correlation > best.correlation):
             best = top
+        if best is not None and best.correlation >= SEARCH_SURE:
+            break
+    if best is not None:
+        with _CACHE_LOCK:
+            if id(best.page) in _RECENT:
+                _RECENT.remove(id(best.page))
+            _RECENT.insert(0, id(best.page))
+            del _RECENT[PREPARED_PAGES:]
     return best
+
+
+#: id() of the pages searched pieces were last found on, the latest first.
+_RECENT: list[int] = []
 
 
 def _fine_crop(page: KnownPage, width: int, height: int, scale: float, crop_at: Any) -> Crop | None:
