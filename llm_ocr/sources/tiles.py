@@ -5,10 +5,11 @@ answer fits (:mod:`llm_ocr.stages.tiled`). The tiles form a grid of about ``coun
 square as the page allows:
 
 - **bands** across the page, each cut at the whitespace between two text lines nearest to an
-  even split, reaching :data:`LINE_REACH` line pitches (the page's, measured on its ink) into
-  the next: a line the cut grazes, in a column whose lines do not line up with the cut, is whole
-  in one of the two. What two bands both show is read twice and costs tokens twice, so the
-  overlap is a line and a half, not a share of the page; a page whose line pitch cannot be
+  even split, reaching :data:`TILE_LINE_REACH` line pitches (the page's, measured on its ink)
+  into the next: a line the cut grazes, in a column whose lines do not line up with the cut, is
+  whole in one of the two. What two bands both show is read twice and costs tokens twice, so the
+  overlap is under a line, not a share of the page (bands read whole across the page, joined by
+  the text their overlap repeats, reach :data:`LINE_REACH`, a line and a half); a page whose line pitch cannot be
   measured keeps the older rule, :data:`OVERLAP` of a band and at least :data:`MIN_OVERLAP` of
   the page's height;
 - each band split into **columns** at its gutters only: the widest runs of blank columns within
