@@ -5,10 +5,11 @@ answer fits (:mod:`llm_ocr.stages.tiled`). The tiles form a grid of about ``coun
 square as the page allows:
 
 - **bands** across the page, each cut at the whitespace between two text lines nearest to an
-  even split, reaching :data:`LINE_REACH` line pitches (the page's, measured on its ink) into
-  the next: a line the cut grazes, in a column whose lines do not line up with the cut, is whole
-  in one of the two. What two bands both show is read twice and costs tokens twice, so the
-  overlap is a line and a half, not a share of the page; a page whose line pitch cannot be
+  even split, reaching :data:`TILE_LINE_REACH` line pitches (the page's, measured on its ink)
+  into the next: a line the cut grazes, in a column whose lines do not line up with the cut, is
+  whole in one of the two. What two bands both show is read twice and costs tokens twice, so the
+  overlap is under a line, not a share of the page (bands read whole across the page, joined by
+  the text their overlap repeats, reach :data:`LINE_REACH`, a line and a half); a page whose line pitch cannot be
   measured keeps the older rule, :data:`OVERLAP` of a band and at least :data:`MIN_OVERLAP` of
   the page's height;
 - each band split into **columns** at its gutters only: the widest runs of blank columns within
@@ -42,8 +43,13 @@ from .segments import Segment
 
 #: The longer side of the grey copy the whitespace is found in.
 ANALYSIS_SIDE = 1300
-#: Line pitches each band reaches past its cut into the next one, when the pitch is measured.
+#: Line pitches each band reaches past its cut into the next one, when the pitch is measured:
+#: bands joined by the text their overlap repeats need a whole line both show ...
 LINE_REACH = 1.5
+#: ... tiles joined by their boxes only need every line a cut grazes whole in one of the two,
+#: which half a pitch either side gives (the nearer edge of a line is at most half its height
+#: from the cut); a quarter more for a pitch measured a little short. What both show is read twice.
+TILE_LINE_REACH = 0.75
 #: Else: share of a band's height each band reaches past its cut into the next one ...
 OVERLAP = 0.08
 #: ... and at least this share of the page's height (two lines of 10 pt text on a Letter page,
@@ -84,7 +90,7 @@ def grid_shape(width: int, height: int, count: int) -> tuple[int, int]:
 def plan_tiles(image: bytes, count: int) -> list[Segment]:
     """The tiles of an encoded page image cut into about ``count`` (see the module docstring)."""
     ink, width, height = image_ink(image)
-    return plan_grid(ink, width, height, count)
+    return plan_grid(ink, width, height, count, reach_pitches=TILE_LINE_REACH)
 
 
 def plan_bands(
@@ -155,9 +161,10 @@ def image_ink(image: bytes) -> tuple[Any, int, int]:
     return np.clip(paper - pixels, 0.0, None), width, height
 
 
-def plan_grid(ink: Any, width: int, height: int, count: int, columns: int | None = None) -> list[Segment]:
+def plan_grid(ink: Any, width: int, height: int, count: int, columns: int | None = None,
+              reach_pitches: float = LINE_REACH) -> list[Segment]:
     """The tiles of a ``width`` x ``height`` page whose ink (darkness, any scale) is ``ink``
-    (``columns`` 1: bands only)."""
+    (``columns`` 1: bands only), each reaching ``reach_pitches`` line pitches past its cuts."""
     rows, cols = ink.shape
     sx, sy = width / cols, height / rows  # page pixels per ink pixel
     if columns is None:
@@ -169,7 +176,7 @@ def plan_grid(ink: Any, width: int, height: int, count: int, columns: int | None
     tiles: list[Segment] = []
     for top, bottom in pairwise(cuts):
         if pitch is not None:
-            reach = max(1, round(LINE_REACH * pitch * sy))
+            reach = max(1, round(reach_pitches * pitch * sy))
         else:
             reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
         page_top = 0 if top == 0 else max(0, round(top * sy) - reach)

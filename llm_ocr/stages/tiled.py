@@ -81,8 +81,14 @@ from llm_ocr.vlm.layout import PageBlock
 #: A page estimated to need this share of ``max_tokens`` or more is tiled at once.
 TILE_AT = 0.9
 #: Each tile is planned to need at most this share of ``max_tokens`` (1,434 tokens of 7,168:
-#: about a long normal page).
+#: about a long normal page) ...
 TILE_SHARE = 0.2
+#: ... or, where that share is less (a small context), this many tokens (a long normal page,
+#: whatever the context: every cut costs the lines two tiles both show and the markup of blocks
+#: cut in two, so more, smaller tiles than that only add cost) ...
+TILE_TOKENS = 1434
+#: ... but never more than this share of ``max_tokens`` (room for an answer denser than planned).
+TILE_MAX_SHARE = 0.5
 #: After an answer that ran to ``max_tokens``, the page is taken to hold at least this many
 #: times ``max_tokens`` (unless its estimate says more) ...
 LONG_FACTOR = 2.0
@@ -261,7 +267,8 @@ def _min_side(family: Family | None) -> int:
 
 
 def _count(tokens: int, max_tokens: int) -> int:
-    return max(2, math.ceil(tokens / (TILE_SHARE * max_tokens)))
+    per_tile = min(max(TILE_SHARE * max_tokens, TILE_TOKENS), TILE_MAX_SHARE * max_tokens)
+    return max(2, math.ceil(tokens / per_tile))
 
 
 async def read_in_tiles(
