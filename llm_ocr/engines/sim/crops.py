@@ -203,7 +203,10 @@ def locate(
                 candidates.append((found[0], number, page, *found[1]))
     best = _best_crop(candidates, crop_at)
     if best is None and free:
-        best = _search(pages, width, height, crop_at)
+        # One search at a time: a page's pieces arrive together, and the first one found puts
+        # its page first for the others (searched at once, each would scan every page).
+        with _SEARCH_LOCK:
+            best = _search(pages, width, height, crop_at)
     return best
 
 
@@ -356,6 +359,7 @@ def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Cr
 
 #: id() of the pages searched pieces were last found on, the latest first.
 _RECENT: list[int] = []
+_SEARCH_LOCK = threading.Lock()
 
 
 def _fine_crop(page: KnownPage, width: int, height: int, scale: float, crop_at: Any) -> Crop | None:
