@@ -280,8 +280,9 @@ def test_a_piece_that_ran_out_keeps_its_complete_blocks_and_only_the_rest_is_rea
     assert "complete blocks kept, the rest of it read again" in row["cut_reason"]
     assert row["completion_tokens"] == sum(r["completion_tokens"] for r in requests)
     # Every piece of the rest lies inside the tile it is the rest of, below the blocks kept there.
-    regions = [Box(*r["known_page"]["region"]) for r in requests if "region" in (r.get("known_page") or {})]
-    ran_out = [b for b, r in zip(regions, requests) if r["finish_reason"] == "length"]
+    located = [r for r in requests if "region" in (r.get("known_page") or {})]
+    regions = [Box(*r["known_page"]["region"]) for r in located]
+    ran_out = [b for b, r in zip(regions, located) if r["finish_reason"] == "length"]
     rest = [b for b in regions if any(b != tile and b.clipped(tile).area >= 0.99 * b.area for tile in ran_out)]
     assert rest and all(b.area < 0.75 * max(t.area for t in ran_out if b.clipped(t).area >= 0.99 * b.area)
                         for b in rest)
