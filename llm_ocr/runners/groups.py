@@ -225,6 +225,10 @@ class GroupWork:
         #: Own groups not done when this process last looked (the marker waits for them).
         self.own_unfinished: list[int] = []
         self._endings: set[asyncio.Task[None]] = set()
+        #: Claims taken whose group :meth:`_read` has not registered in :attr:`held` yet, and
+        #: whether :meth:`close` has run: a claim must never outlive its process unreleased.
+        self._unheld: dict[GroupId, Claim] = {}
+        self._closed = False
 
     # -- the groups of a shard -------------------------------------------------------------------
 
@@ -282,10 +286,34 @@ class GroupWork:
         errors); returns the claim, or None and the group's latest state."""
         if not (own and seen is not None and seen.finished) and not self.book.is_free(group, seen):
             return None, seen
-        claim = self.book.take(group, seen)
+        claim = self._take(group, seen)
         if claim is None:
             return None, self.book.latest(group, seen)
         return claim, seen
+
+    def _take(self, group: GroupId, seen: GroupView | None) -> Claim | None:
+        """Claim ``group`` unless the run has stopped. The documents are pulled in a worker thread
+        while the run may be stopping on the event loop: a claim taken as :meth:`close` releases
+        the held ones would otherwise be held, by a process gone, until its lease ran out (and a
+        rerun of the shard would find the group held). So a claim that lands after close is
+        released at once, and one that lands before it is known to close until it is held."""
+        if self.stop.is_set():
+            return None
+        claim = self.book.take(group, seen)
+        if claim is None:
+            return None
+        with self._lock:
+            if not self._closed:
+                self._unheld[group] = claim
+                return claim
+        self._release(group, claim)
+        return None
+
+    def _release(self, group: GroupId, claim: Claim) -> None:
+        try:
+            self.book.end(claim, Ending("released", self.shard))
+        except StorageError as exc:
+            log.warning("could not release %s (others take it when its lease runs out): %s", group, exc)
 
     def _steal_and_wait(self, waiting: dict[int, GroupView | None]) -> Iterator[DocumentRef]:
         poll = min(10.0, self.lease / 4)
@@ -333,14 +361,14 @@ class GroupWork:
                 candidates.append((len(unclaimed), shard, unclaimed, stale, view))
         for _, shard, unclaimed, stale, view in sorted(candidates, reverse=True):
             for number in sorted(unclaimed, reverse=True):
-                claim = self.book.take(GroupId(shard, self.num_shards, number), None)
+                claim = self._take(GroupId(shard, self.num_shards, number), None)
                 if claim is not None:
                     log.info("taking %s (unclaimed)", claim.group)
                     return claim
             for number in stale:
                 group = GroupId(shard, self.num_shards, number)
                 seen = view.groups[number]
-                if self.book.is_free(group, seen) and (claim := self.book.take(group, seen)) is not None:
+                if self.book.is_free(group, seen) and (claim := self._take(group, seen)) is not None:
                     log.info("taking %s from its holder (released, or its lease ran out)", group)
                     return claim
         return None
@@ -368,6 +396,7 @@ class GroupWork:
         with self._lock:
             self._merge(found)
             self.held[group] = held
+            self._unheld.pop(group, None)
         for ref in self._group_documents(group):
             if self.stop.is_set() or held.lost:
                 break
@@ -527,12 +556,12 @@ class GroupWork:
         if self._endings:
             await asyncio.gather(*self._endings, return_exceptions=True)
         with self._lock:
-            unfinished = [(group, h) for group, h in self.held.items() if not h.ended and not h.lost]
-        for group, held in unfinished:
-            try:
-                await asyncio.to_thread(self.book.end, held.claim, Ending("released", self.shard))
-            except StorageError as exc:
-                log.warning("could not release %s (others take it when its lease runs out): %s", group, exc)
+            self._closed = True  # a claim that lands from now on is released by its taker
+            unfinished = [(group, h.claim) for group, h in self.held.items() if not h.ended and not h.lost]
+            unfinished += [(group, claim) for group, claim in self._unheld.items() if group not in self.held]
+            self._unheld.clear()
+        for group, claim in unfinished:
+            await asyncio.to_thread(self._release, group, claim)
 
     def own_done(self) -> bool:
         """Whether every group of this shard is done (its completion marker may be written);
