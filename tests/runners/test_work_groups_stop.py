@@ -60,6 +60,25 @@ def gate() -> tuple[threading.Event, threading.Event, Callable[[], None]]:
     return reached, go, wait
 
 
+def stop_while_held(groups: GroupWork, reached: threading.Event, go: threading.Event,
+                    between: Callable[[], None] = lambda: None) -> list[str]:
+    """Pull the documents in a thread; once it is held at the gate, stop the run and close the
+    groups (as SIGTERM does), call ``between``, let the thread go; the documents it pulled."""
+    thread, pulled = pull_in_thread(groups)
+    assert reached.wait(30)
+
+    async def stop_and_close() -> None:
+        groups.stop.set()
+        await groups.close()
+
+    asyncio.run(stop_and_close())
+    between()
+    go.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    return pulled
+
+
 def test_a_run_stopped_while_waiting_for_room_claims_nothing_after(tmp_path: Path) -> None:
     groups, out = work(tmp_path)
     reached, go, wait = gate()
@@ -70,18 +89,7 @@ def test_a_run_stopped_while_waiting_for_room_claims_nothing_after(tmp_path: Pat
         return 5
 
     groups.backlog = backlog
-    thread, pulled = pull_in_thread(groups)
-    assert reached.wait(30)
-
-    async def stop_and_close() -> None:
-        groups.stop.set()
-        await groups.close()
-
-    asyncio.run(stop_and_close())
-    go.set()
-    thread.join(30)
-    assert not thread.is_alive()
-    assert pulled == []
+    assert stop_while_held(groups, reached, go) == []
     assert claimed_not_ended(out) == []
 
 
@@ -95,18 +103,7 @@ def test_a_claim_that_lands_after_close_is_released_at_once(tmp_path: Path) -> N
         return take(group, seen)  # type: ignore[arg-type]
 
     groups.book.take = slow_take  # type: ignore[assignment,method-assign]
-    thread, pulled = pull_in_thread(groups)
-    assert reached.wait(30)
-
-    async def stop_and_close() -> None:
-        groups.stop.set()
-        await groups.close()
-
-    asyncio.run(stop_and_close())
-    go.set()
-    thread.join(30)
-    assert not thread.is_alive()
-    assert pulled == []
+    assert stop_while_held(groups, reached, go) == []
     files = [p.rsplit("/", 1)[-1] for p in out.glob("_state", "claims", "extract", "*", "*.json")]
     assert sorted(files) == ["000000-0001.json", "000000-0001.released.json"]  # taken, then let go
     assert claimed_not_ended(out) == []
@@ -116,24 +113,17 @@ def test_a_claim_taken_before_close_but_not_yet_read_is_released_by_close(tmp_pa
     groups, out = work(tmp_path)
     reached, go, wait = gate()
     read = groups._read
+    held_at_gate: list[list[str]] = []
 
     def late_read(group: GroupId, claim: object) -> object:  # claimed; the group's scan is slow
+        held_at_gate.append(claimed_not_ended(out))
         wait()
         return read(group, claim)  # type: ignore[arg-type]
 
     groups._read = late_read  # type: ignore[assignment,method-assign]
-    thread, pulled = pull_in_thread(groups)
-    assert reached.wait(30)
-    assert claimed_not_ended(out) == ["000000-0001"]
-
-    async def stop_and_close() -> None:
-        groups.stop.set()
-        await groups.close()
-
-    asyncio.run(stop_and_close())
-    assert claimed_not_ended(out) == []  # released by close, before the thread registered it
-    go.set()
-    thread.join(30)
-    assert not thread.is_alive()
+    held_at_close: list[list[str]] = []
+    pulled = stop_while_held(groups, reached, go, between=lambda: held_at_close.append(claimed_not_ended(out)))
+    assert held_at_gate == [["000000-0001"]]  # the thread had claimed group 0 when the run stopped
+    assert held_at_close == [[]]  # released by close, before the thread registered the group
     assert pulled == []
     assert claimed_not_ended(out) == []
