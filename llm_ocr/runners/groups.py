@@ -639,6 +639,10 @@ class GroupWriter:
         self.max_rows = max_rows
         self._rows: dict[GroupId, list[dict[str, Any]]] = defaultdict(list)
         self._pending: asyncio.Task[None] | None = None
+        #: As :class:`~llm_ocr.storage.parts.PartWriter`'s: two writes started at once (rows of
+        #: two groups completing together) must not both find none pending, or the earlier task
+        #: is lost to close(), and the shard checks its groups done before their rows are stored.
+        self._turn = asyncio.Lock()
         self.failure: BaseException | None = None
 
     async def add(self, row: dict[str, Any]) -> None:
@@ -655,8 +659,9 @@ class GroupWriter:
         batches = [(group, self._rows.pop(group)) for group in groups if self._rows.get(group)]
         if not batches:
             return
-        await self._wait_pending()
-        self._pending = asyncio.create_task(asyncio.to_thread(self._store, batches))
+        async with self._turn:
+            await self._wait_pending()
+            self._pending = asyncio.create_task(asyncio.to_thread(self._store, batches))
 
     def _store(self, batches: list[tuple[GroupId, list[dict[str, Any]]]]) -> None:
         try:
@@ -673,7 +678,8 @@ class GroupWriter:
 
     async def close(self) -> None:
         await self.flush()
-        await self._wait_pending()
+        async with self._turn:
+            await self._wait_pending()
         if self.failure is not None:
             raise self.failure
 

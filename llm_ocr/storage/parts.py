@@ -267,6 +267,10 @@ class PartWriter:
         self._rows: list[dict[str, Any]] = []
         self._bytes = 0
         self._pending: asyncio.Task[None] | None = None
+        #: Held from waiting for the previous write to starting the next: two flushes at once (a
+        #: full buffer and the flush timer) would otherwise both see no write pending, and the
+        #: later one's task replace the earlier one's, which close() would then never wait for.
+        self._turn = asyncio.Lock()
         self.rows_written = 0
         self.parts_written = 0
         # A failed write is remembered and raised again by close(): rows are lost only if the
@@ -289,10 +293,11 @@ class PartWriter:
         # of the dataset expects input order: each part is written in it. A run small enough
         # for one part is then in input order throughout, and a larger one within each part.
         rows.sort(key=input_order)
-        await self._wait_pending()
-        path = self.stage.path(part_name(self.shard, self.num_shards, self.seq))
-        self.seq += 1
-        self._pending = asyncio.create_task(asyncio.to_thread(self._write, path, rows))
+        async with self._turn:
+            await self._wait_pending()
+            path = self.stage.path(part_name(self.shard, self.num_shards, self.seq))
+            self.seq += 1
+            self._pending = asyncio.create_task(asyncio.to_thread(self._write, path, rows))
 
     def _write(self, path: str, rows: list[dict[str, Any]]) -> None:
         try:
@@ -312,6 +317,7 @@ class PartWriter:
     async def close(self) -> None:
         """Write everything still buffered and wait until it is stored (raises if any write failed)."""
         await self.flush()
-        await self._wait_pending()
+        async with self._turn:
+            await self._wait_pending()
         if self.failure is not None:
             raise self.failure
