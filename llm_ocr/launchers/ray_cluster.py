@@ -37,7 +37,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -323,7 +326,10 @@ def _client(address: str | None) -> Iterator[Any]:
     hidden = {name: os.environ.pop(name) for name in _ADDRESS_VARIABLES if address and name in os.environ}
     try:
         try:
-            client = _connect(JobSubmissionClient, address)
+            if address and address.startswith("ray://"):  # the dashboard through Ray Client, then plain HTTP
+                client = JobSubmissionClient(_connect(_dashboard_of, address))
+            else:
+                client = _connect(JobSubmissionClient, address)
         except Exception as exc:
             where = address or os.environ.get("RAY_ADDRESS") or "auto (a cluster started on this machine)"
             raise LaunchError(
@@ -343,20 +349,62 @@ def _client(address: str | None) -> Iterator[Any]:
 # an unreachable address is not (its own connect timeout already took tens of seconds).
 _TRANSIENT_CLIENT_FAILURE = "Initialization failure from server"
 _CLIENT_RETRY_WAITS_S = (3.0, 10.0, 30.0)
+#: How long one Ray Client connection may take to tell a ray:// address's dashboard. The proxy can
+#: also stall on a connection without failing it: it waits for the head's runtime-env agent and for
+#: the connection's server with no timeout of its own (ray/util/client/server/proxier.py), and the
+#: client then waits for ever (seen twice in this project's tests, the second time at load 4). So
+#: the connection is made in a child process, killed at this deadline, and a new one is tried. A
+#: connection takes seconds; Ray's own limits are 30 s for the channel and 30 s for the server.
+_CLIENT_ATTEMPT_S = 90.0
+#: What the child runs: Ray's job client resolves the ray:// address (Ray Client) to the dashboard.
+_RESOLVE = ("import sys\n"
+            "from ray.job_submission import JobSubmissionClient\n"
+            "print('LLM_OCR_DASHBOARD', JobSubmissionClient(sys.argv[1]).get_address(), flush=True)\n")
+
+
+class _ClientStalled(ConnectionError):
+    """A Ray Client connection that neither answered nor failed within :data:`_CLIENT_ATTEMPT_S`."""
 
 
 def _connect(make: Any, address: str | None) -> Any:
-    """``make(address)``, retried when Ray Client's server failed to start the connection's server."""
+    """``make(address)``, retried when Ray Client's server failed to start the connection's
+    server, or the connection stalled (:class:`_ClientStalled`)."""
     waits = list(_CLIENT_RETRY_WAITS_S)
     while True:
         try:
             return make(address)
         except Exception as exc:
-            if not waits or _TRANSIENT_CLIENT_FAILURE not in str(exc):
+            if not waits or not (isinstance(exc, _ClientStalled) or _TRANSIENT_CLIENT_FAILURE in str(exc)):
                 raise
             wait = waits.pop(0)
-            log.warning("the Ray cluster at %s failed to start a client connection; retrying in %.0f s", address, wait)
+            log.warning("the Ray cluster at %s did not start a client connection (%s); retrying in %.0f s", address,
+                        _said(exc), wait)
             time.sleep(wait)
+
+
+def _dashboard_of(address: str) -> str:
+    """The dashboard URL of the cluster at the ray:// ``address``, asked through Ray Client in a
+    child process that is killed if it takes over :data:`_CLIENT_ATTEMPT_S` (:class:`_ClientStalled`)."""
+    env = {name: value for name, value in os.environ.items() if name not in _ADDRESS_VARIABLES}
+    log.info("asking the Ray cluster at %s for its dashboard (Ray Client)", address)
+    try:
+        done = subprocess.run([sys.executable, "-c", _RESOLVE, address], capture_output=True, text=True, env=env,
+                              timeout=_CLIENT_ATTEMPT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise _ClientStalled(f"Ray Client neither connected nor failed within {_CLIENT_ATTEMPT_S:.0f} s") from exc
+    for line in done.stdout.splitlines():
+        if line.startswith("LLM_OCR_DASHBOARD "):
+            return line.split(" ", 1)[1].strip()
+    raise ConnectionError(_child_error(done.stderr) or f"Ray's job client exited with {done.returncode}")
+
+
+def _child_error(stderr: str) -> str:
+    """The exception a child's traceback ends with (its first line: Ray's messages run on)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for index in range(len(lines) - 1, -1, -1):
+        if re.match(r"^[\w.]+(Error|Exception|Failure)\b.*:", lines[index]):
+            return " ".join(lines[index:index + 2])
+    return lines[-1] if lines else ""
 
 
 def _said(exc: BaseException) -> str:

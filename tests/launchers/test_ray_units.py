@@ -175,3 +175,35 @@ def test_a_client_connection_the_cluster_failed_to_start_is_retried_and_other_fa
     with pytest.raises(ConnectionError):  # an unreachable cluster is reported at once
         ray_cluster._connect(flaky(1, "Failed to connect to the Ray cluster"), "ray://head:10001")
     assert len(calls) == 1
+
+
+def test_a_ray_client_connection_that_stalls_is_killed_and_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proxy can hold a connection without failing it (seen in this project's tests): the
+    resolution runs in a child process that is killed at the deadline, and a new one is tried."""
+    import time
+
+    from llm_ocr.launchers import ray_cluster
+
+    monkeypatch.setattr(ray_cluster, "_CLIENT_ATTEMPT_S", 2.0)
+    monkeypatch.setattr(ray_cluster, "_CLIENT_RETRY_WAITS_S", (0.0,))
+    monkeypatch.setattr(ray_cluster, "_RESOLVE", "import time\ntime.sleep(120)\n")  # a client that never returns
+    started = time.monotonic()
+    with pytest.raises(ray_cluster._ClientStalled, match="within 2 s"):
+        ray_cluster._connect(ray_cluster._dashboard_of, "ray://head:10001")
+    assert time.monotonic() - started < 60  # two attempts of 2 s, not the child's 120 s
+
+    # A child whose Ray Client failed to start the connection's server: its error, and a retry.
+    failing = "raise ConnectionError('Initialization failure from server:\\nTraceback (most recent call last): ...')\n"
+    monkeypatch.setattr(ray_cluster, "_RESOLVE", failing)
+    with pytest.raises(ConnectionError, match="^ConnectionError: Initialization failure from server: Traceback"):
+        ray_cluster._dashboard_of("ray://head:10001")
+    answers = iter(["raise ConnectionError('Initialization failure from server:')\n",
+                    "print('LLM_OCR_DASHBOARD', 'http://head:8265')\n"])
+    tries: list[str] = []
+
+    def resolve(address: str) -> str:
+        monkeypatch.setattr(ray_cluster, "_RESOLVE", next(answers))
+        tries.append(address)
+        return ray_cluster._dashboard_of(address)
+
+    assert ray_cluster._connect(resolve, "ray://head:10001") == "http://head:8265" and len(tries) == 2
