@@ -143,10 +143,19 @@ def stage_spec(
 ) -> StageSpec:
     """The validated :class:`StageSpec` of ``stage`` from ``given`` (keyword arguments, or parsed
     flags), then ``LLM_OCR_*`` variables, then defaults; :class:`OptionError` names a bad value."""
-    groups = {name: resolve_options(model, given, naming=naming) for name, model in STAGES[stage].models().items()}
     listed = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs or [])
-    if STAGES[stage].reads_inputs and not listed:
-        raise OptionError("give at least one INPUT (a file, folder, URL or hf://datasets/OWNER/NAME)")
+    problems = []
+    if STAGES[stage].reads_inputs and not listed:  # said first: what to read comes before where to write
+        how = f": llm-ocr {stage} INPUT... --output OUT" if naming == "flag" else ""
+        problems.append(f"no INPUT given: name at least one file, folder, URL or hf://datasets/OWNER/NAME{how}")
+    groups = {}
+    for name, model in STAGES[stage].models().items():
+        try:
+            groups[name] = resolve_options(model, given, naming=naming)
+        except OptionError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise OptionError("; ".join(problems))
     return StageSpec(inputs=[os.fspath(i) for i in listed], **groups)  # type: ignore[arg-type]
 
 

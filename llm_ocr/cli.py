@@ -1,17 +1,29 @@
-"""The ``llm-ocr`` command line. Every option is also an ``LLM_OCR_*`` environment variable."""
+"""The ``llm-ocr`` command line. Every option is also an ``LLM_OCR_*`` environment variable.
+
+Whatever the command, a reader of its output that goes away early (``llm-ocr status OUT | head``)
+ends it quietly with :data:`BROKEN_PIPE_EXIT`, and an option whose value is a piece of a command
+line takes a value that starts with ``-`` (``--server-args "--enforce-eager"``:
+:func:`llm_ocr.config.join_fragments`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
-from llm_ocr.config import OptionError
+from llm_ocr.config import OptionError, fragment_flags, join_fragments, plain_help
 from llm_ocr.outcomes import ExitCode
 
 log = logging.getLogger("llm_ocr")
+
+#: The exit status of a command whose standard output was closed under it (``| head``): 128 +
+#: SIGPIPE (13), what the shell reports for a command that signal ended. Not 1, Python's own
+#: status on EPIPE: for llm-ocr's stages 1 means that pages failed.
+BROKEN_PIPE_EXIT = 141
 
 #: Sub-command modules, in the order ``--help`` lists them; each has ``register(subparsers)``.
 COMMAND_MODULES = (
@@ -51,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     _serve_parser(sub)
-    return parser
+    return plain_help(parser)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -66,14 +78,32 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """``llm-ocr ARGV`` parsed (exits on a usage error or ``--help``, as argparse does), with
+    every flag whose value is a piece of a command line joined to that value first."""
+    parser = build_parser()
+    return parser.parse_args(join_fragments(argv, fragment_flags(parser)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-ocr`` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            return _main(list(sys.argv[1:] if argv is None else argv))
+        finally:  # --help's exit too: flushed here, not at exit, where a closed pipe cannot be handled
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python's recipe (https://docs.python.org/3/library/signal.html#note-on-sigpipe): what is
+        # still buffered for stdout goes to devnull, so the flush at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:
         _setup_logging("-v" in argv or "--verbose" in argv)
         return _serve(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     _setup_logging(args.verbose)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:

@@ -3,8 +3,11 @@
 The options themselves are declared once, as the typed models of :mod:`llm_ocr.options` (and a
 launch's in :mod:`llm_ocr.launchers.spec`); this module binds them:
 
-- :func:`add_options` turns a model's fields into ``--kebab-case`` flags (help from the
-  description; a boolean is ``--flag/--no-flag``, a list a repeatable flag);
+- :func:`add_options` turns a model's fields into ``--kebab-case`` flags, one argument group per
+  model (help from the description; a boolean is ``--flag/--no-flag``, a list a repeatable flag),
+  and :func:`plain_help` makes a parser print that help as plain text;
+- :func:`join_fragments` lets an option whose value is a piece of a command line
+  (``--server-args "--enforce-eager"``) take a value that starts with ``-``;
 - :func:`resolve_options` builds the validated model from flags or keyword arguments, then the
   environment, then the defaults;
 - :func:`check_names` refuses a keyword no model declares, naming the closest one;
@@ -15,13 +18,15 @@ launch's in :mod:`llm_ocr.launchers.spec`); this module binds them:
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import json
 import os
+import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, SecretStr, ValidationError
 
@@ -73,6 +78,106 @@ def _extra(info: Any, key: str) -> Any:
     return extra.get(key) if isinstance(extra, dict) else None
 
 
+#: A reST role, as in :class:`x` or :mod:`~a.b` (with a tilde, only the last part is shown).
+_ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")
+#: Inline code: two backticks around it (reST) or one (Markdown).
+_CODE = re.compile(r"``([^`]+)``|`([^`]+)`")
+#: Bold: two asterisks around it (reST and Markdown).
+_BOLD = re.compile(r"\*\*([^*]+)\*\*")
+
+
+def plain(text: str) -> str:
+    """``text`` without reST/Markdown inline markup, as a terminal shows ``--help``: roles and
+    bold lose their markers; inline code loses its backticks, and is quoted when it holds a space
+    (``llm-ocr models`` -> 'llm-ocr models', ``--endpoint`` -> --endpoint)."""
+    text = _ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    text = _CODE.sub(lambda m: f"'{code}'" if " " in (code := m.group(1) or m.group(2)) else code, text)
+    return _BOLD.sub(r"\1", text)
+
+
+class _PlainText(argparse.HelpFormatter):
+    """Mixed into a parser's help formatter: descriptions, epilogs and option help as :func:`plain` text."""
+
+    def add_text(self, text: str | None) -> None:
+        if isinstance(text, str) and text != argparse.SUPPRESS:
+            text = plain(text)
+        super().add_text(text)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        text = action.help
+        if text and text != argparse.SUPPRESS:
+            action = copy.copy(action)  # the parser's own action keeps its text
+            action.help = plain(text)
+        super().add_argument(action)
+
+
+_PLAIN_FORMATTERS: dict[type[argparse.HelpFormatter], type[argparse.HelpFormatter]] = {}
+
+
+def plain_help(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser``, and the parsers of its sub-commands, printing their help as plain text: the
+    descriptions are the code's docstrings and option descriptions, written in reST and Markdown,
+    which a terminal would show as is (a flag in double backticks). Each keeps its own formatter's
+    layout."""
+    base = parser.formatter_class
+    if isinstance(base, type) and issubclass(base, argparse.HelpFormatter) and not issubclass(base, _PlainText):
+        if base not in _PLAIN_FORMATTERS:
+            _PLAIN_FORMATTERS[base] = cast(type[argparse.HelpFormatter],
+                                           type(f"Plain{base.__name__}", (_PlainText, base), {}))
+        parser.formatter_class = _PLAIN_FORMATTERS[base]
+    for action in parser._actions:  # argparse lists a parser's actions nowhere public
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                plain_help(sub)
+    return parser
+
+
+def option_group_title(model: type[BaseModel]) -> str:
+    """The ``--help`` heading of a model's options: ``ServerOptions`` -> ``server options``."""
+    name = model.__name__
+    return (name[: -len("Options")] if name.endswith("Options") else name).lower() + " options"
+
+
+#: The metavars of options whose value is a piece of a command line (``--server-args``,
+#: ``--server-command``, ``--engine-args``, ``--sbatch-option``): :func:`join_fragments` lets their
+#: value start with ``-``.
+FRAGMENT_METAVARS = frozenset({"ARGS", "COMMAND", "OPTION"})
+
+
+def fragment_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """The long flags of ``parser`` and its sub-commands whose metavar is in :data:`FRAGMENT_METAVARS`."""
+    flags: set[str] = set()
+    for action in parser._actions:  # argparse lists a parser's actions nowhere public
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags |= fragment_flags(sub)
+        elif action.metavar in FRAGMENT_METAVARS:
+            flags.update(flag for flag in action.option_strings if flag.startswith("--"))
+    return flags
+
+
+def join_fragments(argv: Sequence[str], flags: Iterable[str]) -> list[str]:
+    """``argv`` with each of ``flags`` joined to the token after it (``--server-args --instant``
+    -> ``--server-args=--instant``). argparse takes a lone value that starts with ``-`` for an
+    option ("expected one argument"), but such a flag's value is a piece of a command line, which
+    usually does; the joined form is what argparse accepts. Nothing after ``--`` is touched."""
+    wanted = set(flags)
+    out: list[str] = []
+    tokens = list(argv)
+    i = 0
+    while i < len(tokens):
+        word = tokens[i]
+        if word == "--":
+            return out + tokens[i:]
+        if word in wanted and i + 1 < len(tokens):
+            out.append(f"{word}={tokens[i + 1]}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
 def add_options(
     parser: argparse.ArgumentParser, *models: type[BaseModel], exclude: Iterable[str] = (), environment: bool = True
 ) -> None:
@@ -86,14 +191,15 @@ def add_options(
     """
     skip = set(exclude)
     for model in models:
-        group = parser.add_argument_group(model.__name__, (model.__doc__ or "").strip().splitlines()[0])
+        summary = " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
+        group = parser.add_argument_group(option_group_title(model), summary)
         for name, info in model.model_fields.items():
             if name in skip:
                 continue
-            help_text = f"{info.description or ''}" + (f" [env {env_name(name)}]" if environment else "")
+            help_text = (info.description or "") + (f" [env {env_name(name)}]" if environment else "")
             if not info.is_required() and not _extra(info, "family_default"):
                 default = info.get_default(call_default_factory=True)
-                if default not in (None, {}, [], ()):
+                if default not in (None, {}, [], (), ""):
                     help_text += f" (default: {default})"
             metavar = _extra(info, "metavar") or name.upper()
             if _is_bool(info.annotation):
@@ -137,7 +243,9 @@ def resolve_options(
         return model.model_validate(values)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{_shown('.'.join(str(p) for p in err['loc']), naming)}: {err['msg']}" for err in exc.errors()
+            f"{_shown('.'.join(str(p) for p in err['loc']), naming)}: "
+            + ("required, and not given" if err["type"] == "missing" else err["msg"])
+            for err in exc.errors()
         )
         raise OptionError(problems) from exc
 

@@ -53,7 +53,8 @@ class RunKeywords(TypedDict, total=False):
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
-    """Extra arguments appended to the server command line (they override ours)."""
+    """Extra arguments appended to the server command line (they override ours), e.g. --server-args "--enforce-eager
+    --max-num-seqs 64"."""
     server_startup_timeout: float
     """Seconds the server may take to become ready."""
     server_max_restarts: int
@@ -280,7 +281,8 @@ class ExtractKeywords(TypedDict, total=False):
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
-    """Extra arguments appended to the server command line (they override ours)."""
+    """Extra arguments appended to the server command line (they override ours), e.g. --server-args "--enforce-eager
+    --max-num-seqs 64"."""
     server_startup_timeout: float
     """Seconds the server may take to become ready."""
     server_max_restarts: int
@@ -420,7 +422,8 @@ class EscalateKeywords(TypedDict, total=False):
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
-    """Extra arguments appended to the server command line (they override ours)."""
+    """Extra arguments appended to the server command line (they override ours), e.g. --server-args "--enforce-eager
+    --max-num-seqs 64"."""
     server_startup_timeout: float
     """Seconds the server may take to become ready."""
     server_max_restarts: int
@@ -543,7 +546,8 @@ class DescribeKeywords(TypedDict, total=False):
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
-    """Extra arguments appended to the server command line (they override ours)."""
+    """Extra arguments appended to the server command line (they override ours), e.g. --server-args "--enforce-eager
+    --max-num-seqs 64"."""
     server_startup_timeout: float
     """Seconds the server may take to become ready."""
     server_max_restarts: int
@@ -643,7 +647,8 @@ class FieldsKeywords(TypedDict, total=False):
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
-    """Extra arguments appended to the server command line (they override ours)."""
+    """Extra arguments appended to the server command line (they override ours), e.g. --server-args "--enforce-eager
+    --max-num-seqs 64"."""
     server_startup_timeout: float
     """Seconds the server may take to become ready."""
     server_max_restarts: int
@@ -910,7 +915,8 @@ class LaunchKeywords(TypedDict, total=False):
     server_command: str
     """Command that starts vLLM (e.g. 'python -m vllm.entrypoints.openai.api_server')."""
     server_args: str
-    """Extra arguments appended to the server command line (they override ours)."""
+    """Extra arguments appended to the server command line (they override ours), e.g. --server-args "--enforce-eager
+    --max-num-seqs 64"."""
     server_startup_timeout: float
     """Seconds the server may take to become ready."""
     server_max_restarts: int

@@ -33,6 +33,11 @@ DEFAULT_PAGE_SEPARATOR = "\n\n<--- Page Split --->\n\n"
 #: family's recipe sets: ``stages/extract.py`` ``family_render``): its help names no one value.
 FAMILY_DEFAULT: dict[str, Any] = {"family_default": True}
 
+#: The value of these options is a piece of a command line, which may start with "-"
+#: (``--server-args "--enforce-eager"``): ``config.join_fragments`` joins it to its flag.
+ARGS: dict[str, Any] = {"metavar": "ARGS"}
+COMMAND: dict[str, Any] = {"metavar": "COMMAND"}
+
 
 # -- where a stage reads and writes, and how it runs ------------------------------------------
 
@@ -100,9 +105,10 @@ class ServerOptions(BaseModel):
         None, description=f"vLLM sizing preset: {', '.join(PRESETS)} (default: detected with nvidia-smi)."
     )
     server_command: str = Field("vllm serve", description="Command that starts vLLM (e.g. 'python -m "
-                                                          "vllm.entrypoints.openai.api_server').")
-    server_args: str = Field("",
-                             description="Extra arguments appended to the server command line (they override ours).")
+                                                          "vllm.entrypoints.openai.api_server').",
+                                json_schema_extra=COMMAND)
+    server_args: str = Field("", description="Extra arguments appended to the server command line (they override "
+                             "ours), e.g. --server-args \"--enforce-eager --max-num-seqs 64\".", json_schema_extra=ARGS)
     server_startup_timeout: float = Field(1800.0, gt=0, description="Seconds the server may take to become ready.")
     server_max_restarts: int = Field(2, ge=0, description="Restarts of a server that crashed mid-run (per server).")
     gpus: int | None = Field(
@@ -319,7 +325,8 @@ class EscalateOptions(BaseModel):
         None, description="API key of --escalate-endpoint (default: --api-key; prefer LLM_OCR_ESCALATE_API_KEY)."
     )
     escalate_server_args: str | None = Field(
-        None, description="Extra arguments of the server launched for --escalate-to (default: --server-args)."
+        None, description="Extra arguments of the server launched for --escalate-to (default: --server-args).",
+        json_schema_extra=ARGS,
     )
     escalate_on: str = Field(
         DEFAULT_ESCALATE_ON,
@@ -474,6 +481,13 @@ class ReportOptions(BaseModel):
         default_factory=dict, description="JSON object of fsspec storage options for OUT, the sources and the report."
     )
 
+
+#: The options ``llm-ocr STAGE --help`` shows in full, of those the stage takes: what most runs set.
+#: The others are named under their group (``llm_ocr.commands.option_help``).
+COMMON_OPTIONS = frozenset({
+    "output", "endpoint", "model", "api_key", "engine", "server_args", "num_shards", "shard_index", "max_in_flight",
+    "workers", "escalate_to", "export_markdown",
+})
 
 #: :class:`StageSpec` attribute -> its option model.
 GROUPS: dict[str, type[BaseModel]] = {

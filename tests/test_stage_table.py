@@ -1,5 +1,5 @@
 """The stage table: every stage's command, API function and keyword types agree, and a new stage
-is one entry (its runner and options aside), seen as a user sees them: ``llm-ocr STAGE --help``,
+is one entry (its runner and options aside), seen as a user sees them: ``llm-ocr STAGE --help all``,
 ``help(llm_ocr.STAGE)``, a call, in subprocesses."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ CLI_ONLY = {"schema", "from", "help"}
 
 
 def help_options(stage: str) -> set[str]:
-    """The long options ``llm-ocr STAGE --help`` lists, in snake_case (``--no-x`` as ``x``)."""
-    done = run_cli(stage, "--help", env={"COLUMNS": "200"})
+    """The long options ``llm-ocr STAGE --help all`` lists, in snake_case (``--no-x`` as ``x``)."""
+    done = run_cli(stage, "--help", "all", env={"COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     flags = re.findall(r"^\s{2}--([a-z0-9-]+)", done.stdout, flags=re.MULTILINE)
     return {flag.replace("-", "_") for flag in flags} - CLI_ONLY
@@ -88,7 +88,7 @@ def test_a_new_stage_is_one_entry_in_the_table(tmp_path: Path) -> None:
         print("ARUN", asyncio.run(llm_ocr.arun(None, sys.argv[1], stage="escalate")).exit_code)
         print("LAUNCH", LaunchOptions(output="hf://datasets/o/n", num_shards=2, stage="escalate").stage)
         print("CLI", main(["escalate", "--output", sys.argv[1], "--model", "cli-model"]))
-        main(["escalate", "--help"])
+        main(["escalate", "--help", "all"])
     """))
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, str(tmp_path / "main.py"), str(out)], capture_output=True, text=True,

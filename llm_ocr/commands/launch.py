@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
-    from llm_ocr.config import add_options
+    from llm_ocr.config import add_options, plain_help
     from llm_ocr.launchers.spec import LaunchOptions
 
     parser = argparse.ArgumentParser(
@@ -70,7 +70,7 @@ def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
         allow_abbrev=False,  # a stage option must never be taken for an abbreviated launch option
     )
     add_options(parser, LaunchOptions, adapter.options, environment=False)
-    return parser
+    return plain_help(parser)
 
 
 class _StageParser(argparse.ArgumentParser):
@@ -102,13 +102,14 @@ def _stage_options(stage: str, tokens: list[str]) -> tuple[list[str], dict[str, 
 
 def run_launch(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr launch``."""
-    from llm_ocr.config import OptionError, resolve_options
+    from llm_ocr.config import OptionError, fragment_flags, join_fragments, resolve_options
     from llm_ocr.launchers import api, platform_class
     from llm_ocr.launchers.core import describe_plan
     from llm_ocr.launchers.spec import LaunchError, LaunchOptions
 
     cls = platform_class(args.platform)
-    known, stage_tokens = _launch_parser(args.platform, cls).parse_known_args(args.rest)
+    parser = _launch_parser(args.platform, cls)
+    known, stage_tokens = parser.parse_known_args(join_fragments(args.rest, fragment_flags(parser)))
     try:
         options = {name: value for name, value in vars(known).items() if value is not None}
         # Checked here for the message's sake (the flag names); launch() checks them again.

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from llm_ocr.config import OptionError, add_options, resolve_options
+from llm_ocr.config import OptionError, add_options, fragment_flags, join_fragments, plain_help, resolve_options
 from llm_ocr.serving.open import EndpointError, ServerOptions, choose_engine
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
 
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on")
     add_options(parser, ServerOptions)
-    return parser
+    return plain_help(parser)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -50,7 +50,7 @@ def main(argv: Sequence[str]) -> int:
 
         return cpu_main(rest) or 0
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(join_fragments(argv, fragment_flags(parser)))
     try:
         options = resolve_options(ServerOptions, args)
         engine, _why, preset = choose_engine(options.model_copy(update={"engine": options.engine if options.engine != "auto" else "vllm"}))  # noqa: E501 - not wrapped yet

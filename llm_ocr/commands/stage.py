@@ -12,6 +12,7 @@ import argparse
 import json
 from functools import partial
 
+from llm_ocr.commands.option_help import add_help_option, stage_usage
 from llm_ocr.config import add_options
 from llm_ocr.stage_table import STAGES
 
@@ -20,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add a sub-command for every stage, in the table's order."""
     for stage in STAGES.values():
         parser = sub.add_parser(stage.name, help=stage.summary, description=stage.description,
-                                epilog=stage.epilog)
+                                epilog=stage.epilog, usage=stage_usage(stage.name), add_help=False)
+        add_help_option(parser, stage.name)  # --help [GROUP]: short, one group, or all
         add_stage_options(parser, stage.name)
         parser.set_defaults(handler=partial(run_stage, stage.name))
 

@@ -6,6 +6,11 @@ be decoded. Pillow's own global limit is switched off while opening (our limit r
 clearer message, and may be higher than Pillow's default) and set to our limit, with its warning
 turned into an error, while decoding, as a second line of defence. Both touch Pillow globals:
 fine in single-threaded worker processes, not thread-safe.
+
+HEIF/HEIC (phone photos) is read by pillow-heif's Pillow plugin (the ``heif`` extra: its wheels
+bundle GPL-licensed x265, so it is not a core dependency), registered the first time Pillow
+recognises no format in an image; without it, or for a format no plugin reads (AVIF before
+Pillow 11.3, JPEG XL, DjVu), the refusal names the format and what reads it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
+import PIL
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from llm_ocr.options import RenderOptions
@@ -49,17 +55,69 @@ def _pillow_limit(limit: int | None) -> Iterator[None]:
 
 def open_image(fp: IO[bytes], opts: RenderOptions) -> Image.Image:
     """Open (without decoding) and refuse unreadable data or too many pixels."""
+    start = fp.tell()
     try:
-        with _pillow_limit(None):
-            img = Image.open(fp)
+        try:
+            with _pillow_limit(None):
+                img = Image.open(fp)
+        except UnidentifiedImageError:
+            if not _register_heif():
+                raise
+            fp.seek(start)  # pillow-heif's plugin is there now: one more try
+            with _pillow_limit(None):
+                img = Image.open(fp)
     except UnidentifiedImageError as e:
         # Pillow's message names the file object ("cannot identify image file <...LocalFileOpener
         # object at 0x7f...>"): a memory address, different on every run, in the error row.
-        raise ImageRefused("not a readable image: no image format recognises the data") from e
+        fp.seek(start)
+        raise ImageRefused(f"not a readable image: {unread_format(fp.read(32))}") from e
     except (OSError, SyntaxError, ValueError) as e:  # Pillow plugins raise all of these on bad headers
         raise ImageRefused(f"not a readable image: {type(e).__name__}: {e}") from e
     check_size(img, opts)
     return img
+
+
+#: Whether pillow-heif's opener is registered in this process (None: not tried yet).
+_heif: bool | None = None
+
+
+def _register_heif() -> bool:
+    """Register pillow-heif's Pillow plugin, once per process: True the first time it is
+    registered (worth opening the image again), False when it was already or is not installed."""
+    global _heif
+    if _heif is not None:
+        return False
+    try:
+        from pillow_heif import register_heif_opener
+    except ImportError:
+        _heif = False
+        return False
+    register_heif_opener()
+    _heif = True
+    return True
+
+
+#: ISO base media ``ftyp`` brands of HEIF/HEIC images (ISO/IEC 23008-12) and of AVIF.
+_HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"})
+_AVIF_BRANDS = frozenset({b"avif", b"avis"})
+
+
+def unread_format(head: bytes) -> str:
+    """Why no plugin read an image that starts with ``head``: the format and what reads it, when
+    the first bytes tell it, else that no format recognises the data."""
+    brand = head[8:12] if head[4:8] == b"ftyp" else b""
+    if brand in _AVIF_BRANDS:
+        return (f"an AVIF image, and this Pillow ({PIL.__version__}) cannot read AVIF: Pillow 11.3 or later can "
+                "(pip install -U pillow)")
+    if brand in _HEIF_BRANDS:
+        if _heif is False:
+            return "a HEIF/HEIC image: reading it needs pillow-heif, pip install 'llm-ocr[heif]'"
+        return "a HEIF/HEIC image that pillow-heif cannot decode"
+    if head.startswith((b"\xff\x0a", b"\x00\x00\x00\x0cJXL \r\n\x87\n")):
+        return "a JPEG XL image, which Pillow cannot read: convert it to PNG or JPEG first"
+    if head.startswith(b"AT&TFORM"):
+        return "a DjVu document, which llm-ocr cannot read: convert it to PDF first (e.g. ddjvu -format=pdf)"
+    return "no image format recognises the data"
 
 
 def check_size(img: Image.Image, opts: RenderOptions) -> None:

@@ -3,7 +3,8 @@
 An INPUT is one of:
 
 - a document file (PDF or image), local or any fsspec URL;
-- a folder of document files (listed recursively, sorted);
+- a folder of document files (listed recursively, sorted; a local folder through its symlinks,
+  each real folder once); other files in it are skipped and named in the log;
 - a Parquet dataset: a path ending in ``.parquet``, or a folder holding ``.parquet`` files and
   no document files;
 - a Hugging Face Hub dataset: ``hf://datasets/OWNER/NAME[@REVISION]`` with no sub-path; when
@@ -22,6 +23,7 @@ into a run. Images are never decoded here: listing runs in the main process and 
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -44,8 +46,16 @@ from .parquet import ReadStats
 logger = logging.getLogger(__name__)
 
 PDF_EXTENSIONS = frozenset({".pdf"})
-IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".gif", ".bmp"})
+#: Files listed as images: what Pillow reads (HEIF/HEIC with the ``heif`` extra, AVIF with Pillow
+#: 11.3 or later), and page formats it cannot read (JPEG XL, DjVu), listed so that each gets an
+#: error row that says so instead of being left out of the run.
+IMAGE_EXTENSIONS = frozenset({
+    ".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", ".webp", ".gif", ".bmp", ".dib",
+    ".heic", ".heif", ".avif", ".jp2", ".j2k", ".pbm", ".pgm", ".ppm", ".pnm", ".jxl", ".djvu", ".djv",
+})
 PARQUET_EXTENSION = ".parquet"
+#: Files skipped in a folder are named in the log up to this many (``-v``: every one).
+NAMED_SKIPS = 50
 
 
 class InputError(Exception):
@@ -240,7 +250,10 @@ def _resolve(url: str, options: DatasetOptions, so: dict, stats: ReadStats) -> _
         _probe_read(fs, path)
         return _FilesPlan(url, fs, path, False, [(path, document_kind(path) or _sniff_kind(fs, path))])
 
-    details = fs.find(path, withdirs=False, detail=True)  # sizes too: no request per file later
+    # Sizes too: no request per file later. A local folder through its symlinks, which fsspec's
+    # local find lists as files (a link's type is "other").
+    local = isinstance(fs, LocalFileSystem)
+    details = _local_find(path) if local else fs.find(path, withdirs=False, detail=True)
     found = sorted(details)
     docs = [(p, k) for p in found if (k := document_kind(p)) is not None]
     parquet = [p for p in found if p.lower().endswith(PARQUET_EXTENSION)]
@@ -257,15 +270,54 @@ def _resolve(url: str, options: DatasetOptions, so: dict, stats: ReadStats) -> _
             f"no documents in {url}: {len(found)} files, none with a supported extension "
             f"({', '.join(sorted(PDF_EXTENSIONS | IMAGE_EXTENSIONS))})"
         )
-    skipped = [p for p in found if document_kind(p) is None]
+    skipped = [posixpath.relpath(p, path) for p in found if document_kind(p) is None]
     if skipped:
-        names = ", ".join(posixpath.relpath(p, path) for p in skipped[:5])
+        more = len(skipped) - NAMED_SKIPS
         logger.warning(
-            "%s: skipping %d file(s) with unsupported extensions (e.g. %s%s)",
-            url, len(skipped), names, "" if len(skipped) <= 5 else ", ...",
+            "%s: skipping %d file(s) that are not documents (no PDF or image extension): %s%s",
+            url, len(skipped), ", ".join(skipped[:NAMED_SKIPS]),
+            f" and {more} more (-v lists them)" if more > 0 else "",
         )
+        if more > 0:
+            logger.debug("%s: every file skipped: %s", url, ", ".join(skipped))
     _probe_read(fs, docs[0][0])
     return _FilesPlan(url, fs, path, True, docs)
+
+
+def _local_find(root: str) -> dict[str, dict[str, Any]]:
+    """Every file under the local folder ``root``, with its size (None for a broken link), in
+    the shape of fsspec's ``find(detail=True)``. Symlinks are followed, to files and to folders
+    alike; each real folder is listed once, so a link back up the tree (a cycle) or a second link
+    to a folder already listed is logged and not listed again."""
+    found: dict[str, dict[str, Any]] = {}
+    seen: dict[tuple[int, int], str] = {}
+    stack = [root.rstrip("/") or "/"]
+    while stack:
+        folder = stack.pop()
+        st = os.stat(folder)  # through a link: the folder itself
+        listed = seen.setdefault((st.st_dev, st.st_ino), folder)
+        if listed != folder:
+            logger.warning("%s: not listed again: it is a link to the folder %s, listed already", folder, listed)
+            continue
+        with os.scandir(folder) as entries:
+            ordered = sorted(entries, key=lambda entry: entry.name)
+        subfolders = []
+        for entry in ordered:
+            path = posixpath.join(folder, entry.name)
+            try:
+                is_folder = entry.is_dir()  # follows a symlink
+            except OSError:
+                is_folder = False
+            if is_folder:
+                subfolders.append(path)
+                continue
+            try:
+                size: int | None = entry.stat().st_size
+            except OSError:  # a broken link: listed all the same, its read fails with an error row
+                size = None
+            found[path] = {"name": path, "size": size, "type": "file"}
+        stack.extend(reversed(subfolders))  # depth first, in name order
+    return found
 
 
 def _probe_read(fs: Any, path: str) -> None:

@@ -117,7 +117,7 @@ def test_the_script_carries_every_option_and_bash_parses_it(tmp_path: Path) -> N
                     "proj1", "--qos", "high", "--gres", "gpu:a100:2", "--cpus-per-task", "16", "--mem", "120G",
                     "--parallelism", "4", "--timeout", "6h", "--requeue-before", "600", "--attempts", "5",
                     "--module", "cuda/12.4", "--setup", "export HF_HOME=/scratch/hf",
-                    "--sbatch-option=--constraint=a100", "--image", "/images/llm-ocr.sqsh", "--describe-model", "my/model",
+                    "--sbatch-option", "--constraint=a100", "--image", "/images/llm-ocr.sqsh", "--describe-model", "my/model",
                     tmp=tmp_path)
     (request,) = plan["requests"]
     script = request["script"]

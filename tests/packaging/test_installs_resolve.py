@@ -38,7 +38,9 @@ HANG_S = 900
 NEEDED = {"s3": {"s3fs", "boto3"}, "sagemaker": {"boto3"}, "gcs": {"gcsfs"}, "hub": {"huggingface-hub"},
           "cloud-run": {"google-cloud-run", "google-cloud-logging", "gcsfs"}, "cpu": {"rapidocr", "rapid-layout"},
           # Ray's job client, and grpcio for a ray:// address (Ray Client): ray[default] brings it.
-          "ray": {"ray", "grpcio"}}
+          "ray": {"ray", "grpcio"},
+          # HEIF/HEIC photos: pillow-heif's Pillow plugin.
+          "heif": {"pillow-heif"}}
 _INSTALL = re.compile(r"pip install[^\n]*?(?:llm-ocr|['\"]?\.)\[([a-z0-9, -]+)\]")
 
 

@@ -89,6 +89,52 @@ def test_empty_and_useless_folders(tmp_path):
         list_documents([])
 
 
+def test_symlinked_folders_and_files_are_read_and_each_folder_once(tmp_path, pdf_bytes, caplog):
+    """A symlinked folder was skipped as "a file with an unsupported extension" (fsspec's local
+    find lists a link as a file), its documents silently left out."""
+    elsewhere = tmp_path / "elsewhere"
+    write(elsewhere / "scan.png", png())
+    write(elsewhere / "deep" / "memo.pdf", pdf_bytes)
+    root = tmp_path / "docs"
+    write(root / "own.pdf", pdf_bytes)
+    (root / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (root / "twice").symlink_to(elsewhere, target_is_directory=True)  # the same folder again: listed once
+    (root / "sub").mkdir()
+    (root / "sub" / "up").symlink_to(root, target_is_directory=True)  # a cycle
+    (root / "page.jpg").symlink_to(elsewhere / "scan.png")
+    (root / "gone.pdf").symlink_to(tmp_path / "nowhere.pdf")  # broken: listed, its read gets the error row
+    with caplog.at_level(logging.WARNING, logger="llm_ocr.sources.listing"):
+        docs = refs(root)
+    assert [(d.doc_id, d.kind) for d in docs] == [
+        ("gone.pdf", "pdf"), ("linked/deep/memo.pdf", "pdf"), ("linked/scan.png", "image"), ("own.pdf", "pdf"),
+        ("page.jpg", "image"),
+    ]
+    said = [r.getMessage() for r in caplog.records]
+    assert any(f"{root / 'twice'}: not listed again" in m and str(root / "linked") in m for m in said), said
+    assert any(f"{root / 'sub' / 'up'}: not listed again" in m for m in said), said
+    assert not any("skipping" in m for m in said), said
+
+
+def test_every_file_a_folder_skips_is_named_once(tmp_path, caplog):
+    root = tmp_path / "docs"
+    write(root / "a.pdf", make_pdf(pages=1))
+    for name in ["notes.txt", "b/table.csv", "b/slides.pptx"]:
+        write(root / name, b"x")
+    with caplog.at_level(logging.WARNING, logger="llm_ocr.sources.listing"):
+        assert [d.doc_id for d in refs(root)] == ["a.pdf"]
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.endswith("skipping 3 file(s) that are not documents (no PDF or image extension): b/slides.pptx, "
+                         "b/table.csv, notes.txt")
+
+
+@pytest.mark.parametrize("name", ["photo.heic", "photo.HEIF", "shot.avif", "scan.jp2", "page.jxl", "book.djvu"])
+def test_page_formats_are_listed_as_images_whether_or_not_they_can_be_read(tmp_path, name):
+    """A .heic was skipped with a warning and the run exited 0: now it is read, or gets an error row
+    that says what reads it (tests/sources/test_sources_render.py)."""
+    write(tmp_path / "in" / name, b"whatever")
+    assert [(d.doc_id, d.kind) for d in refs(tmp_path / "in")] == [(name, "image")]
+
+
 def test_memory_filesystem(pdf_bytes):
     fs = fsspec.filesystem("memory")
     base = f"/t-{uuid.uuid4().hex}"

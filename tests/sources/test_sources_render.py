@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 import uuid
 
 import fsspec
@@ -13,6 +14,7 @@ from sources_testdata import animated_gif, bomb_png, encode_image, make_pdf, mul
 
 from llm_ocr.options import RenderOptions
 from llm_ocr.sources import DocumentError, DocumentRef, PageFailure, PageImage, count_pages, render_pages
+from llm_ocr.sources import images as images_mod
 from llm_ocr.sources import render as render_mod
 
 OPTS = RenderOptions()
@@ -232,11 +234,17 @@ def test_big_image_is_resized_to_the_page_budget(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("data", "message"),
-    [(b"", r"empty file \(0 bytes\)"), (b"this is text, not a PNG", "not a readable image: ")],
+    ("name", "data", "message"),
+    [
+        ("bad.png", b"", r"empty file \(0 bytes\)"),
+        ("bad.png", b"this is text, not a PNG", "not a readable image: no image format recognises the data"),
+        # JPEG XL (ISO/IEC 18181-2's container signature) and DjVu: page formats Pillow has no plugin for.
+        ("page.jxl", b"\x00\x00\x00\x0cJXL \r\n\x87\n" + bytes(64), "a JPEG XL image, which Pillow cannot read"),
+        ("book.djvu", b"AT&TFORM\x00\x00\x00\x40DJVUINFO" + bytes(64), "a DjVu document, .* convert it to PDF"),
+    ],
 )
-def test_image_document_errors(tmp_path, data, message):
-    ref = ref_for(write(tmp_path / "bad.png", data), "image")
+def test_image_document_errors(tmp_path, name, data, message):
+    ref = ref_for(write(tmp_path / name, data), "image")
     with pytest.raises(DocumentError, match=message):
         count_pages(ref, OPTS)
 
@@ -245,6 +253,33 @@ def test_truncated_image_fails_its_page(tmp_path):
     data = encode_image(Image.effect_noise((200, 200), 50).convert("RGB"), "PNG")
     (page,) = render_all(ref_for(write(tmp_path / "cut.png", data[: len(data) // 2]), "image"))
     assert isinstance(page, PageFailure) and page.error.startswith("not a readable image")
+
+
+def test_heic_and_avif_photos_are_read(tmp_path):
+    """Phone photos: HEIC through pillow-heif (extra heif), whose Pillow plugin the reader registers
+    itself (the file is written without registering it); AVIF through Pillow itself (11.3 on)."""
+    import pillow_heif
+
+    blue = Image.new("RGB", (64, 48), (0, 0, 255))
+    pillow_heif.from_pillow(blue).save(tmp_path / "photo.heic")
+    blue.save(tmp_path / "photo.avif")
+    for name in ("photo.heic", "photo.avif"):
+        (page,) = render_all(ref_for(tmp_path / name, "image"))
+        assert decode(page).getpixel((32, 24)) == pytest.approx((0, 0, 255), abs=12), name
+
+
+def test_heic_without_pillow_heif_is_an_error_naming_the_extra(tmp_path, monkeypatch):
+    import pillow_heif
+
+    path = tmp_path / "photo.heic"
+    pillow_heif.from_pillow(Image.new("RGB", (64, 48), "white")).save(path)
+    # This process as if pillow-heif were not installed: no module, and no plugin registered with Pillow.
+    monkeypatch.setitem(sys.modules, "pillow_heif", None)
+    monkeypatch.setattr(images_mod, "_heif", None)
+    monkeypatch.setattr(Image, "ID", [name for name in Image.ID if name != "HEIF"])
+    with pytest.raises(DocumentError, match=r"a HEIF/HEIC image: reading it needs pillow-heif, pip install "
+                                            r"'llm-ocr\[heif\]'"):
+        count_pages(ref_for(path, "image"), OPTS)
 
 
 # -------------------------------------------------------------------------------- dataset rows
