@@ -24,7 +24,7 @@ from llm_ocr.vlm.families import family_named
 from llm_ocr.vlm.families.base import Reading
 from llm_ocr.vlm.families.chandra import CHANDRA_1
 from llm_ocr.vlm.families.docling import GRANITE_DOCLING
-from llm_ocr.vlm.families.dots import DOTS_OCR, smart_resize
+from llm_ocr.vlm.families.dots import DOTS_OCR, resized
 from llm_ocr.vlm.families.olmocr import OLMOCR, front_matter
 from llm_ocr.vlm.view import Element, View
 
@@ -33,7 +33,7 @@ SINGLE = ["deepseek-ocr", "olmocr", "dots-ocr", "chandra", "chandra-1", "granite
 
 
 def test_dots_boxes_are_in_the_resized_image_and_scaled_back() -> None:
-    rh, rw = smart_resize(2200, 1700)
+    rh, rw = resized(2200, 1700)
     assert (rh, rw) == (2212, 1708)  # multiples of 28, under 11,289,600 px
     cells = [{"bbox": [0, 0, rw, rh], "category": "Picture"}, {"bbox": [14, 28, 700, 56], "category": "Title",
               "text": "# Annual report"}]  # fmt: skip
