@@ -103,6 +103,14 @@ def to_pixels(box: Sequence[object], sx: float, sy: float, width: int, height: i
     return None if vals is None else vals.scaled(sx, sy).pixels(width, height)
 
 
+def caption_first(caption: Box, element: Box) -> bool:
+    """Whether a caption at ``caption`` is read before the table or figure at ``element`` (both
+    in one space): its middle above the element's top edge, or, beside it, left of its left edge.
+    For the families whose answer nests a caption in its element wherever it sits (DocTags)."""
+    x, y = caption.centre
+    return y < element.y1 or (y <= element.y2 and x < element.x1)
+
+
 def clean_markdown(text: str) -> str:
     """Collapse runs of 3+ newlines to two and strip surrounding whitespace."""
     return _NEWLINES.sub("\n\n", text).strip()
