@@ -73,6 +73,10 @@ class RunKeywords(TypedDict, total=False):
     max_long_side: int | None
     """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
     GLM-OCR; none for most)."""
+    size_multiple: int | None
+    """Resize every page image so both its sides are multiples of this many pixels, each rounded to the nearest (within
+    --max-page-pixels), as the model family's own client resizes what it sends (default: the model family's, 32 for
+    Infinity-Parser2, 28 for GLM-OCR and Surya; none for most)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
     are rendered at this size instead; 0 = never."""
@@ -301,6 +305,10 @@ class ExtractKeywords(TypedDict, total=False):
     max_long_side: int | None
     """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
     GLM-OCR; none for most)."""
+    size_multiple: int | None
+    """Resize every page image so both its sides are multiples of this many pixels, each rounded to the nearest (within
+    --max-page-pixels), as the model family's own client resizes what it sends (default: the model family's, 32 for
+    Infinity-Parser2, 28 for GLM-OCR and Surya; none for most)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
     are rendered at this size instead; 0 = never."""
@@ -442,6 +450,10 @@ class EscalateKeywords(TypedDict, total=False):
     max_long_side: int | None
     """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
     GLM-OCR; none for most)."""
+    size_multiple: int | None
+    """Resize every page image so both its sides are multiples of this many pixels, each rounded to the nearest (within
+    --max-page-pixels), as the model family's own client resizes what it sends (default: the model family's, 32 for
+    Infinity-Parser2, 28 for GLM-OCR and Surya; none for most)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
     are rendered at this size instead; 0 = never."""
@@ -667,6 +679,10 @@ class FieldsKeywords(TypedDict, total=False):
     max_long_side: int | None
     """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
     GLM-OCR; none for most)."""
+    size_multiple: int | None
+    """Resize every page image so both its sides are multiples of this many pixels, each rounded to the nearest (within
+    --max-page-pixels), as the model family's own client resizes what it sends (default: the model family's, 32 for
+    Infinity-Parser2, 28 for GLM-OCR and Surya; none for most)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
     are rendered at this size instead; 0 = never."""
@@ -935,6 +951,10 @@ class LaunchKeywords(TypedDict, total=False):
     max_long_side: int | None
     """Scale pages down so their longer side has at most this many pixels (default: the model family's, e.g. 3500 for
     GLM-OCR; none for most)."""
+    size_multiple: int | None
+    """Resize every page image so both its sides are multiples of this many pixels, each rounded to the nearest (within
+    --max-page-pixels), as the model family's own client resizes what it sends (default: the model family's, 32 for
+    Infinity-Parser2, 28 for GLM-OCR and Surya; none for most)."""
     min_page_side: int
     """PDF pages whose longer side would render smaller than this many pixels (labels, cards, pages sized in odd units)
     are rendered at this size instead; 0 = never."""

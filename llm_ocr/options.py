@@ -164,6 +164,12 @@ class RenderOptions(BaseModel):
         None, gt=0, description="Scale pages down so their longer side has at most this many pixels (default: the "
         "model family's, e.g. 3500 for GLM-OCR; none for most).", json_schema_extra=FAMILY_DEFAULT,
     )
+    size_multiple: int | None = Field(
+        None, gt=0, description="Resize every page image so both its sides are multiples of this many pixels, each "
+        "rounded to the nearest (within --max-page-pixels), as the model family's own client resizes what it sends "
+        "(default: the model family's, 32 for Infinity-Parser2, 28 for GLM-OCR and Surya; none for most).",
+        json_schema_extra=FAMILY_DEFAULT,
+    )
     min_page_side: int = Field(
         640,
         ge=0,

@@ -8,7 +8,8 @@
 - :mod:`.rerender` one document's pages re-rendered after the run (the report, Fields' page images)
 - :mod:`.counting` the pages of the inputs, counted without rendering (``llm-ocr plan``)
 
-May import storage (to read any URL) and records; never vlm, stages, runners, servers or commands.
+May import storage (to read any URL), records and resizing (the families' image sizes); never
+vlm, stages, runners, servers or commands.
 """
 
 from .base import DocumentKind, DocumentRef, PageFailure, PageImage

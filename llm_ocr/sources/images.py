@@ -26,6 +26,7 @@ import PIL
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from llm_ocr.options import RenderOptions
+from llm_ocr.resizing import smart_resize
 
 _EXIF_ORIENTATION = 0x0112
 
@@ -227,6 +228,17 @@ def fit(img: Image.Image, max_pixels: int) -> Image.Image:
     nw, nh = max(1, math.floor(w * s)), max(1, math.floor(h * s))
     # reducing_gap: box-reduce first, then LANCZOS the last step; same look, much faster on scans.
     return img.resize((nw, nh), Image.Resampling.LANCZOS, reducing_gap=3.0)
+
+
+def to_multiple(img: Image.Image, opts: RenderOptions) -> Image.Image:
+    """``img`` with both sides multiples of ``opts.size_multiple``, rounded to the nearest within
+    ``opts.max_page_pixels`` (Qwen2-VL's ``smart_resize``, bicubic as the families' clients resize:
+    Infinity-Parser2, GLM-OCR); unchanged when that is unset or already so."""
+    multiple = opts.size_multiple
+    if not multiple:
+        return img
+    height, width = smart_resize(img.height, img.width, multiple, multiple * multiple, opts.max_page_pixels)
+    return img if (width, height) == img.size else img.resize((width, height), Image.Resampling.BICUBIC)
 
 
 def encode(img: Image.Image, opts: RenderOptions) -> tuple[bytes, str]:

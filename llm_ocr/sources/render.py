@@ -32,7 +32,17 @@ from llm_ocr.options import RenderOptions
 
 from .base import DocumentRef, PageFailure, PageImage
 from .density import TextEstimate, ink_estimate, text_layer_estimate
-from .images import ImageRefused, encode, fit, fit_long_side, fit_scale, open_image, page_count, prepare_frame
+from .images import (
+    ImageRefused,
+    encode,
+    fit,
+    fit_long_side,
+    fit_scale,
+    open_image,
+    page_count,
+    prepare_frame,
+    to_multiple,
+)
 from .pieces import PiecedPage, PieceImage, Region, plan_pieces
 
 
@@ -139,9 +149,8 @@ def _image_pieces(full: Image.Image, page_size: tuple[int, int], opts: RenderOpt
         x1, y1 = segment.left / scale, segment.top / scale
         x2, y2 = segment.right / scale, segment.bottom / scale
         crop = full.crop((round(x1), round(y1), round(x2), round(y2)))
-        sized = fit(fit_long_side(crop, opts), opts.max_page_pixels)
-        data, mime = encode(sized, opts)
-        pieces.append(PieceImage(segment, data, mime, sized.width, sized.height))
+        data, mime, width, height = _encode(fit(fit_long_side(crop, opts), opts.max_page_pixels), opts)
+        pieces.append(PieceImage(segment, data, mime, width, height))
     return PiecedPage(tuple(pieces), round(full.width * scale), round(full.height * scale), scale)
 
 
@@ -159,8 +168,16 @@ def _guard(ref: DocumentRef, page: int, make: Callable[[], _Encoded]) -> PageIma
 def _encoded(img: Image.Image, opts: RenderOptions, estimate_text: bool, layer: TextEstimate | None = None) -> _Encoded:
     """The page encoded, with how much text it holds when ``estimate_text`` (its text ``layer``'s
     count when it has a usable one, else its ink)."""
-    data, mime = encode(img, opts)
-    return data, mime, img.width, img.height, (layer or _ink(img)) if estimate_text else None, None
+    data, mime, width, height = _encode(img, opts)
+    return data, mime, width, height, (layer or _ink(img)) if estimate_text else None, None
+
+
+def _encode(img: Image.Image, opts: RenderOptions) -> tuple[bytes, str, int, int]:
+    """An image sized as the family's client sends it (:func:`~.images.to_multiple`), encoded:
+    bytes, mime type and size. Every image rendered to be sent goes through here."""
+    sent = to_multiple(img, opts)
+    data, mime = encode(sent, opts)
+    return data, mime, sent.width, sent.height
 
 
 def _ink(img: Image.Image) -> TextEstimate | None:
@@ -296,8 +313,8 @@ def _pdf_pieces(page: pdfium.PdfPage, width: float, height: float, opts: RenderO
         crop = (x1, height - y2, width - x2, y1)  # left, bottom, right, top
         bitmap = page.render(scale=piece_scale, crop=crop, rev_byteorder=True)
         img = bitmap.to_pil()
-        data, mime = encode(img if img.mode == "RGB" else img.convert("RGB"), opts)
-        pieces.append(PieceImage(segment, data, mime, img.width, img.height))
+        data, mime, sent_width, sent_height = _encode(img if img.mode == "RGB" else img.convert("RGB"), opts)
+        pieces.append(PieceImage(segment, data, mime, sent_width, sent_height))
     return PiecedPage(tuple(pieces), round(width * scale), round(height * scale), scale)
 
 
@@ -412,8 +429,7 @@ def render_regions(
                     continue
                 crop = (x1, height - y2, width - x2, y1)  # left, bottom, right, top (points from each edge)
                 img = pdf_page.render(scale=scale, crop=crop, rev_byteorder=True).to_pil()
-                data, mime = encode(img if img.mode == "RGB" else img.convert("RGB"), opts)
-                out.append((data, mime, img.width, img.height))
+                out.append(_encode(img if img.mode == "RGB" else img.convert("RGB"), opts))
         finally:
             pdf_page.close()
         return out
@@ -428,9 +444,7 @@ def render_regions(
         if _image_scale(box[2] - box[0], box[3] - box[1], opts) <= SHARPER * whole:
             out.append(None)
             continue
-        sized = fit(fit_long_side(full.crop(box), opts), opts.max_page_pixels)
-        data, mime = encode(sized, opts)
-        out.append((data, mime, sized.width, sized.height))
+        out.append(_encode(fit(fit_long_side(full.crop(box), opts), opts.max_page_pixels), opts))
     return out
 
 

@@ -140,8 +140,19 @@ async def read_page(page: PageImage, ctx: ExtractContext, *, stop_when_long: boo
 
     With ``stop_when_long`` an answer that runs to ``max_tokens`` without repeating itself is not
     retried hotter (:func:`~llm_ocr.stages.attempts.ask_until_whole`): the page is long, and is
-    read in tiles instead; with ``long_if`` too, only an answer it says read the page."""
-    source = PageInput(page.image, page.mime, page.width, page.height, page.page)
+    read in tiles instead; with ``long_if`` too, only an answer it says read the page.
+
+    An image the family's own client would resize before sending (Infinity-Parser2's: sides
+    multiples of 32, :meth:`~llm_ocr.vlm.families.base.Rendering.sent_size`) is resized so first,
+    in a worker: the reading's boxes and image are then that image's."""
+    width, height = ctx.recipe.rendering.sent_size(page.width, page.height)
+    image, mime = page.image, page.mime
+    if (width, height) != (page.width, page.height):
+        if ctx.transform is None:
+            raise RuntimeError(f"{ctx.recipe.title} sends images resized, and this Extract context cannot resize")
+        image, width, height = await ctx.transform(page.image, 0, (width, height), 0)
+        mime = "image/png"
+    source = PageInput(image, mime, width, height, page.page)
     return await ctx.recipe.read(source, _Tools(ctx, stop_when_long, long_if), ctx.max_tokens)
 
 

@@ -8,9 +8,9 @@
 - :mod:`.view`      what an image shows, in no family's format: what a writer writes from
 - :mod:`.box`       ``Box``, the one rectangle type
 
-May import :mod:`llm_ocr.records` and :mod:`llm_ocr.backoff`; never :mod:`llm_ocr.engines` or
-:mod:`llm_ocr.serving` (servers are just endpoints to this package; the simulator imports the
-families' writers, not the reverse), storage, stages or runners. The aliases
+May import :mod:`llm_ocr.records`, :mod:`llm_ocr.backoff` and :mod:`llm_ocr.resizing`; never
+:mod:`llm_ocr.engines` or :mod:`llm_ocr.serving` (servers are just endpoints to this package; the
+simulator imports the families' writers, not the reverse), storage, stages or runners. The aliases
 ``python -m llm_ocr.engines.sim`` and ``python -m llm_ocr.engines.cpu`` run the servers by
 module name only.
 """

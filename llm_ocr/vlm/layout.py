@@ -25,6 +25,8 @@ from llm_ocr.vlm.box import Box
 #: A figure reference in page Markdown; group 1 is the figure id.
 FIGURE_LINK = re.compile(r"!\[[^\[\]\n]{0,200}\]\(figure:([^()\s]{1,200})\)")
 _NEWLINES = re.compile(r"\n{3,}")
+#: A line of nothing but whitespace: what is left where markup was removed (an image tag's line).
+_BLANK_LINE = re.compile(r"^[^\S\n]+$", re.MULTILINE)
 MAX_WARNINGS = 50  # one garbage page must not produce a megabyte of warnings
 
 
@@ -103,9 +105,19 @@ def to_pixels(box: Sequence[object], sx: float, sy: float, width: int, height: i
     return None if vals is None else vals.scaled(sx, sy).pixels(width, height)
 
 
+def caption_first(caption: Box, element: Box) -> bool:
+    """Whether a caption at ``caption`` is read before the table or figure at ``element`` (both
+    in one space): its middle above the element's top edge, or, beside it, left of its left edge.
+    For the families whose answer nests a caption in its element wherever it sits (DocTags)."""
+    x, y = caption.centre
+    return y < element.y1 or (y <= element.y2 and x < element.x1)
+
+
 def clean_markdown(text: str) -> str:
-    """Collapse runs of 3+ newlines to two and strip surrounding whitespace."""
-    return _NEWLINES.sub("\n\n", text).strip()
+    """Empty the lines that hold only whitespace, collapse runs of 3+ newlines to two and strip
+    surrounding whitespace: no paragraph is left blank (``"![](figure:p1-f1)\\n\\n \\n\\n"`` was a
+    figure, then a paragraph of one space)."""
+    return _NEWLINES.sub("\n\n", _BLANK_LINE.sub("", text)).strip()
 
 
 @dataclass

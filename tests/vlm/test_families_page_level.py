@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import pytest
 
+from llm_ocr.resizing import smart_resize
 from llm_ocr.vlm.families import family_for
 from llm_ocr.vlm.families.base import RecipeError
 from llm_ocr.vlm.families.glm_ocr import GLM_OCR
 from llm_ocr.vlm.families.lighton import LIGHTON_OCR, LIGHTON_OCR_BBOX
 from llm_ocr.vlm.families.nanonets import NANONETS_OCR, NANONETS_PROMPT
 from llm_ocr.vlm.families.paddleocr import PADDLEOCR_VL
-from llm_ocr.vlm.families.qwen_vl import QWEN3_VL, QWEN25_SYSTEM, QWEN25_VL, smart_resize
+from llm_ocr.vlm.families.qwen_vl import MAX_PIXELS, MIN_PIXELS, QWEN3_VL, QWEN25_SYSTEM, QWEN25_VL
 
 PNG = "image/png"
 
@@ -88,9 +89,13 @@ def test_the_check_refuses_what_strays_from_each_recipe() -> None:
 
 def test_smart_resize_matches_the_cookbook() -> None:
     # The Qwen2.5-VL cookbook printed "1540 1008" for its 1014 x 1532 example page.
-    assert smart_resize(1532, 1014) == (1540, 1008)
-    height, width = smart_resize(4000, 3000)
+    assert smart_resize(1532, 1014, 28, MIN_PIXELS, MAX_PIXELS) == (1540, 1008)
+    height, width = smart_resize(4000, 3000, 28, MIN_PIXELS, MAX_PIXELS)
     assert height * width <= 12_845_056 and height % 28 == 0 and width % 28 == 0
+    # A small image raised to min_pixels can overshoot max_pixels: dots.ocr's copy caps it again
+    # (20 x 60 px raised to 56 x 112 = 6,272 px, over 3,200: back to 28 x 56), Qwen's does not.
+    assert smart_resize(20, 60, 28, 3136, 3200) == (56, 112)
+    assert smart_resize(20, 60, 28, 3136, 3200, recap=True) == (28, 56)
 
 
 # The first blocks of the Qwen2.5-VL cookbook's answer (cookbooks/document_parsing.ipynb).

@@ -24,7 +24,7 @@ from llm_ocr.vlm.families import family_named
 from llm_ocr.vlm.families.base import Reading
 from llm_ocr.vlm.families.chandra import CHANDRA_1
 from llm_ocr.vlm.families.docling import GRANITE_DOCLING
-from llm_ocr.vlm.families.dots import DOTS_OCR, smart_resize
+from llm_ocr.vlm.families.dots import DOTS_OCR, resized
 from llm_ocr.vlm.families.olmocr import OLMOCR, front_matter
 from llm_ocr.vlm.view import Element, View
 
@@ -33,7 +33,7 @@ SINGLE = ["deepseek-ocr", "olmocr", "dots-ocr", "chandra", "chandra-1", "granite
 
 
 def test_dots_boxes_are_in_the_resized_image_and_scaled_back() -> None:
-    rh, rw = smart_resize(2200, 1700)
+    rh, rw = resized(2200, 1700)
     assert (rh, rw) == (2212, 1708)  # multiples of 28, under 11,289,600 px
     cells = [{"bbox": [0, 0, rw, rh], "category": "Picture"}, {"bbox": [14, 28, 700, 56], "category": "Title",
               "text": "# Annual report"}]  # fmt: skip
@@ -79,13 +79,16 @@ def test_docling_tables_captions_and_headings() -> None:
         "<doctag><section_header_level_1><loc_10><loc_10><loc_200><loc_30>Results</section_header_level_1>"
         "<otsl><loc_50><loc_100><loc_450><loc_200><ched>Year<ched>Sales<nl><fcel>2023<fcel>12<nl>"
         "<caption><loc_50><loc_80><loc_300><loc_95>Table 1: Sales.</caption></otsl>"
-        "<picture><loc_0><loc_250><loc_500><loc_499></picture></doctag>"
+        "<picture><loc_0><loc_250><loc_500><loc_470><caption><loc_0><loc_480><loc_300><loc_495>Figure 1: Quays."
+        "</caption></picture></doctag>"
     )
     layout = GRANITE_DOCLING.parse(text, width=1000, height=1000, page=1)
-    assert layout.markdown.startswith("## Results\n\n<table><tr><th>Year</th><th>Sales</th></tr><tr><td>2023</td>")
-    assert "Table 1: Sales." in layout.markdown
-    assert layout.figures[0].bbox == (0, 500, 1000, 998)
-    assert [b.label for b in layout.blocks] == ["section_header_level_1", "table", "caption", "picture"]
+    # Each caption where its box is: the table's above it, the picture's below.
+    assert layout.markdown.startswith("## Results\n\nTable 1: Sales.\n\n<table><tr><th>Year</th><th>Sales</th></tr>"
+                                      "<tr><td>2023</td>")
+    assert layout.markdown.endswith("</table>\n\n![](figure:p1-f1)\n\nFigure 1: Quays.")
+    assert layout.figures[0].bbox == (0, 500, 1000, 940)
+    assert [b.label for b in layout.blocks] == ["section_header_level_1", "caption", "table", "picture", "caption"]
 
 
 # -- a page read in segments, with every parser -------------------------------------------------

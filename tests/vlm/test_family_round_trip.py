@@ -64,8 +64,8 @@ class Writer:
     with the family's writer: for the image the request carries (the page, the page resized, or
     a crop of it), what that image shows of :data:`PAGE`."""
 
-    def __init__(self, family: Family, width: int, height: int) -> None:
-        self.family, self.width, self.height = family, width, height
+    def __init__(self, family: Family, width: int, height: int, page: tuple[Element, ...] = PAGE) -> None:
+        self.family, self.width, self.height, self.page = family, width, height, page
         self.kinds: list[str] = []
 
     def view(self, image: bytes) -> View:
@@ -74,7 +74,7 @@ class Writer:
             region = Box(*(float(v) for v in token[5:].split(",")))
             page = Box(0, 0, self.width, self.height)
             shown = []
-            for element in PAGE:
+            for element in self.page:
                 pixels = element.box.scaled(self.width, self.height)
                 x, y = pixels.centre
                 if region.x1 <= x <= region.x2 and region.y1 <= y <= region.y2:
@@ -83,7 +83,7 @@ class Writer:
             assert page.overlaps(region)
             return View(int(region.width), int(region.height), tuple(shown))
         width, height = (1036, 1036) if token == "square" else (self.width, self.height)
-        return View(width, height, PAGE)
+        return View(width, height, self.page)
 
     async def ask(self, body_for: BodyFor, retries: Retries) -> Answer:
         received = flat(body_for(retries.temperatures[0], 0))
@@ -112,8 +112,8 @@ def flat(body: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in body.items() if k != "extra_body"} | body.get("extra_body", {})))
 
 
-def read(family: Family, width: int, height: int) -> tuple[PageLayout, list[str]]:
-    writer = Writer(family, width, height)
+def read(family: Family, width: int, height: int, page: tuple[Element, ...] = PAGE) -> tuple[PageLayout, list[str]]:
+    writer = Writer(family, width, height, page)
     page = PageInput(b"page", "image/png", width, height, 7)
     reading: Reading = asyncio.run(family.read(page, writer, max_tokens=8000))
     assert (reading.width, reading.height) == (width, height)
@@ -200,3 +200,17 @@ def test_a_piece_of_a_page_is_written_and_read_back_in_its_own_pixels(family: Fa
     for box, element in zip(boxes, shown):
         original = next(e for e in PAGE if e.text == element.text)
         assert near(box, original.box.scaled(width, height), width, height), (element.label, box)
+
+
+#: A page where markup leaves nothing behind: a figure, then blocks written empty or blank (a
+#: line of spaces, as DeepSeek-OCR writes after an image block), between two paragraphs.
+HOLLOW = (INTRO, CHART, Element("text", Box(0.10, 0.50, 0.90, 0.52), " \n  "),
+          Element("text", Box(0.10, 0.53, 0.90, 0.55), ""), CLOSING)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
+def test_no_paragraph_is_left_blank_where_markup_was_removed(family: Family) -> None:
+    layout, _ = read(family, 1224, 1584, HOLLOW)
+    paragraphs = layout.markdown.split("\n\n")
+    assert all(p.strip() for p in paragraphs), (family.name, layout.markdown)
+    assert in_order(words(INTRO.text) + words(CLOSING.text), words(layout.markdown)), layout.markdown

@@ -96,9 +96,13 @@ def test_page_images_larger_than_the_model_was_trained_on_are_refused() -> None:
         LIGHTON_OCR_3.check_image(2550, 3300)
     with pytest.raises(RecipeError, match="1540 px"):
         LIGHTON_OCR_3_1B.check_image(1584, 2048)
-    INFINITY_PARSER2.check_image(2550, 3300)  # Letter at its 300 DPI
-    with pytest.raises(RecipeError, match="16777216"):
-        INFINITY_PARSER2.check_image(5000, 5000)
+    # Infinity-Parser2's client resizes every image to multiples of 32 within 2,048..16,777,216 px:
+    # Letter at its 300 DPI (2550 x 3300) goes as 2560 x 3296, and nothing else does.
+    INFINITY_PARSER2.check_image(2560, 3296)
+    with pytest.raises(RecipeError, match="sent as 2560 x 3296"):
+        INFINITY_PARSER2.check_image(2550, 3300)
+    with pytest.raises(RecipeError, match="16,777,216"):
+        INFINITY_PARSER2.check_image(5120, 5120)
 
 
 def test_paddleocr_table_and_formula_modes_read_back() -> None:

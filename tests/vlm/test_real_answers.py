@@ -3,8 +3,9 @@ each file citing where its answers come from): not on answers written here.
 
 LightOnOCR-3: the README's grounding example. Infinity-Parser2: the authors' own test fixtures,
 with the outcome their tests assert. Unlimited-OCR: its authors publish no answer as text, so a
-third party's published vLLM answers (their first characters). PaddleOCR-VL-1.6: none published
-at page level (docs/models.md says so).
+third party's published vLLM answers (their first characters). granite-docling: a DocTags answer
+docling-core's own tests read. PaddleOCR-VL-1.6: none published at page level (docs/models.md
+says so).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_ocr.vlm.families import family_for
+from llm_ocr.vlm.families.docling import GRANITE_DOCLING
 from llm_ocr.vlm.families.infinity import INFINITY_PARSER2
 from llm_ocr.vlm.families.lighton3 import LIGHTON_OCR_3
 from llm_ocr.vlm.families.unlimited import UNLIMITED_OCR
@@ -94,3 +96,21 @@ def test_unlimited_ocr_published_answers_become_blocks_with_boxes_on_999() -> No
     (figure,) = layout.figures  # an 'image' block is a figure: here the whole image
     assert figure.bbox == (0, 0, width, height)
     assert layout.markdown == "![](figure:p1-f1)\n\nIn 2017,"
+
+
+def test_granite_docling_captions_above_their_tables_come_before_them() -> None:
+    """docling-core's page of three tables: each caption is printed above its table, and DocTags
+    writes it inside the table after the cells. docling's own Markdown export puts each caption
+    right before its table; so must llm-ocr."""
+    published = load("granite_docling.json")
+    layout = GRANITE_DOCLING.parse(published["answer"], width=published["width"], height=published["height"], page=1)
+    paragraphs = layout.markdown.split("\n\n")
+    tables = [i for i, p in enumerate(paragraphs) if p.startswith("<table>")]
+    assert len(tables) == 3
+    for number, index in zip((35, 36, 37), tables):
+        assert paragraphs[index - 1].startswith(f"TABLE {number}: "), paragraphs[index - 1]
+    # The blocks are in the same order, each caption with its box (above its table's).
+    labels = [b.label for b in layout.blocks]
+    assert [labels[i - 1 : i + 1] for i, label in enumerate(labels) if label == "table"] == [["caption", "table"]] * 3
+    caption, table = layout.blocks[0], layout.blocks[1]
+    assert caption.boxes[0].y2 <= table.boxes[0].y1  # 58..76 and 85..204 of 500: 203..266 and 298..715 px

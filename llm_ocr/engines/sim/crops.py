@@ -14,7 +14,10 @@ image (its recipe's rendering: olmOCR-2's 1,288 pixels on the longer side); and 
 the family's published rule gives the piece read as a page of its own (:func:`rule_scales`: its
 DPI, or, where the rule leaves the scale free, a search over scales: LightOnOCR-3 sizes every
 image by its longest side). A piece resized to another shape (MinerU2.5's square layout pass)
-is looked for as a piece spanning a long page's width (:func:`locate_reshaped`). A crop found at
+is looked for as a piece spanning a long page's width (:func:`locate_reshaped`). A piece of a
+family whose client rounds each side to a multiple (``Rendering.multiple``: Infinity-Parser2's 32
+px, GLM-OCR's and Surya's 28) that is not found so is looked for again at the sizes it may have
+had before that rounding stretched it, half a multiple either way on each side. A crop found at
 none of these is answered as an unknown image.
 """
 
@@ -110,7 +113,7 @@ def page_scale(size_pt: tuple[float, float], dpi: float) -> float:
     return scale
 
 
-def client_scales(page: KnownPage, width: int, height: int, dpi: float) -> list[float]:
+def client_scales(page: KnownPage, width: float, height: float, dpi: float) -> list[float]:
     """The scales (pixels per point) a ``width`` x ``height`` crop of ``page`` may have been
     rendered at: the page's at ``dpi``, and those of a piece as wide or as tall as the page (the
     segments of a long page, each rendered from the source at its own resolution)."""
@@ -168,7 +171,8 @@ def locate(
     given a family's ``rendering``, at the scale of its own page image (olmOCR-2's 1,288 pixels
     on the longer side) and at the scale its rule gives a piece rendered as a page of its own
     (:func:`rule_scales`: its DPI; or, for a piece sized by its longer side or pixel count, a
-    search over scales, :func:`_search`).
+    search over scales, :func:`_search`). A family's piece its client stretched to a multiple
+    (``rendering.multiple``) is looked for at its sizes before the stretch when not found as it is.
 
     Every page that could hold the crop is first compared at half the stored resolution (a few
     milliseconds each); the few that correlate at least :data:`COARSE_CORRELATION` there are
@@ -191,17 +195,27 @@ def locate(
         return shrunk[(w, h)]
 
     ruled, free = rule_scales(rendering, width, height) if rendering is not None else ([], False)
-    candidates: list[tuple[float, int, KnownPage, int, int]] = []
-    for number, page in enumerate(pages):
-        scales = set(client_scales(page, width, height, dpi)) if page.size_pt[0] else set()
-        if rendering is not None and page.size_pt[0]:
-            scales.add(family_scale(page.size_pt, rendering))
-            scales.update(ruled)
-        for client in sorted(scales):
-            found = _coarse_score(page, width, height, client, crop_at)
-            if found is not None and found[0] >= COARSE_CORRELATION:
-                candidates.append((found[0], number, page, *found[1]))
-    best = _best_crop(candidates, crop_at)
+
+    def at(sizes: list[tuple[float, float]]) -> Crop | None:
+        candidates: list[tuple[float, int, KnownPage, int, int]] = []
+        for number, page in enumerate(pages):
+            for w, h in sizes:
+                scales = set(client_scales(page, w, h, dpi)) if page.size_pt[0] else set()
+                if rendering is not None and page.size_pt[0]:
+                    scales.add(family_scale(page.size_pt, rendering))
+                    scales.update(ruled)
+                for client in sorted(scales):
+                    found = _coarse_score(page, w, h, client, crop_at)
+                    if found is not None and found[0] >= COARSE_CORRELATION:
+                        candidates.append((found[0], number, page, *found[1]))
+        return _best_crop(candidates, crop_at)
+
+    best = at([(width, height)])
+    if best is None and rendering is not None and rendering.multiple:
+        # The family's client rounded each side to a multiple (Infinity-Parser2's 32 px): the
+        # piece is stretched by up to half a multiple either way; look for it as it was before.
+        half = rendering.multiple / 2
+        best = at([(width + dw, height + dh) for dw in (-half, 0, half) for dh in (-half, 0, half) if dw or dh])
     if best is None and free:
         # One search at a time: a page's pieces arrive together, and the first one found puts
         # its page first for the others (searched at once, each would scan every page).
@@ -278,7 +292,7 @@ def _search_span(page: KnownPage, crop_at: Any, tall: bool) -> Crop | None:
 
 
 def _coarse_score(
-    page: KnownPage, width: int, height: int, client: float, crop_at: Any
+    page: KnownPage, width: float, height: float, client: float, crop_at: Any
 ) -> tuple[float, tuple[int, int]] | None:
     """The half-resolution correlation of a crop rendered at ``client`` pixels per point with
     ``page``, and its size in the stored image's pixels; None when it cannot be a crop of it."""
@@ -375,7 +389,7 @@ def _fine_crop(page: KnownPage, width: int, height: int, scale: float, crop_at: 
 
 
 def _crop_size(
-    page: KnownPage, shape: tuple[int, int] | None, width: int, height: int, client: float, whole_ok: bool = False
+    page: KnownPage, shape: tuple[int, int] | None, width: float, height: float, client: float, whole_ok: bool = False
 ) -> tuple[int, int] | None:
     """``(w, h)``: a ``width`` x ``height`` crop (rendered at ``client`` pixels per point) in the
     pixels of an image of ``page`` of ``shape``; None when it cannot be a crop of it (larger, or

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from llm_ocr.resizing import smart_resize
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.layout import PageLayout
 from llm_ocr.vlm.view import View
@@ -119,6 +120,13 @@ class Rendering:
 
     ``dpi`` renders PDF pages; ``long_side`` instead scales every page so its longer side has
     exactly that many pixels (olmOCR-2); ``max_long_side`` and ``max_pixels`` cap the size.
+    ``multiple`` is a family whose own client resizes every image before sending it, as Qwen2-VL's
+    ``smart_resize`` does (:mod:`.sizing`): each side a multiple of ``multiple`` pixels, the
+    pixel count within ``min_pixels`` .. ``max_pixels`` (Infinity-Parser2: 32, 2,048 ..
+    16,777,216): the renderer sizes pages and the pieces it renders so (``size_multiple`` of the
+    render options, ``llm_ocr/sources/render.py``), and any other image llm-ocr sends such a
+    family (a tile cut from a page) is resized so (:meth:`sent_size`) just before it is sent
+    (``llm_ocr/stages/extract.py``).
     """
 
     dpi: float = 144.0
@@ -131,6 +139,18 @@ class Rendering:
     #: image narrower than that is blown up by the processor (or refused) and its text is not
     #: there to read; a piece of a page is never sent smaller (:meth:`Family.min_readable_side`).
     min_side: int | None = None
+    multiple: int | None = None
+    min_pixels: int | None = None
+
+    def sent_size(self, width: int, height: int) -> tuple[int, int]:
+        """``(width, height)`` of a ``width`` x ``height`` image as the family's client sends it:
+        resized by the ``multiple`` rule (within ``min_pixels`` .. ``max_pixels``, by default one
+        multiple squared .. llm-ocr's 12,000,000-pixel page cap), else as it is."""
+        if not self.multiple:
+            return width, height
+        low, high = self.min_pixels or self.multiple**2, self.max_pixels or 12_000_000
+        sent_height, sent_width = smart_resize(height, width, self.multiple, low, high)
+        return sent_width, sent_height
 
     def page_scale(self, width: float, height: float, dpi: float | None = None, min_page_side: int = 640) -> float:
         """Pixels per point of a ``width`` x ``height`` pt page (or piece of one, read as a page)
@@ -157,6 +177,8 @@ class Rendering:
             out["max_long_side"] = self.max_long_side
         if self.max_pixels is not None:
             out["max_page_pixels"] = self.max_pixels
+        if self.multiple is not None:
+            out["size_multiple"] = self.multiple
         return out
 
 
@@ -494,8 +516,17 @@ class Family:
 
     def check_image(self, width: int, height: int) -> None:
         """Refuse (``RecipeError``) a page image of ``width`` x ``height`` the recipe would not
-        send (larger than the model was trained on and its processor leaves it); the simulated
-        server runs it on every page request's image. Families without such a bound accept any."""
+        send (larger than the model was trained on and its processor leaves it, or not resized as
+        the family's client resizes: :meth:`Rendering.sent_size`); the simulated server runs it on
+        every page request's image. Families without such a rule accept any."""
+        sent = self.rendering.sent_size(width, height)
+        multiple = self.rendering.multiple
+        if sent != (width, height) and multiple:
+            rule = self.rendering
+            raise RecipeError(
+                f"{self.title}'s client sends images resized to multiples of {multiple} px a side, "
+                f"{rule.min_pixels or multiple**2:,} to {rule.max_pixels or 12_000_000:,} pixels: a {width} x "
+                f"{height} image is sent as {sent[0]} x {sent[1]}")
 
     def page_texts(self) -> tuple[str | None, ...]:
         """The prompt texts of this family's page requests (None: the image alone)."""

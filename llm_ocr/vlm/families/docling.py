@@ -7,7 +7,8 @@ Sources (docs/models.md, "granite-docling"): docling-project/docling
 
 An element is ``<label><loc_x0><loc_y0><loc_x1><loc_y1>content</label>``, locations
 ``round(500 * fraction)`` clamped to 0..499 of the page image; tables are OTSL (``<otsl>``), a
-picture or table may hold its ``<caption>``; lists wrap ``<list_item>`` elements.
+picture or table may hold its ``<caption>`` (after its content, wherever it is: read before the
+element when its box is above it); lists wrap ``<list_item>`` elements.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
 from llm_ocr.vlm.families.markup import display_math, html_to_otsl, otsl_to_html
-from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, Warnings, to_pixels
+from llm_ocr.vlm.layout import LayoutBuilder, PageLayout, Warnings, caption_first, to_pixels
 from llm_ocr.vlm.view import Element, View
 
 DOCLING_PROMPT = "Convert this page to docling."
@@ -38,6 +39,11 @@ TAGS = {"title": "title", "sub_title": "section_header_level_1", "text": "text",
 def _box(locs: str, width: int, height: int) -> Box | None:
     values = [int(v) for v in _LOC.findall(locs)]
     return to_pixels(values, width / GRID, height / GRID, width, height) if len(values) == 4 else None
+
+
+def _captions(builder: LayoutBuilder, captions: list[tuple[Box | None, str]]) -> None:
+    for caption_box, caption in captions:
+        builder.text("caption", [caption_box] if caption_box else [], caption)
 
 
 def _plain(text: str) -> str:
@@ -65,6 +71,11 @@ class GraniteDocling(Family):
             box = _box(locs, width, height)
             captions = [(_box(m.group(1), width, height), _plain(m.group(2))) for m in _CAPTION.finditer(body)]
             body = _CAPTION.sub("", body)
+            # DocTags nests a table's or picture's caption inside it, after its content, wherever
+            # it is on the page: its box says whether it is read before the element or after.
+            ahead = [box is not None and caption_box is not None and caption_first(caption_box, box)
+                     for caption_box, _ in captions]
+            _captions(builder, [c for c, first in zip(captions, ahead) if first])
             if label == "picture":
                 builder.figure(label, box)
             elif label == "otsl":
@@ -79,8 +90,7 @@ class GraniteDocling(Family):
                     "- " if label == "list_item" else ""
                 )
                 builder.text(label, [box] if box else [], prefix + _plain(body))
-            for caption_box, caption in captions:
-                builder.text("caption", [caption_box] if caption_box else [], caption)
+            _captions(builder, [c for c, first in zip(captions, ahead) if not first])
         if pos == 0 and text.strip():
             warn("no DocTags elements in the answer: its text kept without boxes")
             builder.text("text", [], _plain(text))
@@ -88,8 +98,20 @@ class GraniteDocling(Family):
 
     def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
         """DocTags: ``<tag><loc_x0><loc_y0><loc_x1><loc_y1>content</tag>``, locations
-        ``round(500 x fraction)`` clamped to 0..499; tables as OTSL, formulas as LaTeX."""
-        return "<doctag>" + "".join(_element(e) for e in view.elements) + "</doctag>"
+        ``round(500 x fraction)`` clamped to 0..499; tables as OTSL, formulas as LaTeX; a figure's
+        caption inside its ``<picture>``, as the model writes it."""
+        parts = []
+        for i, element in enumerate(view.elements):
+            if view.captioned(i):
+                continue
+            written = _element(element)
+            if view.caption_of(i):
+                caption = view.elements[i + 1]
+                tag = TAGS["image"]
+                inner = f"<caption>{locations(caption.box)}{caption.text}</caption>"
+                written = written.replace(f"</{tag}>", inner + f"</{tag}>")
+            parts.append(written)
+        return "<doctag>" + "".join(parts) + "</doctag>"
 
 
 def locations(box: Box) -> str:

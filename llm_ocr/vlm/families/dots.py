@@ -11,10 +11,10 @@ serving), ``dots_ocr/utils/prompts.py`` (``prompt_layout_all_en``), ``dots_ocr/m
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 
+from llm_ocr.resizing import smart_resize
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
 from llm_ocr.vlm.families.generic import normalise_markdown
@@ -53,25 +53,10 @@ CATEGORIES = {"title": "Title", "sub_title": "Section-header", "text": "Text", "
               "image_caption": "Caption", "table": "Table", "equation": "Formula"}  # fmt: skip
 
 
-def smart_resize(height: int, width: int, factor: int = IMAGE_FACTOR, min_pixels: int = MIN_PIXELS,
-                 max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
-    """``(height, width)`` the model's processor resizes an image to (dots_ocr/utils/image_utils.py):
-    both multiples of ``factor``, the pixel count within bounds, the aspect kept."""
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-        if h_bar * w_bar > max_pixels:
-            beta = math.sqrt((h_bar * w_bar) / max_pixels)
-            h_bar = max(factor, math.floor(h_bar / beta / factor) * factor)
-            w_bar = max(factor, math.floor(w_bar / beta / factor) * factor)
-    return h_bar, w_bar
+def resized(height: int, width: int) -> tuple[int, int]:
+    """``(height, width)`` the model's processor resizes an image to (dots_ocr/utils/image_utils.py
+    ``smart_resize`` with consts.py's bounds, capping again after raising a small image)."""
+    return smart_resize(height, width, IMAGE_FACTOR, MIN_PIXELS, MAX_PIXELS, recap=True)
 
 
 def cells_of(text: str, warn: Warnings) -> list[dict[str, object]]:
@@ -116,7 +101,7 @@ class DotsOCR(Family):
         builder = LayoutBuilder(page, width, height, warn=warn)
         # Boxes are in pixels of the image after the processor's smart_resize: scale them back
         # (post_process_cells).
-        rh, rw = smart_resize(height, width)
+        rh, rw = resized(height, width)
         sx, sy = width / rw, height / rh
         for cell in cells_of(text, warn):
             category = str(cell.get("category") or "Text")
@@ -137,7 +122,7 @@ class DotsOCR(Family):
     def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
         """A JSON list of cells, boxes in pixels of the image as the processor resizes it; a
         Picture without text, a Formula as ``$$`` LaTeX, the rest Markdown."""
-        rh, rw = smart_resize(view.height, view.width)
+        rh, rw = resized(view.height, view.width)
         cells = []
         for element in view.elements:
             category = CATEGORIES.get(element.label, "Text")

@@ -40,7 +40,11 @@ GLM_OCR = GlmOCR(
     prompt=Prompt(TEXT_PROMPT),
     sampling=Sampling(temperature=0.0, top_p=0.00001, top_k=1, repetition_penalty=1.1, max_tokens=8192),
     retries=Retries((0.0, 0.2, 0.4, 0.6, 0.8, 1.0)),
-    rendering=Rendering(dpi=200.0, max_long_side=3500, image_format="jpeg"),
+    # The SDK resizes every image before sending it (load_image_to_base64): its smart_resize with
+    # factor 28 over two frames (t_patch_size 2) of 12,544 .. 71,372,800 pixels, that is 6,272 ..
+    # 35,686,400 pixels an image.
+    rendering=Rendering(dpi=200.0, max_long_side=3500, max_pixels=71_372_800 // 2, multiple=28,
+                        min_pixels=12_544 // 2, image_format="jpeg"),
     serving=Serving(
         args=(),
         context=16384,
@@ -60,6 +64,10 @@ GLM_OCR = GlmOCR(
                "zai-org/GLM-OCR glmocr/config.yaml (page_loader)"),
         Source("PDF pages at 200 DPI, at most 3500 px a side, sent as JPEG",
                "zai-org/GLM-OCR glmocr/config.yaml (pdf_dpi, image_format), glmocr/dataloader/page_loader.py"),
+        Source("every image resized before it is sent: sides rounded to multiples of 28 (14-px patches merged 2 x 2), "
+               "12,544 .. 71,372,800 pixels over two frames (t_patch_size 2)",
+               "zai-org/GLM-OCR glmocr/utils/image_utils.py (load_image_to_base64, smart_resize), glmocr/config.yaml "
+               "(page_loader: t_patch_size, patch_expand_factor, min_pixels, max_pixels)"),
         Source("vllm serve zai-org/GLM-OCR (MTP speculative decoding optional), transformers >= 5",
                "zai-org/GLM-OCR README.md; vllm-project/recipes models/zai-org/GLM-OCR.yaml"),
         Source("answers: $ inline $, $$ display $$ on their own lines, HTML tables",

@@ -21,18 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from llm_ocr.vlm.families.base import (
-    Family,
-    Images,
-    Outputs,
-    Prompt,
-    RecipeError,
-    Rendering,
-    Retries,
-    Sampling,
-    Serving,
-    Source,
-)
+from llm_ocr.vlm.families.base import Family, Images, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
 from llm_ocr.vlm.families.dots import cells_of
 from llm_ocr.vlm.families.generic import normalise_markdown
@@ -71,11 +60,6 @@ class InfinityParser2(Family):
     def prompt_reserve(self, context: int) -> int:
         # Up to 16,384 image tokens (16,777,216 px / 32²) besides the prompt.
         return min(context // 2, MAX_PIXELS // (32 * 32) + 512)
-
-    def check_image(self, width: int, height: int) -> None:
-        if width * height > MAX_PIXELS:
-            raise RecipeError(f"{self.title} images hold at most {MAX_PIXELS} pixels (its client's max_pixels); got "
-                              f"{width} x {height}")
 
     def parse(self, text: str, *, width: int, height: int, page: int) -> PageLayout:
         warn = Warnings()
@@ -143,7 +127,8 @@ INFINITY_PARSER2 = InfinityParser2(
     sampling=Sampling(temperature=0.0, top_p=1.0, max_tokens=32_768,
                       extra={"chat_template_kwargs": {"enable_thinking": False}}),
     retries=Retries((0.0, 0.2, 0.4, 0.6, 0.8, 1.0)),
-    rendering=Rendering(dpi=300.0, max_pixels=MAX_PIXELS, image_format="png"),
+    # The client's encode_image_to_base64: every image resized (smart_resize, factor 32) then sent.
+    rendering=Rendering(dpi=300.0, max_pixels=MAX_PIXELS, multiple=32, min_pixels=MIN_PIXELS, image_format="png"),
     serving=Serving(
         args=(
             "--trust-remote-code",

@@ -17,11 +17,11 @@ Sources (docs/models.md, "Qwen2.5-VL and Qwen3-VL"): QwenLM/Qwen2.5-VL
 from __future__ import annotations
 
 import html
-import math
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
+from llm_ocr.resizing import smart_resize
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Family, Outputs, Prompt, Rendering, Retries, Sampling, Serving, Source
 from llm_ocr.vlm.families.markup import display_math, html_to_markdown
@@ -45,23 +45,6 @@ MAX_PIXELS = 12_845_056
 _VOID = {"area", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
 _BBOX = re.compile(r"^\s*(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)[\s,]+(-?\d{1,6}(?:\.\d+)?)\s*$")  # noqa: E501 - one regular expression
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n?|\n?\s*```\s*$")
-
-
-def smart_resize(height: int, width: int, factor: int = PATCH_FACTOR, min_pixels: int = MIN_PIXELS,
-                 max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
-    """The ``(height, width)`` Qwen2-VL's processor resizes an image to (transformers'
-    ``smart_resize``): each side a multiple of ``factor``, the area within the pixel bounds."""
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
 
 
 @dataclass
@@ -161,7 +144,7 @@ class QwenVL(Family):
         image: 1000 x 1000 (Qwen3-VL), else the image as the processor resized it."""
         if self.normalised:
             return 1000, 1000
-        rh, rw = smart_resize(height, width)
+        rh, rw = smart_resize(height, width, PATCH_FACTOR, MIN_PIXELS, MAX_PIXELS)
         return rw, rh
 
     def scale(self, width: int, height: int) -> tuple[float, float]:

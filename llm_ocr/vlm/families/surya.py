@@ -45,6 +45,8 @@ SURYA_PROMPT = (
 FIGURE_LABELS = ("Image", "Figure", "Diagram", "Complex-Block")
 #: scale_to_fit's default max_size (3072, 2048), and the server's --mm-processor-kwargs max_pixels.
 MAX_PIXELS = 3072 * 2048
+#: scale_to_fit's grid (28 px) and default min_size (1792, 28).
+GRID, MIN_PIXELS = 28, 1792 * 28
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,10 @@ SURYA_OCR = Surya(
     prompt=Prompt(SURYA_PROMPT),
     sampling=Sampling(temperature=0.0, top_p=0.1, max_tokens=12_288),
     retries=Retries((0.0, 0.2, 0.4, 0.6), retry_top_p=0.95, count=3),
-    rendering=Rendering(dpi=192.0, max_pixels=MAX_PIXELS, image_format="png"),
+    # scale_to_fit puts every image it sends on a 28-px grid, each side rounded to the nearest
+    # (Qwen2-VL's smart_resize within its bounds; past them it drops a row or column of the grid
+    # where smart_resize floors both sides: llm-ocr renders within them).
+    rendering=Rendering(dpi=192.0, max_pixels=MAX_PIXELS, multiple=GRID, min_pixels=MIN_PIXELS, image_format="png"),
     serving=Serving(
         args=("--mm-processor-kwargs", json.dumps({"min_pixels": 3136, "max_pixels": MAX_PIXELS})),
         context=18_000,
