@@ -125,6 +125,8 @@ class Run(ShardStage):
         self.describe = ShardIndex()
         self.tally = ModelTally()
         self.groups: GroupWork | None = None
+        #: The shard's documents, when the listing counts them ahead (the progress's total).
+        self.docs_total: int | None = None
 
     def _pages_settled(self, markers: Markers) -> ExitCode | None:
         """Extract's exit code when earlier runs left Extract, Describe and Assemble nothing to do."""
@@ -166,6 +168,7 @@ class Run(ShardStage):
             self.extract, self.describe = self.groups.indexes["extract"], self.groups.indexes["describe"]
             return
         self.documents = plan.documents(shard.count, shard.index, by_rows=by_rows)
+        self.docs_total = plan.shard_size(shard.count, shard.index, by_rows=by_rows)
         self.extract = await shard.scan("extract", keep_quarantined=keep)
         self.describe = await shard.scan("describe")
         note_retried(self.extract)
@@ -197,6 +200,7 @@ class Run(ShardStage):
                 await work.run(rows, describe_handler(dctx), ["describe"], limit=work.limit.scaled(2))
             layout_s = None
             if not shard.stop.is_set():
+                work.counters["extract"].docs_total = self.docs_total
                 async with open_route(shard, spec, work.pool) as route:
                     ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
                                                  work.limit.scaled(1), spec.render)
