@@ -1,4 +1,5 @@
-"""What a user meets at the console (issue 45): the live progress in a real terminal."""
+"""What a user meets at the console (issue 45): the live progress in a real terminal, the end of
+a run and ``llm-ocr status`` naming the failed documents, and a rerun's two accounting lines."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 
 from llm_ocr.runners.progress import RunCounters, Throughput
 from llm_ocr.testing import SimulatedServer
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 from tests.docs import make_corpus
+from tests.stages.common import run_in_process
 from tests.waiting import hold_request, wait_until, wait_until_held
 
 #: The live line of ``llm-ocr run``'s page flow, drawn by rich in the terminal: the stage, a
@@ -91,6 +93,43 @@ def test_live_progress_in_a_terminal_names_the_stage_shows_total_and_eta_and_log
     assert status == 3, end
     assert not any(LIVE.match(line) for line in end), end
     assert end[-1].startswith(f"llm-ocr run -> {out}: exit code 3 (interrupted (run again to resume)); pages: "), end
+
+
+def test_the_end_of_a_run_and_status_name_the_failed_documents_and_a_rerun_accounts_alike(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=1, pages=1)  # doc000.pdf, read fine
+    (docs / "zero.pdf").write_bytes(b"")
+    for number in range(1, 21):  # 21 failed documents: one more than the console names
+        (docs / f"zz-{number:02d}.pdf").write_bytes(b"")
+    out = tmp_path / "out"
+    command = ("run", str(docs), "--output", str(out), "--workers", "0", "--progress", "off")
+    with SimulatedServer("--instant", corpus=docs) as server:
+        first = run_cli(*command, "--endpoint", server.base_url)
+        status = run_cli("status", str(out))
+        again = run_in_process(*command, "--endpoint", server.base_url, "--json")  # (in process: quicker)
+    assert first.returncode == 1, first.stderr[-3000:]
+    end = first.stdout.splitlines()
+    # The run ends with the summary in words, then the failed documents: the first 20 named with
+    # their errors, and where the 21st is.
+    assert end[0].startswith(f"llm-ocr run -> {out}: exit code 1 (finished, but some pages failed"), end
+    assert "; pages: ok 1, truncated 0, error 21, quarantined 0, skipped 0" in end[0], end
+    assert end[1] == "extract: 21 failed documents:", end
+    assert end[2] == "  zero.pdf: empty file (0 bytes)", end
+    assert end[3:22] == [f"  zz-{n:02d}.pdf: empty file (0 bytes)" for n in range(1, 20)], end
+    assert end[22] == f"  1 more: the rows with status error in {out / 'extract'}", end
+    # Describe and Assemble fail the same documents: said, not listed again.
+    assert any(line.startswith("describe: 21 failed documents, as named for extract; 1 more") for line in end), end
+    assert status.returncode == 0, status.stderr
+    assert "    zero.pdf: empty file (0 bytes)" in status.stdout.splitlines(), status.stdout
+    assert f"    1 more: the rows with status error in {out / 'extract'}" in status.stdout.splitlines(), status.stdout
+    # The rerun retries the failed documents; each stage's line counts the page done earlier
+    # alike (Describe's used to say "done earlier 0" beside Extract's "done earlier 1").
+    assert again.returncode == 1, again.stderr[-3000:]
+    lines = {m[1]: m[2] for m in re.finditer(r"\[(extract|describe) shard 1/1\] (pages seen .*)", again.stderr)}
+    assert lines["extract"] == lines["describe"] == (
+        "pages seen 22 = ok 0 + truncated 0 + error 21 + quarantined 0 + done earlier 1; documents 22 (1 already "
+        "complete)"), again.stderr[-3000:]
+    assert again.stdout.startswith("{") and len(again.stdout.splitlines()) == 1  # --json: the stats, one line
 
 
 def test_the_total_and_the_time_left_are_shown_only_when_known() -> None:

@@ -267,7 +267,7 @@ def test_finevision_shaped_parquet_dataset(tmp_path: Path) -> None:
 def test_progress_lines_when_not_on_a_terminal(tmp_path: Path) -> None:
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     with SimulatedServer("--prefill-ms", "400", "--slots", "1", corpus=tmp_path / "docs") as server:
-        result = extract([str(tmp_path / "docs")], tmp_path / "out", server, "--progress-interval", "0.3")
+        result = extract([str(tmp_path / "docs")], tmp_path / "out", server, "--progress-interval", "0.3", "--json")
     assert result.returncode == 0
     lines = [l for l in result.stderr.splitlines() if "pages/s" in l]
     assert len(lines) >= 3  # periodic lines plus the final one
