@@ -105,23 +105,23 @@ def test_the_end_of_a_run_and_status_name_the_failed_documents_and_a_rerun_accou
     command = ("run", str(docs), "--output", str(out), "--workers", "0", "--progress", "off")
     with SimulatedServer("--instant", corpus=docs) as server:
         first = run_cli(*command, "--endpoint", server.base_url)
+        assert first.returncode == 1, first.stderr[-3000:]
+        end = first.stdout.splitlines()
+        # The run ends with the summary in words, then the failed documents: the first 20 named
+        # with their errors, and where the 21st is.
+        assert end[0].startswith(f"llm-ocr run -> {out}: exit code 1 (finished, but some pages failed"), end
+        assert "; pages: ok 1, truncated 0, error 21, quarantined 0, skipped 0" in end[0], end
+        assert end[1] == "extract: 21 failed documents:", end
+        assert end[2] == "  zero.pdf: empty file (0 bytes)", end
+        assert end[3:22] == [f"  zz-{n:02d}.pdf: empty file (0 bytes)" for n in range(1, 20)], end
+        assert end[22] == f"  1 more: the rows with status error in {out / 'extract'}", end
+        # Describe and Assemble fail the same documents: said, not listed again.
+        assert any(line.startswith("describe: 21 failed documents, as named for extract; 1 more") for line in end)
         status = run_cli("status", str(out))
+        assert status.returncode == 0, status.stderr
+        assert "    zero.pdf: empty file (0 bytes)" in status.stdout.splitlines(), status.stdout
+        assert f"    1 more: the rows with status error in {out / 'extract'}" in status.stdout.splitlines(), status.stdout
         again = run_in_process(*command, "--endpoint", server.base_url, "--json")  # (in process: quicker)
-    assert first.returncode == 1, first.stderr[-3000:]
-    end = first.stdout.splitlines()
-    # The run ends with the summary in words, then the failed documents: the first 20 named with
-    # their errors, and where the 21st is.
-    assert end[0].startswith(f"llm-ocr run -> {out}: exit code 1 (finished, but some pages failed"), end
-    assert "; pages: ok 1, truncated 0, error 21, quarantined 0, skipped 0" in end[0], end
-    assert end[1] == "extract: 21 failed documents:", end
-    assert end[2] == "  zero.pdf: empty file (0 bytes)", end
-    assert end[3:22] == [f"  zz-{n:02d}.pdf: empty file (0 bytes)" for n in range(1, 20)], end
-    assert end[22] == f"  1 more: the rows with status error in {out / 'extract'}", end
-    # Describe and Assemble fail the same documents: said, not listed again.
-    assert any(line.startswith("describe: 21 failed documents, as named for extract; 1 more") for line in end), end
-    assert status.returncode == 0, status.stderr
-    assert "    zero.pdf: empty file (0 bytes)" in status.stdout.splitlines(), status.stdout
-    assert f"    1 more: the rows with status error in {out / 'extract'}" in status.stdout.splitlines(), status.stdout
     # The rerun retries the failed documents; each stage's line counts the page done earlier
     # alike (Describe's used to say "done earlier 0" beside Extract's "done earlier 1").
     assert again.returncode == 1, again.stderr[-3000:]
