@@ -222,7 +222,8 @@ def execute(stage: str, spec: StageSpec, *, command_line: bool = False) -> Shard
     return run_blocking(shard_coroutine(stage, spec), command_line=command_line)
 
 
-def _finish(stage: str, spec: StageSpec, outcome: ShardOutcome) -> Result:
+def _raise_for(outcome: ShardOutcome) -> None:
+    """Raise what a caller gets for a run that was interrupted or could not run."""
     if outcome.interrupted_by_user:
         raise KeyboardInterrupt
     if outcome.error is not None:
@@ -230,6 +231,10 @@ def _finish(stage: str, spec: StageSpec, outcome: ShardOutcome) -> Result:
             raise outcome.error
         # An input, endpoint or storage failure: the same message, as the one error a caller catches.
         raise RunError(str(outcome.error)) from outcome.error
+
+
+def _finish(stage: str, spec: StageSpec, outcome: ShardOutcome) -> Result:
+    _raise_for(outcome)
     return summarize(stage, spec, outcome)
 
 
@@ -300,7 +305,8 @@ async def arun(
 
         spec.job.progress = auto_progress()
     outcome = await run_guarded(shard_coroutine(stage, spec), asyncio.Event())
-    return await asyncio.to_thread(_finish, stage, spec, outcome)  # it may read the failed rows
+    _raise_for(outcome)
+    return await asyncio.to_thread(summarize, stage, spec, outcome)  # it may read the failed rows
 
 
 def load(output: PathOrUrl, stage: str = "assemble", *,
