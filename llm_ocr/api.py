@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         RunKeywords,
     )
     from llm_ocr.runners.shard import ShardOutcome
+    from llm_ocr.storage.reconcile import Failures
 
 __all__ = ["Result", "RunError", "arun", "load"]
 __all__ += list(STAGES)  # llm_ocr.STAGE: one function per stage, made from the stage table (below)
@@ -72,6 +73,9 @@ class Result:
     holds the markers themselves. ``routes`` counts the pages by the route of the reading they
     keep (``text-layer``, ``model``, ``escalated``: docs/routes.md) and ``models`` what each model
     did (pages read, readings used, tokens, ``busy_s``), over Extract and Escalate.
+    ``failures``: when pages or documents failed (exit code 1), the failed documents of this
+    shard in each stage folder the run wrote, the first 20 named with their errors; printing the
+    result names them (the end of ``llm-ocr run|extract|...`` is this text).
     """
 
     stage: str
@@ -83,6 +87,7 @@ class Result:
     stats: dict[str, Any] = field(default_factory=dict, repr=False)
     routes: dict[str, int] = field(default_factory=dict)
     models: dict[str, dict[str, int | float]] = field(default_factory=dict)
+    failures: list[Failures] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -98,12 +103,10 @@ class Result:
             return "unknown"
 
     @classmethod
-    def of(cls, stage: str, output: str, outcome: ShardOutcome) -> Result:
+    def of(cls, stage: str, output: str, outcome: ShardOutcome, failures: Sequence[Failures] = ()) -> Result:
         """The result of a stage's outcome, read from its stats (the marker; for a stage that
         writes several folders, ``run``, one marker per folder) through their typed views."""
-        stats = outcome.stats or {}
-        markers = stats.values() if len(STAGES[stage].markers) > 1 else [stats]
-        views = [view for view in map(stage_stats, markers) if view is not None]
+        views = [view for view in map(stage_stats, _markers(stage, outcome.stats or {})) if view is not None]
         page_stage = next((view for view in views if isinstance(view, PageStats)), None)  # Extract's, else Describe's
         assembled = next((view for view in views if isinstance(view, AssembleStats)), None)
         fielded = next((view for view in views if isinstance(view, FieldsStats)), None)
@@ -121,17 +124,58 @@ class Result:
                 into = models.setdefault(model, {})
                 for key, value in counts.items():
                     into[key] = round(into.get(key, 0) + value, 3)
-        return cls(stage, output, outcome.exit_code, pages, documents, cost, stats, routes, models)
+        return cls(stage, output, outcome.exit_code, pages, documents, cost, outcome.stats or {}, routes, models,
+                   list(failures))
 
     def __str__(self) -> str:
+        """One sentence (the exit code, pages, documents, routes, cost), then the failed
+        documents, a line each (see :func:`llm_ocr.storage.reconcile.failure_lines`)."""
         pages = ", ".join(f"{k} {v}" for k, v in self.pages.items())
         documents = ", ".join(f"{k} {v}" for k, v in self.documents.items())
         cost = (self.cost or {}).get("estimated_cost_usd")
         routes = ", ".join(f"{k} {v}" for k, v in self.routes.items())
-        return (f"llm-ocr {self.stage} -> {self.output}: exit code {self.exit_code} ({self.meaning})"
-                + (f"; pages: {pages}" if pages else "") + (f"; documents: {documents}" if documents else "")
-                + (f"; routes: {routes}" if routes and set(self.routes) != {"model"} else "")
-                + (f"; estimated GPU cost ${cost}" if cost is not None else ""))
+        sentence = (f"llm-ocr {self.stage} -> {self.output}: exit code {self.exit_code} ({self.meaning})"
+                    + (f"; pages: {pages}" if pages else "") + (f"; documents: {documents}" if documents else "")
+                    + (f"; routes: {routes}" if routes and set(self.routes) != {"model"} else "")
+                    + (f"; estimated GPU cost ${cost}" if cost is not None else ""))
+        if not self.failures:
+            return sentence
+        from llm_ocr.storage.reconcile import failure_lines
+
+        return "\n".join([sentence, *failure_lines(self.failures)])
+
+
+def _markers(stage: str, stats: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The completion markers in a stage's stats (``run`` has one per stage folder)."""
+    return list(stats.values()) if len(STAGES[stage].markers) > 1 else [stats]
+
+
+def shard_failures(stage: str, spec: StageSpec, outcome: ShardOutcome) -> list[Failures]:
+    """The failed documents of this shard in each folder ``stage`` wrote, when pages or
+    documents failed (exit code 1); none otherwise. Reading them never fails the run: a store
+    that cannot be read now is logged, and the result names none."""
+    if outcome.exit_code != ExitCode.PAGES_FAILED:
+        return []
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.reconcile import stage_failures
+
+    out = Storage(spec.job.output, spec.job.storage_options)
+    found = []
+    try:
+        for marker in _markers(stage, outcome.stats or {}):
+            if isinstance(marker, Mapping) and marker.get("stage") in STAGE_FOLDERS:
+                failed = stage_failures(out, str(marker["stage"]), int(marker.get("shard", 0)),
+                                        int(marker.get("num_shards", 1)))
+                found.append(failed)
+    except Exception as exc:  # noqa: BLE001 - naming the failures is a courtesy; the counts are above
+        log.warning("could not read the failed rows to name them (%s): llm-ocr status %s names them", exc,
+                    spec.job.output)
+    return found
+
+
+def summarize(stage: str, spec: StageSpec, outcome: ShardOutcome) -> Result:
+    """The :class:`Result` of ``outcome``, its failed documents read from this shard's rows."""
+    return Result.of(stage, spec.job.output, outcome, shard_failures(stage, spec, outcome))
 
 
 def stage_spec(
@@ -187,7 +231,8 @@ def execute(stage: str, spec: StageSpec, *, command_line: bool = False) -> Shard
     return run_blocking(shard_coroutine(stage, spec), command_line=command_line)
 
 
-def _finish(stage: str, output: str, outcome: ShardOutcome) -> Result:
+def _raise_for(outcome: ShardOutcome) -> None:
+    """Raise what a caller gets for a run that was interrupted or could not run."""
     if outcome.interrupted_by_user:
         raise KeyboardInterrupt
     if outcome.error is not None:
@@ -195,13 +240,17 @@ def _finish(stage: str, output: str, outcome: ShardOutcome) -> Result:
             raise outcome.error
         # An input, endpoint or storage failure: the same message, as the one error a caller catches.
         raise RunError(str(outcome.error)) from outcome.error
-    return Result.of(stage, output, outcome)
+
+
+def _finish(stage: str, spec: StageSpec, outcome: ShardOutcome) -> Result:
+    _raise_for(outcome)
+    return summarize(stage, spec, outcome)
 
 
 def _call(stage: str, inputs: PathOrUrl | Sequence[PathOrUrl] | None, output: PathOrUrl,
           options: Mapping[str, Any]) -> Result:
     spec = keyword_spec(stage, inputs, output, options)
-    return _finish(stage, spec.job.output, execute(stage, spec))
+    return _finish(stage, spec, execute(stage, spec))
 
 
 if TYPE_CHECKING:
@@ -265,7 +314,8 @@ async def arun(
 
         spec.job.progress = auto_progress()
     outcome = await run_guarded(shard_coroutine(stage, spec), asyncio.Event())
-    return _finish(stage, spec.job.output, outcome)
+    _raise_for(outcome)
+    return await asyncio.to_thread(summarize, stage, spec, outcome)  # it may read the failed rows
 
 
 def load(output: PathOrUrl, stage: str = "assemble", *,

@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 epilog=stage.epilog, usage=stage_usage(stage.name), add_help=False)
         add_help_option(parser, stage.name)  # --help [GROUP]: short, one group, or all
         add_stage_options(parser, stage.name)
+        # How the command ends, not an option of the stage (a launched job's command has none).
+        parser.add_argument("--json", action="store_true",
+                            help="end with the run's stats as one line of JSON (the completion markers' content) "
+                                 "instead of the summary in words")
         parser.set_defaults(handler=partial(run_stage, stage.name))
 
 
@@ -48,11 +52,17 @@ def add_fields_aliases(parser: argparse.ArgumentParser) -> None:
 
 
 def run_stage(stage: str, args: argparse.Namespace) -> int:
-    """Handle ``llm-ocr STAGE``: run it over this shard, print its stats as JSON, return the exit code."""
-    from llm_ocr.api import execute, stage_spec
+    """Handle ``llm-ocr STAGE``: run it over this shard, end with what the Python API's result
+    says (the exit code in words, the counts, the failed documents named) or, with ``--json``,
+    its stats as one line of JSON; return the exit code."""
+    from llm_ocr.api import execute, stage_spec, summarize
 
     spec = stage_spec(stage, getattr(args, "inputs", None), args, naming="flag")
     outcome = execute(stage, spec, command_line=True)
-    if outcome.stats:
+    if not outcome.stats:  # it could not run: the error logged is the last word
+        return outcome.exit_code
+    if args.json:
         print(json.dumps(outcome.stats, sort_keys=True))
+    else:
+        print(summarize(stage, spec, outcome), flush=True)
     return outcome.exit_code

@@ -1,6 +1,7 @@
 """``llm-ocr status OUT``: account for every page of an output location, without running anything.
 
-The counting is :func:`llm_ocr.storage.reconcile.stage_status`; this module prints it.
+The counting is :func:`llm_ocr.storage.reconcile.stage_status`; this module prints it, with
+each stage's failed documents (the first 20, their errors, and where the rest are).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 
 from llm_ocr.storage import Storage
 from llm_ocr.storage.claims import claims_summary
-from llm_ocr.storage.reconcile import DOCUMENT_STAGES, STAGES, stage_status
+from llm_ocr.storage.reconcile import DOCUMENT_STAGES, STAGES, Failures, stage_status
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if not report:
         print(f"{args.output}: no output yet")
         return 0
+    named: dict[str, str] = {}  # failed documents an earlier stage named (one unreadable file fails in each)
     for stage in report:
         counts = stage["by_status"]
         unit = "documents" if stage["stage"] in DOCUMENT_STAGES else "pages"
@@ -62,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  shard {shard}: {sum(shard_counts.values())} = {detail}{speed}")
         for label, number in labels.items():
             print(f"  [{number}] {label}")
+        for line in Failures.from_dict(stage["stage"], stage["failed"]).lines(named, stage=False):
+            print(f"  {line}")
     for flow, shards in groups.items():
         print(f"work groups ({'llm-ocr ' + flow}; docs/stragglers.md): who read each shard's page groups")
         for shard, entry in shards.items():

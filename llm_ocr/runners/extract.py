@@ -71,6 +71,8 @@ class Extract(ShardStage):
         self.documents: Iterable[DocumentRef] = iter(())
         self.index = ShardIndex()
         self.groups: GroupWork | None = None
+        #: The shard's documents, when the listing counts them ahead (the progress's total).
+        self.docs_total: int | None = None
 
     def settled(self, markers: Markers) -> ExitCode | None:
         return extract_settles(markers["extract"], self.spec.extract)
@@ -86,6 +88,7 @@ class Extract(ShardStage):
             self.index = self.groups.indexes["extract"]
             return
         self.documents = plan.documents(shard.count, shard.index, by_rows=by_rows)
+        self.docs_total = plan.shard_size(shard.count, shard.index, by_rows=by_rows)
         self.index = await shard.scan("extract", keep_quarantined=keep)
         note_retried(self.index)
         note_kept(self.index)
@@ -99,6 +102,7 @@ class Extract(ShardStage):
         async with shard.connect(spec.client, spec.server) as endpoint, \
                 PageWork(shard, endpoint, {"extract": self.index}, render=True, groups=groups) as work:
             assert work.pool is not None
+            work.counters["extract"].docs_total = self.docs_total
             async with open_route(shard, spec, work.pool) as route:
                 # The pieces of every page share a limit as large as the pages' (and following it).
                 ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,

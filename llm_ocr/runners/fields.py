@@ -312,6 +312,8 @@ class _Run:
                 task = asyncio.create_task(self._one(row, ctx, writer, documents, fatal))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
+            else:
+                self.counters.intake_done = True  # every document counted: the progress has its total
             await finish_in_flight(tasks, stop, job.grace_period)
             if fatal:
                 raise fatal[0]

@@ -354,6 +354,7 @@ class PageWork:
             settings=self.settings(limit),
             stop=self.shard.stop,
         )
+        self.reporter.show(self.counters[writes[0]], "+".join(writes))  # which stage runs, on screen
         if self.groups is not None:  # a group is claimed when this flow has room for it
             self.groups.backlog = lambda: flow.ready_batches
         async with adapting(self.controller):

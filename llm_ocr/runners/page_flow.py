@@ -305,6 +305,10 @@ class PageFlow(Generic[RefT, ItemT]):
                     await self._queue.put(batch)
                     if self.stop.is_set():
                         break
+                else:
+                    # Every document reached (an intake stops early only once stop is set):
+                    # pages_found is the shard's total, shown with the time left.
+                    self.counters.intake_done = not self.stop.is_set()
         except asyncio.CancelledError:
             # run() cancels the producer only once _dispatch has stopped reading: no end marker
             # is needed, and waiting for room in the full queue would never end (CI's hang with

@@ -81,6 +81,9 @@ class _RunPages:
     #: Describe's counters (the flow counts the Extract rows).
     counters: RunCounters
     bad: BadPages
+    #: Pages read this run whose Describe row an earlier run wrote (the page's Extract row was
+    #: missing): Describe's "done earlier".
+    described_earlier: int = 0
 
     async def read(
         self, ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None
@@ -97,6 +100,7 @@ class _RunPages:
 
     async def _then_describe(self, page: PageResult) -> tuple[PageResult, PageResult | None]:
         if page.page in self.described.get(page.doc_id, ()):
+            self.described_earlier += 1
             return page, None
         result = await describe_page(page, self.describe)
         self.counters.pages[result.tally] += 1
@@ -125,6 +129,8 @@ class Run(ShardStage):
         self.describe = ShardIndex()
         self.tally = ModelTally()
         self.groups: GroupWork | None = None
+        #: The shard's documents, when the listing counts them ahead (the progress's total).
+        self.docs_total: int | None = None
 
     def _pages_settled(self, markers: Markers) -> ExitCode | None:
         """Extract's exit code when earlier runs left Extract, Describe and Assemble nothing to do."""
@@ -166,6 +172,7 @@ class Run(ShardStage):
             self.extract, self.describe = self.groups.indexes["extract"], self.groups.indexes["describe"]
             return
         self.documents = plan.documents(shard.count, shard.index, by_rows=by_rows)
+        self.docs_total = plan.shard_size(shard.count, shard.index, by_rows=by_rows)
         self.extract = await shard.scan("extract", keep_quarantined=keep)
         self.describe = await shard.scan("describe")
         note_retried(self.extract)
@@ -194,9 +201,13 @@ class Run(ShardStage):
             if missing:
                 log.info("describing %d page(s) extracted earlier but not described yet", missing)
                 rows = UpstreamRows(iter_shard_rows(shard.folder("extract"), shard.index, shard.count), self.describe)
+                work.counters["describe"].pages_found = 0  # the rows read: the catch-up's total, once all are read
                 await work.run(rows, describe_handler(dctx), ["describe"], limit=work.limit.scaled(2))
+            caught_up_rows = work.counters["describe"].pages_done
+            run_pages: _RunPages | None = None
             layout_s = None
             if not shard.stop.is_set():
+                work.counters["extract"].docs_total = self.docs_total
                 async with open_route(shard, spec, work.pool) as route:
                     ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
                                                  work.limit.scaled(1), spec.render)
@@ -214,11 +225,8 @@ class Run(ShardStage):
                                           max_aspect=spec.extract.max_page_aspect)
                     await work.run(pages, handler, ["extract", "describe"])
                     layout_s = route.client.busy_seconds if route is not None else None
-            extracted, described = work.counters["extract"], work.counters["describe"]
-            caught_up = len(work.documents["describe"])
-            # The page flow reaches every document of the shard, those the catch-up described included.
-            described.docs_finished = caught_up + extracted.docs_finished
-            described.docs_seen = max(caught_up, extracted.docs_seen)
+            if run_pages is not None:
+                self._account_describe(work, caught_up_rows, run_pages.described_earlier)
         kept = self.extract.kept_quarantined
         accounting = self.tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
         ex = work.result("extract", kept=kept, extra=accounting)
@@ -227,6 +235,26 @@ class Run(ShardStage):
         end = await groups_finished(self.groups, [ex.stats, de.stats], stopped=shard.stop.is_set())
         ex.failed = ex.failed or end.failed_elsewhere
         return Finished([ex, de], preset=endpoint.preset, complete=end.complete)
+
+    def _account_describe(self, work: PageWork, caught_up_rows: int, described_earlier: int) -> None:
+        """Count Describe's pages and documents from the page flow's input, as Extract's are.
+
+        The flow reaches every page of the shard once (both lines say the same "pages seen"):
+        a page Extract did earlier was either described by the catch-up (a Describe row this
+        run) or described earlier too; a page read now was described now, or earlier when only
+        its Extract row was missing. (Counting only the catch-up's skips made a rerun say
+        "done earlier 1" for Extract and "done earlier 0" for Describe.)
+        """
+        extracted, described = work.counters["extract"], work.counters["describe"]
+        caught_up = work.documents["describe"]
+        described.pages_found = extracted.pages_found
+        described.intake_done = extracted.intake_done
+        described.pages_skipped = max(0, extracted.pages_skipped - caught_up_rows) + described_earlier
+        # Documents Extract had whole before this run whose Describe rows the catch-up completed.
+        completed = sum(1 for doc_id in caught_up if self.extract.is_document_done(doc_id))
+        described.docs_seen = max(len(caught_up), extracted.docs_seen)
+        described.docs_finished = extracted.docs_finished + completed
+        described.docs_skipped = max(0, extracted.docs_skipped - completed)
 
     async def then(self, shard: Shard, outcome: ShardOutcome, markers: Markers) -> ShardOutcome:
         # Assemble reads OUT/describe back: where writes are batched into commits (the Hub), the

@@ -82,7 +82,7 @@ def test_a_page_that_runs_out_without_repeating_itself_is_read_again_in_tiles(tm
     tokens per character than that (0.4): the whole answer runs to max_tokens, unrepeated."""
     folder, parts = docs
     with SimulatedServer("--prefill-ms", "0", "--tokens-per-char", "0.4", "--max-model-len", "12288", corpus=folder) as server:
-        result = extract(folder, tmp_path / "out", server, "--max-tokens", "10000")
+        result = extract(folder, tmp_path / "out", server, "--max-tokens", "10000", "--json")
         requests = gazette_requests(server)
     assert result.returncode == 0, result.stderr[-3000:]
     gazette = rows_by_doc(tmp_path / "out")["gazette.pdf"]

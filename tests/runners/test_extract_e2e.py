@@ -267,11 +267,16 @@ def test_finevision_shaped_parquet_dataset(tmp_path: Path) -> None:
 def test_progress_lines_when_not_on_a_terminal(tmp_path: Path) -> None:
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     with SimulatedServer("--prefill-ms", "400", "--slots", "1", corpus=tmp_path / "docs") as server:
-        result = extract([str(tmp_path / "docs")], tmp_path / "out", server, "--progress-interval", "0.3")
+        result = extract([str(tmp_path / "docs")], tmp_path / "out", server, "--progress-interval", "0.3", "--json")
     assert result.returncode == 0
     lines = [l for l in result.stderr.splitlines() if "pages/s" in l]
     assert len(lines) >= 3  # periodic lines plus the final one
-    assert "ok 4, truncated 0, error 0" in lines[-1]
+    assert "INFO llm_ocr: extract: pages 4/4 (ok 4, truncated 0, error 0) | docs 2/2 |" in lines[-1], lines[-1]
+    # Each line names the stage; once a page is done (the total was known from the start: the
+    # input's two documents, then its four pages), the time left.
+    assert all(": extract: pages " in line for line in lines), lines
+    midway = [line for line in lines[:-1] if re.search(r"pages [123]/4 ", line)]
+    assert midway and all(re.search(r" \| ETA 0:00:\d\d \| ", line) for line in midway), lines
     stats = json.loads(result.stdout.strip().splitlines()[-1])
     assert stats["pages"] == {"ok": 4, "truncated": 0, "error": 0, "quarantined": 0, "quarantined_earlier": 0,
                               "total": 4, "skipped": 0, "seen": 4}

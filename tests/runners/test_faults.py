@@ -131,7 +131,7 @@ def test_summary_lines_reconcile_every_shard_and_status_reports_the_same(tmp_pat
         # Static shards: each process's line is its own shard's. (With work groups, a process's
         # line counts the groups it read, whatever their shard: tests/runners/test_stragglers_e2e.py.)
         shards = [extract([tmp_path / "docs"], out, server, "--num-shards", "2", "--shard-index", str(i),
-                          "--max-tokens", "300", "--no-steal") for i in range(2)]
+                          "--max-tokens", "300", "--no-steal", "--json") for i in range(2)]
         status = json.loads(run_cli("status", str(out), "--json").stdout)
         text = run_cli("status", str(out)).stdout
         (out / "_state/extract/done-00000-of-00002.json").unlink()

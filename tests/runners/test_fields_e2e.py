@@ -240,7 +240,7 @@ def test_run_with_classes_does_every_stage_in_one_process_on_one_server(corpus: 
     out = tmp_path / "out"
     # No --endpoint: llm-ocr launches the server (the simulator here) once, for every stage.
     result = run_cli("run", str(docs), "--output", str(out), "--engine", "sim", "--classes", CLASSES, "--workers", "0",
-                     "--progress", "off", "--export-csv", timeout=300)
+                     "--progress", "off", "--export-csv", "--json", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]  # the misprinted invoice is invalid (counted)
     stats = json.loads(result.stdout)
     assert set(stats) == {"extract", "describe", "assemble", "fields"}

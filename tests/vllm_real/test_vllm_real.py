@@ -319,7 +319,7 @@ def test_run_extracts_describes_and_assembles_on_real_vllm(tiny_model: Path, tmp
         # A random model runs to max_tokens without looping: read each page whole (the requests
         # and the run are tested here, not the dense-page policy).
         "--max-tokens", "48", "--no-tile-dense-pages", "--describe-max-tokens", "24", "--workers", "1",
-        "--progress", "log",
+        "--progress", "log", "--json",
     ], tmp_path, env={"LLM_OCR_API_KEY": key})  # fmt: skip
     watch = ProcessWatch(process.pid)
     handed_over: dict[str, str | None] = {}
