@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,16 +16,36 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "quickstart.ipynb"
 
 
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+def _copy_of_the_repository(root: Path) -> Path:
+    """What the notebook reads, and the repository's .gitignore, committed in a git repository
+    of their own: the notebook writes where it would in a clone, without touching this one."""
+    for name in ("samples", "examples", "notebooks"):
+        shutil.copytree(REPO / name, root / name)
+    shutil.copy(REPO / ".gitignore", root / ".gitignore")
+    _git(root.parent, "init", "-q", str(root))
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "copy")
+    return root
+
+
 def test_quickstart_notebook_runs_the_pipeline_and_shows_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    out = tmp_path / "out"
-    # The kernel inherits this environment: results go to tmp_path, not into the repository.
-    monkeypatch.setenv("LLM_OCR_NOTEBOOK_OUT", str(out))
-    monkeypatch.setenv("LLM_OCR_REPO", str(REPO))
+    repo = _copy_of_the_repository(tmp_path / "repo")
+    out = repo / "out" / "quickstart"  # where the notebook writes by default
+    # The kernel inherits this environment: the notebook's repository is the copy.
+    monkeypatch.delenv("LLM_OCR_NOTEBOOK_OUT", raising=False)
+    monkeypatch.setenv("LLM_OCR_REPO", str(repo))
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
-        notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}
+        notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(repo / "notebooks")}}
     )
     client.execute()  # raises CellExecutionError, with the cell and traceback, if a cell fails
+    # Everything it wrote is under a folder the repository's .gitignore covers.
+    assert _git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+    assert (out / "assemble").is_dir()
 
     # What the notebook ran really produced the three stages and the human exports.
     documents = pq.read_table(sorted((out / "assemble").glob("*.parquet"))).to_pylist()
@@ -31,6 +53,8 @@ def test_quickstart_notebook_runs_the_pipeline_and_shows_results(tmp_path: Path,
     assert all(d["status"] == "ok" for d in documents)
     captioned = [f for d in documents for f in d["figures"] if f["description"]]
     assert captioned, "the sample PDF has figures; Describe should have captioned them"
+    # Described by the CPU engine from what it read on the page, not a simulator's placeholder text.
+    assert any(f["description"].startswith("Caption: Figure 1") for f in captioned), captioned
     assert (out / "report.html").stat().st_size > 10_000
     assert list((out / "markdown").glob("*.md"))
 
@@ -67,7 +91,7 @@ def test_quickstart_notebook_runs_the_pipeline_and_shows_results(tmp_path: Path,
 
     # The cascade (section 7): the born-digital PDFs read from their text layer, the scan and the
     # image by the weak model, the garbled scan page read again by the strong one.
-    cascade = tmp_path / "out-cascade"
+    cascade = out.parent / "quickstart-cascade"
     parts = sorted((cascade / "escalate").glob("*.parquet"))
     rows = {(r["doc_id"], r["page"]): r for r in pq.read_table(parts).to_pylist()}
     pdfs = [p.name for p in (REPO / "samples").glob("*.pdf")]

@@ -35,9 +35,10 @@ a tile gets the text of its region):
 - **dense recall**: 24 pages of the corpus and 2 dense pages, all known to an instant simulator,
   so that each row's text can be compared with its page's text layer: word recall of normal and
   dense pages, and the tokens each dense page cost;
-- **dense recall, ...** (issue 35, :data:`DENSE_RECALL`): the same pages against a served GPU
-  (1 ms a token), DeepSeek-OCR at 4,096 and 8,192 tokens of context, olmOCR-2 (bands) at 8,192,
-  and DeepSeek-OCR answering 2 tokens a character (the adaptive split): word recall, status,
+- **dense recall, ...** (:data:`DENSE_RECALL`): whether tiling holds up when the context is
+  short or the answers are denser than planned. The same pages against a served GPU (1 ms a
+  token), DeepSeek-OCR at 4,096 and 8,192 tokens of context, olmOCR-2 (bands) at 8,192, and
+  DeepSeek-OCR answering 2 tokens a character (the adaptive split): word recall, status,
   tokens generated against the text's own (its text layer at the server's tokens a character),
   wall time against the bound, and the normal pages' requests and tokens.
 """
@@ -62,7 +63,8 @@ from llm_ocr.sources.segments import plan_segments
 #: The served model of the long-tail workloads.
 OLMOCR = "allenai/olmOCR-2-7B-1025-FP8"
 
-#: The dense recall workloads of issue 35 and what each changes on the served GPU's base.
+#: The dense recall workloads, each a context size or answer density that tiles must fit, and what
+#: each changes on the served GPU's base.
 DENSE_RECALL: dict[str, dict[str, Any]] = {
     "dense recall, DeepSeek-OCR 4096": {"max_model_len": 4096, "max_tokens": None},
     "dense recall, DeepSeek-OCR 8192": {"max_model_len": 8192, "max_tokens": None},
@@ -95,9 +97,10 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
     # policy and the dispatcher, not the client's rendering (the instant bench measures that).
     light = replace(quiet, dpi=36.0)
     before_tiles = {"tile_dense_pages": False}  # "today" reads dense pages whole
-    # olmOCR-2 (the family of issue 38's measurement: max_tokens 8,000 in a 16,384 context), its
-    # pages scaled to 640 px on the longer side so that the client feeds the server on a loaded
-    # 2-core machine (its own 1,288 px PNGs cost the client ~4 times more).
+    # olmOCR-2 with its recipe's budget (max_tokens 8,000 in a 16,384 context): a long tail of
+    # long answers, which the longest-first order (look_ahead) is for. Its pages are scaled to
+    # 640 px on the longer side so that the client feeds the server on a loaded 2-core machine
+    # (its own 1,288 px PNGs cost the client ~4 times more).
     strip_gpu = replace(quiet, slots=64, prefill_ms=20.0, decode_ms_per_token=1.0, load_slowdown=1.0)
     long_tail = replace(quiet, model=OLMOCR, long_side=640, max_tokens=None, max_model_len=16384, adaptive=True)
     return [
@@ -124,7 +127,7 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
          {"tile_dense_pages": False}, {"tile_dense_pages": True}),
         ("dense recall", replace(quiet, instant=True, dpi=72.0, max_tokens=7168),
          {"tile_dense_pages": False}, {"tile_dense_pages": True}),
-        # The same pages read as issue 35 read them: DeepSeek-OCR at 4,096 and 8,192 tokens of
+        # The same pages where tiles are tight: DeepSeek-OCR at 4,096 and 8,192 tokens of
         # context (answers of 3,072 and 7,168), olmOCR-2 (bands, no boxes) at 8,192 (answers of
         # 4,096), and DeepSeek-OCR answering twice as many tokens a character as the planner's
         # first guess (the adaptive split at work). A served GPU (1 ms a token): wall time

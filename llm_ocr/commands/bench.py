@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--repeat", type=positive_int, default=1, help="runs per configuration (default %(default)s)")
     server = parser.add_argument_group("simulated server (the decode model)")
     add_decode_options(server, {name: getattr(d, name) for name in DECODE_DEFAULTS})
-    losses = parser.add_argument_group("where GPU time is lost (issues 19, 28 and 38)")
+    losses = parser.add_argument_group("where GPU time is lost: each mechanism off, then on")
     losses.add_argument("--losses", action="store_true",
                         help="run the loss workloads (loops, 256 and 64 slots behind --endpoint, 1 vs 4 GPUs, a "
                         "1:61 page, dense pages behind 256 slots and their recall (DeepSeek-OCR at 4,096 and 8,192 "

@@ -352,8 +352,8 @@ _CLIENT_RETRY_WAITS_S = (3.0, 10.0, 30.0)
 #: How long one Ray Client connection may take to tell a ray:// address's dashboard. The proxy can
 #: also stall on a connection without failing it: it waits for the head's runtime-env agent and for
 #: the connection's server with no timeout of its own (ray/util/client/server/proxier.py), and the
-#: client then waits for ever (seen twice in this project's tests, the second time at load 4). So
-#: the connection is made in a child process, killed at this deadline, and a new one is tried. A
+#: client then waits for ever, most often on a loaded head node. So the connection is made in a
+#: child process, killed at this deadline, and a new one is tried. A
 #: connection takes seconds; Ray's own limits are 30 s for the channel and 30 s for the server.
 _CLIENT_ATTEMPT_S = 90.0
 #: What the child runs: Ray's job client resolves the ray:// address (Ray Client) to the dashboard.

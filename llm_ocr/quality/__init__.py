@@ -3,8 +3,8 @@ runs compared side by side.
 
 - :mod:`.text`     olmOCR-bench's text normalisation and repetition detector
 - :mod:`.tables`   Markdown and HTML tables as cell graphs (the table tests' view)
-- :mod:`.katex`    formulas rendered with KaTeX (0.16.21, shipped in ``katex_dist/``) in headless
-                   Chromium, and compared
+- :mod:`.katex`    formulas rendered with KaTeX (0.16.21 and its fonts, shipped in ``katex_dist/``) in
+                   headless Chromium, and compared
 - :mod:`.checks`   the test types (present, absent, order, table, math, baseline, format,
                    footnote): fields, validation, verdicts
 - :mod:`.stats`    category means and their bootstrap confidence interval

@@ -321,6 +321,8 @@ class MathTest(BenchTest):
             why = renderer.unavailable_reason if renderer is not None else "no equation renderer"
             return Verdict(None, f"not scored: {why}")
         reference = renderer.render(self.math)
+        if not renderer.available:  # found out while rendering (KaTeX's fonts did not load)
+            return Verdict(None, f"not scored: {renderer.unavailable_reason}")
         if reference is None or reference.error:
             return Verdict(None, "not scored: the test's formula does not render in KaTeX "
                                  f"({reference.error if reference else '?'})")

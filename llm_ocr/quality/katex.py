@@ -17,12 +17,25 @@ itself ships with the package: ``katex_dist/`` holds ``katex.min.js`` and ``kate
 KaTeX 0.16.21, the files olmOCR-bench bundles (``olmocr/bench/katex/``), because another KaTeX
 gives other verdicts: Debian's 0.16.4 refuses ``\\dddot``, ``\\ddddot``, ``\\emph`` and
 ``\\mathsfit``, which 0.16.21 renders. ``LLM_OCR_KATEX`` or ``--katex DIR`` points elsewhere (a
-warning names the version when it is not 0.16.21). KaTeX's web fonts are not loaded, as upstream
-loads none: boxes come from the browser's fallback fonts in both.
+warning names the version when it is not 0.16.21).
+
+**Fonts.** Glyph boxes are font metrics, so the font decides the glyph comparison. Upstream's
+page loads none of KaTeX's fonts: olmOCR ships no ``fonts/``, and Playwright inlines
+``katex.min.css`` into an ``about:blank`` page, where its relative ``@font-face`` URLs
+(``fonts/KaTeX_*.woff2``) lead nowhere. Chromium then takes ``KaTeX_Main``, ``KaTeX_Math``...
+from the machine's fonts when it has them (Debian's ``fonts-katex`` installs them), else falls
+back to ``Times New Roman``/``serif`` (Liberation Serif here): the same formula gets other
+boxes, and some verdicts flip, from one machine to the next (docs/quality.md has one). Here the
+page loads the fonts KaTeX 0.16.21 ships (``katex_dist/fonts/``, its 20 ``woff2`` files) as
+``FontFace`` objects made from their bytes, which shadow any system font of the same name; the
+page reports each one's status, and if one did not load the math tests are not scored
+(:class:`FontsNotLoaded`). Only a character none of KaTeX's fonts has still falls back to a
+system font.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import logging
@@ -210,6 +223,53 @@ def find_katex() -> Path | None:
 _VERSION = re.compile(rb'version:"([0-9][0-9A-Za-z.+-]*)"')
 
 
+def chromium_version(chromium: str) -> str:
+    """What ``chromium --version`` prints (``Chromium 156.0.8078.108 built on Debian ...``), with
+    the program's path; just the path when it does not answer."""
+    try:
+        done = subprocess.run([chromium, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return chromium
+    version = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else ""
+    return f"{version} ({chromium})" if version else chromium
+
+
+@dataclass(frozen=True)
+class FontFile:
+    """One ``@font-face`` rule of ``katex.min.css`` and the ``woff2`` file it names."""
+
+    family: str
+    style: str
+    weight: str
+    path: Path
+
+
+_FONT_FACE = re.compile(r"@font-face\s*\{([^}]*)\}")
+_DESCRIPTOR = re.compile(r"(font-family|font-style|font-weight)\s*:\s*([^;]+)")
+_WOFF2 = re.compile(r"url\(\s*['\"]?([^'\")]+\.woff2)['\"]?\s*\)")
+
+
+def font_files(folder: str | os.PathLike[str]) -> list[FontFile]:
+    """The ``woff2`` fonts ``folder/katex.min.css`` declares, each with its ``@font-face``
+    descriptors; only those whose file exists beside the CSS (KaTeX's ``fonts/``)."""
+    root = Path(folder)
+    try:
+        css = (root / "katex.min.css").read_text(encoding="utf-8")
+    except OSError:
+        return []
+    found = []
+    for rule in _FONT_FACE.findall(css):
+        descriptors = {k: v.strip().strip("'\"") for k, v in _DESCRIPTOR.findall(rule)}
+        url = _WOFF2.search(rule)
+        if url is None or "font-family" not in descriptors:
+            continue
+        path = root / url.group(1)
+        if path.is_file():
+            found.append(FontFile(descriptors["font-family"], descriptors.get("font-style", "normal"),
+                                  descriptors.get("font-weight", "400"), path))
+    return found
+
+
 def katex_version(folder: str | os.PathLike[str]) -> str | None:
     """The version a ``katex.min.js`` declares (``version:"0.16.21"`` in its code), if it says."""
     try:
@@ -222,6 +282,14 @@ def katex_version(folder: str | os.PathLike[str]) -> str | None:
 _PAGE_SCRIPT = r"""
 const eqs = JSON.parse(document.getElementById("eqs").textContent);
 const stage = document.getElementById("stage");
+// KaTeX's fonts from their bytes: a FontFace made from binary data is parsed when made, so each
+// one's status is final here and the formulas below are laid out with it (no font loads later).
+const fonts = JSON.parse(document.getElementById("fonts").textContent).map((f) => {
+  const bytes = Uint8Array.from(atob(f.data), (c) => c.charCodeAt(0));
+  const face = new FontFace(f.family, bytes, {style: f.style, weight: f.weight});
+  document.fonts.add(face);
+  return {name: f.name, status: face.status};
+});
 // Render every formula first, then measure: one layout for the whole batch, not one per formula.
 const boxes = eqs.map((tex) => {
   const box = document.createElement("div");
@@ -252,16 +320,21 @@ const out = boxes.map(({box, error}) => {
 stage.remove();
 const pre = document.createElement("pre");
 pre.id = "llmocr-result";
-pre.textContent = JSON.stringify(out);
+pre.textContent = JSON.stringify({fonts, formulas: out});
 document.body.appendChild(pre);
 """
+
+
+class FontsNotLoaded(RuntimeError):
+    """Chromium did not load KaTeX's fonts: boxes would come from the machine's fonts."""
 
 
 class EquationRenderer:
     """Renders LaTeX with KaTeX in headless Chromium, in batches, with a cache.
 
     ``available`` says whether it can render at all (else ``unavailable_reason`` says why);
-    :meth:`prefetch` renders many formulas in few browser runs; :meth:`render` returns one.
+    :meth:`prefetch` renders many formulas in few browser runs; :meth:`render` returns one;
+    :meth:`describe` says what rendered them (Chromium, KaTeX and fonts).
     """
 
     def __init__(self, katex: str | os.PathLike[str] | None = None, chromium: str | None = None,
@@ -281,14 +354,32 @@ class EquationRenderer:
                 "(LLM_OCR_KATEX: a folder holding both)"
             )
         self.version = katex_version(self.katex) if self.katex is not None and self.available else None
+        self.fonts = font_files(self.katex) if self.katex is not None and self.available else []
         if self.available and self.version != OLMOCR_KATEX_VERSION:
             log.warning("KaTeX in %s is %s, not %s as olmOCR-bench's: math verdicts may differ from olmOCR's",
                         self.katex, self.version or "of an unknown version", OLMOCR_KATEX_VERSION)  # fmt: skip
+        if self.katex is not None and self.available and not self.fonts:
+            log.warning("no woff2 fonts beside %s: formulas are laid out in this machine's fonts, and glyph "
+                        "comparisons may differ from one machine to another", self.katex / "katex.min.css")
 
     @property
     def available(self) -> bool:
         """Whether formulas can be rendered here."""
         return not self.unavailable_reason
+
+    def describe(self) -> dict[str, str | None]:
+        """What renders the formulas, for ``bench.json``: the browser (``chromium --version``,
+        whose user agent hides all but the major version), the KaTeX version and the fonts."""
+        if not self.available:
+            return {"chromium": None, "katex": None, "fonts": None, "unavailable": self.unavailable_reason}
+        assert self.katex is not None and self.chromium is not None
+        if not self.fonts:
+            fonts = "the machine's fonts (no woff2 fonts beside the KaTeX CSS)"
+        elif self.katex == SHIPPED_KATEX:
+            fonts = f"bundled KaTeX fonts {self.version} ({len(self.fonts)} woff2)"
+        else:
+            fonts = f"KaTeX fonts from {self.katex} ({len(self.fonts)} woff2)"
+        return {"chromium": chromium_version(self.chromium), "katex": self.version, "fonts": fonts}
 
     def render(self, latex: str) -> RenderedEquation | None:
         """``latex`` rendered (``error`` set if KaTeX refused it); None if the browser failed."""
@@ -306,6 +397,10 @@ class EquationRenderer:
         def run(batch: list[str]) -> list[dict | None]:
             try:
                 return self._run(batch)
+            except FontsNotLoaded as exc:  # every batch would be laid out in the wrong fonts
+                self.unavailable_reason = str(exc)
+                log.warning("math tests will not be scored: %s", exc)
+                return [None] * len(batch)
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
                 log.warning("rendering %d formula(s) in Chromium failed: %s", len(batch), exc)
                 return [None] * len(batch)
@@ -319,15 +414,23 @@ class EquationRenderer:
     def _page(self, formulas: list[str]) -> str:
         assert self.katex is not None
         css = (self.katex / "katex.min.css").read_text(encoding="utf-8")
-        css = re.sub(r"@font-face\s*\{[^}]*\}", "", css)  # no web fonts, as upstream (see module doc)
+        # The CSS's @font-face URLs are relative to the CSS, not to this page: the page's script
+        # loads the same fonts from their bytes instead (see the module doc).
+        css = _FONT_FACE.sub("", css)
         js = (self.katex / "katex.min.js").read_text(encoding="utf-8")
         data = json.dumps(formulas).replace("</", "<\\/")
+        fonts = json.dumps([
+            {"name": f.path.name, "family": f.family, "style": f.style, "weight": f.weight,
+             "data": base64.b64encode(f.path.read_bytes()).decode("ascii")}
+            for f in self.fonts
+        ])  # fmt: skip
         return (
             "<!DOCTYPE html><html><head><meta charset='utf-8'><style>"
             + css
             + "\nbody{margin:0;background:#fff;color:#000}#stage{width:max-content}"
             ".eq{font-size:24px;padding:0;margin:40px}</style></head><body><div id='stage'></div>"
-            f"<script id='eqs' type='application/json'>{data}</script><script>{js}</script>"
+            f"<script id='eqs' type='application/json'>{data}</script>"
+            f"<script id='fonts' type='application/json'>{fonts}</script><script>{js}</script>"
             f"<script>{_PAGE_SCRIPT}</script></body></html>"
         )
 
@@ -346,7 +449,13 @@ class EquationRenderer:
         match = re.search(r'<pre id="llmocr-result">(.*?)</pre>', done.stdout, re.DOTALL)
         if match is None:
             raise ValueError(f"Chromium exited {done.returncode} without a result: {done.stderr.strip()[-500:]}")
-        records = json.loads(html.unescape(match.group(1)))
+        result = json.loads(html.unescape(match.group(1)))
+        failed = [f["name"] for f in result["fonts"] if f["status"] != "loaded"]
+        if failed:
+            raise FontsNotLoaded(f"Chromium did not load {len(failed)} of KaTeX's {len(result['fonts'])} fonts "
+                                 f"({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''}): glyph boxes would "
+                                 "come from this machine's fonts")
+        records = result["formulas"]
         if len(records) != len(formulas):
             raise ValueError(f"{len(records)} results for {len(formulas)} formulas")
-        return records
+        return list(records)

@@ -137,6 +137,8 @@ def score_output(
     models = {str(r.get("model")) for rows in pages.values() for r in rows if r.get("model")}
     result.update(out=out, run=run_stats(storage).to_json(), models=sorted(models))
     result["katex"] = renderer.version if renderer is not None else None
+    # What laid the formulas out: glyph comparisons depend on the browser and the fonts too.
+    result["math_renderer"] = renderer.describe() if renderer is not None else None
     if markdown is not None:
         result.update(markdown=str(markdown), markdown_files=len(found.files), unmatched_files=unmatched)
         if unmatched:

@@ -311,8 +311,8 @@ class PageFlow(Generic[RefT, ItemT]):
                     self.counters.intake_done = not self.stop.is_set()
         except asyncio.CancelledError:
             # run() cancels the producer only once _dispatch has stopped reading: no end marker
-            # is needed, and waiting for room in the full queue would never end (CI's hang with
-            # a wedged endpoint: the run stopped, then waited forever here).
+            # is needed, and waiting for room in the full queue would never end (with a wedged
+            # endpoint the run would stop, then wait here for ever).
             raise
         except BaseException:
             await self._queue.put(None)  # _dispatch still reads: let it end; run() raises this

@@ -86,6 +86,19 @@ def test_a_text_only_request_is_answered_as_vllm_answers_it() -> None:
     assert json.loads(answer_of(body)) == TRUTH["invoice-2024-0017.pdf"]["fields"]
 
 
+def test_a_table_in_html_is_read_as_a_markdown_one() -> None:
+    """DeepSeek-OCR and the CPU engine write tables in HTML: the line items are read from it, and
+    a sum the table holds in its amounts' column (the CPU engine's layout of a total under its
+    items) is the labelled value, not an item."""
+    rows = [("Nitrile gloves, box of 100", "4", "12.50", "50.00"), ("Autoclave pouches", "3", "18.20", "54.60"),
+            ("Dental bib clips", "10", "3.75", "37.50"), ("Subtotal:", "", "", "142.10")]
+    cells = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    table = f"<table><tr><td>Description</td><td>Quantity</td><td>Unit price</td><td>Amount</td></tr>{cells}</table>"
+    start, end = INVOICE_TEXT.index("Description"), INVOICE_TEXT.index("Tax:")
+    text = INVOICE_TEXT[:start] + table + "\n\n" + INVOICE_TEXT[end:]
+    assert sim_fields.read_object(INVOICE_SCHEMA, text) == TRUTH["invoice-2024-0017.pdf"]["fields"]
+
+
 def test_an_invalid_first_answer_is_repaired_when_the_model_is_shown_its_errors(sim: SimulatedServer) -> None:
     messages = [{"role": "system", "content": "Extract."}, {"role": "user", "content": INVOICE_TEXT}]
     status, first = chat(sim, messages, **json_schema(INVOICE_SCHEMA))

@@ -38,6 +38,7 @@ def test_a_good_reading_passes_every_test(tmp_path: Path, bench_dir: Path, rende
     # Every test of the bench ran: the JSONL tests plus one baseline per PDF without one.
     assert result["overall"]["tests"] == sum(len(s["tests"]) for s in BENCH.values()) + 4
     assert result["not_scored"]["tests"] == 0 and result["not_in_run"]["tests"] == 0
+    assert result["math_renderer"]["fonts"] == "bundled KaTeX fonts 0.16.21 (20 woff2)"  # what laid formulas out
 
 
 def test_each_defect_of_a_bad_reading_fails_its_own_check(tmp_path: Path, bench_dir: Path, renderer) -> None:

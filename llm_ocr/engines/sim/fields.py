@@ -9,8 +9,10 @@ It reads:
 * **tables**: an array of objects is read from the lines under a header line that names every
   item property (by title or name), one row per line: the trailing numbers fill the numeric
   columns from the right, the words before them the text column; a Markdown table
-  (``| a | b |``) works too; the rows stop at the first line that is not one, and resume under
-  the next header (a table continued on the next page);
+  (``| a | b |``) works too, and so does an HTML one (``<table><tr><td>``, as DeepSeek-OCR and
+  the CPU engine write tables), read as a Markdown table, a row that starts with a label
+  (``Total:``) read as a labelled value; the rows stop at the first line that
+  is not one, and resume under the next header (a table continued on the next page);
 * **choices**: an ``enum`` takes the labelled value when one matches, else the choice that comes
   first in the text (whole word), else ``other`` when that is a choice.
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import html
 import json
 import re
 from typing import Any
@@ -40,6 +43,10 @@ _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
 _MARKUP = re.compile(r"(\*\*|__|`|^#+\s*|^>\s*|^[-*]\s+)")
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _FENCED_JSON = re.compile(r"```json\s*\n(.*?)\n\s*```", re.DOTALL)
+_HTML_TABLE = re.compile(r"<table\b.*?</table>", re.DOTALL | re.IGNORECASE)
+_HTML_ROW = re.compile(r"<tr\b[^>]*>(.*?)</tr>", re.DOTALL | re.IGNORECASE)
+_HTML_CELL = re.compile(r"<t[dh]\b[^>]*>(.*?)</t[dh]>", re.DOTALL | re.IGNORECASE)
+_TAG = re.compile(r"<[^>]+>")
 _DATE_FORMATS = ("%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%d %B %Y", "%d %b %Y", "%d.%m.%Y", "%m/%d/%Y", "%d/%m/%Y")
 #: Names the model "invents" (each is checked not to be in the document).
 _INVENTED = ("Quillfeather Holdings", "Brightwater Logistics GmbH", "Saffron & Slate Ltd", "Oberlin Partners")
@@ -61,8 +68,23 @@ def schema_in_prompt(system: str) -> Any:
     return schema if isinstance(schema, dict) else None
 
 
+def _markdown_rows(table: re.Match[str]) -> str:
+    """An HTML table as Markdown table lines, one per ``<tr>`` (cell text without its tags); a row
+    whose first cell is a label (``Total:``, a sum set in the amounts' column) is that labelled
+    value, not an item."""
+    rows = []
+    for row in _HTML_ROW.findall(table.group(0)):
+        cells = [" ".join(_TAG.sub(" ", html.unescape(c)).split()) for c in _HTML_CELL.findall(row)]
+        if len(cells) > 1 and cells[0].endswith(":"):
+            rows.append(" ".join(c for c in cells if c))
+        elif cells:
+            rows.append("| " + " | ".join(cells) + " |")
+    return "\n" + "\n".join(rows) + "\n"
+
+
 def _lines(text: str) -> list[str]:
     out = []
+    text = _HTML_TABLE.sub(_markdown_rows, text)
     for raw in _COMMENT.sub("\n", text).splitlines():
         line = _MARKUP.sub("", raw.strip()).strip()
         if line:
