@@ -6,13 +6,10 @@ cheap on object storage too. ``llm-ocr status`` prints it; launchers count shard
 
 from __future__ import annotations
 
-import io
 from collections import Counter, defaultdict
 from typing import Any
 
-import pyarrow.parquet as pq
-
-from llm_ocr.storage.parts import PART_RE, list_parts
+from llm_ocr.storage.parts import PART_RE, list_parts, parquet_file
 from llm_ocr.storage.state import list_markers
 from llm_ocr.storage.url import Storage
 
@@ -34,7 +31,7 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
         try:
             columns = ["doc_id", "status"] + ([key_column, "quarantined"] if key_column else [])
             # ParquetFile.read skips a column a part lacks (parts written before "quarantined").
-            table = pq.ParquetFile(io.BytesIO(folder.read_bytes(path))).read(columns=columns)
+            table = parquet_file(folder.read_bytes(path)).read(columns=columns)
         except Exception:  # noqa: BLE001 - an unreadable part is reported, not fatal
             unreadable.append(folder.display(path))
             continue
