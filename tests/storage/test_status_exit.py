@@ -60,7 +60,7 @@ def test_status_exits_0_after_its_report_however_late_arrow_threads_run(tmp_path
         result = subprocess.run(
             [sys.executable, "-m", "llm_ocr.cli", "status", str(out)], capture_output=True, text=True, timeout=120,
             env={**os.environ, "LD_PRELOAD": str(library), "SLOW_GIL_LOG": str(log), "SLOW_GIL_US": "50000"},
-            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}), cwd=REPO,  # noqa: PLW1509 - only sets the CPU
+            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}), cwd=REPO,
         )
         lines = log.read_text().splitlines()
         if lines[:1] != ["interposed"]:
