@@ -105,8 +105,9 @@ def test_a_misspelt_or_bad_option_fails_before_any_work(corpus: Path, tmp_path: 
 
 
 def test_a_run_that_cannot_run_raises_with_the_reason(tmp_path: Path) -> None:
-    with pytest.raises(llm_ocr.RunError, match="not found|does not exist|no such"):
+    with pytest.raises(llm_ocr.RunError, match=r"input not found: .*missing"):
         llm_ocr.run(tmp_path / "missing", output=tmp_path / "out", endpoint="http://127.0.0.1:9/v1", **FAST)
+    assert not (tmp_path / "out").exists()  # the INPUT is checked before anything is written
 
 
 def test_the_keyword_types_are_those_the_generator_writes_now() -> None:

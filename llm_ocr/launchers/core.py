@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -41,6 +40,7 @@ from llm_ocr.launchers.spec import (
 )
 from llm_ocr.launchers.table import LaunchStatus, shard_status
 from llm_ocr.outcomes import stage_stats
+from llm_ocr.redaction import is_secret_name
 from llm_ocr.sources import InputError
 from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
 from llm_ocr.storage import Storage
@@ -51,7 +51,6 @@ from llm_ocr.storage.stores import StorageError
 log = logging.getLogger("llm_ocr")
 
 #: Names that must go through --secret, never --env.
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE_KEY", re.IGNORECASE)
 #: Tries per job when neither ``--attempts`` nor the platform (``default_attempts``) says.
 DEFAULT_ATTEMPTS = 3
 #: What an offline dry run does not check here (the platform adds its own skipped checks).
@@ -160,7 +159,7 @@ def _check_request(request: LaunchRequest, *, shared_filesystem: bool = False) -
                 f"they can reach (hf://datasets/OWNER/NAME[/FOLDER], s3://..., gs://...): {hint}"
             )
     for name in request.env:
-        if _SECRET_NAME.search(name):
+        if is_secret_name(name):
             raise LaunchError(f"--env {name}=... looks like a secret: pass it with --secret {name} (its value is read "
                               "from your environment)")
 

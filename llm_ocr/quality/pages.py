@@ -63,9 +63,9 @@ def iter_pages(out: Storage, columns: tuple[str, ...] = COLUMNS) -> Iterator[dic
 
         def read(path: str = path) -> Any:
             with stage.fs.open(path, "rb") as handle:
-                parquet = pq.ParquetFile(handle)
+                parquet = pq.ParquetFile(handle, pre_buffer=False)  # this thread only: parts.parquet_file says why
                 wanted = [c for c in columns if c in parquet.schema_arrow.names]
-                return parquet.read(columns=wanted)
+                return parquet.read(columns=wanted, use_threads=False)
 
         table = retry_io(read, what=f"reading {stage.display(path)}")
         for row in table.to_pylist():

@@ -198,8 +198,9 @@ class OutputReader:
 
         def read() -> pa.Table:
             with stage.fs.open(path, "rb") as handle:
-                parquet = pq.ParquetFile(handle)
-                return parquet.read(columns=[c for c in _INDEX_COLUMNS if c in parquet.schema_arrow.names])
+                parquet = pq.ParquetFile(handle, pre_buffer=False)  # this thread only: parts.parquet_file says why
+                return parquet.read(columns=[c for c in _INDEX_COLUMNS if c in parquet.schema_arrow.names],
+                                    use_threads=False)
 
         table = retry_io(read, what=f"reading {stage.display(path)}")
         if "doc_id" not in table.column_names:

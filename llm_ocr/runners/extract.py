@@ -17,13 +17,14 @@ from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
 from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
 from llm_ocr.runners.groups import GroupWork, groups_finished
-from llm_ocr.runners.inputs import input_plan
+from llm_ocr.runners.inputs import check_inputs, rows_round_robin
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, page_look_ahead
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, render_page_regions, transform_image
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint
+from llm_ocr.sources import InputPlan
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.pieces import stitch_figures
 from llm_ocr.stages.extract import ExtractContext, family_render
@@ -73,15 +74,22 @@ class Extract(ShardStage):
         self.groups: GroupWork | None = None
         #: The shard's documents, when the listing counts them ahead (the progress's total).
         self.docs_total: int | None = None
+        self.plan: InputPlan | None = None
 
     def settled(self, markers: Markers) -> ExitCode | None:
         return extract_settles(markers["extract"], self.spec.extract)
 
+    async def check(self, shard: Shard, markers: Markers) -> None:
+        # Before the output is probed: a missing INPUT creates nothing in OUT.
+        self.plan = check_inputs(self.spec.inputs, self.spec.dataset, shard.job.storage_options)
+
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
         keep = not spec.extract.retry_quarantined
-        # Inputs are checked here, after the output: reading them records the sharding rule in OUT.
-        plan, by_rows = input_plan(spec.inputs, spec.dataset, shard.job.storage_options, shard.out)
+        assert self.plan is not None, "check() plans the inputs"
+        plan = self.plan
+        # After the output was checked: this records the sharding rule in OUT.
+        by_rows = rows_round_robin(plan, shard.out)
         self.groups = await shard.work_groups("extract", ["extract"], plan, by_rows, spec.steal, keep_quarantined=keep)
         if self.groups is not None:  # each group is scanned when it is taken
             self.documents = self.groups.documents()

@@ -41,12 +41,17 @@ def dataset_rule(out: Storage) -> str:
     return rule
 
 
-def input_plan(
-    inputs: list[str], dataset: DatasetOptions, storage_options: dict, out: Storage
-) -> tuple[InputPlan, bool]:
-    """Check ``inputs`` now (raising :class:`~llm_ocr.sources.InputError`): their plan, and whether
-    dataset rows go round-robin (``by_rows``: the rule ``out`` was begun with, :func:`dataset_rule`)."""
-    plan = plan_inputs(inputs, dataset=dataset, storage_options=storage_options)
+def check_inputs(inputs: list[str], dataset: DatasetOptions, storage_options: dict) -> InputPlan:
+    """Check ``inputs`` now, reading only (raising :class:`~llm_ocr.sources.InputError`): their plan.
+
+    A stage calls it before the output is probed or written, so that a missing or empty INPUT
+    fails with its own message and leaves no ``OUT/_state`` behind."""
+    return plan_inputs(inputs, dataset=dataset, storage_options=storage_options)
+
+
+def rows_round_robin(plan: InputPlan, out: Storage) -> bool:
+    """Whether ``plan``'s dataset rows go round-robin (``by_rows``): the rule ``out`` was begun
+    with (:func:`dataset_rule`, recorded in ``out`` now if it has none)."""
     by_rows = plan.has_datasets and dataset_rule(out) == ROWS
     if by_rows:
         log.warning(
@@ -54,4 +59,4 @@ def input_plan(
             "(every shard reads the whole dataset); write to a new --output to read only each shard's share",
             out.display(out.root),
         )
-    return plan, by_rows
+    return by_rows

@@ -39,13 +39,14 @@ from llm_ocr.runners.escalate import Escalate, escalation_spec
 from llm_ocr.runners.extract import Extract, extract_context
 from llm_ocr.runners.fields import Fields, fields_wanted, launched_engine_refusal
 from llm_ocr.runners.groups import GroupWork, groups_finished
-from llm_ocr.runners.inputs import input_plan
+from llm_ocr.runners.inputs import check_inputs, rows_round_robin
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_on, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows, page_look_ahead
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.serving.quarantine import PageQuarantined
+from llm_ocr.sources import InputPlan
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.stages.describe import DescribeContext, describe_page
 from llm_ocr.stages.extract import ExtractContext, family_render
@@ -124,6 +125,7 @@ class Run(ShardStage):
             self.reads = ("assemble", "fields")
         self.endpoint: Endpoint | None = None
         self.schema: dict[str, Any] | None = None
+        self.plan: InputPlan | None = None
         self.documents: Iterable[DocumentRef] = iter(())
         self.extract = ShardIndex()
         self.describe = ShardIndex()
@@ -151,6 +153,8 @@ class Run(ShardStage):
         return {name: markers[name] for name in (*STAGES, *(("fields",) if self.fields else ()))}
 
     async def check(self, shard: Shard, markers: Markers) -> None:
+        # Before the output is probed: a missing INPUT creates nothing in OUT.
+        self.plan = check_inputs(self.spec.inputs, self.spec.dataset, shard.job.storage_options)
         self.schema = resolve_schema(self.spec.describe, shard.job.storage_options)
         if self.fields is not None:
             self.fields.plan  # noqa: B018 - loads and checks the schema: bad input stops the run before any page
@@ -164,7 +168,9 @@ class Run(ShardStage):
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec
         keep = not spec.extract.retry_quarantined
-        plan, by_rows = input_plan(spec.inputs, spec.dataset, shard.job.storage_options, shard.out)
+        assert self.plan is not None, "check() plans the inputs"
+        plan = self.plan
+        by_rows = rows_round_robin(plan, shard.out)  # after the output was checked: records the rule in OUT
         self.groups = await shard.work_groups("run", ["extract", "describe"], plan, by_rows, spec.steal,
                                               keep_quarantined=keep)
         if self.groups is not None:  # each group is scanned when it is taken

@@ -26,7 +26,6 @@ makes the rare overlap (a lease that ran out while its holder was alive but slow
 
 from __future__ import annotations
 
-import io
 import logging
 import re
 from collections.abc import Iterable
@@ -34,9 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from llm_ocr.storage.parts import ShardIndex, rows_to_bytes, table_to_bytes
+from llm_ocr.storage.parts import ShardIndex, parquet_file, rows_to_bytes, table_to_bytes
 from llm_ocr.storage.url import Storage
 
 log = logging.getLogger(__name__)
@@ -112,7 +110,7 @@ class GroupLog:
         except FileNotFoundError:
             return None
         try:
-            parquet = pq.ParquetFile(io.BytesIO(data))
+            parquet = parquet_file(data)
             present = [c for c in (columns or parquet.schema_arrow.names) if c in parquet.schema_arrow.names]
             return parquet.read(columns=present)
         except (pa.ArrowInvalid, OSError) as exc:

@@ -111,9 +111,32 @@ class ShardIndex:
         return all(p in pages for p in range(1, total + 1))
 
 
+def parquet_file(data: bytes) -> pq.ParquetFile:
+    """A whole Parquet file held in ``data``, opened from a copy in memory that Arrow owns.
+
+    Not ``pq.ParquetFile(io.BytesIO(data))``: Arrow would read through the Python file object
+    (``PyReadableFile``) from its I/O and CPU thread pools, and hold what it read as buffers that
+    keep Python's ``bytes`` alive (``PyBuffer``). A pool thread that drops the last reference to
+    one takes the GIL to do so, and that can happen just after ``read()`` returned. When the
+    interpreter is shutting down by then (a short command such as ``llm-ocr status`` exits a few
+    milliseconds after its last read, and on a busy machine the pool thread may not run for that
+    long), CPython before 3.14 ends a thread that asks for the GIL with ``pthread_exit``, whose
+    unwinding meets a ``noexcept`` frame of ``std::thread`` and aborts the process: ``terminate
+    called without an active exception``, exit 134, after the command's output was printed
+    (python/cpython#87135; apache/arrow#34314). Arrow's own buffer needs no GIL to be freed, so
+    the copy (one memcpy of a file already in memory) leaves no pool thread anything to ask for.
+    """
+    buffer = pa.allocate_buffer(len(data))
+    pa.FixedSizeBufferWriter(buffer).write(data)
+    return pq.ParquetFile(pa.BufferReader(buffer))
+
+
 def _read_table(stage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
-    data = stage.read_bytes(path)
-    return pq.read_table(io.BytesIO(data), columns=columns)
+    parquet = parquet_file(stage.read_bytes(path))
+    missing = [name for name in columns or () if name not in parquet.schema_arrow.names]
+    if missing:  # ParquetFile.read would leave it out; a caller that names a column needs it
+        raise pa.ArrowInvalid(f"{stage.display(path)} has no column {missing[0]!r}")
+    return parquet.read(columns=columns)
 
 
 def scan_shard(

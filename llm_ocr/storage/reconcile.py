@@ -9,7 +9,6 @@ with :func:`stage_failures`.
 
 from __future__ import annotations
 
-import io
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from llm_ocr.storage.parts import PART_RE, ShardLayoutError, list_parts
+from llm_ocr.storage.parts import PART_RE, ShardLayoutError, list_parts, parquet_file
 from llm_ocr.storage.retry import retry_io
 from llm_ocr.storage.state import list_markers
 from llm_ocr.storage.url import Storage
@@ -144,7 +143,7 @@ def _failed_rows(parquet: pq.ParquetFile, statuses: list[Any]) -> list[dict[str,
     if not failed:
         return []
     names = set(parquet.schema_arrow.names)
-    table = parquet.read(columns=[c for c in _FAILURE_COLUMNS if c in names])
+    table = parquet.read(columns=[c for c in _FAILURE_COLUMNS if c in names], use_threads=False)
     return table.take(failed).to_pylist()
 
 
@@ -165,8 +164,11 @@ def stage_failures(out: Storage, stage: str, shard: int | None = None, num_shard
         return failures
     for path in parts:
         with _open(folder, path) as handle:
-            parquet = pq.ParquetFile(handle)
-            statuses = parquet.read(columns=["status"]).column("status").to_pylist()
+            # Read in this thread only: Arrow's pool threads reading a Python file object would
+            # hold Python buffers that a run's exit, right after this, can abort on (see
+            # llm_ocr.storage.parts.parquet_file).
+            parquet = pq.ParquetFile(handle, pre_buffer=False)
+            statuses = parquet.read(columns=["status"], use_threads=False).column("status").to_pylist()
             for row in _failed_rows(parquet, statuses):
                 failures.add(row)
     return failures
@@ -186,7 +188,7 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
         try:
             columns = ["doc_id", "status"] + ([key_column, "quarantined"] if key_column else [])
             # ParquetFile.read skips a column a part lacks (parts written before "quarantined").
-            parquet = pq.ParquetFile(io.BytesIO(folder.read_bytes(path)))
+            parquet = parquet_file(folder.read_bytes(path))
             table = parquet.read(columns=columns)
             for row in _failed_rows(parquet, table.column("status").to_pylist()):
                 failures.add(row)

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fsspec.core import split_protocol
+
+from llm_ocr.redaction import Redactor
 
 
 @dataclass(frozen=True)
@@ -160,13 +161,6 @@ _SAFE_KEYS = frozenset(
     }
 )
 
-#: Environment variables holding secrets that must not appear in messages either.
-_SECRET_ENV = (
-    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN", "GOOGLE_OAUTH_ACCESS_TOKEN",
-)
-
-
 def redact(options: Any) -> Any:
     """A copy of storage options safe to log: values of non-allowlisted keys become ``***``."""
     if isinstance(options, Mapping):
@@ -194,17 +188,9 @@ def _secret_values(options: Any) -> list[str]:
 
 
 def scrub(text: str, storage_options: Mapping[str, Any] | None = None) -> str:
-    """``text`` with every secret value of ``storage_options`` and the environment replaced."""
-    secrets = _secret_values(storage_options or {})
-    secrets += [v for name in _SECRET_ENV if len(v := os.environ.get(name, "")) >= 4]
-    for secret in sorted(set(secrets), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    # Bearer tokens and signed-URL credentials that a client library may echo back.
-    text = re.sub(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}", r"\1***", text)
-    text = re.sub(r"\bhf_[A-Za-z0-9]{20,}", "hf_***", text)  # Hub tokens (case-sensitive: not HF_ENDPOINT)
-    text = re.sub(r"(?i)(X-Amz-Credential|X-Amz-Signature|X-Amz-Security-Token|Signature|access_token)=[^&\s]+",
-                  r"\1=***", text)
-    return text
+    """``text`` with every secret value of ``storage_options`` and the environment replaced, and
+    whatever is shaped like a credential (:class:`llm_ocr.redaction.Redactor`)."""
+    return Redactor(_secret_values(storage_options or {}))(text)
 
 
 # --------------------------------------------------------------------------------------------

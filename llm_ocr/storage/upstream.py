@@ -51,7 +51,9 @@ def read_columns(stage: Storage, path: str, columns: list[str] | None) -> pa.Tab
     (an index pass over big parts full of images reads a few kilobytes per part)."""
     try:
         with retry_io(lambda: stage.fs.open(path, "rb"), what=f"opening {stage.display(path)}") as handle:
-            return pq.ParquetFile(handle).read(columns=columns)
+            # In this thread only: Arrow's pool threads reading a Python file object can abort a
+            # command that exits right after (llm_ocr.storage.parts.parquet_file says why).
+            return pq.ParquetFile(handle, pre_buffer=False).read(columns=columns, use_threads=False)
     except (pa.ArrowInvalid, OSError) as exc:
         raise _unreadable(stage, path, exc) from exc
 
@@ -117,8 +119,8 @@ def iter_shard_rows(
             handle = retry_io(lambda: stage.fs.open(path, "rb"), what=f"opening {stage.display(path)}")  # noqa: B023
             whole = part_layout(path)[1] == num_shards  # same layout: every row of the part is ours
             with handle:
-                parquet = pq.ParquetFile(handle)
-                for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+                parquet = pq.ParquetFile(handle, pre_buffer=False)  # this thread only, as read_columns
+                for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
                     if not whole:
                         batch = batch.filter(shard_mask(path, batch.column("doc_index"), shard, num_shards))
                     rows = batch.to_pylist()

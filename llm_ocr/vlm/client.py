@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
+import re
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,6 +24,7 @@ import openai
 
 from llm_ocr.backoff import backoff_delay
 from llm_ocr.options import ClientOptions
+from llm_ocr.redaction import redact
 from llm_ocr.vlm.loops import Loop, LoopPolicy
 from llm_ocr.vlm.streaming import TokenRatio, stream_chat
 
@@ -72,16 +75,43 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
-def describe_error(exc: BaseException) -> str:
-    """A one-line, secret-free description of a request error for the page's ``error`` field."""
+#: Characters of an error's description kept in a page's error row or a log line.
+ERROR_CHARS = 500
+
+
+def describe_error(exc: BaseException, secrets: Iterable[str] = ()) -> str:
+    """A one-line, secret-free description of a request error for the page's ``error`` field.
+
+    An HTTP error carries what the server said in its body (the SDK's message keeps only a
+    JSON body's ``error.message``: a plain-text 500, an HTML page from a proxy or FastAPI's
+    ``{"detail": ...}`` would say nothing but the status), on one line, at most
+    :data:`ERROR_CHARS` characters, with ``secrets`` (the client's key), the environment's
+    secrets and anything shaped like a credential taken out (:mod:`llm_ocr.redaction`).
+    """
     if isinstance(exc, openai.APITimeoutError):
         return "request timed out"
     if isinstance(exc, openai.APIConnectionError):
-        return f"connection error: {exc.__cause__ or exc}"
-    if isinstance(exc, openai.APIStatusError):
-        message = exc.message if isinstance(exc.message, str) else str(exc)
-        return f"HTTP {exc.status_code}: {message[:500]}"
-    return f"{type(exc).__name__}: {exc}"
+        text = f"connection error: {exc.__cause__ or exc}"
+    elif isinstance(exc, openai.APIStatusError):
+        text = f"HTTP {exc.status_code}: {_body_message(exc)}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    text = " ".join(redact(text, secrets).split())  # redacted before it is cut: no secret is cut in two
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+
+
+def _body_message(exc: openai.APIStatusError) -> str:
+    """What the server said: the body's message (OpenAI's ``error.message``, vLLM's ``message``,
+    FastAPI's ``detail``), else the body itself (tags of an HTML page dropped)."""
+    body = exc.body
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        said = error.get("message") or error.get("detail") if isinstance(error, Mapping) else error
+        said = said or body.get("message") or body.get("detail")
+        return said if isinstance(said, str) and said.strip() else json.dumps(body, default=str)
+    if isinstance(body, str) and body.strip():
+        return re.sub(r"<[^>]*>", " ", body)
+    return exc.message if isinstance(exc.message, str) else str(exc)
 
 
 def display_url(url: str) -> str:
@@ -138,6 +168,8 @@ class VlmClient:
         self._request_ended: Callable[[Any, bool], None] | None = request_ended
         self.model = model
         self.options = options or ClientOptions()
+        #: Taken out of error messages (a server may repeat the key it refused).
+        self._secrets = (api_key,) if api_key else ()
         # Our own retry loop records attempts per page and applies jitter; the SDK's is off.
         self._client = openai.AsyncOpenAI(
             base_url=self.base_url,
@@ -171,7 +203,7 @@ class VlmClient:
         try:
             models = await self._client.models.list()
         except openai.OpenAIError as exc:
-            log.warning("could not read /v1/models: %s", describe_error(exc))
+            log.warning("could not read /v1/models: %s", describe_error(exc, self._secrets))
             return None
         for model in models.data:
             if model.id == self.model:
@@ -185,7 +217,8 @@ class VlmClient:
             models = await self._client.models.list()
         except openai.OpenAIError as exc:
             raise EndpointDown(
-                f"endpoint {self.display_url} is not answering: {describe_error(exc)}", transient=_is_transient(exc)
+                f"endpoint {self.display_url} is not answering: {describe_error(exc, self._secrets)}",
+                transient=_is_transient(exc),
             ) from exc
         return [m.id for m in models.data]
 
@@ -219,7 +252,7 @@ class VlmClient:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # classified below, never swallowed silently
-                last_error = describe_error(exc)
+                last_error = describe_error(exc, self._secrets)
                 if isinstance(exc, openai.APIStatusError) and exc.status_code in (429, 503):
                     self.overloaded += 1
                 if not _is_transient(exc):
@@ -333,5 +366,5 @@ class VlmClient:
         if silent_for >= self.options.dead_after and self._down is None:
             self._down = EndpointDown(
                 f"endpoint {self.display_url} has answered nothing successfully for {silent_for:.0f}s "
-                f"(--dead-after {self.options.dead_after:.0f}); last error: {describe_error(exc)}"
+                f"(--dead-after {self.options.dead_after:.0f}); last error: {describe_error(exc, self._secrets)}"
             )

@@ -204,8 +204,10 @@ def test_could_not_run_exit_codes(tmp_path: Path) -> None:
     dead = run_cli("extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out"), "--endpoint", "http://127.0.0.1:9/v1",
                    "--dead-after", "1")
     assert dead.returncode == 2 and "not answering" in dead.stderr and "waited 1s" in dead.stderr
-    missing = run_cli("extract", str(tmp_path / "nope"), "--output", str(tmp_path / "out"), "--endpoint", "http://127.0.0.1:9/v1")
-    assert missing.returncode == 2 and "not found" in missing.stderr
+    missing = run_cli("extract", str(tmp_path / "nope"), "--output", str(tmp_path / "out-missing"), "--endpoint",
+                      "http://127.0.0.1:9/v1")
+    assert missing.returncode == 2 and "input not found" in missing.stderr
+    assert not (tmp_path / "out-missing").exists()  # checked before the output is probed: nothing created
     with SimulatedServer() as server:
         wrong = run_cli("extract", str(tmp_path / "a.pdf"), "--output", str(tmp_path / "out"), "--endpoint", server.base_url, "--model", "other/model")
     assert wrong.returncode == 2 and "does not serve" in wrong.stderr

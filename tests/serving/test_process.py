@@ -155,7 +155,7 @@ def test_redact_command() -> None:
     out = redact_command(cmd)
     assert out == ["vllm", "serve", "m", "--api-key", "***", "***", "--hf-token=***",
                    "--max-num-batched-tokens", "4096", "--decode-ms-per-token", "4", "--token", "***",
-                   "--port", "-1", "--x", "***"]
+                   "--port", "-1", "--x", "Bearer ***"]
 
 
 def test_parse_metrics_sums_labels_and_skips_missing() -> None:

