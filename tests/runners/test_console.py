@@ -31,10 +31,15 @@ class Pane:
         folder.mkdir()
         self.socket = folder / "socket"
         config = folder / "tmux.conf"
-        # The pane stays after the command ends, for its last screen and exit status.
+        # The pane stays after the command ends, for its last screen.
         config.write_text("set -g remain-on-exit on\n")
+        # The exit status is written by the pane's shell: tmux marks a pane dead when its terminal
+        # closes and learns the status when it reaps the process, and once in a few runs on a busy
+        # machine it never showed one (pane_dead 1, pane_dead_status empty). The trap makes the
+        # shell outlive a Ctrl-C, which the command (reset to the default handler) still gets.
+        self.status_file = folder / "status"
         self.tmux("-f", str(config), "new-session", "-d", "-x", str(width), "-y", str(height), "-c", str(REPO),
-                  "exec " + shlex.join(command))
+                  f"trap true INT; {shlex.join(command)}; echo $? > {shlex.quote(str(self.status_file))}")
 
     def tmux(self, *args: str) -> str:
         # The pane's programs get the tmux server's environment, this process's: without the
@@ -51,8 +56,8 @@ class Pane:
 
     def exit_status(self) -> int | None:
         """The command's exit status once it has ended, else None."""
-        dead, _, status = self.tmux("display-message", "-p", "#{pane_dead} #{pane_dead_status}").strip().partition(" ")
-        return int(status) if dead == "1" else None
+        text = self.status_file.read_text() if self.status_file.exists() else ""
+        return int(text) if text.endswith("\n") else None
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", str(self.socket), "kill-server"], capture_output=True, timeout=30)
