@@ -1,7 +1,7 @@
 """The end-to-end tier: tests that run the ``llm-ocr`` command as a subprocess, launch jobs on a
 platform (real or fake), start a cluster, or execute a notebook. Every test under this folder is
 marked ``e2e`` (docs/testing.md#tiers): ``./scripts/test`` runs them with the rest, and
-``./scripts/test --fast`` leaves them out for the inner loop."""
+``-m "not e2e"`` leaves them out for the inner loop."""
 
 from __future__ import annotations
 
