@@ -1,7 +1,7 @@
 """Every family's request against real vLLM serving a tiny model of the family's architecture.
 
-The simulated server checks each request against the family's recipe (``Family.check``); this
-tier checks what only vLLM itself can: that the architecture's chat template and processor
+The simulated server checks each request against the family's recipe
+(``llm_ocr/engines/sim/checks.py``); this tier checks what only vLLM itself can: that the architecture's chat template and processor
 accept the request the recipe builds (the message roles, the image and text parts in the
 recipe's order, the prompt text or none), that the sampling and vLLM-only fields arrive in the
 engine's ``SamplingParams`` as the recipe sets them, and that the family's server flags start
