@@ -21,7 +21,7 @@ from tests.engines.test_simulated import picture_bytes
 def page_body(image: bytes, max_tokens: int = 7000) -> dict[str, Any]:
     recipe = recipe_for(DEFAULT_MODEL)
     return {
-        "messages": image_messages(image, "image/png", recipe.ocr_prompt),
+        "messages": image_messages(image, "image/png", recipe.prompt.text),
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "extra_body": recipe.extra_body,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -365,16 +365,6 @@ class Family:
     # -- choosing ------------------------------------------------------------------------------
 
     @property
-    def family(self) -> str:
-        """The family's name (the older ``ModelRecipe.family``)."""
-        return self.name
-
-    @property
-    def ocr_prompt(self) -> str | None:
-        """The page prompt's text (None: the image alone)."""
-        return self.prompt.text
-
-    @property
     def extra_body(self) -> dict[str, Any]:
         """The vLLM-only fields of a page request (``extra_body``), a fresh copy."""
         return json.loads(json.dumps(dict(self.sampling.extra)))
@@ -518,6 +508,3 @@ class Family:
 def data_uri(image: bytes, mime: str) -> str:
     """An image as a ``data:`` URI, the form vLLM accepts in an ``image_url`` part."""
     return f"data:{mime};base64,{base64.b64encode(image).decode('ascii')}"
-
-
-AsyncRead = Callable[[PageInput], Awaitable[Reading]]
