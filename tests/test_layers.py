@@ -37,7 +37,8 @@ FORBIDDEN: dict[str, set[str]] = {
     # The launchers build and submit job specs that run the CLI in a container; they never run a stage.
     "launchers": {"runners", "engines", "serving", "stages", "commands", "cli", "bench", "report", "api", "quality"},
     "report": {"planning", "runners", "engines", "serving", "commands", "launchers", "bench", "cli", "api", "quality"},
-    # Runners may ask quality's no-truth signals which pages to escalate (runners/escalate.py).
+    # Runners may ask quality's no-truth signals which pages to escalate (runners/escalation.py),
+    # and nothing else of quality (LIMITED below).
     "runners": {"commands", "launchers", "cli", "bench", "report", "api", "engines"},
     "bench": {"commands", "cli", "launchers", "api", "quality"},
     # Quality checks read outputs (storage, sources, report helpers); they never run a stage.
@@ -79,6 +80,13 @@ FORBIDDEN: dict[str, set[str]] = {
     "commands": {"cli"},
 }
 
+
+#: Part -> a layer it may import only some modules of -> those modules.
+LIMITED: dict[str, dict[str, set[str]]] = {
+    # The runtime's one use of the evaluation package: the Escalate stage's rules read the
+    # no-ground-truth page signals that bench-quality also reports.
+    "runners": {"quality": {"llm_ocr.quality.signals"}},
+}
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -161,12 +169,21 @@ def part_of(module: str) -> str:
 
 
 def layer_violations(package: Path = PACKAGE) -> list[str]:
-    """Every import of a module from a layer its own layer must not import."""
+    """Every import of a module from a layer its own layer must not import, or of a module of
+    a layer it may import only some modules of (:data:`LIMITED`) that is not one of them."""
+
+    def forbidden(module: str, target: str) -> bool:
+        part, layer = part_of(module), part_of(target)
+        if layer in FORBIDDEN.get(part, set()):
+            return True
+        allowed = LIMITED.get(part, {}).get(layer)
+        return allowed is not None and target not in allowed
+
     return sorted(
         f"{module} imports {target}"
         for module, targets in graph(package).items()
         for target in targets
-        if part_of(target) in FORBIDDEN.get(part_of(module), set())
+        if forbidden(module, target)
     )
 
 
@@ -247,6 +264,24 @@ def test_the_checker_sees_direct_lazy_and_relative_imports(tmp_path: Path, sourc
     assert "llm_ocr.storage.url imports llm_ocr.serving.vllm.process" in layer_violations(package)
     (package / "storage/url.py").write_text("if TYPE_CHECKING:\n" + "".join("    " + line + "\n" for line in source.splitlines()), encoding="utf-8")
     assert layer_violations(package) == []  # type-checking imports never run
+
+
+def test_a_layer_limited_to_some_modules_of_another_may_import_only_those(tmp_path: Path) -> None:
+    """Runners may read quality's page signals, not the rest of quality (its benchmark scoring)."""
+    package = tmp_path / "llm_ocr"
+    for module, text in {
+        "__init__.py": "",
+        "runners/__init__.py": "",
+        "runners/escalation.py": "from llm_ocr.quality.signals import page_signals\n",
+        "runners/other.py": "def f():\n    from llm_ocr.quality import score\n",
+        "quality/__init__.py": "",
+        "quality/signals.py": "def page_signals(): ...\n",
+        "quality/score.py": "",
+    }.items():
+        (package / module).parent.mkdir(parents=True, exist_ok=True)
+        (package / module).write_text(text, encoding="utf-8")
+    assert layer_violations(package) == [  # the package's door, then the module
+        "llm_ocr.runners.other imports llm_ocr.quality", "llm_ocr.runners.other imports llm_ocr.quality.score"]
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:
