@@ -19,8 +19,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "llm_ocr"
 FORBIDDEN: dict[str, set[str]] = {
     "storage": {"planning", "runners", "stages", "engines", "serving", "commands", "launchers", "report", "bench",
                 "sources", "vlm", "cli", "api", "container", "quality"},
+    # Talking to a model: the recipes and the client are below the options (the caller passes the
+    # client its retry policy; the options quote the families).
     "vlm": {"planning", "engines", "serving", "storage", "stages", "runners", "commands", "launchers", "report",
-            "bench", "cli", "sources", "api", "container", "quality"},
+            "bench", "cli", "sources", "api", "container", "quality", "options", "config", "stage_table", "keywords",
+            "gpu_presets"},
     "stages": {"planning", "runners", "commands", "launchers", "serving", "engines", "bench", "report", "cli", "api", "quality"},
     "sources": {"planning", "runners", "stages", "commands", "launchers", "serving", "engines", "vlm", "bench",
                 "report", "cli", "api", "quality"},
@@ -45,24 +48,32 @@ FORBIDDEN: dict[str, set[str]] = {
     "quality": {"planning", "runners", "engines", "serving", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
                 "container"},
     # Every option declared once, and its binding to flags, variables and keywords: importable by
-    # every layer, so they import none of them (but two tables of names, serving's GPU presets and
-    # vlm's default model and prompt, quoted in the options' help).
+    # every layer above vlm, so they import none of them (but vlm's families, default model and
+    # prompt, which --recipe is checked against and the help quotes, and the GPU presets' table).
     "options": {"planning", "runners", "stages", "commands", "launchers", "report", "bench", "cli", "api", "sources",
-                "storage", "container", "config", "quality", "engines", "stage_table"},
+                "storage", "container", "config", "quality", "engines", "stage_table", "serving"},
     # How a run ends (RunError, exit codes, typed views of the completion markers): every layer
     # uses it, so it imports nothing of the package.
     "outcomes": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
                  "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options", "stage_table",
-                 "records", "costs", "sharding", "backoff", "testing", "argtypes"},
+                 "records", "costs", "sharding", "backoff", "testing", "argtypes", "gpu_presets"},
     # Qwen2-VL's smart_resize, pure arithmetic: the families and the renderer both size images with it.
     "resizing": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                  "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
-                 "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes"},
+                 "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
+                 "gpu_presets"},
+    # The GPU presets (vLLM settings per GPU, platform hardware names): data that the options'
+    # help quotes and serving sizes servers with, so it imports nothing of the package.
+    "gpu_presets": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+                    "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
+                    "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
+                    "resizing", "redaction"},
     # What is secret and how it is hidden (llm_ocr/redaction.py): every layer uses it, so it
     # imports nothing of the package.
     "redaction": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                   "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
-                  "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes"},
+                  "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
+                  "gpu_presets"},
     # Every stage declared once: the option models it takes, and its runner named by its import
     # path (imported when the stage runs, so not an import here): every layer above may read it.
     "stage_table": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",

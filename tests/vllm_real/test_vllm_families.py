@@ -30,8 +30,8 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
+from llm_ocr.gpu_presets import PRESETS
 from llm_ocr.serving.command_lines import free_port, vllm_command
-from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.serving.vllm.process import ManagedServer
 from llm_ocr.vlm.families import family_for
 from tests.conftest import REPO, read_stage, run_cli

@@ -34,8 +34,9 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
+from llm_ocr.gpu_presets import PRESETS
+from llm_ocr.options import ClientOptions
 from llm_ocr.serving.command_lines import api_key_to_env, free_port, vllm_command
-from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.serving.vllm.process import ManagedServer, _group_alive
 from llm_ocr.stages.describe import DescribeContext, figure_request
 from llm_ocr.testing import SimulatedServer
@@ -131,7 +132,7 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
                            startup_timeout=600, max_restarts=0, name="vllm")
     await server.start()
     started = time.monotonic()
-    client = VlmClient(server.base_url, served, api_key=key, gate=server.wait_ready)
+    client = VlmClient(server.base_url, served, api_key=key, options=ClientOptions(), gate=server.wait_ready)
     try:
         # Not ready yet: vLLM loads for many seconds before /health answers 200 ...
         assert await _health(server.root_url) != 200

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from llm_ocr.options import ClientOptions
 from llm_ocr.testing import SimulatedServer
-from llm_ocr.vlm.client import ClientOptions, VlmClient
+from llm_ocr.vlm.client import VlmClient
 from llm_ocr.vlm.loops import LoopPolicy
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, image_messages, recipe_for
 from tests.engines.test_simulated import picture_bytes
