@@ -56,24 +56,30 @@ FORBIDDEN: dict[str, set[str]] = {
     # uses it, so it imports nothing of the package.
     "outcomes": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
                  "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options", "stage_table",
-                 "records", "costs", "sharding", "backoff", "testing", "argtypes", "gpu_presets"},
+                 "records", "costs", "sharding", "backoff", "testing", "argtypes", "gpu_presets", "pdf_space"},
     # Qwen2-VL's smart_resize, pure arithmetic: the families and the renderer both size images with it.
     "resizing": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                  "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
                  "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
-                 "gpu_presets"},
+                 "gpu_presets", "pdf_space"},
     # The GPU presets (vLLM settings per GPU, platform hardware names): data that the options'
     # help quotes and serving sizes servers with, so it imports nothing of the package.
     "gpu_presets": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                     "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
                     "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
-                    "resizing", "redaction"},
+                    "resizing", "redaction", "pdf_space"},
+    # PDF user space to the displayed page (llm_ocr/pdf_space.py): the text-layer reader (sources)
+    # and the simulator's corpus (engines) both map with it, so it imports nothing of the package.
+    "pdf_space": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+                  "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
+                  "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
+                  "resizing", "redaction", "gpu_presets"},
     # What is secret and how it is hidden (llm_ocr/redaction.py): every layer uses it, so it
     # imports nothing of the package.
     "redaction": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                   "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
                   "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
-                  "gpu_presets"},
+                  "gpu_presets", "pdf_space"},
     # Every stage declared once: the option models it takes, and its runner named by its import
     # path (imported when the stage runs, so not an import here): every layer above may read it.
     "stage_table": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
