@@ -8,7 +8,10 @@ and keyword arguments (``llm_ocr.run(..., max_in_flight=128)``); the stage table
 validated instance of each.
 The launchers check a launched stage's options against the same models.
 
-This module imports nothing heavy (pydantic, and two tables of names): every layer may use it.
+This module imports nothing heavy: pydantic, the model families (the ``--recipe`` names, the
+default model and figure prompt) and the GPU presets' table (their names, in ``--gpu-preset``'s
+help). Every layer above ``vlm`` may use it; ``vlm`` itself does not (the model client is passed
+its :class:`ClientOptions` as a policy it reads, ``llm_ocr.vlm.client.RequestPolicy``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
-from llm_ocr.serving.vllm.presets import PRESETS
+from llm_ocr.gpu_presets import PRESETS
 from llm_ocr.vlm import families
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, DESCRIBE_PROMPT
 

@@ -152,7 +152,7 @@ def test_every_docs_anchor_named_in_code_exists() -> None:
     """Code and tests point at ``docs/PAGE.md#anchor`` in comments; a renamed heading breaks them."""
     here = Path(__file__).resolve()  # its own mentions are examples
     code = [p for p in tracked_files() if p.suffix != ".md" and p != here]
-    assert any(p.name == "presets.py" for p in code)
+    assert any(p.name == "gpu_presets.py" for p in code)
     assert broken_docs_anchors(code) == []
 
 

@@ -19,8 +19,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "llm_ocr"
 FORBIDDEN: dict[str, set[str]] = {
     "storage": {"planning", "runners", "stages", "engines", "serving", "commands", "launchers", "report", "bench",
                 "sources", "vlm", "cli", "api", "container", "quality"},
+    # Talking to a model: the recipes and the client are below the options (the caller passes the
+    # client its retry policy; the options quote the families).
     "vlm": {"planning", "engines", "serving", "storage", "stages", "runners", "commands", "launchers", "report",
-            "bench", "cli", "sources", "api", "container", "quality"},
+            "bench", "cli", "sources", "api", "container", "quality", "options", "config", "stage_table", "keywords",
+            "gpu_presets"},
     "stages": {"planning", "runners", "commands", "launchers", "serving", "engines", "bench", "report", "cli", "api", "quality"},
     "sources": {"planning", "runners", "stages", "commands", "launchers", "serving", "engines", "vlm", "bench",
                 "report", "cli", "api", "quality"},
@@ -37,31 +40,46 @@ FORBIDDEN: dict[str, set[str]] = {
     # The launchers build and submit job specs that run the CLI in a container; they never run a stage.
     "launchers": {"runners", "engines", "serving", "stages", "commands", "cli", "bench", "report", "api", "quality"},
     "report": {"planning", "runners", "engines", "serving", "commands", "launchers", "bench", "cli", "api", "quality"},
-    # Runners may ask quality's no-truth signals which pages to escalate (runners/escalate.py).
+    # Runners may ask quality's no-truth signals which pages to escalate (runners/escalation.py),
+    # and nothing else of quality (LIMITED below).
     "runners": {"commands", "launchers", "cli", "bench", "report", "api", "engines"},
     "bench": {"commands", "cli", "launchers", "api", "quality"},
     # Quality checks read outputs (storage, sources, report helpers); they never run a stage.
     "quality": {"planning", "runners", "engines", "serving", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
                 "container"},
     # Every option declared once, and its binding to flags, variables and keywords: importable by
-    # every layer, so they import none of them (but two tables of names, serving's GPU presets and
-    # vlm's default model and prompt, quoted in the options' help).
+    # every layer above vlm, so they import none of them (but vlm's families, default model and
+    # prompt, which --recipe is checked against and the help quotes, and the GPU presets' table).
     "options": {"planning", "runners", "stages", "commands", "launchers", "report", "bench", "cli", "api", "sources",
-                "storage", "container", "config", "quality", "engines", "stage_table"},
+                "storage", "container", "config", "quality", "engines", "stage_table", "serving"},
     # How a run ends (RunError, exit codes, typed views of the completion markers): every layer
     # uses it, so it imports nothing of the package.
     "outcomes": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
                  "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options", "stage_table",
-                 "records", "costs", "sharding", "backoff", "testing", "argtypes"},
+                 "records", "costs", "sharding", "backoff", "testing", "argtypes", "gpu_presets", "pdf_space"},
     # Qwen2-VL's smart_resize, pure arithmetic: the families and the renderer both size images with it.
     "resizing": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                  "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
-                 "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes"},
+                 "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
+                 "gpu_presets", "pdf_space"},
+    # The GPU presets (vLLM settings per GPU, platform hardware names): data that the options'
+    # help quotes and serving sizes servers with, so it imports nothing of the package.
+    "gpu_presets": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+                    "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
+                    "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
+                    "resizing", "redaction", "pdf_space"},
+    # PDF user space to the displayed page (llm_ocr/pdf_space.py): the text-layer reader (sources)
+    # and the simulator's corpus (engines) both map with it, so it imports nothing of the package.
+    "pdf_space": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+                  "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
+                  "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
+                  "resizing", "redaction", "gpu_presets"},
     # What is secret and how it is hidden (llm_ocr/redaction.py): every layer uses it, so it
     # imports nothing of the package.
     "redaction": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                   "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
-                  "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes"},
+                  "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
+                  "gpu_presets", "pdf_space"},
     # Every stage declared once: the option models it takes, and its runner named by its import
     # path (imported when the stage runs, so not an import here): every layer above may read it.
     "stage_table": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
@@ -79,6 +97,13 @@ FORBIDDEN: dict[str, set[str]] = {
     "commands": {"cli"},
 }
 
+
+#: Part -> a layer it may import only some modules of -> those modules.
+LIMITED: dict[str, dict[str, set[str]]] = {
+    # The runtime's one use of the evaluation package: the Escalate stage's rules read the
+    # no-ground-truth page signals that bench-quality also reports.
+    "runners": {"quality": {"llm_ocr.quality.signals"}},
+}
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -161,12 +186,21 @@ def part_of(module: str) -> str:
 
 
 def layer_violations(package: Path = PACKAGE) -> list[str]:
-    """Every import of a module from a layer its own layer must not import."""
+    """Every import of a module from a layer its own layer must not import, or of a module of
+    a layer it may import only some modules of (:data:`LIMITED`) that is not one of them."""
+
+    def forbidden(module: str, target: str) -> bool:
+        part, layer = part_of(module), part_of(target)
+        if layer in FORBIDDEN.get(part, set()):
+            return True
+        allowed = LIMITED.get(part, {}).get(layer)
+        return allowed is not None and target not in allowed
+
     return sorted(
         f"{module} imports {target}"
         for module, targets in graph(package).items()
         for target in targets
-        if part_of(target) in FORBIDDEN.get(part_of(module), set())
+        if forbidden(module, target)
     )
 
 
@@ -247,6 +281,24 @@ def test_the_checker_sees_direct_lazy_and_relative_imports(tmp_path: Path, sourc
     assert "llm_ocr.storage.url imports llm_ocr.serving.vllm.process" in layer_violations(package)
     (package / "storage/url.py").write_text("if TYPE_CHECKING:\n" + "".join("    " + line + "\n" for line in source.splitlines()), encoding="utf-8")
     assert layer_violations(package) == []  # type-checking imports never run
+
+
+def test_a_layer_limited_to_some_modules_of_another_may_import_only_those(tmp_path: Path) -> None:
+    """Runners may read quality's page signals, not the rest of quality (its benchmark scoring)."""
+    package = tmp_path / "llm_ocr"
+    for module, text in {
+        "__init__.py": "",
+        "runners/__init__.py": "",
+        "runners/escalation.py": "from llm_ocr.quality.signals import page_signals\n",
+        "runners/other.py": "def f():\n    from llm_ocr.quality import score\n",
+        "quality/__init__.py": "",
+        "quality/signals.py": "def page_signals(): ...\n",
+        "quality/score.py": "",
+    }.items():
+        (package / module).parent.mkdir(parents=True, exist_ok=True)
+        (package / module).write_text(text, encoding="utf-8")
+    assert layer_violations(package) == [  # the package's door, then the module
+        "llm_ocr.runners.other imports llm_ocr.quality", "llm_ocr.runners.other imports llm_ocr.quality.score"]
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:

@@ -368,15 +368,15 @@ async def _measure(
     import asyncio
 
     from llm_ocr.bench.layout_pages import match_figures
-    from llm_ocr.options import ExtractOptions, RenderOptions
+    from llm_ocr.options import ClientOptions, ExtractOptions, RenderOptions
     from llm_ocr.runners.workers import crop_figures, transform_image
     from llm_ocr.sources.base import DocumentRef, PageImage
     from llm_ocr.sources.render import count_pages, render_pages
     from llm_ocr.stages.extract import ExtractContext, extract_page, family_render
-    from llm_ocr.vlm.client import ClientOptions, VlmClient
+    from llm_ocr.vlm.client import VlmClient
     from llm_ocr.vlm.families import family_for
 
-    probe = VlmClient(base_url, opts.model or "")
+    probe = VlmClient(base_url, opts.model or "", options=ClientOptions())
     served = await probe.served_models()
     await probe.close()
     model = opts.model or served[0]

@@ -24,13 +24,14 @@ import aiohttp
 from llm_ocr.bench.config import BenchConfig
 from llm_ocr.bench.lower_bound import LoggedRequest, longest_first_bound, lower_bound, read_request_log, replay_arrivals
 from llm_ocr.bench.measure import CpuTimes, Sampler, peak_rss_self
+from llm_ocr.gpu_presets import GpuPreset
 from llm_ocr.options import ExtractOptions, JobOptions, RenderOptions, StageSpec
 from llm_ocr.outcomes import ExitCode
 from llm_ocr.runners.extract import extract_shard
 from llm_ocr.runners.workers import default_workers
 from llm_ocr.serving.command_lines import free_port, sim_command
 from llm_ocr.serving.in_flight import AdaptivePolicy
-from llm_ocr.serving.vllm.presets import GpuPreset, client_in_flight
+from llm_ocr.serving.vllm.presets import client_in_flight
 from llm_ocr.serving.vllm.process import ManagedServer
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
 

@@ -267,10 +267,11 @@ def _slug(model: str) -> str:
 
 def _served(urls: list[str]) -> dict[str, list[str]]:
     """Model name -> the URLs (of ``urls``) that serve it."""
+    from llm_ocr.options import ClientOptions
     from llm_ocr.vlm.client import EndpointDown, VlmClient
 
     async def ask(url: str) -> list[str]:
-        client = VlmClient(url, "", api_key=os.environ.get(ENV_PREFIX + "API_KEY"))
+        client = VlmClient(url, "", api_key=os.environ.get(ENV_PREFIX + "API_KEY"), options=ClientOptions())
         try:
             return await client.served_models()
         except EndpointDown as exc:

@@ -19,7 +19,7 @@ from llm_ocr.serving.open import EndpointError, ServerOptions, choose_engine
 from llm_ocr.vlm.recipes import DEFAULT_MODEL
 
 if TYPE_CHECKING:
-    from llm_ocr.serving.vllm.presets import GpuPreset
+    from llm_ocr.gpu_presets import GpuPreset
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,8 +21,9 @@ runs compared side by side.
 - :mod:`.score`    the entry points: :func:`score`, :func:`score_output`, :func:`check_output`
 
 May import storage, sources (text layers, page renders), records and report helpers; never
-runners, servers, endpoint, stages, launchers, bench or commands. Only commands, report's
-callers and the Python API import it (``tests/test_layers.py``).
+runners, servers, endpoint, stages, launchers, bench or commands (``tests/test_layers.py``).
+Commands and report's callers use it; of the runtime, only the Escalate stage's rules
+(``llm_ocr/runners/escalation.py``) ask :mod:`.signals`.
 """
 
 from llm_ocr.quality.compare import CompareError, CompareResult, compare_runs

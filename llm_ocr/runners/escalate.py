@@ -2,7 +2,7 @@
 
 Every page row of the shard is written to ``OUT/escalate`` (as Describe writes every row), so it
 holds exactly one row per page: the first reading where it tripped none of the ``--escalate-on``
-signals (:mod:`llm_ocr.quality.escalation`), else the better of the two readings, with
+signals (:mod:`llm_ocr.runners.escalation`), else the better of the two readings, with
 ``escalated_from``, ``escalation_reason`` and the reading set aside in ``other_reading``. Pages
 the text-layer route read, document-level error rows and quarantined pages pass through. Describe
 and Assemble read ``OUT/escalate`` whenever it holds rows (docs/routes.md, "Where the rows go").
@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 from llm_ocr.options import StageSpec
 from llm_ocr.outcomes import ExitCode, RunError
-from llm_ocr.quality.escalation import EscalationRule, describe, keep_second, reading_flags
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, OtherReading, PageResult, Route
 from llm_ocr.runners.bad_pages import BadPages, note_kept, note_retried, quarantined_in
 from llm_ocr.runners.cascade import ModelTally
+from llm_ocr.runners.escalation import EscalationRule, describe, keep_second, reading_flags
 from llm_ocr.runners.extract import extract_context
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, note_documents, run_stage
 from llm_ocr.runners.page_flow import UpstreamRows

@@ -27,7 +27,8 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from llm_ocr.serving.vllm.presets import GpuPreset, for_family
+from llm_ocr.gpu_presets import GpuPreset
+from llm_ocr.serving.vllm.presets import for_family
 from llm_ocr.vlm.families import Family, family_for
 from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
 

@@ -23,28 +23,18 @@ import aiohttp
 
 from llm_ocr.backoff import backoff_delay
 from llm_ocr.container.cuda import CudaMismatch, check_cuda, interpreter_of
-from llm_ocr.options import ServerOptions
+from llm_ocr.gpu_presets import HARDWARE_PRESETS, PRESETS, GpuPreset, named_preset, with_gpus
+from llm_ocr.options import ClientOptions, ServerOptions
 from llm_ocr.serving.command_lines import api_key_to_env, free_port, sim_command, vllm_command
 from llm_ocr.serving.dispatch import Dispatcher
 from llm_ocr.serving.quarantine import CrashTracker
 from llm_ocr.serving.vllm.fleet import ServerFleet, gpu_devices, sum_metrics, uses_vllm_parallelism
-from llm_ocr.serving.vllm.presets import (
-    HARDWARE_PRESETS,
-    PRESETS,
-    GpuInfo,
-    GpuPreset,
-    client_in_flight,
-    detect_gpu,
-    for_family,
-    named_preset,
-    preset_for,
-    with_gpus,
-)
+from llm_ocr.serving.vllm.presets import GpuInfo, client_in_flight, detect_gpu, for_family, preset_for
 from llm_ocr.serving.vllm.process import ManagedServer, ServerFailed
 from llm_ocr.serving.vllm.prometheus import parse_metrics
 from llm_ocr.serving.watch import EndpointWatch, probe_endpoint
 from llm_ocr.storage import Storage
-from llm_ocr.vlm.client import ClientOptions, EndpointDown, VlmClient, display_url
+from llm_ocr.vlm.client import EndpointDown, VlmClient, display_url
 from llm_ocr.vlm.families import family_for
 
 log = logging.getLogger("llm_ocr")

@@ -32,6 +32,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_ocr.pdf_space import PageFrame, object_bounds, page_objects
 from llm_ocr.sources.text_layer import clean_text, judge_text_layer
 
 #: An image covering at least this share of the page makes it a scan (or a poster): not sound.
@@ -74,29 +75,17 @@ class LayerPage:
         return sum(len(line[4]) for line in self.lines)
 
 
-class _Frame:
-    """Maps PDF user-space points to pixels of the displayed page (top-left origin, /Rotate applied)."""
+class _Frame(PageFrame):
+    """The displayed page in pixels of its render, ``width`` x ``height``."""
 
     def __init__(self, page: Any, width: int, height: int) -> None:
-        self.left, self.bottom, self.right, self.top = page.get_bbox()
-        self.rotation = page.get_rotation() % 360
+        super().__init__(page)
         self.width, self.height = width, height
 
-    def point(self, x: float, y: float) -> tuple[float, float]:
-        fx = (x - self.left) / ((self.right - self.left) or 1.0)
-        fy = (self.top - y) / ((self.top - self.bottom) or 1.0)
-        # /Rotate turns the page clockwise for display, and PDFium renders it that way.
-        if self.rotation == 90:
-            fx, fy = 1.0 - fy, fx
-        elif self.rotation == 180:
-            fx, fy = 1.0 - fx, 1.0 - fy
-        elif self.rotation == 270:
-            fx, fy = fy, 1.0 - fx
-        return min(1.0, max(0.0, fx)) * self.width, min(1.0, max(0.0, fy)) * self.height
-
-    def box(self, left: float, bottom: float, right: float, top: float) -> tuple[float, float, float, float]:
-        (ax, ay), (bx, by) = self.point(left, bottom), self.point(right, top)
-        return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
+    def pixels(self, left: float, bottom: float, right: float, top: float) -> tuple[float, float, float, float]:
+        """A user-space rectangle as ``(x1, y1, x2, y2)`` in pixels of the render, clamped to it."""
+        x1, y1, x2, y2 = self.box(left, bottom, right, top)
+        return x1 * self.width, y1 * self.height, x2 * self.width, y2 * self.height
 
 
 def _char_at(textpage: Any, left: float, bottom: float, right: float, top: float) -> int:
@@ -136,7 +125,7 @@ def _lines(textpage: Any, frame: _Frame) -> tuple[list[LayerLine], int]:
         text = " ".join(clean_text(textpage.get_text_bounded(left, bottom, right, top)).split())
         if not text:
             continue
-        x1, y1, x2, y2 = frame.box(left, bottom, right, top)
+        x1, y1, x2, y2 = frame.pixels(left, bottom, right, top)
         if not (x2 > x1 and y2 > y1):
             continue
         index = _char_at(textpage, left, bottom, right, top)
@@ -159,34 +148,22 @@ def _lines(textpage: Any, frame: _Frame) -> tuple[list[LayerLine], int]:
 
 def _objects(page: Any) -> tuple[float, int, int]:
     """(largest share of the page one image covers, text objects, invisible text objects),
-    descending into form XObjects (their images' bounds come in the form's space)."""
+    descending into form XObjects (:func:`~llm_ocr.pdf_space.page_objects`)."""
     import pypdfium2.raw as pdfium_c
 
     left, bottom, right, top = page.get_bbox()
     area = max(1.0, (right - left) * (top - bottom))
     largest, texts, invisible = 0.0, 0, 0
-
-    def walk(objects: Any, matrices: list[Any]) -> None:
-        nonlocal largest, texts, invisible
-        for obj in objects:
-            if obj.type == pdfium_c.FPDF_PAGEOBJ_IMAGE:
-                getter = getattr(obj, "get_bounds", None) or obj.get_pos  # get_pos before pypdfium2 5
-                l, b, r, t = getter()
-                corners = [(l, b), (r, b), (r, t), (l, t)]
-                for m in reversed(matrices):
-                    corners = [(m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f) for x, y in corners]
-                xs, ys = [c[0] for c in corners], [c[1] for c in corners]
-                w = max(0.0, min(right, max(xs)) - max(left, min(xs)))
-                h = max(0.0, min(top, max(ys)) - max(bottom, min(ys)))
-                largest = max(largest, w * h / area)
-            elif obj.type == pdfium_c.FPDF_PAGEOBJ_TEXT:
-                texts += 1
-                if pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw) == pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE:
-                    invisible += 1
-            elif obj.type == pdfium_c.FPDF_PAGEOBJ_FORM and len(matrices) < 8:
-                walk(page.get_objects(form=obj, max_depth=0, level=obj.level + 1), matrices + [obj.get_matrix()])
-
-    walk(page.get_objects(max_depth=0), [])
+    for obj, matrices in page_objects(page):
+        if obj.type == pdfium_c.FPDF_PAGEOBJ_IMAGE:
+            x1, y1, x2, y2 = object_bounds(obj, matrices)
+            w = max(0.0, min(right, x2) - max(left, x1))
+            h = max(0.0, min(top, y2) - max(bottom, y1))
+            largest = max(largest, w * h / area)
+        elif obj.type == pdfium_c.FPDF_PAGEOBJ_TEXT:
+            texts += 1
+            if pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw) == pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE:
+                invisible += 1
     return largest, texts, invisible
 
 

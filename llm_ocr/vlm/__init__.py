@@ -10,7 +10,9 @@
 
 May import :mod:`llm_ocr.records`, :mod:`llm_ocr.backoff` and :mod:`llm_ocr.resizing`; never
 :mod:`llm_ocr.engines` or :mod:`llm_ocr.serving` (servers are just endpoints to this package; the
-simulator imports the families' writers, not the reverse), storage, stages or runners. The aliases
+simulator imports the families' writers and checks requests against their recipes, not the
+reverse), storage, stages or runners, nor the options: the options quote the families, and the
+client reads the retry policy it is given (:class:`~.client.RequestPolicy`). The aliases
 ``python -m llm_ocr.engines.sim`` and ``python -m llm_ocr.engines.cpu`` run the servers by
 module name only.
 """

@@ -18,12 +18,11 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import openai
 
 from llm_ocr.backoff import backoff_delay
-from llm_ocr.options import ClientOptions
 from llm_ocr.redaction import redact
 from llm_ocr.vlm.loops import Loop, LoopPolicy
 from llm_ocr.vlm.streaming import TokenRatio, stream_chat
@@ -140,6 +139,26 @@ async def served_model_card(base_url: str, model: str, api_key: str | None = Non
     return {}
 
 
+class RequestPolicy(Protocol):
+    """What the client reads of its retry and timeout policy: the caller's options
+    (:class:`llm_ocr.options.ClientOptions`, whose flags and defaults say what each means)."""
+
+    @property
+    def request_timeout(self) -> float: ...  # seconds one request may take once sent
+
+    @property
+    def max_attempts(self) -> int: ...  # attempts per request before it fails
+
+    @property
+    def backoff_base(self) -> float: ...  # the first retry's delay, doubled per attempt
+
+    @property
+    def backoff_max(self) -> float: ...  # the longest delay between two attempts
+
+    @property
+    def dead_after(self) -> float: ...  # seconds unreachable with no success before the run stops
+
+
 class VlmClient:
     """An OpenAI-compatible chat client for one endpoint and model."""
 
@@ -149,17 +168,18 @@ class VlmClient:
         model: str,
         *,
         api_key: str | None = None,
-        options: ClientOptions | None = None,
+        options: RequestPolicy,
         gate: Callable[[], Awaitable[Sent]] | None = None,
         request_ended: Callable[[Sent, bool], None] | None = None,
     ) -> None:
-        """``gate``, for a server we manage or watch, waits until it is ready and returns where
-        the request goes (the crash tracker's :class:`~llm_ocr.serving.quarantine.Incarnation`:
-        the server and its generation, bumped on each restart); requests that failed because it
-        crashed are then retried on the new incarnation without using up the page's attempts.
-        ``request_ended`` is told, once for each pass through the gate, when that request ended:
-        what the gate returned and whether the server answered it (a completion; not an error
-        status: vLLM answers the requests in flight with a 500 when its engine dies)."""
+        """``options`` is the retry and timeout policy. ``gate``, for a server we manage or
+        watch, waits until it is ready and returns where the request goes (the crash tracker's
+        :class:`~llm_ocr.serving.quarantine.Incarnation`: the server and its generation, bumped
+        on each restart); requests that failed because it crashed are then retried on the new
+        incarnation without using up the page's attempts. ``request_ended`` is told, once for
+        each pass through the gate, when that request ended: what the gate returned and whether
+        the server answered it (a completion; not an error status: vLLM answers the requests in
+        flight with a 500 when its engine dies)."""
         self.base_url = base_url.rstrip("/")
         self.display_url = display_url(self.base_url)  # for messages: no credentials
         # What the gate returns is only compared and handed back: opaque here, and ``Sent`` ties
@@ -167,7 +187,7 @@ class VlmClient:
         self._gate: Callable[[], Awaitable[object]] | None = gate
         self._request_ended: Callable[[Any, bool], None] | None = request_ended
         self.model = model
-        self.options = options or ClientOptions()
+        self.options = options
         #: Taken out of error messages (a server may repeat the key it refused).
         self._secrets = (api_key,) if api_key else ()
         # Our own retry loop records attempts per page and applies jitter; the SDK's is off.

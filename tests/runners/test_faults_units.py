@@ -18,9 +18,10 @@ from PIL import Image
 
 import llm_ocr.backoff as backoff_module
 import llm_ocr.vlm.client as client_module
+from llm_ocr.options import ClientOptions
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.testing import SimulatedServer
-from llm_ocr.vlm.client import ClientOptions, EndpointDown, RequestFailed, VlmClient, display_url
+from llm_ocr.vlm.client import EndpointDown, RequestFailed, VlmClient, display_url
 from llm_ocr.vlm.grounding import parse_layout
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, DOCUMENT_PROMPT, image_messages, recipe_for
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from llm_ocr.gpu_presets import HARDWARE_PRESETS, PRESETS, named_preset, with_gpus
 from llm_ocr.serving.open import EndpointError, ServerOptions, choose_engine
 from llm_ocr.serving.vllm.fleet import gpu_devices
-from llm_ocr.serving.vllm.presets import HARDWARE_PRESETS, PRESETS, client_in_flight, named_preset, with_gpus
+from llm_ocr.serving.vllm.presets import client_in_flight
 from tests.serving.test_presets import fake_smi
 
 

@@ -149,6 +149,7 @@ def test_without_metrics_the_limit_stays_at_the_default() -> None:
 def test_the_client_counts_its_requests_on_the_wire() -> None:
     """``sending``, what the controller compares with the server's running count: each request
     from when it is sent until it is answered or given up, per client and summed over a dispatcher."""
+    from llm_ocr.options import ClientOptions
     from llm_ocr.serving.dispatch import Dispatcher
     from llm_ocr.vlm.client import VlmClient
     from llm_ocr.vlm.families import DEEPSEEK_OCR
@@ -156,7 +157,7 @@ def test_the_client_counts_its_requests_on_the_wire() -> None:
     from tests.docs import chart_png
 
     async def go(servers: list[SimulatedServer]) -> tuple[list[int], int, int]:
-        clients = [VlmClient(server.base_url, DEFAULT_MODEL) for server in servers]
+        clients = [VlmClient(server.base_url, DEFAULT_MODEL, options=ClientOptions()) for server in servers]
         dispatcher = Dispatcher(clients)
         try:
             bodies = [DEEPSEEK_OCR.body(chart_png(n), "image/png", temperature=0.0, max_tokens=200) for n in range(5)]

@@ -8,19 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from llm_ocr.serving.vllm.presets import (
+from llm_ocr.gpu_presets import (
     DEEPSEEK_OCR_CONTEXT,
     GENERIC_PRESET,
     KV_BYTES_PER_TOKEN,
     PRESETS,
     TYPICAL_SEQ_TOKENS,
-    GpuInfo,
-    client_in_flight,
-    detect_gpu,
     kv_cache_tokens,
-    preset_for,
     sized_preset,
 )
+from llm_ocr.serving.vllm.presets import GpuInfo, client_in_flight, detect_gpu, preset_for
 
 
 def fake_smi(tmp_path: Path, output: str, *, exit_code: int = 0, sleep: float = 0) -> Path:

@@ -25,6 +25,7 @@ import psutil
 import pytest
 from PIL import Image
 
+from llm_ocr.gpu_presets import PRESETS, GpuPreset
 from llm_ocr.serving.command_lines import (
     DEEPSEEK_OCR_SERVER_ARGS,
     VLLM_API_SERVER,
@@ -33,7 +34,6 @@ from llm_ocr.serving.command_lines import (
     sim_command,
     vllm_command,
 )
-from llm_ocr.serving.vllm.presets import PRESETS, GpuPreset
 from llm_ocr.serving.vllm.process import ManagedServer, ServerFailed, redact_command
 from llm_ocr.serving.vllm.prometheus import parse_metrics
 from llm_ocr.vlm.recipes import DOCUMENT_PROMPT, image_messages, recipe_for

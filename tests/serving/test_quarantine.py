@@ -18,13 +18,13 @@ from types import SimpleNamespace
 import pytest
 from PIL import Image
 
-from llm_ocr.options import ServerOptions
+from llm_ocr.options import ClientOptions, ServerOptions
 from llm_ocr.serving.command_lines import free_port
 from llm_ocr.serving.dispatch import Dispatcher
 from llm_ocr.serving.open import open_endpoint
 from llm_ocr.serving.quarantine import CrashTracker, Incarnation, PageQuarantined
 from llm_ocr.testing import SimulatedServer
-from llm_ocr.vlm.client import ClientOptions, EndpointDown, RequestFailed, VlmClient
+from llm_ocr.vlm.client import EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.families import DEEPSEEK_OCR
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, FREE_OCR_PROMPT
 

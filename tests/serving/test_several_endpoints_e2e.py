@@ -15,10 +15,10 @@ from pathlib import Path
 
 from PIL import Image
 
+from llm_ocr.options import ClientOptions
 from llm_ocr.serving.open import open_endpoint
 from llm_ocr.serving.vllm.process import parse_metrics
 from llm_ocr.testing import SimulatedServer
-from llm_ocr.vlm.client import ClientOptions
 from llm_ocr.vlm.families import DEEPSEEK_OCR
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, FREE_OCR_PROMPT
 from tests.conftest import read_stage, run_cli

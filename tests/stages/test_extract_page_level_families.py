@@ -2,8 +2,8 @@
 LightOnOCR-2 (and its -bbox variant), Qwen2.5-VL / Qwen3-VL, Surya OCR 2, Qianfan-OCR (and its
 Layout-as-Thought recipe), HunyuanOCR, MiniCPM-OCR 1.0 and FireRed-OCR.
 
-The server refuses every page request that strays from the family's recipe (``Family.check``)
-and answers in the family's own format, so a run proves the requests on the wire and the parser
+The server refuses every page request that strays from the family's recipe
+(``llm_ocr/engines/sim/checks.py``) and answers in the family's own format, so a run proves the requests on the wire and the parser
 together: the page words come back (recall >= 0.95 of the PDF's text), every chart is cropped
 where the family gives boxes, and no request was refused.
 """

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from llm_ocr.options import ClientOptions
 from llm_ocr.stages.fields import FieldsContext, FieldsResult, document_fields, load_classes, typed_columns
 from llm_ocr.stages.fields.classes import Classes, single_class
 from llm_ocr.stages.fields.schema import load_fields_schema
@@ -45,7 +46,7 @@ def extract(rows: list[dict[str, Any]], classes: Classes, *sim_args: str, single
     """Fields of ``rows`` with a simulated server started with ``sim_args``; also its request log."""
 
     async def go(base_url: str) -> list[FieldsResult]:
-        client = VlmClient(base_url, "deepseek-ai/DeepSeek-OCR")
+        client = VlmClient(base_url, "deepseek-ai/DeepSeek-OCR", options=ClientOptions())
         ctx = FieldsContext(client=client, classes=classes, single=single, columns=typed_columns(classes.schemas),
                             context_tokens=await client.max_model_len(), **settings)
         try:

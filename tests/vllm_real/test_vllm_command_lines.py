@@ -21,9 +21,9 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
+from llm_ocr.gpu_presets import PRESETS, with_gpus
 from llm_ocr.serving.command_lines import api_key_to_env
 from llm_ocr.serving.open import ServerOptions, _command
-from llm_ocr.serving.vllm.presets import PRESETS, with_gpus
 from llm_ocr.vlm import families
 from tests.fakes import vllm_flags
 

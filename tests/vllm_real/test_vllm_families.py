@@ -1,7 +1,7 @@
 """Every family's request against real vLLM serving a tiny model of the family's architecture.
 
-The simulated server checks each request against the family's recipe (``Family.check``); this
-tier checks what only vLLM itself can: that the architecture's chat template and processor
+The simulated server checks each request against the family's recipe
+(``llm_ocr/engines/sim/checks.py``); this tier checks what only vLLM itself can: that the architecture's chat template and processor
 accept the request the recipe builds (the message roles, the image and text parts in the
 recipe's order, the prompt text or none), that the sampling and vLLM-only fields arrive in the
 engine's ``SamplingParams`` as the recipe sets them, and that the family's server flags start
@@ -30,8 +30,8 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
+from llm_ocr.gpu_presets import PRESETS
 from llm_ocr.serving.command_lines import free_port, vllm_command
-from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.serving.vllm.process import ManagedServer
 from llm_ocr.vlm.families import family_for
 from tests.conftest import REPO, read_stage, run_cli

@@ -34,8 +34,9 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
+from llm_ocr.gpu_presets import PRESETS
+from llm_ocr.options import ClientOptions
 from llm_ocr.serving.command_lines import api_key_to_env, free_port, vllm_command
-from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.serving.vllm.process import ManagedServer, _group_alive
 from llm_ocr.stages.describe import DescribeContext, figure_request
 from llm_ocr.testing import SimulatedServer
@@ -131,15 +132,15 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
                            startup_timeout=600, max_restarts=0, name="vllm")
     await server.start()
     started = time.monotonic()
-    client = VlmClient(server.base_url, served, api_key=key, gate=server.wait_ready)
+    client = VlmClient(server.base_url, served, api_key=key, options=ClientOptions(), gate=server.wait_ready)
     try:
         # Not ready yet: vLLM loads for many seconds before /health answers 200 ...
         assert await _health(server.root_url) != 200
         # ... and a request made now waits for readiness instead of failing or using attempts.
         recipe = recipe_for(served)
-        assert recipe.family == "generic" and recipe.extra_body == {}
+        assert recipe.name == "generic" and recipe.extra_body == {}
         first = await client.chat({
-            "messages": image_messages(_jpeg(), "image/jpeg", recipe.ocr_prompt),
+            "messages": image_messages(_jpeg(), "image/jpeg", recipe.prompt.text),
             "max_tokens": 16, "temperature": 0.0, "extra_body": recipe.extra_body,
         })  # fmt: skip
         waited = time.monotonic() - started
@@ -165,7 +166,7 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         # end early (ignore_eos, 4000 tokens: seconds of decoding even on an idle machine), polled
         # until /metrics shows one running, then abandoned (vLLM aborts a request whose client
         # went away), so the check costs a poll or two, not their whole length.
-        long_body = {"messages": image_messages(_jpeg(), "image/jpeg", recipe.ocr_prompt), "max_tokens": 4000,
+        long_body = {"messages": image_messages(_jpeg(), "image/jpeg", recipe.prompt.text), "max_tokens": 4000,
                      "temperature": 0.0, "extra_body": {**recipe.extra_body, "ignore_eos": True}}
         long_ones = [asyncio.create_task(client.chat(dict(long_body))) for _ in range(2)]
         running = 0.0
@@ -181,7 +182,7 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
 
         # The counters add up over twelve short requests.
         before = await server.metrics()
-        body = {"messages": image_messages(_jpeg(), "image/jpeg", recipe.ocr_prompt), "max_tokens": 16,
+        body = {"messages": image_messages(_jpeg(), "image/jpeg", recipe.prompt.text), "max_tokens": 16,
                 "temperature": 0.0, "extra_body": recipe.extra_body}
         results = await asyncio.gather(*[client.chat(dict(body)) for _ in range(12)])
         after = await server.metrics()
@@ -195,7 +196,7 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         # The DeepSeek-OCR request shape, sent to a real vLLM: the fields must arrive in the
         # sampling params typed as sent (the n-gram processor itself is not loaded here).
         deepseek = recipe_for("deepseek-ai/DeepSeek-OCR")
-        await client.chat({"messages": image_messages(_jpeg(), "image/jpeg", deepseek.ocr_prompt), "max_tokens": 8,
+        await client.chat({"messages": image_messages(_jpeg(), "image/jpeg", deepseek.prompt.text), "max_tokens": 8,
                            "temperature": 0.0, "extra_body": deepseek.extra_body})
         # A Describe request with a JSON schema: vLLM must see it as structured output.
         schema = {"type": "object", "properties": {"kind": {"enum": ["chart", "photo"]}}, "required": ["kind"]}

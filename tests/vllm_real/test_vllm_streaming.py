@@ -12,8 +12,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from llm_ocr.gpu_presets import PRESETS
+from llm_ocr.options import ClientOptions
 from llm_ocr.serving.command_lines import free_port, vllm_command
-from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.serving.vllm.process import ManagedServer
 from llm_ocr.vlm.client import VlmClient
 from llm_ocr.vlm.recipes import image_messages, recipe_for
@@ -38,7 +39,7 @@ async def _streaming(model: Path, tmp_path: Path) -> None:
     server = ManagedServer(command, host="127.0.0.1", port=port, log_path=tmp_path / "server.log", env=VLLM_ENV,
                            startup_timeout=600, max_restarts=0, name="vllm")  # fmt: skip
     async with server:
-        client = VlmClient(server.base_url, SERVED)
+        client = VlmClient(server.base_url, SERVED, options=ClientOptions())
         try:
             # The fields a DeepSeek-OCR page streams with (continuous usage, 64 tokens a chunk)
             # on a model of another family: vLLM must take them (an unknown one is only a warning,

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from llm_ocr.config import OptionError, resolve_options
+from llm_ocr.engines.sim.checks import RecipeError, check_request, prompt_text, sent_image
 from llm_ocr.options import JobOptions
 from llm_ocr.vlm.box import Box
-from llm_ocr.vlm.families import FAMILIES, RecipeError, UnknownRecipe, family_for, family_named, names
-from llm_ocr.vlm.families.base import Retries, prompt_text, sent_image
+from llm_ocr.vlm.families import FAMILIES, UnknownRecipe, family_for, family_named, names
+from llm_ocr.vlm.families.base import Retries
 from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
 from llm_ocr.vlm.families.generic import GENERIC
 from llm_ocr.vlm.families.markup import display_math, dollars_to_brackets, markdown_table_to_html, otsl_to_html
@@ -58,7 +59,7 @@ def test_deepseek_request_is_the_vllm_recipe_and_passes_its_own_check() -> None:
     }
     assert body["max_tokens"] == 7168 and body["temperature"] == 0.0
     received = wire(body)
-    assert DEEPSEEK_OCR.check(received) == "page"
+    assert check_request(DEEPSEEK_OCR, received) == "page"
     assert sent_image(received) == PNG and prompt_text(received) == message["content"][1]["text"]
     # The budget leaves the context's image and prompt tokens out, whatever was asked.
     assert DEEPSEEK_OCR.max_tokens(None, 8192) == 7168
@@ -82,12 +83,12 @@ def test_a_deepseek_page_request_that_strays_is_refused(change: Any, fragment: s
     received = wire(DEEPSEEK_OCR.body(PNG, "image/png", temperature=0.0, max_tokens=100))
     change(received)
     with pytest.raises(RecipeError, match=fragment):
-        DEEPSEEK_OCR.check(received)
+        check_request(DEEPSEEK_OCR, received)
 
 
 def test_a_description_request_is_not_a_page_request() -> None:
     body = wire(DEEPSEEK_OCR.body(PNG, "image/png", temperature=0.0, max_tokens=100, text="Describe this image in detail."))
-    assert DEEPSEEK_OCR.check(body) is None
+    assert check_request(DEEPSEEK_OCR, body) is None
 
 
 def test_retry_temperatures_follow_the_family_schedule_then_its_last_step() -> None:

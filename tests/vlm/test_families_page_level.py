@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from llm_ocr.engines.sim.checks import RecipeError, check_request
 from llm_ocr.resizing import smart_resize
 from llm_ocr.vlm.families import family_for
-from llm_ocr.vlm.families.base import RecipeError
 from llm_ocr.vlm.families.glm_ocr import GLM_OCR
 from llm_ocr.vlm.families.lighton import LIGHTON_OCR, LIGHTON_OCR_BBOX
 from llm_ocr.vlm.families.nanonets import NANONETS_OCR, NANONETS_PROMPT
@@ -75,16 +75,16 @@ def test_requests_have_each_familys_chat_shape_and_sampling() -> None:
 def test_the_check_refuses_what_strays_from_each_recipe() -> None:
     body = GLM_OCR.body(b"img", PNG, temperature=0.0, max_tokens=100)
     flat = {**{k: v for k, v in body.items() if k != "extra_body"}, **body["extra_body"]}
-    assert GLM_OCR.check(flat) == "page"
+    assert check_request(GLM_OCR, flat) == "page"
     with pytest.raises(RecipeError, match="repetition_penalty"):
-        GLM_OCR.check({**flat, "repetition_penalty": 1.0})
+        check_request(GLM_OCR, {**flat, "repetition_penalty": 1.0})
     nano = NANONETS_OCR.body(b"img", PNG, temperature=0.0, max_tokens=100)
     with pytest.raises(RecipeError, match="roles"):
-        NANONETS_OCR.check({**nano, "messages": nano["messages"][1:]})  # the system message dropped
+        check_request(NANONETS_OCR, {**nano, "messages": nano["messages"][1:]})  # the system message dropped
     q25 = QWEN25_VL.body(b"img", PNG, temperature=0.0, max_tokens=100)
     swapped = [q25["messages"][0], {"role": "user", "content": q25["messages"][1]["content"][::-1]}]
     with pytest.raises(RecipeError, match="content parts"):
-        QWEN25_VL.check({**q25, "messages": swapped})
+        check_request(QWEN25_VL, {**q25, "messages": swapped})
 
 
 def test_smart_resize_matches_the_cookbook() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from llm_ocr.engines.sim.checks import check_request
 from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, plan_segments
@@ -167,4 +168,4 @@ def test_every_family_builds_a_request_its_own_check_accepts() -> None:
     for recipe in FAMILIES:
         body: dict[str, Any] = recipe.body(b"png", "image/png", temperature=recipe.retries.temperatures[0], max_tokens=100)
         received = {k: v for k, v in body.items() if k != "extra_body"} | body.get("extra_body", {})
-        assert recipe.check(json.loads(json.dumps(received))) is not None, recipe.name
+        assert check_request(recipe, json.loads(json.dumps(received))) is not None, recipe.name

@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
+from llm_ocr.engines.sim.checks import check_request, prompt_text, sent_image
 from llm_ocr.stages.attempts import Answer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult
 from llm_ocr.vlm.families import FAMILIES, Family
-from llm_ocr.vlm.families.base import BodyFor, PageInput, Reading, Retries, prompt_text, sent_image
+from llm_ocr.vlm.families.base import BodyFor, PageInput, Reading, Retries
 from llm_ocr.vlm.layout import PageLayout
 from llm_ocr.vlm.view import Element, View
 
@@ -87,7 +88,7 @@ class Writer:
 
     async def ask(self, body_for: BodyFor, retries: Retries) -> Answer:
         received = flat(body_for(retries.temperatures[0], 0))
-        kind = self.family.check(received)  # the request as the server gets it: the recipe's own
+        kind = check_request(self.family, received)  # the request as the server gets it: the recipe's own
         assert kind is not None, f"{self.family.name} sent a request its own check does not know"
         self.kinds.append(kind)
         text = self.family.write(self.view(sent_image(received)), kind, prompt_text(received))
@@ -192,7 +193,7 @@ def test_a_piece_of_a_page_is_written_and_read_back_in_its_own_pixels(family: Fa
                   for e in PAGE if e.box.y1 >= 0.555)  # fmt: skip
     view = View(int(piece.width), int(piece.height), shown)
     # The kind of the family's first request for a page (MinerU's: its layout pass).
-    kind = family.check(flat(family.body(b"piece", "image/png", temperature=family.retries.temperatures[0], max_tokens=9)))
+    kind = check_request(family, flat(family.body(b"piece", "image/png", temperature=family.retries.temperatures[0], max_tokens=9)))
     assert kind is not None
     layout = family.parse(family.write(view, kind), width=view.width, height=view.height, page=1)
     boxes = [box.moved(piece.x1, piece.y1) for block in layout.blocks for box in block.boxes]

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from llm_ocr.engines.sim.checks import RecipeError, check_image, check_request
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import Family, family_for
-from llm_ocr.vlm.families.base import RecipeError
 from llm_ocr.vlm.families.infinity import INFINITY_PARSER2
 from llm_ocr.vlm.families.lighton3 import LIGHTON_OCR_3, LIGHTON_OCR_3_1B
 from llm_ocr.vlm.families.paddleocr import FORMULA_PROMPT, PADDLEOCR_VL, TABLE_PROMPT
@@ -83,26 +83,26 @@ STRAYS = [
 def test_a_frontier_request_that_strays_is_refused(family: Family, change: Callable[[dict[str, Any]], None],
                                                     fragment: str) -> None:
     body = copy.deepcopy(sent(family))
-    assert family.check(body) == "page"
+    assert check_request(family, body) == "page"
     change(body)
     with pytest.raises(RecipeError, match=fragment):
-        family.check(body)
+        check_request(family, body)
 
 
 def test_page_images_larger_than_the_model_was_trained_on_are_refused() -> None:
-    LIGHTON_OCR_3.check_image(1584, 2048)
-    LIGHTON_OCR_3_1B.check_image(1191, 1540)
+    check_image(LIGHTON_OCR_3, 1584, 2048)
+    check_image(LIGHTON_OCR_3_1B, 1191, 1540)
     with pytest.raises(RecipeError, match="2048 px"):
-        LIGHTON_OCR_3.check_image(2550, 3300)
+        check_image(LIGHTON_OCR_3, 2550, 3300)
     with pytest.raises(RecipeError, match="1540 px"):
-        LIGHTON_OCR_3_1B.check_image(1584, 2048)
+        check_image(LIGHTON_OCR_3_1B, 1584, 2048)
     # Infinity-Parser2's client resizes every image to multiples of 32 within 2,048..16,777,216 px:
     # Letter at its 300 DPI (2550 x 3300) goes as 2560 x 3296, and nothing else does.
-    INFINITY_PARSER2.check_image(2560, 3296)
+    check_image(INFINITY_PARSER2, 2560, 3296)
     with pytest.raises(RecipeError, match="sent as 2560 x 3296"):
-        INFINITY_PARSER2.check_image(2550, 3300)
+        check_image(INFINITY_PARSER2, 2550, 3300)
     with pytest.raises(RecipeError, match="16,777,216"):
-        INFINITY_PARSER2.check_image(5120, 5120)
+        check_image(INFINITY_PARSER2, 5120, 5120)
 
 
 def test_paddleocr_table_and_formula_modes_read_back() -> None:
@@ -113,7 +113,7 @@ def test_paddleocr_table_and_formula_modes_read_back() -> None:
     mode = PADDLEOCR_VL.with_prompt(TABLE_PROMPT)
     answer = PADDLEOCR_VL.write(view, "page", TABLE_PROMPT)
     assert "<fcel>" in answer or "<ched>" in answer  # OTSL, as the table task answers
-    assert mode.check(sent(mode)) == "page"
+    assert check_request(mode, sent(mode)) == "page"
     md = mode.parse(answer, width=1000, height=800, page=1).markdown
     assert md.startswith("<table>") and "<td>2023</td>" in md and "Sales" in md
     formula_mode = PADDLEOCR_VL.with_prompt(FORMULA_PROMPT)

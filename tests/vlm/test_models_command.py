@@ -10,8 +10,8 @@ import shlex
 import pytest
 
 from llm_ocr.cli import main
+from llm_ocr.gpu_presets import PRESETS
 from llm_ocr.serving.command_lines import vllm_command
-from llm_ocr.serving.vllm.presets import PRESETS
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
 from llm_ocr.vlm.view import Element, View

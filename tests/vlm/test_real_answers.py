@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from llm_ocr.engines.sim.checks import check_request
 from llm_ocr.vlm.families import family_for
 from llm_ocr.vlm.families.docling import GRANITE_DOCLING
 from llm_ocr.vlm.families.infinity import INFINITY_PARSER2
@@ -60,7 +61,7 @@ def test_lightonocr3_request_is_the_readmes() -> None:
     assert len(sent["messages"]) == 1 and sent["messages"][0]["role"] == "user"
     assert sent["temperature"] == published["temperature"]
     assert sent["chat_template_kwargs"] == published["chat_template_kwargs"]
-    assert family.check(sent) == "page"
+    assert check_request(family, sent) == "page"
 
 
 def test_infinity_parser2_answers_of_the_authors_tests_give_what_their_tests_assert() -> None:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from llm_ocr.options import ClientOptions
 from llm_ocr.testing import SimulatedServer
-from llm_ocr.vlm.client import ClientOptions, VlmClient
+from llm_ocr.vlm.client import VlmClient
 from llm_ocr.vlm.loops import LoopPolicy
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, image_messages, recipe_for
 from tests.engines.test_simulated import picture_bytes
@@ -21,7 +22,7 @@ from tests.engines.test_simulated import picture_bytes
 def page_body(image: bytes, max_tokens: int = 7000) -> dict[str, Any]:
     recipe = recipe_for(DEFAULT_MODEL)
     return {
-        "messages": image_messages(image, "image/png", recipe.ocr_prompt),
+        "messages": image_messages(image, "image/png", recipe.prompt.text),
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "extra_body": recipe.extra_body,

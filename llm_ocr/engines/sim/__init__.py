@@ -5,6 +5,7 @@ Run it as its own process: ``python -m llm_ocr.engines.sim --port 8000`` (or ``l
 
 - :mod:`.cli`     the command line (:func:`~.cli.main`)
 - :mod:`.corpus`  known PDF pages: fingerprints and text-layer layout
+- :mod:`.checks`  requests checked against the family's recipe (refused with a 400 if they stray)
 - :mod:`.content` what the simulated model answers
 - :mod:`.timing`  the batch timing model (the benchmark replays it for its lower bound)
 - :mod:`.server`  the aiohttp server: scheduling and faults on the shared frame

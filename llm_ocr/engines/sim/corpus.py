@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llm_ocr.pdf_space import PageFrame, object_bounds, page_objects
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.view import Element
 
@@ -239,35 +240,6 @@ def _locate_grey(page: Any, w_pt: float, h_pt: float) -> np.ndarray:
 # Layout extraction
 
 
-class _Frame:
-    """Maps PDF user-space points to displayed-page fractions (top-left origin, rotated)."""
-
-    def __init__(self, page: Any) -> None:
-        self.left, self.bottom, self.right, self.top = page.get_bbox()
-        self.rotation = page.get_rotation() % 360
-
-    def point(self, x: float, y: float) -> tuple[float, float]:
-        w = (self.right - self.left) or 1.0
-        h = (self.top - self.bottom) or 1.0
-        fx, fy = (x - self.left) / w, (self.top - y) / h
-        # /Rotate turns the page clockwise for display (and pdfium renders it that way).
-        if self.rotation == 90:
-            fx, fy = 1.0 - fy, fx
-        elif self.rotation == 180:
-            fx, fy = 1.0 - fx, 1.0 - fy
-        elif self.rotation == 270:
-            fx, fy = fy, 1.0 - fx
-        return fx, fy
-
-    def rect(self, left: float, bottom: float, right: float, top: float) -> tuple[float, float, float, float]:
-        (ax, ay), (bx, by) = self.point(left, bottom), self.point(right, top)
-        return (_clamp(min(ax, bx)), _clamp(min(ay, by)), _clamp(max(ax, bx)), _clamp(max(ay, by)))
-
-
-def _clamp(v: float) -> float:
-    return min(1.0, max(0.0, v))
-
-
 @dataclass
 class _Line:
     box: tuple[float, float, float, float]
@@ -282,7 +254,7 @@ class _Line:
         return " ".join(t for _, t in sorted(self.pieces))
 
 
-def _text_lines(page: Any, frame: _Frame) -> list[_Line]:
+def _text_lines(page: Any, frame: PageFrame) -> list[_Line]:
     """Text lines of a page: pdfium's text rectangles merged when they share a line."""
     textpage = page.get_textpage()
     try:
@@ -291,7 +263,7 @@ def _text_lines(page: Any, frame: _Frame) -> list[_Line]:
             l, b, r, t = textpage.get_rect(i)
             text = " ".join(textpage.get_text_bounded(l, b, r, t).split())
             if text:
-                box = frame.rect(l, b, r, t)
+                box = frame.box(l, b, r, t)
                 rects.append(_Line(box, [(box[0], text)]))
     finally:
         textpage.close()
@@ -348,33 +320,12 @@ def _group_paragraphs(lines: list[_Line]) -> list[list[_Line]]:
     return blocks
 
 
-def _image_boxes(page: Any, frame: _Frame) -> list[tuple[float, float, float, float]]:
-    """Boxes of image objects, descending into Form XObjects.
-
-    pdfium reports a nested object's bounds in its form's space, so the enclosing forms'
-    matrices are applied on the way down.
-    """
+def _image_boxes(page: Any, frame: PageFrame) -> list[tuple[float, float, float, float]]:
+    """Boxes of image objects, descending into Form XObjects (:func:`~llm_ocr.pdf_space.page_objects`)."""
     import pypdfium2.raw as pdfium_c
 
-    out: list[tuple[float, float, float, float]] = []
-
-    def bounds(obj: Any) -> tuple[float, float, float, float]:
-        getter = getattr(obj, "get_bounds", None) or obj.get_pos  # get_pos before pypdfium2 5
-        return getter()
-
-    def walk(objects: Any, matrices: list[Any]) -> None:
-        for obj in objects:
-            if obj.type == pdfium_c.FPDF_PAGEOBJ_IMAGE:
-                l, b, r, t = bounds(obj)
-                corners = [(l, b), (r, b), (r, t), (l, t)]
-                for m in reversed(matrices):  # innermost form first
-                    corners = [(m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f) for x, y in corners]
-                xs, ys = [c[0] for c in corners], [c[1] for c in corners]
-                out.append(frame.rect(min(xs), min(ys), max(xs), max(ys)))
-            elif obj.type == pdfium_c.FPDF_PAGEOBJ_FORM and len(matrices) < 8:
-                walk(page.get_objects(form=obj, max_depth=0, level=obj.level + 1), matrices + [obj.get_matrix()])
-
-    walk(page.get_objects(max_depth=0), [])
+    out = [frame.box(*object_bounds(obj, matrices)) for obj, matrices in page_objects(page)
+           if obj.type == pdfium_c.FPDF_PAGEOBJ_IMAGE]
     keep = []
     for box in out:
         area = (box[2] - box[0]) * (box[3] - box[1])
@@ -390,7 +341,7 @@ def extract_layout(page: Any) -> list[LayoutBlock]:
     taller than the page's median line is a ``title`` (the first such block) or ``sub_title``;
     every image object of a sensible size is an ``image`` block with empty text.
     """
-    frame = _Frame(page)
+    frame = PageFrame(page)
     lines = _text_lines(page, frame)
     blocks: list[LayoutBlock] = []
     if lines:

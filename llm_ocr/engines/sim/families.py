@@ -6,7 +6,7 @@ What is the simulator's stays here: what the image shows (a known page's layout 
 the page number), and what a two-pass family's blocks were between its passes (:class:`Memory`).
 What is the family's is its module's: the answer's format and coordinate space
 (:meth:`~llm_ocr.vlm.families.base.Family.write`, beside its parser). Requests are checked
-against the recipe before this runs (``Family.check``), so an answer here is always for a
+against the recipe before this runs (:mod:`.checks`), so an answer here is always for a
 request the real server would serve the same way.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import Family
-from llm_ocr.vlm.families.base import prompt_text
 from llm_ocr.vlm.view import Element, View
 
+from .checks import BLOCK_PASS, LAYOUT_PASS, prompt_text
 from .corpus import LayoutBlock
 from .images import ImageFacts
 
@@ -29,9 +29,6 @@ from .images import ImageFacts
 NATIVE = "deepseek-ocr"
 #: What the simulated model says a figure shows (the families that describe figures write it).
 FIGURE_DESCRIPTION = "A chart of coloured bars"
-#: Page request kinds of a two-pass family (``Family.check``): a layout pass, whose blocks the
-#: server remembers, then a request per block, cropped from the page (MinerU2.5).
-LAYOUT_PASS, BLOCK_PASS = "layout", "block"
 #: The whole image, in its own fractions (a block cropped from a page fills its crop).
 WHOLE = Box(0.0, 0.0, 1.0, 1.0)
 

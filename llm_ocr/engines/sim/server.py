@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from llm_ocr.vlm.families import Family, RecipeError, family_for
+from llm_ocr.vlm.families import Family, family_for
 from llm_ocr.vlm.verifier import CATEGORIES
 
 from ..frame.answers import schema_instance
@@ -48,6 +48,7 @@ from ..frame.protocol import (
 from ..frame.streaming import SseAnswer
 from . import FAULT_KINDS, content, families
 from . import fields as sim_fields
+from .checks import RecipeError, check_image, check_request
 from .corpus import CorpusIndex, LayoutBlock, build_corpus
 from .crops import region_blocks
 from .damage import Damage, damaged
@@ -467,7 +468,7 @@ class SimServer(OpenAIServer):
         """The kind of page request ``body`` is for ``family`` (None: not a page request);
         raises :class:`ApiError` 400 for one that strays from the recipe, unless lenient."""
         try:
-            return family.check(body)
+            return check_request(family, body)
         except RecipeError as exc:
             if self.cfg.lenient:
                 return "page"
@@ -479,7 +480,7 @@ class SimServer(OpenAIServer):
         """Refuse (400) a page image the family's recipe would not send (too large for the size
         the model was trained on), unless lenient."""
         try:
-            family.check_image(width, height)
+            check_image(family, width, height)
         except RecipeError as exc:
             if self.cfg.lenient:
                 return

@@ -13,7 +13,7 @@ run on every family listed here.
 
 from __future__ import annotations
 
-from llm_ocr.vlm.families.base import Family, RecipeError
+from llm_ocr.vlm.families.base import Family
 from llm_ocr.vlm.families.chandra import CHANDRA_1, CHANDRA_2
 from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
 from llm_ocr.vlm.families.docling import GRANITE_DOCLING
@@ -94,4 +94,4 @@ def family_for(model: str, recipe: str | None = None) -> Family:
     return GENERIC
 
 
-__all__ = ["FAMILIES", "Family", "RecipeError", "UnknownRecipe", "family_for", "family_named", "names"]
+__all__ = ["FAMILIES", "Family", "UnknownRecipe", "family_for", "family_named", "names"]

@@ -7,12 +7,11 @@ turns its answer into a :class:`~llm_ocr.vlm.layout.PageLayout` (Markdown, block
 boxes in the pixels of the image that was sent, figure boxes), and :meth:`Family.read` reads one
 page, with one request or several (MinerU's two passes, olmOCR-2's turn-and-read-again).
 
-Two more are the other side of those: :meth:`Family.check` of :meth:`Family.body`, and
-:meth:`Family.write` of :meth:`Family.parse`. The simulated server runs ``check`` on every
-request it receives and refuses what strays from the recipe, so a test that goes through the
-whole pipeline proves the requests on the wire, not the builder's intentions; it answers with
-``write``: the answer the family's model gives for a :class:`~llm_ocr.vlm.view.View` of the
-image, in its own format and coordinate space, which the round-trip tests parse back.
+:meth:`Family.write` is the other side of :meth:`Family.parse`: the answer the family's model
+gives for a :class:`~llm_ocr.vlm.view.View` of the image, in its own format and coordinate
+space. The simulated server answers with it and the round-trip tests parse it back. The
+simulator's check of a request against the recipe is the simulator's own
+(``llm_ocr/engines/sim/checks.py``); it reads the recipe from here.
 
 Nothing here talks to a server or touches an image: :meth:`Family.read` gets both done through
 the :class:`PageTools` it is given (the Extract stage supplies them), so this package stays in
@@ -24,7 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -323,10 +322,6 @@ class Reading:
     notes: list[str] = field(default_factory=list)
 
 
-class RecipeError(Exception):
-    """A request strays from the family's recipe (what the simulated server answers with a 400)."""
-
-
 @dataclass(frozen=True)
 class Family:
     """One model family's recipe. Subclasses override :meth:`parse` (and :meth:`read` when one
@@ -368,16 +363,6 @@ class Family:
         return self.rendering.min_side or max(1, round(self.serving.pixels_per_token**0.5))
 
     # -- choosing ------------------------------------------------------------------------------
-
-    @property
-    def family(self) -> str:
-        """The family's name (the older ``ModelRecipe.family``)."""
-        return self.name
-
-    @property
-    def ocr_prompt(self) -> str | None:
-        """The page prompt's text (None: the image alone)."""
-        return self.prompt.text
 
     @property
     def extra_body(self) -> dict[str, Any]:
@@ -490,11 +475,17 @@ class Family:
 
     # -- writing an answer (the simulated server, the round-trip tests) ---------------------------
 
+    def page_texts(self) -> tuple[str | None, ...]:
+        """The prompt texts of this family's page requests (None: the image alone): the recipe's
+        own and the other prompts its model's code offers for a page (a server that checks
+        requests, ``llm_ocr/engines/sim/checks.py``, takes any of them for a page request)."""
+        return (self.prompt.text,)
+
     def write(self, view: View, kind: str = "page", prompt: str | None = None) -> str:
         """The answer this family's model gives for an image showing ``view``, to a page request
-        of ``kind`` (what :meth:`check` returns: ``"page"``, or a pass of a multi-request family)
-        asking ``prompt`` (None: the recipe's own): its markup, its labels, its boxes in its own
-        coordinate space. :meth:`parse` reads it back.
+        of ``kind`` (``"page"``, or a pass of a multi-request family, as the simulator's check of
+        the request names it) asking ``prompt`` (None: the recipe's own): its markup, its labels,
+        its boxes in its own coordinate space. :meth:`parse` reads it back.
 
         The view is of the image as sent: a whole page, a piece of one, or (MinerU's second
         pass) one block cropped from it; the writer never needs to know which.
@@ -512,127 +503,8 @@ class Family:
         (olmOCR-2's front matter): a server that recognises pages must recognise them turned."""
         return False
 
-    # -- checking a request (the simulated server) -------------------------------------------------
-
-    def check_image(self, width: int, height: int) -> None:
-        """Refuse (``RecipeError``) a page image of ``width`` x ``height`` the recipe would not
-        send (larger than the model was trained on and its processor leaves it, or not resized as
-        the family's client resizes: :meth:`Rendering.sent_size`); the simulated server runs it on
-        every page request's image. Families without such a rule accept any."""
-        sent = self.rendering.sent_size(width, height)
-        multiple = self.rendering.multiple
-        if sent != (width, height) and multiple:
-            rule = self.rendering
-            raise RecipeError(
-                f"{self.title}'s client sends images resized to multiples of {multiple} px a side, "
-                f"{rule.min_pixels or multiple**2:,} to {rule.max_pixels or 12_000_000:,} pixels: a {width} x "
-                f"{height} image is sent as {sent[0]} x {sent[1]}")
-
-    def page_texts(self) -> tuple[str | None, ...]:
-        """The prompt texts of this family's page requests (None: the image alone)."""
-        return (self.prompt.text,)
-
-    def check(self, body: Mapping[str, Any]) -> str | None:
-        """Refuse (``RecipeError``) a page request that strays from this recipe and return its
-        kind (``"page"``, or a pass name for multi-request families); None for a request that
-        is not a page request of this family (a figure description, a custom prompt).
-
-        ``body`` is the JSON the server received: ``extra_body`` fields are at the top level.
-        """
-        if prompt_text(body) not in self.page_texts():
-            return None
-        self.check_messages(body, self.prompt, self.page_texts())
-        self.check_sampling(body, self.sampling, retry_top_p=self.retries.retry_top_p)
-        return "page"
-
-    def check_messages(
-        self, body: Mapping[str, Any], prompt: Prompt, texts: Sequence[str | None] | None = None
-    ) -> str | None:
-        """Check the chat shape against ``prompt`` (or any of ``texts``); returns the text sent."""
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise RecipeError("messages must be a non-empty list")
-        expected_roles = (["system"] if prompt.system is not None else []) + ["user"]
-        roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
-        if roles != expected_roles:
-            raise RecipeError(f"{self.title} expects messages with roles {expected_roles}, got {roles}")
-        if prompt.system is not None and messages[0].get("content") != prompt.system:
-            raise RecipeError(f"{self.title}'s system message must be {prompt.system!r}")
-        parts = messages[-1].get("content")
-        if not isinstance(parts, list):
-            raise RecipeError(f"{self.title} expects the user message as a list of content parts")
-        kinds = [p.get("type") if isinstance(p, dict) else None for p in parts]
-        wanted = ["image_url"] if prompt.text is None else (
-            ["image_url", "text"] if prompt.image_first else ["text", "image_url"]
-        )
-        if kinds != wanted:
-            raise RecipeError(f"{self.title} expects the user content parts {wanted}, got {kinds}")
-        if prompt.text is None:
-            return None
-        sent = next(p["text"] for p in parts if p.get("type") == "text")
-        allowed = list(texts) if texts is not None else [prompt.text]
-        if sent not in allowed:
-            raise RecipeError(f"{self.title}: unexpected prompt text {sent[:120]!r} (expected "
-                              f"{str(allowed[0])[:120]!r})")
-        return sent
-
-    def check_sampling(self, body: Mapping[str, Any], sampling: Sampling, *, retry_top_p: float | None = None) -> None:
-        """Check the sampling fields and the vLLM-only fields against ``sampling``."""
-        temperature = body.get("temperature")
-        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool):
-            raise RecipeError(f"{self.title} requests must set temperature (recipe: {sampling.temperature})")
-        first = abs(temperature - self.retries.temperatures[0]) < 1e-9
-        if temperature < self.retries.temperatures[0] - 1e-9:
-            raise RecipeError(
-                f"{self.title}: temperature {temperature} is below the recipe's first attempt "
-                f"({self.retries.temperatures[0]}); retries only go hotter"
-            )
-        for name, value in sampling.fields().items():
-            if name == "top_p" and retry_top_p is not None and not first:
-                value = retry_top_p
-            if body.get(name) != value:
-                raise RecipeError(f"{self.title}: {name} must be {value}, got {body.get(name)!r}")
-        for name in ("top_p", "top_k", "presence_penalty", "frequency_penalty", "repetition_penalty"):
-            if getattr(sampling, name) is None and body.get(name) is not None:
-                raise RecipeError(f"{self.title}'s recipe sets no {name}; got {body.get(name)!r}")
-        if not any(isinstance(body.get(f), int) for f in sampling.token_fields):
-            raise RecipeError(f"{self.title} requests must set {' or '.join(sampling.token_fields)}")
-        for name, value in sampling.extra.items():
-            if body.get(name) != value:
-                raise RecipeError(f"{self.title}: {name} must be {json.dumps(value)}, got {json.dumps(body.get(name))}")
-        # vLLM-only fields that change what the model does: a recipe that sends none refuses them
-        # (a chat template switched into thinking writes another answer than the recipe parses).
-        for name in ("vllm_xargs", "skip_special_tokens", "chat_template_kwargs"):
-            if name not in sampling.extra and name in body:
-                raise RecipeError(f"{self.title}'s recipe sends no {name}; got {json.dumps(body.get(name))}")
 
 
 def data_uri(image: bytes, mime: str) -> str:
     """An image as a ``data:`` URI, the form vLLM accepts in an ``image_url`` part."""
     return f"data:{mime};base64,{base64.b64encode(image).decode('ascii')}"
-
-
-def prompt_text(body: Mapping[str, Any]) -> str | None:
-    """The text part of a request's last message (None: the image alone, or no such message)."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
-        return None
-    parts = messages[-1].get("content")
-    if not isinstance(parts, list):
-        return None
-    texts = [p.get("text") for p in parts if isinstance(p, dict) and p.get("type") == "text"]
-    return "\n".join(t for t in texts if isinstance(t, str)) if texts else None
-
-
-def sent_image(body: Mapping[str, Any]) -> bytes:
-    """The image bytes of a request body (for the simulated server); b"" if there is none."""
-    for message in body.get("messages") or []:
-        for part in message.get("content") or [] if isinstance(message, dict) and isinstance(message.get("content"),
-                                                                                             list) else []:
-            if isinstance(part, dict) and part.get("type") == "image_url":
-                url = (part.get("image_url") or {}).get("url", "")
-                return base64.b64decode(url.partition(",")[2] or b"")
-    return b""
-
-
-AsyncRead = Callable[[PageInput], Awaitable[Reading]]

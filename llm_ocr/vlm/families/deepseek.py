@@ -39,6 +39,26 @@ VLLM_STREAM_EXTRA = {"stream_interval": 64}
 NGRAM_PROCESSOR = "vllm.model_executor.models.deepseek_ocr:NGramPerReqLogitsProcessor"
 
 
+def server_args(processor: str) -> tuple[str, ...]:
+    """vLLM's flags for a model of DeepSeek-OCR's vision stack, as vLLM's recipes serve it: its
+    remote code, its n-gram logits processor ``processor``, no prefix caching, no multimodal
+    processor cache (DeepSeek-OCR's, and Unlimited-OCR's with its own processor)."""
+    return ("--trust-remote-code", "--logits-processors", processor, "--no-enable-prefix-caching",
+            "--mm-processor-cache-gb", "0")
+
+
+#: How llm-ocr starts vLLM for DeepSeek-OCR: the recipe's flags and context, and the memory
+#: figures of its decoder (12 layers of plain attention, 10 KV heads of 128, bf16) that size the
+#: GPU presets. A family of the same stack starts from it (``dataclasses.replace``).
+SERVING = Serving(
+    args=server_args(NGRAM_PROCESSOR),
+    context=8192,
+    weights_gib=9.0,
+    kv_bytes_per_token=2 * 12 * 10 * 128 * 2,
+    typical_seq_tokens=3000,
+)
+
+
 @dataclass(frozen=True)
 class DeepSeekOCR(Family):
     """The grounding recipe of vLLM's DeepSeek-OCR guide (DeepSeek-OCR-2 is served the same way)."""
@@ -81,18 +101,7 @@ DEEPSEEK_OCR = DeepSeekOCR(
     # (10 x 10: the DeepEncoder's 16-px patches compressed 16 times, deepseek-ai/DeepSeek-OCR
     # deepencoder), so a token is 64 px a side.
     rendering=Rendering(dpi=144.0, image_format="jpeg", min_side=64),
-    serving=Serving(
-        args=(
-            "--trust-remote-code",
-            "--logits-processors", NGRAM_PROCESSOR,
-            "--no-enable-prefix-caching",
-            "--mm-processor-cache-gb", "0",
-        ),
-        context=8192,
-        weights_gib=9.0,
-        kv_bytes_per_token=2 * 12 * 10 * 128 * 2,
-        typical_seq_tokens=3000,
-    ),
+    serving=SERVING,
     outputs=Outputs(boxes=True, figure_crops=True, html_tables=True, math=True,
                     notes="grounding tags; boxes 0..999 of the sent image"),
     sources=(

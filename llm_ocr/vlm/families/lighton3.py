@@ -31,7 +31,6 @@ from llm_ocr.vlm.families.base import (
     Images,
     Outputs,
     Prompt,
-    RecipeError,
     Rendering,
     Retries,
     Sampling,
@@ -72,12 +71,6 @@ class LightOnOCR3(Family):
         side = self.rendering.long_side or 2048
         per_token = int(self.serving.pixels_per_token**0.5)
         return min(context // 2, (side // per_token + 1) ** 2 + 64)
-
-    def check_image(self, width: int, height: int) -> None:
-        edge = self.rendering.long_side or 0
-        if edge and max(width, height) > edge + 1:
-            raise RecipeError(f"{self.title} pages are sent at most {edge} px on the longer side (the size the model "
-                              f"was trained on); got {width} x {height}")
 
     def parse(self, text: str, *, width: int, height: int, page: int) -> PageLayout:
         warn = Warnings()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +32,6 @@ from llm_ocr.vlm.families.base import (
     Sampling,
     Serving,
     Source,
-    prompt_text,
 )
 from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
 from llm_ocr.vlm.families.markup import display_math, html_to_otsl, otsl_to_html
@@ -142,19 +140,6 @@ class MinerU(Family):
 
     def page_texts(self) -> tuple[str | None, ...]:
         return (LAYOUT_PROMPT, *PROMPTS.values())
-
-    def check(self, body: Mapping[str, Any]) -> str | None:
-        text = prompt_text(body)
-        if text == LAYOUT_PROMPT:
-            kind, sampling = "layout", SAMPLING["layout"]
-        else:
-            found = next((k for k, p in PROMPTS.items() if p == text), None)
-            if found is None:
-                return None
-            kind, sampling = found, SAMPLING[found]
-        self.check_messages(body, Prompt(text, system=SYSTEM_PROMPT), [text])
-        self.check_sampling(body, sampling)
-        return "layout" if kind == "layout" else "block"
 
     async def read(self, page: PageInput, tools: PageTools, max_tokens: int) -> Reading:
         warn = Warnings()

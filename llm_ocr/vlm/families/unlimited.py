@@ -19,7 +19,7 @@ baidu/Unlimited-OCR ``README.md`` and ``infer.py``; the checkpoint's ``modeling_
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llm_ocr.vlm.families.base import (
     Family,
@@ -29,11 +29,11 @@ from llm_ocr.vlm.families.base import (
     Rendering,
     Retries,
     Sampling,
-    Serving,
     ServingImage,
     Source,
 )
-from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS
+from llm_ocr.vlm.families.deepseek import SERVING as DEEPSEEK_SERVING
+from llm_ocr.vlm.families.deepseek import VLLM_STREAM_EXTRA, VLLM_STREAM_OPTIONS, server_args
 from llm_ocr.vlm.families.generic import normalise_markdown
 from llm_ocr.vlm.families.markup import display_math
 from llm_ocr.vlm.grounding import EOS, det_box, scale_box
@@ -162,18 +162,13 @@ UNLIMITED_OCR = UnlimitedOCR(
     retries=Retries((0.0, 0.2, 0.4, 0.6, 0.8, 1.0)),
     # Smallest side: one image token, 64 px as DeepSeek-OCR's (the same 640-px crops of 100 tokens).
     rendering=Rendering(dpi=300.0, image_format="png", min_side=64),
-    serving=Serving(
-        args=(
-            "--trust-remote-code",
-            "--logits-processors", NGRAM_PROCESSOR,
-            "--no-enable-prefix-caching",
-            "--mm-processor-cache-gb", "0",
-        ),
+    # DeepSeek-OCR's serving (the same flags with this model's logits processor), and its memory
+    # figures: 3.3B parameters in bf16 (a 6.6 GB checkpoint), DeepSeek-OCR's encoder; the
+    # decoder's 12 layers of plain attention keep 10 KV heads of 128 (the checkpoint's config.json).
+    serving=replace(
+        DEEPSEEK_SERVING,
+        args=server_args(NGRAM_PROCESSOR),
         context=32_768,
-        # 3.3B parameters in bf16 (a 6.6 GB checkpoint), DeepSeek-OCR's encoder; the decoder's
-        # 12 layers of plain attention keep 10 KV heads of 128 (the checkpoint's config.json).
-        weights_gib=9.0,
-        kv_bytes_per_token=2 * 12 * 10 * 128 * 2,
         typical_seq_tokens=5000,
         # Gundam mode: each 640-px crop is 100 image tokens and 10 row separators, 32 crops at most.
         pixels_per_token=640 * 640 // 110,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llm_ocr.options import DEFAULT_ESCALATE_ON, EscalateOptions
-from llm_ocr.quality.escalation import EscalationRule, dictionary_share, keep_second, reading_flags
+from llm_ocr.runners.escalation import EscalationRule, dictionary_share, keep_second, reading_flags
 
 RULE = EscalationRule.of(EscalateOptions.model_validate({}))
 PROSE = (

@@ -1,9 +1,9 @@
 """Which first readings a stronger model reads again, and which of a page's two readings is kept.
 
 A reading is escalated when it trips one of the chosen signals (``--escalate-on``, docs/routes.md):
-the no-ground-truth checks of :mod:`.signals` (error, empty, truncated, looped, repetition,
-missing text, stray characters) and three more that need no text layer, so that scans are
-covered too:
+the no-ground-truth checks of :mod:`llm_ocr.quality.signals` (error, empty, truncated, looped,
+repetition, missing text, stray characters), which ``llm-ocr bench-quality`` also reports, and
+three more that need no text layer, so that scans are covered too:
 
 - **garbled**: under ``min_dictionary`` (50 %) of the reading's words of three or more ASCII
   letters are English dictionary words. The bar is the one text layers are held to
@@ -16,8 +16,11 @@ covered too:
 - **verifier**: a verifier model scored the reading under a threshold (computed by the caller).
 
 Of two readings of a page, the stronger model's is kept unless its signals weigh more than the
-first's (the weights of :data:`.signals.WEIGHTS`): a stronger reading that failed or looped
-does not replace a first reading that was merely suspicious.
+first's (the weights of :data:`llm_ocr.quality.signals.WEIGHTS`): a stronger reading that failed
+or looped does not replace a first reading that was merely suspicious.
+
+The Escalate stage (:mod:`.escalate`) is the one user of these rules, so they sit beside it;
+``quality/`` keeps what evaluates a run after the fact.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from llm_ocr.quality.signals import WEIGHTS as FLAG_WEIGHTS
 from llm_ocr.quality.signals import page_signals
 from llm_ocr.sources.text_layer import english_words
 
-#: The escalation signal of each flag of :func:`.signals.page_signals`.
+#: The escalation signal of each flag of :func:`llm_ocr.quality.signals.page_signals`.
 SIGNAL_OF_FLAG = {
     "error": "error", "empty": "empty", "repetition": "repetition", "stray": "stray", "truncated": "truncated",
     "looped": "looped", "missing text": "missing-text",
