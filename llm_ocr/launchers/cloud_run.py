@@ -20,7 +20,7 @@ attempts are the unit of resume: ``max_retries`` is 3 by default (``--attempts 4
 SIGTERM at the limit (then SIGKILL ~10 s later, as for services: the container contract; not
 verified for job tasks), llm-ocr stops intake, saves its parts within ``LLM_OCR_GRACE_PERIOD`` (set
 to 5 s here) and exits 3, and the retry resumes from the parts. Shards are sized to fit one attempt
-(:func:`llm_ocr.launchers.sizing.fit_timeout`).
+(:func:`llm_ocr.launchers.core.sizing.fit_timeout`).
 
 Secrets are Secret Manager references only (``--secret-ref NAME=SECRET[:VERSION]`` ->
 ``EnvVar.value_source.secret_key_ref``): no value is read or sent by the launcher. Cloud Storage
@@ -30,7 +30,7 @@ Code delivery without building an image: the llm-ocr wheel is uploaded once per 
 to ``--code-location`` (default ``gs://OUTPUT_BUCKET/llm-ocr-code``), that folder is mounted
 read-only in every task as a Cloud Storage volume, and the task's command installs the wheel
 before it execs ``llm-ocr`` in the stock pinned vLLM image from Docker Hub
-(:mod:`llm_ocr.launchers.command`); ``--image`` takes a prebuilt image
+(:mod:`llm_ocr.launchers.core.command`); ``--image`` takes a prebuilt image
 (``google-cloud-run/Dockerfile``) instead.
 """
 
@@ -49,7 +49,6 @@ from fsspec.core import split_protocol
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import CLOUD_RUN_PRICES, cloud_run_hardware
-from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.cloud_run_job import (
     MAX_RETRIES,
     MAX_TASKS,
@@ -62,10 +61,11 @@ from llm_ocr.launchers.cloud_run_job import (
     task_resources,
     template_changed,
 )
-from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.images import image_note, launch_image
-from llm_ocr.launchers.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
-from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.core.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
+from llm_ocr.launchers.core.images import image_note, launch_image
+from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.core.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage import Storage
 from llm_ocr.storage.stores import scrub
 

@@ -42,10 +42,12 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.container.shard_index import NUM_SHARDS_ENV
 from llm_ocr.costs import Hardware
-from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
-from llm_ocr.launchers.command import CPU_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.files import LOCAL_PROTOCOLS
-from llm_ocr.launchers.images import image_note, launch_image
+from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.core.command import CPU_IMAGE, extras_for, install_then_run, with_extras
+from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
+from llm_ocr.launchers.core.images import image_note, launch_image
+from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.core.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.launchers.k8s_manifest import (
     CONTAINER,
     GRACE_PERIOD_S,
@@ -64,8 +66,6 @@ from llm_ocr.launchers.k8s_manifest import (
     to_yaml,
 )
 from llm_ocr.launchers.k8s_state import JOB_NAME_LABEL, attempt_order, index_of, index_states, job_state, now_utc
-from llm_ocr.launchers.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
-from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage.stores import scrub
 
 log = logging.getLogger("llm_ocr")

@@ -54,10 +54,10 @@ from pydantic import BaseModel, Field
 from llm_ocr.container.shard_index import NUM_SHARDS_ENV
 from llm_ocr.costs import Hardware
 from llm_ocr.launchers import ray_driver
-from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState, PlatformOptions, Submission
-from llm_ocr.launchers.files import LOCAL_PROTOCOLS
+from llm_ocr.launchers.core.adapter import TERMINAL_PHASES, JobState, PlatformOptions, Submission
+from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
+from llm_ocr.launchers.core.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.ray_state import JOB_PHASES, parse_events, shard_lines, shard_state
-from llm_ocr.launchers.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 
 log = logging.getLogger("llm_ocr")
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState, Phase
+from llm_ocr.launchers.core.adapter import TERMINAL_PHASES, JobState, Phase
 from llm_ocr.launchers.ray_driver import EVENT_PREFIX, FINAL_CODES, shard_prefix
 
 #: Ray Jobs' statuses (``ray.job_submission.JobStatus``) by phase.

@@ -20,7 +20,7 @@ is fetched by name from Secrets Manager at start (``--aws-secret NAME=SECRET_ID`
 Code delivery without building an image: the stock AWS vLLM Deep Learning Container, and the
 llm-ocr wheel uploaded once per content digest to S3 (``OUT/_state/code/`` for an ``s3://``
 output, else ``--code-uri``) and given to every host as a ``ProcessingInput``, installed by the
-entrypoint before it execs ``llm-ocr`` (:mod:`llm_ocr.launchers.command`). Or ``--image URI``
+entrypoint before it execs ``llm-ocr`` (:mod:`llm_ocr.launchers.core.command`). Or ``--image URI``
 from ``sagemaker/Dockerfile``. SageMaker Processing has no job retries: a failed or stopped
 shard is run again by relaunching, and resumes from its parts.
 """
@@ -40,10 +40,10 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
 from llm_ocr.launchers import sagemaker_request as req
-from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
-from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
-from llm_ocr.launchers.images import image_note, launch_image
-from llm_ocr.launchers.spec import (
+from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.core.command import extras_for, install_then_run, with_extras
+from llm_ocr.launchers.core.images import image_note, launch_image
+from llm_ocr.launchers.core.spec import (
     LAUNCH_LABEL,
     LaunchError,
     LaunchRequest,
@@ -52,7 +52,7 @@ from llm_ocr.launchers.spec import (
     Target,
     assert_no_secret,
 )
-from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.core.wheel import Wheel, build_wheel, read_wheel
 from llm_ocr.storage import Storage
 from llm_ocr.storage.stores import scrub
 

@@ -40,11 +40,11 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.container.shard_index import NUM_SHARDS_ENV, format_ranges
 from llm_ocr.costs import Hardware
-from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState, PlatformOptions, Submission
-from llm_ocr.launchers.files import LOCAL_PROTOCOLS
+from llm_ocr.launchers.core.adapter import TERMINAL_PHASES, JobState, PlatformOptions, Submission
+from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
+from llm_ocr.launchers.core.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.slurm_script import BatchScript, parse_slurm_time, render, slurm_time
 from llm_ocr.launchers.slurm_state import SQUEUE_FORMAT, read_records, record_state, squeue_states
-from llm_ocr.launchers.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 
 log = logging.getLogger("llm_ocr")
 

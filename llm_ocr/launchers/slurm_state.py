@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from llm_ocr.launchers.adapter import JobState, Phase
+from llm_ocr.launchers.core.adapter import JobState, Phase
 from llm_ocr.launchers.slurm_script import parse_slurm_time
 
 #: ``squeue -o``: array job id, task id, job id, state, reason, time used, restarts... ``|``-separated.

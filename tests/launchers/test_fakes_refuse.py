@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llm_ocr.launchers.cloud_run_job import CodeVolume, job_body, task_resources
-from llm_ocr.launchers.spec import ShardSpec
+from llm_ocr.launchers.core.spec import ShardSpec
 from tests.fakes.fake_cloud_run import ApiError, FakeCloudRun
 from tests.fakes.fake_sagemaker import check_create_request
 from tests.launchers.sagemaker_common import REGION, ROLE, aws_world
@@ -107,7 +107,7 @@ def test_sagemaker_refuses_distribution_values_it_does_not_know() -> None:
 def test_the_launchers_wheel_input_reaches_every_host() -> None:
     from llm_ocr.costs import Hardware
     from llm_ocr.launchers import sagemaker_request as req
-    from llm_ocr.launchers.spec import Target
+    from llm_ocr.launchers.core.spec import Target
 
     spec = ShardSpec(0, 4, "n", "img:1", ["python3", "-c", "x", "/w.whl", "llm-ocr", "run"], {}, {}, "ml.g6.xlarge",
                      600, 1, {"llm-ocr-launch": "L", "llm-ocr-shard": "s"})

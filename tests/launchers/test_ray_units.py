@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_ocr.launchers.adapter import JobState
+from llm_ocr.launchers.core.adapter import JobState
 from llm_ocr.launchers.ray_driver import event_line
 from llm_ocr.launchers.ray_state import parse_events, shard_lines, shard_state
 from tests.docs import make_corpus

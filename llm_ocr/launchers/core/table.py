@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState
+from llm_ocr.launchers.core.adapter import TERMINAL_PHASES, JobState
 from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
 
 #: Row states (besides "done...") that will not change without a new launch.

@@ -22,12 +22,12 @@ from fsspec.core import split_protocol
 
 from llm_ocr.container.cuda import IMAGE_ENV
 from llm_ocr.container.shard_index import format_ranges
-from llm_ocr.launchers.adapter import JobState, Platform
-from llm_ocr.launchers.command import llm_ocr_command
-from llm_ocr.launchers.files import LOCAL_PROTOCOLS, upload
-from llm_ocr.launchers.record import LaunchRecord, load_record, new_launch_id, save_record
-from llm_ocr.launchers.sizing import fit_timeout, input_pages, planning_rate
-from llm_ocr.launchers.spec import (
+from llm_ocr.launchers.core.adapter import JobState, Platform
+from llm_ocr.launchers.core.command import llm_ocr_command
+from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS, upload
+from llm_ocr.launchers.core.record import LaunchRecord, load_record, new_launch_id, save_record
+from llm_ocr.launchers.core.sizing import fit_timeout, input_pages, planning_rate
+from llm_ocr.launchers.core.spec import (
     LAUNCH_LABEL,
     SHARD_LABEL,
     LaunchError,
@@ -38,7 +38,7 @@ from llm_ocr.launchers.spec import (
     assert_no_secret,
     secret_values,
 )
-from llm_ocr.launchers.table import LaunchStatus, shard_status
+from llm_ocr.launchers.core.table import LaunchStatus, shard_status
 from llm_ocr.outcomes import stage_stats
 from llm_ocr.redaction import is_secret_name
 from llm_ocr.sources import InputError
