@@ -116,7 +116,7 @@ def test_request_body_is_what_huggingface_hub_sends() -> None:
     from huggingface_hub import Volume
     from huggingface_hub._jobs_api import _create_job_spec
 
-    from llm_ocr.launchers.hf_jobs import job_body
+    from llm_ocr.launchers.hf_jobs.adapter import job_body
 
     spec = ShardSpec(2, 4, "llm-ocr-run-00002-of-00004", "vllm/vllm-openai:v0.29.0", ["sh", "-c", "x", "llm-ocr", "run"],
                      {"LLM_OCR_SHARD_INDEX": "2"}, {"HF_TOKEN": "hf_xyz"}, "l4x1", 5400, 3,
@@ -164,7 +164,7 @@ def test_every_launch_keyword_belongs_to_one_kind_of_option(platform: str) -> No
 
 def test_launch_keywords_are_checked_and_the_stage_options_reach_the_command_line() -> None:
     from llm_ocr.launchers.core.api import build_request, split_options
-    from llm_ocr.launchers.hf_jobs import HfJobs
+    from llm_ocr.launchers.hf_jobs.adapter import HfJobs
     from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions
 
     with pytest.raises(LaunchError, match="did you mean 'describe_model'"):
