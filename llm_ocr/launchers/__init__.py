@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 #: Platform name (as typed after ``llm-ocr launch``) -> "module:class" of its adapter.
 PLATFORMS: dict[str, str] = {
     "hf-jobs": "llm_ocr.launchers.hf_jobs.adapter:HfJobs",
-    "sagemaker": "llm_ocr.launchers.sagemaker:SageMaker",
+    "sagemaker": "llm_ocr.launchers.sagemaker.adapter:SageMaker",
     "cloud-run": "llm_ocr.launchers.cloud_run:CloudRun",
     "slurm": "llm_ocr.launchers.slurm:Slurm",
     "k8s": "llm_ocr.launchers.k8s:Kubernetes",

@@ -39,7 +39,6 @@ from fsspec.core import split_protocol
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
-from llm_ocr.launchers import sagemaker_request as req
 from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.core.command import extras_for, install_then_run, with_extras
 from llm_ocr.launchers.core.images import image_note, launch_image
@@ -53,6 +52,7 @@ from llm_ocr.launchers.core.spec import (
     assert_no_secret,
 )
 from llm_ocr.launchers.core.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.sagemaker import request as req
 from llm_ocr.storage import Storage
 from llm_ocr.storage.stores import scrub
 
