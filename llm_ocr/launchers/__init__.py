@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 PLATFORMS: dict[str, str] = {
     "hf-jobs": "llm_ocr.launchers.hf_jobs.adapter:HfJobs",
     "sagemaker": "llm_ocr.launchers.sagemaker.adapter:SageMaker",
-    "cloud-run": "llm_ocr.launchers.cloud_run:CloudRun",
+    "cloud-run": "llm_ocr.launchers.cloud_run.adapter:CloudRun",
     "slurm": "llm_ocr.launchers.slurm:Slurm",
     "k8s": "llm_ocr.launchers.k8s:Kubernetes",
     "ray": "llm_ocr.launchers.ray_cluster:Ray",

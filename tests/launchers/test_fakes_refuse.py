@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llm_ocr.launchers.cloud_run_job import CodeVolume, job_body, task_resources
+from llm_ocr.launchers.cloud_run.job import CodeVolume, job_body, task_resources
 from llm_ocr.launchers.core.spec import ShardSpec
 from tests.fakes.fake_cloud_run import ApiError, FakeCloudRun
 from tests.fakes.fake_sagemaker import check_create_request

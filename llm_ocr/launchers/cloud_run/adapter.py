@@ -10,7 +10,7 @@ HTTP) with ``resource.type="cloud_run_job"`` for the logs. Create, update, run a
 long-running operations; ``run_job``'s carries the new execution in its metadata at once.
 
 The job is created when absent, updated when its template changed (the request bodies are in
-:mod:`llm_ocr.launchers.cloud_run_job`), and never deleted, so its execution history stays. One
+:mod:`llm_ocr.launchers.cloud_run.job`), and never deleted, so its execution history stays. One
 launch is one execution: its ``task_count`` is the number of shards launched, and each task
 finds its shard from ``CLOUD_RUN_TASK_INDEX`` through :data:`llm_ocr.container.shard_index.TASK_SHARDS_ENV`
 (a relaunch runs only the unfinished shards, whose indices are not 0..k-1).
@@ -49,7 +49,7 @@ from fsspec.core import split_protocol
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import CLOUD_RUN_PRICES, cloud_run_hardware
-from llm_ocr.launchers.cloud_run_job import (
+from llm_ocr.launchers.cloud_run.job import (
     MAX_RETRIES,
     MAX_TASKS,
     CodeVolume,
