@@ -31,7 +31,7 @@ PLATFORMS: dict[str, str] = {
     "hf-jobs": "llm_ocr.launchers.hf_jobs.adapter:HfJobs",
     "sagemaker": "llm_ocr.launchers.sagemaker.adapter:SageMaker",
     "cloud-run": "llm_ocr.launchers.cloud_run.adapter:CloudRun",
-    "slurm": "llm_ocr.launchers.slurm:Slurm",
+    "slurm": "llm_ocr.launchers.slurm.adapter:Slurm",
     "k8s": "llm_ocr.launchers.k8s:Kubernetes",
     "ray": "llm_ocr.launchers.ray_cluster:Ray",
 }
