@@ -14,11 +14,11 @@ Credentials: the kubeconfig kubectl uses (``KUBECONFIG``, else ``~/.kube/config`
 picks one of its contexts), or the pod's service account when the launcher itself runs in the
 cluster. The namespace is ``--namespace``, else the context's, else ``default``.
 
-One launch is one Job (:mod:`llm_ocr.launchers.k8s_manifest` says what is in it and why), named
+One launch is one Job (:mod:`llm_ocr.launchers.k8s.manifest` says what is in it and why), named
 ``PREFIX-LAUNCH_ID``; its index i runs the i-th shard it was given, so a relaunch of the unfinished
 shards is a new, smaller Job. The Job is one entry of the launch record (``jobs cancel --shard``
 cannot stop one index alone: a Job has no such call), and its pods' states give each shard's
-(:mod:`llm_ocr.launchers.k8s_state`).
+(:mod:`llm_ocr.launchers.k8s.state`).
 
 INPUT and OUT are URLs the pods can reach (``s3://``, ``gs://``, ``hf://``) with the credentials
 their service account has (IRSA, Workload Identity) or the Secrets the user names
@@ -48,7 +48,7 @@ from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
 from llm_ocr.launchers.core.images import image_note, launch_image
 from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
 from llm_ocr.launchers.core.wheel import Wheel, build_wheel, read_wheel
-from llm_ocr.launchers.k8s_manifest import (
+from llm_ocr.launchers.k8s.manifest import (
     CONTAINER,
     GRACE_PERIOD_S,
     PodShape,
@@ -65,7 +65,7 @@ from llm_ocr.launchers.k8s_manifest import (
     split_wheel,
     to_yaml,
 )
-from llm_ocr.launchers.k8s_state import JOB_NAME_LABEL, attempt_order, index_of, index_states, job_state, now_utc
+from llm_ocr.launchers.k8s.state import JOB_NAME_LABEL, attempt_order, index_of, index_states, job_state, now_utc
 from llm_ocr.storage.stores import scrub
 
 log = logging.getLogger("llm_ocr")
