@@ -33,7 +33,7 @@ PLATFORMS: dict[str, str] = {
     "cloud-run": "llm_ocr.launchers.cloud_run.adapter:CloudRun",
     "slurm": "llm_ocr.launchers.slurm.adapter:Slurm",
     "k8s": "llm_ocr.launchers.k8s.adapter:Kubernetes",
-    "ray": "llm_ocr.launchers.ray_cluster:Ray",
+    "ray": "llm_ocr.launchers.ray.adapter:Ray",
 }
 
 
