@@ -6,9 +6,11 @@
 - :mod:`.spec`: what a launch asks for (:class:`~.spec.LaunchOptions`, :class:`~.spec.LaunchRequest`)
   and the job specs it becomes (:class:`~.spec.ShardSpec`, :class:`~.spec.LaunchPlan`: the
   ``--dry-run`` JSON);
-- :mod:`.plan`: every check before a job exists and one spec per shard still to run; then ship,
-  submit, record, and follow (status, wait, logs, cancel);
-- :mod:`.table`: the status table made of those facts, with its totals and costs;
+- :mod:`.plan`: every check before a job exists and one spec per shard still to run;
+  :mod:`.submit`: ship, submit, record; :mod:`.follow`: what the record, the markers, the progress
+  files and the platform say about a launch (fetching), and wait, logs, cancel;
+- :mod:`.table`: the status table made of those facts (formatting, no I/O), with its totals and
+  costs;
 - :mod:`.record`: the launch record kept beside the output;
 - :mod:`.sizing` (timeouts from page counts), :mod:`.estimate` (the dry run's plan per machine),
   :mod:`.images` (the image a family's server runs in on each platform), :mod:`.wheel` and

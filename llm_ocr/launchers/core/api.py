@@ -34,18 +34,11 @@ from llm_ocr.config import OptionError, as_flags, check_names, expand_aliases, r
 from llm_ocr.launchers import platform_class
 from llm_ocr.launchers.core.estimate import estimate_launch
 from llm_ocr.launchers.core.files import ShipError, ship_local_files
-from llm_ocr.launchers.core.plan import (
-    cancel_jobs,
-    collect_status,
-    describe_plan,
-    plan_launch,
-    shard_logs,
-    storage_for,
-    submit_plan,
-    wait_for,
-)
+from llm_ocr.launchers.core.follow import cancel_jobs, collect_status, shard_logs, storage_for, wait_for
+from llm_ocr.launchers.core.plan import describe_plan, plan_launch
 from llm_ocr.launchers.core.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
 from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
+from llm_ocr.launchers.core.submit import submit_plan
 from llm_ocr.launchers.core.table import LaunchStatus, marker_costs
 from llm_ocr.options import DatasetOptions, JobOptions
 from llm_ocr.stage_table import STAGES
