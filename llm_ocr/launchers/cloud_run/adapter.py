@@ -42,7 +42,6 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from fsspec.core import split_protocol
@@ -65,7 +64,7 @@ from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Sub
 from llm_ocr.launchers.core.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
 from llm_ocr.launchers.core.images import image_note, launch_image
 from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
-from llm_ocr.launchers.core.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.core.wheel import Wheel, wheel_to_ship
 from llm_ocr.storage import Storage
 from llm_ocr.storage.stores import scrub
 
@@ -261,7 +260,7 @@ class CloudRun:
             image = f"docker.io/{chosen.image.ref}"  # Docker Hub images run on Cloud Run as they are
             notes.append(image_note(request, chosen, image))
 
-        wheel = self._wheel()
+        wheel = wheel_to_ship(self.wheel_path)
         code_url = self.code_location or _default_code_location(request.output)
         protocol, path = split_protocol(code_url)
         bucket, _, folder = path.strip("/").partition("/")
@@ -275,12 +274,6 @@ class CloudRun:
                        code=CodeVolume(bucket, folder, CODE_MOUNT), command_words=len(prefix))
         info["code"] = f"{private['code_url']}/{in_folder}"
         return target(image, prefix)
-
-    def _wheel(self) -> Wheel:
-        try:
-            return read_wheel(Path(self.wheel_path)) if self.wheel_path else build_wheel()
-        except (OSError, ValueError) as exc:
-            raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
 
     def plan_jobs(self, specs: Sequence[ShardSpec], target: Target) -> list[PlannedJob]:
         """One job execution for every shard to launch: the ``Job`` to create or update, and the

@@ -45,7 +45,7 @@ from llm_ocr.launchers.core.spec import (
     ShardSpec,
     Target,
 )
-from llm_ocr.launchers.core.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.core.wheel import Wheel, wheel_to_ship
 from llm_ocr.storage.stores import scrub
 
 log = logging.getLogger("llm_ocr")
@@ -209,7 +209,7 @@ class HfJobs:
             image = chosen.image.ref
             notes.append(image_note(request, chosen))
 
-        wheel = self._wheel()
+        wheel = wheel_to_ship(self.wheel_path)
         code_repo = self.code_repo or f"{namespace}/llm-ocr-jobs-code"
         path_in_repo = f"wheels/{wheel.digest[:16]}/{wheel.filename}"
         extras = extras_for([request.output, *request.inputs])
@@ -219,12 +219,6 @@ class HfJobs:
         info.update(code_repo=code_repo, wheel=path_in_repo)
         prefix = install_then_run(with_extras(f"{CODE_MOUNT}/{path_in_repo}", extras))
         return Target(hardware, image, prefix, {"HF_TOKEN": token}, info, private, notes)
-
-    def _wheel(self) -> Wheel:
-        try:
-            return read_wheel(self.wheel_path) if self.wheel_path else build_wheel()
-        except (OSError, ValueError) as exc:
-            raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
 
     def plan_jobs(self, specs: Sequence[ShardSpec], target: Target) -> list[PlannedJob]:
         """One job per shard, each with the exact body ``run_job`` sends (secrets redacted)."""

@@ -47,7 +47,7 @@ from llm_ocr.launchers.core.command import CPU_IMAGE, extras_for, install_then_r
 from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
 from llm_ocr.launchers.core.images import image_note, launch_image
 from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
-from llm_ocr.launchers.core.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.core.wheel import wheel_to_ship
 from llm_ocr.launchers.k8s.manifest import (
     CONTAINER,
     GRACE_PERIOD_S,
@@ -283,7 +283,7 @@ class Kubernetes:
         env = {NUM_SHARDS_ENV: str(request.num_shards), "LLM_OCR_GRACE_PERIOD": str(GRACE_PERIOD_S)}
         if request.image:
             return Target(hardware, request.image, [], {}, info, private, notes, None, env, _secret_names(refs))
-        wheel = self._wheel()
+        wheel = wheel_to_ship(self.given.wheel)
         shape.code = split_wheel(wheel.filename, wheel.data, wheel.digest)
         info["code"] = shape.code.names
         extras = extras_for([request.output, *request.inputs])
@@ -343,12 +343,6 @@ class Kubernetes:
                                       "(the Job's pods would never be created)") from exc
                 if exc.status != 403:  # may not read service accounts: the pods will tell
                     raise
-
-    def _wheel(self) -> Wheel:
-        try:
-            return read_wheel(Path(self.given.wheel)) if self.given.wheel else build_wheel()
-        except (OSError, ValueError) as exc:
-            raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
 
     def plan_jobs(self, specs: Sequence[ShardSpec], target: Target) -> list[PlannedJob]:
         """One Indexed Job for every shard to launch, as ``create_namespaced_job`` sends it."""

@@ -51,7 +51,7 @@ from llm_ocr.launchers.core.spec import (
     Target,
     assert_no_secret,
 )
-from llm_ocr.launchers.core.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.core.wheel import Wheel, wheel_to_ship
 from llm_ocr.launchers.sagemaker import request as req
 from llm_ocr.storage import Storage
 from llm_ocr.storage.stores import scrub
@@ -216,7 +216,7 @@ class SageMaker:
             dlc = chosen.image.ref
             notes.append(image_note(request, chosen))
 
-        wheel = self._wheel()
+        wheel = wheel_to_ship(self.wheel_path)
         code_prefix = self._code_prefix(request)
         code_uri = f"{code_prefix}/wheels/{wheel.digest[:16]}/"
         extras = extras_for([request.output, *request.inputs])
@@ -333,14 +333,6 @@ class SageMaker:
             f"--output {request.output} is not on S3, so the llm-ocr wheel needs another home: pass --code-uri "
             "s3://BUCKET/PREFIX (the role must read it), or --image with llm-ocr installed (sagemaker/Dockerfile)"
         )
-
-    def _wheel(self) -> Wheel:
-        from pathlib import Path
-
-        try:
-            return read_wheel(Path(self.wheel_path)) if self.wheel_path else build_wheel()
-        except (OSError, ValueError) as exc:
-            raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
 
     def plan_jobs(self, specs: Sequence[ShardSpec], target: Target) -> list[PlannedJob]:
         """Shards in runs of at most 100 hosts (one job each), each job's exact request body.
