@@ -106,8 +106,8 @@ def test_sagemaker_refuses_distribution_values_it_does_not_know() -> None:
 
 def test_the_launchers_wheel_input_reaches_every_host() -> None:
     from llm_ocr.costs import Hardware
-    from llm_ocr.launchers.sagemaker import request as req
     from llm_ocr.launchers.core.spec import Target
+    from llm_ocr.launchers.sagemaker import request as req
 
     spec = ShardSpec(0, 4, "n", "img:1", ["python3", "-c", "x", "/w.whl", "llm-ocr", "run"], {}, {}, "ml.g6.xlarge",
                      600, 1, {"llm-ocr-launch": "L", "llm-ocr-shard": "s"})

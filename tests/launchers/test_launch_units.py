@@ -164,8 +164,8 @@ def test_every_launch_keyword_belongs_to_one_kind_of_option(platform: str) -> No
 
 def test_launch_keywords_are_checked_and_the_stage_options_reach_the_command_line() -> None:
     from llm_ocr.launchers.core.api import build_request, split_options
-    from llm_ocr.launchers.hf_jobs.adapter import HfJobs
     from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions
+    from llm_ocr.launchers.hf_jobs.adapter import HfJobs
 
     with pytest.raises(LaunchError, match="did you mean 'describe_model'"):
         split_options(HfJobs, {"describe_modle": "x"})
