@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from llm_ocr.api import Result, RunError, arun, assemble, describe, escalate, extract, fields, load, run
     from llm_ocr.config import OptionError
-    from llm_ocr.launchers.api import Launch, LaunchError, launch
+    from llm_ocr.launchers.core.api import Launch, LaunchError, launch
     from llm_ocr.planning import plan
 
 __all__ = [
@@ -60,7 +60,7 @@ def __getattr__(name: str) -> Any:
 
         home = config
     elif name in ("Launch", "LaunchError", "launch"):
-        from llm_ocr.launchers import api as launchers_api
+        from llm_ocr.launchers.core import api as launchers_api
 
         home = launchers_api
     elif name == "plan":

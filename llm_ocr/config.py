@@ -1,7 +1,7 @@
 """How options are given: CLI flags, ``LLM_OCR_*`` environment variables, keyword arguments.
 
 The options themselves are declared once, as the typed models of :mod:`llm_ocr.options` (and a
-launch's in :mod:`llm_ocr.launchers.spec`); this module binds them:
+launch's in :mod:`llm_ocr.launchers.core.spec`); this module binds them:
 
 - :func:`add_options` turns a model's fields into ``--kebab-case`` flags, one argument group per
   model (help from the description; a boolean is ``--flag/--no-flag``, a list a repeatable flag),

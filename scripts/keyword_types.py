@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llm_ocr.config import annotation_text
 from llm_ocr.launchers import PLATFORMS, platform_class
-from llm_ocr.launchers.api import REFUSED
-from llm_ocr.launchers.spec import LaunchOptions
+from llm_ocr.launchers.core.api import REFUSED
+from llm_ocr.launchers.core.spec import LaunchOptions
 from llm_ocr.options import FIELDS_ALIASES
 from llm_ocr.stage_table import STAGES
 

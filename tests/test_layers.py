@@ -209,6 +209,96 @@ def test_no_module_imports_a_layer_it_must_not() -> None:
     assert not violations, "\n".join(violations)
 
 
+#: The launchers' core room; every other room under ``llm_ocr/launchers/`` is one platform's.
+LAUNCHERS, LAUNCHER_CORE = "llm_ocr.launchers", "core"
+
+
+def launcher_room(module: str) -> str | None:
+    """The room of a module under ``llm_ocr.launchers`` ("" for the package itself, the registry of
+    adapters by name); None outside the launchers."""
+    if module == LAUNCHERS:
+        return ""
+    if not module.startswith(LAUNCHERS + "."):
+        return None
+    return module.split(".")[2]
+
+
+def launcher_room_violations(package: Path = PACKAGE) -> list[str]:
+    """Every import between the launchers' rooms that crosses the way it must not: a platform room
+    imports the core room only (never another platform's room, nor the registry), the core imports
+    no platform room (it reaches an adapter by name, through the registry), and the registry
+    imports no room (it names the adapters as strings)."""
+    found = []
+    for module, targets in graph(package).items():
+        room = launcher_room(module)
+        if room is None:
+            continue
+        if room == "":
+            allowed = {""}  # the registry names the adapters as strings
+        elif room == LAUNCHER_CORE:
+            allowed = {LAUNCHER_CORE, ""}  # the core reaches a platform by name, through the registry
+        else:
+            allowed = {room, LAUNCHER_CORE}
+        found += [f"{module} imports {target}" for target in targets
+                  if launcher_room(target) is not None and launcher_room(target) not in allowed]
+    return sorted(found)
+
+
+def test_platform_rooms_import_the_core_and_the_core_no_platform() -> None:
+    violations = launcher_room_violations()
+    assert not violations, "\n".join(violations)
+
+
+def test_every_platform_is_a_room_and_every_room_but_the_core_a_platform() -> None:
+    """No launcher module lies outside a room, and the registry names each platform's adapter in
+    that platform's own room."""
+    from llm_ocr.launchers import PLATFORMS
+
+    launchers = PACKAGE / "launchers"
+    assert sorted(p.name for p in launchers.glob("*.py")) == ["__init__.py"]
+    rooms = {p.name for p in launchers.iterdir() if (p / "__init__.py").is_file()}
+    registered = {target.partition(":")[0] for target in PLATFORMS.values()}
+    assert {launcher_room(module) for module in registered} == rooms - {LAUNCHER_CORE}
+    assert len(registered) == len(PLATFORMS)  # one room per platform
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "violation"),
+    [
+        ("hf_jobs/adapter.py", "from llm_ocr.launchers.sagemaker.adapter import SageMaker\n",
+         "llm_ocr.launchers.hf_jobs.adapter imports llm_ocr.launchers.sagemaker.adapter"),
+        ("hf_jobs/adapter.py", "from llm_ocr.launchers import platform_class\n",
+         "llm_ocr.launchers.hf_jobs.adapter imports llm_ocr.launchers"),
+        ("core/follow.py", "def f():\n    from ..hf_jobs import adapter\n",
+         "llm_ocr.launchers.core.follow imports llm_ocr.launchers.hf_jobs.adapter"),
+        ("__init__.py", "import importlib\ndef f():\n    return importlib.import_module('llm_ocr.launchers.core.api')\n",
+         "llm_ocr.launchers imports llm_ocr.launchers.core.api"),
+    ],
+)
+def test_the_room_check_sees_a_room_import_it_must_not(tmp_path: Path, module: str, source: str, violation: str) -> None:
+    """The room check can fail: a forbidden import planted in a copy of the launchers' shape is
+    reported; the imports the rooms are allowed are not."""
+    package = tmp_path / "llm_ocr"
+    files = {
+        "__init__.py": "",
+        "launchers/__init__.py": "PLATFORMS = {'hf-jobs': 'llm_ocr.launchers.hf_jobs.adapter:HfJobs'}\n",
+        "launchers/core/__init__.py": "",
+        "launchers/core/api.py": "from llm_ocr.launchers import PLATFORMS\nfrom llm_ocr.launchers.core import follow\n",
+        "launchers/core/follow.py": "",
+        "launchers/hf_jobs/__init__.py": "",
+        "launchers/hf_jobs/adapter.py": "from llm_ocr.launchers.core.api import PLATFORMS\nfrom . import state\n",
+        "launchers/hf_jobs/state.py": "",
+        "launchers/sagemaker/__init__.py": "",
+        "launchers/sagemaker/adapter.py": "from ..core import follow\n",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text, encoding="utf-8")
+    assert launcher_room_violations(package) == []
+    (package / "launchers" / module).write_text(files[f"launchers/{module}"] + source, encoding="utf-8")
+    assert violation in launcher_room_violations(package)
+
+
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}

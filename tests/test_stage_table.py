@@ -81,7 +81,7 @@ def test_a_new_stage_is_one_entry_in_the_table(tmp_path: Path) -> None:
         )
         import llm_ocr
         from llm_ocr.cli import main
-        from llm_ocr.launchers.spec import LaunchOptions
+        from llm_ocr.launchers.core.spec import LaunchOptions
 
         print("SIGNATURE", inspect.signature(llm_ocr.escalate))
         print("DOC", llm_ocr.escalate.__doc__)

@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _launch_parser(platform: str, adapter: Any) -> argparse.ArgumentParser:
     from llm_ocr.config import add_options, plain_help
-    from llm_ocr.launchers.spec import LaunchOptions
+    from llm_ocr.launchers.core.spec import LaunchOptions
 
     parser = argparse.ArgumentParser(
         prog=f"llm-ocr launch {platform}",
@@ -77,7 +77,7 @@ class _StageParser(argparse.ArgumentParser):
     """The launched stage's own options (those of ``llm-ocr STAGE``), raising instead of exiting."""
 
     def error(self, message: str) -> NoReturn:
-        from llm_ocr.launchers.spec import LaunchError
+        from llm_ocr.launchers.core.spec import LaunchError
 
         stage = self.prog.split()[-1]
         raise LaunchError(
@@ -103,9 +103,10 @@ def _stage_options(stage: str, tokens: list[str]) -> tuple[list[str], dict[str, 
 def run_launch(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr launch``."""
     from llm_ocr.config import OptionError, fragment_flags, join_fragments, resolve_options
-    from llm_ocr.launchers import api, platform_class
-    from llm_ocr.launchers.core import describe_plan
-    from llm_ocr.launchers.spec import LaunchError, LaunchOptions
+    from llm_ocr.launchers import platform_class
+    from llm_ocr.launchers.core import api
+    from llm_ocr.launchers.core.plan import describe_plan
+    from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions
 
     cls = platform_class(args.platform)
     parser = _launch_parser(args.platform, cls)
@@ -144,8 +145,8 @@ def run_launch(args: argparse.Namespace) -> int:
 
 def run_jobs(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr jobs ...``."""
-    from llm_ocr.launchers import api
-    from llm_ocr.launchers.spec import LaunchError
+    from llm_ocr.launchers.core import api
+    from llm_ocr.launchers.core.spec import LaunchError
 
     options = json.loads(args.storage_options) if args.storage_options else None
     try:
@@ -171,7 +172,7 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 def _wait(target: str, launch_id: str | None, interval: float, timeout: float | None,
           options: dict | None = None) -> int:
-    from llm_ocr.launchers import api
+    from llm_ocr.launchers.core import api
 
     try:
         final = api.wait(target, launch_id=launch_id, interval=interval, timeout=timeout, storage_options=options)

@@ -14,7 +14,7 @@ import shlex
 from typing import Any
 
 from llm_ocr.gpu_presets import PRESETS
-from llm_ocr.launchers.images import ImageChoice, choices
+from llm_ocr.launchers.core.images import ImageChoice, choices
 from llm_ocr.serving.command_lines import vllm_command
 from llm_ocr.vlm.families import FAMILIES, Family, family_named
 

@@ -1,7 +1,7 @@
 """A job's first step in a stock model image: llm-ocr into a virtualenv of its own, then ``exec``.
 
 The launcher ships the llm-ocr wheel and makes the container's command (see
-:func:`llm_ocr.launchers.command.install_then_run`)::
+:func:`llm_ocr.launchers.core.command.install_then_run`)::
 
     python3 -c "import sys;sys.path.insert(0,sys.argv[1].partition('[')[0]);..." WHEEL[EXTRAS] llm-ocr STAGE ...
 

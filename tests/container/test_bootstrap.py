@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from llm_ocr.container.bootstrap import VLLM_MODULE, image_server_command
-from llm_ocr.launchers.command import BOOTSTRAP
+from llm_ocr.launchers.core.command import BOOTSTRAP
 
 
 def test_an_image_without_a_vllm_program_gets_its_pythons_vllm_module(tmp_path: Path) -> None:

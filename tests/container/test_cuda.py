@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from llm_ocr.container.cuda import CudaMismatch, check_cuda, driver_cuda, interpreter_of
-from llm_ocr.launchers.command import BOOTSTRAP, VLLM_IMAGE
-from llm_ocr.launchers.wheel import build_wheel
+from llm_ocr.launchers.core.command import BOOTSTRAP, VLLM_IMAGE
+from llm_ocr.launchers.core.wheel import build_wheel
 from tests.conftest import REPO, run_cli
 from tests.docs import make_corpus
 from tests.fakes.container import FAKES

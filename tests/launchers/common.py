@@ -105,7 +105,7 @@ def expected_pages(corpus: Path, pages: int = 2) -> list[tuple[str, int]]:
 
 @contextmanager
 def launcher_here(hub: FakeJobs, tmp: Path, monkeypatch: Any) -> Iterator[dict[str, Any]]:
-    """This process as the launching machine, for in-process calls of :mod:`llm_ocr.launchers.api`
+    """This process as the launching machine, for in-process calls of :mod:`llm_ocr.launchers.core.api`
     (quicker than a subprocess per poll). huggingface_hub may have been imported already with
     another HF_ENDPOINT, so the Hub filesystem gets the fake's URL and the token as storage
     options (yielded); the Jobs adapter reads HF_ENDPOINT when it is created."""

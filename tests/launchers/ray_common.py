@@ -85,7 +85,7 @@ def job_info(addresses: dict[str, str], job: str) -> Any:
 
 def events(addresses: dict[str, str], job: str, shard: int | None = None) -> list[dict[str, Any]]:
     """The driver's events in the job's log (one shard's, if given)."""
-    from llm_ocr.launchers.ray_state import parse_events
+    from llm_ocr.launchers.ray.state import parse_events
 
     found = parse_events(job_log(addresses, job))
     return [e for e in found if shard is None or e.get("shard") == shard]

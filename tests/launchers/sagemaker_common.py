@@ -105,7 +105,7 @@ def sm_args(*extra: str, shards: int = 4, inputs: tuple[str, ...] = (INPUT,), ou
 
 @contextmanager
 def launcher_here(world: AwsWorld, tmp: Path, monkeypatch: Any) -> Iterator[None]:
-    """This process as the launching machine, for in-process calls of :mod:`llm_ocr.launchers.api`.
+    """This process as the launching machine, for in-process calls of :mod:`llm_ocr.launchers.core.api`.
     fsspec keeps S3 filesystems by their arguments, endpoint not included: an earlier test's
     (talking to an earlier moto) is dropped before and after."""
     import s3fs

@@ -148,7 +148,7 @@ def test_a_task_stopped_at_its_time_limit_resumes_on_retry_and_every_page_is_don
 
 
 def test_an_execution_with_a_failed_task_is_failed_and_a_relaunch_updates_the_job(tmp_path: Path, corpus: Path) -> None:
-    from llm_ocr.launchers.cloud_run import CloudRun
+    from llm_ocr.launchers.cloud_run.adapter import CloudRun
 
     # Task 1's machine cannot start the model server (every attempt): that task fails, task 0 succeeds.
     broken = {1: {"FAKE_VLLM_MODE": "crash_on_start"}}

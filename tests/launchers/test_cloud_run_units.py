@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from llm_ocr.container.shard_index import detect_shard, parse_task_shards, task_shards_value
-from llm_ocr.launchers.cloud_run_job import CodeVolume, job_body, run_body, task_resources, template_changed
-from llm_ocr.launchers.sizing import STARTUP_S, fit_timeout, shard_timeout
-from llm_ocr.launchers.spec import LaunchError, ShardSpec
+from llm_ocr.launchers.cloud_run.job import CodeVolume, job_body, run_body, task_resources, template_changed
+from llm_ocr.launchers.core.sizing import STARTUP_S, fit_timeout, shard_timeout
+from llm_ocr.launchers.core.spec import LaunchError, ShardSpec
 
 NO_SAGEMAKER = Path("/nonexistent/resourceconfig.json")
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from llm_ocr.launchers.cloud_run_job import CodeVolume, job_body, task_resources
-from llm_ocr.launchers.spec import ShardSpec
+from llm_ocr.launchers.cloud_run.job import CodeVolume, job_body, task_resources
+from llm_ocr.launchers.core.spec import ShardSpec
 from tests.fakes.fake_cloud_run import ApiError, FakeCloudRun
 from tests.fakes.fake_sagemaker import check_create_request
 from tests.launchers.sagemaker_common import REGION, ROLE, aws_world
@@ -106,8 +106,8 @@ def test_sagemaker_refuses_distribution_values_it_does_not_know() -> None:
 
 def test_the_launchers_wheel_input_reaches_every_host() -> None:
     from llm_ocr.costs import Hardware
-    from llm_ocr.launchers import sagemaker_request as req
-    from llm_ocr.launchers.spec import Target
+    from llm_ocr.launchers.core.spec import Target
+    from llm_ocr.launchers.sagemaker import request as req
 
     spec = ShardSpec(0, 4, "n", "img:1", ["python3", "-c", "x", "/w.whl", "llm-ocr", "run"], {}, {}, "ml.g6.xlarge",
                      600, 1, {"llm-ocr-launch": "L", "llm-ocr-shard": "s"})

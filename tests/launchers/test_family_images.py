@@ -99,7 +99,7 @@ def test_the_stock_images_are_the_ones_the_containers_and_launchers_name() -> No
     # The job's own CUDA check names an image to use instead (container/cuda.py, which may not
     # import the families): it must be one of the stock images the families fall back to.
     from llm_ocr.container.cuda import VLLM_IMAGES
-    from llm_ocr.launchers.sagemaker import DLC_VLLM_TAG
+    from llm_ocr.launchers.sagemaker.adapter import DLC_VLLM_TAG
     from llm_ocr.vlm.families.base import STOCK_IMAGES
 
     assert {i.cuda[0]: i.ref for i in STOCK_IMAGES.docker} == VLLM_IMAGES

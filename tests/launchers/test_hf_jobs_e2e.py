@@ -47,7 +47,7 @@ def _without_launch_id(body: dict, launch_id: str) -> str:
 
 
 def test_four_shards_make_every_page_once_and_the_token_stays_secret(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llm_ocr.launchers import api
+    from llm_ocr.launchers.core import api
 
     with fake_jobs(tmp_path / "jobs", corpus) as hub, launcher_here(hub, tmp_path, monkeypatch) as so:
         env = launcher_env(hub, tmp_path)
@@ -112,7 +112,7 @@ def test_four_shards_make_every_page_once_and_the_token_stays_secret(tmp_path: P
 
 
 def test_killed_shard_is_the_only_one_relaunched_and_it_resumes(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llm_ocr.launchers import api
+    from llm_ocr.launchers.core import api
 
     # Slow pages and small parts committed often, so that the kill lands mid-shard after some
     # parts are on the Hub, and progress shows before any completion marker.
@@ -159,7 +159,7 @@ def test_killed_shard_is_the_only_one_relaunched_and_it_resumes(tmp_path: Path, 
 
 
 def test_cancel_stops_every_job_and_its_processes(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llm_ocr.launchers import api
+    from llm_ocr.launchers.core import api
 
     slow = "--prefill-ms 3000 --slots 1"
     with fake_jobs(tmp_path / "jobs", corpus, sim_args=slow) as hub, launcher_here(hub, tmp_path, monkeypatch) as so:

@@ -18,11 +18,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from llm_ocr.launchers.k8s_manifest import PodShape, job_manifest, parse_secret_refs, parse_tolerations
-from llm_ocr.launchers.k8s_state import attempt_order
-from llm_ocr.launchers.spec import LaunchError, ShardSpec
-from tests.fakes.fake_k8s import ApiError, FakeKubernetes, config_map_problems, job_problems
+from llm_ocr.launchers.core.spec import LaunchError, ShardSpec
+from llm_ocr.launchers.k8s.manifest import PodShape, job_manifest, parse_secret_refs, parse_tolerations
+from llm_ocr.launchers.k8s.state import attempt_order
 from tests.conftest import REPO
+from tests.fakes.fake_k8s import ApiError, FakeKubernetes, config_map_problems, job_problems
 from tests.launchers.common import llm_ocr_batch
 
 #: Kubernetes releases whose schemas the launcher's objects must pass: backoffLimitPerIndex and

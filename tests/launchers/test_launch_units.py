@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from llm_ocr.launchers.adapter import JobState
-from llm_ocr.launchers.record import LaunchRecord, load_record, save_record
-from llm_ocr.launchers.sizing import DEFAULT_TIMEOUT_S, shard_timeout
-from llm_ocr.launchers.spec import ShardSpec
-from llm_ocr.launchers.table import LaunchStatus, marker_costs, shard_status
-from llm_ocr.launchers.wheel import build_wheel
+from llm_ocr.launchers.core.adapter import JobState
+from llm_ocr.launchers.core.record import LaunchRecord, load_record, save_record
+from llm_ocr.launchers.core.sizing import DEFAULT_TIMEOUT_S, shard_timeout
+from llm_ocr.launchers.core.spec import ShardSpec
+from llm_ocr.launchers.core.table import LaunchStatus, marker_costs, shard_status
+from llm_ocr.launchers.core.wheel import build_wheel
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.storage import Storage
 from tests.conftest import REPO
@@ -36,7 +36,7 @@ def test_wheel_is_byte_stable_holds_every_file_and_changes_with_the_code(tmp_pat
     assert files <= names
     entry_points = zipfile.ZipFile(io.BytesIO(first.data)).read("llm_ocr-0.1.0.dist-info/entry_points.txt").decode()
     assert "llm-ocr = llm_ocr.cli:main" in entry_points
-    (package / "launchers" / "core.py").write_text((package / "launchers" / "core.py").read_text() + "\n# changed\n")
+    (package / "launchers" / "core" / "plan.py").write_text((package / "launchers" / "core" / "plan.py").read_text() + "\n# changed\n")
     assert build_wheel(package).digest != first.digest
 
 
@@ -116,7 +116,7 @@ def test_request_body_is_what_huggingface_hub_sends() -> None:
     from huggingface_hub import Volume
     from huggingface_hub._jobs_api import _create_job_spec
 
-    from llm_ocr.launchers.hf_jobs import job_body
+    from llm_ocr.launchers.hf_jobs.adapter import job_body
 
     spec = ShardSpec(2, 4, "llm-ocr-run-00002-of-00004", "vllm/vllm-openai:v0.29.0", ["sh", "-c", "x", "llm-ocr", "run"],
                      {"LLM_OCR_SHARD_INDEX": "2"}, {"HF_TOKEN": "hf_xyz"}, "l4x1", 5400, 3,
@@ -150,7 +150,7 @@ def test_every_launch_keyword_belongs_to_one_kind_of_option(platform: str) -> No
     """``llm_ocr.launch`` routes each keyword by its name to the launch, the platform or the
     launched stage: no name may be two of them, whatever the stage."""
     from llm_ocr.launchers import platform_class
-    from llm_ocr.launchers.spec import LaunchOptions
+    from llm_ocr.launchers.core.spec import LaunchOptions
     from llm_ocr.stage_table import STAGES
 
     launch_names = set(LaunchOptions.model_fields)
@@ -163,9 +163,9 @@ def test_every_launch_keyword_belongs_to_one_kind_of_option(platform: str) -> No
 
 
 def test_launch_keywords_are_checked_and_the_stage_options_reach_the_command_line() -> None:
-    from llm_ocr.launchers.api import build_request, split_options
-    from llm_ocr.launchers.hf_jobs import HfJobs
-    from llm_ocr.launchers.spec import LaunchError, LaunchOptions
+    from llm_ocr.launchers.core.api import build_request, split_options
+    from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions
+    from llm_ocr.launchers.hf_jobs.adapter import HfJobs
 
     with pytest.raises(LaunchError, match="did you mean 'describe_model'"):
         split_options(HfJobs, {"describe_modle": "x"})
@@ -184,8 +184,8 @@ def test_launch_keywords_are_checked_and_the_stage_options_reach_the_command_lin
 
 
 def test_fields_launches_take_no_input_need_a_model_unless_given_an_endpoint_and_count_documents() -> None:
-    from llm_ocr.launchers.api import build_request
-    from llm_ocr.launchers.spec import LaunchError, LaunchOptions
+    from llm_ocr.launchers.core.api import build_request
+    from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions
 
     options = LaunchOptions(output="hf://datasets/o/n", num_shards=2, stage="fields")
     schema = {"classes": "hf://datasets/o/n/classes.yaml"}
@@ -204,8 +204,8 @@ def test_fields_launches_take_no_input_need_a_model_unless_given_an_endpoint_and
 
 
 def test_a_run_launched_with_a_schema_is_done_with_fields_marker_and_shows_its_counts(tmp_path: Path) -> None:
-    from llm_ocr.launchers.api import build_request
-    from llm_ocr.launchers.spec import LaunchOptions
+    from llm_ocr.launchers.core.api import build_request
+    from llm_ocr.launchers.core.spec import LaunchOptions
 
     options = LaunchOptions(output="hf://datasets/o/n", num_shards=2)
     request = build_request("hf-jobs", options, ["hf://datasets/o/scans"], {"fields_schema": "hf://datasets/o/n/s.json"})
@@ -256,7 +256,7 @@ def test_a_run_launched_with_a_schema_is_done_with_fields_marker_and_shows_its_c
 
 def test_local_schema_files_are_shipped_beside_the_output_and_urls_inline_json_pass_unchanged(tmp_path: Path) -> None:
     import llm_ocr
-    from llm_ocr.launchers.spec import LaunchError
+    from llm_ocr.launchers.core.spec import LaunchError
 
     out = "s3://bucket/out"
     schema = tmp_path / "invoice.schema.json"

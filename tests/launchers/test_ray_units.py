@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from llm_ocr.launchers.adapter import JobState
-from llm_ocr.launchers.ray_driver import event_line
-from llm_ocr.launchers.ray_state import parse_events, shard_lines, shard_state
+from llm_ocr.launchers.core.adapter import JobState
+from llm_ocr.launchers.ray.driver import event_line
+from llm_ocr.launchers.ray.state import parse_events, shard_lines, shard_state
 from tests.docs import make_corpus
 from tests.launchers.common import llm_ocr_batch
 from tests.launchers.ray_common import launcher_env
@@ -125,7 +125,7 @@ def test_a_shards_llm_ocr_dies_with_its_actors_process(tmp_path: Path) -> None:
 
     import psutil
 
-    from llm_ocr.launchers.ray_driver import _WRAPPER
+    from llm_ocr.launchers.ray.driver import _WRAPPER
     from tests.waiting import wait_until
 
     actor = subprocess.Popen([sys.executable, "-c", (
@@ -150,7 +150,7 @@ def test_a_shards_llm_ocr_dies_with_its_actors_process(tmp_path: Path) -> None:
 def test_a_client_connection_the_cluster_failed_to_start_is_retried_and_other_failures_are_not(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from llm_ocr.launchers import ray_cluster
+    from llm_ocr.launchers.ray import adapter as ray_cluster
 
     monkeypatch.setattr(ray_cluster, "_CLIENT_RETRY_WAITS_S", (0.0, 0.0))
     calls: list[str | None] = []
@@ -182,7 +182,7 @@ def test_a_ray_client_connection_that_stalls_is_killed_and_tried_again(monkeypat
     resolution runs in a child process that is killed at the deadline, and a new one is tried."""
     import time
 
-    from llm_ocr.launchers import ray_cluster
+    from llm_ocr.launchers.ray import adapter as ray_cluster
 
     monkeypatch.setattr(ray_cluster, "_CLIENT_ATTEMPT_S", 2.0)
     monkeypatch.setattr(ray_cluster, "_CLIENT_RETRY_WAITS_S", (0.0,))

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from llm_ocr.costs import sagemaker_price_note
-from llm_ocr.launchers import api
-from llm_ocr.launchers.hf_jobs import check_jobs_api, is_network_error
-from llm_ocr.launchers.spec import LaunchError
+from llm_ocr.launchers.core import api
+from llm_ocr.launchers.core.spec import LaunchError
+from llm_ocr.launchers.hf_jobs.adapter import check_jobs_api, is_network_error
 from tests.conftest import REPO
 from tests.fakes.fake_hub import FakeHub
 from tests.launchers.common import llm_ocr_batch

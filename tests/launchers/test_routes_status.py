@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from llm_ocr.launchers.spec import launch_markers
-from llm_ocr.launchers.table import LaunchStatus, shard_status
+from llm_ocr.launchers.core.spec import launch_markers
+from llm_ocr.launchers.core.table import LaunchStatus, shard_status
 
 WEAK, STRONG = "lightonai/LightOnOCR-2-1B", "allenai/olmOCR-2-7B-1025"
 

@@ -36,7 +36,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
     tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llm_ocr.launchers import api
+    from llm_ocr.launchers.core import api
 
     with aws_world(tmp_path / "jobs", corpus) as world, launcher_here(world, tmp_path, monkeypatch):
         env = world.env(tmp_path)
@@ -102,7 +102,7 @@ def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
 def test_a_lost_host_is_the_only_shard_relaunched_and_it_resumes(
     tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llm_ocr.launchers import api
+    from llm_ocr.launchers.core import api
 
     # Host algo-2 (shard 1) serves slowly, algo-1 (shard 0) at once: shard 0 is done while shard 1
     # is still reading, and the kill waits for both, so shard 0's host has finished when algo-2 is
@@ -149,7 +149,7 @@ def test_a_lost_host_is_the_only_shard_relaunched_and_it_resumes(
 
 
 def test_cancel_stops_the_job_and_every_host(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llm_ocr.launchers import api
+    from llm_ocr.launchers.core import api
 
     slow = "--prefill-ms 3000 --slots 1"
     with aws_world(tmp_path / "jobs", corpus, sim_args=slow) as world, launcher_here(world, tmp_path, monkeypatch):

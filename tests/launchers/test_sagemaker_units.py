@@ -12,8 +12,8 @@ import pytest
 
 from llm_ocr.container.aws_secrets import SecretFetchError, fetch_into_environment
 from llm_ocr.container.shard_index import PlatformError, detect_shard, expand_ranges, format_ranges, task_shards_value
-from llm_ocr.launchers.sagemaker import _state
-from llm_ocr.launchers.sagemaker_request import group_shards, request_problems
+from llm_ocr.launchers.sagemaker.adapter import _state
+from llm_ocr.launchers.sagemaker.request import group_shards, request_problems
 from tests.launchers.common import llm_ocr
 from tests.launchers.sagemaker_common import REGION
 from tests.storage_servers import AWS_TEST_ENV, MotoS3

@@ -14,8 +14,8 @@ import pytest
 from llm_ocr.commands.launch import _launch_parser
 from llm_ocr.container.shard_index import PlatformError, detect_shard
 from llm_ocr.launchers import PLATFORMS, platform_class
-from llm_ocr.launchers.slurm_script import parse_slurm_time, slurm_time
-from llm_ocr.launchers.slurm_state import record_state, squeue_states
+from llm_ocr.launchers.slurm.script import parse_slurm_time, slurm_time
+from llm_ocr.launchers.slurm.state import record_state, squeue_states
 from tests.conftest import REPO, read_stage
 from tests.docs import make_corpus
 

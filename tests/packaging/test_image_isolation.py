@@ -3,7 +3,7 @@
 The stand-in "image" is a virtualenv holding what AWS's vLLM DLC pins (transformers 4.57.6,
 which requires ``huggingface-hub<1.0``) and a ``vllm`` program of its own (the fake vLLM, which
 notes that it was the image's that ran). The job's real command, as the launcher builds it
-(:func:`llm_ocr.launchers.command.install_then_run`), runs with that image's ``python3`` first on
+(:func:`llm_ocr.launchers.core.command.install_then_run`), runs with that image's ``python3`` first on
 ``PATH``: it installs llm-ocr with the extras an ``s3://``/``hf://`` run needs (``datasets`` wants
 hub >= 1.31), starts the image's vLLM and OCRs a PDF. Afterwards the image's ``pip freeze`` is
 what it was and ``pip check`` is clean. Installing into the image instead (the launcher's command
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_ocr.launchers.command import install_then_run, llm_ocr_command, with_extras
-from llm_ocr.launchers.wheel import build_wheel
+from llm_ocr.launchers.core.command import install_then_run, llm_ocr_command, with_extras
+from llm_ocr.launchers.core.wheel import build_wheel
 from tests.conftest import read_stage
 from tests.docs import make_corpus
 from tests.fakes.container import FAKES

@@ -33,7 +33,7 @@ Code delivery without building an image: the llm-ocr wheel (about 1 MB) is cut i
 holds at most 1 MiB, and ``kubectl apply`` keeps a copy of each object in a 256 KiB
 annotation); an init container of the same image joins them into an ``emptyDir``, checks the
 digest, and the pod's command installs the wheel into a virtualenv of its own before it execs
-``llm-ocr`` (:mod:`llm_ocr.launchers.command`). ``--image`` with llm-ocr in it needs none of this.
+``llm-ocr`` (:mod:`llm_ocr.launchers.core.command`). ``--image`` with llm-ocr in it needs none of this.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import Any
 import yaml
 
 from llm_ocr.container.shard_index import NUM_SHARDS_ENV, TASK_SHARDS_ENV, task_shards_value
-from llm_ocr.launchers.spec import LAUNCH_LABEL, LaunchError, ShardSpec
+from llm_ocr.launchers.core.spec import LAUNCH_LABEL, LaunchError, ShardSpec
 from llm_ocr.outcomes import ExitCode
 
 #: The pod's one container (and the name ``kubectl logs -c`` takes).

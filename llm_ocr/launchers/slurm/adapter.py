@@ -7,7 +7,7 @@ Commands (man pages of Slurm 22.05, https://slurm.schedmd.com/man_index.html): `
 system, so INPUT and OUT may be local paths there, and each task's log is a file
 (``--output=LOGS/LAUNCH/%A_%a.log``) that ``llm-ocr jobs logs`` reads.
 
-The script (:mod:`llm_ocr.launchers.slurm_script`) is written under the log folder and kept: a user
+The script (:mod:`llm_ocr.launchers.slurm.script`) is written under the log folder and kept: a user
 can read it, resubmit it, or write their own from it. Task ``i`` of the array is shard ``i``
 (``--array=0-15%4``; a relaunch of the unfinished shards is ``--array=3,7``), told the shard count
 in ``LLM_OCR_NUM_SHARDS``. Each task is its own entry in the launch record (``ARRAYJOB_SHARD``),
@@ -40,11 +40,11 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.container.shard_index import NUM_SHARDS_ENV, format_ranges
 from llm_ocr.costs import Hardware
-from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState, PlatformOptions, Submission
-from llm_ocr.launchers.files import LOCAL_PROTOCOLS
-from llm_ocr.launchers.slurm_script import BatchScript, parse_slurm_time, render, slurm_time
-from llm_ocr.launchers.slurm_state import SQUEUE_FORMAT, read_records, record_state, squeue_states
-from llm_ocr.launchers.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.core.adapter import TERMINAL_PHASES, JobState, PlatformOptions, Submission
+from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
+from llm_ocr.launchers.core.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.slurm.script import BatchScript, parse_slurm_time, render, slurm_time
+from llm_ocr.launchers.slurm.state import SQUEUE_FORMAT, read_records, record_state, squeue_states
 
 log = logging.getLogger("llm_ocr")
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llm_ocr.launchers.spec import LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.core.spec import LaunchRequest, PlannedJob, ShardSpec, Target
 
 
 class PlatformOptions(BaseModel):
@@ -94,7 +94,7 @@ class Platform(Protocol):
 
     def resolve(self, request: LaunchRequest) -> Target:
         """Check credentials and hardware, choose the image and the code delivery; raise
-        :class:`~llm_ocr.launchers.spec.LaunchError` naming what to change. No side effects."""
+        :class:`~llm_ocr.launchers.core.spec.LaunchError` naming what to change. No side effects."""
 
     def plan_jobs(self, specs: Sequence[ShardSpec], target: Target) -> list[PlannedJob]:
         """Group ``specs`` into jobs and build each job's exact request body (secrets redacted)."""

@@ -14,11 +14,11 @@ Credentials: the kubeconfig kubectl uses (``KUBECONFIG``, else ``~/.kube/config`
 picks one of its contexts), or the pod's service account when the launcher itself runs in the
 cluster. The namespace is ``--namespace``, else the context's, else ``default``.
 
-One launch is one Job (:mod:`llm_ocr.launchers.k8s_manifest` says what is in it and why), named
+One launch is one Job (:mod:`llm_ocr.launchers.k8s.manifest` says what is in it and why), named
 ``PREFIX-LAUNCH_ID``; its index i runs the i-th shard it was given, so a relaunch of the unfinished
 shards is a new, smaller Job. The Job is one entry of the launch record (``jobs cancel --shard``
 cannot stop one index alone: a Job has no such call), and its pods' states give each shard's
-(:mod:`llm_ocr.launchers.k8s_state`).
+(:mod:`llm_ocr.launchers.k8s.state`).
 
 INPUT and OUT are URLs the pods can reach (``s3://``, ``gs://``, ``hf://``) with the credentials
 their service account has (IRSA, Workload Identity) or the Secrets the user names
@@ -42,11 +42,13 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.container.shard_index import NUM_SHARDS_ENV
 from llm_ocr.costs import Hardware
-from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
-from llm_ocr.launchers.command import CPU_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.files import LOCAL_PROTOCOLS
-from llm_ocr.launchers.images import image_note, launch_image
-from llm_ocr.launchers.k8s_manifest import (
+from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.core.command import CPU_IMAGE, extras_for, install_then_run, with_extras
+from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
+from llm_ocr.launchers.core.images import image_note, launch_image
+from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.core.wheel import wheel_to_ship
+from llm_ocr.launchers.k8s.manifest import (
     CONTAINER,
     GRACE_PERIOD_S,
     PodShape,
@@ -63,9 +65,7 @@ from llm_ocr.launchers.k8s_manifest import (
     split_wheel,
     to_yaml,
 )
-from llm_ocr.launchers.k8s_state import JOB_NAME_LABEL, attempt_order, index_of, index_states, job_state, now_utc
-from llm_ocr.launchers.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
-from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.k8s.state import JOB_NAME_LABEL, attempt_order, index_of, index_states, job_state, now_utc
 from llm_ocr.storage.stores import scrub
 
 log = logging.getLogger("llm_ocr")
@@ -283,7 +283,7 @@ class Kubernetes:
         env = {NUM_SHARDS_ENV: str(request.num_shards), "LLM_OCR_GRACE_PERIOD": str(GRACE_PERIOD_S)}
         if request.image:
             return Target(hardware, request.image, [], {}, info, private, notes, None, env, _secret_names(refs))
-        wheel = self._wheel()
+        wheel = wheel_to_ship(self.given.wheel)
         shape.code = split_wheel(wheel.filename, wheel.data, wheel.digest)
         info["code"] = shape.code.names
         extras = extras_for([request.output, *request.inputs])
@@ -343,12 +343,6 @@ class Kubernetes:
                                       "(the Job's pods would never be created)") from exc
                 if exc.status != 403:  # may not read service accounts: the pods will tell
                     raise
-
-    def _wheel(self) -> Wheel:
-        try:
-            return read_wheel(Path(self.given.wheel)) if self.given.wheel else build_wheel()
-        except (OSError, ValueError) as exc:
-            raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
 
     def plan_jobs(self, specs: Sequence[ShardSpec], target: Target) -> list[PlannedJob]:
         """One Indexed Job for every shard to launch, as ``create_namespaced_job`` sends it."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llm_ocr
+from llm_ocr.launchers.core.spec import LaunchError
 
 DIST_NAME = "llm-ocr"
 _SKIP_DIRS = {"__pycache__"}
@@ -78,6 +79,15 @@ def read_wheel(path: Path) -> Wheel:
     if not path.name.endswith(".whl"):
         raise ValueError(f"{path} is not a wheel (.whl) file")
     return Wheel(path.name, path.read_bytes())
+
+
+def wheel_to_ship(path: str | Path | None) -> Wheel:
+    """The wheel a launch ships: the file ``path`` (``--wheel``), else one built from the code this
+    process runs; :class:`~llm_ocr.launchers.core.spec.LaunchError` when neither can be had."""
+    try:
+        return read_wheel(Path(path)) if path else build_wheel()
+    except (OSError, ValueError) as exc:
+        raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
 
 
 @dataclass(frozen=True)

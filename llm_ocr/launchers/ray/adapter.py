@@ -1,7 +1,7 @@
 """Ray: one Ray Job per launch, whose driver runs the shards on K actors (Ray 2.x, the Jobs API).
 
 ``llm-ocr launch ray --address ray://HEAD:10001`` submits the driver
-(:mod:`llm_ocr.launchers.ray_driver`) with ``JobSubmissionClient.submit_job`` (Ray Jobs,
+(:mod:`llm_ocr.launchers.ray.driver`) with ``JobSubmissionClient.submit_job`` (Ray Jobs,
 https://docs.ray.io/en/latest/cluster/running-applications/job-submission/sdk.html): the driver
 runs on the cluster, not on the launching machine, so the launch outlives this process, and
 ``llm-ocr jobs status|logs|cancel`` work from any machine that reaches the cluster's dashboard,
@@ -53,11 +53,11 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.container.shard_index import NUM_SHARDS_ENV
 from llm_ocr.costs import Hardware
-from llm_ocr.launchers import ray_driver
-from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState, PlatformOptions, Submission
-from llm_ocr.launchers.files import LOCAL_PROTOCOLS
-from llm_ocr.launchers.ray_state import JOB_PHASES, parse_events, shard_lines, shard_state
-from llm_ocr.launchers.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.core.adapter import TERMINAL_PHASES, JobState, PlatformOptions, Submission
+from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
+from llm_ocr.launchers.core.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.ray import driver
+from llm_ocr.launchers.ray.state import JOB_PHASES, parse_events, shard_lines, shard_state
 
 log = logging.getLogger("llm_ocr")
 
@@ -237,7 +237,7 @@ class Ray:
             for planned in jobs:
                 submit = json.loads(json.dumps(planned.body["submit_job"]))
                 with tempfile.TemporaryDirectory(prefix="llm-ocr-ray-") as folder:
-                    shutil.copyfile(ray_driver.__file__, Path(folder) / DRIVER_FILE)
+                    shutil.copyfile(driver.__file__, Path(folder) / DRIVER_FILE)
                     (Path(folder) / PLAN_FILE).write_text(json.dumps(planned.body["plan"], indent=1))
                     submit["runtime_env"]["working_dir"] = folder
                     try:

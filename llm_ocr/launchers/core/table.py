@@ -2,9 +2,10 @@
 
 A row combines three sources, most trusted first: the shard's completion markers (written last
 by the run, with its stats), the progress file the running shard rewrites (pages done so far),
-and what the platform says about the job (pending, running, failed, billed seconds). Rows are
-computed by :func:`shard_status`, a pure function, and rendered as text (CLI), a ``rich`` table
-(live view on a terminal) or HTML (notebooks).
+and what the platform says about the job (pending, running, failed, billed seconds). Those facts
+are read by :func:`llm_ocr.launchers.core.follow.read_launch` (:class:`LaunchFacts`); everything
+here is pure: :func:`status_table` makes the table of them, :func:`shard_status` each row, and the
+table renders as text (CLI), a ``rich`` table (live view on a terminal) or HTML (notebooks).
 
 Cost = the job's running time x the hardware's hourly price (the whole machine is billed);
 GPU-hours = running time x GPUs. The running time is the platform's billed seconds when it says,
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState
+from llm_ocr.launchers.core.adapter import JobState
 from llm_ocr.stage_table import STAGE_FOLDERS, STAGES
 
 #: Row states (besides "done...") that will not change without a new launch.
@@ -104,46 +105,77 @@ def shard_status(
     needed = tuple(needed or STAGES[stage].markers)
     done = all(name in markers for name in needed)
     counts, earlier = _counts(stage, markers, progress)
-    phase = job.phase if job is not None else ""
-    if done and job is not None and job.shared and phase in ("failed", "cancelled"):
-        phase = "succeeded"  # another host of the job failed it; this one finished its shard
-    if done:
-        failed = counts.get("error", 0) + counts.get("partial", 0)
-        state = f"done ({failed} failed)" if failed else "done"
-        if phase in ("failed", "cancelled"):
-            state += f", job {phase}"  # the markers are there, but the job did not end well
-    elif job is None:
-        state = "not launched"
-    elif job.phase == "succeeded":
-        state = "no marker"  # exited 0 without one: should not happen; `llm-ocr status OUT` tells more
-    elif job.phase in TERMINAL_PHASES:
-        state = job.phase
-    else:
-        state = job.phase if job.phase != "unknown" else "unknown"
-    elapsed = job.running_s if job is not None and job.running_s is not None else _marker_seconds(stage, markers,
-                                                                                                  needed)
-    if elapsed is None and progress is not None:
-        elapsed = float(progress.get("wall_time_s") or 0.0)
+    phase = _phase(job, done)
+    elapsed = _elapsed(stage, markers, progress, job, needed)
     row = ShardStatus(
         shard=shard,
-        state=state,
+        state=_state(job, phase, done, counts),
         job_id=job.job_id if job else None,
         job_state=job.raw if job else "",
         job_phase=phase,
-        # A pending job's message says why it waits (a pod that will never start, a retry coming).
-        message=job.message if job and (phase in ("failed", "cancelled") or (phase == "pending" and not done))
-        else None,
+        message=_message(job, phase, done),
         stages_done=[name for name in STAGE_FOLDERS if name in markers],
         counts=counts,
         earlier=earlier,
         elapsed_s=elapsed,
-        fields=_counts("fields", markers, None)[0] if "fields" in markers else {} if "fields" in needed else None,
+        fields=_fields(markers, needed),
     )
     row.routes, row.models = _routes(markers)
     if elapsed is not None:
         row.gpu_hours = round(elapsed * gpus / 3600, 4)
         row.cost_usd = round(elapsed / 3600 * price_per_hour, 4) if price_per_hour is not None else None
     return row
+
+
+def _phase(job: JobState | None, done: bool) -> str:
+    """The job's phase as the row shows it ("" when no job is known)."""
+    if job is None:
+        return ""
+    if done and job.shared and job.phase in ("failed", "cancelled"):
+        return "succeeded"  # another host of the job failed it; this one finished its shard
+    return job.phase
+
+
+def _state(job: JobState | None, phase: str, done: bool, counts: dict[str, int]) -> str:
+    """The row's state: ``done (N failed)`` (and how its job ended, if badly), else the job's."""
+    if done:
+        failed = counts.get("error", 0) + counts.get("partial", 0)
+        state = f"done ({failed} failed)" if failed else "done"
+        if phase in ("failed", "cancelled"):
+            state += f", job {phase}"  # the markers are there, but the job did not end well
+        return state
+    if job is None:
+        return "not launched"
+    if job.phase == "succeeded":
+        return "no marker"  # exited 0 without one: should not happen; `llm-ocr status OUT` tells more
+    return job.phase
+
+
+def _message(job: JobState | None, phase: str, done: bool) -> str | None:
+    """The job's message where it explains the row: a job that failed or was cancelled, and a
+    pending one's reason to wait (a pod that will never start, a retry coming)."""
+    if job is None or not (phase in ("failed", "cancelled") or (phase == "pending" and not done)):
+        return None
+    return job.message
+
+
+def _elapsed(stage: str, markers: dict[str, dict[str, Any]], progress: dict[str, Any] | None, job: JobState | None,
+             needed: Sequence[str]) -> float | None:
+    """The shard's running time: the platform's billed seconds, else the markers' wall time, else
+    the progress file's."""
+    if job is not None and job.running_s is not None:
+        return job.running_s
+    seconds = _marker_seconds(stage, markers, needed)
+    if seconds is None and progress is not None:
+        return float(progress.get("wall_time_s") or 0.0)
+    return seconds
+
+
+def _fields(markers: dict[str, dict[str, Any]], needed: Sequence[str]) -> dict[str, int] | None:
+    """Fields' documents by status (empty before its marker), or None when the launch has no Fields."""
+    if "fields" in markers:
+        return _counts("fields", markers, None)[0]
+    return {} if "fields" in needed else None
 
 
 def _routes(markers: dict[str, dict[str, Any]]) -> tuple[dict[str, int], dict[str, dict[str, float]]]:
@@ -346,6 +378,52 @@ class LaunchStatus:
         totals = "<br>".join(html.escape(line) for line in self.totals_lines())
         return (f"<div><b>{html.escape(self.title())}</b><table><thead><tr>{head}</tr></thead>"
                 f"<tbody>{body}</tbody></table><p>{totals}</p></div>")
+
+
+@dataclass
+class LaunchFacts:
+    """What a launch's table is made of, as read from its record, OUT and the platform."""
+
+    output: str
+    stage: str
+    num_shards: int
+    #: The completion markers that make a shard done.
+    needed: tuple[str, ...]
+    #: stage -> shard -> its completion marker (those read: the needed ones, and Escalate's for a run).
+    markers: dict[str, dict[int, dict[str, Any]]]
+    #: shard -> the progress file of its last run of the stage.
+    progress: dict[int, dict[str, Any]]
+    #: shard -> what the platform says about its job (launched shards only).
+    jobs: dict[int, JobState]
+    launch_id: str | None = None
+    platform: str | None = None
+    hardware: str | None = None
+    gpus: int = 1
+    price_per_hour: float | None = None
+
+
+def status_table(facts: LaunchFacts) -> LaunchStatus:
+    """The table of a launch's ``facts``: a row per shard, and what the totals need."""
+    rows = [
+        shard_status(
+            shard, facts.stage, {s: m[shard] for s, m in facts.markers.items() if shard in m},
+            facts.progress.get(shard), facts.jobs.get(shard), gpus=facts.gpus, price_per_hour=facts.price_per_hour,
+            needed=facts.needed,
+        )
+        for shard in range(facts.num_shards)
+    ]
+    return LaunchStatus(
+        output=facts.output,
+        stage=facts.stage,
+        num_shards=facts.num_shards,
+        shards=rows,
+        launch_id=facts.launch_id,
+        platform=facts.platform,
+        hardware=facts.hardware,
+        gpus=facts.gpus,
+        price_per_hour=facts.price_per_hour,
+        fields="fields" in facts.needed and facts.stage != "fields",
+    )
 
 
 def _fields_cell(counts: dict[str, int] | None) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_ocr.container.shard_index import TASK_SHARDS_ENV, task_shards_value
-from llm_ocr.launchers.spec import LaunchError, ShardSpec
+from llm_ocr.launchers.core.spec import LaunchError, ShardSpec
 
 #: The one container of a task (ContainerOverride names it).
 CONTAINER = "llm-ocr"

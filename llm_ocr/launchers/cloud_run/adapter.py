@@ -10,7 +10,7 @@ HTTP) with ``resource.type="cloud_run_job"`` for the logs. Create, update, run a
 long-running operations; ``run_job``'s carries the new execution in its metadata at once.
 
 The job is created when absent, updated when its template changed (the request bodies are in
-:mod:`llm_ocr.launchers.cloud_run_job`), and never deleted, so its execution history stays. One
+:mod:`llm_ocr.launchers.cloud_run.job`), and never deleted, so its execution history stays. One
 launch is one execution: its ``task_count`` is the number of shards launched, and each task
 finds its shard from ``CLOUD_RUN_TASK_INDEX`` through :data:`llm_ocr.container.shard_index.TASK_SHARDS_ENV`
 (a relaunch runs only the unfinished shards, whose indices are not 0..k-1).
@@ -20,7 +20,7 @@ attempts are the unit of resume: ``max_retries`` is 3 by default (``--attempts 4
 SIGTERM at the limit (then SIGKILL ~10 s later, as for services: the container contract; not
 verified for job tasks), llm-ocr stops intake, saves its parts within ``LLM_OCR_GRACE_PERIOD`` (set
 to 5 s here) and exits 3, and the retry resumes from the parts. Shards are sized to fit one attempt
-(:func:`llm_ocr.launchers.sizing.fit_timeout`).
+(:func:`llm_ocr.launchers.core.sizing.fit_timeout`).
 
 Secrets are Secret Manager references only (``--secret-ref NAME=SECRET[:VERSION]`` ->
 ``EnvVar.value_source.secret_key_ref``): no value is read or sent by the launcher. Cloud Storage
@@ -30,7 +30,7 @@ Code delivery without building an image: the llm-ocr wheel is uploaded once per 
 to ``--code-location`` (default ``gs://OUTPUT_BUCKET/llm-ocr-code``), that folder is mounted
 read-only in every task as a Cloud Storage volume, and the task's command installs the wheel
 before it execs ``llm-ocr`` in the stock pinned vLLM image from Docker Hub
-(:mod:`llm_ocr.launchers.command`); ``--image`` takes a prebuilt image
+(:mod:`llm_ocr.launchers.core.command`); ``--image`` takes a prebuilt image
 (``google-cloud-run/Dockerfile``) instead.
 """
 
@@ -42,15 +42,13 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from fsspec.core import split_protocol
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import CLOUD_RUN_PRICES, cloud_run_hardware
-from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
-from llm_ocr.launchers.cloud_run_job import (
+from llm_ocr.launchers.cloud_run.job import (
     MAX_RETRIES,
     MAX_TASKS,
     CodeVolume,
@@ -62,10 +60,11 @@ from llm_ocr.launchers.cloud_run_job import (
     task_resources,
     template_changed,
 )
-from llm_ocr.launchers.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.images import image_note, launch_image
-from llm_ocr.launchers.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
-from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.core.command import CPU_IMAGE, VLLM_IMAGE, extras_for, install_then_run, with_extras
+from llm_ocr.launchers.core.images import image_note, launch_image
+from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
+from llm_ocr.launchers.core.wheel import Wheel, wheel_to_ship
 from llm_ocr.storage import Storage
 from llm_ocr.storage.stores import scrub
 
@@ -261,7 +260,7 @@ class CloudRun:
             image = f"docker.io/{chosen.image.ref}"  # Docker Hub images run on Cloud Run as they are
             notes.append(image_note(request, chosen, image))
 
-        wheel = self._wheel()
+        wheel = wheel_to_ship(self.wheel_path)
         code_url = self.code_location or _default_code_location(request.output)
         protocol, path = split_protocol(code_url)
         bucket, _, folder = path.strip("/").partition("/")
@@ -275,12 +274,6 @@ class CloudRun:
                        code=CodeVolume(bucket, folder, CODE_MOUNT), command_words=len(prefix))
         info["code"] = f"{private['code_url']}/{in_folder}"
         return target(image, prefix)
-
-    def _wheel(self) -> Wheel:
-        try:
-            return read_wheel(Path(self.wheel_path)) if self.wheel_path else build_wheel()
-        except (OSError, ValueError) as exc:
-            raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
 
     def plan_jobs(self, specs: Sequence[ShardSpec], target: Target) -> list[PlannedJob]:
         """One job execution for every shard to launch: the ``Job`` to create or update, and the

@@ -1,6 +1,6 @@
 """What a Ray launch's job log says about each shard, as :class:`JobState`.
 
-One Ray Job runs every shard of a launch (:mod:`llm_ocr.launchers.ray_driver`); its driver prints
+One Ray Job runs every shard of a launch (:mod:`llm_ocr.launchers.ray.driver`); its driver prints
 one event line per shard event (``llm-ocr-ray {"event": "start", "shard": 3, ...}``) and each
 shard's output as ``[shard 3] LINE``. The Ray Jobs API gives the job's status (``PENDING``,
 ``RUNNING``, ``STOPPED``, ``SUCCEEDED``, ``FAILED``: ``ray.job_submission.JobStatus``) and its log
@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from llm_ocr.launchers.adapter import TERMINAL_PHASES, JobState, Phase
-from llm_ocr.launchers.ray_driver import EVENT_PREFIX, FINAL_CODES, shard_prefix
+from llm_ocr.launchers.core.adapter import TERMINAL_PHASES, JobState, Phase
+from llm_ocr.launchers.ray.driver import EVENT_PREFIX, FINAL_CODES, shard_prefix
 
 #: Ray Jobs' statuses (``ray.job_submission.JobStatus``) by phase.
 JOB_PHASES: dict[str, Phase] = {

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm_ocr.container.shard_index import TASK_SHARDS_ENV, format_ranges, task_shards_value
-from llm_ocr.launchers.spec import LAUNCH_LABEL, SHARD_LABEL, ShardSpec, Target
+from llm_ocr.launchers.core.spec import LAUNCH_LABEL, SHARD_LABEL, ShardSpec, Target
 
 OPERATION = "CreateProcessingJob"
 #: Where a Processing job's inputs are downloaded; the job's ML storage volume.

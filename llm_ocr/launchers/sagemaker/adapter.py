@@ -20,7 +20,7 @@ is fetched by name from Secrets Manager at start (``--aws-secret NAME=SECRET_ID`
 Code delivery without building an image: the stock AWS vLLM Deep Learning Container, and the
 llm-ocr wheel uploaded once per content digest to S3 (``OUT/_state/code/`` for an ``s3://``
 output, else ``--code-uri``) and given to every host as a ``ProcessingInput``, installed by the
-entrypoint before it execs ``llm-ocr`` (:mod:`llm_ocr.launchers.command`). Or ``--image URI``
+entrypoint before it execs ``llm-ocr`` (:mod:`llm_ocr.launchers.core.command`). Or ``--image URI``
 from ``sagemaker/Dockerfile``. SageMaker Processing has no job retries: a failed or stopped
 shard is run again by relaunching, and resumes from its parts.
 """
@@ -39,11 +39,10 @@ from fsspec.core import split_protocol
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
-from llm_ocr.launchers import sagemaker_request as req
-from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
-from llm_ocr.launchers.command import extras_for, install_then_run, with_extras
-from llm_ocr.launchers.images import image_note, launch_image
-from llm_ocr.launchers.spec import (
+from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.core.command import extras_for, install_then_run, with_extras
+from llm_ocr.launchers.core.images import image_note, launch_image
+from llm_ocr.launchers.core.spec import (
     LAUNCH_LABEL,
     LaunchError,
     LaunchRequest,
@@ -52,7 +51,8 @@ from llm_ocr.launchers.spec import (
     Target,
     assert_no_secret,
 )
-from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.core.wheel import Wheel, wheel_to_ship
+from llm_ocr.launchers.sagemaker import request as req
 from llm_ocr.storage import Storage
 from llm_ocr.storage.stores import scrub
 
@@ -216,7 +216,7 @@ class SageMaker:
             dlc = chosen.image.ref
             notes.append(image_note(request, chosen))
 
-        wheel = self._wheel()
+        wheel = wheel_to_ship(self.wheel_path)
         code_prefix = self._code_prefix(request)
         code_uri = f"{code_prefix}/wheels/{wheel.digest[:16]}/"
         extras = extras_for([request.output, *request.inputs])
@@ -333,14 +333,6 @@ class SageMaker:
             f"--output {request.output} is not on S3, so the llm-ocr wheel needs another home: pass --code-uri "
             "s3://BUCKET/PREFIX (the role must read it), or --image with llm-ocr installed (sagemaker/Dockerfile)"
         )
-
-    def _wheel(self) -> Wheel:
-        from pathlib import Path
-
-        try:
-            return read_wheel(Path(self.wheel_path)) if self.wheel_path else build_wheel()
-        except (OSError, ValueError) as exc:
-            raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
 
     def plan_jobs(self, specs: Sequence[ShardSpec], target: Target) -> list[PlannedJob]:
         """Shards in runs of at most 100 hosts (one job each), each job's exact request body.

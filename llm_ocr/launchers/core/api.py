@@ -12,7 +12,7 @@
     job = llm_ocr.Launch.attach("hf://datasets/me/scans-ocr")   # later, from any machine
 
 Keyword arguments are the long options of ``llm-ocr launch PLATFORM`` in snake_case: the
-launch's own (:class:`~llm_ocr.launchers.spec.LaunchOptions`), the platform's (its adapter's
+launch's own (:class:`~llm_ocr.launchers.core.spec.LaunchOptions`), the platform's (its adapter's
 ``options`` model, e.g. ``flavor``) and the launched stage's (``describe_model``...), each checked
 against its typed model before anything is uploaded or submitted; a bad one raises
 :class:`LaunchError` naming it (and the closest option, for a misspelt name).
@@ -32,21 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 from llm_ocr.config import OptionError, as_flags, check_names, expand_aliases, resolve_options
 from llm_ocr.launchers import platform_class
-from llm_ocr.launchers.core import (
-    cancel_jobs,
-    collect_status,
-    describe_plan,
-    plan_launch,
-    shard_logs,
-    storage_for,
-    submit_plan,
-    wait_for,
-)
-from llm_ocr.launchers.estimate import estimate_launch
-from llm_ocr.launchers.files import ShipError, ship_local_files
-from llm_ocr.launchers.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
-from llm_ocr.launchers.spec import LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
-from llm_ocr.launchers.table import LaunchStatus, marker_costs
+from llm_ocr.launchers.core.estimate import estimate_launch
+from llm_ocr.launchers.core.files import ShipError, ship_local_files
+from llm_ocr.launchers.core.follow import cancel_jobs, collect_status, shard_logs, storage_for, wait_for
+from llm_ocr.launchers.core.plan import describe_plan, plan_launch
+from llm_ocr.launchers.core.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
+from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
+from llm_ocr.launchers.core.submit import submit_plan
+from llm_ocr.launchers.core.table import LaunchStatus, marker_costs
 from llm_ocr.options import DatasetOptions, JobOptions
 from llm_ocr.stage_table import STAGES
 from llm_ocr.storage.state import markers_by_shard

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from llm_ocr.container.shard_index import expand_ranges
-from llm_ocr.launchers.adapter import JobState, Phase
+from llm_ocr.launchers.core.adapter import JobState, Phase
 
 #: The label (and annotation) a Job's controller puts on each pod: its completion index.
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"

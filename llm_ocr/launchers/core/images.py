@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_ocr.container.cuda import CudaMismatch, Driver, ImageCuda, verdict
-from llm_ocr.launchers.spec import LaunchError, LaunchRequest
+from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest
 from llm_ocr.vlm.families import Family, family_named
 from llm_ocr.vlm.families.base import ServingImage
 
@@ -100,7 +100,7 @@ def _none(family: Family, platform: str, why: str) -> str:
 
 def launch_image(request: LaunchRequest, platform: str) -> ImageChoice | None:
     """The stock image of ``request``'s jobs on ``platform`` when they serve a model and no
-    ``--image`` is given (None otherwise); :class:`~llm_ocr.launchers.spec.LaunchError` when the
+    ``--image`` is given (None otherwise); :class:`~llm_ocr.launchers.core.spec.LaunchError` when the
     family has none there. Platforms call it first, so nothing is checked, built or sent before."""
     if request.image or not request.needs_model:
         return None

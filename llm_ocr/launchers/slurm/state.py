@@ -5,7 +5,7 @@ Two sources, the first that knows a task wins:
 1. ``squeue -h -r -t all -j IDS -o FORMAT`` (squeue(1)): pending, running and recently ended
    tasks, one line each (``-r`` expands a pending array ``12_[3-9%2]``). Slurm forgets an ended
    job ``MinJobAge`` seconds after it ends (slurm.conf(5), default 300 s).
-2. The task records the batch script appends (:mod:`llm_ocr.launchers.slurm_script`): start,
+2. The task records the batch script appends (:mod:`llm_ocr.launchers.slurm.script`): start,
    exit status, requeue, per attempt. They outlive ``squeue`` and need no accounting database:
    ``sacct`` answers only where the site runs ``slurmdbd`` (``Slurm accounting storage is
    disabled`` otherwise), so it is not relied on.
@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from llm_ocr.launchers.adapter import JobState, Phase
-from llm_ocr.launchers.slurm_script import parse_slurm_time
+from llm_ocr.launchers.core.adapter import JobState, Phase
+from llm_ocr.launchers.slurm.script import parse_slurm_time
 
 #: ``squeue -o``: array job id, task id, job id, state, reason, time used, restarts... ``|``-separated.
 SQUEUE_FORMAT = "%F|%K|%A|%T|%r|%M"

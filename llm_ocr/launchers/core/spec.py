@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from llm_ocr.costs import Hardware
-from llm_ocr.launchers.files import ShippedFile
+from llm_ocr.launchers.core.files import ShippedFile
 from llm_ocr.options import DatasetOptions
 from llm_ocr.stage_table import STAGES
 
@@ -152,7 +152,7 @@ class LaunchRequest(LaunchOptions):
     dataset: DatasetOptions = Field(default_factory=DatasetOptions)
     storage_options: dict[str, Any] = Field(default_factory=dict)
     #: Local files the stage's options named, copied beside the output on submit
-    #: (:mod:`llm_ocr.launchers.files`); the stage arguments name the copies.
+    #: (:mod:`llm_ocr.launchers.core.files`); the stage arguments name the copies.
     shipped: list[ShippedFile] = Field(default_factory=list)
 
     @property
@@ -227,7 +227,7 @@ class Target:
     hardware: Hardware
     image: str
     #: Command words placed before ``llm-ocr ...``: they install the shipped code, then exec the
-    #: rest (:func:`llm_ocr.launchers.command.install_then_run`). Empty when the image has it.
+    #: rest (:func:`llm_ocr.launchers.core.command.install_then_run`). Empty when the image has it.
     run_prefix: list[str]
     #: Secrets every job of this platform gets (e.g. ``HF_TOKEN``), name -> value.
     secrets: dict[str, str] = field(repr=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from llm_ocr.launchers.spec import LaunchPlan
+from llm_ocr.launchers.core.spec import LaunchPlan
 from llm_ocr.planning.estimate import PLATFORMS, Plan, plan_rows
 from llm_ocr.sources import InputError
 from llm_ocr.sources.counting import PageCount, count_input_pages

@@ -1,6 +1,6 @@
 """The driver of a Ray launch: a queue of shards over K actors, each running the plain ``llm-ocr``.
 
-``llm-ocr launch ray`` submits this file as a Ray Job (``python ray_driver.py plan.json``, both in
+``llm-ocr launch ray`` submits this file as a Ray Job (``python llm_ocr_ray_driver.py plan.json``, both in
 the job's ``working_dir``): it runs on the cluster's head node in the cluster's own Python, which
 needs only ``ray``, never llm-ocr (this module imports nothing from llm-ocr, and its actor class is
 pickled by value with it). The driver
@@ -376,7 +376,7 @@ def _emit(text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python ray_driver.py PLAN.json``."""
+    """``python llm_ocr_ray_driver.py PLAN.json``."""
     args = sys.argv[1:] if argv is None else argv
     with open(args[0]) as handle:
         plan = json.load(handle)

@@ -14,7 +14,7 @@ from its parts).
 Code delivery without building an image: the llm-ocr wheel is uploaded once per content digest
 to a private model repo (``NAMESPACE/llm-ocr-jobs-code`` unless ``--code-repo``), mounted
 read-only in every job with ``run_job(volumes=[Volume(type="model", ...)])``, and installed by
-the job's command before it execs ``llm-ocr`` (:mod:`llm_ocr.launchers.command`). The job's
+the job's command before it execs ``llm-ocr`` (:mod:`llm_ocr.launchers.core.command`). The job's
 ``command`` replaces the image's ENTRYPOINT: HF's own ``hf jobs uv run --image
 vllm/vllm-openai`` recipes rely on that (their command is ``uv run ...``, which would otherwise
 be handed to ``vllm serve``); the prebuilt image of ``hf-jobs/Dockerfile`` resets the
@@ -33,11 +33,19 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field
 
 from llm_ocr.costs import HF_JOBS_HARDWARE, Hardware
-from llm_ocr.launchers.adapter import JobState, Phase, PlatformOptions, Submission
-from llm_ocr.launchers.command import CPU_IMAGE, extras_for, install_then_run, with_extras
-from llm_ocr.launchers.images import image_note, launch_image
-from llm_ocr.launchers.spec import LAUNCH_LABEL, REDACTED, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
-from llm_ocr.launchers.wheel import Wheel, build_wheel, read_wheel
+from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.core.command import CPU_IMAGE, extras_for, install_then_run, with_extras
+from llm_ocr.launchers.core.images import image_note, launch_image
+from llm_ocr.launchers.core.spec import (
+    LAUNCH_LABEL,
+    REDACTED,
+    LaunchError,
+    LaunchRequest,
+    PlannedJob,
+    ShardSpec,
+    Target,
+)
+from llm_ocr.launchers.core.wheel import Wheel, wheel_to_ship
 from llm_ocr.storage.stores import scrub
 
 log = logging.getLogger("llm_ocr")
@@ -201,7 +209,7 @@ class HfJobs:
             image = chosen.image.ref
             notes.append(image_note(request, chosen))
 
-        wheel = self._wheel()
+        wheel = wheel_to_ship(self.wheel_path)
         code_repo = self.code_repo or f"{namespace}/llm-ocr-jobs-code"
         path_in_repo = f"wheels/{wheel.digest[:16]}/{wheel.filename}"
         extras = extras_for([request.output, *request.inputs])
@@ -211,12 +219,6 @@ class HfJobs:
         info.update(code_repo=code_repo, wheel=path_in_repo)
         prefix = install_then_run(with_extras(f"{CODE_MOUNT}/{path_in_repo}", extras))
         return Target(hardware, image, prefix, {"HF_TOKEN": token}, info, private, notes)
-
-    def _wheel(self) -> Wheel:
-        try:
-            return read_wheel(self.wheel_path) if self.wheel_path else build_wheel()
-        except (OSError, ValueError) as exc:
-            raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
 
     def plan_jobs(self, specs: Sequence[ShardSpec], target: Target) -> list[PlannedJob]:
         """One job per shard, each with the exact body ``run_job`` sends (secrets redacted)."""
