@@ -13,7 +13,8 @@ resulting Markdown is compared with the PDF's text layer:
 - **s/page**: wall-clock seconds per page at the given concurrency (1 by default).
 
 Each page is read as Extract reads it (:func:`~llm_ocr.stages.extract.extract_page`): a page
-longer than 1:3 in segments, its figures cropped. On the generated sets whose figures are known
+longer than 1:3 in segments, each rendered from the PDF at the family's resolution as the
+pipeline's render workers render them, its figures cropped. On the generated sets whose figures are known
 (``--corpus layout|held-out``, :mod:`llm_ocr.bench.layout_pages`) it also counts the drawn
 figures found (an output figure overlapping one by IoU >= 0.5) and the output figures that match
 none.
@@ -397,14 +398,17 @@ async def _measure(
     try:
         info["ocr_engine"] = await _engine_info(base_url, model)
         max_tokens = recipe.max_tokens(None, await client.max_model_len())
-        ctx = ExtractContext(client, recipe, ExtractOptions(), max_tokens, crop, transform)
+        extract = ExtractOptions()
+        ctx = ExtractContext(client, recipe, extract, max_tokens, crop, transform)
         jobs = []
         for index, path in enumerate(pdfs):
             location = str(Path(path).resolve())  # noqa: ASYNC240 - before any page request is in flight
             ref = DocumentRef(doc_id=Path(path).name, index=index, source=path, kind="pdf", location=location)
             n = count_pages(ref, render)
             last = min(n, opts.pages) if opts.pages else n
-            for page in render_pages(ref, render, 1, last):
+            # A long page's segments rendered from the source as Extract's render workers
+            # render them, not cut from the page image (which --max-page-pixels may shrink).
+            for page in render_pages(ref, render, 1, last, max_aspect=extract.max_page_aspect):
                 if not isinstance(page, PageImage):
                     raise SystemExit(f"cannot render {path} page {page.page}: {page.error}")
                 jobs.append((ref, n, page))
@@ -492,6 +496,7 @@ def measure_accuracy(opts: AccuracyOptions) -> tuple[list[PageScore], dict[str, 
     import shlex
 
     from llm_ocr.bench.layout_pages import CORPORA, make_corpus
+    from llm_ocr.bench.sheet_pages import SHEET_CORPORA, make_sheets
     from llm_ocr.config import OptionError
 
     with tempfile.TemporaryDirectory(prefix="llm-ocr-bench-") as tmp:
@@ -500,12 +505,13 @@ def measure_accuracy(opts: AccuracyOptions) -> tuple[list[PageScore], dict[str, 
             pdfs = list(opts.pdfs)
         elif opts.corpus == "basic":
             pdfs = [str(p) for p in make_sample_pdfs(Path(tmp) / "pages")]
-        elif opts.corpus in CORPORA:
-            made = make_corpus(opts.corpus, Path(tmp) / "pages")
+        elif opts.corpus in CORPORA + SHEET_CORPORA:
+            make = make_corpus if opts.corpus in CORPORA else make_sheets
+            made = make(opts.corpus, Path(tmp) / "pages")
             known = {(p.path.name, p.page): p for p in made}
             pdfs = list(dict.fromkeys(str(p.path) for p in made))
         else:
-            raise OptionError(f"--corpus must be basic, {' or '.join(CORPORA)}, not {opts.corpus!r}")
+            raise OptionError(f"--corpus must be basic, {', '.join(CORPORA + SHEET_CORPORA)}, not {opts.corpus!r}")
         for path in pdfs:
             if not Path(path).is_file():
                 raise OptionError(f"no such PDF: {path}")

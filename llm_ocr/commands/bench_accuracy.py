@@ -26,10 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("pdfs", nargs="*", metavar="PDF",
                         help="born-digital PDFs (with a text layer); default: the generated --corpus")
-    parser.add_argument("--corpus", choices=["basic", "layout", "held-out"], default="basic",
+    parser.add_argument("--corpus", choices=["basic", "layout", "held-out", "sheets", "strip-sweep"], default="basic",
                         help="generated pages to measure without PDFs: basic (9 text pages, the default); layout "
                         "(text and figure pages: a small book page, a long strip, charts); held-out (pages of the "
-                        "same kinds, made differently)")
+                        "same kinds, made differently); sheets (a 1:61 well log, a printed encyclopedia article, "
+                        "a 2 x 1 in label); strip-sweep (well logs of aspect 1:20 to 1:100 in 5.5 and 7 pt type)")
     parser.add_argument("--pages", type=int, default=None, metavar="N", help="at most N pages per PDF")
     parser.add_argument("--dpi", type=float, default=None,
                         help="render resolution (default: the model family's, as the pipeline renders)")

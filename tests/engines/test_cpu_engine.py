@@ -21,6 +21,7 @@ from typing import Any
 import openai
 import pypdfium2 as pdfium
 import pytest
+from PIL import Image
 
 from llm_ocr.bench.accuracy import levenshtein, markdown_to_text, word_recall, words
 from llm_ocr.engines.cpu.layout import Line, page_blocks, render_grounding, to_det
@@ -296,6 +297,38 @@ def test_free_describe_plain_tags_and_max_tokens(client: openai.OpenAI) -> None:
     cut = _ask(client, label, FREE_OCR_PROMPT, max_tokens=2)
     assert cut.choices[0].finish_reason == "length" and cut.usage.completion_tokens == 2
     assert 0 < len(cut.choices[0].message.content) <= 7  # 2 tokens at 0.3 tokens per character
+    # Nothing to read and no page it was seen on: the answer says what the engine saw, and why
+    # it says no more (never an empty description).
+    blank = io.BytesIO()
+    Image.new("RGB", (120, 90), (230, 240, 250)).save(blank, format="PNG")
+    described = _ask(client, blank.getvalue(), DESCRIBE_PROMPT).choices[0].message.content
+    assert described.startswith("Not described: an image of 120 x 90 px with no text in it")
+
+
+def test_a_tall_image_sent_whole_is_read_at_its_own_resolution(client: openai.OpenAI) -> None:
+    # A 736 x 6,000 px column of 7 pt depth notes sent as one image (a client that does not cut
+    # long pages): RapidOCR alone shrinks it to 2,000 px tall, a third of its size, where 7 pt
+    # type at 144 DPI is 5 px tall. (As wide as RapidOCR's detector input at least: narrower,
+    # it would scale every window up to that width, at three times the cost.)
+    from reportlab.pdfgen import canvas
+
+    rng = random.Random(7)
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=(368, 3000))
+    pdf.setFont("Helvetica", 7)
+    notes = []
+    for i, y in enumerate(range(2980, 20, -48)):
+        note = f"{7400 + 5 * i} ft {rng.choice(['shale', 'sandstone', 'limestone', 'coal'])} {rng.randint(10, 99)}"
+        pdf.drawString(10, y, note)
+        notes.append(note)
+    pdf.showPage()
+    pdf.save()
+    image = pdfium.PdfDocument(buffer.getvalue())[0].render(scale=SCALE).to_pil().convert("RGB")
+    assert image.size == (736, 6000)
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    text = _ask(client, out.getvalue(), FREE_OCR_PROMPT, max_tokens=4000).choices[0].message.content
+    assert word_recall(" ".join(notes), text) >= 0.95
 
 
 def test_bad_requests_are_openai_errors(engine: CpuServer) -> None:

@@ -12,7 +12,7 @@ import io
 
 import numpy as np
 
-from llm_ocr.engines.cpu.figure_memory import FigureFacts, FigureMemory, Recall
+from llm_ocr.engines.cpu.figure_memory import FigureFacts, FigureMemory, Recall, describe
 from llm_ocr.engines.cpu.figures import Region, find_figures
 from llm_ocr.engines.cpu.layout import Line, page_blocks, render_grounding
 from llm_ocr.vlm.grounding import parse_layout
@@ -168,6 +168,21 @@ def test_a_region_over_text_or_a_table_is_read_as_text_whatever_the_model_says()
     assert figures == [] and body == lines
 
 
+def test_a_ruled_form_in_small_type_is_text_not_a_figure() -> None:
+    # A well log's header block: label | value rows in 5.5 pt type (11 px at 144 DPI) inside a
+    # grid of 1 px rules, more rule than glyph by ink, and a region the model called a figure.
+    labels = [Line(24, 22 + 22 * r, 150, 34 + 22 * r, f"FIELD NAME {r}") for r in range(12)]
+    values = [Line(170, 22 + 22 * r, 330, 34 + 22 * r, f"Giddings {r}") for r in range(12)]
+    page = _paper(620, 320)
+    _ink_text(page, labels + values)
+    for r in range(13):
+        page[18 + 22 * r, 20:600] = 40
+    page[18:283, 20] = page[18:283, 160] = page[18:283, 599] = 40
+    region = Region("figure", (15, 10, 605, 290), 0.8)
+    figures, body = find_figures(labels + values, [region], page=page)
+    assert figures == [] and body == labels + values
+
+
 def test_a_region_over_a_text_column_and_a_plot_keeps_the_plot_and_gives_the_text_back() -> None:
     # A strip like a well log: depths and notes on the left, a framed curve track on the right
     # with its scale above; the model's region covers both.
@@ -203,6 +218,35 @@ def test_a_chart_keeps_its_bars_and_labels_as_one_figure() -> None:
     assert body == text
     x1, y1, x2, y2 = figure.box
     assert x1 <= 200 and y1 <= 300 and x2 >= 700 and y2 >= 632
+
+
+def test_a_drawing_that_fills_the_page_keeps_its_words_as_the_page_s_text() -> None:
+    # A stretch of a well log read as one segment: curve tracks on a grid over the whole image,
+    # depths in a track between them, a formation top written across a track. The chart above
+    # (a figure set in the page's text) loses its labels to the figure; this drawing is the page.
+    page = _paper(600, 1200)
+    depths = [Line(255, 40 + i * 120, 300, 60 + i * 120, str(7600 + 50 * i)) for i in range(10)]
+    top = Line(330, 560, 560, 580, "Austin Chalk top 7812 ft")
+    _ink_text(page, depths + [top])
+    for x1, x2 in ((20, 240), (320, 580)):  # two framed tracks with a grid and a curve each
+        page[10:12, x1:x2] = page[1188:1190, x1:x2] = 30
+        page[10:1190, x1 : x1 + 2] = page[10:1190, x2 - 2 : x2] = 30
+        for y in range(70, 1190, 60):
+            if not 555 <= y <= 585:
+                page[y, x1:x2] = 200
+        for y in range(12, 1188):
+            x = (x1 + x2) // 2 + int(50 * np.sin(y / 31))
+            if not 555 <= y <= 585:
+                page[y, x : x + 2] = (40, 130, 40)
+    region = Region("figure", (5, 5, 595, 1195), 0.9)
+    (figure,), body = find_figures(depths + [top], [region], page=page)
+    assert figure.fills_page and figure.label == "figure"
+    assert sorted(l.text for l in figure.inside) == sorted(l.text for l in depths + [top])  # its description
+    assert body == depths + [top]  # and the page's text
+    blocks = page_blocks(body, [figure])
+    assert blocks[0].label == "image"
+    assert [b.text for b in blocks[1:]] == ["7600", "7650", "7700", "7750", "7800", "Austin Chalk top 7812 ft", "7850",
+                                            "7900", "7950", "8000", "8050"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,3 +296,16 @@ def test_memory_forgets_the_oldest_figures_first() -> None:
         memory.remember(_chart(seed), FigureFacts(f"Figure {seed}.", ""))
     assert len(memory) == 2
     assert memory.recall(_chart(1)).facts is None and memory.recall(_chart(3)).facts is not None
+
+
+def test_a_figure_with_no_caption_and_no_text_says_what_was_seen_and_why_no_more() -> None:
+    known = Recall(FigureFacts("", "", "figure"))
+    assert describe(known, "", (420, 310)) == (
+        'Not described: a figure region (the layout model\'s class "figure") of 420 x 310 px with no caption beside '
+        "it and no text in it; the CPU engine reads text, not pictures.")
+    unknown = describe(Recall(None), "", (64, 48))
+    assert unknown.startswith("Not described: an image of 64 x 48 px with no text in it")
+    assert describe(Recall(None, ambiguous=True), "", (64, 48)) == unknown
+    # What is known is said, and nothing stands in for the part that is not.
+    assert describe(Recall(FigureFacts("Figure 2: Bars.", "", "figure")), "", (9, 9)) == "Caption: Figure 2: Bars."
+    assert describe(Recall(None), "Invoice 4821", (9, 9)) == "Text in the image: Invoice 4821"

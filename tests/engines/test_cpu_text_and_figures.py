@@ -1,11 +1,14 @@
 """What the CPU engine reads as text and what as a figure, on real pages run through
 ``llm-ocr run`` (Extract, Describe, Assemble, the Markdown export) against the real engine.
 
-One run over one folder serves every test here (the engine reads ~15 page images):
+One run over one folder serves every test here (the engine reads ~20 page images):
 
 - a 180 x 300 pt book page of plain text that the layout model calls a figure;
 - a 234 x 2,600 pt strip like a well log (read in segments): depths and notes beside one curve
   track, and the layout model calls the whole segment holding the track a figure;
+- a 306 x 2,448 pt wireline log (:func:`llm_ocr.bench.sheet_pages.well_log`): a header, curve
+  tracks across the whole strip with the depths and formation tops among them, so that each
+  segment past the header is one drawing;
 - an A5 page with a bar chart and no caption;
 - the sample invoices and receipts of ``samples/`` (their values in examples/fields-truth.json)
   and the sample report (its table and captioned chart made by scripts/make_samples.py).
@@ -29,6 +32,7 @@ from reportlab.lib.pagesizes import A5
 
 from llm_ocr.bench.accuracy import text_layer, word_recall
 from llm_ocr.bench.layout_pages import CorpusPage, bar_chart, book_page, columns_page, iou, strip
+from llm_ocr.bench.sheet_pages import well_log
 from llm_ocr.testing import CpuServer
 from tests.conftest import REPO, read_stage, run_cli
 
@@ -49,6 +53,7 @@ def run(cpu_engine: CpuServer, tmp_path_factory: pytest.TempPathFactory) -> dict
     for page in (
         book_page(inputs, "book-page.pdf", (180, 300), "Helvetica", 8.5, 79, lead=1.1, margin=0.14)
         + strip(inputs, "strip.pdf", (234, 2600), 2, plots=1)
+        + well_log(inputs, "well-log.pdf", 306, 8, 7.0, 5)
         + columns_page(inputs, "chart.pdf", A5, 1, "Helvetica", 9, 1, "Quarterly Landings",
                        chart=lambda rng, w: bar_chart(rng, w * 0.8, 150))
     ):
@@ -86,6 +91,15 @@ def test_a_long_strip_keeps_its_text_and_its_plot_is_one_figure(run: dict[str, A
     assert iou(truth, tuple(figure["bbox"])) >= 0.5, (truth, figure["bbox"])
     # Every depth and note is body text; the track's scale (0, 150) is the figure's.
     assert word_recall(text_layer(str(run["inputs"] / "strip.pdf"), 1), row["markdown"]) >= 0.97
+
+
+def test_a_well_log_whose_segments_are_all_drawing_keeps_its_words(run: dict[str, Any]) -> None:
+    row = run["rows"][("well-log.pdf", 1)]
+    assert row["segments"] >= 4
+    # The curve tracks fill each segment past the header: they are figures, and the depths and
+    # formation tops written among them are still the page's text.
+    assert row["figures"]
+    assert word_recall(text_layer(str(run["inputs"] / "well-log.pdf"), 1), row["markdown"]) >= 0.9
 
 
 def test_a_chart_is_a_figure_with_its_crop_and_nothing_stands_in_for_a_missing_caption(run: dict[str, Any]) -> None:

@@ -12,11 +12,14 @@ axes, curves, a photo. This module measures that:
   into connected strokes, keeping only groups at least one text line tall and wide. Smaller
   marks are part of the text (bullets, accents, an underline, a rule, a glyph's tip outside its
   line's box), not a drawing;
-- :func:`text_share` — the share of a box's ink that lies in text lines.
+- :func:`rules` — the ink of ruled lines: thin straight runs, as a table's or a form's grid;
+- :func:`text_share` — the share of a box's ink, rules aside, that lies in text lines.
 
 A region whose ink is mostly text (:data:`TEXT_SHARE`) is text, whatever the model says: a
 chart's labels are a small part of its ink (bars, axes and curves are the rest), a paragraph's or
-a table's ink is all glyphs. Everything here works on numpy arrays and plain boxes.
+a table's ink is all glyphs. A ruled table or form (a well log's header block: a grid of 0.5 pt
+rules around 5.5 pt fields) is all glyphs too once its rules are set aside; counted as ink, its
+rules outweighed its small type. Everything here works on numpy arrays and plain boxes.
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ TEXT_SHARE = 0.5
 #: Text line boxes are grown by this fraction of their height before they mask the ink: the
 #: detector's boxes are already padded, this catches the tips of italics and accents.
 TEXT_PAD = 0.1
+#: A rule is a straight horizontal or vertical run of ink at least this many line heights long
+#: (no glyph stroke is: an em dash is under one) ...
+RULE_LENGTH = 3.0
+#: ... and thinner than this fraction of a line height (0.5-1 pt rules are 1-2 px at 144 DPI;
+#: a chart's bars are thicker).
+RULE_THICKNESS = 0.25
 
 
 def background(page: np.ndarray) -> np.ndarray:
@@ -136,12 +145,34 @@ def drawing_box(page: np.ndarray, box: Box, lines: Sequence[Line], paper: np.nda
     return _mask_box(drawn & keep[labels], origin, box)
 
 
-def text_share(page: np.ndarray, box: Box, lines: Sequence[Line], paper: np.ndarray) -> float:
-    """The share of the ink in ``box`` that lies in the text ``lines`` (0 when it has no ink)."""
+def rules(mask: np.ndarray, line_height: float) -> np.ndarray:
+    """The pixels of ``mask`` on ruled lines: in a horizontal run of at least
+    :data:`RULE_LENGTH` line heights that is thinner than :data:`RULE_THICKNESS` of one (or the
+    same turned upright). A filled bar or a photo is thick both ways; a curve is not straight."""
+    import cv2
+    import numpy as np
+
+    ink_u8 = mask.astype(np.uint8)
+    length = max(3, round(RULE_LENGTH * line_height))
+    thick = max(2, round(RULE_THICKNESS * line_height))
+
+    def runs(width: int, height: int) -> np.ndarray:
+        """The pixels in a run of ``width`` x ``height`` ink (a morphological opening)."""
+        return cv2.morphologyEx(ink_u8, cv2.MORPH_OPEN, np.ones((height, width), np.uint8)).astype(bool)
+
+    across = runs(length, 1) & ~runs(1, thick)
+    upright = runs(1, length) & ~runs(thick, 1)
+    return across | upright
+
+
+def text_share(page: np.ndarray, box: Box, lines: Sequence[Line], paper: np.ndarray, line_height: float) -> float:
+    """The share of the ink in ``box``, its :func:`rules` aside, that lies in the text ``lines``
+    (0 when it has no such ink)."""
     found = ink(page, box, paper)
     if found is None:
         return 0.0
     mask, origin = found
+    mask = mask & ~rules(mask, line_height)
     total = int(mask.sum())
     if total == 0:
         return 0.0

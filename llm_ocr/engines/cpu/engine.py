@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ModelUnavailable
 from .layout import Line
+from .windows import WINDOW, read_in_windows
 
 if TYPE_CHECKING:  # numpy and rapidocr are heavy: imported when an engine is built
     import numpy as np
@@ -170,6 +171,9 @@ class OcrEngine:
             "Det.model_path": str(self.models["det"]),
             "Cls.model_path": str(self.models["cls"]),
             "Rec.model_path": str(self.models["rec"]),
+            # The largest image RapidOCR reads unshrunk; the engine never hands it a larger
+            # one (.windows reads a taller image in windows of this size).
+            "Global.max_side_len": WINDOW,
             "Det.limit_side_len": o.det_limit_side_len,
             "Det.limit_type": o.det_limit_type,
             "EngineConfig.onnxruntime.intra_op_num_threads": o.intra_op_threads,
@@ -184,7 +188,12 @@ class OcrEngine:
         return RapidOCR(params=params)
 
     def read(self, bgr: np.ndarray) -> list[Line]:
-        """Text lines of a BGR image (``uint8``, height x width x 3), in detector order."""
+        """Text lines of a BGR image (``uint8``, height x width x 3), window by window
+        (:mod:`.windows`: a tall image is read at its own resolution), each in detector order."""
+        return read_in_windows(self._read_window, bgr)
+
+    def _read_window(self, bgr: np.ndarray) -> list[Line]:
+        """Text lines of an image no larger than :data:`.windows.WINDOW` either way."""
         result = self._ocr(bgr)
         boxes, txts, scores = getattr(result, "boxes", None), getattr(result, "txts", None), getattr(result, "scores",
                                                                                                      None)

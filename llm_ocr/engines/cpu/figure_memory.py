@@ -15,7 +15,13 @@ A crop the engine has not seen (another server read the page, the engine restart
 ``llm-ocr extract`` and ``llm-ocr describe``, or the image is not an Extract crop at all) gets
 the text read from the image itself ("Text in the image: ...", as the engine cannot tell that it
 is a figure) and no caption. What is not known is left out: nothing is invented, and no
-placeholder ("none found") ends up in the Markdown as if it were the figure's content.
+placeholder ("none found") stands in for one part while the other is known. A figure with
+neither a caption nor any text gets one line that says what the engine saw and that it cannot
+describe more (:data:`NOT_DESCRIBED_LABEL`): the layout model's class for the region and its size
+in pixels, never an empty answer that leaves the reader guessing why:
+
+    Not described: a figure region (the layout model's class "figure") of 420 x 310 px with no
+    caption beside it and no text in it; the CPU engine reads text, not pictures.
 
 Crops are matched by size (within :data:`SIZE_SLACK` pixels) and a 16 x 16 grey thumbnail
 (mean difference at most :data:`THUMB_SLACK` of 255), not by exact bytes: the client decodes the
@@ -45,6 +51,7 @@ THUMB_SIZE = 16
 CAPTION_LABEL = "Caption"
 TEXT_LABEL = "Text in the figure"
 IMAGE_TEXT_LABEL = "Text in the image"  # an image not known to be a figure of a page read
+NOT_DESCRIBED_LABEL = "Not described"  # neither a caption nor text: what was seen, and why no more
 SEPARATOR = " · "
 
 
@@ -54,6 +61,7 @@ class FigureFacts:
 
     caption: str  # "" when no caption stands beside the figure
     text: str  # the text inside the figure ("" when none)
+    label: str = "figure"  # the layout model's class for the region
 
 
 @dataclass(frozen=True)
@@ -128,17 +136,29 @@ class FigureMemory:
         return Recall(min(matches, key=lambda m: m[0])[1].facts)
 
 
-def describe(recall: Recall, text_in_crop: str) -> str:
+def describe(recall: Recall, text_in_crop: str, size: tuple[int, int]) -> str:
     """The description of a figure: what is known of it, each part labelled, nothing else.
 
     A remembered figure gets ``Caption: ...`` when a caption stood beside it and ``Text in the
     figure: ...`` when text was read inside it; a crop not remembered (or remembered beside
     different captions) gets ``Text in the image: ...`` from ``text_in_crop``, the text read
     from the crop itself. A part that is not known is left out, not stood in for: the answer
-    goes into the Markdown (the figure's alt text and description), where "none found" would
-    read as the figure's content. Nothing known at all is an empty answer."""
+    goes into the Markdown (the figure's alt text and description), where "none found" beside
+    a caption would read as the figure's content. When nothing at all is known, one
+    ``Not described: ...`` line says what the engine saw (the layout model's class for a
+    remembered figure, the crop's ``size`` in pixels, width x height) and why it says no more."""
     if recall.facts is not None:
         parts = [(CAPTION_LABEL, recall.facts.caption), (TEXT_LABEL, recall.facts.text)]
     else:
         parts = [(IMAGE_TEXT_LABEL, text_in_crop)]
-    return "\n".join(f"{label}: {value}" for label, value in parts if value)
+    known = "\n".join(f"{label}: {value}" for label, value in parts if value)
+    if known:
+        return known
+    width, height = size
+    if recall.facts is not None:
+        seen = (f'a figure region (the layout model\'s class "{recall.facts.label}") of {width} x {height} px with no '
+                "caption beside it and no text in it")
+    else:
+        seen = (f"an image of {width} x {height} px with no text in it, not known as a figure of a page this engine "
+                "read (so no caption either)")
+    return f"{NOT_DESCRIBED_LABEL}: {seen}; the CPU engine reads text, not pictures."

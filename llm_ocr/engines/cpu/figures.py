@@ -12,7 +12,11 @@ module decides, with plain rules on those numbers:
   or whose ink is still mostly text lines, is text whatever the model says: a page of a book, a
   table, a column of numbers;
 - which lines are *inside* a figure (axis labels, legends, text in a diagram): those whose box
-  lies mostly in the figure's region; they belong to the figure, not to the body text;
+  lies mostly in the figure's region; they belong to the figure, not to the body text. Except
+  in a drawing that covers most of the image (:data:`PAGE_SHARE` of its area: a stretch of a
+  well log, a map, a drawing sheet): that drawing is the page rather than a figure set in its
+  text, and the words on it are the page's words, so they stay body text too (and are still
+  the figure's text for its description);
 - which lines are its *caption*: the row right below the figure (else right above), within
   :data:`CAPTION_GAP` line heights and overlapping it horizontally, when it starts like a
   caption ("Figure 3", "Fig. 2.", "Chart 1", ...) or lies in a ``figure_caption`` region the
@@ -59,6 +63,10 @@ CAPTION_START = re.compile(
 )
 #: A row at a figure's top or bottom edge with this many words is body text, not the figure's.
 BODY_WORDS = 7
+#: A figure whose drawing covers at least this share of the image's area is the page itself (a
+#: segment of a well log: 0.70-0.93 of it), not a figure in the page's text (the charts of the
+#: layout sets: 0.03-0.13): its text stays the page's text.
+PAGE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,8 @@ class PageFigure:
     score: float
     inside: list[Line] = field(default_factory=list)
     caption: list[Line] = field(default_factory=list)
+    label: str = FIGURE  # the layout model's class for the region
+    fills_page: bool = False  # the drawing is most of the image: its text is the page's too
 
     @property
     def caption_box(self) -> Box | None:
@@ -219,8 +229,9 @@ def _keep_drawing(figure: PageFigure, page: np.ndarray, paper: np.ndarray, h: fl
     text line, in strokes at least a line tall and wide) and the text lines within a line height
     of it (axis labels and legends sit beside the strokes); lines farther away leave the figure
     (a column of text the model's region swallowed beside a plot). It is no figure when nothing
-    is drawn, or when most of the ink in its box is text lines (:data:`.drawing.TEXT_SHARE`):
-    a page, a table or a column of numbers the model took for a figure.
+    is drawn, or when most of the ink in its box, ruled lines aside, is text lines
+    (:data:`.drawing.TEXT_SHARE`): a page, a table, a ruled form or a column of numbers the
+    model took for a figure.
     """
     words = [l for l in figure.inside if has_word(l)]
     drawn = drawing_box(page, figure.box, words, paper, h)
@@ -229,7 +240,7 @@ def _keep_drawing(figure: PageFigure, page: np.ndarray, paper: np.ndarray, h: fl
     near = (drawn[0] - h, drawn[1] - h, drawn[2] + h, drawn[3] + h)
     figure.inside = [l for l in figure.inside if is_inside(l, near)]
     box = _union(drawn, bbox(figure.inside)) if figure.inside else drawn
-    if text_share(page, box, [l for l in figure.inside if has_word(l)], paper) >= TEXT_SHARE:
+    if text_share(page, box, [l for l in figure.inside if has_word(l)], paper, h) >= TEXT_SHARE:
         return False
     # Text counted inside may reach out of the drawing a little: the crop keeps it whole.
     figure.box = box
@@ -249,7 +260,8 @@ def find_figures(
     image; ``page`` (height x width x 3 ``uint8``), when given, fits each figure to what is
     drawn in it and keeps as text a region with nothing drawn or mostly text (:func:`_keep_drawing`).
     Returns the figures (top to bottom) and the lines that are neither inside a figure nor a
-    caption, in their original order.
+    caption, in their original order; the lines inside a figure that fills the page
+    (:data:`PAGE_SHARE`, known only with ``page``) are in both.
     """
     figure_regions = _merge_nested([r for r in regions if r.label == FIGURE and r.score >= min_score])
     caption_regions = [r for r in regions if r.label == FIGURE_CAPTION and r.score >= min_score]
@@ -261,11 +273,13 @@ def find_figures(
     figures: list[PageFigure] = []
     taken: set[int] = set()
     for region in sorted(figure_regions, key=lambda r: (r.box[1], r.box[0])):
-        figure = PageFigure(region.box, region.score)
+        figure = PageFigure(region.box, region.score, label=region.label)
         figure.inside = [l for l in text if id(l) not in taken and is_inside(l, region.box)]
         _peel_edges(figure, caption_regions)  # released rows stay free: the body keeps them
         if page is not None and paper is not None and not _keep_drawing(figure, page, paper, h):
             continue  # nothing drawn there, or mostly text: its lines stay body text
+        if page is not None:
+            figure.fills_page = _area(figure.box) >= PAGE_SHARE * page.shape[0] * page.shape[1]
         taken.update(id(l) for l in figure.inside + figure.caption)
         figures.append(figure)
     for figure in figures:
@@ -273,5 +287,6 @@ def find_figures(
             free = [l for l in text if id(l) not in taken]
             figure.caption = _find_caption(figure, free, caption_regions, h)
             taken.update(id(l) for l in figure.caption)
-    body = [l for l in lines if id(l) not in taken]
+    shown = {id(l) for f in figures if f.fills_page for l in f.inside}
+    body = [l for l in lines if id(l) not in taken or id(l) in shown]
     return figures, body

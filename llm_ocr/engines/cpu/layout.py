@@ -229,8 +229,10 @@ def _table_block(lines: Sequence[Line], parts: list[list[Line]]) -> LayoutBlock:
     return LayoutBlock("table", bbox(lines), "<table>" + "".join(body) + "</table>", list(lines))
 
 
-def _paragraphs(lines: Sequence[Line]) -> list[list[Line]]:
-    """Split a leaf region (no whitespace cut left) into paragraphs."""
+def _paragraphs(lines: Sequence[Line], h: float) -> list[list[Line]]:
+    """Split a leaf region (no whitespace cut left) into paragraphs. A paragraph gap (as
+    :func:`_y_cuts` measures it) between two rows also ends one: a leaf has none unless a
+    figure atom spans it (a drawing that fills the page, with its words read as text)."""
     x1, _, x2, _ = bbox(lines)
     width = max(1.0, x2 - x1)
     out: list[list[Line]] = []
@@ -241,7 +243,8 @@ def _paragraphs(lines: Sequence[Line]) -> list[list[Line]]:
             para_h = statistics.median(l.height for l in out[-1])
             size_change = max(height, para_h) / min(height, para_h) >= SIZE_SPLIT
             short_prev = max(l.x2 for l in prev) < x1 + SHORT_LINE * width
-            if not size_change and not short_prev:
+            gap = min(l.y1 + 0.1 * l.height for l in row) - max(l.y2 - 0.1 * l.height for l in prev)
+            if not size_change and not short_prev and gap < Y_GAP * h:
                 out[-1].extend(row)
                 prev = row
                 continue
@@ -304,7 +307,7 @@ def _order(lines: list[Line], h: float, out: list[LayoutBlock], depth: int) -> N
             return
     text_lines = [l for l in lines if l.kind == TEXT]
     leaf: list[LayoutBlock] = [LayoutBlock(a.kind, bbox([a]), a.text, [a]) for a in lines if a.kind != TEXT]
-    for para in _paragraphs(text_lines) if text_lines else []:
+    for para in _paragraphs(text_lines, h) if text_lines else []:
         # One paragraph is one line of Markdown, as DeepSeek-OCR writes it.
         text = " ".join(l.text.strip() for row in rows(para) for l in row)
         leaf.append(LayoutBlock("text", bbox(para), text, para))

@@ -50,7 +50,7 @@ def page_answer_blocks(result: OcrResult, memory: FigureMemory | None, min_score
         for figure in figures:
             crop = client_crop(result.image, figure.box)
             if crop.size:
-                memory.remember(crop, FigureFacts(figure.caption_text, text_of(figure.inside)))
+                memory.remember(crop, FigureFacts(figure.caption_text, text_of(figure.inside), figure.label))
     return blocks
 
 
@@ -61,11 +61,9 @@ def figure_answer(image: bytes, pool: EnginePool, memory: FigureMemory | None) -
     from .engine import decode_image
     from .figure_memory import Recall
 
-    recall = Recall(None)
-    if memory is not None:
-        bgr, _, _ = decode_image(image)
-        recall = memory.recall(bgr)
-        if recall.facts is not None:
-            return describe(recall, ""), None
+    bgr, width, height = decode_image(image)
+    recall = memory.recall(bgr) if memory is not None else Recall(None)
+    if recall.facts is not None:
+        return describe(recall, "", (width, height)), None
     result = pool.read(image)
-    return describe(recall, text_of(result.lines)), result
+    return describe(recall, text_of(result.lines), (width, height)), result
