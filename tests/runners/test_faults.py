@@ -129,7 +129,7 @@ def test_summary_lines_reconcile_every_shard_and_status_reports_the_same(tmp_pat
     with SimulatedServer("--loop-rate", "0.3", "--seed", "5", corpus=tmp_path / "docs") as server:
         server.inject("error", count=2, status=400)
         # Static shards: each process's line is its own shard's. (With work groups, a process's
-        # line counts the groups it read, whatever their shard: tests/runners/test_stragglers_e2e.py.)
+        # line counts the groups it read, whatever their shard: tests/e2e/runners/test_stragglers_e2e.py.)
         shards = [extract([tmp_path / "docs"], out, server, "--num-shards", "2", "--shard-index", str(i),
                           "--max-tokens", "300", "--no-steal", "--json") for i in range(2)]
         status = json.loads(run_cli("status", str(out), "--json").stdout)
@@ -280,7 +280,7 @@ def test_external_endpoint_not_listening_yet_is_waited_for(tmp_path: Path) -> No
 
 
 def test_slow_starting_managed_server_is_waited_for(tmp_path: Path) -> None:
-    from tests.serving.test_managed_server_e2e import fake_env
+    from tests.e2e.serving.test_managed_server_e2e import fake_env
 
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     started = time.monotonic()
@@ -562,7 +562,7 @@ def test_finevision_row_without_images_and_traversal_ids_stay_inside(tmp_path: P
 
 
 def test_planted_secrets_never_reach_logs_stats_or_outputs(tmp_path: Path) -> None:
-    from tests.serving.test_managed_server_e2e import fake_env
+    from tests.e2e.serving.test_managed_server_e2e import fake_env
 
     secret = "sk-PLANTED-secret-0123456789abcdef"
     make_pdf(tmp_path / "a.pdf", pages=1)
