@@ -32,7 +32,7 @@ a tile gets the text of its region):
 - **dense pages, 256 slots**: the 256-slot workload (``--endpoint``, in flight sized from
   ``/metrics``) with 4 broadsheet pages of 25,000 characters (about 9,000 tokens each, against
   ``max_tokens`` 7,168) spread through the documents, the last one near the end;
-- **dense recall**: 24 pages of the corpus and 2 dense pages, all known to an instant simulator,
+- **dense recall**: 24 pages of the corpus (``--pages``, if fewer) and 2 dense pages, all known to an instant simulator,
   so that each row's text can be compared with its page's text layer: word recall of normal and
   dense pages, and the tokens each dense page cost;
 - **dense recall, ...** (:data:`DENSE_RECALL`): whether tiling holds up when the context is
@@ -381,8 +381,10 @@ def run_losses(
                 corpus = corpus_root / f"pages-{base.pages}-seed-{base.seed}-with-dense"
                 config = replace(config, sim_corpus=str(with_dense_pages(corpus, pages, 4, base.seed)))
             elif name == "dense recall" or name in DENSE_RECALL:
-                few = make_corpus(corpus_root / f"pages-24-seed-{base.seed}", 24, base.seed)[0].parent
-                corpus = corpus_root / f"pages-24-seed-{base.seed}-with-dense"
+                # 24 normal pages beside the dense ones, fewer when the run asks for fewer (a test).
+                normal = min(base.pages, 24)
+                few = make_corpus(corpus_root / f"pages-{normal}-seed-{base.seed}", normal, base.seed)[0].parent
+                corpus = corpus_root / f"pages-{normal}-seed-{base.seed}-with-dense"
                 dense_only = with_dense_pages(corpus, few, 2, base.seed)
                 config = replace(config, sim_corpus=str(corpus))  # every page known: each has a truth
                 if name == "dense recall, denser answers":

@@ -12,11 +12,17 @@ verbose that a piece a few lines tall still runs out leaves the page ``truncated
 an ordinary page costs one request, as before. An ordinary page whose answer runs out because
 the model writes more per character than guessed is read in pieces (its answer is its text
 layer's words), while a page that loops is still a loop.
+
+Every run reads through the Python API in this process; the every-family sweep shares one server
+per context (tests/sweeps.py). ``tests/e2e/runners/test_dense_command.py`` reads the page once
+through ``llm-ocr extract``.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -28,9 +34,11 @@ from llm_ocr.stages.tiled import reads_columns
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
-from tests.conftest import read_stage, run_cli
+from tests.conftest import read_stage
 from tests.docs import make_pdf, paragraph
 from tests.newspaper import Newspaper, newspaper_pdf, order_kept
+from tests.sweeps import Counters, families_server
+from tests.sweeps import extract as extract_in_process
 
 #: The share of the page's text lines the Markdown must hold in the page's reading order (the
 #: masthead, then each column top to bottom). Read band by band, a five-column page keeps about
@@ -55,17 +63,37 @@ def served(family: Family) -> str:
     return family.models[0] if family.models else "acme/some-vlm"
 
 
-def extract(docs: Path, out: Path, server: SimulatedServer, family: Family, *extra: str):
-    return run_cli(
-        "extract", str(docs), "--output", str(out), "--endpoint", server.base_url, "--workers", "0", "--progress", "off",
-        "--model", served(family), "--recipe", family.name, *extra, timeout=600,
-    )  # fmt: skip
+def extract(docs: Path, out: Path, server: SimulatedServer, family: Family, model: str | None = None):
+    """Extract ``docs`` as ``family`` (served as ``model``, by default its own name), in this process."""
+    return extract_in_process(docs, out, server, model or served(family), family.name)
 
 
 def server_for(family: Family, folder: Path, *extra: str, small: bool = True) -> SimulatedServer:
     size = context(family) if small else str(family.serving.context)
     return SimulatedServer("--instant", "--max-model-len", size, "--served-model-name", served(family),
                            "--recipe", family.name, *extra, corpus=folder)  # fmt: skip
+
+
+#: The family read at 8,192 tokens beside the sweep's (test_a_family_sized_by_its_longer_side...).
+OLMOCR = next(f for f in FAMILIES if f.name == "olmocr")
+
+
+@pytest.fixture(scope="module")
+def sweep_servers(paper) -> Iterator[Callable[[str], tuple[SimulatedServer, dict[str, str]]]]:
+    """The newspaper's servers by context, started when first asked for: each plays every family
+    read at that context (and olmOCR-2 at 8,192), under their served names."""
+    folder, _ = paper
+    started: dict[str, tuple[SimulatedServer, dict[str, str]]] = {}
+    with ExitStack() as stack:
+
+        def at(size: str) -> tuple[SimulatedServer, dict[str, str]]:
+            if size not in started:
+                listed = [f for f in FAMILIES if context(f) == size] + ([OLMOCR] if size == "8192" else [])
+                server, names = families_server(listed, "--instant", "--max-model-len", size, corpus=folder)
+                started[size] = (stack.enter_context(server), names)
+            return started[size]
+
+        yield at
 
 
 def only_row(out: Path, doc: str) -> dict:
@@ -81,15 +109,23 @@ def overlap(a: Box, b: Box) -> float:
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
-def test_every_family_reads_a_dense_page_whole_at_a_small_context(tmp_path: Path, paper, family: Family) -> None:
+def test_every_family_reads_a_dense_page_whole_at_a_small_context(tmp_path: Path, paper, sweep_servers,
+                                                                 family: Family) -> None:
     folder, truth = paper
-    with server_for(family, folder) as server:
-        result = extract(folder, tmp_path / "out", server, family)
-        stats = server.stats()
-        requests = server.requests()
-    assert result.returncode == 0, result.stderr[-3000:]
+    server, names = sweep_servers(context(family))
+    counters = Counters(server)
+    result = extract(folder, tmp_path / "out", server, family, names[family.name])
+    stats, requests = counters.since(), counters.requests()
+    assert result.exit_code == 0, result
+    check_dense_read(tmp_path / "out", truth, family, stats, requests)
+
+
+def check_dense_read(out: Path, truth: Newspaper, family: Family, stats: dict, requests: list[dict]) -> None:
+    """The newspaper's one row, read by ``family`` at :func:`context` (``stats``: the server's
+    counters over the run, ``requests`` its log entries): whole, in the family's pieces, in
+    reading order where the pieces allow it, every figure found where the family boxes them."""
     assert stats["recipe_refused"] == 0
-    row = only_row(tmp_path / "out", "courier.pdf")
+    row = only_row(out, "courier.pdf")
     assert row["status"] == "ok", (row["error"], row["cut_reason"])
     assert word_recall(truth.text, row["markdown"]) >= 0.98
     if family.dense == "blocks":
@@ -120,26 +156,40 @@ def test_every_family_reads_a_dense_page_whole_at_a_small_context(tmp_path: Path
             assert any(overlap(where, box) >= 0.8 for box in found), (where, found)
 
 
-def read_denser_than_guessed(tmp_path: Path, paper: tuple[Path, Newspaper], family: Family) -> tuple[dict, list]:
+@pytest.fixture(scope="module")
+def verbose(paper) -> Iterator[tuple[SimulatedServer, dict[str, str]]]:
+    """A server writing 1.2 tokens a character (the planner guesses 0.35), at 4,096 tokens,
+    playing olmOCR-2 and DeepSeek-OCR."""
+    listed = [f for f in FAMILIES if f.name in ("olmocr", "deepseek-ocr")]
+    assert {context(f) for f in listed} == {"4096"}
+    server, names = families_server(listed, "--instant", "--max-model-len", "4096", "--tokens-per-char", "1.2",
+                                    corpus=paper[0])
+    with server:
+        yield server, names
+
+
+def read_denser_than_guessed(tmp_path: Path, paper: tuple[Path, Newspaper], verbose, family: Family,
+                             ) -> tuple[dict, list]:
     """The newspaper read by ``family`` from a server writing 1.2 tokens a character (the
     planner guesses 0.35): its row, checked ``ok`` with 98% of its words, and the requests."""
     folder, truth = paper
-    with server_for(family, folder, "--tokens-per-char", "1.2") as server:
-        result = extract(folder, tmp_path / "out", server, family)
-        requests = server.requests()
-    assert result.returncode == 0, result.stderr[-3000:]
+    server, names = verbose
+    counters = Counters(server)
+    result = extract(folder, tmp_path / "out", server, family, names[family.name])
+    requests = counters.requests()
+    assert result.exit_code == 0, result
     row = only_row(tmp_path / "out", "courier.pdf")
     assert row["status"] == "ok", (row["error"], row["cut_reason"])
     assert word_recall(truth.text, row["markdown"]) >= 0.98
     return row, requests
 
 
-def test_answers_denser_than_the_first_guess_are_cut_again_until_they_fit(tmp_path: Path, paper) -> None:
+def test_answers_denser_than_the_first_guess_are_cut_again_until_they_fit(tmp_path: Path, paper, verbose) -> None:
     """The planner guesses 0.35 tokens a character; this server writes 1.2 (four times the
     simulator's default): the planned pieces run to max_tokens, unrepeated, and are cut in two,
     some again, until every answer fits. No piece is retried hotter."""
     family = next(f for f in FAMILIES if f.name == "olmocr")
-    row, requests = read_denser_than_guessed(tmp_path, paper, family)
+    row, requests = read_denser_than_guessed(tmp_path, paper, verbose, family)
     long = [r for r in requests if r.get("finish_reason") == "length"]
     fitted = [r for r in requests if r.get("finish_reason") == "stop"]
     assert long and "without repeating itself: cut in two between text lines" in row["cut_reason"]
@@ -159,7 +209,7 @@ def test_a_piece_a_few_lines_tall_that_still_runs_out_leaves_the_page_truncated(
     with server_for(family, folder, "--tokens-per-char", "7") as server:
         result = extract(folder, tmp_path / "out", server, family)
         requests = server.requests()
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.exit_code == 0, result
     row = only_row(tmp_path / "out", "courier.pdf")
     assert row["status"] == "truncated"
     assert "text lines tall, too few to cut: its text up to there kept" in row["error"], row["error"]
@@ -179,7 +229,7 @@ def test_an_ordinary_page_costs_no_extra_request(tmp_path: Path, family: Family)
     with server_for(family, folder, small=False) as server:
         result = extract(folder, tmp_path / "out", server, family)
         requests = server.requests()
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.exit_code == 0, result
     rows = read_stage(tmp_path / "out", "extract")
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert all(r["segments"] is None and r["cut_reason"] is None for r in rows)
@@ -187,16 +237,17 @@ def test_an_ordinary_page_costs_no_extra_request(tmp_path: Path, family: Family)
     assert len(pages) == len(requests) == sum(r["attempts"] for r in rows)
 
 
-def test_a_family_sized_by_its_longer_side_reads_the_columns_in_order_at_a_larger_context(tmp_path: Path, paper) -> None:
+def test_a_family_sized_by_its_longer_side_reads_the_columns_in_order_at_a_larger_context(tmp_path: Path, paper,
+                                                                                         sweep_servers) -> None:
     """olmOCR-2 at 8,192 tokens (answers of up to 4,096): the page is still dense, and a column's
     pieces fit at the family's resolution, so it is read column by column, in reading order."""
     folder, truth = paper
-    family = next(f for f in FAMILIES if f.name == "olmocr")
-    with SimulatedServer("--instant", "--max-model-len", "8192", "--served-model-name", served(family),
-                         "--recipe", family.name, corpus=folder) as server:  # fmt: skip
-        result = extract(folder, tmp_path / "out", server, family)
-        stats = server.stats()
-    assert result.returncode == 0, result.stderr[-3000:]
+    family = OLMOCR
+    server, names = sweep_servers("8192")
+    counters = Counters(server)
+    result = extract(folder, tmp_path / "out", server, family, names[family.name])
+    stats = counters.since()
+    assert result.exit_code == 0, result
     assert stats["recipe_refused"] == 0 and stats.get("unreadable_refused", 0) == 0
     row = only_row(tmp_path / "out", "courier.pdf")
     assert row["status"] == "ok", (row["error"], row["cut_reason"])
@@ -242,7 +293,7 @@ def test_an_ordinary_page_whose_answer_is_denser_than_its_estimate_is_read_in_pi
                          "--recipe", family.name, "--tokens-per-char", "1.2", corpus=folder) as server:  # fmt: skip
         result = extract(folder, tmp_path / "out", server, family)
         requests = server.requests()
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.exit_code == 0, result
     row = only_row(tmp_path / "out", "letter.pdf")
     assert row["status"] == "ok", (row["error"], row["cut_reason"])
     assert word_recall(text, row["markdown"]) >= 0.98
@@ -263,20 +314,21 @@ def test_a_page_that_loops_is_still_a_loop(tmp_path: Path) -> None:
     with server_for(family, folder, "--loop-rate", "1") as server:
         result = extract(folder, tmp_path / "out", server, family)
         requests = server.requests()
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.exit_code == 0, result
     row = only_row(tmp_path / "out", "letter.pdf")
     assert row["status"] == "truncated" and "repetition loop" in row["error"], row["error"]
     assert row["segments"] is None and len(requests) == row["attempts"] > 1
     assert not any("region" in (r.get("known_page") or {}) for r in requests)
 
 
-def test_a_piece_that_ran_out_keeps_its_complete_blocks_and_only_the_rest_is_read_again(tmp_path: Path, paper) -> None:
+def test_a_piece_that_ran_out_keeps_its_complete_blocks_and_only_the_rest_is_read_again(tmp_path: Path, paper,
+                                                                                        verbose) -> None:
     """DeepSeek-OCR (its answers box every block) on a server writing 1.2 tokens a character:
     planned tiles run out. Each keeps the blocks its answer completed, and only what lies below
     them (column by column) is read again, not both halves of the tile: the page is ``ok`` with
     its words."""
     family = next(f for f in FAMILIES if f.name == "deepseek-ocr")
-    row, requests = read_denser_than_guessed(tmp_path, paper, family)
+    row, requests = read_denser_than_guessed(tmp_path, paper, verbose, family)
     assert "complete blocks kept, the rest of it read again" in row["cut_reason"]
     assert row["completion_tokens"] == sum(r["completion_tokens"] for r in requests)
     # Every piece of the rest lies inside the tile it is the rest of, below the blocks kept there.

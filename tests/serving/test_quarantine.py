@@ -1,6 +1,6 @@
 """The crash tracker's rules, driven by an in-process server that dies on chosen pages.
 
-The end-to-end tests (tests/runners/test_quarantine_e2e.py) run real server processes; these
+The end-to-end tests (tests/e2e/runners/test_quarantine_e2e.py) run real server processes; these
 pin the rules themselves: who is a suspect, who runs alone, who is convicted, what the restart
 budget is charged, with every request of the tracked pages going through the tracker's gate.
 """

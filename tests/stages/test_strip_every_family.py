@@ -1,12 +1,14 @@
-"""A 1:60 strip read by every model family, through the CLI, against the simulated server.
+"""A 1:60 strip read by every model family, against one simulated server playing them all.
 
-The server plays each family (``--recipe``), knows the strip (``--corpus``: its text layer and its
-figure) and answers any piece of it with the words inside; it refuses (400, ``unreadable_refused``)
-an image under the family's minimum readable size and a piece cut from a downscaled render of
-the whole page. So a run proves that every piece went out rendered from the source at the size
-the family reads: before pieces were rendered from the source, olmOCR-2's strip was rendered
-22 x 1,288 px whole and cut into 22 x 44 px segments, which the server refuses (the last test
-sends exactly that).
+The server plays each family (``--recipe NAME=FAMILY``), knows the strip (``--corpus``: its text
+layer and its figure) and answers any piece of it with the words inside; it refuses (400,
+``unreadable_refused``) an image under the family's minimum readable size and a piece cut from a
+downscaled render of the whole page. So a run proves that every piece went out rendered from the
+source at the size the family reads: before pieces were rendered from the source, olmOCR-2's
+strip was rendered 22 x 1,288 px whole and cut into 22 x 44 px segments, which the server refuses
+(the last test sends exactly that). Each family is read through the Python API in this process
+(tests/sweeps.py); ``tests/e2e/stages/test_strip_command.py`` reads the strip once through
+``llm-ocr extract`` with a render worker process.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from llm_ocr.sources.render import render_pages
 from llm_ocr.stages.extract import family_render
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.families import FAMILIES, Family
-from tests.conftest import read_stage, run_cli
+from tests.conftest import read_stage
+from tests.sweeps import Counters, extract, families_server
 
 #: The strip: 234 x 14,040 pt (1:60), 9 pt lines every 12 pt, a 150 x 100 pt chart 5,000 pt down.
 WIDTH, HEIGHT = 234, 14040
@@ -85,29 +88,33 @@ def strip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return folder, strip_pdf(folder / "strip.pdf")
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
-def test_a_strip_is_read_in_pieces_rendered_from_the_source(
-    strip: tuple[Path, list[str]], tmp_path: Path, family: Family
-) -> None:
-    folder, lines = strip
-    # What the run sends, by construction: each piece at least the family's minimum readable size.
+@pytest.fixture(scope="module")
+def sim(strip: tuple[Path, list[str]]):  # (SimulatedServer, {family: served name})
+    """One server playing every family, each under its own served name."""
+    server, names = families_server(FAMILIES, "--instant", "--max-model-len", "32768", corpus=strip[0])
+    with server:
+        yield server, names
+
+
+def planned_pieces(folder: Path, family: Family):
+    """The strip rendered as a run renders it for ``family``: the page and its pieces, each
+    checked at least the family's minimum readable size (what the run sends, by construction)."""
     (page,) = render_pages(DocumentRef("s", 0, "s", "pdf", str(folder / "strip.pdf")),
                            family_render(RenderOptions(), family), 1, 1, max_aspect=3.0)
-    assert not isinstance(page, type(None)) and getattr(page, "pieces", None) is not None
+    assert getattr(page, "pieces", None) is not None, page
     assert all(min(p.width, p.height) >= family.min_readable_side for p in page.pieces.pieces)
-    model = family.models[0] if family.models else "some/vlm"
-    out = tmp_path / "out"
-    with SimulatedServer("--instant", "--max-model-len", "32768", "--served-model-name", model,
-                         "--recipe", family.name, corpus=folder) as sim:
-        result = run_cli("extract", str(folder), "--output", str(out), "--endpoint", sim.base_url, "--model", model,
-                         "--recipe", family.name, "--workers", "1", "--progress", "off", timeout=600)
-        stats = sim.stats()
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert stats["recipe_refused"] == 0 and stats["unreadable_refused"] == 0, stats
+    return page
+
+
+def check_strip_read(out: Path, lines: list[str], family: Family, page, counted: dict) -> None:
+    """The run's one row read the whole strip in the planned pieces, each found on the page and
+    none refused (``counted``: the server's counters over the run); a family that boxes and
+    crops figures cropped the chart where it is, from the pieces."""
+    assert counted["recipe_refused"] == 0 and counted["unreadable_refused"] == 0, counted
     (row,) = read_stage(out, "extract")
     assert row["status"] == "ok", row["error"]
     assert row["segments"] == len(page.pieces.pieces) >= 20
-    assert stats["known_crops"] >= row["segments"], stats  # every piece found on the page it is of
+    assert counted["known_crops"] >= row["segments"], counted  # every piece found on the page it is of
     assert _recall("\n".join(lines), row["markdown"]) >= 0.97, row["markdown"][:500]
     if not (family.outputs.boxes and family.outputs.figure_crops):
         return
@@ -120,6 +127,19 @@ def test_a_strip_is_read_in_pieces_rendered_from_the_source(
     with Image.open(io.BytesIO(figures[0]["image"]["bytes"])) as crop:
         # Cropped from the pieces, not from the family-sized page: as sharp as the model saw it.
         assert crop.width >= 150 * 0.9 * min(1.0, page.pieces.scale), (crop.size, page.pieces.scale)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
+def test_a_strip_is_read_in_pieces_rendered_from_the_source(
+    strip: tuple[Path, list[str]], sim: tuple[SimulatedServer, dict[str, str]], tmp_path: Path, family: Family
+) -> None:
+    folder, lines = strip
+    server, names = sim
+    page = planned_pieces(folder, family)
+    counters = Counters(server)
+    result = extract(folder, tmp_path / "out", server, names[family.name], family.name)
+    assert result.exit_code == 0, result
+    check_strip_read(tmp_path / "out", lines, family, page, counters.since())
 
 
 def test_a_png_strip_is_read_in_pieces_cut_from_full_resolution(tmp_path: Path) -> None:
@@ -138,8 +158,9 @@ def test_a_png_strip_is_read_in_pieces_cut_from_full_resolution(tmp_path: Path) 
     assert min(min(p.width, p.height) for p in page.pieces.pieces) >= family.min_readable_side
 
 
-def test_the_simulator_refuses_pieces_cut_from_the_family_sized_page(strip: tuple[Path, list[str]],
-                                                                   tmp_path: Path) -> None:
+def test_the_simulator_refuses_pieces_cut_from_the_family_sized_page(
+    strip: tuple[Path, list[str]], sim: tuple[SimulatedServer, dict[str, str]]
+) -> None:
     """The old path: the strip rendered whole at olmOCR-2's 1,288 px and cut into 22 x 44 px
     segments (what a run sends when the page comes without its pieces). Every one is refused."""
     import json
@@ -155,21 +176,20 @@ def test_the_simulator_refuses_pieces_cut_from_the_family_sized_page(strip: tupl
     segments = plan_segments(page.width, page.height)
     with Image.open(io.BytesIO(page.image)) as whole:
         crops = [whole.crop(tuple(s.box)) for s in segments[:3]]
-    olmocr = family.models[0]
-    with SimulatedServer("--instant", "--max-model-len", "32768", "--served-model-name", olmocr,
-                         corpus=folder) as sim:
-        for name, fam, crop in [(olmocr, family, c) for c in crops]:
-            buffer = io.BytesIO()
-            crop.save(buffer, format="PNG")
-            body = fam.body(buffer.getvalue(), "image/png", temperature=fam.retries.temperatures[0], max_tokens=512)
-            body = {**{k: v for k, v in body.items() if k != "extra_body"}, **body.get("extra_body", {}),
-                    "model": name}
-            request = urllib.request.Request(f"{sim.base_url}/chat/completions", json.dumps(body).encode(),
-                                             {"Content-Type": "application/json"})
-            try:
-                urllib.request.urlopen(request, timeout=60)
-                raise AssertionError(f"{name}: a piece of a downscaled render was answered")
-            except urllib.error.HTTPError as exc:
-                assert exc.code == 400
-                assert "unreadable image" in exc.read().decode()
-        assert sim.stats()["unreadable_refused"] == 3
+    server, names = sim
+    olmocr = names[family.name]
+    counters = Counters(server)
+    for crop in crops:
+        buffer = io.BytesIO()
+        crop.save(buffer, format="PNG")
+        body = family.body(buffer.getvalue(), "image/png", temperature=family.retries.temperatures[0], max_tokens=512)
+        body = {**{k: v for k, v in body.items() if k != "extra_body"}, **body.get("extra_body", {}), "model": olmocr}
+        request = urllib.request.Request(f"{server.base_url}/chat/completions", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(request, timeout=60)
+            raise AssertionError(f"{olmocr}: a piece of a downscaled render was answered")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 400
+            assert "unreadable image" in exc.read().decode()
+    assert counters.since()["unreadable_refused"] == 3

@@ -46,9 +46,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         log_help="append one JSON line per chat request (body with images replaced by sha256 and size, "
         "status, outcome)",
     )
-    model.add_argument("--recipe", default=None, metavar="FAMILY",
+    model.add_argument("--recipe", action="append", default=[], metavar="[NAME=]FAMILY", type=_recipe_spec,
                        help="the model family every served name plays (default: each name's own family, "
-                       "chosen as llm-ocr chooses it; see llm-ocr models)")
+                       "chosen as llm-ocr chooses it; see llm-ocr models); NAME=FAMILY: the family one served "
+                       "name plays, so that one server plays several families, two recipes of one model "
+                       "included; repeatable")
     model.add_argument("--lenient", action="store_true",
                        help="answer page requests that stray from the family's recipe as a real model would "
                        "(grounding tags dropped, loops without the n-gram processor) instead of refusing "
@@ -159,6 +161,32 @@ def _page_spec(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _recipe_spec(text: str) -> tuple[str | None, str]:
+    """``FAMILY`` (every served name) or ``NAME=FAMILY`` (one served name): (name or None, family)."""
+    name, _, family = text.rpartition("=")
+    if "=" in text and not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: NAME=FAMILY needs a served name before '='")
+    return name or None, family
+
+
+def served_recipes(specs: Sequence[tuple[str | None, str]], served: Sequence[str]) -> tuple[str | None, dict[str, str]]:
+    """The ``--recipe`` values as (the family every name plays, or None; {served name: family}),
+    each family checked against llm-ocr's; a NAME that is not served is refused."""
+    from llm_ocr.vlm.families import family_named
+
+    every = [family for name, family in specs if name is None]
+    if len(every) > 1:
+        raise SystemExit(f"--recipe FAMILY given {len(every)} times ({', '.join(every)}): "
+                         "give NAME=FAMILY for each name")
+    named = {name: family for name, family in specs if name is not None}
+    for family in [*every, *named.values()]:
+        family_named(family)  # raises UnknownRecipe with the choices
+    unknown = sorted(set(named) - set(served))
+    if unknown:
+        raise SystemExit(f"--recipe names {', '.join(unknown)}, not a --served-model-name")
+    return (every[0] if every else None), named
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """A :class:`~llm_ocr.engines.sim.server.SimConfig` from parsed arguments."""
     from .damage import Damage
@@ -171,15 +199,18 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
     poison = PoisonPages(args.crash_on_page, args.crash_times or 0, args.crash_ledger) if args.crash_on_page else None
     settings = frame_settings(args)
+    first = settings["served_model_names"][0]
     try:
-        family = family_for(settings["served_model_names"][0], args.recipe)
+        recipe, recipes = served_recipes(args.recipe, settings["served_model_names"])
+        family = family_for(first, recipes.get(first, recipe))
     except UnknownRecipe as exc:
         raise SystemExit(str(exc)) from None
     if args.max_model_len is None:  # the context of the family it plays, as vLLM's would be
         settings["max_model_len"] = family.serving.context
     return SimConfig(
         **settings,
-        recipe=args.recipe,
+        recipe=recipe,
+        recipes=recipes,
         lenient=args.lenient,
         corpus=list(args.corpus),
         render_dpi=args.render_dpi,

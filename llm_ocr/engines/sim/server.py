@@ -99,6 +99,9 @@ class SimConfig(FrameConfig):
     structured_outputs: bool = True
     #: The family every served name plays (default: each name's own, like llm-ocr picks it).
     recipe: str | None = None
+    #: The family a served name plays, by name (before ``recipe``): one server playing several
+    #: families, or two recipes of one model under two names.
+    recipes: dict[str, str] = field(default_factory=dict)
     #: Answer requests that stray from the family's recipe as a real model would, instead of
     #: refusing them (400).
     lenient: bool = False
@@ -353,7 +356,7 @@ class SimServer(OpenAIServer):
             req = parse_chat_request(body, self.cfg.served_model_names, conversations=True)
             if req.structured and not self.cfg.structured_outputs:
                 raise ApiError(400, "response_format is not supported by this server (structured outputs are off).")
-            family = family_for(req.model, self.cfg.recipe)
+            family = family_for(req.model, self.cfg.recipes.get(req.model, self.cfg.recipe))
             page_kind = self._page_kind(family, body, record)
             if page_kind is not None:
                 self.count("families", f"{family.name}:{page_kind}")

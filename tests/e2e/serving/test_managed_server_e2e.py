@@ -17,6 +17,7 @@ import psutil
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import make_corpus
 from tests.processes import kill_marked, marked, new_mark, wait_until_none_marked
+from tests.waiting import wait_until
 
 FAKES = REPO / "tests" / "fakes"
 
@@ -85,7 +86,7 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tmp_path: 
         # until it is running requests, as its own /metrics says.
         assert _wait_running_requests(victim, timeout=60), "the server never ran a request"
         victim.send_signal(signal.SIGKILL)
-        stdout, stderr = process.communicate(timeout=120)
+        _, stderr = process.communicate(timeout=120)
         assert process.returncode == 0, stderr
         assert "restart" in stderr.lower()
         rows = read_stage(tmp_path / "out", "extract")
@@ -100,16 +101,19 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tmp_path: 
         kill_marked(mark)
 
 
-def _wait_for_server(process: subprocess.Popen[str], timeout: float = 30) -> psutil.Process:
-    """The simulated server the CLI ``process`` started (through the fake ``vllm``)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_for_server(process: subprocess.Popen[str]) -> psutil.Process:
+    """The simulated server the CLI ``process`` started (through the fake ``vllm``), waited for
+    as an event: a server start took minutes at load 25 (a 30 s deadline failed with "the server
+    never started"); fails at once if the CLI exits first."""
+
+    def server() -> psutil.Process | None:
         for child in psutil.Process(process.pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 if "llm_ocr.engines.sim" in " ".join(child.cmdline()):
                     return child
-        time.sleep(0.2)
-    raise AssertionError("the server never started")
+        return None
+
+    return wait_until(server, "the server started", interval=0.2, process=process)
 
 
 def _wait_running_requests(server: psutil.Process, timeout: float) -> bool:
@@ -148,9 +152,8 @@ def test_sigterm_stops_the_run_and_the_server_with_no_orphans(tmp_path: Path) ->
         assert len(marked(mark)) >= 3  # at least the CLI, the server and the server's own child
         # Signal once the first rows are stored (not at a fixed delay: on a loaded machine that
         # landed before the server was up, or after the last page).
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any((tmp_path / "out/extract").glob("*.parquet")):
-            time.sleep(0.05)
+        wait_until(lambda: any((tmp_path / "out/extract").glob("*.parquet")), "the first rows were stored",
+                   process=process)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 3, stderr
