@@ -7,11 +7,12 @@ node). With work groups (docs/stragglers.md for the protocol and why each page i
 - **Groups.** Group ``g`` of shard ``s`` is the shard's documents ``g*K .. g*K+K-1`` in its own
   listing order (``K`` = ``--group-docs``, recorded in ``OUT/_state/groups-of-NNNNN.json`` when
   the output is begun, so every process and every rerun cuts the same groups).
-- **Order.** A process claims its own groups in order as its page flow reaches them (just in
-  time: a slow shard holds only the groups it is reading); then, with ``--steal``, free groups of
-  other shards, from the end of the shard with the most left; then it waits for its own groups
-  that others hold, taking back any whose lease runs out. Its completion marker is written only
-  when every one of its groups is done, whoever read them.
+- **Order.** The claims (:class:`llm_ocr.storage.claims.Claims`: which group next, and the
+  leases): a process claims its next group when fewer of its pages wait to be sent than its
+  in-flight limit (:class:`Room`), reserved; it starts the group as the group's first page is
+  sent (:meth:`GroupWork.admit`), and until then a process with free slots may take it. Own
+  groups first, in order; then, with ``--steal``, other shards'. Its completion marker is written
+  only when every one of its groups is done, whoever read them.
 - **Writing.** A group's rows go to the group's own parts (:mod:`llm_ocr.storage.group_parts`),
   named after the shard that owns the documents, whoever reads them; when every page of a group
   has a row stored, its claim is ended ``done``.
@@ -203,22 +204,32 @@ class Room:
         self.stop = stop
         #: The flow's in-flight limit and its free slots now.
         self.slots: Callable[[], tuple[int, int]] = lambda: (1, 1)
-        #: Pages planned and not sent, in every group held.
+        #: Pages planned and not sent, in every group held, and in the started ones.
         self.unsent = 0
+        self.unsent_started = 0
         # Notified as pages are planned and sent; slots free up without a word, so waits are short.
         self._changed = threading.Condition()
 
-    def add(self, pages: int) -> None:
-        """``pages`` more pages to send (fewer, when negative)."""
+    def add(self, pages: int, *, started: bool) -> None:
+        """``pages`` more pages to send (fewer, when negative), of a started group or not."""
         with self._changed:
             self.unsent += pages
+            self.unsent_started += pages if started else 0
             self._changed.notify_all()
 
-    def ahead(self) -> None:
-        """Return when fewer pages wait to be sent than the in-flight limit (the next group's
-        pages are then rendered while the slots read these), or when the run stops."""
+    def begin(self, pages: int) -> None:
+        """``pages`` waiting pages are now of a started group."""
         with self._changed:
-            while not self.stop.is_set() and self.unsent >= self.slots()[0]:
+            self.unsent_started += pages
+
+    def ahead(self) -> None:
+        """Return when no page of a started group waits to be sent and fewer pages of reserved
+        ones wait than the in-flight limit, or when the run stops. So the next group's pages are
+        rendered while the slots read the ones before, but sent only after them all: pages of two
+        groups never wait together, where the longest of them would start the newer group and
+        leave the older one's short pages to the end (a process would then hold both)."""
+        with self._changed:
+            while not self.stop.is_set() and (self.unsent_started > 0 or self.unsent >= self.slots()[0]):
                 self._changed.wait(0.05)
 
     def now(self, timeout: float) -> bool:
@@ -327,7 +338,7 @@ class GroupWork:
             for name in self.folders[1:]:
                 # Later folders get no row for a page they hold already (llm-ocr run's Describe).
                 held.expected[name] += sum(page not in described for page in pages)
-        self.room.add(len(pages))
+        self.room.add(len(pages), started=held.started)
         self._maybe_end(group, soon=True)
 
     async def admit(self, ref: DocumentRef | None) -> bool:
@@ -338,17 +349,20 @@ class GroupWork:
             held = self.held.get(group) if group is not None else None
         if group is None or held is None:
             return group is None  # not a document of a group; or one of a group dropped here
-        if not held.started and not await asyncio.to_thread(self.claims.start, group):
+        if not held.started:
+            if not await asyncio.to_thread(self.claims.start, group):
+                with self._lock:
+                    if self.held.pop(group, None) is held:
+                        self.stats.given_up += 1
+                        self.room.add(-held.unsent, started=False)
+                log.info("%s was taken, before its first page was sent here, by a process with room", group)
+                return False
             with self._lock:
-                if self.held.pop(group, None) is held:
-                    self.stats.given_up += 1
-                    self.room.add(-held.unsent)
-            log.info("%s was taken, before its first page was sent here, by a process with room to read it", group)
-            return False
+                held.started = True
+                self.room.begin(held.unsent)
         with self._lock:
-            held.started = True
             held.unsent -= 1
-        self.room.add(-1)
+        self.room.add(-1, started=True)
         return True
 
     def group_of(self, doc_id: str) -> GroupId:

@@ -423,18 +423,18 @@ class Claims:
                 else:
                     waiting[number] = latest
             ahead()
-            reserved = False
+            again = False
             if self.steal:
-                taken, reserved = self._take_other(now)
+                taken, again = self._take_other(now)
                 if taken is not None:
                     yield taken, "other"
                     continue
-            if not waiting and not reserved:
+            if not waiting and not again:
                 break
             if not progressed:
                 # Reserved groups elsewhere: look again as soon as this flow has room for one.
                 # Else only own groups others hold: their end (or their lease's) is slow to come.
-                if reserved:
+                if again:
                     now(min(poll, 1.0))
                 else:
                     self._sleep(poll)
@@ -443,7 +443,8 @@ class Claims:
         """A group of another shard: an unclaimed one from the end of the shard with the most
         unclaimed (its owner reads from the start), else a free one (released, or its lease ran
         out), else, if this process could send its pages at once, a reserved one. Returns the
-        claim (None: none taken) and whether reserved groups are left to take later."""
+        claim (None: none taken) and whether to look again later: reserved groups are left, or
+        another process claimed a group first (it may be this one's to take once reserved)."""
         candidates = []
         for shard in range(self.book.num_shards):
             if shard == self.book.shard or self.stop.is_set():
@@ -454,21 +455,25 @@ class Claims:
             if unclaimed or open_:
                 candidates.append((len(unclaimed), shard, unclaimed, open_, view))
         reserved: list[tuple[GroupId, GroupView]] = []
+        lost_race = False
         for _, shard, unclaimed, open_, view in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
             for number in reversed(unclaimed):
                 if (claim := self.take(GroupId(shard, self.book.num_shards, number), None)) is not None:
                     log.info("taking %s (unclaimed)", claim.group)
                     return claim, False
+                lost_race = True
             for number in open_:
                 group, seen = GroupId(shard, self.book.num_shards, number), view.groups[number]
                 with self._lock:
                     if group in self.held:
                         continue
                 state = self.book.state(group, seen)
-                if state == "free" and (claim := self.take(group, seen)) is not None:
-                    log.info("taking %s from its holder (released, or its lease ran out)", group)
-                    return claim, False
-                if state == "reserved":
+                if state == "free":
+                    if (claim := self.take(group, seen)) is not None:
+                        log.info("taking %s from its holder (released, or its lease ran out)", group)
+                        return claim, False
+                    lost_race = True
+                elif state == "reserved":
                     reserved.append((group, seen))
         for group, seen in reserved:
             if not now(0.0):
@@ -476,7 +481,8 @@ class Claims:
             if (claim := self.take(group, seen, started=True)) is not None:
                 log.info("taking %s, claimed ahead by a process that had not started it", group)
                 return claim, False
-        return None, False
+            lost_race = True
+        return None, lost_race
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
