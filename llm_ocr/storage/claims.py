@@ -332,9 +332,8 @@ class Claims:
         self.stop = stop
         self.retry_errors = retry_errors
         self.keep_quarantined = keep_quarantined
-        #: The claims held now (renewed, released on close), and the groups lost to another process.
+        #: The claims held now (renewed, released on close); one lost to another process is dropped.
         self.held: dict[GroupId, Claim] = {}
-        self.lost: set[GroupId] = set()
         #: Own groups found done when :meth:`queue` reached them.
         self.found_done = 0
         self._lock = threading.Lock()
@@ -511,7 +510,6 @@ class Claims:
             if started is None:
                 if group in self.held and self.held[group].epoch == claim.epoch:
                     del self.held[group]
-                    self.lost.add(group)
                 return False
             if not self._closed:
                 self.held[group] = started
@@ -557,7 +555,6 @@ class Claims:
                         self.held[group] = renewed
                         continue
                     del self.held[group]
-                    self.lost.add(group)
                 if not claim.started:
                     log.info("%s, claimed ahead here, was taken by a process with room to read it", group)
                 else:

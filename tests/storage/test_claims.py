@@ -6,6 +6,7 @@ their own (``Clock``) instead of sleeping, so "the lease ran out" is an event th
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,28 @@ def test_a_released_group_is_free_at_once(tmp_path: Path) -> None:
     seen = other.view(2).groups[5]
     assert seen.ending == "released" and other.is_free(GROUP, seen)
     assert other.take(GROUP, seen) is not None
+
+
+def test_a_reserved_group_is_started_by_its_holder_or_taken_by_another_never_both(tmp_path: Path) -> None:
+    out = Storage(str(tmp_path))
+    clock = Clock()
+    holder, taker = book(out, "holder", 2, clock), book(out, "taker", 0, clock)
+    # A claim written before reservations existed has no "started": it is a started one.
+    old = {"holder": "old", "by_shard": 2, "expires_at": clock.now + 60, "shard": 2, "num_shards": 4, "group": 5,
+           "epoch": 1}
+    assert out.create_exclusive(holder.path(GROUP, 1), json.dumps(old).encode())
+    assert taker.state(GROUP, taker.view(2).groups[5]) == "held"
+    clock.now += 61  # its lease runs out
+    reserved = holder.take(GROUP, holder.view(2).groups[5], started=False)
+    assert reserved is not None and taker.state(GROUP, taker.view(2).groups[5]) == "reserved"
+    started = holder.start(reserved)
+    assert started is not None and started.epoch == 3 and taker.state(GROUP, taker.view(2).groups[5]) == "held"
+    # The next reservation: the taker creates the epoch the holder would start it with, first.
+    holder.end(started, Ending("released"))
+    again = holder.take(GROUP, holder.view(2).groups[5], started=False)
+    assert again is not None
+    assert taker.take(GROUP, taker.view(2).groups[5], started=True) is not None
+    assert holder.start(again) is None and holder.superseded(again)
 
 
 def row(doc: str, page: int, status: str = "ok", **extra: Any) -> dict[str, Any]:
