@@ -229,8 +229,12 @@ class Room:
         groups never wait together, where the longest of them would start the newer group and
         leave the older one's short pages to the end (a process would then hold both)."""
         with self._changed:
-            while not self.stop.is_set() and (self.unsent_started > 0 or self.unsent >= self.slots()[0]):
+            while not self.stop.is_set() and not self.has_room():
                 self._changed.wait(0.05)
+
+    def has_room(self) -> bool:
+        """Whether another group may be claimed now (see :meth:`ahead`)."""
+        return self.unsent_started == 0 and self.unsent < self.slots()[0]
 
     def now(self, timeout: float) -> bool:
         """Whether more slots are free than pages wait (another group's pages would go out at

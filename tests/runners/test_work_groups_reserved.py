@@ -70,3 +70,24 @@ def test_a_group_claimed_ahead_is_taken_by_a_process_with_room_and_its_holder_th
     assert keys(out.child("extract")) == [("doc000.pdf", 1), ("doc001.pdf", 1)]  # every page once
     own = holder.claims.own_groups(holder.stats.read_here)
     assert (own.left, dict(own.read_by)) == ([], {"00000": 1})
+
+
+def test_the_next_group_is_claimed_only_once_every_page_of_a_started_one_is_sent(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=2, pages=6)
+    out = Storage(str(tmp_path / "out"))
+    groups = work(out, docs, 0)
+    groups.room.slots = lambda: (4, 4)  # 4 slots, all free
+
+    async def read() -> list[bool]:
+        ref = next(groups.documents())  # group 0 claimed ahead: 6 pages to send
+        groups.planned(ref, [1, 2, 3, 4, 5, 6])
+        room = [groups.room.has_room()]  # more pages wait than the slots take
+        for _ in range(6):
+            assert await groups.admit(ref)  # the first page starts the group
+            room.append(groups.room.has_room())
+        return room
+
+    # Fewer pages wait than 4 after the third is sent, but they are the started group's: its
+    # last page goes before another group's pages are rendered to compete with it.
+    assert asyncio.run(read()) == [False, False, False, False, False, False, True]
