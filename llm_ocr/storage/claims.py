@@ -429,7 +429,11 @@ class Claims:
                     yield taken, "other"
                     continue
             if not waiting and not again:
-                break
+                # An own group claimed ahead here and taken by another process before it started
+                # is not in ``waiting``: its end is waited for like any own group others hold.
+                waiting.update(self._lost_own())
+                if not waiting:
+                    break
             if not progressed:
                 # Reserved groups elsewhere: look again as soon as this flow has room for one.
                 # Else only own groups others hold: their end (or their lease's) is slow to come.
@@ -482,6 +486,13 @@ class Claims:
                 return claim, False
             lost_race = True
         return None, lost_race
+
+    def _lost_own(self) -> dict[int, GroupView]:
+        """This shard's groups neither finished nor held here (a reservation another process took)."""
+        with self._lock:
+            here = {g.group for g in self.held if g.shard == self.book.shard}
+        view = self.book.view(self.book.shard)
+        return {n: seen for n, seen in view.groups.items() if not seen.finished and n not in here}
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

@@ -199,3 +199,33 @@ def test_an_unreadable_slot_is_emptied_and_its_pages_redone(tmp_path: Path) -> N
     assert log.scan().done_pages == {}
     assert log.append([row("a", 1)]).slots == [1]
     assert keys(stage) == [("a", 1)]
+
+
+def test_an_own_group_taken_from_its_reservation_is_waited_for_before_the_queue_ends(tmp_path: Path) -> None:
+    # The sweep's 8-group shape with two slow shards: a slow shard's reserved group was taken by
+    # a fast one, the slow shard's queue ended without waiting for it, and it exited with no
+    # completion marker although the group was done a second later.
+    import asyncio
+
+    from llm_ocr.storage.claims import Claims
+
+    out = Storage(str(tmp_path))
+    clock = Clock()
+    group = GroupId(shard=0, num_shards=4, group=0)
+    mine = Claims(book(out, "slow", 0, clock), lambda shard: 1 if shard == 0 else 0, steal=False,
+                  stop=asyncio.Event())
+    queue = mine.queue(lambda: None, lambda timeout: False)
+    reserved, kind = next(queue)
+    assert (reserved.group, reserved.started, kind) == (group, False, "own")
+    fast = book(out, "fast", 1, clock)
+    taken = fast.take(group, fast.view(0).groups.get(0), started=True)
+    assert taken is not None and not mine.start(group)  # the fast one took it: none of its pages go out here
+    polls: list[float] = []
+
+    def fast_finishes(seconds: float) -> None:  # the queue waits: meanwhile the taker finishes the group
+        polls.append(seconds)
+        fast.end(taken, Ending("done", 1))
+
+    mine._sleep = fast_finishes  # type: ignore[method-assign]
+    assert list(queue) == []
+    assert polls and mine.own_groups(set()).left == []
