@@ -1,17 +1,22 @@
-"""``llm-ocr bench --stragglers``: N shards, one of them on a GPU several times slower, with and
-without work groups (docs/stragglers.md), against the even-split bound.
+"""``llm-ocr bench --stragglers``: N shards, one or more of them on a GPU several times slower,
+with and without work groups (docs/stragglers.md), against the even-split bound.
 
 Each shard is the plain CLI (``llm-ocr extract``) in a process of its own, against a simulated
-server of its own (its GPU): ``--shards - 1`` fast servers and one ``--slow-factor`` times slower
-(prefill and per-token time). Every request decodes the same number of tokens and the per-token
-time does not grow with the batch (``--load-slowdown 0``), so a request's service time on a server
-is exact and the bound is exact too:
+server of its own (its GPU): ``--slow-shards`` servers ``--slow-factor`` times slower (prefill and
+per-token time), the others fast. Every request decodes the same number of tokens and the
+per-token time does not grow with the batch (``--load-slowdown 0``), so a request's service time
+on a server is exact and the bound is exact too:
 
 - **even-split bound**: the work (every answered request's service time on a fast server, from
   the servers' request logs) spread over all servers in proportion to their speed, every slot
-  busy from the first moment to the last: ``work / (slots * (fast servers + 1 / slow factor))``;
+  busy from the first moment to the last: ``work / (slots * (fast servers + slow servers / slow
+  factor))``;
 - **static bound**: what static shards can do at best, the slowest shard's own work on its
   server with every slot busy.
+
+Three workloads: the default (3,840 one-page documents, many groups per shard), the held-out
+shape of issue 46 (:data:`HELD_OUT`: 8 shards of eight 4-page documents, one group per document)
+and a sweep of the shape (:func:`sweep`: groups per shard, slow factor, slow shards).
 
 The wall time counts from the moment the shards are started to the moment the last one exits
 (process start-up and the first renders included: the benchmark says how long those took).
@@ -44,8 +49,11 @@ class StragglerConfig:
 
     shards: int = 8
     slow_factor: float = 5.0
-    #: Pages in all, one page per document.
+    #: How many shards (the first ones) are on a slow server.
+    slow_shards: int = 1
+    #: Pages in all, in documents of ``pages_per_doc`` pages.
     pages: int = 3840
+    pages_per_doc: int = 1
     slots: int = 4
     prefill_ms: float = 100.0
     decode_ms_per_token: float = 5.0
@@ -56,6 +64,17 @@ class StragglerConfig:
     dpi: float = 50.0
     lease: float = 120.0
     group_docs: int | None = None
+
+    @property
+    def docs(self) -> int:
+        """Documents in all."""
+        return self.pages // self.pages_per_doc
+
+    def groups_per_shard(self) -> int:
+        """How many work groups the largest shard has (llm-ocr's default: its documents / 128)."""
+        largest = -(-self.docs // self.shards)
+        group_docs = self.group_docs or max(1, -(-largest // 128))
+        return -(-largest // group_docs)
 
     def service_s(self, slow: bool) -> float:
         """Seconds one request holds a slot on a fast (or the slow) server."""
@@ -109,13 +128,30 @@ class StragglerRun:
                 "first_request_to_last_answer_over_bound": round(self.serving_over_bound, 3)}
 
 
-def write_corpus(folder: Path, pages: int) -> Path:
-    """``pages`` one-page PDFs (reused when already there)."""
+#: Issue 46's held-out shape: 8 shards of eight 4-page documents, one server 5 times slower, each
+#: request 8.66 s on a fast server (an even-split bound near 77 s, as the issue measured it).
+HELD_OUT = StragglerConfig(pages=256, pages_per_doc=4, decode_ms_per_token=21.4)
+
+
+def sweep() -> list[StragglerConfig]:
+    """The shape swept: 1, 2, 8, 64 and 800 groups per shard (llm-ocr's default group size:
+    documents of 64, 32, 8 and 1 pages, 64 pages a shard; then 800 one-page documents a shard,
+    ``--group-docs 1``), each with one and two slow shards, 2 and 5 times slower. Requests are
+    sized for an even-split bound of about a minute with one shard 5 times slower (the 800-group
+    shape is longer: 8 clients cannot keep up with much more than 14 pages a second here)."""
+    shapes = [(64, 64, 9.5, None), (64, 32, 9.5, None), (64, 8, 9.5, None), (64, 1, 9.5, None), (800, 1, 5.0, 1)]
+    return [StragglerConfig(pages=8 * per_shard, pages_per_doc=per_doc, decode_ms_per_token=decode, group_docs=docs,
+                            slow_factor=factor, slow_shards=slow)
+            for per_shard, per_doc, decode, docs in shapes for slow in (1, 2) for factor in (2.0, 5.0)]
+
+
+def write_corpus(folder: Path, docs: int, pages_per_doc: int = 1) -> Path:
+    """``docs`` PDFs of ``pages_per_doc`` pages each (reused when already there)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for i in range(pages):
+    for i in range(docs):
         path = folder / f"doc-{i:05d}.pdf"
         if not path.exists():
-            path.write_bytes(vector_pdf(1, random.Random(i), f"document {i}"))
+            path.write_bytes(vector_pdf(pages_per_doc, random.Random(i), f"document {i}"))
     return folder
 
 
@@ -133,11 +169,15 @@ async def run_shards(config: StragglerConfig, corpus: Path, work: Path, *, steal
     out = folder / "out"
     logs = [folder / f"requests-{i}.jsonl" for i in range(config.shards)]
     servers = []
+    ports: set[int] = set()
     for i, log in enumerate(logs):
-        port = free_port()
+        # Every port is chosen before any server binds one: the same free port could come twice.
+        while (port := free_port()) in ports:
+            pass
+        ports.add(port)
         servers.append(ManagedServer(
             sim_command(DEFAULT_MODEL, host="127.0.0.1", port=port,
-                        extra_args=[*config.server_args(slow=i == 0), "--request-log", str(log)]),
+                        extra_args=[*config.server_args(slow=i < config.slow_shards), "--request-log", str(log)]),
             host="127.0.0.1", port=port, log_path=folder / f"server-{i}.log", startup_timeout=300, max_restarts=0,
             name=f"sim {i}",
         ))  # fmt: skip
@@ -175,11 +215,12 @@ async def run_shards(config: StragglerConfig, corpus: Path, work: Path, *, steal
     per_server = [read_request_log(log) for log in logs]
     every = [r for rs in per_server for r in rs]
     work_s = _work_s(config, every)
-    speed = config.shards - 1 + 1 / config.slow_factor
+    speed = config.shards - config.slow_shards + config.slow_shards / config.slow_factor
     # Static shards: each shard's own pages (one request each, files go round-robin) on its own server.
     per_request = work_s / max(1, len(every))
-    shares = [len(range(i, config.pages, config.shards)) for i in range(config.shards)]
-    static = max(n * per_request * (config.slow_factor if i == 0 else 1.0) for i, n in enumerate(shares))
+    shares = [len(range(i, config.docs, config.shards)) * config.pages_per_doc for i in range(config.shards)]
+    static = max(n * per_request * (config.slow_factor if i < config.slow_shards else 1.0)
+                 for i, n in enumerate(shares))
     rows, duplicates = _count_rows(out)
     return StragglerRun(
         mode=mode, wall_s=round(wall, 2), exit_codes=list(codes), requests=[len(rs) for rs in per_server],
@@ -220,7 +261,7 @@ def _groups_taken(out: Path, shards: int) -> dict[str, int]:
 
 def run_stragglers(config: StragglerConfig, work: Path, *, static: bool = True) -> list[StragglerRun]:
     """The workload with work groups, and (``static``) without."""
-    corpus = write_corpus(work / f"corpus-{config.pages}", config.pages)
+    corpus = write_corpus(work / f"corpus-{config.docs}x{config.pages_per_doc}", config.docs, config.pages_per_doc)
     runs = []
     if static:
         runs.append(asyncio.run(run_shards(config, corpus, work, steal=False)))
@@ -231,9 +272,11 @@ def run_stragglers(config: StragglerConfig, work: Path, *, static: bool = True) 
 def format_stragglers(config: StragglerConfig, runs: list[StragglerRun]) -> str:
     """A table, one column per run."""
     fast, slow = config.service_s(False), config.service_s(True)
+    which = "shard 0's server is" if config.slow_shards == 1 else f"shards 0-{config.slow_shards - 1}'s servers are"
     lines = [(
-        f"{config.shards} shards, {config.pages} one-page documents; shard 0's server is {config.slow_factor:g}x "
-        f"slower ({slow:.2f} s a request vs {fast:.2f} s; {config.slots} slots each, one request per page)"
+        f"{config.shards} shards, {config.docs} documents of {config.pages_per_doc} page(s) "
+        f"({config.groups_per_shard()} work group(s) per shard); {which} {config.slow_factor:g}x slower "
+        f"({slow:.2f} s a request vs {fast:.2f} s; {config.slots} slots each, one request per page)"
     )]
     rows: list[tuple[str, list[str]]] = [
         ("", [r.mode for r in runs]),
@@ -255,4 +298,22 @@ def format_stragglers(config: StragglerConfig, runs: list[StragglerRun]) -> str:
     cols = [max(len(values[i]) for _, values in rows) for i in range(len(runs))]
     for label, values in rows:
         lines.append(f"{label:<{width}}  " + "  ".join(f"{v:>{c}}" for v, c in zip(values, cols)))
+    return "\n".join(lines)
+
+
+def format_sweep(results: list[tuple[StragglerConfig, StragglerRun]]) -> str:
+    """One line per shape of the sweep, then the worst case."""
+    lines = ["groups/shard  pages/doc  slow  factor  bound     wall      wall/bound  serving/bound  rows/dup  exits"]
+    for config, run in results:
+        lines.append(
+            f"{config.groups_per_shard():>12}  {config.pages_per_doc:>9}  {config.slow_shards:>4}  "
+            f"{config.slow_factor:>5g}x  {run.even_split_bound_s:>6.1f} s  {run.wall_s:>6.1f} s  "
+            f"{run.over_bound:>10.2f}  {run.serving_over_bound:>13.2f}  {run.rows}/{run.duplicates:<4}  "
+            f"{' '.join(str(c) for c in run.exit_codes)}"
+        )
+    if results:
+        config, run = max(results, key=lambda r: r[1].over_bound)
+        lines.append(f"worst: {run.over_bound:.2f} x the even-split bound ({config.groups_per_shard()} group(s) per "
+                     f"shard, {config.slow_shards} shard(s) {config.slow_factor:g}x slower; "
+                     f"{run.serving_over_bound:.2f} from the first request to the last answer)")
     return "\n".join(lines)

@@ -73,8 +73,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     stragglers.add_argument("--shards", type=positive_int, default=8, help="with --stragglers: shards (default 8)")
     stragglers.add_argument("--slow-factor", type=float, default=5.0,
                             help="with --stragglers: how many times slower shard 0's server is (default 5)")
+    stragglers.add_argument("--slow-shards", type=positive_int, default=1,
+                            help="with --stragglers: how many shards (the first ones) are slow (default 1)")
+    stragglers.add_argument("--pages-per-doc", type=positive_int, default=1,
+                            help="with --stragglers: pages per document (default 1)")
+    stragglers.add_argument("--group-docs", type=positive_int, default=None,
+                            help="with --stragglers: the shards' --group-docs (default: llm-ocr's)")
     stragglers.add_argument("--no-static", action="store_true",
                             help="with --stragglers: skip the run with static shards")
+    stragglers.add_argument("--held-out", action="store_true",
+                            help="with --stragglers: issue 46's shape instead: 8 shards of eight 4-page documents, "
+                            "shard 0 5x slower, an even-split bound near 77 s (work groups only)")
+    stragglers.add_argument("--sweep", action="store_true",
+                            help="with --stragglers: sweep the shape instead (1, 2, 8, 64 and 800 work groups per "
+                            "shard; one and two slow shards; 2x and 5x slower; work groups only) and print the worst")
     report = parser.add_argument_group("report")
     report.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     report.add_argument("--keep", action="store_true", help="keep each run's output folder (paths are printed)")
@@ -167,20 +179,41 @@ def _stragglers(args: argparse.Namespace, default_pages: int) -> int:
     import tempfile
     from pathlib import Path
 
-    from llm_ocr.bench.stragglers import StragglerConfig, format_stragglers, run_stragglers
+    from llm_ocr.bench.stragglers import (
+        HELD_OUT,
+        StragglerConfig,
+        format_stragglers,
+        format_sweep,
+        run_stragglers,
+        sweep,
+    )
 
     if args.slow_factor < 1:
         raise OptionError("--slow-factor must be 1 or more")
-    config = StragglerConfig(shards=args.shards, slow_factor=args.slow_factor)
+    if args.slow_shards >= args.shards:
+        raise OptionError("--slow-shards must be fewer than --shards")
+    config = StragglerConfig(shards=args.shards, slow_factor=args.slow_factor, slow_shards=args.slow_shards,
+                             pages_per_doc=args.pages_per_doc, group_docs=args.group_docs)
     if args.pages != [default_pages]:
         config.pages = args.pages[0]
+    configs = sweep() if args.sweep else [HELD_OUT] if args.held_out else [config]
+    static = not (args.no_static or args.sweep or args.held_out)
+    results = []
     with tempfile.TemporaryDirectory(prefix="llm-ocr-stragglers-") as scratch:
         work = Path(args.work_dir) if args.work_dir else Path(scratch)
-        runs = run_stragglers(config, work, static=not args.no_static)
+        for config in configs:
+            runs = run_stragglers(config, work, static=static)
+            results.append((config, runs))
+            if args.sweep:  # a long sweep says how it goes
+                log.info("%s", format_sweep([(config, runs[-1])]).splitlines()[1])
     if args.json:
-        print(json.dumps({"config": config.__dict__, "runs": [r.to_dict() for r in runs]}, indent=2))
+        print(json.dumps([{"config": c.__dict__, "runs": [r.to_dict() for r in runs]} for c, runs in results],
+                         indent=2))
+    elif args.sweep:
+        print(format_sweep([(c, runs[-1]) for c, runs in results]))
     else:
-        print(format_stragglers(config, runs))
+        print(format_stragglers(*results[0]))
     sys.stdout.flush()
-    finished = all(code == 0 for r in runs for code in r.exit_codes) and all(r.duplicates == 0 for r in runs)
+    every = [r for _, runs in results for r in runs]
+    finished = all(code == 0 for r in every for code in r.exit_codes) and all(r.duplicates == 0 for r in every)
     return ExitCode.OK if finished else ExitCode.COULD_NOT_RUN

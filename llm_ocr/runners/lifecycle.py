@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from llm_ocr.costs import gpu_cost
 from llm_ocr.options import ClientOptions, JobOptions, ServerOptions, StealOptions
@@ -355,8 +355,9 @@ class PageWork:
             stop=self.shard.stop,
         )
         self.reporter.show(self.counters[writes[0]], "+".join(writes))  # which stage runs, on screen
-        if self.groups is not None:  # a group is claimed when this flow has room for it
-            self.groups.backlog = lambda: flow.ready_batches
+        if self.groups is not None:  # a group is claimed when this flow has room for it, started as it is sent
+            self.groups.room.slots = lambda: flow.slot_use
+            flow.admit = cast(Callable[[RefT], Awaitable[bool]], self.groups.admit)  # pages of documents
         async with adapting(self.controller):
             await flow.run(intake)
         self.documents[writes[0]] |= flow.documents

@@ -215,22 +215,20 @@ class PageFlow(Generic[RefT, ItemT]):
         self._tasks: set[asyncio.Task[None]] = set()
         #: The rendered pages waiting for a slot (set when :meth:`run` starts).
         self.waiting: Waiting[RefT, ItemT] | None = None
+        #: Asked, as a slot is free for a page, whether the page may be sent (work groups: one
+        #: of a group another process took before its first page was sent here may not).
+        self.admit: Callable[[RefT], Awaitable[bool]] | None = None
         self._doc_pending: dict[str, int] = {}
         self._fatal: BaseException | None = None
         self._scratch: str | None = None
 
     @property
-    def ready_batches(self) -> int:
-        """Batches rendered (or being rendered) ahead, waiting for a free slot: those queued, and
-        one more for each in-flight limit's worth of pages waiting in the look-ahead.
-
-        Work groups claim a group when this is at most one: the look-ahead then holds at most
-        about two rounds of slots of claimed pages, not its whole bound (1,024 pages by default),
-        so a slow process does not hoard groups the others could read at the end of the run,
-        while the pages waiting still go longest first among those two rounds."""
-        waiting = self.waiting.pages if self.waiting is not None else 0
-        slots = self.settings.limit.limit if self.settings.limit is not None else self.settings.max_in_flight
-        return self._queue.qsize() + waiting // max(1, slots)
+    def slot_use(self) -> tuple[int, int]:
+        """The in-flight limit, and how many of its slots no page holds now (work groups claim a
+        group by them: :class:`~llm_ocr.runners.groups.Room`). Counted from the pages in flight:
+        the dispatcher holds a permit while it waits for a page to send."""
+        limit = self.settings.limit.limit if self.settings.limit is not None else self.settings.max_in_flight
+        return limit, max(0, limit - self.counters.in_flight)
 
     @property
     def scratch(self) -> str:
@@ -357,6 +355,13 @@ class PageFlow(Generic[RefT, ItemT]):
             if entry is None or self._fatal is not None:
                 self._slots.release()
                 return
+            if self.admit is not None and not await self.admit(entry.ref):
+                # Read by another process: counted as done, and its place in the order given up.
+                self._slots.release()
+                self.counters.pages_skipped += 1
+                for ordered in self.ordered_all:
+                    await ordered.put(entry.seq, None)
+                continue
             task = asyncio.create_task(self._handle(entry.ref, entry.item, entry.num_pages, entry.seq))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

@@ -10,6 +10,8 @@ URL's scheme. :class:`Storage` (a folder addressed by URL) is the door; behind i
 - :mod:`.hub`      the Hugging Face Hub committer, its write check and the dataset card
 - :mod:`.access`   the start-up check that the output can be written
 - :mod:`.parts`    the shard-named Parquet parts every stage writes and re-reads
+- :mod:`.writer`   the serial background writer every row writer stands on
+- :mod:`.claims`   work claims on page groups (docs/stragglers.md); :mod:`.group_parts` their parts
 - :mod:`.state`    run state beside the data: completion markers with per-shard stats
 - :mod:`.upstream` reading another stage's rows for one shard
 

@@ -22,6 +22,18 @@ folder tells which groups are unclaimed, done or released; only working ones nee
 expiry). Only an epoch's holder writes its files, and a holder whose epoch is no longer the
 latest has lost the group (its lease ran out while it was alive but slow).
 
+**Claimed ahead, started later.** A process claims a group a little before its page flow can
+send the group's pages (they are rendered meanwhile), so the claim says ``"started": false``:
+*reserved*. Before it sends the group's first page it creates the next epoch itself, started
+(:meth:`ClaimBook.start`). A process with room to send a group's pages at once may take a
+reserved group from its holder by creating that same epoch first: one create wins, so either the
+holder starts the group or the taker reads it, never both, and the holder then sends none of its
+pages. A slow process thus holds, when the others run out of work, only the groups it has begun
+to send. (A claim without ``started``, written by an older llm-ocr, is a started one.)
+
+:class:`Claims` is one process's side: which group it claims next (its own in order, then other
+shards'), the claims it holds, renewed every lease/4 and released when the run stops.
+
 Clocks: ``expires_at`` is compared with the reader's clock, so machines' clocks should agree to
 well within a lease (NTP does). A wrong clock costs work, never rows: the parts of a group are an
 append-only log that two holders can share without writing a page twice (:mod:`.group_parts`).
@@ -29,18 +41,22 @@ append-only log that two holders can share without writing a page twice (:mod:`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from llm_ocr.storage.state import STATE_DIR
+from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.url import Storage
 
 log = logging.getLogger(__name__)
@@ -50,6 +66,8 @@ _FILE_RE = re.compile(r"(\d{6})-(\d{4,})(?:\.(done|released))?\.json$")
 _SHARD_RE = re.compile(r"(\d{5})-of-(\d{5})$")
 
 End = Literal["done", "released"]
+#: A group as a process that might take it sees it (:meth:`ClaimBook.state`).
+State = Literal["free", "reserved", "held", "done"]
 
 
 def new_holder_id(shard: int) -> str:
@@ -80,11 +98,13 @@ class Claim:
     #: The shard index of the holding process (who read the group: markers and status say it).
     by_shard: int
     expires_at: float
+    #: False while the group is only reserved: its holder has not sent any of its pages.
+    started: bool = True
 
     def to_bytes(self) -> bytes:
         return json.dumps({"holder": self.holder, "by_shard": self.by_shard, "expires_at": self.expires_at,
                            "shard": self.group.shard, "num_shards": self.group.num_shards, "group": self.group.group,
-                           "epoch": self.epoch}, sort_keys=True).encode()
+                           "epoch": self.epoch, "started": self.started}, sort_keys=True).encode()
 
 
 @dataclass(frozen=True)
@@ -181,7 +201,8 @@ class ClaimBook:
             data = json.loads(self.out.read_bytes(self.path(group, epoch)))
         except FileNotFoundError:
             return None
-        return Claim(group, epoch, str(data["holder"]), int(data["by_shard"]), float(data["expires_at"]))
+        return Claim(group, epoch, str(data["holder"]), int(data["by_shard"]), float(data["expires_at"]),
+                     bool(data.get("started", True)))
 
     def ending(self, group: GroupId, epoch: int, state: End) -> Ending | None:
         """What the holder of ``epoch`` recorded when it ended (None: it has not)."""
@@ -206,25 +227,43 @@ class ClaimBook:
                 view.ending = state
         return view
 
-    def is_free(self, group: GroupId, seen: GroupView | None) -> bool:
-        """Whether anyone may take ``group`` now, as ``seen`` shows it: never claimed, released,
-        or working past its expiry (this reads the claim)."""
+    def state(self, group: GroupId, seen: GroupView | None) -> State:
+        """What ``group`` is to a process that might take it, as ``seen`` shows it: ``free`` (never
+        claimed, released, or working past its expiry), ``reserved`` (claimed ahead by a holder
+        that has not started it), ``held`` or ``done``. Reads the claim of a working group."""
         if seen is None or seen.ending == "released":
-            return True
+            return "free"
         if seen.ending == "done":
-            return False
+            return "done"
         claim = self.claim(group, seen.epoch)
-        return claim is None or self.clock() > claim.expires_at
+        if claim is None or self.clock() > claim.expires_at:
+            return "free"
+        return "held" if claim.started else "reserved"
+
+    def is_free(self, group: GroupId, seen: GroupView | None) -> bool:
+        """Whether anyone may take ``group`` now (:meth:`state` is ``free``)."""
+        return self.state(group, seen) == "free"
 
     # -- writing --------------------------------------------------------------------------------
 
-    def take(self, group: GroupId, seen: GroupView | None) -> Claim | None:
+    def take(self, group: GroupId, seen: GroupView | None, *, started: bool = True) -> Claim | None:
         """Claim ``group`` after ``seen`` (its latest epoch as read: None if unclaimed): create the
-        next epoch atomically. Returns the claim, or None if another process created it first."""
-        claim = Claim(group, (seen.epoch if seen else 0) + 1, self.holder, self.shard, self.clock() + self.lease)
+        next epoch atomically, started or only reserved. Returns the claim, or None if another
+        process created it first."""
+        claim = Claim(group, (seen.epoch if seen else 0) + 1, self.holder, self.shard, self.clock() + self.lease,
+                      started)
         if self.out.create_exclusive(self.path(group, claim.epoch), claim.to_bytes()):
-            log.debug("claimed %s (epoch %d)", group, claim.epoch)
+            log.debug("claimed %s (epoch %d%s)", group, claim.epoch, "" if started else ", reserved")
             return claim
+        return None
+
+    def start(self, claim: Claim) -> Claim | None:
+        """Begin reading a group this holder reserved: create its next epoch, started. None when
+        another process created that epoch first: it took the group, and this holder sends none
+        of its pages."""
+        started = Claim(claim.group, claim.epoch + 1, self.holder, self.shard, self.clock() + self.lease)
+        if self.out.create_exclusive(self.path(claim.group, started.epoch), started.to_bytes()):
+            return started
         return None
 
     def superseded(self, claim: Claim) -> bool:
@@ -246,6 +285,350 @@ class ClaimBook:
                   "quarantined": ending.quarantined, "holder": self.holder, "at": self.clock()}
         data = json.dumps(record, sort_keys=True).encode()
         self.out.write_now(self.path(claim.group, claim.epoch, ending.state), data)
+
+
+#: Which way a process came to a group it claims (:meth:`Claims.queue`): its own shard's, another
+#: shard's, or its own taken back from another process.
+Kind = Literal["own", "other", "back"]
+
+
+@dataclass
+class OwnGroups:
+    """How a shard's own groups stand, as the claims say (for its completion marker)."""
+
+    #: Groups not done yet (held by others, or stopped).
+    left: list[int]
+    #: Done groups other shards read, by shard (``"00003"``).
+    read_by: Counter[str] = field(default_factory=Counter)
+    #: Error and quarantined rows in the done groups this process did not read (their readers' counts).
+    errors: int = 0
+    quarantined: int = 0
+
+
+class Claims:
+    """One process's claims on one page flow's groups (see the module docstring).
+
+    :meth:`queue` says which group to read next and claims it, in a worker thread (the page flow
+    pulls documents there); :meth:`start` turns a reserved claim into a started one; the claims
+    held are renewed every lease/4 from :meth:`begin` until :meth:`close`, which releases those not
+    ended. The run may stop on the event loop while the thread is claiming: a claim that lands
+    after :meth:`close` is released at once, so none outlives its process unreleased (a rerun of
+    the shard would find its group held until the lease ran out).
+
+    Args:
+        book: the claim files, as this process sees and makes them.
+        groups_of: how many groups a shard has.
+        steal: whether groups of other shards are taken.
+        stop: set when the run stops: nothing more is claimed.
+        retry_errors, keep_quarantined: an own group done with error rows (quarantined ones
+            without ``keep_quarantined``) is taken again to retry them.
+    """
+
+    def __init__(self, book: ClaimBook, groups_of: Callable[[int], int], *, steal: bool, stop: asyncio.Event,
+                 retry_errors: bool = True, keep_quarantined: bool = True) -> None:
+        self.book = book
+        self.groups_of = groups_of
+        self.steal = steal
+        self.stop = stop
+        self.retry_errors = retry_errors
+        self.keep_quarantined = keep_quarantined
+        #: The claims held now (renewed, released on close); one lost to another process is dropped.
+        self.held: dict[GroupId, Claim] = {}
+        #: Own groups found done when :meth:`queue` reached them.
+        self.found_done = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    # -- which group next (a worker thread) ------------------------------------------------------
+
+    def queue(self, ahead: Callable[[], None], now: Callable[[float], bool]) -> Iterator[tuple[Claim, Kind]]:
+        """Claim the groups this process reads, one at a time, each reserved, once ``ahead``
+        returns (the page flow has room for another group's pages): its own in order, then (with
+        --steal) other shards' free groups, from the end of the shard with the most unclaimed,
+        then its own groups others held and let go. A group another process holds reserved is
+        taken, started, only when ``now(timeout)`` says this process could send its pages at once.
+        Returns when none is left, or when the run stops."""
+        own = self.groups_of(self.book.shard)
+        view = self.book.view(self.book.shard)
+        self.found_done = 0
+        waiting: dict[int, GroupView | None] = {}
+        for number in range(own):
+            if self.stop.is_set():
+                return
+            group = GroupId(self.book.shard, self.book.num_shards, number)
+            seen = view.groups.get(number)
+            if seen is not None and seen.finished and not self.redo(group, seen):
+                self.found_done += 1
+                continue
+            ahead()
+            claim, seen = self._try_take(group, seen, own=True)
+            if claim is not None:
+                yield claim, "own"
+            elif seen is not None and seen.finished:
+                self.found_done += 1
+            else:
+                waiting[number] = seen
+        yield from self._steal_and_wait(waiting, ahead, now)
+
+    def redo(self, group: GroupId, seen: GroupView) -> bool:
+        """Whether an own group found done has error rows to read again (a rerun's retry)."""
+        if not self.retry_errors:
+            return False
+        ending = self.book.ending(group, seen.epoch, "done")
+        return ending is not None and (ending.errors > 0 or (ending.quarantined > 0 and not self.keep_quarantined))
+
+    def _try_take(self, group: GroupId, seen: GroupView | None, *, own: bool) -> tuple[Claim | None, GroupView | None]:
+        """Take ``group`` if it is free (an own group found done is taken too, to retry its
+        errors); returns the claim, or None and the group's latest state."""
+        if not (own and seen is not None and seen.finished) and not self.book.is_free(group, seen):
+            return None, seen
+        claim = self.take(group, seen)
+        if claim is None:
+            return None, self.book.latest(group, seen)
+        return claim, seen
+
+    def take(self, group: GroupId, seen: GroupView | None, *, started: bool = False) -> Claim | None:
+        """Claim ``group`` (see :meth:`ClaimBook.take`) unless the run has stopped; held until ended."""
+        if self.stop.is_set():
+            return None
+        claim = self.book.take(group, seen, started=started)
+        if claim is None:
+            return None
+        with self._lock:
+            if not self._closed:
+                self.held[group] = claim
+                return claim
+        self._release(claim)
+        return None
+
+    def _steal_and_wait(self, waiting: dict[int, GroupView | None], ahead: Callable[[], None],
+                        now: Callable[[float], bool]) -> Iterator[tuple[Claim, Kind]]:
+        poll = min(10.0, self.book.lease / 4)
+        while not self.stop.is_set():
+            progressed = False
+            for number, seen in list(waiting.items()):
+                group = GroupId(self.book.shard, self.book.num_shards, number)
+                latest = self.book.latest(group, seen)
+                if latest is not None and latest.finished:
+                    del waiting[number]
+                    continue
+                claim, latest = self._try_take(group, latest, own=False)
+                if claim is not None:
+                    del waiting[number]
+                    progressed = True
+                    log.info("took back %s (its holder released it, or its lease ran out)", group)
+                    yield claim, "back"
+                else:
+                    waiting[number] = latest
+            ahead()
+            again = False
+            if self.steal:
+                taken, again = self._take_other(now)
+                if taken is not None:
+                    yield taken, "other"
+                    continue
+            if not waiting and not again:
+                # An own group claimed ahead here and taken by another process before it started
+                # is not in ``waiting``: its end is waited for like any own group others hold.
+                waiting.update(self._lost_own())
+                if not waiting:
+                    break
+            if not progressed:
+                # Reserved groups elsewhere: look again as soon as this flow has room for one.
+                # Else only own groups others hold: their end (or their lease's) is slow to come.
+                if again:
+                    now(min(poll, 1.0))
+                else:
+                    self._sleep(poll)
+
+    def _take_other(self, now: Callable[[float], bool]) -> tuple[Claim | None, bool]:
+        """A group of another shard: an unclaimed one from the end of the shard with the most
+        unclaimed (its owner reads from the start), else a free one (released, or its lease ran
+        out), else, if this process could send its pages at once, a reserved one. Returns the
+        claim (None: none taken) and whether to look again later: reserved groups are left, or
+        another process claimed a group first (it may be this one's to take once reserved)."""
+        candidates = []
+        for shard in range(self.book.num_shards):
+            if shard == self.book.shard or self.stop.is_set():
+                continue
+            view = self.book.view(shard)
+            unclaimed = [g for g in range(self.groups_of(shard)) if g not in view.groups]
+            open_ = [g for g, seen in view.groups.items() if not seen.finished]
+            if unclaimed or open_:
+                candidates.append((len(unclaimed), shard, unclaimed, open_, view))
+        reserved: list[tuple[GroupId, GroupView]] = []
+        lost_race = False
+        for _, shard, unclaimed, open_, view in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
+            for number in reversed(unclaimed):
+                if (claim := self.take(GroupId(shard, self.book.num_shards, number), None)) is not None:
+                    log.info("taking %s (unclaimed)", claim.group)
+                    return claim, False
+                lost_race = True
+            for number in open_:
+                group, seen = GroupId(shard, self.book.num_shards, number), view.groups[number]
+                with self._lock:
+                    if group in self.held:
+                        continue
+                state = self.book.state(group, seen)
+                if state == "free":
+                    if (claim := self.take(group, seen)) is not None:
+                        log.info("taking %s from its holder (released, or its lease ran out)", group)
+                        return claim, False
+                    lost_race = True
+                elif state == "reserved":
+                    reserved.append((group, seen))
+        for group, seen in reserved:
+            if not now(0.0):
+                return None, True
+            if (claim := self.take(group, seen, started=True)) is not None:
+                log.info("taking %s, claimed ahead by a process that had not started it", group)
+                return claim, False
+            lost_race = True
+        return None, lost_race
+
+    def _lost_own(self) -> dict[int, GroupView]:
+        """This shard's groups neither finished nor held here (a reservation another process took)."""
+        with self._lock:
+            here = {g.group for g in self.held if g.shard == self.book.shard}
+        view = self.book.view(self.book.shard)
+        return {n: seen for n, seen in view.groups.items() if not seen.finished and n not in here}
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            time.sleep(min(0.2, seconds))
+
+    # -- the claims held -------------------------------------------------------------------------
+
+    def holds(self, group: GroupId) -> bool:
+        """Whether this process holds ``group`` (not ended, not lost to another process)."""
+        with self._lock:
+            return group in self.held
+
+    def start(self, group: GroupId) -> bool:
+        """Start reading a held group (its first page is about to be sent): a reserved claim becomes
+        a started one (:meth:`ClaimBook.start`). False when the group is no longer held here: another
+        process took it before it started, so none of its pages may be sent."""
+        with self._lock:
+            claim = self.held.get(group)
+        if claim is None:
+            return False
+        if claim.started:
+            return True
+        started = self.book.start(claim)
+        with self._lock:
+            if started is None:
+                if group in self.held and self.held[group].epoch == claim.epoch:
+                    del self.held[group]
+                return False
+            if not self._closed:
+                self.held[group] = started
+                return True
+        self._release(started)
+        return False
+
+    def end(self, group: GroupId, ending: Ending) -> bool:
+        """Record how this process's work on ``group`` ended; False (nothing written) when it no
+        longer held it (taken over: the later epoch decides)."""
+        with self._lock:
+            claim = self.held.pop(group, None)
+        if claim is None:
+            return False
+        self.book.end(claim, ending)
+        return True
+
+    def _release(self, claim: Claim) -> None:
+        try:
+            self.book.end(claim, Ending("released", self.book.shard))
+        except StorageError as exc:
+            log.warning("could not release %s (others take it when its lease runs out): %s", claim.group, exc)
+
+    def begin(self) -> None:
+        """Renew the claims held, every lease/4 (on the running event loop)."""
+        self._heartbeat = asyncio.get_running_loop().create_task(self._renew_forever())
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.book.lease / 4)
+            with self._lock:
+                held = list(self.held.items())
+            for group, claim in held:
+                try:
+                    renewed = await asyncio.to_thread(self.book.renew, claim)
+                except StorageError as exc:  # the store is away: the next renewal may get through
+                    log.warning("could not renew the claim on %s: %s", group, exc)
+                    continue
+                with self._lock:
+                    if self.held.get(group) is not claim:
+                        continue  # started, ended or released meanwhile
+                    if renewed is not None:
+                        self.held[group] = renewed
+                        continue
+                    del self.held[group]
+                if not claim.started:
+                    log.info("%s, claimed ahead here, was taken by a process with room to read it", group)
+                else:
+                    log.warning("%s was taken over by another process: this one did not renew its claim within the "
+                                "%g s lease (too slow, or the store was away); pages are still written once",
+                                group, self.book.lease)
+
+    async def close(self) -> None:
+        """Stop renewing; release the groups not ended (stopped, or their pages failed to be
+        stored), so others may take them at once."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+        with self._lock:
+            self._closed = True  # a claim that lands from now on is released by its taker
+            unfinished = list(self.held.values())
+            self.held.clear()
+        for claim in unfinished:
+            await asyncio.to_thread(self._release, claim)
+
+    # -- a shard's own groups --------------------------------------------------------------------
+
+    def own_groups(self, read_here: set[int]) -> OwnGroups:
+        """This shard's groups as the claims say now: those not done, and who read the done ones
+        (the error rows of those read elsewhere: ``read_here`` are this process's own count)."""
+        shard = self.book.shard
+        view = self.book.view(shard)
+        own = OwnGroups([g for g in range(self.groups_of(shard)) if not (g in view.groups and view.groups[g].finished)])
+        if own.left:
+            return own
+        for number, seen in view.groups.items():
+            if number in read_here:
+                continue
+            ending = self.book.ending(GroupId(shard, self.book.num_shards, number), seen.epoch, "done")
+            if ending is None:
+                continue
+            own.errors += ending.errors
+            own.quarantined += ending.quarantined
+            if ending.by_shard != shard:
+                own.read_by[f"{ending.by_shard:05d}"] += 1
+        return own
+
+    def nothing_to_read(self) -> bool:
+        """Whether this process would read nothing: every group of its shard done (with no error
+        rows to retry), and (with --steal) no unclaimed or free group elsewhere."""
+        shard, num_shards = self.book.shard, self.book.num_shards
+        view = self.book.view(shard)
+        for number in range(self.groups_of(shard)):
+            seen = view.groups.get(number)
+            if seen is None or not seen.finished or self.redo(GroupId(shard, num_shards, number), seen):
+                return False
+        if not self.steal:
+            return True
+        for other in range(num_shards):
+            if other == shard:
+                continue
+            groups = self.book.view(other).groups
+            if len(groups) < self.groups_of(other):
+                return False  # an unclaimed group
+            if any(not seen.finished and self.book.is_free(GroupId(other, num_shards, number), seen)
+                   for number, seen in groups.items()):
+                return False
+        return True
 
 
 def claims_summary(out: Storage) -> dict[str, dict[str, dict[str, Any]]]:

@@ -9,7 +9,6 @@ disk that filled up) is detected when a shard starts and removed so its pages ar
 
 from __future__ import annotations
 
-import asyncio
 import io
 import logging
 import math
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_ocr.storage.url import Storage
+from llm_ocr.storage.writer import SerialWriter
 
 log = logging.getLogger(__name__)
 
@@ -260,13 +260,13 @@ def input_order(row: dict[str, Any]) -> tuple[float, int]:
     return (index if isinstance(index, int) else math.inf, page if isinstance(page, int) else 0)
 
 
-class PartWriter:
-    """Buffers rows and writes them as parts from a worker thread, never blocking the event loop.
+class PartWriter(SerialWriter):
+    """Buffers rows and writes them as parts, one part at a time in a worker thread
+    (:class:`~llm_ocr.storage.writer.SerialWriter`), never blocking the event loop.
 
     A part is written when ``max_rows`` rows or ``max_bytes`` bytes are buffered, or when
     ``flush()`` is called (the runner calls it on a timer so a crash loses at most a few
-    minutes of work). At most one write runs at a time; a second full buffer waits for it,
-    which is the back-pressure that keeps memory bounded when storage is slow.
+    minutes of work).
     """
 
     def __init__(
@@ -280,6 +280,7 @@ class PartWriter:
         max_rows: int = 1000,
         max_bytes: int = 128 * 1024 * 1024,
     ) -> None:
+        super().__init__()
         self.stage = stage
         self.schema = schema
         self.shard = shard
@@ -289,16 +290,8 @@ class PartWriter:
         self.max_bytes = max_bytes
         self._rows: list[dict[str, Any]] = []
         self._bytes = 0
-        self._pending: asyncio.Task[None] | None = None
-        #: Held from waiting for the previous write to starting the next: two flushes at once (a
-        #: full buffer and the flush timer) would otherwise both see no write pending, and the
-        #: later one's task replace the earlier one's, which close() would then never wait for.
-        self._turn = asyncio.Lock()
         self.rows_written = 0
         self.parts_written = 0
-        # A failed write is remembered and raised again by close(): rows are lost only if the
-        # shard then stops without a completion marker (its pages are redone on rerun).
-        self.failure: BaseException | None = None
 
     async def add(self, row: dict[str, Any]) -> None:
         """Buffer one row; starts a part write when the buffer is full."""
@@ -316,31 +309,12 @@ class PartWriter:
         # of the dataset expects input order: each part is written in it. A run small enough
         # for one part is then in input order throughout, and a larger one within each part.
         rows.sort(key=input_order)
-        async with self._turn:
-            await self._wait_pending()
-            path = self.stage.path(part_name(self.shard, self.num_shards, self.seq))
-            self.seq += 1
-            self._pending = asyncio.create_task(asyncio.to_thread(self._write, path, rows))
+        path = self.stage.path(part_name(self.shard, self.num_shards, self.seq))
+        self.seq += 1
+        await self.submit(lambda: self._write(path, rows))
 
     def _write(self, path: str, rows: list[dict[str, Any]]) -> None:
-        try:
-            self.stage.write_atomic(path, rows_to_bytes(rows, self.schema))
-        except BaseException as exc:
-            self.failure = self.failure or exc
-            raise
+        self.stage.write_atomic(path, rows_to_bytes(rows, self.schema))
         self.rows_written += len(rows)
         self.parts_written += 1
         log.debug("wrote %s (%d rows)", self.stage.display(path), len(rows))
-
-    async def _wait_pending(self) -> None:
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            await pending
-
-    async def close(self) -> None:
-        """Write everything still buffered and wait until it is stored (raises if any write failed)."""
-        await self.flush()
-        async with self._turn:
-            await self._wait_pending()
-        if self.failure is not None:
-            raise self.failure

@@ -83,12 +83,12 @@ def test_a_run_stopped_while_waiting_for_room_claims_nothing_after(tmp_path: Pat
     groups, out = work(tmp_path)
     reached, go, wait = gate()
 
-    def backlog() -> int:  # the page flow is full: the thread waits before its first claim
+    def slots() -> tuple[int, int]:  # the page flow is full: the thread waits before its first claim
         if not go.is_set():
             wait()
-        return 5
+        return 0, 0
 
-    groups.backlog = backlog
+    groups.room.slots = slots
     assert stop_while_held(groups, reached, go) == []
     assert claimed_not_ended(out) == []
 
@@ -98,9 +98,9 @@ def test_a_claim_that_lands_after_close_is_released_at_once(tmp_path: Path) -> N
     reached, go, wait = gate()
     take = groups.book.take
 
-    def slow_take(group: GroupId, seen: object) -> object:  # the store answers the claim late
+    def slow_take(group: GroupId, seen: object, **how: bool) -> object:  # the store answers the claim late
         wait()
-        return take(group, seen)  # type: ignore[arg-type]
+        return take(group, seen, **how)  # type: ignore[arg-type]
 
     groups.book.take = slow_take  # type: ignore[assignment,method-assign]
     assert stop_while_held(groups, reached, go) == []

@@ -6,6 +6,7 @@ their own (``Clock``) instead of sleeping, so "the lease ran out" is an event th
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,28 @@ def test_a_released_group_is_free_at_once(tmp_path: Path) -> None:
     assert other.take(GROUP, seen) is not None
 
 
+def test_a_reserved_group_is_started_by_its_holder_or_taken_by_another_never_both(tmp_path: Path) -> None:
+    out = Storage(str(tmp_path))
+    clock = Clock()
+    holder, taker = book(out, "holder", 2, clock), book(out, "taker", 0, clock)
+    # A claim written before reservations existed has no "started": it is a started one.
+    old = {"holder": "old", "by_shard": 2, "expires_at": clock.now + 60, "shard": 2, "num_shards": 4, "group": 5,
+           "epoch": 1}
+    assert out.create_exclusive(holder.path(GROUP, 1), json.dumps(old).encode())
+    assert taker.state(GROUP, taker.view(2).groups[5]) == "held"
+    clock.now += 61  # its lease runs out
+    reserved = holder.take(GROUP, holder.view(2).groups[5], started=False)
+    assert reserved is not None and taker.state(GROUP, taker.view(2).groups[5]) == "reserved"
+    started = holder.start(reserved)
+    assert started is not None and started.epoch == 3 and taker.state(GROUP, taker.view(2).groups[5]) == "held"
+    # The next reservation: the taker creates the epoch the holder would start it with, first.
+    holder.end(started, Ending("released"))
+    again = holder.take(GROUP, holder.view(2).groups[5], started=False)
+    assert again is not None
+    assert taker.take(GROUP, taker.view(2).groups[5], started=True) is not None
+    assert holder.start(again) is None and holder.superseded(again)
+
+
 def row(doc: str, page: int, status: str = "ok", **extra: Any) -> dict[str, Any]:
     return {"doc_id": doc, "page": page, "num_pages": 3, "status": status, "doc_index": 0, "source": doc,
             "markdown": f"{doc} p{page}", **extra}
@@ -176,3 +199,33 @@ def test_an_unreadable_slot_is_emptied_and_its_pages_redone(tmp_path: Path) -> N
     assert log.scan().done_pages == {}
     assert log.append([row("a", 1)]).slots == [1]
     assert keys(stage) == [("a", 1)]
+
+
+def test_an_own_group_taken_from_its_reservation_is_waited_for_before_the_queue_ends(tmp_path: Path) -> None:
+    # The sweep's 8-group shape with two slow shards: a slow shard's reserved group was taken by
+    # a fast one, the slow shard's queue ended without waiting for it, and it exited with no
+    # completion marker although the group was done a second later.
+    import asyncio
+
+    from llm_ocr.storage.claims import Claims
+
+    out = Storage(str(tmp_path))
+    clock = Clock()
+    group = GroupId(shard=0, num_shards=4, group=0)
+    mine = Claims(book(out, "slow", 0, clock), lambda shard: 1 if shard == 0 else 0, steal=False,
+                  stop=asyncio.Event())
+    queue = mine.queue(lambda: None, lambda timeout: False)
+    reserved, kind = next(queue)
+    assert (reserved.group, reserved.started, kind) == (group, False, "own")
+    fast = book(out, "fast", 1, clock)
+    taken = fast.take(group, fast.view(0).groups.get(0), started=True)
+    assert taken is not None and not mine.start(group)  # the fast one took it: none of its pages go out here
+    polls: list[float] = []
+
+    def fast_finishes(seconds: float) -> None:  # the queue waits: meanwhile the taker finishes the group
+        polls.append(seconds)
+        fast.end(taken, Ending("done", 1))
+
+    mine._sleep = fast_finishes  # type: ignore[method-assign]
+    assert list(queue) == []
+    assert polls and mine.own_groups(set()).left == []

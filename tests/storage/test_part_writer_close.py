@@ -1,5 +1,5 @@
 """A writer's close() waits for every part it started, also when two flushes ran at once
-(llm_ocr.storage.parts.PartWriter; GroupWriter in llm_ocr.runners.groups follows the same rule).
+(llm_ocr.storage.writer.SerialWriter, which PartWriter and the work groups' GroupWriter stand on).
 
 Two flushes at once (a full buffer and the flush timer, or rows of two groups completing
 together) both waited for the write before them; the later one then found none pending and
