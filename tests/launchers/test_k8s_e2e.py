@@ -23,6 +23,7 @@ import yaml
 
 from tests.conftest import REPO
 from tests.docs import make_corpus
+from tests.fakes.container import VENVS
 from tests.launchers.common import llm_ocr, llm_ocr_batch, wait_until
 from tests.launchers.k8s_common import (
     NAMESPACE,
@@ -53,7 +54,11 @@ def _without_launch_id(body: dict, launch_id: str) -> str:
 
 
 def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_reference_only(tmp_path: Path, corpus: Path) -> None:
-    with cluster(tmp_path / "cluster", corpus) as world:
+    # Index 0's pod installs the shipped wheel into a venv of its own, as in the cloud (the
+    # bootstrap's install end to end); the other pods link theirs to the run's venv of the same
+    # wheel (tests/fakes/fake_uv.py), as every other fake job of the run does.
+    own_venv = {0: {VENVS.variable: ""}}
+    with cluster(tmp_path / "cluster", corpus, index_env=own_venv) as world:
         env = world.env(tmp_path)
         dry, dry_yaml = llm_ocr_batch([(launch_args("--dry-run"), {}), (launch_args("--dry-run", "--yaml"), {})], env)
         assert dry["code"] == 0 and dry_yaml["code"] == 0, dry["stderr"] + dry_yaml["stderr"]
@@ -80,6 +85,9 @@ def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_referen
         pods = sorted(job.pods, key=lambda p: p.index)
         assert [(p.env["JOB_COMPLETION_INDEX"], p.env["LLM_OCR_NUM_SHARDS"]) for p in pods] == [("0", "3"), ("1", "3"), ("2", "3")]
         assert all(p.env["AWS_SECRET_ACCESS_KEY"] == PLANTED for p in pods)
+        installs = ["\n".join(p.main[0].log) for p in pods]
+        assert "fake uv: installed llm_ocr-" in installs[0] and "linked to the run's venv" not in installs[0], installs[0]
+        assert all("linked to the run's venv" in text for text in installs[1:])
         # The dry run showed the Job the API server then received (but for the launch id), and the
         # YAML is the same Job.
         (received,) = [r["body"] for r in world.api.calls("POST", "/jobs")]
