@@ -21,6 +21,7 @@ import psutil
 import pytest
 import yaml
 
+from tests import waiting
 from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.container import VENVS
@@ -36,6 +37,7 @@ from tests.launchers.k8s_common import (
     launch_args,
     status,
 )
+from tests.launchers.simulators import HELD_START, simulator_in
 from tests.storage_servers import VENV_BIN
 
 # The hang guard (pytest-timeout; 300 s by default): a test waits for a launch, a retry and a relaunch in turn, each with its own hang guard.
@@ -209,12 +211,15 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
 
 
 def test_cancel_deletes_the_job_and_stops_every_pod(tmp_path: Path, corpus: Path) -> None:
-    with cluster(tmp_path / "cluster", corpus, sim_args="--prefill-ms 3000 --slots 1") as world:
+    # The pods' servers never become ready (tests/launchers/simulators.py): both shards are running,
+    # for certain, when the cancel lands, their llm-ocr waiting for its server as on a slow start
+    # (with 3-second pages a loaded machine once let a shard finish first).
+    with cluster(tmp_path / "cluster", corpus, sim_args=HELD_START) as world:
         env = world.env(tmp_path)
         assert llm_ocr(*launch_args("--grace-period", "1", shards=2), env=env).returncode == 0
         (job,) = world.api.all_jobs
-        wait_until(lambda: len(job.pods) == 2 and all(p.phase == "Running" and p.main[0].process for p in job.pods),
-                   timeout=240)
+        waiting.wait_until(lambda: len(job.pods) == 2 and all(simulator_in(p.folder) for p in job.pods),
+                           "both pods' model servers listen", interval=0.5)
         pids = [p.main[0].process.pid for p in job.pods]
         one, everything = llm_ocr_batch([(["jobs", "cancel", OUTPUT, "--shard", "1"], {}), (["jobs", "cancel", OUTPUT], {})], env)
         assert one["code"] == 2 and "cannot stop only some of them" in one["stderr"]
