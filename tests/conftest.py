@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import skip_policy
-from tests.fixtures.ray import session as ray_fixture
-from tests.fixtures.slurm import session as slurm_fixture
+from tests.fakes.container import VENVS
+from tests.fixtures.ray import session as ray_session
+from tests.fixtures.slurm import session as slurm_session
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,16 +88,22 @@ def pytest_configure(config: pytest.Config) -> None:
     skip_policy.register(config)
 
 
+#: What a run starts once for every worker (tests/fixtures/run_folder.py): its one-node Slurm and
+#: Ray, and the venvs the fake platforms' jobs share (tests/fakes/fake_uv.py).
+RUN_FOLDERS = (slurm_session.RUN, ray_session.RUN, VENVS)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Name the folders of this run's one-node Slurm and Ray (tests/fixtures/) before pytest-xdist
-    starts its workers, so they all share the one cluster of each the first of them starts."""
+    """Name the folders of this run's shared Slurm, Ray and job venvs before pytest-xdist starts
+    its workers, so they all share the one of each the first of them starts."""
     if not hasattr(session.config, "workerinput"):
-        slurm_fixture.claim_folder()
-        ray_fixture.claim_folder()
+        for run in RUN_FOLDERS:
+            run.claim()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop this run's Slurm and Ray, if a test started them (on the controller, after every worker ended)."""
+    """Stop this run's Slurm and Ray and remove the shared venvs, if a test started them (on the
+    controller, after every worker ended)."""
     if not hasattr(session.config, "workerinput"):
-        slurm_fixture.release_folder()
-        ray_fixture.release_folder()
+        for run in RUN_FOLDERS:
+            run.release()

@@ -1,7 +1,9 @@
 """A job's bootstrap in a stock image: what it runs vLLM with, and how it fails.
 
-The install itself runs in every launcher end-to-end test (the fakes' containers, with a fake
-``uv``) and against a stand-in image with the real package index in tests/packaging."""
+The install itself runs in the launcher end-to-end tests (the fakes' containers, with a fake
+``uv``: one pod of the Kubernetes launch installs the wheel into a venv of its own, every other
+job of the run links to the run's venv of the same wheel) and against a stand-in image with the
+real package index in tests/packaging."""
 
 from __future__ import annotations
 

@@ -8,6 +8,9 @@ A job's command runs as a local subprocess in a folder of its own, with:
   ``llm-ocr`` is on neither: a job finds it only in the venv its bootstrap installs the shipped
   wheel into, as in the cloud;
 - ``HOME`` and ``TMPDIR`` (where the bootstrap puts its venv) in that folder;
+- ``LLM_OCR_TEST_VENVS_DIR``: the run's folder of installed venvs (:data:`VENVS`), one per wheel,
+  which the fake ``uv`` links a job's venv to instead of installing the same wheel again for every
+  job (a job whose variable is empty installs its own: the bootstrap's install, end to end);
 - the mounts (a volume, SageMaker's ``/opt/ml``) materialised in that folder: :func:`map_words`
   rewrites the command words under a mount path to the local folder, as the container's view
   of its filesystem would resolve them.
@@ -26,8 +29,12 @@ from pathlib import Path
 
 import psutil
 
+from tests.fixtures.run_folder import RunFolder
+
 FAKES = Path(__file__).resolve().parent
 JOBS_BIN = FAKES / "jobs_bin"
+#: The run's installed venvs, shared by every job of every fake platform (tests/fakes/fake_uv.py).
+VENVS = RunFolder("venvs")
 
 
 def container_env(folder: Path) -> dict[str, str]:
@@ -40,6 +47,7 @@ def container_env(folder: Path) -> dict[str, str]:
         "TMPDIR": str(folder / "tmp"),
         "LANG": "C.UTF-8",
         "LLM_OCR_TEST_PYTHON": sys.executable,
+        VENVS.variable: str(VENVS.folder()),
     }
 
 

@@ -44,13 +44,14 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from tests.fakes.container import Descendants, container_env, kill_tree, map_words, process_tree, with_image
+from tests.fakes.http_server import FakeHTTPServer
 from tests.storage_servers import GcsEmulator
 
 _TYPE = "type.googleapis.com/google.cloud.run.v2."
@@ -149,7 +150,7 @@ class FakeExecution:
         return self.name.rsplit("/", 1)[-1]
 
 
-class FakeCloudRun:
+class FakeCloudRun(FakeHTTPServer):
     """The fake API server (see the module docstring).
 
     Args:
@@ -191,38 +192,17 @@ class FakeCloudRun:
         self.requests: list[dict[str, Any]] = []
         #: Log entries: (time, job id, execution id, task index, attempt, line).
         self.log_entries: list[tuple[float, str, str, int, int, str]] = []
-        self._server: ThreadingHTTPServer | None = None
-        self.url = ""
+        super().__init__()
 
-    # -- lifecycle ------------------------------------------------------------------------------
+    # -- lifecycle (tests/fakes/http_server.py) -------------------------------------------------
 
-    def __enter__(self) -> FakeCloudRun:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                fake._handle(self)
-
-            do_GET = do_POST = do_PATCH = do_DELETE = _serve
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def stop_work(self) -> None:
+        """Kill every task still running (before the fake stops answering)."""
         for execution in list(self.executions.values()):
             execution.cancelled = True
             for task in execution.tasks:
                 if task.process is not None and task.process.poll() is None:
                     kill_tree(task.process.pid, signal.SIGKILL)
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
 
     # -- test helpers ---------------------------------------------------------------------------
 
@@ -255,7 +235,7 @@ class FakeCloudRun:
 
     # -- HTTP -----------------------------------------------------------------------------------
 
-    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+    def handle(self, handler: BaseHTTPRequestHandler) -> None:
         parsed = urllib.parse.urlsplit(handler.path)
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length) if length else b""

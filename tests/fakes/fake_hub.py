@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fakes.http_server import FakeHTTPServer
+
 TYPES = {"datasets": "dataset", "models": "model", "spaces": "space"}
 PAGE_SIZE = 50  # tree entries per page, small so pagination is exercised
 
@@ -117,8 +119,11 @@ class Commit:
     lfs: list[str] = field(default_factory=list)  # the added paths that came as ``lfsFile``
 
 
-class FakeHub:
-    """The fake Hub server, in a thread of the test process, on a free loopback port."""
+class FakeHub(FakeHTTPServer):
+    """The fake Hub server, in threads of the test process, on two free loopback ports (the Hub,
+    and its LFS storage)."""
+
+    ports = 2
 
     def __init__(self, tokens: dict[str, str] | None = None, user: str = "tester") -> None:
         self.tokens = dict(tokens or {"hf_test_writer_token": "write", "hf_test_reader_token": "read"})
@@ -134,42 +139,21 @@ class FakeHub:
         self.lfs_objects: dict[str, bytes] = {}
         self.lfs_uploads: list[str] = []
         self._signing_key = secrets.token_hex(16)  # signs the storage URLs, as S3/CDN URLs are
-        handler = _handler(self)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._storage = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._threads = []
-        for server in (self._server, self._storage):
-            server.daemon_threads = True
-            self._threads.append(threading.Thread(target=server.serve_forever, daemon=True))
+        super().__init__()
 
-    # -- lifecycle ------------------------------------------------------------------------------
+    # -- lifecycle (tests/fakes/http_server.py) -------------------------------------------------
+
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _handler(self)
 
     @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+    def _storage(self) -> ThreadingHTTPServer:
+        return self.servers[1]
 
     @property
     def storage_url(self) -> str:
         """The LFS storage's origin (a different port: another host for the client)."""
-        host, port = self._storage.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> FakeHub:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def stop(self) -> None:
-        for server in (self._server, self._storage):
-            server.shutdown()
-            server.server_close()
-
-    def __enter__(self) -> FakeHub:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return self.url_of(1)
 
     # -- test helpers ---------------------------------------------------------------------------
 

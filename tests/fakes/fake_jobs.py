@@ -181,11 +181,11 @@ class FakeJobs(FakeHub):
         with self.lock:
             return "\n".join(line for job in self.jobs.values() for _, line in job.logs)
 
-    def stop(self) -> None:
+    def stop_work(self) -> None:
+        """Kill every job still running (before the fake stops answering)."""
         for job in list(self.jobs.values()):
             if job.stage not in TERMINAL:
                 self._stop(job, "cancel", signal.SIGKILL)
-        super().stop()
 
     # -- routes ---------------------------------------------------------------------------------
 

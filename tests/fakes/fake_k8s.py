@@ -60,13 +60,14 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from tests.fakes.container import Descendants, container_env, kill_tree, map_words, process_tree, with_image
+from tests.fakes.http_server import FakeHTTPServer
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 JOB_NAME_KEY = "batch.kubernetes.io/job-name"
@@ -452,7 +453,7 @@ class FakeJob:
                 "spec": {**self.body["spec"], "selector": selector}, "status": status}
 
 
-class FakeKubernetes:
+class FakeKubernetes(FakeHTTPServer):
     """The fake API server and Job controller (see the module docstring).
 
     Args:
@@ -509,39 +510,18 @@ class FakeKubernetes:
         #: Every request: {"method", "path", "query", "body"}.
         self.requests: list[dict[str, Any]] = []
         self._gpus_used = 0
-        self._server: ThreadingHTTPServer | None = None
-        self.url = ""
+        super().__init__()
 
-    # -- lifecycle ------------------------------------------------------------------------------
+    # -- lifecycle (tests/fakes/http_server.py) -------------------------------------------------
 
-    def __enter__(self) -> FakeKubernetes:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                fake._handle(self)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def stop_work(self) -> None:
+        """Kill every container still running (before the fake stops answering)."""
         with self.lock:
             pods = [pod for job in self.all_jobs for pod in job.pods]
         for pod in pods:
             for container in [*pod.init, *pod.main]:
                 if container.process is not None and container.process.poll() is None:
                     kill_tree(container.process.pid, signal.SIGKILL)
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
 
     def kubeconfig(self, path: Path, token: str, namespace: str = "default", context: str = "fake") -> Path:
         """Write a kubeconfig for this server (as kubectl's, one context) and return its path."""
@@ -605,7 +585,7 @@ class FakeKubernetes:
 
     # -- HTTP -----------------------------------------------------------------------------------
 
-    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+    def handle(self, handler: BaseHTTPRequestHandler) -> None:
         parsed = urllib.parse.urlsplit(handler.path)
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query).items()}
         length = int(handler.headers.get("Content-Length") or 0)

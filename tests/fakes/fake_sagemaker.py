@@ -47,12 +47,13 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from tests.fakes.container import container_env, map_words, with_image
 from tests.fakes.fake_jobs import _signal_tree
+from tests.fakes.http_server import FakeHTTPServer
 
 LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
 #: The credentials of the jobs' "execution role" (distinct from the launcher's).
@@ -89,7 +90,7 @@ class FakeProcessingJob:
     changed: threading.Condition = field(default_factory=threading.Condition)
 
 
-class FakeSageMaker:
+class FakeSageMaker(FakeHTTPServer):
     """See the module docstring. ``job_env``: variables every host's "container" has (e.g.
     ``FAKE_VLLM_SIM_ARGS``); ``host_env``: host name (``algo-K``) -> variables of that host only
     (e.g. a slower GPU); ``images``: image URI -> extra variables when a job runs it."""
@@ -120,25 +121,19 @@ class FakeSageMaker:
         self.requests: list[dict[str, Any]] = []
         self.calls: list[str] = []
         self.lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        super().__init__()
 
-    def __enter__(self) -> FakeSageMaker:
-        return self
+    # -- lifecycle (tests/fakes/http_server.py) -------------------------------------------------
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _handler(self)
 
-    def close(self) -> None:
-        """Kill every host still running and stop serving."""
+    def stop_work(self) -> None:
+        """Kill every host still running (before the fake stops answering)."""
         for job in list(self.jobs.values()):
             for host in job.hosts:
                 if host.process is not None and host.process.poll() is None:
                     _signal_tree(host.process.pid, signal.SIGKILL)
-        self._server.shutdown()
-        self._server.server_close()
 
     # -- test helpers ---------------------------------------------------------------------------
 
@@ -454,7 +449,7 @@ def _client(service: str, endpoint: str, region: str) -> Any:
 def _handler(fake: FakeSageMaker) -> type[BaseHTTPRequestHandler]:
     moto = urllib.parse.urlparse(fake.moto_url)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(BaseHTTPRequestHandler):  # POST only: the AWS JSON protocol
         protocol_version = "HTTP/1.1"
 
         def log_message(self, *args: Any) -> None:

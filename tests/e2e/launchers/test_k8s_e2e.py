@@ -21,8 +21,10 @@ import psutil
 import pytest
 import yaml
 
+from tests import waiting
 from tests.conftest import REPO
 from tests.docs import make_corpus
+from tests.fakes.container import VENVS
 from tests.launchers.common import llm_ocr, llm_ocr_batch, wait_until
 from tests.launchers.k8s_common import (
     NAMESPACE,
@@ -35,6 +37,7 @@ from tests.launchers.k8s_common import (
     launch_args,
     status,
 )
+from tests.launchers.simulators import HELD_START, simulator_in
 from tests.storage_servers import VENV_BIN
 
 # The hang guard (pytest-timeout; 300 s by default): a test waits for a launch, a retry and a relaunch in turn, each with its own hang guard.
@@ -53,7 +56,11 @@ def _without_launch_id(body: dict, launch_id: str) -> str:
 
 
 def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_reference_only(tmp_path: Path, corpus: Path) -> None:
-    with cluster(tmp_path / "cluster", corpus) as world:
+    # Index 0's pod installs the shipped wheel into a venv of its own, as in the cloud (the
+    # bootstrap's install end to end); the other pods link theirs to the run's venv of the same
+    # wheel (tests/fakes/fake_uv.py), as every other fake job of the run does.
+    own_venv = {0: {VENVS.variable: ""}}
+    with cluster(tmp_path / "cluster", corpus, index_env=own_venv) as world:
         env = world.env(tmp_path)
         dry, dry_yaml = llm_ocr_batch([(launch_args("--dry-run"), {}), (launch_args("--dry-run", "--yaml"), {})], env)
         assert dry["code"] == 0 and dry_yaml["code"] == 0, dry["stderr"] + dry_yaml["stderr"]
@@ -80,6 +87,9 @@ def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_referen
         pods = sorted(job.pods, key=lambda p: p.index)
         assert [(p.env["JOB_COMPLETION_INDEX"], p.env["LLM_OCR_NUM_SHARDS"]) for p in pods] == [("0", "3"), ("1", "3"), ("2", "3")]
         assert all(p.env["AWS_SECRET_ACCESS_KEY"] == PLANTED for p in pods)
+        installs = ["\n".join(p.main[0].log) for p in pods]
+        assert "fake uv: installed llm_ocr-" in installs[0] and "linked to the run's venv" not in installs[0], installs[0]
+        assert all("linked to the run's venv" in text for text in installs[1:])
         # The dry run showed the Job the API server then received (but for the launch id), and the
         # YAML is the same Job.
         (received,) = [r["body"] for r in world.api.calls("POST", "/jobs")]
@@ -201,12 +211,15 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
 
 
 def test_cancel_deletes_the_job_and_stops_every_pod(tmp_path: Path, corpus: Path) -> None:
-    with cluster(tmp_path / "cluster", corpus, sim_args="--prefill-ms 3000 --slots 1") as world:
+    # The pods' servers never become ready (tests/launchers/simulators.py): both shards are running,
+    # for certain, when the cancel lands, their llm-ocr waiting for its server as on a slow start
+    # (with 3-second pages a loaded machine once let a shard finish first).
+    with cluster(tmp_path / "cluster", corpus, sim_args=HELD_START) as world:
         env = world.env(tmp_path)
         assert llm_ocr(*launch_args("--grace-period", "1", shards=2), env=env).returncode == 0
         (job,) = world.api.all_jobs
-        wait_until(lambda: len(job.pods) == 2 and all(p.phase == "Running" and p.main[0].process for p in job.pods),
-                   timeout=240)
+        waiting.wait_until(lambda: len(job.pods) == 2 and all(simulator_in(p.folder) for p in job.pods),
+                           "both pods' model servers listen", interval=0.5)
         pids = [p.main[0].process.pid for p in job.pods]
         one, everything = llm_ocr_batch([(["jobs", "cancel", OUTPUT, "--shard", "1"], {}), (["jobs", "cancel", OUTPUT], {})], env)
         assert one["code"] == 2 and "cannot stop only some of them" in one["stderr"]

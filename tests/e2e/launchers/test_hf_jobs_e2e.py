@@ -9,13 +9,14 @@ simulated DeepSeek-OCR server) and writes to the fake Hub with the ``HF_TOKEN`` 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.docs import make_corpus
-from tests.fakes.fake_jobs import hub_files_text
+from tests.fakes.fake_jobs import FakeJob, FakeJobs, hub_files_text
 from tests.launchers.common import (
     CODE_REPO,
     INPUT,
@@ -31,8 +32,9 @@ from tests.launchers.common import (
     llm_ocr,
     llm_ocr_batch,
     stage_rows,
-    wait_until,
 )
+from tests.launchers.simulators import HELD_START, JobSimulator, simulator_in
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -46,20 +48,25 @@ def _without_launch_id(body: dict, launch_id: str) -> str:
     return json.dumps(body, sort_keys=True).replace(launch_id, "LAUNCH")
 
 
-def test_four_shards_make_every_page_once_and_the_token_stays_secret(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_shards_make_every_page_once_and_the_token_stays_secret(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llm_ocr.launchers.core import api
 
     with fake_jobs(tmp_path / "jobs", corpus) as hub, launcher_here(hub, tmp_path, monkeypatch) as so:
         env = launcher_env(hub, tmp_path)
-        dry = llm_ocr(*launch_args("--dry-run"), env=env)
-        assert dry.returncode == 0, dry.stderr
-        plan = json.loads(dry.stdout)  # exactly one JSON object on stdout
-        assert hub.job_requests == [] and (("model", CODE_REPO) not in hub.repos)
-
-        done = llm_ocr(*launch_args("--wait", "--interval", "0.5"), env=env)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "every shard finished" in done.stdout
-        assert [j.attempts_run for j in hub.jobs.values()] == [1, 1, 1, 1]  # no shard needed a retry
+        # The user's commands in turn, in one interpreter (tests/launchers/batch_cli.py): the dry
+        # run (which submits nothing: test_dry_run_prints_the_contract...), the launch, one shard's
+        # logs, and a relaunch of the finished output.
+        dry, done, logs, again = llm_ocr_batch([
+            (launch_args("--dry-run", shards=2), {}),
+            (launch_args("--wait", "--interval", "2", shards=2), {}),
+            (["jobs", "logs", OUTPUT, "--shard", "1"], {}),
+            (launch_args(shards=2), {}),
+        ], env)
+        assert dry["code"] == 0, dry["stderr"]
+        plan = json.loads(dry["stdout"])  # exactly one JSON object on stdout
+        assert done["code"] == 0, done["stdout"] + done["stderr"]
+        assert "every shard finished" in done["stdout"]
+        assert [j.attempts_run for j in hub.jobs.values()] == [1, 1]  # no shard needed a retry
 
         # Every page of the input exactly once in each stage, every document assembled.
         for stage in ("extract", "describe"):
@@ -70,8 +77,8 @@ def test_four_shards_make_every_page_once_and_the_token_stays_secret(tmp_path: P
         assert sorted(d["doc_id"] for d in documents) == sorted(p.name for p in corpus.glob("*.pdf"))
         # One job per shard, each told its shard in env; the token only in secrets.
         received = hub.job_requests
-        assert sorted(r["environment"]["LLM_OCR_SHARD_INDEX"] for r in received) == ["0", "1", "2", "3"]
-        assert all(r["environment"]["LLM_OCR_NUM_SHARDS"] == "4" for r in received)
+        assert sorted(r["environment"]["LLM_OCR_SHARD_INDEX"] for r in received[:2]) == ["0", "1"]
+        assert all(r["environment"]["LLM_OCR_NUM_SHARDS"] == "2" for r in received)
         assert all(r["secrets"] == {"HF_TOKEN": PLANTED} for r in received)
         # The dry run showed the exact bodies the launch then sent (but for the launch id and
         # the secret's value).
@@ -83,26 +90,25 @@ def test_four_shards_make_every_page_once_and_the_token_stays_secret(tmp_path: P
 
         # The table from the record alone (as from another machine), and one shard's logs.
         table = api.status(OUTPUT, storage_options=so).to_dict()
-        assert [row["state"] for row in table["shards"]] == ["done"] * 4
+        assert [row["state"] for row in table["shards"]] == ["done"] * 2
         assert table["totals"]["done"] == 12 and table["totals"]["cost_usd"] is not None
-        logs = llm_ocr("jobs", "logs", OUTPUT, "--shard", "2", env=env)
-        assert logs.returncode == 0, logs.stderr
-        assert "[extract shard 3/4] pages seen" in logs.stdout  # shard index 2 is "3/4" in its log
+        assert logs["code"] == 0, logs["stderr"]
+        assert "[extract shard 2/2] pages seen" in logs["stdout"]  # shard index 1 is "2/2" in its log
+        assert "[extract shard 1/2]" not in logs["stdout"]
 
         # Relaunching a finished output submits nothing.
-        again = llm_ocr(*launch_args(), env=env)
-        assert again.returncode == 0, again.stderr
-        assert "nothing to launch" in again.stdout
-        assert len(hub.job_requests) == 4
+        assert again["code"] == 0, again["stderr"]
+        assert "nothing to launch" in again["stdout"]
+        assert len(hub.job_requests) == 2
 
         # The planted token: nowhere but the secrets channel.
         spec_views = [{k: v for k, v in r.items() if k != "secrets"} for r in received]
         places = {
-            "dry-run": dry.stdout + dry.stderr,
-            "launch output": done.stdout + done.stderr + again.stdout + again.stderr,
+            "dry-run": dry["stdout"] + dry["stderr"],
+            "launch output": done["stdout"] + done["stderr"] + again["stdout"] + again["stderr"],
             "job specs": json.dumps(spec_views),
             "job logs": hub.log_text(),
-            "status and logs output": json.dumps(table) + logs.stdout + logs.stderr,
+            "status and logs output": json.dumps(table) + logs["stdout"] + logs["stderr"],
             "output repo": hub_files_text(hub, OUTPUT_REPO),
             "launch cache": "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.json")),
         }
@@ -111,39 +117,84 @@ def test_four_shards_make_every_page_once_and_the_token_stays_secret(tmp_path: P
         assert places["launch cache"], "the launch should be noted locally by id"
 
 
+def _job_of(hub: FakeJobs, shard: int, nth: int = 0) -> FakeJob | None:
+    """The ``nth`` job submitted for ``shard`` (None before)."""
+    jobs = [j for j in list(hub.jobs.values()) if j.body["environment"]["LLM_OCR_SHARD_INDEX"] == str(shard)]
+    return jobs[nth] if len(jobs) > nth else None
+
+
+def _simulator_of(job: FakeJob | None) -> JobSimulator | None:
+    return simulator_in(job.folder) if job is not None else None
+
+
+def _hold_after_a_page(job: FakeJob, server: JobSimulator) -> None:
+    """Let ``job`` through one request at a time until it has finished a page, and hold it there.
+
+    A page takes one extract request and a describe request per figure, so the count is not
+    fixed: each time a request is held (the job cannot change state then), the job's next progress
+    line says whether a page is done; if not, that request is let through.
+    """
+    held_at = server.hold()
+    server.ready()
+    while True:
+        wait_until(lambda at=held_at: server.hangs_applied() >= at, "the job's next request reached its server")
+        seen = len(job.logs)
+        # The second progress line after the hold: the first may have been made before it.
+        lines = wait_until(lambda since=seen: [ln for _, ln in job.logs[since:] if " pages " in ln][1:],
+                           "a progress line of the held job")
+        done = re.search(r"\(ok (\d+),", lines[0])
+        assert done is not None, lines[0]
+        if int(done.group(1)) > 0:
+            return
+        server.release()
+        held_at += 1
+
+
 def test_killed_shard_is_the_only_one_relaunched_and_it_resumes(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llm_ocr.launchers.core import api
 
-    # Slow pages and small parts committed often, so that the kill lands mid-shard after some
-    # parts are on the Hub, and progress shows before any completion marker.
-    slow = "--prefill-ms 700 --slots 1"
+    # Every job's server waits for the test (tests/launchers/simulators.py). Shard 0's runs at
+    # once; shard 1's answers one page and holds the rest (_hold_after_a_page), so that shard 1 has a part on the Hub
+    # and progress to show, and is mid-shard for certain when it is killed, however slow the
+    # machine. Small parts committed often, one page in flight. Static shards: with work groups
+    # shard 0 would read shard 1's free groups (tests/runners/test_stragglers_e2e.py).
     tuning = ("--env", "LLM_OCR_HUB_COMMIT_FILES=2", "--env", "LLM_OCR_HUB_COMMIT_INTERVAL=1")
-    args = launch_args(*tuning, "--part-rows", "1", "--progress-interval", "0.3", shards=2)
-    with fake_jobs(tmp_path / "jobs", corpus, sim_args=slow) as hub, launcher_here(hub, tmp_path, monkeypatch) as so:
+    args = launch_args(*tuning, "--part-rows", "1", "--max-in-flight", "1", "--progress-interval", "0.3", "--no-steal",
+                       shards=2)
+    with fake_jobs(tmp_path / "jobs", corpus, sim_args=f"--instant {HELD_START}") as hub, \
+            launcher_here(hub, tmp_path, monkeypatch) as so:
         env = launcher_env(hub, tmp_path)
         first = llm_ocr(*args, env=env)
         assert first.returncode == 0, first.stderr
-        victim = next(j for j in hub.jobs.values() if j.body["environment"]["LLM_OCR_SHARD_INDEX"] == "1")
+        wait_until(lambda: _simulator_of(_job_of(hub, 0)), "shard 0's model server listens", interval=0.5).ready()
+        held = wait_until(lambda: _simulator_of(_job_of(hub, 1)), "shard 1's model server listens", interval=0.5)
+        victim = _job_of(hub, 1)
+        assert victim is not None
+        _hold_after_a_page(victim, held)
 
         # The live table counts pages from the progress file before the shard has a marker.
         def progressing() -> object:
             row = api.status(OUTPUT, storage_options=so).shards[1]
             return row if row.state == "running" and row.counts["ok"] > 0 and not row.stages_done else None
 
-        seen = wait_until(progressing, period=0.1)
+        seen = wait_until(progressing, "shard 1's progress in the live table", interval=0.5)
         assert seen.job_id == victim.id
-        wait_until(lambda: any(n.startswith("extract/part-00001-of-00002") for n in hub.files(OUTPUT_REPO)), period=0.05)
+        wait_until(lambda: any(n.startswith("extract/part-00001-of-00002") for n in hub.files(OUTPUT_REPO)),
+                   "shard 1's first part on the Hub", interval=0.2)
         hub.kill(victim.id)
-        final = api.wait(OUTPUT, interval=0.3, live=False, storage_options=so)
+        final = api.wait(OUTPUT, interval=0.5, live=False, storage_options=so)
         assert not final.succeeded
         assert {row.shard: row.state for row in final.shards} == {0: "done", 1: "failed"}
         before = len(stage_rows(hub, "extract"))
         assert 0 < before < len(expected_pages(corpus))
 
-        again = llm_ocr(*args, "--wait", "--interval", "0.5", env=env)
+        again = llm_ocr(*args, env=env)
         assert again.returncode == 0, again.stdout + again.stderr
         relaunched = hub.job_requests[2:]
         assert [r["environment"]["LLM_OCR_SHARD_INDEX"] for r in relaunched] == ["1"]
+        wait_until(lambda: _simulator_of(_job_of(hub, 1, nth=1)), "the relaunched shard's server listens",
+                   interval=0.5).ready()
+        assert api.wait(OUTPUT, interval=0.5, live=False, storage_options=so).succeeded
         assert len(hub.commits_to(CODE_REPO)) == 1  # same code: the wheel was not uploaded again
         for stage in ("extract", "describe"):
             keys = sorted((r["doc_id"], r["page"]) for r in stage_rows(hub, stage))
@@ -161,11 +212,13 @@ def test_killed_shard_is_the_only_one_relaunched_and_it_resumes(tmp_path: Path, 
 def test_cancel_stops_every_job_and_its_processes(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llm_ocr.launchers.core import api
 
-    slow = "--prefill-ms 3000 --slots 1"
-    with fake_jobs(tmp_path / "jobs", corpus, sim_args=slow) as hub, launcher_here(hub, tmp_path, monkeypatch) as so:
+    # The jobs' servers never become ready (tests/launchers/simulators.py): both jobs are running,
+    # for certain, when the cancel lands, with llm-ocr waiting for its server as on a slow start.
+    with fake_jobs(tmp_path / "jobs", corpus, sim_args=HELD_START) as hub, launcher_here(hub, tmp_path, monkeypatch) as so:
         env = launcher_env(hub, tmp_path)
         assert llm_ocr(*launch_args("--grace-period", "1", shards=2), env=env).returncode == 0
-        wait_until(lambda: all(j.stage == "RUNNING" and j.process for j in hub.jobs.values()) and len(hub.jobs) == 2)
+        for shard in (0, 1):
+            wait_until(lambda s=shard: _simulator_of(_job_of(hub, s)), f"shard {shard}'s model server listens", interval=0.5)
         pids = [j.process.pid for j in hub.jobs.values()]
         cancelled = llm_ocr("jobs", "cancel", OUTPUT, env=env)
         assert cancelled.returncode == 0, cancelled.stderr

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import waiting
 from tests.docs import make_corpus
 from tests.launchers.common import wait_until
+from tests.launchers.simulators import HELD_START, JobSimulator, find_simulator
 from tests.launchers.slurm_common import (
     array_id,
     expected,
@@ -39,7 +41,6 @@ PLANTED = "planted-secret-5f1e2d3c4b5a69788796a5b4"
 SLOW = ("--part-rows", "1", "--max-in-flight", "1")
 #: Two seconds a page: a shard of four pages is still running when its first part appears.
 PACED = "--prefill-ms 2000 --slots 1"
-PACED_LONGER = "--prefill-ms 4000 --slots 1"
 
 
 @pytest.fixture(scope="module")
@@ -224,17 +225,31 @@ def test_a_requeued_task_resumes_from_its_parts(tmp_path: Path, corpus: Path, sl
     assert _done_earlier(launch_folder(out) / f"{array}_1.log") >= 1  # the second run resumed
 
 
+def _task_simulator(array: str, shard: int) -> JobSimulator | None:
+    """The simulated server task ``ARRAY_SHARD`` started (found by the job's own variables)."""
+    return find_simulator(lambda env: env.get("SLURM_ARRAY_JOB_ID") == array
+                          and env.get("SLURM_ARRAY_TASK_ID") == str(shard))
+
+
 def test_a_cancelled_task_is_the_only_shard_relaunched(tmp_path: Path, corpus: Path, slurm: dict[str, str]) -> None:  # noqa: F811
     out = tmp_path / "out"
     env = launcher_env(slurm, tmp_path)
-    # Static shards, so that the cancelled shard's rest is left for its relaunch to resume; four
-    # seconds a page, so that the cancel (an llm-ocr start-up and squeue on a loaded machine)
-    # lands while the shard's last three pages are still being read.
-    args = launch_args(corpus, out, "--stage", "extract", "--no-steal", *SLOW, shards=2, sim=PACED_LONGER)
+    # Static shards, so that the cancelled shard's rest is left for its relaunch to resume. Every
+    # task's server waits for the test (tests/launchers/simulators.py): shard 0's answers one page
+    # and holds the next, so the task is running, for certain, when the cancel lands (with paced
+    # pages a loaded machine let the task end first: "none was running"); shard 1's runs at once.
+    args = launch_args(corpus, out, "--stage", "extract", "--no-steal", *SLOW, shards=2, sim=f"--instant {HELD_START}")
     first = llm_ocr(*args, env=env)
     assert first.returncode == 0, first.stderr
     array = array_id(first.stdout)
-    wait_until(lambda: list((out / "extract").glob("part-00000-of-00002-*")), timeout=180, period=0.2)
+    held = waiting.wait_until(lambda: _task_simulator(array, 0), "shard 0's server listens", interval=0.5)
+    held_at = held.hold(after=1)
+    held.ready()
+    waiting.wait_until(lambda: _task_simulator(array, 1), "shard 1's server listens", interval=0.5).ready()
+    waiting.wait_until(lambda: held.hangs_applied() >= held_at, "shard 0's second page is held", interval=0.2)
+    # Its first page's part (written as its second page is asked for), so the relaunch has something to resume.
+    waiting.wait_until(lambda: list((out / "extract").glob("part-00000-of-00002-*")), "shard 0's first part",
+                       interval=0.2)
     cancel = llm_ocr("jobs", "cancel", str(out), "--shard", "0", env=env)
     assert cancel.returncode == 0 and f"{array}_0" in cancel.stdout + cancel.stderr, cancel.stderr
     ended = llm_ocr("jobs", "wait", str(out), "--interval", "1", env=env, timeout=300)
@@ -242,12 +257,17 @@ def test_a_cancelled_task_is_the_only_shard_relaunched(tmp_path: Path, corpus: P
     rows = json.loads(llm_ocr("jobs", "status", str(out), "--json", env=env).stdout)["shards"]
     assert [(r["state"], r["job_phase"]) for r in rows] == [("cancelled", "cancelled"), ("done", "succeeded")]
 
-    again = llm_ocr(*args, "--wait", "--interval", "1", env=env, timeout=300)
+    again = llm_ocr(*args, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "not launched: 1 shard(s) already done (1)" in again.stdout
+    relaunched = array_id(again.stdout)
+    waiting.wait_until(lambda: _task_simulator(relaunched, 0), "the relaunched task's server listens",
+                       interval=0.5).ready()
+    done = llm_ocr("jobs", "wait", str(out), "--interval", "1", env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
     assert "#SBATCH --array=0\n" in (launch_folder(out) / "llm-ocr-extract.sbatch").read_text()
     assert pages(out) == expected(corpus)
-    assert _done_earlier(launch_folder(out) / f"{array_id(again.stdout)}_0.log") >= 1  # it resumed
+    assert _done_earlier(launch_folder(out) / f"{relaunched}_0.log") >= 1  # it resumed
 
 
 @pytest.mark.slow
