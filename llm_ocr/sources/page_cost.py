@@ -13,8 +13,8 @@ not thread-safe), with the document opened once for all its pages:
   scan. Its compressed size (``FPDFImageObj_GetImageDataRaw`` without a buffer: the stored
   length, nothing decoded) grows with the ink on it, and so with its text, at a rate set by its
   codec and resolution: measured on the benchmark's pages rasterised at 100-300 DPI, a character
-  costs :data:`BYTES_PER_CHAR_PER_DPI` bytes per DPI (JPEG quality 50-90: 0.40-0.84 x DPI, so
-  about a factor of 1.5 either way; CCITT G4: 0.066-0.068 x DPI), above what blank paper costs
+  costs :data:`BYTES_PER_CHAR` (grey JPEG: 85 bytes at 150 DPI, 212 at 300, give or take half
+  with the quality; CCITT G4: 10 and 20) above what blank paper costs
   (:data:`BLANK_BYTES_PER_PIXEL`). A photograph costs bytes and holds no text: a page that is
   mostly a photograph is over-estimated.
 
@@ -41,12 +41,15 @@ from .render import _open_pdf  # the render worker's cache of open documents: on
 
 #: Share of the page an image must cover to be taken for a scan of it (figures are smaller).
 SCAN_AREA = 0.8
-#: Bytes a character of text costs in a scan, per DPI of the scan, by the image's first filter.
-#: Measured on the long-tail benchmark's pages (Helvetica 5-10 pt) rasterised at 100-300 DPI:
-#: JPEG quality 75 costs 0.49-0.71 x DPI (0.40-0.84 from quality 50 to 90), CCITT G4 0.066-0.068.
-#: JBIG2 packs bilevel pages about as tightly as G4; JPEG 2000, Flate and the rest are taken as JPEG.
-BYTES_PER_CHAR_PER_DPI: dict[str, float] = {"DCTDecode": 0.6, "CCITTFaxDecode": 0.067, "JBIG2Decode": 0.067}
-DEFAULT_BYTES_PER_CHAR_PER_DPI = 0.6
+#: Bytes a character of text costs in a scan at a DPI of ``dpi``: ``factor * dpi ** exponent``, by
+#: the image's first filter. Measured on the long-tail benchmark's pages (Helvetica 5-10 pt)
+#: rasterised at 100-300 DPI: JPEG of quality 75 costs 49, 85, 125 and 212 bytes a character at 100,
+#: 150, 200 and 300 DPI (quality 50 and 90: 0.7 and 1.5 times that); CCITT G4 10.3, 13.3 and 19.9
+#: at 150, 200 and 300. JBIG2 packs bilevel pages about as tightly as G4; JPEG 2000, Flate and the
+#: rest are taken as JPEG.
+BYTES_PER_CHAR: dict[str, tuple[float, float]] = {
+    "DCTDecode": (0.1055, 1.333), "CCITTFaxDecode": (0.067, 1.0), "JBIG2Decode": (0.067, 1.0)}
+DEFAULT_BYTES_PER_CHAR = BYTES_PER_CHAR["DCTDecode"]
 #: What blank paper costs per pixel, by filter: a blank grey JPEG page of quality 75 is 0.012
 #: bytes a pixel at 150 and 300 DPI (every 8 x 8 block costs a few bits); bilevel codecs nothing.
 BLANK_BYTES_PER_PIXEL: dict[str, float] = {"CCITTFaxDecode": 0.0, "JBIG2Decode": 0.0}
@@ -112,7 +115,8 @@ def scan_chars(page: Any) -> int:
         codec = _first_filter(pdfium_c, obj)
         dpi = px_w.value / (shown_w / 72.0)
         blank = BLANK_BYTES_PER_PIXEL.get(codec, DEFAULT_BLANK_BYTES_PER_PIXEL) * px_w.value * px_h.value
-        per_char = BYTES_PER_CHAR_PER_DPI.get(codec, DEFAULT_BYTES_PER_CHAR_PER_DPI) * max(dpi, 1.0)
+        factor, exponent = BYTES_PER_CHAR.get(codec, DEFAULT_BYTES_PER_CHAR)
+        per_char = factor * max(dpi, 1.0) ** exponent
         chars += max(0.0, stored - blank) / per_char
     return round(chars)
 
