@@ -152,7 +152,7 @@ def _image_object(data: bytes, pixels: tuple[int, int], colour: str) -> bytes:
             f"/BitsPerComponent 8 /Filter /DCTDecode /Length {len(data)} >>\nstream\n").encode() + data + b"\nendstream"
 
 
-def _pdf(pages: list[tuple[bytes, bytes | None, tuple[int, int], str]]) -> bytes:
+def _pdf(pages: Sequence[tuple[bytes, bytes | None, tuple[int, int], str]]) -> bytes:
     """A PDF of Letter pages, each ``(stream, JPEG or None, its pixel size, its colour space)``,
     fonts ``/F1`` Helvetica and ``/F2`` Helvetica-Bold, the JPEG as ``/Im0``."""
     objects: list[bytes] = [
@@ -236,8 +236,8 @@ def _scan(source: Path, target: Path, rng: random.Random, ocr: bool) -> None:
                     safe = line.encode("latin-1", "replace").decode("latin-1")
                     ops.append(f"BT 3 Tr /F1 8 Tf 40 {y:.1f} Td {_pdf_text(safe)} Tj ET")
                     y = max(20.0, y - 9.0)
-            pages.append(("\n".join(ops).encode("latin-1"), buffer.getvalue(), (paper.shape[1], paper.shape[0]),
-                          "Gray"))
+            pages.append(("\n".join(ops).encode("latin-1"), buffer.getvalue(),
+                          (int(paper.shape[1]), int(paper.shape[0])), "Gray"))
     finally:
         pdf.close()
     target.write_bytes(_pdf(pages))
