@@ -99,6 +99,13 @@ class OrderingRun:
         r = self.result
         return r.longest_first_s / r.wall_s if r.longest_first_s and r.wall_s else None
 
+    @property
+    def order(self) -> float | None:
+        """The longest-first bound over the bound in the order the run sent its requests: 1 when
+        that order is as good as longest first, whatever the machine's load did to the wall time."""
+        r = self.result
+        return r.longest_first_s / r.lower_bound_s if r.longest_first_s and r.lower_bound_s else None
+
 
 # -- generating the workloads --------------------------------------------------------------------
 
@@ -477,11 +484,12 @@ def format_ordering(runs: list[OrderingRun], cost: ReadingCost | None = None) ->
     out = ["  ".join(f"{cell:<{width[i]}}" if i == 0 else f"{cell:>{width[i]}}" for i, cell in enumerate(line))
            for line in lines]
     out.append("")
-    out.append("wall s (longest-first bound s), first request s, load average at start:")
+    out.append("wall s (longest-first bound s), the order sent against longest first (1: as good), first request s, "
+               "load average at start:")
     for r in runs:
         res = r.result
         out.append(f"  {r.workload}, {r.slots} slots, {r.label}: {res.wall_s:.1f} ({res.longest_first_s or 0:.1f}), "
-                   f"{res.breakdown['first_request_s']:.1f}, {res.machine['loadavg_before'][0]:.1f}")
+                   f"{_cell(r.order)}, {res.breakdown['first_request_s']:.1f}, {res.machine['loadavg_before'][0]:.1f}")
     if cost is not None:
         per_page = ", ".join(f"{name} {ms:.2f}" for name, ms in cost.ms_per_page.items())
         out.append(f"reading the estimates, CPU ms a page: {per_page}")

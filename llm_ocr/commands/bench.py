@@ -191,7 +191,7 @@ def _ordering(args: argparse.Namespace) -> int:
                               slots=args.slots_sweep or tuple(SLOTS), on_result=progress)
     if args.json:
         print(json.dumps({"runs": [{"workload": r.workload, "slots": r.slots, "label": r.label, "fraction": r.fraction,
-                                    "spearman": r.spearman, "pages_ranked": r.pages_ranked,
+                                    "order": r.order, "spearman": r.spearman, "pages_ranked": r.pages_ranked,
                                     "result": r.result.to_dict()} for r in runs],
                           "reading_cost": asdict(cost)}, indent=2))
     else:

@@ -431,7 +431,10 @@ class DocumentPages:
     """An :class:`Intake` of documents: each is counted, its pages not done yet are rendered in
     worker processes, a chunk of :data:`CHUNK_PAGES` at a time, ahead of the requests (with
     ``estimate_text``, each page's text is estimated as it is rendered, and with a
-    ``look_ahead``, the rendered pages expected to be longest are sent first)."""
+    ``look_ahead``, the rendered pages expected to be longest are sent first). With
+    ``estimate_ahead`` too, up to that many PDF pages are estimated from their files before
+    rendering and rendered longest first (:mod:`.render_order`; ``paced``: the documents come as
+    the flow has room for them, as work groups hand them out)."""
 
     def __init__(
         self,
