@@ -143,7 +143,7 @@ def test_a_plan_bound_smaller_than_the_shard_reaches_the_last_document_only_as_p
     # document is read once 120 - 20 - 40 - 10 = 50 pages at least have gone to be rendered.
     assert order.index(("doc11.pdf", 10)) >= 50
     # Still ranked within the plan: its longest page is the first of its own document to go.
-    assert [page for doc, page in order if doc == "doc11.pdf"][0] == 10
+    assert next(page for doc, page in order if doc == "doc11.pdf") == 10
 
 
 def test_images_go_in_input_order_beside_pdfs_read_ahead(tmp_path: Path) -> None:
