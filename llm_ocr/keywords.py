@@ -127,6 +127,11 @@ class RunKeywords(TypedDict, total=False):
     page holds its image in memory (0: send pages in input order)."""
     look_ahead_mb: float
     """Most MiB of page images waiting for a slot (--look-ahead): fewer pages wait when they are large."""
+    estimate_ahead: int
+    """PDF pages whose answer length is estimated from the file before they are rendered (the text layer's length, a
+    scan's image size; about 1 ms a page), so that those expected to be longest are rendered and sent first, from the
+    start of the run; each holds a few bytes (0: render in input order, and rank only the rendered pages waiting in
+    --look-ahead)."""
     route: Literal['model', 'text-layer']
     """model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its Markdown from that
     layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model request (docs/routes.md)."""
@@ -359,6 +364,11 @@ class ExtractKeywords(TypedDict, total=False):
     page holds its image in memory (0: send pages in input order)."""
     look_ahead_mb: float
     """Most MiB of page images waiting for a slot (--look-ahead): fewer pages wait when they are large."""
+    estimate_ahead: int
+    """PDF pages whose answer length is estimated from the file before they are rendered (the text layer's length, a
+    scan's image size; about 1 ms a page), so that those expected to be longest are rendered and sent first, from the
+    start of the run; each holds a few bytes (0: render in input order, and rank only the rendered pages waiting in
+    --look-ahead)."""
     route: Literal['model', 'text-layer']
     """model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its Markdown from that
     layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model request (docs/routes.md)."""
@@ -1005,6 +1015,11 @@ class LaunchKeywords(TypedDict, total=False):
     page holds its image in memory (0: send pages in input order)."""
     look_ahead_mb: float
     """Most MiB of page images waiting for a slot (--look-ahead): fewer pages wait when they are large."""
+    estimate_ahead: int
+    """PDF pages whose answer length is estimated from the file before they are rendered (the text layer's length, a
+    scan's image size; about 1 ms a page), so that those expected to be longest are rendered and sent first, from the
+    start of the run; each holds a few bytes (0: render in input order, and rank only the rendered pages waiting in
+    --look-ahead)."""
     route: Literal['model', 'text-layer']
     """model: every page goes to the model; text-layer: a PDF page whose text layer is sound gets its Markdown from that
     layer, laid out (reading order, tables, figures) by the CPU engine, and sends no model request (docs/routes.md)."""

@@ -270,6 +270,14 @@ class ExtractOptions(BaseModel):
         gt=0,
         description="Most MiB of page images waiting for a slot (--look-ahead): fewer pages wait when they are large.",
     )
+    estimate_ahead: int = Field(
+        4096,
+        ge=0,
+        description="PDF pages whose answer length is estimated from the file before they are rendered (the text "
+        "layer's length, a scan's image size; about 1 ms a page), so that those expected to be longest are rendered "
+        "and sent first, from the start of the run; each holds a few bytes (0: render in input order, and rank only "
+        "the rendered pages waiting in --look-ahead).",
+    )
 
 
 #: The signals a first reading is escalated on (``--escalate-on``), in the order they are checked.

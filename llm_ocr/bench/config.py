@@ -46,6 +46,8 @@ class BenchConfig:
     tile_dense_pages: bool = True  # read pages too long for one answer in tiles (False: whole, retried)
     #: Rendered pages that may wait for a slot, longest first (0: input order; None: the default).
     look_ahead: int | None = None
+    #: PDF pages estimated before rendering, the longest rendered first (0: input order; None: the default).
+    estimate_ahead: int | None = None
     #: PDFs the simulator knows (answers from their text layer, crops with the text of their
     #: region): the dense pages of a workload. None: every page is synthetic.
     sim_corpus: str | None = None

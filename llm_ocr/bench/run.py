@@ -109,6 +109,8 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
     model = config.model or DEFAULT_MODEL
     render = {"long_side": config.long_side} if config.long_side else {}
     look_ahead = {"look_ahead": config.look_ahead} if config.look_ahead is not None else {}
+    if config.estimate_ahead is not None:
+        look_ahead["estimate_ahead"] = config.estimate_ahead
     servers = []
     for i, path in enumerate(logs):
         port = free_port()

@@ -23,6 +23,7 @@ log = logging.getLogger("llm_ocr")
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``bench`` sub-command."""
     from llm_ocr.bench import BenchConfig
+    from llm_ocr.bench.ordering import WORKLOADS as ORDERING_WORKLOADS
 
     d = BenchConfig()
     parser = sub.add_parser(
@@ -63,8 +64,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                                  "long page, olmOCR-2",
                                  "dense pages, 256 slots", "dense recall", "dense recall, DeepSeek-OCR 4096",
                                  "dense recall, DeepSeek-OCR 8192", "dense recall, olmOCR-2 8192",
-                                 "dense recall, denser answers", "long tail, 64 slots", "long tail, 256 slots"],
-                        help="with --losses, run only this workload (repeatable)")
+                                 "dense recall, denser answers", "long tail, 64 slots", "long tail, 256 slots",
+                                 *ORDERING_WORKLOADS],
+                        help="with --losses or --ordering, run only this workload (repeatable)")
+    ordering = parser.add_argument_group("the order pages are rendered and sent in (issue 46)")
+    ordering.add_argument("--ordering", action="store_true",
+                          help="run the ordering sweep (a long tail, longest pages last, mixed documents, scans "
+                          "without a text layer, scans with a wrong OCR layer, born-digital and scans together) at 64 "
+                          "and 256 slots, ranking pages once rendered and then from their PDFs before rendering; print "
+                          "each estimate's rank correlation with the answers' lengths and the longest-first bound over "
+                          "the wall time (--pages: pages per workload)")
+    ordering.add_argument("--slots-sweep", type=positive_int, nargs="+", default=None, metavar="SLOTS",
+                          help="with --ordering: the slot counts to run (default 64 256)")
     stragglers = parser.add_argument_group("stragglers (docs/stragglers.md)")
     stragglers.add_argument("--stragglers", action="store_true",
                             help="run --shards shard processes of llm-ocr extract, each against a simulated server of "
@@ -120,6 +131,8 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.losses:
         return _losses(args, config)
+    if args.ordering:
+        return _ordering(args)
     if args.stragglers:
         return _stragglers(args, default_pages=BenchConfig().pages)
 
@@ -171,6 +184,32 @@ def _losses(args: argparse.Namespace, config: BenchConfig) -> int:
         print(format_losses(comparisons))
     sys.stdout.flush()
     finished = all(r.exit_code in (ExitCode.OK, ExitCode.PAGES_FAILED) for c in comparisons for r in (c.today, c.new))
+    return ExitCode.OK if finished else ExitCode.COULD_NOT_RUN
+
+
+def _ordering(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict, replace
+
+    from llm_ocr.bench.ordering import SLOTS, OrderingRun, base_config, format_ordering, run_ordering
+
+    def progress(run: OrderingRun) -> None:
+        fraction = f"{run.fraction:.3f}" if run.fraction is not None else "-"
+        log.info("%s, %d slots, %s: %.1f s, %s of the longest-first bound", run.workload, run.slots, run.label,
+                 run.result.wall_s, fraction)
+
+    base = replace(base_config(args.pages[0], 0, args.workers), sample_interval=args.sample_interval)
+    runs, cost = run_ordering(base, corpus_dir=args.corpus_dir, work_dir=args.work_dir, only=args.workload,
+                              slots=args.slots_sweep or tuple(SLOTS), on_result=progress)
+    if args.json:
+        print(json.dumps({"runs": [{"workload": r.workload, "slots": r.slots, "label": r.label, "fraction": r.fraction,
+                                    "order": r.order, "spearman": r.spearman, "pages_ranked": r.pages_ranked,
+                                    "result": r.result.to_dict()} for r in runs],
+                          "reading_cost": asdict(cost)}, indent=2))
+    else:
+        print(format_ordering(runs, cost))
+    sys.stdout.flush()
+    finished = all(r.result.exit_code in (ExitCode.OK, ExitCode.PAGES_FAILED) for r in runs)
     return ExitCode.OK if finished else ExitCode.COULD_NOT_RUN
 
 

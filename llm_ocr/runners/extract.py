@@ -123,7 +123,8 @@ class Extract(ShardStage):
                 intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options,
                                        estimate_text=True, planned=groups.planned if groups else None,
                                        look_ahead=page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb),
-                                       max_aspect=spec.extract.max_page_aspect)
+                                       max_aspect=spec.extract.max_page_aspect,
+                                       estimate_ahead=spec.extract.estimate_ahead, paced=groups is not None)
                 handler = _extract_handler(ctx, bad, route, tally)
                 await work.run(intake, bad.guard(handler, bad.quarantined), ["extract"])
                 layout_s = route.client.busy_seconds if route is not None else None

@@ -27,10 +27,11 @@ from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
 from llm_ocr.runners.look_ahead import IN_ORDER, MB, Expected, LookAhead, Waiting, in_megabytes
 from llm_ocr.runners.process_pool import WorkerDied
 from llm_ocr.runners.progress import RunCounters
+from llm_ocr.runners.render_order import OpenDocument, expected_order
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
-from llm_ocr.sources.render import DocumentError, count_pages, render_pages
+from llm_ocr.sources.render import DocumentError, count_pages, render_page_list, render_pages
 from llm_ocr.storage import retry_io
 from llm_ocr.storage.parts import RowSink, ShardIndex
 from llm_ocr.storage.stores import store_options
@@ -218,6 +219,8 @@ class PageFlow(Generic[RefT, ItemT]):
         #: Asked, as a slot is free for a page, whether the page may be sent (work groups: one
         #: of a group another process took before its first page was sent here may not).
         self.admit: Callable[[RefT], Awaitable[bool]] | None = None
+        #: Pages the intake has estimated and not rendered yet (:mod:`.render_order`).
+        self.pages_ahead = 0
         self._doc_pending: dict[str, int] = {}
         self._fatal: BaseException | None = None
         self._scratch: str | None = None
@@ -229,6 +232,17 @@ class PageFlow(Generic[RefT, ItemT]):
         the dispatcher holds a permit while it waits for a page to send."""
         limit = self.settings.limit.limit if self.settings.limit is not None else self.settings.max_in_flight
         return limit, max(0, limit - self.counters.in_flight)
+
+    @property
+    def ready_batches(self) -> int:
+        """Batches rendered (or being rendered) ahead, waiting for a free slot: those queued, and
+        one more for each in-flight limit's worth of pages waiting in the look-ahead.
+
+        The pages estimated ahead and not rendered yet count as waiting (:mod:`.render_order`
+        starts rendering a paced plan once it holds two rounds of slots)."""
+        waiting = (self.waiting.pages if self.waiting is not None else 0) + self.pages_ahead
+        slots = self.settings.limit.limit if self.settings.limit is not None else self.settings.max_in_flight
+        return self._queue.qsize() + waiting // max(1, slots)
 
     @property
     def scratch(self) -> str:
@@ -436,7 +450,10 @@ class DocumentPages:
     """An :class:`Intake` of documents: each is counted, its pages not done yet are rendered in
     worker processes, a chunk of :data:`CHUNK_PAGES` at a time, ahead of the requests (with
     ``estimate_text``, each page's text is estimated as it is rendered, and with a
-    ``look_ahead``, the rendered pages expected to be longest are sent first)."""
+    ``look_ahead``, the rendered pages expected to be longest are sent first). With
+    ``estimate_ahead`` too, up to that many PDF pages are estimated from their files before
+    rendering and rendered longest first (:mod:`.render_order`; ``paced``: the documents come as
+    the flow has room for them, as work groups hand them out)."""
 
     def __init__(
         self,
@@ -449,6 +466,8 @@ class DocumentPages:
         look_ahead: LookAhead[PageImage | PageFailure] = IN_ORDER,
         planned: Callable[[DocumentRef, list[int]], None] | None = None,
         max_aspect: float = 0.0,
+        estimate_ahead: int = 0,
+        paced: bool = False,
     ) -> None:
         self.documents = documents
         #: Pages longer than this many times their width get their segments rendered too (0: none).
@@ -458,14 +477,47 @@ class DocumentPages:
         self.render = render
         self.storage_options = storage_options or {}
         self.estimate_text = estimate_text
-        self.look_ahead = look_ahead
+        #: Pages estimated from their PDF before rendering, at most (0: rendered in input order;
+        #: without a look-ahead too).
+        self.estimate_ahead = estimate_ahead if look_ahead.pages > 0 else 0
+        #: The documents come as the flow has room for them (work groups: see :mod:`.render_order`).
+        self.paced = paced
+        #: The estimate each page was rendered by, until the look-ahead ranks it by the same.
+        self.expected: dict[tuple[str, int], float] = {}
+        self.look_ahead = replace(look_ahead, expected=self._expected(look_ahead.expected)) if self.estimate_ahead \
+            else look_ahead
         #: Told, for each document, which pages will get a row this run (page 0: the document
         #: could not be opened; none: it is done): work groups end when those rows are stored.
         self.planned = planned or (lambda ref, pages: None)
 
+    def _expected(self, rendered: Callable[[PageImage | PageFailure], Expected]) -> Callable[
+            [PageImage | PageFailure], Expected]:
+        """A page's rank in the look-ahead: the estimate it was rendered by (from its PDF), else
+        what ``rendered`` says (its text as rendered; a failure goes at once)."""
+
+        def expected(item: PageImage | PageFailure) -> Expected:
+            known = self.expected.pop((item.doc_id, item.page), None)
+            return rendered(item) if known is None or isinstance(item, PageFailure) else known
+
+        return expected
+
     async def batches(
         self, flow: PageFlow[DocumentRef, PageImage | PageFailure]
     ) -> AsyncGenerator[Batch[DocumentRef, PageImage | PageFailure], None]:
+        if self.estimate_ahead > 0:
+            ordered = expected_order(self, flow, self.estimate_ahead, CHUNK_PAGES, self.paced)
+            async with contextlib.aclosing(ordered) as batches:
+                async for batch in batches:
+                    yield batch
+            return
+        async for ref in self.documents_to_read(flow):
+            async for batch in self._document(ref, flow):
+                yield batch
+
+    async def documents_to_read(self, flow: PageFlow[DocumentRef, PageImage | PageFailure]) -> AsyncGenerator[
+            DocumentRef, None]:
+        """The documents with pages to read, in input order (those done already are counted as
+        skipped); ends early once ``flow.stop`` is set."""
         counters = flow.counters
         if counters.pages_found is None:
             counters.pages_found = 0  # counted from the documents: see RunCounters.reconciliation
@@ -480,8 +532,7 @@ class DocumentPages:
                 counters.pages_found += pages
                 self.planned(ref, [])
                 continue
-            async for batch in self._document(ref, flow):
-                yield batch
+            yield ref
 
     async def _localize(self, ref: DocumentRef, folder: str) -> tuple[DocumentRef, Callable[[], None] | None]:
         if ref.kind == "dataset_row" or _is_local(ref.location):
@@ -497,6 +548,23 @@ class DocumentPages:
     async def _document(
         self, ref: DocumentRef, flow: PageFlow[DocumentRef, PageImage | PageFailure]
     ) -> AsyncIterator[Batch[DocumentRef, PageImage | PageFailure]]:
+        opened = await self.open_document(ref, flow)
+        if isinstance(opened, Batch):
+            yield opened
+            return
+        if opened is None:
+            return
+        chunks = [opened.todo[i : i + CHUNK_PAGES] for i in range(0, len(opened.todo), CHUNK_PAGES)]
+        for number, pages in enumerate(chunks):
+            last = number == len(chunks) - 1
+            yield self.chunk(opened, pages, opened.cleanup if last else None)
+
+    async def open_document(
+        self, ref: DocumentRef, flow: PageFlow[DocumentRef, PageImage | PageFailure]
+    ) -> OpenDocument | Batch[DocumentRef, PageImage | PageFailure] | None:
+        """Make ``ref`` local, count its pages and tell the flow and ``planned`` which will get a
+        row: the document ready to render, the batch of its one error row when it cannot be
+        opened, or None when every page is done already."""
         counters = flow.counters
         assert counters.pages_found is not None
         try:
@@ -510,27 +578,33 @@ class DocumentPages:
             counters.pages_found += 1  # the document's one error row
             flow.expect(ref.doc_id, 1)  # which finishes the document
             self.planned(ref, [DOCUMENT_LEVEL_PAGE])
-            yield Batch(ref, [failure])
-            return
+            return Batch(ref, [failure])
         done = self.index.done_pages.get(ref.doc_id, set())
         todo = [p for p in range(1, num_pages + 1) if p not in done]
         # Counted from the input, not from the rows: the end-of-run line checks the rows against it.
         counters.pages_found += num_pages
         counters.pages_skipped += num_pages - len(todo)
         self.planned(ref, todo)
-        chunks = [todo[i : i + CHUNK_PAGES] for i in range(0, len(todo), CHUNK_PAGES)]
-        if not chunks:
+        if not todo:
             if cleanup:
                 cleanup()
-            return
+            return None
         flow.expect(ref.doc_id, len(todo))
-        for number, pages in enumerate(chunks):
-            # A worker gets a dataset row's images of these pages only, not all of a long row's.
-            target = local.pages_slice(pages[0], pages[-1]) if ref.kind == "dataset_row" else local
-            future = asyncio.ensure_future(self.pool.run(render_pages, target, self.render, pages[0], pages[-1],
-                                                         self.estimate_text, self.max_aspect))
-            last = number == len(chunks) - 1
-            yield Batch(ref, _keep(future, ref.doc_id, pages), num_pages, cleanup if last else None)
+        return OpenDocument(ref, local, num_pages, todo, cleanup)
+
+    def chunk(self, opened: OpenDocument, pages: list[int],
+              cleanup: Callable[[], None] | None) -> Batch[DocumentRef, PageImage | PageFailure]:
+        """The batch of ``pages`` of an open document, their render started in a worker now
+        (``cleanup``: called once they are rendered)."""
+        ref, local = opened.ref, opened.local
+        # A worker gets a dataset row's images of these pages only, not all of a long row's.
+        target = local.pages_slice(min(pages), max(pages)) if ref.kind == "dataset_row" else local
+        if pages == sorted(pages) and pages[-1] - pages[0] < 2 * CHUNK_PAGES:  # a chunk in input order
+            render = self.pool.run(render_pages, target, self.render, pages[0], pages[-1], self.estimate_text,
+                                   self.max_aspect)
+        else:
+            render = self.pool.run(render_page_list, target, self.render, pages, self.estimate_text, self.max_aspect)
+        return Batch(ref, _keep(asyncio.ensure_future(render), ref.doc_id, pages), opened.num_pages, cleanup)
 
 
 class UpstreamRows:

@@ -228,7 +228,8 @@ class Run(ShardStage):
                                           family_render(spec.render, ectx.recipe), job.storage_options,
                                           estimate_text=True, look_ahead=look_ahead,
                                           planned=self.groups.planned if self.groups else None,
-                                          max_aspect=spec.extract.max_page_aspect)
+                                          max_aspect=spec.extract.max_page_aspect,
+                                          estimate_ahead=spec.extract.estimate_ahead, paced=self.groups is not None)
                     await work.run(pages, handler, ["extract", "describe"])
                     layout_s = route.client.busy_seconds if route is not None else None
             if run_pages is not None:

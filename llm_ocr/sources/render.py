@@ -17,7 +17,7 @@ import io
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -83,18 +83,27 @@ def render_pages(
     Raises :class:`DocumentError` when the document cannot be opened at all (call
     :func:`count_pages` first to get the page range and to apply ``max_pages``).
     """
+    return render_page_list(ref, opts, range(first, last + 1), estimate_text, max_aspect)
+
+
+def render_page_list(
+    ref: DocumentRef, opts: RenderOptions, pages: Sequence[int], estimate_text: bool = False,
+    max_aspect: float = 0.0,
+) -> list[PageImage | PageFailure]:
+    """Render ``pages`` (1-based, in the order given, not necessarily adjacent) of ``ref``, one
+    result per page, as :func:`render_pages` does: the pages a run renders in the order of their
+    expected cost (:mod:`llm_ocr.runners.render_order`)."""
     n = count_pages(ref, opts)
-    if not 1 <= first <= last <= n:
-        raise ValueError(f"page range {first}..{last} outside 1..{n} for {ref.doc_id}")
-    pages = range(first, last + 1)
+    if not pages or not all(1 <= p <= n for p in pages):
+        raise ValueError(f"pages {list(pages)[:8]} outside 1..{n} for {ref.doc_id}")
     if ref.kind == "pdf":
         pdf = _open_pdf(ref.location)
         return [_guard(ref, p, partial(_render_pdf_page, pdf, p - 1, opts, estimate_text, max_aspect)) for p in pages]
     if ref.kind == "image":
         with _open_image_file(ref.location, opts) as img:
             return [_guard(ref, p, partial(_frame_page, img, p - 1, opts, estimate_text, max_aspect)) for p in pages]
-    if first < ref.first_page:
-        raise ValueError(f"pages {first}..{last} of {ref.doc_id}: this slice starts at page {ref.first_page}")
+    if min(pages) < ref.first_page:
+        raise ValueError(f"pages {min(pages)}..{max(pages)} of {ref.doc_id}: the slice starts at page {ref.first_page}")
     return [
         _guard(ref, p, partial(_dataset_page, ref, p, opts, estimate_text, max_aspect))
         for p in pages

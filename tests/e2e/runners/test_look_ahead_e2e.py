@@ -4,8 +4,9 @@ Ten one-page PDFs whose text grows with their place in the input (the last is th
 run keeps one request in flight; the server holds the first one until the test has seen, in the
 run's progress file, that the other pages wait rendered in the look-ahead, then lets it go. What
 the server receives next shows the order: every waiting page, longest text first, when the
-look-ahead holds them all; with a look-ahead of 3 pages, a page is never sent before it could
-have entered it, so the longest page goes out late. No timing: the test waits for the progress
+look-ahead holds them all; with a look-ahead of 3 pages and the PDFs not read ahead
+(``--estimate-ahead 0``), a page is never sent before it could have entered it, so the longest
+page goes out late (read ahead, it is rendered first: ``test_render_order.py``). No timing: the test waits for the progress
 file and for the held request, never for a stretch of time.
 """
 
@@ -110,7 +111,8 @@ def test_a_page_beyond_the_look_ahead_waits_its_turn(tmp_path: Path, docs: Path)
     window = 3
     with SimulatedServer("--prefill-ms", "0", corpus=docs) as server:
         held_at = hold_request(server, after=0)
-        process = start_extract(docs, out, server, "--look-ahead", str(window))
+        # The PDFs not read ahead (--estimate-ahead 0): what is measured is the look-ahead's own reach.
+        process = start_extract(docs, out, server, "--look-ahead", str(window), "--estimate-ahead", "0")
         wait_until_held(server, held_at, process)
         wait_until(lambda: waiting(out) == window, "the look-ahead filled", process=process)
         server.release()
