@@ -101,7 +101,9 @@ class OutputReader:
             # Through the storage door, with a file handle: only the requested columns' bytes
             # are read, which keeps the index pass cheap on object stores too.
             with stage.fs.open(path, "rb") as handle:
-                return pq.read_table(handle, columns=columns)
+                # In this thread only: Arrow's pool threads reading a Python file object can abort
+                # the command at exit (storage.parts.parquet_file says why).
+                return pq.ParquetFile(handle, pre_buffer=False).read(columns=columns, use_threads=False)
 
         table = retry_io(read, what=f"reading {stage.display(path)}")
         if columns is None:
