@@ -488,9 +488,12 @@ class Claims:
         return None, lost_race
 
     def _lost_own(self) -> dict[int, GroupView]:
-        """This shard's groups neither finished nor held here (a reservation another process took)."""
+        """This shard's groups neither finished nor being read here: a reservation another process
+        took, or one held here that may still be taken before its first page is sent (the queue
+        ends before that is known: a process that reserved its own group and two others, and lost
+        all three, ended without waiting for its own and with no completion marker)."""
         with self._lock:
-            here = {g.group for g in self.held if g.shard == self.book.shard}
+            here = {g.group for g, claim in self.held.items() if g.shard == self.book.shard and claim.started}
         view = self.book.view(self.book.shard)
         return {n: seen for n, seen in view.groups.items() if not seen.finished and n not in here}
 
