@@ -25,7 +25,7 @@ OFFLINE_DOCUMENT_PROMPT = "<image>\n<|grounding|>Convert the document to markdow
 
 def assert_deepseek_request(entry: dict[str, Any], max_model_len: int, min_image_bytes: int = 1) -> None:
     """One request from the simulated server's log follows the DeepSeek-OCR recipe exactly."""
-    body = entry["body"] if "body" in entry else entry
+    body = entry.get("body", entry)
     assert body["model"] == "deepseek-ai/DeepSeek-OCR"
     assert body["temperature"] == 0
     assert body["skip_special_tokens"] is False

@@ -163,12 +163,12 @@ def test_the_citation_checks_find_what_they_look_for(tmp_path: Path) -> None:
     outside = "FACTS" + ".md"
     code.write_text(
         f"# context 8192 ({outside}, DeepSeek-OCR)\n# docs/facts.md#deepseek-ocr\n"
-        "# docs/facts.md#no-such-heading\n# docs/gone.md#x\n# see ../shared" "/notes\n",
+        "# docs/facts.md#no-such-heading\n# docs/gone.md#x\n# see ../shared" + "/notes\n",
         encoding="utf-8",
     )
     assert outside_citations([code], tmp_path) == [
         f"probe.py:1: # context 8192 ({outside}, DeepSeek-OCR)",
-        "probe.py:5: # see ../shared" "/notes",
+        "probe.py:5: # see ../shared" + "/notes",
     ]
     assert broken_docs_anchors([code], tmp_path) == [
         "probe.py: docs/facts.md#no-such-heading (no heading #no-such-heading in facts.md)",

@@ -79,13 +79,13 @@ def test_forward_compatibility_asked_for_is_allowed_with_a_warning(tmp_path: Pat
 def test_a_driver_without_the_cuda_column_is_read_from_nvidias_table(tmp_path: Path) -> None:
     assert driver_cuda("470.256.02") == (11, 4) and driver_cuda("535.216.03") == (12, 2)
     assert driver_cuda("580.95.05") == (13, 0) and driver_cuda("440.33.01") is None
-    with pytest.raises(CudaMismatch, match="driver 470.256.02 runs CUDA up to 11.4.*No vLLM image that serves "
-                                           "DeepSeek-OCR is built for CUDA 11"):
+    with pytest.raises(CudaMismatch, match=r"driver 470\.256\.02 runs CUDA up to 11\.4.*No vLLM image that serves "
+                                           r"DeepSeek-OCR is built for CUDA 11"):
         check_cuda(sys.executable, environ(tmp_path, OLD_DRIVER, "12.9"))
 
 
 def test_the_images_cuda_version_variable_is_read_without_torch(tmp_path: Path) -> None:
-    with pytest.raises(CudaMismatch, match="CUDA 13.0 \\(the image's CUDA_VERSION\\)"):
+    with pytest.raises(CudaMismatch, match=r"CUDA 13\.0 \(the image's CUDA_VERSION\)"):
         check_cuda(sys.executable, environ(tmp_path, CLOUD_RUN_L4, None, CUDA_VERSION="13.0.2"))
 
 

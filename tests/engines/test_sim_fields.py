@@ -115,6 +115,7 @@ def test_an_invalid_first_answer_is_repaired_when_the_model_is_shown_its_errors(
 def test_an_invented_value_is_nowhere_in_the_document() -> None:
     with SimulatedServer("--instant", "--fields-invent-rate", "1") as server:
         status, body = chat(server, [{"role": "user", "content": INVOICE_TEXT}], **json_schema(INVOICE_SCHEMA))
+    assert status == 200
     value = json.loads(answer_of(body))
     truth = TRUTH["invoice-2024-0017.pdf"]["fields"]
     changed = {k for k in truth if value[k] != truth[k]}

@@ -39,18 +39,18 @@ TAG = re.compile(r"<\|ref\|>(.*?)<\|/ref\|><\|det\|>(.*?)<\|/det\|>", re.S)
 
 TITLE = "Annual Survey of Coastal Bird Populations"
 PARAGRAPHS_1 = [
-    "Observers counted gulls terns and plovers along forty kilometres of shoreline during the "
-    "spring migration window of the survey year, repeating each transect at dawn and at dusk.",
-    "Counts were higher on sheltered beaches than on exposed headlands, and the difference grew "
-    "after storms, when birds gathered in lagoons behind the dunes for several days.",
+    ("Observers counted gulls terns and plovers along forty kilometres of shoreline during the "
+     "spring migration window of the survey year, repeating each transect at dawn and at dusk."),
+    ("Counts were higher on sheltered beaches than on exposed headlands, and the difference grew "
+     "after storms, when birds gathered in lagoons behind the dunes for several days."),
 ]
 PARAGRAPHS_2 = [
-    "Methods appendix: volunteers recorded weather, tide height, disturbance by walkers and dogs, "
-    "and the time spent on every transect segment in standard field notebooks.",
-    "Data entry happened within a week, and two reviewers checked every sheet against photographs "
-    "taken at the site before the records entered the regional database.",
-    "Uncertain identifications were flagged rather than dropped so that later analyses could "
-    "decide how to treat them consistently across the whole monitoring programme.",
+    ("Methods appendix: volunteers recorded weather, tide height, disturbance by walkers and dogs, "
+     "and the time spent on every transect segment in standard field notebooks."),
+    ("Data entry happened within a week, and two reviewers checked every sheet against photographs "
+     "taken at the site before the records entered the regional database."),
+    ("Uncertain identifications were flagged rather than dropped so that later analyses could "
+     "decide how to treat them consistently across the whole monitoring programme."),
 ]
 # The figure on page 1, in PDF points (origin bottom-left): x, y, width, height.
 FIGURE = (150.0, 120.0, 300.0, 200.0)

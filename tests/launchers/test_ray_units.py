@@ -195,7 +195,7 @@ def test_a_ray_client_connection_that_stalls_is_killed_and_tried_again(monkeypat
     # A child whose Ray Client failed to start the connection's server: its error, and a retry.
     failing = "raise ConnectionError('Initialization failure from server:\\nTraceback (most recent call last): ...')\n"
     monkeypatch.setattr(ray_cluster, "_RESOLVE", failing)
-    with pytest.raises(ConnectionError, match="^ConnectionError: Initialization failure from server: Traceback"):
+    with pytest.raises(ConnectionError, match=r"^ConnectionError: Initialization failure from server: Traceback"):
         ray_cluster._dashboard_of("ray://head:10001")
     answers = iter(["raise ConnectionError('Initialization failure from server:')\n",
                     "print('LLM_OCR_DASHBOARD', 'http://head:8265')\n"])

@@ -113,7 +113,7 @@ def test_secrets_are_fetched_by_name_and_a_missing_one_stops_the_job_with_what_t
         environ = {"LLM_OCR_AWS_SECRET_HF_TOKEN": "llm-ocr/hf-token", "LLM_OCR_AWS_SECRET_LLM_OCR_API_KEY": "llm-ocr/keys#openai"}
         assert fetch_into_environment(environ, client) == ["HF_TOKEN", "LLM_OCR_API_KEY"]
         assert environ["HF_TOKEN"] == "hf_valueOne1234567890" and environ["LLM_OCR_API_KEY"] == "sk-valueTwo1234567890"
-        with pytest.raises(SecretFetchError, match="llm-ocr/keys.*not a JSON object with the key 'other'"):
+        with pytest.raises(SecretFetchError, match=r"llm-ocr/keys.*not a JSON object with the key 'other'"):
             fetch_into_environment({"LLM_OCR_AWS_SECRET_X": "llm-ocr/keys#other"}, client)
 
         # In a job: `llm-ocr` fetches before any command runs, and stops when it cannot.

@@ -58,8 +58,8 @@ def test_each_engine_gives_the_shard_in_its_own_variables(
 
 @pytest.mark.parametrize(("variables", "given", "message"), [
     ({"JOB_COMPLETION_INDEX": "3"}, None,
-     "JOB_COMPLETION_INDEX=3 gives this task's index but not the shard count (a Job does not pass its completions to "
-     "pods): set LLM_OCR_NUM_SHARDS=N"),
+     ("JOB_COMPLETION_INDEX=3 gives this task's index but not the shard count (a Job does not pass its completions to "
+      "pods): set LLM_OCR_NUM_SHARDS=N")),
     ({"AWS_BATCH_JOB_ARRAY_INDEX": "1"}, None, "(AWS_BATCH_JOB_ARRAY_SIZE is not set): set LLM_OCR_NUM_SHARDS=N"),
     # 1-based ids: the count cannot be the array's, and the index would run past it.
     ({"SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_COUNT": "8", "SLURM_ARRAY_TASK_MIN": "1",

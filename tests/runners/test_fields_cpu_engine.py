@@ -85,7 +85,7 @@ def test_an_endpoint_that_is_the_cpu_engine_is_refused_before_any_fields_request
     engine: CpuServer, receipt: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    with pytest.raises(llm_ocr.RunError, match="fields endpoint .* CPU OCR engine.*--fields-endpoint.*are done and kept"):
+    with pytest.raises(llm_ocr.RunError, match=r"fields endpoint .* CPU OCR engine.*--fields-endpoint.*are done and kept"):
         llm_ocr.run(receipt, output=out, endpoint=engine.base_url, schema=SCHEMA, **FAST)
     assert _markers(out) == {"extract", "describe", "assemble"}
     sent = engine.requests()

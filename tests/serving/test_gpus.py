@@ -4,6 +4,7 @@ names, and the choice between one server per GPU and the user's own vLLM paralle
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -66,5 +67,5 @@ def test_choose_engine_starts_one_server_per_detected_gpu(tmp_path: Path, monkey
 
 
 def test_unknown_preset_names_the_hardware_names_too() -> None:
-    with pytest.raises(EndpointError, match="ml.g6e.12xlarge"):
+    with pytest.raises(EndpointError, match=re.escape("ml.g6e.12xlarge")):
         choose_engine(ServerOptions(engine="vllm", gpu_preset="tpu-v5"))

@@ -51,6 +51,9 @@ class Server:
     request_s: float = 0.02  # seconds any other request takes
     sent: list[tuple[float, tuple[str, int]]] = field(default_factory=list)  # (when, page) of each request
     died: list[tuple[float, list[tuple[str, int]]]] = field(default_factory=list)  # (when, pages in flight)
+    #: Set at each death, for a waiter to check ``died`` again (clear it before waiting); the servers
+    #: of a fleet share one, so a waiter hears of any one's death.
+    death: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def gate(self) -> int:
         await asyncio.sleep(0)
@@ -76,6 +79,7 @@ class Server:
 
     def _die(self) -> None:
         self.died.append((time.monotonic(), list(self.in_flight.values())))
+        self.death.set()
         self.at_death.append(len(self.in_flight))
         self.charged.append((self.count_death or self.tracker.record_death)(self.generation))
         self.generation += 1
@@ -98,11 +102,15 @@ class Wire:
     #: The name of the task, each time the tracker's gate asked this server for its generation:
     #: the tracker decides at once (no await between) whether that request may go or waits.
     asked: list[str] = field(default_factory=list)
+    #: Set at every change of the wire (a request sent, answered, lost or gone; a death; a pass
+    #: through the gate): :func:`until` checks its condition again then, and only then.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def gate(self) -> int:
         await asyncio.sleep(0)
         task = asyncio.current_task()
         self.asked.append(task.get_name() if task else "")
+        self.changed.set()
         return self.generation
 
     async def request(self, key: tuple[str, int], generation: int) -> None:
@@ -111,10 +119,12 @@ class Wire:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.log.append((key, generation, self.on_wire()))
         self.requests[done] = key
+        self.changed.set()
         try:
             await done
         finally:
             self.requests.pop(done, None)
+            self.changed.set()
 
     def asked_in_turn(self, since: int, *tasks: str) -> bool:
         """Whether ``tasks`` asked the gate in this order (others between) from ``asked[since]`` on."""
@@ -129,6 +139,7 @@ class Wire:
         for done, page in self.requests.items():
             if page == key and not done.done():
                 done.set_result(None)
+        self.changed.set()
 
     def drop(self, key: tuple[str, int]) -> None:
         """``key``'s request fails without an answer (a dropped connection, an error status), the
@@ -136,6 +147,7 @@ class Wire:
         for done, page in self.requests.items():
             if page == key and not done.done():
                 done.set_exception(Lost())
+        self.changed.set()
 
     def kill(self) -> None:
         self.tracker.record_death(self.generation)
@@ -143,18 +155,23 @@ class Wire:
         for done in self.requests:
             if not done.done():
                 done.set_exception(Lost())
+        self.changed.set()
 
 
-async def until(condition: Callable[[], bool], what: str, wire: Wire) -> None:
-    """Wait until ``condition`` holds; a hang fails the test (30 s: generous on a loaded machine,
+async def until(condition: Callable[[], bool], what: str, wire: Wire, *tasks: asyncio.Task[str]) -> None:
+    """Wait until ``condition`` holds, checked at each change of the wire and when one of ``tasks``
+    ends (what the conditions read); a hang fails the test (30 s: generous on a loaded machine,
     where each step takes milliseconds) with what never happened and what was on the wire."""
+    for task in tasks:
+        task.add_done_callback(lambda _: wire.changed.set())
 
-    async def poll() -> None:
+    async def wait() -> None:
         while not condition():
-            await asyncio.sleep(0.001)
+            wire.changed.clear()
+            await wire.changed.wait()
 
     try:
-        await asyncio.wait_for(poll(), timeout=30)
+        await asyncio.wait_for(wait(), timeout=30)
     except asyncio.TimeoutError:
         raise AssertionError(f"never happened: {what} (on the wire: {wire.on_wire()})") from None
 
@@ -346,7 +363,7 @@ def test_a_page_that_ran_alone_and_was_answered_gives_the_server_to_the_next_pag
         await until(lambda: wire.on_wire() == [P], "P goes out alone next", wire)
         wire.kill()  # P crashed it alone: convicted
         while not x_page.done():  # X's requests are answered until X sees the conviction
-            await until(lambda: bool(wire.on_wire()) or x_page.done(), "X sends again", wire)
+            await until(lambda: bool(wire.on_wire()) or x_page.done(), "X sends again", wire, x_page)
             for key in wire.on_wire():
                 wire.answer(key)
         return {"X": await x_page, "P": await p_page}, wire, tracker
@@ -598,7 +615,7 @@ def test_a_convicted_page_gives_the_server_back_at_once() -> None:
     # P runs alone; vLLM answers its request with a 500 as its engine dies, and the client waits
     # a backoff before it asks the gate again (where the conviction stops it). When the death is
     # recorded, P is convicted: X, waiting for the server, must go now, not after P's backoff.
-    async def scenario() -> tuple[dict[str, str], CrashTracker]:
+    async def scenario() -> dict[str, str]:
         tracker = CrashTracker(isolate_after=1)
         wire = Wire(tracker)
         gate = tracker.gate(wire.gate)
@@ -634,9 +651,9 @@ def test_a_convicted_page_gives_the_server_back_at_once() -> None:
         await until(lambda: wire.on_wire() == [X], "X goes out while P's client still waits", wire)
         wire.answer(X)
         backoff_over.set()
-        return dict(zip("PX", await asyncio.gather(*pages))), tracker
+        return dict(zip("PX", await asyncio.gather(*pages)))
 
-    results, tracker = asyncio.run(scenario())
+    results = asyncio.run(scenario())
     assert results == {"P": "the model server crashed on this page 2 times; quarantined", "X": "ok"}
 
 
@@ -758,8 +775,10 @@ def _two_servers(poison: tuple[str, int], crash_delay: float) -> tuple[CrashTrac
     """Two fake servers behind a dispatcher routed by one crash tracker; ``poison`` kills the
     server it is sent to, ``crash_delay`` seconds after it arrives."""
     tracker = CrashTracker()
+    death = asyncio.Event()  # either server's
     servers = [
-        Server(tracker, {poison: -1}, count_death=tracker.server_death(i), crash_delay=crash_delay, request_s=0.05)
+        Server(tracker, {poison: -1}, count_death=tracker.server_death(i), crash_delay=crash_delay, request_s=0.05,
+               death=death)
         for i in range(2)
     ]
     members = [Member(s, tracker.gate(s.gate, server=i), tracker) for i, s in enumerate(servers)]
@@ -801,7 +820,7 @@ def test_a_page_due_its_solo_retry_holds_back_only_the_server_it_crashed() -> No
     # waits for its solo retry and runs alone on the server it crashed last, the other server
     # keeps serving the other pages (one suspect page idles one GPU, not the fleet).
     async def scenario() -> tuple[dict[int, str], list[Server], CrashTracker]:
-        tracker, servers, members, dispatcher = _two_servers(("doc.pdf", 5), crash_delay=0.3)
+        tracker, servers, _, dispatcher = _two_servers(("doc.pdf", 5), crash_delay=0.3)
         convicted = asyncio.Event()
 
         async def handler(ref: SimpleNamespace, item: SimpleNamespace, num_pages: int | None) -> str:
@@ -849,7 +868,8 @@ def test_the_dispatcher_gives_a_server_kept_for_a_solo_retry_no_other_page() -> 
                 await dispatcher.chat({"page": poison})
                 return "ok"
             while not any(len(s.died) >= 2 for s in servers):  # until page 1 is due its solo retry
-                await asyncio.sleep(0.01)
+                servers[0].death.clear()  # the servers share it
+                await servers[0].death.wait()
             # Then requests until page 1 is convicted, however slowly this machine runs.
             await _send_until(dispatcher, (ref.doc_id, item.page), convicted)
             return "ok"

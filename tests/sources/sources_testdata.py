@@ -20,7 +20,7 @@ def make_pdf(pages: int = 3, pagesize=letter, rotate: int = 0, encrypt: str | No
     """
     buf = io.BytesIO()
     c = canvas.Canvas(buf, pagesize=pagesize, encrypt=encrypt)
-    w, h = pagesize
+    _, h = pagesize
     for i in range(1, pages + 1):
         c.rect(0, h - 100, 100, 100, stroke=0, fill=1)
         c.setFont("Helvetica", 24)

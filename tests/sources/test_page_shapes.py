@@ -408,7 +408,7 @@ def extracted(tmp_path_factory):
 
 
 def test_every_page_has_one_row_with_its_own_content(extracted) -> None:
-    docs, specs, rows, _ = extracted
+    _, specs, rows, _ = extracted
     assert sorted((r["doc_id"], r["page"]) for r in rows) == [
         (name, p) for name in sorted(specs) for p in range(1, len(specs[name]) + 1)
     ]
@@ -442,7 +442,7 @@ def test_figures_match_boxes_and_drawn_figures(extracted) -> None:
 
 
 def test_every_request_follows_the_recipe_and_every_page_was_recognised(extracted) -> None:
-    docs, specs, rows, requests = extracted
+    _, _, rows, requests = extracted
     assert len(requests) == len(rows)  # no retries, nothing sent twice
     for entry in requests:
         assert_deepseek_request(entry, max_model_len=8192)

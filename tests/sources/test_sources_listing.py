@@ -64,7 +64,7 @@ def test_several_inputs(tree, tmp_path, pdf_bytes):
     ]
     assert [d.index for d in docs] == list(range(6))
     # Inputs keep the order given.
-    assert [d.doc_id for d in refs(other, tree)][0] == "more/x.pdf"
+    assert refs(other, tree)[0].doc_id == "more/x.pdf"
 
 
 @pytest.mark.parametrize("second", ["docs/b.pdf", "docs", "docs/a"])
@@ -74,7 +74,7 @@ def test_collisions_raise_before_anything_is_listed(tree, second):
 
 
 def test_missing_input_raises_up_front(tree):
-    with pytest.raises(InputError, match="input not found: .*nope"):
+    with pytest.raises(InputError, match=r"input not found: .*nope"):
         list_documents([str(tree), str(tree / "nope")])  # raises at call time, nothing yielded
 
 
@@ -83,7 +83,7 @@ def test_empty_and_useless_folders(tmp_path):
     with pytest.raises(InputError, match="empty"):
         list_documents([str(tmp_path / "empty")])
     write(tmp_path / "junk" / "a.txt", b"x")
-    with pytest.raises(InputError, match="no documents in .*supported extension"):
+    with pytest.raises(InputError, match=r"no documents in .*supported extension"):
         list_documents([str(tmp_path / "junk")])
     with pytest.raises(InputError, match="no INPUT"):
         list_documents([])

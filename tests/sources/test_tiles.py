@@ -154,7 +154,7 @@ def test_a_page_without_gutters_is_cut_into_bands_only() -> None:
     assert all(t.left == 0 and t.right == 1200 for t in tiles) and len(tiles) >= 2
 
 
-def _crop(image: bytes, tile) -> bytes:  # noqa: ANN001 - a Segment
+def _crop(image: bytes, tile: Segment) -> bytes:
     from PIL import Image
 
     with Image.open(io.BytesIO(image)) as img:
@@ -177,7 +177,7 @@ def test_a_piece_that_ran_out_is_cut_in_two_between_text_lines_or_at_a_gutter(pa
     inside = [ln for ln in lines if column.left <= ln[0] and ln[2] <= column.right and column.top <= ln[1]
               and ln[3] <= column.bottom]  # fmt: skip
     assert len(inside) > 50
-    for x0, y0, x1, y1 in inside:
+    for _, y0, _, y1 in inside:
         assert any(h.top <= y0 and y1 <= h.bottom for h in halves), (y0, y1)
     wide = Segment(0, 0, 700, 1584, 1100)  # every column, below the masthead and the headlines
     halves, how = split_piece(_crop(image, wide), wide)

@@ -65,10 +65,7 @@ def stage(
     """``llm-ocr COMMAND --output OUT [--endpoint URL] ...`` (in process unless ``subprocess_``)."""
     endpoint = ("--endpoint", server.base_url) if server is not None else ()
     argv = (command, *extra, "--output", str(out), *endpoint, *FAST[command])
-    if subprocess_:
-        result = run_cli(*argv, timeout=timeout, env=env)
-    else:
-        result = run_in_process(*argv, env=env)
+    result = run_cli(*argv, timeout=timeout, env=env) if subprocess_ else run_in_process(*argv, env=env)
     assert "Traceback" not in result.stderr, result.stderr
     return result
 

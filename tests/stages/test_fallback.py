@@ -38,7 +38,12 @@ def test_truncated_pages_carry_their_text_layer_and_a_shifted_one_is_refused(tmp
     shifted = rows[("shifted.pdf", 1)]
     assert shifted["fallback_text"] is None
     assert shifted["fallback_note"].startswith("PDF text layer rejected: ") and "dictionary words" in shifted["fallback_note"]
-    assert all(r["fallback_note"] is None and r["fallback_text"] is None for r in read_stage(tmp_path / "plain", "extract"))
+    # Without the fallback, the same pages carry none (the run's own rows: a run that failed and wrote
+    # nothing would pass a check over no rows).
+    assert plain.returncode == 0, plain.stderr
+    plain_rows = read_stage(tmp_path / "plain", "extract")
+    assert len(plain_rows) == len(rows)
+    assert all(r["fallback_note"] is None and r["fallback_text"] is None for r in plain_rows)
 
     assembled = stage("assemble", out, None)
     assert assembled.returncode == 0, assembled.stderr

@@ -5,6 +5,7 @@ checked against their text, with faults the simulator injects."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from typing import Any
 
@@ -146,10 +147,10 @@ def test_a_long_document_is_split_by_page_and_merged(documents: dict[str, dict[s
     row = documents["scan-0001.pdf"]  # 20 line items over 3 pages
     assert row["num_pages"] == 3 and len(row["page_starts"]) == 3
     starts = [*row["page_starts"], len(row["markdown"])]
-    sizes = [b - a for a, b in zip(starts, starts[1:])]
+    sizes = [b - a for a, b in itertools.pairwise(starts)]
     # A budget that holds the longest page but no two pages together: one request per page.
     budget = max(sizes) // 3 + 1
-    assert min(a + b for a, b in zip(sizes, sizes[1:])) > budget * 3
+    assert min(a + b for a, b in itertools.pairwise(sizes)) > budget * 3
     results, requests = extract([row], single_class(schema), single=True, max_input_tokens=budget)
     result = results[0]
     assert result.requests == 3 and result.status == "ok"

@@ -50,7 +50,7 @@ def reader(lines: list[tuple[int, int, str]], fig_at: int | None = None, fig_hei
             if visible >= 0.6 * LINE:
                 blocks.setdefault(p, []).append((top, text))
         out = []
-        for p, rows in blocks.items():
+        for rows in blocks.values():
             y1 = max(rows[0][0], segment.top) - segment.top
             y2 = min(rows[-1][0] + LINE, segment.bottom) - segment.top
             det = [20, int(y1 / segment.height * 999), 980, int(y2 / segment.height * 999)]

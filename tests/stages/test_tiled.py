@@ -10,6 +10,7 @@ coordinates.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,9 +94,9 @@ def grid(bands: int, overlap: int = 50, across: int = 2) -> list[Segment]:
     cuts = [round(k * HEIGHT / bands) for k in range(bands + 1)]
     gutters = [20 + COLUMN + 20, 20 + 2 * COLUMN + 60]
     tiles = []
-    for top, bottom in zip(cuts, cuts[1:]):
+    for top, bottom in itertools.pairwise(cuts):
         edges = [0, *(gutters[across - 1 :] if top == 0 else gutters), WIDTH]
-        for left, right in zip(edges, edges[1:]):
+        for left, right in itertools.pairwise(edges):
             tiles.append(Segment(len(tiles), left, max(0, top - overlap), right, min(HEIGHT, bottom + overlap)))
     return tiles
 

@@ -374,8 +374,8 @@ def test_hub_input_and_output_with_batched_commits_that_load_dataset_opens(hub: 
     assert_every_page_once(rows, docs, pages=3)
     assert all(r["source"].startswith("hf://datasets/tester/scans/pdfs/") for r in rows)
     loaded = subprocess.run(
-        [sys.executable, "-c", "import datasets; ds = datasets.load_dataset('tester/ocr', 'extract', split='train');"
-         " docs = datasets.load_dataset('tester/ocr', 'assemble', split='train'); print(len(ds), len(docs))"],
+        [sys.executable, "-c", ("import datasets; ds = datasets.load_dataset('tester/ocr', 'extract', split='train');"
+                                " docs = datasets.load_dataset('tester/ocr', 'assemble', split='train'); print(len(ds), len(docs))")],
         capture_output=True, text=True, timeout=120, env=env,
     )
     assert loaded.returncode == 0, loaded.stderr
@@ -412,7 +412,7 @@ def test_hub_output_resumes_after_sigkill_and_never_touches_other_shards_files(h
     rows = [r for r in hub_rows(hub, "tester/resume") if r["doc_id"] != "elsewhere"]
     assert sorted((r["doc_id"], r["page"]) for r in rows) == sorted((d, p) for d in mine for p in (1, 2))
     assert_parts_went_through_lfs(hub, "tester/resume", [p for p in files if p.startswith("extract/part-00000")])
-    assert all(not c.deleted or all(d.startswith("extract/part-00000") or d.startswith("_state/") for d in c.deleted)
+    assert all(not c.deleted or all(d.startswith(("extract/part-00000", "_state/")) for d in c.deleted)
                for c in hub.commits_to("tester/resume"))
 
 

@@ -322,7 +322,7 @@ def test_hub_write_check_needs_a_write_token(hub: FakeHub) -> None:
     from llm_ocr.storage.access import check_output
 
     hub.create("tester/public", private=False)
-    with pytest.raises(StorageError, match="cannot write to hf://datasets/tester/public: .*HF_TOKEN"):
+    with pytest.raises(StorageError, match=r"cannot write to hf://datasets/tester/public: .*HF_TOKEN"):
         check_output(_hub_storage(hub, "tester/public", token="hf_test_reader_token"))
     assert hub.commits == []
 

@@ -44,7 +44,7 @@ def test_recipe_option_names_a_family_or_says_which_exist() -> None:
 
     ok = resolve_options(JobOptions, argparse.Namespace(), output="o", recipe="deepseek-ocr")
     assert ok.recipe == "deepseek-ocr"
-    with pytest.raises(OptionError, match="--recipe.*unknown recipe 'olmocr2'.*deepseek-ocr"):
+    with pytest.raises(OptionError, match=r"--recipe.*unknown recipe 'olmocr2'.*deepseek-ocr"):
         resolve_options(JobOptions, argparse.Namespace(), output="o", recipe="olmocr2")
 
 

@@ -98,14 +98,15 @@ def test_smart_resize_matches_the_cookbook() -> None:
     assert smart_resize(20, 60, 28, 3136, 3200, recap=True) == (28, 56)
 
 
-# The first blocks of the Qwen2.5-VL cookbook's answer (cookbooks/document_parsing.ipynb).
+# The first blocks of the Qwen2.5-VL cookbook's answer (cookbooks/document_parsing.ipynb); its lines
+# ending in a space keep it as an escape (\x20), visible.
 QWEN25_ANSWER = """```html
 <html><body>
-<h2 data-bbox="310 94 658 132">Qwen2.5 Technical Report</h2> 
- <p data-bbox="427 154 542 182">Qwen Team</p> 
- <div class="image" data-bbox="262 195 708 272"><img data-bbox="262 195 708 272"/></div> 
- <h2 data-bbox="436 289 533 317">Abstract</h2> 
- <p data-bbox="99 339 869 565">In this report, we introduce Qwen2.5, a comprehensive series of large language models (LLMs) designed to meet diverse needs.</p> 
+<h2 data-bbox="310 94 658 132">Qwen2.5 Technical Report</h2>\x20
+ <p data-bbox="427 154 542 182">Qwen Team</p>\x20
+ <div class="image" data-bbox="262 195 708 272"><img data-bbox="262 195 708 272"/></div>\x20
+ <h2 data-bbox="436 289 533 317">Abstract</h2>\x20
+ <p data-bbox="99 339 869 565">In this report, we introduce Qwen2.5, a comprehensive series of large language models (LLMs) designed to meet diverse needs.</p>\x20
  <table data-bbox="99 600 869 700"><tr><th>Model</th><th>Size</th></tr><tr><td>Qwen2.5</td><td>72B</td></tr></table>
  <div class="formula" data-bbox="99 710 869 760">E = m c^{2}</div>
 </body></html>

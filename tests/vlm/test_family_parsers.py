@@ -52,7 +52,7 @@ def test_olmocr_front_matter_and_figure_links() -> None:
         "---\nprimary_language: en\nis_rotation_valid: False\nrotation_correction: 270\nis_table: false\n"
         "is_diagram: true\n---\nIntro text.\n\n![Bars for 2019 to 2023](page_100_200_300_150.png)\n\nAfter."
     )
-    fields, body, problem = front_matter(text)
+    fields, _, problem = front_matter(text)
     assert fields == {"primary_language": "en", "is_rotation_valid": False, "rotation_correction": 270,
                       "is_table": False, "is_diagram": True} and problem is None  # fmt: skip
     layout = OLMOCR.parse(text, width=1000, height=1288, page=1)

@@ -67,7 +67,7 @@ def test_the_simulated_verifier_refuses_a_request_without_a_category_jev_knows(t
             request = urllib.request.Request(f"{server.url}/sim/verify", data=json.dumps(body).encode(),
                                              headers={"Content-Type": "application/json"})
             try:
-                with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - a local test server
+                with urllib.request.urlopen(request, timeout=60) as response:
                     return response.status, response.read().decode()
             except urllib.error.HTTPError as exc:
                 return exc.code, exc.read().decode()

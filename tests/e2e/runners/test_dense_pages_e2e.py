@@ -6,6 +6,7 @@ another family with boxes (dots.mocr) tiles too."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def assert_read_whole_in_order(row: dict, docs: Path, parts: list[tuple[str, lis
     # Column order kept: every part (masthead, headlines, columns) starts after the last ended.
     spans = [(row["markdown"].find(paragraphs[0][0]), row["markdown"].find(paragraphs[-1][-1])) for _, paragraphs in parts]
     assert all(start >= 0 for start, _ in spans)
-    assert all(end < next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans
+    assert all(end < next_start for (_, end), (next_start, _) in itertools.pairwise(spans)), spans
 
 
 def test_a_dense_page_is_read_in_tiles_at_once_from_its_text_layer(tmp_path: Path, docs: tuple) -> None:

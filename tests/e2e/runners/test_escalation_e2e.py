@@ -155,7 +155,7 @@ def test_the_escalate_stage_launches_from_the_stage_table() -> None:
 def test_a_verifier_can_be_the_signal(corpus, tmp_path: Path) -> None:
     """The verifier interface end to end, with the simulator playing a verifier (``/sim/verify``:
     an oracle that knows the corpus, labelled as such; no real verifier model is served here)."""
-    docs, truth = corpus
+    docs, _ = corpus
     out = tmp_path / "out"
     with SimulatedServer("--garble-page", "doc000.pdf:2", corpus=docs) as weak:
         assert run_cli("extract", str(docs), "--output", str(out), "--endpoint", weak.base_url, *FAST).returncode == 0

@@ -317,8 +317,8 @@ def test_kill_at_random_moments_then_rerun_gives_the_same_rows(tmp_path: Path) -
             process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 wait_until_held(server, held_at, process)
-                wait_until(lambda: len(read_stage(out, "extract")) > saved, "a part of this run was stored",
-                           process=process)
+                wait_until(lambda before=saved: len(read_stage(out, "extract")) > before,
+                           "a part of this run was stored", process=process)
                 time.sleep(rng.uniform(0.0, 0.5))  # where the kill lands; the held request bounds the run
                 os.kill(process.pid, signal.SIGKILL)
             finally:

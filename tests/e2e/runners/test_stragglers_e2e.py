@@ -129,7 +129,7 @@ def test_a_stuck_shards_groups_are_read_by_the_others_then_its_rerun_reads_what_
         f"{s:05d}": n for s, n in sorted(readers(out, 2, 3).items()) if s != 2
     }
     status = run_cli("status", str(out))
-    assert f"shard 00002-of-00003: 8 done" in status.stdout, status.stdout
+    assert "shard 00002-of-00003: 8 done" in status.stdout, status.stdout
     # Everything is done: rerunning every shard sends nothing.
     with SimulatedServer(corpus=docs) as idle:
         for shard in range(3):
