@@ -1,5 +1,6 @@
 """Real protocol servers for storage tests, on free loopback ports: S3 (moto server), GCS
-(gcp-storage-emulator), and a TCP proxy that can cut a connection on demand.
+(gcp-storage-emulator), and a TCP proxy that can cut a connection on demand; the environment
+the CLI runs in against them and the fake Hub, and reading the rows it wrote.
 
 Test code talks to them with plain HTTP (GCS JSON API through urllib) or boto3, so the test
 process never imports gcsfs (whose import-time settings would then be fixed for the session).
@@ -7,6 +8,7 @@ process never imports gcsfs (whose import-time settings would then be fixed for 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -19,7 +21,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from tests.fakes.fake_hub import FakeHub
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -32,6 +39,40 @@ AWS_TEST_ENV = {
     "AWS_CONFIG_FILE": os.devnull,  # ignore the developer's ~/.aws
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
+
+#: The token the fake Hub (tests/fakes/fake_hub.py) accepts for writes.
+HUB_TOKEN = "hf_test_writer_token"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The subprocess environment: no stray credentials from the machine, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HF_", "GOOGLE_", "STORAGE_EMULATOR", "GCSFS_"))}
+    env["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    env["HF_HUB_OFFLINE"] = "0"
+    return {**env, **extra}
+
+
+def hub_env(hub: FakeHub, tmp: Path, **extra: str) -> dict[str, str]:
+    """A subprocess environment that writes to ``hub`` with a token it accepts (``clean_env``
+    plus ``extra``)."""
+    # No Xet: the fake Hub stores LFS files through the Git LFS batch API only (huggingface_hub
+    # would otherwise send every LFS file through Xet, which only the real-Hub test covers).
+    return clean_env(HF_ENDPOINT=hub.url, HF_TOKEN=HUB_TOKEN, HF_HOME=str(tmp / "hf-home"), HF_HUB_DISABLE_XET="1", **extra)
+
+
+def rows_of(read: Any, names: list[str]) -> list[dict[str, Any]]:
+    """The rows of the Parquet files among ``names``, each read with ``read(name) -> bytes``."""
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        if name.endswith(".parquet"):
+            rows += pq.read_table(io.BytesIO(read(name))).to_pylist()
+    return rows
+
+
+def hub_rows(hub: FakeHub, repo: str, folder: str = "extract/") -> list[dict[str, Any]]:
+    """The rows of the Parquet files under ``folder`` in the fake Hub's ``repo``."""
+    files = hub.files(repo)
+    return rows_of(files.__getitem__, sorted(p for p in files if p.startswith(folder)))
 
 
 def free_port() -> int:

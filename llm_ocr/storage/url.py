@@ -162,7 +162,7 @@ class Storage:
             return
         # S3 and GCS publish an object only when its upload completes, also for the multipart
         # (s3fs, >= 100 MB) and resumable (gcsfs, >= 50 MB) uploads pipe_file uses for large
-        # payloads; tests/storage/test_storage_stores.py pins that a concurrent reader never sees a prefix.
+        # payloads; tests/e2e/storage/test_storage_stores.py pins that a concurrent reader never sees a prefix.
         retry_io(lambda: self.fs.pipe_file(path, data), what=f"writing {self.display(path)}")
 
     @property

@@ -1,7 +1,7 @@
 """Fault injection, in process: the retry schedule (backoff, jitter, bounds), the memory the box
 parser may use on adversarial model output, and an accounting line that can fail.
 
-The end-to-end fault tests are in tests/runners/test_faults.py; these pin what a subprocess cannot see.
+The end-to-end fault tests are in tests/e2e/runners/test_faults_e2e.py; these pin what a subprocess cannot see.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ import pytest
 from llm_ocr.serving.command_lines import free_port
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import make_corpus
+from tests.e2e.runners.test_faults_e2e import corpus_keys, summary_lines
 from tests.e2e.serving.test_managed_server_e2e import fake_env
-from tests.runners.test_faults import corpus_keys, summary_lines
 from tests.stages.common import page_keys
 
 FAKES = REPO / "tests" / "fakes"

@@ -1,6 +1,8 @@
-"""Fault injection: server faults, degenerate answers, interruption, hostile input, secrets.
+"""Fault injection through the command: server faults, degenerate answers, interruption,
+hostile input, secrets. Every page must be accounted for exactly once, whatever happens.
 
-Every page must be accounted for exactly once, whatever happens.
+The in-process fault tests are in tests/runners/test_faults_units.py, a 5,000-page run in
+tests/runners/test_many_pages.py.
 """
 
 from __future__ import annotations
@@ -16,17 +18,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pypdfium2
 import pytest
 from PIL import Image
 
 from llm_ocr.testing import SimulatedServer
-from llm_ocr.vlm.recipes import DEFAULT_MODEL
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import make_corpus, make_pdf
 from tests.stages.common import page_keys
-from tests.sweeps import extract as extract_in_process
 from tests.waiting import HANG_GUARD_S, hold_request, wait_until, wait_until_held
 
 
@@ -504,29 +503,6 @@ def test_hostile_corpus_runs_to_completion_with_specific_errors(tmp_path: Path) 
     (extract_status,) = json.loads(status.stdout)
     assert extract_status["rows"] == len(expected) and extract_status["duplicates"] == 0
     assert extract_status["shards"] == {"00000-of-00001": {"ok": 10, "error": 8}}
-
-
-def test_a_five_thousand_page_pdf_completes_with_every_page_once(tmp_path: Path) -> None:
-    big = pypdfium2.PdfDocument.new()
-    for _ in range(5000):
-        big.new_page(612, 792)
-    big.save(str(tmp_path / "big.pdf"))
-    # In this process (the run's scale is tested, not the command's start-up), rendering in a
-    # thread: a subprocess with a worker process took 35 CPU-s and ran into its 300 s timeout at load 35.
-    with SimulatedServer("--instant") as server:
-        result = extract_in_process(tmp_path / "big.pdf", tmp_path / "out", server, DEFAULT_MODEL, dpi=9,
-                                    min_page_side=0, max_in_flight=64, progress_interval=5)
-    assert result.exit_code == 0, result
-    rows = read_stage(tmp_path / "out", "extract")
-    # Every page once; rows are in input order within each part (parts are written as pages
-    # finish, so a part may hold a page of the next thousand).
-    assert sorted(r["page"] for r in rows) == list(range(1, 5001))
-    parts = sorted((tmp_path / "out" / "extract").glob("*.parquet"))
-    assert len(parts) >= 5
-    for part in parts:
-        pages = pq.read_table(part, columns=["page"])["page"].to_pylist()
-        assert pages == sorted(pages), part.name
-    assert {r["num_pages"] for r in rows} == {5000}
 
 
 def test_finevision_row_without_images_and_traversal_ids_stay_inside(tmp_path: Path) -> None:

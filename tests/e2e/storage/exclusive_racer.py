@@ -1,4 +1,4 @@
-"""One racer of tests/storage/test_exclusive_create.py: ``python -m tests.storage.exclusive_racer
+"""One racer of tests/e2e/storage/test_exclusive_create.py: ``python -m tests.e2e.storage.exclusive_racer
 URL FOLDER NAME...`` opens ``URL`` like a shard would, writes ``FOLDER/ready-PID``, waits for
 ``FOLDER/go``, then tries :meth:`Storage.create_exclusive` on every NAME (in the order given) with
 content unique to this process, and prints ``{"token": ..., "won": [names]}``."""

@@ -19,8 +19,7 @@ from llm_ocr.bench.finevision import GeneratedDataset, write_finevision
 from llm_ocr.sources import list_documents
 from llm_ocr.sources.parquet import FOOTER_GUESS
 from tests.conftest import REPO
-from tests.storage.test_storage_stores import clean_env
-from tests.storage_servers import AWS_TEST_ENV, CuttableProxy, GcsEmulator, MotoS3
+from tests.storage_servers import AWS_TEST_ENV, CuttableProxy, GcsEmulator, MotoS3, clean_env
 
 SHARDS = 4
 

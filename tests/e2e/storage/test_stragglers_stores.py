@@ -22,8 +22,7 @@ from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.fake_hub import FakeHub
-from tests.storage.test_storage_stores import clean_env, hub_env, hub_rows, rows_of
-from tests.storage_servers import MotoS3
+from tests.storage_servers import MotoS3, clean_env, hub_env, hub_rows, rows_of
 from tests.waiting import hold_request, wait_until_held
 
 

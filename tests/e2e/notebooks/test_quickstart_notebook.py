@@ -12,7 +12,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 NOTEBOOK = REPO / "notebooks" / "quickstart.ipynb"
 
 

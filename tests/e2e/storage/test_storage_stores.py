@@ -29,9 +29,16 @@ from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.fake_hub import FakeHub
-from tests.storage_servers import AWS_TEST_ENV, CuttableProxy, GcsEmulator, MotoS3
-
-HUB_TOKEN = "hf_test_writer_token"
+from tests.storage_servers import (
+    AWS_TEST_ENV,
+    CuttableProxy,
+    GcsEmulator,
+    MotoS3,
+    clean_env,
+    hub_env,
+    hub_rows,
+    rows_of,
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +80,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _corpus(tmp_path_factory, "corpus", documents=3)
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The subprocess environment: no stray credentials from the machine, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HF_", "GOOGLE_", "STORAGE_EMULATOR", "GCSFS_"))}
-    env["HF_HUB_DISABLE_TELEMETRY"] = "1"
-    env["HF_HUB_OFFLINE"] = "0"
-    return {**env, **extra}
-
-
 def cli(
     command: str, inputs: list[str], output: str, server: SimulatedServer, env: dict[str, str], *extra: str,
     timeout: float = 120, verbose: bool = False,
@@ -95,14 +94,6 @@ def cli(
 
 def extract(inputs: list[str], output: str, server: SimulatedServer, env: dict[str, str], *extra: str, **kw: Any):
     return cli("extract", inputs, output, server, env, *extra, **kw)
-
-
-def rows_of(read: Any, names: list[str]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for name in names:
-        if name.endswith(".parquet"):
-            rows += pq.read_table(io.BytesIO(read(name))).to_pylist()
-    return rows
 
 
 def assert_every_page_once(rows: list[dict[str, Any]], corpus: Path, pages: int = 2) -> None:
@@ -319,12 +310,6 @@ def test_bad_credentials_fail_before_any_request_naming_the_store_without_secret
 # The Hugging Face Hub (fake server; HF_ENDPOINT is read at import time, hence subprocesses)
 
 
-def hub_env(hub: FakeHub, tmp: Path, **extra: str) -> dict[str, str]:
-    # No Xet: the fake Hub stores LFS files through the Git LFS batch API only (huggingface_hub
-    # would otherwise send every LFS file through Xet, which only the real-Hub test covers).
-    return clean_env(HF_ENDPOINT=hub.url, HF_TOKEN=HUB_TOKEN, HF_HOME=str(tmp / "hf-home"), HF_HUB_DISABLE_XET="1", **extra)
-
-
 def assert_parts_went_through_lfs(hub: FakeHub, repo: str, parts: list[str]) -> None:
     """Each part was stored the way the real Hub stores Parquet: preupload said ``lfs``, the
     content was PUT to LFS storage under its sha256, and a commit referred to it (``lfsFile``)."""
@@ -333,11 +318,6 @@ def assert_parts_went_through_lfs(hub: FakeHub, repo: str, parts: list[str]) -> 
     for part in parts:
         assert part in via_lfs and lfs.get(part) == hashlib.sha256(files[part]).hexdigest(), part
         assert lfs[part] in hub.lfs_uploads, part
-
-
-def hub_rows(hub: FakeHub, repo: str, folder: str = "extract/") -> list[dict[str, Any]]:
-    files = hub.files(repo)
-    return rows_of(files.__getitem__, sorted(p for p in files if p.startswith(folder)))
 
 
 def test_hub_input_and_output_with_batched_commits_that_load_dataset_opens(hub: FakeHub, tmp_path: Path) -> None:

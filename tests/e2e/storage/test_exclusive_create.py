@@ -26,8 +26,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.fakes.fake_hub import FakeHub
-from tests.storage.test_storage_stores import clean_env
-from tests.storage_servers import GcsEmulator, MotoS3
+from tests.storage_servers import GcsEmulator, MotoS3, clean_env
 from tests.waiting import wait_until
 
 RACERS = 4
@@ -37,7 +36,7 @@ NAMES = [f"claims/{n:06d}-0001.json" for n in range(24)]
 def race(url: str, env: dict[str, str], folder: Path, racers: int = RACERS) -> list[dict[str, Any]]:
     """Start ``racers`` processes on ``url``, release them at once, return what each won."""
     folder.mkdir(parents=True, exist_ok=True)
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.storage.exclusive_racer", url, str(folder), *NAMES],
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.e2e.storage.exclusive_racer", url, str(folder), *NAMES],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
              for _ in range(racers)]
     try:
