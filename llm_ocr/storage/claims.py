@@ -436,11 +436,13 @@ class Claims:
                     break
             if not progressed:
                 # Reserved groups elsewhere: look again as soon as this flow has room for one.
+                # Own groups held here, being read: their end comes with this flow's pages (a
+                # second, not a quarter lease, so a shard's end is not held up by the look).
                 # Else only own groups others hold: their end (or their lease's) is slow to come.
                 if again:
                     now(min(poll, 1.0))
                 else:
-                    self._sleep(poll)
+                    self._sleep(min(poll, 1.0) if self._reading_own(waiting) else poll)
 
     def _take_other(self, now: Callable[[float], bool]) -> tuple[Claim | None, bool]:
         """A group of another shard: an unclaimed one from the end of the shard with the most
@@ -486,6 +488,11 @@ class Claims:
                 return claim, False
             lost_race = True
         return None, lost_race
+
+    def _reading_own(self, waiting: dict[int, GroupView | None]) -> bool:
+        """Whether one of the own groups waited for is held here."""
+        with self._lock:
+            return any(g.shard == self.book.shard and g.group in waiting for g in self.held)
 
     def _lost_own(self) -> dict[int, GroupView]:
         """This shard's groups neither finished nor being read here: a reservation another process
