@@ -93,12 +93,17 @@ def array_id(stdout: str) -> str:
     raise AssertionError(f"no job id in: {stdout}")
 
 
-def shard_run_process(array: str, shard: int) -> psutil.Process | None:
-    """The ``llm-ocr STAGE`` process of task ``ARRAY_SHARD`` (found by the job's own variables)."""
+def shard_run_process(array: str, shard: int, out: Path) -> psutil.Process | None:
+    """The ``llm-ocr STAGE`` process of task ``ARRAY_SHARD`` writing to ``out`` (found by the job's
+    own variables). ``out`` keeps it to this test's run: another test session's one-node cluster
+    (a second checkout's suite on the same machine) numbers its jobs from 1 too, and its task 0
+    of a job with the same number must not be the one killed."""
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmdline = proc.info["cmdline"] or []
             if not any(part.endswith("/llm-ocr") for part in cmdline[:2]):
+                continue
+            if not any(str(out) in part for part in cmdline):
                 continue
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):

@@ -187,7 +187,7 @@ def test_a_killed_task_requeues_itself_and_resumes_from_its_parts(
     assert first.returncode == 0, first.stderr
     array = array_id(first.stdout)
     wait_until(lambda: list((out / "extract").glob("part-00000-of-00002-*")), timeout=180, period=0.2)
-    process = shard_run_process(array, 0)
+    process = shard_run_process(array, 0, out)
     assert process is not None
     process.kill()  # SIGKILL: no grace, no clean-up, as the OOM killer does
     final = llm_ocr("jobs", "wait", str(out), "--interval", "1", env=env, timeout=300)
@@ -225,10 +225,12 @@ def test_a_requeued_task_resumes_from_its_parts(tmp_path: Path, corpus: Path, sl
     assert _done_earlier(launch_folder(out) / f"{array}_1.log") >= 1  # the second run resumed
 
 
-def _task_simulator(array: str, shard: int) -> JobSimulator | None:
-    """The simulated server task ``ARRAY_SHARD`` started (found by the job's own variables)."""
+def _task_simulator(array: str, shard: int, cluster_env: dict[str, str]) -> JobSimulator | None:
+    """The simulated server task ``ARRAY_SHARD`` of this session's cluster started (found by the
+    job's own variables: another session's one-node cluster numbers its jobs from 1 too)."""
     return find_simulator(lambda env: env.get("SLURM_ARRAY_JOB_ID") == array
-                          and env.get("SLURM_ARRAY_TASK_ID") == str(shard))
+                          and env.get("SLURM_ARRAY_TASK_ID") == str(shard)
+                          and env.get("SLURM_CONF") == cluster_env["SLURM_CONF"])
 
 
 def test_a_cancelled_task_is_the_only_shard_relaunched(tmp_path: Path, corpus: Path, slurm: dict[str, str]) -> None:  # noqa: F811
@@ -242,10 +244,10 @@ def test_a_cancelled_task_is_the_only_shard_relaunched(tmp_path: Path, corpus: P
     first = llm_ocr(*args, env=env)
     assert first.returncode == 0, first.stderr
     array = array_id(first.stdout)
-    held = waiting.wait_until(lambda: _task_simulator(array, 0), "shard 0's server listens", interval=0.5)
+    held = waiting.wait_until(lambda: _task_simulator(array, 0, slurm), "shard 0's server listens", interval=0.5)
     held_at = held.hold(after=1)
     held.ready()
-    waiting.wait_until(lambda: _task_simulator(array, 1), "shard 1's server listens", interval=0.5).ready()
+    waiting.wait_until(lambda: _task_simulator(array, 1, slurm), "shard 1's server listens", interval=0.5).ready()
     waiting.wait_until(lambda: held.hangs_applied() >= held_at, "shard 0's second page is held", interval=0.2)
     # Its first page's part (written as its second page is asked for), so the relaunch has something to resume.
     waiting.wait_until(lambda: list((out / "extract").glob("part-00000-of-00002-*")), "shard 0's first part",
@@ -261,7 +263,7 @@ def test_a_cancelled_task_is_the_only_shard_relaunched(tmp_path: Path, corpus: P
     assert again.returncode == 0, again.stdout + again.stderr
     assert "not launched: 1 shard(s) already done (1)" in again.stdout
     relaunched = array_id(again.stdout)
-    waiting.wait_until(lambda: _task_simulator(relaunched, 0), "the relaunched task's server listens",
+    waiting.wait_until(lambda: _task_simulator(relaunched, 0, slurm), "the relaunched task's server listens",
                        interval=0.5).ready()
     done = llm_ocr("jobs", "wait", str(out), "--interval", "1", env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
