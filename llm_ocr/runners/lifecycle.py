@@ -333,7 +333,7 @@ class PageWork:
         """The flow's knobs: :func:`flow_settings` for ``limit`` (default: the run's)."""
         job = self.shard.job
         return flow_settings(limit or self.limit, flush_interval=job.flush_interval, grace_period=job.grace_period,
-                             workers=self.workers, part_rows=job.part_rows)
+                             workers=self.workers)
 
     async def run(
         self,

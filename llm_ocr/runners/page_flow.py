@@ -138,8 +138,7 @@ class FlowSettings:
 
     max_in_flight: int = 64
     prefetch_chunks: int = 8
-    #: Out-of-order rows held to write rows in input order (None: written as they finish).
-    reorder_window: int | None = 1024
+    reorder_window: int = 1024
     flush_interval: float = 120.0
     grace_period: float = 30.0
     #: The in-flight limit, when it may change during the run (else max_in_flight, fixed).
@@ -147,16 +146,14 @@ class FlowSettings:
 
 
 def flow_settings(limit: InFlightLimit, *, flush_interval: float, grace_period: float,
-                  workers: int = 0, part_rows: int = 1000) -> FlowSettings:
+                  workers: int = 0) -> FlowSettings:
     """The flow's knobs for a run whose pages in flight are bounded by ``limit``: render work
     queued ahead for two chunks per worker (at least 4), and a reorder window of four times the
-    starting limit (at least 256 rows), so a slow page rarely forces rows out of order. With a
-    part per row (``part_rows`` 1: every page a checkpoint, as the service's workers write) no
-    row is held: a page read is stored at once, whatever pages before it are still in flight."""
+    starting limit (at least 256 rows), so a slow page rarely forces rows out of order."""
     return FlowSettings(
         max_in_flight=limit.limit,
         prefetch_chunks=max(4, workers * 2),
-        reorder_window=None if part_rows == 1 else max(256, limit.limit * 4),
+        reorder_window=max(256, limit.limit * 4),
         flush_interval=flush_interval,
         grace_period=grace_period,
         limit=limit,

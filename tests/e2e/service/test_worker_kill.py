@@ -18,6 +18,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from reportlab.lib.pagesizes import letter
+from reportlab.pdfgen import canvas
+
 import llm_ocr
 from llm_ocr.service.config import ServiceConfig
 from llm_ocr.service.server import BackgroundService
@@ -26,9 +29,22 @@ from llm_ocr.service.worker import WorkerSettings
 from llm_ocr.storage import Storage
 from llm_ocr.storage.state import read_marker
 from llm_ocr.testing import SimulatedServer
-from tests.docs import make_pdf
+from tests.docs import WORDS
 
 PAGES = 4
+
+
+def first_page_longest(path: Path) -> None:
+    """A PDF whose first page holds far more text than the others: the run sends the page it
+    expects to take longest first, so the request the simulator holds is page 1's, and pages
+    2-4 finish while an earlier page is still in flight (a reorder window would hold them back)."""
+    pdf = canvas.Canvas(str(path), pagesize=letter)
+    for number in range(1, PAGES + 1):
+        pdf.setFont("Helvetica", 10)
+        for line in range(40 if number == 1 else 2):
+            pdf.drawString(60, 740 - line * 16, f"page {number} line {line} " + " ".join(WORDS[line % 7:][:12]))
+        pdf.showPage()
+    pdf.save()
 
 
 def wait_for(check, what: str, timeout: float = 120.0):  # type: ignore[no-untyped-def]
@@ -47,7 +63,7 @@ def wait_for(check, what: str, timeout: float = 120.0):  # type: ignore[no-untyp
 def test_a_killed_worker_loses_nothing(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    make_pdf(corpus / "long.pdf", PAGES, seed=5, figures=False)
+    first_page_longest(corpus / "long.pdf")
     data = tmp_path / "service"
     with SimulatedServer(corpus=str(corpus)) as sim, \
             BackgroundService(ServiceConfig(data=str(data), port=0, worker=None)) as gateway:
@@ -65,6 +81,7 @@ def test_a_killed_worker_loses_nothing(tmp_path: Path) -> None:
                               and sum(p["status"] == "ok" for p in s["pages"]) == PAGES - 1 and s,
                               "three pages stored")
             assert status["status"] == "running" and status["deliveries"] == 1
+            assert status["pages"][0]["status"] == "pending"  # page 1 is the one held
             os.kill(first.pid, signal.SIGKILL)
             assert first.wait(timeout=30) == -signal.SIGKILL
         finally:
