@@ -185,7 +185,8 @@ class DocumentQueue:
              limit: int = 50) -> list[Document]:
         """Documents in submission order after cursor ``after`` (a ``seq``), of ``status``,
         submitted at or after ``since`` (epoch seconds); ``limit`` at most."""
-        query, args = "SELECT * FROM documents WHERE seq > ?", [after]
+        query = "SELECT * FROM documents WHERE seq > ?"
+        args: list[object] = [after]
         if status is not None:
             query += " AND status = ?"
             args.append(status)

@@ -98,7 +98,7 @@ class Worker:
             return
         # One server for the worker's lifetime, not one per document.
         async with open_endpoint(None, model, api_key=key, client_options=ClientOptions(),
-                                 server_options=ServerOptions(engine=settings.engine),  # type: ignore[arg-type]
+                                 server_options=ServerOptions(engine=settings.engine),
                                  out=self.spool.root, log_name=f"server-{os.getpid()}.log") as endpoint:
             yield endpoint.client.base_url
 
@@ -172,7 +172,7 @@ class Worker:
         done = sum(1 for row in pages if row.get("status") in ("ok", "truncated"))
         failed = [row for row in pages if row.get("status") == "error"]
         end = self.queue.finish
-        if cancelled:
+        if cancelled and (outcome is None or outcome.exit_code != ExitCode.OK):
             end(doc.id, self.name, "cancelled", pages_done=done, pages_failed=len(failed))
             log.info("document %s cancelled (%d page(s) read kept)", doc.id, done)
             return
@@ -188,18 +188,16 @@ class Worker:
             return
         if code == ExitCode.PAGES_FAILED:
             first = failed[0] if failed else {}
-            error = (f"{len(failed)} of {len(pages)} page(s) failed; page {first.get('page')}: {first.get('error')}"
-                     if failed else "the document failed (see its pages)")
-            end(doc.id, self.name, "failed", pages_done=done, pages_failed=len(failed), error=error, cause="pages")
-            log.info("document %s failed: %s", doc.id, error)
+            why = (f"{len(failed)} of {len(pages)} page(s) failed; page {first.get('page')}: {first.get('error')}"
+                   if failed else "the document failed (see its pages)")
+            end(doc.id, self.name, "failed", pages_done=done, pages_failed=len(failed), error=why, cause="pages")
+            log.info("document %s failed: %s", doc.id, why)
             return
-        error = outcome.error
-        cause = "internal" if outcome.unexpected else _cause(error)
-        if cause == "endpoint":  # not the document's fault: it waits for the model server
-            self.queue.release(doc.id, self.name)
-            log.warning("document %s released: the model endpoint failed (%s)", doc.id, error)
-            return
-        message = scrub(str(error), self.spool.storage_options) if error else "the run could not start"
+        # Could not run. A model server that refuses or is down fails the document too (cause
+        # "endpoint"), rather than sending it round the queue for ever (a model name no worker
+        # serves would never succeed).
+        cause = "internal" if outcome.unexpected else _cause(outcome.error)
+        message = scrub(str(outcome.error), self.spool.storage_options) if outcome.error else "the run could not start"
         end(doc.id, self.name, "failed", pages_done=done, pages_failed=len(failed), error=message, cause=cause)
         log.info("document %s failed (%s): %s", doc.id, cause, message)
 

@@ -1,6 +1,6 @@
 """A worker killed with SIGKILL mid-document loses nothing: the document is delivered again when
 its lease lapses, a second worker resumes it from the pages already stored, and every page is
-in the results exactly once (docs/service.md#faults).
+in the results exactly once (docs/service.md#how-a-document-is-read-and-what-a-crash-costs).
 
 The first worker is ``llm-ocr worker`` as a subprocess (what is killed must be a process); the
 gateway and the second worker run in this process. The simulator holds one page's request
