@@ -210,7 +210,8 @@ def create_app(gateway: Gateway) -> FastAPI:
         rows = spool.rows(doc_id, "extract") if doc.started is not None else []
         seen = {row["page"]: row for row in rows}
         total = doc.pages or max(seen, default=0)
-        pages = [_page(seen[page]) if page in seen else {"page": page, "status": "pending"}
+        unread = "pending" if doc.status in ("queued", "running") else "not read"
+        pages = [_page(seen[page]) if page in seen else {"page": page, "status": unread}
                  for page in range(1, total + 1)]
         return {
             **summary(doc),

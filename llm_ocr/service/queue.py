@@ -265,6 +265,12 @@ class DocumentQueue:
             row = db.execute("SELECT cancel FROM documents WHERE id = ?", (doc_id,)).fetchone()
         return Lease(held, bool(row and row["cancel"]))
 
+    def cancel_asked(self, doc_id: str) -> bool:
+        """Whether a cancel of ``doc_id`` was asked."""
+        with self._connect() as db:
+            row = db.execute("SELECT cancel FROM documents WHERE id = ?", (doc_id,)).fetchone()
+        return bool(row and row["cancel"])
+
     def finish(self, doc_id: str, owner: str, status: str, *, pages_done: int, pages_failed: int,
                error: str | None = None, cause: str | None = None) -> bool:
         """End ``doc_id`` with ``status`` if ``owner`` still holds it; whether it did."""

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,15 +121,24 @@ class Worker:
         state = {"lost": False, "cancel": doc.cancel}
 
         async def keep_lease() -> None:
+            # Renewed every third of the lease; a cancel is looked for every `poll` seconds between
+            # (a read: WAL readers never wait), so a cancelled document stops within about that.
+            every = settings.lease / 3
+            renewed = time.monotonic()
             while True:
-                await asyncio.sleep(settings.lease / 3)
-                lease = await asyncio.to_thread(self.queue.renew, doc.id, self.name, settings.lease)
-                if not lease.held:
-                    log.warning("document %s: lease lost (another worker has it): stopping", doc.id)
-                    state["lost"] = True
-                    halt.set()
-                    return
-                if lease.cancel and not state["cancel"]:
+                await asyncio.sleep(min(every, settings.poll))
+                if time.monotonic() - renewed >= every:
+                    lease = await asyncio.to_thread(self.queue.renew, doc.id, self.name, settings.lease)
+                    renewed = time.monotonic()
+                    if not lease.held:
+                        log.warning("document %s: lease lost (another worker has it): stopping", doc.id)
+                        state["lost"] = True
+                        halt.set()
+                        return
+                    asked = lease.cancel
+                else:
+                    asked = await asyncio.to_thread(self.queue.cancel_asked, doc.id)
+                if asked and not state["cancel"]:
                     log.info("document %s: cancelled: stopping after the pages in flight", doc.id)
                     state["cancel"] = True
                     halt.set()

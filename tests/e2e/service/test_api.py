@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -30,6 +31,16 @@ from llm_ocr.testing import SimulatedServer
 from tests.docs import make_pdf
 
 TOKEN = "s3cret-token-for-the-test"
+
+
+def wait_for(check, what: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+    """Poll ``check`` until it returns something true (the event), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := check():
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +150,26 @@ def test_full_queue_429_and_a_cancelled_document_never_starts(tmp_path: Path, si
         status = client.document(cancelled.id).status()
     assert status["status"] == "cancelled" and status["started"] is None and status["deliveries"] == 0
     assert not (tmp_path / "results" / cancelled.id).exists()
+
+
+def test_cancel_stops_a_running_document_after_its_pages_in_flight(
+        tmp_path: Path, sim: SimulatedServer, corpus: tuple[Path, dict], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="llm_ocr.service")
+    settings = WorkerSettings(endpoint=sim.base_url, poll=0.1, run_options={"max_in_flight": 1})
+    with BackgroundService(ServiceConfig(data=str(tmp_path), port=0, worker=settings)) as running:
+        client = llm_ocr.Service(running.url)
+        sim.inject("hang", count=1)  # one page at a time, and the first is held: four wait behind it
+        doc = client.submit(corpus[0] / "five.pdf")
+        wait_for(lambda: sim.stats()["faults_applied"].get("hang"), "the first page held")
+        assert doc.cancel() == {"id": doc.id, "status": "running", "cancel_requested": True}
+        wait_for(lambda: "cancelled: stopping" in caplog.text, "the worker to see the cancel")
+        sim.release()
+        final = doc.wait(timeout=120)
+        rows = doc.pages()
+    assert final["status"] == "cancelled"
+    # The page in flight was finished and kept; the four behind it were never read.
+    assert sorted(p["status"] for p in final["pages"]) == ["not read"] * 4 + ["ok"]
+    assert [row["status"] for row in rows] == ["ok"]
 
 
 def test_a_token_is_required_beyond_loopback(tmp_path: Path, sim: SimulatedServer,
