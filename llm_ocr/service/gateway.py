@@ -37,6 +37,8 @@ log = logging.getLogger("llm_ocr.service")
 SUBMIT_OPTIONS = ("model", "route")
 #: Routes that need no token: a load balancer's probes.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+#: What a document's status says of each page (columns of its Extract rows).
+PAGE_COLUMNS = ("page", "status", "error", "latency_s", "attempts", "route", "model", "finish_reason")
 #: Bytes read from an upload at a time.
 CHUNK = 1 << 20
 
@@ -207,7 +209,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     def status(doc_id: str) -> dict[str, Any]:
         """A document's status, each page's status and timings, and its errors."""
         doc = _known(doc_id)
-        rows = spool.rows(doc_id, "extract") if doc.started is not None else []
+        rows = spool.rows(doc_id, "extract", list(PAGE_COLUMNS)) if doc.started is not None else []
         seen = {row["page"]: row for row in rows}
         total = doc.pages or max(seen, default=0)
         unread = "pending" if doc.status in ("queued", "running") else "not read"
@@ -308,8 +310,7 @@ def _accepted(doc: Document, *, replayed: bool) -> JSONResponse:
 
 
 def _page(row: dict[str, Any]) -> dict[str, Any]:
-    keys = ("page", "status", "error", "latency_s", "attempts", "route", "model", "finish_reason")
-    return {key: row.get(key) for key in keys}
+    return {key: row.get(key) for key in PAGE_COLUMNS}
 
 
 def _span(start: float | None, end: float | None) -> float | None:

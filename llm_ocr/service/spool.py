@@ -89,12 +89,12 @@ class Spool:
         """The output folder of ``doc_id``'s run."""
         return self.root.child("results", doc_id).url
 
-    def rows(self, doc_id: str, stage: str) -> list[dict[str, Any]]:
+    def rows(self, doc_id: str, stage: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
         """``doc_id``'s rows of ``stage`` (``extract``, ``describe``, ``assemble``), in page order,
-        as JSON values (image bytes left out)."""
+        as JSON values (image bytes left out); only ``columns``, if given."""
         folder = self.root.child("results", doc_id, stage)
         parts = list_parts(folder)
-        rows = [_plain(row) for row in iter_rows(folder, parts)] if parts else []
+        rows = [_plain(row) for row in iter_rows(folder, parts, columns)] if parts else []
         return sorted(rows, key=lambda row: row.get("page") or 0)
 
     def page_rows(self, doc_id: str) -> Iterator[dict[str, Any]]:
