@@ -111,7 +111,13 @@ class Worker:
                 await _first(stop.wait(), self.wake.wait(), timeout=self.settings.poll)
                 self.wake.clear()
                 continue
-            await self.process(doc, stop)
+            try:
+                await self.process(doc, stop)
+            except Exception as exc:  # a bug or a store failing costs this document, not the worker
+                log.exception("document %s: the worker failed on it", doc.id)
+                message = scrub(f"{type(exc).__name__}: {exc}", self.spool.storage_options)
+                await asyncio.to_thread(self.queue.finish, doc.id, self.name, "failed", pages_done=0, pages_failed=0,
+                                        error=f"the worker failed: {message}", cause="internal")
 
     async def process(self, doc: Document, stop: asyncio.Event) -> None:
         """Read ``doc`` (held under this worker's lease) and end it, or release it if the worker stops."""
