@@ -13,6 +13,7 @@ The Python API (docs/python-api.md); ``llm-ocr`` on the command line is the same
     print(llm_ocr.plan("s3://bucket/scans/", model="allenai/olmOCR-2-7B-1025-FP8", num_shards=8))
     job = llm_ocr.launch("hf-jobs", "hf://datasets/me/scans", output="hf://datasets/me/out", num_shards=16)
     job = llm_ocr.Launch.attach("hf://datasets/me/out")   # the same launch, later, from anywhere
+    llm_ocr.Service("http://ocr-box:8080").submit("scan.pdf").wait()  # a running llm-ocr service
 
 Importing the package imports nothing else: each name is loaded on first use.
 """
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from llm_ocr.config import OptionError
     from llm_ocr.launchers.core.api import Launch, LaunchError, launch
     from llm_ocr.planning import plan
+    from llm_ocr.service.client import Service
 
 __all__ = [
     "Launch",
@@ -35,6 +37,7 @@ __all__ = [
     "OptionError",
     "Result",
     "RunError",
+    "Service",
     "arun",
     "assemble",
     "describe",
@@ -63,6 +66,10 @@ def __getattr__(name: str) -> Any:
         from llm_ocr.launchers.core import api as launchers_api
 
         home = launchers_api
+    elif name == "Service":
+        from llm_ocr.service import client
+
+        home = client
     elif name == "plan":
         from llm_ocr import planning
 

@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "llm_ocr.commands.bench_quality",
     "llm_ocr.commands.compare",
     "llm_ocr.commands.launch",
+    "llm_ocr.commands.service",  # service, worker
 )
 
 

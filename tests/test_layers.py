@@ -17,84 +17,86 @@ PACKAGE = Path(__file__).resolve().parent.parent / "llm_ocr"
 
 #: Top-level parts of ``llm_ocr`` (a package or a module) that each part must not import.
 FORBIDDEN: dict[str, set[str]] = {
-    "storage": {"planning", "runners", "stages", "engines", "serving", "commands", "launchers", "report", "bench",
+    "storage": {"service", "planning", "runners", "stages", "engines", "serving", "commands", "launchers", "report", "bench",
                 "sources", "vlm", "cli", "api", "container", "quality"},
     # Talking to a model: the recipes and the client are below the options (the caller passes the
     # client its retry policy; the options quote the families).
-    "vlm": {"planning", "engines", "serving", "storage", "stages", "runners", "commands", "launchers", "report",
+    "vlm": {"service", "planning", "engines", "serving", "storage", "stages", "runners", "commands", "launchers", "report",
             "bench", "cli", "sources", "api", "container", "quality", "options", "config", "stage_table", "keywords",
             "gpu_presets"},
-    "stages": {"planning", "runners", "commands", "launchers", "serving", "engines", "bench", "report", "cli", "api", "quality"},
-    "sources": {"planning", "runners", "stages", "commands", "launchers", "serving", "engines", "vlm", "bench",
+    "stages": {"service", "planning", "runners", "commands", "launchers", "serving", "engines", "bench", "report", "cli", "api", "quality"},
+    "sources": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "engines", "vlm", "bench",
                 "report", "cli", "api", "quality"},
     # The servers llm-ocr ships: only their test harness uses serving's process manager.
-    "engines": {"planning", "storage", "stages", "runners", "commands", "launchers", "report", "bench",
+    "engines": {"service", "planning", "storage", "stages", "runners", "commands", "launchers", "report", "bench",
                 "sources", "cli", "api", "quality", "container"},
     # How a run reaches a model: the engines are servers like any other behind a URL (serving only
     # knows their command lines), and nothing that runs a stage.
-    "serving": {"planning", "engines", "runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources",
+    "serving": {"service", "planning", "engines", "runners", "stages", "commands", "launchers", "bench", "report", "cli", "api", "sources",
                 "quality"},
     # Container-side contracts (shard index, secrets): the launchers configure jobs for them.
-    "container": {"planning", "runners", "stages", "commands", "launchers", "serving", "engines", "bench", "report", "cli",
+    "container": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "engines", "bench", "report", "cli",
                   "api", "sources", "vlm", "storage", "quality"},
     # The launchers build and submit job specs that run the CLI in a container; they never run a stage.
-    "launchers": {"runners", "engines", "serving", "stages", "commands", "cli", "bench", "report", "api", "quality"},
-    "report": {"planning", "runners", "engines", "serving", "commands", "launchers", "bench", "cli", "api", "quality"},
+    "launchers": {"service", "runners", "engines", "serving", "stages", "commands", "cli", "bench", "report", "api", "quality"},
+    "report": {"service", "planning", "runners", "engines", "serving", "commands", "launchers", "bench", "cli", "api", "quality"},
     # Runners may ask quality's no-truth signals which pages to escalate (runners/escalation.py),
     # and nothing else of quality (LIMITED below).
-    "runners": {"commands", "launchers", "cli", "bench", "report", "api", "engines"},
-    "bench": {"commands", "cli", "launchers", "api", "quality"},
+    "runners": {"service", "commands", "launchers", "cli", "bench", "report", "api", "engines"},
+    "bench": {"service", "commands", "cli", "launchers", "api", "quality"},
     # Quality checks read outputs (storage, sources, report helpers); they never run a stage.
-    "quality": {"planning", "runners", "engines", "serving", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
+    "quality": {"service", "planning", "runners", "engines", "serving", "stages", "launchers", "bench", "commands", "cli", "api", "vlm",
                 "container"},
     # Every option declared once, and its binding to flags, variables and keywords: importable by
     # every layer above vlm, so they import none of them (but vlm's families, default model and
     # prompt, which --recipe is checked against and the help quotes, and the GPU presets' table).
-    "options": {"planning", "runners", "stages", "commands", "launchers", "report", "bench", "cli", "api", "sources",
+    "options": {"service", "planning", "runners", "stages", "commands", "launchers", "report", "bench", "cli", "api", "sources",
                 "storage", "container", "config", "quality", "engines", "stage_table", "serving"},
     # How a run ends (RunError, exit codes, typed views of the completion markers): every layer
     # uses it, so it imports nothing of the package.
-    "outcomes": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
+    "outcomes": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
                  "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options", "stage_table",
                  "records", "costs", "sharding", "backoff", "testing", "argtypes", "gpu_presets", "pdf_space"},
     # Qwen2-VL's smart_resize, pure arithmetic: the families and the renderer both size images with it.
-    "resizing": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+    "resizing": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                  "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
                  "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
                  "gpu_presets", "pdf_space"},
     # The GPU presets (vLLM settings per GPU, platform hardware names): data that the options'
     # help quotes and serving sizes servers with, so it imports nothing of the package.
-    "gpu_presets": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+    "gpu_presets": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                     "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
                     "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
                     "resizing", "redaction", "pdf_space"},
     # PDF user space to the displayed page (llm_ocr/pdf_space.py): the text-layer reader (sources)
     # and the simulator's corpus (engines) both map with it, so it imports nothing of the package.
-    "pdf_space": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+    "pdf_space": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                   "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
                   "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
                   "resizing", "redaction", "gpu_presets"},
     # What is secret and how it is hidden (llm_ocr/redaction.py): every layer uses it, so it
     # imports nothing of the package.
-    "redaction": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+    "redaction": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                   "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
                   "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
                   "gpu_presets", "pdf_space"},
     # Every stage declared once: the option models it takes, and its runner named by its import
     # path (imported when the stage runs, so not an import here): every layer above may read it.
-    "stage_table": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
+    "stage_table": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",
                     "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords"},
-    "config": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
+    "config": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
                "storage", "container", "engines", "vlm", "quality"},
-    "keywords": {"planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
+    "keywords": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api", "sources",
                  "storage", "container", "engines", "vlm", "options", "config", "quality", "stage_table"},
     # Estimates before a launch: they read inputs (sources), prices (costs), families and presets;
     # the launchers, runners and commands use them.
-    "planning": {"runners", "stages", "commands", "launchers", "cli", "api", "bench", "engines", "report", "quality",
+    "planning": {"service", "runners", "stages", "commands", "launchers", "cli", "api", "bench", "engines", "report", "quality",
                  "container", "storage"},
     # The Python API: the CLI stands on it, never the reverse.
-    "api": {"commands", "cli"},
+    "api": {"service", "commands", "cli"},
     "commands": {"cli"},
+    # The service (gateway, queue, workers, client) stands on the Python API, under the commands.
+    "service": {"commands", "cli", "launchers", "bench", "report", "engines", "quality", "planning"},
 }
 
 

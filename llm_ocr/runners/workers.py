@@ -23,6 +23,7 @@ from llm_ocr.options import RenderOptions
 from llm_ocr.runners.process_pool import ProcessPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.pieces import Region
+from llm_ocr.sources.render import PDFIUM_LOCK
 
 T = TypeVar("T")
 
@@ -46,6 +47,10 @@ class WorkerPool:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` in the pool and await its result."""
         loop = asyncio.get_running_loop()
+        if self.workers == 0:
+            # In this process, PDFium is shared with whatever else runs here (another run's
+            # render thread, the service's gateway checking an upload): one call at a time.
+            return await loop.run_in_executor(self._executor, _locked, fn, *args)
         return await loop.run_in_executor(self._executor, fn, *args)
 
     def close(self) -> None:
@@ -57,6 +62,11 @@ class WorkerPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _locked(fn: Callable[..., T], *args: Any) -> T:
+    with PDFIUM_LOCK:
+        return fn(*args)
 
 
 def crop_figures(image: bytes, boxes: Sequence[Sequence[float]]) -> list[bytes]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -202,6 +203,11 @@ def _ink(img: Image.Image) -> TextEstimate | None:
 # Open documents of this worker process, most recent last. Chunks of one document arrive one
 # after another, so 2 entries avoid reopening (and re-parsing the xref of) a big PDF per chunk.
 _PDF_CACHE: OrderedDict[tuple[Any, ...], pdfium.PdfDocument] = OrderedDict()
+#: PDFium is not thread-safe (the pipeline renders in processes for that reason: runners/workers.py),
+#: and the cache below is shared: an in-process caller that may run beside another thread holds
+#: this lock (the render thread of ``workers=0``, the service's gateway checking an upload).
+PDFIUM_LOCK = threading.RLock()
+
 _PDF_CACHE_SIZE = 2
 
 # PDFium load error codes (FPDF_ERR_*) → user-facing reasons; others say "corrupt".

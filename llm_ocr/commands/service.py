@@ -1,0 +1,142 @@
+"""``llm-ocr service`` (the gateway, and one worker unless ``--no-worker``) and ``llm-ocr worker``
+(a worker alone, on the same database): docs/service.md."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+
+from llm_ocr.outcomes import ExitCode
+
+log = logging.getLogger("llm_ocr")
+
+#: The modules ``llm-ocr service`` needs, by the package that provides each (extra ``service``).
+NEEDED = {"fastapi": "fastapi", "uvicorn": "uvicorn", "python_multipart": "python-multipart"}
+
+
+def _state_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", default="llm-ocr-service", metavar="DIR",
+                        help="folder of the SQLite database (service.db), and of documents and results unless "
+                             "--store (default: ./llm-ocr-service)")
+    parser.add_argument("--store", default=None, metavar="URL",
+                        help="documents and results: a folder or any store URL (s3://, gs://, hf://...; "
+                             "default: --data)")
+    parser.add_argument("--storage-options", default=None, metavar="JSON", help="fsspec storage options of --store")
+
+
+def _worker_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("worker")
+    group.add_argument("--endpoint", default=os.environ.get("LLM_OCR_ENDPOINT"), metavar="URL",
+                       help="an OpenAI-compatible endpoint (default: launch --engine for the worker's lifetime)")
+    group.add_argument("--engine", default="auto", choices=["auto", "vllm", "cpu", "sim"],
+                       help="the model server to launch without --endpoint, as llm-ocr run does")
+    group.add_argument("--model", default=None, help="served model name (default: llm-ocr run's)")
+    group.add_argument("--lease", type=float, default=30.0, metavar="S",
+                       help="seconds a document's lease lasts unrenewed: a killed worker's document is taken "
+                            "again after this (default: 30)")
+    group.add_argument("--poll", type=float, default=1.0, metavar="S",
+                       help="seconds between looks at an empty queue (default: 1)")
+    group.add_argument("--concurrency", type=int, default=1, metavar="N", help="documents read at once (default: 1)")
+    group.add_argument("--max-deliveries", type=int, default=3, metavar="N",
+                       help="workers lost on one document before it is failed (default: 3)")
+    group.add_argument("--max-in-flight", type=int, default=None, metavar="N",
+                       help="requests in flight per document (default: llm-ocr run's)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``service`` and ``worker`` sub-commands."""
+    service = sub.add_parser(
+        "service", help="an HTTP service: submit documents, poll their status, fetch Markdown (docs/service.md)",
+        description="Serve the HTTP API (POST /v1/documents, GET /v1/documents/ID, /markdown, /pages, DELETE, "
+        "/metrics, /healthz, /readyz; the schema at /openapi.json) and run one worker in the same process. "
+        "Needs the extra: pip install 'llm-ocr[service]'.",
+    )
+    service.add_argument("--host", default="127.0.0.1",
+                         help="address to listen on (beyond loopback, a token is required)")
+    service.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free port)")
+    service.add_argument("--token-file", default=None, metavar="FILE",
+                         help="file whose first line is the API token (else LLM_OCR_SERVICE_TOKEN)")
+    _state_options(service)
+    limits = service.add_argument_group("limits")
+    limits.add_argument("--max-upload-mb", type=float, default=100.0, help="largest upload, MB (default: 100)")
+    limits.add_argument("--max-pages", type=int, default=2000, help="most pages in one document (default: 2000)")
+    limits.add_argument("--queue-length", type=int, default=1000,
+                        help="most documents waiting; more are answered 429 (default: 1000)")
+    limits.add_argument("--retry-after", type=int, default=5, help="seconds a 429 asks a client to wait (default: 5)")
+    limits.add_argument("--allow-local-urls", action="store_true",
+                        help='accept {"url": ...} naming a file on this machine (refused by default)')
+    service.add_argument("--no-worker", action="store_true", help="the gateway alone (run llm-ocr worker elsewhere)")
+    _worker_options(service)
+    service.set_defaults(handler=run_service_command)
+
+    worker = sub.add_parser(
+        "worker", help="a worker of an llm-ocr service: reads queued documents (docs/service.md)",
+        description="Take documents from the service's queue under a lease and read them (Extract, Describe, "
+        "Assemble), until SIGINT or SIGTERM; any number of workers may share one --data.",
+    )
+    _state_options(worker)
+    _worker_options(worker)
+    worker.set_defaults(handler=run_worker_command)
+
+
+def _missing() -> list[str]:
+    return [package for module, package in NEEDED.items() if importlib.util.find_spec(module) is None]
+
+
+def _config(args: argparse.Namespace, *, gateway: bool) -> object:
+    from llm_ocr.service.config import Limits, ServiceConfig, read_token
+    from llm_ocr.service.worker import WorkerSettings
+
+    run_options = {"max_in_flight": args.max_in_flight} if args.max_in_flight else {}
+    settings = WorkerSettings(endpoint=args.endpoint, engine=args.engine, model=args.model, lease=args.lease,
+                              poll=args.poll, concurrency=args.concurrency, max_deliveries=args.max_deliveries,
+                              run_options=run_options)
+    config = ServiceConfig(data=args.data, store=args.store,
+                           storage_options=json.loads(args.storage_options) if args.storage_options else {},
+                           worker=settings)
+    if gateway:
+        config.host, config.port = args.host, args.port
+        config.token = read_token(args.token_file)
+        config.limits = Limits(max_upload=int(args.max_upload_mb * 1024 * 1024), max_pages=args.max_pages,
+                               queue_length=args.queue_length, retry_after=args.retry_after,
+                               allow_local_urls=args.allow_local_urls)
+        if args.no_worker:
+            config.worker = None
+    return config
+
+
+def run_service_command(args: argparse.Namespace) -> int:
+    """Handle ``llm-ocr service``."""
+    missing = _missing()
+    if missing:
+        log.error("llm-ocr service needs %s: pip install 'llm-ocr[service]'", ", ".join(missing))
+        return ExitCode.COULD_NOT_RUN
+    from llm_ocr.service.config import ServiceConfig, ServiceError, check_exposure
+    from llm_ocr.service.server import run_service
+
+    try:
+        config = _config(args, gateway=True)
+        assert isinstance(config, ServiceConfig)
+        check_exposure(config.host, config.token)
+        run_service(config)
+    except ServiceError as exc:
+        log.error("%s", exc)
+        return ExitCode.COULD_NOT_RUN
+    return ExitCode.OK
+
+
+def run_worker_command(args: argparse.Namespace) -> int:
+    """Handle ``llm-ocr worker``."""
+    from llm_ocr.service.config import ServiceConfig, ServiceError, run_worker
+
+    try:
+        config = _config(args, gateway=False)
+        assert isinstance(config, ServiceConfig)
+        run_worker(config)
+    except ServiceError as exc:
+        log.error("%s", exc)
+        return ExitCode.COULD_NOT_RUN
+    return ExitCode.OK

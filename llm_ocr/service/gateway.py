@@ -1,0 +1,321 @@
+"""The gateway: the service's HTTP API (FastAPI; its schema at ``/openapi.json``).
+
+Every route but ``/healthz`` and ``/readyz`` requires the token when one is set
+(``Authorization: Bearer TOKEN``); :mod:`.server` refuses to listen beyond loopback without one.
+Blocking work (SQLite, storage, counting a document's pages) runs in threads, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from llm_ocr.options import RouteOptions
+from llm_ocr.service.config import Limits
+from llm_ocr.service.metrics import exposition
+from llm_ocr.service.queue import Document, DocumentQueue, QueueFull, new_id
+from llm_ocr.service.spool import Spool, Unreadable, count_document, suffix_of
+from llm_ocr.storage.stores import protocol_of
+
+log = logging.getLogger("llm_ocr.service")
+
+#: Options a submission may set, as ``llm_ocr.run``'s keywords.
+SUBMIT_OPTIONS = ("model", "route")
+#: Routes that need no token: a load balancer's probes.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+#: What a document's status says of each page (columns of its Extract rows).
+PAGE_COLUMNS = ("page", "status", "error", "latency_s", "attempts", "route", "model", "finish_reason")
+#: Bytes read from an upload at a time.
+CHUNK = 1 << 20
+
+
+@dataclass
+class Gateway:
+    """What the routes use."""
+
+    queue: DocumentQueue
+    spool: Spool
+    limits: Limits = field(default_factory=Limits)
+    token: str | None = None
+    #: Called after a document is queued (the in-process worker's wake-up).
+    on_submit: Callable[[], None] | None = None
+    #: Whether the workers this process runs are ready (None: it runs none).
+    workers_ready: Callable[[], bool] | None = None
+
+
+class Refused(Exception):
+    """A submission answered with ``status`` and ``message`` (4xx)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def iso(seconds: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC."""
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat() if seconds is not None else None
+
+
+def parse_since(value: str) -> float:
+    """``since``: epoch seconds, or an ISO 8601 time (UTC when it names no zone)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def summary(doc: Document) -> dict[str, Any]:
+    """A document as listed."""
+    return {
+        "id": doc.id, "name": doc.name, "status": doc.status, "created": iso(doc.created),
+        "started": iso(doc.started), "finished": iso(doc.finished), "pages": doc.pages,
+        "pages_done": doc.pages_done, "pages_failed": doc.pages_failed, "error": doc.error, "cause": doc.cause,
+    }
+
+
+def check_options(given: dict[str, Any]) -> dict[str, Any]:
+    """The submission's run options, checked; :class:`Refused` (422) names a bad one."""
+    unknown = sorted(set(given) - set(SUBMIT_OPTIONS))
+    if unknown:
+        raise Refused(422, f"unknown option {unknown[0]!r}: a submission may set {', '.join(SUBMIT_OPTIONS)}")
+    options = {key: value for key, value in given.items() if value not in (None, "")}
+    if "model" in options and not isinstance(options["model"], str):
+        raise Refused(422, "model must be a string (a served model name)")
+    if "route" in options:
+        try:
+            RouteOptions(route=options["route"])
+        except ValidationError:
+            raise Refused(422, f"route must be 'model' or 'text-layer', not {options['route']!r}") from None
+    return options
+
+
+def create_app(gateway: Gateway) -> FastAPI:
+    """The gateway's FastAPI application."""
+    app = FastAPI(title="llm-ocr service", version="1", summary="OCR of documents that keep arriving")
+    queue, spool, limits = gateway.queue, gateway.spool, gateway.limits
+
+    @app.middleware("http")
+    async def require_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if gateway.token is not None and request.url.path not in OPEN_PATHS:
+            given = request.headers.get("authorization", "")
+            scheme, _, value = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), gateway.token.encode()):
+                return JSONResponse({"detail": "a token is required: Authorization: Bearer TOKEN"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(QueueFull)
+    async def full(request: Request, exc: QueueFull) -> JSONResponse:
+        return JSONResponse({"detail": f"{exc}; retry later"}, status_code=429,
+                            headers={"Retry-After": str(limits.retry_after)})
+
+    @app.post("/v1/documents", status_code=202, responses={
+        202: {"description": "queued (or, with a known Idempotency-Key, the document submitted with it)"},
+        413: {"description": "the upload is larger than the limit"},
+        422: {"description": "unreadable or unsupported document, too many pages, or a bad option"},
+        429: {"description": "the queue is full: retry after Retry-After seconds"},
+    })
+    async def submit(request: Request) -> JSONResponse:
+        """Queue a document: a multipart upload (field ``file``; ``model``, ``route`` as fields)
+        or JSON ``{"url": ..., "model": ..., "route": ...}`` naming a document on a store."""
+        key = request.headers.get("idempotency-key")
+        if key is not None:
+            earlier = await asyncio.to_thread(queue.by_key, key)
+            if earlier is not None:
+                return _accepted(earlier, replayed=True)
+        # A full queue is said before the upload is read.
+        if await asyncio.to_thread(queue.depth) >= limits.queue_length:
+            raise QueueFull(limits.queue_length)
+        doc_id = new_id()
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            name, input_url, pages, options = await _take_upload(request, doc_id)
+        else:
+            name, input_url, pages, options = await _take_url(request)
+        doc, created = await asyncio.to_thread(queue.submit, doc_id, name=name, input_url=input_url, options=options,
+                                               pages=pages, key=key, limit=limits.queue_length)
+        if created and gateway.on_submit is not None:
+            gateway.on_submit()
+        return _accepted(doc, replayed=not created)
+
+    async def _take_upload(request: Request, doc_id: str) -> tuple[str, str, int, dict[str, Any]]:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limits.max_upload + CHUNK:
+            raise Refused(413, f"the upload is {int(length):,} bytes, over the limit of {limits.max_upload:,}")
+        form = await request.form(max_files=1, max_fields=len(SUBMIT_OPTIONS))
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise Refused(422, "no document: send it as the multipart field 'file'")
+        options = check_options({key: value for key, value in form.items() if key != "file"})
+        name = (upload.filename or "document")[-255:]
+        ext = _checked(suffix_of, name)
+        pages, input_url = await asyncio.to_thread(_keep_upload, upload, doc_id, name, ext)
+        await upload.close()
+        return name, input_url, pages, options
+
+    def _keep_upload(upload: UploadFile, doc_id: str, name: str, ext: str) -> tuple[int, str]:
+        # Copied to a temporary file of ours first: counted there, then stored in the spool.
+        with tempfile.TemporaryDirectory(prefix="llm-ocr-upload-") as scratch:
+            local = os.path.join(scratch, f"document{ext}")
+            size = 0
+            with open(local, "wb") as out:
+                while chunk := upload.file.read(CHUNK):
+                    size += len(chunk)
+                    if size > limits.max_upload:
+                        raise Refused(413, f"the upload is over the limit of {limits.max_upload:,} bytes")
+                    out.write(chunk)
+            if size == 0:
+                raise Refused(422, f"{name!r} is empty (0 bytes)")
+            pages = _checked(count_document, local, name, limits.max_pages)
+            with open(local, "rb") as handle:
+                return pages, spool.store_upload(doc_id, ext, handle.read())
+
+    async def _take_url(request: Request) -> tuple[str, str, int, dict[str, Any]]:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise Refused(422, 'send a multipart upload (field "file") or JSON {"url": ...}') from None
+        if not isinstance(body, dict) or not isinstance(body.get("url"), str):
+            raise Refused(422, 'JSON submissions name the document: {"url": "s3://bucket/scan.pdf"}')
+        url = body.pop("url")
+        options = check_options(body)
+        if protocol_of(url) in ("file", "local") and not limits.allow_local_urls:
+            raise Refused(422, "documents on this machine's disk are not read by URL (start the service with "
+                               "--allow-local-urls to allow it); upload the file instead")
+        name = url.rstrip("/").rsplit("/", 1)[-1]
+        pages = await asyncio.to_thread(_checked, count_document, url, name, limits.max_pages)
+        return name, url, pages, options
+
+    @app.get("/v1/documents/{doc_id}")
+    def status(doc_id: str) -> dict[str, Any]:
+        """A document's status, each page's status and timings, and its errors."""
+        doc = _known(doc_id)
+        rows = spool.rows(doc_id, "extract", list(PAGE_COLUMNS)) if doc.started is not None else []
+        seen = {row["page"]: row for row in rows}
+        total = doc.pages or max(seen, default=0)
+        unread = "pending" if doc.status in ("queued", "running") else "not read"
+        pages = [_page(seen[page]) if page in seen else {"page": page, "status": unread}
+                 for page in range(1, total + 1)]
+        return {
+            **summary(doc),
+            "deliveries": doc.deliveries, "cancel_requested": doc.cancel,
+            "queued_s": _span(doc.created, doc.started), "run_s": _span(doc.started, doc.finished),
+            "options": doc.options, "pages": pages,
+        }
+
+    @app.get("/v1/documents/{doc_id}/markdown", response_class=PlainTextResponse,
+             responses={409: {"description": "the document has no Markdown yet"}})
+    def markdown(doc_id: str) -> PlainTextResponse:
+        """The document's Markdown (once it is assembled: done, or failed with pages read)."""
+        doc = _known(doc_id)
+        rows = spool.rows(doc_id, "assemble") if doc.status in ("done", "failed") else []
+        if not rows:
+            raise Refused(409, f"document {doc_id} is {doc.status}: it has no Markdown"
+                               + (" yet" if doc.status in ("queued", "running") else "")
+                               + ("; the pages it read are at /pages" if doc.status == "cancelled" else ""))
+        return PlainTextResponse(rows[0]["markdown"], media_type="text/markdown; charset=utf-8")
+
+    @app.get("/v1/documents/{doc_id}/pages")
+    def pages(doc_id: str) -> dict[str, Any]:
+        """The document's page rows (as ``llm_ocr.load(out, "describe")`` holds them, image bytes left out)."""
+        _known(doc_id)
+        return {"id": doc_id, "pages": list(spool.page_rows(doc_id))}
+
+    @app.delete("/v1/documents/{doc_id}", status_code=202)
+    def cancel(doc_id: str) -> dict[str, Any]:
+        """Cancel: a queued document never starts; a running one stops after its pages in flight
+        (what was read is kept). A document that ended is left as it is."""
+        doc = queue.cancel(doc_id)
+        if doc is None:
+            raise Refused(404, f"no document {doc_id}")
+        return {"id": doc.id, "status": doc.status, "cancel_requested": doc.cancel or doc.status == "cancelled"}
+
+    @app.get("/v1/documents")
+    def documents(status: str | None = None, since: str | None = None, after: int = 0,
+                  limit: int = 50) -> dict[str, Any]:
+        """Documents in submission order; ``next`` is the ``after`` of the next page (null: the last)."""
+        if status is not None and status not in ("queued", "running", "done", "failed", "cancelled"):
+            raise Refused(422, f"status must be queued, running, done, failed or cancelled, not {status!r}")
+        try:
+            moment = parse_since(since) if since else None
+        except ValueError:
+            raise Refused(422, f"since must be epoch seconds or an ISO 8601 time, not {since!r}") from None
+        limit = max(1, min(limit, 500))
+        found = queue.list(status=status, since=moment, after=after, limit=limit + 1)
+        return {"documents": [summary(doc) for doc in found[:limit]],
+                "next": found[limit - 1].seq if len(found) > limit else None}
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        """The gateway answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        """The database answers, and this process's workers (if any) have their model endpoint."""
+        try:
+            queue.ping()
+        except Exception as exc:  # noqa: BLE001 - any failure means not ready; the reason is the answer
+            return JSONResponse({"status": "not ready", "reason": f"database: {exc}"}, status_code=503)
+        if gateway.workers_ready is not None and not gateway.workers_ready():
+            return JSONResponse({"status": "not ready", "reason": "the worker's model endpoint is not open yet"},
+                                status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        """Prometheus text: queue depth, documents by status, pages read, failures by cause."""
+        return PlainTextResponse(exposition(queue), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def _known(doc_id: str) -> Document:
+        doc = queue.get(doc_id)
+        if doc is None:
+            raise Refused(404, f"no document {doc_id}")
+        return doc
+
+    return app
+
+
+def _checked(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Unreadable as exc:
+        raise Refused(422, str(exc)) from None
+
+
+def _accepted(doc: Document, *, replayed: bool) -> JSONResponse:
+    headers = {"Location": f"/v1/documents/{doc.id}"}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse({"id": doc.id, "status": doc.status}, status_code=202, headers=headers)
+
+
+def _page(row: dict[str, Any]) -> dict[str, Any]:
+    return {key: row.get(key) for key in PAGE_COLUMNS}
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    if start is None:
+        return None
+    seconds = (end if end is not None else datetime.now(timezone.utc).timestamp()) - start
+    return math.floor(seconds * 1000) / 1000
+

@@ -1,0 +1,249 @@
+"""A worker: takes documents from the queue under a lease and runs the ``run`` stage on each.
+
+Each document is read by the same code as ``llm_ocr.run([document], results/ID)``: Extract,
+Describe, Assemble, against the worker's model endpoint. Its results folder is that run's output,
+written one part per page (``part_rows=1``): every page read is a checkpoint, and a document
+taken again (its worker was killed and its lease lapsed, or it was released at shutdown) resumes
+there; the run's own resume skips the pages it finds, so each page has one row.
+
+While a document runs, its lease is renewed every third of the lease. A renewal that finds the
+lease gone (another worker took the document) stops the run; one that finds a cancel asked stops
+it too, after the pages in flight (the run's ``stop``), and what was read is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_ocr.api import keyword_spec, shard_coroutine
+from llm_ocr.config import OptionError
+from llm_ocr.options import ClientOptions, ServerOptions
+from llm_ocr.outcomes import ExitCode
+from llm_ocr.runners.shard import ShardOutcome, run_guarded
+from llm_ocr.service.queue import Document, DocumentQueue
+from llm_ocr.service.spool import Spool
+from llm_ocr.serving.open import EndpointError, open_endpoint
+from llm_ocr.storage.stores import scrub
+
+log = logging.getLogger("llm_ocr.service")
+
+
+@dataclass
+class WorkerSettings:
+    """How a worker runs (``llm-ocr worker``'s options)."""
+
+    #: An OpenAI-compatible endpoint; None: launch ``engine`` for the worker's lifetime.
+    endpoint: str | None = None
+    engine: str = "auto"
+    model: str | None = None
+    #: Seconds a document's lease lasts without renewal (renewed every third of it).
+    lease: float = 30.0
+    #: Seconds between looks at an empty queue (a submission in this process wakes it at once).
+    poll: float = 1.0
+    #: Deliveries of one document (workers lost while reading it) before it is failed.
+    max_deliveries: int = 3
+    #: Documents read at once by this worker.
+    concurrency: int = 1
+    #: Seconds the pages in flight may take to finish when the worker stops.
+    grace_period: float = 30.0
+    #: More keyword options of every run (``llm_ocr.run``'s names), e.g. ``max_in_flight``.
+    run_options: dict[str, Any] = field(default_factory=dict)
+
+
+def worker_name() -> str:
+    """This worker's name in leases: host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    """Reads documents from ``queue`` into ``spool`` until stopped."""
+
+    def __init__(self, queue: DocumentQueue, spool: Spool, settings: WorkerSettings, name: str | None = None) -> None:
+        self.queue = queue
+        self.spool = spool
+        self.settings = settings
+        self.name = name or worker_name()
+        #: Set by a submission in the same process: look at the queue now.
+        self.wake = asyncio.Event()
+        #: The endpoint the runs use, once open (``/readyz``).
+        self.endpoint_url: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True once the model endpoint is open."""
+        return self.endpoint_url is not None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Open the endpoint, then take and read documents until ``stop`` is set; a document
+        in progress then stops after its pages in flight and goes back to the queue."""
+        async with self._endpoint() as url:
+            self.endpoint_url = url
+            log.info("worker %s reading documents with %s", self.name, url)
+            await asyncio.gather(*(self._loop(stop) for _ in range(self.settings.concurrency)))
+
+    @contextlib.asynccontextmanager
+    async def _endpoint(self) -> AsyncIterator[str]:
+        settings = self.settings
+        model = settings.model or _default_model()
+        key = os.environ.get("LLM_OCR_API_KEY")
+        if settings.endpoint is not None:
+            yield settings.endpoint
+            return
+        # One server for the worker's lifetime, not one per document.
+        async with open_endpoint(None, model, api_key=key, client_options=ClientOptions(),
+                                 server_options=ServerOptions(engine=settings.engine),
+                                 out=self.spool.root, log_name=f"server-{os.getpid()}.log") as endpoint:
+            yield endpoint.client.base_url
+
+    async def _loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            doc = await asyncio.to_thread(self.queue.claim, self.name, self.settings.lease,
+                                          self.settings.max_deliveries)
+            if doc is None:
+                await _first(stop.wait(), self.wake.wait(), timeout=self.settings.poll)
+                self.wake.clear()
+                continue
+            try:
+                await self.process(doc, stop)
+            except Exception as exc:  # a bug or a store failing costs this document, not the worker
+                log.exception("document %s: the worker failed on it", doc.id)
+                message = scrub(f"{type(exc).__name__}: {exc}", self.spool.storage_options)
+                await asyncio.to_thread(self.queue.finish, doc.id, self.name, "failed", pages_done=0, pages_failed=0,
+                                        error=f"the worker failed: {message}", cause="internal")
+
+    async def process(self, doc: Document, stop: asyncio.Event) -> None:
+        """Read ``doc`` (held under this worker's lease) and end it, or release it if the worker stops."""
+        settings = self.settings
+        log.info("document %s (%s): delivery %d", doc.id, doc.name, doc.deliveries)
+        halt = asyncio.Event()  # the run's stop: pages in flight finish, the parts are written
+        state = {"lost": False, "cancel": doc.cancel}
+
+        async def keep_lease() -> None:
+            # Renewed every third of the lease; a cancel is looked for every `poll` seconds between
+            # (a read: WAL readers never wait), so a cancelled document stops within about that.
+            every = settings.lease / 3
+            renewed = time.monotonic()
+            while True:
+                await asyncio.sleep(min(every, settings.poll))
+                if time.monotonic() - renewed >= every:
+                    lease = await asyncio.to_thread(self.queue.renew, doc.id, self.name, settings.lease)
+                    renewed = time.monotonic()
+                    if not lease.held:
+                        log.warning("document %s: lease lost (another worker has it): stopping", doc.id)
+                        state["lost"] = True
+                        halt.set()
+                        return
+                    asked = lease.cancel
+                else:
+                    asked = await asyncio.to_thread(self.queue.cancel_asked, doc.id)
+                if asked and not state["cancel"]:
+                    log.info("document %s: cancelled: stopping after the pages in flight", doc.id)
+                    state["cancel"] = True
+                    halt.set()
+
+        async def follow_stop() -> None:
+            await stop.wait()
+            halt.set()
+
+        helpers = [asyncio.create_task(keep_lease()), asyncio.create_task(follow_stop())]
+        try:
+            outcome = await self._run(doc, halt) if not state["cancel"] else None
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+        if state["lost"]:
+            return
+        await asyncio.to_thread(self._end, doc, outcome, bool(state["cancel"]), stop.is_set())
+
+    async def _run(self, doc: Document, halt: asyncio.Event) -> ShardOutcome:
+        options: dict[str, Any] = {
+            **self.settings.run_options,
+            **doc.options,
+            "endpoint": self.endpoint_url,
+            "part_rows": 1,  # a part per page: each page read is a checkpoint
+            "progress": "off",
+            "workers": 0,  # rendering in a thread of this process (PDFium behind its lock)
+            "grace_period": self.settings.grace_period,
+            "storage_options": self.spool.storage_options,
+        }
+        if self.settings.model and "model" not in doc.options:
+            options["model"] = self.settings.model
+        try:
+            spec = await asyncio.to_thread(keyword_spec, "run", [doc.input], self.spool.results_url(doc.id), options)
+        except OptionError as exc:
+            return ShardOutcome(ExitCode.COULD_NOT_RUN, error=exc)
+        return await run_guarded(shard_coroutine("run", spec), halt)
+
+    def _end(self, doc: Document, outcome: ShardOutcome | None, cancelled: bool, stopping: bool) -> None:
+        pages = self.spool.rows(doc.id, "extract")
+        done = sum(1 for row in pages if row.get("status") in ("ok", "truncated"))
+        failed = [row for row in pages if row.get("status") == "error"]
+        end = self.queue.finish
+        if cancelled and (outcome is None or outcome.exit_code != ExitCode.OK):
+            end(doc.id, self.name, "cancelled", pages_done=done, pages_failed=len(failed))
+            log.info("document %s cancelled (%d page(s) read kept)", doc.id, done)
+            return
+        assert outcome is not None
+        code = outcome.exit_code
+        if code == ExitCode.INTERRUPTED or (stopping and code != ExitCode.OK):
+            self.queue.release(doc.id, self.name)
+            log.info("document %s released to the queue (%d page(s) read so far)", doc.id, done)
+            return
+        if code == ExitCode.OK:
+            end(doc.id, self.name, "done", pages_done=done, pages_failed=0)
+            log.info("document %s done: %d page(s)", doc.id, done)
+            return
+        if code == ExitCode.PAGES_FAILED:
+            first = failed[0] if failed else {}
+            why = (f"{len(failed)} of {len(pages)} page(s) failed; page {first.get('page')}: {first.get('error')}"
+                   if failed else "the document failed (see its pages)")
+            end(doc.id, self.name, "failed", pages_done=done, pages_failed=len(failed), error=why, cause="pages")
+            log.info("document %s failed: %s", doc.id, why)
+            return
+        # Could not run. A model server that refuses or is down fails the document too (cause
+        # "endpoint"), rather than sending it round the queue for ever (a model name no worker
+        # serves would never succeed).
+        cause = "internal" if outcome.unexpected else _cause(outcome.error)
+        message = scrub(str(outcome.error), self.spool.storage_options) if outcome.error else "the run could not start"
+        end(doc.id, self.name, "failed", pages_done=done, pages_failed=len(failed), error=message, cause=cause)
+        log.info("document %s failed (%s): %s", doc.id, cause, message)
+
+
+def _cause(error: BaseException | None) -> str:
+    """The failure's cause as ``/metrics`` counts it."""
+    if isinstance(error, EndpointError):
+        return "endpoint"
+    if isinstance(error, OptionError):
+        return "options"
+    name = type(error).__name__
+    if name == "StorageError":
+        return "storage"
+    if name == "InputError":
+        return "input"
+    return "run"
+
+
+def _default_model() -> str:
+    from llm_ocr.options import JobOptions
+
+    return str(JobOptions.model_fields["model"].default)
+
+
+async def _first(*waits: Any, timeout: float) -> None:
+    """Wait for the first of ``waits`` (coroutines), at most ``timeout`` seconds."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

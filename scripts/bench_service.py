@@ -1,0 +1,127 @@
+"""The service against ``llm-ocr run`` on one simulated server: pages/s and latency (docs/service.md).
+
+::
+
+    python scripts/bench_service.py                      # 24 one-page documents per rate
+    python scripts/bench_service.py --docs 40 --rates 0.5,1,2,4,8 --concurrency 8 --sim-args '--slots 16'
+
+It makes one-page PNG documents, starts one simulated server, and measures:
+
+1. ``llm_ocr.run`` over the folder of documents (the batch): pages/s;
+2. the service (gateway and one worker with ``--concurrency`` documents at once, in this process)
+   fed one document at a time, open loop, at each rate in documents/s: pages/s over the stream
+   (pages over the time from the first submission to the last document's end), and each
+   document's latency from submission to its end (the service's own ``created`` and ``finished``),
+   p50 and p95, beside the model's own time for the page (its row's ``latency_s``).
+
+A rate the service cannot keep up with shows as pages/s below the rate and latencies that grow
+with the queue: that is where it saturates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+# The package beside this script, installed or not.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import llm_ocr
+from llm_ocr.service.config import ServiceConfig
+from llm_ocr.service.queue import DocumentQueue
+from llm_ocr.service.server import BackgroundService
+from llm_ocr.service.spool import Spool
+from llm_ocr.service.worker import WorkerSettings
+from llm_ocr.testing import SimulatedServer
+
+
+def make_documents(folder: Path, count: int) -> list[Path]:
+    """``count`` one-page PNG documents with a few lines of text each."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        image = Image.new("RGB", (1240, 1754), "white")
+        draw = ImageDraw.Draw(image)
+        for line in range(12):
+            draw.text((100, 120 + line * 60), f"Document {i} line {line}: the quick brown fox jumps", fill="black")
+        path = folder / f"doc{i:04d}.png"
+        image.save(path)
+        paths.append(path)
+    return paths
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The ``share`` quantile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
+
+
+def batch(documents: Path, out: Path, endpoint: str) -> float:
+    """``llm_ocr.run`` over ``documents``: pages/s."""
+    start = time.monotonic()
+    result = llm_ocr.run(documents, out, endpoint=endpoint, progress="off", workers=0)
+    seconds = time.monotonic() - start
+    assert result.ok, result
+    return sum(result.pages.get(k, 0) for k in ("ok", "truncated")) / seconds
+
+
+def stream(paths: list[Path], rate: float, data: Path, endpoint: str, concurrency: int) -> dict[str, float]:
+    """Submit ``paths`` at ``rate`` documents/s to a fresh service; its pages/s and latencies."""
+    settings = WorkerSettings(endpoint=endpoint, poll=0.1, concurrency=concurrency)
+    with BackgroundService(ServiceConfig(data=str(data), port=0, worker=settings)) as running, \
+            concurrent.futures.ThreadPoolExecutor(8) as pool:
+        client = llm_ocr.Service(running.url)
+        start = time.monotonic()
+        submitted = []
+        for i, path in enumerate(paths):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # open loop: the next document arrives on schedule, answered or not
+            submitted.append(pool.submit(client.submit, path))
+        docs = [future.result() for future in submitted]
+        for doc in docs:
+            assert doc.wait(timeout=600)["status"] == "done", doc.status()
+    queue, spool = DocumentQueue(data / "service.db"), Spool(str(data))
+    rows = [queue.get(doc.id) for doc in docs]
+    latencies = [row.finished - row.created for row in rows if row and row.finished]
+    first = min(row.created for row in rows if row)
+    last = max(row.finished for row in rows if row and row.finished)
+    model = [page["latency_s"] for doc in docs for page in spool.rows(doc.id, "extract")]
+    return {"pages_s": len(latencies) / (last - first), "p50": percentile(latencies, 0.5),
+            "p95": percentile(latencies, 0.95), "model_p50": statistics.median(model)}
+
+
+def main() -> None:
+    """Run the benchmark and print a table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=24, help="one-page documents per rate (default: 24)")
+    parser.add_argument("--rates", default="0.5,1,2,4,8", help="documents/s, comma-separated")
+    parser.add_argument("--concurrency", type=int, default=8, help="documents the worker reads at once")
+    parser.add_argument("--sim-args", default="--decode-ms-per-token 2",
+                        help="the simulated server's timing flags (default: about a second a page)")
+    args = parser.parse_args()
+    rates = [float(rate) for rate in args.rates.split(",")]
+    with tempfile.TemporaryDirectory(prefix="llm-ocr-bench-service-") as tmp:
+        root = Path(tmp)
+        paths = make_documents(root / "docs", args.docs)
+        with SimulatedServer(*shlex.split(args.sim_args)) as sim:
+            batch_rate = batch(root / "docs", root / "batch", sim.base_url)
+            print(f"llm-ocr run, {args.docs} one-page documents: {batch_rate:.2f} pages/s")
+            print(f"service, one worker reading {args.concurrency} documents at once:")
+            print(" rate (docs/s)  pages/s  of batch  p50 latency (s)  p95 latency (s)  model's time p50 (s)")
+            for i, rate in enumerate(rates):
+                found = stream(paths, rate, root / f"service-{i}", sim.base_url, args.concurrency)
+                print(f" {rate:13.2f}  {found['pages_s']:7.2f}  {found['pages_s'] / batch_rate:8.2f}"
+                      f"  {found['p50']:15.2f}  {found['p95']:15.2f}  {found['model_p50']:20.2f}")
+
+
+if __name__ == "__main__":
+    main()
