@@ -101,6 +101,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             run.claim()
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Tell each shared cluster which of the run's tests use it (after deselection)."""
+    for run in RUN_FOLDERS:
+        run.expect(session.items)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """A shared cluster is stopped once the last test that uses it has ended (RunFolder.finished)."""
+    for run in RUN_FOLDERS:
+        run.finished(nodeid)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stop this run's Slurm and Ray and remove the shared venvs, if a test started them (on the
     controller, after every worker ended)."""
