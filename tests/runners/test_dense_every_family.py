@@ -30,7 +30,7 @@ from reportlab.lib.pagesizes import letter
 from reportlab.pdfgen import canvas
 
 from llm_ocr.bench.accuracy import word_recall
-from llm_ocr.stages.tiled import reads_columns
+from llm_ocr.stages.pieces.plan import reads_columns
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
