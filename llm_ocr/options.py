@@ -604,12 +604,12 @@ class DenseOptions(BaseModel):
                                     "(olmOCR-2's prompt, the longest, is about 200).", ge=0)
     max_pieces: int = _knob(64, "requests", "reasoned",
                             "The most pieces one page is read in, cuts again included.", ge=2)
-    cost_bound: float = _knob(10.0, "times a whole-page reading's tokens and requests", "simulator",
+    cost_bound: float = _knob(16.0, "times a whole-page reading's tokens and requests", "simulator",
                               "A page read in pieces is cut again only while it costs at most this many times the "
                               "tokens and the requests reading it whole could (its first attempt and truncation "
                               "retries, each its prompt and max_tokens); then it keeps the text it has, truncated. "
-                              "10: above the heaviest reading the simulator's dense workloads need (17-18 requests "
-                              "where reading whole takes 2; docs/gpu-time.md).", ge=1)
+                              "16: above the heaviest reading the project's dense tests need on the simulator (11.5x "
+                              "the requests, 10.3x the tokens; docs/gpu-time.md).", ge=1)
     segment_aspect: float = _knob(2.0, "times the page's short side", "reasoned",
                                   "A long page's segment is at most this many times as long as the page is wide "
                                   "(a shape every family reads).", gt=1)
