@@ -46,12 +46,15 @@ def test_a_model_whose_every_piece_runs_out_costs_at_most_the_bound(tmp_path: Pa
                          LIGHTON.name, "--tokens-per-char", "40", corpus=docs) as server:
         result = extract(docs, tmp_path / "out", server, model, LIGHTON.name)
         requests = server.requests()
+        # The page as reading it whole sends it: its prompt tokens, as the simulator counts them.
+        extract(docs, tmp_path / "whole", server, model, LIGHTON.name, pieces="off")
+        page_prompt = max(r["prompt_tokens"] for r in server.requests()[len(requests):])
     assert result.exit_code == 0, result
     (row,) = read_stage(tmp_path / "out", "extract")
-    # The page itself, as reading it whole would send it (read here in pieces straight away).
+    # Read in pieces straight away: every piece ran out.
     pieces = [r for r in requests if "region" in (r.get("known_page") or {})]
     assert len(pieces) == len(requests) and all(r["finish_reason"] == "length" for r in requests)
-    one_request = page_prompt_tokens(docs, model) + requests[0]["body"]["max_tokens"]
+    one_request = page_prompt + requests[0]["body"]["max_tokens"]
     # Reading it whole: a first attempt and its family's retry, each at most one_request.
     bound = DenseOptions().cost_bound
     assert LIGHTON.retries.count == 1 and len(requests) <= bound * 2
@@ -59,14 +62,6 @@ def test_a_model_whose_every_piece_runs_out_costs_at_most_the_bound(tmp_path: Pa
     assert row["status"] == "truncated" and row["markdown"]
     assert "cost bound" in row["cut_reason"], row["cut_reason"]
     assert row["completion_tokens"] == sum(r["completion_tokens"] for r in requests)
-
-
-def page_prompt_tokens(docs: Path, model: str) -> int:
-    """The prompt tokens of the page read whole, as the simulator counts them."""
-    with SimulatedServer("--instant", "--max-model-len", "8192", "--served-model-name", model, "--recipe",
-                         LIGHTON.name, corpus=docs) as server:
-        extract(docs, docs.parent / "whole", server, model, LIGHTON.name, pieces="off")
-        return max(r["prompt_tokens"] for r in server.requests())
 
 
 def test_pieces_off_reads_every_page_whole_and_always_cuts_an_ordinary_page(tmp_path: Path) -> None:

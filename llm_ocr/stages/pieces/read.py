@@ -212,6 +212,10 @@ class Reader:
         budget = self.budget(item, job.spent)
         read_all = await _Splitting(self, job, item, images, budget).read_all(await images.first(job.segments))
         row = await page_row(ref, item, num_pages, job, read_all, self, started)
+        if job.kind == "segment" and row.cut_reason is None:
+            # A long page read in its planned segments, none cut again: no cut_reason, as before
+            # (quality's "looped" signal reads any cut_reason as a cut).
+            return row
         cost = budget.summary((row.prompt_tokens or 0) + (row.completion_tokens or 0) + job.spent[0],
                               row.attempts + job.spent[1])
         return replace(row, cut_reason="; ".join(n for n in (row.cut_reason, cost) if n) or None)

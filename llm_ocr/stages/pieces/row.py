@@ -117,6 +117,7 @@ async def page_row(ref: DocumentRef, item: PageImage, num_pages: int | None, job
     unfinished = [a for a in done if a.result.finish_reason in UNFINISHED]
     finish = next((a.result.finish_reason for a in unfinished), "stop" if done else None)
     placed = to_page(joined, *scale)
+    cost = _cost(done + read_all.spent, readings, looped=bool(got.notes))
     return PageResult(
         doc_id=ref.doc_id,
         doc_index=ref.index,
@@ -136,20 +137,31 @@ async def page_row(ref: DocumentRef, item: PageImage, num_pages: int | None, job
         cut_reason="; ".join(notes) if notes else None,
         segments=len(segments),
         model=reader.model,
-        # The answers that ran out, their pieces read again in halves, count too; cut_tokens
-        # counts repetition cut, as for a page read whole.
-        **_cost(done + read_all.spent, readings, looped=bool(got.notes)),
+        prompt_tokens=cost.prompt_tokens,
+        completion_tokens=cost.completion_tokens,
+        attempts=cost.attempts,
+        cut_tokens=cost.cut_tokens,
     )
 
 
-def _cost(paid: list[AnswerLike], readings: list[Reading | RequestFailed], looped: bool) -> dict[str, int | None]:
-    """The row's tokens and attempts: of every answer ``paid`` for, and of the failed requests."""
-    return {
-        "prompt_tokens": sum(a.result.prompt_tokens or 0 for a in paid),
-        "completion_tokens": sum(a.result.completion_tokens or 0 for a in paid),
-        "attempts": sum(a.attempts for a in paid) + sum(f.attempts for f in readings if isinstance(f, RequestFailed)),
-        "cut_tokens": sum(a.cut_tokens for a in paid) if looped else None,
-    }
+@dataclass(frozen=True)
+class _Cost:
+    prompt_tokens: int
+    completion_tokens: int
+    attempts: int
+    cut_tokens: int | None
+
+
+def _cost(paid: list[AnswerLike], readings: list[Reading | RequestFailed], looped: bool) -> _Cost:
+    """The row's tokens and attempts: of every answer ``paid`` for (the answers that ran out and
+    whose pieces were read again in halves too), and of the failed requests; ``cut_tokens``
+    counts repetition cut, as for a page read whole."""
+    return _Cost(
+        sum(a.result.prompt_tokens or 0 for a in paid),
+        sum(a.result.completion_tokens or 0 for a in paid),
+        sum(a.attempts for a in paid) + sum(f.attempts for f in readings if isinstance(f, RequestFailed)),
+        sum(a.cut_tokens for a in paid) if looped else None,
+    )
 
 
 def with_plan(row: PageResult, plan: TilePlan, planned: int, kind: str, first: Reading | None,
