@@ -24,6 +24,11 @@ A piece whose answer still runs out is cut in two and read again. One module per
 - :mod:`.join`    the pieces' blocks joined, each once: segments, bands, tiles
 - :mod:`.order`   the reading order of a tiled page's blocks (the XY-cut)
 - :mod:`.row`     the page's one row: text, blocks, figures, status and cost
+- :mod:`.cost`    the cost bound: a page's pieces against its whole-page reading
+
+Every knob of the path is a field of :class:`llm_ocr.options.DenseOptions`, read where it is
+used from those in force (:func:`llm_ocr.options.dense`: the run's ``--dense-option`` and
+``LLM_OCR_DENSE_*``).
 
 What runs in the render workers stays in :mod:`llm_ocr.sources` (that layer may not import a
 stage): a long page's segments, planned and rendered with the page
