@@ -613,6 +613,10 @@ class DenseOptions(BaseModel):
     segment_aspect: float = _knob(2.0, "times the page's short side", "reasoned",
                                   "A long page's segment is at most this many times as long as the page is wide "
                                   "(a shape every family reads).", gt=1)
+    segment_overlap: float = _knob(0.12, "share of a segment", "reasoned",
+                                   "Consecutive segments of a long page overlap by this much, so that a line cut by "
+                                   "one segment's edge is whole in its neighbour ...", ge=0, lt=0.5)
+    segment_min_overlap_px: int = _knob(64, "pixels", "reasoned", "... and by at least this many pixels.", ge=0)
     # Where a page is cut (stages/pieces/cuts.py, columns.py).
     analysis_side: int = _knob(1300, "pixels", "reasoned",
                                "The longer side of the grey copy a page's ink is measured on (whitespace, lines, "

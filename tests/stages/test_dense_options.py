@@ -9,6 +9,7 @@ the planner tiles at) is read whole by default, and in tiles at once when the ru
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from pathlib import Path
@@ -18,7 +19,9 @@ from reportlab.lib.pagesizes import letter
 from reportlab.pdfgen import canvas
 
 from llm_ocr.cli import main
-from llm_ocr.options import DenseOptions, dense_options
+from llm_ocr.options import DenseOptions, dense_options, using_dense
+from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.sources.segments import Segment, plan_segments
 from llm_ocr.stages.fields.chunks import CHARS_PER_TOKEN
 from llm_ocr.stages.pieces.rate import RateBook
 from llm_ocr.testing import SimulatedServer
@@ -80,3 +83,19 @@ def test_a_run_sets_a_knob_and_its_marker_records_it(tmp_path: Path) -> None:
     (marker,) = (tmp_path / "tuned" / "_state" / "extract").glob("done-*.json")
     in_force = json.loads(marker.read_text())["dense_options"]
     assert in_force["tile_at"] == 0.3 and in_force["tile_tokens"] == DenseOptions().tile_tokens
+
+
+@pytest.mark.parametrize("workers", [0, 1], ids=["thread", "process"])
+def test_a_render_worker_reads_the_knobs_in_force(workers: int) -> None:
+    """A long page's segments are planned in the render workers, which do not share the run's
+    context: every call to them carries the knobs in force."""
+    knobs = dense_options(["segment_aspect=1.25"])
+
+    async def plan() -> list[Segment]:
+        with using_dense(knobs):
+            return await pool.run(plan_segments, 100, 1000)
+
+    with WorkerPool(workers) as pool:
+        segments = asyncio.run(plan())
+    # A 1:10 strip, 100 px wide: segments 125 px long, not the default's 200.
+    assert {s.height for s in segments} == {125} and {s.height for s in plan_segments(100, 1000)} == {200}
