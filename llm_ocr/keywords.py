@@ -116,11 +116,20 @@ class RunKeywords(TypedDict, total=False):
     cut_loops: bool
     """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next
     temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    pieces: Literal['auto', 'off', 'always']
+    """Reading a page in pieces: auto (a long page in segments, a dense page in tiles or bands, as --max-page-aspect and
+    --tile-dense-pages say), off (every page whole, in one request and its retries), always (a dense page's tiles or
+    bands for every page that can be cut, a long page's segments as auto). A page in pieces costs at most the cost_bound
+    dense option times reading it whole (docs/gpu-time.md)."""
     tile_dense_pages: bool
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping pieces, all at once (tiles
     joined by boxes, or bands column by column for families without boxes: `llm-ocr models`): straight away when its
     text layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer
     still runs out is cut in two and read again. Off: such a page is retried whole."""
+    dense_option: list[str]
+    """Set a knob of reading a page in pieces, NAME=VALUE (repeatable; also LLM_OCR_DENSE_<NAME>): every knob, its unit
+    and where its value comes from are listed by llm-ocr models --json (dense_options) and docs/gpu-time.md; the values
+    in force are written in the run's completion marker."""
     look_ahead: int
     """Rendered pages that may wait for a free slot, so that those expected to hold the most text (their text layer or
     ink, estimated as they are rendered) are sent first and the run does not end on a long page sent last; each waiting
@@ -353,11 +362,20 @@ class ExtractKeywords(TypedDict, total=False):
     cut_loops: bool
     """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next
     temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    pieces: Literal['auto', 'off', 'always']
+    """Reading a page in pieces: auto (a long page in segments, a dense page in tiles or bands, as --max-page-aspect and
+    --tile-dense-pages say), off (every page whole, in one request and its retries), always (a dense page's tiles or
+    bands for every page that can be cut, a long page's segments as auto). A page in pieces costs at most the cost_bound
+    dense option times reading it whole (docs/gpu-time.md)."""
     tile_dense_pages: bool
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping pieces, all at once (tiles
     joined by boxes, or bands column by column for families without boxes: `llm-ocr models`): straight away when its
     text layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer
     still runs out is cut in two and read again. Off: such a page is retried whole."""
+    dense_option: list[str]
+    """Set a knob of reading a page in pieces, NAME=VALUE (repeatable; also LLM_OCR_DENSE_<NAME>): every knob, its unit
+    and where its value comes from are listed by llm-ocr models --json (dense_options) and docs/gpu-time.md; the values
+    in force are written in the run's completion marker."""
     look_ahead: int
     """Rendered pages that may wait for a free slot, so that those expected to hold the most text (their text layer or
     ink, estimated as they are rendered) are sent first and the run does not end on a long page sent last; each waiting
@@ -496,11 +514,20 @@ class EscalateKeywords(TypedDict, total=False):
     cut_loops: bool
     """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next
     temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    pieces: Literal['auto', 'off', 'always']
+    """Reading a page in pieces: auto (a long page in segments, a dense page in tiles or bands, as --max-page-aspect and
+    --tile-dense-pages say), off (every page whole, in one request and its retries), always (a dense page's tiles or
+    bands for every page that can be cut, a long page's segments as auto). A page in pieces costs at most the cost_bound
+    dense option times reading it whole (docs/gpu-time.md)."""
     tile_dense_pages: bool
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping pieces, all at once (tiles
     joined by boxes, or bands column by column for families without boxes: `llm-ocr models`): straight away when its
     text layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer
     still runs out is cut in two and read again. Off: such a page is retried whole."""
+    dense_option: list[str]
+    """Set a knob of reading a page in pieces, NAME=VALUE (repeatable; also LLM_OCR_DENSE_<NAME>): every knob, its unit
+    and where its value comes from are listed by llm-ocr models --json (dense_options) and docs/gpu-time.md; the values
+    in force are written in the run's completion marker."""
     escalate_on: str
     """Signals of a first reading that send its page to the stronger model, comma-separated, of: error, empty,
     truncated, looped, repetition, missing-text, stray, garbled, short, verifier."""
@@ -1004,11 +1031,20 @@ class LaunchKeywords(TypedDict, total=False):
     cut_loops: bool
     """Stream each answer and close the stream as soon as it repeats itself (a repetition loop), then retry at the next
     temperature step; off: wait for whole answers (loops run to max_tokens)."""
+    pieces: Literal['auto', 'off', 'always']
+    """Reading a page in pieces: auto (a long page in segments, a dense page in tiles or bands, as --max-page-aspect and
+    --tile-dense-pages say), off (every page whole, in one request and its retries), always (a dense page's tiles or
+    bands for every page that can be cut, a long page's segments as auto). A page in pieces costs at most the cost_bound
+    dense option times reading it whole (docs/gpu-time.md)."""
     tile_dense_pages: bool
     """Read a page whose text is too long for one answer (a newspaper page) in overlapping pieces, all at once (tiles
     joined by boxes, or bands column by column for families without boxes: `llm-ocr models`): straight away when its
     text layer or ink says so, else when its answer runs to max_tokens without repeating itself; a piece whose answer
     still runs out is cut in two and read again. Off: such a page is retried whole."""
+    dense_option: list[str]
+    """Set a knob of reading a page in pieces, NAME=VALUE (repeatable; also LLM_OCR_DENSE_<NAME>): every knob, its unit
+    and where its value comes from are listed by llm-ocr models --json (dense_options) and docs/gpu-time.md; the values
+    in force are written in the run's completion marker."""
     look_ahead: int
     """Rendered pages that may wait for a free slot, so that those expected to hold the most text (their text layer or
     ink, estimated as they are rendered) are sent first and the run does not end on a long page sent last; each waiting

@@ -15,6 +15,7 @@ from typing import Any
 
 from llm_ocr.gpu_presets import PRESETS
 from llm_ocr.launchers.core.images import ImageChoice, choices
+from llm_ocr.options import DenseOptions
 from llm_ocr.serving.command_lines import vllm_command
 from llm_ocr.vlm.families import FAMILIES, Family, family_named
 
@@ -68,6 +69,9 @@ def describe(family: Family, preset: str) -> dict[str, Any]:
         "dense_pages": dense_pages(family),
         # docs/gpu-time.md section 4: a page longer than 1:3 (a 1:60 log strip) is read in segments.
         "long_pages": long_pages(family),
+        # The knobs of reading a page in pieces (the same for every family): each one's default,
+        # unit and provenance (reasoned, measured on a named model, or fitted to the simulator).
+        "dense_options": DenseOptions.knobs(),
         "serve": shlex.join(command),
         "images": {platform: _image(choice) for platform, choice in choices(family).items()},
         "needs": family.serving.needs,

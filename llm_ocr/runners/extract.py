@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 
-from llm_ocr.options import ExtractOptions, RenderOptions, StageSpec
+from llm_ocr.options import ExtractOptions, RenderOptions, StageSpec, dense_options, using_dense
 from llm_ocr.outcomes import ExitCode
 from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
@@ -62,6 +63,22 @@ async def extract_context(
     )
 
 
+async def with_dense_options(options: ExtractOptions, work: Awaitable[Finished]) -> Finished:
+    """``work`` with the knobs of reading pages in pieces this run sets (``--dense-option``,
+    ``LLM_OCR_DENSE_*``) in force for every page it reads, written in its completion markers."""
+    knobs = dense_options(options.dense_option, dict(os.environ))
+    with using_dense(knobs):
+        finished = await work
+    for result in finished.results:
+        result.stats["dense_options"] = knobs.model_dump()
+    return finished
+
+
+def page_aspect(options: ExtractOptions) -> float:
+    """The aspect past which a page is rendered with its segments (0: none, ``--pieces off``)."""
+    return 0.0 if options.pieces == "off" else options.max_page_aspect
+
+
 class Extract(ShardStage):
     """Extract as a :class:`~llm_ocr.runners.lifecycle.ShardStage`."""
 
@@ -102,6 +119,9 @@ class Extract(ShardStage):
         note_kept(self.index)
 
     async def work(self, shard: Shard) -> Finished:
+        return await with_dense_options(self.spec.extract, self._work(shard))
+
+    async def _work(self, shard: Shard) -> Finished:
         spec, job = self.spec, shard.job
         tally = ModelTally()
         groups = self.groups
@@ -123,7 +143,7 @@ class Extract(ShardStage):
                 intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options,
                                        estimate_text=True, planned=groups.planned if groups else None,
                                        look_ahead=page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb),
-                                       max_aspect=spec.extract.max_page_aspect,
+                                       max_aspect=page_aspect(spec.extract),
                                        estimate_ahead=spec.extract.estimate_ahead, paced=groups is not None)
                 handler = _extract_handler(ctx, bad, route, tally)
                 await work.run(intake, bad.guard(handler, bad.quarantined), ["extract"])

@@ -36,7 +36,7 @@ from llm_ocr.runners.describe import (
     resolve_schema,
 )
 from llm_ocr.runners.escalate import Escalate, escalation_spec
-from llm_ocr.runners.extract import Extract, extract_context
+from llm_ocr.runners.extract import Extract, extract_context, page_aspect, with_dense_options
 from llm_ocr.runners.fields import Fields, fields_wanted, launched_engine_refusal
 from llm_ocr.runners.groups import GroupWork, groups_finished
 from llm_ocr.runners.inputs import check_inputs, rows_round_robin
@@ -185,6 +185,9 @@ class Run(ShardStage):
         note_kept(self.extract)
 
     async def work(self, shard: Shard) -> Finished:
+        return await with_dense_options(self.spec.extract, self._work(shard))
+
+    async def _work(self, shard: Shard) -> Finished:
         spec = self.spec
         if self.fields is None and (idle := await nothing_to_read(shard, self.groups, self.writes)) is not None:
             return idle  # (Fields runs on this run's endpoint: it opens one anyway)
@@ -228,7 +231,7 @@ class Run(ShardStage):
                                           family_render(spec.render, ectx.recipe), job.storage_options,
                                           estimate_text=True, look_ahead=look_ahead,
                                           planned=self.groups.planned if self.groups else None,
-                                          max_aspect=spec.extract.max_page_aspect,
+                                          max_aspect=page_aspect(spec.extract),
                                           estimate_ahead=spec.extract.estimate_ahead, paced=self.groups is not None)
                     await work.run(pages, handler, ["extract", "describe"])
                     layout_s = route.client.busy_seconds if route is not None else None

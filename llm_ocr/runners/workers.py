@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from PIL import Image
 
-from llm_ocr.options import RenderOptions
+from llm_ocr.options import DenseOptions, RenderOptions, dense, using_dense
 from llm_ocr.runners.process_pool import ProcessPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.pieces import Region
@@ -45,13 +45,16 @@ class WorkerPool:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="llm-ocr-render")
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` in the pool and await its result."""
+        """Run ``fn(*args)`` in the pool and await its result, with the knobs of reading pages in
+        pieces in force here (a worker, process or thread, does not share this context: the
+        render's text estimate and a long page's segments read them)."""
         loop = asyncio.get_running_loop()
+        call = WithKnobs(dense(), fn)
         if self.workers == 0:
             # In this process, PDFium is shared with whatever else runs here (another run's
             # render thread, the service's gateway checking an upload): one call at a time.
-            return await loop.run_in_executor(self._executor, _locked, fn, *args)
-        return await loop.run_in_executor(self._executor, fn, *args)
+            return await loop.run_in_executor(self._executor, _locked, call, *args)
+        return await loop.run_in_executor(self._executor, call, *args)
 
     def close(self) -> None:
         """Stop the workers (pending work is cancelled)."""
@@ -67,6 +70,19 @@ class WorkerPool:
 def _locked(fn: Callable[..., T], *args: Any) -> T:
     with PDFIUM_LOCK:
         return fn(*args)
+
+
+class WithKnobs:
+    """``fn`` called with ``knobs`` in force (in a worker); named as ``fn`` is (a worker that dies
+    names the call it was running)."""
+
+    def __init__(self, knobs: DenseOptions, fn: Callable[..., Any]) -> None:
+        self.knobs, self.fn = knobs, fn
+        self.__qualname__ = getattr(fn, "__qualname__", repr(fn))
+
+    def __call__(self, *args: Any) -> Any:
+        with using_dense(self.knobs):
+            return self.fn(*args)
 
 
 def crop_figures(image: bytes, boxes: Sequence[Sequence[float]]) -> list[bytes]:

@@ -2,20 +2,20 @@
 
 A page whose text is longer than one answer may hold (a newspaper page: 25,000 characters and
 more) is better read in tiles at once than read whole, cut off at ``max_tokens`` and read again
-(:mod:`llm_ocr.stages.tiled`). Two cheap estimates, taken while the page is rendered:
+(:mod:`llm_ocr.stages.pieces.plan`). Two cheap estimates, taken while the page is rendered:
 
 - **the text layer** of a PDF page: its character count, when the layer is usable for counting
-  (at least :data:`MIN_LAYER_CHARS` characters, mostly letters and digits: a scan's invisible
+  (at least ``min_layer_chars`` characters, mostly letters and digits: a scan's invisible
   OCR layer counts too; glyph-id garbage does not);
 - **the ink** of any other page (scans, images): text is edges. The page is reduced to at most
-  :data:`ANALYSIS_SIDE` pixels, its horizontal grey-level steps summed (flat figures and tints
+  ``analysis_side`` pixels, its horizontal grey-level steps summed (flat figures and tints
   add almost none), and the line pitch found as the period of the rows' profile. A character
   of a font whose lines are ``p`` pixels apart adds about ``EDGE_PER_CHAR * p**2`` of edge: the
   estimate is the edge sum over that. Measured on the benchmark's pages against their text
   layers (Helvetica 10 pt with figures and tables, a 7-column page of 6 pt): 0.75 to 1.35 times
   the layer's count at 72 and 144 DPI, 0.65 to 0.8 at 36 DPI (a normal page 2,000-5,000
   characters, the dense one 25,000).
-  Pages whose lines are under :data:`MIN_PITCH` pixels apart after the reduction (6 pt text at
+  Pages whose lines are under ``min_pitch`` pixels apart after the reduction (6 pt text at
   36 DPI) get no estimate.
 """
 
@@ -25,19 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-#: A text layer with fewer characters says nothing about density (a scan's page number).
-MIN_LAYER_CHARS = 200
-#: Share of a layer's non-space characters that must be letters or digits to be counted.
-MIN_ALNUM_SHARE = 0.5
-#: The longer side of the image the ink is measured on (larger pages are reduced to it).
-ANALYSIS_SIDE = 1300
-#: Fewest pixels between two text lines for the ink estimate (closer, glyphs blur together).
-MIN_PITCH = 5
-#: Edge (grey-level steps across a row, 0..1 each) per character, over the square of the line
-#: pitch in pixels: 0.037-0.066 on the benchmark's pages (larger type, higher resolution: more).
-EDGE_PER_CHAR = 0.05
-#: The rows' profile must repeat at the line pitch at least this strongly (autocorrelation).
-MIN_PERIODICITY = 0.3
+from llm_ocr.options import dense
 
 
 @dataclass(frozen=True)
@@ -48,7 +36,7 @@ class TextEstimate:
     source: Literal["text layer", "ink"]
     #: The text layer itself (None for an ink estimate): what an answer that ran out of tokens
     #: is compared with, to tell a page longer than one answer from a loop
-    #: (:func:`llm_ocr.stages.rate.coverage`).
+    #: (:func:`llm_ocr.stages.pieces.rate.coverage`).
     text: str | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
@@ -63,13 +51,13 @@ def text_layer_estimate(page: Any) -> TextEstimate | None:
     textpage = page.get_textpage()
     try:
         count = textpage.count_chars()
-        if count < MIN_LAYER_CHARS:
+        if count < dense().min_layer_chars:
             return None
         text = textpage.get_text_range()
     finally:
         textpage.close()
     visible = [c for c in text if not c.isspace()]
-    if not visible or sum(c.isalnum() for c in visible) < MIN_ALNUM_SHARE * len(visible):
+    if not visible or sum(c.isalnum() for c in visible) < dense().min_alnum_share * len(visible):
         return None
     return TextEstimate(len(text), "text layer", text)
 
@@ -80,23 +68,23 @@ def ink_estimate(image: Any) -> TextEstimate | None:
     import numpy as np
 
     grey = image.convert("L")
-    factor = math.ceil(max(grey.size) / ANALYSIS_SIDE)
+    factor = math.ceil(max(grey.size) / dense().analysis_side)
     if factor > 1:
         grey = grey.reduce(factor)
     pixels = np.asarray(grey, dtype=np.float32)
-    if pixels.shape[0] < 4 * MIN_PITCH or pixels.shape[1] < 2:
+    if pixels.shape[0] < 4 * dense().min_pitch or pixels.shape[1] < 2:
         return None
     edges = np.abs(np.diff(pixels, axis=1)) / 255.0
     pitch = line_pitch(edges.mean(axis=1))
     if pitch is None:
         return None
-    return TextEstimate(round(float(edges.sum()) / (EDGE_PER_CHAR * pitch * pitch)), "ink")
+    return TextEstimate(round(float(edges.sum()) / (dense().edge_per_char * pitch * pitch)), "ink")
 
 
 def line_pitch(profile: Any) -> int | None:
     """The period of a page's rows' profile in pixels (the distance between text lines): the
     first strong peak of its autocorrelation; None without one, or when it is under
-    :data:`MIN_PITCH` (a later peak would be a multiple of the period, not the period)."""
+    ``min_pitch`` (a later peak would be a multiple of the period, not the period)."""
     import numpy as np
 
     values = profile - profile.mean()
@@ -108,6 +96,6 @@ def line_pitch(profile: Any) -> int | None:
     correlation = correlation / correlation[0]
     for lag in range(2, n // 8):
         here = correlation[lag]
-        if here >= MIN_PERIODICITY and here >= correlation[lag - 1] and here >= correlation[lag + 1]:
-            return lag if lag >= MIN_PITCH else None
+        if here >= dense().min_periodicity and here >= correlation[lag - 1] and here >= correlation[lag + 1]:
+            return lag if lag >= dense().min_pitch else None
     return None

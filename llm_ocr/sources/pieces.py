@@ -10,8 +10,8 @@ caps, the 640 px floor; :func:`llm_ocr.sources.render.piece_scale`) applied to t
 own size. For olmOCR-2 the strip's segments are then 644 x 1,288 px each.
 
 The segments are planned on a *virtual* render of the whole page at the scale a nominal segment
-(as wide as the page, :data:`SEGMENT_ASPECT` times as long) gets: the join
-(:mod:`llm_ocr.stages.segmented`) works in those pixels, where every piece is about as large as
+(as wide as the page, ``segment_aspect`` times as long) gets: the join
+(:mod:`llm_ocr.stages.pieces.join`) works in those pixels, where every piece is about as large as
 it was sent, and moves the result to the pixels of the page image the row describes at the end.
 
 Runs in the render workers, beside the page's own render (the source is at hand there: a
@@ -25,13 +25,12 @@ import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from llm_ocr.options import dense
+
 from .segments import Segment, plan_segments
 
 #: A region of a page as fractions of its width and height: ``(x1, y1, x2, y2)``.
 Region = tuple[float, float, float, float]
-
-#: A nominal segment is this many times as long as the page is wide (``plan_segments``' own).
-SEGMENT_ASPECT = 2.0
 
 
 @dataclass(frozen=True)
@@ -78,10 +77,10 @@ def plan_pieces(
     short, long = min(width, height), max(width, height)
     if long <= max_aspect * short:
         return [], 0.0
-    nominal = (short, short * min(SEGMENT_ASPECT, max_aspect))
+    nominal = (short, short * min(dense().segment_aspect, max_aspect))
     scale = scale_of(*nominal) if height >= width else scale_of(*reversed(nominal))
     virtual_w, virtual_h = max(1, round(width * scale)), max(1, round(height * scale))
-    return plan_segments(virtual_w, virtual_h, max_aspect=max_aspect, segment_aspect=SEGMENT_ASPECT), scale
+    return plan_segments(virtual_w, virtual_h, max_aspect=max_aspect, segment_aspect=dense().segment_aspect), scale
 
 
 def stitch(pieces: Sequence[tuple[Segment, bytes]], box: Sequence[float]) -> bytes:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llm_ocr.options import dense
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -46,19 +48,24 @@ def plan_segments(
     height: int,
     *,
     max_aspect: float = 3.0,
-    segment_aspect: float = 2.0,
-    overlap: float = 0.12,
-    min_overlap_px: int = 64,
+    segment_aspect: float | None = None,
+    overlap: float | None = None,
+    min_overlap_px: int | None = None,
 ) -> list[Segment]:
     """The segments of a ``width`` x ``height`` page, or ``[]`` when it reads whole.
 
     A page is cut when its long side exceeds ``max_aspect`` times its short side (0 disables
     cutting). Segments span the short side; along the long side each is about
     ``segment_aspect`` times the short side, consecutive ones overlapping by ``overlap`` of a
-    segment (at least ``min_overlap_px``), spaced evenly so the last ends at the page's end.
+    segment (at least ``min_overlap_px``), spaced evenly so the last ends at the page's end (each
+    None: the knob in force, :class:`~llm_ocr.options.DenseOptions`).
     """
     if max_aspect <= 0 or width <= 0 or height <= 0:
         return []
+    knobs = dense()
+    segment_aspect = knobs.segment_aspect if segment_aspect is None else segment_aspect
+    overlap = knobs.segment_overlap if overlap is None else overlap
+    min_overlap_px = knobs.segment_min_overlap_px if min_overlap_px is None else min_overlap_px
     tall = height >= width
     short, long = (width, height) if tall else (height, width)
     if long <= max_aspect * short:

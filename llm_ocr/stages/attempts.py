@@ -8,7 +8,7 @@ before its loop began, the greedy (first) one on a tie.
 With ``stop_when_long``, an answer that ran to ``max_tokens`` without repeating itself (the
 stream's loop watch saw no loop; an answer that was not streamed is watched once it is whole)
 is not retried: its page is long, not looping, and a hotter retry would only write the same
-text to ``max_tokens`` again. The caller reads such a page in tiles (:mod:`llm_ocr.stages.tiled`).
+text to ``max_tokens`` again. The caller reads such a page in tiles (:mod:`llm_ocr.stages.pieces.plan`).
 """
 
 from __future__ import annotations

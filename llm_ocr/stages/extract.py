@@ -3,10 +3,9 @@
 The per-page work is :func:`extract_page`; the runner feeds it pages and writes its rows. How a
 page is asked and how the answer is read is the family's recipe (:mod:`llm_ocr.vlm.families`):
 one request for most families, several for some (MinerU's layout pass, then one request per
-block; olmOCR-2's page turned and read again). A page longer than 1:3 is read in segments
-(:mod:`llm_ocr.stages.segmented`); a page whose text is longer than one answer, in tiles or
-bands as its family's recipe says (:mod:`llm_ocr.stages.tiled`); a piece whose answer still
-runs out is cut in two and read again (:mod:`llm_ocr.stages.split`).
+block; olmOCR-2's page turned and read again). A page longer than 1:3 is read in segments,
+a page whose text is longer than one answer in tiles or bands as its family's recipe says, a
+piece whose answer still runs out cut in two and read again: :mod:`llm_ocr.stages.pieces`.
 """
 
 from __future__ import annotations
@@ -19,23 +18,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from llm_ocr.options import ExtractOptions, RenderOptions
+from llm_ocr.options import ExtractOptions, RenderOptions, dense
 from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.pieces import Region
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
-from llm_ocr.stages.rate import KEEPS_COMPLETE_QUANTILE, Coverage, RateBook, coverage
-from llm_ocr.stages.segmented import Stitch, read_in_segments
-from llm_ocr.stages.tiled import (
-    TilePlan,
-    may_be_long,
-    read_in_tiles,
-    segment_split,
-    tiles_after,
-    tiles_at_once,
-    tiling_allowed,
-)
+from llm_ocr.stages.pieces.plan import TilePlan, may_be_long, tiles_after, tiles_always, tiles_at_once, tiling_allowed
+from llm_ocr.stages.pieces.rate import Coverage, RateBook, coverage
+from llm_ocr.stages.pieces.read import Reader, Stitch
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retries
@@ -75,7 +66,7 @@ class ExtractContext:
     #: The tiles and bands of a dense page are rendered so (None: cut from the page image).
     render_regions: RenderRegions | None = None
     #: The answer tokens per character of text estimate this run's pages showed: what dense
-    #: pages are planned with (:mod:`llm_ocr.stages.rate`).
+    #: pages are planned with (:mod:`llm_ocr.stages.pieces.rate`).
     rates: RateBook = field(default_factory=RateBook)
 
 
@@ -162,21 +153,29 @@ def tiles_dense_pages(ctx: ExtractContext) -> bool:
     return tiling_allowed(ctx.recipe, ctx.options.tile_dense_pages)
 
 
+def pieces_reader(ctx: ExtractContext) -> Reader:
+    """The reader of this run's pieces (segments, tiles, bands): each read the family's way,
+    stopping at an answer that runs out without repeating itself (it would only write the same
+    text again hotter: the piece is cut again instead)."""
+    retries = ctx.options.truncation_retries
+    return Reader(
+        read=lambda page: read_page(page, ctx, stop_when_long=True), crop=ctx.crop, model=ctx.client.model,
+        limit=ctx.piece_limit, stitch=ctx.stitch, family=ctx.recipe,
+        prompt_room=ctx.context - ctx.max_tokens if ctx.context else None, max_tokens=ctx.max_tokens,
+        # The whole-page reading the cost bound is against: a first attempt and the retries.
+        attempts=1 + (retries if retries is not None else ctx.recipe.retries.count),
+    )
+
+
 async def _tiled(
     ref: DocumentRef, item: PageImage, num_pages: int | None, plan: TilePlan | None, ctx: ExtractContext,
     first: Reading | None = None
 ) -> PageResult | None:
-    """The page read in the tiles of ``plan`` (None: no plan, or it cannot be cut). A tile
-    that runs out of tokens without repeating itself is not retried hotter either: it would
-    only write the same text again."""
+    """The page read in the tiles of ``plan`` (None: no plan, or it cannot be cut)."""
     if plan is None:
         return None
-    read = lambda page: read_page(page, ctx, stop_when_long=True)  # noqa: E731
-    room = ctx.context - ctx.max_tokens if ctx.context else None
     sourced = partial(ctx.render_regions, ref, item.page) if ctx.render_regions is not None else None
-    return await read_in_tiles(ref, item, num_pages, plan, read=read, crop=ctx.crop, model=ctx.client.model,
-                               first=first, limit=ctx.piece_limit, family=ctx.recipe, prompt_room=room,
-                               sourced=sourced, stitch=ctx.stitch)
+    return await pieces_reader(ctx).tiles(ref, item, num_pages, plan, first=first, sourced=sourced)
 
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None,
@@ -187,30 +186,43 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
     """
     if isinstance(item, PageFailure):
         return failure_result(ref, item.page, item.error, num_pages)
-    if item.pieces is not None:  # a long page: its segments were rendered with it, from the source
-        pieced = item.pieces
-        return await read_in_segments(
-            ref, item, num_pages, [p.segment for p in pieced.pieces],
-            read=lambda page: read_page(page, ctx, stop_when_long=True), crop=ctx.crop, model=ctx.client.model,
-            limit=ctx.piece_limit, pieces=pieced, stitch=ctx.stitch, split=segment_split(pieced.height >= pieced.width),
-        )
-    segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
-    if segments:
-        # A long page rendered without its pieces (an image handed in by a caller that did not
-        # ask for them): cut from its image, which is at least as sharp as the model reads it
-        # only when the page was not shrunk to fit the family's size. A segment whose answer
-        # runs out without repeating itself is cut in two and read again (llm_ocr.stages.split),
-        # not retried hotter: it would write the same text again.
-        return await read_in_segments(
-            ref, item, num_pages, segments, read=lambda page: read_page(page, ctx, stop_when_long=True),
-            crop=ctx.crop, model=ctx.client.model, limit=ctx.piece_limit, split=segment_split(item.height >= item.width)
-        )
-    tiling = tiles_dense_pages(ctx)
+    mode = ctx.options.pieces  # auto, off (every page whole), always (in pieces where a plan exists)
+    if mode != "off" and (row := await _segmented(ref, item, num_pages, ctx)):
+        return row
+    tiling = mode != "off" and tiles_dense_pages(ctx)
     rate = ctx.rates.rate(item.text_estimate)
     # Tiles keep the complete part of an answer that runs out: planned from the usual rate.
-    planned = ctx.rates.rate(item.text_estimate, KEEPS_COMPLETE_QUANTILE) if ctx.recipe.dense_tiles else rate
-    if tiling and (row := await _tiled(ref, item, num_pages, tiles_at_once(item, ctx.max_tokens, planned), ctx)):
+    planned = ctx.rates.rate(item.text_estimate, dense().keeps_complete_quantile) if ctx.recipe.dense_tiles else rate
+    plan = tiles_at_once(item, ctx.max_tokens, planned)
+    if mode == "always" and plan is None:
+        plan = tiles_always(item, ctx.max_tokens, planned)
+    if tiling and (row := await _tiled(ref, item, num_pages, plan, ctx)):
         return row
+    return await _whole(ref, item, num_pages, ctx, tiling, (rate, planned))
+
+
+async def _segmented(
+    ref: DocumentRef, item: PageImage, num_pages: int | None, ctx: ExtractContext
+) -> PageResult | None:
+    """A long page read in segments (None: the page is not long)."""
+    if item.pieces is not None:  # a long page: its segments were rendered with it, from the source
+        return await pieces_reader(ctx).segments(ref, item, num_pages, [p.segment for p in item.pieces.pieces],
+                                                 item.pieces)
+    segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
+    if not segments:
+        return None
+    # A long page rendered without its pieces (an image handed in by a caller that did not ask
+    # for them): cut from its image, which is at least as sharp as the model reads it only when
+    # the page was not shrunk to fit the family's size.
+    return await pieces_reader(ctx).segments(ref, item, num_pages, segments)
+
+
+async def _whole(ref: DocumentRef, item: PageImage, num_pages: int | None, ctx: ExtractContext, tiling: bool,
+                 rates: tuple[float, float]) -> PageResult:
+    """The page read whole; with ``tiling``, read again in tiles when its answer ran out without
+    repeating itself and was reading the page (``rates``: the tokens a character it is judged
+    and planned with)."""
+    rate, planned = rates
     started = time.monotonic()
     covered: list[Coverage] = []
 

@@ -27,10 +27,11 @@ from typing import Any
 import openai
 
 from llm_ocr.vlm.loops import Loop, LoopPolicy, LoopWatch
+from llm_ocr.vlm.tokens import TOKENS_PER_CHAR
 
 #: Tokens per character assumed for a stream cut before the server reported its usage, until
-#: finished streams of this client have shown the real ratio (DeepSeek-OCR's markup: ~0.3).
-DEFAULT_TOKENS_PER_CHAR = 0.3
+#: finished streams of this client have shown the real ratio: the one first guess.
+DEFAULT_TOKENS_PER_CHAR = TOKENS_PER_CHAR
 
 
 class StreamBroken(openai.APIConnectionError):

@@ -30,7 +30,7 @@ from reportlab.lib.pagesizes import letter
 from reportlab.pdfgen import canvas
 
 from llm_ocr.bench.accuracy import word_recall
-from llm_ocr.stages.tiled import reads_columns
+from llm_ocr.stages.pieces.plan import reads_columns
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
@@ -63,9 +63,9 @@ def served(family: Family) -> str:
     return family.models[0] if family.models else "acme/some-vlm"
 
 
-def extract(docs: Path, out: Path, server: SimulatedServer, family: Family, model: str | None = None):
+def extract(docs: Path, out: Path, server: SimulatedServer, family: Family, model: str | None = None, **options):
     """Extract ``docs`` as ``family`` (served as ``model``, by default its own name), in this process."""
-    return extract_in_process(docs, out, server, model or served(family), family.name)
+    return extract_in_process(docs, out, server, model or served(family), family.name, **options)
 
 
 def server_for(family: Family, folder: Path, *extra: str, small: bool = True) -> SimulatedServer:
@@ -201,13 +201,14 @@ def test_answers_denser_than_the_first_guess_are_cut_again_until_they_fit(tmp_pa
 def test_a_piece_a_few_lines_tall_that_still_runs_out_leaves_the_page_truncated(tmp_path: Path) -> None:
     """A server that writes 7 tokens a character: three lines of a page-wide column (~480
     characters) overflow 3,072 tokens. The planned bands (about 10 lines each) are cut once; the
-    halves are under six lines and are not cut again: the page is truncated, and says why."""
+    halves are under six lines and are not cut again: the page is truncated, and says why. (The
+    page's cost bound is lifted: this is the floor of cutting, which the bound would reach first.)"""
     folder = tmp_path / "docs"
     folder.mkdir()
     newspaper_pdf(folder / "courier.pdf", seed=5, columns=1, figures=False)
     family = next(f for f in FAMILIES if f.name == "lightonocr")  # the image alone: no prompt text to inflate
     with server_for(family, folder, "--tokens-per-char", "7") as server:
-        result = extract(folder, tmp_path / "out", server, family)
+        result = extract(folder, tmp_path / "out", server, family, dense_option=["cost_bound=1000"])
         requests = server.requests()
     assert result.exit_code == 0, result
     row = only_row(tmp_path / "out", "courier.pdf")

@@ -10,8 +10,7 @@ text (one block per paragraph, no boxes).
 from __future__ import annotations
 
 from llm_ocr.sources.segments import Segment
-from llm_ocr.stages.segmented import Piece
-from llm_ocr.stages.tiled import join_bands
+from llm_ocr.stages.pieces.join import Piece, join_bands
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.layout import FigureBox, PageBlock
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llm_ocr.sources.segments import Segment
-from llm_ocr.stages.split import complete_part
+from llm_ocr.stages.pieces.rest import complete_part
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Reading
 from llm_ocr.vlm.layout import PageBlock, PageLayout

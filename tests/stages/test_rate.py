@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 from llm_ocr.sources.density import TextEstimate
-from llm_ocr.stages.rate import TOKENS_PER_CHAR, RateBook, coverage
+from llm_ocr.stages.pieces.rate import RateBook, coverage
+from llm_ocr.vlm.tokens import TOKENS_PER_CHAR
 from tests.docs import paragraph
 
 

@@ -16,7 +16,8 @@ from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, plan_segments
 from llm_ocr.stages.attempts import Answer
-from llm_ocr.stages.segmented import drop_repeated_start, read_in_segments
+from llm_ocr.stages.pieces.join import drop_repeated_start
+from llm_ocr.stages.pieces.read import Job, Reader
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult, RequestFailed
 from llm_ocr.vlm.families.base import Reading
@@ -96,7 +97,7 @@ def run(lines, height: int, fig_at: int | None = None, fail: set[int] = frozense
 
     ref = DocumentRef("strip.pdf", 0, "strip.pdf", "pdf")
     item = PageImage("strip.pdf", 1, b"page", "image/jpeg", WIDTH, height)
-    row = asyncio.run(read_in_segments(ref, item, 1, segments, read=read_segment, crop=crop, model="m"))
+    row = asyncio.run(Reader(read=read_segment, crop=crop, model="m").read_page(ref, item, 1, Job(segments)))
     return row, calls
 
 

@@ -20,8 +20,10 @@ from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.density import TextEstimate
 from llm_ocr.sources.segments import Segment
 from llm_ocr.stages.attempts import Answer, is_long
-from llm_ocr.stages.segmented import Piece, read_in_segments
-from llm_ocr.stages.tiled import join_tiles, may_be_long, reading_order, tiles_after, tiles_at_once
+from llm_ocr.stages.pieces.join import Piece, join_tiles
+from llm_ocr.stages.pieces.order import reading_order
+from llm_ocr.stages.pieces.plan import may_be_long, tiles_after, tiles_at_once
+from llm_ocr.stages.pieces.read import Job, Reader
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult
 from llm_ocr.vlm.families import DEEPSEEK_OCR
@@ -89,7 +91,7 @@ def read(lines: list[Line], tile: Segment) -> str:
 
 def grid(bands: int, overlap: int = 50, across: int = 2) -> list[Segment]:
     """``bands`` overlapping bands, each cut in the gutters into three tiles, as
-    :func:`llm_ocr.sources.tiles.plan_tiles` cuts them: not where the headline (across the
+    :func:`llm_ocr.stages.pieces.cuts.plan_tiles` cuts them: not where the headline (across the
     first ``across`` columns) spans a gutter."""
     cuts = [round(k * HEIGHT / bands) for k in range(bands + 1)]
     gutters = [20 + COLUMN + 20, 20 + 2 * COLUMN + 60]
@@ -120,7 +122,8 @@ def join(lines: list[Line], tiles: list[Segment]) -> PageResult:
 
     ref = DocumentRef("gazette.pdf", 0, "gazette.pdf", "pdf")
     item = PageImage("gazette.pdf", 1, b"page", "image/png", WIDTH, HEIGHT)
-    return asyncio.run(read_in_segments(ref, item, 1, tiles, read=read_tile, crop=crop, model="m", join=join_tiles, kind="tile"))
+    reader = Reader(read=read_tile, crop=crop, model="m")
+    return asyncio.run(reader.read_page(ref, item, 1, Job(tiles, join=join_tiles, kind="tile")))
 
 
 def reading(lines: list[Line]) -> list[str]:

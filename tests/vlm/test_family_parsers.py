@@ -18,7 +18,7 @@ from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, plan_segments
 from llm_ocr.stages.attempts import Answer
-from llm_ocr.stages.segmented import read_in_segments
+from llm_ocr.stages.pieces.read import Job, Reader
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult
 from llm_ocr.vlm.families import family_named
@@ -124,7 +124,7 @@ def run_segmented(family: str, width: int, height: int, lines: list[tuple[int, i
 
     ref = DocumentRef("strip.pdf", 0, "strip.pdf", "pdf")
     item = PageImage("strip.pdf", 1, b"page", "image/png", width, height)
-    return asyncio.run(read_in_segments(ref, item, 1, segments, read=read, crop=crop, model="m"))
+    return asyncio.run(Reader(read=read, crop=crop, model="m").read_page(ref, item, 1, Job(segments)))
 
 
 def visible(segment: Segment, lines: list[tuple[int, int, str]], figure: tuple[int, int]) -> tuple[Element, ...]:

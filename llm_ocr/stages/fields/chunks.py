@@ -13,10 +13,12 @@ import math
 from dataclasses import dataclass
 
 from llm_ocr.stages.fields.prompts import Chunk
+from llm_ocr.vlm.tokens import TOKENS_PER_CHAR
 
-#: Characters per token assumed when sizing requests: below what English text and Markdown
-#: tokenize to (about 4), so that an estimate errs towards smaller requests.
-CHARS_PER_TOKEN = 3.0
+#: Characters per token assumed when sizing requests: the one first guess of tokens per
+#: character (:mod:`llm_ocr.vlm.tokens`), which is below what English text and Markdown
+#: tokenize to (about 4 characters a token), so that an estimate errs towards smaller requests.
+CHARS_PER_TOKEN = 1 / TOKENS_PER_CHAR
 
 
 @dataclass(frozen=True)

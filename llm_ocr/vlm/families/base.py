@@ -33,7 +33,7 @@ from llm_ocr.vlm.layout import PageLayout
 from llm_ocr.vlm.view import View
 
 ImageFormat = Literal["jpeg", "png"]
-#: How a page whose text is longer than one answer is read (``llm_ocr/stages/tiled.py``):
+#: How a page whose text is longer than one answer is read (``llm_ocr/stages/pieces/plan.py``):
 #: ``"tiles"``, a grid cut at gutters and between lines, joined by the blocks' boxes (a family
 #: whose answer gives every block's box); ``"bands"``, full-width pieces cut between text lines,
 #: joined by the text their overlap repeats (a family whose text comes without boxes);

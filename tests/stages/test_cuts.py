@@ -11,16 +11,9 @@ import pypdfium2 as pdfium
 import pytest
 
 from llm_ocr.bench.corpus import DENSE_COLUMNS, DENSE_GUTTER_PT, DENSE_PT, dense_pdf
+from llm_ocr.options import DenseOptions
 from llm_ocr.sources.segments import Segment
-from llm_ocr.sources.tiles import (
-    GUTTER_MARGIN,
-    MIN_SPLIT_LINES,
-    band_cuts,
-    grid_shape,
-    plan_grid,
-    plan_tiles,
-    split_piece,
-)
+from llm_ocr.stages.pieces.cuts import band_cuts, grid_shape, plan_grid, plan_tiles, split_piece
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +118,7 @@ def test_bands_are_cut_between_two_text_lines() -> None:
 
 def test_columns_are_cut_at_the_widest_gutter_near_a_split_and_not_under_a_headline_across_it() -> None:
     tiles = plan_grid(ink_page(), 2000, 2400, 9)  # 3 x 3 tiles of 667 x 800
-    margin = round(GUTTER_MARGIN * 2000)
+    margin = round(DenseOptions().gutter_margin * 2000)
     by_band: dict[int, list[int]] = {}
     for tile in tiles:
         if tile.left > 0:
@@ -188,4 +181,4 @@ def test_a_piece_that_ran_out_is_cut_in_two_between_text_lines_or_at_a_gutter(pa
     assert not crossing and 300 < cut < 1300, (cut, crossing[:3])  # in a gutter, no line halved
     few = Segment(0, 68, 1000, 68 + 190, 1000 + 50)  # about three lines of 6 pt at 144 DPI
     halves, how = split_piece(_crop(image, few), few)
-    assert halves == [] and "too few to cut" in how and 2 <= int(how.split()[0]) < MIN_SPLIT_LINES, how
+    assert halves == [] and "too few to cut" in how and 2 <= int(how.split()[0]) < DenseOptions().min_split_lines, how

@@ -13,9 +13,9 @@ import pypdfium2 as pdfium
 import pytest
 from reportlab.pdfgen import canvas
 
-from llm_ocr.sources.columns import column_regions
 from llm_ocr.sources.segments import Segment
-from llm_ocr.sources.tiles import image_ink, line_pitch, plan_bands, plan_grid
+from llm_ocr.stages.pieces.columns import column_regions
+from llm_ocr.stages.pieces.cuts import image_ink, line_pitch, plan_bands, plan_grid
 from tests.newspaper import GUTTER, MARGIN, PAGE, newspaper_pdf
 
 #: Pixels per point of the renders (olmOCR-2's page: 1,288 px on the longer side).

@@ -1,16 +1,16 @@
 """Dense pages cut into overlapping tiles whose edges fall in the page's whitespace.
 
 A page whose text is longer than one answer may hold is read in tiles, each a request whose
-answer fits (:mod:`llm_ocr.stages.tiled`). The tiles form a grid of about ``count`` tiles as
+answer fits (:mod:`.plan`). The tiles form a grid of about ``count`` tiles as
 square as the page allows:
 
 - **bands** across the page, each cut at the whitespace between two text lines nearest to an
-  even split, reaching :data:`TILE_LINE_REACH` line pitches (the page's, measured on its ink)
+  even split, reaching ``tile_line_reach`` line pitches (the page's, measured on its ink)
   into the next: a line the cut grazes, in a column whose lines do not line up with the cut, is
   whole in one of the two. What two bands both show is read twice and costs tokens twice, so the
   overlap is under a line, not a share of the page (bands read whole across the page, joined by
-  the text their overlap repeats, reach :data:`LINE_REACH`, a line and a half); a page whose line pitch cannot be
-  measured keeps the older rule, :data:`OVERLAP` of a band and at least :data:`MIN_OVERLAP` of
+  the text their overlap repeats, reach ``line_reach``, a line and a half); a page whose line pitch cannot be
+  measured keeps the older rule, ``overlap`` of a band and at least ``min_overlap`` of
   the page's height;
 - each band split into **columns** at its gutters only: the widest runs of blank columns within
   that band near an even split (the nearest of equally wide ones). A band without a gutter near
@@ -18,15 +18,15 @@ square as the page allows:
   their columns,
   and the tiles' answers are put back in reading order by their boxes.
 
-The page's ink is measured on a grey copy at most :data:`ANALYSIS_SIDE` pixels long; tiles are
+The page's ink is measured on a grey copy at most ``analysis_side`` pixels long; tiles are
 returned in page pixels as :class:`~llm_ocr.sources.segments.Segment` (band by band, left to right).
 
 A family whose answers carry no boxes reads a dense page in **bands** instead
 (:func:`plan_bands`: the same cuts between text lines, full width; a page with columns column by
-column, each in bands down it, :mod:`llm_ocr.sources.columns`), joined by the text their overlap
+column, each in bands down it, :mod:`.columns`), joined by the text their overlap
 repeats. A piece (tile, band or segment) whose answer still ran to ``max_tokens`` is cut
 in two again (:func:`split_piece`): at a gutter when a tile is wider than tall and has one,
-else between two text lines near its middle; a piece under :data:`MIN_SPLIT_LINES` text lines
+else between two text lines near its middle; a piece under ``min_split_lines`` text lines
 is not cut (each half would be a few lines: its text is what overflows, not its size).
 """
 
@@ -38,44 +38,14 @@ from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
-from .columns import column_regions
-from .segments import Segment
-
-#: The longer side of the grey copy the whitespace is found in.
-ANALYSIS_SIDE = 1300
-#: Line pitches each band reaches past its cut into the next one, when the pitch is measured:
-#: bands joined by the text their overlap repeats need a whole line both show ...
-LINE_REACH = 1.5
-#: ... tiles joined by their boxes only need every line a cut grazes whole in one of the two,
-#: which half a pitch either side gives (the nearer edge of a line is at most half its height
-#: from the cut); a quarter more for a pitch measured a little short. What both show is read twice.
-TILE_LINE_REACH = 0.75
-#: Else: share of a band's height each band reaches past its cut into the next one ...
-OVERLAP = 0.08
-#: ... and at least this share of the page's height (two lines of 10 pt text on a Letter page,
-#: four of 6 pt on a broadsheet, at any resolution: what is read twice costs tokens twice).
-MIN_OVERLAP = 0.02
-#: A tile reaches this share of the page's width past a gutter it was cut at (the glyphs that
-#: stand in the gutter, a drop cap, a slightly crooked scan).
-GUTTER_MARGIN = 0.006
-#: A column of the grey copy is blank when its ink is under this share of the band's busiest.
-BLANK = 0.02
-#: A gutter is a run of blank columns at least this share of the page's width ...
-MIN_GUTTER = 0.006
-#: ... within this share of a tile's width of the even split it replaces.
-SNAP = 0.5
-#: The most tiles a page is cut into.
-MAX_TILES = 36
-#: A piece with fewer text lines than this is not cut in two (each half would be a few lines).
-MIN_SPLIT_LINES = 6
-#: Vertical strips a piece's lines are counted in (the most lines any strip holds): the lines
-#: of neighbouring columns need not line up, and across a whole band their ink runs together.
-LINE_STRIPS = 8
+from llm_ocr.options import dense
+from llm_ocr.sources.segments import Segment
+from llm_ocr.stages.pieces.columns import column_regions
 
 
 def grid_shape(width: int, height: int, count: int) -> tuple[int, int]:
     """``(columns, bands)`` of at least ``count`` tiles whose shape is closest to square."""
-    count = max(1, min(count, MAX_TILES))
+    count = max(1, min(count, dense().max_tiles))
     best: tuple[float, int, int, int] | None = None
     for columns in range(1, count + 1):
         bands = math.ceil(count / columns)
@@ -90,7 +60,7 @@ def grid_shape(width: int, height: int, count: int) -> tuple[int, int]:
 def plan_tiles(image: bytes, count: int) -> list[Segment]:
     """The tiles of an encoded page image cut into about ``count`` (see the module docstring)."""
     ink, width, height = image_ink(image)
-    return plan_grid(ink, width, height, count, reach_pitches=TILE_LINE_REACH)
+    return plan_grid(ink, width, height, count, reach_pitches=dense().tile_line_reach)
 
 
 def plan_bands(
@@ -99,7 +69,7 @@ def plan_bands(
 ) -> list[Segment]:
     """The page cut into about ``count`` bands between text lines, in reading order (see the
     module docstring): full-width bands of a page without columns; of a page with columns
-    (:func:`~llm_ocr.sources.columns.column_regions`), each region (a masthead, a column) cut
+    (:func:`.columns.column_regions`), each region (a masthead, a column) cut
     into bands along its height by its share of the page's ink, none taller than
     ``max_height`` page pixels (None: any), in the number nearest to that whose bands ``fits``
     says can be sent (``fits(width, height)`` in page pixels; None: any can). ``columns`` False:
@@ -111,7 +81,7 @@ def plan_bands(
     rows, cols = ink.shape
     sx, sy = width / cols, height / rows  # page pixels per ink pixel
     total = max(float(ink.sum()), 1e-9)
-    margin = round(GUTTER_MARGIN * width)
+    margin = round(dense().gutter_margin * width)
     bands: list[Segment] = []
     for top, bottom, left, right in regions:
         # The region in page pixels, reaching a little past the gutters and row gaps it was cut
@@ -143,16 +113,16 @@ def _fitting(n: int, width: int, height: int, fits: Callable[[int, int], bool]) 
 
 def image_ink(image: bytes) -> tuple[Any, int, int]:
     """``(ink, width, height)``: the darkness of an encoded image's grey copy at most
-    :data:`ANALYSIS_SIDE` pixels long, and the image's size in pixels."""
+    ``analysis_side`` pixels long, and the image's size in pixels."""
     import numpy as np
     from PIL import Image
 
     with Image.open(io.BytesIO(image)) as img:
         width, height = img.size
         if img.format == "JPEG":
-            img.draft("L", (ANALYSIS_SIDE, ANALYSIS_SIDE))
+            img.draft("L", (dense().analysis_side, dense().analysis_side))
         grey = img.convert("L")
-    factor = max(grey.size) / ANALYSIS_SIDE
+    factor = max(grey.size) / dense().analysis_side
     if factor > 1:
         grey = grey.resize((max(1, round(grey.width / factor)), max(1, round(grey.height / factor))),
                            Image.Resampling.BOX)
@@ -162,15 +132,17 @@ def image_ink(image: bytes) -> tuple[Any, int, int]:
 
 
 def plan_grid(ink: Any, width: int, height: int, count: int, columns: int | None = None,
-              reach_pitches: float = LINE_REACH) -> list[Segment]:
+              reach_pitches: float | None = None) -> list[Segment]:
     """The tiles of a ``width`` x ``height`` page whose ink (darkness, any scale) is ``ink``
     (``columns`` 1: bands only), each reaching ``reach_pitches`` line pitches past its cuts."""
+    if reach_pitches is None:
+        reach_pitches = dense().line_reach
     rows, cols = ink.shape
     sx, sy = width / cols, height / rows  # page pixels per ink pixel
     if columns is None:
         columns, bands = grid_shape(width, height, count)
     else:
-        bands = max(1, min(count, MAX_TILES))
+        bands = max(1, min(count, dense().max_tiles))
     cuts = [0, *band_cuts(ink, bands), rows]
     pitch = line_pitch(ink) if len(cuts) > 2 else None
     tiles: list[Segment] = []
@@ -178,11 +150,11 @@ def plan_grid(ink: Any, width: int, height: int, count: int, columns: int | None
         if pitch is not None:
             reach = max(1, round(reach_pitches * pitch * sy))
         else:
-            reach = max(round(MIN_OVERLAP * height), round(OVERLAP * (bottom - top) * sy))
+            reach = max(round(dense().min_overlap * height), round(dense().overlap * (bottom - top) * sy))
         page_top = 0 if top == 0 else max(0, round(top * sy) - reach)
         page_bottom = height if bottom == rows else min(height, round(bottom * sy) + reach)
         splits = _gutter_cuts(ink[top:bottom], columns)
-        margin = round(GUTTER_MARGIN * width)
+        margin = round(dense().gutter_margin * width)
         edges = [0] + [round(x * sx) for x in splits] + [width]
         for left, right in pairwise(edges):
             tiles.append(Segment(
@@ -226,14 +198,14 @@ def _gutter_cuts(band: Any, columns: int) -> list[int]:
         return []
     cols = band.shape[1]
     profile = band.sum(axis=0)
-    blank = profile <= BLANK * max(float(profile.max()), 1e-6)
+    blank = profile <= dense().blank * max(float(profile.max()), 1e-6)
     gutters: list[tuple[int, int]] = []  # [start, end) of each run of blank columns inside the page
     start = None
     for x, empty in enumerate(np.append(blank, False)):
         if empty and start is None:
             start = x
         elif not empty and start is not None:
-            if start > 0 and x < cols and x - start >= max(1, MIN_GUTTER * cols):
+            if start > 0 and x < cols and x - start >= max(1, dense().min_gutter * cols):
                 gutters.append((start, x))
             start = None
     cuts: list[int] = []
@@ -244,7 +216,7 @@ def _gutter_cuts(band: Any, columns: int) -> list[int]:
         # may line up with a gutter below it and open a narrow channel; the gutters between
         # columns of body text are wider.
         near = [(-((b - a) // 2), abs((a + b) / 2 - ideal), (a + b) // 2) for a, b in gutters
-                if abs((a + b) / 2 - ideal) <= SNAP * tile]  # fmt: skip
+                if abs((a + b) / 2 - ideal) <= dense().snap * tile]  # fmt: skip
         if near:
             cut = min(near)[2]
             if cut not in cuts:
@@ -254,18 +226,18 @@ def _gutter_cuts(band: Any, columns: int) -> list[int]:
 
 def text_lines(ink: Any) -> int:
     """How many text lines ``ink`` (a piece's darkness) holds: the most runs of inked rows in any
-    of :data:`LINE_STRIPS` vertical strips (a strip mostly within one column of text)."""
+    of ``line_strips`` vertical strips (a strip mostly within one column of text)."""
     import numpy as np
 
     rows, cols = ink.shape
     if rows == 0 or cols == 0:
         return 0
-    strips = max(1, min(LINE_STRIPS, cols // 16))
+    strips = max(1, min(dense().line_strips, cols // 16))
     most = 0
     for k in range(strips):
         strip = ink[:, k * cols // strips:(k + 1) * cols // strips]
         profile = strip.sum(axis=1)
-        inked = profile > BLANK * max(float(profile.max()), 1e-6)
+        inked = profile > dense().blank * max(float(profile.max()), 1e-6)
         starts = np.flatnonzero(inked[1:] & ~inked[:-1]).size + int(inked[0])
         most = max(most, starts)
     return most
@@ -273,16 +245,16 @@ def text_lines(ink: Any) -> int:
 
 def line_pitch(ink: Any) -> float | None:
     """The distance between consecutive text lines of ``ink`` (in its rows): the median gap
-    between the starts of runs of inked rows, over the :data:`LINE_STRIPS` vertical strips
+    between the starts of runs of inked rows, over the ``line_strips`` vertical strips
     that hold at least eight lines; None when none does (a picture, a page of a few lines)."""
     import numpy as np
 
     cols = ink.shape[1]
-    strips = max(1, min(LINE_STRIPS, cols // 16))
+    strips = max(1, min(dense().line_strips, cols // 16))
     gaps: list[float] = []
     for k in range(strips):
         profile = ink[:, k * cols // strips:(k + 1) * cols // strips].sum(axis=1)
-        inked = profile > BLANK * max(float(profile.max()), 1e-6)
+        inked = profile > dense().blank * max(float(profile.max()), 1e-6)
         starts = np.flatnonzero(inked[1:] & ~inked[:-1]) + 1
         if starts.size >= 8:
             gaps.extend(np.diff(starts).tolist())
@@ -296,12 +268,12 @@ def split_piece(
     at its widest gutter near the middle when ``across`` and it is wider than tall, else between
     two text lines near its middle (across the page when ``along_x``), each half reaching about
     a line into the other (a line the cut grazes is whole in one). ``([], why)`` when it is not
-    cut: under :data:`MIN_SPLIT_LINES` text lines (see the module docstring)."""
+    cut: under ``min_split_lines`` text lines (see the module docstring)."""
     ink, _, _ = image_ink(image)
     if along_x:
         ink = ink.T
     lines = text_lines(ink)
-    if lines < MIN_SPLIT_LINES:
+    if lines < dense().min_split_lines:
         return [], f"{lines} text line{'s' if lines != 1 else ''} tall, too few to cut"
     rows, cols = ink.shape
     sx, sy = piece.width / cols, piece.height / rows  # page pixels per ink pixel (untransposed below)
@@ -311,7 +283,7 @@ def split_piece(
         gutters = _gutter_cuts(ink, 2)
         if gutters:
             x = piece.left + round(gutters[0] * sx)
-            margin = max(2, round(GUTTER_MARGIN * piece.width))
+            margin = max(2, round(dense().gutter_margin * piece.width))
             halves = [Segment(0, piece.left, piece.top, min(piece.right, x + margin), piece.bottom),
                       Segment(1, max(piece.left, x - margin), piece.top, piece.right, piece.bottom)]
             return halves, f"cut in two at a gutter ({lines} text lines)"

@@ -1,24 +1,24 @@
 """The columns of a page, in reading order, found in its ink: where a dense page is read in bands.
 
-A family whose answers carry no boxes reads a dense page in bands (:mod:`llm_ocr.stages.tiled`),
+A family whose answers carry no boxes reads a dense page in bands (:mod:`.plan`),
 joined by the text their overlap repeats. A band as wide as the page shows the top of every
 column of a newspaper, the next band the next part of every column: joined band by band, every
 word is there, but the columns are interleaved. So such a page is first cut into its **regions**
 in reading order, by a recursive XY-cut on its ink (the darkness of a grey copy, any scale):
 
-- a region with **gutters** (runs of blank ink columns at least :data:`MIN_GUTTER` of the page
-  wide, between inked ones, over a region at least :data:`MIN_TALL_LINES` text lines tall, and
-  not much narrower than its widest: :data:`CHANNEL`) is cut into its columns, left to right,
+- a region with **gutters** (runs of blank ink columns at least ``min_gutter`` of the page
+  wide, between inked ones, over a region at least ``min_tall_lines`` text lines tall, and
+  not much narrower than its widest: ``channel``) is cut into its columns, left to right,
   each again looked into;
 - a region without comes apart **between rows** when a part of it has columns: the first cut
   between two text lines below which the region has gutters (a masthead or headline across the
   columns is above it, read first), else the last above which it has (a footer across them);
-- a column narrower than :data:`MIN_COLUMN_LINES` line pitches (a table's column of figures, not
+- a column narrower than ``min_column_lines`` line pitches (a table's column of figures, not
   a column of text: about 20 characters a line) is joined to its narrower neighbour, and a table
   whose columns are all so narrow stays whole.
 
 Each region is then read as a page of its own, cut into bands along its height only as much as
-its share of the page's text needs (:func:`llm_ocr.sources.tiles.plan_bands`). A page without
+its share of the page's text needs (:func:`.cuts.plan_bands`). A page without
 columns is one region: read in full-width bands as before. Regions are
 ``(top, bottom, left, right)`` in ink pixels, ``[top, bottom)`` x ``[left, right)``.
 """
@@ -28,25 +28,10 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
+from llm_ocr.options import dense
+
 #: A region of the ink: ``(top, bottom, left, right)`` rows and columns, ends excluded.
 Rect = tuple[int, int, int, int]
-
-#: A gutter is a run of blank ink columns at least this share of the page's width (the tiles'
-#: own: :data:`llm_ocr.sources.tiles.MIN_GUTTER`) ...
-MIN_GUTTER = 0.006
-#: ... in a region at least this many line pitches tall (a line of large type has word spaces
-#: as wide as a gutter; five lines of body text rarely line theirs up).
-MIN_TALL_LINES = 5
-#: A column of text is at least this many line pitches wide (about 20 characters of body text:
-#: a newspaper's column is 13-15, a book's page 30 and more); a narrower one is part of a table
-#: or a list, read with its neighbour.
-MIN_COLUMN_LINES = 8
-#: A blank run under this share of the region's widest is a channel, not a gutter.
-CHANNEL = 0.6
-#: A column of the ink is blank when it holds under this share of the region's busiest column.
-BLANK = 0.02
-#: Deepest recursion of the XY-cut.
-MAX_DEPTH = 6
 
 
 def column_regions(ink: Any, pitch: float | None) -> list[Rect]:
@@ -65,7 +50,7 @@ def column_regions(ink: Any, pitch: float | None) -> list[Rect]:
     np.cumsum(ink, axis=0, out=above[1:])
     beside = np.zeros((rows, cols + 1), dtype=np.float64)
     np.cumsum(ink, axis=1, out=beside[:, 1:])
-    finder = _Finder(above, beside, pitch, max(1, round(MIN_GUTTER * cols)))
+    finder = _Finder(above, beside, pitch, max(1, round(dense().min_gutter * cols)))
     # The page's gutter width: the median of the widest gutter of each quarter of its height
     # that has one (a headline's channel is in one quarter at most, a figure's margin too).
     quarters = sorted(w for k in range(4) if (w := finder.widest((k * rows // 4, (k + 1) * rows // 4, 0, cols))))
@@ -74,8 +59,8 @@ def column_regions(ink: Any, pitch: float | None) -> list[Rect]:
 
 
 def _blank(profile: Any) -> Any:
-    """Which entries of an ink profile are blank (under :data:`BLANK` of its largest)."""
-    return profile <= BLANK * max(float(profile.max()) if profile.size else 0.0, 1e-9)
+    """Which entries of an ink profile are blank (under ``blank`` of its largest)."""
+    return profile <= dense().blank * max(float(profile.max()) if profile.size else 0.0, 1e-9)
 
 
 class _Finder:
@@ -95,7 +80,7 @@ class _Finder:
         return self.beside[top:bottom, right] - self.beside[top:bottom, left]
 
     def regions(self, rect: Rect, depth: int) -> list[Rect]:
-        if depth > MAX_DEPTH:
+        if depth > dense().columns_depth:
             return [rect]
         columns = self.columns(rect)
         if len(columns) > 1:
@@ -112,7 +97,7 @@ class _Finder:
 
         top, bottom, left, right = rect
         inked_rows = np.flatnonzero(~_blank(self.rows_profile(rect)))
-        if inked_rows.size == 0 or inked_rows[-1] - inked_rows[0] < MIN_TALL_LINES * self.pitch:
+        if inked_rows.size == 0 or inked_rows[-1] - inked_rows[0] < dense().min_tall_lines * self.pitch:
             return [rect]
         gutters = self.gutters(rect)
         if not gutters:
@@ -120,11 +105,11 @@ class _Finder:
         # A word space of a headline across the columns that lines up with a gutter below it
         # leaves a channel narrower than the page's gutters: not a gutter.
         widest = max(self.gutter, *(b - a for a, b in gutters))
-        gutters = [(a, b) for a, b in gutters if b - a >= CHANNEL * widest]
+        gutters = [(a, b) for a, b in gutters if b - a >= dense().channel * widest]
         cuts = [left] + [(a + b) // 2 for a, b in gutters] + [right]
         # Each span: [left, right, the width of its widest column of ink].
         spans = [[a, b, self.text_width(top, bottom, a, b)] for a, b in pairwise(cuts)]
-        narrow = MIN_COLUMN_LINES * self.pitch
+        narrow = dense().min_column_lines * self.pitch
         while len(spans) > 1:
             k = min(range(len(spans)), key=lambda i: spans[i][2])
             if spans[k][2] >= narrow:

@@ -1,0 +1,375 @@
+"""The pieces' answers joined into the page's blocks, each once: segments, bands and tiles.
+
+Three joins, one per way a page is cut (:mod:`.plan`):
+
+- **segments** of a long page (:func:`join_pieces`: a 1:61 log sheet, a receipt, a scroll cut
+  into overlapping pieces along its length). Each segment's blocks come back with boxes in the
+  segment's pixels; they are moved to page pixels, and each segment contributes the blocks
+  whose centre lies in its share of the page (up to the middle of its overlap with the next). A
+  block that spans a whole overlap is kept from both segments, each copy cut at one edge: the
+  two copies (same label, boxes that overlap in page pixels) are merged into one block, and the
+  words the second copy repeats from the first (the lines both segments showed) are removed;
+  two copies of a figure become one figure whose box covers both. A family without boxes
+  (olmOCR-2) is joined by the words the overlap repeats (:func:`drop_repeated_start`).
+- **bands** of a dense page read by a family without boxes (:func:`join_bands`: a newspaper
+  page read column by column, each column in bands down it): each region's bands joined down
+  it by the run of words a band's block starts with and a block of the band above ends with
+  (:func:`drop_exact_repeat`).
+- **tiles** of a dense page read by a family that boxes every block (:func:`join_tiles`: a
+  7-column newspaper page in a grid of tiles): each tile keeps the blocks whose centre lies
+  deepest inside it, copies of a block two tiles show merged, then the blocks put in reading
+  order (:mod:`.order`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
+
+from llm_ocr.options import dense
+from llm_ocr.sources.segments import Segment, cut_line
+from llm_ocr.stages.pieces.order import reading_order
+from llm_ocr.vlm.box import Box
+from llm_ocr.vlm.families.base import Reading
+from llm_ocr.vlm.layout import FigureBox, PageBlock, alt_text, clean_markdown
+
+#: Tokens for the overlap search: tags, words, punctuation runs.
+_TOKEN = re.compile(r"<[^<>\s]{1,40}>|[^\s<>]+")
+
+
+@dataclass
+class Piece:
+    """A block of one segment, in page pixels, with its figures."""
+
+    segment: int
+    block: PageBlock
+    figures: list[FigureBox] = field(default_factory=list)
+
+    def centre(self, tall: bool) -> float | None:
+        """The middle of the block's boxes down the page (``tall``) or across it."""
+        if not self.block.boxes:
+            return None
+        x, y = Box.union(self.block.boxes).centre
+        return y if tall else x
+
+
+def _moved(box: Box, segment: Segment, size: tuple[int, int]) -> Box:
+    """A box in the pixels of a piece's image (``size``) in the pixels the segment is planned in."""
+    sx, sy = segment.width / max(1, size[0]), segment.height / max(1, size[1])
+    return box.scaled(sx, sy).moved(segment.left, segment.top)
+
+
+def blocks_of(reading: Reading, segment: Segment) -> tuple[list[Piece], list[str]]:
+    """One segment's reading as blocks in page pixels (figures attached to their blocks)."""
+    layout = reading.layout
+    size = (reading.width, reading.height)
+    pieces = [
+        Piece(segment.index, PageBlock(block.label, [_moved(b, segment, size) for b in block.boxes], block.text))
+        for block in layout.blocks
+    ]
+    for figure in layout.figures:
+        if 0 <= figure.block < len(pieces):
+            moved = FigureBox("", _moved(figure.bbox, segment, size), description=figure.description)
+            pieces[figure.block].figures.append(moved)
+    return pieces, layout.warnings
+
+
+def to_page(pieces: list[Piece], sx: float, sy: float) -> list[Piece]:
+    """The joined blocks with their boxes moved from the pieces' virtual render to the pixels of
+    the page image the row describes."""
+    if sx == sy == 1.0:
+        return pieces
+    out = []
+    for piece in pieces:
+        block = PageBlock(piece.block.label, [b.scaled(sx, sy) for b in piece.block.boxes], piece.block.text)
+        figures = [replace(f, bbox=f.bbox.scaled(sx, sy)) for f in piece.figures]
+        out.append(replace(piece, block=block, figures=figures))
+    return out
+
+
+def figures_to_page(figures: list[FigureBox], sx: float, sy: float) -> list[FigureBox]:
+    return [replace(f, bbox=f.bbox.scaled(sx, sy)) for f in figures]
+
+
+def _tokens(text: str) -> list[tuple[str, int]]:
+    """``(normalised token, end offset)`` of each token of ``text``."""
+    return [(m.group().lower().strip(".,;:!?"), m.end()) for m in _TOKEN.finditer(text)]
+
+
+def drop_repeated_start(first: str, second: str) -> str:
+    """``second`` without the words at its start that repeat the end of ``first``.
+
+    The longest run of tokens that ends ``first`` and starts ``second`` is removed; failing
+    that (the line cut by the first segment's edge read differently), ``second``'s first four
+    tokens are looked for near the end of ``first`` and everything up to the end of ``first``'s
+    copy is removed.
+    """
+    a = [t for t, _ in _tokens(first)][-dense().max_overlap_tokens:]
+    b_full = _tokens(second)
+    b = [t for t, _ in b_full][:dense().max_overlap_tokens]
+    for k in range(min(len(a), len(b)), 1, -1):
+        if a[-k:] == b[:k]:
+            return second[b_full[k - 1][1] :].lstrip()
+    anchor = b[:4]
+    if len(anchor) == 4:
+        for start in range(len(a) - 4, -1, -1):
+            if a[start : start + 4] == anchor:
+                k = min(len(a) - start, len(b_full))
+                return second[b_full[k - 1][1] :].lstrip()
+    return second
+
+
+def drop_exact_repeat(first: str, second: str, min_tokens: int = 4) -> str:
+    """``second`` without the longest run of at least ``min_tokens`` tokens that both ends
+    ``first`` and starts it (``second`` unchanged when there is none): the lines two pieces of
+    a page both showed, with no looking further (a multi-column band's text ends elsewhere)."""
+    a = [t for t, _ in _tokens(first)][-dense().max_overlap_tokens:]
+    b_full = _tokens(second)
+    b = [t for t, _ in b_full][:dense().max_overlap_tokens]
+    for k in range(min(len(a), len(b)), min_tokens - 1, -1):
+        if a[-k:] == b[:k]:
+            return second[b_full[k - 1][1] :].lstrip()
+    return second
+
+
+def join_pieces(
+    segments: list[Segment], per_segment: list[list[Piece]], page: int, *, text_overlap: bool = True
+) -> list[Piece]:
+    """The blocks of the page, in order, each once (see the module docstring). ``text_overlap``
+    False: the boxless blocks' repeated lines were already dropped (the bands of a dense page)."""
+    tall = len(segments) < 2 or segments[1].top > segments[0].top
+    kept: list[Piece] = []
+    for i, pieces in enumerate(per_segment):
+        mine = _in_share(segments, i, pieces, tall)
+        previous = per_segment[i - 1] if i > 0 else []
+        if text_overlap and mine and not mine[0].block.boxes and previous and not previous[-1].block.boxes:
+            # A family without text boxes (olmOCR-2) reads the overlap twice: the words this
+            # segment's text starts with that repeat the end of the last one's are dropped.
+            head = mine[0]
+            text = drop_repeated_start(" ".join(p.block.text for p in previous if not p.block.boxes), head.block.text)
+            mine[0] = replace(head, block=PageBlock(head.block.label, [], text))
+        for piece in mine:
+            twin = _twin(kept, piece)
+            if twin is None:
+                kept.append(piece)
+                continue
+            head = kept[twin]
+            text = drop_repeated_start(head.block.text, piece.block.text)
+            boxes = box_union(head.block.boxes + piece.block.boxes)
+            merged = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
+            kept[twin] = replace(head, block=merged, figures=merge_figures(head.figures + piece.figures))
+    return number_figures(kept, page)
+
+
+def _in_share(segments: list[Segment], i: int, pieces: list[Piece], tall: bool) -> list[Piece]:
+    """The blocks of segment ``i`` in its share of the page (up to the middles of its overlaps);
+    a block without a box is kept where the segment put it."""
+    lower = cut_line(segments, i - 1) if i > 0 else None
+    upper = None if i == len(segments) - 1 else cut_line(segments, i)
+    mine = []
+    for piece in pieces:
+        centre = piece.centre(tall)
+        if centre is None or ((lower is None or centre >= lower) and (upper is None or centre < upper)):
+            mine.append(piece)
+    return mine
+
+
+def merge_figures(figures: list[FigureBox]) -> list[FigureBox]:
+    """Figures with the copies of one figure made one: a figure cut by a segment's edge is seen
+    in part by each segment, and the two parts (their boxes overlap in page pixels, in the lines
+    both segments show) are one figure with the box around both, cropped once from the page."""
+    out: list[FigureBox] = []
+    for figure in figures:
+        copy = next((i for i, f in enumerate(out) if f.bbox.overlaps(figure.bbox)), None)
+        if copy is None:
+            out.append(figure)
+            continue
+        first = out[copy]
+        box = Box.union([first.bbox, figure.bbox])
+        out[copy] = replace(first, bbox=box, description=first.description or figure.description)
+    return out
+
+
+def number_figures(pieces: list[Piece], page: int) -> list[Piece]:
+    """``pieces`` with their figures numbered in order (``p{page}-f1``, ...)."""
+    counter = 0
+    for piece in pieces:
+        for k, figure in enumerate(piece.figures):
+            counter += 1
+            piece.figures[k] = replace(figure, id=f"p{page}-f{counter}")
+    return pieces
+
+
+def _twin(kept: list[Piece], piece: Piece) -> int | None:
+    """The index of the block of the previous segment that ``piece`` is another copy of: the
+    same label and overlapping boxes (blocks of one page never overlap, copies of one block
+    in two segments do, in their shared lines)."""
+    if not piece.block.boxes:
+        return None
+    for index in range(len(kept) - 1, max(-1, len(kept) - 50), -1):
+        other = kept[index]
+        if other.segment != piece.segment - 1:
+            if other.segment < piece.segment - 1:
+                return None
+            continue
+        if other.block.label == piece.block.label and any(
+            a.overlaps(b) for a in other.block.boxes for b in piece.block.boxes
+        ):
+            return index
+    return None
+
+
+def box_union(boxes: list[Box]) -> list[Box]:
+    """The one box around ``boxes``, as a list of one box (a block's boxes)."""
+    return [Box.union(boxes)]
+
+
+def markdown_of(pieces: list[Piece]) -> str:
+    parts = []
+    for piece in pieces:
+        links = "".join(f"![{alt_text(f.description)}](figure:{f.id})\n" for f in piece.figures)
+        parts.append(links + piece.block.text)
+    return clean_markdown("\n\n".join(p for p in parts if p))
+
+
+#: How the pieces' answers become the page's blocks in order: ``(pieces, their blocks, page)``.
+Join = Callable[[list[Segment], list[list[Piece]], int], list[Piece]]
+
+
+def join_bands(bands: list[Segment], per_band: list[list[Piece]], page: int) -> list[Piece]:
+    """The blocks of a page read in bands by a family without boxes, each once, in the bands'
+    order: region by region (a page with columns is planned as a masthead, then each column,
+    each cut into bands along its height, :func:`~llm_ocr.stages.pieces.cuts.plan_bands`), each
+    region's bands joined down it (:func:`join_region`). A region is a run of bands one below
+    the other, as wide as each other (a band cut in two again, its halves too)."""
+    runs: list[list[int]] = []
+    for i, band in enumerate(bands):
+        last = bands[runs[-1][-1]] if runs else None
+        if last is not None and (last.left, last.right) == (band.left, band.right) and band.top < last.bottom:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    joined: list[Piece] = []
+    for run in runs:
+        # Each region joined on its own, its bands numbered from 0 (the join pairs a band with
+        # the one before it by number), then given back their page-wide numbers.
+        own = [replace(bands[i], index=k) for k, i in enumerate(run)]
+        pieces = [[replace(p, segment=k) for p in per_band[i]] for k, i in enumerate(run)]
+        joined += [replace(p, segment=run[p.segment]) for p in join_region(own, pieces, page)]
+    return number_figures(joined, page)
+
+
+def join_region(bands: list[Segment], per_band: list[list[Piece]], page: int) -> list[Piece]:
+    """The blocks of one region read in bands, one below the other, each once, band by band.
+
+    A band shows every column of the region, so the lines its overlap with the band above repeats
+    are at the start of one of its blocks per column, and at the end of one of that band's
+    blocks, not at the end of its whole text: each block loses the run of words that starts it
+    and ends a block of the band above (:func:`~llm_ocr.stages.pieces.join.drop_exact_repeat`);
+    a block that was all overlap is dropped. Blocks with boxes (figures) are kept by the band
+    whose share of the page their centre is in (:func:`~llm_ocr.stages.pieces.join.join_pieces`).
+    """
+    kept = [list(per_band[0])] if per_band else []
+    for above, pieces in pairwise(per_band):
+        tails = [p.block.text for p in above if not p.block.boxes and p.block.text.strip()]
+        mine = []
+        for piece in pieces:
+            text = piece.block.text
+            if not piece.block.boxes:
+                for tail in tails:
+                    cut = drop_exact_repeat(tail, text)
+                    if cut != text:
+                        text = cut
+                        break
+                if not text.strip():
+                    continue
+            same = text == piece.block.text
+            mine.append(piece if same else replace(piece, block=PageBlock(piece.block.label, [], text)))
+        kept.append(mine)
+    return join_pieces(bands, kept, page, text_overlap=False)
+
+
+def join_tiles(tiles: list[Segment], per_tile: list[list[Piece]], page: int) -> list[Piece]:
+    """The blocks of the page, each once, in reading order (see the module docstring)."""
+    width = max(t.right for t in tiles)
+    height = max(t.bottom for t in tiles)
+    kept: list[Piece] = []
+    for tile, pieces in zip(tiles, per_tile):
+        for piece in pieces:
+            centre = _centre(piece)
+            if centre is None or _owner(tiles, centre, width, height) in (None, tile.index):
+                kept.append(piece)
+    merged: list[Piece] = []
+    for piece in kept:
+        twin = _tile_twin(merged, piece, tiles)
+        if twin is None:
+            merged.append(piece)
+            continue
+        head, tail = sorted((merged[twin], piece), key=lambda p: _position(p))
+        text = drop_repeated_start(head.block.text, tail.block.text)
+        boxes = box_union(head.block.boxes + tail.block.boxes)
+        block = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
+        merged[twin] = replace(head, block=block, figures=head.figures + tail.figures)
+    return number_figures(reading_order(merged, width, height), page)
+
+
+def _centre(piece: Piece) -> tuple[float, float] | None:
+    boxes = piece.block.boxes
+    return Box.union(boxes).centre if boxes else None
+
+
+def _position(piece: Piece) -> tuple[float, float]:
+    """(top, left) of the piece's boxes."""
+    if not piece.block.boxes:
+        return (0, 0)
+    around = Box.union(piece.block.boxes)
+    return (around.y1, around.x1)
+
+
+def _owner(tiles: list[Segment], point: tuple[float, float], width: int, height: int) -> int | None:
+    """The tile ``point`` lies deepest inside (its distance to the nearest edge that is not the
+    page's): the tile whose share of the page it is in, overlaps split down the middle. A piece
+    inside another (the rest of a piece whose answer ran out, :func:`~llm_ocr.stages.pieces.rest.complete_part`)
+    owns its part of it."""
+    x, y = point
+    best: tuple[float, int] | None = None
+    holding = [t for t in tiles if t.left <= x <= t.right and t.top <= y <= t.bottom]
+    for tile in holding:
+        if any(other is not tile and _nested(other, tile) for other in holding):
+            continue  # the rest of a piece whose answer ran out is read inside it: the rest owns it
+        edges = [x - tile.left if tile.left > 0 else math.inf, tile.right - x if tile.right < width else math.inf,
+                 y - tile.top if tile.top > 0 else math.inf,
+                 tile.bottom - y if tile.bottom < height else math.inf]  # fmt: skip
+        depth = min(edges)
+        if best is None or depth > best[0]:
+            best = (depth, tile.index)
+    return best[1] if best else None
+
+
+def _nested(inner: Segment, outer: Segment) -> bool:
+    """Whether ``inner`` lies inside ``outer`` and is smaller (the rest of a piece read again)."""
+    inside = outer.left <= inner.left and inner.right <= outer.right and outer.top <= inner.top
+    return inside and inner.bottom <= outer.bottom and inner.width * inner.height < outer.width * outer.height
+
+
+def _tile_twin(merged: list[Piece], piece: Piece, tiles: list[Segment]) -> int | None:
+    """The block of another, overlapping tile that ``piece`` is another copy of: the same label
+    and overlapping boxes (blocks of one page never overlap; copies of one block in two tiles do)."""
+    if not piece.block.boxes:
+        return None
+    mine = tiles[piece.segment]
+    for index in range(len(merged) - 1, -1, -1):
+        other = merged[index]
+        theirs = tiles[other.segment]
+        if other.segment == piece.segment or other.block.label != piece.block.label:
+            continue
+        if not Box(*mine.box).overlaps(Box(*theirs.box)):
+            continue
+        if any(a.overlaps(b) for a in other.block.boxes for b in piece.block.boxes):
+            return index
+    return None
+
+
