@@ -155,6 +155,8 @@ def run_worker(config: ServiceConfig) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         queue, spool = open_state(config)
+        log.info("llm-ocr worker: database %s, documents and results in %s", database_shown(config),
+                 redact(spool.url))
         if (warning := shared_store_warning(config)) is not None:
             log.warning("%s", warning)
         try:

@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,8 +60,9 @@ class WorkerSettings:
 
 
 def worker_name() -> str:
-    """This worker's name in leases: host and process."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """A worker's name in leases: host, process, and a random part, so that two workers of one
+    process (two services in one program) never take each other's leases for their own."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class Worker:
