@@ -1,7 +1,7 @@
 """The service on a real PostgreSQL (tests/fixtures/postgres.py): two gateways and two workers
 sharing one database and one results folder, each document read by one worker and each page
 stored once; and the database restarted mid-run, after which every accepted document still ends
-(docs/service.md#postgresql).
+(docs/service.md#postgresql-several-machines).
 
 Gateways and workers run in threads of this process, each service with its own connection pool,
 as separate machines would have (the killed worker, a process, is test_worker_kill.py's). The
