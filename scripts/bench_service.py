@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import llm_ocr
 from llm_ocr.service.config import ServiceConfig
-from llm_ocr.service.queue import DocumentQueue
 from llm_ocr.service.server import BackgroundService
 from llm_ocr.service.spool import Spool
+from llm_ocr.service.sqlite import SQLiteQueue
 from llm_ocr.service.worker import WorkerSettings
 from llm_ocr.testing import SimulatedServer
 
@@ -89,7 +89,7 @@ def stream(paths: list[Path], rate: float, data: Path, endpoint: str, concurrenc
         docs = [future.result() for future in submitted]
         for doc in docs:
             assert doc.wait(timeout=600)["status"] == "done", doc.status()
-    queue, spool = DocumentQueue(data / "service.db"), Spool(str(data))
+    queue, spool = SQLiteQueue(data / "service.db"), Spool(str(data))
     rows = [queue.get(doc.id) for doc in docs]
     latencies = [row.finished - row.created for row in rows if row and row.finished]
     first = min(row.created for row in rows if row)

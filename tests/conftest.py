@@ -13,6 +13,7 @@ import pytest
 
 from tests import skip_policy
 from tests.fakes.container import VENVS
+from tests.fixtures.postgres import postgres, postgres_url  # noqa: F401 - fixtures, for every test
 from tests.fixtures.ray import session as ray_session
 from tests.fixtures.slurm import session as slurm_session
 

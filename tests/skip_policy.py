@@ -3,8 +3,10 @@
 The same holds in the real-vLLM tier (scripts/test-vllm) even outside CI: its tests skip only
 when its venv has lost vLLM.
 
-A skip is a test that did not run while the run stays green: a Chromium that failed to install,
-an extra that went missing, a tier whose venv broke. Locally that is often fine (``-rs`` lists
+A skip is a test that did not run while the run stays green: a Chromium, Slurm or PostgreSQL
+that failed to install (scripts/test installs them on Debian; their tests skip without them, so
+under CI the run fails: none is on the allow-list), an extra that went missing, a tier whose venv
+broke. Locally that is often fine (``-rs`` lists
 them); in CI it hides a gap. The hooks in ``tests/conftest.py`` feed every skip (test set-up,
 call, and module-level skips at collection, also from pytest-xdist workers, whose reports
 reach the controller) to :class:`SkipPolicy`, which fails the session at its end.

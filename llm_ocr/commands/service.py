@@ -21,6 +21,10 @@ def _state_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default="llm-ocr-service", metavar="DIR",
                         help="folder of the SQLite database (service.db), and of documents and results unless "
                              "--store (default: ./llm-ocr-service)")
+    parser.add_argument("--database", default=None, metavar="URL",
+                        help="the state and queue on PostgreSQL (postgresql://user:password@host/db; needs "
+                             "pip install 'llm-ocr[postgres]'), shared by any number of gateways and workers "
+                             "(default: LLM_OCR_SERVICE_DATABASE, else the SQLite file under --data)")
     parser.add_argument("--store", default=None, metavar="URL",
                         help="documents and results: a folder or any store URL (s3://, gs://, hf://...; "
                              "default: --data)")
@@ -75,7 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     worker = sub.add_parser(
         "worker", help="a worker of an llm-ocr service: reads queued documents (docs/service.md)",
         description="Take documents from the service's queue under a lease and read them (Extract, Describe, "
-        "Assemble), until SIGINT or SIGTERM; any number of workers may share one --data.",
+        "Assemble), until SIGINT or SIGTERM; any number of workers may share one --data (or one --database "
+        "and --store, across machines).",
     )
     _state_options(worker)
     _worker_options(worker)
@@ -87,14 +92,14 @@ def _missing() -> list[str]:
 
 
 def _config(args: argparse.Namespace, *, gateway: bool) -> object:
-    from llm_ocr.service.config import Limits, ServiceConfig, read_token
+    from llm_ocr.service.config import Limits, ServiceConfig, database_of, read_token
     from llm_ocr.service.worker import WorkerSettings
 
     run_options = {"max_in_flight": args.max_in_flight} if args.max_in_flight else {}
     settings = WorkerSettings(endpoint=args.endpoint, engine=args.engine, model=args.model, lease=args.lease,
                               poll=args.poll, concurrency=args.concurrency, max_deliveries=args.max_deliveries,
                               run_options=run_options)
-    config = ServiceConfig(data=args.data, store=args.store,
+    config = ServiceConfig(data=args.data, store=args.store, database_url=database_of(args.database),
                            storage_options=json.loads(args.storage_options) if args.storage_options else {},
                            worker=settings)
     if gateway:

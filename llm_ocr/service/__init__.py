@@ -1,7 +1,9 @@
 """llm-ocr as a service: documents that keep arriving (docs/service.md).
 
-- :mod:`.queue`    the state and the queue in one SQLite file (WAL): documents, their status,
-                   leases, idempotency keys
+- :mod:`.queue`    the state and the queue: documents, their status, leases, idempotency keys
+                   (the interface, :class:`~.queue.DocumentQueue`); on one SQLite file in WAL
+                   mode (:mod:`.sqlite`, the default) or PostgreSQL (:mod:`.postgres`, shared by
+                   any number of machines)
 - :mod:`.spool`    where submitted documents and their results live (a local folder or any store
                    URL, through :mod:`llm_ocr.storage`), and what the gateway checks of an upload
 - :mod:`.worker`   pulls documents under a lease it renews and runs the ``run`` stage on each, one

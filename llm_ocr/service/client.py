@@ -7,7 +7,8 @@
     doc.wait()                                  # the status once it ended: done, failed, cancelled
     print(doc.markdown())
 
-A full queue (429) is retried after the ``Retry-After`` it names, up to ``retries`` times.
+A full queue (429) and a database that is not answering (503: restarting, failing over) are
+retried after the ``Retry-After`` they name, up to ``retries`` times.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Service:
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
                 ) -> tuple[int, dict[str, str], bytes]:
         """One request; ``(status, headers, body)``; :class:`ServiceError` for a 4xx or 5xx
-        (a 429 is retried after its ``Retry-After`` first)."""
+        (a 429 or 503 is retried after its ``Retry-After`` first)."""
         headers = dict(headers or {})
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
@@ -63,7 +64,7 @@ class Service:
                     return response.status, dict(response.headers), response.read()
             except urllib.error.HTTPError as exc:
                 text = exc.read().decode("utf-8", "replace")
-                if exc.code == 429 and attempt < self.retries:
+                if exc.code in (429, 503) and attempt < self.retries:
                     time.sleep(float(exc.headers.get("Retry-After") or 1))
                     continue
                 try:

@@ -4,13 +4,17 @@ token rules. Imports no web framework, so ``llm-ocr worker`` needs none."""
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_ocr.service.queue import DocumentQueue
+from llm_ocr.redaction import redact
+from llm_ocr.service.queue import DATABASE_VARIABLE, DocumentQueue, DriverMissing, QueueUnavailable, is_postgres
 from llm_ocr.service.spool import Spool
 from llm_ocr.service.worker import WorkerSettings
+
+log = logging.getLogger("llm_ocr.service")
 
 
 @dataclass
@@ -42,8 +46,11 @@ class ServiceError(Exception):
 class ServiceConfig:
     """Where the service keeps its state, where it listens, what it accepts, and its worker."""
 
-    #: The folder of the database (``service.db``), and of documents and results unless ``store``.
+    #: The folder of the SQLite database (``service.db``), and of documents and results unless ``store``.
     data: str = "llm-ocr-service"
+    #: The state and queue: a PostgreSQL URL (``postgresql://...``) or a SQLite file; None:
+    #: ``data/service.db``. The URL's password is never shown (``repr`` leaves it out).
+    database_url: str | None = field(default=None, repr=False)
     #: Documents and results: a folder or any store URL (default: ``data``).
     store: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -57,8 +64,8 @@ class ServiceConfig:
 
     @property
     def database(self) -> str:
-        """The SQLite file."""
-        return os.path.join(self.data, "service.db")
+        """The database: ``database_url``, else the SQLite file ``data/service.db``."""
+        return self.database_url or os.path.join(self.data, "service.db")
 
 
 def is_loopback(host: str) -> bool:
@@ -92,11 +99,44 @@ def read_token(token_file: str | None) -> str | None:
     return os.environ.get(TOKEN_VARIABLE) or None
 
 
+def database_of(given: str | None) -> str | None:
+    """The database named by ``--database`` (``given``), else by :data:`DATABASE_VARIABLE`; None:
+    the SQLite file under ``--data``."""
+    return given or os.environ.get(DATABASE_VARIABLE) or None
+
+
+def open_queue(database: str) -> DocumentQueue:
+    """The queue in ``database``: a PostgreSQL URL, else the path of a SQLite file."""
+    if is_postgres(database):
+        from llm_ocr.service.postgres import PostgresQueue
+
+        return PostgresQueue(database)
+    from llm_ocr.service.sqlite import SQLiteQueue
+
+    return SQLiteQueue(database)
+
+
 def open_state(config: ServiceConfig) -> tuple[DocumentQueue, Spool]:
-    """The queue and the spool of ``config``."""
-    return DocumentQueue(config.database), Spool(config.store or config.data, config.storage_options)
+    """The queue and the spool of ``config``; :class:`ServiceError` when the database cannot be used."""
+    try:
+        queue = open_queue(config.database)
+    except (QueueUnavailable, DriverMissing) as exc:
+        raise ServiceError(str(exc)) from None
+    return queue, Spool(config.store or config.data, config.storage_options)
 
 
+def database_shown(config: ServiceConfig) -> str:
+    """The database as it may be logged: a URL's password replaced by ``***``."""
+    return redact(config.database)
+
+
+def shared_store_warning(config: ServiceConfig) -> str | None:
+    """Why ``config`` may not work across machines, or None: PostgreSQL is shared by every machine,
+    but documents and results on a local folder are seen only by the machines that mount it."""
+    if config.database_url and is_postgres(config.database_url) and config.store is None:
+        return (f"documents and results are kept under --data {config.data}: every gateway and worker must "
+                "see that folder (a shared mount), or give --store s3://... (or another store URL)")
+    return None
 
 
 def run_worker(config: ServiceConfig) -> None:
@@ -115,6 +155,13 @@ def run_worker(config: ServiceConfig) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         queue, spool = open_state(config)
-        await Worker(queue, spool, settings).run(stop)
+        log.info("llm-ocr worker: database %s, documents and results in %s", database_shown(config),
+                 redact(spool.url))
+        if (warning := shared_store_warning(config)) is not None:
+            log.warning("%s", warning)
+        try:
+            await Worker(queue, spool, settings).run(stop)
+        finally:
+            queue.close()
 
     asyncio.run(main())

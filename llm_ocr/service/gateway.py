@@ -2,7 +2,7 @@
 
 Every route but ``/healthz`` and ``/readyz`` requires the token when one is set
 (``Authorization: Bearer TOKEN``); :mod:`.server` refuses to listen beyond loopback without one.
-Blocking work (SQLite, storage, counting a document's pages) runs in threads, off the event loop.
+Blocking work (the database, storage, counting a document's pages) runs in threads, off the event loop.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from starlette.datastructures import UploadFile
 from llm_ocr.options import RouteOptions
 from llm_ocr.service.config import Limits
 from llm_ocr.service.metrics import exposition
-from llm_ocr.service.queue import Document, DocumentQueue, QueueFull, new_id
+from llm_ocr.service.queue import Document, DocumentQueue, QueueFull, QueueUnavailable, new_id
 from llm_ocr.service.spool import Spool, Unreadable, count_document, suffix_of
 from llm_ocr.storage.stores import protocol_of
 
@@ -129,11 +129,18 @@ def create_app(gateway: Gateway) -> FastAPI:
         return JSONResponse({"detail": f"{exc}; retry later"}, status_code=429,
                             headers={"Retry-After": str(limits.retry_after)})
 
+    @app.exception_handler(QueueUnavailable)
+    async def unavailable(request: Request, exc: QueueUnavailable) -> JSONResponse:
+        # The database is away (restarting, failing over): nothing was changed; ask again later.
+        return JSONResponse({"detail": f"the service's database is not answering; retry later ({exc})"},
+                            status_code=503, headers={"Retry-After": str(limits.retry_after)})
+
     @app.post("/v1/documents", status_code=202, responses={
         202: {"description": "queued (or, with a known Idempotency-Key, the document submitted with it)"},
         413: {"description": "the upload is larger than the limit"},
         422: {"description": "unreadable or unsupported document, too many pages, or a bad option"},
         429: {"description": "the queue is full: retry after Retry-After seconds"},
+        503: {"description": "the database is not answering: retry after Retry-After seconds"},
     })
     async def submit(request: Request) -> JSONResponse:
         """Queue a document: a multipart upload (field ``file``; ``model``, ``route`` as fields)

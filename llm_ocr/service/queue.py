@@ -1,4 +1,4 @@
-"""The service's state and queue: one SQLite file in WAL mode, shared by the gateway and workers.
+"""The service's state and queue: what every backend keeps, and how one is chosen.
 
 A document is one row. Its life::
 
@@ -8,57 +8,28 @@ A document is one row. Its life::
     running (lease lapsed) -> running           (redelivered to another worker)
 
 A worker takes a document under a **lease** (``lease_owner``, ``lease_expires``) and renews it
-while it works; every write a worker makes is conditional on still holding the lease, so a
-worker that lost it (killed, or stalled past its lease) can no longer change the row. A document
+while it works; every write a worker makes is conditional on still holding the lease, so a worker
+that lost it (killed, or stalled past its lease) can no longer change the row. A document
 whose lease lapsed is taken again by the next claim; one delivered ``max_deliveries`` times
 without ending is failed (cause ``worker_lost``) rather than crash workers for ever.
 
-Each call opens its own connection (cheap in SQLite) so any thread or process may call; writes
-take the database's write lock first (``BEGIN IMMEDIATE``), so a claim, a submission against the
-queue limit, or a cancel is decided on what no other writer can change under it.
+Two backends keep these rules (:class:`DocumentQueue` is their interface): one SQLite file
+(:mod:`.sqlite`, the embedded default: the gateway and workers of one machine) and PostgreSQL
+(:mod:`.postgres`: any number of gateways and workers on any machines);
+:func:`llm_ocr.service.config.open_queue` picks one from ``--database``.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 #: Every status a document can have.
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
 #: Statuses a document never leaves.
 FINAL = frozenset({"done", "failed", "cancelled"})
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS documents (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    status TEXT NOT NULL,
-    name TEXT NOT NULL,
-    input TEXT NOT NULL,
-    options TEXT NOT NULL,
-    idempotency_key TEXT UNIQUE,
-    pages INTEGER,
-    created REAL NOT NULL,
-    started REAL,
-    finished REAL,
-    lease_owner TEXT,
-    lease_expires REAL,
-    deliveries INTEGER NOT NULL DEFAULT 0,
-    cancel INTEGER NOT NULL DEFAULT 0,
-    error TEXT,
-    cause TEXT,
-    pages_done INTEGER NOT NULL DEFAULT 0,
-    pages_failed INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS documents_by_status ON documents (status, seq);
-"""
 
 
 class QueueFull(Exception):
@@ -67,6 +38,15 @@ class QueueFull(Exception):
     def __init__(self, depth: int) -> None:
         super().__init__(f"the queue is full ({depth} documents waiting)")
         self.depth = depth
+
+
+class QueueUnavailable(Exception):
+    """The database did not answer (down, restarting, unreachable) for longer than the queue
+    waits for it; the message says why, without credentials."""
+
+
+class DriverMissing(Exception):
+    """The database's driver is not installed; the message says what to install."""
 
 
 @dataclass(frozen=True)
@@ -94,10 +74,11 @@ class Document:
     pages_failed: int
 
     @classmethod
-    def of(cls, row: sqlite3.Row) -> Document:
-        """The document of a ``SELECT *`` row."""
+    def of(cls, row: dict[str, Any]) -> Document:
+        """The document of a ``SELECT *`` row as a dict (options as JSON text or already decoded)."""
         values = dict(row)
-        values["options"] = json.loads(values["options"])
+        if isinstance(values["options"], str):
+            values["options"] = json.loads(values["options"])
         values["cancel"] = bool(values["cancel"])
         return cls(**values)
 
@@ -110,190 +91,77 @@ class Lease:
     cancel: bool
 
 
-class DocumentQueue:
-    """The documents table of the SQLite file at ``path`` (created with its schema if absent)."""
+class DocumentQueue(Protocol):
+    """The documents, their status and leases: what the gateway and the workers use."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            # WAL: readers (status, lists, metrics) never wait for a writer, nor a writer for them.
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        # Autocommit mode (isolation_level=None): transactions are the explicit BEGINs below.
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        try:
-            yield db
-        finally:
-            db.close()
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-
-    # -- the gateway's side ------------------------------------------------------------------------
+    # -- the gateway's side
 
     def by_key(self, key: str) -> Document | None:
         """The document submitted with idempotency key ``key``, if any."""
-        with self._connect() as db:
-            row = db.execute("SELECT * FROM documents WHERE idempotency_key = ?", (key,)).fetchone()
-        return Document.of(row) if row else None
 
     def depth(self) -> int:
         """Documents queued and not yet taken by a worker."""
-        with self._connect() as db:
-            return int(db.execute("SELECT count(*) FROM documents WHERE status = 'queued'").fetchone()[0])
 
     def submit(self, doc_id: str, *, name: str, input_url: str, options: dict[str, Any], pages: int | None,
                key: str | None, limit: int) -> tuple[Document, bool]:
         """Queue a document; ``(its row, True)``, or ``(the row submitted earlier with key, False)``.
         Raises :class:`QueueFull` when ``limit`` documents are queued already."""
-        with self._write() as db:
-            if key is not None:
-                row = db.execute("SELECT * FROM documents WHERE idempotency_key = ?", (key,)).fetchone()
-                if row:
-                    return Document.of(row), False
-            depth = int(db.execute("SELECT count(*) FROM documents WHERE status = 'queued'").fetchone()[0])
-            if depth >= limit:
-                raise QueueFull(depth)
-            db.execute(
-                "INSERT INTO documents (id, status, name, input, options, idempotency_key, pages, created) "
-                "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)",
-                (doc_id, name, input_url, json.dumps(options, sort_keys=True), key, pages, time.time()),
-            )
-            row = db.execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        return Document.of(row), True
 
     def get(self, doc_id: str) -> Document | None:
         """The document ``doc_id``, or None."""
-        with self._connect() as db:
-            row = db.execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        return Document.of(row) if row else None
 
     def list(self, *, status: str | None = None, since: float | None = None, after: int = 0,
              limit: int = 50) -> list[Document]:
         """Documents in submission order after cursor ``after`` (a ``seq``), of ``status``,
         submitted at or after ``since`` (epoch seconds); ``limit`` at most."""
-        query = "SELECT * FROM documents WHERE seq > ?"
-        args: list[object] = [after]
-        if status is not None:
-            query += " AND status = ?"
-            args.append(status)
-        if since is not None:
-            query += " AND created >= ?"
-            args.append(since)
-        query += " ORDER BY seq LIMIT ?"
-        args.append(limit)
-        with self._connect() as db:
-            return [Document.of(row) for row in db.execute(query, args).fetchall()]
 
     def cancel(self, doc_id: str) -> Document | None:
         """Cancel ``doc_id``: a queued document is cancelled at once (it never starts); a running
         one is marked, and its worker stops it after the pages in flight. None if unknown."""
-        now = time.time()
-        with self._write() as db:
-            db.execute("UPDATE documents SET status = 'cancelled', finished = ? WHERE id = ? AND status = 'queued'",
-                       (now, doc_id))
-            db.execute("UPDATE documents SET cancel = 1 WHERE id = ? AND status = 'running'", (doc_id,))
-            row = db.execute("SELECT * FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        return Document.of(row) if row else None
 
     def counts(self) -> dict[str, int]:
         """Documents by status (every status, zeros included)."""
-        with self._connect() as db:
-            found = dict(db.execute("SELECT status, count(*) FROM documents GROUP BY status").fetchall())
-        return {status: int(found.get(status, 0)) for status in STATUSES}
 
     def failure_causes(self) -> dict[str, int]:
         """Failed documents by cause."""
-        with self._connect() as db:
-            rows = db.execute("SELECT cause, count(*) FROM documents WHERE status = 'failed' GROUP BY cause")
-            return {str(cause or "unknown"): int(n) for cause, n in rows.fetchall()}
 
     def pages_done(self) -> int:
         """Pages read (ok or truncated) in documents that ended."""
-        with self._connect() as db:
-            return int(db.execute("SELECT coalesce(sum(pages_done), 0) FROM documents").fetchone()[0])
 
     def ping(self) -> None:
         """Raise if the database cannot be read."""
-        with self._connect() as db:
-            db.execute("SELECT 1 FROM documents LIMIT 1").fetchall()
 
-    # -- the workers' side -------------------------------------------------------------------------
+    # -- the workers' side
 
     def claim(self, owner: str, lease_s: float, max_deliveries: int) -> Document | None:
         """Take the next document for ``owner`` under a lease of ``lease_s`` seconds: one whose
         lease lapsed first (its worker was lost), then the oldest queued. None when none waits."""
-        now = time.time()
-        with self._write() as db:
-            # A lost worker's document that was being cancelled ends cancelled, not redelivered.
-            db.execute("UPDATE documents SET status = 'cancelled', finished = ?, lease_owner = NULL "
-                       "WHERE status = 'running' AND lease_expires < ? AND cancel = 1", (now, now))
-            db.execute("UPDATE documents SET status = 'failed', finished = ?, lease_owner = NULL, "
-                       "cause = 'worker_lost', "
-                       "error = 'its worker was lost ' || deliveries || ' times (killed, or stalled past its lease)' "
-                       "WHERE status = 'running' AND lease_expires < ? AND deliveries >= ?", (now, now, max_deliveries))
-            row = db.execute(
-                "SELECT * FROM documents WHERE status = 'queued' OR (status = 'running' AND lease_expires < ?) "
-                "ORDER BY status = 'running' DESC, seq LIMIT 1", (now,)
-            ).fetchone()
-            if row is None:
-                return None
-            db.execute("UPDATE documents SET status = 'running', lease_owner = ?, lease_expires = ?, "
-                       "deliveries = deliveries + 1, started = coalesce(started, ?) WHERE id = ?",
-                       (owner, now + lease_s, now, row["id"]))
-            row = db.execute("SELECT * FROM documents WHERE id = ?", (row["id"],)).fetchone()
-        return Document.of(row)
 
     def renew(self, doc_id: str, owner: str, lease_s: float) -> Lease:
         """Extend ``owner``'s lease on ``doc_id``; whether it still held it, and whether a cancel was asked."""
-        with self._write() as db:
-            held = db.execute("UPDATE documents SET lease_expires = ? WHERE id = ? AND lease_owner = ? "
-                              "AND status = 'running'", (time.time() + lease_s, doc_id, owner)).rowcount == 1
-            row = db.execute("SELECT cancel FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        return Lease(held, bool(row and row["cancel"]))
 
     def cancel_asked(self, doc_id: str) -> bool:
         """Whether a cancel of ``doc_id`` was asked."""
-        with self._connect() as db:
-            row = db.execute("SELECT cancel FROM documents WHERE id = ?", (doc_id,)).fetchone()
-        return bool(row and row["cancel"])
 
     def finish(self, doc_id: str, owner: str, status: str, *, pages_done: int, pages_failed: int,
                error: str | None = None, cause: str | None = None) -> bool:
         """End ``doc_id`` with ``status`` if ``owner`` still holds it; whether it did."""
-        assert status in FINAL, status
-        with self._write() as db:
-            return db.execute(
-                "UPDATE documents SET status = ?, finished = ?, error = ?, cause = ?, pages_done = ?, "
-                "pages_failed = ?, lease_owner = NULL, lease_expires = NULL "
-                "WHERE id = ? AND lease_owner = ? AND status = 'running'",
-                (status, time.time(), error, cause, pages_done, pages_failed, doc_id, owner),
-            ).rowcount == 1
 
     def release(self, doc_id: str, owner: str) -> bool:
         """Give ``doc_id`` back to the queue (its worker is stopping): the next claim resumes it.
         The delivery is not counted against it. Whether ``owner`` held it."""
-        with self._write() as db:
-            return db.execute(
-                # A document being cancelled ends cancelled here: it is not taken again.
-                "UPDATE documents SET status = CASE cancel WHEN 1 THEN 'cancelled' ELSE 'queued' END, "
-                "finished = CASE cancel WHEN 1 THEN ? END, lease_owner = NULL, lease_expires = NULL, "
-                "deliveries = max(deliveries - 1, 0) WHERE id = ? AND lease_owner = ? AND status = 'running'",
-                (time.time(), doc_id, owner),
-            ).rowcount == 1
+
+    def close(self) -> None:
+        """Let go of the database's connections (the queue is not used after)."""
+
+
+#: The variable that names the database when ``--database`` does not.
+DATABASE_VARIABLE = "LLM_OCR_SERVICE_DATABASE"
+
+
+def is_postgres(database: str) -> bool:
+    """True when ``database`` is a PostgreSQL connection URL (``postgresql://``, ``postgres://``)."""
+    return database.startswith(("postgresql://", "postgres://"))
 
 
 def new_id() -> str:

@@ -20,8 +20,17 @@ from collections.abc import Callable, Iterator
 
 import uvicorn
 
-from llm_ocr.service.config import ServiceConfig, ServiceError, check_exposure, open_state
+from llm_ocr.service.config import (
+    ServiceConfig,
+    ServiceError,
+    check_exposure,
+    database_shown,
+    open_state,
+    shared_store_warning,
+)
 from llm_ocr.service.gateway import Gateway, create_app
+from llm_ocr.service.queue import DocumentQueue
+from llm_ocr.service.spool import Spool
 from llm_ocr.service.worker import Worker
 
 log = logging.getLogger("llm_ocr.service")
@@ -38,6 +47,16 @@ async def serve(config: ServiceConfig, stop: asyncio.Event, started: Callable[[s
     """Run the gateway (and the worker, if configured) until ``stop`` is set; ``started`` gets the URL."""
     check_exposure(config.host, config.token)
     queue, spool = open_state(config)
+    try:
+        await _serve(config, queue, spool, stop, started)
+    finally:
+        queue.close()
+
+
+async def _serve(config: ServiceConfig, queue: DocumentQueue, spool: Spool, stop: asyncio.Event,
+                 started: Callable[[str], None] | None) -> None:
+    if (warning := shared_store_warning(config)) is not None:
+        log.warning("%s", warning)
     worker = Worker(queue, spool, config.worker) if config.worker is not None else None
     gateway = Gateway(queue, spool, config.limits, config.token,
                       on_submit=worker.wake.set if worker else None,
@@ -57,8 +76,8 @@ async def serve(config: ServiceConfig, stop: asyncio.Event, started: Callable[[s
             port = server.servers[0].sockets[0].getsockname()[1]
             host = f"[{config.host}]" if ":" in config.host else config.host
             url = f"http://{host}:{port}"
-            log.info("llm-ocr service listening on %s (%s)", url,
-                     "gateway and one worker" if worker else "gateway only")
+            log.info("llm-ocr service listening on %s (%s; database %s)", url,
+                     "gateway and one worker" if worker else "gateway only", database_shown(config))
             if started is not None:
                 started(url)
         await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)

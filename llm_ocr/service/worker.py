@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ from llm_ocr.config import OptionError
 from llm_ocr.options import ClientOptions, ServerOptions
 from llm_ocr.outcomes import ExitCode
 from llm_ocr.runners.shard import ShardOutcome, run_guarded
-from llm_ocr.service.queue import Document, DocumentQueue
+from llm_ocr.service.queue import Document, DocumentQueue, QueueUnavailable
 from llm_ocr.service.spool import Spool
 from llm_ocr.serving.open import EndpointError, open_endpoint
 from llm_ocr.storage.stores import scrub
@@ -59,8 +60,9 @@ class WorkerSettings:
 
 
 def worker_name() -> str:
-    """This worker's name in leases: host and process."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """A worker's name in leases: host, process, and a random part, so that two workers of one
+    process (two services in one program) never take each other's leases for their own."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class Worker:
@@ -105,19 +107,32 @@ class Worker:
 
     async def _loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            doc = await asyncio.to_thread(self.queue.claim, self.name, self.settings.lease,
-                                          self.settings.max_deliveries)
+            try:
+                doc = await asyncio.to_thread(self.queue.claim, self.name, self.settings.lease,
+                                              self.settings.max_deliveries)
+            except QueueUnavailable as exc:
+                # The database is away (restarting, failing over): look again after a while.
+                log.warning("worker %s: %s; trying again", self.name, exc)
+                await _first(stop.wait(), timeout=self.settings.poll)
+                continue
             if doc is None:
                 await _first(stop.wait(), self.wake.wait(), timeout=self.settings.poll)
                 self.wake.clear()
                 continue
             try:
                 await self.process(doc, stop)
+            except QueueUnavailable as exc:
+                # The document could not be ended: its lease lapses and it is delivered again,
+                # where the run finds every page stored and only ends it.
+                log.warning("document %s: %s; it will be delivered again", doc.id, exc)
             except Exception as exc:  # a bug or a store failing costs this document, not the worker
                 log.exception("document %s: the worker failed on it", doc.id)
                 message = scrub(f"{type(exc).__name__}: {exc}", self.spool.storage_options)
-                await asyncio.to_thread(self.queue.finish, doc.id, self.name, "failed", pages_done=0, pages_failed=0,
-                                        error=f"the worker failed: {message}", cause="internal")
+                try:
+                    await asyncio.to_thread(self.queue.finish, doc.id, self.name, "failed", pages_done=0,
+                                            pages_failed=0, error=f"the worker failed: {message}", cause="internal")
+                except QueueUnavailable as lost:
+                    log.warning("document %s: %s; it will be delivered again", doc.id, lost)
 
     async def process(self, doc: Document, stop: asyncio.Event) -> None:
         """Read ``doc`` (held under this worker's lease) and end it, or release it if the worker stops."""
@@ -134,7 +149,13 @@ class Worker:
             while True:
                 await asyncio.sleep(min(every, settings.poll))
                 if time.monotonic() - renewed >= every:
-                    lease = await asyncio.to_thread(self.queue.renew, doc.id, self.name, settings.lease)
+                    try:
+                        lease = await asyncio.to_thread(self.queue.renew, doc.id, self.name, settings.lease)
+                    except QueueUnavailable as exc:
+                        # Work goes on: pages read are stored whoever ends the document. If the
+                        # lease lapses meanwhile, the next renewal finds it lost and stops.
+                        log.warning("document %s: lease not renewed: %s", doc.id, exc)
+                        continue
                     renewed = time.monotonic()
                     if not lease.held:
                         log.warning("document %s: lease lost (another worker has it): stopping", doc.id)
@@ -143,7 +164,10 @@ class Worker:
                         return
                     asked = lease.cancel
                 else:
-                    asked = await asyncio.to_thread(self.queue.cancel_asked, doc.id)
+                    try:
+                        asked = await asyncio.to_thread(self.queue.cancel_asked, doc.id)
+                    except QueueUnavailable:
+                        continue  # looked for again at the next tick
                 if asked and not state["cancel"]:
                     log.info("document %s: cancelled: stopping after the pages in flight", doc.id)
                     state["cancel"] = True

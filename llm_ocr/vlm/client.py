@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib
 import json
 import logging
 import random
 import re
+import ssl
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -123,11 +126,36 @@ def display_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query="***" if parts.query else ""))
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The one verifying TLS context every OpenAI client of this process uses.
+
+    Each client would otherwise build its own, loading the CA bundle every time: about 25 ms of CPU
+    on an idle core (70 at load 15) per client, even for an ``http://`` endpoint, and a run makes
+    several clients (the model probe, Extract's, Describe's). The service's worker runs one per
+    document, so that was most of its CPU per one-page document. The context is the HTTP
+    library's own default (the CA bundle, ``SSL_CERT_FILE``/``SSL_CERT_DIR`` when set), built once;
+    an ``SSLContext`` may be shared by any number of connections.
+    """
+    try:  # openai 3 speaks through its fork httpx2; earlier releases through httpx
+        http = importlib.import_module("httpx2")
+    except ImportError:
+        http = importlib.import_module("httpx")
+    context: ssl.SSLContext = http.create_ssl_context()
+    return context
+
+
+def openai_client(base_url: str, api_key: str | None, timeout: float) -> openai.AsyncOpenAI:
+    """An OpenAI client of ``base_url`` with the SDK's retries off, on :func:`tls_context`."""
+    return openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=timeout,
+                              http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()))
+
+
 async def served_model_card(base_url: str, model: str, api_key: str | None = None) -> dict[str, Any]:
     """What ``GET /v1/models`` says of ``model`` beyond OpenAI's fields: vLLM's ``max_model_len``,
     the CPU engine's ``ocr_engine`` (what it really is); ``{}`` when the endpoint does not list
     the model or cannot be read (a probe: the caller decides what a missing card means)."""
-    client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=10)
+    client = openai_client(base_url, api_key, timeout=10)
     try:
         for entry in (await client.models.list()).data:
             if entry.id == model:
@@ -191,12 +219,7 @@ class VlmClient:
         #: Taken out of error messages (a server may repeat the key it refused).
         self._secrets = (api_key,) if api_key else ()
         # Our own retry loop records attempts per page and applies jitter; the SDK's is off.
-        self._client = openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=api_key or "EMPTY",
-            max_retries=0,
-            timeout=self.options.request_timeout,
-        )
+        self._client = openai_client(self.base_url, api_key, timeout=self.options.request_timeout)
         self._last_success = time.monotonic()
         self._down: EndpointDown | None = None
         self._ratio = TokenRatio()  # tokens per character of streamed answers, for cut streams

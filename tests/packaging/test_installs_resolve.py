@@ -40,7 +40,9 @@ NEEDED = {"s3": {"s3fs", "boto3"}, "sagemaker": {"boto3"}, "gcs": {"gcsfs"}, "hu
           # Ray's job client, and grpcio for a ray:// address (Ray Client): ray[default] brings it.
           "ray": {"ray", "grpcio"},
           # HEIF/HEIC photos: pillow-heif's Pillow plugin.
-          "heif": {"pillow-heif"}}
+          "heif": {"pillow-heif"},
+          # The service's PostgreSQL driver: psycopg with its libpq-bundling binary wheel, and its pool.
+          "postgres": {"psycopg", "psycopg-binary", "psycopg-pool"}}
 _INSTALL = re.compile(r"pip install[^\n]*?(?:llm-ocr|['\"]?\.)\[([a-z0-9, -]+)\]")
 
 

@@ -1,16 +1,28 @@
-"""The service's queue on SQLite (llm_ocr/service/queue.py): leases, redelivery, the queue limit,
-idempotency keys and cancels, decided by the database alone (no server, no clock waits: a lease
-given in the past has lapsed)."""
+"""The service's queue (llm_ocr/service/queue.py) on both backends, SQLite and a real PostgreSQL
+(tests/fixtures/postgres.py): leases, redelivery, the queue limit, idempotency keys and cancels,
+decided by the database alone (no clock waits: a lease given in the past has lapsed)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from llm_ocr.service.queue import DocumentQueue, QueueFull
+from llm_ocr.service.config import open_queue
+from llm_ocr.service.queue import DocumentQueue, QueueFull, QueueUnavailable
 
 LAPSED = -1.0  # a lease that ended a second before it was given
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DocumentQueue]:
+    """An empty queue on each backend."""
+    database = str(tmp_path / "q.db") if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    opened = open_queue(database)
+    yield opened
+    opened.close()
 
 
 def submit(queue: DocumentQueue, doc_id: str, key: str | None = None, limit: int = 10) -> bool:
@@ -18,8 +30,7 @@ def submit(queue: DocumentQueue, doc_id: str, key: str | None = None, limit: int
                         limit=limit)[1]
 
 
-def test_oldest_first_and_one_owner_at_a_time(tmp_path: Path) -> None:
-    queue = DocumentQueue(tmp_path / "q.db")
+def test_oldest_first_and_one_owner_at_a_time(queue: DocumentQueue) -> None:
     submit(queue, "a")
     submit(queue, "b")
     first = queue.claim("w1", 30, 3)
@@ -31,8 +42,7 @@ def test_oldest_first_and_one_owner_at_a_time(tmp_path: Path) -> None:
     assert queue.get("a").status == "done"  # type: ignore[union-attr]
 
 
-def test_a_lapsed_lease_is_delivered_again_and_the_lost_worker_can_no_longer_end_it(tmp_path: Path) -> None:
-    queue = DocumentQueue(tmp_path / "q.db")
+def test_a_lapsed_lease_is_delivered_again_and_the_lost_worker_can_no_longer_end_it(queue: DocumentQueue) -> None:
     submit(queue, "a")
     assert queue.claim("dead", LAPSED, 3) is not None
     again = queue.claim("alive", 30, 3)
@@ -42,8 +52,7 @@ def test_a_lapsed_lease_is_delivered_again_and_the_lost_worker_can_no_longer_end
     assert queue.renew("a", "alive", 30).held
 
 
-def test_a_document_that_keeps_losing_its_worker_fails(tmp_path: Path) -> None:
-    queue = DocumentQueue(tmp_path / "q.db")
+def test_a_document_that_keeps_losing_its_worker_fails(queue: DocumentQueue) -> None:
     submit(queue, "poison")
     for _ in range(2):
         assert queue.claim("w", LAPSED, 2) is not None
@@ -53,8 +62,7 @@ def test_a_document_that_keeps_losing_its_worker_fails(tmp_path: Path) -> None:
     assert queue.failure_causes() == {"worker_lost": 1}
 
 
-def test_released_documents_go_back_and_cancelled_ones_do_not(tmp_path: Path) -> None:
-    queue = DocumentQueue(tmp_path / "q.db")
+def test_released_documents_go_back_and_cancelled_ones_do_not(queue: DocumentQueue) -> None:
     submit(queue, "a")
     submit(queue, "b")
     assert queue.claim("w", 30, 3).id == "a"  # type: ignore[union-attr]
@@ -69,8 +77,7 @@ def test_released_documents_go_back_and_cancelled_ones_do_not(tmp_path: Path) ->
     assert queue.claim("w", 30, 3) is None
 
 
-def test_queue_limit_and_idempotency_keys(tmp_path: Path) -> None:
-    queue = DocumentQueue(tmp_path / "q.db")
+def test_queue_limit_and_idempotency_keys(queue: DocumentQueue) -> None:
     assert submit(queue, "a", key="k1", limit=2)
     assert not submit(queue, "a2", key="k1", limit=2)  # the same key: the first document, nothing new
     assert queue.get("a2") is None
@@ -81,3 +88,66 @@ def test_queue_limit_and_idempotency_keys(tmp_path: Path) -> None:
     queue.claim("w", 30, 3)
     assert submit(queue, "c", limit=2)  # a document taken by a worker no longer counts
     assert queue.counts() == {"queued": 2, "running": 1, "done": 0, "failed": 0, "cancelled": 0}
+
+
+def test_workers_claiming_at_once_each_get_a_different_document(queue: DocumentQueue) -> None:
+    """Eight threads claim together (each with its own connection): every document is taken by
+    exactly one of them, none is taken twice (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite: its
+    write lock)."""
+    for n in range(16):
+        submit(queue, f"d{n:02}", limit=100)
+    taken: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def work(name: str) -> None:
+        start.wait()
+        while (doc := queue.claim(name, 30, 3)) is not None:
+            with lock:
+                taken.append(doc.id)
+
+    threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(taken) == [f"d{n:02}" for n in range(16)]
+    assert queue.counts()["running"] == 16
+
+
+def test_a_database_that_does_not_answer_is_said_plainly_without_its_password() -> None:
+    """Nothing listens on the port: the queue gives up after its wait with a message that names the
+    database without the URL's password."""
+    from llm_ocr.service.postgres import PostgresQueue
+    from tests.fixtures.postgres import PASSWORD
+
+    with pytest.raises(QueueUnavailable) as raised:
+        PostgresQueue(f"postgresql://u:{PASSWORD}@127.0.0.1:1/db", wait_s=0.5)
+    assert "127.0.0.1:1/db" in str(raised.value) and PASSWORD not in str(raised.value)
+
+
+def test_gateways_submitting_at_once_keep_the_queue_limit_and_one_document_per_key(queue: DocumentQueue) -> None:
+    """Twelve submissions at once against a limit of 5, half of them with one idempotency key:
+    exactly 5 documents are queued, at most one of them with the key, and every other submission
+    is refused or answered with the keyed document."""
+    outcomes: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(12)
+
+    def work(n: int) -> None:
+        start.wait()
+        try:
+            created = submit(queue, f"s{n:02}", key="same" if n % 2 else None, limit=5)
+            outcome = "queued" if created else "replayed"
+        except QueueFull:
+            outcome = "full"
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert queue.counts()["queued"] == outcomes.count("queued") == 5
+    assert sum(1 for doc in queue.list(limit=100) if doc.idempotency_key == "same") == 1

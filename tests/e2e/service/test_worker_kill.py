@@ -3,7 +3,9 @@ its lease lapses, a second worker resumes it from the pages already stored, and 
 in the results exactly once (docs/service.md#how-a-document-is-read-and-what-a-crash-costs).
 
 The first worker is ``llm-ocr worker`` as a subprocess (what is killed must be a process); the
-gateway and the second worker run in this process. The simulator holds one page's request
+gateway and the second worker run in this process. Both backends: the SQLite file, and a real
+PostgreSQL (tests/fixtures/postgres.py) named to the worker by ``LLM_OCR_SERVICE_DATABASE``, whose
+password the worker's log must not show. The simulator holds one page's request
 (a ``hang`` fault) so the kill is certainly mid-document; the test waits for the other pages
 to be stored before it kills.
 """
@@ -18,11 +20,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from reportlab.lib.pagesizes import letter
 from reportlab.pdfgen import canvas
 
 import llm_ocr
 from llm_ocr.service.config import ServiceConfig
+from llm_ocr.service.queue import DATABASE_VARIABLE
 from llm_ocr.service.server import BackgroundService
 from llm_ocr.service.spool import Spool
 from llm_ocr.service.worker import WorkerSettings
@@ -30,6 +34,7 @@ from llm_ocr.storage import Storage
 from llm_ocr.storage.state import read_marker
 from llm_ocr.testing import SimulatedServer
 from tests.docs import WORDS
+from tests.fixtures.postgres import PASSWORD
 
 PAGES = 4
 
@@ -60,19 +65,24 @@ def wait_for(check, what: str, timeout: float = 120.0):  # type: ignore[no-untyp
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_killed_worker_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_killed_worker_loses_nothing(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     first_page_longest(corpus / "long.pdf")
     data = tmp_path / "service"
+    database = request.getfixturevalue("postgres_url") if backend == "postgresql" else None
+    env = {k: v for k, v in os.environ.items() if k != DATABASE_VARIABLE}
+    if database is not None:
+        env[DATABASE_VARIABLE] = database
     with SimulatedServer(corpus=str(corpus)) as sim, \
-            BackgroundService(ServiceConfig(data=str(data), port=0, worker=None)) as gateway:
+            BackgroundService(ServiceConfig(data=str(data), database_url=database, port=0, worker=None)) as gateway:
         client = llm_ocr.Service(gateway.url)
         sim.inject("hang", count=1)  # the first page request is held until released
         first = subprocess.Popen(
             [sys.executable, "-m", "llm_ocr.cli", "worker", "--data", str(data), "--endpoint", sim.base_url,
              "--lease", "3", "--poll", "0.2"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env,
         )
         try:
             doc = client.submit(corpus / "long.pdf")
@@ -88,9 +98,12 @@ def test_a_killed_worker_loses_nothing(tmp_path: Path) -> None:
             if first.poll() is None:
                 first.kill()
             first.wait()
+            log = first.stderr.read().decode(errors="replace")  # type: ignore[union-attr]
             first.stderr.close()  # type: ignore[union-attr]
+        if database is not None:  # the worker named its database, without the password
+            assert "postgresql://***@127.0.0.1:" in log and PASSWORD not in log, log
         sim.release()  # its answer goes to a closed connection
-        with BackgroundService(ServiceConfig(data=str(data), port=0,
+        with BackgroundService(ServiceConfig(data=str(data), database_url=database, port=0,
                                              worker=WorkerSettings(endpoint=sim.base_url, poll=0.2))):
             final = doc.wait(timeout=120)
     assert final["status"] == "done" and final["deliveries"] == 2, final

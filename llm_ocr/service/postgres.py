@@ -1,0 +1,330 @@
+"""The service's state and queue on PostgreSQL: any number of gateways and workers, on any
+machines, share one table (``llm_ocr_documents``, created if absent) under the rules of
+:mod:`.queue`.
+
+- **Claims** take the next row with ``SELECT ... FOR UPDATE SKIP LOCKED``: two workers claiming at
+  once never wait for each other and never get the same document; each takes the first row no
+  other claim holds.
+- **Leases** are times on the database's clock (``now()``), not the workers': machines whose
+  clocks differ still agree on when a lease lapsed.
+- **Submissions** take a transaction-scoped advisory lock first, so the queue limit and an
+  idempotency key are decided on a count no other gateway can change under them (the key is
+  also ``UNIQUE``).
+- **Cancels** and every write a worker makes are single conditional ``UPDATE``\\ s; a row a claim
+  holds is waited for (a cancel then finds it running and marks it), never skipped.
+
+Connections come from a small pool per process (psycopg_pool). A database that stops answering
+(restarted, failed over, unreachable) is waited for: each call retries for up to ``wait_s``
+seconds on a fresh connection, then raises :class:`~llm_ocr.service.queue.QueueUnavailable`
+(the gateway answers 503; a worker tries again later). A retried claim whose first attempt did
+commit leaves that document under a lease nobody renews: it is delivered again when it lapses.
+
+The connection URL's password never appears in a message: errors are passed through
+:func:`llm_ocr.redaction.redact` with the password as a known secret.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from llm_ocr.redaction import Redactor
+from llm_ocr.service.queue import FINAL, STATUSES, Document, DriverMissing, Lease, QueueFull, QueueUnavailable
+
+log = logging.getLogger("llm_ocr.service")
+
+T = TypeVar("T")
+
+#: The package that provides the driver (extra ``postgres``).
+DRIVER_PACKAGES = "psycopg[binary] psycopg-pool"
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS llm_ocr_documents (
+    seq BIGSERIAL PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL,
+    name TEXT NOT NULL,
+    input TEXT NOT NULL,
+    options JSONB NOT NULL,
+    idempotency_key TEXT UNIQUE,
+    pages INTEGER,
+    created DOUBLE PRECISION NOT NULL,
+    started DOUBLE PRECISION,
+    finished DOUBLE PRECISION,
+    lease_owner TEXT,
+    lease_expires DOUBLE PRECISION,
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    cancel BOOLEAN NOT NULL DEFAULT false,
+    error TEXT,
+    cause TEXT,
+    pages_done INTEGER NOT NULL DEFAULT 0,
+    pages_failed INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS llm_ocr_documents_by_status ON llm_ocr_documents (status, seq);
+-- Times are epoch seconds on the database's clock: now() is the transaction's start, one moment
+-- for every statement of a transaction.
+CREATE OR REPLACE FUNCTION llm_ocr_now() RETURNS double precision
+    LANGUAGE sql STABLE AS 'SELECT extract(epoch FROM now())::double precision';
+"""
+
+#: Advisory lock keys (``hashtext`` of a name: stable, and unlikely to meet another program's).
+_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('llm_ocr_documents schema'))"
+_SUBMIT_LOCK = "SELECT pg_advisory_xact_lock(hashtext('llm_ocr_documents submit'))"
+
+
+def _driver() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError:
+        raise DriverMissing(f"a PostgreSQL --database needs the driver: pip install 'llm-ocr[postgres]' "
+                            f"(or {DRIVER_PACKAGES})") from None
+    return psycopg, psycopg_pool
+
+
+class PostgresQueue:
+    """The documents table in the PostgreSQL database at ``url`` (``postgresql://user:pw@host/db``;
+    created with its schema if absent); a :class:`~llm_ocr.service.queue.DocumentQueue`.
+
+    Args:
+        url: a libpq connection URL (or ``key=value`` string).
+        wait_s: seconds a call waits for a database that does not answer before
+            :class:`QueueUnavailable`.
+        max_connections: the pool's largest size in this process.
+    """
+
+    def __init__(self, url: str, *, wait_s: float = 15.0, max_connections: int = 8) -> None:
+        psycopg, psycopg_pool = _driver()
+        from psycopg.rows import dict_row
+
+        self._psycopg = psycopg
+        password = psycopg.conninfo.conninfo_to_dict(url).get("password")
+        self._redact = Redactor([str(password)] if password else [])
+        #: The URL as it may be shown (no password).
+        self.display = self._redact(url)
+        self.wait_s = wait_s
+        self._pool = psycopg_pool.ConnectionPool(
+            url, min_size=1, max_size=max_connections, open=False, name="llm-ocr-service",
+            kwargs={"autocommit": True, "row_factory": dict_row},
+        )
+        try:
+            self._pool.open(wait=False)
+            self._call(self._create_schema)
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @staticmethod
+    def _create_schema(db: Any) -> None:
+        with db.transaction():
+            # Two gateways starting at once would race on CREATE TABLE IF NOT EXISTS (a unique
+            # violation in the catalog); the lock makes the second find the table.
+            db.execute(_SCHEMA_LOCK)
+            db.execute(_SCHEMA)
+
+    def _call(self, fn: Callable[[Any], T], wait_s: float | None = None) -> T:
+        """``fn(connection)``, retried on a fresh connection while the database does not answer."""
+        wait = self.wait_s if wait_s is None else wait_s
+        deadline = time.monotonic() + wait
+        delay = 0.05
+        while True:
+            try:
+                with self._pool.connection(timeout=max(0.1, deadline - time.monotonic())) as db:
+                    return fn(db)
+            except self._psycopg.OperationalError as exc:
+                # Connection lost, server restarting or shutting down, pool timeout (its
+                # PoolTimeout is one too), serialization failure: all worth another try.
+                if time.monotonic() + delay >= deadline:
+                    raise QueueUnavailable(f"PostgreSQL at {self.display} did not answer for {wait:g} s: "
+                                           f"{self._redact(str(exc).strip())}") from None
+                log.debug("PostgreSQL: %s; trying again", self._redact(str(exc).strip()))
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def close(self) -> None:
+        """Close the pool's connections."""
+        self._pool.close()
+
+    # -- the gateway's side ------------------------------------------------------------------------
+
+    def by_key(self, key: str) -> Document | None:
+        """The document submitted with idempotency key ``key``, if any."""
+        row = self._call(lambda db: db.execute("SELECT * FROM llm_ocr_documents WHERE idempotency_key = %s",
+                                               (key,)).fetchone())
+        return Document.of(row) if row else None
+
+    def depth(self) -> int:
+        """Documents queued and not yet taken by a worker."""
+        return self._call(lambda db: int(db.execute(
+            "SELECT count(*) AS n FROM llm_ocr_documents WHERE status = 'queued'").fetchone()["n"]))
+
+    def submit(self, doc_id: str, *, name: str, input_url: str, options: dict[str, Any], pages: int | None,
+               key: str | None, limit: int) -> tuple[Document, bool]:
+        """Queue a document; ``(its row, True)``, or ``(the row submitted earlier with key, False)``.
+        Raises :class:`QueueFull` when ``limit`` documents are queued already."""
+
+        def submit(db: Any) -> tuple[Document, bool]:
+            with db.transaction():
+                db.execute(_SUBMIT_LOCK)
+                if key is not None:
+                    row = db.execute("SELECT * FROM llm_ocr_documents WHERE idempotency_key = %s", (key,)).fetchone()
+                    if row:
+                        return Document.of(row), False
+                depth = int(db.execute("SELECT count(*) AS n FROM llm_ocr_documents WHERE status = 'queued'")
+                            .fetchone()["n"])
+                if depth >= limit:
+                    raise QueueFull(depth)
+                row = db.execute(
+                    "INSERT INTO llm_ocr_documents (id, status, name, input, options, idempotency_key, pages, created) "
+                    "VALUES (%s, 'queued', %s, %s, %s::jsonb, %s, %s, llm_ocr_now()) RETURNING *",
+                    (doc_id, name, input_url, json.dumps(options, sort_keys=True), key, pages),
+                ).fetchone()
+                return Document.of(row), True
+
+        return self._call(submit)
+
+    def get(self, doc_id: str) -> Document | None:
+        """The document ``doc_id``, or None."""
+        row = self._call(lambda db: db.execute("SELECT * FROM llm_ocr_documents WHERE id = %s", (doc_id,)).fetchone())
+        return Document.of(row) if row else None
+
+    def list(self, *, status: str | None = None, since: float | None = None, after: int = 0,
+             limit: int = 50) -> list[Document]:
+        """Documents in submission order after cursor ``after`` (a ``seq``), of ``status``,
+        submitted at or after ``since`` (epoch seconds); ``limit`` at most."""
+        query = "SELECT * FROM llm_ocr_documents WHERE seq > %s"
+        args: list[object] = [after]
+        if status is not None:
+            query += " AND status = %s"
+            args.append(status)
+        if since is not None:
+            query += " AND created >= %s"
+            args.append(since)
+        query += " ORDER BY seq LIMIT %s"
+        args.append(limit)
+        rows = self._call(lambda db: db.execute(query, args).fetchall())
+        return [Document.of(row) for row in rows]
+
+    def cancel(self, doc_id: str) -> Document | None:
+        """Cancel ``doc_id``: a queued document is cancelled at once (it never starts); a running
+        one is marked, and its worker stops it after the pages in flight. None if unknown."""
+
+        def cancel(db: Any) -> Any:
+            with db.transaction():
+                # A claim holding the row is waited for: this then finds it running, and the next
+                # statement (a new snapshot) marks it.
+                db.execute("UPDATE llm_ocr_documents SET status = 'cancelled', finished = llm_ocr_now() "
+                           "WHERE id = %s AND status = 'queued'", (doc_id,))
+                return db.execute("UPDATE llm_ocr_documents SET cancel = true WHERE id = %s AND status = 'running' "
+                                  "RETURNING *", (doc_id,)).fetchone() or \
+                    db.execute("SELECT * FROM llm_ocr_documents WHERE id = %s", (doc_id,)).fetchone()
+
+        row = self._call(cancel)
+        return Document.of(row) if row else None
+
+    def counts(self) -> dict[str, int]:
+        """Documents by status (every status, zeros included)."""
+        rows = self._call(lambda db: db.execute(
+            "SELECT status, count(*) AS n FROM llm_ocr_documents GROUP BY status").fetchall())
+        found = {row["status"]: int(row["n"]) for row in rows}
+        return {status: found.get(status, 0) for status in STATUSES}
+
+    def failure_causes(self) -> dict[str, int]:
+        """Failed documents by cause."""
+        rows = self._call(lambda db: db.execute(
+            "SELECT cause, count(*) AS n FROM llm_ocr_documents WHERE status = 'failed' GROUP BY cause").fetchall())
+        return {str(row["cause"] or "unknown"): int(row["n"]) for row in rows}
+
+    def pages_done(self) -> int:
+        """Pages read (ok or truncated) in documents that ended."""
+        return self._call(lambda db: int(db.execute(
+            "SELECT coalesce(sum(pages_done), 0) AS n FROM llm_ocr_documents").fetchone()["n"]))
+
+    def ping(self) -> None:
+        """Raise if the database cannot be read (waits 2 s at most: a readiness probe must answer)."""
+        self._call(lambda db: db.execute("SELECT 1 FROM llm_ocr_documents LIMIT 1").fetchall(), wait_s=2.0)
+
+    # -- the workers' side -------------------------------------------------------------------------
+
+    def claim(self, owner: str, lease_s: float, max_deliveries: int) -> Document | None:
+        """Take the next document for ``owner`` under a lease of ``lease_s`` seconds: one whose
+        lease lapsed first (its worker was lost), then the oldest queued. None when none waits."""
+
+        def claim(db: Any) -> Any:
+            with db.transaction():
+                # A lost worker's document that was being cancelled ends cancelled, not
+                # redelivered; one lost max_deliveries times fails. Rows another claim holds are
+                # skipped here (that claim sweeps them).
+                db.execute(
+                    "UPDATE llm_ocr_documents SET status = 'cancelled', finished = llm_ocr_now(), lease_owner = NULL "
+                    "WHERE seq IN (SELECT seq FROM llm_ocr_documents WHERE status = 'running' "
+                    "AND lease_expires < llm_ocr_now() AND cancel FOR UPDATE SKIP LOCKED)")
+                db.execute(
+                    "UPDATE llm_ocr_documents SET status = 'failed', finished = llm_ocr_now(), lease_owner = NULL, "
+                    "cause = 'worker_lost', error = 'its worker was lost ' || deliveries || ' times (killed, or "
+                    "stalled past its lease)' WHERE seq IN (SELECT seq FROM llm_ocr_documents WHERE status = 'running' "
+                    "AND lease_expires < llm_ocr_now() AND deliveries >= %s FOR UPDATE SKIP LOCKED)",
+                    (max_deliveries,))
+                # The conditions repeat the sweeps': a lapsed row one of them skipped (held by
+                # another claim) is not taken here either.
+                return db.execute(
+                    "WITH next AS (SELECT seq FROM llm_ocr_documents WHERE status = 'queued' OR (status = 'running' "
+                    "AND lease_expires < llm_ocr_now() AND NOT cancel AND deliveries < %s) "
+                    "ORDER BY status = 'running' DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
+                    "UPDATE llm_ocr_documents AS d SET status = 'running', lease_owner = %s, "
+                    "lease_expires = llm_ocr_now() + %s, deliveries = d.deliveries + 1, "
+                    "started = coalesce(d.started, llm_ocr_now()) "
+                    "FROM next WHERE d.seq = next.seq RETURNING d.*",
+                    (max_deliveries, owner, lease_s),
+                ).fetchone()
+
+        row = self._call(claim)
+        return Document.of(row) if row else None
+
+    def renew(self, doc_id: str, owner: str, lease_s: float) -> Lease:
+        """Extend ``owner``'s lease on ``doc_id``; whether it still held it, and whether a cancel was asked."""
+
+        def renew(db: Any) -> Lease:
+            row = db.execute("UPDATE llm_ocr_documents SET lease_expires = llm_ocr_now() + %s WHERE id = %s "
+                             "AND lease_owner = %s AND status = 'running' RETURNING cancel",
+                             (lease_s, doc_id, owner)).fetchone()
+            if row is not None:
+                return Lease(True, bool(row["cancel"]))
+            return Lease(False, self._cancel_asked(db, doc_id))
+
+        return self._call(renew)
+
+    @staticmethod
+    def _cancel_asked(db: Any, doc_id: str) -> bool:
+        row = db.execute("SELECT cancel FROM llm_ocr_documents WHERE id = %s", (doc_id,)).fetchone()
+        return bool(row and row["cancel"])
+
+    def cancel_asked(self, doc_id: str) -> bool:
+        """Whether a cancel of ``doc_id`` was asked."""
+        return self._call(lambda db: self._cancel_asked(db, doc_id))
+
+    def finish(self, doc_id: str, owner: str, status: str, *, pages_done: int, pages_failed: int,
+               error: str | None = None, cause: str | None = None) -> bool:
+        """End ``doc_id`` with ``status`` if ``owner`` still holds it; whether it did."""
+        assert status in FINAL, status
+        return self._call(lambda db: db.execute(
+            "UPDATE llm_ocr_documents SET status = %s, finished = llm_ocr_now(), error = %s, cause = %s, "
+            "pages_done = %s, pages_failed = %s, lease_owner = NULL, lease_expires = NULL "
+            "WHERE id = %s AND lease_owner = %s AND status = 'running'",
+            (status, error, cause, pages_done, pages_failed, doc_id, owner),
+        ).rowcount == 1)
+
+    def release(self, doc_id: str, owner: str) -> bool:
+        """Give ``doc_id`` back to the queue (its worker is stopping): the next claim resumes it.
+        The delivery is not counted against it. Whether ``owner`` held it."""
+        return self._call(lambda db: db.execute(
+            # A document being cancelled ends cancelled here: it is not taken again.
+            "UPDATE llm_ocr_documents SET status = CASE WHEN cancel THEN 'cancelled' ELSE 'queued' END, "
+            "finished = CASE WHEN cancel THEN llm_ocr_now() END, lease_owner = NULL, lease_expires = NULL, "
+            "deliveries = greatest(deliveries - 1, 0) WHERE id = %s AND lease_owner = %s AND status = 'running'",
+            (doc_id, owner),
+        ).rowcount == 1)
