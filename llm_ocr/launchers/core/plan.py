@@ -23,7 +23,7 @@ from llm_ocr.launchers.core.command import llm_ocr_command
 from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
 from llm_ocr.launchers.core.follow import follower
 from llm_ocr.launchers.core.record import LaunchRecord, load_record, new_launch_id
-from llm_ocr.launchers.core.sizing import fit_timeout, input_pages, planning_rate
+from llm_ocr.launchers.core.sizing import fit_timeout, plan_pages, planning_rate
 from llm_ocr.launchers.core.spec import (
     LAUNCH_LABEL,
     SHARD_LABEL,
@@ -37,13 +37,17 @@ from llm_ocr.launchers.core.spec import (
 )
 from llm_ocr.outcomes import stage_stats
 from llm_ocr.redaction import is_secret_name
-from llm_ocr.sources import InputError
+from llm_ocr.sources import InputError, InputPlan, plan_inputs
+from llm_ocr.sources.listing import _FilesPlan
+from llm_ocr.sources.manifest_write import manifest_inputs, write_manifest
 from llm_ocr.stage_table import STAGES
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
-from llm_ocr.storage.state import marker_layouts, marker_paths, markers_by_shard
+from llm_ocr.storage.state import STATE_DIR, marker_layouts, marker_paths, markers_by_shard
 from llm_ocr.storage.stores import StorageError
 
+#: Where a launch of folder INPUTs writes their listing, the manifest its shards read instead.
+MANIFEST_FOLDER = "manifest"
 #: Tries per job when neither ``--attempts`` nor the platform (``default_attempts``) says.
 DEFAULT_ATTEMPTS = 3
 #: What an offline dry run does not check here (the platform adds its own skipped checks).
@@ -70,6 +74,9 @@ def plan_launch(
         found = _Found(None, "not read: --offline", notes=[OFFLINE_NOTE])
     else:
         found = _read_inputs_and_output(request, out, check_writable=check_writable)
+        if found.manifest is not None:  # the shards read the listing instead of each listing the folders
+            request = request.model_copy(
+                update={"stage_args": [found.manifest, *request.stage_args[len(request.inputs):]]})
     launch_id = launch_id or new_launch_id()
     timeout, attempts, sizing = _timeout(request, target, platform, found)
     notes = [*found.notes, *target.notes, *_notes(request, target), *sizing]
@@ -101,13 +108,15 @@ class _Found:
     #: shard -> why it is not launched.
     skipped: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: The manifest the shards read instead of the folder INPUTs (None: they read the INPUTs).
+    manifest: str | None = None
 
 
 def _read_inputs_and_output(request: LaunchRequest, out: Storage, *, check_writable: bool) -> _Found:
     """Every INPUT readable (and its page count, when known), OUT writable (unless a dry run) and
     laid out for this shard count, its latest launch record, and the shards not to launch: done,
     or still running in an earlier launch's job."""
-    pages, pages_how = _check_inputs(request)
+    listed, pages, pages_how = _check_inputs(request)
     if check_writable:
         try:
             check_output(out)
@@ -117,7 +126,37 @@ def _read_inputs_and_output(request: LaunchRequest, out: Storage, *, check_writa
     previous = load_record(out)
     skipped = _finished_shards(out, request)
     skipped.update(_running_shards(previous, request, skipped))
-    return _Found(pages, pages_how, previous, skipped)
+    found = _Found(pages, pages_how, previous, skipped)
+    if listed is not None:
+        found.manifest, note = _manifest(request, out, listed, write=check_writable)
+        found.notes += [note] if note else []
+    return found
+
+
+def _manifest(request: LaunchRequest, out: Storage, listed: InputPlan, *, write: bool) -> tuple[str | None, str]:
+    """The manifest of folder INPUTs the shards read (:mod:`llm_ocr.sources.manifest_write`):
+    ``OUT/_state/manifest/``, written now from this listing, or kept when an earlier launch
+    wrote it for the same INPUTs (its shards may be reading it, and a resumed output keeps
+    its documents' numbers). ``(None, "")`` when an INPUT is a file, a dataset or a manifest."""
+    plans = listed.plans
+    if not plans or not all(isinstance(p, _FilesPlan) for p in plans) or \
+            not any(isinstance(p, _FilesPlan) and p.is_dir for p in plans):
+        return None, ""
+    url = out.display(out.path(STATE_DIR, MANIFEST_FOLDER))
+    try:
+        kept = manifest_inputs(url, request.storage_options)
+        if kept is not None:
+            if kept != list(request.inputs):
+                raise LaunchError(f"{url} lists other INPUTs ({', '.join(kept)}): launch these to another "
+                                  "--output, or remove that manifest if no shard of OUT is running")
+            return url, f"INPUT: the manifest an earlier launch wrote, {url} (remove it to list again)"
+        if not write:
+            count = listed.shard_size(1, 0) or 0
+            return url, f"INPUT: the folders' listing ({count:,} documents) is written to {url} at launch"
+        written = write_manifest(listed, url, inputs=list(request.inputs), storage_options=request.storage_options)
+    except (OSError, StorageError) as exc:
+        raise LaunchError(f"cannot write the INPUTs' manifest to {url}: {exc}") from exc
+    return url, f"INPUT: the folders' listing, {written.rows:,} documents, written to {url}"
 
 
 def _timeout(request: LaunchRequest, target: Target, platform: Platform, found: _Found) -> tuple[int, int, list[str]]:
@@ -190,11 +229,12 @@ def _user_secrets(request: LaunchRequest) -> dict[str, str]:
     return values
 
 
-def _check_inputs(request: LaunchRequest) -> tuple[int | None, str]:
+def _check_inputs(request: LaunchRequest) -> tuple[InputPlan | None, int | None, str]:
     if not request.inputs:
-        return None, "the stage reads OUT"
+        return None, None, "the stage reads OUT"
     try:
-        return input_pages(request.inputs, request.dataset, request.storage_options)
+        listed = plan_inputs(request.inputs, dataset=request.dataset, storage_options=request.storage_options)
+        return listed, *plan_pages(listed, request.inputs, request.dataset)
     except InputError as exc:
         raise LaunchError(f"{exc} (checked with this machine's credentials before submitting anything)") from exc
 
