@@ -111,11 +111,11 @@ def row_of(number: int, record: Any) -> ManifestRow:
     if not isinstance(record, dict):
         return ManifestRow(number, error=f"manifest row {number} is not an object: {str(record)[:80]!r}")
     url = next((str(record[c]).strip() for c in URL_COLUMNS if record.get(c) not in (None, "")), "")
-    if not url:
-        return ManifestRow(number, error=f"manifest row {number} has no url or path")
-    row = ManifestRow(number, url=url)
+    row = ManifestRow(number, url=url or None)
     if record.get("id") not in (None, ""):
         row.id = str(record["id"])
+    if not url:
+        return replace(row, error=f"manifest row {number} has no url or path")
     if record.get("sha256") not in (None, ""):
         row.sha256 = str(record["sha256"])
     for name in ("size", "pages"):
@@ -160,13 +160,13 @@ class ManifestPlan:
     def ref(self, offset: int, row: ManifestRow) -> DocumentRef:
         """The :class:`DocumentRef` of ``row``; ``offset``: the global number of row 0."""
         index = offset + row.row
+        doc_id = row.id or (_default_id(row.url) if row.url else f"{posixpath.basename(self.url.rstrip('/'))}/"
+                                                                    f"row-{row.row:08d}")
         if row.url is None or row.error is not None:
-            doc_id = row.id or f"{posixpath.basename(self.url.rstrip('/'))}/row-{row.row:08d}"
+            # Named by what the row says, located at the manifest: the error row says which row.
             return DocumentRef(doc_id, index, self.url, "pdf", "", error=row.error or "no document")
         location = self.resolve(row.url)
-        doc_id = row.id or _default_id(row.url)
-        ref = DocumentRef(doc_id, index, location, _kind(row.url), location)
-        return replace(ref, error=row.error) if row.error else ref
+        return DocumentRef(doc_id, index, location, _kind(row.url), location)
 
     def resolve(self, url: str) -> str:
         """``url`` of a row as a URL (or local path) to read: relative to the manifest's folder."""

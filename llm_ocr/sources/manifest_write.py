@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,14 +55,22 @@ def write_manifest(
     for resolved in plan.plans:
         if not isinstance(resolved, _FilesPlan):
             raise InputError(f"{resolved.url} is a dataset or a manifest already: pass it as the INPUT itself")
-    so = dict(storage_options or {})
-    fs, root = fsspec.core.url_to_fs(out, **store_options(out, so))
-    root = root.rstrip("/")
-    fs.makedirs(root, exist_ok=True)
     rows = [(doc_id, plan_file.source(path), size)
             for plan_file in plan.plans if isinstance(plan_file, _FilesPlan)
             for doc_id, (path, _), size in zip(plan_file.doc_ids, plan_file.files,
                                                 plan_file.sizes or [None] * len(plan_file.files))]
+    return write_rows(rows, out, inputs=inputs, storage_options=storage_options)
+
+
+def write_rows(
+    rows: Sequence[tuple[str, str, int | None]], out: str, *, inputs: list[str] | None = None,
+    storage_options: dict | None = None,
+) -> WrittenManifest:
+    """Write ``(id, url, size)`` rows as a manifest folder ``out`` (parts, then the index)."""
+    so = dict(storage_options or {})
+    fs, root = fsspec.core.url_to_fs(out, **store_options(out, so))
+    root = root.rstrip("/")
+    fs.makedirs(root, exist_ok=True)
     entries: list[dict[str, Any]] = []
     for number, first in enumerate(range(0, max(len(rows), 1), ROWS_PER_FILE)):
         part = rows[first : first + ROWS_PER_FILE]
