@@ -46,6 +46,7 @@ from llm_ocr.storage.stores import classify, explain, store_options
 
 from .base import DocumentKind, DocumentRef
 from .dataset_inputs import DatasetInputError, DatasetPlan, ParquetPlan, StreamPlan, hub_plan, parquet_plan, row_images
+from .kinds import IMAGE_EXTENSIONS, PDF_EXTENSIONS, document_kind
 from .manifest import (
     MANIFEST_INDEX,
     ManifestError,
@@ -60,14 +61,6 @@ from .parquet import ParquetFooterError, ReadStats, open_parquet_files
 
 logger = logging.getLogger(__name__)
 
-PDF_EXTENSIONS = frozenset({".pdf"})
-#: Files listed as images: what Pillow reads (HEIF/HEIC with the ``heif`` extra, AVIF with Pillow
-#: 11.3 or later), and page formats it cannot read (JPEG XL, DjVu), listed so that each gets an
-#: error row that says so instead of being left out of the run.
-IMAGE_EXTENSIONS = frozenset({
-    ".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", ".webp", ".gif", ".bmp", ".dib",
-    ".heic", ".heif", ".avif", ".jp2", ".j2k", ".pbm", ".pgm", ".ppm", ".pnm", ".jxl", ".djvu", ".djv",
-})
 PARQUET_EXTENSION = ".parquet"
 #: Files skipped in a folder are named in the log up to this many (``-v``: every one).
 NAMED_SKIPS = 50
@@ -77,16 +70,6 @@ LIST_THREADS = 16
 
 class InputError(Exception):
     """A whole INPUT is unusable (not found, empty, unreadable). The message says what to do."""
-
-
-def document_kind(name: str) -> DocumentKind | None:
-    """The kind of a document file from its extension (case-insensitive), or None if unsupported."""
-    ext = posixpath.splitext(name)[1].lower()
-    if ext in PDF_EXTENSIONS:
-        return "pdf"
-    if ext in IMAGE_EXTENSIONS:
-        return "image"
-    return None
 
 
 def plan_inputs(
@@ -491,10 +474,10 @@ def _stream(
                 index += 1
         elif isinstance(plan, ManifestPlan):
             if by_rows:  # round-robin, the rule of an output begun by listing the folder itself
-                for row in plan.all_rows():
-                    if round_robin_owner(index + row.row, num_shards) == shard:
+                for entry in plan.all_rows():
+                    if round_robin_owner(index + entry.row, num_shards) == shard:
                         if position >= start:
-                            yield plan.ref(index, row)
+                            yield plan.ref(index, entry)
                         position += 1
             else:
                 skip = max(0, start - position)

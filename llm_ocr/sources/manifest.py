@@ -44,6 +44,7 @@ from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 
 from .base import DocumentKind, DocumentRef
+from .kinds import document_kind
 from .parquet import ParquetFile, ParquetFiles, ReadStats, open_parquet_files
 
 #: The index of a manifest folder: its Parquet files, in order, with their row counts.
@@ -187,8 +188,6 @@ def _default_id(url: str) -> str:
 def _kind(url: str) -> DocumentKind:
     # Listing reads no document: a row without an image extension is read as a PDF (most
     # manifests' extensionless URLs are), and gets an error row if it is not one.
-    from .listing import document_kind
-
     return document_kind(url.split("?", 1)[0]) or "pdf"
 
 

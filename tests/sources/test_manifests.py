@@ -155,7 +155,7 @@ def test_a_written_manifest_lists_what_listing_the_folder_lists(tmp_path: Path) 
 def test_a_launch_of_a_folder_hands_the_shards_a_manifest_written_once(tmp_path: Path) -> None:
     from llm_ocr.costs import Hardware
     from llm_ocr.launchers.core.api import build_request
-    from llm_ocr.launchers.core.plan import plan_launch
+    from llm_ocr.launchers.core.plan import plan_launch, write_launch_manifest
     from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions, Target
 
     class Platform:
@@ -172,13 +172,19 @@ def test_a_launch_of_a_folder_hands_the_shards_a_manifest_written_once(tmp_path:
     request = build_request("fake", LaunchOptions(output=str(out), num_shards=3), [str(folder)], {"dpi": 100})
     dry = plan_launch(request, Platform(), check_writable=False)  # type: ignore[arg-type]
     manifest = out / "_state" / "manifest"
-    assert not manifest.exists() and any("written to" in n for n in dry.notes)
+    assert any("written to" in n for n in dry.notes)  # a dry run's commands run as they are: the folder
+    assert all(spec.command[:3] == ["llm-ocr", "run", str(folder)] for spec in dry.specs)
     plan = plan_launch(request, Platform())  # type: ignore[arg-type]
+    assert not manifest.exists()  # written when the launch submits, after every check
+    write_launch_manifest(plan)
     commands = [spec.command for spec in plan.specs]
     assert all(c[:5] == ["llm-ocr", "run", str(manifest), "--dpi", "100"] for c in commands)
+    listed = [(r.doc_id, r.index) for r in plan_inputs([str(folder)]).documents()]
+    assert [(r.doc_id, r.index) for r in plan_inputs([str(manifest)]).documents()] == listed
     first = (manifest / "part-00000.parquet").stat().st_mtime_ns
     (folder / "part0" / "new.png").write_bytes(png())  # a relaunch keeps the listing its shards read
     again = plan_launch(request, Platform())  # type: ignore[arg-type]
+    write_launch_manifest(again)
     assert (manifest / "part-00000.parquet").stat().st_mtime_ns == first
     assert again.specs[0].command[2] == str(manifest)
     other = build_request("fake", LaunchOptions(output=str(out), num_shards=3), [str(folder / "part0")], {})

@@ -74,7 +74,9 @@ def plan_launch(
         found = _Found(None, "not read: --offline", notes=[OFFLINE_NOTE])
     else:
         found = _read_inputs_and_output(request, out, check_writable=check_writable)
-        if found.manifest is not None:  # the shards read the listing instead of each listing the folders
+        if found.manifest is not None and check_writable:
+            # The jobs read the listing instead of each listing the folders. A dry run names the
+            # INPUTs: its commands and YAML run as they are (kubectl apply), with no manifest.
             request = request.model_copy(
                 update={"stage_args": [found.manifest, *request.stage_args[len(request.inputs):]]})
     launch_id = launch_id or new_launch_id()
@@ -87,6 +89,8 @@ def plan_launch(
     ]
     jobs = platform.plan_jobs(specs, target) if specs else []
     plan = LaunchPlan(platform.name, launch_id, request, target, specs, jobs, found.skipped, notes, found.previous)
+    if found.listing is not None and found.manifest is not None and check_writable:
+        plan.manifest = (found.listing, found.manifest)
     text_of = getattr(platform, "dry_run_text", None)  # an adapter with a form of its own (optional)
     if text_of is not None:
         plan.text = text_of(jobs, target)
@@ -108,8 +112,10 @@ class _Found:
     #: shard -> why it is not launched.
     skipped: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    #: The manifest the shards read instead of the folder INPUTs (None: they read the INPUTs).
+    #: The manifest the shards read instead of the folder INPUTs (None: they read the INPUTs),
+    #: and the listing to write there at submission (None: an earlier launch wrote it).
     manifest: str | None = None
+    listing: InputPlan | None = None
 
 
 def _read_inputs_and_output(request: LaunchRequest, out: Storage, *, check_writable: bool) -> _Found:
@@ -128,35 +134,45 @@ def _read_inputs_and_output(request: LaunchRequest, out: Storage, *, check_writa
     skipped.update(_running_shards(previous, request, skipped))
     found = _Found(pages, pages_how, previous, skipped)
     if listed is not None:
-        found.manifest, note = _manifest(request, out, listed, write=check_writable)
+        found.manifest, found.listing, note = _manifest(request, out, listed)
         found.notes += [note] if note else []
     return found
 
 
-def _manifest(request: LaunchRequest, out: Storage, listed: InputPlan, *, write: bool) -> tuple[str | None, str]:
-    """The manifest of folder INPUTs the shards read (:mod:`llm_ocr.sources.manifest_write`):
-    ``OUT/_state/manifest/``, written now from this listing, or kept when an earlier launch
-    wrote it for the same INPUTs (its shards may be reading it, and a resumed output keeps
-    its documents' numbers). ``(None, "")`` when an INPUT is a file, a dataset or a manifest."""
+def _manifest(request: LaunchRequest, out: Storage, listed: InputPlan) -> tuple[str | None, InputPlan | None, str]:
+    """The manifest of folder INPUTs the shards read (:mod:`llm_ocr.sources.manifest_write`),
+    ``OUT/_state/manifest/``, and the listing to write there when the launch submits: none when
+    an earlier launch wrote it for the same INPUTs (its shards may be reading it, and a resumed
+    output keeps its documents' numbers). ``(None, None, "")`` when an INPUT is a file, a dataset
+    or a manifest."""
     plans = listed.plans
     if not plans or not all(isinstance(p, _FilesPlan) for p in plans) or \
             not any(isinstance(p, _FilesPlan) and p.is_dir for p in plans):
-        return None, ""
+        return None, None, ""
     url = out.display(out.path(STATE_DIR, MANIFEST_FOLDER))
     try:
         kept = manifest_inputs(url, request.storage_options)
-        if kept is not None:
-            if kept != list(request.inputs):
-                raise LaunchError(f"{url} lists other INPUTs ({', '.join(kept)}): launch these to another "
-                                  "--output, or remove that manifest if no shard of OUT is running")
-            return url, f"INPUT: the manifest an earlier launch wrote, {url} (remove it to list again)"
-        if not write:
-            count = listed.shard_size(1, 0) or 0
-            return url, f"INPUT: the folders' listing ({count:,} documents) is written to {url} at launch"
-        written = write_manifest(listed, url, inputs=list(request.inputs), storage_options=request.storage_options)
+    except (OSError, StorageError) as exc:
+        raise LaunchError(f"cannot read {url}: {exc}") from exc
+    if kept is not None:
+        if kept != list(request.inputs):
+            raise LaunchError(f"{url} lists other INPUTs ({', '.join(kept)}): launch these to another --output, or "
+                              "remove that manifest if no shard of OUT is running")
+        return url, None, f"INPUT: the jobs read the manifest an earlier launch wrote, {url} (remove it to list again)"
+    count = listed.shard_size(1, 0) or 0
+    note = f"INPUT: the folders' listing ({count:,} documents) is written to {url} at launch; the jobs read it"
+    return url, listed, note
+
+
+def write_launch_manifest(plan: LaunchPlan) -> None:
+    """Write the manifest :func:`plan_launch` planned (before any job is submitted)."""
+    if plan.manifest is None:
+        return
+    listing, url = plan.manifest
+    try:
+        write_manifest(listing, url, inputs=list(plan.request.inputs), storage_options=plan.request.storage_options)
     except (OSError, StorageError) as exc:
         raise LaunchError(f"cannot write the INPUTs' manifest to {url}: {exc}") from exc
-    return url, f"INPUT: the folders' listing, {written.rows:,} documents, written to {url}"
 
 
 def _timeout(request: LaunchRequest, target: Target, platform: Platform, found: _Found) -> tuple[int, int, list[str]]:
