@@ -27,6 +27,9 @@ from llm_ocr.storage.stores import store_options
 from .listing import InputError, InputPlan, _FilesPlan
 from .manifest import MANIFEST_INDEX
 
+#: Where ``llm-ocr launch`` writes the listing of folder INPUTs, under ``OUT/_state/``; a shard
+#: whose OUT holds the listing of its very INPUTs reads it instead of listing them.
+MANIFEST_FOLDER = "manifest"
 #: Rows per Parquet file: a shard reads the footers of the files holding its rows only.
 ROWS_PER_FILE = 100_000
 #: Rows per row group: the least a shard reads (1,000 short rows: some 100 KB).

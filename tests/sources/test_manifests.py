@@ -157,6 +157,9 @@ def test_a_launch_of_a_folder_hands_the_shards_a_manifest_written_once(tmp_path:
     from llm_ocr.launchers.core.api import build_request
     from llm_ocr.launchers.core.plan import plan_launch, write_launch_manifest
     from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions, Target
+    from llm_ocr.options import DatasetOptions
+    from llm_ocr.runners.inputs import check_inputs
+    from llm_ocr.storage import Storage
 
     class Platform:
         name, shard_env, shared_filesystem = "fake", False, True
@@ -172,21 +175,21 @@ def test_a_launch_of_a_folder_hands_the_shards_a_manifest_written_once(tmp_path:
     request = build_request("fake", LaunchOptions(output=str(out), num_shards=3), [str(folder)], {"dpi": 100})
     dry = plan_launch(request, Platform(), check_writable=False)  # type: ignore[arg-type]
     manifest = out / "_state" / "manifest"
-    assert any("written to" in n for n in dry.notes)  # a dry run's commands run as they are: the folder
-    assert all(spec.command[:3] == ["llm-ocr", "run", str(folder)] for spec in dry.specs)
+    assert any("written to" in n for n in dry.notes) and dry.manifest is None
     plan = plan_launch(request, Platform())  # type: ignore[arg-type]
     assert not manifest.exists()  # written when the launch submits, after every check
     write_launch_manifest(plan)
-    commands = [spec.command for spec in plan.specs]
-    assert all(c[:5] == ["llm-ocr", "run", str(manifest), "--dpi", "100"] for c in commands)
-    listed = [(r.doc_id, r.index) for r in plan_inputs([str(folder)]).documents()]
-    assert [(r.doc_id, r.index) for r in plan_inputs([str(manifest)]).documents()] == listed
+    # The commands name the folder (a dry run's run as they are); each shard finds the listing in OUT.
+    assert all(spec.command[:5] == ["llm-ocr", "run", str(folder), "--dpi", "100"] for spec in plan.specs)
+    listed = [(r.doc_id, r.index, r.location) for r in plan_inputs([str(folder)]).documents()]
+    (folder / "part0" / "new.png").write_bytes(png())  # listed at launch: a shard does not list it again
+    shard_plan = check_inputs([str(folder)], DatasetOptions(), {}, Storage(str(out)))
+    assert [(r.doc_id, r.index, r.location) for r in shard_plan.documents()] == listed
+    assert len(list(check_inputs([str(folder)], DatasetOptions(), {}).documents())) == len(listed) + 1
     first = (manifest / "part-00000.parquet").stat().st_mtime_ns
-    (folder / "part0" / "new.png").write_bytes(png())  # a relaunch keeps the listing its shards read
     again = plan_launch(request, Platform())  # type: ignore[arg-type]
-    write_launch_manifest(again)
-    assert (manifest / "part-00000.parquet").stat().st_mtime_ns == first
-    assert again.specs[0].command[2] == str(manifest)
+    write_launch_manifest(again)  # a relaunch keeps the listing the shards of OUT read
+    assert (manifest / "part-00000.parquet").stat().st_mtime_ns == first and again.manifest is None
     other = build_request("fake", LaunchOptions(output=str(out), num_shards=3), [str(folder / "part0")], {})
     with pytest.raises(LaunchError, match="lists other INPUTs"):
         plan_launch(other, Platform())  # type: ignore[arg-type]

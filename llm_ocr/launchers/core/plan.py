@@ -39,15 +39,13 @@ from llm_ocr.outcomes import stage_stats
 from llm_ocr.redaction import is_secret_name
 from llm_ocr.sources import InputError, InputPlan, plan_inputs
 from llm_ocr.sources.listing import _FilesPlan
-from llm_ocr.sources.manifest_write import manifest_inputs, write_manifest
+from llm_ocr.sources.manifest_write import MANIFEST_FOLDER, manifest_inputs, write_manifest
 from llm_ocr.stage_table import STAGES
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
 from llm_ocr.storage.state import STATE_DIR, marker_layouts, marker_paths, markers_by_shard
 from llm_ocr.storage.stores import StorageError
 
-#: Where a launch of folder INPUTs writes their listing, the manifest its shards read instead.
-MANIFEST_FOLDER = "manifest"
 #: Tries per job when neither ``--attempts`` nor the platform (``default_attempts``) says.
 DEFAULT_ATTEMPTS = 3
 #: What an offline dry run does not check here (the platform adds its own skipped checks).
@@ -74,11 +72,6 @@ def plan_launch(
         found = _Found(None, "not read: --offline", notes=[OFFLINE_NOTE])
     else:
         found = _read_inputs_and_output(request, out, check_writable=check_writable)
-        if found.manifest is not None and check_writable:
-            # The jobs read the listing instead of each listing the folders. A dry run names the
-            # INPUTs: its commands and YAML run as they are (kubectl apply), with no manifest.
-            request = request.model_copy(
-                update={"stage_args": [found.manifest, *request.stage_args[len(request.inputs):]]})
     launch_id = launch_id or new_launch_id()
     timeout, attempts, sizing = _timeout(request, target, platform, found)
     notes = [*found.notes, *target.notes, *_notes(request, target), *sizing]
@@ -90,6 +83,8 @@ def plan_launch(
     jobs = platform.plan_jobs(specs, target) if specs else []
     plan = LaunchPlan(platform.name, launch_id, request, target, specs, jobs, found.skipped, notes, found.previous)
     if found.listing is not None and found.manifest is not None and check_writable:
+        # The commands still name the INPUTs (a dry run's run as they are: kubectl apply); each
+        # job finds the manifest in OUT and reads it instead of listing them (llm_ocr.runners.inputs).
         plan.manifest = (found.listing, found.manifest)
     text_of = getattr(platform, "dry_run_text", None)  # an adapter with a form of its own (optional)
     if text_of is not None:
@@ -158,9 +153,10 @@ def _manifest(request: LaunchRequest, out: Storage, listed: InputPlan) -> tuple[
         if kept != list(request.inputs):
             raise LaunchError(f"{url} lists other INPUTs ({', '.join(kept)}): launch these to another --output, or "
                               "remove that manifest if no shard of OUT is running")
-        return url, None, f"INPUT: the jobs read the manifest an earlier launch wrote, {url} (remove it to list again)"
+        return url, None, f"INPUT: the jobs read the listing an earlier launch wrote, {url}, not the folders"
     count = listed.shard_size(1, 0) or 0
     note = f"INPUT: the folders' listing ({count:,} documents) is written to {url} at launch; the jobs read it"
+    # (the jobs find it there: their commands still name the INPUTs)
     return url, listed, note
 
 

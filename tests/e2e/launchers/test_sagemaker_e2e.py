@@ -57,16 +57,12 @@ def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
         assert "LLM_OCR_SHARD_INDEX" not in sent["Environment"]  # each host finds its shard itself
         assert "ProcessingOutputConfig" not in sent  # the output goes straight to S3
         assert sent["ProcessingInputs"][0]["S3Input"]["S3Uri"].startswith("s3://ocr/2024/_state/code/wheels/")
-        # The folder INPUT listed once at launch: the hosts read that manifest (docs/manifests.md).
-        manifest = f"{OUTPUT}/_state/manifest"
-        assert sent["AppSpecification"]["ContainerArguments"] == ["run", manifest, "--workers", "0", "--output", OUTPUT]
+        assert sent["AppSpecification"]["ContainerArguments"] == ["run", INPUT, "--workers", "0", "--output", OUTPUT]
         assert {"Key": "llm-ocr-launch", "Value": sent["Environment"]["LLM_OCR_LAUNCH_ID"]} in sent["Tags"]
-        # The dry run showed exactly the body the launch then sent, but for the launch id and the
-        # INPUT (a dry run writes no manifest: its commands name the folder, and run as they are).
+        # The dry run showed exactly the body the launch then sent (but for the launch id).
         (shown,) = plan["requests"]
         real_id = sent["Environment"]["LLM_OCR_LAUNCH_ID"]
-        assert json.dumps(shown, sort_keys=True).replace(plan["launch_id"], real_id).replace(INPUT, manifest) == \
-            json.dumps(sent, sort_keys=True)
+        assert json.dumps(shown, sort_keys=True).replace(plan["launch_id"], real_id) == json.dumps(sent, sort_keys=True)
 
         # Every page of the input exactly once in each stage, every document assembled.
         for stage in ("extract", "describe"):
