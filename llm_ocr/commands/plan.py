@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 
 from llm_ocr.argtypes import positive_int
 
@@ -45,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--image-column", default=None, help="dataset column holding the page images")
     parser.add_argument("--storage-options", default=None, help="JSON object of fsspec storage options")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("--write-manifest", default=None, metavar="FOLDER",
+                        help="list the file and folder INPUTs once and write them as a Parquet manifest to FOLDER "
+                        "(e.g. OUT/manifest/), an INPUT whose shards read only their own rows (docs/manifests.md)")
     parser.set_defaults(handler=run)
 
 
@@ -59,14 +63,27 @@ def run(args: argparse.Namespace) -> int:
     if args.pages_per_s is not None and args.pages_per_s <= 0:
         log.error("--pages-per-s must be greater than 0")
         return 2
+    storage_options = json.loads(args.storage_options) if args.storage_options else None
+    dataset = DatasetOptions(config=args.config, split=args.split, image_column=args.image_column)
+    listed = None
+    if args.write_manifest:
+        from llm_ocr.sources import plan_inputs
+        from llm_ocr.sources.manifest_write import write_manifest
+
+        try:
+            listed = plan_inputs(args.inputs, dataset=dataset, storage_options=storage_options)
+            written = write_manifest(listed, args.write_manifest, inputs=args.inputs, storage_options=storage_options)
+        except InputError as exc:
+            log.error("%s", exc)
+            return 2
+        print(f"wrote a manifest of {written.rows:,} documents ({written.files} file(s), {written.bytes:,} bytes) "
+              f"to {written.url}: pass it as the INPUT", file=sys.stderr)
     try:
         result = plan(
             args.inputs, model=args.model, recipe=args.recipe, num_shards=args.num_shards,
             platforms=args.platform or DEFAULT_PLATFORMS, pages=args.pages, pages_per_s=args.pages_per_s,
             gpu_price_per_hour=args.gpu_price_per_hour,
-            dataset=DatasetOptions(config=args.config, split=args.split, image_column=args.image_column),
-            storage_options=json.loads(args.storage_options) if args.storage_options else None,
-            sample=args.sample or DEFAULT_SAMPLE,
+            dataset=dataset, storage_options=storage_options, sample=args.sample or DEFAULT_SAMPLE, input_plan=listed,
         )  # fmt: skip
     except (InputError, UnknownRecipe) as exc:
         log.error("%s", exc)

@@ -24,7 +24,8 @@ from typing import Any
 from llm_ocr.costs import HF_JOBS_HARDWARE, SAGEMAKER_HARDWARE, Hardware, cloud_run_hardware
 from llm_ocr.options import DatasetOptions
 from llm_ocr.planning.rates import GPU_NAMES, Rate, no_figure, rate_for, read_measurements
-from llm_ocr.sources.counting import DEFAULT_SAMPLE, PageCount, count_input_pages
+from llm_ocr.sources import InputPlan
+from llm_ocr.sources.counting import DEFAULT_SAMPLE, PageCount, count_input_pages, count_plan
 from llm_ocr.vlm.families import family_for
 
 #: Start-up of a shard's job before its first page: image pull, wheel install, model download and
@@ -220,15 +221,19 @@ def plan(
     storage_options: dict[str, Any] | None = None,
     sample: int = DEFAULT_SAMPLE,
     rates_file: Path | None = None,
+    input_plan: InputPlan | None = None,
 ) -> Plan:
     """Count the pages of ``inputs`` (their listing, PDFs' page trees, Parquet footers: nothing
     rendered) and estimate a run of ``model`` on ``num_shards`` for every machine of
-    ``platforms`` (``pages``: skip the count and take this many)."""
+    ``platforms`` (``pages``: skip the count and take this many; ``input_plan``: the inputs
+    listed already, not listed again)."""
     if num_shards < 1:
         raise ValueError(f"num_shards must be at least 1 (got {num_shards})")
     family = family_for(model, recipe).name
     if pages is not None:
         count = PageCount(pages=pages, given=True)
+    elif input_plan is not None:
+        count = count_plan(input_plan, sample=sample)
     else:
         listed = [inputs] if isinstance(inputs, str) else [str(i) for i in inputs]
         count = count_input_pages(listed, dataset=dataset, storage_options=storage_options, sample=sample)

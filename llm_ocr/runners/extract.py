@@ -98,7 +98,7 @@ class Extract(ShardStage):
 
     async def check(self, shard: Shard, markers: Markers) -> None:
         # Before the output is probed: a missing INPUT creates nothing in OUT.
-        self.plan = check_inputs(self.spec.inputs, self.spec.dataset, shard.job.storage_options)
+        self.plan = check_inputs(self.spec.inputs, self.spec.dataset, shard.job.storage_options, shard.out)
 
     async def resume(self, shard: Shard, markers: Markers) -> None:
         spec = self.spec

@@ -15,6 +15,7 @@ import logging
 
 from llm_ocr.options import DatasetOptions
 from llm_ocr.sources import InputPlan, plan_inputs
+from llm_ocr.sources.manifest_write import MANIFEST_FOLDER, manifest_inputs
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import list_parts
 from llm_ocr.storage.state import STATE_DIR
@@ -41,11 +42,19 @@ def dataset_rule(out: Storage) -> str:
     return rule
 
 
-def check_inputs(inputs: list[str], dataset: DatasetOptions, storage_options: dict) -> InputPlan:
+def check_inputs(inputs: list[str], dataset: DatasetOptions, storage_options: dict, out: Storage | None = None
+                 ) -> InputPlan:
     """Check ``inputs`` now, reading only (raising :class:`~llm_ocr.sources.InputError`): their plan.
 
     A stage calls it before the output is probed or written, so that a missing or empty INPUT
-    fails with its own message and leaves no ``OUT/_state`` behind."""
+    fails with its own message and leaves no ``OUT/_state`` behind. When ``out`` holds the
+    listing of these very INPUTs (``OUT/_state/manifest/``, written by ``llm-ocr launch``), the
+    plan is that manifest's: the shard reads its own rows of it instead of listing the folders."""
+    if out is not None and inputs:
+        url = out.display(out.path(STATE_DIR, MANIFEST_FOLDER))
+        if manifest_inputs(url, storage_options) == list(inputs):
+            log.info("INPUT: reading the listing of %s written at launch, %s", ", ".join(inputs), url)
+            return plan_inputs([url], dataset=dataset, storage_options=storage_options)
     return plan_inputs(inputs, dataset=dataset, storage_options=storage_options)
 
 

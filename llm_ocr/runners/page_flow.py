@@ -535,7 +535,7 @@ class DocumentPages:
             yield ref
 
     async def _localize(self, ref: DocumentRef, folder: str) -> tuple[DocumentRef, Callable[[], None] | None]:
-        if ref.kind == "dataset_row" or _is_local(ref.location):
+        if ref.kind == "dataset_row" or ref.error or _is_local(ref.location):
             return ref, None
         path = await asyncio.to_thread(_download, ref.location, folder, self.storage_options)
 

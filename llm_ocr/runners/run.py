@@ -154,7 +154,7 @@ class Run(ShardStage):
 
     async def check(self, shard: Shard, markers: Markers) -> None:
         # Before the output is probed: a missing INPUT creates nothing in OUT.
-        self.plan = check_inputs(self.spec.inputs, self.spec.dataset, shard.job.storage_options)
+        self.plan = check_inputs(self.spec.inputs, self.spec.dataset, shard.job.storage_options, shard.out)
         self.schema = resolve_schema(self.spec.describe, shard.job.storage_options)
         if self.fields is not None:
             self.fields.plan  # noqa: B018 - loads and checks the schema: bad input stops the run before any page

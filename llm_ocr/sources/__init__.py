@@ -1,6 +1,9 @@
 """Inputs → documents → page images: listing (main process) and rendering (worker processes).
 
 - :mod:`.base`    the types every input kind shares (a document reference, a page, a failure)
+- :mod:`.kinds`   which files are documents (PDF and image extensions)
+- :mod:`.manifest` manifest INPUTs: lists of documents (Parquet, JSONL, CSV), read by shard
+- :mod:`.manifest_write` the listing of folders written as a manifest (`plan --write-manifest`, launch)
 - :mod:`.listing` inputs (files, folders, URLs, datasets) -> an ordered, sharded stream of documents
 - :mod:`.render`  documents -> encoded page images (in worker processes)
 - :mod:`.images`  Pillow helpers: open safely, convert, fit, encode

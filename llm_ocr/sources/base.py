@@ -32,6 +32,8 @@ class DocumentRef:
     location: str = ""
     images: tuple[bytes, ...] = field(default=(), repr=False)
     first_page: int = 1
+    #: Why this ref names no readable document (a manifest row without a URL): its one error row.
+    error: str = ""
 
     def pages_slice(self, first: int, last: int) -> DocumentRef:
         """This dataset row with only the images of pages ``first..last`` (what a worker needs)."""

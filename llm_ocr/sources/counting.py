@@ -29,6 +29,7 @@ from llm_ocr.storage.stores import store_options
 from .base import DocumentRef
 from .dataset_inputs import ParquetPlan
 from .listing import InputPlan, _FilesPlan, plan_inputs
+from .manifest import ManifestPlan
 from .render import DocumentError, count_pages
 
 #: Documents counted one by one at most; more are sampled (each costs a few small reads).
@@ -95,6 +96,8 @@ def count_plan(plan: InputPlan, *, sample: int = DEFAULT_SAMPLE) -> PageCount:
             total.documents += resolved.num_rows
             total.counted += resolved.num_rows
             total.by_kind["dataset"] = total.by_kind.get("dataset", 0) + pages
+        elif isinstance(resolved, ManifestPlan):
+            total.uncounted.append(f"{resolved.url}: a manifest ({resolved.num_rows:,} documents), pages not counted")
         else:
             total.uncounted.append(f"{resolved.url}: a dataset that can only be streamed, not counted from metadata")
     _count_files(files, plan.storage_options, sample, total)

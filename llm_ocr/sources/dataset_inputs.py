@@ -79,13 +79,16 @@ DatasetPlan = ParquetPlan | StreamPlan
 
 
 def parquet_plan(
-    url: str, fs: Any, source: str, paths: list[str], sizes: list[int | None], name: str, options: Any, stats: ReadStats
+    url: str, fs: Any, source: str, paths: list[str], sizes: list[int | None], name: str, options: Any,
+    stats: ReadStats,
+    *, files: ParquetFiles | None = None,
 ) -> ParquetPlan:
-    """A Parquet file or folder INPUT (``paths`` sorted), its footers read now."""
-    try:
-        files = open_parquet_files(fs, paths, sizes, stats)
-    except ParquetFooterError as exc:
-        raise DatasetInputError(f"cannot read Parquet dataset {url!r}: {exc}") from exc
+    """A Parquet file or folder INPUT (``paths`` sorted), its footers read now (``files``: read already)."""
+    if files is None:
+        try:
+            files = open_parquet_files(fs, paths, sizes, stats)
+        except ParquetFooterError as exc:
+            raise DatasetInputError(f"cannot read Parquet dataset {url!r}: {exc}") from exc
     return _checked(url, source, name, files, options)
 
 

@@ -7,6 +7,9 @@ An INPUT is one of:
   each real folder once); other files in it are skipped and named in the log;
 - a Parquet dataset: a path ending in ``.parquet``, or a folder holding ``.parquet`` files and
   no document files;
+- a manifest, a list of documents (:mod:`.manifest`): a ``.jsonl`` or ``.csv`` file, a folder
+  with ``_manifest.json``, or a Parquet file or folder with a ``url``/``path`` column and no
+  image column;
 - a Hugging Face Hub dataset: ``hf://datasets/OWNER/NAME[@REVISION]`` with no sub-path; when
   :attr:`DatasetOptions.config` is set, plain ``OWNER/NAME`` too (any INPUT that is not an
   existing path). ``hf://datasets/OWNER/NAME/sub/path`` is a file or folder in the repo.
@@ -15,7 +18,8 @@ The order is deterministic (inputs in the order given, files sorted, dataset row
 order) and every ref carries its position in it (``index``, the ``doc_index`` of the outputs).
 A shard is listed by itself (:meth:`InputPlan.documents`, rules in :mod:`llm_ocr.sharding`):
 files round-robin, dataset rows in whole Parquet row groups balanced by bytes, so a shard
-reads only its own row groups (plus every footer, to number the rows).
+reads only its own row groups (plus every footer, to number the rows), manifest rows in
+contiguous runs (:mod:`.manifest`).
 Every input is checked before the first ref is yielded, so a typo fails fast instead of hours
 into a run. Images are never decoded here: listing runs in the main process and only moves bytes.
 """
@@ -26,6 +30,7 @@ import logging
 import os
 import posixpath
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -40,36 +45,31 @@ from llm_ocr.sharding import check_shard, round_robin_owner
 from llm_ocr.storage.stores import classify, explain, store_options
 
 from .base import DocumentKind, DocumentRef
-from .dataset_inputs import DatasetInputError, DatasetPlan, ParquetPlan, hub_plan, parquet_plan, row_images
-from .parquet import ReadStats
+from .dataset_inputs import DatasetInputError, DatasetPlan, ParquetPlan, StreamPlan, hub_plan, parquet_plan, row_images
+from .kinds import IMAGE_EXTENSIONS, PDF_EXTENSIONS, document_kind
+from .manifest import (
+    MANIFEST_INDEX,
+    ManifestError,
+    ManifestPlan,
+    indexed_table,
+    line_format,
+    line_table,
+    looks_like_manifest,
+    parquet_table,
+)
+from .parquet import ParquetFooterError, ReadStats, open_parquet_files
 
 logger = logging.getLogger(__name__)
 
-PDF_EXTENSIONS = frozenset({".pdf"})
-#: Files listed as images: what Pillow reads (HEIF/HEIC with the ``heif`` extra, AVIF with Pillow
-#: 11.3 or later), and page formats it cannot read (JPEG XL, DjVu), listed so that each gets an
-#: error row that says so instead of being left out of the run.
-IMAGE_EXTENSIONS = frozenset({
-    ".png", ".jpg", ".jpeg", ".jpe", ".jfif", ".tif", ".tiff", ".webp", ".gif", ".bmp", ".dib",
-    ".heic", ".heif", ".avif", ".jp2", ".j2k", ".pbm", ".pgm", ".ppm", ".pnm", ".jxl", ".djvu", ".djv",
-})
 PARQUET_EXTENSION = ".parquet"
 #: Files skipped in a folder are named in the log up to this many (``-v``: every one).
 NAMED_SKIPS = 50
+#: Sub-folders of a remote folder listed at once (each a paginated listing of its own).
+LIST_THREADS = 16
 
 
 class InputError(Exception):
     """A whole INPUT is unusable (not found, empty, unreadable). The message says what to do."""
-
-
-def document_kind(name: str) -> DocumentKind | None:
-    """The kind of a document file from its extension (case-insensitive), or None if unsupported."""
-    ext = posixpath.splitext(name)[1].lower()
-    if ext in PDF_EXTENSIONS:
-        return "pdf"
-    if ext in IMAGE_EXTENSIONS:
-        return "image"
-    return None
 
 
 def plan_inputs(
@@ -97,8 +97,8 @@ def plan_inputs(
             plans.append(_resolve(url, options, so, stats))
         except InputError:
             raise
-        except DatasetInputError as e:
-            raise InputError(str(e)) from e
+        except (DatasetInputError, ManifestError) as e:
+            raise InputError(f"{url}: {e}" if isinstance(e, ManifestError) else str(e)) from e
         except Exception as e:  # permissions, network, credentials: the INPUT cannot be read
             if classify(e) == "other" and not isinstance(e, OSError):
                 raise
@@ -172,6 +172,13 @@ class InputPlan:
             if isinstance(plan, _FilesPlan):
                 total += _residues(offset, len(plan.files), num_shards, shard_index)
                 offset += len(plan.files)
+            elif isinstance(plan, ManifestPlan):
+                if by_rows:
+                    total += _residues(offset, plan.num_rows, num_shards, shard_index)
+                else:
+                    total += plan.shard_rows(num_shards, shard_index)
+                if plan is not self.plans[-1]:  # a line manifest counts all its rows only when asked
+                    offset += plan.num_rows
             elif isinstance(plan, ParquetPlan):
                 if by_rows:
                     total += _residues(offset, plan.num_rows, num_shards, shard_index)
@@ -214,12 +221,14 @@ class _FilesPlan:
     is_dir: bool
     files: list[tuple[str, DocumentKind]]  # (fs path, kind), sorted
     doc_ids: list[str] = field(default_factory=list)
+    #: Each file's size in bytes, from the listing (None: not listed, e.g. a lone file).
+    sizes: list[int | None] = field(default_factory=list)
 
     def source(self, path: str) -> str:
         return _full_url(self.fs, path)
 
 
-_Plan = _FilesPlan | DatasetPlan
+_Plan = _FilesPlan | DatasetPlan | ManifestPlan
 
 
 def _resolve(url: str, options: DatasetOptions, so: dict, stats: ReadStats) -> _Plan:
@@ -244,16 +253,22 @@ def _resolve(url: str, options: DatasetOptions, so: dict, stats: ReadStats) -> _
             f"a Hub dataset is written hf://datasets/OWNER/NAME{hint})"
         )
     name = _strip_parquet(posixpath.basename(path.rstrip("/")))
-    if not fs.isdir(path):
+    is_dir = fs.isdir(path)
+    if not is_dir and (fmt := line_format(path)) is not None:
+        table = line_table(fs, path, int(fs.size(path)), fmt)
+        return ManifestPlan(url, fs, posixpath.dirname(path), table)
+    if is_dir and fs.exists(posixpath.join(path, MANIFEST_INDEX)):
+        return ManifestPlan(url, fs, path.rstrip("/"), indexed_table(fs, path.rstrip("/"), stats))
+    if not is_dir:
         if path.lower().endswith(PARQUET_EXTENSION):
-            return parquet_plan(url, fs, _full_url(fs, path), [path], [None], name, options, stats)
+            return _parquet_input(url, fs, path, [path], [None], name, options, stats, posixpath.dirname(path))
         _probe_read(fs, path)
         return _FilesPlan(url, fs, path, False, [(path, document_kind(path) or _sniff_kind(fs, path))])
 
     # Sizes too: no request per file later. A local folder through its symlinks, which fsspec's
     # local find lists as files (a link's type is "other").
     local = isinstance(fs, LocalFileSystem)
-    details = _local_find(path) if local else fs.find(path, withdirs=False, detail=True)
+    details = _local_find(path) if local else _find(fs, path)
     found = sorted(details)
     docs = [(p, k) for p in found if (k := document_kind(p)) is not None]
     parquet = [p for p in found if p.lower().endswith(PARQUET_EXTENSION)]
@@ -262,7 +277,7 @@ def _resolve(url: str, options: DatasetOptions, so: dict, stats: ReadStats) -> _
         if others:  # e.g. README.md, _SUCCESS, .crc files beside the data
             logger.info("Parquet dataset folder %s: ignoring %d non-Parquet files", url, others)
         sizes = [details[p].get("size") for p in parquet]
-        return parquet_plan(url, fs, _full_url(fs, path), parquet, sizes, name, options, stats)
+        return _parquet_input(url, fs, path, parquet, sizes, name, options, stats, path.rstrip("/"))
     if not found:
         raise InputError(f"input folder is empty: {url}")
     if not docs:
@@ -281,7 +296,37 @@ def _resolve(url: str, options: DatasetOptions, so: dict, stats: ReadStats) -> _
         if more > 0:
             logger.debug("%s: every file skipped: %s", url, ", ".join(skipped))
     _probe_read(fs, docs[0][0])
-    return _FilesPlan(url, fs, path, True, docs)
+    return _FilesPlan(url, fs, path, True, docs, sizes=[details[p].get("size") for p, _ in docs])
+
+
+def _parquet_input(
+    url: str, fs: Any, path: str, paths: list[str], sizes: list[int | None], name: str, options: DatasetOptions,
+    stats: ReadStats, base: str,
+) -> _Plan:
+    """A Parquet file or folder INPUT: a manifest when its columns say so (and no
+    ``--image-column`` is given), else a dataset; its footers read once either way."""
+    try:
+        files = open_parquet_files(fs, paths, sizes, stats)
+    except ParquetFooterError as exc:
+        raise DatasetInputError(f"cannot read Parquet dataset {url!r}: {exc}") from exc
+    if files.files and options.image_column is None and looks_like_manifest(files.schema):
+        return ManifestPlan(url, fs, base, parquet_table(fs, files))
+    return parquet_plan(url, fs, _full_url(fs, path), paths, sizes, name, options, stats, files=files)
+
+
+def _find(fs: Any, root: str) -> dict[str, dict[str, Any]]:
+    """Every file under the remote folder ``root`` with its details, as ``fs.find(detail=True)``
+    gives them, its sub-folders listed at once (one paginated listing each, instead of one
+    listing of the whole tree page after page)."""
+    top = fs.ls(root, detail=True)
+    found = {e["name"]: e for e in top if e.get("type") != "directory"}
+    folders = [e["name"] for e in top if e.get("type") == "directory" and e["name"].rstrip("/") != root.rstrip("/")]
+    if not folders:
+        return found if found else fs.find(root, withdirs=False, detail=True)
+    with ThreadPoolExecutor(min(LIST_THREADS, len(folders)), thread_name_prefix="llm-ocr-list") as pool:
+        for listed in pool.map(lambda folder: fs.find(folder, withdirs=False, detail=True), folders):
+            found.update(listed)
+    return found
 
 
 def _local_find(root: str) -> dict[str, dict[str, Any]]:
@@ -381,7 +426,7 @@ def _assign_doc_ids(plans: list[_Plan]) -> None:
             seen[doc_id] = plan.source(path)
     prefixes: dict[str, str] = {}
     for dataset in plans:
-        if not isinstance(dataset, _FilesPlan):
+        if isinstance(dataset, (ParquetPlan, StreamPlan)):
             if dataset.prefix in prefixes:
                 raise InputError(
                     f"dataset inputs {prefixes[dataset.prefix]!r} and {dataset.url!r} both give doc_ids "
@@ -427,6 +472,19 @@ def _stream(
                         yield DocumentRef(doc_id=doc_id, index=index, source=src, kind=kind, location=src)
                     position += 1
                 index += 1
+        elif isinstance(plan, ManifestPlan):
+            if by_rows:  # round-robin, the rule of an output begun by listing the folder itself
+                for entry in plan.all_rows():
+                    if round_robin_owner(index + entry.row, num_shards) == shard:
+                        if position >= start:
+                            yield plan.ref(index, entry)
+                        position += 1
+            else:
+                skip = max(0, start - position)
+                yield from plan.shard_refs(index, num_shards, shard, skip)
+                position += plan.shard_rows(num_shards, shard) if plan is not plans[-1] else 0
+            if plan is not plans[-1]:  # a line manifest counts all its rows only when asked
+                index += plan.num_rows
         elif isinstance(plan, ParquetPlan):
             skipped = [0]
             for ref in _parquet_rows(plan, so, index, num_shards, shard, by_rows, start - position, skipped):
@@ -522,7 +580,7 @@ def dataset_row(
             resolved = _resolve(source, dataset, so, ReadStats())
         except DatasetInputError as exc:
             raise InputError(str(exc)) from exc
-        if isinstance(resolved, _FilesPlan):
+        if isinstance(resolved, (_FilesPlan, ManifestPlan)):
             raise InputError(f"{source!r} is not a dataset: {doc_id!r} cannot be one of its rows")
         plan = _ROW_PLANS[key] = resolved
         while len(_ROW_PLANS) > _ROW_PLANS_KEPT:

@@ -44,6 +44,8 @@ READ_AHEAD = 32 * 1024 * 1024
 CHUNK_BUFFER = 8 * 1024 * 1024
 #: Rows decoded at a time.
 BATCH_ROWS = 16
+#: Rows decoded at a time from a manifest (a few short strings each, not images).
+MANIFEST_BATCH_ROWS = 4096
 _MAGIC = b"PAR1"
 
 
@@ -122,15 +124,17 @@ class ParquetFiles:
         """The Arrow schema of the first file (with its ``datasets`` metadata, if any)."""
         return self.files[0].metadata.schema.to_arrow_schema()
 
-    def row_groups(self, column: str) -> list[RowGroup]:
-        """Every row group in dataset order, weighed by the bytes of ``column``'s chunks."""
+    def row_groups(self, column: str | Sequence[str]) -> list[RowGroup]:
+        """Every row group in dataset order, weighed by the bytes of ``column``'s chunks (or of
+        every column named, when ``column`` is a list)."""
+        columns = {column} if isinstance(column, str) else set(column)
         groups = []
         for number, f in enumerate(self.files):
             first = f.first_row
             for index in range(f.metadata.num_row_groups):
                 meta = f.metadata.row_group(index)
                 chunks = [meta.column(j) for j in range(meta.num_columns)]
-                chunks = [c for c in chunks if _top_level(c.path_in_schema) == column]
+                chunks = [c for c in chunks if _top_level(c.path_in_schema) in columns]
                 weight = sum(c.total_compressed_size for c in chunks)
                 start = min((_chunk_start(c) for c in chunks), default=0)
                 end = max((_chunk_start(c) + c.total_compressed_size for c in chunks), default=0)
@@ -150,7 +154,16 @@ class ParquetFiles:
             reader = pq.ParquetFile(source, metadata=f.metadata, buffer_size=CHUNK_BUFFER, pre_buffer=False)
             yield from self._file_rows(list(run), column, source, reader)
 
-    def _file_rows(self, groups: list[RowGroup], column: str, source: _RangeFile,
+    def iter_records(self, groups: Iterable[RowGroup], columns: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(dataset row number, {column: value})`` for every row of ``groups``, in order: the
+        columns named only, read as :meth:`iter_rows` reads one (their row groups' spans only)."""
+        for number, run in groupby(groups, key=lambda g: g.file):
+            f = self.files[number]
+            source = _RangeFile(self.fs, f, self.stats)
+            reader = pq.ParquetFile(source, metadata=f.metadata, buffer_size=CHUNK_BUFFER, pre_buffer=False)
+            yield from self._file_rows(list(run), columns, source, reader)
+
+    def _file_rows(self, groups: list[RowGroup], column: str | list[str], source: _RangeFile,
                    reader: Any) -> Iterator[tuple[int, Any]]:
         for together in _read_together(groups):
             start, end = together[0].start, together[-1].end
@@ -158,10 +171,12 @@ class ParquetFiles:
                 source.hold(start, end)
             for group in together:
                 row = group.first_row
-                batches = reader.iter_batches(batch_size=BATCH_ROWS, row_groups=[group.index], columns=[column],
-                                              use_threads=False)
+                names = [column] if isinstance(column, str) else column
+                batches = reader.iter_batches(batch_size=BATCH_ROWS if isinstance(column, str) else MANIFEST_BATCH_ROWS,
+                                              row_groups=[group.index], columns=names, use_threads=False)
                 for batch in batches:
-                    for value in batch.column(0).to_pylist():
+                    values = batch.column(0).to_pylist() if isinstance(column, str) else batch.to_pylist()
+                    for value in values:
                         yield row, value
                         row += 1
             source.release()

@@ -53,6 +53,8 @@ class DocumentError(Exception):
 
 def count_pages(ref: DocumentRef, opts: RenderOptions) -> int:
     """Number of pages of ``ref``; raises :class:`DocumentError` if it cannot be rendered at all."""
+    if ref.error:
+        raise DocumentError(ref.error)
     if ref.kind == "pdf":
         n = len(_open_pdf(ref.location))
     elif ref.kind == "image":

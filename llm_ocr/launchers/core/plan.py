@@ -23,7 +23,7 @@ from llm_ocr.launchers.core.command import llm_ocr_command
 from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
 from llm_ocr.launchers.core.follow import follower
 from llm_ocr.launchers.core.record import LaunchRecord, load_record, new_launch_id
-from llm_ocr.launchers.core.sizing import fit_timeout, input_pages, planning_rate
+from llm_ocr.launchers.core.sizing import fit_timeout, plan_pages, planning_rate
 from llm_ocr.launchers.core.spec import (
     LAUNCH_LABEL,
     SHARD_LABEL,
@@ -37,11 +37,13 @@ from llm_ocr.launchers.core.spec import (
 )
 from llm_ocr.outcomes import stage_stats
 from llm_ocr.redaction import is_secret_name
-from llm_ocr.sources import InputError
+from llm_ocr.sources import InputError, InputPlan, plan_inputs
+from llm_ocr.sources.listing import _FilesPlan
+from llm_ocr.sources.manifest_write import MANIFEST_FOLDER, manifest_inputs, write_manifest
 from llm_ocr.stage_table import STAGES
 from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
-from llm_ocr.storage.state import marker_layouts, marker_paths, markers_by_shard
+from llm_ocr.storage.state import STATE_DIR, marker_layouts, marker_paths, markers_by_shard
 from llm_ocr.storage.stores import StorageError
 
 #: Tries per job when neither ``--attempts`` nor the platform (``default_attempts``) says.
@@ -80,6 +82,10 @@ def plan_launch(
     ]
     jobs = platform.plan_jobs(specs, target) if specs else []
     plan = LaunchPlan(platform.name, launch_id, request, target, specs, jobs, found.skipped, notes, found.previous)
+    if found.listing is not None and found.manifest is not None and check_writable:
+        # The commands still name the INPUTs (a dry run's run as they are: kubectl apply); each
+        # job finds the manifest in OUT and reads it instead of listing them (llm_ocr.runners.inputs).
+        plan.manifest = (found.listing, found.manifest)
     text_of = getattr(platform, "dry_run_text", None)  # an adapter with a form of its own (optional)
     if text_of is not None:
         plan.text = text_of(jobs, target)
@@ -101,13 +107,17 @@ class _Found:
     #: shard -> why it is not launched.
     skipped: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: The manifest the shards read instead of the folder INPUTs (None: they read the INPUTs),
+    #: and the listing to write there at submission (None: an earlier launch wrote it).
+    manifest: str | None = None
+    listing: InputPlan | None = None
 
 
 def _read_inputs_and_output(request: LaunchRequest, out: Storage, *, check_writable: bool) -> _Found:
     """Every INPUT readable (and its page count, when known), OUT writable (unless a dry run) and
     laid out for this shard count, its latest launch record, and the shards not to launch: done,
     or still running in an earlier launch's job."""
-    pages, pages_how = _check_inputs(request)
+    listed, pages, pages_how = _check_inputs(request)
     if check_writable:
         try:
             check_output(out)
@@ -117,7 +127,48 @@ def _read_inputs_and_output(request: LaunchRequest, out: Storage, *, check_writa
     previous = load_record(out)
     skipped = _finished_shards(out, request)
     skipped.update(_running_shards(previous, request, skipped))
-    return _Found(pages, pages_how, previous, skipped)
+    found = _Found(pages, pages_how, previous, skipped)
+    if listed is not None:
+        found.manifest, found.listing, note = _manifest(request, out, listed)
+        found.notes += [note] if note else []
+    return found
+
+
+def _manifest(request: LaunchRequest, out: Storage, listed: InputPlan) -> tuple[str | None, InputPlan | None, str]:
+    """The manifest of folder INPUTs the shards read (:mod:`llm_ocr.sources.manifest_write`),
+    ``OUT/_state/manifest/``, and the listing to write there when the launch submits: none when
+    an earlier launch wrote it for the same INPUTs (its shards may be reading it, and a resumed
+    output keeps its documents' numbers). ``(None, None, "")`` when an INPUT is a file, a dataset
+    or a manifest."""
+    plans = listed.plans
+    if not plans or not all(isinstance(p, _FilesPlan) for p in plans) or \
+            not any(isinstance(p, _FilesPlan) and p.is_dir for p in plans):
+        return None, None, ""
+    url = out.display(out.path(STATE_DIR, MANIFEST_FOLDER))
+    try:
+        kept = manifest_inputs(url, request.storage_options)
+    except (OSError, StorageError) as exc:
+        raise LaunchError(f"cannot read {url}: {exc}") from exc
+    if kept is not None:
+        if kept != list(request.inputs):
+            raise LaunchError(f"{url} lists other INPUTs ({', '.join(kept)}): launch these to another --output, or "
+                              "remove that manifest if no shard of OUT is running")
+        return url, None, f"INPUT: the jobs read the listing an earlier launch wrote, {url}, not the folders"
+    count = listed.shard_size(1, 0) or 0
+    note = f"INPUT: the folders' listing ({count:,} documents) is written to {url} at launch; the jobs read it"
+    # (the jobs find it there: their commands still name the INPUTs)
+    return url, listed, note
+
+
+def write_launch_manifest(plan: LaunchPlan) -> None:
+    """Write the manifest :func:`plan_launch` planned (before any job is submitted)."""
+    if plan.manifest is None:
+        return
+    listing, url = plan.manifest
+    try:
+        write_manifest(listing, url, inputs=list(plan.request.inputs), storage_options=plan.request.storage_options)
+    except (OSError, StorageError) as exc:
+        raise LaunchError(f"cannot write the INPUTs' manifest to {url}: {exc}") from exc
 
 
 def _timeout(request: LaunchRequest, target: Target, platform: Platform, found: _Found) -> tuple[int, int, list[str]]:
@@ -190,11 +241,12 @@ def _user_secrets(request: LaunchRequest) -> dict[str, str]:
     return values
 
 
-def _check_inputs(request: LaunchRequest) -> tuple[int | None, str]:
+def _check_inputs(request: LaunchRequest) -> tuple[InputPlan | None, int | None, str]:
     if not request.inputs:
-        return None, "the stage reads OUT"
+        return None, None, "the stage reads OUT"
     try:
-        return input_pages(request.inputs, request.dataset, request.storage_options)
+        listed = plan_inputs(request.inputs, dataset=request.dataset, storage_options=request.storage_options)
+        return listed, *plan_pages(listed, request.inputs, request.dataset)
     except InputError as exc:
         raise LaunchError(f"{exc} (checked with this machine's credentials before submitting anything)") from exc
 

@@ -22,7 +22,7 @@ from typing import Any
 from fsspec.core import split_protocol
 
 from llm_ocr.options import DatasetOptions
-from llm_ocr.sources import list_documents
+from llm_ocr.sources import InputPlan, plan_inputs
 
 #: Timeout when the page count is unknown (HF Jobs' own default is 30 minutes: too short to even
 #: pull a vLLM image and load a model on some days).
@@ -57,10 +57,17 @@ def input_pages(inputs: list[str], dataset: DatasetOptions, storage_options: dic
     Listing also checks every input (existence, read access): an unusable one raises
     :class:`llm_ocr.sources.InputError` here, before anything is submitted.
     """
-    documents = list_documents(inputs, dataset=dataset, storage_options=storage_options)
+    return plan_pages(plan_inputs(inputs, dataset=dataset, storage_options=storage_options), inputs, dataset)
+
+
+def plan_pages(plan: InputPlan, inputs: list[str], dataset: DatasetOptions) -> tuple[int | None, str]:
+    """``(pages, how)`` of inputs listed already (``plan``), as :func:`input_pages` counts them."""
+    documents = plan.documents()
     if any(_is_dataset(url, dataset) for url in inputs):
         # Counting would stream the rows (and their images) just to learn their number.
         return None, "dataset rows are not counted at launch"
+    if plan.has_datasets:
+        return None, "dataset and manifest rows are not counted at launch"
     images = 0
     for ref in itertools.islice(documents, MAX_COUNTED_DOCUMENTS + 1):
         if ref.kind != "image":

@@ -267,6 +267,9 @@ class LaunchPlan:
     #: The platform's own form of the dry run, printed instead of :meth:`to_json` when set
     #: (Kubernetes' ``--yaml``: the objects for ``kubectl apply -f -``).
     text: str | None = None
+    #: Written by :func:`~llm_ocr.launchers.core.submit.submit_plan` before any job: the folder
+    #: INPUTs' listing (a :class:`llm_ocr.sources.InputPlan`) and the manifest URL the jobs read.
+    manifest: tuple[Any, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``--dry-run`` object (docs/platforms-hf-jobs.md#the-dry-run-contract): jobs by shard,

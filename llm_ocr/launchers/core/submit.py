@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llm_ocr.launchers.core.adapter import Platform
 from llm_ocr.launchers.core.files import upload
+from llm_ocr.launchers.core.plan import write_launch_manifest
 from llm_ocr.launchers.core.record import LaunchRecord, save_record
 from llm_ocr.launchers.core.spec import LaunchError, LaunchPlan
 from llm_ocr.storage import Storage
@@ -24,6 +25,7 @@ def submit_plan(plan: LaunchPlan, platform: Platform) -> LaunchRecord | None:
     except (OSError, StorageError) as exc:
         raise LaunchError(f"could not copy {', '.join(f.source for f in request.shipped)} beside {request.output} for "
                           f"the jobs to read: {exc}") from exc
+    write_launch_manifest(plan)  # after every check: a refused launch writes nothing
     platform.deliver(target)
     out = Storage(request.output, request.storage_options)
     record = LaunchRecord(

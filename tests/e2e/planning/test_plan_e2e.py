@@ -54,6 +54,18 @@ def test_plan_counts_the_pages_and_estimates_every_machine(tmp_path: Path, rates
     assert "15 pages in 5 documents (pdf 15)" in text and "published: 200k+ pages per day on one A100-40G" in text
 
 
+def test_plan_writes_the_manifest_of_its_one_listing_and_counts_from_it(tmp_path: Path, rates: Path) -> None:
+    from llm_ocr.sources import plan_inputs
+
+    make_corpus(tmp_path / "docs", documents=3, pages=2)
+    done = run_cli("plan", str(tmp_path / "docs"), "--write-manifest", str(tmp_path / "manifest"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert (json.loads(done.stdout)["pages"], json.loads(done.stdout)["documents"]) == (6, 3)
+    assert "wrote a manifest of 3 documents (1 file(s)" in done.stderr
+    listed = [(r.doc_id, r.index, r.location) for r in plan_inputs([str(tmp_path / "docs")]).documents()]
+    assert [(r.doc_id, r.index, r.location) for r in plan_inputs([str(tmp_path / "manifest")]).documents()] == listed
+
+
 def test_a_rate_measured_with_bench_accuracy_is_used_by_plan(tmp_path: Path, rates: Path) -> None:
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     with SimulatedServer("--instant") as server:
