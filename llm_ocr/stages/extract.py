@@ -11,6 +11,7 @@ runs out is cut in two and read again (:mod:`llm_ocr.stages.split`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -24,6 +25,7 @@ from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.pieces import Region
 from llm_ocr.sources.segments import plan_segments
+from llm_ocr.sources.wide import plan_wide
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
 from llm_ocr.stages.rate import KEEPS_COMPLETE_QUANTILE, Coverage, RateBook, coverage
 from llm_ocr.stages.segmented import Stitch, read_in_segments
@@ -195,6 +197,8 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
             limit=ctx.piece_limit, pieces=pieced, stitch=ctx.stitch, split=segment_split(pieced.height >= pieced.width),
         )
     segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
+    if segments and item.width > item.height:  # a wide page: cut between its columns, or read whole
+        segments = await asyncio.to_thread(plan_wide, item.image, item.width, item.height, ctx.options.max_page_aspect)
     if segments:
         # A long page rendered without its pieces (an image handed in by a caller that did not
         # ask for them): cut from its image, which is at least as sharp as the model reads it

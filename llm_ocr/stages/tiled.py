@@ -61,6 +61,7 @@ from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.pieces import PiecedPage, PieceImage, Region, containing
 from llm_ocr.sources.segments import Segment
 from llm_ocr.sources.tiles import plan_bands, plan_tiles, split_piece
+from llm_ocr.sources.wide import split_at_gutter
 from llm_ocr.stages.attempts import Answer
 from llm_ocr.stages.rate import TOKENS_PER_CHAR, Coverage
 from llm_ocr.stages.segmented import (
@@ -131,9 +132,12 @@ def dense_split(family: Family) -> Splitter:
 
 
 def segment_split(tall: bool) -> Splitter:
-    """How a segment of a long page is cut in two when its answer ran out: between text lines,
-    along the page (across a tall page's lines, between a wide page's columns of lines)."""
-    return lambda image, piece: split_piece(image, piece, across=False, along_x=not tall)
+    """How a segment of a long page is cut in two when its answer ran out: between text lines
+    across a tall page; at a gutter between a wide page's columns, or not at all (a line cut
+    across its length cannot be joined: :mod:`llm_ocr.sources.wide`)."""
+    if not tall:
+        return split_at_gutter
+    return lambda image, piece: split_piece(image, piece, across=False)
 
 
 def tiles_at_once(item: PageImage, max_tokens: int, rate: float = TOKENS_PER_CHAR) -> TilePlan | None:
