@@ -69,10 +69,11 @@ from llm_ocr.stages.segmented import (
     Stitch,
     box_union,
     drop_exact_repeat,
-    drop_repeated_start,
+    dubious_start,
     join_pieces,
     number_figures,
     read_in_segments,
+    repeated_start,
 )
 from llm_ocr.stages.split import Splitter, complete_part
 from llm_ocr.vlm.box import Box
@@ -468,21 +469,26 @@ def join_region(bands: list[Segment], per_band: list[list[Piece]], page: int) ->
     whose share of the page their centre is in (:func:`~llm_ocr.stages.segmented.join_pieces`).
     """
     kept = [list(per_band[0])] if per_band else []
-    for above, pieces in pairwise(per_band):
+    for k, (above, pieces) in enumerate(pairwise(per_band)):
         tails = [p.block.text for p in above if not p.block.boxes and p.block.text.strip()]
         mine = []
+        repeated = False
         for piece in pieces:
             text = piece.block.text
             if not piece.block.boxes:
                 for tail in tails:
                     cut = drop_exact_repeat(tail, text)
                     if cut != text:
-                        text = cut
+                        text, repeated = cut, True
                         break
                 if not text.strip():
                     continue
             same = text == piece.block.text
             mine.append(piece if same else replace(piece, block=PageBlock(piece.block.label, [], text)))
+        texts = [i for i, p in enumerate(mine) if not p.block.boxes and p.block.text.strip()]
+        if texts and tails and not repeated and dubious_start(tails[0], mine[texts[0]].block.text):
+            note = f"bands {k + 1} and {k + 2} both start with the same words"  # a header atop every band
+            mine[texts[0]] = replace(mine[texts[0]], unverified=note)
         kept.append(mine)
     return join_pieces(bands, kept, page, text_overlap=False)
 
@@ -504,10 +510,12 @@ def join_tiles(tiles: list[Segment], per_tile: list[list[Piece]], page: int) -> 
             merged.append(piece)
             continue
         head, tail = sorted((merged[twin], piece), key=lambda p: _position(p))
-        text = drop_repeated_start(head.block.text, tail.block.text)
+        text, how = repeated_start(head.block.text, tail.block.text)
+        note = head.unverified or tail.unverified or (
+            "a block two tiles show starts with the same words in both" if how == "dubious" else None)
         boxes = box_union(head.block.boxes + tail.block.boxes)
         block = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
-        merged[twin] = replace(head, block=block, figures=head.figures + tail.figures)
+        merged[twin] = replace(head, block=block, figures=head.figures + tail.figures, unverified=note)
     return number_figures(reading_order(merged, width, height), page)
 
 
