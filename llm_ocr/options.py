@@ -625,6 +625,11 @@ class DenseOptions(BaseModel):
                          "A row or column of the ink is blank under this share of the busiest one.", gt=0, lt=1)
     min_gutter: float = _knob(0.006, "share of the page's width", "reasoned",
                               "A gutter between columns is a run of blank columns at least this wide.", gt=0)
+    wide_gutter_lines: float = _knob(1.0, "text-line heights", "reasoned",
+                                     "A page wider than --max-page-aspect times its height is cut only at gutters "
+                                     "(columns blank from its top to its bottom) at least this wide: a word space "
+                                     "is about a third of one, the space between a table's or a form's columns one "
+                                     "and more (llm_ocr/sources/wide.py).", gt=0)
     line_reach: float = _knob(1.5, "line pitches", "simulator",
                               "Bands (joined by the text their overlap repeats) reach this far past a cut "
                               "(fca5c52: chosen on the simulator's denser-answers workload).", gt=0)
@@ -724,6 +729,12 @@ class DenseOptions(BaseModel):
     # Joining pieces by the text their overlap repeats (stages/pieces/join.py).
     max_overlap_tokens: int = _knob(400, "words", "reasoned",
                                     "Words compared when looking for the lines two pieces both show.", ge=1)
+    anchor_agrees: float = _knob(0.6, "share of the words removed", "reasoned",
+                                 "A repeat found by its first four words (the line an edge cut read differently) "
+                                 "is removed only when this share of the words removed are those the piece before "
+                                 "holds there: a re-read of the same lines differs in a few words, a line a model "
+                                 "writes atop every piece (a running header) is followed by other text "
+                                 "(issue 47).", gt=0, le=1)
     min_repeat_tokens: int = _knob(4, "words", "reasoned",
                                    "Fewest words a band's block must repeat from the band above to be cut there.",
                                    ge=1)

@@ -24,10 +24,12 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from llm_ocr.options import dense
 
 from .segments import Segment, plan_segments
+from .wide import image_gutters, wide_segments
 
 #: A region of a page as fractions of its width and height: ``(x1, y1, x2, y2)``.
 Region = tuple[float, float, float, float]
@@ -65,12 +67,15 @@ class PiecedPage:
 
 
 def plan_pieces(
-    width: float, height: float, max_aspect: float, scale_of: Callable[[float, float], float]
+    width: float, height: float, max_aspect: float, scale_of: Callable[[float, float], float],
+    image: Any = None,
 ) -> tuple[list[Segment], float]:
     """The segments of a ``width`` x ``height`` page (page units) in the pixels of its virtual
     render, and that render's scale; ``([], 0)`` when the page reads whole.
 
-    ``scale_of(w, h)`` is the family's scale for a ``w`` x ``h`` page (pixels per unit).
+    ``scale_of(w, h)`` is the family's scale for a ``w`` x ``h`` page (pixels per unit). A page
+    wider than tall is cut only at the gutters between its columns found in ``image`` (a PIL
+    image of the whole page, any scale; :mod:`llm_ocr.sources.wide`), else read whole.
     """
     if max_aspect <= 0 or width <= 0 or height <= 0:
         return [], 0.0
@@ -80,7 +85,11 @@ def plan_pieces(
     nominal = (short, short * min(dense().segment_aspect, max_aspect))
     scale = scale_of(*nominal) if height >= width else scale_of(*reversed(nominal))
     virtual_w, virtual_h = max(1, round(width * scale)), max(1, round(height * scale))
-    return plan_segments(virtual_w, virtual_h, max_aspect=max_aspect, segment_aspect=dense().segment_aspect), scale
+    if width > height:  # a line cut across its length cannot be joined: cut between columns or not at all
+        found = image_gutters(image) if image is not None else []
+        wide = wide_segments(virtual_w, virtual_h, found, max_aspect=max_aspect)
+        return (wide, scale) if wide else ([], 0.0)
+    return plan_segments(virtual_w, virtual_h, max_aspect=max_aspect), scale
 
 
 def stitch(pieces: Sequence[tuple[Segment, bytes]], box: Sequence[float]) -> bytes:

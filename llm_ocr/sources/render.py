@@ -153,7 +153,7 @@ def _image_scale(width: float, height: float, opts: RenderOptions) -> float:
 
 def _image_pieces(full: Image.Image, page_size: tuple[int, int], opts: RenderOptions,
                   max_aspect: float) -> PiecedPage | None:
-    segments, scale = plan_pieces(full.width, full.height, max_aspect, lambda w, h: _image_scale(w, h, opts))
+    segments, scale = plan_pieces(full.width, full.height, max_aspect, lambda w, h: _image_scale(w, h, opts), full)
     if not segments:
         return None
     pieces = []
@@ -309,17 +309,17 @@ def _render_pdf_page(pdf: pdfium.PdfDocument, index: int, opts: RenderOptions, e
         # Encode while the bitmap is alive: the PIL image shares its buffer.
         layer = _layer(page) if estimate_text else None
         encoded = _encoded(img if img.mode == "RGB" else img.convert("RGB"), opts, estimate_text, layer)
-        return (*encoded[:5], _pdf_pieces(page, width, height, opts, max_aspect) if max_aspect > 0 else None)
+        return (*encoded[:5], _pdf_pieces(page, width, height, opts, max_aspect, img) if max_aspect > 0 else None)
     finally:
         page.close()
 
 
 def _pdf_pieces(page: pdfium.PdfPage, width: float, height: float, opts: RenderOptions,
-                max_aspect: float) -> PiecedPage | None:
+                max_aspect: float, image: Image.Image | None = None) -> PiecedPage | None:
     """The segments of a long PDF page, each rendered from the page at the scale ``opts`` give
     it as a page of its own (a region of the page rendered: pypdfium2's ``crop``, in points
-    from each edge, after rotation)."""
-    segments, scale = plan_pieces(width, height, max_aspect, lambda w, h: _pdf_scale(w, h, opts))
+    from each edge, after rotation); a wide page's gutters are found in ``image``, its render."""
+    segments, scale = plan_pieces(width, height, max_aspect, lambda w, h: _pdf_scale(w, h, opts), image)
     if not segments:
         return None
     pieces = []

@@ -5,8 +5,10 @@ picked by aspect ratio (docs/facts.md#deepseek-ocr). A page far longer than it i
 14,295 pt strip renders to 443 x 27,049 px at 144 DPI) is shrunk into those tiles until its text is
 a few pixels tall. Such a page is read in pieces instead: segments as wide as the page and at most
 ``segment_aspect`` times as long, each overlapping the next by a few text lines so that a line cut
-by one segment's edge is whole in its neighbour. Pages much wider than tall are cut the same way
-across, left to right.
+by one segment's edge is whole in its neighbour. :func:`plan_segments` cuts a page much wider than
+tall the same way across, left to right, but a run does not read wide pages so: a line cut
+across its length cannot be joined, so they are cut only at the gutters between their columns,
+or read whole (:mod:`llm_ocr.sources.wide`).
 """
 
 from __future__ import annotations

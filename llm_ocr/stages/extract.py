@@ -10,6 +10,7 @@ piece whose answer still runs out cut in two and read again: :mod:`llm_ocr.stage
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -23,6 +24,7 @@ from llm_ocr.records import Figure, PageResult
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.pieces import Region
 from llm_ocr.sources.segments import plan_segments
+from llm_ocr.sources.wide import plan_wide
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
 from llm_ocr.stages.pieces.plan import TilePlan, may_be_long, tiles_after, tiles_always, tiles_at_once, tiling_allowed
 from llm_ocr.stages.pieces.rate import Coverage, RateBook, coverage
@@ -204,11 +206,13 @@ async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_page
 async def _segmented(
     ref: DocumentRef, item: PageImage, num_pages: int | None, ctx: ExtractContext
 ) -> PageResult | None:
-    """A long page read in segments (None: the page is not long)."""
+    """A long page read in segments (None: the page is not long, or is a wide one without gutters)."""
     if item.pieces is not None:  # a long page: its segments were rendered with it, from the source
         return await pieces_reader(ctx).segments(ref, item, num_pages, [p.segment for p in item.pieces.pieces],
                                                  item.pieces)
     segments = plan_segments(item.width, item.height, max_aspect=ctx.options.max_page_aspect)
+    if segments and item.width > item.height:  # a wide page: cut between its columns, or read whole
+        segments = await asyncio.to_thread(plan_wide, item.image, item.width, item.height, ctx.options.max_page_aspect)
     if not segments:
         return None
     # A long page rendered without its pieces (an image handed in by a caller that did not ask

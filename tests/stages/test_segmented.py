@@ -16,7 +16,7 @@ from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, plan_segments
 from llm_ocr.stages.attempts import Answer
-from llm_ocr.stages.pieces.join import drop_repeated_start
+from llm_ocr.stages.pieces.join import drop_repeated_start, repeated_start
 from llm_ocr.stages.pieces.read import Job, Reader
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult, RequestFailed
@@ -160,3 +160,12 @@ def test_the_repeated_start_of_a_continued_block_is_dropped() -> None:
     garbled = "The survey covered 12 districts in the north. Volunteers wa1kcd"
     assert drop_repeated_start(garbled, second) == "each transect twice a year."
     assert drop_repeated_start("Nothing shared here.", "A new paragraph.") == "A new paragraph."
+
+
+def test_a_line_repeated_atop_every_segment_is_no_overlap() -> None:
+    """A running header a model writes atop every piece starts both texts: found by its first
+    words, it must not take with it the lines after it (issue 47: 40% of a page was dropped)."""
+    first = "THE COASTAL SURVEY REPORT L001 survey district coastal L002 annual report volunteers L003 river"
+    second = "THE COASTAL SURVEY REPORT L003 river L004 harbour lantern orchard"
+    text, found = repeated_start(first, second)
+    assert (text, found) == (second, "dubious")

@@ -261,25 +261,20 @@ def line_pitch(ink: Any) -> float | None:
     return float(np.median(gaps)) if gaps else None
 
 
-def split_piece(
-    image: bytes, piece: Segment, *, across: bool = True, along_x: bool = False
-) -> tuple[list[Segment], str]:
+def split_piece(image: bytes, piece: Segment, *, across: bool = True) -> tuple[list[Segment], str]:
     """``piece`` of a page (its image ``image``, any scale) cut in two, in page pixels, and how:
     at its widest gutter near the middle when ``across`` and it is wider than tall, else between
-    two text lines near its middle (across the page when ``along_x``), each half reaching about
-    a line into the other (a line the cut grazes is whole in one). ``([], why)`` when it is not
-    cut: under ``min_split_lines`` text lines (see the module docstring)."""
+    two text lines near its middle, each half reaching about a line into the other (a line the
+    cut grazes is whole in one). ``([], why)`` when it is not cut: under ``min_split_lines``
+    text lines (see the module docstring). A wide page's segment is never cut across its lines'
+    length (:func:`llm_ocr.sources.wide.split_at_gutter`)."""
     ink, _, _ = image_ink(image)
-    if along_x:
-        ink = ink.T
     lines = text_lines(ink)
     if lines < dense().min_split_lines:
         return [], f"{lines} text line{'s' if lines != 1 else ''} tall, too few to cut"
     rows, cols = ink.shape
-    sx, sy = piece.width / cols, piece.height / rows  # page pixels per ink pixel (untransposed below)
-    if along_x:
-        sx, sy = piece.height / cols, piece.width / rows
-    if across and not along_x and piece.width > piece.height:
+    sx, sy = piece.width / cols, piece.height / rows  # page pixels per ink pixel
+    if across and piece.width > piece.height:
         gutters = _gutter_cuts(ink, 2)
         if gutters:
             x = piece.left + round(gutters[0] * sx)
@@ -289,13 +284,7 @@ def split_piece(
             return halves, f"cut in two at a gutter ({lines} text lines)"
     cut = _row_cut(ink, rows // 2, max(1, rows // 4))
     reach = max(1, round(rows / lines * sy))  # about one line's pitch, in page pixels
-    start, end = (piece.left, piece.right) if along_x else (piece.top, piece.bottom)
-    middle = start + round(cut * sy)
-    first_end, second_start = min(end, middle + reach), max(start, middle - reach)
-    if along_x:
-        halves = [Segment(0, piece.left, piece.top, first_end, piece.bottom),
-                  Segment(1, second_start, piece.top, piece.right, piece.bottom)]
-    else:
-        halves = [Segment(0, piece.left, piece.top, piece.right, first_end),
-                  Segment(1, piece.left, second_start, piece.right, piece.bottom)]
+    middle = piece.top + round(cut * sy)
+    halves = [Segment(0, piece.left, piece.top, piece.right, min(piece.bottom, middle + reach)),
+              Segment(1, piece.left, max(piece.top, middle - reach), piece.right, piece.bottom)]
     return halves, f"cut in two between text lines ({lines} text lines)"

@@ -10,7 +10,7 @@ Three joins, one per way a page is cut (:mod:`.plan`):
   two copies (same label, boxes that overlap in page pixels) are merged into one block, and the
   words the second copy repeats from the first (the lines both segments showed) are removed;
   two copies of a figure become one figure whose box covers both. A family without boxes
-  (olmOCR-2) is joined by the words the overlap repeats (:func:`drop_repeated_start`).
+  (olmOCR-2) is joined by the words the overlap repeats (:func:`repeated_start`).
 - **bands** of a dense page read by a family without boxes (:func:`join_bands`: a newspaper
   page read column by column, each column in bands down it): each region's bands joined down
   it by the run of words a band's block starts with and a block of the band above ends with
@@ -19,6 +19,11 @@ Three joins, one per way a page is cut (:mod:`.plan`):
   7-column newspaper page in a grid of tiles): each tile keeps the blocks whose centre lies
   deepest inside it, copies of a block two tiles show merged, then the blocks put in reading
   order (:mod:`.order`).
+
+A join by repeated text that cannot be verified (two pieces that start with the same words, a
+line a model writes atop every crop, and no repeat removed) is kept with both pieces' text and
+flagged on the block (:attr:`Piece.unverified`): the page's row is then ``truncated``, never
+silently ``ok`` (:mod:`.row`).
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ class Piece:
     segment: int
     block: PageBlock
     figures: list[FigureBox] = field(default_factory=list)
+    #: Why the join of this block to the piece before could not be verified (None: it was, or
+    #: there was nothing to join): it starts with words the piece before holds, but not as the
+    #: lines the two pieces' overlap showed (:func:`repeated_start`'s ``"dubious"``).
+    unverified: str | None = None
 
     def centre(self, tall: bool) -> float | None:
         """The middle of the block's boxes down the page (``tall``) or across it."""
@@ -100,26 +109,48 @@ def _tokens(text: str) -> list[tuple[str, int]]:
 
 
 def drop_repeated_start(first: str, second: str) -> str:
-    """``second`` without the words at its start that repeat the end of ``first``.
+    """``second`` without the words at its start that repeat the end of ``first``
+    (:func:`repeated_start`)."""
+    return repeated_start(first, second)[0]
+
+
+def repeated_start(first: str, second: str) -> tuple[str, str]:
+    """``(second without the words at its start that repeat the end of first, how)``: ``how`` is
+    ``"repeated"`` (a repeat was removed), ``"none"`` (``second`` starts with nothing of ``first``:
+    the pieces' overlap may be blank) or ``"dubious"`` (see below: the join cannot be verified).
 
     The longest run of tokens that ends ``first`` and starts ``second`` is removed; failing
     that (the line cut by the first segment's edge read differently), ``second``'s first four
     tokens are looked for near the end of ``first`` and everything up to the end of ``first``'s
-    copy is removed.
+    copy is removed, provided at least the ``anchor_agrees`` knob's share of the tokens removed
+    are the ones ``first`` holds there: a line a model writes atop every piece (a running header)
+    starts both texts, and what follows it in ``first`` is not what follows it in ``second``
+    (removing it lost 40% of a page, issue 47). Nothing removed, the join is ``"dubious"`` when
+    both texts start with the same words (:func:`dubious_start`).
     """
-    a = [t for t, _ in _tokens(first)][-dense().max_overlap_tokens:]
+    knobs = dense()
+    a = [t for t, _ in _tokens(first)][-knobs.max_overlap_tokens:]
     b_full = _tokens(second)
-    b = [t for t, _ in b_full][:dense().max_overlap_tokens]
+    b = [t for t, _ in b_full][:knobs.max_overlap_tokens]
     for k in range(min(len(a), len(b)), 1, -1):
         if a[-k:] == b[:k]:
-            return second[b_full[k - 1][1] :].lstrip()
+            return second[b_full[k - 1][1] :].lstrip(), "repeated"
     anchor = b[:4]
     if len(anchor) == 4:
         for start in range(len(a) - 4, -1, -1):
             if a[start : start + 4] == anchor:
                 k = min(len(a) - start, len(b_full))
-                return second[b_full[k - 1][1] :].lstrip()
-    return second
+                if sum(x == y for x, y in zip(a[start:], b[:k])) >= knobs.anchor_agrees * k:
+                    return second[b_full[k - 1][1] :].lstrip(), "repeated"
+    return second, "dubious" if dubious_start(first, second) else "none"
+
+
+def dubious_start(first: str, second: str) -> bool:
+    """Whether ``first`` and ``second`` start with the same four words, not removed as the lines
+    two pieces' overlap showed: a line a model writes atop every piece, whose join cannot be
+    verified."""
+    a, b = [t for t, _ in _tokens(first)][:4], [t for t, _ in _tokens(second)][:4]
+    return len(a) == 4 and a == b
 
 
 def drop_exact_repeat(first: str, second: str, min_tokens: int = 4) -> str:
@@ -149,18 +180,23 @@ def join_pieces(
             # A family without text boxes (olmOCR-2) reads the overlap twice: the words this
             # segment's text starts with that repeat the end of the last one's are dropped.
             head = mine[0]
-            text = drop_repeated_start(" ".join(p.block.text for p in previous if not p.block.boxes), head.block.text)
-            mine[0] = replace(head, block=PageBlock(head.block.label, [], text))
+            before = " ".join(p.block.text for p in previous if not p.block.boxes)
+            text, how = repeated_start(before, head.block.text)
+            note = f"pieces {i} and {i + 1} both start with the same words" if how == "dubious" else None
+            mine[0] = replace(head, block=PageBlock(head.block.label, [], text), unverified=note)
         for piece in mine:
             twin = _twin(kept, piece)
             if twin is None:
                 kept.append(piece)
                 continue
             head = kept[twin]
-            text = drop_repeated_start(head.block.text, piece.block.text)
+            text, how = repeated_start(head.block.text, piece.block.text)
+            note = head.unverified or (f"a block of pieces {i} and {i + 1} starts with the same words in both"
+                                       if how == "dubious" else None)
             boxes = box_union(head.block.boxes + piece.block.boxes)
             merged = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
-            kept[twin] = replace(head, block=merged, figures=merge_figures(head.figures + piece.figures))
+            kept[twin] = replace(head, block=merged, figures=merge_figures(head.figures + piece.figures),
+                                 unverified=note)
     return number_figures(kept, page)
 
 
@@ -273,21 +309,26 @@ def join_region(bands: list[Segment], per_band: list[list[Piece]], page: int) ->
     whose share of the page their centre is in (:func:`~llm_ocr.stages.pieces.join.join_pieces`).
     """
     kept = [list(per_band[0])] if per_band else []
-    for above, pieces in pairwise(per_band):
+    for k, (above, pieces) in enumerate(pairwise(per_band)):
         tails = [p.block.text for p in above if not p.block.boxes and p.block.text.strip()]
         mine = []
+        repeated = False
         for piece in pieces:
             text = piece.block.text
             if not piece.block.boxes:
                 for tail in tails:
                     cut = drop_exact_repeat(tail, text)
                     if cut != text:
-                        text = cut
+                        text, repeated = cut, True
                         break
                 if not text.strip():
                     continue
             same = text == piece.block.text
             mine.append(piece if same else replace(piece, block=PageBlock(piece.block.label, [], text)))
+        texts = [i for i, p in enumerate(mine) if not p.block.boxes and p.block.text.strip()]
+        if texts and tails and not repeated and dubious_start(tails[0], mine[texts[0]].block.text):
+            note = f"bands {k + 1} and {k + 2} both start with the same words"  # a header atop every band
+            mine[texts[0]] = replace(mine[texts[0]], unverified=note)
         kept.append(mine)
     return join_pieces(bands, kept, page, text_overlap=False)
 
@@ -309,10 +350,12 @@ def join_tiles(tiles: list[Segment], per_tile: list[list[Piece]], page: int) -> 
             merged.append(piece)
             continue
         head, tail = sorted((merged[twin], piece), key=lambda p: _position(p))
-        text = drop_repeated_start(head.block.text, tail.block.text)
+        text, how = repeated_start(head.block.text, tail.block.text)
+        note = head.unverified or tail.unverified or (
+            "a block two tiles show starts with the same words in both" if how == "dubious" else None)
         boxes = box_union(head.block.boxes + tail.block.boxes)
         block = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
-        merged[twin] = replace(head, block=block, figures=head.figures + tail.figures)
+        merged[twin] = replace(head, block=block, figures=head.figures + tail.figures, unverified=note)
     return number_figures(reading_order(merged, width, height), page)
 
 

@@ -6,7 +6,9 @@ One page, three cases, each planned here and read by :mod:`.read`:
   sheet, a receipt, a scroll): overlapping **segments** along its length, planned and rendered
   with the page (:mod:`llm_ocr.sources.segments`, :mod:`llm_ocr.sources.pieces`: the render
   workers cut them, and the render layer cannot import a stage). A segment whose answer runs
-  out is cut in two between text lines along the page (:func:`segment_split`).
+  out is cut in two between text lines along the page (:func:`segment_split`). A page much
+  wider than tall is cut only at the gutters between its columns, or read whole
+  (:mod:`llm_ocr.sources.wide`: a line cut across its length cannot be joined).
 - **a dense page** (an old newspaper page, a two-column paper set small: more text than
   ``max_tokens``, 7,168 with an 8,192 context, lets the model write): read whole, its answer
   runs to ``max_tokens`` without repeating itself, and a hotter retry does the same again, so
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 from llm_ocr.options import dense
 from llm_ocr.sources.base import PageImage
 from llm_ocr.sources.segments import Segment
+from llm_ocr.sources.wide import split_at_gutter
 from llm_ocr.stages.attempts import Answer
 from llm_ocr.stages.pieces.cuts import split_piece
 from llm_ocr.stages.pieces.rate import Coverage
@@ -79,9 +82,12 @@ def dense_split(family: Family) -> Splitter:
 
 
 def segment_split(tall: bool) -> Splitter:
-    """How a segment of a long page is cut in two when its answer ran out: between text lines,
-    along the page (across a tall page's lines, between a wide page's columns of lines)."""
-    return lambda image, piece: split_piece(image, piece, across=False, along_x=not tall)
+    """How a segment of a long page is cut in two when its answer ran out: between text lines
+    across a tall page; at a gutter between a wide page's columns, or not at all (a line cut
+    across its length cannot be joined: :mod:`llm_ocr.sources.wide`)."""
+    if not tall:
+        return split_at_gutter
+    return lambda image, piece: split_piece(image, piece, across=False)
 
 
 def tiles_at_once(item: PageImage, max_tokens: int, rate: float | None = None) -> TilePlan | None:

@@ -4,7 +4,7 @@ Serves every case (:mod:`.plan`): a long page's segments, a dense page's tiles o
 pieces' readings (:mod:`.read`) are joined (:mod:`.join`), the figures they located cropped (from
 the page image, or stitched from the pieces rendered from the source), and the row says what
 every piece cost (the answers that ran out and were read again included), which pieces failed
-or ran out, and why the page was cut.
+or ran out or was joined to its neighbour unverified, and why the page was cut.
 """
 
 from __future__ import annotations
@@ -82,11 +82,13 @@ async def _figures(joined: list[Piece], item: PageImage, job: Job, reader: Reade
 
 
 def _status(got: _Collected, done: list[AnswerLike], pieces: int, kind: str,
-            read_all: PieceReadings) -> tuple[str, str | None]:
+            read_all: PieceReadings, joined: list[Piece]) -> tuple[str, str | None]:
     """The row's status and error: ``error`` when a piece failed, ``truncated`` when one looped
-    or ran out, with the repairs made to the answers."""
+    or ran out or a join of the ``joined`` blocks could not be verified, with the repairs made
+    to the answers."""
     unfinished = [a for a in done if a.result.finish_reason in UNFINISHED]
-    status = "error" if got.failures else "truncated" if unfinished else "ok"
+    unverified = [p.unverified for p in joined if p.unverified]
+    status = "error" if got.failures else "truncated" if unfinished or unverified else "ok"
     error = None
     if got.failures:
         failed = "; ".join(got.failures[:3])
@@ -95,6 +97,10 @@ def _status(got: _Collected, done: list[AnswerLike], pieces: int, kind: str,
         error = f"{len(unfinished)} of {pieces} {kind}s looped or hit max_tokens; their text up to the loop kept"
         if read_all.kept_long:
             error += ": " + "; ".join(n for n in read_all.notes if n.endswith("kept"))[:1000]
+    if unverified:  # a seam whose text may be doubled or lost: never silently ok
+        joins = (f"{len(unverified)} join(s) of {kind}s could not be verified ({'; '.join(unverified[:3])}); "
+                 f"text of every {kind} kept")
+        error = f"{error}; {joins}" if error else joins
     if got.warnings:
         repairs = "; ".join(got.warnings[:5])
         error = f"{error}; {repairs}" if error else f"output repaired: {repairs}"
@@ -113,7 +119,7 @@ async def page_row(ref: DocumentRef, item: PageImage, num_pages: int | None, job
     rendered = job.rendered
     scale = (item.width / rendered.width, item.height / rendered.height) if rendered is not None else (1.0, 1.0)
     figures = await _figures(joined, item, job, reader, scale)
-    status, error = _status(got, done, len(segments), job.kind, read_all)
+    status, error = _status(got, done, len(segments), job.kind, read_all, joined)
     unfinished = [a for a in done if a.result.finish_reason in UNFINISHED]
     finish = next((a.result.finish_reason for a in unfinished), "stop" if done else None)
     placed = to_page(joined, *scale)
