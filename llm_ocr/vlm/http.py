@@ -40,8 +40,9 @@ import aiohttp
 
 #: Connections one client may open (the SDK's ``httpx.Limits(max_connections=1000)``).
 MAX_CONNECTIONS = 1000
-#: Seconds an idle connection is kept for reuse: under uvicorn's (vLLM's HTTP server) 5 s, so the
-#: client does not pick a connection the server is closing at that moment.
+#: Seconds an idle connection is kept for reuse: under the 5 s vLLM's server keeps one
+#: (``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` in ``vllm/envs.py``, uvicorn's ``timeout_keep_alive``), so
+#: the client does not pick a connection the server is closing at that moment.
 KEEPALIVE_S = 4.0
 
 
