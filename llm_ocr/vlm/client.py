@@ -10,23 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import importlib
 import json
 import logging
 import random
 import re
-import ssl
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-import openai
-
 from llm_ocr.backoff import backoff_delay
 from llm_ocr.redaction import redact
+from llm_ocr.vlm.http import ApiConnectionError, ApiError, ApiStatusError, ApiTimeoutError, HttpClient, request_json
 from llm_ocr.vlm.loops import Loop, LoopPolicy
 from llm_ocr.vlm.streaming import TokenRatio, stream_chat
 
@@ -52,6 +48,25 @@ class ChatResult:
     tokens_estimated: bool = False
 
 
+def _answer(response: dict[str, Any], *, latency_s: float, attempts: int) -> ChatResult:
+    """A non-streamed chat completion's JSON as a :class:`ChatResult` (a field the answer lacks,
+    or gives as null, is None; the text is "" without a message)."""
+    choices = response.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    usage = response.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return ChatResult(
+        text=content if isinstance(content, str) else "",
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+        latency_s=latency_s,
+        attempts=attempts,
+    )
+
+
 class RequestFailed(Exception):
     """A request that failed for good (a 4xx, or transient errors past the attempt budget)."""
 
@@ -70,9 +85,9 @@ class EndpointDown(Exception):
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
+    if isinstance(exc, ApiConnectionError):  # a timeout too
         return True
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, ApiStatusError):
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
     return False
 
@@ -84,17 +99,17 @@ ERROR_CHARS = 500
 def describe_error(exc: BaseException, secrets: Iterable[str] = ()) -> str:
     """A one-line, secret-free description of a request error for the page's ``error`` field.
 
-    An HTTP error carries what the server said in its body (the SDK's message keeps only a
-    JSON body's ``error.message``: a plain-text 500, an HTML page from a proxy or FastAPI's
+    An HTTP error carries what the server said in its body (its message keeps only a JSON
+    body's ``error.message``: a plain-text 500, an HTML page from a proxy or FastAPI's
     ``{"detail": ...}`` would say nothing but the status), on one line, at most
     :data:`ERROR_CHARS` characters, with ``secrets`` (the client's key), the environment's
     secrets and anything shaped like a credential taken out (:mod:`llm_ocr.redaction`).
     """
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, ApiTimeoutError):
         return "request timed out"
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, ApiConnectionError):
         text = f"connection error: {exc.__cause__ or exc}"
-    elif isinstance(exc, openai.APIStatusError):
+    elif isinstance(exc, ApiStatusError):
         text = f"HTTP {exc.status_code}: {_body_message(exc)}"
     else:
         text = f"{type(exc).__name__}: {exc}"
@@ -102,7 +117,7 @@ def describe_error(exc: BaseException, secrets: Iterable[str] = ()) -> str:
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
-def _body_message(exc: openai.APIStatusError) -> str:
+def _body_message(exc: ApiStatusError) -> str:
     """What the server said: the body's message (OpenAI's ``error.message``, vLLM's ``message``,
     FastAPI's ``detail``), else the body itself (tags of an HTML page dropped)."""
     body = exc.body
@@ -113,7 +128,7 @@ def _body_message(exc: openai.APIStatusError) -> str:
         return said if isinstance(said, str) and said.strip() else json.dumps(body, default=str)
     if isinstance(body, str) and body.strip():
         return re.sub(r"<[^>]*>", " ", body)
-    return exc.message if isinstance(exc.message, str) else str(exc)
+    return exc.message
 
 
 def display_url(url: str) -> str:
@@ -126,45 +141,30 @@ def display_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query="***" if parts.query else ""))
 
 
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """The one verifying TLS context every OpenAI client of this process uses.
-
-    Each client would otherwise build its own, loading the CA bundle every time: about 25 ms of CPU
-    on an idle core (70 at load 15) per client, even for an ``http://`` endpoint, and a run makes
-    several clients (the model probe, Extract's, Describe's). The service's worker runs one per
-    document, so that was most of its CPU per one-page document. The context is the HTTP
-    library's own default (the CA bundle, ``SSL_CERT_FILE``/``SSL_CERT_DIR`` when set), built once;
-    an ``SSLContext`` may be shared by any number of connections.
-    """
-    try:  # openai 3 speaks through its fork httpx2; earlier releases through httpx
-        http = importlib.import_module("httpx2")
-    except ImportError:
-        http = importlib.import_module("httpx")
-    context: ssl.SSLContext = http.create_ssl_context()
-    return context
-
-
-def openai_client(base_url: str, api_key: str | None, timeout: float) -> openai.AsyncOpenAI:
-    """An OpenAI client of ``base_url`` with the SDK's retries off, on :func:`tls_context`."""
-    return openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=timeout,
-                              http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()))
-
-
 async def served_model_card(base_url: str, model: str, api_key: str | None = None) -> dict[str, Any]:
     """What ``GET /v1/models`` says of ``model`` beyond OpenAI's fields: vLLM's ``max_model_len``,
     the CPU engine's ``ocr_engine`` (what it really is); ``{}`` when the endpoint does not list
     the model or cannot be read (a probe: the caller decides what a missing card means)."""
-    client = openai_client(base_url, api_key, timeout=10)
+    client = HttpClient(base_url, api_key, timeout=10)
     try:
-        for entry in (await client.models.list()).data:
-            if entry.id == model:
-                return dict(entry.model_extra or {})
-    except openai.OpenAIError:
+        for entry in _model_entries(await client.get_json("models")):
+            if entry.get("id") == model:
+                return {k: v for k, v in entry.items() if k not in OPENAI_MODEL_FIELDS}
+    except ApiError:
         return {}
     finally:
         await client.close()
     return {}
+
+
+#: The fields of OpenAI's model object; a card is what an entry says beyond them.
+OPENAI_MODEL_FIELDS = frozenset({"id", "object", "created", "owned_by"})
+
+
+def _model_entries(listing: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entries of a ``GET /models`` answer (``{"object": "list", "data": [...]}``)."""
+    data = listing.get("data")
+    return [entry for entry in data if isinstance(entry, dict)] if isinstance(data, list) else []
 
 
 class RequestPolicy(Protocol):
@@ -218,8 +218,8 @@ class VlmClient:
         self.options = options
         #: Taken out of error messages (a server may repeat the key it refused).
         self._secrets = (api_key,) if api_key else ()
-        # Our own retry loop records attempts per page and applies jitter; the SDK's is off.
-        self._client = openai_client(self.base_url, api_key, timeout=self.options.request_timeout)
+        # One connection pool for the client's life; it never retries (the loop in chat does).
+        self._client = HttpClient(self.base_url, api_key, timeout=self.options.request_timeout)
         self._last_success = time.monotonic()
         self._down: EndpointDown | None = None
         self._ratio = TokenRatio()  # tokens per character of streamed answers, for cut streams
@@ -244,33 +244,34 @@ class VlmClient:
     async def max_model_len(self) -> int | None:
         """The served model's context length from ``/v1/models`` (vLLM reports ``max_model_len``)."""
         try:
-            models = await self._client.models.list()
-        except openai.OpenAIError as exc:
+            models = _model_entries(await self._client.get_json("models"))
+        except ApiError as exc:
             log.warning("could not read /v1/models: %s", describe_error(exc, self._secrets))
             return None
-        for model in models.data:
-            if model.id == self.model:
-                value = (model.model_extra or {}).get("max_model_len")
+        for model in models:
+            if model.get("id") == self.model:
+                value = model.get("max_model_len")
                 return int(value) if value else None
         return None
 
     async def served_models(self) -> list[str]:
         """The model names the endpoint serves (raises EndpointDown when it cannot be reached)."""
         try:
-            models = await self._client.models.list()
-        except openai.OpenAIError as exc:
+            models = _model_entries(await self._client.get_json("models"))
+        except ApiError as exc:
             raise EndpointDown(
                 f"endpoint {self.display_url} is not answering: {describe_error(exc, self._secrets)}",
                 transient=_is_transient(exc),
             ) from exc
-        return [m.id for m in models.data]
+        return [str(m["id"]) for m in models if "id" in m]
 
     def _check_down(self) -> None:
         if self._down is not None:
             raise self._down
 
     async def chat(self, body: dict[str, Any], *, stream: bool = False, loops: LoopPolicy | None = None) -> ChatResult:
-        """Send one chat completion (``body`` = keyword arguments of ``chat.completions.create``).
+        """Send one chat completion (``body`` = keyword arguments of the OpenAI SDK's
+        ``chat.completions.create``: ``extra_body`` is merged into the request's JSON).
 
         With ``stream`` the answer is streamed and, with ``loops``, cut as soon as it repeats
         itself (:mod:`llm_ocr.vlm.streaming`). Retries transient failures; raises
@@ -291,16 +292,16 @@ class VlmClient:
                     if stream:
                         streamed = await stream_chat(self._client, self.model, body, loops, self._ratio)
                     else:
-                        response = await self._client.chat.completions.create(model=self.model, **body)
+                        response = await self._client.post_json("chat/completions", request_json(self.model, body))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # classified below, never swallowed silently
                 last_error = describe_error(exc, self._secrets)
-                if isinstance(exc, openai.APIStatusError) and exc.status_code in (429, 503):
+                if isinstance(exc, ApiStatusError) and exc.status_code in (429, 503):
                     self.overloaded += 1
                 if not _is_transient(exc):
                     raise RequestFailed(last_error, attempt + free_retries) from exc
-                if self._gate is not None and isinstance(exc, openai.APIConnectionError):
+                if self._gate is not None and isinstance(exc, ApiConnectionError):
                     # The managed server may have crashed: wait for its restart; a request lost
                     # to a crash is not the page's fault, so it does not use up an attempt.
                     now = await self._wait_gate()
@@ -340,16 +341,7 @@ class VlmClient:
                     loop=streamed.loop,
                     tokens_estimated=streamed.tokens_estimated,
                 )
-            choice = response.choices[0] if response.choices else None
-            usage = response.usage
-            return ChatResult(
-                text=(choice.message.content if choice and choice.message else None) or "",
-                finish_reason=choice.finish_reason if choice else None,
-                prompt_tokens=usage.prompt_tokens if usage else None,
-                completion_tokens=usage.completion_tokens if usage else None,
-                latency_s=time.monotonic() - sent,
-                attempts=attempt + free_retries,
-            )
+            return _answer(response, latency_s=time.monotonic() - sent, attempts=attempt + free_retries)
         raise RequestFailed(last_error, opts.max_attempts)
 
     @contextlib.contextmanager
@@ -395,7 +387,7 @@ class VlmClient:
         --dead-after, it is down like one that refuses connections (else every page would burn
         its attempts and become an error row).
         """
-        if isinstance(exc, openai.APITimeoutError):
+        if isinstance(exc, ApiTimeoutError):
             if self._last_success < sent:
                 self._mark_down_if_silent(exc)
             return False

@@ -1,9 +1,9 @@
 """Read one streamed chat completion, watching the text for a repetition loop as it arrives.
 
-The request goes through the OpenAI SDK (``with_streaming_response``: its URL, auth, headers and
-its mapping of HTTP errors to ``openai`` exceptions), but the Server-Sent Events are read here,
-straight from the response bytes: one ``json.loads`` per event, no SDK model objects, so that a
-page costs microseconds per chunk, not the milliseconds the SDK's typed chunks would.
+The request goes through :class:`~llm_ocr.vlm.http.HttpClient` (its URL, auth, timeouts and its
+mapping of HTTP errors to :mod:`llm_ocr.vlm.http`'s exceptions); the Server-Sent Events are read
+here, straight from the response bytes: one ``json.loads`` per event, no model objects, so that a
+page costs microseconds per chunk.
 
 When :class:`~llm_ocr.vlm.loops.LoopWatch` sees a loop, the response is closed at once. Closing
 an unfinished HTTP response closes its connection; vLLM aborts a request whose client went away,
@@ -24,8 +24,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import openai
-
+from llm_ocr.vlm.http import (
+    TRANSPORT_ERRORS,
+    ApiConnectionError,
+    ApiTimeoutError,
+    HttpClient,
+    as_api_error,
+    request_json,
+)
 from llm_ocr.vlm.loops import Loop, LoopPolicy, LoopWatch
 from llm_ocr.vlm.tokens import TOKENS_PER_CHAR
 
@@ -34,7 +40,7 @@ from llm_ocr.vlm.tokens import TOKENS_PER_CHAR
 DEFAULT_TOKENS_PER_CHAR = TOKENS_PER_CHAR
 
 
-class StreamBroken(openai.APIConnectionError):
+class StreamBroken(ApiConnectionError):
     """The stream ended without an answer: an error event, or bytes that are not SSE JSON."""
 
 
@@ -70,32 +76,31 @@ class TokenRatio:
 
 
 async def stream_chat(
-    client: openai.AsyncOpenAI, model: str, body: dict[str, Any], policy: LoopPolicy | None, ratio: TokenRatio
+    client: HttpClient, model: str, body: dict[str, Any], policy: LoopPolicy | None, ratio: TokenRatio
 ) -> Streamed:
-    """Send ``body`` (keyword arguments of ``chat.completions.create``) with ``stream=True`` and
-    read the answer; stop reading as soon as ``policy`` sees a loop (None: never).
+    """Send ``body`` (keyword arguments of the SDK's ``chat.completions.create``) with
+    ``stream=True`` and read the answer; stop reading as soon as ``policy`` sees a loop (None:
+    never).
 
-    Raises the ``openai`` exceptions the SDK raises for the request, and
-    :class:`openai.APIConnectionError` / :class:`openai.APITimeoutError` for a stream that
-    breaks off or stalls past the client's timeout after the headers.
+    Raises :mod:`llm_ocr.vlm.http`'s exceptions for the request, and its
+    :class:`~llm_ocr.vlm.http.ApiConnectionError` / :class:`~llm_ocr.vlm.http.ApiTimeoutError`
+    for a stream that breaks off or stalls past the client's timeout after the headers.
     """
     watch = LoopWatch(policy) if policy is not None else None
     parts: list[str] = []
     finish: str | None = None
     usage: dict[str, Any] | None = None
     loop: Loop | None = None
-    kwargs = {**body, "stream": True}
-    async with client.chat.completions.with_streaming_response.create(model=model, **kwargs) as response:
-        http = response.http_response
+    async with client.post_stream("chat/completions", request_json(model, {**body, "stream": True})) as response:
         buffer = b""
         try:
-            async for data in http.aiter_bytes():
+            async for data in response.content.iter_any():
                 buffer += data
                 if b"\r" in buffer:
                     buffer = buffer.replace(b"\r\n", b"\n")
                 *events, buffer = buffer.split(b"\n\n")
                 for event in events:
-                    chunk = _event_json(event, http.request)
+                    chunk = _event_json(event)
                     if chunk is None:
                         continue
                     if chunk is _DONE:
@@ -114,12 +119,10 @@ async def stream_chat(
                         break
                 if loop is not None:
                     break  # leaving the block closes the response: vLLM frees the slot
-        except openai.OpenAIError:
-            raise
-        except Exception as exc:  # only the transport's own errors are mapped
-            mapped = _transport_error(exc, http.request)
-            if mapped is None:
-                raise
+        except TRANSPORT_ERRORS as exc:  # the body broke off, or stalled past the read timeout
+            mapped = as_api_error(exc)
+            if not isinstance(mapped, ApiTimeoutError):
+                mapped = StreamBroken(f"the stream broke off: {type(exc).__name__}: {exc}")
             raise mapped from exc
     text = "".join(parts)
     if loop is None and watch is not None and finish is None:
@@ -133,8 +136,7 @@ async def stream_chat(
             tokens = ratio.estimate(len(text))
         return Streamed(text, finish, prompt, tokens, loop, tokens_estimated=estimated)
     if finish is None:
-        raise StreamBroken(message="the stream ended before the answer did (no finish_reason, no [DONE])",
-                           request=http.request)
+        raise StreamBroken("the stream ended before the answer did (no finish_reason, no [DONE])")
     ratio.note(len(text), tokens)
     return Streamed(text, finish, prompt, tokens)
 
@@ -142,7 +144,7 @@ async def stream_chat(
 _DONE: dict[str, Any] = {}
 
 
-def _event_json(event: bytes, request: Any) -> dict[str, Any] | None:
+def _event_json(event: bytes) -> dict[str, Any] | None:
     """The JSON of one SSE event; :data:`_DONE` for ``[DONE]``; None for comments or keep-alives."""
     payload = b""
     for line in event.split(b"\n"):
@@ -155,26 +157,11 @@ def _event_json(event: bytes, request: Any) -> dict[str, Any] | None:
     try:
         chunk = json.loads(payload)
     except ValueError as exc:
-        raise StreamBroken(message=f"a stream event is not JSON: {payload[:200]!r}", request=request) from exc
+        raise StreamBroken(f"a stream event is not JSON: {payload[:200]!r}") from exc
     if not isinstance(chunk, dict):
-        raise StreamBroken(message=f"a stream event is not a JSON object: {payload[:200]!r}", request=request)
+        raise StreamBroken(f"a stream event is not a JSON object: {payload[:200]!r}")
     if "error" in chunk:
         error = chunk["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        raise StreamBroken(message=f"the server reported an error mid-stream: {str(message)[:500]}", request=request)
+        raise StreamBroken(f"the server reported an error mid-stream: {str(message)[:500]}")
     return chunk
-
-
-def _transport_error(exc: Exception, request: Any) -> openai.APIConnectionError | None:
-    """The ``openai`` exception for an error of the HTTP transport while the body streams.
-
-    The SDK maps transport errors only while it sends the request; during the body it lets
-    httpx's (or httpx2's, depending on the SDK version) through, so they are recognised here by
-    their module rather than imported from a private SDK module.
-    """
-    root = type(exc).__module__.split(".", 1)[0]
-    if root not in ("httpx", "httpx2", "httpcore", "anyio", "h11") and not isinstance(exc, OSError):
-        return None
-    if "Timeout" in type(exc).__name__ or isinstance(exc, TimeoutError):
-        return openai.APITimeoutError(request=request)
-    return StreamBroken(message=f"the stream broke off: {type(exc).__name__}: {exc}", request=request)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-import openai
 from aiohttp import web
 
 from llm_ocr.vlm.client import ERROR_CHARS, describe_error
+from llm_ocr.vlm.http import ApiStatusError, HttpClient
 
 KEY = "sk-PLANTED-0123456789abcdefghij"
 TRACEBACK = "Traceback (most recent call last):\n" + '  File "engine.py", line 1, in step\n' * 60 + \
@@ -30,7 +30,7 @@ ANSWERS = [
 
 
 def _errors() -> list[str]:
-    """Each answer of :data:`ANSWERS` as ``describe_error`` says it, from the SDK's own exception."""
+    """Each answer of :data:`ANSWERS` as ``describe_error`` says it, from the client's exception."""
     answers = iter(ANSWERS)
 
     async def chat(request: web.Request) -> web.Response:
@@ -44,14 +44,13 @@ def _errors() -> list[str]:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1", api_key=KEY,
-                                    max_retries=0)
+        client = HttpClient(f"http://127.0.0.1:{runner.addresses[0][1]}/v1", KEY, timeout=60)
         said = []
         try:
             for _ in ANSWERS:
                 try:
-                    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-                except openai.APIStatusError as exc:
+                    await client.post_json("chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                except ApiStatusError as exc:
                     said.append(describe_error(exc, [KEY]))
         finally:
             await client.close()
