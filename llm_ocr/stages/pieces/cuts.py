@@ -40,6 +40,7 @@ from typing import Any
 
 from llm_ocr.options import dense
 from llm_ocr.sources.segments import Segment
+from llm_ocr.sources.wide import ink_of
 from llm_ocr.stages.pieces.columns import column_regions
 
 
@@ -114,21 +115,14 @@ def _fitting(n: int, width: int, height: int, fits: Callable[[int, int], bool]) 
 def image_ink(image: bytes) -> tuple[Any, int, int]:
     """``(ink, width, height)``: the darkness of an encoded image's grey copy at most
     ``analysis_side`` pixels long, and the image's size in pixels."""
-    import numpy as np
     from PIL import Image
 
     with Image.open(io.BytesIO(image)) as img:
         width, height = img.size
-        if img.format == "JPEG":
+        if img.format == "JPEG":  # decode no larger than the analysis needs
             img.draft("L", (dense().analysis_side, dense().analysis_side))
         grey = img.convert("L")
-    factor = max(grey.size) / dense().analysis_side
-    if factor > 1:
-        grey = grey.resize((max(1, round(grey.width / factor)), max(1, round(grey.height / factor))),
-                           Image.Resampling.BOX)
-    pixels = np.asarray(grey, dtype=np.float32)
-    paper = float(np.percentile(pixels, 95))
-    return np.clip(paper - pixels, 0.0, None), width, height
+    return ink_of(grey), width, height
 
 
 def plan_grid(ink: Any, width: int, height: int, count: int, columns: int | None = None,
