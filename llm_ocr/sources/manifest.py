@@ -34,6 +34,7 @@ from __future__ import annotations
 import csv
 import json
 import posixpath
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -55,6 +56,8 @@ URL_COLUMNS = ("url", "path")
 OPTIONAL_COLUMNS = ("id", "size", "sha256", "pages")
 #: Line manifests by extension.
 LINE_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
+#: A sha256 as a manifest gives it (lower-cased first).
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 #: Bytes read at a time from a line manifest.
 LINE_BLOCK = 4 * 1024 * 1024
 
@@ -118,7 +121,12 @@ def row_of(number: int, record: Any) -> ManifestRow:
     if not url:
         return replace(row, error=f"manifest row {number} has no url or path")
     if record.get("sha256") not in (None, ""):
-        row.sha256 = str(record["sha256"])
+        digest = str(record["sha256"]).strip().lower()
+        if not _HEX64.fullmatch(digest):
+            # A wrong hash would make the document a copy of another: the row is an error instead.
+            return replace(row, error=f"manifest row {number}: sha256 {str(record['sha256'])[:80]!r} is not 64 hex "
+                                      "digits")
+        row.sha256 = digest
     for name in ("size", "pages"):
         value = record.get(name)
         if value in (None, ""):
@@ -167,7 +175,7 @@ class ManifestPlan:
             # Named by what the row says, located at the manifest: the error row says which row.
             return DocumentRef(doc_id, index, self.url, "pdf", "", error=row.error or "no document")
         location = self.resolve(row.url)
-        return DocumentRef(doc_id, index, location, _kind(row.url), location)
+        return DocumentRef(doc_id, index, location, _kind(row.url), location, sha256=row.sha256 or "")
 
     def resolve(self, url: str) -> str:
         """``url`` of a row as a URL (or local path) to read: relative to the manifest's folder."""
