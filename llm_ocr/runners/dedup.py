@@ -74,7 +74,8 @@ class DocumentReadings:
         """Whether ``ref`` (bytes hashing to ``sha256``) was read already; else it is this run's
         first of them. A duplicate is set aside in :attr:`deferred`."""
         first = self.read.get(sha256) or self.earlier.get(sha256)
-        if first is not None and first.doc_id != ref.doc_id:
+        # The same doc_id in this output is this document resumed; in another output, a copy.
+        if first is not None and (first.doc_id != ref.doc_id or first.rows != self.rows):
             found = Duplicate(ref, first.doc_id, first.rows)
             self.deferred.append(found)
             return found

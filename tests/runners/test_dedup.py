@@ -73,6 +73,20 @@ def test_duplicate_documents_and_pages_are_read_once_and_a_rerun_reads_only_what
         assert rows[other]["markdown"] == rows[blank]["markdown"]
     assert rows[(first, 1)]["markdown"] != rows[blank]["markdown"]
 
+    # The same OUT again, its run not finished (no completion marker) and the folder grown: a.pdf
+    # under a third name, and a new document. Only the new one's page is read: OUT's hash
+    # records say where a.pdf's reading is.
+    for marker in (out / "_state" / "extract").glob("done-*.json"):
+        marker.unlink()
+    shutil.copy(docs / "a.pdf", docs / "f.pdf")
+    pdf(docs / "g.pdf", ["Delta note"])
+    sent = len(server.requests())
+    assert llm_ocr.extract([docs], out, endpoint=server.base_url, **FAST).exit_code == 0
+    assert len(server.requests()) - sent == 1
+    grown = rows_by_page(out)
+    assert [grown[("f.pdf", p)]["duplicate_of"] for p in (1, 2, 3)] == [first] * 3
+    assert grown[("g.pdf", 1)]["duplicate_of"] is None and len(grown) == 12
+
     # A later run on an overlapping collection (a finished OUT takes no new INPUT, so into a new
     # one, naming what the first read): a.pdf again under a new name, and one new document. Only
     # the new one's page is read; the copy's rows are read from the first OUT.
