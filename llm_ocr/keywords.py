@@ -108,6 +108,14 @@ class RunKeywords(TypedDict, total=False):
     """Temperature added per truncation retry (default: the family's retry temperatures)."""
     retry_quarantined: bool
     """Retry pages an earlier run quarantined because the model server crashed on them."""
+    dedup: bool
+    """Read each distinct document (by the sha256 of its bytes: the manifest's, else computed as it is read) and each
+    distinct page (by its pixels) once: a duplicate's rows are copies of the first reading, duplicate_of naming it, with
+    no model request (docs/dedup.md). Off: every document and page is read."""
+    dedup_index: str | None
+    """A Parquet file or folder of documents read before (columns sha256, doc_id, rows: the folder holding their page
+    rows), such as another output's _state/hashes/: a document whose sha256 is there gets copies of those rows instead
+    of being read."""
     text_layer_fallback: bool
     """Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."""
     max_page_aspect: float
@@ -354,6 +362,14 @@ class ExtractKeywords(TypedDict, total=False):
     """Temperature added per truncation retry (default: the family's retry temperatures)."""
     retry_quarantined: bool
     """Retry pages an earlier run quarantined because the model server crashed on them."""
+    dedup: bool
+    """Read each distinct document (by the sha256 of its bytes: the manifest's, else computed as it is read) and each
+    distinct page (by its pixels) once: a duplicate's rows are copies of the first reading, duplicate_of naming it, with
+    no model request (docs/dedup.md). Off: every document and page is read."""
+    dedup_index: str | None
+    """A Parquet file or folder of documents read before (columns sha256, doc_id, rows: the folder holding their page
+    rows), such as another output's _state/hashes/: a document whose sha256 is there gets copies of those rows instead
+    of being read."""
     text_layer_fallback: bool
     """Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."""
     max_page_aspect: float
@@ -1023,6 +1039,14 @@ class LaunchKeywords(TypedDict, total=False):
     """Temperature added per truncation retry (default: the family's retry temperatures)."""
     retry_quarantined: bool
     """Retry pages an earlier run quarantined because the model server crashed on them."""
+    dedup: bool
+    """Read each distinct document (by the sha256 of its bytes: the manifest's, else computed as it is read) and each
+    distinct page (by its pixels) once: a duplicate's rows are copies of the first reading, duplicate_of naming it, with
+    no model request (docs/dedup.md). Off: every document and page is read."""
+    dedup_index: str | None
+    """A Parquet file or folder of documents read before (columns sha256, doc_id, rows: the folder holding their page
+    rows), such as another output's _state/hashes/: a document whose sha256 is there gets copies of those rows instead
+    of being read."""
     text_layer_fallback: bool
     """Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it reads as English."""
     max_page_aspect: float

@@ -240,6 +240,18 @@ class ExtractOptions(BaseModel):
     retry_quarantined: bool = Field(
         False, description="Retry pages an earlier run quarantined because the model server crashed on them."
     )
+    dedup: bool = Field(
+        True,
+        description="Read each distinct document (by the sha256 of its bytes: the manifest's, else computed as it is "
+        "read) and each distinct page (by its pixels) once: a duplicate's rows are copies of the first reading, "
+        "duplicate_of naming it, with no model request (docs/dedup.md). Off: every document and page is read.",
+    )
+    dedup_index: str | None = Field(
+        None,
+        description="A Parquet file or folder of documents read before (columns sha256, doc_id, rows: the folder "
+        "holding their page rows), such as another output's _state/hashes/: a document whose sha256 is there gets "
+        "copies of those rows instead of being read.",
+    )
     text_layer_fallback: bool = Field(
         True, description="Give PDF pages that fail or are truncated their PDF text layer as fallback_text, if it "
                           "reads as English."

@@ -194,6 +194,11 @@ class PageResult:
     other_reading: OtherReading | None = None
     #: Characters the page seemed to hold when it was rendered (its text layer, else its ink).
     text_estimate: int | None = None
+    #: The document whose reading this row copies, without a model request (None: read here):
+    #: a byte-identical document read first, or the first of pixel-identical pages (docs/dedup.md).
+    duplicate_of: str | None = None
+    #: The page of :attr:`duplicate_of` whose reading this row copies.
+    duplicate_page: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:

@@ -145,7 +145,7 @@ STAGES: dict[str, Stage] = {
             # Its pages come from rows, in their order (no look-ahead).
             excluded=frozenset({"escalate_to", "escalate_endpoint", "escalate_api_key", "escalate_server_args",
                                 "config", "split", "retry_quarantined", "look_ahead", "look_ahead_mb",
-                                "estimate_ahead"}),
+                                "estimate_ahead", "dedup", "dedup_index"}),
             summary="pages of OUT/extract whose reading trips --escalate-on -> read again by --model (OUT/escalate)",
             description="Run the Escalate stage over this shard of OUT/extract: every page whose first reading "
             "trips one of the --escalate-on signals is rendered again and read by --model (a stronger model); "

@@ -124,6 +124,7 @@ class Plan:
         return {
             "pages": self.pages.pages, "documents": self.pages.documents, "pages_by_kind": self.pages.by_kind,
             "pages_estimated": self.pages.estimated, "not_counted": self.pages.uncounted, "model": self.model,
+            "duplicate_documents": self.pages.duplicate_documents, "duplicate_pages": self.pages.duplicate_pages,
             "family": self.family, "num_shards": self.num_shards, "startup_s": self.startup_s,
             "rows": [r.to_dict() for r in self.rows],
         }  # fmt: skip

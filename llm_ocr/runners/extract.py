@@ -17,6 +17,7 @@ from llm_ocr.outcomes import ExitCode
 from llm_ocr.records import PageResult
 from llm_ocr.runners.bad_pages import BadPages, extract_settles, note_kept, note_retried
 from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
+from llm_ocr.runners.dedup import PageReuse, copy_duplicates, dedup_stats, record_readings, shard_readings
 from llm_ocr.runners.groups import GroupWork, groups_finished
 from llm_ocr.runners.inputs import check_inputs, rows_round_robin
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_stage
@@ -140,18 +141,30 @@ class Extract(ShardStage):
                 # Every page's text is estimated as it is rendered (a few ms): its row keeps it, a
                 # run that may read dense pages in tiles decides with it, and the pages waiting
                 # for a slot go longest first by it.
+                # Documents are told apart by their bytes' sha256 (not with work groups: a duplicate's
+                # rows are written after its group's pages, docs/dedup.md).
+                readings = await asyncio.to_thread(shard_readings, shard.out, spec.extract, job.storage_options) \
+                    if spec.extract.dedup and groups is None else None
                 intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options,
                                        estimate_text=True, planned=groups.planned if groups else None,
                                        look_ahead=page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb),
                                        max_aspect=page_aspect(spec.extract),
-                                       estimate_ahead=spec.extract.estimate_ahead, paced=groups is not None)
-                handler = _extract_handler(ctx, bad, route, tally)
-                await work.run(intake, bad.guard(handler, bad.quarantined), ["extract"])
+                                       estimate_ahead=spec.extract.estimate_ahead, paced=groups is not None,
+                                       readings=readings)
+                handler = bad.guard(_extract_handler(ctx, bad, route, tally), bad.quarantined)
+                reuse = PageReuse(handler, work.pool) if spec.extract.dedup else None
+                await work.run(intake, reuse or handler, ["extract"])
+                if readings is not None:  # the duplicates set aside: copied, or read after all
+                    again = await copy_duplicates(work, readings, self.index, ["extract"], job.storage_options)
+                    if again:
+                        await work.run(intake.over(again), reuse or handler, ["extract"])
+                    await asyncio.to_thread(record_readings, shard.out, shard.index, shard.count, readings)
                 layout_s = route.client.busy_seconds if route is not None else None
         kept = self.index.kept_quarantined
         accounting = tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
         result = work.result("extract", kept=kept, extra=accounting)
         result.stats["pages"]["quarantined_earlier"] = kept
+        result.stats["dedup"] = dedup_stats(readings, reuse)
         end = await groups_finished(groups, [result.stats], stopped=shard.stop.is_set())
         result.failed = result.failed or end.failed_elsewhere
         return Finished([result], preset=endpoint.preset, complete=end.complete)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import hashlib
 import logging
 import math
 import os
@@ -31,6 +33,7 @@ from llm_ocr.runners.render_order import OpenDocument, expected_order
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
+from llm_ocr.sources.fingerprint import file_sha256
 from llm_ocr.sources.render import DocumentError, count_pages, render_page_list, render_pages
 from llm_ocr.storage import retry_io
 from llm_ocr.storage.parts import RowSink, ShardIndex
@@ -120,16 +123,43 @@ def _is_local(url: str) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
-def _download(url: str, folder: str, storage_options: dict[str, Any]) -> str:
+def _download(url: str, folder: str, storage_options: dict[str, Any]) -> tuple[str, str]:
+    """A local copy of ``url`` in ``folder``, and its sha256 (computed as it is copied)."""
     target = os.path.join(folder, f"doc-{abs(hash(url)) % 10**12}{os.path.splitext(url)[1][:10]}")
+    digest: list[str] = []
 
     def copy() -> None:
         # store_options: flat keys plus this protocol's entry of --storage-options.
+        sha = hashlib.sha256()
         with fsspec.open(url, "rb", **store_options(url, storage_options)) as src, open(target, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+            while block := src.read(1 << 20):
+                sha.update(block)
+                dst.write(block)
+        digest[:] = [sha.hexdigest()]
 
     retry_io(copy, what=f"reading {url}")  # transient store errors are retried, then stop the run
-    return target
+    return target, digest[0]
+
+
+def _dataset_sha256(ref: DocumentRef) -> str:
+    """The sha256 of a dataset row's page images, each framed by its length."""
+    sha = hashlib.sha256()
+    for image in ref.images:
+        sha.update(len(image).to_bytes(8, "big"))
+        sha.update(image)
+    return sha.hexdigest()
+
+
+class Readings(Protocol):
+    """Which documents were read already, by content hash (:class:`~.dedup.DocumentReadings`)."""
+
+    def duplicate(self, ref: DocumentRef, sha256: str) -> object | None:
+        """Not None when ``ref`` was read already (it is then set aside, not read)."""
+        ...
+
+    def counted(self, sha256: str, num_pages: int) -> None:
+        """The document first read with ``sha256`` has ``num_pages`` pages."""
+        ...
 
 
 @dataclass
@@ -468,8 +498,11 @@ class DocumentPages:
         max_aspect: float = 0.0,
         estimate_ahead: int = 0,
         paced: bool = False,
+        readings: Readings | None = None,
     ) -> None:
         self.documents = documents
+        #: With these, a document whose bytes were read already is set aside, not read (:mod:`.dedup`).
+        self.readings = readings
         #: Pages longer than this many times their width get their segments rendered too (0: none).
         self.max_aspect = max_aspect
         self.index = index
@@ -489,6 +522,13 @@ class DocumentPages:
         #: Told, for each document, which pages will get a row this run (page 0: the document
         #: could not be opened; none: it is done): work groups end when those rows are stored.
         self.planned = planned or (lambda ref, pages: None)
+
+    def over(self, documents: Iterable[DocumentRef]) -> DocumentPages:
+        """This intake over ``documents`` instead, each read whatever its hash (duplicates whose
+        firsts' rows were not all stored: :mod:`.dedup`)."""
+        other = copy.copy(self)
+        other.documents, other.readings = documents, None
+        return other
 
     def _expected(self, rendered: Callable[[PageImage | PageFailure], Expected]) -> Callable[
             [PageImage | PageFailure], Expected]:
@@ -534,16 +574,26 @@ class DocumentPages:
                 continue
             yield ref
 
-    async def _localize(self, ref: DocumentRef, folder: str) -> tuple[DocumentRef, Callable[[], None] | None]:
+    async def _localize(self, ref: DocumentRef, folder: str) -> tuple[DocumentRef, Callable[[], None] | None, str]:
+        """``ref`` made local (a remote file downloaded), what removes the copy, and its sha256
+        when :attr:`readings` asks (from the manifest, else computed as its bytes are read)."""
+        hashed = self.readings is not None and not ref.error
         if ref.kind == "dataset_row" or ref.error or _is_local(ref.location):
-            return ref, None
-        path = await asyncio.to_thread(_download, ref.location, folder, self.storage_options)
+            if not hashed or ref.sha256:
+                return ref, None, ref.sha256
+            if ref.kind == "dataset_row":
+                return ref, None, _dataset_sha256(ref)
+            try:
+                return ref, None, await asyncio.to_thread(file_sha256, ref.location)
+            except OSError:  # a missing file: counting its pages says so, as without hashes
+                return ref, None, ""
+        path, digest = await asyncio.to_thread(_download, ref.location, folder, self.storage_options)
 
         def remove() -> None:
             if os.path.exists(path):
                 os.remove(path)
 
-        return replace(ref, location=path), remove
+        return replace(ref, location=path), remove, ref.sha256 or digest
 
     async def _document(
         self, ref: DocumentRef, flow: PageFlow[DocumentRef, PageImage | PageFailure]
@@ -568,7 +618,13 @@ class DocumentPages:
         counters = flow.counters
         assert counters.pages_found is not None
         try:
-            local, cleanup = await self._localize(ref, flow.scratch)
+            local, cleanup, sha256 = await self._localize(ref, flow.scratch)
+            if sha256 and self.readings is not None and self.readings.duplicate(ref, sha256) is not None:
+                # Read already (here, earlier, or as the index says): its rows are copies, made
+                # once this run's readings are stored; none of its pages is counted or rendered.
+                if cleanup:
+                    cleanup()
+                return None
             if ref.kind == "dataset_row":  # counting is len(images): no need to ship them to a worker
                 num_pages = count_pages(local, self.render)
             else:
@@ -579,6 +635,8 @@ class DocumentPages:
             flow.expect(ref.doc_id, 1)  # which finishes the document
             self.planned(ref, [DOCUMENT_LEVEL_PAGE])
             return Batch(ref, [failure])
+        if sha256 and self.readings is not None:
+            self.readings.counted(sha256, num_pages)
         done = self.index.done_pages.get(ref.doc_id, set())
         todo = [p for p in range(1, num_pages + 1) if p not in done]
         # Counted from the input, not from the rows: the end-of-run line checks the rows against it.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,7 @@ from llm_ocr.records import PageResult
 from llm_ocr.runners.assemble import Assemble, assemble_finished
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, extract_settles, note_kept, note_retried
 from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
+from llm_ocr.runners.dedup import PageReuse, copy_duplicates, dedup_stats, record_readings, shard_readings
 from llm_ocr.runners.describe import (
     Describe,
     describe_context,
@@ -41,7 +42,7 @@ from llm_ocr.runners.fields import Fields, fields_wanted, launched_engine_refusa
 from llm_ocr.runners.groups import GroupWork, groups_finished
 from llm_ocr.runners.inputs import check_inputs, rows_round_robin
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_on, run_stage
-from llm_ocr.runners.page_flow import DocumentPages, UpstreamRows, page_look_ahead
+from llm_ocr.runners.page_flow import DocumentPages, PageRows, UpstreamRows, page_look_ahead
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.serving.open import Endpoint
@@ -106,6 +107,32 @@ class _RunPages:
         result = await describe_page(page, self.describe)
         self.counters.pages[result.tally] += 1
         return page, result
+
+
+def _count_described(counters: RunCounters) -> Callable[[PageRows], None]:
+    """Counts a copied Describe row in Describe's ``counters``, as a page it describes is (the
+    flow counts only Extract's rows)."""
+
+    def count(rows: PageRows) -> None:
+        described = rows[1] if isinstance(rows, tuple) and len(rows) > 1 else None
+        if described is not None and described.duplicate_of is not None:
+            counters.pages[described.tally] += 1
+
+    return count
+
+
+def _copies_described(handler: Callable[[DocumentRef, PageImage | PageFailure, int | None], Awaitable[PageRows]],
+                      counters: RunCounters) -> Callable[[DocumentRef, PageImage | PageFailure, int | None],
+                                                         Awaitable[PageRows]]:
+    """``handler`` with the Describe rows it copies (a page reused) counted in Describe's ``counters``."""
+    count = _count_described(counters)
+
+    async def handle(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None) -> PageRows:
+        rows = await handler(ref, item, num_pages)
+        count(rows)
+        return rows
+
+    return handle
 
 
 class Run(ShardStage):
@@ -215,6 +242,7 @@ class Run(ShardStage):
             caught_up_rows = work.counters["describe"].pages_done
             run_pages: _RunPages | None = None
             layout_s = None
+            dedup: dict[str, Any] = {}
             if not shard.stop.is_set():
                 work.counters["extract"].docs_total = self.docs_total
                 async with open_route(shard, spec, work.pool) as route:
@@ -223,7 +251,13 @@ class Run(ShardStage):
                     bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                     run_pages = _RunPages(ectx, route, self.tally, dctx, self.describe.done_pages,
                                           work.counters["describe"], bad)
-                    handler = bad.guard(run_pages.read, run_pages.quarantined)
+                    guarded = bad.guard(run_pages.read, run_pages.quarantined)
+                    reuse = PageReuse(guarded, work.pool) if spec.extract.dedup else None
+                    handler = _copies_described(reuse or guarded, work.counters["describe"])
+                    # Documents told apart by their sha256 (not with work groups: docs/dedup.md).
+                    readings = await asyncio.to_thread(shard_readings, shard.out, spec.extract,
+                                                       job.storage_options) \
+                        if spec.extract.dedup and self.groups is None else None
                     # Every page's text is estimated as it is rendered (its row keeps it; the pages waiting
                     # for a slot go longest first by it).
                     look_ahead = page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb)
@@ -232,8 +266,17 @@ class Run(ShardStage):
                                           estimate_text=True, look_ahead=look_ahead,
                                           planned=self.groups.planned if self.groups else None,
                                           max_aspect=page_aspect(spec.extract),
-                                          estimate_ahead=spec.extract.estimate_ahead, paced=self.groups is not None)
+                                          estimate_ahead=spec.extract.estimate_ahead, paced=self.groups is not None,
+                                          readings=readings)
                     await work.run(pages, handler, ["extract", "describe"])
+                    if readings is not None:  # the duplicates set aside: copied, or read after all
+                        again = await copy_duplicates(work, readings, self.extract, ["extract", "describe"],
+                                                      job.storage_options,
+                                                      on_copy=_count_described(work.counters["describe"]))
+                        if again:
+                            await work.run(pages.over(again), handler, ["extract", "describe"])
+                        await asyncio.to_thread(record_readings, shard.out, shard.index, shard.count, readings)
+                    dedup = dedup_stats(readings, reuse)
                     layout_s = route.client.busy_seconds if route is not None else None
             if run_pages is not None:
                 self._account_describe(work, caught_up_rows, run_pages.described_earlier)
@@ -241,6 +284,7 @@ class Run(ShardStage):
         accounting = self.tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
         ex = work.result("extract", kept=kept, extra=accounting)
         ex.stats["pages"]["quarantined_earlier"] = kept
+        ex.stats["dedup"] = dedup
         de = describe_result(work, dctx)
         end = await groups_finished(self.groups, [ex.stats, de.stats], stopped=shard.stop.is_set())
         ex.failed = ex.failed or end.failed_elsewhere

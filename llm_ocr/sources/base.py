@@ -34,6 +34,8 @@ class DocumentRef:
     first_page: int = 1
     #: Why this ref names no readable document (a manifest row without a URL): its one error row.
     error: str = ""
+    #: The document's sha256, as a manifest gives it (empty: computed as its bytes are read).
+    sha256: str = ""
 
     def pages_slice(self, first: int, last: int) -> DocumentRef:
         """This dataset row with only the images of pages ``first..last`` (what a worker needs)."""

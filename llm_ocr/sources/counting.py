@@ -54,6 +54,10 @@ class PageCount:
     estimated: bool = False
     #: True when ``pages`` was given, not counted.
     given: bool = False
+    #: Documents (and their pages) whose sha256 is one an earlier document has: not read, not
+    #: in ``pages`` (docs/dedup.md). Known only where a manifest gives the hashes.
+    duplicate_documents: int = 0
+    duplicate_pages: int = 0
 
     def describe(self) -> str:
         """For a plan: ``12,480 pages in 310 documents (pdf 12,000, image 480)``."""
@@ -61,6 +65,9 @@ class PageCount:
             return f"{self.pages:,} pages (given, not counted)"
         kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.by_kind.items()))
         text = f"{self.pages:,} pages in {self.documents:,} documents" + (f" ({kinds})" if kinds else "")
+        if self.duplicate_documents:
+            text += (f", distinct by sha256: {self.duplicate_documents:,} duplicate documents "
+                     f"({self.duplicate_pages:,} pages) not read and not counted")
         if self.estimated:
             text += f", extrapolated from {self.counted:,} documents counted"
         if self.uncounted:
@@ -97,11 +104,38 @@ def count_plan(plan: InputPlan, *, sample: int = DEFAULT_SAMPLE) -> PageCount:
             total.counted += resolved.num_rows
             total.by_kind["dataset"] = total.by_kind.get("dataset", 0) + pages
         elif isinstance(resolved, ManifestPlan):
-            total.uncounted.append(f"{resolved.url}: a manifest ({resolved.num_rows:,} documents), pages not counted")
+            _count_manifest(resolved, total)
         else:
             total.uncounted.append(f"{resolved.url}: a dataset that can only be streamed, not counted from metadata")
     _count_files(files, plan.storage_options, sample, total)
     return total
+
+
+def _count_manifest(manifest: ManifestPlan, total: PageCount) -> None:
+    """A manifest's pages from its ``pages`` column, each sha256 counted once (a document whose
+    hash an earlier row has is read once: docs/dedup.md); rows without ``pages`` are named."""
+    seen: set[str] = set()
+    unknown = 0
+    for row in manifest.all_rows():
+        total.documents += 1
+        if row.sha256 is not None and row.sha256 in seen:
+            total.duplicate_documents += 1
+            total.duplicate_pages += row.pages or 0
+            continue
+        if row.sha256 is not None:
+            seen.add(row.sha256)
+        if row.url is None or row.error is not None:
+            pages = 1  # its one error row
+        elif row.pages is None:
+            unknown += 1
+            continue
+        else:
+            pages = row.pages
+        total.pages += pages
+        total.counted += 1
+        total.by_kind["manifest"] = total.by_kind.get("manifest", 0) + pages
+    if unknown:
+        total.uncounted.append(f"{manifest.url}: {unknown:,} of its documents have no pages column, not counted")
 
 
 def _count_files(files: list[tuple[str, str, str]], so: dict[str, Any], sample: int, total: PageCount) -> None:

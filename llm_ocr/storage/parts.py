@@ -9,6 +9,7 @@ disk that filled up) is detected when a shard starts and removed so its pages ar
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import math
@@ -312,6 +313,15 @@ class PartWriter(SerialWriter):
         path = self.stage.path(part_name(self.shard, self.num_shards, self.seq))
         self.seq += 1
         await self.submit(lambda: self._write(path, rows))
+
+    async def settle(self) -> None:
+        """Store everything taken so far and wait until it is readable (raises if a store failed)."""
+        await self.flush()
+        async with self._turn:
+            await self._wait_pending()
+        if self.failure is not None:
+            raise self.failure
+        await asyncio.to_thread(self.stage.flush)
 
     def _write(self, path: str, rows: list[dict[str, Any]]) -> None:
         self.stage.write_atomic(path, rows_to_bytes(rows, self.schema))

@@ -82,3 +82,16 @@ def test_a_parquet_dataset_is_counted_from_its_footers_one_page_per_image(tmp_pa
     assert images > len(fv.images)
     count = count_input_pages([str(fv.folder)])
     assert (count.pages, count.documents, count.by_kind) == (images, len(fv.images), {"dataset": images})
+
+
+def test_a_manifest_is_counted_from_its_pages_column_each_sha256_once(tmp_path: Path) -> None:
+    same, other = "a" * 64, "b" * 64
+    (tmp_path / "m.jsonl").write_text(
+        f'{{"url": "x.pdf", "pages": 10, "sha256": "{same}"}}\n'
+        f'{{"url": "copy-of-x.pdf", "pages": 10, "sha256": "{same.upper()}"}}\n'  # the same bytes
+        f'{{"url": "y.pdf", "pages": 3, "sha256": "{other}"}}\n'
+        '{"url": "z.pdf"}\n')  # no pages: named
+    count = count_input_pages([str(tmp_path / "m.jsonl")])
+    assert (count.documents, count.pages, count.duplicate_documents, count.duplicate_pages) == (4, 13, 1, 10)
+    assert "1 duplicate documents (10 pages) not read" in count.describe()
+    assert "1 of its documents have no pages column" in count.uncounted[0]

@@ -214,3 +214,22 @@ def test_on_s3_a_bucket_folder_is_listed_once_and_its_manifest_read_by_shards(tm
                 [(0, 0), (0, 2), (0, 4), (1, 1), (1, 3)]]
     expected = [(d, n, u) for n, (d, _, u) in enumerate(expected)]
     assert refs == [*expected, ("../scans/part1/s1.png", 5, "s3://ocr/scans/part1/s1.png")]
+
+
+def test_a_line_manifest_counts_the_rows_before_a_share_as_it_reads_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rows are counted a block at a time (blocks of 7 bytes here, so lines straddle them), and
+    # must agree with the rows read line by line for every share: blank and whitespace lines
+    # are not rows, the last line may lack its newline.
+    import fsspec
+
+    from llm_ocr.sources import manifest as module
+
+    monkeypatch.setattr(module, "LINE_BLOCK", 7)
+    text = b'{"url": "a.pdf"}\n\n   \n{"url": "bb.pdf"}\r\n{"url": "c.pdf"}\n \t\n{"url": "d.pdf"}'
+    (tmp_path / "m.jsonl").write_bytes(text)
+    table = module.line_table(fsspec.filesystem("file"), str(tmp_path / "m.jsonl"), len(text), "jsonl")
+    assert table.num_rows == 4
+    for lo in range(len(text) + 1):
+        for hi in range(lo, len(text) + 2):
+            assert table._count(lo, hi) == len(list(table._lines(lo, hi))), (lo, hi)

@@ -1,0 +1,156 @@
+"""Each distinct document and each distinct page read once (docs/dedup.md), counted in the
+simulator's requests: a byte-identical copy of a document, and pages whose images are pixel for
+pixel alike (blank pages), cost no request, yet every document has all its rows, each copy
+naming what it copies; a rerun on an overlapping collection reads only what is new."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from reportlab.pdfgen import canvas
+
+import llm_ocr
+from llm_ocr.testing import SimulatedServer
+from tests.conftest import read_stage
+from tests.stages.common import DESCRIBE_PROMPT, bodies, prompt_of
+
+FAST = {"workers": 0, "progress": "off"}
+
+
+def pdf(path: Path, pages: list[str]) -> None:
+    """A PDF whose pages say ``pages`` (an empty string: a blank page)."""
+    sheet = canvas.Canvas(str(path), pagesize=(300, 400), invariant=1)
+    for text in pages:
+        if text:
+            sheet.setFont("Helvetica", 18)
+            sheet.drawString(30, 330, text)
+        sheet.showPage()
+    sheet.save()
+
+
+@pytest.fixture(scope="module")
+def server() -> SimulatedServer:
+    with SimulatedServer("--instant") as sim:
+        yield sim
+
+
+def rows_by_page(out: Path) -> dict[tuple[str, int], dict]:
+    return {(r["doc_id"], r["page"]): r for r in read_stage(out, "extract")}
+
+
+def test_duplicate_documents_and_pages_are_read_once_and_a_rerun_reads_only_what_is_new(
+        server: SimulatedServer, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha report", "", ""])  # two blank pages
+    pdf(docs / "b.pdf", ["Beta memo", ""])  # a third blank page
+    shutil.copy(docs / "a.pdf", docs / "c.pdf")  # the same bytes under another name
+    out = tmp_path / "out"
+
+    sent = len(server.requests())
+    result = llm_ocr.extract([docs], out, endpoint=server.base_url, **FAST)
+    # Distinct pages: Alpha, Beta and the blank page.
+    assert len(server.requests()) - sent == 3
+    assert result.exit_code == 0 and result.pages["ok"] == 8
+    rows = rows_by_page(out)
+    assert sorted(rows) == [("a.pdf", 1), ("a.pdf", 2), ("a.pdf", 3), ("b.pdf", 1), ("b.pdf", 2),
+                            ("c.pdf", 1), ("c.pdf", 2), ("c.pdf", 3)]
+    # Documents are read ahead: either of the two copies may be the one read.
+    first, copy = ("a.pdf", "c.pdf") if rows[("c.pdf", 1)]["duplicate_of"] else ("c.pdf", "a.pdf")
+    read = sorted(k for k, r in rows.items() if r["duplicate_of"] is None)
+    blanks = [(first, 2), (first, 3), ("b.pdf", 2)]
+    (blank,) = set(read) & set(blanks)  # which blank page goes first is the flow's order too
+    assert read == sorted([(first, 1), ("b.pdf", 1), blank])
+    for page in (1, 2, 3):  # the copy: the first's rows, page for page
+        copied, original = rows[(copy, page)], rows[(first, page)]
+        assert (copied["duplicate_of"], copied["duplicate_page"]) == (first, page)
+        assert copied["markdown"] == original["markdown"] and copied["num_pages"] == 3
+        assert copied["completion_tokens"] is None  # no request of its own
+    for other in set(blanks) - {blank}:  # the other blank pages: the first blank page's reading
+        assert (rows[other]["duplicate_of"], rows[other]["duplicate_page"]) == blank
+        assert rows[other]["markdown"] == rows[blank]["markdown"]
+    assert rows[(first, 1)]["markdown"] != rows[blank]["markdown"]
+
+    # The same OUT again, its run not finished (no completion marker) and the folder grown: a.pdf
+    # under a third name, and a new document. Only the new one's page is read: OUT's hash
+    # records say where a.pdf's reading is.
+    for marker in (out / "_state" / "extract").glob("done-*.json"):
+        marker.unlink()
+    shutil.copy(docs / "a.pdf", docs / "f.pdf")
+    pdf(docs / "g.pdf", ["Delta note"])
+    sent = len(server.requests())
+    assert llm_ocr.extract([docs], out, endpoint=server.base_url, **FAST).exit_code == 0
+    assert len(server.requests()) - sent == 1
+    grown = rows_by_page(out)
+    assert [grown[("f.pdf", p)]["duplicate_of"] for p in (1, 2, 3)] == [first] * 3
+    assert grown[("g.pdf", 1)]["duplicate_of"] is None and len(grown) == 12
+
+    # A later run on an overlapping collection (a finished OUT takes no new INPUT, so into a new
+    # one, naming what the first read): a.pdf again under a new name, and one new document. Only
+    # the new one's page is read; the copy's rows are read from the first OUT.
+    second = tmp_path / "second"
+    second.mkdir()
+    shutil.copy(docs / "a.pdf", second / "d.pdf")
+    pdf(second / "e.pdf", ["Gamma letter"])
+    sent = len(server.requests())
+    again = llm_ocr.extract([second], tmp_path / "out2", endpoint=server.base_url,
+                            dedup_index=str(out / "_state" / "hashes"), **FAST)
+    assert again.exit_code == 0 and again.pages["ok"] == 4
+    assert len(server.requests()) - sent == 1
+    later = rows_by_page(tmp_path / "out2")
+    assert [later[("d.pdf", p)]["duplicate_of"] for p in (1, 2, 3)] == [first] * 3
+    assert [later[("d.pdf", p)]["markdown"] for p in (1, 2, 3)] == [rows[(first, p)]["markdown"] for p in (1, 2, 3)]
+    assert later[("e.pdf", 1)]["duplicate_of"] is None
+
+
+def test_with_dedup_off_every_page_is_read(server: SimulatedServer, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha", ""])
+    shutil.copy(docs / "a.pdf", docs / "c.pdf")
+    sent = len(server.requests())
+    llm_ocr.extract([docs], tmp_path / "out", endpoint=server.base_url, dedup=False, **FAST)
+    assert len(server.requests()) - sent == 4
+
+
+def test_run_copies_both_stages_rows(server: SimulatedServer, tmp_path: Path) -> None:
+    # llm-ocr run writes Extract and Describe rows: a copied document gets both, and assembles.
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha", "", ""])
+    shutil.copy(docs / "a.pdf", docs / "c.pdf")
+    sent = len(server.requests())
+    result = llm_ocr.run(docs, tmp_path / "out", endpoint=server.base_url, **FAST)
+    prompts = [prompt_of(b) for b in bodies(server)[sent:]]
+    described = {(r["doc_id"], r["page"]): r for r in read_stage(tmp_path / "out", "describe")}
+    figures = sum(len(r["figures"]) for r in described.values() if not r["duplicate_of"])  # the simulator's
+    assert prompts.count(DESCRIBE_PROMPT) == figures and len(prompts) - figures == 2  # Alpha, and the blank page
+    assert result.exit_code == 0 and result.documents["ok"] == 2
+    assert sorted(described) == [(d, p) for d in ("a.pdf", "c.pdf") for p in (1, 2, 3)]
+    # Documents are read ahead, so either may be the one read.
+    first, copy = ("a.pdf", "c.pdf") if described[("c.pdf", 1)]["duplicate_of"] else ("c.pdf", "a.pdf")
+    assert [(described[(copy, p)]["duplicate_of"], described[(copy, p)]["duplicate_page"]) for p in (1, 2, 3)] \
+        == [(first, 1), (first, 2), (first, 3)]
+    assert sorted(described[(first, p)]["duplicate_page"] or 0 for p in (2, 3)) in ([0, 2], [0, 3])  # a blank copied
+    assert described[(copy, 1)]["figures"] == described[(first, 1)]["figures"]
+
+
+def test_a_manifest_s_sha256_decides_without_hashing(server: SimulatedServer, tmp_path: Path) -> None:
+    # The manifest's hashes are taken as given: two different files said to be the same bytes
+    # are read once (which is why a wrong hash is the user's to avoid), and a hash that is not
+    # one is the row's error.
+    pdf(tmp_path / "a.pdf", ["Alpha"])
+    pdf(tmp_path / "b.pdf", ["Beta"])
+    digest = "ab" * 32
+    (tmp_path / "m.jsonl").write_text(f'{{"url": "a.pdf", "sha256": "{digest}"}}\n'
+                                      f'{{"url": "b.pdf", "sha256": "{digest.upper()}"}}\n'
+                                      '{"url": "a.pdf", "id": "bad", "sha256": "xyz"}\n')
+    sent = len(server.requests())
+    llm_ocr.extract([tmp_path / "m.jsonl"], tmp_path / "out", endpoint=server.base_url, **FAST)
+    assert len(server.requests()) - sent == 1
+    rows = rows_by_page(tmp_path / "out")
+    read, copy = ("a.pdf", "b.pdf") if rows[("b.pdf", 1)]["duplicate_of"] else ("b.pdf", "a.pdf")
+    assert rows[(copy, 1)]["duplicate_of"] == read and rows[(copy, 1)]["markdown"] == rows[(read, 1)]["markdown"]
+    assert rows[("bad", 0)]["error"] == "manifest row 2: sha256 'xyz' is not 64 hex digits"
