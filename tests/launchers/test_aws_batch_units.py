@@ -111,7 +111,6 @@ def test_an_active_revision_is_reused_only_when_every_field_sent_is_the_same() -
 @pytest.mark.parametrize("token", ["", "session-token-value"])
 def test_the_containers_s3_signature_is_botocores(token: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import botocore.auth
-
     from botocore.auth import S3SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
