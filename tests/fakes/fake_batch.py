@@ -93,12 +93,13 @@ class FakeJob:
 class FakeBatch(FakeHTTPServer):
     """See the module docstring. ``queues``: job queue name -> state (``ENABLED``/``DISABLED``);
     ``job_env``: variables of every child's "container"; ``child_env``: array index -> variables of
-    that child only (e.g. a slower GPU); ``images``: image -> extra variables."""
+    that child only (e.g. a slower GPU); ``images``: image -> extra variables; ``grace_s``: SIGTERM
+    to SIGKILL on a timeout or a termination (30 s: "Job timeouts" in the user guide)."""
 
     def __init__(self, moto_url: str, *, workdir: Path | None = None, region: str = "us-east-1",
                  queues: dict[str, str] | None = None, job_env: dict[str, str] | None = None,
                  images: dict[str, dict[str, str]] | None = None, child_env: dict[int, dict[str, str]] | None = None,
-                 grace_s: float = 10.0) -> None:
+                 grace_s: float = 30.0) -> None:
         self.moto_url = moto_url
         self.region = region
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fake-batch-"))
