@@ -428,19 +428,34 @@ class FakeBatch(FakeHTTPServer):
         return str(_client("ssm", self.moto_url, self.region).get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"])
 
     def _pump(self, child: Child, logs: Any, stream: str) -> int:
-        """Copy an attempt's output to its CloudWatch stream (batched); its exit code."""
+        """Copy an attempt's output to its CloudWatch stream, a batch at least every 0.3 s (a line
+        then silence still arrives, as the awslogs driver sends it); its exit code."""
         assert child.process is not None and child.process.stdout is not None
         pending: list[dict[str, Any]] = []
-        last = time.monotonic()
+        lock = threading.Lock()
+        done = threading.Event()
+
+        def flush() -> None:
+            with lock:
+                batch = pending[:]
+                pending.clear()
+                if batch:  # under the lock: batches arrive in order
+                    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=batch)
+
+        def flusher() -> None:
+            while not done.wait(0.3):
+                flush()
+
+        thread = threading.Thread(target=flusher, daemon=True)
+        thread.start()
         for raw in child.process.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             child.lines.append(line)
-            pending.append({"timestamp": _now(), "message": line})
-            if len(pending) >= 50 or time.monotonic() - last > 0.3:
-                logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=pending)
-                pending, last = [], time.monotonic()
-        if pending:
-            logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=pending)
+            with lock:
+                pending.append({"timestamp": _now(), "message": line})
+        done.set()
+        thread.join()
+        flush()
         return child.process.wait()
 
 

@@ -154,3 +154,40 @@ def test_the_fake_refuses_what_batch_refuses(operation: str, body: dict[str, Any
         with pytest.raises(client.exceptions.ClientException, match=message):
             getattr(client, operation)(**body)
         assert fake.requests == []
+
+
+def test_children_are_followed_logged_and_terminated_through_the_adapter(tmp_path: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against the fake Batch (children that print and wait) and moto's CloudWatch: each shard's
+    state is its own child's, its log is its child's stream, and a cancel ends both children."""
+    from llm_ocr.launchers.aws_batch.adapter import AwsBatch
+    from llm_ocr.launchers.core.spec import PlannedJob
+    from tests.storage_servers import AWS_TEST_ENV, MotoS3
+    from tests.waiting import wait_until
+
+    moto = MotoS3()
+    try:
+        with FakeBatch(moto.url, workdir=tmp_path, grace_s=5) as fake:
+            for key, value in {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto.url, "AWS_ENDPOINT_URL_BATCH": fake.url}.items():
+                monkeypatch.setenv(key, value)
+            child = "import os, time; print('child', os.environ['AWS_BATCH_JOB_ARRAY_INDEX'], flush=True); time.sleep(3600)"
+            spec = ShardSpec(0, 5, "n", IMAGE, ["python3", "-c", child], {}, {}, "g6.xlarge", 600, 1,
+                             {"llm-ocr-launch": "x"})
+            adapter = AwsBatch(region="us-east-1", job_queue="llm-ocr-gpu")
+            definition = req.definition_body(spec, req.HARDWARE["g6.xlarge"], stage="run", job_role=ROLE,
+                                             execution_role=None, secret_refs={}, region="us-east-1")
+            submission_body = req.submit_body(spec, [1, 4], stage="run", job_queue="llm-ocr-gpu")  # a relaunch
+            planned = [PlannedJob([1, 4], {"registerJobDefinition": definition, "submitJob": submission_body}, [])]
+            (submission,) = adapter.submit(planned, None)  # type: ignore[arg-type]
+            job = {"job_id": submission.job_id, "shards": [1, 4]}
+            wait_until(lambda: all(c.lines for c in fake.jobs[submission.job_id].children), "both children print")
+            state = adapter.states([job])[submission.job_id]
+            assert [adapter.shard_phase(state, s).phase for s in (1, 4)] == ["running", "running"]
+            assert adapter.shard_phase(state, 4).job_id == f"{submission.job_id}:1"
+            wait_until(lambda: "child 1" in "\n".join(adapter.logs(job, 4)), "shard 4's line in CloudWatch")
+            assert adapter.cancel([job]) == [submission.job_id]
+            fake.wait_all(timeout=120)
+            state = adapter.states([job])[submission.job_id]
+            assert [adapter.shard_phase(state, s).phase for s in (1, 4)] == ["cancelled", "cancelled"]
+    finally:
+        moto.stop()

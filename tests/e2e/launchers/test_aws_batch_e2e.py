@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.fake_batch import SPOT_REASON, FakeBatch
-from tests.launchers.common import expected_pages, llm_ocr, wait_until
+from tests.launchers.common import expected_pages, llm_ocr_batch, wait_until
 from tests.storage_servers import AWS_TEST_ENV, MotoS3
 
 pytestmark = pytest.mark.timeout(600)
@@ -69,44 +69,43 @@ def rows(moto: MotoS3, stage: str) -> list[dict[str, Any]]:
     return found
 
 
-def test_an_array_of_three_survives_a_spot_reclamation_and_makes_every_page_once(
+def test_an_array_of_two_survives_a_spot_reclamation_and_makes_every_page_once(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     corpus = tmp_path_factory.mktemp("batch") / "docs"
-    make_corpus(corpus, documents=6, pages=2)
+    make_corpus(corpus, documents=4, pages=2)
     # Child 1 serves slowly, so it is reclaimed mid-shard (some parts stored, no marker yet);
     # static shards and one row per part, so its retry has parts to resume from.
     slow = {1: {"FAKE_VLLM_SIM_ARGS": f"--corpus {corpus} --prefill-ms 1500 --slots 1"}}
-    args = ["launch", "aws-batch", INPUT, "--output", OUTPUT, "--num-shards", "3", "--job-queue", "llm-ocr-gpu",
+    args = ["launch", "aws-batch", INPUT, "--output", OUTPUT, "--num-shards", "2", "--job-queue", "llm-ocr-gpu",
             "--instance-type", "g6.xlarge", "--job-role", ROLE, "--workers", "0", "--part-rows", "1",
             "--progress-interval", "0.3", "--no-steal"]
     with batch_world(tmp_path / "jobs", corpus, child_env=slow) as (moto, fake):
         env = launcher_env(moto, fake, tmp_path)
-        dry = llm_ocr(*args, "--dry-run", env=env)
-        assert dry.returncode == 0, dry.stderr
-        plan = json.loads(dry.stdout)
-        assert not fake.sent("RegisterJobDefinition") and not fake.sent("SubmitJob")
-
-        first = llm_ocr(*args, env=env)
-        assert first.returncode == 0, first.stderr
+        # The command lines run in one interpreter per batch (imports paid once), as the CLI does.
+        dry, first = llm_ocr_batch([(args + ["--dry-run"], {}), (args, {})], env=env)
+        assert dry["code"] == 0 and first["code"] == 0, dry["stderr"] + first["stderr"]
+        plan = json.loads(dry["stdout"])
         (job_id,) = fake.jobs
-        wait_until(lambda: any("part-00001-of-00003" in k for k in moto.list("ocr", "2024/extract/")),
+        wait_until(lambda: any("part-00001-of-00002" in k for k in moto.list("ocr", "2024/extract/")),
                    timeout=300, period=0.1)
-        assert not [k for k in moto.list("ocr", "2024/_state/") if "done-00001-of-00003" in k], "shard 1 ended first"
+        assert not [k for k in moto.list("ocr", "2024/_state/") if "done-00001-of-00002" in k], "shard 1 ended first"
         fake.reclaim(job_id, 1)
 
-        done = llm_ocr("jobs", "wait", OUTPUT, "--interval", "0.5", env=env, timeout=400)
-        assert done.returncode == 0, done.stdout + done.stderr
+        done, logs, again = llm_ocr_batch([(["jobs", "wait", OUTPUT, "--interval", "0.5"], {}),
+                                           (["jobs", "logs", OUTPUT, "--shard", "1"], {}), (args, {})],
+                                          env=env, timeout=400)
+        assert done["code"] == 0, done["stdout"] + done["stderr"]
 
-        # ONE array job of three children; the reclaimed child retried by Batch, not by a relaunch.
+        # ONE array job of two children; the reclaimed child retried by Batch, not by a relaunch.
         (definition,) = fake.sent("RegisterJobDefinition")
         (sent,) = fake.sent("SubmitJob")
-        assert sent["arrayProperties"] == {"size": 3} and sent["jobDefinition"] == "llm-ocr-run:1"
+        assert sent["arrayProperties"] == {"size": 2} and sent["jobDefinition"] == "llm-ocr-run:1"
         assert {"type": "GPU", "value": "1"} in definition["containerProperties"]["resourceRequirements"]
         child = fake.jobs[job_id].children[1]
         assert [a["statusReason"] for a in child.attempts] == [SPOT_REASON, "Essential container in task exited"]
         assert "exitCode" not in child.attempts[0]["container"] and child.attempts[1]["container"]["exitCode"] == 0
-        assert [c.status for c in fake.jobs[job_id].children] == ["SUCCEEDED"] * 3
+        assert [c.status for c in fake.jobs[job_id].children] == ["SUCCEEDED"] * 2
         # The dry run showed the bodies the launch then sent (but for the launch id and the revision).
         (shown,) = plan["requests"]
         real_id = sent["tags"]["llm-ocr-launch"]
@@ -119,14 +118,12 @@ def test_an_array_of_three_survives_a_spot_reclamation_and_makes_every_page_once
             assert sorted((r["doc_id"], r["page"]) for r in found) == expected_pages(corpus), stage
         assert sorted(d["doc_id"] for d in rows(moto, "assemble")) == sorted(p.name for p in corpus.glob("*.pdf"))
 
-        # Shard 2's log from CloudWatch; a relaunch has nothing to do and registers nothing new.
-        logs = llm_ocr("jobs", "logs", OUTPUT, "--shard", "2", env=env)
-        assert logs.returncode == 0, logs.stderr
-        assert "[extract shard 3/3] pages seen" in logs.stdout and "[extract shard 2/3]" not in logs.stdout
-        again = llm_ocr(*args, env=env)
-        assert again.returncode == 0 and "nothing to launch" in again.stdout, again.stderr
+        # Shard 1's log from CloudWatch (its retry's stream); a relaunch submits and registers nothing.
+        assert logs["code"] == 0, logs["stderr"]
+        assert "[extract shard 2/2] pages seen" in logs["stdout"] and "[extract shard 1/2]" not in logs["stdout"]
+        assert again["code"] == 0 and "nothing to launch" in again["stdout"], again["stderr"]
         assert len(fake.sent("SubmitJob")) == 1 and len(moto.list("ocr", "2024/_state/code/wheels/")) == 1
 
-        places = {"launcher": dry.stdout + dry.stderr + first.stdout + first.stderr + done.stdout + again.stdout,
-                  "requests": json.dumps(fake.requests), "children": fake.log_text(), "logs": logs.stdout}
+        places = {"launcher": json.dumps([dry, first, done, again]), "requests": json.dumps(fake.requests),
+                  "children": fake.log_text(), "logs": logs["stdout"]}
         assert not [where for where, text in places.items() if PLANTED in text]
