@@ -29,7 +29,15 @@ def _dry_run(**options: Any) -> dict[str, Any]:
     return llm_ocr.launch("aws-batch", "s3://scans/2024", **given).plan.to_json()
 
 
-def test_the_dry_run_is_one_array_job_whose_requests_fit_botocores_model_and_batchs_limits() -> None:
+def test_the_dry_run_is_one_array_job_whose_requests_fit_botocores_model_and_batchs_limits(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+
+    def no_call(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("--dry-run --offline made an AWS client")
+
+    monkeypatch.setattr(boto3.session.Session, "client", no_call)
     plan = _dry_run(instance_type="g6.xlarge", aws_secret=[f"HF_TOKEN={SECRET}"], execution_role=EXEC_ROLE,
                     env={"LLM_OCR_NOTE": "x"})
     (bodies,) = plan["requests"]
@@ -189,5 +197,7 @@ def test_children_are_followed_logged_and_terminated_through_the_adapter(tmp_pat
             fake.wait_all(timeout=120)
             state = adapter.states([job])[submission.job_id]
             assert [adapter.shard_phase(state, s).phase for s in (1, 4)] == ["cancelled", "cancelled"]
+            # Following an ended child's log returns its lines, then ends.
+            assert list(adapter.logs(job, 1, follow=True)) == ["child 0"]
     finally:
         moto.stop()
