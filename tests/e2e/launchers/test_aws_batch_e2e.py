@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pyarrow.parquet as pq
 import pytest
 
@@ -33,6 +34,9 @@ ROLE = "arn:aws:iam::123456789012:role/llm-ocr-batch-job"
 INPUT, OUTPUT = "s3://scans/2024", "s3://ocr/2024"
 #: The launching machine's AWS secret key, planted to be searched for: it must appear nowhere.
 PLANTED = "PLANTEDbatchSecret7c1d2e3f4a5b6c7d8e9f0a1b2c"
+#: A secret the children get by reference (Secrets Manager in moto): its value must appear nowhere either.
+TOKEN = "hf_PLANTEDbatchToken0a1b2c3d4e5f6a7b8c9d0e1f"
+EXEC_ROLE = "arn:aws:iam::123456789012:role/llm-ocr-batch-exec"
 
 
 @contextmanager
@@ -82,6 +86,10 @@ def test_an_array_of_two_survives_a_spot_reclamation_and_makes_every_page_once(
             "--progress-interval", "0.3", "--no-steal"]
     with batch_world(tmp_path / "jobs", corpus, child_env=slow) as (moto, fake):
         env = launcher_env(moto, fake, tmp_path)
+        secrets = boto3.client("secretsmanager", endpoint_url=moto.url, region_name=REGION,
+                               aws_access_key_id="admin", aws_secret_access_key="admin")
+        arn = secrets.create_secret(Name="llm-ocr/hf-token", SecretString=TOKEN)["ARN"]
+        args += ["--aws-secret", f"HF_TOKEN={arn}", "--execution-role", EXEC_ROLE]
         # The command lines run in one interpreter per batch (imports paid once), as the CLI does.
         dry, first = llm_ocr_batch([(args + ["--dry-run"], {}), (args, {})], env=env)
         assert dry["code"] == 0 and first["code"] == 0, dry["stderr"] + first["stderr"]
@@ -102,6 +110,8 @@ def test_an_array_of_two_survives_a_spot_reclamation_and_makes_every_page_once(
         (sent,) = fake.sent("SubmitJob")
         assert sent["arrayProperties"] == {"size": 2} and sent["jobDefinition"] == "llm-ocr-run:1"
         assert {"type": "GPU", "value": "1"} in definition["containerProperties"]["resourceRequirements"]
+        # The secret by reference; the fake resolved it for every child (a failed lookup fails the child).
+        assert definition["containerProperties"]["secrets"] == [{"name": "HF_TOKEN", "valueFrom": arn}]
         child = fake.jobs[job_id].children[1]
         assert [a["statusReason"] for a in child.attempts] == [SPOT_REASON, "Essential container in task exited"]
         assert "exitCode" not in child.attempts[0]["container"] and child.attempts[1]["container"]["exitCode"] == 0
@@ -126,4 +136,4 @@ def test_an_array_of_two_survives_a_spot_reclamation_and_makes_every_page_once(
 
         places = {"launcher": json.dumps([dry, first, done, again]), "requests": json.dumps(fake.requests),
                   "children": fake.log_text(), "logs": logs["stdout"]}
-        assert not [where for where, text in places.items() if PLANTED in text]
+        assert not [where for where, text in places.items() if PLANTED in text or TOKEN in text]
