@@ -52,6 +52,8 @@ def test_the_dry_run_is_one_array_job_whose_requests_fit_botocores_model_and_bat
     assert container["secrets"] == [{"name": "HF_TOKEN", "valueFrom": SECRET}]
     names = {e["name"] for e in container["environment"]}
     assert "HF_TOKEN" not in names and "LLM_OCR_LAUNCH_ID" not in names and "LLM_OCR_NOTE" in names
+    # llm-ocr saves its in-flight pages before Batch's SIGKILL, 30 s after its SIGTERM.
+    assert int({e["name"]: e["value"] for e in container["environment"]}["LLM_OCR_GRACE_PERIOD"]) < 30
     assert submission["arrayProperties"] == {"size": 3}
     assert {"name": "LLM_OCR_TASK_SHARDS", "value": "3:0-2"} in submission["containerOverrides"]["environment"]
     # Retried on a lost host (first match wins), never on the shard's own exit.

@@ -60,6 +60,10 @@ _PHASES: dict[str, Phase] = {
     "RUNNING": "running", "SUCCEEDED": "succeeded", "FAILED": "failed",
 }
 _LOG_POLL_S = 2.0
+#: Batch stops a container with SIGTERM, then SIGKILL 30 s later (on a timeout: "Job timeouts" in the
+#: user guide; a termination goes through the same ECS stop): llm-ocr's own grace (30 s by default)
+#: ends well inside that, so the in-flight pages' part is written before the kill.
+GRACE_PERIOD_S = 15
 
 
 class AwsBatchOptions(PlatformOptions):
@@ -183,7 +187,7 @@ class AwsBatch:
                                    "offline": request.offline}
         secret_names = dict.fromkeys(self.secret_refs, "")
         hardware = instance.hardware(price)
-        env = {"AWS_DEFAULT_REGION": region}
+        env = {"AWS_DEFAULT_REGION": region, "LLM_OCR_GRACE_PERIOD": str(GRACE_PERIOD_S)}
         if request.image:
             return Target(hardware, request.image, [], secret_names, info, private, notes, env=env)
         if not self.given.job_role:
