@@ -7,7 +7,7 @@ One room per concern (``tests/test_layers.py`` checks what imports what):
   the launch's options and job specs, planning, submitting, following, the launch record, the
   status table, timeouts, images, the shipped wheel, the dry run's estimate (:mod:`.core`);
 - one room per platform: ``hf_jobs/``, ``sagemaker/``, ``cloud_run/``, ``slurm/``, ``k8s/``,
-  ``ray/``, each its adapter (``adapter.py``) and what only that platform needs: its request body,
+  ``ray/``, ``aws_batch/``, each its adapter (``adapter.py``) and what only that platform needs: its request body,
   batch script, manifest or driver, and how it reads its jobs' states. An adapter turns shard specs
   into its API's request bodies, submits them, and reports job states, logs and cancellation; it
   decides how shards map to jobs (one job per shard on Hugging Face Jobs, one job for all shards
@@ -34,6 +34,7 @@ PLATFORMS: dict[str, str] = {
     "slurm": "llm_ocr.launchers.slurm.adapter:Slurm",
     "k8s": "llm_ocr.launchers.k8s.adapter:Kubernetes",
     "ray": "llm_ocr.launchers.ray.adapter:Ray",
+    "aws-batch": "llm_ocr.launchers.aws_batch.adapter:AwsBatch",
 }
 
 

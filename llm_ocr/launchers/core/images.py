@@ -27,6 +27,7 @@ PLATFORM_DRIVERS: dict[str, Driver | None] = {
     "sagemaker": None,
     "slurm": None,
     "k8s": None,
+    "aws-batch": None,
 }
 #: The platforms in the order ``llm-ocr models`` lists them.
 PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "slurm", "k8s")
