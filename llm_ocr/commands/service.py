@@ -43,7 +43,8 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
                             "again after this (default: 30)")
     group.add_argument("--poll", type=float, default=1.0, metavar="S",
                        help="seconds between looks at an empty queue (default: 1)")
-    group.add_argument("--concurrency", type=int, default=1, metavar="N", help="documents read at once (default: 1)")
+    group.add_argument("--concurrency", type=int, default=4, metavar="N",
+                       help="documents read at once, sharing the worker's endpoint (default: 4)")
     group.add_argument("--max-deliveries", type=int, default=3, metavar="N",
                        help="workers lost on one document before it is failed (default: 3)")
     group.add_argument("--max-in-flight", type=int, default=None, metavar="N",
