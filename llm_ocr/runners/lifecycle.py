@@ -328,6 +328,7 @@ class PageWork:
         self.limit, self.controller = in_flight_for_endpoint(job, endpoint, adapt=adapt)
         #: A pool the caller keeps open across runs (the service's worker) is used, not closed.
         self._own_pool = pool is None
+        self.pool: WorkerPool | None
         if render and pool is not None:
             self.workers, self.pool = pool.workers, pool
         else:
