@@ -29,6 +29,9 @@ def _state_options(parser: argparse.ArgumentParser) -> None:
                         help="documents and results: a folder or any store URL (s3://, gs://, hf://...; "
                              "default: --data)")
     parser.add_argument("--storage-options", default=None, metavar="JSON", help="fsspec storage options of --store")
+    parser.add_argument("--callback-secret-file", default=None, metavar="FILE",
+                        help="file whose first line signs documents' callbacks (HMAC-SHA256; else "
+                             "LLM_OCR_SERVICE_CALLBACK_SECRET; none: unsigned)")
 
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     limits.add_argument("--retry-after", type=int, default=5, help="seconds a 429 asks a client to wait (default: 5)")
     limits.add_argument("--allow-local-urls", action="store_true",
                         help='accept {"url": ...} naming a file on this machine (refused by default)')
+    service.add_argument("--schemas", default=None, metavar="DIR",
+                         help="folder of Fields schemas (NAME.json) a submission may name with schema=NAME")
     service.add_argument("--no-worker", action="store_true", help="the gateway alone (run llm-ocr worker elsewhere)")
     _worker_options(service)
     service.set_defaults(handler=run_service_command)
@@ -93,7 +98,7 @@ def _missing() -> list[str]:
 
 
 def _config(args: argparse.Namespace, *, gateway: bool) -> object:
-    from llm_ocr.service.config import Limits, ServiceConfig, database_of, read_token
+    from llm_ocr.service.config import Limits, ServiceConfig, database_of, read_callback_secret, read_token
     from llm_ocr.service.worker import WorkerSettings
 
     run_options = {"max_in_flight": args.max_in_flight} if args.max_in_flight else {}
@@ -103,7 +108,9 @@ def _config(args: argparse.Namespace, *, gateway: bool) -> object:
     config = ServiceConfig(data=args.data, store=args.store, database_url=database_of(args.database),
                            storage_options=json.loads(args.storage_options) if args.storage_options else {},
                            worker=settings)
+    config.callbacks.secret = read_callback_secret(args.callback_secret_file)
     if gateway:
+        config.schemas = args.schemas
         config.host, config.port = args.host, args.port
         config.token = read_token(args.token_file)
         config.limits = Limits(max_upload=int(args.max_upload_mb * 1024 * 1024), max_pages=args.max_pages,

@@ -38,12 +38,16 @@ from llm_ocr.outcomes import ExitCode
 from llm_ocr.runners.run import Reuse, run_shard
 from llm_ocr.runners.shard import ShardOutcome, run_guarded
 from llm_ocr.runners.workers import WorkerPool
-from llm_ocr.service.queue import Document, DocumentQueue, QueueUnavailable
+from llm_ocr.service.callback import CallbackSettings, deliver
+from llm_ocr.service.queue import FINAL, Document, DocumentQueue, QueueUnavailable, summary
 from llm_ocr.service.spool import Spool
 from llm_ocr.serving.open import Endpoint, EndpointError, open_endpoint
 from llm_ocr.storage.stores import scrub
 
 log = logging.getLogger("llm_ocr.service")
+
+#: A submission's options that are the service's, not ``llm_ocr.run``'s keywords.
+SERVICE_OPTIONS = frozenset({"schema", "callback"})
 
 
 @dataclass
@@ -78,8 +82,13 @@ def worker_name() -> str:
 class Worker:
     """Reads documents from ``queue`` into ``spool`` until stopped."""
 
-    def __init__(self, queue: DocumentQueue, spool: Spool, settings: WorkerSettings, name: str | None = None) -> None:
+    def __init__(self, queue: DocumentQueue, spool: Spool, settings: WorkerSettings, name: str | None = None,
+                 callbacks: CallbackSettings | None = None) -> None:
         self.queue = queue
+        self.callbacks = callbacks or CallbackSettings()
+        #: Callbacks under way: made in the background (a receiver that is down does not hold a
+        #: document's place), waited for when the worker stops.
+        self._calls: set[asyncio.Task[bool]] = set()
         self.spool = spool
         self.settings = settings
         self.name = name or worker_name()
@@ -102,7 +111,10 @@ class Worker:
             self.reuse = Reuse(endpoint, pool)
             self.endpoint_url = self.settings.endpoint or (endpoint.client.base_url if endpoint is not None else None)
             log.info("worker %s reading documents with %s", self.name, self.endpoint_url)
-            await asyncio.gather(*(self._loop(stop) for _ in range(self.settings.concurrency)))
+            try:
+                await asyncio.gather(*(self._loop(stop) for _ in range(self.settings.concurrency)))
+            finally:
+                await self._calls_done()
 
     @contextlib.asynccontextmanager
     async def _endpoint(self) -> AsyncIterator[Endpoint | None]:
@@ -164,6 +176,7 @@ class Worker:
                 try:
                     await asyncio.to_thread(self.queue.finish, doc.id, self.name, "failed", pages_done=0,
                                             pages_failed=0, error=f"the worker failed: {message}", cause="internal")
+                    await self._call_back(doc)
                 except QueueUnavailable as lost:
                     log.warning("document %s: %s; it will be delivered again", doc.id, lost)
 
@@ -220,11 +233,35 @@ class Worker:
         if state["lost"]:
             return
         await asyncio.to_thread(self._end, doc, outcome, bool(state["cancel"]), stop.is_set())
+        await self._call_back(doc)
+
+    async def _call_back(self, doc: Document) -> None:
+        """Call ``doc``'s callback, if it has one and it ended (it may have gone back to the queue)."""
+        url = doc.options.get("callback")
+        if not isinstance(url, str):
+            return
+        ended = await asyncio.to_thread(self.queue.get, doc.id)
+        if ended is None or ended.status not in FINAL:
+            return
+        task = asyncio.create_task(deliver(url, summary(ended), self.callbacks), name=f"callback-{doc.id}")
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _calls_done(self) -> None:
+        """Wait for the callbacks under way (at most the grace period), then drop the rest."""
+        if not self._calls:
+            return
+        _, late = await asyncio.wait(set(self._calls), timeout=self.settings.grace_period)
+        for task in late:
+            log.warning("worker %s stopping: %s not delivered", self.name, task.get_name())
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     async def _run(self, doc: Document, halt: asyncio.Event) -> ShardOutcome:
         options: dict[str, Any] = {
             **self.settings.run_options,
-            **doc.options,
+            # The service's own options are not the run's (the schema's text is, as fields_schema).
+            **{key: value for key, value in doc.options.items() if key not in SERVICE_OPTIONS},
             "endpoint": self.endpoint_url,
             "part_rows": 1,  # a part per page: each page read is a checkpoint
             "progress": "off",
