@@ -58,8 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``service`` and ``worker`` sub-commands."""
     service = sub.add_parser(
         "service", help="an HTTP service: submit documents, poll their status, fetch Markdown (docs/service.md)",
-        description="Serve the HTTP API (POST /v1/documents, GET /v1/documents/ID, /markdown, /pages, DELETE, "
-        "/metrics, /healthz, /readyz; the schema at /openapi.json) and run one worker in the same process. "
+        description="Serve the HTTP API (POST /v1/documents, GET /v1/documents/ID, /markdown, /pages, /fields, "
+        "/figures/ID, DELETE, /metrics, /healthz, /readyz; the schema at /openapi.json) and run one worker in the "
+        "same process. "
         "Needs the extra: pip install 'llm-ocr[service]'.",
     )
     service.add_argument("--host", default="127.0.0.1",

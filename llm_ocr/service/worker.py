@@ -153,6 +153,11 @@ class Worker:
 
     async def _loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            # Cleared before the claim, not after the wait: a submission after this line wakes
+            # the wait below, and one before it is in the database the claim reads. (Cleared
+            # after the wait, a second submission's wake-up could be cleared by a loop that
+            # then took the first, leaving the second to wait `poll` seconds with loops idle.)
+            self.wake.clear()
             try:
                 doc = await asyncio.to_thread(self.queue.claim, self.name, self.settings.lease,
                                               self.settings.max_deliveries)
@@ -163,7 +168,6 @@ class Worker:
                 continue
             if doc is None:
                 await _first(stop.wait(), self.wake.wait(), timeout=self.settings.poll)
-                self.wake.clear()
                 continue
             try:
                 await self.process(doc, stop)
