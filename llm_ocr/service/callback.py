@@ -27,8 +27,6 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from llm_ocr.backoff import backoff_delay
 
 log = logging.getLogger("llm_ocr.service")
@@ -64,6 +62,8 @@ def _host(url: str) -> str:
 
 async def deliver(url: str, payload: dict[str, Any], settings: CallbackSettings) -> bool:
     """POST ``payload`` to ``url``, retried with backoff; whether a 2xx answer came."""
+    import aiohttp  # here: the service's configuration imports this module, and a worker may never call back
+
     body = json.dumps(payload, sort_keys=True).encode()
     what = f"callback of document {payload.get('id')} to {_host(url)}"
     timeout = aiohttp.ClientTimeout(total=settings.timeout)

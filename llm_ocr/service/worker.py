@@ -29,20 +29,22 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_ocr.api import keyword_spec
 from llm_ocr.config import OptionError
 from llm_ocr.options import ClientOptions, ServerOptions
 from llm_ocr.outcomes import ExitCode
-from llm_ocr.runners.run import Reuse, run_shard
 from llm_ocr.runners.shard import ShardOutcome, run_guarded
-from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.service.callback import CallbackSettings, deliver
 from llm_ocr.service.queue import FINAL, Document, DocumentQueue, QueueUnavailable, summary
 from llm_ocr.service.spool import Spool
 from llm_ocr.serving.open import Endpoint, EndpointError, open_endpoint
 from llm_ocr.storage.stores import scrub
+
+if TYPE_CHECKING:  # the run's machinery is imported when a worker starts, not with the service's config
+    from llm_ocr.runners.run import Reuse
+    from llm_ocr.runners.workers import WorkerPool
 
 log = logging.getLogger("llm_ocr.service")
 
@@ -97,7 +99,7 @@ class Worker:
         #: The endpoint the runs use, once open (``/readyz``).
         self.endpoint_url: str | None = None
         #: What every run of this worker shares (open while :meth:`run` runs).
-        self.reuse = Reuse()
+        self.reuse: Reuse | None = None
 
     @property
     def ready(self) -> bool:
@@ -107,6 +109,8 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Open the endpoint, then take and read documents until ``stop`` is set; a document
         in progress then stops after its pages in flight and goes back to the queue."""
+        from llm_ocr.runners.run import Reuse
+
         async with self._endpoint() as endpoint, self._pool() as pool:
             await asyncio.to_thread(_warm_up)
             self.reuse = Reuse(endpoint, pool)
@@ -143,6 +147,8 @@ class Worker:
     @contextlib.asynccontextmanager
     async def _pool(self) -> AsyncIterator[WorkerPool]:
         # The runs' render work (``workers``: processes; 0, the default, one thread of this process).
+        from llm_ocr.runners.workers import WorkerPool
+
         workers = self.settings.run_options.get("workers")
         pool = WorkerPool(int(workers) if workers is not None else 0)
         try:
@@ -280,6 +286,8 @@ class Worker:
             spec = await asyncio.to_thread(keyword_spec, "run", [doc.input], self.spool.results_url(doc.id), options)
         except OptionError as exc:
             return ShardOutcome(ExitCode.COULD_NOT_RUN, error=exc)
+        from llm_ocr.runners.run import run_shard
+
         return await run_guarded(lambda stop: run_shard(spec, stop, self.reuse), halt)
 
     def _end(self, doc: Document, outcome: ShardOutcome | None, cancelled: bool, stopping: bool) -> None:
