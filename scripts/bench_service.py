@@ -75,7 +75,7 @@ def batch(documents: Path, out: Path, endpoint: str) -> float:
 
 def stream(paths: list[Path], rate: float, data: Path, endpoint: str, concurrency: int) -> dict[str, float]:
     """Submit ``paths`` at ``rate`` documents/s to a fresh service; its pages/s and latencies."""
-    settings = WorkerSettings(endpoint=endpoint, poll=0.1, concurrency=concurrency)
+    settings = WorkerSettings(endpoint=endpoint, concurrency=concurrency)
     with BackgroundService(ServiceConfig(data=str(data), port=0, worker=settings)) as running, \
             concurrent.futures.ThreadPoolExecutor(8) as pool:
         client = llm_ocr.Service(running.url)

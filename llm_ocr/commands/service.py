@@ -29,6 +29,9 @@ def _state_options(parser: argparse.ArgumentParser) -> None:
                         help="documents and results: a folder or any store URL (s3://, gs://, hf://...; "
                              "default: --data)")
     parser.add_argument("--storage-options", default=None, metavar="JSON", help="fsspec storage options of --store")
+    parser.add_argument("--callback-secret-file", default=None, metavar="FILE",
+                        help="file whose first line signs documents' callbacks (HMAC-SHA256; else "
+                             "LLM_OCR_SERVICE_CALLBACK_SECRET; none: unsigned)")
 
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +46,8 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
                             "again after this (default: 30)")
     group.add_argument("--poll", type=float, default=1.0, metavar="S",
                        help="seconds between looks at an empty queue (default: 1)")
-    group.add_argument("--concurrency", type=int, default=1, metavar="N", help="documents read at once (default: 1)")
+    group.add_argument("--concurrency", type=int, default=4, metavar="N",
+                       help="documents read at once, sharing the worker's endpoint (default: 4)")
     group.add_argument("--max-deliveries", type=int, default=3, metavar="N",
                        help="workers lost on one document before it is failed (default: 3)")
     group.add_argument("--max-in-flight", type=int, default=None, metavar="N",
@@ -54,8 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``service`` and ``worker`` sub-commands."""
     service = sub.add_parser(
         "service", help="an HTTP service: submit documents, poll their status, fetch Markdown (docs/service.md)",
-        description="Serve the HTTP API (POST /v1/documents, GET /v1/documents/ID, /markdown, /pages, DELETE, "
-        "/metrics, /healthz, /readyz; the schema at /openapi.json) and run one worker in the same process. "
+        description="Serve the HTTP API (POST /v1/documents, GET /v1/documents/ID, /markdown, /pages, /fields, "
+        "/figures/ID, DELETE, /metrics, /healthz, /readyz; the schema at /openapi.json) and run one worker in the "
+        "same process. "
         "Needs the extra: pip install 'llm-ocr[service]'.",
     )
     service.add_argument("--host", default="127.0.0.1",
@@ -72,6 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     limits.add_argument("--retry-after", type=int, default=5, help="seconds a 429 asks a client to wait (default: 5)")
     limits.add_argument("--allow-local-urls", action="store_true",
                         help='accept {"url": ...} naming a file on this machine (refused by default)')
+    service.add_argument("--schemas", default=None, metavar="DIR",
+                         help="folder of Fields schemas (NAME.json) a submission may name with schema=NAME")
     service.add_argument("--no-worker", action="store_true", help="the gateway alone (run llm-ocr worker elsewhere)")
     _worker_options(service)
     service.set_defaults(handler=run_service_command)
@@ -92,7 +99,7 @@ def _missing() -> list[str]:
 
 
 def _config(args: argparse.Namespace, *, gateway: bool) -> object:
-    from llm_ocr.service.config import Limits, ServiceConfig, database_of, read_token
+    from llm_ocr.service.config import Limits, ServiceConfig, database_of, read_callback_secret, read_token
     from llm_ocr.service.worker import WorkerSettings
 
     run_options = {"max_in_flight": args.max_in_flight} if args.max_in_flight else {}
@@ -102,7 +109,9 @@ def _config(args: argparse.Namespace, *, gateway: bool) -> object:
     config = ServiceConfig(data=args.data, store=args.store, database_url=database_of(args.database),
                            storage_options=json.loads(args.storage_options) if args.storage_options else {},
                            worker=settings)
+    config.callbacks.secret = read_callback_secret(args.callback_secret_file)
     if gateway:
+        config.schemas = args.schemas
         config.host, config.port = args.host, args.port
         config.token = read_token(args.token_file)
         config.limits = Limits(max_upload=int(args.max_upload_mb * 1024 * 1024), max_pages=args.max_pages,

@@ -305,7 +305,7 @@ class PageWork:
 
     def __init__(
         self, shard: Shard, endpoint: Endpoint, indexes: Mapping[str, ShardIndex], *, render: bool = False,
-        groups: GroupWork | None = None,
+        groups: GroupWork | None = None, pool: WorkerPool | None = None, adapt: bool = True,
     ) -> None:
         job = shard.job
         self.shard = shard
@@ -323,9 +323,17 @@ class PageWork:
             self.counters[first], job.progress, job.progress_interval, poll_server=endpoint.metrics,
             on_tick=progress_writer(shard.out, first, shard.index, shard.count),
         )
-        self.limit, self.controller = in_flight_for_endpoint(job, endpoint)
-        self.workers = (job.workers if job.workers is not None else default_workers()) if render else 0
-        self.pool = WorkerPool(self.workers) if render else None
+        # ``adapt`` False (an endpoint many runs share at once, each a document of the service):
+        # no run sizes the limit from /metrics for itself, each polling the server twice a second.
+        self.limit, self.controller = in_flight_for_endpoint(job, endpoint, adapt=adapt)
+        #: A pool the caller keeps open across runs (the service's worker) is used, not closed.
+        self._own_pool = pool is None
+        self.pool: WorkerPool | None
+        if render and pool is not None:
+            self.workers, self.pool = pool.workers, pool
+        else:
+            self.workers = (job.workers if job.workers is not None else default_workers()) if render else 0
+            self.pool = WorkerPool(self.workers) if render else None
         #: Documents that got a row in each flow run, by the flow's first stage folder.
         self.documents: dict[str, set[str]] = {name: set() for name in self.indexes}
 
@@ -387,7 +395,7 @@ class PageWork:
                         await self.groups.close()
             finally:
                 await self.reporter.stop()
-                if self.pool is not None:
+                if self.pool is not None and self._own_pool:
                     self.pool.close()
                 # Also after a dead endpoint or store: the run ends with the accounting lines.
                 for counters in self.counters.values():

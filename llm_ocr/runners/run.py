@@ -45,6 +45,7 @@ from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardS
 from llm_ocr.runners.page_flow import DocumentPages, PageRows, UpstreamRows, page_look_ahead
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import ShardOutcome
+from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.serving.quarantine import PageQuarantined
 from llm_ocr.sources import InputPlan
@@ -67,6 +68,17 @@ PAGES_KEPT = (
 
 def _undescribed(extract: ShardIndex, describe: ShardIndex) -> int:
     return sum(len(pages - describe.done_pages.get(doc_id, set())) for doc_id, pages in extract.done_pages.items())
+
+
+@dataclass
+class Reuse:
+    """What a long-lived caller keeps open across many runs (the service's worker reads each
+    document as a run of its own): the model endpoint (its client, connections, crash tracker)
+    and the render pool. A run uses them instead of opening its own, and leaves them open."""
+
+    #: Used by runs of its model (a run of another model opens its own).
+    endpoint: Endpoint | None = None
+    pool: WorkerPool | None = None
 
 
 @dataclass
@@ -143,8 +155,9 @@ class Run(ShardStage):
     reads: tuple[str, ...] = ("assemble",)
     label = "run"
 
-    def __init__(self, spec: StageSpec, servers: AsyncExitStack | None = None) -> None:
+    def __init__(self, spec: StageSpec, servers: AsyncExitStack | None = None, reuse: Reuse | None = None) -> None:
         self.spec = spec
+        self.reuse = reuse or Reuse()
         #: Where the run's endpoint is kept open for Fields, until the caller closes it.
         self.servers = servers
         self.fields = Fields(spec) if fields_wanted(spec.fields) else None
@@ -218,6 +231,10 @@ class Run(ShardStage):
         spec = self.spec
         if self.fields is None and (idle := await nothing_to_read(shard, self.groups, self.writes)) is not None:
             return idle  # (Fields runs on this run's endpoint: it opens one anyway)
+        shared = self.reuse.endpoint
+        if shared is not None and shared.client.model == spec.job.model:
+            self.endpoint = shared  # the caller's: open before this run, open after it
+            return await self._pages(shard, shared)
         async with AsyncExitStack() as here:
             # Kept open for Fields (until the caller closes ``servers``), else closed after the pages.
             keeper = self.servers if self.fields is not None and self.servers is not None else here
@@ -228,7 +245,8 @@ class Run(ShardStage):
         spec, job = self.spec, shard.job
         indexes = {"extract": self.extract, "describe": self.describe}
         async with describe_endpoint(shard, spec.describe, spec.client, main=endpoint) as describer, \
-                PageWork(shard, endpoint, indexes, render=True, groups=self.groups) as work:
+                PageWork(shard, endpoint, indexes, render=True, groups=self.groups, pool=self.reuse.pool,
+                         adapt=endpoint is not self.reuse.endpoint) as work:
             assert work.pool is not None
             # Figure requests have their own limit, as large as the pages': a page holds its
             # slot while its figures wait for theirs, so one limit for both could deadlock.
@@ -376,10 +394,11 @@ async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
     return ShardOutcome(ExitCode.PAGES_FAILED if failed else ExitCode.OK, stats)
 
 
-async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
+async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None, reuse: Reuse | None = None) -> ShardOutcome:
     """Run Extract, Describe, Assemble (and Fields, given a schema) over this process's shard;
-    with ``--escalate-to``, Escalate between Extract and Describe."""
+    with ``--escalate-to``, Escalate between Extract and Describe. ``reuse``: an endpoint and a
+    render pool the caller keeps open (not used by an escalating run, whose stages open their own)."""
     if spec.escalate.escalate_to:
         return await cascade_shard(spec, stop)
     async with AsyncExitStack() as servers:  # a server kept open for Fields stops here, whatever happened
-        return await run_stage(Run(spec, servers), spec.job, stop)
+        return await run_stage(Run(spec, servers, reuse), spec.job, stop)

@@ -73,13 +73,16 @@ def resolve_shard(job: JobOptions) -> tuple[int, int]:
     return num_shards, shard_index
 
 
-def in_flight_for_endpoint(job: JobOptions, endpoint: Endpoint) -> tuple[InFlightLimit, AdaptiveInFlight | None]:
+def in_flight_for_endpoint(
+    job: JobOptions, endpoint: Endpoint, *, adapt: bool = True
+) -> tuple[InFlightLimit, AdaptiveInFlight | None]:
     """The run's in-flight limit: ``--max-in-flight``, else the launched server's preset, else
-    sized from the endpoint's ``/metrics`` while the run goes (from 64; fixed at 64 without them)."""
+    sized from the endpoint's ``/metrics`` while the run goes (from 64; fixed at 64 without them,
+    or when not ``adapt``)."""
     overloads = lambda: getattr(endpoint.client, "overloaded", 0)  # noqa: E731
     sent = lambda: getattr(endpoint.client, "sending", None)  # noqa: E731
     return in_flight_control(
-        job.max_in_flight, endpoint.suggested_in_flight, endpoint.metrics, overloads,
+        job.max_in_flight, endpoint.suggested_in_flight, endpoint.metrics if adapt else None, overloads,
         AdaptivePolicy(start=DEFAULT_IN_FLIGHT),
         sent,
     )

@@ -81,7 +81,8 @@ class Service:
 
     def submit(self, path: str | os.PathLike[str], *, idempotency_key: str | None = None,
                **options: str) -> Document:
-        """Upload the file at ``path``; ``options``: ``model``, ``route``."""
+        """Upload the file at ``path``; ``options``: ``model``, ``route``, ``schema`` (the name of a
+        schema the service offers), ``callback`` (a URL called when the document ends)."""
         name = os.path.basename(os.fspath(path))
         with open(path, "rb") as handle:
             data = handle.read()
@@ -162,6 +163,14 @@ class Document:
         """Its page rows."""
         pages: list[dict[str, Any]] = self.service._json("GET", f"/v1/documents/{self.id}/pages")["pages"]
         return pages
+
+    def fields(self) -> dict[str, Any]:
+        """Its fields (submitted with ``schema=NAME``): the Fields row, ``fields`` as an object."""
+        return self.service._json("GET", f"/v1/documents/{self.id}/fields")
+
+    def figure(self, figure_id: str) -> bytes:
+        """The image of its figure ``figure_id`` (the id its Markdown links to: ``figure:ID``)."""
+        return self.service.request("GET", f"/v1/documents/{self.id}/figures/{urllib.parse.quote(figure_id)}")[2]
 
     def cancel(self) -> dict[str, Any]:
         """Cancel it (``DELETE``)."""

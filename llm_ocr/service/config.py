@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_ocr.redaction import redact
+from llm_ocr.service.callback import SECRET_VARIABLE, CallbackSettings
 from llm_ocr.service.queue import DATABASE_VARIABLE, DocumentQueue, DriverMissing, QueueUnavailable, is_postgres
 from llm_ocr.service.spool import Spool
 from llm_ocr.service.worker import WorkerSettings
@@ -61,6 +62,10 @@ class ServiceConfig:
     limits: Limits = field(default_factory=Limits)
     #: The worker in this process; None: the gateway alone.
     worker: WorkerSettings | None = field(default_factory=WorkerSettings)
+    #: The folder of Fields schemas submissions may name (``schema=NAME``: ``NAME.json``).
+    schemas: str | None = None
+    #: How documents' callbacks are made (the secret that signs them).
+    callbacks: CallbackSettings = field(default_factory=CallbackSettings)
 
     @property
     def database(self) -> str:
@@ -97,6 +102,20 @@ def read_token(token_file: str | None) -> str | None:
             raise ServiceError(f"--token-file {token_file} is empty")
         return token
     return os.environ.get(TOKEN_VARIABLE) or None
+
+
+def read_callback_secret(secret_file: str | None) -> str | None:
+    """The callbacks' secret from ``secret_file`` (its first line), else from :data:`SECRET_VARIABLE`."""
+    if secret_file:
+        try:
+            with open(secret_file, encoding="utf-8") as handle:
+                secret = handle.readline().strip()
+        except OSError as exc:
+            raise ServiceError(f"cannot read --callback-secret-file {secret_file}: {exc.strerror}") from None
+        if not secret:
+            raise ServiceError(f"--callback-secret-file {secret_file} is empty")
+        return secret
+    return os.environ.get(SECRET_VARIABLE) or None
 
 
 def database_of(given: str | None) -> str | None:
@@ -160,7 +179,7 @@ def run_worker(config: ServiceConfig) -> None:
         if (warning := shared_store_warning(config)) is not None:
             log.warning("%s", warning)
         try:
-            await Worker(queue, spool, settings).run(stop)
+            await Worker(queue, spool, settings, callbacks=config.callbacks).run(stop)
         finally:
             queue.close()
 

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,16 +26,21 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from llm_ocr.options import RouteOptions
+from llm_ocr.service.callback import CallbackSettings, deliver
 from llm_ocr.service.config import Limits
 from llm_ocr.service.metrics import exposition
-from llm_ocr.service.queue import Document, DocumentQueue, QueueFull, QueueUnavailable, new_id
+from llm_ocr.service.queue import Document, DocumentQueue, QueueFull, QueueUnavailable, new_id, summary
 from llm_ocr.service.spool import Spool, Unreadable, count_document, suffix_of
 from llm_ocr.storage.stores import protocol_of
 
 log = logging.getLogger("llm_ocr.service")
 
-#: Options a submission may set, as ``llm_ocr.run``'s keywords.
-SUBMIT_OPTIONS = ("model", "route")
+#: Options a submission may set: ``model`` and ``route`` as ``llm_ocr.run``'s keywords; ``schema``,
+#: the name of a Fields schema the service offers (``--schemas``); ``callback``, a URL called when
+#: the document ends.
+SUBMIT_OPTIONS = ("model", "route", "schema", "callback")
+#: What a schema's name may be: a file name of the schemas folder without ``.json``, never a path.
+SCHEMA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 #: Routes that need no token: a load balancer's probes.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 #: What a document's status says of each page (columns of its Extract rows).
@@ -55,6 +61,10 @@ class Gateway:
     on_submit: Callable[[], None] | None = None
     #: Whether the workers this process runs are ready (None: it runs none).
     workers_ready: Callable[[], bool] | None = None
+    #: The folder of the Fields schemas a submission may name (``NAME.json``); None: none.
+    schemas: str | None = None
+    #: How a document cancelled while queued (ended here, not by a worker) calls its callback.
+    callbacks: CallbackSettings = field(default_factory=CallbackSettings)
 
 
 class Refused(Exception):
@@ -63,11 +73,6 @@ class Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def iso(seconds: float | None) -> str | None:
-    """Epoch seconds as ISO 8601 UTC."""
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat() if seconds is not None else None
 
 
 def parse_since(value: str) -> float:
@@ -80,21 +85,20 @@ def parse_since(value: str) -> float:
     return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def summary(doc: Document) -> dict[str, Any]:
-    """A document as listed."""
-    return {
-        "id": doc.id, "name": doc.name, "status": doc.status, "created": iso(doc.created),
-        "started": iso(doc.started), "finished": iso(doc.finished), "pages": doc.pages,
-        "pages_done": doc.pages_done, "pages_failed": doc.pages_failed, "error": doc.error, "cause": doc.cause,
-    }
-
-
-def check_options(given: dict[str, Any]) -> dict[str, Any]:
-    """The submission's run options, checked; :class:`Refused` (422) names a bad one."""
+def check_options(given: dict[str, Any], schemas: str | None = None) -> dict[str, Any]:
+    """The submission's options, checked; :class:`Refused` (422) names a bad one. A ``schema``
+    name becomes the schema itself (``fields_schema``, inline JSON): a worker on another machine
+    needs no copy of the folder, and a schema changed later does not change a queued document."""
     unknown = sorted(set(given) - set(SUBMIT_OPTIONS))
     if unknown:
         raise Refused(422, f"unknown option {unknown[0]!r}: a submission may set {', '.join(SUBMIT_OPTIONS)}")
     options = {key: value for key, value in given.items() if value not in (None, "")}
+    if "schema" in options:
+        options["fields_schema"] = _schema_named(options["schema"], schemas)
+    if "callback" in options:
+        callback = options["callback"]
+        if not isinstance(callback, str) or not callback.startswith(("http://", "https://")):
+            raise Refused(422, "callback must be an http:// or https:// URL")
     if "model" in options and not isinstance(options["model"], str):
         raise Refused(422, "model must be a string (a served model name)")
     if "route" in options:
@@ -105,10 +109,28 @@ def check_options(given: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def _schema_named(name: Any, folder: str | None) -> str:
+    """The text of the schema ``name`` offers in ``folder``; :class:`Refused` says why not."""
+    if folder is None:
+        raise Refused(422, "this service offers no Fields schemas (start it with --schemas FOLDER)")
+    offered = sorted(entry[:-5] for entry in os.listdir(folder) if entry.endswith(".json"))
+    # The name is looked up among the folder's files, never joined into a path as given.
+    if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name) or name not in offered:
+        raise Refused(422, f"unknown schema {name!r}: this service offers {', '.join(offered) or 'none'}")
+    with open(os.path.join(folder, f"{name}.json"), encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Refused(422, f"the service's schema {name!r} is not valid JSON ({exc})") from None
+    return text
+
+
 def create_app(gateway: Gateway) -> FastAPI:
     """The gateway's FastAPI application."""
     app = FastAPI(title="llm-ocr service", version="1", summary="OCR of documents that keep arriving")
     queue, spool, limits = gateway.queue, gateway.spool, gateway.limits
+    calls: set[asyncio.Task[bool]] = set()  # callbacks under way (a reference keeps each task alive)
 
     @app.middleware("http")
     async def require_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -172,7 +194,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise Refused(422, "no document: send it as the multipart field 'file'")
-        options = check_options({key: value for key, value in form.items() if key != "file"})
+        options = check_options({key: value for key, value in form.items() if key != "file"}, gateway.schemas)
         name = (upload.filename or "document")[-255:]
         ext = _checked(suffix_of, name)
         pages, input_url = await asyncio.to_thread(_keep_upload, upload, doc_id, name, ext)
@@ -204,7 +226,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         if not isinstance(body, dict) or not isinstance(body.get("url"), str):
             raise Refused(422, 'JSON submissions name the document: {"url": "s3://bucket/scan.pdf"}')
         url = body.pop("url")
-        options = check_options(body)
+        options = check_options(body, gateway.schemas)
         if protocol_of(url) in ("file", "local") and not limits.allow_local_urls:
             raise Refused(422, "documents on this machine's disk are not read by URL (start the service with "
                                "--allow-local-urls to allow it); upload the file instead")
@@ -226,7 +248,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             **summary(doc),
             "deliveries": doc.deliveries, "cancel_requested": doc.cancel,
             "queued_s": _span(doc.created, doc.started), "run_s": _span(doc.started, doc.finished),
-            "options": doc.options, "pages": pages,
+            "options": {key: value for key, value in doc.options.items() if key != "fields_schema"}, "pages": pages,
         }
 
     @app.get("/v1/documents/{doc_id}/markdown", response_class=PlainTextResponse,
@@ -241,6 +263,34 @@ def create_app(gateway: Gateway) -> FastAPI:
                                + ("; the pages it read are at /pages" if doc.status == "cancelled" else ""))
         return PlainTextResponse(rows[0]["markdown"], media_type="text/markdown; charset=utf-8")
 
+    @app.get("/v1/documents/{doc_id}/fields", responses={409: {"description": "the document has no fields (yet)"}})
+    def fields(doc_id: str) -> dict[str, Any]:
+        """The fields extracted from the document (submitted with a ``schema``): the Fields row,
+        ``fields`` as an object, with its validation errors and the pages each value came from."""
+        doc = _known(doc_id)
+        rows = spool.rows(doc_id, "fields") if doc.status in ("done", "failed") else []
+        if not rows:
+            why = "it was submitted without a schema" if "fields_schema" not in doc.options else (
+                f"it is {doc.status}" + (" (fields come once its pages are read)" if doc.status in
+                                         ("queued", "running") else ""))
+            raise Refused(409, f"document {doc_id} has no fields: {why}")
+        row = rows[0]
+        if isinstance(row.get("fields"), str):
+            row["fields"] = json.loads(row["fields"])
+        return {"id": doc_id, **row}
+
+    @app.get("/v1/documents/{doc_id}/figures/{figure_id}", response_class=Response,
+             responses={200: {"content": {"image/png": {}}, "description": "the figure's image"},
+                        404: {"description": "no such document or figure"}})
+    def figure(doc_id: str, figure_id: str) -> Response:
+        """A figure's image, by the id the Markdown links to (``![...](figure:ID)``)."""
+        doc = _known(doc_id)
+        image = spool.figure(doc_id, figure_id) if doc.status in ("done", "failed") else None
+        if image is None:
+            raise Refused(404, f"document {doc_id} has no figure {figure_id!r}"
+                               + (" yet" if doc.status in ("queued", "running") else ""))
+        return Response(image, media_type=_image_type(image))
+
     @app.get("/v1/documents/{doc_id}/pages")
     def pages(doc_id: str) -> dict[str, Any]:
         """The document's page rows (as ``llm_ocr.load(out, "describe")`` holds them, image bytes left out)."""
@@ -248,12 +298,19 @@ def create_app(gateway: Gateway) -> FastAPI:
         return {"id": doc_id, "pages": list(spool.page_rows(doc_id))}
 
     @app.delete("/v1/documents/{doc_id}", status_code=202)
-    def cancel(doc_id: str) -> dict[str, Any]:
+    async def cancel(doc_id: str) -> dict[str, Any]:
         """Cancel: a queued document never starts; a running one stops after its pages in flight
         (what was read is kept). A document that ended is left as it is."""
-        doc = queue.cancel(doc_id)
+        before = await asyncio.to_thread(queue.get, doc_id)
+        doc = await asyncio.to_thread(queue.cancel, doc_id)
         if doc is None:
             raise Refused(404, f"no document {doc_id}")
+        if before is not None and before.status == "queued" and doc.status == "cancelled" and \
+                isinstance(doc.options.get("callback"), str):
+            # Ended here, not by a worker: the call is made from here, in the background.
+            task = asyncio.create_task(deliver(doc.options["callback"], summary(doc), gateway.callbacks))
+            calls.add(task)
+            task.add_done_callback(calls.discard)
         return {"id": doc.id, "status": doc.status, "cancel_requested": doc.cancel or doc.status == "cancelled"}
 
     @app.get("/v1/documents")
@@ -314,6 +371,11 @@ def _accepted(doc: Document, *, replayed: bool) -> JSONResponse:
     if replayed:
         headers["Idempotent-Replayed"] = "true"
     return JSONResponse({"id": doc.id, "status": doc.status}, status_code=202, headers=headers)
+
+
+def _image_type(data: bytes) -> str:
+    """The media type of an encoded figure (figures are cropped as PNG; JPEG from other producers)."""
+    return "image/jpeg" if data[:3] == b"\xff\xd8\xff" else "image/png"
 
 
 def _page(row: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from llm_ocr.redaction import Redactor
@@ -243,6 +243,13 @@ class PostgresQueue:
         """Pages read (ok or truncated) in documents that ended."""
         return self._call(lambda db: int(db.execute(
             "SELECT coalesce(sum(pages_done), 0) AS n FROM llm_ocr_documents").fetchone()["n"]))
+
+    def timings(self) -> Sequence[tuple[float, float, float]]:
+        """``(created, started, finished)`` of every document that ended after a worker took it."""
+        rows = self._call(lambda db: db.execute(
+            "SELECT created, started, finished FROM llm_ocr_documents "
+            "WHERE started IS NOT NULL AND finished IS NOT NULL").fetchall())
+        return [(float(row["created"]), float(row["started"]), float(row["finished"])) for row in rows]
 
     def ping(self) -> None:
         """Raise if the database cannot be read (waits 2 s at most: a readiness probe must answer)."""

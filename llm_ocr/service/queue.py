@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 #: Every status a document can have.
@@ -128,6 +130,9 @@ class DocumentQueue(Protocol):
     def pages_done(self) -> int:
         """Pages read (ok or truncated) in documents that ended."""
 
+    def timings(self) -> Sequence[tuple[float, float, float]]:
+        """``(created, started, finished)`` of every document that ended after a worker took it."""
+
     def ping(self) -> None:
         """Raise if the database cannot be read."""
 
@@ -162,6 +167,20 @@ DATABASE_VARIABLE = "LLM_OCR_SERVICE_DATABASE"
 def is_postgres(database: str) -> bool:
     """True when ``database`` is a PostgreSQL connection URL (``postgresql://``, ``postgres://``)."""
     return database.startswith(("postgresql://", "postgres://"))
+
+
+def iso(seconds: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC."""
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat() if seconds is not None else None
+
+
+def summary(doc: Document) -> dict[str, Any]:
+    """A document as listed (``GET /v1/documents``), and as its callback is told of its end."""
+    return {
+        "id": doc.id, "name": doc.name, "status": doc.status, "created": iso(doc.created),
+        "started": iso(doc.started), "finished": iso(doc.finished), "pages": doc.pages,
+        "pages_done": doc.pages_done, "pages_failed": doc.pages_failed, "error": doc.error, "cause": doc.cause,
+    }
 
 
 def new_id() -> str:

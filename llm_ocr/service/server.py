@@ -57,10 +57,11 @@ async def _serve(config: ServiceConfig, queue: DocumentQueue, spool: Spool, stop
                  started: Callable[[str], None] | None) -> None:
     if (warning := shared_store_warning(config)) is not None:
         log.warning("%s", warning)
-    worker = Worker(queue, spool, config.worker) if config.worker is not None else None
+    worker = Worker(queue, spool, config.worker, callbacks=config.callbacks) if config.worker is not None else None
     gateway = Gateway(queue, spool, config.limits, config.token,
                       on_submit=worker.wake.set if worker else None,
-                      workers_ready=(lambda: worker.ready) if worker else None)
+                      workers_ready=(lambda: worker.ready) if worker else None,
+                      schemas=config.schemas, callbacks=config.callbacks)
     server = _Server(uvicorn.Config(create_app(gateway), host=config.host, port=config.port, log_level="warning",
                                     access_log=False, lifespan="off"))
     tasks = [asyncio.create_task(server.serve(), name="gateway")]

@@ -97,6 +97,19 @@ class Spool:
         rows = [_plain(row) for row in iter_rows(folder, parts, columns)] if parts else []
         return sorted(rows, key=lambda row: row.get("page") or 0)
 
+    def figure(self, doc_id: str, figure_id: str) -> bytes | None:
+        """The image of figure ``figure_id`` of ``doc_id`` (the id its Markdown links to:
+        ``figure:ID``), or None when the document has no such figure or no image of it."""
+        folder = self.root.child("results", doc_id, "assemble")
+        parts = list_parts(folder)
+        for row in iter_rows(folder, parts, ["figures"]) if parts else ():
+            for figure in row.get("figures") or ():
+                if figure.get("id") == figure_id:
+                    image = figure.get("image")
+                    found = image.get("bytes") if isinstance(image, dict) else image
+                    return found if isinstance(found, bytes) else None
+        return None
+
     def page_rows(self, doc_id: str) -> Iterator[dict[str, Any]]:
         """``doc_id``'s page rows: Describe's (figures described) where it wrote them, else Extract's."""
         described = {row["page"]: row for row in self.rows(doc_id, "describe")}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,13 @@ class SQLiteQueue:
         """Pages read (ok or truncated) in documents that ended."""
         with self._connect() as db:
             return int(db.execute("SELECT coalesce(sum(pages_done), 0) FROM documents").fetchone()[0])
+
+    def timings(self) -> Sequence[tuple[float, float, float]]:
+        """``(created, started, finished)`` of every document that ended after a worker took it."""
+        with self._connect() as db:
+            rows = db.execute("SELECT created, started, finished FROM documents "
+                              "WHERE started IS NOT NULL AND finished IS NOT NULL").fetchall()
+        return [(float(a), float(b), float(c)) for a, b, c in rows]
 
     def ping(self) -> None:
         """Raise if the database cannot be read."""

@@ -1,10 +1,17 @@
 """A worker: takes documents from the queue under a lease and runs the ``run`` stage on each.
 
 Each document is read by the same code as ``llm_ocr.run([document], results/ID)``: Extract,
-Describe, Assemble, against the worker's model endpoint. Its results folder is that run's output,
-written one part per page (``part_rows=1``): every page read is a checkpoint, and a document
-taken again (its worker was killed and its lease lapsed, or it was released at shutdown) resumes
-there; the run's own resume skips the pages it finds, so each page has one row.
+Describe, Assemble, against the worker's model endpoint. What a run would open for itself is the
+worker's, open for its lifetime and shared by the documents it reads at once (``concurrency``):
+the model endpoint (its client and connections, checked once) and the render pool. A run that
+opened and closed its own paid that per document, and closing a render pool waits for its
+thread, on the event loop every document shares: at eight documents at once the service read
+about a third of the pages/s ``llm-ocr run`` reads (docs/service.md, the benchmark).
+
+A document's results folder is that run's output, written one part per page (``part_rows=1``):
+every page read is a checkpoint, and a document taken again (its worker was killed and its lease
+lapsed, or it was released at shutdown) resumes there; the run's own resume skips the pages it
+finds, so each page has one row.
 
 While a document runs, its lease is renewed every third of the lease. A renewal that finds the
 lease gone (another worker took the document) stops the run; one that finds a cancel asked stops
@@ -22,19 +29,27 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llm_ocr.api import keyword_spec, shard_coroutine
+from llm_ocr.api import keyword_spec
 from llm_ocr.config import OptionError
 from llm_ocr.options import ClientOptions, ServerOptions
 from llm_ocr.outcomes import ExitCode
 from llm_ocr.runners.shard import ShardOutcome, run_guarded
-from llm_ocr.service.queue import Document, DocumentQueue, QueueUnavailable
+from llm_ocr.service.callback import CallbackSettings, deliver
+from llm_ocr.service.queue import FINAL, Document, DocumentQueue, QueueUnavailable, summary
 from llm_ocr.service.spool import Spool
-from llm_ocr.serving.open import EndpointError, open_endpoint
+from llm_ocr.serving.open import Endpoint, EndpointError, open_endpoint
 from llm_ocr.storage.stores import scrub
 
+if TYPE_CHECKING:  # the run's machinery is imported when a worker starts, not with the service's config
+    from llm_ocr.runners.run import Reuse
+    from llm_ocr.runners.workers import WorkerPool
+
 log = logging.getLogger("llm_ocr.service")
+
+#: A submission's options that are the service's, not ``llm_ocr.run``'s keywords.
+SERVICE_OPTIONS = frozenset({"schema", "callback"})
 
 
 @dataclass
@@ -51,8 +66,9 @@ class WorkerSettings:
     poll: float = 1.0
     #: Deliveries of one document (workers lost while reading it) before it is failed.
     max_deliveries: int = 3
-    #: Documents read at once by this worker.
-    concurrency: int = 1
+    #: Documents read at once by this worker (they share its endpoint and render pool): enough
+    #: that a document's start and end overlap other documents' pages at the model.
+    concurrency: int = 4
     #: Seconds the pages in flight may take to finish when the worker stops.
     grace_period: float = 30.0
     #: More keyword options of every run (``llm_ocr.run``'s names), e.g. ``max_in_flight``.
@@ -68,8 +84,13 @@ def worker_name() -> str:
 class Worker:
     """Reads documents from ``queue`` into ``spool`` until stopped."""
 
-    def __init__(self, queue: DocumentQueue, spool: Spool, settings: WorkerSettings, name: str | None = None) -> None:
+    def __init__(self, queue: DocumentQueue, spool: Spool, settings: WorkerSettings, name: str | None = None,
+                 callbacks: CallbackSettings | None = None) -> None:
         self.queue = queue
+        self.callbacks = callbacks or CallbackSettings()
+        #: Callbacks under way: made in the background (a receiver that is down does not hold a
+        #: document's place), waited for when the worker stops.
+        self._calls: set[asyncio.Task[bool]] = set()
         self.spool = spool
         self.settings = settings
         self.name = name or worker_name()
@@ -77,6 +98,8 @@ class Worker:
         self.wake = asyncio.Event()
         #: The endpoint the runs use, once open (``/readyz``).
         self.endpoint_url: str | None = None
+        #: What every run of this worker shares (open while :meth:`run` runs).
+        self.reuse: Reuse | None = None
 
     @property
     def ready(self) -> bool:
@@ -86,27 +109,61 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Open the endpoint, then take and read documents until ``stop`` is set; a document
         in progress then stops after its pages in flight and goes back to the queue."""
-        async with self._endpoint() as url:
-            self.endpoint_url = url
-            log.info("worker %s reading documents with %s", self.name, url)
-            await asyncio.gather(*(self._loop(stop) for _ in range(self.settings.concurrency)))
+        from llm_ocr.runners.run import Reuse
+
+        async with self._endpoint() as endpoint, self._pool() as pool:
+            await asyncio.to_thread(_warm_up)
+            self.reuse = Reuse(endpoint, pool)
+            self.endpoint_url = self.settings.endpoint or (endpoint.client.base_url if endpoint is not None else None)
+            log.info("worker %s reading documents with %s", self.name, self.endpoint_url)
+            try:
+                await asyncio.gather(*(self._loop(stop) for _ in range(self.settings.concurrency)))
+            finally:
+                await self._calls_done()
 
     @contextlib.asynccontextmanager
-    async def _endpoint(self) -> AsyncIterator[str]:
+    async def _endpoint(self) -> AsyncIterator[Endpoint | None]:
         settings = self.settings
         model = settings.model or _default_model()
         key = os.environ.get("LLM_OCR_API_KEY")
         if settings.endpoint is not None:
-            yield settings.endpoint
+            try:
+                async with open_endpoint(settings.endpoint, model, api_key=key,
+                                         client_options=ClientOptions(**_client_options(settings))) as endpoint:
+                    yield endpoint
+                return
+            except EndpointError as exc:
+                # Not served yet (or not this model): each document's run opens it for itself,
+                # and fails with cause "endpoint" while it cannot, as a run would.
+                log.warning("worker %s: %s; each document will open the endpoint itself", self.name, exc)
+            yield None
             return
         # One server for the worker's lifetime, not one per document.
-        async with open_endpoint(None, model, api_key=key, client_options=ClientOptions(),
+        async with open_endpoint(None, model, api_key=key, client_options=ClientOptions(**_client_options(settings)),
                                  server_options=ServerOptions(engine=settings.engine),
                                  out=self.spool.root, log_name=f"server-{os.getpid()}.log") as endpoint:
-            yield endpoint.client.base_url
+            yield endpoint
+
+    @contextlib.asynccontextmanager
+    async def _pool(self) -> AsyncIterator[WorkerPool]:
+        # The runs' render work (``workers``: processes; 0, the default, one thread of this process).
+        from llm_ocr.runners.workers import WorkerPool
+
+        workers = self.settings.run_options.get("workers")
+        pool = WorkerPool(int(workers) if workers is not None else 0)
+        try:
+            yield pool
+        finally:
+            # Closing waits for the work in hand: off the event loop.
+            await asyncio.to_thread(pool.close)
 
     async def _loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            # Cleared before the claim, not after the wait: a submission after this line wakes
+            # the wait below, and one before it is in the database the claim reads. (Cleared
+            # after the wait, a second submission's wake-up could be cleared by a loop that
+            # then took the first, leaving the second to wait `poll` seconds with loops idle.)
+            self.wake.clear()
             try:
                 doc = await asyncio.to_thread(self.queue.claim, self.name, self.settings.lease,
                                               self.settings.max_deliveries)
@@ -117,7 +174,6 @@ class Worker:
                 continue
             if doc is None:
                 await _first(stop.wait(), self.wake.wait(), timeout=self.settings.poll)
-                self.wake.clear()
                 continue
             try:
                 await self.process(doc, stop)
@@ -131,6 +187,7 @@ class Worker:
                 try:
                     await asyncio.to_thread(self.queue.finish, doc.id, self.name, "failed", pages_done=0,
                                             pages_failed=0, error=f"the worker failed: {message}", cause="internal")
+                    await self._call_back(doc)
                 except QueueUnavailable as lost:
                     log.warning("document %s: %s; it will be delivered again", doc.id, lost)
 
@@ -187,11 +244,35 @@ class Worker:
         if state["lost"]:
             return
         await asyncio.to_thread(self._end, doc, outcome, bool(state["cancel"]), stop.is_set())
+        await self._call_back(doc)
+
+    async def _call_back(self, doc: Document) -> None:
+        """Call ``doc``'s callback, if it has one and it ended (it may have gone back to the queue)."""
+        url = doc.options.get("callback")
+        if not isinstance(url, str):
+            return
+        ended = await asyncio.to_thread(self.queue.get, doc.id)
+        if ended is None or ended.status not in FINAL:
+            return
+        task = asyncio.create_task(deliver(url, summary(ended), self.callbacks), name=f"callback-{doc.id}")
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _calls_done(self) -> None:
+        """Wait for the callbacks under way (at most the grace period), then drop the rest."""
+        if not self._calls:
+            return
+        _, late = await asyncio.wait(set(self._calls), timeout=self.settings.grace_period)
+        for task in late:
+            log.warning("worker %s stopping: %s not delivered", self.name, task.get_name())
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     async def _run(self, doc: Document, halt: asyncio.Event) -> ShardOutcome:
         options: dict[str, Any] = {
             **self.settings.run_options,
-            **doc.options,
+            # The service's own options are not the run's (the schema's text is, as fields_schema).
+            **{key: value for key, value in doc.options.items() if key not in SERVICE_OPTIONS},
             "endpoint": self.endpoint_url,
             "part_rows": 1,  # a part per page: each page read is a checkpoint
             "progress": "off",
@@ -205,7 +286,9 @@ class Worker:
             spec = await asyncio.to_thread(keyword_spec, "run", [doc.input], self.spool.results_url(doc.id), options)
         except OptionError as exc:
             return ShardOutcome(ExitCode.COULD_NOT_RUN, error=exc)
-        return await run_guarded(shard_coroutine("run", spec), halt)
+        from llm_ocr.runners.run import run_shard
+
+        return await run_guarded(lambda stop: run_shard(spec, stop, self.reuse), halt)
 
     def _end(self, doc: Document, outcome: ShardOutcome | None, cancelled: bool, stopping: bool) -> None:
         pages = self.spool.rows(doc.id, "extract")
@@ -254,6 +337,22 @@ def _cause(error: BaseException | None) -> str:
     if name == "InputError":
         return "input"
     return "run"
+
+
+def _warm_up() -> None:
+    """Convert one page row to Parquet, in memory: Arrow's first conversion of the page schema
+    loads what it needs (1.7 s measured at load 50 on 2 cores), which the first document read
+    would otherwise wait for."""
+    from llm_ocr.records import PageResult, page_schema
+    from llm_ocr.storage.parts import rows_to_bytes
+
+    row = PageResult(doc_id="warm-up", doc_index=0, source="warm-up", page=1, markdown="", status="ok")
+    rows_to_bytes([row.to_row()], page_schema())
+
+
+def _client_options(settings: WorkerSettings) -> dict[str, Any]:
+    """The client options of the runs' keywords (``dead_after``, ...), for the worker's own endpoint."""
+    return {key: value for key, value in settings.run_options.items() if key in ClientOptions.model_fields}
 
 
 def _default_model() -> str:

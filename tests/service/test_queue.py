@@ -151,3 +151,15 @@ def test_gateways_submitting_at_once_keep_the_queue_limit_and_one_document_per_k
         thread.join()
     assert queue.counts()["queued"] == outcomes.count("queued") == 5
     assert sum(1 for doc in queue.list(limit=100) if doc.idempotency_key == "same") == 1
+
+
+def test_timings_are_those_of_documents_that_ended_after_a_worker_took_them(queue: DocumentQueue) -> None:
+    for doc_id in ("read", "waiting", "cancelled"):
+        submit(queue, doc_id)
+    queue.cancel("cancelled")  # ended, never taken: no time in a worker to report
+    assert queue.claim("w", 30, 3) is not None  # "read", the oldest queued
+    assert queue.timings() == []  # running: not ended yet
+    assert queue.finish("read", "w", "done", pages_done=1, pages_failed=0)
+    doc = queue.get("read")
+    assert doc is not None and doc.started is not None and doc.finished is not None
+    assert list(queue.timings()) == [(doc.created, doc.started, doc.finished)]

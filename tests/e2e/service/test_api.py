@@ -9,28 +9,38 @@ model server. Nothing here sleeps: tests wait for a document's status.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from hashlib import sha256
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 import llm_ocr
+from llm_ocr.service.callback import CallbackSettings
 from llm_ocr.service.client import ServiceError
 from llm_ocr.service.config import Limits, ServiceConfig
 from llm_ocr.service.server import BackgroundService
 from llm_ocr.service.worker import WorkerSettings
 from llm_ocr.testing import SimulatedServer
+from tests.conftest import REPO
 from tests.docs import make_pdf
 
 TOKEN = "s3cret-token-for-the-test"
+CALLBACK_SECRET = "the-callbacks-shared-secret"
+INVOICE = "invoice-2024-0017.pdf"
 
 
 def wait_for(check, what: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
@@ -48,6 +58,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, li
     folder = tmp_path_factory.mktemp("corpus")
     texts = {name: make_pdf(folder / name, pages, seed=seed, figures=False)
              for name, pages, seed in (("two.pdf", 2, 1), ("one.pdf", 1, 2), ("five.pdf", 5, 3))}
+    texts["figure.pdf"] = make_pdf(folder / "figure.pdf", 1, seed=4, figures=True)
+    shutil.copy(REPO / "samples" / INVOICE, folder)  # the simulator answers its fields from examples/
     return folder, texts
 
 
@@ -66,7 +78,11 @@ def start(tmp: Path, sim: SimulatedServer, *, worker: bool = True, **config: obj
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, sim: SimulatedServer) -> Iterator[llm_ocr.Service]:
     limits = Limits(max_upload=200_000, max_pages=4)
-    with start(tmp_path_factory.mktemp("service"), sim, limits=limits) as running:
+    schemas = tmp_path_factory.mktemp("schemas")
+    shutil.copy(REPO / "examples" / "invoice.schema.json", schemas / "invoice.json")
+    callbacks = CallbackSettings(secret=CALLBACK_SECRET, base_delay=0.05, max_delay=0.2)
+    with start(tmp_path_factory.mktemp("service"), sim, limits=limits, schemas=str(schemas),
+               callbacks=callbacks) as running:
         yield llm_ocr.Service(running.url)
 
 
@@ -88,8 +104,76 @@ def test_submit_poll_markdown(service: llm_ocr.Service, corpus: tuple[Path, dict
     assert doc.id in [entry["id"] for entry in listed]
     metrics = service.request("GET", "/metrics")[2].decode()
     assert 'llm_ocr_service_documents{status="done"}' in metrics and "llm_ocr_service_queue_depth 0" in metrics
+    ended = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+             if line.startswith("llm_ocr_service_stage_seconds_count")}
+    assert ended['llm_ocr_service_stage_seconds_count{stage="total"}'] >= 1
     schema = json.loads(service.request("GET", "/openapi.json")[2])
     assert {"/v1/documents", "/v1/documents/{doc_id}/markdown", "/metrics"} <= set(schema["paths"])
+
+
+def test_fields_by_schema_name_and_a_figure_by_its_markdown_link(service: llm_ocr.Service,
+                                                                 corpus: tuple[Path, dict]) -> None:
+    folder = corpus[0]
+    invoice = service.submit(folder / INVOICE, schema="invoice")
+    figured = service.submit(folder / "figure.pdf")
+    assert invoice.wait(timeout=120)["status"] == "done"
+    truth = json.loads((REPO / "examples" / "fields-truth.json").read_text())[INVOICE]["fields"]
+    fields = invoice.fields()
+    assert fields["status"] == "ok" and fields["fields"] == truth
+    assert invoice.status()["options"] == {"schema": "invoice"}  # the schema's name, not its text
+    for name in ("../invoice", "receipt"):  # never a path; only what the folder offers
+        with pytest.raises(ServiceError) as refused:
+            service.submit(folder / "one.pdf", schema=name)
+        assert refused.value.status == 422 and "this service offers invoice" in str(refused.value)
+    assert figured.wait(timeout=120)["status"] == "done"
+    with pytest.raises(ServiceError) as none:
+        figured.fields()
+    assert none.value.status == 409 and "submitted without a schema" in str(none.value)
+    markdown = figured.markdown()
+    assert "](figure:" in markdown
+    figure_id = markdown.split("](figure:", 1)[1].split(")", 1)[0]
+    image = figured.figure(figure_id)
+    assert image.startswith(b"\x89PNG\r\n\x1a\n") and len(image) > 100
+    with pytest.raises(ServiceError) as unknown:
+        figured.figure("p9-f9")
+    assert unknown.value.status == 404 and "no figure 'p9-f9'" in str(unknown.value)
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """A callback's receiver: answers the first call 503, the next ones 204; keeps what came."""
+
+    calls: ClassVar[list[tuple[dict[str, str], bytes]]] = []
+    delivered = threading.Event()
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.calls.append((dict(self.headers), body))
+        self.send_response(503 if len(self.calls) == 1 else 204)
+        self.end_headers()
+        if len(self.calls) > 1:
+            self.delivered.set()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_callback_is_retried_after_a_failure_and_signed(service: llm_ocr.Service, corpus: tuple[Path, dict]) -> None:
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{receiver.server_address[1]}/hooks/ocr?key=abc"
+        doc = service.submit(corpus[0] / "one.pdf", callback=url)
+        assert doc.wait(timeout=120)["status"] == "done"
+        assert Receiver.delivered.wait(timeout=60), "the callback was not delivered again after a 503"
+    finally:
+        receiver.shutdown()
+    assert len(Receiver.calls) == 2
+    for headers, body in Receiver.calls:
+        stamp = headers["X-LLM-OCR-Timestamp"]
+        expected = hmac.new(CALLBACK_SECRET.encode(), stamp.encode() + b"." + body, sha256).hexdigest()
+        assert headers["X-LLM-OCR-Signature"] == f"sha256={expected}"
+        sent = json.loads(body)
+        assert (sent["id"], sent["status"], sent["pages_done"]) == (doc.id, "done", 1)
 
 
 def test_idempotency_key_returns_the_same_document(service: llm_ocr.Service, corpus: tuple[Path, dict]) -> None:
