@@ -15,10 +15,9 @@ import ast
 import asyncio
 import importlib.metadata
 import importlib.util
-import io
 import json
+import logging
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -34,52 +33,31 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
-from llm_ocr.gpu_presets import PRESETS
+import llm_ocr
 from llm_ocr.options import ClientOptions
-from llm_ocr.serving.command_lines import api_key_to_env, free_port, vllm_command
 from llm_ocr.serving.vllm.process import ManagedServer, _group_alive
 from llm_ocr.stages.describe import DescribeContext, figure_request
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import VlmClient
 from llm_ocr.vlm.recipes import image_messages, recipe_for
-from tests.conftest import REPO, read_stage, run_cli
+from tests.conftest import REPO, read_stage
 from tests.docs import chart_png, make_corpus
 from tests.vllm_real.conftest import (
     SERVER_ARGS,
-    SERVER_COMMAND,
     VLLM_ENV,
     ProcessWatch,
-    logged_requests,
     server_cli_args,
     texts_under,
     vllm_version_in,
     wait_for,
 )
+from tests.vllm_real.servers import SERVED, TierServer, health, logged_requests, page_jpeg, plain_request
 
 # Generous: on a 2-core machine shared with other test runs (load average 25-30 seen) a vLLM start
 # alone took minutes; the time limits below are for hangs, not for speed.
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 METRIC_KEYS = {"running", "waiting", "kv_cache_usage", "generation_tokens_total", "prompt_tokens_total"}
-
-
-def _jpeg(width: int = 612, height: int = 792) -> bytes:
-    from PIL import Image, ImageDraw
-
-    image = Image.new("RGB", (width, height), "white")
-    ImageDraw.Draw(image).text((40, 40), "Section 1.1 archive batch caption", fill="black")
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=95)
-    return buffer.getvalue()
-
-
-async def _health(root_url: str) -> int | None:
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-            async with session.get(f"{root_url}/health") as response:
-                return response.status
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-        return None
 
 
 async def _status(url: str, key: str | None = None) -> int:
@@ -89,65 +67,41 @@ async def _status(url: str, key: str | None = None) -> int:
             return response.status
 
 
-def _group_members(pgid: int) -> list[psutil.Process]:
-    members = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return members
-
-
-def test_launcher_waits_for_health_reads_metrics_and_stops_the_whole_group(tiny_model: Path, tmp_path: Path) -> None:
-    """ManagedServer on the launcher's own command line: health gate, metrics, request fields,
-    an API key it enforces, `llm-ocr describe` through it, stop."""
-    asyncio.run(_managed_server(tiny_model, tmp_path))
-
-
-async def _managed_server(model: Path, tmp_path: Path) -> None:
-    # Pages with figures for `llm-ocr describe` against this server (below): Extract on the
+def test_launcher_waits_for_health_reads_metrics_and_holds_the_key(tiny_server: TierServer, tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """ManagedServer on the launcher's own command line (the shared server): health gate,
+    metrics, request fields, an API key it enforces, `llm_ocr.describe` through it. That stop()
+    leaves no process of its group is checked when the session stops it (``tiny_server``)."""
+    # Pages with figures for `llm_ocr.describe` against this server (below): Extract on the
     # simulated DeepSeek-OCR, which finds the charts; the random model would find none.
     out = _extract_with_simulator(tmp_path)
     figures = sum(len(r["figures"]) for r in read_stage(out, "extract"))
     assert figures >= 2
-    port = free_port()
-    preset = PRESETS["l4-24gb"]
-    # A served name unlike the model path: if --served-model-name went missing or wrong, vLLM
-    # would serve the path and every request below would get a 404.
-    served = "acme/tiny-ocr"
-    # An API key, handed over as the launcher does (in the environment): vLLM must enforce it.
-    key = f"sk-tier-{uuid.uuid4().hex}"
-    command, key_env = api_key_to_env(vllm_command(
-        str(model), host="127.0.0.1", port=port, preset=preset, served_model_name=served,
-        server_command=shlex.split(SERVER_COMMAND), extra_args=[*shlex.split(SERVER_ARGS), "--api-key", key],
-    ))  # fmt: skip
-    assert key_env == {"VLLM_API_KEY": key} and key not in " ".join(command)
+    server, key = tiny_server.server, tiny_server.api_key
+    assert key is not None and tiny_server.startup is not None
+    # The key went to vLLM in its environment, as the launcher hands it over, not on its command line.
+    assert server.env is not None and server.env["VLLM_API_KEY"] == key and key not in " ".join(server.command)
     # The model-family rule: no DeepSeek-OCR logits processor for another family (loading it
     # imports vLLM's deepseek_ocr module, which would fail here for want of torchvision).
-    assert "--logits-processors" not in command and "--model" in command
-    log_path = tmp_path / "server.log"
-    server = ManagedServer(command, host="127.0.0.1", port=port, log_path=log_path, env={**VLLM_ENV, **key_env},
-                           startup_timeout=600, max_restarts=0, name="vllm")
-    await server.start()
-    started = time.monotonic()
-    client = VlmClient(server.base_url, served, api_key=key, options=ClientOptions(), gate=server.wait_ready)
+    assert "--logits-processors" not in server.command and "--model" in server.command
+    # Not ready at first: vLLM loads for many seconds before /health answers 200 ... and a request
+    # made then waited for readiness instead of failing or using attempts.
+    startup = tiny_server.startup
+    assert startup.health_at_start != 200
+    assert recipe_for(SERVED).name == "generic" and recipe_for(SERVED).extra_body == {}
+    first = startup.first
+    assert first.attempts == 1 and first.text and first.completion_tokens
+    assert startup.waited > 3, f"answered after {startup.waited:.1f}s: did the request really wait for start-up?"
+    asyncio.run(_managed_server(tiny_server, out, figures, caplog))
+
+
+async def _managed_server(tier: TierServer, out: Path, figures: int, caplog: pytest.LogCaptureFixture) -> None:
+    server, key = tier.server, tier.api_key
+    mark = tier.mark()
+    client = VlmClient(server.base_url, SERVED, api_key=key, options=ClientOptions())
     try:
-        # Not ready yet: vLLM loads for many seconds before /health answers 200 ...
-        assert await _health(server.root_url) != 200
-        # ... and a request made now waits for readiness instead of failing or using attempts.
-        recipe = recipe_for(served)
-        assert recipe.name == "generic" and recipe.extra_body == {}
-        first = await client.chat({
-            "messages": image_messages(_jpeg(), "image/jpeg", recipe.prompt.text),
-            "max_tokens": 16, "temperature": 0.0, "extra_body": recipe.extra_body,
-        })  # fmt: skip
-        waited = time.monotonic() - started
-        assert first.attempts == 1 and first.text and first.completion_tokens
-        assert waited > 3, f"answered after {waited:.1f}s: did the request really wait for start-up?"
-        assert await _health(server.root_url) == 200
-        assert await client.served_models() == [served]
+        assert await health(server.root_url) == 200
+        assert await client.served_models() == [SERVED]
         # vLLM took the key from VLLM_API_KEY: without it (or with another) /v1 is closed.
         assert await _status(f"{server.base_url}/models") == 401
         assert await _status(f"{server.base_url}/models", key="sk-wrong") == 401
@@ -155,8 +109,7 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         assert server.generation == 1 and server.restarts == 0
 
         # The server runs as a process group (API server, EngineCore, helpers): stop() must end all.
-        members = _group_members(server.pid)
-        assert len(members) >= 2, [m.cmdline() for m in members]
+        assert len(tier.members) >= 2, [m.cmdline() for m in tier.members]
 
         # /metrics: vLLM's real names parse into every key, and the counters add up.
         before = await server.metrics()
@@ -166,8 +119,8 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         # end early (ignore_eos, 4000 tokens: seconds of decoding even on an idle machine), polled
         # until /metrics shows one running, then abandoned (vLLM aborts a request whose client
         # went away), so the check costs a poll or two, not their whole length.
-        long_body = {"messages": image_messages(_jpeg(), "image/jpeg", recipe.prompt.text), "max_tokens": 4000,
-                     "temperature": 0.0, "extra_body": {**recipe.extra_body, "ignore_eos": True}}
+        long_body = plain_request(max_tokens=4000)
+        long_body["extra_body"] = {**long_body["extra_body"], "ignore_eos": True}
         long_ones = [asyncio.create_task(client.chat(dict(long_body))) for _ in range(2)]
         running = 0.0
         while running < 1 and not all(t.done() for t in long_ones):
@@ -182,8 +135,7 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
 
         # The counters add up over twelve short requests.
         before = await server.metrics()
-        body = {"messages": image_messages(_jpeg(), "image/jpeg", recipe.prompt.text), "max_tokens": 16,
-                "temperature": 0.0, "extra_body": recipe.extra_body}
+        body = plain_request(max_tokens=16)
         results = await asyncio.gather(*[client.chat(dict(body)) for _ in range(12)])
         after = await server.metrics()
         generated = sum(r.completion_tokens or 0 for r in results)
@@ -196,39 +148,37 @@ async def _managed_server(model: Path, tmp_path: Path) -> None:
         # The DeepSeek-OCR request shape, sent to a real vLLM: the fields must arrive in the
         # sampling params typed as sent (the n-gram processor itself is not loaded here).
         deepseek = recipe_for("deepseek-ai/DeepSeek-OCR")
-        await client.chat({"messages": image_messages(_jpeg(), "image/jpeg", deepseek.prompt.text), "max_tokens": 8,
+        await client.chat({"messages": image_messages(page_jpeg(), "image/jpeg", deepseek.prompt.text), "max_tokens": 8,
                            "temperature": 0.0, "extra_body": deepseek.extra_body})
         # A Describe request with a JSON schema: vLLM must see it as structured output.
         schema = {"type": "object", "properties": {"kind": {"enum": ["chart", "photo"]}}, "required": ["kind"]}
         ctx = DescribeContext(client=client, prompt="Describe this image in detail.", max_tokens=8, schema=schema)
         await client.chat(figure_request(chart_png(1), ctx))
 
-        # `llm-ocr describe` captions the figures through this real vLLM (the other tests launch
-        # vLLM from the CLI; one start fewer keeps the tier short).
-        described = await asyncio.to_thread(
-            run_cli, "-v", "describe", "--output", str(out), "--endpoint", server.base_url, "--model", served,
-            "--describe-max-tokens", "24", "--progress", "off", timeout=900, env={"LLM_OCR_API_KEY": key},
-        )  # fmt: skip
-        assert described.returncode == 0, described.stderr[-4000:]
+        # llm_ocr.describe captions the figures through this real vLLM, in this process (the
+        # command line's launch, key and logs are `llm-ocr run`'s test below), its every log line kept.
+        with caplog.at_level(logging.DEBUG, logger="llm_ocr"):
+            described = await asyncio.to_thread(
+                llm_ocr.describe, out, endpoint=server.base_url, model=SERVED, api_key=key, describe_max_tokens=24,
+                progress="off",
+            )  # fmt: skip
+        assert described.ok, described
     finally:
         await client.close()
-        await server.stop()
 
-    assert not _group_alive(server.pid)
-    assert [m.pid for m in members if m.is_running() and m.status() != psutil.STATUS_ZOMBIE] == []
-    # The key is in neither vLLM's log nor llm-ocr's (its -v stderr), nor anything it wrote.
-    leaks = [where for where, text in [("llm-ocr stderr", described.stderr), ("llm-ocr stdout", described.stdout),
-                                       *texts_under(log_path, out)] if key in text]
+    # The key is in neither vLLM's log nor llm-ocr's, nor anything it wrote.
+    assert caplog.records, "llm-ocr logged nothing: the check below would see nothing"
+    leaks = [where for where, text in [("llm-ocr log", caplog.text), *texts_under(tier.log_path, out)] if key in text]
     assert leaks == []
 
-    every_request = logged_requests(log_path.read_text(errors="replace"))
-    sent = 1 + 2 + 12 + 2  # the first, the two abandoned, the twelve, DeepSeek's and Describe's shapes
-    logged, logged_describe = every_request[:sent], every_request[sent:]
+    every_request = tier.requests()
+    sent = 2 + 12 + 2  # the two abandoned, the twelve, DeepSeek's and Describe's shapes
+    logged, logged_describe = every_request[mark:mark + sent], every_request[mark + sent:]
     assert len(logged) == sent
-    plain, deepseek_logged, structured = logged[0], logged[-2], logged[-1]
+    plain, deepseek_logged, structured = every_request[0], logged[-2], logged[-1]  # the first: the start-up's
     assert plain.param("extra_args") == "None" and plain.param("skip_special_tokens") == "True"
     assert plain.param("temperature") == "0.0" and plain.param("max_tokens") == "16"
-    assert plain.output == first.text  # what the client returned is what vLLM generated
+    assert plain.output == tier.startup.first.text  # what the client returned is what vLLM generated
     assert deepseek_logged.param("skip_special_tokens") == "False"
     # Compared with the recipe's literal (docs/facts.md#deepseek-ocr), not with the constant the
     # request was built from (that would pass whatever the constant held), and typed: the n-gram
@@ -258,9 +208,9 @@ def _extract_with_simulator(tmp_path: Path) -> Path:
     make_corpus(tmp_path / "docs", documents=2, pages=2)  # odd pages carry a chart
     out = tmp_path / "out"
     with SimulatedServer(corpus=tmp_path / "docs") as sim:
-        extracted = run_cli("extract", str(tmp_path / "docs"), "--output", str(out), "--endpoint", sim.base_url,
-                            "--workers", "0")
-    assert extracted.returncode == 0, extracted.stderr
+        extracted = llm_ocr.extract(str(tmp_path / "docs"), output=str(out), endpoint=sim.base_url, workers=0,
+                                    progress="off")
+    assert extracted.ok, extracted
     return out
 
 
