@@ -42,6 +42,28 @@ COMMAND_MODULES = (
     "llm_ocr.commands.service",  # service, worker
 )
 
+#: The module that registers each command other than the stages' (whose names are the stage
+#: table's): a command line names one command, and only its module is imported to parse it. A
+#: shard of ``llm-ocr extract`` then starts without the report's, the launchers' and the
+#: benchmarks' imports (issue 46: many shards starting at once on a busy machine).
+#: ``tests/test_command_line.py`` checks this against what the modules register.
+COMMAND_MODULE_OF = {
+    "report": "llm_ocr.commands.report",
+    "bench": "llm_ocr.commands.bench",
+    "bench-reads": "llm_ocr.commands.bench_reads",
+    "bench-cascade": "llm_ocr.commands.bench_cascade",
+    "status": "llm_ocr.commands.status",
+    "plan": "llm_ocr.commands.plan",
+    "models": "llm_ocr.commands.models",
+    "bench-accuracy": "llm_ocr.commands.bench_accuracy",
+    "bench-quality": "llm_ocr.commands.bench_quality",
+    "compare": "llm_ocr.commands.compare",
+    "launch": "llm_ocr.commands.launch",
+    "jobs": "llm_ocr.commands.launch",
+    "service": "llm_ocr.commands.service",
+    "worker": "llm_ocr.commands.service",
+}
+
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -53,15 +75,24 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=None, serve=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``llm-ocr``."""
+def _module_of(command: str) -> str | None:
+    """The module that registers ``command``, or None for a name that is no command."""
+    from llm_ocr.stage_table import STAGES
+
+    return "llm_ocr.commands.stage" if command in STAGES else COMMAND_MODULE_OF.get(command)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of ``llm-ocr``; with ``command``, a known command's name, only that
+    command's (the same parse of its command line, without importing every other command)."""
+    module = _module_of(command) if command else None
     parser = argparse.ArgumentParser(
         prog="llm-ocr",
         description="Batch OCR of PDFs and page images into Markdown, figures and captions.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
+    for name in [module] if module else COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     _serve_parser(sub)
     return plain_help(parser)
@@ -82,7 +113,9 @@ def _setup_logging(verbose: bool) -> None:
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """``llm-ocr ARGV`` parsed (exits on a usage error or ``--help``, as argparse does), with
     every flag whose value is a piece of a command line joined to that value first."""
-    parser = build_parser()
+    # The first word that is not a flag names the command (``-v`` is the only flag before it).
+    command = next((word for word in argv if not word.startswith("-")), None)
+    parser = build_parser(command)
     return parser.parse_args(join_fragments(argv, fragment_flags(parser)))
 
 
