@@ -9,11 +9,14 @@ line takes a value that starts with ``-`` (``--server-args "--enforce-eager"``:
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from llm_ocr.config import OptionError, fragment_flags, join_fragments, plain_help
 from llm_ocr.outcomes import ExitCode
@@ -42,6 +45,28 @@ COMMAND_MODULES = (
     "llm_ocr.commands.service",  # service, worker
 )
 
+#: The module that registers each command other than the stages' (whose names are the stage
+#: table's): a command line names one command, and only its module is imported to parse it. A
+#: shard of ``llm-ocr extract`` then starts without the report's, the launchers' and the
+#: benchmarks' imports (issue 46: many shards starting at once on a busy machine).
+#: ``tests/test_command_line.py`` checks this against what the modules register.
+COMMAND_MODULE_OF = {
+    "report": "llm_ocr.commands.report",
+    "bench": "llm_ocr.commands.bench",
+    "bench-reads": "llm_ocr.commands.bench_reads",
+    "bench-cascade": "llm_ocr.commands.bench_cascade",
+    "status": "llm_ocr.commands.status",
+    "plan": "llm_ocr.commands.plan",
+    "models": "llm_ocr.commands.models",
+    "bench-accuracy": "llm_ocr.commands.bench_accuracy",
+    "bench-quality": "llm_ocr.commands.bench_quality",
+    "compare": "llm_ocr.commands.compare",
+    "launch": "llm_ocr.commands.launch",
+    "jobs": "llm_ocr.commands.launch",
+    "service": "llm_ocr.commands.service",
+    "worker": "llm_ocr.commands.service",
+}
+
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -53,15 +78,24 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=None, serve=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``llm-ocr``."""
+def _module_of(command: str) -> str | None:
+    """The module that registers ``command``, or None for a name that is no command."""
+    from llm_ocr.stage_table import STAGES
+
+    return "llm_ocr.commands.stage" if command in STAGES else COMMAND_MODULE_OF.get(command)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of ``llm-ocr``; with ``command``, a known command's name, only that
+    command's (the same parse of its command line, without importing every other command)."""
+    module = _module_of(command) if command else None
     parser = argparse.ArgumentParser(
         prog="llm-ocr",
         description="Batch OCR of PDFs and page images into Markdown, figures and captions.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
+    for name in [module] if module else COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     _serve_parser(sub)
     return plain_help(parser)
@@ -82,7 +116,9 @@ def _setup_logging(verbose: bool) -> None:
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """``llm-ocr ARGV`` parsed (exits on a usage error or ``--help``, as argparse does), with
     every flag whose value is a piece of a command line joined to that value first."""
-    parser = build_parser()
+    # The first word that is not a flag names the command (``-v`` is the only flag before it).
+    command = next((word for word in argv if not word.startswith("-")), None)
+    parser = build_parser(command)
     return parser.parse_args(join_fragments(argv, fragment_flags(parser)))
 
 
@@ -98,6 +134,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         # still buffered for stdout goes to devnull, so the flush at exit cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return BROKEN_PIPE_EXIT
+
+
+def run() -> NoReturn:
+    """Entry point of the ``llm-ocr`` console script and ``python -m llm_ocr.cli``: :func:`main`,
+    then the process ends without the interpreter's teardown (:func:`exit_without_teardown`).
+    Only the command line's process ends this way; :func:`main` and the Python API return."""
+    exit_without_teardown(main())
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End the process with ``code`` once what it wrote is written, skipping the interpreter's
+    teardown: freeing every object and a last garbage collection, which took a shard 7-15 s of
+    wall time after its completion marker on a busy machine (docs/stragglers.md; one final
+    collection 9.4 s at load 39), a straggler's tail made of nothing.
+
+    A command's handler returns only once its parts and markers are written and its servers,
+    pools and writers are closed. What the interpreter would still do that matters is done
+    here: the ``atexit`` handlers (logging's flush, multiprocessing's reaping of children,
+    temporary folders' removal) and the standard streams' flush. If a thread that is not a
+    daemon is still running, the interpreter's own exit joins it first, as always.
+    """
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (main() handled it) or a closed stream: nothing to flush to
+            pass
+    os._exit(int(code))
 
 
 def _main(argv: list[str]) -> int:
@@ -135,4 +201,4 @@ def _serve(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

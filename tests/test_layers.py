@@ -401,14 +401,19 @@ def test_the_command_line_lists_its_options_without_importing_a_model_client_or_
     """``llm-ocr --help``, ``status`` or ``jobs status`` build the whole parser: that must not pay
     for the model client, the runners or the benchmark (about a second of CPU each time). A run
     imports its runner, but never the ``openai`` SDK (~0.6 CPU-s of pydantic models at import):
-    the client is llm-ocr's own (:mod:`llm_ocr.vlm.http`)."""
+    the client is llm-ocr's own (:mod:`llm_ocr.vlm.http`). A shard's command line (``extract``)
+    is parsed without even the other commands' modules: the report, the launchers, the
+    benchmarks (a quarter of a CPU-second, paid by every shard as it starts)."""
     import subprocess
     import sys
 
-    code = ("import sys; from llm_ocr.cli import build_parser; build_parser(); "
+    code = ("import sys; from llm_ocr.cli import build_parser, parse_args; "
+            "parse_args(['extract', 'in', '--output', 'o']); "
+            "print(sorted(m for m in ('llm_ocr.report', 'llm_ocr.launchers', 'llm_ocr.bench', 'pandas') if m in sys.modules)); "
+            "build_parser(); "
             "print(sorted(m for m in ('openai', 'llm_ocr.runners', 'llm_ocr.bench.run', 'llm_ocr.serving.open') if m in sys.modules)); "
             "import llm_ocr.runners.extract; print(sorted(m for m in ('openai', 'httpx', 'httpx2') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=str(PACKAGE.parent))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["[]", "[]"]
+    assert done.stdout.split() == ["[]", "[]", "[]"]

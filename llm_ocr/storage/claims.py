@@ -438,11 +438,14 @@ class Claims:
                 # Reserved groups elsewhere: look again as soon as this flow has room for one.
                 # Own groups held here, being read: their end comes with this flow's pages (a
                 # second, not a quarter lease, so a shard's end is not held up by the look).
-                # Else only own groups others hold: their end (or their lease's) is slow to come.
+                # Else only own groups others hold: their end comes with the others' pages, the
+                # last of the run; each look costs a check or two per group, so a few groups are
+                # looked at every second (a slow shard waited 10 s after its groups were done, the
+                # tail of issue 46's held-out run), many groups less often, at most every poll.
                 if again:
                     now(min(poll, 1.0))
                 else:
-                    self._sleep(min(poll, 1.0) if self._reading_own(waiting) else poll)
+                    self._sleep(min(poll, 1.0 if self._reading_own(waiting) else max(1.0, len(waiting) / 8)))
 
     def _take_other(self, now: Callable[[float], bool]) -> tuple[Claim | None, bool]:
         """A group of another shard: an unclaimed one from the end of the shard with the most

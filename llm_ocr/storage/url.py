@@ -14,6 +14,7 @@ with ``ifGenerationMatch=0`` on GCS (both through fsspec's ``mode="create"``), a
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import logging
 import os
@@ -122,6 +123,8 @@ class Storage:
 
     def glob(self, *parts: str) -> list[str]:
         """Sorted paths matching a glob under this folder (an absent folder matches nothing)."""
+        if self.is_local:
+            return self._glob_local(parts)
         pattern = self.path(*parts)
         try:
             self.fs.invalidate_cache()
@@ -129,6 +132,31 @@ class Storage:
         except FileNotFoundError:
             return []
         return sorted(str(p) for p in found)
+
+    def _glob_local(self, parts: tuple[str, ...]) -> list[str]:
+        """:meth:`glob` on local disk: one directory listing per folder the pattern reaches, the
+        names matched as fsspec's glob matches them (``*`` and ``?`` within one name, ``[...]``,
+        names that start with a dot too; a folder whose own name looks like a pattern is a name,
+        where fsspec's glob found nothing in it), and nothing else read. fsspec's glob stats every
+        entry: 27 ms of CPU for a claims folder of 2,400 files, listed for each of 7 other shards
+        at every group a process takes (docs/stragglers.md: 800 groups a shard)."""
+        found = [self.root]
+        for part in "/".join(parts).split("/"):
+            if not part:
+                continue
+            reached = []
+            for base in found:
+                if not any(c in part for c in "*?["):
+                    if os.path.lexists(path := posixpath.join(base, part)):
+                        reached.append(path)
+                    continue
+                try:
+                    names = os.listdir(base)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                reached += [posixpath.join(base, name) for name in fnmatch.filter(names, part)]
+            found = reached
+        return sorted(found)
 
     def read_bytes(self, path: str) -> bytes:
         """The whole content of ``path``."""

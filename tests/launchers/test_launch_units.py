@@ -35,7 +35,7 @@ def test_wheel_is_byte_stable_holds_every_file_and_changes_with_the_code(tmp_pat
     files = {f"llm_ocr/{p.relative_to(package).as_posix()}" for p in package.rglob("*") if p.is_file()}
     assert files <= names
     entry_points = zipfile.ZipFile(io.BytesIO(first.data)).read("llm_ocr-0.1.0.dist-info/entry_points.txt").decode()
-    assert "llm-ocr = llm_ocr.cli:main" in entry_points
+    assert "llm-ocr = llm_ocr.cli:run" in entry_points
     (package / "launchers" / "core" / "plan.py").write_text((package / "launchers" / "core" / "plan.py").read_text() + "\n# changed\n")
     assert build_wheel(package).digest != first.digest
 

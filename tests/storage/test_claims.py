@@ -229,3 +229,6 @@ def test_an_own_group_taken_from_its_reservation_is_waited_for_before_the_queue_
     mine._sleep = fast_finishes  # type: ignore[method-assign]
     assert list(queue) == []
     assert polls and mine.own_groups(set()).left == []
+    # Its own group held by another, the slow shard looks again within a second, not a quarter
+    # lease (15 s here): it ended 10 s after the others had finished its groups.
+    assert polls == [1.0]

@@ -386,3 +386,33 @@ def test_no_import_time_side_effects_and_gcsfs_is_prepared_for_the_emulator() ->
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["false", "gcsfs.core"]
+
+
+def test_a_local_glob_matches_what_fsspec_matches_without_reading_each_entry(tmp_path: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process taking another shard's group lists each other shard's claims folder; fsspec's
+    glob reads every entry's metadata (27 ms of CPU for 2,400 claim files, at every group taken).
+    The local glob lists names only, and matches what fsspec's glob matches: names that start
+    with a dot, folders, patterns in several parts; and in a folder whose own name looks like a
+    pattern, what it matches elsewhere."""
+    names = ["_state/claims/run/00000-of-00002/000001-0001.json", "_state/claims/run/00000-of-00002/.x.json",
+             "_state/claims/run/00001-of-00002/000002-0001.done.json", "_state/claims/run/00001-of-00002/a.tmp",
+             "_state/claims/extract/00000-of-00003/000001-0001.json", "_state/claims/run/dir.json/z.json"]
+    patterns = [("_state", "claims", "*", "*-of-*", "*.json"), ("_state", "claims", "run", "00000-of-00002", "*.json"),
+                ("_state", "claims", "run", "*.json"), ("_state", "claims", "run", "0000[1]-of-00002", "*"),
+                ("_state/claims/run/00001-of-00002", "??????-0001.*.json"), ("absent", "*.json")]
+    found = {}
+    for folder in ("out", "out [1]"):
+        for name in names:
+            (tmp_path / folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / folder / name).write_text("{}")
+        storage = Storage(str(tmp_path / folder))
+        if folder == "out":
+            by_fsspec = [sorted(storage.fs.glob(storage.path(*parts))) for parts in patterns]
+        with monkeypatch.context() as patch:
+            patch.setattr(storage.fs, "find", lambda *a, **k: pytest.fail("fsspec's glob read every entry"))
+            found[folder] = [[p.removeprefix(storage.root) for p in storage.glob(*parts)] for parts in patterns]
+    assert found["out"] == [[p.removeprefix(str(tmp_path / "out")) for p in paths] for paths in by_fsspec]
+    assert found["out [1]"] == found["out"]
+    assert found["out"][1] == ["/_state/claims/run/00000-of-00002/.x.json",
+                               "/_state/claims/run/00000-of-00002/000001-0001.json"]
