@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 import statistics
 import sys
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,8 @@ FP_SIZE = (48, 64)
 #: Corpus pages are rendered so that their longer side has about this many pixels before
 #: being reduced to the fingerprint: enough that anti-aliasing differences average out.
 RENDER_LONG_SIDE = 384
+#: How many analysed images' places a corpus remembers (:attr:`CorpusIndex.found`).
+FOUND_KEPT = 4096
 #: The grey page a crop is looked for in (:mod:`.crops`) has this many pixels on its longer
 #: side (a 7 pt text line is then 2.5 px tall on a 17 in page) ...
 LOCATE_LONG_SIDE = 768
@@ -123,6 +127,12 @@ class CorpusIndex:
         import numpy as np
 
         self.pages = pages
+        #: Where each image analysed lately was found (:func:`~.images.analyse_image`), by its
+        #: digest and what it was looked for as: a crop search takes tens of correlations, and
+        #: one image comes again (a retry; families that render a piece alike, several tests
+        #: of one server). The newest :data:`FOUND_KEPT` last.
+        self.found: OrderedDict[tuple[Any, ...], tuple[KnownPage | None, int, Any]] = OrderedDict()
+        self.found_lock = threading.Lock()
         # One matrix so that matching a request is a few vectorised numpy operations even for
         # thousands of known pages.
         if pages:

@@ -234,11 +234,17 @@ def locate_reshaped(image: Any, width: int, height: int, pages: list[KnownPage])
     from PIL import Image
 
     grey = image.convert("L")
+    across: dict[int, Any] = {}  # the piece resized across only, to each width asked
     shrunk: dict[tuple[int, int], np.ndarray] = {}
 
     def crop_at(w: int, h: int) -> np.ndarray:
         if (w, h) not in shrunk:
-            shrunk[(w, h)] = np.asarray(soften(grey.resize((w, h), Image.Resampling.BOX)), dtype=np.float64)
+            # In two passes, across then down, as PIL resizes (across first): the search asks
+            # for tens of lengths at one width, and each then resizes a narrow image, not the
+            # whole square.
+            if w not in across:
+                across[w] = grey.resize((w, grey.height), Image.Resampling.BOX)
+            shrunk[(w, h)] = np.asarray(soften(across[w].resize((w, h), Image.Resampling.BOX)), dtype=np.float64)
         return shrunk[(w, h)]
 
     best: Crop | None = None
@@ -451,9 +457,23 @@ def _best_match(page: np.ndarray, crop: np.ndarray) -> tuple[float, int, int]:
     if t_norm == 0.0:  # a blank crop matches every blank region equally: it is not located
         return 0.0, 0, 0
     spectrum, table, squares = _prepared(page)
-    shape = (_fast_length(rows), _fast_length(cols))
-    # Cross-correlation as a product of spectra; positions where the crop fits do not wrap.
-    corr = np.fft.irfft2(spectrum * np.conj(np.fft.rfft2(t, shape)), shape)[: rows - h + 1, : cols - w + 1]
+    if w == cols:
+        # The crop spans the page's width (a segment of a long page, a piece searched along a
+        # strip): its positions are one column, and the correlation there is the sum of the 1-D
+        # correlations down each column, one short inverse FFT instead of a 2-D one.
+        length = _fast_length(rows)
+        rows_spectrum = spectrum.get("rows")
+        if rows_spectrum is None:
+            rows_spectrum = spectrum["rows"] = np.fft.rfft(page, length, axis=0)
+        summed = (rows_spectrum * np.conj(np.fft.rfft(t, length, axis=0))).sum(axis=1)
+        corr = np.fft.irfft(summed, length)[: rows - h + 1, None]
+    else:
+        shape = (_fast_length(rows), _fast_length(cols))
+        whole = spectrum.get("2d")
+        if whole is None:
+            whole = spectrum["2d"] = np.fft.rfft2(page, shape)
+        # Cross-correlation as a product of spectra; positions where the crop fits do not wrap.
+        corr = np.fft.irfft2(whole * np.conj(np.fft.rfft2(t, shape)), shape)[: rows - h + 1, : cols - w + 1]
     # The page's sum and sum of squares under the crop at each position (integral images).
     s1 = _window_sums(table, h, w)
     s2 = _window_sums(squares, h, w)
@@ -467,22 +487,21 @@ def _best_match(page: np.ndarray, crop: np.ndarray) -> tuple[float, int, int]:
 #: Pages whose spectrum and integral images are kept (a scale search compares one page with
 #: tens of crops): the most recently used this many.
 PREPARED_PAGES = 8
-_PREPARED: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+_PREPARED: dict[int, tuple[np.ndarray, tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def _prepared(page: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What every correlation with ``page`` needs of it alone: its spectrum at a fast FFT size,
-    and the integral images of its values and of their squares."""
-    import numpy as np
+def _prepared(page: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """What every correlation with ``page`` needs of it alone: its spectra at a fast FFT size
+    (filled as they are first needed: ``"2d"``, and ``"rows"``, the 1-D spectrum of each column,
+    for crops spanning the page's width), and the integral images of its values and of their
+    squares."""
 
     key = id(page)
     with _CACHE_LOCK:
         found = _PREPARED.pop(key, None)
     if found is None or found[0] is not page:
-        rows, cols = page.shape
-        found = (page, (np.fft.rfft2(page, (_fast_length(rows), _fast_length(cols))), _integral(page),
-                        _integral(page * page)))
+        found = (page, ({}, _integral(page), _integral(page * page)))
     with _CACHE_LOCK:
         _PREPARED[key] = found  # the newest last
         while len(_PREPARED) > PREPARED_PAGES:

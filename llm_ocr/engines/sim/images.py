@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import io
 from dataclasses import dataclass
+from typing import Any
 
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families.base import Rendering
 
 from ..frame.protocol import ApiError
 from . import content
-from .corpus import CorpusIndex, KnownPage, fingerprint_image
+from .corpus import FOUND_KEPT, CorpusIndex, KnownPage, fingerprint_image
 from .crops import locate, locate_reshaped
 
 
@@ -58,25 +59,47 @@ def analyse_image(
     except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input; all mean "bad image"
         raise ApiError(400, f"Failed to load image: {exc}") from None
     facts = ImageFacts(width, height, digest)
+    key = (digest, any_aspect, turns, crops_at, rendering)
     if corpus is not None and len(corpus):
-        # A page resized to a square (MinerU's layout pass) keeps its fingerprint, not its aspect.
-        facts.known = corpus.match(fingerprint_image(img), None if any_aspect else width / height)
-        # A page sent turned (a model that reads rotation, olmOCR-2) is found turned back.
-        for clockwise in (90, 180, 270) if turns and facts.known is None else ():
-            turned = img.convert("L").rotate(-clockwise, expand=True)
-            facts.known = corpus.match(fingerprint_image(turned), turned.width / turned.height)
-            if facts.known is not None:
-                facts.turned = clockwise
-                break
-        if facts.known is None and any_aspect and crops_at is not None:
-            # A piece of a long page resized to another shape (a segment in MinerU's square).
-            crop = locate_reshaped(img, width, height, corpus.pages)
-            if crop is not None:
-                facts.known, facts.region = crop.page, crop.region
-        elif facts.known is None and crops_at is not None:
-            crop = locate(img, width, height, corpus.pages, crops_at, rendering)
-            if crop is not None:
-                facts.known, facts.region = crop.page, crop.region
+        with corpus.found_lock:
+            found = corpus.found.get(key)
+            if found is not None:
+                corpus.found.move_to_end(key)
+        if found is not None:
+            facts.known, facts.turned, facts.region = found
+        else:
+            _find(facts, img, corpus, any_aspect, turns, crops_at, rendering)
+            with corpus.found_lock:
+                corpus.found[key] = (facts.known, facts.turned, facts.region)
+                while len(corpus.found) > FOUND_KEPT:
+                    corpus.found.popitem(last=False)
     if need_colour:
         facts.colour = content.dominant_colour(img)
     return facts
+
+
+def _find(
+    facts: ImageFacts, img: Any, corpus: CorpusIndex, any_aspect: bool, turns: bool, crops_at: float | None,
+    rendering: Rendering | None,
+) -> None:
+    """Look the image up in the corpus (see :func:`analyse_image`); sets ``facts``' known page,
+    turn and region."""
+    width, height = facts.width, facts.height
+    # A page resized to a square (MinerU's layout pass) keeps its fingerprint, not its aspect.
+    facts.known = corpus.match(fingerprint_image(img), None if any_aspect else width / height)
+    # A page sent turned (a model that reads rotation, olmOCR-2) is found turned back.
+    for clockwise in (90, 180, 270) if turns and facts.known is None else ():
+        turned = img.convert("L").rotate(-clockwise, expand=True)
+        facts.known = corpus.match(fingerprint_image(turned), turned.width / turned.height)
+        if facts.known is not None:
+            facts.turned = clockwise
+            break
+    if facts.known is None and any_aspect and crops_at is not None:
+        # A piece of a long page resized to another shape (a segment in MinerU's square).
+        crop = locate_reshaped(img, width, height, corpus.pages)
+        if crop is not None:
+            facts.known, facts.region = crop.page, crop.region
+    elif facts.known is None and crops_at is not None:
+        crop = locate(img, width, height, corpus.pages, crops_at, rendering)
+        if crop is not None:
+            facts.known, facts.region = crop.page, crop.region

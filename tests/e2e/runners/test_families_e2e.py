@@ -1,6 +1,8 @@
 """Every model family end to end: Extract of real PDFs against the simulated server playing the
 family (its answer format, its coordinate space, and a 400 for any page request that strays
-from its recipe): the words, every figure, and no stray request."""
+from its recipe): the words, every figure, and no stray request. The sweep over the families
+reads each one through the Python API in this process against one server playing them all
+(tests/sweeps.py); the other tests run ``llm-ocr extract`` and ``llm-ocr run`` as subprocesses."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.families import family_named
 from tests.conftest import read_stage, run_cli
 from tests.docs import make_pdf
+from tests.sweeps import Counters
+from tests.sweeps import extract as in_process_extract
 
 #: A served name of each family (the family is chosen from it, as for a real server).
 MODELS = {
@@ -59,18 +63,37 @@ def extract(inputs: list[str], out: Path, server: SimulatedServer, model: str, *
     )  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[str]]]:
+    """A folder with one two-page report (a chart on page 1), and its lines of text by page."""
+    docs = tmp_path_factory.mktemp("docs")
+    return docs, make_pdf(docs / "report.pdf", pages=2, seed=5)
+
+
+@pytest.fixture(scope="module")
+def every_family(report: tuple[Path, list[list[str]]]):  # a SimulatedServer
+    """One server answering to every name of MODELS, playing each name's family (tests of one
+    worker run one after the other: each reads its own run from the counters' change), with the
+    largest context of them (Infinity-Parser2's): a server of one family has its family's."""
+    context = max(family_named(family).serving.context for family in MODELS)
+    with SimulatedServer("--instant", "--max-model-len", str(context), "--served-model-name", *MODELS.values(),
+                         corpus=report[0]) as server:
+        yield server
+
+
 @pytest.mark.parametrize("family", list(MODELS))
-def test_extract_of_real_pdfs_gets_the_words_and_every_figure(tmp_path: Path, family: str) -> None:
+def test_extract_of_real_pdfs_gets_the_words_and_every_figure(
+    report: tuple[Path, list[list[str]]], every_family: SimulatedServer, tmp_path: Path, family: str
+) -> None:
     model = MODELS[family]
     recipe = family_named(family)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    texts = make_pdf(docs / "report.pdf", pages=2, seed=5)
-    with SimulatedServer("--instant", "--served-model-name", model, corpus=docs) as server:
-        result = extract([str(docs)], tmp_path / "out", server, model)
-        stats = server.stats()
-        requests = server.requests()
-    assert result.returncode == 0, result.stderr[-3000:]
+    docs, texts = report
+    counters = Counters(every_family)
+    # In this process (the family's recipe and parser are tested, not the command's start-up;
+    # the tests below run the command).
+    result = in_process_extract(docs, tmp_path / "out", every_family, model)
+    stats, requests = counters.since(), counters.requests()
+    assert result.exit_code == 0, result
     assert stats["recipe_refused"] == 0
     # Every request was one of the family's page requests (none fell to a description).
     kinds = stats["families"]
@@ -104,14 +127,14 @@ def test_extract_of_real_pdfs_gets_the_words_and_every_figure(tmp_path: Path, fa
     assert bool(figure["description"]) == recipe.outputs.figure_descriptions
 
 
-def test_each_family_renders_pages_as_it_was_trained(tmp_path: Path) -> None:
+def test_each_family_renders_pages_as_it_was_trained(every_family: SimulatedServer, tmp_path: Path) -> None:
     make_pdf(tmp_path / "one.pdf", pages=1, seed=2)
     sizes = {}
     for family in ("olmocr", "dots-ocr", "mineru"):
         model = MODELS[family]
-        with SimulatedServer("--instant", "--served-model-name", model, corpus=tmp_path / "one.pdf") as server:
-            assert extract([str(tmp_path / "one.pdf")], tmp_path / family, server, model).returncode == 0
-            (entry,) = server.requests()[:1]
+        counters = Counters(every_family)
+        assert in_process_extract(tmp_path / "one.pdf", tmp_path / family, every_family, model).exit_code == 0
+        (entry,) = counters.requests(model)[:1]
         (row,) = read_stage(tmp_path / family, "extract")
         sizes[family] = (row["width"], row["height"])
         url = next(p for m in entry["body"]["messages"] if isinstance(m["content"], list) for p in m["content"]

@@ -5,7 +5,9 @@ Layout-as-Thought recipe), HunyuanOCR, MiniCPM-OCR 1.0 and FireRed-OCR.
 The server refuses every page request that strays from the family's recipe
 (``llm_ocr/engines/sim/checks.py``) and answers in the family's own format, so a run proves the requests on the wire and the parser
 together: the page words come back (recall >= 0.95 of the PDF's text), every chart is cropped
-where the family gives boxes, and no request was refused.
+where the family gives boxes, and no request was refused. The sweep over the families reads
+each one through the Python API in this process (tests/sweeps.py: the recipe is tested, not the
+command's start-up); Qianfan-OCR's and HunyuanOCR's tests run ``llm-ocr extract`` as a subprocess.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from PIL import Image
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import read_stage, run_cli
 from tests.docs import make_corpus
+from tests.sweeps import extract
 
 #: (served model name, whether the family gives figure boxes)
 FAMILIES = [
@@ -84,9 +87,10 @@ def test_extract_reads_every_word_and_crops_charts_where_the_family_gives_boxes(
     docs, texts = corpus
     out = tmp_path / "out"
     refused = sim.stats()["recipe_refused"]
-    result = run_cli("extract", str(docs), "--output", str(out), "--endpoint", sim.base_url, "--model", model,
-                     "--workers", "0", "--progress", "off")  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    # In this process (what is tested is the family's recipe and parser; the command is run as
+    # a subprocess by the tests below).
+    result = extract(docs, out, sim, model)
+    assert result.exit_code == 0, result
     assert sim.stats()["recipe_refused"] == refused
     rows = read_stage(out, "extract")
     assert len(rows) == sum(len(pages) for pages in texts.values())
@@ -114,9 +118,8 @@ def test_nanonets_keeps_its_inline_figure_description(
     """Nanonets describes the chart inline; the row keeps it and has no crop for Describe."""
     docs, _ = corpus
     out = tmp_path / "out"
-    result = run_cli("extract", str(docs), "--output", str(out), "--endpoint", sim.base_url,
-                     "--model", NANONETS, "--workers", "0", "--progress", "off")  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = extract(docs, out, sim, NANONETS)
+    assert result.exit_code == 0, result
     charted = [r for r in read_stage(out, "extract") if r["page"] % 2 == 1]
     assert charted and all("[Figure: " in r["markdown"] for r in charted)
     assert all(r["figures"] == [] for r in charted)
