@@ -296,6 +296,10 @@ class _Splitting:
                                   "its text up to there kept")
             return None
         halves, how = await asyncio.to_thread(self.job.split, image, segment)
+        if self.pieces >= most:  # other pieces were cut while this one's cut was found
+            self.out.notes.append(f"{where} {why}, and the page is already read in {most} pieces: "
+                                  "its text up to there kept")
+            return None
         if len(halves) < 2:
             self.out.notes.append(f"{where} {why}, and is {how}: its text up to there kept")
             return None
