@@ -1,7 +1,7 @@
 """Account for every row of an output location from its Parquet parts and completion markers.
 
-Reads only the ``status``/``doc_id``/``page``/``quarantined`` columns of each part (and a page
-stage's ``segments``/``cut_reason``: how each page was read, :mod:`llm_ocr.page_routes`), so it
+Reads only the ``status``/``doc_id``/``page``/``quarantined`` columns of each part (and extract's
+``segments``/``cut_reason``: how each page was read, :mod:`llm_ocr.page_routes`), so it
 is cheap on object storage too; of the failed rows only, also ``source``, ``error`` and
 ``failed_pages``, to name the failed documents (:class:`Failures`). ``llm-ocr status`` prints
 it; launchers count shards' rows with it; the end of a run names its shard's failed documents
@@ -189,8 +189,8 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
         match = PART_RE.search(path)
         shard = f"{int(match.group(1)):05d}-of-{int(match.group(2)):05d}" if match else "?"
         try:
-            # How each page was read (whole, in pieces) where the rows say it: extract's.
-            how = ["segments", "cut_reason"] if key_column else []
+            # How each page was read (whole, in pieces): extract's rows say it (describe's copy it).
+            how = ["segments", "cut_reason"] if stage == "extract" else []
             columns = ["doc_id", "status"] + ([key_column, "quarantined"] if key_column else []) + how
             # ParquetFile.read skips a column a part lacks (parts written before "quarantined").
             parquet = parquet_file(folder.read_bytes(path))
