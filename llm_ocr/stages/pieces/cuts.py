@@ -285,7 +285,10 @@ def split_piece(image: bytes, piece: Segment, *, across: bool = True, min_side: 
             halves = [Segment(0, piece.left, piece.top, min(piece.right, x + margin), piece.bottom),
                       Segment(1, max(piece.left, x - margin), piece.top, piece.right, piece.bottom)]
             return halves, f"cut in two at a gutter ({lines} text lines)"
-    cut = _row_cut(ink, rows // 2, max(1, rows // 4))
+    if piece.height < 2 * least:
+        return [], f"{piece.height} px tall, too small to cut: a half would be under {least} px (min_cut_side)"
+    # The blankest row near the middle, but none so near an edge that a half is under ``least``.
+    cut = _row_cut(ink, rows // 2, max(1, min(rows // 4, rows // 2 - math.ceil(least / sy))))
     middle = piece.top + round(cut * sy)
     if believed_lines(lines, piece, ink) >= 2:
         # About one line's pitch, in page pixels (grain may split a line in two runs: the rows'
@@ -298,6 +301,7 @@ def split_piece(image: bytes, piece: Segment, *, across: bool = True, min_side: 
         counted = f"{lines} text line{'s' if lines != 1 else ''}"
         how = (f"cut in two by pixels ({counted} found in its ink, too few for a piece "
                f"{piece.width} x {piece.height} px: lines merged or hidden, as on a scan)")
+    reach = min(reach, piece.height // 4)  # two believed lines: a line's pitch is half the piece
     halves = [Segment(0, piece.left, piece.top, piece.right, min(piece.bottom, middle + reach)),
               Segment(1, piece.left, max(piece.top, middle - reach), piece.right, piece.bottom)]
     if min(h.height for h in halves) < least or max(h.height for h in halves) >= piece.height:
