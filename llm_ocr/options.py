@@ -659,8 +659,16 @@ class DenseOptions(BaseModel):
     snap: float = _knob(0.5, "share of a tile's width", "reasoned",
                         "A gutter this near an even split replaces it.", ge=0, le=1)
     max_tiles: int = _knob(36, "pieces", "reasoned", "The most tiles a page is planned in.", ge=2)
-    min_split_lines: int = _knob(6, "text lines", "reasoned",
-                                 "A piece with fewer text lines (as counted in its ink) is not cut in two.", ge=1)
+    min_cut_side: int = _knob(32, "pixels of the piece", "reasoned",
+                              "A piece whose answer ran out is cut in two while each half is at least this tall (or "
+                              "wide, cut at a gutter), and the family's smallest readable side: a 12 pt text line at "
+                              "144 DPI is about 29 px from ascender to descender.", ge=1)
+    max_pitch_share: float = _knob(0.25, "share of the piece's width", "reasoned",
+                                   "Text lines counted in a piece's ink are believed only while their pitch (its "
+                                   "height over their count) is at most this share of its width: a text line holds "
+                                   "a few words, each about as wide as the line is tall. Fewer lines than that say "
+                                   "the count failed (a scan's noise, merged lines): the piece is cut by pixels.",
+                                   gt=0)
     line_strips: int = _knob(8, "strips", "reasoned",
                              "Vertical strips a piece's lines are counted in (neighbouring columns' lines need not "
                              "line up).", ge=1)

@@ -4,6 +4,7 @@ defaults without importing the benchmark itself)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from llm_ocr.engines.sim.timing import TimingModel
 
@@ -44,6 +45,7 @@ class BenchConfig:
     servers: int = 1  # simulated GPUs, one server each, behind the client's dispatcher
     loop_repeat_rate: float = 1.0
     tile_dense_pages: bool = True  # read pages too long for one answer in tiles (False: whole, retried)
+    pieces: Literal["auto", "off", "always"] = "auto"  # --pieces: auto, off (every page read whole) or always
     #: Rendered pages that may wait for a slot, longest first (0: input order; None: the default).
     look_ahead: int | None = None
     #: PDF pages estimated before rendering, the longest rendered first (0: input order; None: the default).

@@ -25,9 +25,10 @@ once as the client runs now (``new``):
   that every piece was found and joined, not that a model could read it (the scale line and
   the simulator's refusal of under-size pieces say that).
 
-Two more compare dense pages read whole, cut at ``max_tokens`` and retried (``today``)
-with dense pages read in tiles (``new``); the simulator knows the dense pages (their text layer;
-a tile gets the text of its region):
+Two more compare dense pages read whole, cut at ``max_tokens`` and retried (``today``;
+``--pieces off`` in the dense recall workloads, every page read whole) with dense pages read in
+tiles (``new``, ``--pieces auto``); the simulator knows the dense pages (their text layer; a tile
+gets the text of its region):
 
 - **dense pages, 256 slots**: the 256-slot workload (``--endpoint``, in flight sized from
   ``/metrics``) with 4 broadsheet pages of 25,000 characters (about 9,000 tokens each, against
@@ -126,14 +127,14 @@ def workloads(base: BenchConfig) -> list[tuple[str, BenchConfig, dict[str, Any],
         ("dense pages, 256 slots", replace(light, slots=256, decode_ms_per_token=12.0, adaptive=True, max_tokens=7168),
          {"tile_dense_pages": False}, {"tile_dense_pages": True}),
         ("dense recall", replace(quiet, instant=True, dpi=72.0, max_tokens=7168),
-         {"tile_dense_pages": False}, {"tile_dense_pages": True}),
+         {"pieces": "off"}, {"pieces": "auto"}),
         # The same pages where tiles are tight: DeepSeek-OCR at 4,096 and 8,192 tokens of
         # context (answers of 3,072 and 7,168), olmOCR-2 (bands, no boxes) at 8,192 (answers of
         # 4,096), and DeepSeek-OCR answering twice as many tokens a character as the planner's
         # first guess (the adaptive split at work). A served GPU (1 ms a token): wall time
         # against the bound.
         *((name, replace(quiet, slots=64, prefill_ms=20.0, decode_ms_per_token=1.0, load_slowdown=1.0, dpi=72.0,
-                         **changes), {"tile_dense_pages": False}, {"tile_dense_pages": True})
+                         **changes), {"pieces": "off"}, {"pieces": "auto"})
           for name, changes in DENSE_RECALL.items()),
         # Pages whose text has a long tail, known to the simulator (each answered from its own
         # text), served as olmOCR-2 behind --endpoint: sent in input order, then longest first.

@@ -136,7 +136,8 @@ async def run_once(config: BenchConfig, corpus: Path, work: Path, *, keep: bool 
         render=RenderOptions(image_format=config.image_format, dpi=config.dpi, **render),
         extract=ExtractOptions(
             max_tokens=config.max_tokens, truncation_retries=config.truncation_retries, cut_loops=config.cut_loops,
-            max_page_aspect=config.max_page_aspect, tile_dense_pages=config.tile_dense_pages, **look_ahead,
+            max_page_aspect=config.max_page_aspect, tile_dense_pages=config.tile_dense_pages,
+            pieces=config.pieces, **look_ahead,
         ),
     )
     async with contextlib.AsyncExitStack() as stack:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from llm_ocr.page_routes import describe
 from llm_ocr.storage import Storage
 from llm_ocr.storage.claims import claims_summary
 from llm_ocr.storage.reconcile import DOCUMENT_STAGES, STAGES, Failures, stage_status
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
               f"{len(stage['finished_shards'])}"
               + (f"; DUPLICATES: {stage['duplicates']}" if stage["duplicates"] else "")
               + (f"; unreadable parts: {len(stage['unreadable_parts'])}" if stage["unreadable_parts"] else ""))
+        if any(route != "whole" for route in stage.get("read_as") or {}):
+            print("  read as: " + "; ".join(describe(stage["read_as"])))
         if stage.get("routes"):
             print("  routes (finished shards): " + ", ".join(f"{k} {v}" for k, v in sorted(stage["routes"].items())))
         for model, counts in stage.get("models", {}).items():

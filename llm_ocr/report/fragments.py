@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from llm_ocr.page_routes import describe
 from llm_ocr.report.fields_panel import FIELDS_CSS, fields_on_page, render_fields
 from llm_ocr.report.reader import DocumentEntry, Summary
 from llm_ocr.report.safe_html import anchor, data_uri, esc, figure_bytes, markdown_to_html, text_block
@@ -314,6 +315,9 @@ def render_summary(summary: Summary) -> str:
         numbers.append((f"Fields rows: {status}", n))
     for klass, n in sorted((summary.classes or {}).items()):
         numbers.append((f"Documents of class {klass}", n))
+    if any(route != "whole" for route in summary.read_as):
+        # Pages read in pieces, and what they cost against reading them whole (docs/gpu-time.md).
+        rows.append(("Pages read as", "<br>".join(esc(line) for line in describe(summary.read_as))))
     body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     body += "".join(f'<tr><th>{esc(k)}</th><td class="n">{n}</td></tr>' for k, n in numbers)
     return f'<table class="llmocr-summary">{body}</table>'

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llm_ocr.page_routes import RouteTally
 from llm_ocr.storage import Storage, retry_io
 from llm_ocr.storage.parts import list_parts
 
@@ -65,9 +66,11 @@ class Summary:
     fields: dict[str, int] | None = None  # fields rows by status
     classes: dict[str, int] | None = None  # fields rows by class
     shown_documents: int | None = None
+    #: Pages per way of reading them, and the pieces' cost (:meth:`llm_ocr.page_routes.RouteTally.as_dict`).
+    read_as: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-_INDEX_COLUMNS = ["doc_id", "doc_index", "page", "status", "source", "num_pages"]
+_INDEX_COLUMNS = ["doc_id", "doc_index", "page", "status", "source", "num_pages", "segments", "cut_reason"]
 
 
 class OutputReader:
@@ -123,6 +126,7 @@ class OutputReader:
         """
         summary = Summary(out=self.out, stage=self.stage_name)
         status: Counter[str] = Counter()
+        read_as = RouteTally()
         wanted = list(first)[:max_documents] if max_documents is not None else list(first)
         preferred: dict[str, int] = {}
         for i, doc_id in enumerate(wanted):
@@ -133,7 +137,7 @@ class OutputReader:
             for path in list_parts(self.stage):
                 cols = self._index_columns(path)
                 rows = zip(*(cols[c] for c in _INDEX_COLUMNS), strict=True)
-                for doc_id, doc_index, page, state, source, num_pages in rows:
+                for doc_id, doc_index, page, state, source, num_pages, segments, cut_reason in rows:
                     page = page or 0
                     if page <= 1:
                         summary.documents += 1
@@ -142,6 +146,7 @@ class OutputReader:
                     else:
                         summary.pages += 1
                         status[state or "unknown"] += 1
+                        read_as.add(segments, cut_reason)
                     entry = kept.get(doc_id)
                     if entry is None:
                         if only is not None and doc_id not in only:
@@ -164,6 +169,7 @@ class OutputReader:
         chosen += sorted(others, key=lambda e: (e.doc_index, e.doc_id))
         kept = {e.doc_id: e for e in (chosen[:max_documents] if max_documents is not None else chosen)}
         summary.status_counts = dict(status)
+        summary.read_as = read_as.as_dict()
         assembled = list_parts(self.assemble)
         if assembled:
             counts: Counter[str] = Counter()

@@ -1,7 +1,8 @@
 """Account for every row of an output location from its Parquet parts and completion markers.
 
-Reads only the ``status``/``doc_id``/``page``/``quarantined`` columns of each part, so it is
-cheap on object storage too; of the failed rows only, also ``source``, ``error`` and
+Reads only the ``status``/``doc_id``/``page``/``quarantined`` columns of each part (and extract's
+``segments``/``cut_reason``: how each page was read, :mod:`llm_ocr.page_routes`), so it
+is cheap on object storage too; of the failed rows only, also ``source``, ``error`` and
 ``failed_pages``, to name the failed documents (:class:`Failures`). ``llm-ocr status`` prints
 it; launchers count shards' rows with it; the end of a run names its shard's failed documents
 with :func:`stage_failures`.
@@ -16,6 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from llm_ocr.page_routes import RouteTally
 from llm_ocr.storage.parts import PART_RE, ShardLayoutError, list_parts, parquet_file
 from llm_ocr.storage.retry import retry_io
 from llm_ocr.storage.state import list_markers
@@ -182,11 +184,14 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
     key_column = "page" if stage not in DOCUMENT_STAGES else None
     unreadable = []
     failures = Failures(stage, folder.display(folder.root))
+    read_as = RouteTally()
     for path in list_parts(folder):
         match = PART_RE.search(path)
         shard = f"{int(match.group(1)):05d}-of-{int(match.group(2)):05d}" if match else "?"
         try:
-            columns = ["doc_id", "status"] + ([key_column, "quarantined"] if key_column else [])
+            # How each page was read (whole, in pieces): extract's rows say it (describe's copy it).
+            how = ["segments", "cut_reason"] if stage == "extract" else []
+            columns = ["doc_id", "status"] + ([key_column, "quarantined"] if key_column else []) + how
             # ParquetFile.read skips a column a part lacks (parts written before "quarantined").
             parquet = parquet_file(folder.read_bytes(path))
             table = parquet.read(columns=columns)
@@ -198,6 +203,11 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
         pages = table.column(key_column).to_pylist() if key_column else [0] * table.num_rows
         held = (table.column("quarantined").to_pylist() if "quarantined" in table.column_names
                 else [None] * table.num_rows)
+        if "segments" in table.column_names and "cut_reason" in table.column_names:
+            for segments, reason, page in zip(table.column("segments").to_pylist(),
+                                              table.column("cut_reason").to_pylist(), pages):
+                if page:  # a document's page-0 row (it could not be opened) was read no way
+                    read_as.add(segments, reason)
         for doc_id, status, page, quarantined in zip(table.column("doc_id").to_pylist(),
                                                      table.column("status").to_pylist(), pages, held):
             # A quarantined page is an error row counted in its own column (as the run's line does).
@@ -226,6 +236,9 @@ def stage_status(out: Storage, stage: str) -> dict[str, Any]:
         "duplicates": sum(n - 1 for n in seen.values() if n > 1),
         "unreadable_parts": unreadable,
         "routes": dict(routes),
+        # Pages per way of reading them (whole, segments, tiles, bands) and the pieces' cost
+        # against reading the same pages whole (llm_ocr/page_routes.py).
+        "read_as": read_as.as_dict(),
         "models": {model: dict(counts) for model, counts in sorted(models.items())},
         "speed": dict(sorted(speed.items())),
         "failed": failures.as_dict(),

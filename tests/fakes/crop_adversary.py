@@ -154,6 +154,27 @@ def draw_page(name: str, columns: list[list[list[str]]], *, width: int | None = 
     return TruthPage(name, buffer.getvalue(), np.asarray(image, dtype=np.float64), lines)
 
 
+def scanned(page: TruthPage, seed: int = 0, noise: float = 12.0, verso: float = 0.0, verso_shift: int = 0) -> TruthPage:
+    """``page`` as a scanner gives it back: its ink a little blurred and lighter, on grey paper
+    with ``noise`` grey levels of grain in every pixel (so no row of the page is blank), and,
+    with ``verso``, the other side's print showing through at that share of its darkness
+    (the page mirrored, ``verso_shift`` px lower: between the lines of this side). Its lines and
+    letters stay where they were (a model reads this side); the server matches crops against
+    the scan."""
+    from PIL import ImageFilter
+
+    rng = np.random.default_rng(seed)
+    soft = Image.fromarray(page.grey.astype(np.uint8)).filter(ImageFilter.GaussianBlur(0.8))
+    grey = np.asarray(soft, dtype=np.float64)
+    if verso:
+        grey = grey - verso * (255.0 - np.roll(grey[:, ::-1], verso_shift, axis=0))
+    grey = np.clip(grey, 0, 255) * 0.85 + 25 + rng.normal(0.0, noise, page.grey.shape)
+    grey = np.clip(grey, 0, 255).round()
+    buffer = io.BytesIO()
+    Image.fromarray(grey.astype(np.uint8)).save(buffer, format="PNG")
+    return TruthPage(page.name, buffer.getvalue(), grey, page.lines)
+
+
 # -- where a received image lies ------------------------------------------------------------------
 
 

@@ -159,7 +159,8 @@ def _crop(image: bytes, tile: Segment) -> bytes:
 def test_a_piece_that_ran_out_is_cut_in_two_between_text_lines_or_at_a_gutter(page: tuple[bytes, list]) -> None:
     """The adaptive split: a tall piece of one column is cut between two of its lines, each half
     reaching into the other, every line whole in one half; a wide piece across columns is cut
-    at a gutter; a piece of a few lines is not cut, and says how many it holds."""
+    at a gutter; a piece of a few lines is cut too; one whose halves would be too small to read
+    is not, and says so."""
     image, lines = page
     column = Segment(0, 68, 500, 68 + 190, 1500)  # most of the first column, 1,000 px tall
     halves, how = split_piece(_crop(image, column), column)
@@ -179,6 +180,13 @@ def test_a_piece_that_ran_out_is_cut_in_two_between_text_lines_or_at_a_gutter(pa
     assert halves[0].left == 0 and halves[1].right == 1584 and halves[1].left < halves[0].right
     crossing = [ln for ln in lines if wide.top <= ln[1] and ln[3] <= wide.bottom and ln[0] < cut < ln[2]]
     assert not crossing and 300 < cut < 1300, (cut, crossing[:3])  # in a gutter, no line halved
-    few = Segment(0, 68, 1000, 68 + 190, 1000 + 50)  # about three lines of 6 pt at 144 DPI
+    # A few lines are still cut between two of them: the answer that ran out says the piece
+    # holds more than one answer, whatever its lines' count (issue 47).
+    few = Segment(0, 68, 1000, 68 + 190, 1000 + 100)  # about six lines of 6 pt at 144 DPI
     halves, how = split_piece(_crop(image, few), few)
-    assert halves == [] and "too few to cut" in how and 2 <= int(how.split()[0]) < DenseOptions().min_split_lines, how
+    assert len(halves) == 2 and "between text lines" in how, how
+    assert all(DenseOptions().min_cut_side <= h.height < few.height for h in halves), halves
+    # Only a piece whose halves would be too small to read is kept whole.
+    thin = Segment(0, 68, 1000, 68 + 190, 1000 + DenseOptions().min_cut_side)
+    halves, how = split_piece(_crop(image, thin), thin)
+    assert halves == [] and "too small to cut" in how, how

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_ocr.options import dense
+from llm_ocr.page_routes import AT_BOUND, cost_clause
 from llm_ocr.vlm.families.base import AnswerLike, Family
 
 
@@ -103,13 +104,11 @@ class Budget:
     def why(self) -> str:
         """The bound, as a note of a piece kept as it ran out says it."""
         assert self.whole is not None
-        return (f"the page reached its cost bound ({self.bound:g}x the {self.whole.tokens:,} tokens and "
+        return (f"the page {AT_BOUND} ({self.bound:g}x the {self.whole.tokens:,} tokens and "
                 f"{self.whole.requests} requests of reading it whole, cost_bound)")
 
     def summary(self, tokens: int, requests: int) -> str | None:
         """What the page cost against its whole-page reading, for its ``cut_reason``."""
         if self.whole is None:
             return None
-        return (f"cost {tokens:,} tokens in {requests} requests: {tokens / max(1, self.whole.tokens):.2f}x the "
-                f"tokens and {requests / max(1, self.whole.requests):.2f}x the requests of reading it whole "
-                f"(bound {self.bound:g}x)")
+        return cost_clause(tokens, requests, self.whole.tokens, self.whole.requests, self.bound)

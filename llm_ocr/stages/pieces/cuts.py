@@ -25,9 +25,11 @@ A family whose answers carry no boxes reads a dense page in **bands** instead
 (:func:`plan_bands`: the same cuts between text lines, full width; a page with columns column by
 column, each in bands down it, :mod:`.columns`), joined by the text their overlap
 repeats. A piece (tile, band or segment) whose answer still ran to ``max_tokens`` is cut
-in two again (:func:`split_piece`): at a gutter when a tile is wider than tall and has one,
-else between two text lines near its middle; a piece under ``min_split_lines`` text lines
-is not cut (each half would be a few lines: its text is what overflows, not its size).
+in two again (:func:`split_piece`) while its halves can be read at all (``min_cut_side``):
+the server's answer decides whether. The ink decides only where: at a gutter when a tile is
+wider than tall and has one, else between two text lines near its middle, else (no lines
+found, or too few for the piece's size: a scan whose noise or merged lines hide them) by
+pixels, at the blankest row near its middle.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from itertools import pairwise
 from typing import Any
 
 from llm_ocr.options import dense
+from llm_ocr.sources.density import line_pitch as line_pitch_of_rows
 from llm_ocr.sources.segments import Segment
 from llm_ocr.sources.wide import ink_of
 from llm_ocr.stages.pieces.columns import column_regions
@@ -220,7 +223,8 @@ def _gutter_cuts(band: Any, columns: int) -> list[int]:
 
 def text_lines(ink: Any) -> int:
     """How many text lines ``ink`` (a piece's darkness) holds: the most runs of inked rows in any
-    of ``line_strips`` vertical strips (a strip mostly within one column of text)."""
+    of ``line_strips`` vertical strips (a strip mostly within one column of text), a row inked
+    above the strip's floor (its 5th percentile row)."""
     import numpy as np
 
     rows, cols = ink.shape
@@ -230,7 +234,10 @@ def text_lines(ink: Any) -> int:
     most = 0
     for k in range(strips):
         strip = ink[:, k * cols // strips:(k + 1) * cols // strips]
+        # Above the strip's own floor: a scan's paper is grey with noise in every row, which
+        # would leave no row blank and every line merged into one.
         profile = strip.sum(axis=1)
+        profile = profile - float(np.percentile(profile, 5))
         inked = profile > dense().blank * max(float(profile.max()), 1e-6)
         starts = np.flatnonzero(inked[1:] & ~inked[:-1]).size + int(inked[0])
         most = max(most, starts)
@@ -255,20 +262,22 @@ def line_pitch(ink: Any) -> float | None:
     return float(np.median(gaps)) if gaps else None
 
 
-def split_piece(image: bytes, piece: Segment, *, across: bool = True) -> tuple[list[Segment], str]:
-    """``piece`` of a page (its image ``image``, any scale) cut in two, in page pixels, and how:
-    at its widest gutter near the middle when ``across`` and it is wider than tall, else between
-    two text lines near its middle, each half reaching about a line into the other (a line the
-    cut grazes is whole in one). ``([], why)`` when it is not cut: under ``min_split_lines``
-    text lines (see the module docstring). A wide page's segment is never cut across its lines'
-    length (:func:`llm_ocr.sources.wide.split_at_gutter`)."""
+def split_piece(image: bytes, piece: Segment, *, across: bool = True, min_side: int = 0) -> tuple[list[Segment], str]:
+    """``piece`` of a page (its image ``image``, any scale) cut in two, in page pixels, and how
+    (see the module docstring): at its widest gutter near the middle when ``across`` and it is
+    wider than tall; else between two text lines near its middle, each half reaching about a
+    line into the other (a line the cut grazes is whole in one), where its ink shows lines
+    believably (:func:`believed_lines`); else by pixels, at the blankest row near its middle,
+    each half reaching ``overlap`` of the piece into the other. ``([], why)`` only when a half
+    would be under ``min_cut_side`` or ``min_side`` page pixels (the family's smallest readable
+    side): how many lines the ink shows decides where a piece is cut, never whether. A wide
+    page's segment is never cut across its lines' length (:func:`llm_ocr.sources.wide.split_at_gutter`)."""
     ink, _, _ = image_ink(image)
+    least = max(dense().min_cut_side, min_side)
     lines = text_lines(ink)
-    if lines < dense().min_split_lines:
-        return [], f"{lines} text line{'s' if lines != 1 else ''} tall, too few to cut"
     rows, cols = ink.shape
     sx, sy = piece.width / cols, piece.height / rows  # page pixels per ink pixel
-    if across and piece.width > piece.height:
+    if across and piece.width > piece.height and piece.width >= 2 * least:
         gutters = _gutter_cuts(ink, 2)
         if gutters:
             x = piece.left + round(gutters[0] * sx)
@@ -276,9 +285,40 @@ def split_piece(image: bytes, piece: Segment, *, across: bool = True) -> tuple[l
             halves = [Segment(0, piece.left, piece.top, min(piece.right, x + margin), piece.bottom),
                       Segment(1, max(piece.left, x - margin), piece.top, piece.right, piece.bottom)]
             return halves, f"cut in two at a gutter ({lines} text lines)"
-    cut = _row_cut(ink, rows // 2, max(1, rows // 4))
-    reach = max(1, round(rows / lines * sy))  # about one line's pitch, in page pixels
+    if piece.height < 2 * least:
+        return [], f"{piece.height} px tall, too small to cut: a half would be under {least} px (min_cut_side)"
+    # The blankest row near the middle, but none so near an edge that a half is under ``least``.
+    cut = _row_cut(ink, rows // 2, max(1, min(rows // 4, rows // 2 - math.ceil(least / sy))))
     middle = piece.top + round(cut * sy)
+    if believed_lines(lines, piece, ink) >= 2:
+        # About one line's pitch, in page pixels (grain may split a line in two runs: the rows'
+        # period, where they have one, is the surer).
+        pitch = max(rows / lines, line_pitch_of_rows(ink.sum(axis=1)) or 0)
+        reach = max(1, round(pitch * sy))
+        how = f"cut in two between text lines ({lines} text lines)"
+    else:
+        reach = max(1, round(dense().overlap * piece.height))
+        counted = f"{lines} text line{'s' if lines != 1 else ''}"
+        how = (f"cut in two by pixels ({counted} found in its ink, too few for a piece "
+               f"{piece.width} x {piece.height} px: lines merged or hidden, as on a scan)")
+    reach = min(reach, piece.height // 4)  # two believed lines: a line's pitch is half the piece
     halves = [Segment(0, piece.left, piece.top, piece.right, min(piece.bottom, middle + reach)),
               Segment(1, piece.left, max(piece.top, middle - reach), piece.right, piece.bottom)]
-    return halves, f"cut in two between text lines ({lines} text lines)"
+    if min(h.height for h in halves) < least or max(h.height for h in halves) >= piece.height:
+        return [], f"{piece.height} px tall, too small to cut: a half would be under {least} px (min_cut_side)"
+    return halves, how
+
+
+def believed_lines(lines: int, piece: Segment, ink: Any) -> int:
+    """``lines`` (counted in ``piece``'s ink ``ink``) when believable, else 0: their pitch (the
+    piece's height over them) at most ``max_pitch_share`` of its width, and, where the ink's
+    rows repeat at a line pitch (:func:`llm_ocr.sources.density.line_pitch`), at least half
+    the lines that pitch fits in the piece. A band of a scanned newspaper 1,351 px tall counted
+    as one or two lines, or as seven where its rows repeat every 17 px, is a count that failed
+    (grain or the other side's print between the lines, lines merged), not a piece of so few."""
+    if lines < 1 or piece.height / lines > dense().max_pitch_share * piece.width:
+        return 0
+    pitch = line_pitch_of_rows(ink.sum(axis=1)) if ink.shape[0] else None
+    if pitch is not None and lines < 0.5 * ink.shape[0] / pitch:
+        return 0
+    return lines

@@ -76,9 +76,10 @@ def tiling_allowed(family: Family, enabled: bool) -> bool:
 
 def dense_split(family: Family) -> Splitter:
     """How a piece of a dense page read by ``family`` is cut in two when its answer ran out: a
-    tile at a gutter or between lines, a band between lines only."""
-    across = family.dense_tiles
-    return lambda image, piece: split_piece(image, piece, across=across)
+    tile at a gutter or between lines, a band between lines only (by pixels where its lines
+    cannot be found), never into halves under the family's smallest readable side."""
+    across, least = family.dense_tiles, min_side(family)
+    return lambda image, piece: split_piece(image, piece, across=across, min_side=least)
 
 
 def segment_split(tall: bool) -> Splitter:

@@ -11,9 +11,11 @@ them and :func:`.row.page_row` makes the page's one row.
 guess: a model may write more tokens per character than the guess (more markup, another
 language, another layout). A piece whose answer runs to ``max_tokens`` without repeating itself
 (:attr:`~llm_ocr.stages.attempts.Answer.long`: the loop watch saw no loop) is therefore cut in
-two (:func:`.cuts.split_piece`: at a gutter, or between two text lines) and both halves are read
-again, at once; and so on, until every piece's answer fits, or a piece is a few text lines tall
-(the ``min_split_lines`` knob), or the page has been read in ``max_pieces`` pieces. Only then
+two (:func:`.cuts.split_piece`: at a gutter, between two text lines, or by pixels where its
+lines cannot be found) and both halves are read again, at once; and so on, until every piece's
+answer fits, or a piece's halves would be too small to read (the ``min_cut_side`` knob), or the
+page reaches its cost bound (:mod:`.cost`) or ``max_pieces`` pieces. What the server answered
+decides whether a piece is cut; the piece's ink decides only where. Only then
 is a piece kept as it ran out, and the page's row is ``truncated``, with the reason. An answer
 that loops keeps the loop policy (retried hotter, cut): it is not long, and cutting its piece
 would not help. Where the family's answers box every block (tiles), a piece that ran out keeps
@@ -294,6 +296,10 @@ class _Splitting:
                                   "its text up to there kept")
             return None
         halves, how = await asyncio.to_thread(self.job.split, image, segment)
+        if self.pieces >= most:  # other pieces were cut while this one's cut was found
+            self.out.notes.append(f"{where} {why}, and the page is already read in {most} pieces: "
+                                  "its text up to there kept")
+            return None
         if len(halves) < 2:
             self.out.notes.append(f"{where} {why}, and is {how}: its text up to there kept")
             return None
