@@ -40,16 +40,15 @@ def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
 
     with aws_world(tmp_path / "jobs", corpus) as world, launcher_here(world, tmp_path, monkeypatch):
         env = world.env(tmp_path)
-        dry = llm_ocr(*sm_args("--dry-run", shards=3), env=env)
-        assert dry.returncode == 0, dry.stderr
-        plan = json.loads(dry.stdout)  # exactly one JSON object on stdout
-        assert world.sagemaker.requests == [] and not world.moto.list("ocr", "2024/_state/code")
+        # The dry run, then the launch, waited for, in one interpreter (tests/launchers/batch_cli.py).
+        dry, done = llm_ocr_batch([(sm_args("--dry-run", shards=3), {}), (sm_args("--wait", "--interval", "0.5", shards=3), {})],
+                                  env, timeout=400)
+        assert dry["code"] == 0, dry["stderr"]
+        plan = json.loads(dry["stdout"])  # exactly one JSON object on stdout
+        assert done["code"] == 0, done["stdout"] + done["stderr"]
+        assert "every shard finished" in done["stdout"]
 
-        done = llm_ocr(*sm_args("--wait", "--interval", "0.5", shards=3), env=env, timeout=400)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "every shard finished" in done.stdout
-
-        # ONE Processing job, three hosts, nothing but plain settings in its environment.
+        # ONE Processing job (the dry run sent none), three hosts, nothing but plain settings in its environment.
         (sent,) = world.sagemaker.requests
         assert sent["ProcessingResources"]["ClusterConfig"] == {"InstanceCount": 3, "InstanceType": "ml.g6.xlarge",
                                                                  "VolumeSizeInGB": 50}
@@ -75,22 +74,21 @@ def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
         table = api.status(OUTPUT).to_dict()
         assert [row["state"] for row in table["shards"]] == ["done"] * 3
         assert table["totals"]["done"] == 12 and table["totals"]["cost_usd"] is not None
-        logs = llm_ocr("jobs", "logs", OUTPUT, "--shard", "2", env=env)
-        assert logs.returncode == 0, logs.stderr
-        assert "[extract shard 3/3] pages seen" in logs.stdout  # host algo-3 ran shard index 2
-        assert "[extract shard 2/3]" not in logs.stdout
-        again = llm_ocr(*sm_args(shards=3), env=env)
-        assert again.returncode == 0 and "nothing to launch" in again.stdout, again.stderr
+        logs, again = llm_ocr_batch([(["jobs", "logs", OUTPUT, "--shard", "2"], {}), (sm_args(shards=3), {})], env)
+        assert logs["code"] == 0, logs["stderr"]
+        assert "[extract shard 3/3] pages seen" in logs["stdout"]  # host algo-3 ran shard index 2
+        assert "[extract shard 2/3]" not in logs["stdout"]
+        assert again["code"] == 0 and "nothing to launch" in again["stdout"], again["stderr"]
         assert len(world.sagemaker.requests) == 1
-        assert len(world.moto.list("ocr", "2024/_state/code/wheels/")) == 1  # the wheel went up once
+        assert len(world.moto.list("ocr", "2024/_state/code/wheels/")) == 1  # the wheel went up once (none by the dry run)
 
         places = {
-            "dry-run": dry.stdout + dry.stderr,
-            "launch output": done.stdout + done.stderr + again.stdout + again.stderr,
+            "dry-run": dry["stdout"] + dry["stderr"],
+            "launch output": done["stdout"] + done["stderr"] + again["stdout"] + again["stderr"],
             "requests": json.dumps(world.sagemaker.requests),
             "host output": world.sagemaker.log_text(),
             "CloudWatch": world.cloudwatch_text(),
-            "status and logs": json.dumps(table) + logs.stdout + logs.stderr,
+            "status and logs": json.dumps(table) + logs["stdout"] + logs["stderr"],
             "output bucket": world.bucket_text("ocr"),
             "launch cache": "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.json")),
         }
