@@ -16,11 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import waiting
 from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.fake_hub import FakeHub
 from tests.launchers.common import expected_pages, llm_ocr, llm_ocr_batch, wait_until
 from tests.launchers.sagemaker_common import INPUT, OUTPUT, PLANTED, REGION, ROLE, aws_world, launcher_here, sm_args
+from tests.launchers.simulators import HELD_START, simulator_in
 
 # The hang guard (pytest-timeout; 300 s by default): a test waits for a launch and a relaunch in turn, each with its own hang guard.
 pytestmark = pytest.mark.timeout(900)
@@ -149,12 +151,15 @@ def test_a_lost_host_is_the_only_shard_relaunched_and_it_resumes(
 def test_cancel_stops_the_job_and_every_host(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llm_ocr.launchers.core import api
 
-    slow = "--prefill-ms 3000 --slots 1"
-    with aws_world(tmp_path / "jobs", corpus, sim_args=slow) as world, launcher_here(world, tmp_path, monkeypatch):
+    # The hosts' servers never become ready (tests/launchers/simulators.py): both hosts are running,
+    # for certain, when the cancel lands, their llm-ocr waiting for its server as on a slow start.
+    # With 3-second pages a machine at load 50 let the job finish first ("none was running").
+    with aws_world(tmp_path / "jobs", corpus, sim_args=HELD_START) as world, launcher_here(world, tmp_path, monkeypatch):
         env = world.env(tmp_path)
         assert llm_ocr(*sm_args("--grace-period", "1", shards=2), env=env).returncode == 0
         (job,) = world.sagemaker.jobs.values()
-        wait_until(lambda: len(job.hosts) == 2 and all(h.process for h in job.hosts))
+        waiting.wait_until(lambda: len(job.hosts) == 2 and all(simulator_in(h.folder) for h in job.hosts),
+                           "both hosts' model servers listen", interval=0.5)
         pids = [h.process.pid for h in job.hosts]
         # Follow shard 1's CloudWatch stream while the job runs: it must end when the job does.
         follow = subprocess.Popen([sys.executable, "-m", "llm_ocr.cli", "jobs", "logs", OUTPUT, "--shard", "1", "-f"],
