@@ -8,6 +8,7 @@ process never imports gcsfs (whose import-time settings would then be fixed for 
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
@@ -96,10 +97,27 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"no answer from {url} within {timeout}s")
 
 
-class _Process:
-    """A server subprocess in its own process group, stopped by that group's id only."""
+#: Run by :class:`_Process` with ``dies_with_us``: ask Linux to SIGKILL this process when the
+#: thread that started it ends (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``), then become
+#: the server. Elsewhere it only becomes the server.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "if sys.platform == 'linux':\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
+    "    if os.getppid() != int(sys.argv[1]): os._exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+
+class _Process:
+    """A server subprocess in its own process group, stopped by that group's id only.
+
+    ``dies_with_us``: the server is killed when this process ends, however it ends (a server
+    kept for a whole session must not outlive a worker killed by a timeout)."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, dies_with_us: bool = False) -> None:
+        if dies_with_us:
+            args = [sys.executable, "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *args]
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, **(env or {})},
@@ -116,14 +134,20 @@ class _Process:
 
 
 class MotoS3(_Process):
-    """``moto_server`` (S3 and friends). ``enforce_auth``: check credentials from the first request."""
+    """``moto_server`` (S3 and friends). ``enforce_auth``: check credentials from the first request.
+    A test that needs no such setting takes this process's server from :func:`shared_moto`."""
 
-    def __init__(self, enforce_auth: bool = False) -> None:
+    def __init__(self, enforce_auth: bool = False, dies_with_us: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {"INITIAL_NO_AUTH_ACTION_COUNT": "0"} if enforce_auth else {}
-        super().__init__([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)], env)
+        super().__init__([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)], env, dies_with_us)
         _wait_http(f"{self.url}/moto-api/", 30, self.proc)
+
+    def reset(self) -> None:
+        """Forget every bucket, object, role and secret (moto's ``POST /moto-api/reset``)."""
+        urllib.request.urlopen(urllib.request.Request(f"{self.url}/moto-api/reset", data=b"", method="POST"),
+                               timeout=30).read()
 
     @property
     def env(self) -> dict[str, str]:
@@ -153,6 +177,24 @@ class MotoS3(_Process):
 
     def read(self, bucket: str, key: str) -> bytes:
         return self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+_SHARED_MOTO: MotoS3 | None = None
+
+
+def shared_moto() -> MotoS3:
+    """This process's moto server, started by the first test that asks and emptied for each
+    later one (:meth:`MotoS3.reset`): a pytest-xdist worker runs one test at a time, so tests
+    that create the same buckets do not meet, and each pays a reset (milliseconds) instead of a
+    server's start (about 1.6 CPU-seconds). It stops when this process ends. Never :meth:`stop`
+    it: the next test would find it gone and start another."""
+    global _SHARED_MOTO
+    if _SHARED_MOTO is not None and _SHARED_MOTO.proc.poll() is None:
+        _SHARED_MOTO.reset()
+        return _SHARED_MOTO
+    _SHARED_MOTO = MotoS3(dies_with_us=True)
+    atexit.register(_SHARED_MOTO.stop)
+    return _SHARED_MOTO
 
 
 class GcsEmulator(_Process):

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import threading
-import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,26 +70,38 @@ def with_image(env: dict[str, str], image_env: dict[str, str]) -> dict[str, str]
     return env
 
 
+#: The variable that marks what one run of a container started (:class:`Descendants`).
+MARK = "LLM_OCR_TEST_CONTAINER_RUN"
+
+
 class Descendants:
-    """Every process a container's main process started, sampled while it runs (orphans are
-    re-parented when it exits, so they cannot be found from it afterwards)."""
+    """Every process one run of a container started, found when its main process has ended by
+    a value of its own in their environment (:meth:`marked`): orphans are re-parented when the
+    main process exits, so they cannot be found from it afterwards, but they keep the
+    environment they inherited (llm-ocr starts its model server with its own environment plus
+    a few variables). One look through ``/proc`` at the end: sampling the process tree while
+    the container ran cost each fake container a few percent of a core (a scan of every
+    process on the machine five times a second) and could miss a process that lived less than
+    a sample's interval."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.process = process
-        self.seen: set[psutil.Process] = set()
-        threading.Thread(target=self._sample, daemon=True).start()
+    def __init__(self) -> None:
+        self.mark = uuid.uuid4().hex
 
-    def _sample(self) -> None:
-        while self.process.poll() is None:
-            self.seen.update(process_tree(self.process.pid)[1:])
-            time.sleep(0.2)
+    def marked(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with this run's mark: the main process's environment."""
+        return {**env, MARK: self.mark}
 
     def kill(self) -> None:
-        for proc in self.seen:
+        """SIGKILL every process that still carries the mark (none is this one)."""
+        wanted = f"{MARK}={self.mark}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
             try:
-                proc.send_signal(signal.SIGKILL)  # psutil checks the pid still is that process
-            except psutil.NoSuchProcess:
-                pass
+                if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                continue  # gone, or not ours to read
 
 
 def process_tree(pid: int) -> list[psutil.Process]:

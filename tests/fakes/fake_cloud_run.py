@@ -487,8 +487,9 @@ class FakeCloudRun(FakeHTTPServer):
             attempt.ended, attempt.exit_code = time.time(), 1
             self._log(execution, task, attempt, f"cannot mount the task's volumes: {exc.message}")
             return
+        seen = Descendants()
         try:
-            process = subprocess.Popen(words, env=env, cwd=folder / "work",
+            process = subprocess.Popen(words, env=seen.marked(env), cwd=folder / "work",
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             attempt.ended, attempt.exit_code = time.time(), 127
@@ -498,7 +499,6 @@ class FakeCloudRun(FakeHTTPServer):
         timer = threading.Timer(timeout, self._stop, args=(task, "timeout"))
         timer.daemon = True
         timer.start()
-        seen = Descendants(process)
         assert process.stdout is not None
         for raw in process.stdout:
             self._log(execution, task, attempt, raw.decode("utf-8", "replace").rstrip("\n"))

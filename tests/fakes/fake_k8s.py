@@ -1021,8 +1021,9 @@ class FakeKubernetes(FakeHTTPServer):
                 container.state = {"terminated": {"exitCode": 143, "reason": "Error", "startedAt": _now(),
                                                   "finishedAt": _now()}}
                 return 143
+            seen = Descendants()
             try:
-                process = subprocess.Popen(words, env=env, cwd=pod.folder / "work", stdout=subprocess.PIPE,
+                process = subprocess.Popen(words, env=seen.marked(env), cwd=pod.folder / "work", stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, start_new_session=True)
             except OSError as exc:
                 container.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": str(exc),
@@ -1034,7 +1035,6 @@ class FakeKubernetes(FakeHTTPServer):
             pod.phase = "Running"
             self.changed.notify_all()
         started = container.state["running"]["startedAt"]
-        seen = Descendants(process)
         assert process.stdout is not None
         for raw in process.stdout:
             with self.changed:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from tests.conftest import REPO
 from tests.fakes.fake_k8s import FakeKubernetes
 from tests.launchers.common import llm_ocr
-from tests.storage_servers import AWS_TEST_ENV, MotoS3
+from tests.storage_servers import AWS_TEST_ENV, MotoS3, shared_moto
 
 NAMESPACE = "ocr"
 INPUT = "s3://scans/2024"
@@ -72,21 +72,18 @@ def cluster(workdir: Path, corpus: Path, sim_args: str = "--instant", **options:
     """moto with ``corpus``'s PDFs at ``s3://scans/2024`` and an empty ``s3://ocr``; the fake API server
     with namespace ``ocr``, the AWS credentials in Secret ``aws`` (the secret key planted) and the
     pods' fake ``vllm`` serving the simulator from the corpus's text layer."""
-    moto = MotoS3()
-    try:
-        s3 = moto.client()
-        s3.create_bucket(Bucket="scans")
-        s3.create_bucket(Bucket="ocr")
-        moto.upload_folder(corpus, "scans", "2024")
-        job_env = {"FAKE_VLLM_SIM_ARGS": f"--corpus {corpus} {sim_args}", "AWS_ENDPOINT_URL_S3": moto.url,
-                   "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1",
-                   **options.pop("job_env", {})}
-        secrets = {(NAMESPACE, "aws"): {"access-key-id": AWS_TEST_ENV["AWS_ACCESS_KEY_ID"], "secret-access-key": PLANTED}}
-        with FakeKubernetes(tokens={TOKEN: "write", READER: "read", **options.pop("tokens", {})}, namespaces=(NAMESPACE,), secrets=secrets,
-                            job_env=job_env, workdir=workdir, **options) as api:
-            yield Cluster(moto, api, workdir / "kubeconfig")
-    finally:
-        moto.stop()
+    moto = shared_moto()  # emptied for this test
+    s3 = moto.client()
+    s3.create_bucket(Bucket="scans")
+    s3.create_bucket(Bucket="ocr")
+    moto.upload_folder(corpus, "scans", "2024")
+    job_env = {"FAKE_VLLM_SIM_ARGS": f"--corpus {corpus} {sim_args}", "AWS_ENDPOINT_URL_S3": moto.url,
+               "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1",
+               **options.pop("job_env", {})}
+    secrets = {(NAMESPACE, "aws"): {"access-key-id": AWS_TEST_ENV["AWS_ACCESS_KEY_ID"], "secret-access-key": PLANTED}}
+    with FakeKubernetes(tokens={TOKEN: "write", READER: "read", **options.pop("tokens", {})}, namespaces=(NAMESPACE,), secrets=secrets,
+                        job_env=job_env, workdir=workdir, **options) as api:
+        yield Cluster(moto, api, workdir / "kubeconfig")
 
 
 def launch_args(*extra: str, shards: int = 3, inputs: tuple[str, ...] = (INPUT,)) -> list[str]:

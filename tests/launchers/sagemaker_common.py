@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from tests.conftest import REPO
 from tests.fakes.fake_sagemaker import FakeSageMaker
-from tests.storage_servers import AWS_TEST_ENV, MotoS3
+from tests.storage_servers import AWS_TEST_ENV, MotoS3, shared_moto
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -82,19 +82,16 @@ class AwsWorld:
 def aws_world(workdir: Path, corpus: Path, sim_args: str = "--instant", **options: Any) -> Iterator[AwsWorld]:
     """moto with ``corpus``'s PDFs at ``s3://scans/2024``, an empty ``s3://ocr`` and the execution
     role; the fake SageMaker's hosts serve the simulated model from the corpus's text layer."""
-    moto = MotoS3()
-    try:
-        job_env = {"FAKE_VLLM_SIM_ARGS": f"--corpus {corpus} {sim_args}", **options.pop("job_env", {})}
-        with FakeSageMaker(moto.url, workdir=workdir, region=REGION, job_env=job_env, **options) as fake:
-            world = AwsWorld(moto, fake)
-            s3 = moto.client()
-            s3.create_bucket(Bucket="scans")
-            s3.create_bucket(Bucket="ocr")
-            moto.upload_folder(corpus, "scans", "2024")
-            world.client("iam").create_role(RoleName=ROLE.rsplit("/", 1)[-1], AssumeRolePolicyDocument="{}")
-            yield world
-    finally:
-        moto.stop()
+    moto = shared_moto()  # emptied for this test
+    job_env = {"FAKE_VLLM_SIM_ARGS": f"--corpus {corpus} {sim_args}", **options.pop("job_env", {})}
+    with FakeSageMaker(moto.url, workdir=workdir, region=REGION, job_env=job_env, **options) as fake:
+        world = AwsWorld(moto, fake)
+        s3 = moto.client()
+        s3.create_bucket(Bucket="scans")
+        s3.create_bucket(Bucket="ocr")
+        moto.upload_folder(corpus, "scans", "2024")
+        world.client("iam").create_role(RoleName=ROLE.rsplit("/", 1)[-1], AssumeRolePolicyDocument="{}")
+        yield world
 
 
 def sm_args(*extra: str, shards: int = 4, inputs: tuple[str, ...] = (INPUT,), output: str = OUTPUT) -> list[str]:

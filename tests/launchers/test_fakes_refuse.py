@@ -134,3 +134,33 @@ def test_the_fake_vllm_refuses_what_vllms_parser_refuses(flags: list[str], messa
     done = subprocess.run([sys.executable, str(FAKES / "fake_vllm.py"), "serve", "m", "--port", "1", *flags],
                           capture_output=True, text=True, timeout=60, env={"FAKE_VLLM_MODE": "hang"})
     assert done.returncode == 2 and message in done.stderr
+
+
+def test_a_container_run_leaves_nothing_behind_it_started_even_in_a_session_of_its_own() -> None:
+    """What a fake container's main process started dies with it (tests/fakes/container.py), as in
+    a real container: here an orphan in its own session (as llm-ocr's model server is), which
+    neither the main process's group nor its process tree reaches once the main has exited."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from tests.fakes.container import Descendants
+    from tests.waiting import wait_until
+
+    seen = Descendants()
+    orphan_maker = ("import subprocess, sys\n"
+                    "child = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(60)'], "
+                    "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+                    "print(child.pid, flush=True)\n")
+    main = subprocess.run([sys.executable, "-c", orphan_maker], env=seen.marked(dict(os.environ)), capture_output=True,
+                          text=True, timeout=120, check=True)
+    orphan = psutil.Process(int(main.stdout))
+    try:
+        assert orphan.is_running() and orphan.ppid() != os.getpid()  # outlived its parent, re-parented
+        seen.kill()
+        wait_until(lambda: not orphan.is_running() or orphan.status() == psutil.STATUS_ZOMBIE, "the orphan is killed")
+    finally:
+        if orphan.is_running():
+            orphan.kill()

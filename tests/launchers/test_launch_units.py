@@ -20,6 +20,7 @@ from llm_ocr.launchers.core.table import LaunchStatus, marker_costs, shard_statu
 from llm_ocr.launchers.core.wheel import build_wheel
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.storage import Storage
+from llm_ocr.storage.state import write_marker
 from tests.conftest import REPO
 
 
@@ -80,6 +81,38 @@ def test_status_rows_and_totals_from_markers_progress_and_jobs() -> None:
     assert not table.finished and not table.succeeded  # shard 1 still runs
     text = str(table)
     assert "done (5 failed)" in text and "failed: exited with code 2" in text and "cost: $8.61" in text
+
+
+class _FinishesWhileAsked:
+    """A platform whose job finishes as its state is asked: it writes the shard's markers (the
+    job's last act before it exits), then says it succeeded. A poller on a busy machine meets
+    exactly this between two reads of one poll."""
+
+    def __init__(self, out: Storage, stages: tuple[str, ...]) -> None:
+        self.out, self.stages = out, stages
+
+    def states(self, jobs: list[dict]) -> dict[str, JobState]:
+        for stage in self.stages:
+            write_marker(self.out, stage, 0, 1, {"stage": stage, "pages": {"ok": 2}, "wall_time_s": 1.0})
+        return {j["job_id"]: JobState(j["job_id"], "succeeded", "COMPLETED") for j in jobs}
+
+    def shard_phase(self, state: JobState, shard: int) -> JobState:
+        return state
+
+
+def test_a_job_that_finishes_while_the_status_is_read_is_done_not_without_marker(tmp_path: Path) -> None:
+    """The job's state is read before OUT's markers: a job seen succeeded has written them, so a
+    shard is never shown ``no marker`` (a final state: ``wait`` would stop and call the launch
+    failed) because it finished between the two reads."""
+    from llm_ocr.launchers.core.follow import collect_status
+
+    out = Storage(str(tmp_path / "out"))
+    record = LaunchRecord("20250101-000000-aaaa", "hf-jobs", out.url, "run", 1, "l4x1", 1, 0.8, "img")
+    record.add({"job_id": "a0", "shards": [0], "launch_id": record.launch_id})
+    platform = _FinishesWhileAsked(out, record.needed_markers())
+    status = collect_status(out, record, platform=platform, cache={})  # type: ignore[arg-type]
+    assert [row.state for row in status.shards] == ["done"]
+    assert status.succeeded
 
 
 def test_marker_costs_use_wall_time_gpus_and_price() -> None:

@@ -16,7 +16,7 @@ from llm_ocr.launchers.sagemaker.adapter import _state
 from llm_ocr.launchers.sagemaker.request import group_shards, request_problems
 from tests.launchers.common import llm_ocr
 from tests.launchers.sagemaker_common import REGION
-from tests.storage_servers import AWS_TEST_ENV, MotoS3
+from tests.storage_servers import AWS_TEST_ENV, shared_moto
 
 
 def _resource_config(tmp_path: Path, current: str, hosts: int) -> Path:
@@ -104,28 +104,25 @@ def test_job_states_from_describe() -> None:
 def test_secrets_are_fetched_by_name_and_a_missing_one_stops_the_job_with_what_to_grant(tmp_path: Path) -> None:
     import boto3
 
-    moto = MotoS3()
-    try:
-        client = boto3.client("secretsmanager", endpoint_url=moto.url, region_name=REGION,
-                              aws_access_key_id="k", aws_secret_access_key="s")
-        client.create_secret(Name="llm-ocr/hf-token", SecretString="hf_valueOne1234567890")
-        client.create_secret(Name="llm-ocr/keys", SecretString=json.dumps({"openai": "sk-valueTwo1234567890"}))
-        environ = {"LLM_OCR_AWS_SECRET_HF_TOKEN": "llm-ocr/hf-token", "LLM_OCR_AWS_SECRET_LLM_OCR_API_KEY": "llm-ocr/keys#openai"}
-        assert fetch_into_environment(environ, client) == ["HF_TOKEN", "LLM_OCR_API_KEY"]
-        assert environ["HF_TOKEN"] == "hf_valueOne1234567890" and environ["LLM_OCR_API_KEY"] == "sk-valueTwo1234567890"
-        with pytest.raises(SecretFetchError, match=r"llm-ocr/keys.*not a JSON object with the key 'other'"):
-            fetch_into_environment({"LLM_OCR_AWS_SECRET_X": "llm-ocr/keys#other"}, client)
+    moto = shared_moto()
+    client = boto3.client("secretsmanager", endpoint_url=moto.url, region_name=REGION,
+                          aws_access_key_id="k", aws_secret_access_key="s")
+    client.create_secret(Name="llm-ocr/hf-token", SecretString="hf_valueOne1234567890")
+    client.create_secret(Name="llm-ocr/keys", SecretString=json.dumps({"openai": "sk-valueTwo1234567890"}))
+    environ = {"LLM_OCR_AWS_SECRET_HF_TOKEN": "llm-ocr/hf-token", "LLM_OCR_AWS_SECRET_LLM_OCR_API_KEY": "llm-ocr/keys#openai"}
+    assert fetch_into_environment(environ, client) == ["HF_TOKEN", "LLM_OCR_API_KEY"]
+    assert environ["HF_TOKEN"] == "hf_valueOne1234567890" and environ["LLM_OCR_API_KEY"] == "sk-valueTwo1234567890"
+    with pytest.raises(SecretFetchError, match=r"llm-ocr/keys.*not a JSON object with the key 'other'"):
+        fetch_into_environment({"LLM_OCR_AWS_SECRET_X": "llm-ocr/keys#other"}, client)
 
-        # In a job: `llm-ocr` fetches before any command runs, and stops when it cannot.
-        env = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto.url, "LLM_OCR_AWS_SECRET_HF_TOKEN": "llm-ocr/absent",
-               "PATH": "/usr/bin:/bin"}
-        done = llm_ocr("assemble", "--output", str(tmp_path / "out"), env=env)
-        assert done.returncode == 2
-        assert "cannot read AWS Secrets Manager secret 'llm-ocr/absent' for HF_TOKEN (ResourceNotFoundException)" in done.stderr
-        assert "secretsmanager:GetSecretValue" in done.stderr
-        assert not (tmp_path / "out").exists()  # nothing ran
-    finally:
-        moto.stop()
+    # In a job: `llm-ocr` fetches before any command runs, and stops when it cannot.
+    env = {**AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto.url, "LLM_OCR_AWS_SECRET_HF_TOKEN": "llm-ocr/absent",
+           "PATH": "/usr/bin:/bin"}
+    done = llm_ocr("assemble", "--output", str(tmp_path / "out"), env=env)
+    assert done.returncode == 2
+    assert "cannot read AWS Secrets Manager secret 'llm-ocr/absent' for HF_TOKEN (ResourceNotFoundException)" in done.stderr
+    assert "secretsmanager:GetSecretValue" in done.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran
 
 
 def test_build_and_push_creates_the_repository_logs_in_builds_and_pushes(tmp_path: Path) -> None:

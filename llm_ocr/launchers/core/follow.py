@@ -61,6 +61,11 @@ def read_launch(
     # Escalate's markers say how a run's pages were routed and escalated, even where not needed.
     read = (*needed, *(("escalate",) if stage == "run" and "escalate" not in needed else ()))
     primary = STAGES[stage].primary
+    # The jobs' states first, OUT after: a job writes its markers before it exits, so one seen
+    # ended has them in the reads that follow. The other order let a job end between the two
+    # reads on a busy machine and show as ended without a marker ("no marker", a final state:
+    # `wait` stopped there and called the launch failed).
+    jobs = _job_states(record, platform) if record is not None else {}
     return LaunchFacts(
         output=out.url,
         stage=stage,
@@ -68,7 +73,7 @@ def read_launch(
         needed=needed,
         markers={s: markers_by_shard(out, s, num_shards, cache) for s in read},
         progress={shard: data for (name, shard), data in read_progress(out, num_shards).items() if name == primary},
-        jobs=_job_states(record, platform) if record is not None else {},
+        jobs=jobs,
         launch_id=record.launch_id if record else None,
         platform=record.platform if record else None,
         hardware=record.hardware if record else None,

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import waiting
 from tests.docs import make_corpus
 from tests.launchers.cloud_run_common import (
     CODE_PREFIX,
@@ -28,6 +29,7 @@ from tests.launchers.cloud_run_common import (
     status,
 )
 from tests.launchers.common import expected_pages, llm_ocr_batch, wait_until
+from tests.launchers.simulators import HELD_START, simulator_in
 
 pytest.importorskip("google.cloud.run_v2")
 
@@ -192,12 +194,18 @@ def test_an_execution_with_a_failed_task_is_failed_and_a_relaunch_updates_the_jo
 
 
 def test_cancel_stops_the_execution_and_its_processes(tmp_path: Path, corpus: Path) -> None:
-    with fake_cloud_run(tmp_path / "api", corpus, sim_args="--prefill-ms 3000 --slots 1") as api:
+    # The task's server never becomes ready (tests/launchers/simulators.py): the task is running,
+    # for certain, when the cancel lands, its llm-ocr waiting for its server as on a slow start.
+    # With 3-second pages a machine at load 60 let the task finish first ("none was running").
+    with fake_cloud_run(tmp_path / "api", corpus, sim_args=HELD_START) as api:
         env = launcher_env(api, tmp_path)
         assert llm_ocr(*launch_args("--grace-period", "1", shards=1), env=env).returncode == 0
         (name,) = api.executions
-        (task,) = api.executions[name].tasks
-        wait_until(lambda: task.state == "RUNNING" and task.process is not None)
+        execution = api.executions[name]
+        (task,) = execution.tasks
+        waiting.wait_until(lambda: simulator_in(api.workdir / execution.short / "task0-attempt0"),
+                           "the task's model server listens", interval=0.5)
+        assert task.state == "RUNNING" and task.process is not None
         pid = task.process.pid
         cancelled = llm_ocr("jobs", "cancel", OUTPUT, env=env)
         assert cancelled.returncode == 0, cancelled.stderr

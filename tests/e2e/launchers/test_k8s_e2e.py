@@ -51,6 +51,10 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+#: ``llm-ocr jobs status OUT --json`` as a case of :func:`llm_ocr_batch` (with the commands beside it).
+STATUS = ["jobs", "status", OUTPUT, "--json"]
+
+
 def _without_launch_id(body: dict, launch_id: str) -> str:
     return json.dumps(body, sort_keys=True).replace(launch_id, "LAUNCH")
 
@@ -62,7 +66,14 @@ def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_referen
     own_venv = {0: {VENVS.variable: ""}}
     with cluster(tmp_path / "cluster", corpus, index_env=own_venv) as world:
         env = world.env(tmp_path)
-        dry, dry_yaml = llm_ocr_batch([(launch_args("--dry-run"), {}), (launch_args("--dry-run", "--yaml"), {})], env)
+        # The user's commands in turn, in one interpreter (tests/launchers/batch_cli.py): the dry
+        # runs, the launch, waited for, the table, one shard's logs and a relaunch of the finished
+        # output.
+        dry, dry_yaml, done, shown, logs, again = llm_ocr_batch([
+            (launch_args("--dry-run"), {}), (launch_args("--dry-run", "--yaml"), {}),
+            (launch_args("--wait", "--interval", "0.5"), {}),
+            (STATUS, {}), (["jobs", "logs", OUTPUT, "--shard", "2"], {}), (launch_args(), {}),
+        ], env, timeout=600)
         assert dry["code"] == 0 and dry_yaml["code"] == 0, dry["stderr"] + dry_yaml["stderr"]
         plan = json.loads(dry["stdout"])  # exactly one JSON object on stdout
         assert set(plan) == {"platform", "launch_id", "jobs", "requests"} and plan["platform"] == "k8s"
@@ -70,11 +81,9 @@ def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_referen
         assert all(j["secrets"] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] for j in plan["jobs"])
         *code_maps, yaml_job = yaml.safe_load_all(dry_yaml["stdout"])
         assert {m["kind"] for m in code_maps} == {"ConfigMap"} and yaml_job["kind"] == "Job"
-        assert not world.api.calls("POST", "/jobs") and not world.api.calls("POST", "/configmaps")  # a dry run creates nothing
 
-        done = llm_ocr(*launch_args("--wait", "--interval", "0.5"), env=env, timeout=600)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "every shard finished" in done.stdout
+        assert done["code"] == 0, done["stdout"] + done["stderr"]
+        assert "every shard finished" in done["stdout"]
         (job,) = world.api.all_jobs
         assert [(p.index, p.phase) for p in sorted(job.pods, key=lambda p: p.index)] == [(0, "Succeeded"), (1, "Succeeded"), (2, "Succeeded")]
         for stage in ("extract", "describe"):
@@ -97,13 +106,14 @@ def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_referen
         assert _without_launch_id(plan["requests"][0], plan["launch_id"]) == _without_launch_id(received, real_id)
         yaml_id = yaml_job["metadata"]["labels"]["llm-ocr-launch"]
         assert _without_launch_id(yaml_job, yaml_id) == _without_launch_id(plan["requests"][0], plan["launch_id"])
-        assert len(world.api.calls("POST", "/configmaps")) == len(code_maps)  # the wheel, once
+        # The wheel, once: the dry runs created nothing (nor another Job: one POST above).
+        assert len(world.api.calls("POST", "/configmaps")) == len(code_maps)
 
         # The table from the record, the Job and the pods; one shard's log; the relaunch submits nothing.
-        table = status(env)
+        assert shown["code"] == 0, shown["stderr"]
+        table = json.loads(shown["stdout"])
         assert [row["state"] for row in table["shards"]] == ["done"] * 3
         assert [row["job_state"] for row in table["shards"]] == ["Succeeded (attempt 1)"] * 3
-        logs, again = llm_ocr_batch([(["jobs", "logs", OUTPUT, "--shard", "2"], {}), (launch_args(), {})], env)
         assert logs["code"] == 0, logs["stderr"]
         assert "[extract shard 3/3] pages seen" in logs["stdout"]
         assert again["code"] == 0 and "nothing to launch" in again["stdout"], again["stderr"]
@@ -112,7 +122,7 @@ def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_referen
         # The planted key: only in the Secret, never sent by the launcher nor shown anywhere.
         places = {
             "dry run": dry["stdout"] + dry["stderr"] + dry_yaml["stdout"] + dry_yaml["stderr"],
-            "launch output": done.stdout + done.stderr + again["stdout"] + again["stderr"],
+            "launch output": done["stdout"] + done["stderr"] + again["stdout"] + again["stderr"],
             "requests to the API server": json.dumps(world.api.requests),
             "pod logs": world.api.log_text() + logs["stdout"],
             "status": json.dumps(table),
@@ -183,28 +193,32 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
         assert [len(world.api.pods_of(job.name, i)) for i in range(3)] == [1, 2, 1]  # only index 1 again
         assert (job.completed, job.failed) == ({0, 1}, {2})
         assert job.conditions[-1]["reason"] == "FailedIndexes"
-        table = status(env)
-        states = {row["shard"]: row for row in table["shards"]}
+        shown, logs = llm_ocr_batch([(STATUS, {}), (["jobs", "logs", OUTPUT, "--shard", "1"], {})], env)
+        assert shown["code"] == 0, shown["stderr"]
+        states = {row["shard"]: row for row in json.loads(shown["stdout"])["shards"]}
         assert (states[0]["state"], states[1]["state"], states[2]["state"]) == ("done", "done", "failed")
         assert states[1]["job_state"] == "Succeeded (attempt 2)"
         assert "container llm-ocr exited 2" in (states[2]["message"] or "")
         marker = world.marker("extract", 1, 3)
         assert marker["pages"]["skipped"] >= 1  # the retry resumed from the killed pod's part
-        logs = llm_ocr("jobs", "logs", OUTPUT, "--shard", "1", env=env)
-        assert logs.returncode == 0 and logs.stdout.count("===== pod ") == 2, logs.stdout[-2000:]
+        assert logs["code"] == 0 and logs["stdout"].count("===== pod ") == 2, logs["stdout"][-2000:]
 
         world.api.index_env.clear()  # the broken node is fixed
-        again = llm_ocr(*args, "--wait", "--interval", "0.5", env=env, timeout=600)
-        assert again.returncode == 0, again.stdout + again.stderr
+        # The relaunch, waited for; then, in the same interpreter, the ended shard's logs followed
+        # (it prints them and returns) and the final table.
+        again, followed, shown = llm_ocr_batch([([*args, "--wait", "--interval", "0.5"], {}),
+                                                (["jobs", "logs", OUTPUT, "--shard", "2", "-f"], {}), (STATUS, {})],
+                                               env, timeout=600)
+        assert again["code"] == 0, again["stdout"] + again["stderr"]
         relaunched = world.api.all_jobs[1]
         assert relaunched.spec["completions"] == 1
         (pod,) = relaunched.pods
         assert (pod.env["JOB_COMPLETION_INDEX"], pod.env["LLM_OCR_TASK_SHARDS"]) == ("0", "3:2")
         for stage in ("extract", "describe"):
             assert keys(world.rows(stage)) == expected_pages(corpus), stage
-        followed = llm_ocr("jobs", "logs", OUTPUT, "--shard", "2", "-f", env=env)  # ended: prints, then returns
-        assert followed.returncode == 0 and "[extract shard 3/3] pages seen" in followed.stdout, followed.stderr
-        final = status(env)
+        assert followed["code"] == 0 and "[extract shard 3/3] pages seen" in followed["stdout"], followed["stderr"]
+        assert shown["code"] == 0, shown["stderr"]
+        final = json.loads(shown["stdout"])
         assert [row["state"] for row in final["shards"]] == ["done"] * 3
         assert final["shards"][0]["job_id"] == f"{job.name} index 0"  # from the first Job still
         assert final["shards"][2]["job_id"] == f"{relaunched.name} index 0"

@@ -16,11 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import waiting
 from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.fake_hub import FakeHub
 from tests.launchers.common import expected_pages, llm_ocr, llm_ocr_batch, wait_until
 from tests.launchers.sagemaker_common import INPUT, OUTPUT, PLANTED, REGION, ROLE, aws_world, launcher_here, sm_args
+from tests.launchers.simulators import HELD_START, simulator_in
 
 # The hang guard (pytest-timeout; 300 s by default): a test waits for a launch and a relaunch in turn, each with its own hang guard.
 pytestmark = pytest.mark.timeout(900)
@@ -40,16 +42,15 @@ def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
 
     with aws_world(tmp_path / "jobs", corpus) as world, launcher_here(world, tmp_path, monkeypatch):
         env = world.env(tmp_path)
-        dry = llm_ocr(*sm_args("--dry-run", shards=3), env=env)
-        assert dry.returncode == 0, dry.stderr
-        plan = json.loads(dry.stdout)  # exactly one JSON object on stdout
-        assert world.sagemaker.requests == [] and not world.moto.list("ocr", "2024/_state/code")
+        # The dry run, then the launch, waited for, in one interpreter (tests/launchers/batch_cli.py).
+        dry, done = llm_ocr_batch([(sm_args("--dry-run", shards=3), {}), (sm_args("--wait", "--interval", "0.5", shards=3), {})],
+                                  env, timeout=400)
+        assert dry["code"] == 0, dry["stderr"]
+        plan = json.loads(dry["stdout"])  # exactly one JSON object on stdout
+        assert done["code"] == 0, done["stdout"] + done["stderr"]
+        assert "every shard finished" in done["stdout"]
 
-        done = llm_ocr(*sm_args("--wait", "--interval", "0.5", shards=3), env=env, timeout=400)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "every shard finished" in done.stdout
-
-        # ONE Processing job, three hosts, nothing but plain settings in its environment.
+        # ONE Processing job (the dry run sent none), three hosts, nothing but plain settings in its environment.
         (sent,) = world.sagemaker.requests
         assert sent["ProcessingResources"]["ClusterConfig"] == {"InstanceCount": 3, "InstanceType": "ml.g6.xlarge",
                                                                  "VolumeSizeInGB": 50}
@@ -75,22 +76,21 @@ def test_one_job_of_three_hosts_makes_every_page_once_and_no_secret_leaks(
         table = api.status(OUTPUT).to_dict()
         assert [row["state"] for row in table["shards"]] == ["done"] * 3
         assert table["totals"]["done"] == 12 and table["totals"]["cost_usd"] is not None
-        logs = llm_ocr("jobs", "logs", OUTPUT, "--shard", "2", env=env)
-        assert logs.returncode == 0, logs.stderr
-        assert "[extract shard 3/3] pages seen" in logs.stdout  # host algo-3 ran shard index 2
-        assert "[extract shard 2/3]" not in logs.stdout
-        again = llm_ocr(*sm_args(shards=3), env=env)
-        assert again.returncode == 0 and "nothing to launch" in again.stdout, again.stderr
+        logs, again = llm_ocr_batch([(["jobs", "logs", OUTPUT, "--shard", "2"], {}), (sm_args(shards=3), {})], env)
+        assert logs["code"] == 0, logs["stderr"]
+        assert "[extract shard 3/3] pages seen" in logs["stdout"]  # host algo-3 ran shard index 2
+        assert "[extract shard 2/3]" not in logs["stdout"]
+        assert again["code"] == 0 and "nothing to launch" in again["stdout"], again["stderr"]
         assert len(world.sagemaker.requests) == 1
-        assert len(world.moto.list("ocr", "2024/_state/code/wheels/")) == 1  # the wheel went up once
+        assert len(world.moto.list("ocr", "2024/_state/code/wheels/")) == 1  # the wheel went up once (none by the dry run)
 
         places = {
-            "dry-run": dry.stdout + dry.stderr,
-            "launch output": done.stdout + done.stderr + again.stdout + again.stderr,
+            "dry-run": dry["stdout"] + dry["stderr"],
+            "launch output": done["stdout"] + done["stderr"] + again["stdout"] + again["stderr"],
             "requests": json.dumps(world.sagemaker.requests),
             "host output": world.sagemaker.log_text(),
             "CloudWatch": world.cloudwatch_text(),
-            "status and logs": json.dumps(table) + logs.stdout + logs.stderr,
+            "status and logs": json.dumps(table) + logs["stdout"] + logs["stderr"],
             "output bucket": world.bucket_text("ocr"),
             "launch cache": "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.json")),
         }
@@ -151,12 +151,15 @@ def test_a_lost_host_is_the_only_shard_relaunched_and_it_resumes(
 def test_cancel_stops_the_job_and_every_host(tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llm_ocr.launchers.core import api
 
-    slow = "--prefill-ms 3000 --slots 1"
-    with aws_world(tmp_path / "jobs", corpus, sim_args=slow) as world, launcher_here(world, tmp_path, monkeypatch):
+    # The hosts' servers never become ready (tests/launchers/simulators.py): both hosts are running,
+    # for certain, when the cancel lands, their llm-ocr waiting for its server as on a slow start.
+    # With 3-second pages a machine at load 50 let the job finish first ("none was running").
+    with aws_world(tmp_path / "jobs", corpus, sim_args=HELD_START) as world, launcher_here(world, tmp_path, monkeypatch):
         env = world.env(tmp_path)
         assert llm_ocr(*sm_args("--grace-period", "1", shards=2), env=env).returncode == 0
         (job,) = world.sagemaker.jobs.values()
-        wait_until(lambda: len(job.hosts) == 2 and all(h.process for h in job.hosts))
+        waiting.wait_until(lambda: len(job.hosts) == 2 and all(simulator_in(h.folder) for h in job.hosts),
+                           "both hosts' model servers listen", interval=0.5)
         pids = [h.process.pid for h in job.hosts]
         # Follow shard 1's CloudWatch stream while the job runs: it must end when the job does.
         follow = subprocess.Popen([sys.executable, "-m", "llm_ocr.cli", "jobs", "logs", OUTPUT, "--shard", "1", "-f"],
