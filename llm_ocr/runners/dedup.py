@@ -158,6 +158,12 @@ class CopiedDocuments:
             log.info("%s: a copy of %s, whose rows are not all stored: read instead", dup.ref.doc_id, dup.first)
             self.unresolved.append(dup.ref)
             return None
+        if first.get(DOCUMENT_LEVEL_PAGE) is None and any(
+                rows[p].get("status") not in ("ok", "truncated") for rows in by_page for p in pages):
+            # As for a page: a reading that failed is not copied (a retry may read it), the copy is read.
+            log.info("%s: a copy of %s, whose reading has failed pages: read instead", dup.ref.doc_id, dup.first)
+            self.unresolved.append(dup.ref)
+            return None
         done = self.index.done_pages.get(dup.ref.doc_id, set())
         todo = [p for p in pages if p not in done]
         counters.pages_found += len(pages)
@@ -282,9 +288,11 @@ def shard_readings(out: Storage, options: ExtractOptions, storage_options: dict[
     """The documents read before this shard's run: those OUT records (``OUT/_state/hashes``) and
     ``--dedup-index``'s; this run's are recorded as read into OUT."""
     output = out.fs.unstrip_protocol(out.root)
-    urls = [out.child(HASHES).url] + ([options.dedup_index] if options.dedup_index else [])
+    # OUT's own records name rows in OUT, wherever OUT was when they were written: an OUT copied
+    # or moved elsewhere must not take its own documents for another output's copies.
+    own = {sha: replace(r, rows=output) for sha, r in load_readings([out.child(HASHES).url], storage_options).items()}
     try:
-        earlier = load_readings(urls, storage_options)
+        earlier = {**load_readings([options.dedup_index], storage_options), **own} if options.dedup_index else own
     except (OSError, ValueError) as exc:
         raise InputError(f"--dedup-index: {exc}") from exc
     if earlier:

@@ -154,3 +154,28 @@ def test_a_manifest_s_sha256_decides_without_hashing(server: SimulatedServer, tm
     read, copy = ("a.pdf", "b.pdf") if rows[("b.pdf", 1)]["duplicate_of"] else ("b.pdf", "a.pdf")
     assert rows[(copy, 1)]["duplicate_of"] == read and rows[(copy, 1)]["markdown"] == rows[(read, 1)]["markdown"]
     assert rows[("bad", 0)]["error"] == "manifest row 2: sha256 'xyz' is not 64 hex digits"
+
+
+def test_a_copy_of_a_failed_reading_is_read_and_a_moved_out_is_not_its_own_copy(tmp_path: Path) -> None:
+    """A document whose first reading failed is read again, not copied as an error; an OUT copied
+    elsewhere and rerun retries its own failed page, not as a copy of itself (its hash records
+    name the folder it was first written in)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha report"])
+    shutil.copy(docs / "a.pdf", docs / "b.pdf")
+    out = tmp_path / "out"
+    with SimulatedServer("--instant") as sim:
+        sim.inject("error", count=1, status=400)  # the first request: the first copy's one page
+        result = llm_ocr.extract([docs], out, endpoint=sim.base_url, max_in_flight=1, **FAST)
+        rows = rows_by_page(out)
+        assert sorted(r["status"] for r in rows.values()) == ["error", "ok"], rows
+        (read,) = [r for r in rows.values() if r["status"] == "ok"]
+        assert read["duplicate_of"] is None  # read itself, not a copy of the failed reading
+        assert result.exit_code == 1
+        moved = tmp_path / "moved"
+        shutil.copytree(out, moved)
+        llm_ocr.extract([docs], moved, endpoint=sim.base_url, **FAST)
+    again = rows_by_page(moved)
+    assert sorted(r["status"] for r in again.values()) == ["ok", "ok"]
+    assert all(r["duplicate_of"] in (None, "a.pdf", "b.pdf") and r["duplicate_of"] != k[0] for k, r in again.items())
