@@ -120,8 +120,13 @@ def test_a_reviewer_corrects_a_field_and_approves_in_a_browser(tmp_path: Path) -
         try:
             seen = asyncio.run(review_in_browser(running.url, doc_id, devtools_port(profile, browser)))
         finally:
-            browser.kill()
-            browser.wait()
+            # SIGTERM: Chromium ends its own renderer processes and reaps them (a kill would orphan them).
+            browser.terminate()
+            try:
+                browser.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                browser.kill()
+                browser.wait()
         fields = llm_ocr.Service(running.url, token=TOKEN).request("GET", f"/v1/documents/{doc_id}/fields")[2]
     # Nothing planted ran: a payload would have retitled the page.
     assert seen["title"].startswith("review: ") and seen["title_after"] == seen["title"], seen
