@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import shutil
 import subprocess
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +67,15 @@ class Tab:
                 self.loaded += 1
 
 
-def devtools_port(profile: Path, browser: subprocess.Popen[bytes]) -> int:
-    """The port Chromium announces in its profile (it writes the file once it listens)."""
-    announced = profile / "DevToolsActivePort"
-    deadline = time.monotonic() + 120
-    while not announced.exists() or not announced.read_text().strip():
-        assert browser.poll() is None, "chromium exited before it listened"
-        assert time.monotonic() < deadline, "chromium never announced its DevTools port"
-        time.sleep(0.02)
-    return int(announced.read_text().split()[0])
+def devtools_port(browser: subprocess.Popen[str]) -> int:
+    """The port Chromium says it listens on (its stderr's ``DevTools listening on ws://...`` line,
+    read as it comes); the rest of its stderr is drained so it never blocks on a full pipe."""
+    assert browser.stderr is not None
+    for line in browser.stderr:
+        if found := re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line):
+            threading.Thread(target=browser.stderr.read, daemon=True).start()
+            return int(found.group(1))
+    raise AssertionError(f"chromium exited ({browser.wait()}) without listening for DevTools")
 
 
 async def review_in_browser(url: str, doc_id: str, port: int) -> dict[str, Any]:
@@ -116,9 +117,9 @@ def test_a_reviewer_corrects_a_field_and_approves_in_a_browser(tmp_path: Path) -
             [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1200,1600", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            seen = asyncio.run(review_in_browser(running.url, doc_id, devtools_port(profile, browser)))
+            seen = asyncio.run(review_in_browser(running.url, doc_id, devtools_port(browser)))
         finally:
             # SIGTERM: Chromium ends its own renderer processes and reaps them (a kill would orphan them).
             browser.terminate()
