@@ -96,7 +96,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "api": {"service", "commands", "cli"},
     "commands": {"cli"},
     # The service (gateway, queue, workers, client) stands on the Python API, under the commands.
-    "service": {"commands", "cli", "launchers", "bench", "report", "engines", "quality", "planning"},
+    "service": {"commands", "cli", "launchers", "bench", "engines", "planning"},
 }
 
 
@@ -105,6 +105,10 @@ LIMITED: dict[str, dict[str, set[str]]] = {
     # The runtime's one use of the evaluation package: the Escalate stage's rules read the
     # no-ground-truth page signals that bench-quality also reports.
     "runners": {"quality": {"llm_ocr.quality.signals"}},
+    # The review page draws a document as the report does, and puts the pages the no-truth
+    # signals flag first; nothing else of the report (its file writer) or of quality.
+    "service": {"report": {"llm_ocr.report.fragments", "llm_ocr.report.fields_panel", "llm_ocr.report.safe_html"},
+                "quality": {"llm_ocr.quality.signals"}},
 }
 
 

@@ -2,12 +2,16 @@
 
 Every route but ``/healthz`` and ``/readyz`` requires the token when one is set
 (``Authorization: Bearer TOKEN``); :mod:`.server` refuses to listen beyond loopback without one.
+The review pages (``/review``) also take it from a cookie a browser gets by posting the token to
+``/review/login`` (HttpOnly, SameSite=Strict, holding an HMAC of the token, never the token), and
+refuse a form posted from another origin.
 Blocking work (the database, storage, counting a document's pages) runs in threads, off the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -21,7 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
@@ -30,7 +34,10 @@ from llm_ocr.service.callback import CallbackSettings, deliver
 from llm_ocr.service.config import Limits
 from llm_ocr.service.metrics import exposition
 from llm_ocr.service.queue import Document, DocumentQueue, QueueFull, QueueUnavailable, new_id, summary
+from llm_ocr.service.review import CSP, document_page, login_page, queue_page
+from llm_ocr.service.reviews import BadCorrection, check_path, fields_view, typed
 from llm_ocr.service.spool import Spool, Unreadable, count_document, suffix_of
+from llm_ocr.sources.render import PDFIUM_LOCK, close_documents
 from llm_ocr.storage.stores import protocol_of
 
 log = logging.getLogger("llm_ocr.service")
@@ -41,8 +48,10 @@ log = logging.getLogger("llm_ocr.service")
 SUBMIT_OPTIONS = ("model", "route", "schema", "callback")
 #: What a schema's name may be: a file name of the schemas folder without ``.json``, never a path.
 SCHEMA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-#: Routes that need no token: a load balancer's probes.
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+#: Routes that need no token: a load balancer's probes, and the review's login form.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/review/login"})
+#: The review pages' cookie (an HMAC of the token: the cookie never holds the token itself).
+COOKIE = "llm_ocr_review"
 #: What a document's status says of each page (columns of its Extract rows).
 PAGE_COLUMNS = ("page", "status", "error", "latency_s", "attempts", "route", "model", "finish_reason")
 #: Bytes read from an upload at a time.
@@ -134,10 +143,20 @@ def create_app(gateway: Gateway) -> FastAPI:
 
     @app.middleware("http")
     async def require_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if gateway.token is not None and request.url.path not in OPEN_PATHS:
+        path = request.url.path
+        reviewing = path == "/review" or path.startswith("/review/")
+        if reviewing and request.method == "POST" and not _same_origin(request):
+            # A form another site posts (the browser sends our cookie along): refused.
+            return JSONResponse({"detail": "a review form must be posted from the review page"}, status_code=403)
+        if gateway.token is not None and path not in OPEN_PATHS:
             given = request.headers.get("authorization", "")
             scheme, _, value = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), gateway.token.encode()):
+            bearer = scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), gateway.token.encode())
+            cookie = reviewing and hmac.compare_digest(request.cookies.get(COOKIE, "").encode(),
+                                                       _cookie_value(gateway.token).encode())
+            if not (bearer or cookie):
+                if reviewing and request.method == "GET":
+                    return HTMLResponse(login_page(), status_code=401, headers={"Content-Security-Policy": CSP})
                 return JSONResponse({"detail": "a token is required: Authorization: Bearer TOKEN"}, status_code=401,
                                     headers={"WWW-Authenticate": "Bearer"})
         return await call_next(request)
@@ -277,7 +296,9 @@ def create_app(gateway: Gateway) -> FastAPI:
         row = rows[0]
         if isinstance(row.get("fields"), str):
             row["fields"] = json.loads(row["fields"])
-        return {"id": doc_id, **row}
+        # The model's values stay as the worker wrote them (``fields``); a reviewer's are beside them.
+        review = fields_view(row.get("fields"), queue.corrections(doc_id), queue.approved(doc_id))
+        return {"id": doc_id, **row, **review}
 
     @app.get("/v1/documents/{doc_id}/figures/{figure_id}", response_class=Response,
              responses={200: {"content": {"image/png": {}}, "description": "the figure's image"},
@@ -350,6 +371,85 @@ def create_app(gateway: Gateway) -> FastAPI:
         """Prometheus text: queue depth, documents by status, pages read, failures by cause."""
         return PlainTextResponse(exposition(queue), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    @app.get("/v1/export", response_class=PlainTextResponse,
+             responses={200: {"content": {"application/x-ndjson": {}}}})
+    def export() -> PlainTextResponse:
+        """Every reviewed document (corrected or approved), one JSON object a line: its fields as
+        the model gave them, its corrections beside the model's values, the corrected fields, and
+        the approval."""
+        lines = []
+        for doc_id in queue.reviewed():
+            doc = queue.get(doc_id)
+            if doc is None:
+                continue
+            rows = spool.rows(doc_id, "fields") if doc.status in ("done", "failed") else []
+            model = json.loads(rows[0]["fields"]) if rows and isinstance(rows[0].get("fields"), str) else None
+            lines.append(json.dumps({"id": doc.id, "name": doc.name, "status": doc.status, "fields": model,
+                                     **fields_view(model, queue.corrections(doc_id), queue.approved(doc_id))},
+                                    ensure_ascii=False))
+        return PlainTextResponse("".join(line + "\n" for line in lines), media_type="application/x-ndjson")
+
+    @app.get("/review", response_class=HTMLResponse, include_in_schema=False)
+    def review_queue() -> HTMLResponse:
+        """The queue and the recent documents (newest first)."""
+        return _html(queue_page(queue.counts(), queue.depth(), queue.recent(100)))
+
+    @app.post("/review/login", include_in_schema=False)
+    async def review_login(request: Request) -> Response:
+        """Take the token from the login form; the review pages then know the browser by a cookie."""
+        form = await request.form(max_files=0, max_fields=1)
+        given = str(form.get("token") or "")
+        if gateway.token is not None and not hmac.compare_digest(given.encode(), gateway.token.encode()):
+            return _html(login_page("That is not the service's token."), status=401)
+        answer = RedirectResponse("/review", status_code=303)
+        if gateway.token is not None:
+            answer.set_cookie(COOKIE, _cookie_value(gateway.token), httponly=True, samesite="strict", path="/review",
+                              secure=request.url.scheme == "https")
+        return answer
+
+    @app.get("/review/{doc_id}", response_class=HTMLResponse, include_in_schema=False)
+    def review_document(doc_id: str) -> HTMLResponse:
+        """One document to review: pages (flagged first), Markdown, figures, fields and their corrections."""
+        doc = _known(doc_id)
+        ended = doc.status in ("done", "failed", "cancelled")
+        rows = list(spool.page_rows(doc_id, keep_bytes=True)) if doc.started is not None else []
+        assembled = spool.rows(doc_id, "assemble", keep_bytes=True) if ended else []
+        fields_rows = spool.rows(doc_id, "fields") if ended else []
+        with PDFIUM_LOCK:  # the page images are re-rendered; pypdfium2 is not thread-safe
+            try:
+                page = document_page(doc, rows, assembled=assembled[0] if assembled else None,
+                                     fields=fields_rows[0] if fields_rows else None,
+                                     corrections=queue.corrections(doc_id), approved=queue.approved(doc_id),
+                                     storage_options=spool.storage_options)
+            finally:
+                close_documents()
+        return _html(page)
+
+    @app.post("/review/{doc_id}/fields", include_in_schema=False)
+    async def review_correct(doc_id: str, request: Request) -> Response:
+        """Keep a reviewer's value of one field (form fields ``path`` and ``value``)."""
+        form = await request.form(max_files=0, max_fields=2)
+        path, value = str(form.get("path") or ""), str(form.get("value") or "")
+        doc = await asyncio.to_thread(_known, doc_id)
+        rows = await asyncio.to_thread(spool.rows, doc_id, "fields") if doc.status in ("done", "failed") else []
+        if not rows:
+            raise Refused(409, f"document {doc_id} has no fields to correct")
+        try:
+            model_value = check_path(json.loads(rows[0].get("fields") or "null"), path)
+        except BadCorrection as exc:
+            raise Refused(422, str(exc)) from None
+        await asyncio.to_thread(queue.correct, doc_id, path, typed(model_value, value))
+        return RedirectResponse(f"/review/{doc_id}", status_code=303)
+
+    @app.post("/review/{doc_id}/approve", include_in_schema=False)
+    async def review_approve(doc_id: str) -> Response:
+        """Approve the document (its fields as corrected)."""
+        doc = await asyncio.to_thread(_known, doc_id)
+        if doc.status not in ("done", "failed"):
+            raise Refused(409, f"document {doc_id} is {doc.status}: only a document that ended can be approved")
+        await asyncio.to_thread(queue.approve, doc_id)
+        return RedirectResponse(f"/review/{doc_id}", status_code=303)
+
     def _known(doc_id: str) -> Document:
         doc = queue.get(doc_id)
         if doc is None:
@@ -357,6 +457,25 @@ def create_app(gateway: Gateway) -> FastAPI:
         return doc
 
     return app
+
+
+def _cookie_value(token: str) -> str:
+    """What the review cookie holds: an HMAC of the token (a stolen cookie is not the API's token)."""
+    return hmac.new(token.encode(), b"llm-ocr review cookie", hashlib.sha256).hexdigest()
+
+
+def _same_origin(request: Request) -> bool:
+    """Whether a posted form came from this origin (a browser sends ``Origin`` with every POST;
+    a client that sends none is not a browser posting another site's form)."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return origin.split("://", 1)[-1].rstrip("/") == request.headers.get("host", "")
+
+
+def _html(page: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(page, status_code=status, headers={"Content-Security-Policy": CSP,
+                                                           "X-Content-Type-Options": "nosniff"})
 
 
 def _checked(fn: Callable[..., Any], *args: Any) -> Any:

@@ -32,7 +32,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from llm_ocr.redaction import Redactor
+from llm_ocr.service import reviews
 from llm_ocr.service.queue import FINAL, STATUSES, Document, DriverMissing, Lease, QueueFull, QueueUnavailable
+from llm_ocr.service.reviews import Correction
 
 log = logging.getLogger("llm_ocr.service")
 
@@ -70,6 +72,10 @@ CREATE INDEX IF NOT EXISTS llm_ocr_documents_by_status ON llm_ocr_documents (sta
 CREATE OR REPLACE FUNCTION llm_ocr_now() RETURNS double precision
     LANGUAGE sql STABLE AS 'SELECT extract(epoch FROM now())::double precision';
 """
+
+#: The review's tables (:mod:`.reviews`), prefixed like the documents'.
+_PREFIX = "llm_ocr_"
+_REVIEW_SCHEMA = reviews.sql(reviews.SCHEMA, _PREFIX, "%s")
 
 #: Advisory lock keys (``hashtext`` of a name: stable, and unlikely to meet another program's).
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('llm_ocr_documents schema'))"
@@ -125,6 +131,7 @@ class PostgresQueue:
             # violation in the catalog); the lock makes the second find the table.
             db.execute(_SCHEMA_LOCK)
             db.execute(_SCHEMA)
+            db.execute(_REVIEW_SCHEMA)
 
     def _call(self, fn: Callable[[Any], T], wait_s: float | None = None) -> T:
         """``fn(connection)``, retried on a fresh connection while the database does not answer."""
@@ -209,6 +216,12 @@ class PostgresQueue:
         rows = self._call(lambda db: db.execute(query, args).fetchall())
         return [Document.of(row) for row in rows]
 
+    def recent(self, limit: int) -> Sequence[Document]:
+        """The ``limit`` documents submitted last, newest first."""
+        rows = self._call(lambda db: db.execute("SELECT * FROM llm_ocr_documents ORDER BY seq DESC LIMIT %s",
+                                                (limit,)).fetchall())
+        return [Document.of(row) for row in rows]
+
     def cancel(self, doc_id: str) -> Document | None:
         """Cancel ``doc_id``: a queued document is cancelled at once (it never starts); a running
         one is marked, and its worker stops it after the pages in flight. None if unknown."""
@@ -254,6 +267,35 @@ class PostgresQueue:
     def ping(self) -> None:
         """Raise if the database cannot be read (waits 2 s at most: a readiness probe must answer)."""
         self._call(lambda db: db.execute("SELECT 1 FROM llm_ocr_documents LIMIT 1").fetchall(), wait_s=2.0)
+
+    # -- the review's side ------------------------------------------------------------------------
+
+    def correct(self, doc_id: str, path: str, value: Any) -> None:
+        """Keep a reviewer's ``value`` of field ``path`` of ``doc_id`` (replacing an earlier one)."""
+        self._call(lambda db: db.execute(reviews.sql(reviews.CORRECT, _PREFIX, "%s"),
+                                         (doc_id, path, json.dumps(value), time.time())))
+
+    def corrections(self, doc_id: str) -> Sequence[Correction]:
+        """``doc_id``'s corrections, by path."""
+        rows = self._call(lambda db: db.execute(reviews.sql(reviews.CORRECTIONS, _PREFIX, "%s"),
+                                                (doc_id,)).fetchall())
+        return [Correction(row["path"], json.loads(row["value"]), float(row["corrected"])) for row in rows]
+
+    def approve(self, doc_id: str) -> float:
+        """Mark ``doc_id`` approved (now); when."""
+        now = time.time()
+        self._call(lambda db: db.execute(reviews.sql(reviews.APPROVE, _PREFIX, "%s"), (doc_id, now)))
+        return now
+
+    def approved(self, doc_id: str) -> float | None:
+        """When ``doc_id`` was approved, or None."""
+        row = self._call(lambda db: db.execute(reviews.sql(reviews.APPROVED, _PREFIX, "%s"), (doc_id,)).fetchone())
+        return float(row["approved"]) if row else None
+
+    def reviewed(self) -> Sequence[str]:
+        """The documents with a correction or an approval."""
+        rows = self._call(lambda db: db.execute(reviews.sql(reviews.REVIEWED, _PREFIX, "%s")).fetchall())
+        return [row["doc_id"] for row in rows]
 
     # -- the workers' side -------------------------------------------------------------------------
 

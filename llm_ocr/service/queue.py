@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from llm_ocr.service.reviews import Correction
+
 #: Every status a document can have.
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
 #: Statuses a document never leaves.
@@ -117,6 +119,9 @@ class DocumentQueue(Protocol):
         """Documents in submission order after cursor ``after`` (a ``seq``), of ``status``,
         submitted at or after ``since`` (epoch seconds); ``limit`` at most."""
 
+    def recent(self, limit: int) -> Sequence[Document]:
+        """The ``limit`` documents submitted last, newest first."""
+
     def cancel(self, doc_id: str) -> Document | None:
         """Cancel ``doc_id``: a queued document is cancelled at once (it never starts); a running
         one is marked, and its worker stops it after the pages in flight. None if unknown."""
@@ -135,6 +140,23 @@ class DocumentQueue(Protocol):
 
     def ping(self) -> None:
         """Raise if the database cannot be read."""
+
+    # -- the review's side (:mod:`.reviews`)
+
+    def correct(self, doc_id: str, path: str, value: Any) -> None:
+        """Keep a reviewer's ``value`` of field ``path`` of ``doc_id`` (replacing an earlier one)."""
+
+    def corrections(self, doc_id: str) -> Sequence[Correction]:
+        """``doc_id``'s corrections, by path."""
+
+    def approve(self, doc_id: str) -> float:
+        """Mark ``doc_id`` approved (now); when."""
+
+    def approved(self, doc_id: str) -> float | None:
+        """When ``doc_id`` was approved, or None."""
+
+    def reviewed(self) -> Sequence[str]:
+        """The documents with a correction or an approval."""
 
     # -- the workers' side
 

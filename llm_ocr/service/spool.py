@@ -89,12 +89,14 @@ class Spool:
         """The output folder of ``doc_id``'s run."""
         return self.root.child("results", doc_id).url
 
-    def rows(self, doc_id: str, stage: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    def rows(self, doc_id: str, stage: str, columns: list[str] | None = None, *,
+             keep_bytes: bool = False) -> list[dict[str, Any]]:
         """``doc_id``'s rows of ``stage`` (``extract``, ``describe``, ``assemble``), in page order,
-        as JSON values (image bytes left out); only ``columns``, if given."""
+        as JSON values (image bytes left out unless ``keep_bytes``); only ``columns``, if given."""
         folder = self.root.child("results", doc_id, stage)
         parts = list_parts(folder)
-        rows = [_plain(row) for row in iter_rows(folder, parts, columns)] if parts else []
+        keep = (lambda row: row) if keep_bytes else _plain
+        rows = [keep(row) for row in iter_rows(folder, parts, columns)] if parts else []
         return sorted(rows, key=lambda row: row.get("page") or 0)
 
     def figure(self, doc_id: str, figure_id: str) -> bytes | None:
@@ -110,8 +112,9 @@ class Spool:
                     return found if isinstance(found, bytes) else None
         return None
 
-    def page_rows(self, doc_id: str) -> Iterator[dict[str, Any]]:
-        """``doc_id``'s page rows: Describe's (figures described) where it wrote them, else Extract's."""
-        described = {row["page"]: row for row in self.rows(doc_id, "describe")}
-        for row in self.rows(doc_id, "extract"):
+    def page_rows(self, doc_id: str, *, keep_bytes: bool = False) -> Iterator[dict[str, Any]]:
+        """``doc_id``'s page rows: Describe's (figures described) where it wrote them, else Extract's
+        (figures' image bytes left out unless ``keep_bytes``)."""
+        described = {row["page"]: row for row in self.rows(doc_id, "describe", keep_bytes=keep_bytes)}
+        for row in self.rows(doc_id, "extract", keep_bytes=keep_bytes):
             yield described.get(row["page"], row)

@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from llm_ocr.service import reviews
 from llm_ocr.service.queue import FINAL, STATUSES, Document, Lease, QueueFull
+from llm_ocr.service.reviews import Correction
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -54,7 +56,7 @@ class SQLiteQueue:
         with self._connect() as db:
             # WAL: readers (status, lists, metrics) never wait for a writer, nor a writer for them.
             db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
+            db.executescript(_SCHEMA + reviews.sql(reviews.SCHEMA))
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -133,6 +135,12 @@ class SQLiteQueue:
         with self._connect() as db:
             return [Document.of(dict(row)) for row in db.execute(query, args).fetchall()]
 
+    def recent(self, limit: int) -> Sequence[Document]:
+        """The ``limit`` documents submitted last, newest first."""
+        with self._connect() as db:
+            return [Document.of(dict(row)) for row in
+                    db.execute("SELECT * FROM documents ORDER BY seq DESC LIMIT ?", (limit,)).fetchall()]
+
     def cancel(self, doc_id: str) -> Document | None:
         """Cancel ``doc_id``: a queued document is cancelled at once (it never starts); a running
         one is marked, and its worker stops it after the pages in flight. None if unknown."""
@@ -172,6 +180,37 @@ class SQLiteQueue:
         """Raise if the database cannot be read."""
         with self._connect() as db:
             db.execute("SELECT 1 FROM documents LIMIT 1").fetchall()
+
+    # -- the review's side ------------------------------------------------------------------------
+
+    def correct(self, doc_id: str, path: str, value: Any) -> None:
+        """Keep a reviewer's ``value`` of field ``path`` of ``doc_id`` (replacing an earlier one)."""
+        with self._write() as db:
+            db.execute(reviews.sql(reviews.CORRECT), (doc_id, path, json.dumps(value), time.time()))
+
+    def corrections(self, doc_id: str) -> Sequence[Correction]:
+        """``doc_id``'s corrections, by path."""
+        with self._connect() as db:
+            rows = db.execute(reviews.sql(reviews.CORRECTIONS), (doc_id,)).fetchall()
+        return [Correction(row["path"], json.loads(row["value"]), float(row["corrected"])) for row in rows]
+
+    def approve(self, doc_id: str) -> float:
+        """Mark ``doc_id`` approved (now); when."""
+        now = time.time()
+        with self._write() as db:
+            db.execute(reviews.sql(reviews.APPROVE), (doc_id, now))
+        return now
+
+    def approved(self, doc_id: str) -> float | None:
+        """When ``doc_id`` was approved, or None."""
+        with self._connect() as db:
+            row = db.execute(reviews.sql(reviews.APPROVED), (doc_id,)).fetchone()
+        return float(row["approved"]) if row else None
+
+    def reviewed(self) -> Sequence[str]:
+        """The documents with a correction or an approval."""
+        with self._connect() as db:
+            return [row[0] for row in db.execute(reviews.sql(reviews.REVIEWED)).fetchall()]
 
     # -- the workers' side -------------------------------------------------------------------------
 

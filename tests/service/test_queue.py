@@ -163,3 +163,18 @@ def test_timings_are_those_of_documents_that_ended_after_a_worker_took_them(queu
     doc = queue.get("read")
     assert doc is not None and doc.started is not None and doc.finished is not None
     assert list(queue.timings()) == [(doc.created, doc.started, doc.finished)]
+
+
+def test_corrections_and_approvals_are_kept_per_document_and_path(queue: DocumentQueue) -> None:
+    for doc_id in ("a", "b", "c"):
+        submit(queue, doc_id)
+    assert queue.corrections("a") == [] and queue.approved("a") is None and queue.reviewed() == []
+    queue.correct("a", "/total", 12.5)
+    queue.correct("a", "/vendor", {"name": "<b>x</b>"})
+    queue.correct("a", "/total", 13)  # corrected again: the latest value is kept
+    assert [(c.path, c.value) for c in queue.corrections("a")] == [("/total", 13), ("/vendor", {"name": "<b>x</b>"})]
+    assert queue.corrections("b") == []
+    when = queue.approve("c")
+    assert queue.approved("c") == pytest.approx(when) and queue.approved("a") is None
+    assert queue.reviewed() == ["a", "c"]
+    assert [doc.id for doc in queue.recent(2)] == ["c", "b"]
