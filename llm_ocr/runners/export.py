@@ -1,7 +1,8 @@
 """``llm-ocr export``: an output folder's page rows as DoclingDocument JSON files and chunk rows.
 
 Reads the stage Assemble reads (Describe, else Escalate, else Extract: the page rows with their
-``blocks``, page sizes and figure crops), one document at a time in ``doc_index`` order, and writes
+``blocks``, page sizes and figure crops) as Assemble does, in batches of whole documents (memory
+stays bounded), in ``doc_index`` order, and writes
 
 * ``OUT/docling/NAME.json``: the document's DoclingDocument (NAME as ``OUT/markdown``'s, see
   :func:`~llm_ocr.stages.export.safe_name`), built and checked by loading it back with docling-core;
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import io
 import logging
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +23,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_ocr.records import PageResult
-from llm_ocr.runners.assemble import source_stage
+from llm_ocr.runners.assemble import batches, index_documents, read_batch, source_stage
 from llm_ocr.stages.docling_export import build_document, chunk_rows
 from llm_ocr.stages.export import safe_name
 from llm_ocr.storage import Storage
-from llm_ocr.storage.upstream import iter_shard_rows
 
 log = logging.getLogger("llm_ocr")
 
@@ -69,36 +68,43 @@ def docling_path(out: Storage, doc_id: str) -> str:
     return out.path(DOCLING_DIR, safe_name(doc_id) + ".json")
 
 
-def export_docling(out: Storage, chunks: bool = False) -> ExportResult:
-    """Write every document of ``out`` as a DoclingDocument, and its chunks if ``chunks``."""
-    from docling_core.types.doc import DoclingDocument
-
+def export_docling(out: Storage, chunks: bool = False, batch_pages: int = 2000) -> ExportResult:
+    """Write every document of ``out`` as a DoclingDocument, and its chunks if ``chunks``;
+    at most ``batch_pages`` page rows are held at once (a document's pages always together)."""
     source = out.child(source_stage(out))
-    grouped: dict[int, list[PageResult]] = defaultdict(list)
-    for row in iter_shard_rows(source, 0, 1, columns=COLUMNS, batch_rows=16):
-        grouped[row["doc_index"]].append(PageResult.from_row(row))
+    # Assemble's bounded reading: an index of two columns, then batches of documents.
+    entries = index_documents(source, 0, 1)
     result = ExportResult()
     rows: list[dict[str, Any]] = []
-    for doc_index in sorted(grouped):
-        pages = grouped[doc_index]
-        doc_id = pages[0].doc_id
-        try:
-            export = build_document(doc_id, pages)
-            text = export.document.model_dump_json(by_alias=True, exclude_none=True)
-            DoclingDocument.model_validate_json(text)  # what a reader will do: fail here, not there
-            if chunks:
-                rows.extend(chunk_rows(doc_id, export))
-        except Exception as exc:  # noqa: BLE001 - one bad document must not stop the others
-            result.errors[doc_id] = f"{type(exc).__name__}: {exc}"
-            log.error("export: %s: %s", doc_id, result.errors[doc_id])
-            continue
-        path = docling_path(out, doc_id)
-        out.write_atomic(path, text.encode("utf-8"))
-        result.paths.append(path)
-        result.documents += 1
+    for batch in batches(sorted(entries), entries, batch_pages):
+        grouped = read_batch(source, entries, batch, COLUMNS)
+        for doc_index in batch:
+            _export_one(out, entries[doc_index].doc_id, [PageResult.from_row(r) for r in grouped[doc_index]],
+                        chunks, result, rows)
     if chunks:
         buffer = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA), buffer)
         out.write_atomic(out.path(CHUNKS_DIR, CHUNKS_FILE), buffer.getvalue())
         result.chunks = len(rows)
     return result
+
+
+def _export_one(out: Storage, doc_id: str, pages: list[PageResult], chunks: bool, result: ExportResult,
+                rows: list[dict[str, Any]]) -> None:
+    """Write one document's DoclingDocument and add its chunks to ``rows`` (or its error to ``result``)."""
+    from docling_core.types.doc import DoclingDocument
+
+    try:
+        export = build_document(doc_id, pages)
+        text = export.document.model_dump_json(by_alias=True, exclude_none=True)
+        DoclingDocument.model_validate_json(text)  # what a reader will do: fail here, not there
+        if chunks:
+            rows.extend(chunk_rows(doc_id, export))
+    except Exception as exc:  # noqa: BLE001 - one bad document must not stop the others
+        result.errors[doc_id] = f"{type(exc).__name__}: {exc}"
+        log.error("export: %s: %s", doc_id, result.errors[doc_id])
+        return
+    path = docling_path(out, doc_id)
+    out.write_atomic(path, text.encode("utf-8"))
+    result.paths.append(path)
+    result.documents += 1
