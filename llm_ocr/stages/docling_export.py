@@ -217,6 +217,8 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
                                     bbox=BoundingBox(l=b[0], t=b[1], r=b[2], b=b[3], coord_origin=CoordOrigin.TOPLEFT))
                      for b in block.boxes if len(b) == 4]
             label = DocItemLabel(docling_label(block.label))
+            if label is DocItemLabel.TEXT and _HEADING_MARKS.match(block.text):
+                label = DocItemLabel.SECTION_HEADER  # a family that marks headings in Markdown only
             layer = ContentLayer.FURNITURE if label in (DocItemLabel.PAGE_HEADER, DocItemLabel.PAGE_FOOTER) else None
             text = _plain(block.text)
             item: Any

@@ -108,6 +108,7 @@ def test_tables_captions_lists_and_furniture_map_to_docling_items() -> None:
                   "<tr><td colspan=\"2\">Total 1.5</td></tr></table>"),
             Block("image", [[200, 450, 800, 800]], ""),
             Block("image_caption", [[200, 810, 800, 830]], "<center>Figure 1: growth</center>"),
+            Block("text", [[100, 835, 900, 848]], "### Details"),
             Block("List-item", [[100, 850, 900, 900]], "- first point\n- second point"),
             Block("equation", [[300, 920, 700, 960]], "\\[ E = mc^2 \\]"),
             Block("page_number", [[480, 1350, 520, 1380]], "3"),
@@ -122,6 +123,7 @@ def test_tables_captions_lists_and_furniture_map_to_docling_items() -> None:
         ("section_header", "Results", "body"),
         ("text", "Revenue grew.", "body"),
         ("caption", "Figure 1: growth", "body"),
+        ("section_header", "Details", "body"),
         ("list_item", "first point", "body"),
         ("list_item", "second point", "body"),
         ("formula", "E = mc^2", "body"),
@@ -141,5 +143,6 @@ def test_tables_captions_lists_and_furniture_map_to_docling_items() -> None:
     (figure_chunk,) = [c for c in chunks if c["figure_ids"]]
     assert figure_chunk["figure_ids"] == ["p3-f1"] and "Figure 1: growth" in figure_chunk["text"]
     assert {"page": 3, "x1": 200.0, "y1": 450.0, "x2": 800.0, "y2": 800.0} in figure_chunk["boxes"]
-    assert all(c["headings"] == ["Results"] for c in chunks)
+    assert [h.level for h in doc.texts if h.label == "section_header"] == [1, 2]
+    assert [c["headings"] for c in chunks] == [["Results"]] * 3 + [["Results", "Details"]] * 2
     assert not any("ACME" in c["text"] for c in chunks)  # furniture is not body text
