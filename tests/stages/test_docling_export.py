@@ -146,3 +146,32 @@ def test_tables_captions_lists_and_furniture_map_to_docling_items() -> None:
     assert [h.level for h in doc.texts if h.label == "section_header"] == [1, 2]
     assert [c["headings"] for c in chunks] == [["Results"]] * 3 + [["Results", "Details"]] * 2
     assert not any("ACME" in c["text"] for c in chunks)  # furniture is not body text
+
+
+def test_a_document_docling_refuses_is_named_and_the_others_are_written(tmp_path: Path) -> None:
+    import asyncio
+
+    from llm_ocr.records import page_schema
+    from llm_ocr.runners.export import export_docling
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.parts import PartWriter
+
+    # A model's garbage table spanning more cells than docling-core accepts (1001 x 1000).
+    huge = '<table><tr><td rowspan="1000" colspan="1000">x</td><td>y</td></tr></table>'
+    rows = [PageResult(doc_id=name, doc_index=i, page=1, source=name, width=100, height=100, status="ok",
+                       blocks=[Block(label, [[1, 1, 90, 90]], text)])
+            for i, (name, label, text) in enumerate([("bad.pdf", "table", huge), ("good.pdf", "text", "Fine.")])]
+
+    async def write() -> None:
+        writer = PartWriter(Storage(str(tmp_path / "out" / "extract")), page_schema(), 0, 1)
+        for row in rows:
+            await writer.add(row.to_row())
+        await writer.close()
+
+    asyncio.run(write())
+    result = export_docling(Storage(str(tmp_path / "out")), chunks=True)
+    assert list(result.errors) == ["bad.pdf"] and "exceeds the limit" in result.errors["bad.pdf"]
+    assert result.documents == 1 and (tmp_path / "out" / "docling" / "good.pdf.json").exists()
+    assert not (tmp_path / "out" / "docling" / "bad.pdf.json").exists()
+    chunks = pq.read_table(tmp_path / "out" / "chunks" / "chunks.parquet").to_pylist()
+    assert [(c["doc_id"], c["text"]) for c in chunks] == [("good.pdf", "Fine.")]
