@@ -32,6 +32,7 @@ BROKEN_PIPE_EXIT = 141
 COMMAND_MODULES = (
     "llm_ocr.commands.stage",  # run, extract, describe, assemble, fields: one per stage of the stage table
     "llm_ocr.commands.report",
+    "llm_ocr.commands.export",
     "llm_ocr.commands.bench",
     "llm_ocr.commands.bench_reads",
     "llm_ocr.commands.bench_cascade",
@@ -52,6 +53,7 @@ COMMAND_MODULES = (
 #: ``tests/test_command_line.py`` checks this against what the modules register.
 COMMAND_MODULE_OF = {
     "report": "llm_ocr.commands.report",
+    "export": "llm_ocr.commands.export",
     "bench": "llm_ocr.commands.bench",
     "bench-reads": "llm_ocr.commands.bench_reads",
     "bench-cascade": "llm_ocr.commands.bench_cascade",

@@ -104,12 +104,13 @@ def batches(todo: list[int], entries: dict[int, DocumentEntry], max_rows: int) -
         yield batch
 
 
-def read_batch(source: Storage, entries: dict[int, DocumentEntry], batch: list[int]) -> dict[int, list[dict[str, Any]]]:
+def read_batch(source: Storage, entries: dict[int, DocumentEntry], batch: list[int],
+               columns: list[str] = PAGE_COLUMNS) -> dict[int, list[dict[str, Any]]]:
     """The page rows of a batch of documents, grouped by ``doc_index``, one part read at a time."""
     wanted = pa.array(batch, pa.int64())
     grouped: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for path in sorted(set().union(*(entries[i].parts for i in batch))):
-        table = read_columns(source, path, PAGE_COLUMNS)
+        table = read_columns(source, path, columns)
         table = table.filter(pc.is_in(table.column("doc_index"), value_set=wanted))
         for row in table.to_pylist():
             grouped[row["doc_index"]].append(row)
