@@ -295,7 +295,13 @@ async def run_cascade_bench(config: CascadeConfig, work: Path, names: Sequence[s
                 else RouteOptions.model_validate({})
             job = JobOptions.model_validate({"output": str(out / "out"), "endpoint": first.base_url, "model": model,
                                              "workers": config.workers, "progress": "off"})
-            spec = StageSpec(job=job, inputs=[str(inputs)], route=route, render=RenderOptions.model_validate({}))
+            # Extract knows a stronger model follows (as `llm-ocr run --escalate-to` tells it): a page
+            # whose answer it cannot vouch for is left to that model (llm_ocr.stages.extract._whole).
+            follows = EscalateOptions.model_validate(
+                {"escalate_to": STRONG_MODEL, "escalate_endpoint": strong.base_url}
+                if name in ("weak+escalate", "cascade") else {})
+            spec = StageSpec(job=job, inputs=[str(inputs)], route=route, render=RenderOptions.model_validate({}),
+                             escalate=follows)
             started = time.monotonic()
             async with servers:
                 await extract_shard(spec)
