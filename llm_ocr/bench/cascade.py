@@ -11,7 +11,9 @@ layer:
   (decoding is bound by the weights a step reads, 2 GB against 14 GB in bf16, and prefill by the
   FLOPs, which scale alike), LightOnOCR-2-1B's family and context; it garbles ``garble_rate``
   and drops most of the text of ``drop_rate`` of the pages and loops on ``loop_rate``, each
-  decided per page image;
+  decided per page image; with ``ramble_rate`` it also answers that share of images (pages and
+  their crops, each by its own hash) with plausible text that is not theirs, never repeating,
+  until ``max_tokens``: the weak model whose answers are long, unrepeated and wrong;
 - the **strong** model plays olmOCR-2-7B: its family and context, seven times the time.
 
 Each configuration runs the real stages in this process (Extract, then Escalate) against those
@@ -63,6 +65,7 @@ class CascadeConfig:
     garble_rate: float = 0.1
     drop_rate: float = 0.1
     loop_rate: float = 0.05
+    ramble_rate: float = 0.0
     gpu_price_per_hour: float = 2.5
     workers: int | None = None
 
@@ -79,7 +82,7 @@ class CascadeConfig:
             "--slots", str(self.slots), "--prefill-ms", str(self.strong_prefill_ms / self.speed_ratio),
             "--decode-ms-per-token", str(self.strong_decode_ms / self.speed_ratio), "--seed", str(self.seed),
             "--garble-rate", str(self.garble_rate), "--drop-rate", str(self.drop_rate),
-            "--loop-rate", str(self.loop_rate),
+            "--loop-rate", str(self.loop_rate), "--ramble-rate", str(self.ramble_rate),
         ]  # fmt: skip
 
     def strong_args(self) -> list[str]:
@@ -106,6 +109,17 @@ class Outcome:
     layout_s: float
     wall_s: float
     price_per_hour: float
+    #: The first model's requests for one page, at most (its Extract rows' attempts), and the
+    #: most the cost bound allows: ``cost_bound`` times a whole-page reading's requests.
+    max_requests: int = 0
+    request_bound: int = 0
+    #: Decisions the truth shows wrong: pages whose kept reading is under 90% recall and ``ok``
+    #: (kept on the first model, or escalated, with bad text and no flag), and pages escalated
+    #: whose first reading was already at least 99%.
+    kept_bad: int = 0
+    needless: int = 0
+    #: Pages whose kept reading is flagged (not ``ok``) or escalated, of those under 90% at first.
+    caught: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -198,7 +212,7 @@ def _layout_server(log: Path, threads: int) -> ManagedServer:
 
 
 def _measure(name: str, out: Path, truth: dict[tuple[str, int], str], price: float, wall: float,
-             work: dict[str, float]) -> Outcome:
+             work: dict[str, float], request_bound: int = 0) -> Outcome:
     from llm_ocr.engines.sim.content import word_recall
     from llm_ocr.storage import Storage
     from llm_ocr.storage.parts import iter_rows, list_parts
@@ -206,9 +220,20 @@ def _measure(name: str, out: Path, truth: dict[tuple[str, int], str], price: flo
 
     storage = Storage(str(out))
     stage = "escalate" if list_parts(storage.child("escalate")) else "extract"
+    first: dict[tuple[str, int], tuple[float, int]] = {}
+    for row in iter_rows(storage.child("extract"), columns=["doc_id", "page", "markdown", "attempts"]):
+        key = (row["doc_id"], row["page"])
+        first[key] = (word_recall(truth[key], row["markdown"] or ""), int(row["attempts"] or 0))
     recalls = []
-    for row in iter_rows(storage.child(stage), columns=["doc_id", "page", "markdown"]):
-        recalls.append(word_recall(truth[(row["doc_id"], row["page"])], row["markdown"] or ""))
+    kept_bad = needless = caught = 0
+    for row in iter_rows(storage.child(stage), columns=["doc_id", "page", "markdown", "status", "route"]):
+        key = (row["doc_id"], row["page"])
+        recall = word_recall(truth[key], row["markdown"] or "")
+        recalls.append(recall)
+        escalated = row.get("route") == "escalated"
+        kept_bad += recall < 0.9 and row.get("status") == "ok"
+        needless += escalated and first[key][0] >= 0.99
+        caught += first[key][0] < 0.9 and (escalated or row.get("status") != "ok")
     busy: dict[str, float] = {}
     held = layout = 0.0
     routes: dict[str, int] = {}
@@ -221,7 +246,18 @@ def _measure(name: str, out: Path, truth: dict[tuple[str, int], str], price: flo
             routes = dict(marker.get("routes") or {}) or routes  # Escalate's, when it ran
     return Outcome(name, len(recalls), round(sum(recalls) / len(recalls), 4) if recalls else 0.0,
                    sum(r < 0.9 for r in recalls), routes, work, {k: round(v, 2) for k, v in busy.items()},
-                   round(held, 2), round(layout, 2), round(wall, 2), price)
+                   round(held, 2), round(layout, 2), round(wall, 2), price,
+                   max_requests=max((a for _, a in first.values()), default=0),
+                   request_bound=request_bound, kept_bad=kept_bad, needless=needless, caught=caught)
+
+
+def _request_bound(model: str) -> int:
+    """The most requests the cost bound lets one page of ``model`` take: ``cost_bound`` times its
+    whole-page reading's (a first attempt and the family's truncation retries)."""
+    from llm_ocr.options import dense
+    from llm_ocr.vlm.families import family_for
+
+    return int(dense().cost_bound * (1 + family_for(model).retries.count))
 
 
 async def run_cascade_bench(config: CascadeConfig, work: Path, names: Sequence[str] | None = None) -> list[Outcome]:
@@ -259,7 +295,13 @@ async def run_cascade_bench(config: CascadeConfig, work: Path, names: Sequence[s
                 else RouteOptions.model_validate({})
             job = JobOptions.model_validate({"output": str(out / "out"), "endpoint": first.base_url, "model": model,
                                              "workers": config.workers, "progress": "off"})
-            spec = StageSpec(job=job, inputs=[str(inputs)], route=route, render=RenderOptions.model_validate({}))
+            # Extract knows a stronger model follows (as `llm-ocr run --escalate-to` tells it): a page
+            # whose answer it cannot vouch for is left to that model (llm_ocr.stages.extract._whole).
+            follows = EscalateOptions.model_validate(
+                {"escalate_to": STRONG_MODEL, "escalate_endpoint": strong.base_url}
+                if name in ("weak+escalate", "cascade") else {})
+            spec = StageSpec(job=job, inputs=[str(inputs)], route=route, render=RenderOptions.model_validate({}),
+                             escalate=follows)
             started = time.monotonic()
             async with servers:
                 await extract_shard(spec)
@@ -271,14 +313,16 @@ async def run_cascade_bench(config: CascadeConfig, work: Path, names: Sequence[s
                 model: round(lower_bound(config.timing(model == STRONG_MODEL), read_request_log(path)).makespan, 2)
                 for model, path in logs.items() if path.exists() and path.stat().st_size
             }
-            outcomes.append(_measure(name, out / "out", truth, config.gpu_price_per_hour, wall, work_s))
+            outcomes.append(_measure(name, out / "out", truth, config.gpu_price_per_hour, wall, work_s,
+                                     _request_bound(model)))
     return outcomes
 
 
 def format_outcomes(outcomes: Sequence[Outcome], config: CascadeConfig) -> str:
     """The table, and the verdict on the target (quality within 1 point, at most 40% of the GPU time)."""
     head = (f"{'configuration':<14} {'pages':>5} {'recall':>7} {'<90%':>5} {'text-layer/model/escalated':>26} "
-            f"{'GPU-s':>7} {'weak+strong':>13} {'busy s':>7} {'held s':>7} {'layout s':>8} {'$/1k pages':>10}")
+            f"{'GPU-s':>7} {'weak+strong':>13} {'busy s':>7} {'held s':>7} {'layout s':>8} {'$/1k pages':>10} "
+            f"{'req/page':>8} {'bad ok':>6} {'caught':>6} {'needless':>8}")
     lines = [head, "-" * len(head)]
     for o in outcomes:
         routes = "/".join(str(o.routes.get(k, 0)) for k in ("text-layer", "model", "escalated"))
@@ -286,7 +330,8 @@ def format_outcomes(outcomes: Sequence[Outcome], config: CascadeConfig) -> str:
         cost = o.per_thousand(o.gpu_s) / 3600 * o.price_per_hour
         lines.append(f"{o.name:<14} {o.pages:>5} {o.recall:>7.2%} {o.pages_under_90:>5} {routes:>26} "
                      f"{o.gpu_s:>7.1f} {split:>13} {sum(o.busy_s.values()):>7.1f} {o.held_s:>7.1f} "
-                     f"{o.layout_s:>8.1f} {cost:>10.3f}")
+                     f"{o.layout_s:>8.1f} {cost:>10.3f} {f'{o.max_requests}/{o.request_bound}':>8} "
+                     f"{o.kept_bad:>6} {o.caught:>6} {o.needless:>8}")
     by_name = {o.name: o for o in outcomes}
     strong, cascade = by_name.get("strong"), by_name.get("cascade")
     if strong and cascade and strong.gpu_s > 0:
@@ -295,9 +340,13 @@ def format_outcomes(outcomes: Sequence[Outcome], config: CascadeConfig) -> str:
         lines.append(f"cascade vs strong alone: recall {gap:+.2f} points below (target <= 1), GPU-seconds "
                      f"{share:.0%} of its (target <= 40%): " + ("met" if gap <= 1 and share <= 0.4 else "NOT met"))
     lines.append(f"models: weak {WEAK_MODEL} ({config.strong_decode_ms / config.speed_ratio:g} ms/token, garble "
-                 f"{config.garble_rate:.0%}, drop {config.drop_rate:.0%}, loop {config.loop_rate:.0%} of pages), "
+                 f"{config.garble_rate:.0%}, drop {config.drop_rate:.0%}, loop {config.loop_rate:.0%} of pages, ramble "
+                 f"{config.ramble_rate:.0%} of images), "
                  f"strong {STRONG_MODEL} ({config.strong_decode_ms:g} ms/token); cost at "
                  f"${config.gpu_price_per_hour:.2f}/GPU-hour")
     lines.append("GPU-s: the models' work (their requests replayed by a perfect client); busy s: seconds their "
                  "servers had a request in flight; held s: the stages' wall time with their server held")
+    lines.append("req/page: the first model's requests for one page at most / the cost bound's; bad ok: pages kept "
+                 "`ok` under 90% recall; caught: pages under 90% at first that ended escalated or flagged; "
+                 "needless: pages escalated whose first reading was at least 99%")
     return "\n".join(lines)

@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="pages whose text the weak model mostly drops (default %(default)s)")
     parser.add_argument("--loop-rate", type=fraction, default=d.loop_rate,
                         help="pages the weak model loops on (default %(default)s)")
+    parser.add_argument("--ramble-rate", type=fraction, default=d.ramble_rate,
+                        help="images (pages and their crops) the weak model answers with plausible text that is "
+                        "not theirs, never repeating, until max_tokens (default %(default)s)")
     parser.add_argument("--strong-decode-ms", type=positive, default=d.strong_decode_ms,
                         help="the strong model's time per output token of one sequence (default %(default)s)")
     parser.add_argument("--speed-ratio", type=positive, default=d.speed_ratio,
@@ -72,7 +75,7 @@ def handle(args: argparse.Namespace) -> int:
     config = CascadeConfig(
         documents=args.documents, pages_per_document=args.pages_per_document, scan_share=args.scan_share,
         seed=args.seed, strong_decode_ms=args.strong_decode_ms, speed_ratio=args.speed_ratio,
-        garble_rate=args.garble_rate, drop_rate=args.drop_rate, loop_rate=args.loop_rate,
+        garble_rate=args.garble_rate, drop_rate=args.drop_rate, loop_rate=args.loop_rate, ramble_rate=args.ramble_rate,
         gpu_price_per_hour=args.gpu_price_per_hour, workers=args.workers,
     )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="llm-ocr-cascade-") as scratch:

@@ -39,13 +39,14 @@ log = logging.getLogger("llm_ocr")
 
 async def extract_context(
     endpoint: Endpoint, model: str, recipe: str | None, options: ExtractOptions, pool: WorkerPool,
-    piece_limit: InFlightLimit | None = None, render: RenderOptions | None = None,
+    piece_limit: InFlightLimit | None = None, render: RenderOptions | None = None, escalates: bool = False,
 ) -> ExtractContext:
     """What every page of an Extract run on ``endpoint`` shares: the model family's recipe
     (from the served ``model`` name, or ``recipe`` for a fine-tune served under another name),
     and the limit the pieces of its pages (segments, tiles) are asked within. With the run's
     ``render`` options, the tiles and bands of dense pages are rendered from their source at
-    the family's resolution (else cut from the page image)."""
+    the family's resolution (else cut from the page image). ``escalates``: a stronger model reads
+    again the pages this run leaves truncated (``--escalate-to``)."""
     client = endpoint.client
     family = family_for(model, recipe).with_prompt(options.prompt)
     context = await client.max_model_len()
@@ -61,6 +62,7 @@ async def extract_context(
         stitch=partial(pool.run, stitch_figures),
         context=context,
         render_regions=regions,
+        escalates=escalates,
     )
 
 
@@ -135,7 +137,7 @@ class Extract(ShardStage):
             async with open_route(shard, spec, work.pool) as route:
                 # The pieces of every page share a limit as large as the pages' (and following it).
                 ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
-                                            work.limit.scaled(1), spec.render)
+                                            work.limit.scaled(1), spec.render, bool(spec.escalate.escalate_to))
                 bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                 render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
                 # Every page's text is estimated as it is rendered (a few ms): its row keeps it, a

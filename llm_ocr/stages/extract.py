@@ -70,6 +70,10 @@ class ExtractContext:
     #: The answer tokens per character of text estimate this run's pages showed: what dense
     #: pages are planned with (:mod:`llm_ocr.stages.pieces.rate`).
     rates: RateBook = field(default_factory=RateBook)
+    #: A stronger model reads again the pages this run leaves truncated (``--escalate-to``): a
+    #: whole page's answer that runs out without repeating itself and that no text layer
+    #: vouches for is left to it, neither asked again hotter nor cut into pieces (:func:`_whole`).
+    escalates: bool = False
 
 
 class _Tools:
@@ -229,26 +233,45 @@ async def _whole(ref: DocumentRef, item: PageImage, num_pages: int | None, ctx: 
     rate, planned = rates
     started = time.monotonic()
     covered: list[Coverage] = []
+    unvouched: list[str] = []
 
     def long_if(result: ChatResult) -> bool:
         """An answer that ran out unrepeated is long when the page may hold that much, or when
-        its words are the page's own text (the estimate's rate may be wrong for this model)."""
+        its words are the page's own text (the estimate's rate may be wrong for this model).
+        With a stronger model after this one, only the page's text layer can say so: an
+        answer it does not vouch for ends the asking (no hotter retry), and is not cut."""
         seen = coverage(_markdown(ctx.recipe, result.text, item), item.text_estimate)
         covered.append(seen)
-        return seen.reads_page or may_be_long(item, ctx.max_tokens, rate)
+        if ctx.escalates and not (seen.reads_page and _has_text_layer(item)):
+            unvouched.append(seen.why)
+            return True
+        return tiling and (seen.reads_page or may_be_long(item, ctx.max_tokens, rate))
 
     try:
-        reading = await read_page(item, ctx, stop_when_long=tiling, long_if=long_if)
+        reading = await read_page(item, ctx, stop_when_long=tiling or ctx.escalates, long_if=long_if)
     except RequestFailed as exc:
         return failure_result(ref, item.page, str(exc), num_pages, attempts=exc.attempts)
     except EndpointDown:
         raise
+    if unvouched and any(getattr(a, "long", False) for a in reading.answers):
+        # A weak model's long, unrepeated answer that may not be the page (it invents one) costs
+        # a whole max_tokens again per retry and up to cost_bound times that in pieces: the
+        # stronger model reads the page once instead (issue #47, docs/routes.md).
+        reading.notes.append(f"ran to max_tokens without repeating itself, and no text layer vouches for it "
+                             f"({unvouched[-1]}): neither retried nor cut, left to the stronger model")
+        latency = time.monotonic() - started
+        return await reading_to_page(ref, item, reading, num_pages, ctx, latency)
     _observe(ctx.rates, item, reading, covered[-1] if covered else None)
     plan = tiles_after(reading, item, ctx.max_tokens, planned, covered[-1] if covered else None)
     if tiling and (row := await _tiled(ref, item, num_pages, plan, ctx, reading)):
         return row
     latency = reading.answers[0].result.latency_s if len(reading.answers) == 1 else time.monotonic() - started
     return await reading_to_page(ref, item, reading, num_pages, ctx, latency)
+
+
+def _has_text_layer(item: PageImage) -> bool:
+    """Whether the page's text estimate is its text layer's (an answer can be checked against it)."""
+    return item.text_estimate is not None and item.text_estimate.text is not None
 
 
 def _markdown(family: Family, text: str, item: PageImage) -> str:

@@ -531,6 +531,31 @@ def test_fault_loop_repeats_until_max_tokens(lenient: SimulatedServer) -> None:
     assert after == before + 1
 
 
+def test_a_rambling_weak_model_writes_other_text_unrepeated_until_max_tokens(pdf_path: Path) -> None:
+    """--ramble-rate: the weak model of issue #47's cascade, whose answers ran long without
+    repeating and were not the page's text. At rate 1 every image rambles, a crop as well."""
+    from llm_ocr.engines.sim.content import word_recall
+    from llm_ocr.runners.escalation import dictionary_share
+    from llm_ocr.vlm.loops import LoopWatch
+
+    jpeg, width, height = render_jpeg(pdf_path, 1)
+    crop = io.BytesIO()
+    Image.open(io.BytesIO(jpeg)).crop((0, 0, width, height // 2)).save(crop, "JPEG", quality=90)
+    with SimulatedServer("--instant", "--ramble-rate", "1", corpus=pdf_path.parent.parent) as server:
+        answers = [run(ocr(server.base_url, image, max_tokens=1500)) for image in (jpeg, crop.getvalue())]
+        stats = server.stats()
+    truth = " ".join(PARAGRAPHS_2)
+    for resp in answers:
+        text = resp.choices[0].message.content
+        assert resp.choices[0].finish_reason == "length" and resp.usage.completion_tokens == 1500
+        assert word_recall(truth, text) < 0.2  # not the page's text ...
+        share = dictionary_share(text)
+        assert share is not None and share[1] > 0.9  # ... but English words, not garbled ones
+        watch = LoopWatch()
+        assert watch.feed(text) is None and watch.finish() is None  # never a loop: it does not repeat
+    assert stats["faults_applied"] == {"ramble": 2}
+
+
 def test_fault_bad_boxes(sim: SimulatedServer) -> None:
     sim.inject("bad_boxes")
     text = run(ocr(sim.base_url, picture_bytes(10), mime="image/png", max_tokens=7000)).choices[0].message.content

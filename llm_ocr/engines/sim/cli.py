@@ -76,6 +76,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     faults.add_argument("--drop-rate", type=fraction, default=0.0,
                         help="fraction of page images whose reading stops after the first third of the page, "
                         "decided per image and --seed (default %(default)s)")
+    faults.add_argument("--ramble-rate", type=fraction, default=0.0,
+                        help="fraction of images (pages and crops) answered with plausible text that is not "
+                        "theirs, never repeating, until max_tokens, as a weak model that invents a page; decided "
+                        "per image and --seed (default %(default)s)")
     faults.add_argument("--garble-page", action="append", default=[], metavar="FILE:PAGE", type=_page_spec,
                         help="this --corpus page is always read garbled; repeatable")
     faults.add_argument("--drop-page", action="append", default=[], metavar="FILE:PAGE", type=_page_spec,
@@ -222,7 +226,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         output_tokens_sigma=args.output_tokens_sigma,
         loop_rate=args.loop_rate,
         loop_repeat_rate=args.loop_repeat_rate,
-        damage=Damage(args.garble_rate, args.drop_rate, tuple(args.garble_page), tuple(args.drop_page)),
+        damage=Damage(args.garble_rate, args.drop_rate, tuple(args.garble_page), tuple(args.drop_page),
+                      ramble_rate=args.ramble_rate),
         error_rate=args.error_rate,
         hang_rate=args.hang_rate,
         reset_rate=args.reset_rate,

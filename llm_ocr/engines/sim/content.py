@@ -154,6 +154,39 @@ def sized_blocks(digest: bytes, target_chars: int, render: Callable[[list[Layout
     return blocks
 
 
+#: What a rambling weak model writes (:mod:`.damage`): English dictionary words, so that no
+#: dictionary check calls it garbled, none of them in the benchmark corpus's vocabulary
+#: (:mod:`llm_ocr.bench.corpus`), so that none is the page's.
+_RAMBLE_WORDS = (
+    "house water river garden morning evening winter summer village market letter window street mountain "
+    "children family friend doctor teacher student kitchen bridge station island forest meadow orchard castle "
+    "church ribbon pocket basket candle blanket saddle kettle carpet ladder lantern pepper butter cheese bread "
+    "apple cherry lemon onion potato carrot rabbit horse sheep goose eagle falcon tiger zebra camel donkey "
+    "violin guitar piano trumpet painter sailor farmer baker miller hunter soldier captain merchant cousin uncle "
+    "quiet gentle bright yellow purple golden silver wooden narrow broad rapid silent warm cold sweet bitter "
+    "ancient modern quickly slowly softly gladly often rarely always seldom walked carried painted gathered "
+    "whispered laughed travelled borrowed opened closed"
+).split()
+
+
+def ramble_blocks(digest: bytes, target_chars: int) -> list[LayoutBlock]:
+    """Paragraphs of English sentences that are not the image's text, at least ``target_chars``
+    characters of them, never repeating a sentence: what a weak model writes when it invents a
+    page and runs on until ``max_tokens``."""
+    rng = _rng(digest, "ramble")
+    blocks: list[LayoutBlock] = []
+    chars = 0
+    while chars < target_chars:
+        top = 0.05 + (len(blocks) % 45) * 0.02  # valid boxes however many paragraphs
+        text = " ".join(
+            " ".join(rng.choice(_RAMBLE_WORDS) for _ in range(rng.randint(6, 16))).capitalize() + "."
+            for _ in range(rng.randint(3, 8))
+        )
+        blocks.append(LayoutBlock("text", (0.1, top, 0.9, top + 0.015), text))
+        chars += len(text) + 2
+    return blocks
+
+
 def dominant_colour(img: Any) -> str:
     """The palette name nearest to the most common colour of a small thumbnail of ``img``."""
     from PIL import Image

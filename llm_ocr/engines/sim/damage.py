@@ -7,7 +7,11 @@ same way. So which pages are damaged is a pure function of the image's hash and 
   look alike to a model that reads at too low a resolution (``rn`` for ``m``, ``c`` for ``e``...):
   the reading looks like text but few of its words are words;
 - **dropped** (``--drop-rate``): the reading ends after the first third of the page's blocks,
-  with ``finish_reason`` "stop", as a model that skips the rest of a crowded page does.
+  with ``finish_reason`` "stop", as a model that skips the rest of a crowded page does;
+- **rambling** (``--ramble-rate``): the reading is plausible text that is not the image's
+  (English words, none of the benchmark corpus's, never repeating themselves) and runs on until
+  ``max_tokens``, finish_reason "length", as a weak model that invents a page does. A crop of
+  a page is an image of its own: it rambles, or not, by its own hash.
 
 ``--garble-page FILE:PAGE`` and ``--drop-page FILE:PAGE`` damage named ``--corpus`` pages, for
 tests that need to know which. Loops are ``--loop-rate``'s (the server's own). Every damage is
@@ -46,29 +50,39 @@ class Damage:
     #: ``(file name, 1-based page)`` of ``--corpus`` pages always garbled / dropped (for tests).
     garble_pages: tuple[tuple[str, int], ...] = ()
     drop_pages: tuple[tuple[str, int], ...] = ()
+    ramble_rate: float = 0.0
 
     def of(self, digest: bytes, seed: int, page: tuple[str, int] | None) -> str | None:
-        """``"garble"``, ``"drop"`` or None for the image whose sha256 is ``digest``, the known
+        """``"garble"``, ``"drop"``, ``"ramble"`` or None for the image whose sha256 is ``digest``, the known
         corpus ``page`` ``(source, number)`` when it is one."""
         if page is not None:
             source, number = page
             for kind, named in (("garble", self.garble_pages), ("drop", self.drop_pages)):
                 if any(n == number and (source == name or Path(source).name == name) for name, n in named):
                     return kind
-        return damage_of(digest, seed, self.garble_rate, self.drop_rate)
+        return damage_of(digest, seed, self.garble_rate, self.drop_rate, self.ramble_rate)
 
 
-def damage_of(digest: bytes, seed: int, garble_rate: float, drop_rate: float) -> str | None:
-    """``"garble"``, ``"drop"`` or None for the page image whose sha256 is ``digest``."""
+def damage_of(digest: bytes, seed: int, garble_rate: float, drop_rate: float, ramble_rate: float = 0.0) -> str | None:
+    """``"garble"``, ``"drop"``, ``"ramble"`` or None for the page image whose sha256 is ``digest``."""
+    # Drawn apart from the others, and first: a rate of 1 rambles on every image, and a rate of
+    # 0 leaves the garbled and dropped pages the same.
+    if ramble_rate > 0 and _draw(digest, f"{seed}|ramble|") < ramble_rate:
+        return "ramble"
     if garble_rate <= 0 and drop_rate <= 0:
         return None
-    h = hashlib.sha256(f"{seed}|damage|".encode() + digest).digest()
-    u = int.from_bytes(h[:8], "big") / 2**64
+    u = _draw(digest, f"{seed}|damage|")
     if u < garble_rate:
         return "garble"
     if u < garble_rate + drop_rate:
         return "drop"
     return None
+
+
+def _draw(digest: bytes, salt: str) -> float:
+    """A number in [0, 1) fixed by the image and ``salt``."""
+    h = hashlib.sha256(salt.encode() + digest).digest()
+    return int.from_bytes(h[:8], "big") / 2**64
 
 
 def garble_text(text: str, rng: random.Random) -> str:

@@ -546,7 +546,7 @@ class SimServer(OpenAIServer):
             blocks = facts.known.blocks
         else:
             blocks = content.synthetic_blocks(facts.sha256)
-        blocks = self._damaged(blocks, facts)
+        blocks = self._damaged(blocks, facts, max_tokens)
         text = families.answer(family, kind, body, facts, blocks, self.memory)
         if fault is not None and fault.kind == "loop":
             chars = int(max_tokens / self.cfg.tokens_per_char) + 16
@@ -605,7 +605,7 @@ class SimServer(OpenAIServer):
         else:
             blocks = content.synthetic_blocks(facts.sha256)
         if req.kind in ("markdown", "ocr", "free") and not req.structured:
-            blocks = self._damaged(blocks, facts)
+            blocks = self._damaged(blocks, facts, max_tokens)
         if kind == "untagged":
             return content.render_plain(blocks)
         if req.structured:
@@ -636,14 +636,19 @@ class SimServer(OpenAIServer):
                                      min_unit_chars=int(unit_tokens / self.cfg.tokens_per_char))
         return text
 
-    def _damaged(self, blocks: list[LayoutBlock], facts: ImageFacts) -> list[LayoutBlock]:
-        """A page's blocks as the weaker model this server may play reads them (:mod:`.damage`)."""
+    def _damaged(self, blocks: list[LayoutBlock], facts: ImageFacts, max_tokens: int) -> list[LayoutBlock]:
+        """A page's blocks as the weaker model this server may play reads them (:mod:`.damage`);
+        a rambling reading is other text, enough of it to overrun ``max_tokens``."""
         whole = facts.known is not None and facts.region is None
         known = (facts.known.source, facts.known.index + 1) if whole and facts.known is not None else None
         kind = self.cfg.damage.of(facts.sha256, self.cfg.seed, known)
         if kind is None:
             return blocks
         self.count("faults_applied", kind)
+        if kind == "ramble":
+            # Plain text is the shortest rendering: any family's markup only lengthens it.
+            chars = int(max_tokens / self.cfg.tokens_per_char) + 16
+            return content.ramble_blocks(facts.sha256, chars)
         return damaged(blocks, facts.sha256, kind)
 
     async def _run_in_slot(
