@@ -836,10 +836,29 @@ class LaunchKeywords(TypedDict, total=False):
     name every check skipped."""
     wheel: str | None
     """Ship this llm-ocr wheel instead of building one."""
+    job_queue: str | None
+    """The job queue (name or ARN) the array job goes to (required; aws-batch/template.yaml makes one)."""
+    instance_type: str | None
+    """The instance each shard fills: its GPUs, vCPUs and memory become the job's resource requirements (default
+    g6e.xlarge, 1x L40S; m5.xlarge for assemble and --endpoint runs); one of g6e.xlarge, g6e.2xlarge, g6.xlarge,
+    g6.2xlarge, g5.xlarge, g5.2xlarge, p4d.24xlarge, p5.48xlarge, m5.large, m5.xlarge. The compute environment must
+    offer it."""
+    job_role: str | None
+    """IAM role the children act as (S3 reads and writes; required for the stock image, which fetches the llm-ocr wheel
+    with it)."""
+    execution_role: str | None
+    """IAM role the ECS agent resolves --aws-secret with (required with --aws-secret)."""
+    region: str | None
+    """AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / your AWS config)."""
+    aws_secret: list[str] | dict[str, str]
+    """The children get NAME from this Secrets Manager secret or SSM parameter ARN, by reference (e.g.
+    HF_TOKEN=arn:aws:secretsmanager:...:secret:llm-ocr/hf-token-AbCdEf)."""
+    code_uri: str | None
+    """Where the llm-ocr wheel is uploaded (default: OUT/_state/code for an s3:// output)."""
+    price_per_hour: float | None
+    """Your price of one instance-hour (on-demand or Spot), for the cost table (default: unknown)."""
     project: str | None
     """Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)."""
-    region: str | None
-    """Cloud Run region with L4 GPUs, e.g. us-central1 (default: $CLOUDSDK_RUN_REGION)."""
     gpu: str | None
     """GPU type per task: nvidia-l4 (default), or none for a CPU task (default for assemble and --endpoint runs)."""
     cpu: int | None
@@ -882,8 +901,6 @@ class LaunchKeywords(TypedDict, total=False):
     pvc: list[str]
     """PersistentVolumeClaim every pod mounts at PATH, where this machine has the same files (a ReadWriteMany volume):
     local INPUT and OUT under PATH are then allowed."""
-    price_per_hour: float | None
-    """Your price of one pod-hour (its GPUs and the rest), for the cost table (default: unknown)."""
     yaml: bool
     """With --dry-run: print the Job (and the code's ConfigMaps) as YAML for `kubectl apply -f -` instead of the
     JSON."""
@@ -909,16 +926,8 @@ class LaunchKeywords(TypedDict, total=False):
     node_secret: list[str]
     """An environment variable the cluster's nodes already have (exported before `ray start`, or a Kubernetes Secret in
     KubeRay's pod env), checked in each actor; its value never passes through the launcher or the job."""
-    instance_type: str | None
-    """Instance type (default: ml.g6e.xlarge, 1x L40S; ml.m5.xlarge for assemble and --endpoint runs); e.g. ml.g6.xlarge
-    (L4), ml.g5.xlarge (A10G), ml.g6e.12xlarge (4x L40S), ml.p5.4xlarge (H100)."""
     role: str | None
     """The jobs' execution role (required; see sagemaker/README.md)."""
-    aws_secret: list[str] | dict[str, str]
-    """The job sets NAME from this AWS Secrets Manager secret at start (e.g. HF_TOKEN=llm-ocr/hf-token for an hf://
-    output)."""
-    code_uri: str | None
-    """Where the llm-ocr wheel is uploaded (default: OUT/_state/code for an s3:// output)."""
     volume_size: int
     """ML storage volume per instance, in GB (model weights and scratch)."""
     partition: str | None
