@@ -40,13 +40,15 @@ def test_skips():
 
 
 def _run(folder: Path, *args: str, ci: bool) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "LLM_OCR_IN_VLLM_TIER", "PYTEST_ADDOPTS")}
+    # Not the outer run's own variables (CI, the tier's, and PYTEST_* such as the outer
+    # pytest-xdist worker's PYTEST_XDIST_WORKER): the inner run is a session of its own.
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "LLM_OCR_IN_VLLM_TIER") and not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = str(REPO)
     if ci:
         env["CI"] = "true"
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=120,
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
 
@@ -60,7 +62,9 @@ def suite(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+# One pytest-xdist worker is enough to show that skips reported on a worker reach the controller's
+# policy; CI once saw a two-worker inner run hang after its last test (its 120 s ran out).
+@pytest.mark.parametrize("workers", ["0", "1"])
 def test_under_ci_a_skip_off_the_allow_list_fails_the_run_and_is_named(suite: Path, workers: str) -> None:
     result = _run(suite, "-n", workers, ci=True)
     assert result.returncode == 1, result.stdout
