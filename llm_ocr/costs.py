@@ -69,6 +69,8 @@ class Hardware:
     listed: bool = True
     #: The accelerator as people call it, for messages ("A100 80GB").
     accelerator: str = ""
+    #: Where the price comes from and when it was found, for the plan's notes ("" when not said).
+    price_note: str = ""
 
 
 def _flavor(name: str, gpus: int, preset: str | None, unit_price: float | None, accelerator: str,
@@ -198,6 +200,79 @@ def sagemaker_price_note(instance_type: str, region: str = SAGEMAKER_PRICE_REGIO
              "only an estimate")
     return (f"{instance_type}: ${row[3]:g}/h, an estimate ({where}) from "
             f"{SAGEMAKER_PRICE_SOURCES[row[5]]}, as found on {SAGEMAKER_PRICES_AS_OF}")
+
+
+# --------------------------------------------------------------------------------------------
+# AWS Batch: the EC2 instance types a compute environment runs shards on, on-demand and Spot
+
+#: When the EC2 prices below were read, and the region they are for.
+EC2_PRICES_AS_OF = "2026-11-26"
+EC2_PRICE_REGION = "us-east-1"
+#: Where each EC2 price comes from (Linux, shared tenancy). AWS's price pages could not be read from
+#: here; the catalog is a public copy of AWS's price list API and Spot price history, and its
+#: on-demand figures of g5.xlarge, g6.xlarge and g6e.xlarge agree with public 2026 price notes.
+EC2_PRICE_SOURCES: dict[str, str] = {
+    "catalog": "on-demand, from AWS's EC2 price list as copied in skypilot-org/skypilot-catalog "
+               "(catalogs/v7/aws/vms.csv, commit 001367d)",
+    "catalog-spot": "Spot, the lowest zone's price in the same copy: one observation; Spot prices move with "
+                    "supply and demand, by zone and hour (https://aws.amazon.com/ec2/spot/pricing/, "
+                    "aws ec2 describe-spot-price-history)",
+    "public-table": "on-demand, from an open-source cost table quoting instances.vantage.sh (March 2026, after "
+                    "AWS's June 2025 P4d/P5 price cut): unverified against AWS's price list",
+    "unverified": "Spot: unverified, no observed price here (aws ec2 describe-spot-price-history has yours)",
+}
+
+#: The instance types llm-ocr sizes AWS Batch jobs for: GPUs, the vLLM preset of one GPU (None:
+#: sized from the GPU found), the accelerator, US$ per instance-hour on-demand and on Spot in
+#: :data:`EC2_PRICE_REGION` (None: not found), each with its source (a key of
+#: :data:`EC2_PRICE_SOURCES`). Their vCPUs and memory are the launcher's
+#: (:mod:`llm_ocr.launchers.aws_batch.request`).
+_AWS_BATCH_ROWS: tuple[tuple[str, int, str | None, str, float | None, str, float | None, str], ...] = (
+    ("g6e.xlarge", 1, "l40s-48gb", "L40S 48GB", 1.861, "catalog", 0.787, "catalog-spot"),
+    ("g6e.2xlarge", 1, "l40s-48gb", "L40S 48GB", 2.24208, "catalog", 0.7381, "catalog-spot"),
+    ("g6.xlarge", 1, "l4-24gb", "L4 24GB", 0.8048, "catalog", 0.3879, "catalog-spot"),
+    ("g6.2xlarge", 1, "l4-24gb", "L4 24GB", 0.9776, "catalog", 0.3689, "catalog-spot"),
+    ("g5.xlarge", 1, None, "A10G 24GB", 1.006, "catalog", 0.397, "catalog-spot"),
+    ("g5.2xlarge", 1, None, "A10G 24GB", 1.212, "catalog", 0.4288, "catalog-spot"),
+    ("p4d.24xlarge", 8, "a100-40gb", "8x A100 40GB", 21.96, "public-table", None, "unverified"),
+    ("p5.48xlarge", 8, "h100-80gb", "8x H100 80GB", 55.04, "public-table", None, "unverified"),
+    # CPU only: assemble, or a stage given --endpoint (not priced here).
+    ("m5.large", 0, None, "2 vCPU, 8 GiB", None, "", None, ""),
+    ("m5.xlarge", 0, None, "4 vCPU, 16 GiB", None, "", None, ""),
+)
+
+
+def _ec2_label(source: str) -> str:
+    """A price source's label for the plan: what, where and when."""
+    if not source:
+        return ""
+    return f"{EC2_PRICE_SOURCES[source]}; {EC2_PRICE_REGION}, read {EC2_PRICES_AS_OF}"
+
+
+#: On-demand, by instance type.
+AWS_BATCH_HARDWARE: dict[str, Hardware] = {
+    name: Hardware(name, gpus, preset, price, True, accelerator, _ec2_label(source))
+    for name, gpus, preset, accelerator, price, source, _, _ in _AWS_BATCH_ROWS
+}
+#: On Spot, by instance type (the plan's rows are named "TYPE Spot").
+AWS_BATCH_SPOT_HARDWARE: dict[str, Hardware] = {
+    name: Hardware(f"{name} Spot", gpus, preset, spot, True, accelerator, _ec2_label(source))
+    for name, gpus, preset, accelerator, _, _, spot, source in _AWS_BATCH_ROWS if gpus
+}
+
+
+def aws_batch_price_note(instance_type: str, region: str = EC2_PRICE_REGION) -> str:
+    """The built-in on-demand and Spot prices of ``instance_type``, where they come from and when;
+    for a ``region`` other than the one priced, that they are that region's estimate only."""
+    on_demand, spot = AWS_BATCH_HARDWARE.get(instance_type), AWS_BATCH_SPOT_HARDWARE.get(instance_type)
+    if on_demand is None or on_demand.price_per_hour is None:
+        return f"no built-in price for {instance_type}"
+    where = (EC2_PRICE_REGION if region == EC2_PRICE_REGION else
+             f"{EC2_PRICE_REGION}, NOT {region}: prices differ by region, so for {region} they are only estimates")
+    spot_text = (f"${spot.price_per_hour:g}/h on Spot ({spot.price_note})" if spot and spot.price_per_hour is not None
+                 else f"Spot {EC2_PRICE_SOURCES['unverified']}")
+    return (f"{instance_type}: ${on_demand.price_per_hour:g}/h on-demand ({on_demand.price_note}), {spot_text}; "
+            f"prices for {where}; the cost table uses the on-demand price")
 
 
 @dataclass(frozen=True)

@@ -856,7 +856,8 @@ class LaunchKeywords(TypedDict, total=False):
     code_uri: str | None
     """Where the llm-ocr wheel is uploaded (default: OUT/_state/code for an s3:// output)."""
     price_per_hour: float | None
-    """Your price of one instance-hour (on-demand or Spot), for the cost table (default: unknown)."""
+    """Your price of one instance-hour (on-demand or Spot), for the cost table (default: the built-in on-demand price,
+    us-east-1)."""
     project: str | None
     """Google Cloud project (default: $GOOGLE_CLOUD_PROJECT)."""
     gpu: str | None

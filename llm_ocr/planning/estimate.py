@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_ocr.costs import HF_JOBS_HARDWARE, SAGEMAKER_HARDWARE, Hardware, cloud_run_hardware
+from llm_ocr.costs import (
+    AWS_BATCH_HARDWARE,
+    AWS_BATCH_SPOT_HARDWARE,
+    HF_JOBS_HARDWARE,
+    SAGEMAKER_HARDWARE,
+    Hardware,
+    cloud_run_hardware,
+)
 from llm_ocr.options import DatasetOptions
 from llm_ocr.planning.rates import GPU_NAMES, Rate, no_figure, rate_for, read_measurements
 from llm_ocr.sources import InputPlan
@@ -36,24 +43,28 @@ STARTUP_S = 20 * 60
 CLUSTER_PLATFORMS = ("slurm", "k8s", "ray")
 
 #: The platforms a plan can cover, in the order it lists them.
-PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", *CLUSTER_PLATFORMS)
+PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "aws-batch", *CLUSTER_PLATFORMS)
 
 #: The platforms ``llm-ocr plan`` covers unless asked: the clusters' rows are alike (one GPU of
 #: each preset at your price), so Slurm's stand for Kubernetes' and Ray's.
-DEFAULT_PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "slurm")
+DEFAULT_PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "aws-batch", "slurm")
 
 
 def platform_hardware(platform: str, gpu_price_per_hour: float | None = None) -> list[Hardware]:
     """The GPU machines a user could pick on ``platform``: Hugging Face Jobs' flavors, SageMaker's
-    instance types, Cloud Run's L4 task (8 vCPU, 32 GiB: the launcher's default with a GPU), and
-    on a cluster (Slurm, Kubernetes, Ray) one GPU of each preset (priced only with
-    ``gpu_price_per_hour``: your cluster's)."""
+    instance types, Cloud Run's L4 task (8 vCPU, 32 GiB: the launcher's default with a GPU), AWS
+    Batch's GPU instance types on-demand and on Spot ("g6e.xlarge Spot"), and on a cluster (Slurm,
+    Kubernetes, Ray) one GPU of each preset (priced only with ``gpu_price_per_hour``: your
+    cluster's)."""
     if platform == "hf-jobs":
         return [h for h in HF_JOBS_HARDWARE.values() if h.gpus > 0]
     if platform == "sagemaker":
         return [h for h in SAGEMAKER_HARDWARE.values() if h.gpus > 0]
     if platform == "cloud-run":
         return [cloud_run_hardware(1, 8, 32)]
+    if platform == "aws-batch":
+        gpu_types = [name for name, h in AWS_BATCH_HARDWARE.items() if h.gpus > 0]
+        return [h for name in gpu_types for h in (AWS_BATCH_HARDWARE[name], AWS_BATCH_SPOT_HARDWARE[name])]
     if platform in CLUSTER_PLATFORMS:
         return [Hardware(GPU_NAMES[gpu], 1, gpu, gpu_price_per_hour, gpu_price_per_hour is not None, GPU_NAMES[gpu])
                 for gpu in GPU_NAMES]
@@ -80,6 +91,8 @@ class PlanRow:
     cost_usd: float | None = None
     #: The machine the launch picked (``llm-ocr launch --dry-run``).
     chosen: bool = False
+    #: Where the price comes from and when it was found ("" when the table does not say).
+    price_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,7 +100,7 @@ class PlanRow:
             "rate": self.rate.to_dict() if self.rate else None, "note": self.note,
             "price_per_hour": self.price_per_hour, "price_listed": self.price_listed, "wall_s": _round(self.wall_s),
             "gpu_hours": _round(self.gpu_hours),
-            "cost_usd": _round(self.cost_usd), "chosen": self.chosen,
+            "cost_usd": _round(self.cost_usd), "chosen": self.chosen, "price_note": self.price_note,
         }  # fmt: skip
 
 
@@ -130,19 +143,24 @@ class Plan:
         }  # fmt: skip
 
     def lines(self) -> list[str]:
-        """The plan as text: the count, then a table, then where each rate comes from."""
+        """The plan as text: the count, then a table, then where each rate ([1]) and each
+        labelled price ([a]) comes from."""
         startup = f"~{self.startup_s / 60:.0f} min of start-up (an assumption)"
         about = (f"model {self.model} (family {self.family}), {self.num_shards} shard(s); all figures are estimates, "
                  f"each shard's wall time includes {startup}")
         head = [self.pages.describe(), about]
-        table = [("", "platform", "machine", "GPUs", "pages/s", "wall", "GPU-hours", "cost")]
+        table = [("", "platform", "machine", "GPUs", "$/h", "pages/s", "wall", "GPU-hours", "cost")]
         sources: dict[str, int] = {}
+        prices: dict[str, str] = {}
         for row in self.rows:
             ref = ""
             if row.rate is not None:
                 ref = f"[{sources.setdefault(row.rate.label, len(sources) + 1)}]"
+            price = _price(row)
+            if row.price_note:
+                price += f" [{prices.setdefault(row.price_note, chr(ord('a') + len(prices)))}]"
             table.append((
-                "*" if row.chosen else "", row.platform, row.hardware, str(row.gpus),
+                "*" if row.chosen else "", row.platform, row.hardware, str(row.gpus), price,
                 f"{row.rate.pages_per_s * max(row.gpus, 1):.2f} {ref}" if row.rate else "-",
                 _duration(row.wall_s), f"{row.gpu_hours:,.1f}" if row.gpu_hours is not None else "-",
                 _cost(row),
@@ -150,6 +168,7 @@ class Plan:
         widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
         body = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]
         notes = [f"[{n}] {label}" for label, n in sources.items()]
+        notes += [f"[{ref}] price: {label}" for label, ref in prices.items()]
         if any(not row.price_listed and row.cost_usd is not None for row in self.rows):
             notes.append("~ the machine's price is estimated (its GPUs' list price times their number)")
         missing = sorted({row.note for row in self.rows if row.rate is None and row.note})
@@ -157,6 +176,12 @@ class Plan:
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
+
+
+def _price(row: PlanRow) -> str:
+    if row.price_per_hour is None:
+        return "-"
+    return f"{'' if row.price_listed else '~'}${row.price_per_hour:g}"
 
 
 def _cost(row: PlanRow) -> str:
@@ -203,7 +228,7 @@ def plan_rows(
                                 "with bench-accuracy --gpu, or pass --pages-per-s")
         row = PlanRow(platform, hardware.name, hardware.accelerator, hardware.gpus, rate, note,
                       hardware.price_per_hour, hardware.listed,
-                      chosen=chosen is not None and (platform, hardware) == chosen)
+                      chosen=chosen is not None and (platform, hardware) == chosen, price_note=hardware.price_note)
         rows.append(estimate_row(row, pages, num_shards))
     return rows
 

@@ -203,3 +203,23 @@ def test_children_are_followed_logged_and_terminated_through_the_adapter(tmp_pat
             assert list(adapter.logs(job, 1, follow=True)) == ["child 0"]
     finally:
         moto.stop()
+
+
+def test_the_dry_run_prices_its_instance_and_plans_every_batch_gpu_type_on_demand_and_on_spot() -> None:
+    plan = llm_ocr.launch("aws-batch", "s3://scans/2024", output="s3://ocr/2024", num_shards=2, job_queue="llm-ocr-gpu",
+                          job_role=ROLE, region="eu-west-1", image=IMAGE, instance_type="g6.xlarge", pages=1000,
+                          dry_run=True, offline=True).plan
+    # The note names the built-in prices, their source and date, and that they are not this region's.
+    (note,) = [n for n in plan.notes if n.startswith("g6.xlarge: $0.8048/h on-demand")]
+    assert "$0.3879/h on Spot" in note and "read 2026-11-26" in note and "NOT eu-west-1" in note
+    assert plan.estimate is not None
+    rows = {row.hardware: row for row in plan.estimate.rows}
+    assert plan.estimate.rows[0].hardware == "g6.xlarge" and plan.estimate.rows[0].chosen
+    assert rows["g6.xlarge"].price_per_hour == 0.8048 and rows["g6.xlarge Spot"].price_per_hour == 0.3879
+    assert {"g6e.xlarge", "g5.2xlarge", "p4d.24xlarge", "p5.48xlarge Spot"} <= set(rows)
+    # Your own price replaces the built-in one, and says so.
+    mine = llm_ocr.launch("aws-batch", "s3://scans/2024", output="s3://ocr/2024", num_shards=2, job_queue="q",
+                          job_role=ROLE, region="us-east-1", image=IMAGE, instance_type="g6.xlarge", pages=1000,
+                          price_per_hour=0.5, dry_run=True, offline=True).plan
+    assert mine.estimate is not None and mine.estimate.rows[0].price_per_hour == 0.5
+    assert "--price-per-hour" in mine.estimate.rows[0].price_note

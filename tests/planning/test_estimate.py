@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from llm_ocr.costs import HF_JOBS_HARDWARE
-from llm_ocr.planning.estimate import STARTUP_S, PlanRow, estimate_row, plan_rows
+from llm_ocr.planning.estimate import DEFAULT_PLATFORMS, STARTUP_S, Plan, PlanRow, estimate_row, plan_rows
 from llm_ocr.planning.rates import Rate, rate_for, read_measurements, record_measurement, run_estimate
+from llm_ocr.sources.counting import PageCount
 
 DEEPSEEK_A100_40 = 200_000 / 86_400  # "200k+ pages per day on one A100-40G": 2.3148 pages/s
 
@@ -67,3 +68,24 @@ def test_a_runs_marker_gets_the_estimate_of_its_gpus(tmp_path: Path) -> None:
     assert four["pages_per_s"] == pytest.approx(4 * DEEPSEEK_A100_40, abs=1e-3)
     assert run_estimate("deepseek-ocr", None, none)["pages_per_s"] is None
     assert "no published figure for olmocr" in run_estimate("olmocr", "l4-24gb", none)["label"]
+
+
+def test_aws_batch_gpu_types_are_planned_on_demand_and_on_spot_with_each_price_labelled() -> None:
+    # 10,000 pages on 4 shards at 2 pages/s a GPU (given): a shard reads 2,500 pages in 1,250 s after
+    # 1,200 s of start-up, 2,450 s; 4 x 2,450 s x $1.861/h on-demand = $5.0660, x $0.787/h Spot = $2.1424.
+    rows = {r.hardware: r for r in plan_rows("deepseek-ocr", 10_000, 4, platforms=["aws-batch"], pages_per_s=2.0)}
+    families = {name.split(".")[0] for name in rows}
+    assert families == {"g6e", "g6", "g5", "p4d", "p5"} and all(r.platform == "aws-batch" for r in rows.values())
+    assert all(f"{name} Spot" in rows for name in rows if not name.endswith(" Spot"))
+    assert rows["g6e.xlarge"].cost_usd == pytest.approx(5.06597, rel=1e-4)
+    assert rows["g6e.xlarge Spot"].cost_usd == pytest.approx(2.14244, rel=1e-4)
+    # Each price says where it comes from and when; a Spot price none was found for says so, not a guess.
+    assert "on-demand" in rows["g6e.xlarge"].price_note and "read 2026-11-26" in rows["g6e.xlarge"].price_note
+    assert "Spot" in rows["g6.xlarge Spot"].price_note and "one observation" in rows["g6.xlarge Spot"].price_note
+    assert rows["p5.48xlarge Spot"].price_per_hour is None and "unverified" in rows["p5.48xlarge Spot"].price_note
+    text = str(Plan(PageCount(pages=10_000, given=True), "m", "deepseek-ocr", 4, list(rows.values())))
+    line = next(line for line in text.splitlines() if "g6e.xlarge Spot" in line)
+    assert "$0.787 [b]" in line and "$2.14" in line
+    assert "[b] price: Spot" in text and "[d] price: Spot: unverified" in text
+    # llm-ocr plan lists them by default.
+    assert "aws-batch" in DEFAULT_PLATFORMS

@@ -38,6 +38,7 @@ from fsspec.core import split_protocol
 from pydantic import BaseModel, Field
 
 from llm_ocr.container import s3_fetch
+from llm_ocr.costs import aws_batch_price_note
 from llm_ocr.launchers.aws_batch import request as req
 from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
 from llm_ocr.launchers.core.command import CPU_IMAGE, extras_for, with_extras
@@ -92,7 +93,8 @@ class AwsBatchOptions(PlatformOptions):
     code_uri: str | None = Field(None, description="Where the llm-ocr wheel is uploaded (default: OUT/_state/code for "
                                  "an s3:// output).", json_schema_extra={"metavar": "S3_URL"})
     price_per_hour: float | None = Field(None, ge=0, description="Your price of one instance-hour (on-demand or "
-                                         "Spot), for the cost table (default: unknown).",
+                                         "Spot), for the cost table (default: the built-in on-demand price, "
+                                         "us-east-1).",
                                          json_schema_extra={"metavar": "USD"})
 
 
@@ -173,8 +175,8 @@ class AwsBatch:
         notes = [("a child whose EC2 host is lost (Spot reclamation) is retried by Batch and resumes from its parts; "
                   "a shard's own error is not retried: relaunch the same command to rerun it")]
         if price is None:
-            notes.append("no built-in price for AWS Batch instances (on-demand and Spot differ by region and hour): "
-                         "pass --price-per-hour for the cost table")
+            notes.append(f"{aws_batch_price_note(instance.name, region)}; pass --price-per-hour for your own (a Spot "
+                         "compute environment's, or your region's)")
         if request.offline:
             account = "ACCOUNT"
             notes.append("offline: not checked: the AWS credentials and account, that the job queue exists and is "

@@ -27,6 +27,7 @@ What the two bodies hold, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_ocr.container.shard_index import NUM_SHARDS_ENV, TASK_SHARDS_ENV, format_ranges, task_shards_value
-from llm_ocr.costs import Hardware
+from llm_ocr.costs import AWS_BATCH_HARDWARE, Hardware
 from llm_ocr.launchers.core.spec import LAUNCH_LABEL, SHARD_LABEL, ShardSpec
 
 #: ``ArrayProperties.size``: "between 2 and 10,000" (API reference, ``ArrayProperties``).
@@ -85,27 +86,27 @@ class Instance:
         return int(self.memory_gib * 1024 * 0.9) // 256 * 256
 
     def hardware(self, price_per_hour: float | None) -> Hardware:
-        """As the launcher core's :class:`~llm_ocr.costs.Hardware`."""
-        return Hardware(self.name, self.gpus, self.gpu_preset, price_per_hour, price_per_hour is not None,
-                        self.accelerator)
+        """As the launcher core's :class:`~llm_ocr.costs.Hardware`: at ``price_per_hour`` when
+        given, else at the built-in on-demand price (:data:`~llm_ocr.costs.AWS_BATCH_HARDWARE`)."""
+        built_in = AWS_BATCH_HARDWARE[self.name]
+        if price_per_hour is None:
+            return built_in
+        return dataclasses.replace(built_in, price_per_hour=price_per_hour, listed=True,
+                                   price_note="your price, given with --price-per-hour")
 
 
-#: The instance types llm-ocr sizes Batch jobs for (EC2 instance type pages: GPUs, vCPUs, memory):
-#: a shard asks for the whole instance, so the compute environment places one shard per instance.
+#: vCPUs and GiB of memory of each instance type llm-ocr sizes Batch jobs for (EC2 instance type
+#: pages); its GPUs, GPU preset, accelerator and prices are :data:`llm_ocr.costs.AWS_BATCH_HARDWARE`'s.
+_RESOURCES: dict[str, tuple[int, int]] = {
+    "g6e.xlarge": (4, 32), "g6e.2xlarge": (8, 64), "g6.xlarge": (4, 16), "g6.2xlarge": (8, 32),
+    "g5.xlarge": (4, 16), "g5.2xlarge": (8, 32), "p4d.24xlarge": (96, 1152), "p5.48xlarge": (192, 2048),
+    "m5.large": (2, 8), "m5.xlarge": (4, 16),
+}
+#: The instance types llm-ocr sizes Batch jobs for: a shard asks for the whole instance, so the
+#: compute environment places one shard per instance.
 HARDWARE: dict[str, Instance] = {
-    i.name: i
-    for i in (
-        Instance("g6e.xlarge", 1, 4, 32, "l40s-48gb", "L40S 48GB"),
-        Instance("g6e.2xlarge", 1, 8, 64, "l40s-48gb", "L40S 48GB"),
-        Instance("g6.xlarge", 1, 4, 16, "l4-24gb", "L4 24GB"),
-        Instance("g6.2xlarge", 1, 8, 32, "l4-24gb", "L4 24GB"),
-        Instance("g5.xlarge", 1, 4, 16, None, "A10G 24GB"),
-        Instance("g5.2xlarge", 1, 8, 32, None, "A10G 24GB"),
-        Instance("p4d.24xlarge", 8, 96, 1152, "a100-40gb", "8x A100 40GB"),
-        Instance("p5.48xlarge", 8, 192, 2048, "h100-80gb", "8x H100 80GB"),
-        Instance("m5.large", 0, 2, 8, None, "2 vCPU, 8 GiB"),
-        Instance("m5.xlarge", 0, 4, 16, None, "4 vCPU, 16 GiB"),
-    )
+    name: Instance(name, hw.gpus, vcpus, memory, hw.gpu_preset, hw.accelerator)
+    for name, (vcpus, memory) in _RESOURCES.items() for hw in (AWS_BATCH_HARDWARE[name],)
 }
 DEFAULT_GPU_INSTANCE = "g6e.xlarge"
 DEFAULT_CPU_INSTANCE = "m5.xlarge"

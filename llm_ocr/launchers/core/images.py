@@ -30,7 +30,7 @@ PLATFORM_DRIVERS: dict[str, Driver | None] = {
     "aws-batch": None,
 }
 #: The platforms in the order ``llm-ocr models`` lists them.
-PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "slurm", "k8s")
+PLATFORMS = ("hf-jobs", "sagemaker", "cloud-run", "aws-batch", "slurm", "k8s")
 
 
 class NoImage(Exception):
