@@ -41,12 +41,19 @@ from llm_ocr.container import s3_fetch
 from llm_ocr.costs import aws_batch_price_note
 from llm_ocr.launchers.aws_batch import request as req
 from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.core.aws import own_credentials
 from llm_ocr.launchers.core.command import CPU_IMAGE, extras_for, with_extras
 from llm_ocr.launchers.core.images import image_note, launch_image
-from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target, assert_no_secret
-from llm_ocr.launchers.core.wheel import Wheel, wheel_to_ship
-from llm_ocr.storage import Storage
-from llm_ocr.storage.stores import scrub
+from llm_ocr.launchers.core.spec import (
+    LaunchError,
+    LaunchRequest,
+    PlannedJob,
+    ShardSpec,
+    Target,
+    assert_no_secret,
+    brief_error,
+)
+from llm_ocr.launchers.core.wheel import Wheel, upload_wheel, wheel_to_ship
 
 log = logging.getLogger("llm_ocr")
 
@@ -224,14 +231,14 @@ class AwsBatch:
         try:
             return str(self._client("sts").get_caller_identity()["Account"])
         except Exception as exc:
-            raise LaunchError(f"AWS credentials missing or refused ({_brief(exc)}): configure them (aws configure, "
-                              "aws sso login, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)") from exc
+            raise LaunchError(f"AWS credentials missing or refused ({brief_error(exc)}): configure them (aws "
+                              "configure, aws sso login, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)") from exc
 
     def _check_queue(self, queue: str) -> None:
         try:
             found = self._client("batch").describe_job_queues(jobQueues=[queue])["jobQueues"]
         except Exception as exc:
-            raise LaunchError(f"cannot look up job queue {queue!r} ({_brief(exc)})") from exc
+            raise LaunchError(f"cannot look up job queue {queue!r} ({brief_error(exc)})") from exc
         if not found:
             raise LaunchError(f"--job-queue {queue}: no such job queue in {self._region()} (aws batch "
                               "describe-job-queues lists them; aws-batch/template.yaml makes one)")
@@ -269,7 +276,7 @@ class AwsBatch:
             raise LaunchError("the job would break AWS Batch's limits, so nothing was submitted: "
                               + "; ".join(problems))
         try:
-            assert_no_secret(self._own_credentials(), "an AWS Batch request", [definition, submission])
+            assert_no_secret(own_credentials(self._session), "an AWS Batch request", [definition, submission])
         except LaunchError:
             raise LaunchError("your AWS secret key or session token would appear in the AWS Batch requests (in --env "
                               "or a stage option): remove it; the children reach AWS as --job-role") from None
@@ -277,32 +284,14 @@ class AwsBatch:
             spec.env = {**spec.env, **{e["name"]: e["value"] for e in submission["containerOverrides"]["environment"]}}
         return [PlannedJob(shards, {"registerJobDefinition": definition, "submitJob": submission}, list(specs))]
 
-    def _own_credentials(self) -> dict[str, str]:
-        credentials = self._session.get_credentials() if self._session is not None else None
-        if credentials is None:
-            return {}
-        frozen = credentials.get_frozen_credentials()
-        return {"AWS_SECRET_ACCESS_KEY": frozen.secret_key or "", "AWS_SESSION_TOKEN": frozen.token or ""}
-
     # -- side effects ---------------------------------------------------------------------------
 
     def deliver(self, target: Target) -> None:
         """Upload the wheel to S3 unless a wheel with the same digest is there."""
         wheel: Wheel | None = target.private.get("wheel")
-        if wheel is None:
-            return
-        folder = Storage(target.private["code_uri"].rstrip("/"))
-        path = folder.path(wheel.filename)
-        try:
-            if folder.exists(path):
-                log.info("llm-ocr wheel %s already at %s: not uploaded again", wheel.digest[:16], folder.url)
-                return
-            folder.write_atomic(path, wheel.data)
-            folder.flush()
-        except Exception as exc:
-            raise LaunchError(f"could not upload the llm-ocr wheel to {folder.url} ({_brief(exc)}); pass --code-uri "
-                              "s3://BUCKET/PREFIX you can write, or --image with llm-ocr installed") from exc
-        log.info("uploaded the llm-ocr wheel to %s", folder.display(path))
+        if wheel is not None:
+            upload_wheel(wheel, target.private["code_uri"], hint="pass --code-uri s3://BUCKET/PREFIX you can write, "
+                         "or --image with llm-ocr installed")
 
     def submit(self, jobs: Sequence[PlannedJob], target: Target) -> Iterator[Submission]:
         """Register the job definition unless an identical revision is active, then ``submit_job``."""
@@ -313,7 +302,7 @@ class AwsBatch:
                 revision = self._definition(client, job.body["registerJobDefinition"])
                 answer = client.submit_job(**{**job.body["submitJob"], "jobDefinition": revision})
             except Exception as exc:
-                raise LaunchError(_brief(exc)) from exc
+                raise LaunchError(brief_error(exc)) from exc
             job_id = str(answer["jobId"])
             url = f"https://{region}.console.aws.amazon.com/batch/home?region={region}#jobs/detail/{job_id}"
             follow = f"aws batch describe-jobs --jobs {job_id} --region {region}"
@@ -428,9 +417,3 @@ def _secret_refs(given: dict[str, str] | Sequence[str] | None) -> dict[str, str]
                               "(arn:aws:ssm:REGION:ACCOUNT:parameter/NAME)")
         found[name] = arn
     return found
-
-
-def _brief(exc: BaseException) -> str:
-    """An exception's first line, without credentials."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return scrub(text)

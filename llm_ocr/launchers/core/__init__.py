@@ -15,7 +15,8 @@
 - :mod:`.sizing` (timeouts from page counts), :mod:`.estimate` (the dry run's plan per machine),
   :mod:`.images` (the image a family's server runs in on each platform), :mod:`.wheel` and
   :mod:`.command` (the code shipped with the jobs and the command that installs it), :mod:`.files`
-  (local schema files shipped beside the output).
+  (local schema files shipped beside the output), :mod:`.aws` (what the AWS platforms share: the
+  launcher's own credentials, kept out of every request).
 
 The core never imports a platform room: it reaches an adapter by its platform's name through the
 registry (:func:`llm_ocr.launchers.platform_class`); ``tests/test_layers.py`` checks it.

@@ -21,6 +21,7 @@ from llm_ocr.costs import Hardware
 from llm_ocr.launchers.core.files import ShippedFile
 from llm_ocr.options import DatasetOptions
 from llm_ocr.stage_table import STAGES
+from llm_ocr.storage.stores import scrub
 
 if TYPE_CHECKING:
     StageName = str
@@ -59,6 +60,13 @@ REDACTED = "<secret>"
 
 class LaunchError(Exception):
     """The launch cannot go ahead; the message says what to change. Nothing was submitted."""
+
+
+def brief_error(exc: BaseException) -> str:
+    """An exception's first line (its type when it has no message), credentials scrubbed: what a
+    :class:`LaunchError` quotes of a platform's or a store's refusal."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return scrub(text)
 
 
 class LaunchOptions(BaseModel):

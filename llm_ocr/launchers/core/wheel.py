@@ -8,7 +8,8 @@ extras, console script) comes from the ``pyproject.toml`` beside the package whe
 
 The archive is deterministic (sorted entries, fixed timestamps and modes), so the same code gives
 the same bytes and the same :attr:`Wheel.digest`: the launcher uploads a wheel only when no
-wheel with that digest is stored yet.
+wheel with that digest is stored yet (:func:`upload_wheel`, for the platforms whose jobs fetch it
+from a bucket).
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ import base64
 import hashlib
 import importlib.metadata
 import io
+import logging
 import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import llm_ocr
-from llm_ocr.launchers.core.spec import LaunchError
+from llm_ocr.launchers.core.spec import LaunchError, brief_error
+
+log = logging.getLogger("llm_ocr")
 
 DIST_NAME = "llm-ocr"
 _SKIP_DIRS = {"__pycache__"}
@@ -88,6 +92,25 @@ def wheel_to_ship(path: str | Path | None) -> Wheel:
         return read_wheel(Path(path)) if path else build_wheel()
     except (OSError, ValueError) as exc:
         raise LaunchError(f"cannot ship llm-ocr: {exc}") from exc
+
+
+def upload_wheel(wheel: Wheel, folder_url: str, *, hint: str) -> None:
+    """Store ``wheel`` as ``folder_url/FILENAME`` (S3, GCS...: any store llm-ocr writes) unless a
+    file of that name is there: the folder is named after the wheel's digest, so same name, same
+    bytes. :class:`LaunchError` ending with ``hint`` (what to pass instead) when the store refuses."""
+    from llm_ocr.storage import Storage  # the stores' libraries load only for a launch that ships code
+
+    folder = Storage(folder_url.rstrip("/"))
+    path = folder.path(wheel.filename)
+    try:
+        if folder.exists(path):
+            log.info("llm-ocr wheel %s already at %s: not uploaded again", wheel.digest[:16], folder.url)
+            return
+        folder.write_atomic(path, wheel.data)
+        folder.flush()
+    except Exception as exc:
+        raise LaunchError(f"could not upload the llm-ocr wheel to {folder.url} ({brief_error(exc)}); {hint}") from exc
+    log.info("uploaded the llm-ocr wheel to %s", folder.display(path))
 
 
 @dataclass(frozen=True)

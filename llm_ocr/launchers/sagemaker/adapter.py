@@ -28,7 +28,6 @@ shard is run again by relaunching, and resumes from its parts.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -40,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from llm_ocr.costs import SAGEMAKER_HARDWARE, Hardware, sagemaker_price_note
 from llm_ocr.launchers.core.adapter import JobState, Phase, PlatformOptions, Submission
+from llm_ocr.launchers.core.aws import own_credentials
 from llm_ocr.launchers.core.command import extras_for, install_then_run, with_extras
 from llm_ocr.launchers.core.images import image_note, launch_image
 from llm_ocr.launchers.core.spec import (
@@ -50,13 +50,10 @@ from llm_ocr.launchers.core.spec import (
     ShardSpec,
     Target,
     assert_no_secret,
+    brief_error,
 )
-from llm_ocr.launchers.core.wheel import Wheel, wheel_to_ship
+from llm_ocr.launchers.core.wheel import Wheel, upload_wheel, wheel_to_ship
 from llm_ocr.launchers.sagemaker import request as req
-from llm_ocr.storage import Storage
-from llm_ocr.storage.stores import scrub
-
-log = logging.getLogger("llm_ocr")
 
 #: AWS's vLLM Deep Learning Container for SageMaker (aws/deep-learning-containers release notes:
 #: vLLM 0.14.0, PyTorch 2.9.1, CUDA 12.9; DeepSeek-OCR needs vLLM >= 0.12). Its own entrypoint
@@ -270,8 +267,8 @@ class SageMaker:
             return str(self._client("sts").get_caller_identity()["Account"])
         except Exception as exc:
             raise LaunchError(
-                f"AWS credentials missing or refused ({_brief(exc)}): configure them (aws configure, aws sso login, or "
-                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) for the account the jobs run in"
+                f"AWS credentials missing or refused ({brief_error(exc)}): configure them (aws configure, aws sso "
+                "login, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) for the account the jobs run in"
             ) from exc
 
     def _check_role(self, role: str, notes: list[str]) -> None:
@@ -281,7 +278,7 @@ class SageMaker:
             if _code(exc) == "NoSuchEntity":
                 raise LaunchError(f"--role {role}: no such role in this account; create it "
                                   "(sagemaker/README.md)") from exc
-            notes.append(f"could not check that role {role} exists ({_brief(exc)})")
+            notes.append(f"could not check that role {role} exists ({brief_error(exc)})")
 
     def _quota(self, instance_type: str, notes: list[str]) -> int | None:
         """The account's "TYPE for processing job usage" quota, None when it cannot be read."""
@@ -293,8 +290,8 @@ class SageMaker:
                     if quota.get("QuotaName") == wanted:
                         return int(quota["Value"])
         except Exception as exc:  # noqa: BLE001 - not readable: SageMaker will say at submit time
-            notes.append(f"could not read the account's service quotas ({_brief(exc)}); SageMaker refuses a job beyond "
-                         f"the '{wanted}' quota at submit time")
+            notes.append(f"could not read the account's service quotas ({brief_error(exc)}); SageMaker refuses a job "
+                         f"beyond the '{wanted}' quota at submit time")
             return None
         notes.append(f"no '{wanted}' quota listed for this account; SageMaker checks it at submit time")
         return None
@@ -319,7 +316,7 @@ class SageMaker:
                         f"--aws-secret {name}={reference}: no secret {secret_id!r} in AWS Secrets Manager in "
                         f"{self._region()}; create it there (aws secretsmanager create-secret --name {secret_id} ...)"
                     ) from exc
-                notes.append(f"could not check secret {secret_id!r} ({_brief(exc)}); the job's role must read it")
+                notes.append(f"could not check secret {secret_id!r} ({brief_error(exc)}); the job's role must read it")
 
     def _code_prefix(self, request: LaunchRequest) -> str:
         if self.code_uri:
@@ -374,7 +371,7 @@ class SageMaker:
             jobs.append(PlannedJob(shards, body, group))
         # The job reads AWS as its role: the launcher's own keys must never ride along.
         try:
-            assert_no_secret(self._own_credentials(), "a Processing job request", [job.body for job in jobs])
+            assert_no_secret(own_credentials(self._session), "a Processing job request", [job.body for job in jobs])
         except LaunchError:
             raise LaunchError(
                 "your AWS secret key or session token would appear in the Processing job request (in --env or a stage "
@@ -383,32 +380,14 @@ class SageMaker:
             ) from None
         return jobs
 
-    def _own_credentials(self) -> dict[str, str]:
-        credentials = self._session.get_credentials() if self._session is not None else None
-        if credentials is None:
-            return {}
-        frozen = credentials.get_frozen_credentials()
-        return {"AWS_SECRET_ACCESS_KEY": frozen.secret_key or "", "AWS_SESSION_TOKEN": frozen.token or ""}
-
     # -- side effects ---------------------------------------------------------------------------
 
     def deliver(self, target: Target) -> None:
         """Upload the wheel to S3 unless a wheel with the same digest is there."""
         wheel: Wheel | None = target.private.get("wheel")
-        if wheel is None:
-            return
-        folder = Storage(target.private["code_uri"].rstrip("/"))
-        path = folder.path(wheel.filename)
-        try:
-            if folder.exists(path):
-                log.info("llm-ocr wheel %s already at %s: not uploaded again", wheel.digest[:16], folder.url)
-                return
-            folder.write_atomic(path, wheel.data)
-            folder.flush()
-        except Exception as exc:
-            raise LaunchError(f"could not upload the llm-ocr wheel to {folder.url} ({_brief(exc)}); pass --code-uri "
-                              "s3://BUCKET/PREFIX you can write, or --image with llm-ocr installed") from exc
-        log.info("uploaded the llm-ocr wheel to %s", folder.display(path))
+        if wheel is not None:
+            upload_wheel(wheel, target.private["code_uri"], hint="pass --code-uri s3://BUCKET/PREFIX you can write, "
+                         "or --image with llm-ocr installed")
 
     def submit(self, jobs: Sequence[PlannedJob], target: Target) -> Iterator[Submission]:
         """``create_processing_job`` per job (one per run of up to 100 shards)."""
@@ -421,7 +400,7 @@ class SageMaker:
             except Exception as exc:
                 hint = (" (the account's instance quota: see Service Quotas)" if _code(exc) == "ResourceLimitExceeded"
                         else "")
-                raise LaunchError(f"{_brief(exc)}{hint}") from exc
+                raise LaunchError(f"{brief_error(exc)}{hint}") from exc
             url = f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/processing-jobs/{name}"
             follow = f"aws logs tail {LOG_GROUP} --log-stream-name-prefix {name}/ --follow --region {region}"
             yield Submission(name, list(job.shards), name, url, follow)
@@ -452,7 +431,7 @@ class SageMaker:
                 streams = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=prefix)["logStreams"]
             except Exception as exc:
                 if _code(exc) != "ResourceNotFoundException":
-                    raise LaunchError(f"cannot read the logs of {name} ({_brief(exc)})") from exc
+                    raise LaunchError(f"cannot read the logs of {name} ({brief_error(exc)})") from exc
                 streams = []
             if not streams and not follow:
                 raise LaunchError(f"no log stream {LOG_GROUP}/{prefix}* yet: the host has not started (llm-ocr jobs "
@@ -540,9 +519,3 @@ def _cn(region: str) -> str:
 
 def _code(exc: BaseException) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-
-
-def _brief(exc: BaseException) -> str:
-    """An exception's first line, without credentials."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return scrub(text)
