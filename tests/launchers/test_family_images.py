@@ -136,7 +136,9 @@ def test_every_family_names_its_image_or_why_not_on_every_platform(tmp_path: Pat
 
     assert set(rows) == set(names()) == set(HF_JOBS_IMAGE)  # every family, listed and checked here
     for family, row in rows.items():
-        assert set(row["images"]) == {"hf-jobs", "sagemaker", "cloud-run", "slurm", "k8s"}, family
+        assert set(row["images"]) == {"hf-jobs", "sagemaker", "cloud-run", "aws-batch", "slurm", "k8s"}, family
+        # AWS Batch's GPU AMI documents no driver either: the same build as Hugging Face Jobs, checked at start.
+        assert row["images"]["aws-batch"].get("image") == row["images"]["hf-jobs"].get("image"), family
         for platform, choice in row["images"].items():
             if "missing" in choice:
                 assert "--image" in choice["missing"] and family in choice["missing"], (family, platform)
