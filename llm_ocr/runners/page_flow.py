@@ -297,10 +297,6 @@ class PageFlow(Generic[RefT, ItemT]):
             self._scratch = tempfile.mkdtemp(prefix="llm-ocr-docs-")
         return self._scratch
 
-    def finished(self, doc_id: str) -> bool:
-        """Whether every page of ``doc_id`` this flow was to handle has its row handed on."""
-        return doc_id in self.documents and doc_id not in self._doc_pending
-
     async def put(self, batch: Batch[RefT, ItemT]) -> None:
         """Hand the flow a batch besides its intake's (before the intake ends: a duplicate whose
         first's reading became known while the intake went on, :mod:`.shared_dedup`)."""

@@ -67,6 +67,8 @@ class _Waiting:
 
     ref: DocumentRef
     sha256: str
+    #: The copy's own group (it stays open while the copy waits).
+    group: GroupId
     first: FirstCopy | None = None
     earlier: Reading | None = None
 
@@ -102,10 +104,8 @@ class SharedReadings:
         self.copied = 0
         self.read_after_all = 0
         self.taken_over = 0
-        #: The documents this process reads as firsts, and those whose rows were stored early for
-        #: a copy waiting here.
-        self._mine: set[str] = set()
-        self._flushed: set[str] = set()
+        #: The documents this process reads as firsts, with their groups.
+        self._mine: dict[str, GroupId] = {}
         self._intake: DocumentPages | None = None
         self._flow: PageFlow[DocumentRef, Item] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -118,12 +118,13 @@ class SharedReadings:
         """Whether ``ref`` is a copy (set aside) rather than the first of its bytes (read here)."""
         earlier = self.base.earlier.get(sha256)
         if earlier is not None and (earlier.doc_id != ref.doc_id or earlier.rows != self.base.rows):
-            return self._set_aside(_Waiting(ref, sha256, earlier=earlier))
-        first = await asyncio.to_thread(self.hashes.claim, sha256, ref.doc_id, self.groups.group_of(ref.doc_id))
+            return self._set_aside(_Waiting(ref, sha256, self.groups.group_of(ref.doc_id), earlier=earlier))
+        group = self.groups.group_of(ref.doc_id)
+        first = await asyncio.to_thread(self.hashes.claim, sha256, ref.doc_id, group)
         if first.doc_id == ref.doc_id:  # this document is the first (or was, in an earlier run into OUT)
             self._read_here(ref, sha256)
             return None
-        return self._set_aside(_Waiting(ref, sha256, first=first))
+        return self._set_aside(_Waiting(ref, sha256, group, first=first))
 
     def counted(self, sha256: str, num_pages: int) -> None:
         self.base.counted(sha256, num_pages)
@@ -164,7 +165,7 @@ class SharedReadings:
                 "firsts_taken_over": self.taken_over}
 
     def _read_here(self, ref: DocumentRef, sha256: str) -> None:
-        self._mine.add(ref.doc_id)
+        self._mine[ref.doc_id] = self.groups.group_of(ref.doc_id)
         self.base.read.setdefault(sha256, Reading(ref.doc_id, None, self.base.rows))
 
     def _set_aside(self, waiting: _Waiting) -> _Waiting:
@@ -191,7 +192,7 @@ class SharedReadings:
                         self.copied += 1
                     else:
                         await self._read(item)
-                await self._store_awaited(flow)
+                await self._store_firsts()
             if self._settling and not self.waiting:
                 return
             self._wake.clear()
@@ -231,7 +232,7 @@ class SharedReadings:
         if state == "done":  # the group ended without the first's rows all stored with text
             return _Look("read")
         if state == "free":  # its reader is gone: this copy becomes the first, unless another did
-            latest = self.hashes.take_over(first, item.ref.doc_id, self.groups.group_of(item.ref.doc_id))
+            latest = self.hashes.take_over(first, item.ref.doc_id, item.group)
             item.first = latest
             if latest.doc_id == item.ref.doc_id:
                 self.taken_over += 1
@@ -243,15 +244,20 @@ class SharedReadings:
         pattern = group_part_name(group.shard, group.num_shards, group.group, 0).replace("-0000.parquet", "-*.parquet")
         return stored_rows(self.base.rows, stage, [doc_id], self.storage_options, pattern).get(doc_id, [])
 
-    async def _store_awaited(self, flow: PageFlow[DocumentRef, Item]) -> None:
-        """Store now the rows of this process's firsts that copies here wait for, once each is
-        finished (their group may hold such a copy, and would end only after it)."""
-        awaited = {w.first.doc_id for w in self.waiting if w.first is not None} & self._mine
-        ready = {d for d in awaited - self._flushed if flow.finished(d)}
-        if ready:
-            self._flushed |= ready
-            for writer in flow.writers:
-                await writer.flush()
+    async def _store_firsts(self) -> None:
+        """Store now the rows of this process's firsts in the groups that hold a copy waiting.
+
+        Such a group ends only after its copy, which may wait for a first in a group that holds
+        a copy of one of these firsts (two groups, each with the other's first): the firsts'
+        rows must not wait for their group's end. A group's rows are stored only while some of
+        them are a first's (a part per first at most, not one per look)."""
+        open_groups = {w.group for w in self.waiting}
+        firsts = {doc for doc, group in self._mine.items() if group in open_groups}
+        if firsts:
+            for stage in self.stages:
+                writer = self.groups.writer(stage)
+                for group in open_groups:
+                    await writer.store_if_holding(group, firsts)
 
     # -- handing the copies on -------------------------------------------------------------------
 

@@ -320,3 +320,47 @@ def test_run_in_work_groups_copies_both_stages_rows_from_another_shard(
         assert (rows[("a.pdf", 1)]["duplicate_of"], rows[("b.pdf", 1)]["duplicate_of"]) == ("b.pdf", None)
     described = {r["doc_id"]: r for r in read_stage(out, "describe")}
     assert described["a.pdf"]["figures"] == described["b.pdf"]["figures"]
+
+
+def test_two_groups_each_holding_the_others_first_both_end(
+        server: SimulatedServer, tmp_path: Path, quick_looks: None) -> None:
+    """Shard 0's one group holds a.pdf (Alpha's first) and c.pdf (a copy of Beta); shard 1's
+    holds b.pdf (Beta's first) and d.pdf (a copy of Alpha). Each copy keeps its group open, so
+    the firsts' rows must be stored before their groups end (with parts written only every hour,
+    the shards would wait on each other for that hour)."""
+    import threading
+
+    from llm_ocr.sources.fingerprint import file_sha256
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.claims import GroupId
+    from llm_ocr.storage.hash_claims import HashClaims
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha report"])
+    pdf(docs / "b.pdf", ["Beta memo"])
+    shutil.copy(docs / "b.pdf", docs / "c.pdf")
+    shutil.copy(docs / "a.pdf", docs / "d.pdf")
+    assert shard_of(docs, 2) == {"a.pdf": 0, "c.pdf": 0, "b.pdf": 1, "d.pdf": 1}
+    out = tmp_path / "out"
+    # Which copy each shard reaches first is the machine's: the claims they would make are made
+    # here, so that each group holds the other's first.
+    claims = HashClaims(Storage(str(out)), "extract", "test")
+    claims.claim(file_sha256(str(docs / "a.pdf")), "a.pdf", GroupId(0, 2, 0))
+    claims.claim(file_sha256(str(docs / "b.pdf")), "b.pdf", GroupId(1, 2, 0))
+    sent = len(server.requests())
+    results: dict[int, object] = {}
+
+    def shard(index: int) -> None:
+        results[index] = llm_ocr.extract([docs], out, endpoint=server.base_url, num_shards=2, shard_index=index,
+                                         group_docs=2, steal=True, flush_interval=3600, **FAST)
+
+    threads = [threading.Thread(target=shard, args=(i,), daemon=True) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)  # a bound on a hang, not a wait: they end in about a second
+    assert [getattr(results.get(i), "exit_code", None) for i in range(2)] == [0, 0]
+    assert len(server.requests()) - sent == 2
+    rows = rows_by_page(out)
+    assert [rows[(d, 1)]["duplicate_of"] for d in ("a.pdf", "b.pdf", "c.pdf", "d.pdf")] == [None, None, "b.pdf", "a.pdf"]
