@@ -251,6 +251,23 @@ def test_copies_in_different_shards_read_side_by_side_are_read_once(
             assert rows[(copy, 1)]["markdown"] == rows[(first, 1)]["markdown"]
     assert sum(r["completion_tokens"] is not None for r in rows.values()) == 4
 
+    # A later run in work groups on an overlapping collection, naming what this one read: only
+    # the new document's page is read; the copy's rows come from the first OUT.
+    later = tmp_path / "later"
+    later.mkdir()
+    shutil.copy(docs / "a.pdf", later / "g.pdf")
+    pdf(later / "h.pdf", ["Gamma letter"])
+    sent = len(server.requests())
+    for index in (0, 1):  # shard 0 reads both groups (its own, then shard 1's); shard 1 finds them done
+        again = llm_ocr.extract([later], tmp_path / "out2", endpoint=server.base_url, num_shards=2,
+                                shard_index=index, group_docs=1, dedup_index=str(out / "_state" / "hashes"), **FAST)
+        assert again.exit_code == 0
+    assert len(server.requests()) - sent == 1
+    grown = rows_by_page(tmp_path / "out2")
+    (first,) = [d for d in ("a.pdf", "b.pdf", "f.pdf") if rows[(d, 1)]["duplicate_of"] is None]
+    assert [grown[("g.pdf", p)]["duplicate_of"] for p in (1, 2, 3)] == [first] * 3
+    assert grown[("h.pdf", 1)]["duplicate_of"] is None and len(grown) == 4
+
 
 def test_a_copy_whose_first_was_claimed_by_a_shard_that_died_is_read_once(
         server: SimulatedServer, tmp_path: Path, quick_looks: None) -> None:
