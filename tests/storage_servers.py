@@ -198,13 +198,15 @@ def shared_moto() -> MotoS3:
 
 
 class GcsEmulator(_Process):
-    """``gcp-storage-emulator`` in memory, driven through the GCS JSON API."""
+    """``gcp-storage-emulator`` in memory, driven through the GCS JSON API. A test that only
+    needs buckets of its own takes this process's emulator from :func:`shared_gcs`."""
 
-    def __init__(self) -> None:
+    def __init__(self, dies_with_us: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(
-            [str(VENV_BIN / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(self.port), "--in-memory"]
+            [str(VENV_BIN / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(self.port), "--in-memory"],
+            dies_with_us=dies_with_us,
         )
         _wait_http(f"{self.url}/storage/v1/b", 30, self.proc)
 
@@ -237,6 +239,19 @@ class GcsEmulator(_Process):
 
     def read(self, bucket: str, name: str) -> bytes:
         return self._call("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}?alt=media")
+
+
+_SHARED_GCS: GcsEmulator | None = None
+
+
+def shared_gcs() -> GcsEmulator:
+    """This process's GCS emulator, started by the first test that asks (as :func:`shared_moto`;
+    the emulator has no reset, so each test names buckets of its own). Never :meth:`stop` it."""
+    global _SHARED_GCS
+    if _SHARED_GCS is None or _SHARED_GCS.proc.poll() is not None:
+        _SHARED_GCS = GcsEmulator(dies_with_us=True)
+        atexit.register(_SHARED_GCS.stop)
+    return _SHARED_GCS
 
 
 class CuttableProxy:

@@ -22,13 +22,13 @@ import re
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from llm_ocr.options import ExtractOptions
 from llm_ocr.records import DOCUMENT_LEVEL_PAGE, PageResult
 from llm_ocr.runners.lifecycle import PageWork
 from llm_ocr.runners.look_ahead import IN_ORDER, LookAhead
-from llm_ocr.runners.page_flow import Batch, PageFlow, PageRows
+from llm_ocr.runners.page_flow import Batch, DocumentPages, PageFlow, PageRows
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.fingerprint import page_fingerprint, same_pixels
@@ -46,6 +46,14 @@ LOOKUP_CHUNK = 256
 PAGE_MEMORY = 64 * 1024 * 1024
 #: A figure's id names its page (``p{page}-f{k}``): a copy on another page is renamed.
 _FIGURE_PAGE = re.compile(r"^p\d+-")
+
+
+class HasDeferred(Protocol):
+    """Readings that set duplicates aside (:class:`DocumentReadings`, and with work groups
+    :class:`~.shared_dedup.SharedReadings`)."""
+
+    @property
+    def deferred(self) -> Sequence[object]: ...
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,7 @@ class DocumentReadings:
     #: The duplicates set aside, in input order.
     deferred: list[Duplicate] = field(default_factory=list)
 
-    def duplicate(self, ref: DocumentRef, sha256: str) -> Duplicate | None:
+    async def duplicate(self, ref: DocumentRef, sha256: str) -> Duplicate | None:
         """Whether ``ref`` (bytes hashing to ``sha256``) was read already; else it is this run's
         first of them. A duplicate is set aside in :attr:`deferred`."""
         first = self.read.get(sha256) or self.earlier.get(sha256)
@@ -87,6 +95,15 @@ class DocumentReadings:
         """The first of ``sha256`` has ``num_pages`` pages (what its hash record says)."""
         if (reading := self.read.get(sha256)) is not None:
             self.read[sha256] = replace(reading, num_pages=num_pages)
+
+    def start(self, intake: DocumentPages, flow: PageFlow[DocumentRef, PageImage | PageFailure]) -> None:
+        """Nothing to begin: the duplicates are copied after the flow (:func:`copy_duplicates`)."""
+
+    async def settle(self) -> None:
+        """Nothing handed on while the flow runs."""
+
+    async def close(self) -> None:
+        """Nothing begun."""
 
 
 def copied(row: dict[str, Any], ref: DocumentRef, page: int, first: str, first_page: int) -> PageResult:
@@ -307,7 +324,7 @@ def record_readings(out: Storage, shard: int, num_shards: int, readings: Documen
     write_readings(out, shard, num_shards, read)
 
 
-def dedup_stats(readings: DocumentReadings | None, reuse: PageReuse | None) -> dict[str, Any]:
+def dedup_stats(readings: DocumentReadings | HasDeferred | None, reuse: PageReuse | None) -> dict[str, Any]:
     """What the completion marker records of deduplication: documents set aside as read
     already, pages that got a copy of a pixel-identical page's reading, and candidates the
     pixel comparison turned down (None where it was off)."""

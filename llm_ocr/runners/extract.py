@@ -23,6 +23,7 @@ from llm_ocr.runners.inputs import check_inputs, rows_round_robin
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, page_look_ahead
 from llm_ocr.runners.shard import ShardOutcome
+from llm_ocr.runners.shared_dedup import SharedReadings
 from llm_ocr.runners.workers import WorkerPool, crop_figures, render_page_regions, transform_image
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint
@@ -143,30 +144,35 @@ class Extract(ShardStage):
                 # Every page's text is estimated as it is rendered (a few ms): its row keeps it, a
                 # run that may read dense pages in tiles decides with it, and the pages waiting
                 # for a slot go longest first by it.
-                # Documents are told apart by their bytes' sha256 (not with work groups: a duplicate's
-                # rows are written after its group's pages, docs/dedup.md).
+                # Documents are told apart by their bytes' sha256: in a static shard, the copies are
+                # written after the shard's pages; with work groups, the hash is claimed across the
+                # run's processes and each copy is written in its own group (docs/dedup.md). Not
+                # with work groups on the Hub: there every claim is a commit, one per document.
                 readings = await asyncio.to_thread(shard_readings, shard.out, spec.extract, job.storage_options) \
-                    if spec.extract.dedup and groups is None else None
+                    if spec.extract.dedup and (groups is None or not shard.out.batches_writes) else None
+                shared = SharedReadings(readings, shard.out, groups, ["extract"], job.storage_options) \
+                    if readings is not None and groups is not None else None
                 intake = DocumentPages(self.documents, self.index, work.pool, render, job.storage_options,
                                        estimate_text=True, planned=groups.planned if groups else None,
                                        look_ahead=page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb),
                                        max_aspect=page_aspect(spec.extract),
                                        estimate_ahead=spec.extract.estimate_ahead, paced=groups is not None,
-                                       readings=readings)
+                                       readings=shared or readings)
                 handler = bad.guard(_extract_handler(ctx, bad, route, tally), bad.quarantined)
                 reuse = PageReuse(handler, work.pool) if spec.extract.dedup else None
-                await work.run(intake, reuse or handler, ["extract"])
-                if readings is not None:  # the duplicates set aside: copied, or read after all
+                await work.run(intake, shared.handler(reuse or handler) if shared else reuse or handler, ["extract"])
+                if readings is not None and shared is None:  # the duplicates set aside: copied, or read after all
                     again = await copy_duplicates(work, readings, self.index, ["extract"], job.storage_options)
                     if again:
                         await work.run(intake.over(again), reuse or handler, ["extract"])
+                if readings is not None:
                     await asyncio.to_thread(record_readings, shard.out, shard.index, shard.count, readings)
                 layout_s = route.client.busy_seconds if route is not None else None
         kept = self.index.kept_quarantined
         accounting = tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
         result = work.result("extract", kept=kept, extra=accounting)
         result.stats["pages"]["quarantined_earlier"] = kept
-        result.stats["dedup"] = dedup_stats(readings, reuse)
+        result.stats["dedup"] = {**dedup_stats(shared or readings, reuse), **(shared.stats() if shared else {})}
         end = await groups_finished(groups, [result.stats], stopped=shard.stop.is_set())
         result.failed = result.failed or end.failed_elsewhere
         return Finished([result], preset=endpoint.preset, complete=end.complete)

@@ -505,6 +505,12 @@ class GroupWriter(SerialWriter):
     async def flush(self) -> None:
         await self._store([group for group, rows in self._rows.items() if rows])
 
+    async def store_if_holding(self, group: GroupId, doc_ids: set[str]) -> None:
+        """Store ``group``'s rows now if some of those buffered are of ``doc_ids`` (the firsts of
+        copies that may be waiting for them: :mod:`.shared_dedup`)."""
+        if any(row["doc_id"] in doc_ids for row in self._rows.get(group, ())):
+            await self._store([group])
+
     async def _store(self, groups: list[GroupId]) -> None:
         batches = [(group, self._rows.pop(group)) for group in groups if self._rows.get(group)]
         if batches:

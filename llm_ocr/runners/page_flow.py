@@ -151,14 +151,30 @@ def _dataset_sha256(ref: DocumentRef) -> str:
 
 
 class Readings(Protocol):
-    """Which documents were read already, by content hash (:class:`~.dedup.DocumentReadings`)."""
+    """Which documents were read already, by content hash (:class:`~.dedup.DocumentReadings`;
+    with work groups, :class:`~.shared_dedup.SharedReadings`)."""
 
-    def duplicate(self, ref: DocumentRef, sha256: str) -> object | None:
-        """Not None when ``ref`` was read already (it is then set aside, not read)."""
+    async def duplicate(self, ref: DocumentRef, sha256: str) -> object | None:
+        """Not None when ``ref`` was read already, or is being read elsewhere (it is then set
+        aside, not read here)."""
         ...
 
     def counted(self, sha256: str, num_pages: int) -> None:
         """The document first read with ``sha256`` has ``num_pages`` pages."""
+        ...
+
+    def start(self, intake: DocumentPages, flow: PageFlow[DocumentRef, PageImage | PageFailure]) -> None:
+        """The intake begins handing ``flow`` its pages (duplicates set aside may be handed on
+        while it goes: :meth:`PageFlow.put`)."""
+        ...
+
+    async def settle(self) -> None:
+        """The intake reached its last document: return once every duplicate set aside that is
+        handed on while the flow runs has been (or the flow stops)."""
+        ...
+
+    async def close(self) -> None:
+        """The intake ended, however it ended: stop what :meth:`start` began."""
         ...
 
 
@@ -280,6 +296,11 @@ class PageFlow(Generic[RefT, ItemT]):
         if self._scratch is None:
             self._scratch = tempfile.mkdtemp(prefix="llm-ocr-docs-")
         return self._scratch
+
+    async def put(self, batch: Batch[RefT, ItemT]) -> None:
+        """Hand the flow a batch besides its intake's (before the intake ends: a duplicate whose
+        first's reading became known while the intake went on, :mod:`.shared_dedup`)."""
+        await self._queue.put(batch)
 
     def expect(self, doc_id: str, pages: int) -> None:
         """``pages`` of document ``doc_id`` will be handled: the document is finished after them."""
@@ -544,15 +565,23 @@ class DocumentPages:
     async def batches(
         self, flow: PageFlow[DocumentRef, PageImage | PageFailure]
     ) -> AsyncGenerator[Batch[DocumentRef, PageImage | PageFailure], None]:
-        if self.estimate_ahead > 0:
-            ordered = expected_order(self, flow, self.estimate_ahead, CHUNK_PAGES, self.paced)
-            async with contextlib.aclosing(ordered) as batches:
-                async for batch in batches:
-                    yield batch
-            return
-        async for ref in self.documents_to_read(flow):
-            async for batch in self._document(ref, flow):
-                yield batch
+        if self.readings is not None:
+            self.readings.start(self, flow)
+        try:
+            if self.estimate_ahead > 0:
+                ordered = expected_order(self, flow, self.estimate_ahead, CHUNK_PAGES, self.paced)
+                async with contextlib.aclosing(ordered) as batches:
+                    async for batch in batches:
+                        yield batch
+            else:
+                async for ref in self.documents_to_read(flow):
+                    async for batch in self._document(ref, flow):
+                        yield batch
+            if self.readings is not None:
+                await self.readings.settle()
+        finally:
+            if self.readings is not None:
+                await self.readings.close()
 
     async def documents_to_read(self, flow: PageFlow[DocumentRef, PageImage | PageFailure]) -> AsyncGenerator[
             DocumentRef, None]:
@@ -619,9 +648,10 @@ class DocumentPages:
         assert counters.pages_found is not None
         try:
             local, cleanup, sha256 = await self._localize(ref, flow.scratch)
-            if sha256 and self.readings is not None and self.readings.duplicate(ref, sha256) is not None:
-                # Read already (here, earlier, or as the index says): its rows are copies, made
-                # once this run's readings are stored; none of its pages is counted or rendered.
+            if sha256 and self.readings is not None and await self.readings.duplicate(ref, sha256) is not None:
+                # Read already (here, earlier, or as the index says), or being read elsewhere: its
+                # rows are copies, made once the first's are stored; none of its pages is counted
+                # or rendered here.
                 if cleanup:
                     cleanup()
                 return None

@@ -45,6 +45,7 @@ from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardS
 from llm_ocr.runners.page_flow import DocumentPages, PageRows, UpstreamRows, page_look_ahead
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import ShardOutcome
+from llm_ocr.runners.shared_dedup import SharedReadings
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.serving.quarantine import PageQuarantined
@@ -271,11 +272,16 @@ class Run(ShardStage):
                                           work.counters["describe"], bad)
                     guarded = bad.guard(run_pages.read, run_pages.quarantined)
                     reuse = PageReuse(guarded, work.pool) if spec.extract.dedup else None
-                    handler = _copies_described(reuse or guarded, work.counters["describe"])
-                    # Documents told apart by their sha256 (not with work groups: docs/dedup.md).
+                    # Documents told apart by their sha256: with work groups, across the run's
+                    # processes by hash claims (not on the Hub: a commit each; docs/dedup.md).
                     readings = await asyncio.to_thread(shard_readings, shard.out, spec.extract,
                                                        job.storage_options) \
-                        if spec.extract.dedup and self.groups is None else None
+                        if spec.extract.dedup and (self.groups is None or not shard.out.batches_writes) else None
+                    shared = SharedReadings(readings, shard.out, self.groups, ["extract", "describe"],
+                                            job.storage_options) \
+                        if readings is not None and self.groups is not None else None
+                    inner = shared.handler(reuse or guarded) if shared else reuse or guarded
+                    handler = _copies_described(inner, work.counters["describe"])
                     # Every page's text is estimated as it is rendered (its row keeps it; the pages waiting
                     # for a slot go longest first by it).
                     look_ahead = page_look_ahead(spec.extract.look_ahead, spec.extract.look_ahead_mb)
@@ -285,16 +291,17 @@ class Run(ShardStage):
                                           planned=self.groups.planned if self.groups else None,
                                           max_aspect=page_aspect(spec.extract),
                                           estimate_ahead=spec.extract.estimate_ahead, paced=self.groups is not None,
-                                          readings=readings)
+                                          readings=shared or readings)
                     await work.run(pages, handler, ["extract", "describe"])
-                    if readings is not None:  # the duplicates set aside: copied, or read after all
+                    if readings is not None and shared is None:  # the duplicates set aside: copied, or read after all
                         again = await copy_duplicates(work, readings, self.extract, ["extract", "describe"],
                                                       job.storage_options,
                                                       on_copy=_count_described(work.counters["describe"]))
                         if again:
                             await work.run(pages.over(again), handler, ["extract", "describe"])
+                    if readings is not None:
                         await asyncio.to_thread(record_readings, shard.out, shard.index, shard.count, readings)
-                    dedup = dedup_stats(readings, reuse)
+                    dedup = {**dedup_stats(shared or readings, reuse), **(shared.stats() if shared else {})}
                     layout_s = route.client.busy_seconds if route is not None else None
             if run_pages is not None:
                 self._account_describe(work, caught_up_rows, run_pages.described_earlier)

@@ -100,16 +100,17 @@ def write_readings(out: Storage, shard: int, num_shards: int, readings: dict[str
     return path
 
 
-def stored_rows(output: str, stage: str, doc_ids: Iterable[str],
-                storage_options: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """The page rows of ``doc_ids`` in the Parquet files of ``output/stage``, by ``doc_id``, each
-    document's in page order (a page a rerun wrote again, once: its reading that is not an error)."""
+def stored_rows(output: str, stage: str, doc_ids: Iterable[str], storage_options: dict[str, Any] | None = None,
+                pattern: str = "*.parquet") -> dict[str, list[dict[str, Any]]]:
+    """The page rows of ``doc_ids`` in the Parquet files of ``output/stage`` (those ``pattern``
+    matches: one page group's parts, say), by ``doc_id``, each document's in page order (a page a
+    rerun wrote again, once: its reading that is not an error)."""
     wanted = sorted(set(doc_ids))
     found: dict[str, dict[int, dict[str, Any]]] = {d: {} for d in wanted}
     if not wanted:
         return {}
     store = Storage(output, storage_options).child(stage)
-    for path in sorted(store.glob("*.parquet")):
+    for path in sorted(store.glob(pattern)):
         with store.fs.open(path, "rb") as handle:
             table = pq.read_table(handle, filters=[("doc_id", "in", wanted)])
         for row in table.to_pylist():

@@ -179,3 +179,205 @@ def test_a_copy_of_a_failed_reading_is_read_and_a_moved_out_is_not_its_own_copy(
     again = rows_by_page(moved)
     assert sorted(r["status"] for r in again.values()) == ["ok", "ok"]
     assert all(r["duplicate_of"] in (None, "a.pdf", "b.pdf") and r["duplicate_of"] != k[0] for k, r in again.items())
+
+
+# -- across the shards of a run read in work groups (llm_ocr.runners.shared_dedup) ----------------
+
+
+@pytest.fixture
+def quick_looks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy waiting for its first is looked at again often (the looks decide from storage;
+    their pace only sets how soon)."""
+    from llm_ocr.runners import shared_dedup
+
+    monkeypatch.setattr(shared_dedup, "POLL_SECONDS", 0.05)
+
+
+def shard_of(docs: Path, num_shards: int) -> dict[str, int]:
+    from llm_ocr.sources import plan_inputs
+
+    plan = plan_inputs([str(docs)])
+    return {ref.doc_id: s for s in range(num_shards) for ref in plan.documents(num_shards, s)}
+
+
+def begin_work_groups(out: Path, docs: Path, folders: list[str]) -> None:
+    """Record OUT's work groups of one document for two shards, as the first shard to start
+    does (a shard run with ``steal=False`` then reads its own groups only)."""
+    from llm_ocr.options import StealOptions
+    from llm_ocr.runners.groups import resolve_layout
+    from llm_ocr.sources import plan_inputs
+    from llm_ocr.storage import Storage
+
+    layout = resolve_layout(Storage(str(out)), plan_inputs([str(docs)]), False, 2, StealOptions(group_docs=1), folders)
+    assert layout is not None and layout.group_docs == 1
+
+
+def test_copies_in_different_shards_read_side_by_side_are_read_once(
+        server: SimulatedServer, tmp_path: Path, quick_looks: None) -> None:
+    import threading
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha report", "", ""])  # two blank pages
+    pdf(docs / "c.pdf", ["Beta memo"])
+    pdf(docs / "d.pdf", ["Delta note"])
+    for copy, of in (("b.pdf", "a.pdf"), ("e.pdf", "c.pdf"), ("f.pdf", "a.pdf")):
+        shutil.copy(docs / of, docs / copy)
+    shards = shard_of(docs, 3)  # every copy in a shard of its own
+    assert len({shards[d] for d in ("a.pdf", "b.pdf", "f.pdf")}) == 3 and shards["c.pdf"] != shards["e.pdf"]
+    out = tmp_path / "out"
+    sent = len(server.requests())
+    results: dict[int, object] = {}
+
+    def shard(index: int) -> None:  # each shard its own process as far as the run can tell: its own loop
+        results[index] = llm_ocr.extract([docs], out, endpoint=server.base_url, num_shards=3, shard_index=index,
+                                         group_docs=1, **FAST)
+
+    threads = [threading.Thread(target=shard, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(240)
+    assert [getattr(results.get(i), "exit_code", None) for i in range(3)] == [0, 0, 0]
+    # Distinct pages: Alpha, Beta, Delta and the blank page.
+    assert len(server.requests()) - sent == 4
+    rows = rows_by_page(out)
+    assert sorted(rows) == sorted([(d, p) for d in ("a.pdf", "b.pdf", "f.pdf") for p in (1, 2, 3)]
+                                  + [(d, 1) for d in ("c.pdf", "d.pdf", "e.pdf")])
+    for family in (("a.pdf", "b.pdf", "f.pdf"), ("c.pdf", "e.pdf")):
+        (first,) = [d for d in family if rows[(d, 1)]["duplicate_of"] is None]
+        for copy in set(family) - {first}:  # every copy names the first, and holds its text
+            assert rows[(copy, 1)]["duplicate_of"] == first and rows[(copy, 1)]["completion_tokens"] is None
+            assert rows[(copy, 1)]["markdown"] == rows[(first, 1)]["markdown"]
+    assert sum(r["completion_tokens"] is not None for r in rows.values()) == 4
+
+    # A later run in work groups on an overlapping collection, naming what this one read: only
+    # the new document's page is read; the copy's rows come from the first OUT.
+    later = tmp_path / "later"
+    later.mkdir()
+    shutil.copy(docs / "a.pdf", later / "g.pdf")
+    pdf(later / "h.pdf", ["Gamma letter"])
+    sent = len(server.requests())
+    for index in (0, 1):  # shard 0 reads both groups (its own, then shard 1's); shard 1 finds them done
+        again = llm_ocr.extract([later], tmp_path / "out2", endpoint=server.base_url, num_shards=2,
+                                shard_index=index, group_docs=1, dedup_index=str(out / "_state" / "hashes"), **FAST)
+        assert again.exit_code == 0
+    assert len(server.requests()) - sent == 1
+    grown = rows_by_page(tmp_path / "out2")
+    (first,) = [d for d in ("a.pdf", "b.pdf", "f.pdf") if rows[(d, 1)]["duplicate_of"] is None]
+    assert [grown[("g.pdf", p)]["duplicate_of"] for p in (1, 2, 3)] == [first] * 3
+    assert grown[("h.pdf", 1)]["duplicate_of"] is None and len(grown) == 4
+
+
+def test_a_copy_whose_first_was_claimed_by_a_shard_that_died_is_read_once(
+        server: SimulatedServer, tmp_path: Path, quick_looks: None) -> None:
+    """Shard 0 claimed the group holding a.pdf and a.pdf's hash, then died (its lease ran out)
+    before storing a row. Shard 1 finds the group free, names its own copy (b.pdf) the first and
+    reads it; shard 0's rerun then copies a.pdf from it: one reading of those bytes in all."""
+    import time
+
+    from llm_ocr.sources import plan_inputs
+    from llm_ocr.sources.fingerprint import file_sha256
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.claims import ClaimBook, GroupId
+    from llm_ocr.storage.hash_claims import HashClaims
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha report", ""])
+    shutil.copy(docs / "a.pdf", docs / "b.pdf")
+    pdf(docs / "c.pdf", ["Beta memo"])
+    pdf(docs / "d.pdf", ["Delta note"])
+    shards = shard_of(docs, 2)
+    assert shards["a.pdf"] == 0 and shards["b.pdf"] == 1
+    out = tmp_path / "out"
+    store = Storage(str(out))
+    # What shard 0 left: the work-group record, a started claim on a.pdf's group whose lease has
+    # run out (written with a clock an hour back), and a.pdf named the first of its bytes.
+    begin_work_groups(out, docs, ["extract"])
+    group = GroupId(0, 2, [r.doc_id for r in plan_inputs([str(docs)]).documents(2, 0)].index("a.pdf"))
+    dead = ClaimBook(store, "extract", 2, holder="dead", shard=0, lease=60, clock=lambda: time.time() - 3600)
+    assert dead.take(group, None) is not None
+    HashClaims(store, "extract", "dead").claim(file_sha256(str(docs / "a.pdf")), "a.pdf", group)
+
+    sent = len(server.requests())
+    one = llm_ocr.extract([docs], out, endpoint=server.base_url, num_shards=2, shard_index=1, steal=False, **FAST)
+    zero = llm_ocr.extract([docs], out, endpoint=server.base_url, num_shards=2, shard_index=0, **FAST)
+    assert (one.exit_code, zero.exit_code) == (0, 0)
+    # Distinct pages: Alpha, the blank page, Beta, Delta; the copy's two pages were read once.
+    assert len(server.requests()) - sent == 4
+    rows = rows_by_page(out)
+    assert sorted(rows) == [("a.pdf", 1), ("a.pdf", 2), ("b.pdf", 1), ("b.pdf", 2), ("c.pdf", 1), ("d.pdf", 1)]
+    assert [rows[("b.pdf", p)]["duplicate_of"] for p in (1, 2)] == [None, None]  # read by shard 1
+    assert [(rows[("a.pdf", p)]["duplicate_of"], rows[("a.pdf", p)]["duplicate_page"]) for p in (1, 2)] \
+        == [("b.pdf", 1), ("b.pdf", 2)]
+    assert rows[("a.pdf", 1)]["markdown"] == rows[("b.pdf", 1)]["markdown"]
+
+
+def test_run_in_work_groups_copies_both_stages_rows_from_another_shard(
+        server: SimulatedServer, tmp_path: Path, quick_looks: None) -> None:
+    # llm-ocr run in work groups: shard 1 reads b.pdf (its hash's first), shard 0 then finds its
+    # a.pdf claimed by it and copies its Extract and Describe rows: no request of its own.
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha report"])
+    shutil.copy(docs / "a.pdf", docs / "b.pdf")
+    assert shard_of(docs, 2) == {"a.pdf": 0, "b.pdf": 1}
+    out = tmp_path / "out"
+    begin_work_groups(out, docs, ["extract", "describe"])  # so that shard 1 alone reads its own groups
+    sent = len(server.requests())
+    one = llm_ocr.run(docs, out, endpoint=server.base_url, num_shards=2, shard_index=1, steal=False, **FAST)
+    read = len(server.requests()) - sent
+    zero = llm_ocr.run(docs, out, endpoint=server.base_url, num_shards=2, shard_index=0, **FAST)
+    assert (one.exit_code, zero.exit_code) == (0, 0)
+    assert len(server.requests()) - sent == read  # shard 0 sent nothing
+    for stage in ("extract", "describe"):
+        rows = {(r["doc_id"], r["page"]): r for r in read_stage(out, stage)}
+        assert sorted(rows) == [("a.pdf", 1), ("b.pdf", 1)]
+        assert (rows[("a.pdf", 1)]["duplicate_of"], rows[("b.pdf", 1)]["duplicate_of"]) == ("b.pdf", None)
+    described = {r["doc_id"]: r for r in read_stage(out, "describe")}
+    assert described["a.pdf"]["figures"] == described["b.pdf"]["figures"]
+
+
+def test_two_groups_each_holding_the_others_first_both_end(
+        server: SimulatedServer, tmp_path: Path, quick_looks: None) -> None:
+    """Shard 0's one group holds a.pdf (Alpha's first) and c.pdf (a copy of Beta); shard 1's
+    holds b.pdf (Beta's first) and d.pdf (a copy of Alpha). Each copy keeps its group open, so
+    the firsts' rows must be stored before their groups end (with parts written only every hour,
+    the shards would wait on each other for that hour)."""
+    import threading
+
+    from llm_ocr.sources.fingerprint import file_sha256
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.claims import GroupId
+    from llm_ocr.storage.hash_claims import HashClaims
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha report"])
+    pdf(docs / "b.pdf", ["Beta memo"])
+    shutil.copy(docs / "b.pdf", docs / "c.pdf")
+    shutil.copy(docs / "a.pdf", docs / "d.pdf")
+    assert shard_of(docs, 2) == {"a.pdf": 0, "c.pdf": 0, "b.pdf": 1, "d.pdf": 1}
+    out = tmp_path / "out"
+    # Which copy each shard reaches first is the machine's: the claims they would make are made
+    # here, so that each group holds the other's first.
+    claims = HashClaims(Storage(str(out)), "extract", "test")
+    claims.claim(file_sha256(str(docs / "a.pdf")), "a.pdf", GroupId(0, 2, 0))
+    claims.claim(file_sha256(str(docs / "b.pdf")), "b.pdf", GroupId(1, 2, 0))
+    sent = len(server.requests())
+    results: dict[int, object] = {}
+
+    def shard(index: int) -> None:
+        results[index] = llm_ocr.extract([docs], out, endpoint=server.base_url, num_shards=2, shard_index=index,
+                                         group_docs=2, steal=True, flush_interval=3600, **FAST)
+
+    threads = [threading.Thread(target=shard, args=(i,), daemon=True) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)  # a bound on a hang, not a wait: they end in about a second
+    assert [getattr(results.get(i), "exit_code", None) for i in range(2)] == [0, 0]
+    assert len(server.requests()) - sent == 2
+    rows = rows_by_page(out)
+    assert [rows[(d, 1)]["duplicate_of"] for d in ("a.pdf", "b.pdf", "c.pdf", "d.pdf")] == [None, None, "b.pdf", "a.pdf"]

@@ -1,5 +1,6 @@
 """Manifest INPUTs (Parquet, JSONL, CSV): each shard's share, relative paths, bad rows, the
-manifest ``plan --write-manifest`` and ``launch`` write, on local disk and S3 (moto server)."""
+manifest ``plan --write-manifest`` and ``launch`` write, on local disk, S3 (moto server) and GCS
+(gcp-storage-emulator)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from llm_ocr.sources.manifest_write import write_manifest
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import read_stage
 from tests.sources.sources_testdata import make_pdf, png
-from tests.storage_servers import AWS_TEST_ENV, MotoS3
+from tests.storage_servers import AWS_TEST_ENV, shared_gcs, shared_moto
 
 #: 23 rows of uneven lengths, so byte ranges and row counts do not line up.
 ROWS = [{"url": f"docs/{'sub/' * (i % 3)}d{i:02d}.pdf", "id": f"doc-{i}", "size": 1000 + i} for i in range(23)]
@@ -195,25 +196,37 @@ def test_a_launch_of_a_folder_hands_the_shards_a_manifest_written_once(tmp_path:
         plan_launch(other, Platform())  # type: ignore[arg-type]
 
 
-def test_on_s3_a_bucket_folder_is_listed_once_and_its_manifest_read_by_shards(tmp_path: Path) -> None:
-    server = MotoS3()
-    try:
-        s3 = server.client()
-        s3.create_bucket(Bucket="ocr")
-        server.upload_folder(make_folder(tmp_path / "scans"), "ocr", "scans")
-        so = {"key": AWS_TEST_ENV["AWS_ACCESS_KEY_ID"], "secret": AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"],
-              "client_kwargs": {"endpoint_url": server.url, "region_name": "us-east-1"}}
-        listed = plan_inputs(["s3://ocr/scans"], storage_options=so)
-        write_manifest(listed, "s3://ocr/out/manifest", storage_options=so)
-        s3.put_object(Bucket="ocr", Key="lists/m.csv", Body=b"path\n../scans/part1/s1.png\n")
-        plan = plan_inputs(["s3://ocr/out/manifest", "s3://ocr/lists/m.csv"], storage_options=so)
-        refs = sorted(((r.doc_id, r.index, r.location) for s in range(2) for r in plan.documents(2, s)), key=lambda r: r[1])
-    finally:
-        server.stop()
-    expected = [(f"part{i}/s{j}.png", 0, f"s3://ocr/scans/part{i}/s{j}.png") for i, j in
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_in_a_bucket_a_folder_is_listed_once_and_its_manifest_read_by_shards(
+        scheme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # S3 (moto) and GCS (gcp-storage-emulator), each this process's shared server: the folder is
+    # listed once into a Parquet manifest that the shards read, beside a CSV of relative paths.
+    bucket = f"ocr-{tmp_path.name.lower().replace('_', '-')}"[:60]  # the GCS emulator keeps buckets
+    scans = make_folder(tmp_path / "scans")
+    if scheme == "s3":
+        s3 = shared_moto()
+        s3.client().create_bucket(Bucket=bucket)
+        s3.upload_folder(scans, bucket, "scans")
+        s3.client().put_object(Bucket=bucket, Key="lists/m.csv", Body=b"path\n../scans/part1/s1.png\n")
+        so: dict[str, Any] = {"key": AWS_TEST_ENV["AWS_ACCESS_KEY_ID"], "secret": AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"],
+                              "client_kwargs": {"endpoint_url": s3.url, "region_name": "us-east-1"}}
+    else:
+        gcs = shared_gcs()
+        for name, value in gcs.env.items():  # gcsfs finds the emulator by the standard variable
+            monkeypatch.setenv(name, value)
+        gcs.create_bucket(bucket)
+        gcs.upload_folder(scans, bucket, "scans")
+        gcs.upload(bucket, "lists/m.csv", b"path\n../scans/part1/s1.png\n")
+        so = {"token": "anon"}
+    root = f"{scheme}://{bucket}"
+    listed = plan_inputs([f"{root}/scans"], storage_options=so)
+    write_manifest(listed, f"{root}/out/manifest", storage_options=so)
+    plan = plan_inputs([f"{root}/out/manifest", f"{root}/lists/m.csv"], storage_options=so)
+    refs = sorted(((r.doc_id, r.index, r.location) for s in range(2) for r in plan.documents(2, s)), key=lambda r: r[1])
+    expected = [(f"part{i}/s{j}.png", 0, f"{root}/scans/part{i}/s{j}.png") for i, j in
                 [(0, 0), (0, 2), (0, 4), (1, 1), (1, 3)]]
     expected = [(d, n, u) for n, (d, _, u) in enumerate(expected)]
-    assert refs == [*expected, ("../scans/part1/s1.png", 5, "s3://ocr/scans/part1/s1.png")]
+    assert refs == [*expected, ("../scans/part1/s1.png", 5, f"{root}/scans/part1/s1.png")]
 
 
 def test_a_line_manifest_counts_the_rows_before_a_share_as_it_reads_them(
