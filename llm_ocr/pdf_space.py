@@ -27,7 +27,8 @@ class PageFrame:
                  rotation: int = 0) -> None:
         # The page's box as PDFium renders it: the CropBox clipped to the MediaBox (its
         # ``get_bbox``), in user-space points; or ``box`` and ``rotation`` as a row stores them.
-        self.left, self.bottom, self.right, self.top = page.get_bbox() if page is not None else box
+        bounds: tuple[float, float, float, float] = tuple(page.get_bbox()) if page is not None else box
+        self.left, self.bottom, self.right, self.top = bounds
         #: The page's /Rotate (degrees clockwise, 0, 90, 180 or 270).
         self.rotation = (page.get_rotation() if page is not None else rotation) % 360
 

@@ -277,6 +277,20 @@ def _figure_with_page() -> pa.DataType:
 
 
 @dataclass
+class Furniture:
+    """A running header, footer or page number of a document (Assemble's rows)."""
+
+    page: int
+    #: ``page_header``, ``page_footer`` or ``page_number``.
+    kind: str
+    text: str
+    #: ``label`` (the family labelled it) or ``repetition`` (found on many pages' edges).
+    found: str
+    #: Its block's index in the page row's ``blocks`` (None: a paragraph of a page without blocks).
+    block: int | None = None
+
+
+@dataclass
 class DocumentResult:
     """One output row of Assemble: a whole document."""
 
@@ -293,6 +307,9 @@ class DocumentResult:
     #: Character offset in ``markdown`` where each page's text begins (page 1 at 0); None in
     #: rows written before the column existed.
     page_starts: list[int] | None = None
+    #: The document's page furniture, found or labelled (docs/stages.md, "Page furniture"); None
+    #: in rows written before the column existed.
+    furniture: list[Furniture] | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The Parquet row of this document."""
@@ -302,6 +319,7 @@ class DocumentResult:
         row["figures"] = [dict(f) for f in self.figures]
         row["failed_pages"] = list(self.failed_pages)
         row["page_starts"] = list(self.page_starts) if self.page_starts is not None else None
+        row["furniture"] = [asdict(f) for f in self.furniture] if self.furniture is not None else None
         return row
 
 

@@ -16,7 +16,8 @@ Built only with docling-core's own types and methods (``add_page``, ``add_title`
   mapped to docling's :class:`DocItemLabel` by :data:`LABELS` after lower-casing and turning
   ``-`` into ``_``. An unknown label is text (nothing is dropped).
 * Page headers, footers and page numbers go to the ``furniture`` content layer, as docling
-  does with them.
+  does with them: those the family labelled, and the running lines
+  :func:`llm_ocr.stages.furniture.find` finds by repetition over the document's pages.
 * A caption block right after (or right before) a picture or table becomes that item's caption.
 * Pictures carry their crop (a PNG/JPEG data URI) when Extract cut one.
 
@@ -34,6 +35,7 @@ from html.parser import HTMLParser
 from typing import TYPE_CHECKING, Any
 
 from llm_ocr.records import Block, Figure, PageResult
+from llm_ocr.stages import furniture
 from llm_ocr.stages.space import displayed_points, frame_of
 
 if TYPE_CHECKING:
@@ -204,6 +206,8 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
     source = next((p.source for p in pages if p.source), "")
     doc.origin = DocumentOrigin(filename=doc_id, mimetype=_mimetype(source), binary_hash=_hash(doc_id))
     export = DoclingExport(doc)
+    # Page furniture, by label and by repetition over the document (llm_ocr.stages.furniture).
+    found = {(p.page, p.block): p.kind for p in furniture.find(pages) if p.block is not None}
     for page in sorted(pages, key=lambda p: p.page):
         if page.page < 1:
             continue  # a document-level error row: no page to add
@@ -215,13 +219,16 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
         unused = list(page.figures)
         last: FloatingItem | None = None  # the last picture or table, which a caption below belongs to
         pending_caption: TextItem | None = None  # a caption above the picture or table it names
-        for block in page.blocks:
+        for index, block in enumerate(page.blocks):
             boxes = [b for b in block.boxes if len(b) == 4]
             provs = [ProvenanceItem(page_no=page.page, charspan=(0, len(_plain(block.text))), bbox=_bbox(page, b))
                      for b in boxes]
             label = DocItemLabel(docling_label(block.label))
             if label is DocItemLabel.TEXT and _HEADING_MARKS.match(block.text):
                 label = DocItemLabel.SECTION_HEADER  # a family that marks headings in Markdown only
+            kind = found.get((page.page, index))
+            if kind is not None:  # a running line found by repetition, or labelled so
+                label = DocItemLabel.PAGE_HEADER if kind == "page_header" else DocItemLabel.PAGE_FOOTER
             layer = ContentLayer.FURNITURE if label in (DocItemLabel.PAGE_HEADER, DocItemLabel.PAGE_FOOTER) else None
             text = _plain(block.text)
             item: Any

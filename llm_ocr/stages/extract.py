@@ -26,6 +26,7 @@ from llm_ocr.sources.pieces import Region
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.sources.wide import plan_wide
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
+from llm_ocr.stages.furniture import mark_labelled
 from llm_ocr.stages.pieces.plan import TilePlan, may_be_long, tiles_after, tiles_always, tiles_at_once, tiling_allowed
 from llm_ocr.stages.pieces.rate import Coverage, RateBook, coverage
 from llm_ocr.stages.pieces.read import Reader, Stitch
@@ -188,13 +189,14 @@ async def _tiled(
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None,
                        ctx: ExtractContext) -> PageResult:
     """Turn one rendered page into its output row, its boxes placed in PDF points too when it is a
-    PDF page (:func:`~llm_ocr.stages.space.place`). Never raises for a page-level problem.
+    PDF page (:func:`~llm_ocr.stages.space.place`) and the blocks its family labels page furniture
+    marked (:func:`~llm_ocr.stages.furniture.mark_labelled`). Never raises for a page-level problem.
 
     :class:`EndpointDown` propagates: the run stops rather than failing every remaining page.
     """
     if isinstance(item, PageFailure):
         return failure_result(ref, item.page, item.error, num_pages)
-    return place(await _read(ref, item, num_pages, ctx), item.pdf_page)
+    return mark_labelled(place(await _read(ref, item, num_pages, ctx), item.pdf_page))
 
 
 async def _read(ref: DocumentRef, item: PageImage, num_pages: int | None, ctx: ExtractContext) -> PageResult:

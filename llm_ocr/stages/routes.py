@@ -27,6 +27,7 @@ from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.text_lines import LayerPage
 from llm_ocr.stages.attempts import UNFINISHED, Answer
 from llm_ocr.stages.extract import ExtractContext, reading_to_page
+from llm_ocr.stages.furniture import mark_labelled
 from llm_ocr.stages.space import place
 from llm_ocr.vlm.client import RequestFailed, VlmClient
 from llm_ocr.vlm.families import family_named
@@ -104,7 +105,7 @@ async def route_page(
     row = await reading_to_page(ref, item, reading, num_pages, tools, time.monotonic() - started)
     # The CPU engine's token counts are estimates of what a model would spend: none was used.
     row = replace(row, model=None, prompt_tokens=None, completion_tokens=None, route="text-layer", route_note=note)
-    return place(row, item.pdf_page)
+    return mark_labelled(place(row, item.pdf_page))
 
 
 def kept_share(layer: LayerPage, markdown: str) -> float:
