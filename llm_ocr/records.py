@@ -291,6 +291,17 @@ class Furniture:
 
 
 @dataclass
+class TableSpan:
+    """A table Assemble joined across pages (Assemble's rows)."""
+
+    #: The pages it spans, in order: its first page's Markdown holds the whole table.
+    pages: list[int]
+    columns: int
+    #: Its rows once joined (a header row repeated on a later page counted once).
+    rows: int
+
+
+@dataclass
 class DocumentResult:
     """One output row of Assemble: a whole document."""
 
@@ -310,6 +321,8 @@ class DocumentResult:
     #: The document's page furniture, found or labelled (docs/stages.md, "Page furniture"); None
     #: in rows written before the column existed.
     furniture: list[Furniture] | None = None
+    #: The tables joined across pages, with the pages each spans (None: rows written before).
+    table_spans: list[TableSpan] | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The Parquet row of this document."""
@@ -320,6 +333,7 @@ class DocumentResult:
         row["failed_pages"] = list(self.failed_pages)
         row["page_starts"] = list(self.page_starts) if self.page_starts is not None else None
         row["furniture"] = [asdict(f) for f in self.furniture] if self.furniture is not None else None
+        row["table_spans"] = [asdict(t) for t in self.table_spans] if self.table_spans is not None else None
         return row
 
 

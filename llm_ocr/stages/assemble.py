@@ -14,6 +14,8 @@ batches and writes the results. Layout of the Markdown (documented in docs/stage
   so page positions stay right and a reader sees the gap;
 * running headers, footers and page numbers (:mod:`llm_ocr.stages.furniture`) kept, dropped or
   tagged as ``page_furniture`` says, and listed in the row's ``furniture``;
+* a table that continues on the next page (:mod:`llm_ocr.stages.tables`) joined into one, listed
+  in the row's ``table_spans`` with the pages it spans;
 * a failed or truncated page with a usable PDF text layer (``fallback_text``) is followed by a
   visible note and that text in a fenced block (see :mod:`llm_ocr.stages.fallback`).
 """
@@ -25,8 +27,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from llm_ocr.options import AssembleOptions
-from llm_ocr.records import DOCUMENT_LEVEL_PAGE, DocumentResult, Figure, Furniture, PageResult
-from llm_ocr.stages import furniture
+from llm_ocr.records import DOCUMENT_LEVEL_PAGE, DocumentResult, Figure, Furniture, PageResult, TableSpan
+from llm_ocr.stages import furniture, tables
 from llm_ocr.stages.fallback import append_fallback
 from llm_ocr.vlm.grounding import FIGURE_LINK
 
@@ -200,6 +202,12 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]],
             own = [p for p in pieces if p.page == number]
             texts.append(append_fallback(furniture.shown(render_page(page, ids), own, options.page_furniture), page))
             figures.extend(_figure_row(f, ids[f.id], number) for f in page.figures)
+    # Tables that continue on the next page, joined into their first page's table.
+    broken = {n for n, _ in failed}
+    numbers = list(range(1, num_pages + 1))
+    joined, spans = tables.join([None if n in broken else t for n, t in zip(numbers, texts)], numbers,
+                                {n: [p.text for p in pieces if p.page == n] for n in numbers})
+    texts = [j if j is not None else t for j, t in zip(joined, texts)]
     markdown = texts[0]
     page_starts = [0]  # where each page's text begins in the document (Fields splits by page)
     for number, text in enumerate(texts[1:], start=2):
@@ -225,4 +233,5 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]],
         error=error,
         page_starts=page_starts,
         furniture=[Furniture(p.page, p.kind, p.text, p.found, p.block) for p in pieces],
+        table_spans=[TableSpan(list(t.pages), t.columns, t.rows) for t in spans],
     )

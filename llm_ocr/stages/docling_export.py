@@ -208,9 +208,13 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
     export = DoclingExport(doc)
     # Page furniture, by label and by repetition over the document (llm_ocr.stages.furniture).
     found = {(p.page, p.block): p.kind for p in furniture.find(pages) if p.block is not None}
+    open_table: tuple[int, Any] | None = None  # (page, table item) of a table that ended its page
     for page in sorted(pages, key=lambda p: p.page):
         if page.page < 1:
             continue  # a document-level error row: no page to add
+        # A table that ended the page before may go on at the top of this one (llm_ocr.stages.tables).
+        continuing = open_table[1] if open_table is not None and open_table[0] == page.page - 1 else None
+        open_table, tail, first = None, None, True
         if page.pdf_page is not None:
             shown = frame_of(page.pdf_page).displayed_size
             doc.add_page(page_no=page.page, size=Size(width=shown[0], height=shown[1]))
@@ -232,8 +236,18 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
             layer = ContentLayer.FURNITURE if label in (DocItemLabel.PAGE_HEADER, DocItemLabel.PAGE_FOOTER) else None
             text = _plain(block.text)
             item: Any
+            if layer is None:  # body text: what stands between two pages' tables
+                if first and continuing is not None and label is DocItemLabel.TABLE \
+                        and _continue(continuing, block.text):
+                    continuing.prov.extend(provs)
+                    _keep_boxes(export, continuing.self_ref, page, boxes, block.pdf_boxes)
+                    first, tail, last, pending_caption = False, continuing, continuing, None
+                    continue
+                first = False
+                tail = None
             if label is DocItemLabel.TABLE:
                 item = doc.add_table(data=table_data(block.text), prov=provs[0] if provs else None)
+                tail = item
             elif label is DocItemLabel.PICTURE:
                 figure = _figure_for(block, unused)
                 image = None
@@ -283,6 +297,7 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
             else:
                 last = None
                 pending_caption = None
+        open_table = (page.page, tail) if tail is not None else None
         for figure in unused:  # a figure no block names (a row without blocks): still a picture
             box = list(figure.bbox)
             where = ProvenanceItem(page_no=page.page, charspan=(0, 0), bbox=_bbox(page, box)) if len(box) == 4 else None
@@ -291,6 +306,30 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
             if len(box) == 4:
                 _keep_boxes(export, item.self_ref, page, [box], [figure.pdf_bbox] if figure.pdf_bbox else None)
     return export
+
+
+def _continue(table: Any, html: str) -> bool:
+    """Join the table ``html`` (at the top of a page) to ``table`` (which ended the page before)
+    when they have as many columns, less its first row when that repeats ``table``'s first; False
+    (nothing joined) otherwise. Assemble's rule (:mod:`llm_ocr.stages.tables`)."""
+    data = table_data(html)
+    if data.num_cols != table.data.num_cols or not data.table_cells:
+        return False
+
+    def first_row(cells: Any) -> list[str]:
+        return [c.text for c in sorted(cells, key=lambda c: c.start_col_offset_idx) if c.start_row_offset_idx == 0]
+
+    skip = 1 if first_row(data.table_cells) == first_row(table.data.table_cells) else 0
+    shift = table.data.num_rows - skip
+    for cell in data.table_cells:
+        if cell.start_row_offset_idx < skip:
+            continue
+        cell.start_row_offset_idx += shift
+        cell.end_row_offset_idx += shift
+        cell.column_header = False  # a continuation's first row is a body row
+        table.data.table_cells.append(cell)
+    table.data.num_rows += data.num_rows - skip
+    return True
 
 
 def _bbox(page: PageResult, box: list[int]) -> Any:
