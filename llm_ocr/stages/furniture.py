@@ -13,14 +13,15 @@ Two ways a block is found to be furniture:
   paragraphs), holds at most :data:`MAX_WORDS` words, and the same text, with its digits made
   alike (``Page 3 of 9`` and ``Page 4 of 9`` are one text), stands at the same edge of at least
   :data:`MIN_PAGES` pages and :data:`MIN_SHARE` of the document's pages. A text made only of
-  digits and page words after that is a ``page_number``, one at the top a ``page_header``, one
-  at the bottom a ``page_footer``.
+  digits and page words after that is a ``page_number`` (two pages suffice for one: ``Page 1 of
+  2`` and ``Page 2 of 2`` at a page's edge are nothing else), one at the top a ``page_header``,
+  one at the bottom a ``page_footer``.
 
 Why so: a running header or footer is short, at an edge, and on most pages; a title or a first
 paragraph is at the top of one page only; a table's repeated header row is not at the page's
 edge. A share rather than "every page" keeps books' alternating headers (the book's title on
 even pages, the chapter's on odd ones: each on half of them) and a first page without a header.
-Documents of fewer than :data:`MIN_PAGES` pages give no evidence, and get only labelled furniture.
+A document of one page gives no evidence, and gets only labelled furniture.
 """
 
 from __future__ import annotations
@@ -127,15 +128,17 @@ def find(pages: list[PageResult]) -> list[Piece]:
             if kind is not None:
                 pieces.append(Piece(page.page, number, block.text, kind, "label"))
                 taken.add((page.page, number))
-    if len(read) < MIN_PAGES:
+    if len(read) < 2:
         return pieces
     seen: dict[tuple[str, str], list[tuple[int, int | None, str]]] = defaultdict(list)
     for page in read:
         for edge, index, text in _candidates(page):
             if (page.page, index) not in taken and _key(text):
                 seen[(edge, _key(text))].append((page.page, index, text))
-    needed = max(MIN_PAGES, MIN_SHARE * len(read))
+    share = MIN_SHARE * len(read)
     for (edge, key), where in seen.items():
+        # A page number (only digits and page words) needs two pages; any other line three.
+        needed = max(2 if _kind(key, edge) == "page_number" else MIN_PAGES, share)
         if len({number for number, _, _ in where}) >= needed:
             pieces += [Piece(number, index, text, _kind(key, edge), "repetition") for number, index, text in where]
     return sorted(pieces, key=lambda p: (p.page, -1 if p.block is None else p.block))

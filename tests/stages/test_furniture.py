@@ -59,7 +59,10 @@ def test_drop_leaves_the_body_and_tag_marks_each_line() -> None:
 
 
 def test_too_few_pages_or_lines_not_at_an_edge_are_not_furniture() -> None:
-    assert find(report(pages=2)) == []  # two pages are no evidence
+    # Two pages are evidence enough for a page number only.
+    assert [(p.page, p.kind, p.text) for p in find(report(pages=2))] == [(1, "page_number", "Page 1 of 2"),
+                                                                         (2, "page_number", "Page 2 of 2")]
+    assert find(report(pages=1)) == []
     rows = report()
     for row in rows:  # the same sentence on every page, but in the body: not furniture
         row.blocks.append(Block("text", [[100, 700, 900, 740]], "All figures in thousands of tonnes."))
