@@ -5,7 +5,8 @@ Two ways a block is found to be furniture:
 * **by its label**, on the families that label furniture in their answer (dots.ocr's
   ``Page-header``/``Page-footer``, Chandra's ``Page-Header``/``Page-Footer``, LightOnOCR-3's and
   PaddleOCR-VL's ``header``/``footer``/``page_number``/``number``, Infinity-Parser2's
-  ``header``/``footer``, granite-docling's ``page_header``/``page_footer``): :func:`labelled`,
+  ``header``/``footer``, granite-docling's ``page_header``/``page_footer``, Nanonets-OCR2's
+  ``<page_number>``): :func:`labelled`,
   marked on the page rows as Extract writes them;
 * **by repetition**, for the others, over a whole document (Assemble and the Docling export see
   every page): :func:`find`. A block is furniture when it sits in the top or bottom
@@ -147,15 +148,17 @@ def find(pages: list[PageResult]) -> list[Piece]:
 def shown(markdown: str, pieces: list[Piece], mode: FurnitureMode) -> str:
     """A page's Markdown with its furniture ``pieces`` as ``mode`` says: kept as it is, dropped,
     or tagged (an HTML comment ``<!-- furniture: KIND -->`` on the line before it). A piece
-    whose text the Markdown does not hold as it stands is left alone."""
+    whose text the Markdown does not hold as whole lines is left alone."""
     if mode == "keep":
         return markdown
     start = 0  # pieces come in reading order: each is looked for after the one before
     for piece in pieces:
         text = piece.text.strip()
-        at = markdown.find(text, start) if text else -1
-        if at < 0:
+        # Whole lines only: a page number "7" must not be taken out of "2017" in the body.
+        match = re.compile(r"(?m)^[ \t]*" + re.escape(text) + r"[ \t]*$").search(markdown, start) if text else None
+        if match is None:
             continue
+        at = match.start() + match.group(0).index(text)
         if mode == "drop":
             markdown = markdown[:at] + markdown[at + len(text):]
             start = at

@@ -90,6 +90,17 @@ def test_a_family_s_furniture_labels_mark_the_page_row_on_one_page() -> None:
     assert "ACME" not in document.markdown and "Sales rose." in document.markdown
 
 
+def test_nanonets_tagged_page_number_is_furniture_and_drop_takes_only_that_line() -> None:
+    nanonets = family_named("nanonets")
+    layout = nanonets.parse("Sales rose 7 percent in 2017.\n\n<page_number>7</page_number>", width=1000, height=1400,
+                            page=7)
+    row = mark_labelled(PageResult("q.pdf", 0, 1, "q.pdf", markdown=layout.markdown, status="ok",
+                                   blocks=[b.record() for b in layout.blocks]))
+    assert [(b.text, b.furniture) for b in row.blocks] == [("Sales rose 7 percent in 2017.", None), ("7", "page_number")]
+    document = assemble_document([row], AssembleOptions(page_furniture="drop"))
+    assert document.markdown == "Sales rose 7 percent in 2017."
+
+
 def test_the_docling_document_puts_repeated_lines_in_its_furniture_layer() -> None:
     pytest.importorskip("docling_core")
     from docling_core.types.doc import ContentLayer
