@@ -165,3 +165,13 @@ def test_docling_provenance_is_in_points_of_the_displayed_page(pages) -> None:
     left, bottom, right, top = text_points
     assert near([bbox.l, bbox.b, bbox.r, bbox.t], (left - 40, bottom - 60, right - 40, top - 60), 2.0), bbox
     assert displayed_points(row, [round(v) for v in text_px]) == (bbox.l, bbox.t, bbox.r, bbox.b)
+
+
+def test_a_page_rendered_again_for_escalation_keeps_its_pdf_space(tmp_path: Path) -> None:
+    """Escalate renders a row's page again from its source: the image keeps the page's box and
+    /Rotate, so the escalated row's boxes are placed in PDF points too."""
+    from llm_ocr.runners.workers import rerender_page
+
+    make_pdf(tmp_path / "spaces.pdf")
+    again = rerender_page("spaces.pdf", str(tmp_path / "spaces.pdf"), RenderOptions(), {}, None, 2)
+    assert isinstance(again, PageImage) and again.pdf_page == (0.0, 0.0, 792.0, 612.0, 90)
