@@ -212,6 +212,9 @@ class RunKeywords(TypedDict, total=False):
     """Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links)."""
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
+    page_furniture: Literal['keep', 'drop', 'tag']
+    """Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an HTML comment <!--
+    furniture: KIND --> before each). Always listed in the row's furniture column."""
     fields_schema: str | None
     """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
     package.module:Model. Also --schema."""
@@ -669,6 +672,9 @@ class AssembleKeywords(TypedDict, total=False):
     """Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links)."""
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
+    page_furniture: Literal['keep', 'drop', 'tag']
+    """Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an HTML comment <!--
+    furniture: KIND --> before each). Always listed in the row's furniture column."""
 
 
 class FieldsKeywords(TypedDict, total=False):
@@ -1151,6 +1157,9 @@ class LaunchKeywords(TypedDict, total=False):
     """Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links)."""
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
+    page_furniture: Literal['keep', 'drop', 'tag']
+    """Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an HTML comment <!--
+    furniture: KIND --> before each). Always listed in the row's furniture column."""
     fields_schema: str | None
     """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
     package.module:Model. Also --schema."""

@@ -466,6 +466,11 @@ class AssembleOptions(BaseModel):
     assemble_batch_pages: int = Field(
         2000, ge=1, description="Pages held in memory at once (documents are read from storage in batches)."
     )
+    page_furniture: Literal["keep", "drop", "tag"] = Field(
+        "keep",
+        description="Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an "
+        "HTML comment <!-- furniture: KIND --> before each). Always listed in the row's furniture column.",
+    )
 
     @field_validator("page_separator")
     @classmethod

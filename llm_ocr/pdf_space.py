@@ -23,10 +23,37 @@ class PageFrame:
     """Maps PDF user-space points to fractions of the displayed page (top-left origin, the page's
     ``/Rotate`` applied, as PDFium renders it)."""
 
-    def __init__(self, page: Any) -> None:
-        self.left, self.bottom, self.right, self.top = page.get_bbox()
+    def __init__(self, page: Any = None, *, box: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+                 rotation: int = 0) -> None:
+        # The page's box as PDFium renders it: the CropBox clipped to the MediaBox (its
+        # ``get_bbox``), in user-space points; or ``box`` and ``rotation`` as a row stores them.
+        bounds: tuple[float, float, float, float] = tuple(page.get_bbox()) if page is not None else box
+        self.left, self.bottom, self.right, self.top = bounds
         #: The page's /Rotate (degrees clockwise, 0, 90, 180 or 270).
-        self.rotation = page.get_rotation() % 360
+        self.rotation = (page.get_rotation() if page is not None else rotation) % 360
+
+    @property
+    def displayed_size(self) -> tuple[float, float]:
+        """``(width, height)`` in points of the page as displayed (its box turned by /Rotate)."""
+        width, height = self.right - self.left, self.top - self.bottom
+        return (height, width) if self.rotation in (90, 270) else (width, height)
+
+    def user_point(self, fx: float, fy: float) -> tuple[float, float]:
+        """The user-space point at fractions ``(fx, fy)`` of the displayed page: the inverse of
+        :meth:`point`."""
+        if self.rotation == 90:
+            fx, fy = fy, 1.0 - fx
+        elif self.rotation == 180:
+            fx, fy = 1.0 - fx, 1.0 - fy
+        elif self.rotation == 270:
+            fx, fy = 1.0 - fy, fx
+        return self.left + fx * (self.right - self.left), self.top - fy * (self.top - self.bottom)
+
+    def user_box(self, x1: float, y1: float, x2: float, y2: float) -> tuple[float, float, float, float]:
+        """A box in fractions of the displayed page as ``(left, bottom, right, top)`` in user-space
+        points (the coordinates of the page's content stream, of its text and its annotations)."""
+        (ax, ay), (bx, by) = self.user_point(x1, y1), self.user_point(x2, y2)
+        return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
 
     def point(self, x: float, y: float) -> tuple[float, float]:
         """The fractions ``(fx, fy)`` of the displayed page at user-space point ``(x, y)`` (not

@@ -82,11 +82,18 @@ def schema_of(cls: type) -> pa.Schema:
 
 @dataclass
 class Block:
-    """One layout block of DeepSeek-OCR's grounding output, boxes in page pixels."""
+    """One layout block of the model's answer, boxes in page pixels (``[x1, y1, x2, y2]``, origin
+    top left, in the row's ``width`` x ``height`` image)."""
 
     label: str
     boxes: list[list[int]]
     text: str
+    #: Each box in PDF points, ``[left, bottom, right, top]`` in the page's user space (origin
+    #: bottom left, the coordinates of its text and annotations): a PDF page's only, else None.
+    pdf_boxes: list[list[float]] | None = None
+    #: Page furniture (``page_header``, ``page_footer``, ``page_number``): found by the family's
+    #: label or by repetition across the document's pages (docs/stages.md); None: body text.
+    furniture: str | None = None
 
 
 @dataclass
@@ -99,6 +106,9 @@ class Figure:
     description: str | None = None
     description_json: str | None = None
     error: str | None = None
+    #: ``bbox`` in PDF points, ``[left, bottom, right, top]`` in the page's user space (as
+    #: :attr:`Block.pdf_boxes`); a PDF page's only, else None.
+    pdf_bbox: list[float] | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The Parquet row of this figure (image as a ``datasets`` image struct)."""
@@ -109,6 +119,7 @@ class Figure:
             "description": self.description,
             "description_json": self.description_json,
             "error": self.error,
+            "pdf_bbox": list(self.pdf_bbox) if self.pdf_bbox is not None else None,
         }
 
     @classmethod
@@ -124,7 +135,21 @@ class Figure:
             description=row.get("description"),
             description_json=row.get("description_json"),
             error=row.get("error"),
+            pdf_bbox=row.get("pdf_bbox"),
         )
+
+
+@dataclass
+class PdfPage:
+    """Where a PDF page's pixels are in its own coordinates: the page's box as PDFium renders it
+    (its CropBox clipped to its MediaBox) in user-space points, and its ``/Rotate``."""
+
+    left: float
+    bottom: float
+    right: float
+    top: float
+    #: Degrees clockwise (0, 90, 180 or 270): the rendered image shows the page turned so.
+    rotation: int
 
 
 #: How the reading a page row holds was made (``route``): from the PDF's text layer without a model,
@@ -199,6 +224,14 @@ class PageResult:
     duplicate_of: str | None = None
     #: The page of :attr:`duplicate_of` whose reading this row copies.
     duplicate_page: int | None = None
+    #: Pixels per inch of the image the boxes are in (a PDF page: its ``width`` over the
+    #: displayed page's width in inches); None for an image source, whose pixels are its own.
+    dpi: float | None = None
+    #: Degrees counter-clockwise the image the boxes are in was turned from the page as
+    #: rendered (olmOCR-2 turns a page it says is not upright); 0: as rendered.
+    turned: int | None = None
+    #: A PDF page's box and /Rotate, which map the pixel boxes to PDF points (None: not a PDF page).
+    pdf_page: PdfPage | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -223,6 +256,8 @@ class PageResult:
         data: dict[str, Any] = {k: row.get(k) for k in cls.__dataclass_fields__ if k in row}
         data["figures"] = [Figure.from_row(f) for f in row.get("figures") or []]
         data["blocks"] = [Block(**b) for b in row.get("blocks") or []]
+        pdf_page = row.get("pdf_page")
+        data["pdf_page"] = PdfPage(**pdf_page) if isinstance(pdf_page, dict) else pdf_page
         data["attempts"] = data.get("attempts") or 0
         data["quarantined"] = bool(data.get("quarantined"))  # null in parts written before the column
         other = row.get("other_reading")
@@ -242,6 +277,31 @@ def _figure_with_page() -> pa.DataType:
 
 
 @dataclass
+class Furniture:
+    """A running header, footer or page number of a document (Assemble's rows)."""
+
+    page: int
+    #: ``page_header``, ``page_footer`` or ``page_number``.
+    kind: str
+    text: str
+    #: ``label`` (the family labelled it) or ``repetition`` (found on many pages' edges).
+    found: str
+    #: Its block's index in the page row's ``blocks`` (None: a paragraph of a page without blocks).
+    block: int | None = None
+
+
+@dataclass
+class TableSpan:
+    """A table Assemble joined across pages (Assemble's rows)."""
+
+    #: The pages it spans, in order: its first page's Markdown holds the whole table.
+    pages: list[int]
+    columns: int
+    #: Its rows once joined (a header row repeated on a later page counted once).
+    rows: int
+
+
+@dataclass
 class DocumentResult:
     """One output row of Assemble: a whole document."""
 
@@ -258,6 +318,11 @@ class DocumentResult:
     #: Character offset in ``markdown`` where each page's text begins (page 1 at 0); None in
     #: rows written before the column existed.
     page_starts: list[int] | None = None
+    #: The document's page furniture, found or labelled (docs/stages.md, "Page furniture"); None
+    #: in rows written before the column existed.
+    furniture: list[Furniture] | None = None
+    #: The tables joined across pages, with the pages each spans (None: rows written before).
+    table_spans: list[TableSpan] | None = None
 
     def to_row(self) -> dict[str, Any]:
         """The Parquet row of this document."""
@@ -267,6 +332,8 @@ class DocumentResult:
         row["figures"] = [dict(f) for f in self.figures]
         row["failed_pages"] = list(self.failed_pages)
         row["page_starts"] = list(self.page_starts) if self.page_starts is not None else None
+        row["furniture"] = [asdict(f) for f in self.furniture] if self.furniture is not None else None
+        row["table_spans"] = [asdict(t) for t in self.table_spans] if self.table_spans is not None else None
         return row
 
 

@@ -42,9 +42,11 @@ from llm_ocr.storage.upstream import (
 
 log = logging.getLogger("llm_ocr")
 
-#: Upstream columns Assemble needs (``raw`` and ``blocks`` can be large and are not used).
+#: Upstream columns Assemble needs (``raw`` can be large and is not used; ``blocks`` and ``height``
+#: say where the page furniture is: :mod:`llm_ocr.stages.furniture`).
 PAGE_COLUMNS = ["doc_id", "doc_index", "page", "source", "num_pages", "markdown", "figures", "status", "error",
-                "fallback_text"]  # a column parts written before it lack: the Parquet reader skips it there
+                "fallback_text",  # a column parts written before it lack: the Parquet reader skips it there
+                "blocks", "height"]
 
 
 @dataclass

@@ -46,11 +46,14 @@ CHUNK_SCHEMA = pa.schema([
     pa.field("boxes", pa.list_(pa.struct([("page", pa.int32()), ("x1", pa.float64()), ("y1", pa.float64()),
                                           ("x2", pa.float64()), ("y2", pa.float64())]))),
     pa.field("figure_ids", pa.list_(pa.string())),
+    # The same boxes in PDF points of the page's user space, origin bottom left (PDF pages only).
+    pa.field("pdf_boxes", pa.list_(pa.struct([("page", pa.int32()), ("left", pa.float64()), ("bottom", pa.float64()),
+                                              ("right", pa.float64()), ("top", pa.float64())]))),
 ])
 
 #: Page-row columns the export reads (``raw`` is large and unused).
 COLUMNS = ["doc_id", "doc_index", "page", "source", "num_pages", "markdown", "figures", "blocks", "width", "height",
-           "status", "error"]
+           "status", "error", "dpi", "turned", "pdf_page"]
 
 
 @dataclass

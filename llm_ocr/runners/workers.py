@@ -130,7 +130,8 @@ def rerender_page(
         view = pages.page(page, max_aspect)
     if view.data is None or view.width is None or view.height is None:
         return PageFailure(doc_id, page, f"the page cannot be rendered again for the stronger model: {view.note}")
-    return PageImage(doc_id, page, view.data, view.mime or "image/png", view.width, view.height, pieces=view.pieces)
+    return PageImage(doc_id, page, view.data, view.mime or "image/png", view.width, view.height, pieces=view.pieces,
+                     pdf_page=view.pdf_page)
 
 
 def render_page_regions(

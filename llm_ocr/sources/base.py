@@ -58,6 +58,9 @@ class PageImage:
     #: A long page's segments, each rendered from the source as a page of its own
     #: (:mod:`llm_ocr.sources.pieces`); None: the page is read whole.
     pieces: PiecedPage | None = field(default=None, repr=False)
+    #: A PDF page's box as rendered (CropBox clipped to MediaBox: left, bottom, right, top, in
+    #: user-space points) and its /Rotate; None for an image: the rows' PDF-point boxes come from it.
+    pdf_page: tuple[float, float, float, float, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -101,7 +102,8 @@ def render_page_list(
         raise ValueError(f"pages {list(pages)[:8]} outside 1..{n} for {ref.doc_id}")
     if ref.kind == "pdf":
         pdf = _open_pdf(ref.location)
-        return [_guard(ref, p, partial(_render_pdf_page, pdf, p - 1, opts, estimate_text, max_aspect)) for p in pages]
+        return [_placed(pdf, p, _guard(ref, p, partial(_render_pdf_page, pdf, p - 1, opts, estimate_text, max_aspect)))
+                for p in pages]
     if ref.kind == "image":
         with _open_image_file(ref.location, opts) as img:
             return [_guard(ref, p, partial(_frame_page, img, p - 1, opts, estimate_text, max_aspect)) for p in pages]
@@ -164,6 +166,18 @@ def _image_pieces(full: Image.Image, page_size: tuple[int, int], opts: RenderOpt
         data, mime, width, height = _encode(fit(fit_long_side(crop, opts), opts.max_page_pixels), opts)
         pieces.append(PieceImage(segment, data, mime, width, height))
     return PiecedPage(tuple(pieces), round(full.width * scale), round(full.height * scale), scale)
+
+
+def _placed(pdf: pdfium.PdfDocument, page: int, result: PageImage | PageFailure) -> PageImage | PageFailure:
+    """A rendered PDF page with its box and /Rotate (what maps its pixels to PDF points)."""
+    if not isinstance(result, PageImage):
+        return result
+    pdf_page = pdf[page - 1]
+    try:
+        left, bottom, right, top = pdf_page.get_bbox()
+        return replace(result, pdf_page=(left, bottom, right, top, pdf_page.get_rotation() % 360))
+    finally:
+        pdf_page.close()
 
 
 def _guard(ref: DocumentRef, page: int, make: Callable[[], _Encoded]) -> PageImage | PageFailure:

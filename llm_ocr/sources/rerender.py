@@ -35,6 +35,8 @@ class PageView:
     note: str | None = None
     #: A long page's segments rendered from the source (asked for with ``max_aspect``).
     pieces: PiecedPage | None = None
+    #: A PDF page's box and /Rotate (:attr:`~llm_ocr.sources.base.PageImage.pdf_page`).
+    pdf_page: tuple[float, float, float, float, int] | None = None
 
 
 class SourcePages:
@@ -142,4 +144,5 @@ class SourcePages:
             return PageView(note=f"the page cannot be re-rendered ({exc})")
         if isinstance(result, PageFailure):
             return PageView(note=f"the page cannot be re-rendered ({result.error})")
-        return PageView(result.image, result.mime, result.width, result.height, pieces=result.pieces)
+        return PageView(result.image, result.mime, result.width, result.height, pieces=result.pieces,
+                        pdf_page=result.pdf_page)

@@ -12,6 +12,10 @@ batches and writes the results. Layout of the Markdown (documented in docs/stage
 * a link to an ID the page does not have (the model can write one) is escaped into plain text;
 * a failed or missing page leaves an HTML comment ``<!-- page N: failed (...) -->`` in its place,
   so page positions stay right and a reader sees the gap;
+* running headers, footers and page numbers (:mod:`llm_ocr.stages.furniture`) kept, dropped or
+  tagged as ``page_furniture`` says, and listed in the row's ``furniture``;
+* a table that continues on the next page (:mod:`llm_ocr.stages.tables`) joined into one, listed
+  in the row's ``table_spans`` with the pages it spans;
 * a failed or truncated page with a usable PDF text layer (``fallback_text``) is followed by a
   visible note and that text in a fenced block (see :mod:`llm_ocr.stages.fallback`).
 """
@@ -23,7 +27,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from llm_ocr.options import AssembleOptions
-from llm_ocr.records import DOCUMENT_LEVEL_PAGE, DocumentResult, Figure, PageResult
+from llm_ocr.records import DOCUMENT_LEVEL_PAGE, DocumentResult, Figure, Furniture, PageResult, TableSpan
+from llm_ocr.stages import furniture, tables
 from llm_ocr.stages.fallback import append_fallback
 from llm_ocr.vlm.grounding import FIGURE_LINK
 
@@ -179,6 +184,7 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]],
     num_pages = max([p.num_pages or 0 for p in chosen.values()] + list(chosen))
     ordered = [chosen[n] for n in sorted(chosen)]
     figure_ids = _document_figure_ids([p for p in ordered if p.status != "error"])
+    pieces = furniture.find(ordered)
     texts: list[str] = []
     figures: list[dict[str, Any]] = []
     failed: list[tuple[int, str]] = []
@@ -193,8 +199,15 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]],
                                          "-->", page))
         else:
             ids = figure_ids[number]
-            texts.append(append_fallback(render_page(page, ids), page))
+            own = [p for p in pieces if p.page == number]
+            texts.append(append_fallback(furniture.shown(render_page(page, ids), own, options.page_furniture), page))
             figures.extend(_figure_row(f, ids[f.id], number) for f in page.figures)
+    # Tables that continue on the next page, joined into their first page's table.
+    broken = {n for n, _ in failed}
+    numbers = list(range(1, num_pages + 1))
+    joined, spans = tables.join([None if n in broken else t for n, t in zip(numbers, texts)], numbers,
+                                {n: [p.text for p in pieces if p.page == n] for n in numbers})
+    texts = [j if j is not None else t for j, t in zip(joined, texts)]
     markdown = texts[0]
     page_starts = [0]  # where each page's text begins in the document (Fields splits by page)
     for number, text in enumerate(texts[1:], start=2):
@@ -219,4 +232,6 @@ def assemble_document(rows: Iterable[PageResult | dict[str, Any]],
         failed_pages=[n for n, _ in failed],
         error=error,
         page_starts=page_starts,
+        furniture=[Furniture(p.page, p.kind, p.text, p.found, p.block) for p in pieces],
+        table_spans=[TableSpan(list(t.pages), t.columns, t.rows) for t in spans],
     )

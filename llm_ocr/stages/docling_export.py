@@ -4,15 +4,20 @@ Built only with docling-core's own types and methods (``add_page``, ``add_title`
 ``add_heading``, ``add_text``, ``add_list_item``, ``add_table``, ``add_picture``,
 ``add_formula``), so the JSON it writes is what docling, docling-serve and their loaders read.
 
-* Pages are sized as rendered: ``width`` x ``height`` of the page image, in pixels.
-* Every item carries one :class:`ProvenanceItem` per box of its block: the page number and the
-  box in that page's pixels, ``coord_origin`` TOPLEFT (y grows downwards), as the rows store it.
+* A PDF page is sized in points as displayed (its CropBox, turned by its ``/Rotate``), and every
+  item's :class:`ProvenanceItem` (one per box of its block) holds the box in those points,
+  ``coord_origin`` BOTTOMLEFT: what docling's own PDF conversion writes (its page size is
+  pypdfium2's ``get_width``/``get_height``, its boxes ``to_bottom_left_origin`` of the page's
+  height: docling's ``pypdfium2_backend.py`` and ``readingorder_model.py``). An image page is
+  sized in pixels, and its boxes are in them, TOPLEFT, as the rows store them
+  (:mod:`llm_ocr.stages.space`).
 * Block labels are the families' own (DeepSeek-OCR's ``title``/``sub_title``/``image_caption``,
   dots.ocr's ``Section-header``/``Page-footer``, PaddleOCR's ``paragraph_title``...); they are
   mapped to docling's :class:`DocItemLabel` by :data:`LABELS` after lower-casing and turning
   ``-`` into ``_``. An unknown label is text (nothing is dropped).
 * Page headers, footers and page numbers go to the ``furniture`` content layer, as docling
-  does with them.
+  does with them: those the family labelled, and the running lines
+  :func:`llm_ocr.stages.furniture.find` finds by repetition over the document's pages.
 * A caption block right after (or right before) a picture or table becomes that item's caption.
 * Pictures carry their crop (a PNG/JPEG data URI) when Extract cut one.
 
@@ -30,6 +35,8 @@ from html.parser import HTMLParser
 from typing import TYPE_CHECKING, Any
 
 from llm_ocr.records import Block, Figure, PageResult
+from llm_ocr.stages import furniture
+from llm_ocr.stages.space import displayed_points, frame_of
 
 if TYPE_CHECKING:
     from docling_core.types.doc import DoclingDocument, FloatingItem, TableData, TextItem
@@ -156,6 +163,9 @@ class DoclingExport:
     document: DoclingDocument
     #: ``self_ref`` of a picture item -> the figure id in the rows (``p{page}-f{k}``).
     figure_ids: dict[str, str] = field(default_factory=dict)
+    #: ``self_ref`` of an item -> its boxes as the rows hold them: ``(page, pixel box, PDF-point
+    #: box or None)`` each, in the order of its provenance (the chunks' ``boxes`` and ``pdf_boxes``).
+    boxes: dict[str, list[tuple[int, list[int], list[float] | None]]] = field(default_factory=dict)
 
 
 def _overlap(a: list[int], b: list[int]) -> float:
@@ -189,41 +199,55 @@ def _image_ref(figure: Figure) -> Any:
 
 def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
     """The DoclingDocument of one document's page rows (any order; error rows add no items)."""
-    from docling_core.types.doc import (
-        BoundingBox,
-        ContentLayer,
-        CoordOrigin,
-        DocItemLabel,
-        DoclingDocument,
-        ProvenanceItem,
-        Size,
-    )
+    from docling_core.types.doc import ContentLayer, DocItemLabel, DoclingDocument, ProvenanceItem, Size
     from docling_core.types.doc.document import DocumentOrigin
 
     doc = DoclingDocument(name=doc_id)
     source = next((p.source for p in pages if p.source), "")
     doc.origin = DocumentOrigin(filename=doc_id, mimetype=_mimetype(source), binary_hash=_hash(doc_id))
     export = DoclingExport(doc)
+    # Page furniture, by label and by repetition over the document (llm_ocr.stages.furniture).
+    found = {(p.page, p.block): p.kind for p in furniture.find(pages) if p.block is not None}
+    open_table: tuple[int, Any] | None = None  # (page, table item) of a table that ended its page
     for page in sorted(pages, key=lambda p: p.page):
         if page.page < 1:
             continue  # a document-level error row: no page to add
-        if page.width and page.height:
+        # A table that ended the page before may go on at the top of this one (llm_ocr.stages.tables).
+        continuing = open_table[1] if open_table is not None and open_table[0] == page.page - 1 else None
+        open_table, tail, first = None, None, True
+        if page.pdf_page is not None:
+            shown = frame_of(page.pdf_page).displayed_size
+            doc.add_page(page_no=page.page, size=Size(width=shown[0], height=shown[1]))
+        elif page.width and page.height:
             doc.add_page(page_no=page.page, size=Size(width=page.width, height=page.height))
         unused = list(page.figures)
         last: FloatingItem | None = None  # the last picture or table, which a caption below belongs to
         pending_caption: TextItem | None = None  # a caption above the picture or table it names
-        for block in page.blocks:
-            provs = [ProvenanceItem(page_no=page.page, charspan=(0, len(_plain(block.text))),
-                                    bbox=BoundingBox(l=b[0], t=b[1], r=b[2], b=b[3], coord_origin=CoordOrigin.TOPLEFT))
-                     for b in block.boxes if len(b) == 4]
+        for index, block in enumerate(page.blocks):
+            boxes = [b for b in block.boxes if len(b) == 4]
+            provs = [ProvenanceItem(page_no=page.page, charspan=(0, len(_plain(block.text))), bbox=_bbox(page, b))
+                     for b in boxes]
             label = DocItemLabel(docling_label(block.label))
             if label is DocItemLabel.TEXT and _HEADING_MARKS.match(block.text):
                 label = DocItemLabel.SECTION_HEADER  # a family that marks headings in Markdown only
+            kind = found.get((page.page, index))
+            if kind is not None:  # a running line found by repetition, or labelled so
+                label = DocItemLabel.PAGE_HEADER if kind == "page_header" else DocItemLabel.PAGE_FOOTER
             layer = ContentLayer.FURNITURE if label in (DocItemLabel.PAGE_HEADER, DocItemLabel.PAGE_FOOTER) else None
             text = _plain(block.text)
             item: Any
+            if layer is None:  # body text: what stands between two pages' tables
+                if first and continuing is not None and label is DocItemLabel.TABLE \
+                        and _continue(continuing, block.text):
+                    continuing.prov.extend(provs)
+                    _keep_boxes(export, continuing.self_ref, page, boxes, block.pdf_boxes)
+                    first, tail, last, pending_caption = False, continuing, continuing, None
+                    continue
+                first = False
+                tail = None
             if label is DocItemLabel.TABLE:
                 item = doc.add_table(data=table_data(block.text), prov=provs[0] if provs else None)
+                tail = item
             elif label is DocItemLabel.PICTURE:
                 figure = _figure_for(block, unused)
                 image = None
@@ -251,6 +275,7 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
             elif label is DocItemLabel.CAPTION and (last is not None or pending_caption is None):
                 # Below its picture or table: a child of it, as docling's own conversion makes it.
                 item = doc.add_text(label=label, text=text, prov=provs[0] if provs else None, parent=last)
+                _keep_boxes(export, item.self_ref, page, boxes, block.pdf_boxes)
                 if last is not None and not last.captions:
                     last.captions.append(item.get_ref())
                     last = None
@@ -261,6 +286,7 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
                 item = doc.add_text(label=label, text=text, prov=provs[0] if provs else None, content_layer=layer)
             for prov in provs[1:]:  # a block split over columns: one provenance per box
                 item.prov.append(prov)
+            _keep_boxes(export, item.self_ref, page, boxes, block.pdf_boxes)
             if label in (DocItemLabel.PICTURE, DocItemLabel.TABLE):
                 if pending_caption is not None:
                     item.captions.append(pending_caption.get_ref())
@@ -271,14 +297,59 @@ def build_document(doc_id: str, pages: list[PageResult]) -> DoclingExport:
             else:
                 last = None
                 pending_caption = None
+        open_table = (page.page, tail) if tail is not None else None
         for figure in unused:  # a figure no block names (a row without blocks): still a picture
             box = list(figure.bbox)
-            where = (ProvenanceItem(page_no=page.page, charspan=(0, 0),
-                                    bbox=BoundingBox(l=box[0], t=box[1], r=box[2], b=box[3]))
-                     if len(box) == 4 else None)
+            where = ProvenanceItem(page_no=page.page, charspan=(0, 0), bbox=_bbox(page, box)) if len(box) == 4 else None
             item = doc.add_picture(image=_image_ref(figure), prov=where)
             export.figure_ids[item.self_ref] = figure.id
+            if len(box) == 4:
+                _keep_boxes(export, item.self_ref, page, [box], [figure.pdf_bbox] if figure.pdf_bbox else None)
     return export
+
+
+def _continue(table: Any, html: str) -> bool:
+    """Join the table ``html`` (at the top of a page) to ``table`` (which ended the page before)
+    when they have as many columns, less its first row when that repeats ``table``'s first; False
+    (nothing joined) otherwise. Assemble's rule (:mod:`llm_ocr.stages.tables`)."""
+    data = table_data(html)
+    if data.num_cols != table.data.num_cols or not data.table_cells:
+        return False
+
+    def first_row(cells: Any) -> list[str]:
+        return [c.text for c in sorted(cells, key=lambda c: c.start_col_offset_idx) if c.start_row_offset_idx == 0]
+
+    skip = 1 if first_row(data.table_cells) == first_row(table.data.table_cells) else 0
+    shift = table.data.num_rows - skip
+    for cell in data.table_cells:
+        if cell.start_row_offset_idx < skip:
+            continue
+        cell.start_row_offset_idx += shift
+        cell.end_row_offset_idx += shift
+        cell.column_header = False  # a continuation's first row is a body row
+        table.data.table_cells.append(cell)
+    table.data.num_rows += data.num_rows - skip
+    return True
+
+
+def _bbox(page: PageResult, box: list[int]) -> Any:
+    """docling's BoundingBox of a pixel box of ``page``: in points of the displayed page, origin
+    bottom left, for a PDF page; in the image's pixels, origin top left, for an image."""
+    from docling_core.types.doc import BoundingBox, CoordOrigin
+
+    points = displayed_points(page, box)
+    if points is not None:
+        left, top, right, bottom = points
+        return BoundingBox(l=left, t=top, r=right, b=bottom, coord_origin=CoordOrigin.BOTTOMLEFT)
+    return BoundingBox(l=box[0], t=box[1], r=box[2], b=box[3], coord_origin=CoordOrigin.TOPLEFT)
+
+
+def _keep_boxes(export: DoclingExport, ref: str, page: PageResult, boxes: list[list[int]],
+                pdf_boxes: list[list[float]] | None) -> None:
+    """Note an item's boxes in the rows' spaces (the chunks state both)."""
+    pdf = list(pdf_boxes or [])
+    export.boxes.setdefault(ref, []).extend(
+        (page.page, list(b), pdf[i] if i < len(pdf) else None) for i, b in enumerate(boxes))
 
 
 def _heading_level(block: Block) -> int:
@@ -299,14 +370,15 @@ def _hash(doc_id: str) -> int:
 
 
 def chunk_rows(doc_id: str, export: DoclingExport) -> list[dict[str, Any]]:
-    """One row per chunk of docling-core's HierarchicalChunker: text, headings, pages, boxes."""
+    """One row per chunk of docling-core's HierarchicalChunker: text, headings, pages, boxes (in
+    page pixels, and for a PDF page in PDF points of its user space too, as the rows hold them)."""
     from docling_core.transforms.chunker.doc_chunk import DocChunk
     from docling_core.transforms.chunker.hierarchical_chunker import HierarchicalChunker
 
     rows = []
     for index, base in enumerate(HierarchicalChunker().chunk(export.document)):
         chunk = DocChunk.model_validate(base)  # what the chunker yields, typed as such (docling's own idiom)
-        boxes, pages, figure_ids, seen = [], [], [], set()
+        boxes, pdf_boxes, pages, figure_ids, seen = [], [], [], [], set()
         items = list(chunk.meta.doc_items)
         for item in chunk.meta.doc_items:
             # The chunker serializes a picture through its caption, whose item alone it names:
@@ -324,8 +396,11 @@ def chunk_rows(doc_id: str, export: DoclingExport) -> list[dict[str, Any]]:
             for prov in getattr(item, "prov", []):
                 if prov.page_no not in pages:
                     pages.append(prov.page_no)
-                b = prov.bbox
-                boxes.append({"page": prov.page_no, "x1": b.l, "y1": b.t, "x2": b.r, "y2": b.b})
+            for page_no, box, pdf in export.boxes.get(item.self_ref, []):
+                boxes.append({"page": page_no, "x1": box[0], "y1": box[1], "x2": box[2], "y2": box[3]})
+                if pdf is not None:
+                    pdf_boxes.append({"page": page_no, "left": pdf[0], "bottom": pdf[1], "right": pdf[2],
+                                      "top": pdf[3]})
         rows.append({
             "doc_id": doc_id,
             "chunk_id": f"{doc_id}#{index}",
@@ -335,5 +410,6 @@ def chunk_rows(doc_id: str, export: DoclingExport) -> list[dict[str, Any]]:
             "pages": sorted(pages),
             "boxes": boxes,
             "figure_ids": figure_ids,
+            "pdf_boxes": pdf_boxes,
         })
     return rows

@@ -26,9 +26,11 @@ from llm_ocr.sources.pieces import Region
 from llm_ocr.sources.segments import plan_segments
 from llm_ocr.sources.wide import plan_wide
 from llm_ocr.stages.attempts import UNFINISHED, Answer, ask_until_whole
+from llm_ocr.stages.furniture import mark_labelled
 from llm_ocr.stages.pieces.plan import TilePlan, may_be_long, tiles_after, tiles_always, tiles_at_once, tiling_allowed
 from llm_ocr.stages.pieces.rate import Coverage, RateBook, coverage
 from llm_ocr.stages.pieces.read import Reader, Stitch
+from llm_ocr.stages.space import place
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult, EndpointDown, RequestFailed, VlmClient
 from llm_ocr.vlm.families.base import BodyFor, Family, PageInput, Reading, Retries
@@ -186,12 +188,19 @@ async def _tiled(
 
 async def extract_page(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None,
                        ctx: ExtractContext) -> PageResult:
-    """Turn one rendered page into its output row. Never raises for a page-level problem.
+    """Turn one rendered page into its output row, its boxes placed in PDF points too when it is a
+    PDF page (:func:`~llm_ocr.stages.space.place`) and the blocks its family labels page furniture
+    marked (:func:`~llm_ocr.stages.furniture.mark_labelled`). Never raises for a page-level problem.
 
     :class:`EndpointDown` propagates: the run stops rather than failing every remaining page.
     """
     if isinstance(item, PageFailure):
         return failure_result(ref, item.page, item.error, num_pages)
+    return mark_labelled(place(await _read(ref, item, num_pages, ctx), item.pdf_page))
+
+
+async def _read(ref: DocumentRef, item: PageImage, num_pages: int | None, ctx: ExtractContext) -> PageResult:
+    """The row of a rendered page: read in segments, in tiles, or whole."""
     mode = ctx.options.pieces  # auto, off (every page whole), always (in pieces where a plan exists)
     if mode != "off" and (row := await _segmented(ref, item, num_pages, ctx)):
         return row
@@ -365,6 +374,7 @@ async def reading_to_page(
         blocks=[b.record() for b in layout.blocks],
         width=reading.width,
         height=reading.height,
+        turned=reading.turned,
         status=status,  # type: ignore[arg-type]
         error=error,
         finish_reason=finish,

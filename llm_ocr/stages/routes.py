@@ -27,6 +27,8 @@ from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.text_lines import LayerPage
 from llm_ocr.stages.attempts import UNFINISHED, Answer
 from llm_ocr.stages.extract import ExtractContext, reading_to_page
+from llm_ocr.stages.furniture import mark_labelled
+from llm_ocr.stages.space import place
 from llm_ocr.vlm.client import RequestFailed, VlmClient
 from llm_ocr.vlm.families import family_named
 from llm_ocr.vlm.families.base import Reading
@@ -102,7 +104,8 @@ async def route_page(
     tools = ExtractContext(ctx.client, family, ExtractOptions.model_validate({}), ctx.max_tokens, ctx.crop)
     row = await reading_to_page(ref, item, reading, num_pages, tools, time.monotonic() - started)
     # The CPU engine's token counts are estimates of what a model would spend: none was used.
-    return replace(row, model=None, prompt_tokens=None, completion_tokens=None, route="text-layer", route_note=note)
+    row = replace(row, model=None, prompt_tokens=None, completion_tokens=None, route="text-layer", route_note=note)
+    return mark_labelled(place(row, item.pdf_page))
 
 
 def kept_share(layer: LayerPage, markdown: str) -> float:

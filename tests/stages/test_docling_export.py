@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from llm_ocr.records import Block, Figure, PageResult
+from llm_ocr.stages.space import displayed_points
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import read_stage
 from tests.docs import chart_png, paragraph
@@ -64,31 +65,38 @@ def test_export_of_a_simulated_run_loads_back_with_pages_boxes_headings_and_pict
     assert result.returncode == 0, result.stderr
     rows = {r["page"]: r for r in read_stage(tmp_path / "out", "extract")}
     doc = docling.DoclingDocument.load_from_json(tmp_path / "out" / "docling" / "doc000.pdf.json")
-    # Pages sized as rendered.
+    # A PDF's pages sized in points as displayed: the rendered pixels at the row's DPI.
     assert {n: (p.size.width, p.size.height) for n, p in doc.pages.items()} == {
-        n: (r["width"], r["height"]) for n, r in rows.items()}
+        n: pytest.approx((r["width"] * 72 / r["dpi"], r["height"] * 72 / r["dpi"])) for n, r in rows.items()}
     headings = [t for t in doc.texts if t.label in ("title", "section_header")]
     assert [(h.text, h.prov[0].page_no) for h in headings] == [(texts["doc000.pdf"][0][0], 1),
                                                                 (texts["doc000.pdf"][1][0], 2)]
     for number, lines in enumerate(texts["doc000.pdf"], start=1):
         page_text = " ".join(t.text for t in doc.texts if t.prov and t.prov[0].page_no == number)
         assert all(line in page_text for line in lines[1:])  # every paragraph, on its own page
-    for item in doc.texts:  # each box is its block's, in page pixels, origin top left
+    for item in doc.texts:  # each box is its block's, in points of the page, origin bottom left
         box = item.prov[0].bbox
-        assert box.coord_origin == "TOPLEFT"
-        block = next(b for b in rows[item.prov[0].page_no]["blocks"] if b["boxes"][0] == [box.l, box.t, box.r, box.b])
-        assert item.text in block["text"]
+        assert box.coord_origin == "BOTTOMLEFT"
+        row = PageResult.from_row(rows[item.prov[0].page_no])
+        block = next(b for b in row.blocks if displayed_points(row, b.boxes[0]) == (box.l, box.t, box.r, box.b))
+        assert item.text in block.text
     # The figure of page 1 (make_pdf draws one on odd pages), with its crop and box.
     (picture,) = doc.pictures
     (figure,) = rows[1]["figures"]
     box = picture.prov[0].bbox
-    assert picture.prov[0].page_no == 1 and [box.l, box.t, box.r, box.b] == figure["bbox"]
+    assert picture.prov[0].page_no == 1
+    assert (box.l, box.t, box.r, box.b) == displayed_points(PageResult.from_row(rows[1]), figure["bbox"])
     assert picture.image is not None and picture.image.size.width == figure["bbox"][2] - figure["bbox"][0]
     chunks = pq.read_table(tmp_path / "out" / "chunks" / "chunks.parquet").to_pylist()
     for chunk in chunks:
         (page,) = chunk["pages"]
         assert chunk["headings"] == [texts["doc000.pdf"][page - 1][0]]
         assert all(b["page"] == page for b in chunk["boxes"]) and chunk["boxes"]
+        # Each box in the rows' two spaces: a block's pixel box, and its PDF-point box beside it.
+        pixel_boxes = {tuple(b["boxes"][0]): b["pdf_boxes"][0] for b in rows[page]["blocks"]}
+        pixel_boxes.update({tuple(f["bbox"]): f["pdf_bbox"] for f in rows[page]["figures"]})
+        assert [[p["left"], p["bottom"], p["right"], p["top"]] for p in chunk["pdf_boxes"]] == [
+            pixel_boxes[(b["x1"], b["y1"], b["x2"], b["y2"])] for b in chunk["boxes"]]
     assert {c["pages"][0] for c in chunks} == {1, 2}
     assert json.loads(result.stdout)["chunks"] == len(chunks)
 

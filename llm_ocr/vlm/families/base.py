@@ -309,7 +309,7 @@ class Reading:
     """What reading one page produced: the layout, every answer it took, and notes.
 
     ``image``/``width``/``height`` are the page image the layout's boxes refer to: the page as
-    rendered, or as the family turned it (olmOCR-2's rotation). ``raw`` is the model's text as
+    rendered, or as the family turned it (olmOCR-2's rotation, by ``turned``). ``raw`` is the model's text as
     the row keeps it (several answers joined for multi-request families).
     """
 
@@ -320,6 +320,8 @@ class Reading:
     width: int
     height: int
     notes: list[str] = field(default_factory=list)
+    #: Degrees counter-clockwise ``image`` was turned from the page as rendered (0: not turned).
+    turned: int = 0
 
 
 @dataclass(frozen=True)

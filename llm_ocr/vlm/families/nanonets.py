@@ -35,6 +35,7 @@ SYSTEM = "You are a helpful assistant."
 
 _IMG = re.compile(r"<img\b[^>]{0,200}>(.{0,4000}?)</img>", re.DOTALL | re.IGNORECASE)
 _TAGS = re.compile(r"</?(?:watermark|page_number|signature)>", re.IGNORECASE)
+_PAGE_NUMBER = re.compile(r"<page_number>(.{0,200}?)</page_number>", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,12 @@ class Nanonets(Family):
 
     @staticmethod
     def _text(builder: LayoutBuilder, chunk: str) -> None:
-        chunk = _TAGS.sub("", chunk)
-        if chunk.strip():
-            builder.text("text", [], normalise_markdown(chunk))
+        # A <page_number> the model tagged is a block of its own, labelled so: page furniture
+        # (llm_ocr.stages.furniture); the number stays in the Markdown as its own paragraph.
+        for i, part in enumerate(_PAGE_NUMBER.split(chunk)):
+            part = _TAGS.sub("", part)
+            if part.strip():
+                builder.text("page_number" if i % 2 else "text", [], normalise_markdown(part))
 
 
 NANONETS_OCR = Nanonets(

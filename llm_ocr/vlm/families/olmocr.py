@@ -164,6 +164,7 @@ class OlmOCR(Family):
             answers=answers,
             raw="\n".join(a.result.text for a in answers) if len(answers) > 1 else reading.raw,
             notes=notes,
+            turned=turned,
         )
 
 
