@@ -215,6 +215,24 @@ class GcsEmulator(_Process):
         """What a client process needs: the standard emulator variable (gcsfs and google-cloud-storage)."""
         return {"STORAGE_EMULATOR_HOST": self.url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
 
+    def use_in_this_process(self, monkeypatch: Any) -> dict[str, Any]:
+        """Point this process's gcsfs at the emulator for one test; returns the storage options.
+
+        gcsfs picks its filesystem class when it is *imported*: if an earlier test in this
+        pytest worker imported it without ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``, the
+        class fsspec hands out is the zonal/HNS one, whose calls never get an answer from the
+        emulator (seen: a test that passed alone hung in a full run). So the plain class is put
+        in fsspec's registry for the test, and no cached instance (another emulator's) is reused.
+        """
+        import gcsfs.core
+        from fsspec.registry import _registry  # fsspec's own table (its ``registry`` is a read-only view)
+
+        for name, value in self.env.items():
+            monkeypatch.setenv(name, value)
+        for protocol in ("gs", "gcs"):
+            monkeypatch.setitem(_registry, protocol, gcsfs.core.GCSFileSystem)
+        return {"token": "anon", "skip_instance_cache": True}
+
     def _call(self, method: str, path: str, data: bytes | None = None, content_type: str = "application/json") -> bytes:
         request = urllib.request.Request(f"{self.url}{path}", data=data, method=method, headers={"Content-Type": content_type})
         with urllib.request.urlopen(request, timeout=30) as response:

@@ -212,12 +212,10 @@ def test_in_a_bucket_a_folder_is_listed_once_and_its_manifest_read_by_shards(
                               "client_kwargs": {"endpoint_url": s3.url, "region_name": "us-east-1"}}
     else:
         gcs = shared_gcs()
-        for name, value in gcs.env.items():  # gcsfs finds the emulator by the standard variable
-            monkeypatch.setenv(name, value)
+        so = gcs.use_in_this_process(monkeypatch)  # gcsfs finds the emulator by the standard variable
         gcs.create_bucket(bucket)
         gcs.upload_folder(scans, bucket, "scans")
         gcs.upload(bucket, "lists/m.csv", b"path\n../scans/part1/s1.png\n")
-        so = {"token": "anon"}
     root = f"{scheme}://{bucket}"
     listed = plan_inputs([f"{root}/scans"], storage_options=so)
     write_manifest(listed, f"{root}/out/manifest", storage_options=so)
