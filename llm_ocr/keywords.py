@@ -212,6 +212,10 @@ class RunKeywords(TypedDict, total=False):
     """Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links)."""
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
+    chunks: bool
+    """Also write each document as a DoclingDocument (OUT/docling/NAME.json) and its chunks
+    (OUT/chunks/chunks-SSSSS-of-NNNNN.parquet), as llm-ocr export --chunks does, for this shard's documents once they
+    are assembled. Needs pip install 'llm-ocr[docling]'."""
     page_furniture: Literal['keep', 'drop', 'tag']
     """Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an HTML comment <!--
     furniture: KIND --> before each). Always listed in the row's furniture column."""
@@ -672,6 +676,10 @@ class AssembleKeywords(TypedDict, total=False):
     """Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links)."""
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
+    chunks: bool
+    """Also write each document as a DoclingDocument (OUT/docling/NAME.json) and its chunks
+    (OUT/chunks/chunks-SSSSS-of-NNNNN.parquet), as llm-ocr export --chunks does, for this shard's documents once they
+    are assembled. Needs pip install 'llm-ocr[docling]'."""
     page_furniture: Literal['keep', 'drop', 'tag']
     """Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an HTML comment <!--
     furniture: KIND --> before each). Always listed in the row's furniture column."""
@@ -1157,6 +1165,10 @@ class LaunchKeywords(TypedDict, total=False):
     """Also write OUT/markdown/NAME.md with figures in OUT/markdown/figures/NAME/ (relative links)."""
     assemble_batch_pages: int
     """Pages held in memory at once (documents are read from storage in batches)."""
+    chunks: bool
+    """Also write each document as a DoclingDocument (OUT/docling/NAME.json) and its chunks
+    (OUT/chunks/chunks-SSSSS-of-NNNNN.parquet), as llm-ocr export --chunks does, for this shard's documents once they
+    are assembled. Needs pip install 'llm-ocr[docling]'."""
     page_furniture: Literal['keep', 'drop', 'tag']
     """Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an HTML comment <!--
     furniture: KIND --> before each). Always listed in the row's furniture column."""

@@ -453,7 +453,7 @@ class DescribeOptions(BaseModel):
 
 
 class AssembleOptions(BaseModel):
-    """How Assemble lays out a document, and whether it exports Markdown files."""
+    """How Assemble lays out a document, and whether it exports Markdown files and DoclingDocuments."""
 
     page_separator: str = Field(
         DEFAULT_PAGE_SEPARATOR,
@@ -465,6 +465,12 @@ class AssembleOptions(BaseModel):
     )
     assemble_batch_pages: int = Field(
         2000, ge=1, description="Pages held in memory at once (documents are read from storage in batches)."
+    )
+    chunks: bool = Field(
+        False,
+        description="Also write each document as a DoclingDocument (OUT/docling/NAME.json) and its chunks "
+        "(OUT/chunks/chunks-SSSSS-of-NNNNN.parquet), as llm-ocr export --chunks does, for this shard's documents "
+        "once they are assembled. Needs pip install 'llm-ocr[docling]'.",
     )
     page_furniture: Literal["keep", "drop", "tag"] = Field(
         "keep",

@@ -148,6 +148,8 @@ class AssembleStats(_View):
     documents: AssembleCounts = Field(default_factory=AssembleCounts)
     #: The Markdown files were exported (``--export-markdown``).
     exported: bool = False
+    #: The DoclingDocuments and chunks were written, every document's (``--chunks``).
+    chunked: bool = False
     wall_time_s: float = 0.0
 
     @property

@@ -12,17 +12,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from llm_ocr.options import AssembleOptions, JobOptions, StageSpec
 from llm_ocr.outcomes import AssembleStats, ExitCode, RunError
 from llm_ocr.records import DocumentResult, document_schema
+from llm_ocr.runners.documents import batches, index_documents, read_batch, source_stage
+from llm_ocr.runners.export import ExportResult, export_docling
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.stages.assemble import assemble_document
@@ -33,9 +32,6 @@ from llm_ocr.storage.upstream import (
     UnreadablePart,
     iter_shard_rows,
     keep_final_rows,
-    owns_row,
-    read_columns,
-    shard_parts,
     stage_has_parts,
     upstream_complete,
 )
@@ -49,37 +45,6 @@ PAGE_COLUMNS = ["doc_id", "doc_index", "page", "source", "num_pages", "markdown"
                 "blocks", "height"]
 
 
-@dataclass
-class DocumentEntry:
-    """Where one document's page rows are: its id, how many rows, which parts."""
-
-    doc_id: str
-    rows: int = 0
-    parts: set[str] = field(default_factory=set)
-
-
-def source_stage(out: Storage) -> str:
-    """The stage Assemble reads: Describe if it has written anything, else Escalate, else Extract."""
-    for name in ("describe", "escalate"):
-        if stage_has_parts(out.child(name)):
-            return name
-    return "extract"
-
-
-def index_documents(source: Storage, shard: int, num_shards: int) -> dict[int, DocumentEntry]:
-    """The documents of our shard in ``source``, by ``doc_index``, reading two columns per part."""
-    entries: dict[int, DocumentEntry] = {}
-    for path in shard_parts(source, shard, num_shards):
-        table = read_columns(source, path, ["doc_id", "doc_index"])
-        for doc_id, doc_index in zip(table.column("doc_id").to_pylist(), table.column("doc_index").to_pylist()):
-            if not owns_row(path, doc_index, shard, num_shards):
-                continue
-            entry = entries.setdefault(doc_index, DocumentEntry(doc_id))
-            entry.rows += 1
-            entry.parts.add(path)
-    return entries
-
-
 def scan_assembled(stage: Storage, shard: int, num_shards: int) -> tuple[set[str], int]:
     """Documents this shard already assembled ``ok`` and the next part number.
 
@@ -89,34 +54,6 @@ def scan_assembled(stage: Storage, shard: int, num_shards: int) -> tuple[set[str
     """
     return keep_final_rows(stage, shard, num_shards, ["doc_id", "status"],
                            lambda table: [s == "ok" for s in table.column("status").to_pylist()])
-
-
-def batches(todo: list[int], entries: dict[int, DocumentEntry], max_rows: int) -> Iterator[list[int]]:
-    """Consecutive documents holding at most ``max_rows`` page rows together (at least one)."""
-    batch: list[int] = []
-    rows = 0
-    for doc_index in todo:
-        size = entries[doc_index].rows
-        if batch and rows + size > max_rows:
-            yield batch
-            batch, rows = [], 0
-        batch.append(doc_index)
-        rows += size
-    if batch:
-        yield batch
-
-
-def read_batch(source: Storage, entries: dict[int, DocumentEntry], batch: list[int],
-               columns: list[str] = PAGE_COLUMNS) -> dict[int, list[dict[str, Any]]]:
-    """The page rows of a batch of documents, grouped by ``doc_index``, one part read at a time."""
-    wanted = pa.array(batch, pa.int64())
-    grouped: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for path in sorted(set().union(*(entries[i].parts for i in batch))):
-        table = read_columns(source, path, columns)
-        table = table.filter(pc.is_in(table.column("doc_index"), value_set=wanted))
-        for row in table.to_pylist():
-            grouped[row["doc_index"]].append(row)
-    return grouped
 
 
 def _export_earlier(out: Storage, stage: Storage, shard: int, num_shards: int, doc_ids: set[str]) -> int:
@@ -159,7 +96,7 @@ async def _assemble(plan: _Plan, options: AssembleOptions, job: JobOptions, stop
         for batch in batches(todo, entries, options.assemble_batch_pages):
             if stop.is_set():
                 break
-            grouped = await asyncio.to_thread(read_batch, source, entries, batch)
+            grouped = await asyncio.to_thread(read_batch, source, entries, batch, PAGE_COLUMNS)
             for doc_index in batch:
                 document = assemble_document(grouped[doc_index], options)
                 counts[document.status] += 1
@@ -175,6 +112,7 @@ async def _assemble(plan: _Plan, options: AssembleOptions, job: JobOptions, stop
             exported_earlier = await asyncio.to_thread(_export_earlier, out, stage, shard, num_shards, skipped)
     finally:
         await writer.close()
+    chunked = await _chunks(plan, options, stop)
     stats: dict[str, Any] = {
         "stage": "assemble",
         "shard": shard,
@@ -186,13 +124,40 @@ async def _assemble(plan: _Plan, options: AssembleOptions, job: JobOptions, stop
         "figures": figures,
         "exported": options.export_markdown or already_exported,
         "exported_earlier": exported_earlier,
+        "chunked": chunked is not None and not chunked.errors,
+        **({"docling": {"documents": chunked.documents, "chunks": chunked.chunks, "errors": len(chunked.errors)}}
+           if chunked is not None else {}),
         "wall_time_s": round(time.monotonic() - started, 3),
     }
     log.info(
         "[assemble %d/%d] documents ok %d, partial %d, error %d, skipped %d (from %s)",
         shard + 1, num_shards, counts["ok"], counts["partial"], counts["error"], len(skipped), plan.source_name,
     )
-    return StageResult("assemble", stats, failed=bool(counts["partial"] or counts["error"]))
+    failed = bool(counts["partial"] or counts["error"] or (chunked is not None and chunked.errors))
+    return StageResult("assemble", stats, failed=failed)
+
+
+async def _chunks(plan: _Plan, options: AssembleOptions, stop: asyncio.Event) -> ExportResult | None:
+    """With ``--chunks``, the shard's DoclingDocuments and chunk rows, written by the export's own
+    runner (:func:`llm_ocr.runners.export.export_docling`) over the same documents."""
+    if not options.chunks or stop.is_set():
+        return None
+    result = await asyncio.to_thread(export_docling, plan.out, True, options.assemble_batch_pages, plan.shard,
+                                     plan.num_shards)
+    log.info("[assemble %d/%d] DoclingDocuments %d, chunks %d, failed %d", plan.shard + 1, plan.num_shards,
+             result.documents, result.chunks, len(result.errors))
+    return result
+
+
+def need_docling(options: AssembleOptions) -> None:
+    """Raise :class:`RunError` when ``--chunks`` is asked for without docling-core installed:
+    said before any page is read, not after."""
+    if not options.chunks:
+        return
+    try:
+        import docling_core  # noqa: F401
+    except ImportError as exc:
+        raise RunError(f"--chunks needs docling-core: pip install 'llm-ocr[docling]' ({exc})") from exc
 
 
 def assemble_finished(marker: Mapping[str, Any] | None, options: AssembleOptions) -> bool:
@@ -202,7 +167,7 @@ def assemble_finished(marker: Mapping[str, Any] | None, options: AssembleOptions
     stats = AssembleStats.model_validate(marker)
     if stats.documents.partial or stats.documents.error:
         return False
-    return not options.export_markdown or stats.exported
+    return (not options.export_markdown or stats.exported) and (not options.chunks or stats.chunked)
 
 
 class Assemble(ShardStage):
@@ -219,6 +184,7 @@ class Assemble(ShardStage):
         return ExitCode.OK if assemble_finished(markers["assemble"], self.spec.assemble) else None
 
     async def check(self, shard: Shard, markers: Markers) -> None:
+        need_docling(self.spec.assemble)
         out = shard.out
         name = await asyncio.to_thread(source_stage, out)
         source, stage = out.child(name), out.child("assemble")

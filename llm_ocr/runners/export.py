@@ -6,7 +6,13 @@ stays bounded), in ``doc_index`` order, and writes
 
 * ``OUT/docling/NAME.json``: the document's DoclingDocument (NAME as ``OUT/markdown``'s, see
   :func:`~llm_ocr.stages.export.safe_name`), built and checked by loading it back with docling-core;
-* ``OUT/chunks/chunks.parquet`` (with ``--chunks``): one row per chunk, :data:`CHUNK_SCHEMA`.
+* ``OUT/chunks/chunks-SSSSS-of-NNNNN.parquet`` (with ``--chunks``): one row per chunk,
+  :data:`CHUNK_SCHEMA`, one file per shard.
+
+A shard takes the documents Assemble's shard of the same number takes
+(:func:`~llm_ocr.runners.documents.index_documents`), so shards export in parallel and no two write
+one file; ``llm-ocr run --chunks`` (and ``assemble --chunks``) call :func:`export_docling` for
+their shard once Assemble is done.
 
 A document whose rows cannot be made into a DoclingDocument is logged with its error and counted;
 the others are still written.
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_ocr.records import PageResult
-from llm_ocr.runners.assemble import batches, index_documents, read_batch, source_stage
+from llm_ocr.runners.documents import batches, index_documents, read_batch, source_stage
+from llm_ocr.sharding import check_shard
 from llm_ocr.stages.docling_export import build_document, chunk_rows
 from llm_ocr.stages.export import safe_name
 from llm_ocr.storage import Storage
@@ -32,9 +40,10 @@ log = logging.getLogger("llm_ocr")
 
 DOCLING_DIR = "docling"
 CHUNKS_DIR = "chunks"
-CHUNKS_FILE = "chunks.parquet"
+#: A shard's chunk file: its shard and the number of shards in the name, as a stage's parts.
+CHUNKS_FILE = re.compile(r"chunks-(\d{5})-of-(\d{5})\.parquet$")
 
-#: The columns of ``OUT/chunks/chunks.parquet``. Boxes are in page pixels of the rendered page
+#: The columns of ``OUT/chunks/chunks-SSSSS-of-NNNNN.parquet``. Boxes are in page pixels of the rendered page
 #: image, origin top left (the rows' ``blocks`` space; the page sizes are in the DoclingDocument).
 CHUNK_SCHEMA = pa.schema([
     pa.field("doc_id", pa.string()),
@@ -71,12 +80,20 @@ def docling_path(out: Storage, doc_id: str) -> str:
     return out.path(DOCLING_DIR, safe_name(doc_id) + ".json")
 
 
-def export_docling(out: Storage, chunks: bool = False, batch_pages: int = 2000) -> ExportResult:
-    """Write every document of ``out`` as a DoclingDocument, and its chunks if ``chunks``;
-    at most ``batch_pages`` page rows are held at once (a document's pages always together)."""
+def chunks_path(out: Storage, shard: int, num_shards: int) -> str:
+    """Where shard ``shard`` of ``num_shards`` writes its chunk rows."""
+    return out.path(CHUNKS_DIR, f"chunks-{shard:05d}-of-{num_shards:05d}.parquet")
+
+
+def export_docling(out: Storage, chunks: bool = False, batch_pages: int = 2000, shard: int = 0,
+                   num_shards: int = 1) -> ExportResult:
+    """Write every document of shard ``shard`` of ``num_shards`` of ``out`` as a DoclingDocument,
+    and its chunks if ``chunks``; at most ``batch_pages`` page rows are held at once (a
+    document's pages always together)."""
+    check_shard(num_shards, shard)
     source = out.child(source_stage(out))
     # Assemble's bounded reading: an index of two columns, then batches of documents.
-    entries = index_documents(source, 0, 1)
+    entries = index_documents(source, shard, num_shards)
     result = ExportResult()
     rows: list[dict[str, Any]] = []
     for batch in batches(sorted(entries), entries, batch_pages):
@@ -87,9 +104,20 @@ def export_docling(out: Storage, chunks: bool = False, batch_pages: int = 2000) 
     if chunks:
         buffer = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA), buffer)
-        out.write_atomic(out.path(CHUNKS_DIR, CHUNKS_FILE), buffer.getvalue())
+        out.write_atomic(chunks_path(out, shard, num_shards), buffer.getvalue())
         result.chunks = len(rows)
+        _remove_other_layouts(out, num_shards)
     return result
+
+
+def _remove_other_layouts(out: Storage, num_shards: int) -> None:
+    # Chunk files of an export with another --num-shards hold the same documents split another
+    # way: left there, a reader of OUT/chunks/*.parquet would count them twice. Files of this
+    # number of shards are never removed (another shard of this export may be writing them).
+    for path in out.glob(CHUNKS_DIR, "chunks-*-of-*.parquet"):
+        match = CHUNKS_FILE.search(path)
+        if match and int(match.group(2)) != num_shards:
+            out.delete(path)
 
 
 def _export_one(out: Storage, doc_id: str, pages: list[PageResult], chunks: bool, result: ExportResult,

@@ -24,7 +24,7 @@ from typing import Any
 from llm_ocr.options import StageSpec
 from llm_ocr.outcomes import ExitCode, RunError
 from llm_ocr.records import PageResult
-from llm_ocr.runners.assemble import Assemble, assemble_finished
+from llm_ocr.runners.assemble import Assemble, assemble_finished, need_docling
 from llm_ocr.runners.bad_pages import BadPages, describe_settles, extract_settles, note_kept, note_retried
 from llm_ocr.runners.cascade import ModelTally, first_reading, open_route
 from llm_ocr.runners.dedup import PageReuse, copy_duplicates, dedup_stats, record_readings, shard_readings
@@ -194,6 +194,7 @@ class Run(ShardStage):
         return {name: markers[name] for name in (*STAGES, *(("fields",) if self.fields else ()))}
 
     async def check(self, shard: Shard, markers: Markers) -> None:
+        need_docling(self.spec.assemble)  # --chunks without docling-core: before any page is read
         # Before the output is probed: a missing INPUT creates nothing in OUT.
         self.plan = check_inputs(self.spec.inputs, self.spec.dataset, shard.job.storage_options, shard.out)
         self.schema = resolve_schema(self.spec.describe, shard.job.storage_options)
@@ -370,6 +371,7 @@ async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
     first model) again: with ``--endpoint`` and ``--escalate-endpoint`` nothing is launched twice.
     """
     fields = Fields(spec) if fields_wanted(spec.fields) else None
+    need_docling(spec.assemble)
     # Bad input stops the run before any page: the figure schema, the fields schema.
     resolve_schema(spec.describe, spec.job.storage_options)
     if fields is not None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -87,7 +89,7 @@ def test_export_of_a_simulated_run_loads_back_with_pages_boxes_headings_and_pict
     assert picture.prov[0].page_no == 1
     assert (box.l, box.t, box.r, box.b) == displayed_points(PageResult.from_row(rows[1]), figure["bbox"])
     assert picture.image is not None and picture.image.size.width == figure["bbox"][2] - figure["bbox"][0]
-    chunks = pq.read_table(tmp_path / "out" / "chunks" / "chunks.parquet").to_pylist()
+    chunks = pq.read_table(tmp_path / "out" / "chunks").to_pylist()
     for chunk in chunks:
         (page,) = chunk["pages"]
         assert chunk["headings"] == [texts["doc000.pdf"][page - 1][0]]
@@ -181,5 +183,99 @@ def test_a_document_docling_refuses_is_named_and_the_others_are_written(tmp_path
     assert list(result.errors) == ["bad.pdf"] and "exceeds the limit" in result.errors["bad.pdf"]
     assert result.documents == 1 and (tmp_path / "out" / "docling" / "good.pdf.json").exists()
     assert not (tmp_path / "out" / "docling" / "bad.pdf.json").exists()
-    chunks = pq.read_table(tmp_path / "out" / "chunks" / "chunks.parquet").to_pylist()
+    chunks = pq.read_table(tmp_path / "out" / "chunks").to_pylist()
     assert [(c["doc_id"], c["text"]) for c in chunks] == [("good.pdf", "Fine.")]
+
+
+@pytest.fixture(scope="module")
+def samples_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``samples/`` read through the simulated server by ``llm-ocr run``, then the same run again
+    with ``--chunks`` (Extract and Describe are done: only the export is new)."""
+    from tests.conftest import REPO
+
+    folder = tmp_path_factory.mktemp("samples-run")
+    shutil.copytree(REPO / "samples", folder / "in")
+    out = folder / "out"
+    with SimulatedServer("--instant", corpus=folder / "in") as server:
+        first = stage("run", out, server, str(folder / "in"))
+        assert first.returncode == 0, first.stderr
+        exported_before = (out / "docling").exists() or (out / "chunks").exists()
+        again = stage("run", out, server, str(folder / "in"), "--chunks")
+    assert again.returncode == 0, again.stderr
+    return {"inputs": folder / "in", "out": out, "exported_before": exported_before}
+
+
+def _text_box(pdf_path: Path, page: int, text: str) -> tuple[float, float, float, float]:
+    """Where PDFium finds ``text`` on ``page``: ``(left, bottom, right, top)`` in user space."""
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument(str(pdf_path))
+    try:
+        textpage = pdf[page - 1].get_textpage()
+        found = textpage.search(text, match_case=True).get_next()
+        assert found is not None, text
+        start, count = found
+        boxes = [textpage.get_charbox(i) for i in range(start, start + count)
+                 if not textpage.get_text_range(i, 1).isspace()]
+        return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes),
+                max(b[3] for b in boxes))
+    finally:
+        pdf.close()
+
+
+def test_run_with_chunks_exports_the_samples_with_furniture_and_pdf_boxes(samples_run: dict[str, Any]) -> None:
+    """``llm-ocr run --chunks`` on the held-out-style samples: a DoclingDocument per document that
+    docling-core loads back, the chunks in the shard's file, the invoice's page numbers in the
+    furniture layer, and chunk boxes in PDF points where PDFium finds the text."""
+    out, inputs = samples_run["out"], samples_run["inputs"]
+    names = sorted(p.name for p in inputs.iterdir())
+    assert not samples_run["exported_before"]  # the first run was without --chunks
+    assert sorted(p.name for p in (out / "docling").iterdir()) == [n + ".json" for n in names]
+    docs = {n: docling.DoclingDocument.load_from_json(out / "docling" / (n + ".json")) for n in names}
+    assert [p.name for p in (out / "chunks").iterdir()] == ["chunks-00000-of-00001.parquet"]
+    chunks = pq.read_table(out / "chunks").to_pylist()
+    assert sorted({c["doc_id"] for c in chunks}) == names
+    # invoice-2024-0042.pdf's two pages end with "Page 1 of 2", "Page 2 of 2": furniture, in no chunk.
+    invoice = "invoice-2024-0042.pdf"
+    furniture = [(t.text, t.prov[0].page_no) for t in docs[invoice].texts if t.content_layer == "furniture"]
+    assert furniture == [("Page 1 of 2", 1), ("Page 2 of 2", 2)]
+    assert not any("of 2" in c["text"] for c in chunks if c["doc_id"] == invoice)
+    # Lines of the invoice, each a chunk: its box in PDF points is where PDFium finds its text.
+    for page, line in [(1, "Invoice number: INV-2024-0042"), (1, "Cable tray 6 24.99 149.94"),
+                       (2, "Total: 16,511.20")]:
+        (chunk,) = [c for c in chunks if c["doc_id"] == invoice and c["text"] == line]
+        assert chunk["pages"] == [page]
+        (box,) = chunk["pdf_boxes"]
+        got = (box["left"], box["bottom"], box["right"], box["top"])
+        want = _text_box(inputs / invoice, page, line)
+        assert all(abs(a - b) <= 3.0 for a, b in zip(got, want)), (line, got, want)
+    # An image has no PDF points: its chunks carry pixel boxes only.
+    assert all(c["boxes"] and not c["pdf_boxes"] for c in chunks if c["doc_id"] == "notes.png")
+
+
+def test_export_in_shards_writes_each_shard_s_own_files_and_together_the_whole(samples_run: dict[str, Any],
+                                                                                 tmp_path: Path) -> None:
+    """``llm-ocr export --num-shards 2 --shard-index I``: each shard writes the DoclingDocuments of
+    its documents and a chunk file of its own; the two hold every document once, the chunks the
+    one-shard run wrote, and the one-shard file is removed (read together it would count twice)."""
+    out = tmp_path / "out"
+    shutil.copytree(samples_run["out"], out)
+    whole = pq.read_table(out / "chunks").to_pylist()
+    shutil.rmtree(out / "docling")
+    written: list[set[str]] = []
+    for index in (0, 1):
+        before = {p.name for p in (out / "docling").iterdir()} if (out / "docling").exists() else set()
+        result = run_in_process("export", str(out), "--chunks", "--num-shards", "2", "--shard-index", str(index))
+        assert result.returncode == 0, result.stderr
+        written.append({p.name for p in (out / "docling").iterdir()} - before)
+        assert json.loads(result.stdout)["documents"] == len(written[-1]) > 0
+    assert sorted(p.name for p in (out / "chunks").iterdir()) == ["chunks-00000-of-00002.parquet",
+                                                                   "chunks-00001-of-00002.parquet"]
+    assert written[0].isdisjoint(written[1])
+    assert written[0] | written[1] == {n + ".json" for n in {c["doc_id"] for c in whole}}
+    parts = [pq.read_table(out / "chunks" / f"chunks-0000{i}-of-00002.parquet").to_pylist() for i in (0, 1)]
+    for part, files in zip(parts, written):
+        assert {c["doc_id"] + ".json" for c in part} == files
+    assert sorted(c["chunk_id"] for c in parts[0] + parts[1]) == sorted(c["chunk_id"] for c in whole)
+    bad = run_in_process("export", str(out), "--num-shards", "2", "--shard-index", "2")
+    assert bad.returncode == 2 and "out of range" in bad.stderr
