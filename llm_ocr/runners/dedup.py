@@ -33,6 +33,7 @@ from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.fingerprint import page_fingerprint, same_pixels
 from llm_ocr.sources.listing import InputError
+from llm_ocr.stages.space import place
 from llm_ocr.storage.parts import PartWriter, ShardIndex
 from llm_ocr.storage.readings import HASHES, Reading, load_readings, stored_rows, write_readings
 from llm_ocr.storage.url import Storage
@@ -273,7 +274,8 @@ class PageReuse:
             rows = _readings(reading) if reading is not None else ()
             if rows and all(r is not None and r.status in ("ok", "truncated") for r in rows):
                 self.reused += 1
-                copies = tuple(copied(r.to_row(), ref, item.page, first.doc_id, first.page)
+                # Each copy on this page's own PDF box and /Rotate (the first's may be another PDF's).
+                copies = tuple(place(copied(r.to_row(), ref, item.page, first.doc_id, first.page), item.pdf_page)
                                for r in rows if r is not None)
                 return copies if isinstance(reading, tuple) else copies[0]
             break  # the first's reading failed (or has no row of a stage): this page is read itself

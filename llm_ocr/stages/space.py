@@ -46,9 +46,18 @@ def frame_of(pdf_page: PdfPage) -> PageFrame:
 
 def place(row: PageResult, pdf_page: tuple[float, float, float, float, int] | None) -> PageResult:
     """``row`` (changed in place, and returned) with its PDF page, DPI and every box in PDF
-    points, when it is a PDF page's row with a page image size; unchanged otherwise."""
+    points, when it is a PDF page's row with a page image size; without them otherwise.
+
+    Whatever PDF space ``row`` held before is dropped first: a row copied from another page's
+    reading (a pixel-identical page of another PDF, :class:`~llm_ocr.runners.dedup.PageReuse`)
+    takes the geometry of the page it is placed on, never its first's."""
     if row.turned is None:
         row.turned = 0
+    row.pdf_page, row.dpi = None, None
+    for block in row.blocks:
+        block.pdf_boxes = None
+    for figure in row.figures:
+        figure.pdf_bbox = None
     if pdf_page is None or not row.width or not row.height:
         return row
     row.pdf_page = PdfPage(*pdf_page)

@@ -381,3 +381,33 @@ def test_two_groups_each_holding_the_others_first_both_end(
     assert len(server.requests()) - sent == 2
     rows = rows_by_page(out)
     assert [rows[(d, 1)]["duplicate_of"] for d in ("a.pdf", "b.pdf", "c.pdf", "d.pdf")] == [None, None, "b.pdf", "a.pdf"]
+
+
+def test_a_page_copied_from_another_pdf_keeps_its_own_page_geometry(server: SimulatedServer, tmp_path: Path) -> None:
+    """A page pixel for pixel like a page of another PDF gets a copy of that page's reading, but
+    its boxes in PDF points are on its own page: here the same drawing, moved 100 pt right and up
+    in user space and shown through a CropBox moved as far, so the two pages render alike."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Alpha report"])
+    sheet = canvas.Canvas(str(docs / "b.pdf"), pagesize=(500, 600), invariant=1)
+    sheet.setCropBox((100, 100, 400, 500))
+    sheet.translate(100, 100)
+    sheet.setFont("Helvetica", 18)
+    sheet.drawString(30, 330, "Alpha report")
+    sheet.showPage()
+    sheet.save()
+    out = tmp_path / "out"
+    result = llm_ocr.extract([docs], out, endpoint=server.base_url, **FAST)
+    assert result.exit_code == 0
+    rows = rows_by_page(out)
+    first, copy = sorted((rows[("a.pdf", 1)], rows[("b.pdf", 1)]), key=lambda r: r["duplicate_of"] is not None)
+    assert copy["duplicate_of"] == first["doc_id"]  # a copy, not a second request
+    own = {"a.pdf": (0.0, 0.0, 300.0, 400.0), "b.pdf": (100.0, 100.0, 400.0, 500.0)}
+    for row in (first, copy):
+        page = row["pdf_page"]
+        assert (page["left"], page["bottom"], page["right"], page["top"], page["rotation"]) == (*own[row["doc_id"]], 0)
+    shift = 100.0 if copy["doc_id"] == "b.pdf" else -100.0
+    assert copy["blocks"] and [b["boxes"] for b in copy["blocks"]] == [b["boxes"] for b in first["blocks"]]
+    moved = [v - shift for b in copy["blocks"] for box in b["pdf_boxes"] for v in box]
+    assert moved == pytest.approx([v for b in first["blocks"] for box in b["pdf_boxes"] for v in box], abs=0.02)
