@@ -6,7 +6,7 @@ rectangle (a figure) at known places in user space: a plain Letter page, a page 
 llm-ocr's renderer; where the text and the rectangle are in the image is found from the image's
 own ink, and where they are in the PDF from the PDF itself (PDFium's character boxes of the text,
 the rectangle's drawing coordinates). Every family then reads the page in this process (its
-requests answered by its own writer, as in ``tests/vlm/test_family_round_trip.py``), and the row
+requests answered by its own writer, ``tests/vlm/family_pages.py``, as in ``tests/vlm/test_family_round_trip.py``), and the row
 it makes must hold the text's (or, for the families that box figures only, the figure's) box in
 the image's pixels and, mapped by the row's ``pdf_page``, in the PDF's points.
 """
@@ -29,7 +29,7 @@ from llm_ocr.stages.space import displayed_points, place
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import FAMILIES, Family
 from llm_ocr.vlm.view import Element
-from tests.vlm.test_family_round_trip import FIGURE_BOXES_ONLY, read, tolerance
+from tests.vlm.family_pages import FIGURE_BOXES_ONLY, read, tolerance
 
 LINE = "Harbour dues rose by nine percent"
 RECT = (300.0, 180.0, 460.0, 300.0)  # left, bottom, right, top in user space
