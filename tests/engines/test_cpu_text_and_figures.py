@@ -1,5 +1,6 @@
 """What the CPU engine reads as text and what as a figure, on real pages run through
-``llm-ocr run`` (Extract, Describe, Assemble, the Markdown export) against the real engine.
+``llm-ocr run`` (Extract, Describe, Assemble, the Markdown export, and with docling-core
+installed the DoclingDocuments and chunks of ``--chunks``) against the real engine.
 
 One run over one folder serves every test here (the engine reads ~20 page images):
 
@@ -27,6 +28,7 @@ import shutil
 from html.parser import HTMLParser
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from reportlab.lib.pagesizes import A5
 
@@ -42,6 +44,14 @@ pytestmark = pytest.mark.timeout(1800)
 SCALE = 2.0  # 144 DPI, the pipeline's rendering
 SAMPLES = ["invoice-2024-0017.pdf", "invoice-2024-0042.pdf", "invoice-2024-0051.pdf", "receipt-0381.pdf",
            "receipt-0977.pdf", "report.pdf"]
+
+
+def _has_docling() -> bool:
+    try:
+        import docling_core  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +73,7 @@ def run(cpu_engine: CpuServer, tmp_path_factory: pytest.TempPathFactory) -> dict
     out = folder / "out"
     result = run_cli(
         "run", str(inputs), "--output", str(out), "--endpoint", cpu_engine.base_url, "--export-markdown",
-        "--workers", "0", "--progress", "log", timeout=1800,
+        *(("--chunks",) if _has_docling() else ()), "--workers", "0", "--progress", "log", timeout=1800,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {(r["doc_id"], r["page"]): r for r in read_stage(out, "describe")}
@@ -194,3 +204,29 @@ def test_the_sample_report_keeps_its_table_and_its_captioned_chart(run: dict[str
     markdown = (run["out"] / "markdown" / "report.pdf.md").read_text()
     alt = "Caption: Figure 1: Pages processed per minute on five machines."
     assert f"![{alt}](figures/report.pdf/p1-f1.png)" in markdown
+
+
+def test_the_samples_docling_export_holds_each_table_with_its_cells_and_keeps_two_tables_apart(
+        run: dict[str, Any]) -> None:
+    """``--chunks``: the report's table is one TableItem with the cells make_samples.py draws, its
+    chart a picture with its caption; invoice-2024-0042's table continues on page 2 under a
+    heading, so by the rule (only page furniture may come between) it stays two tables."""
+    if not _has_docling():
+        pytest.skip("docling-core is not installed (the docling extra)")
+    from docling_core.types.doc import DoclingDocument
+
+    report = DoclingDocument.load_from_json(run["out"] / "docling" / "report.pdf.json")
+    (table,) = report.tables
+    assert [[cell.text for cell in row] for row in table.data.grid] == [
+        ["Machine", "GPU", "Pages per second"], ["alpha", "A100", "2.3"], ["beta", "L40S", "1.9"],
+        ["gamma", "L4", "0.8"]]
+    assert [p.page_no for p in table.prov] == [2]
+    (picture,) = report.pictures
+    assert picture.prov[0].page_no == 1
+    assert picture.caption_text(report) == "Figure 1: Pages processed per minute on five machines."
+    invoice = DoclingDocument.load_from_json(run["out"] / "docling" / "invoice-2024-0042.pdf.json")
+    assert [[p.page_no for p in t.prov] for t in invoice.tables] == [[1], [2]]
+    assert all(t.data.grid[0][0].text == "Description" for t in invoice.tables)  # each its own header
+    chunks = pq.read_table(run["out"] / "chunks").to_pylist()
+    (table_chunk,) = [c for c in chunks if c["doc_id"] == "report.pdf" and "A100" in c["text"]]
+    assert table_chunk["pages"] == [2] and table_chunk["pdf_boxes"]
