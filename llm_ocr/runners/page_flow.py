@@ -505,6 +505,12 @@ def give_up_slot() -> asyncio.Event | None:
     return held.flow.stop
 
 
+def flow_stop() -> asyncio.Event | None:
+    """The stop event of the flow whose page is being handled (None: not in a flow's page)."""
+    held = _HELD.get()
+    return held.flow.stop if held is not None else None
+
+
 async def take_slot() -> bool:
     """Take an in-flight slot again for the page being handled after :func:`give_up_slot`; False
     when the flow stops first (the page is not to be sent: its rerun reads it)."""

@@ -8,7 +8,8 @@ repeats are found: a page's claim is the sha256 of its decoded pixels
 a page hash's claim reads the page; a process reaching the same pixels in another document:
 
 - gives its in-flight slot back (:func:`~.page_flow.give_up_slot`): a page waiting for another
-  process holds no slot;
+  process holds no slot (up to :data:`MAX_WAITING` pages; past them a page waits in its slot, so
+  that the images kept stay bounded);
 - looks in storage, every :data:`POLL_SECONDS`, at the first's group: its claim state, then the
   first page's rows in the group's parts. Rows there with text (``ok``/``truncated``, every
   stage): the page gets copies of them (``duplicate_of``/``duplicate_page``), no request. Rows
@@ -33,7 +34,7 @@ from typing import Any
 
 from llm_ocr.runners.dedup import copied
 from llm_ocr.runners.groups import GroupWork
-from llm_ocr.runners.page_flow import PageFlow, PageRows, give_up_slot, take_slot
+from llm_ocr.runners.page_flow import PageFlow, PageRows, flow_stop, give_up_slot, take_slot
 from llm_ocr.runners.shared_dedup import group_rows
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
@@ -50,6 +51,9 @@ POLL_SECONDS = 2.0
 #: Page hashes this process claimed, kept so that a repeat within the process makes no create
 #: (64 bytes each: 1 MB at most; one dropped costs only a refused create and a read).
 MINE_KEPT = 16384
+#: Pages waiting without a slot at most (each keeps its image, a few hundred KB: some 75 MB in
+#: all); beyond them a page waits in its slot, so the in-flight limit bounds the rest.
+MAX_WAITING = 256
 
 Item = PageImage | PageFailure
 Handler = Callable[[DocumentRef, Item, int | None], Awaitable[PageRows]]
@@ -124,7 +128,7 @@ class SharedPages:
 
     async def _wait(self, ref: DocumentRef, item: PageImage, num_pages: int | None, sha256: str,
                     group: GroupId) -> PageRows:
-        stop = give_up_slot()
+        stop = give_up_slot() if self.waiting < MAX_WAITING else flow_stop()
         self.waiting += 1
         try:
             while True:
