@@ -24,6 +24,7 @@ from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardS
 from llm_ocr.runners.page_flow import DocumentPages, page_look_ahead
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.shared_dedup import SharedReadings
+from llm_ocr.runners.shared_pages import SharedPages
 from llm_ocr.runners.workers import WorkerPool, crop_figures, render_page_regions, transform_image
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint
@@ -160,7 +161,13 @@ class Extract(ShardStage):
                                        readings=shared or readings)
                 handler = bad.guard(_extract_handler(ctx, bad, route, tally), bad.quarantined)
                 reuse = PageReuse(handler, work.pool) if spec.extract.dedup else None
-                await work.run(intake, shared.handler(reuse or handler) if shared else reuse or handler, ["extract"])
+                # With work groups, a page's exact pixels are claimed across the run's processes too.
+                across = SharedPages(reuse or handler, work.pool, shard.out, groups, ["extract"], shared.base.rows,
+                                    job.storage_options) if shared is not None and groups is not None else None
+                if shared is not None and across is not None:
+                    shared.attached.append(across.attach)
+                await work.run(intake, shared.handler(across or reuse or handler) if shared else reuse or handler,
+                               ["extract"])
                 if readings is not None and shared is None:  # the duplicates set aside: copied, or read after all
                     again = await copy_duplicates(work, readings, self.index, ["extract"], job.storage_options)
                     if again:
@@ -172,7 +179,8 @@ class Extract(ShardStage):
         accounting = tally.stats({job.model: endpoint.client.busy_seconds}, layout_s)
         result = work.result("extract", kept=kept, extra=accounting)
         result.stats["pages"]["quarantined_earlier"] = kept
-        result.stats["dedup"] = {**dedup_stats(shared or readings, reuse), **(shared.stats() if shared else {})}
+        result.stats["dedup"] = {**dedup_stats(shared or readings, reuse), **(shared.stats() if shared else {}),
+                                 **(across.stats() if across else {})}
         end = await groups_finished(groups, [result.stats], stopped=shard.stop.is_set())
         result.failed = result.failed or end.failed_elsewhere
         return Finished([result], preset=endpoint.preset, complete=end.complete)

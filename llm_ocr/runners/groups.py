@@ -494,12 +494,19 @@ class GroupWriter(SerialWriter):
         self.folder = folder
         self.max_rows = max_rows
         self._rows: dict[GroupId, list[dict[str, Any]]] = defaultdict(list)
+        #: Rows handed to the background writer and not stored yet, by group: a group's last row
+        #: must be stored at once even while earlier ones are on their way (stored early, for a
+        #: copy waiting on them: :meth:`store_if_holding`), else it would wait for the next flush.
+        self._unsettled: dict[GroupId, int] = defaultdict(int)
+        self._unsettled_lock = threading.Lock()
 
     async def add(self, row: dict[str, Any]) -> None:
         group = self.work.group_of(row["doc_id"])
         rows = self._rows[group]
         rows.append(row)
-        if len(rows) >= self.max_rows or self.work.rows_pending(group, self.folder, len(rows)):
+        with self._unsettled_lock:
+            on_the_way = self._unsettled.get(group, 0)
+        if len(rows) >= self.max_rows or self.work.rows_pending(group, self.folder, len(rows) + on_the_way):
             await self._store([group])
 
     async def flush(self) -> None:
@@ -514,11 +521,22 @@ class GroupWriter(SerialWriter):
     async def _store(self, groups: list[GroupId]) -> None:
         batches = [(group, self._rows.pop(group)) for group in groups if self._rows.get(group)]
         if batches:
+            with self._unsettled_lock:
+                for group, rows in batches:
+                    self._unsettled[group] += len(rows)
             await self.submit(lambda: self._append(batches))
 
     def _append(self, batches: list[tuple[GroupId, list[dict[str, Any]]]]) -> None:
         for group, rows in batches:
-            self.work.append(group, self.folder, rows)
+            try:
+                self.work.append(group, self.folder, rows)
+            finally:  # after they count as stored: a row added meanwhile counts them once at least
+                with self._unsettled_lock:
+                    left = self._unsettled[group] - len(rows)
+                    if left > 0:
+                        self._unsettled[group] = left
+                    else:
+                        self._unsettled.pop(group, None)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import hashlib
 import logging
@@ -433,6 +434,8 @@ class PageFlow(Generic[RefT, ItemT]):
 
     async def _handle(self, ref: RefT, item: ItemT, num_pages: int | None, seq: int) -> None:
         self.counters.in_flight += 1
+        held = _HeldSlot(self)
+        _HELD.set(held)  # this task's own context: the handler may give the slot up (give_up_slot)
         rows: list[dict[str, Any] | None] = [None] * len(self.writers)
         try:
             returned = await self.handler(ref, item, num_pages)
@@ -458,8 +461,9 @@ class PageFlow(Generic[RefT, ItemT]):
                 self._fatal = exc
                 self.stop.set()
         finally:
-            self.counters.in_flight -= 1
-            self._slots.release()
+            if held.held:
+                self.counters.in_flight -= 1
+                self._slots.release()
             for ordered, row in zip(self.ordered_all, rows):
                 try:
                     await ordered.put(seq, row)
@@ -473,6 +477,51 @@ class PageFlow(Generic[RefT, ItemT]):
         if abandoned:
             log.warning("abandoned %d page(s) still in flight after the %.0fs grace period", abandoned,
                         self.settings.grace_period)
+
+
+@dataclass
+class _HeldSlot:
+    """The in-flight slot of the page a flow's task handles, and whether the page holds it now."""
+
+    flow: PageFlow[Any, Any]
+    held: bool = True
+
+
+_HELD: contextvars.ContextVar[_HeldSlot | None] = contextvars.ContextVar("llm_ocr_held_slot", default=None)
+
+
+def give_up_slot() -> asyncio.Event | None:
+    """Give back the in-flight slot of the page being handled (called from its handler, before it
+    waits on something other than the model: another process's reading of the same page), so
+    other pages are sent meanwhile. Returns the flow's stop event (None: not in a flow's page).
+    A page that must be sent after all takes a slot again with :func:`take_slot`."""
+    held = _HELD.get()
+    if held is None:
+        return None
+    if held.held:
+        held.held = False
+        held.flow.counters.in_flight -= 1
+        held.flow._slots.release()
+    return held.flow.stop
+
+
+def flow_stop() -> asyncio.Event | None:
+    """The stop event of the flow whose page is being handled (None: not in a flow's page)."""
+    held = _HELD.get()
+    return held.flow.stop if held is not None else None
+
+
+async def take_slot() -> bool:
+    """Take an in-flight slot again for the page being handled after :func:`give_up_slot`; False
+    when the flow stops first (the page is not to be sent: its rerun reads it)."""
+    held = _HELD.get()
+    if held is None or held.held:
+        return True
+    if not await acquire_unless_stopped(held.flow._slots, held.flow.stop):
+        return False
+    held.held = True
+    held.flow.counters.in_flight += 1
+    return True
 
 
 def expected_text(item: PageImage | PageFailure) -> Expected:

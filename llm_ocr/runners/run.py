@@ -46,6 +46,7 @@ from llm_ocr.runners.page_flow import DocumentPages, PageRows, UpstreamRows, pag
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.shared_dedup import SharedReadings
+from llm_ocr.runners.shared_pages import SharedPages
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.serving.quarantine import PageQuarantined
@@ -281,7 +282,13 @@ class Run(ShardStage):
                     shared = SharedReadings(readings, shard.out, self.groups, ["extract", "describe"],
                                             job.storage_options) \
                         if readings is not None and self.groups is not None else None
-                    inner = shared.handler(reuse or guarded) if shared else reuse or guarded
+                    # With work groups, a page's exact pixels are claimed across the run's processes too.
+                    across = SharedPages(reuse or guarded, work.pool, shard.out, self.groups, ["extract", "describe"],
+                                        shared.base.rows, job.storage_options) \
+                        if shared is not None and self.groups is not None else None
+                    if shared is not None and across is not None:
+                        shared.attached.append(across.attach)
+                    inner = shared.handler(across or reuse or guarded) if shared else reuse or guarded
                     handler = _copies_described(inner, work.counters["describe"])
                     # Every page's text is estimated as it is rendered (its row keeps it; the pages waiting
                     # for a slot go longest first by it).
@@ -302,7 +309,8 @@ class Run(ShardStage):
                             await work.run(pages.over(again), handler, ["extract", "describe"])
                     if readings is not None:
                         await asyncio.to_thread(record_readings, shard.out, shard.index, shard.count, readings)
-                    dedup = {**dedup_stats(shared or readings, reuse), **(shared.stats() if shared else {})}
+                    dedup = {**dedup_stats(shared or readings, reuse), **(shared.stats() if shared else {}),
+                             **(across.stats() if across else {})}
                     layout_s = route.client.busy_seconds if route is not None else None
             if run_pages is not None:
                 self._account_describe(work, caught_up_rows, run_pages.described_earlier)

@@ -111,6 +111,8 @@ class SharedReadings:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._settling = False
+        #: Called with the flow before it runs (:class:`~.shared_pages.SharedPages`).
+        self.attached: list[Callable[[PageFlow[DocumentRef, Item]], None]] = []
 
     # -- the intake's side (on the event loop) ---------------------------------------------------
 
@@ -131,6 +133,8 @@ class SharedReadings:
 
     def start(self, intake: DocumentPages, flow: PageFlow[DocumentRef, Item]) -> None:
         self._intake, self._flow = intake, flow
+        for attach in self.attached:
+            attach(flow)
         self._task = asyncio.get_running_loop().create_task(self._resolve())
 
     async def settle(self) -> None:
@@ -240,9 +244,7 @@ class SharedReadings:
         return _Look("wait")
 
     def _group_rows(self, group: GroupId, stage: str, doc_id: str) -> list[dict[str, Any]]:
-        """The rows of ``doc_id`` stored in ``group``'s parts of stage folder ``stage``."""
-        pattern = group_part_name(group.shard, group.num_shards, group.group, 0).replace("-0000.parquet", "-*.parquet")
-        return stored_rows(self.base.rows, stage, [doc_id], self.storage_options, pattern).get(doc_id, [])
+        return group_rows(self.base.rows, group, stage, doc_id, self.storage_options)
 
     async def _store_firsts(self) -> None:
         """Store now the rows of this process's firsts in the groups that hold a copy waiting.
@@ -310,6 +312,13 @@ class SharedReadings:
             self._read_here(item.ref, item.sha256)
             self.base.counted(item.sha256, opened.num_pages)
         await _put_chunks(plain, opened, flow)
+
+
+def group_rows(output: str, group: GroupId, stage: str, doc_id: str,
+               storage_options: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of ``doc_id`` stored in ``group``'s parts of stage folder ``stage`` of ``output``."""
+    pattern = group_part_name(group.shard, group.num_shards, group.group, 0).replace("-0000.parquet", "-*.parquet")
+    return stored_rows(output, stage, [doc_id], storage_options, pattern).get(doc_id, [])
 
 
 async def _put_chunks(intake: DocumentPages, opened: OpenDocument, flow: PageFlow[DocumentRef, Item]) -> None:

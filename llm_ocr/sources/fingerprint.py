@@ -56,6 +56,17 @@ def page_fingerprint(data: bytes) -> tuple[int, int, int]:
     return size[0], size[1], bits
 
 
+def pixel_sha256(data: bytes) -> str:
+    """The sha256 (hex) of an encoded image's decoded pixels, with their mode and size: equal for
+    two images of the same pixels whatever their encoding's bytes (a PNG's compression, its
+    metadata), so that a page rendered alike by two processes hashes alike."""
+    with Image.open(io.BytesIO(data)) as image:
+        image.load()
+        digest = hashlib.sha256(f"{image.mode} {image.size[0]}x{image.size[1]}\n".encode())
+        digest.update(image.tobytes())
+    return digest.hexdigest()
+
+
 def same_pixels(first: bytes, second: bytes) -> bool:
     """Whether two encoded images decode to the same pixels, every one (same mode and size)."""
     if first == second:

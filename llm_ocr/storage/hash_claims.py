@@ -17,6 +17,10 @@ document's group is free again (its holder died or stopped before storing the do
 a duplicate's process may create the next epoch (``EEEE`` + 1) naming itself and read its own
 copy; the latest epoch names the first from then on, and whoever reads the old group later finds
 its document a duplicate of the new first.
+
+Pages are claimed the same way, by the sha256 of their decoded pixels, under
+``OUT/_state/claims/pages/FLOW/HH/`` (:data:`PAGES_DIR`): the claim then names a page of the
+document too (:mod:`llm_ocr.runners.shared_pages`).
 """
 
 from __future__ import annotations
@@ -32,41 +36,49 @@ from llm_ocr.storage.url import Storage
 log = logging.getLogger(__name__)
 
 HASHES_DIR = "hashes"
+#: Where the claims of pages (by their pixels' sha256) live, beside the documents'.
+PAGES_DIR = "pages"
 
 
 @dataclass(frozen=True)
 class FirstCopy:
-    """Epoch ``epoch`` of a hash's claim: the document ``doc_id`` of ``group`` is read as the first."""
+    """Epoch ``epoch`` of a hash's claim: the document ``doc_id`` of ``group`` (its page ``page``,
+    for a page's claim; 0 for a document's) is read as the first."""
 
     sha256: str
     epoch: int
     doc_id: str
     group: GroupId
     holder: str
+    page: int = 0
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"sha256": self.sha256, "epoch": self.epoch, "doc_id": self.doc_id,
-                           "shard": self.group.shard, "num_shards": self.group.num_shards,
-                           "group": self.group.group, "holder": self.holder}, sort_keys=True).encode()
+        data = {"sha256": self.sha256, "epoch": self.epoch, "doc_id": self.doc_id, "shard": self.group.shard,
+                "num_shards": self.group.num_shards, "group": self.group.group, "holder": self.holder}
+        if self.page:
+            data["page"] = self.page
+        return json.dumps(data, sort_keys=True).encode()
 
 
 class HashClaims:
-    """The hash claims of one output and one page flow, as the process ``holder`` makes them."""
+    """The hash claims of one output and one page flow, as the process ``holder`` makes them
+    (``kind``: :data:`HASHES_DIR` for documents, :data:`PAGES_DIR` for pages)."""
 
-    def __init__(self, out: Storage, flow: str, holder: str) -> None:
+    def __init__(self, out: Storage, flow: str, holder: str, kind: str = HASHES_DIR) -> None:
         self.out = out
         self.flow = flow
         self.holder = holder
+        self.kind = kind
 
     def path(self, sha256: str, epoch: int) -> str:
         """Where epoch ``epoch`` of ``sha256``'s claim lives."""
-        return self.out.path(STATE_DIR, CLAIMS_DIR, HASHES_DIR, self.flow, sha256[:2], f"{sha256}-{epoch:04d}.json")
+        return self.out.path(STATE_DIR, CLAIMS_DIR, self.kind, self.flow, sha256[:2], f"{sha256}-{epoch:04d}.json")
 
-    def claim(self, sha256: str, doc_id: str, group: GroupId) -> FirstCopy:
-        """The first of ``sha256``: ``doc_id`` of ``group`` when this call made it so (or an
-        earlier one did: the same document reached again), else the document the latest epoch
-        names."""
-        mine = FirstCopy(sha256, 1, doc_id, group, self.holder)
+    def claim(self, sha256: str, doc_id: str, group: GroupId, page: int = 0) -> FirstCopy:
+        """The first of ``sha256``: ``doc_id`` (its page ``page``) of ``group`` when this call made
+        it so (or an earlier one did: the same document reached again), else the document the
+        latest epoch names."""
+        mine = FirstCopy(sha256, 1, doc_id, group, self.holder, page)
         if self.out.create_exclusive(self.path(sha256, 1), mine.to_bytes()):
             return mine
         latest = self.latest(sha256)
@@ -82,13 +94,13 @@ class HashClaims:
             return None
         data = json.loads(self.out.read_bytes(self.path(sha256, epoch)))
         group = GroupId(int(data["shard"]), int(data["num_shards"]), int(data["group"]))
-        return FirstCopy(sha256, epoch, str(data["doc_id"]), group, str(data["holder"]))
+        return FirstCopy(sha256, epoch, str(data["doc_id"]), group, str(data["holder"]), int(data.get("page", 0)))
 
-    def take_over(self, first: FirstCopy, doc_id: str, group: GroupId) -> FirstCopy:
+    def take_over(self, first: FirstCopy, doc_id: str, group: GroupId, page: int = 0) -> FirstCopy:
         """Name ``doc_id`` of ``group`` the first of ``first.sha256`` in the epoch after ``first``
         (its group was found free: its reader is gone); returns the latest epoch: this one, or
         the one another process created first."""
-        mine = FirstCopy(first.sha256, first.epoch + 1, doc_id, group, self.holder)
+        mine = FirstCopy(first.sha256, first.epoch + 1, doc_id, group, self.holder, page)
         if self.out.create_exclusive(self.path(first.sha256, mine.epoch), mine.to_bytes()):
             log.info("%s: the first copy (%s) was left unread by a process gone; read here instead", doc_id,
                      first.doc_id)

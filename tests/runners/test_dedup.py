@@ -411,3 +411,103 @@ def test_a_page_copied_from_another_pdf_keeps_its_own_page_geometry(server: Simu
     assert copy["blocks"] and [b["boxes"] for b in copy["blocks"]] == [b["boxes"] for b in first["blocks"]]
     moved = [v - shift for b in copy["blocks"] for box in b["pdf_boxes"] for v in box]
     assert moved == pytest.approx([v for b in first["blocks"] for box in b["pdf_boxes"] for v in box], abs=0.02)
+
+
+# -- pages across the processes of a run read in work groups (llm_ocr.runners.shared_pages) -------
+
+
+@pytest.fixture
+def quick_page_looks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page waiting for another process's reading is looked at again often (storage decides)."""
+    from llm_ocr.runners import shared_pages
+
+    monkeypatch.setattr(shared_pages, "POLL_SECONDS", 0.05)
+
+
+def test_a_page_repeated_in_documents_other_processes_read_is_read_once(
+        server: SimulatedServer, tmp_path: Path, quick_page_looks: None) -> None:
+    """The same cover in a.pdf (twice) and b.pdf, read side by side by two processes (threads,
+    each its own loop): one request for the cover in all, and every page has its row."""
+    import threading
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Annual cover", "Alpha report", "Annual cover"])
+    pdf(docs / "b.pdf", ["Annual cover", "Beta memo"])
+    assert shard_of(docs, 2) == {"a.pdf": 0, "b.pdf": 1}
+    out = tmp_path / "out"
+    begin_work_groups(out, docs, ["extract"])  # each shard reads its own group (steal=False)
+    sent = len(server.requests())
+    results: dict[int, object] = {}
+
+    def shard(index: int) -> None:
+        results[index] = llm_ocr.extract([docs], out, endpoint=server.base_url, num_shards=2, shard_index=index,
+                                         steal=False, **FAST)
+
+    threads = [threading.Thread(target=shard, args=(i,), daemon=True) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)  # a bound on a hang, not a wait
+    assert [getattr(results.get(i), "exit_code", None) for i in range(2)] == [0, 0]
+    # Distinct pages: the cover, Alpha, Beta.
+    assert len(server.requests()) - sent == 3
+    rows = rows_by_page(out)
+    assert sorted(rows) == [("a.pdf", 1), ("a.pdf", 2), ("a.pdf", 3), ("b.pdf", 1), ("b.pdf", 2)]
+    covers = [("a.pdf", 1), ("a.pdf", 3), ("b.pdf", 1)]
+    (read,) = [c for c in covers if rows[c]["duplicate_of"] is None]
+    for copy in set(covers) - {read}:  # a copy names a cover read (here or by the other process)
+        source = (rows[copy]["duplicate_of"], rows[copy]["duplicate_page"])
+        assert source in covers and source != copy and rows[copy]["completion_tokens"] is None
+        assert rows[copy]["markdown"] == rows[read]["markdown"]
+    assert rows[read]["markdown"] != rows[("a.pdf", 2)]["markdown"]
+    assert sum(r["completion_tokens"] is not None for r in rows.values()) == 3
+
+
+def test_a_page_whose_first_s_process_died_is_read_once_and_nothing_is_missing(
+        server: SimulatedServer, tmp_path: Path, quick_page_looks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shard 0 took the group of a.pdf and claimed its cover's pixels, then died (its lease ran
+    out) before storing a row. Shard 1 finds the cover claimed, the claim's group free: it names
+    its own cover the first and reads it; shard 0's rerun copies its cover from it."""
+    import time
+
+    from llm_ocr.runners import shared_pages
+    from llm_ocr.sources import plan_inputs
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.claims import ClaimBook, GroupId
+    from llm_ocr.storage.hash_claims import PAGES_DIR, HashClaims
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pdf(docs / "a.pdf", ["Annual cover", "Alpha report"])
+    pdf(docs / "b.pdf", ["Annual cover"])
+    assert shard_of(docs, 2) == {"a.pdf": 0, "b.pdf": 1}
+    out = tmp_path / "out"
+    store = Storage(str(out))
+    begin_work_groups(out, docs, ["extract"])
+    group = GroupId(0, 2, [r.doc_id for r in plan_inputs([str(docs)]).documents(2, 0)].index("a.pdf"))
+    dead = ClaimBook(store, "extract", 2, holder="dead", shard=0, lease=60, clock=lambda: time.time() - 3600)
+    assert dead.take(group, None) is not None
+    # The dead process's claim on the cover's pixels, made as shard 1 reaches its one page (the
+    # cover) and before shard 1 claims it: the hash is the run's own.
+    real = shared_pages.pixel_sha256
+
+    def claimed_by_the_dead(data: bytes) -> str:
+        sha256 = real(data)
+        HashClaims(store, "extract", "dead", kind=PAGES_DIR).claim(sha256, "a.pdf", group, 1)
+        return sha256
+
+    monkeypatch.setattr(shared_pages, "pixel_sha256", claimed_by_the_dead)
+    sent = len(server.requests())
+    one = llm_ocr.extract([docs], out, endpoint=server.base_url, num_shards=2, shard_index=1, steal=False, **FAST)
+    monkeypatch.setattr(shared_pages, "pixel_sha256", real)
+    zero = llm_ocr.extract([docs], out, endpoint=server.base_url, num_shards=2, shard_index=0, **FAST)
+    assert (one.exit_code, zero.exit_code) == (0, 0)
+    # Distinct pages: the cover (read by shard 1) and Alpha.
+    assert len(server.requests()) - sent == 2
+    rows = rows_by_page(out)
+    assert sorted(rows) == [("a.pdf", 1), ("a.pdf", 2), ("b.pdf", 1)]
+    assert rows[("b.pdf", 1)]["duplicate_of"] is None
+    assert (rows[("a.pdf", 1)]["duplicate_of"], rows[("a.pdf", 1)]["duplicate_page"]) == ("b.pdf", 1)
+    assert rows[("a.pdf", 1)]["markdown"] == rows[("b.pdf", 1)]["markdown"]
+    assert rows[("a.pdf", 2)]["duplicate_of"] is None
