@@ -39,6 +39,7 @@ from llm_ocr.runners.shared_dedup import group_rows
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.fingerprint import pixel_sha256
+from llm_ocr.stages.space import place
 from llm_ocr.storage.claims import GroupId
 from llm_ocr.storage.hash_claims import PAGES_DIR, FirstCopy, HashClaims
 from llm_ocr.storage.url import Storage
@@ -140,7 +141,9 @@ class SharedPages:
                     assert look.first is not None
                     self.copied += 1
                     first = look.first
-                    rows = tuple(copied(row, ref, item.page, first.doc_id, first.page) for row in look.rows)
+                    # Each copy on this page's own PDF box and /Rotate (the first's may be another PDF's).
+                    rows = tuple(place(copied(row, ref, item.page, first.doc_id, first.page), item.pdf_page)
+                                 for row in look.rows)
                     return rows if len(rows) > 1 else rows[0]
                 if look.action == "take":  # named the first here: later repeats here find it by the local reuse
                     self.taken_over += 1

@@ -19,10 +19,15 @@ from tests.stages.common import DESCRIBE_PROMPT, bodies, prompt_of
 FAST = {"workers": 0, "progress": "off"}
 
 
-def pdf(path: Path, pages: list[str]) -> None:
-    """A PDF whose pages say ``pages`` (an empty string: a blank page)."""
-    sheet = canvas.Canvas(str(path), pagesize=(300, 400), invariant=1)
+def pdf(path: Path, pages: list[str], shifted: bool = False) -> None:
+    """A PDF whose pages say ``pages`` (an empty string: a blank page). ``shifted``: the same
+    pages drawn 100 pt right and up on a larger sheet, shown through a CropBox moved as far, so
+    they render pixel for pixel alike but their boxes in PDF points differ."""
+    sheet = canvas.Canvas(str(path), pagesize=(500, 600) if shifted else (300, 400), invariant=1)
     for text in pages:
+        if shifted:
+            sheet.setCropBox((100, 100, 400, 500))
+            sheet.translate(100, 100)
         if text:
             sheet.setFont("Helvetica", 18)
             sheet.drawString(30, 330, text)
@@ -433,7 +438,7 @@ def test_a_page_repeated_in_documents_other_processes_read_is_read_once(
     docs = tmp_path / "docs"
     docs.mkdir()
     pdf(docs / "a.pdf", ["Annual cover", "Alpha report", "Annual cover"])
-    pdf(docs / "b.pdf", ["Annual cover", "Beta memo"])
+    pdf(docs / "b.pdf", ["Annual cover", "Beta memo"], shifted=True)  # the same pixels, other PDF points
     assert shard_of(docs, 2) == {"a.pdf": 0, "b.pdf": 1}
     out = tmp_path / "out"
     begin_work_groups(out, docs, ["extract"])  # each shard reads its own group (steal=False)
@@ -462,6 +467,11 @@ def test_a_page_repeated_in_documents_other_processes_read_is_read_once(
         assert rows[copy]["markdown"] == rows[read]["markdown"]
     assert rows[read]["markdown"] != rows[("a.pdf", 2)]["markdown"]
     assert sum(r["completion_tokens"] is not None for r in rows.values()) == 3
+    # Each cover, copy or not, is placed on its own PDF's page box (b.pdf's is shifted 100 pt).
+    own = {"a.pdf": (0.0, 0.0, 300.0, 400.0), "b.pdf": (100.0, 100.0, 400.0, 500.0)}
+    for doc_id, page in covers:
+        box = rows[(doc_id, page)]["pdf_page"]
+        assert (box["left"], box["bottom"], box["right"], box["top"]) == own[doc_id], (doc_id, page)
 
 
 def test_a_page_whose_first_s_process_died_is_read_once_and_nothing_is_missing(
