@@ -72,7 +72,8 @@ def _k8s_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--k8s-token-secret", default="llm-ocr-token:token", metavar="SECRET:KEY",
                        help="the Secret holding the API token (default: llm-ocr-token:token)")
     group.add_argument("--k8s-secret-ref", action="append", default=[], metavar="NAME=SECRET[:KEY]",
-                       help="a variable every pod reads from a Secret (store credentials: AWS_SECRET_ACCESS_KEY=aws:key)")
+                       help="a variable every pod reads from a Secret (store credentials: "
+                            "AWS_SECRET_ACCESS_KEY=aws:key)")
 
 
 def _print_k8s_manifests(args: argparse.Namespace) -> int:
@@ -82,7 +83,8 @@ def _print_k8s_manifests(args: argparse.Namespace) -> int:
 
     try:
         if not args.store:
-            raise LaunchError("--k8s-manifests needs --store: the object store every pod keeps documents and results on")
+            raise LaunchError("--k8s-manifests needs --store: the object store every pod keeps documents and "
+                              "results on")
         low, high = parse_worker_range(args.k8s_workers)
         deploy = ServiceDeploy(image=args.k8s_image or "", store=args.store, namespace=args.k8s_namespace,
                                endpoint=args.endpoint, gateways=args.k8s_gateways, min_workers=low, max_workers=high,

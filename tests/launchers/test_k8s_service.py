@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import kubernetes_validate
 import pytest
@@ -122,9 +122,9 @@ _DISCOVERY = {
 
 
 class _Discovery(BaseHTTPRequestHandler):
-    writes: list[str] = []
+    writes: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         body = _DISCOVERY.get(self.path.split("?")[0])
         data = json.dumps(body or {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
                                    "code": 404}).encode()
@@ -134,12 +134,12 @@ class _Discovery(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_POST(self) -> None:  # noqa: N802 - a dry run must never write
+    def do_POST(self) -> None:
         self.writes.append(self.path)
         self.send_response(500)
         self.end_headers()
 
-    do_PATCH = do_PUT = do_POST  # noqa: N815
+    do_PATCH = do_PUT = do_POST
 
     def log_message(self, *args: Any) -> None:
         pass

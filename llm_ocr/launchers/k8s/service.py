@@ -42,7 +42,7 @@ from llm_ocr.launchers.k8s.manifest import (
 
 #: The variables the service reads its database URL and its API token from (llm_ocr.service.config).
 DATABASE_VARIABLE = "LLM_OCR_SERVICE_DATABASE"
-TOKEN_VARIABLE = "LLM_OCR_SERVICE_TOKEN"
+TOKEN_VARIABLE = "LLM_OCR_SERVICE_TOKEN"  # noqa: S105 - a variable's name
 #: The gauge the gateways export and the autoscaler scales the workers on (llm_ocr.service.metrics).
 QUEUE_METRIC = "llm_ocr_service_queue_depth"
 PORT = 8080
@@ -64,8 +64,8 @@ class ServiceDeploy:
     max_workers: int = 10
     concurrency: int = 4
     lease: float = 30.0
-    database_secret: str = "llm-ocr-database:url"
-    token_secret: str = "llm-ocr-token:token"
+    database_secret: str = "llm-ocr-database:url"  # noqa: S105 - a Secret's name and key
+    token_secret: str = "llm-ocr-token:token"  # noqa: S105 - a Secret's name and key
     secret_refs: Sequence[str] = ()
     worker_gpus: int = 0
     worker_cpu: str | None = None
@@ -111,8 +111,8 @@ def service_manifests(deploy: ServiceDeploy) -> list[dict[str, Any]]:
     if not deploy.image:
         raise LaunchError("--k8s-image: give an image with llm-ocr[service,postgres] installed")
     if not 1 <= deploy.min_workers <= deploy.max_workers:
-        raise LaunchError(f"--k8s-workers {deploy.min_workers}:{deploy.max_workers}: write MIN:MAX with 1 <= MIN <= MAX "
-                          "(the autoscaler keeps at least one worker)")
+        raise LaunchError(f"--k8s-workers {deploy.min_workers}:{deploy.max_workers}: write MIN:MAX with "
+                          "1 <= MIN <= MAX (the autoscaler keeps at least one worker)")
     if deploy.gateways < 1 or deploy.concurrency < 1:
         raise LaunchError("--k8s-gateways and --concurrency must be at least 1")
     for value, what in ((deploy.worker_cpu, "--k8s-worker-cpu"), (deploy.worker_memory, "--k8s-worker-memory")):
