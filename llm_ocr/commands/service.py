@@ -54,6 +54,50 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
                        help="requests in flight per document (default: llm-ocr run's)")
 
 
+def _k8s_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("kubernetes (print the manifests, start nothing)")
+    group.add_argument("--k8s-manifests", action="store_true",
+                       help="print the Kubernetes objects of this service (gateway and worker Deployments, a Service, "
+                            "an autoscaler on queue depth) for kubectl apply -f -, with --store, --endpoint, "
+                            "--concurrency and --lease as given")
+    group.add_argument("--k8s-image", default=None, help="an image with llm-ocr[service,postgres] installed")
+    group.add_argument("--k8s-namespace", default="llm-ocr", help="the namespace (default: llm-ocr)")
+    group.add_argument("--k8s-gateways", type=int, default=2, metavar="N", help="gateway replicas (default: 2)")
+    group.add_argument("--k8s-workers", default="1:10", metavar="MIN:MAX",
+                       help="the worker autoscaler's bounds (default: 1:10)")
+    group.add_argument("--k8s-worker-gpus", type=int, default=0, metavar="N",
+                       help="GPUs per worker pod (without --endpoint the worker launches its engine on them)")
+    group.add_argument("--k8s-database-secret", default="llm-ocr-database:url", metavar="SECRET:KEY",
+                       help="the Secret holding the PostgreSQL URL (default: llm-ocr-database:url)")
+    group.add_argument("--k8s-token-secret", default="llm-ocr-token:token", metavar="SECRET:KEY",
+                       help="the Secret holding the API token (default: llm-ocr-token:token)")
+    group.add_argument("--k8s-secret-ref", action="append", default=[], metavar="NAME=SECRET[:KEY]",
+                       help="a variable every pod reads from a Secret (store credentials: "
+                            "AWS_SECRET_ACCESS_KEY=aws:key)")
+
+
+def _print_k8s_manifests(args: argparse.Namespace) -> int:
+    from llm_ocr.launchers.core.spec import LaunchError
+    from llm_ocr.launchers.k8s.manifest import to_yaml
+    from llm_ocr.launchers.k8s.service import ServiceDeploy, parse_worker_range, service_manifests
+
+    try:
+        if not args.store:
+            raise LaunchError("--k8s-manifests needs --store: the object store every pod keeps documents and "
+                              "results on")
+        low, high = parse_worker_range(args.k8s_workers)
+        deploy = ServiceDeploy(image=args.k8s_image or "", store=args.store, namespace=args.k8s_namespace,
+                               endpoint=args.endpoint, gateways=args.k8s_gateways, min_workers=low, max_workers=high,
+                               concurrency=args.concurrency, lease=args.lease,
+                               database_secret=args.k8s_database_secret, token_secret=args.k8s_token_secret,
+                               secret_refs=args.k8s_secret_ref, worker_gpus=args.k8s_worker_gpus)
+        print(to_yaml(service_manifests(deploy)), end="")
+    except LaunchError as exc:
+        log.error("%s", exc)
+        return ExitCode.COULD_NOT_RUN
+    return ExitCode.OK
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``service`` and ``worker`` sub-commands."""
     service = sub.add_parser(
@@ -81,6 +125,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="folder of Fields schemas (NAME.json) a submission may name with schema=NAME")
     service.add_argument("--no-worker", action="store_true", help="the gateway alone (run llm-ocr worker elsewhere)")
     _worker_options(service)
+    _k8s_options(service)
     service.set_defaults(handler=run_service_command)
 
     worker = sub.add_parser(
@@ -124,6 +169,8 @@ def _config(args: argparse.Namespace, *, gateway: bool) -> object:
 
 def run_service_command(args: argparse.Namespace) -> int:
     """Handle ``llm-ocr service``."""
+    if args.k8s_manifests:
+        return _print_k8s_manifests(args)
     missing = _missing()
     if missing:
         log.error("llm-ocr service needs %s: pip install 'llm-ocr[service]'", ", ".join(missing))

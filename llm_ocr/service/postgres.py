@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -41,6 +42,9 @@ log = logging.getLogger("llm_ocr.service")
 T = TypeVar("T")
 
 #: The package that provides the driver (extra ``postgres``).
+#: The channel submissions and releases notify, so that workers in other processes wake at once.
+CHANNEL = "llm_ocr_queue"
+_NOTIFY = f"NOTIFY {CHANNEL}"
 DRIVER_PACKAGES = "psycopg[binary] psycopg-pool"
 
 
@@ -108,6 +112,7 @@ class PostgresQueue:
         from psycopg.rows import dict_row
 
         self._psycopg = psycopg
+        self._url = url  # for the listening connection of :meth:`watch`; never shown
         password = psycopg.conninfo.conninfo_to_dict(url).get("password")
         self._redact = Redactor([str(password)] if password else [])
         #: The URL as it may be shown (no password).
@@ -190,6 +195,7 @@ class PostgresQueue:
                     "VALUES (%s, 'queued', %s, %s, %s::jsonb, %s, %s, llm_ocr_now()) RETURNING *",
                     (doc_id, name, input_url, json.dumps(options, sort_keys=True), key, pages),
                 ).fetchone()
+                db.execute(_NOTIFY)  # sent when the transaction commits: the row is there to claim
                 return Document.of(row), True
 
         return self._call(submit)
@@ -370,10 +376,34 @@ class PostgresQueue:
     def release(self, doc_id: str, owner: str) -> bool:
         """Give ``doc_id`` back to the queue (its worker is stopping): the next claim resumes it.
         The delivery is not counted against it. Whether ``owner`` held it."""
-        return self._call(lambda db: db.execute(
+        released = self._call(lambda db: db.execute(
             # A document being cancelled ends cancelled here: it is not taken again.
             "UPDATE llm_ocr_documents SET status = CASE WHEN cancel THEN 'cancelled' ELSE 'queued' END, "
             "finished = CASE WHEN cancel THEN llm_ocr_now() END, lease_owner = NULL, lease_expires = NULL, "
             "deliveries = greatest(deliveries - 1, 0) WHERE id = %s AND lease_owner = %s AND status = 'running'",
             (doc_id, owner),
         ).rowcount == 1)
+        if released:
+            self._call(lambda db: db.execute(_NOTIFY))
+        return released
+
+    def watch(self, wake: Callable[[], None], stop: threading.Event) -> None:
+        """Call ``wake`` each time a document is queued or released, until ``stop`` is set (run in
+        a thread of its own): ``LISTEN`` on one connection of its own, so a worker in any process
+        takes a document as soon as it is submitted instead of at its next look at the queue
+        (PostgreSQL docs, "NOTIFY": a notification is delivered when the transaction that sent it
+        commits, https://www.postgresql.org/docs/current/sql-notify.html). A lost connection is
+        opened again; meanwhile the worker's poll still finds what is queued."""
+        psycopg = self._psycopg
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self._url, autocommit=True, connect_timeout=10) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    wake()  # anything queued while this connection was not listening
+                    while not stop.is_set():
+                        # The timeout only bounds how long a stop waits for this thread.
+                        for _ in conn.notifies(timeout=1.0):
+                            wake()
+            except psycopg.Error as exc:
+                log.debug("PostgreSQL notifications: %s; listening again", self._redact(str(exc).strip()))
+                stop.wait(1.0)

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -116,10 +117,29 @@ class Worker:
             self.reuse = Reuse(endpoint, pool)
             self.endpoint_url = self.settings.endpoint or (endpoint.client.base_url if endpoint is not None else None)
             log.info("worker %s reading documents with %s", self.name, self.endpoint_url)
+            watching = self._watch()
             try:
-                await asyncio.gather(*(self._loop(stop) for _ in range(self.settings.concurrency)))
+                await self._loop(stop)
             finally:
+                watching.set()
                 await self._calls_done()
+
+    def _watch(self) -> threading.Event:
+        """Wake the claimer when the queue says a document was queued (PostgreSQL's notifications,
+        from a gateway in any process), in a thread; the event returned stops it. A queue that
+        cannot say (SQLite) leaves the in-process wake-up and the poll."""
+        halt = threading.Event()
+        watch = getattr(self.queue, "watch", None)
+        if watch is None:
+            return halt
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed as the worker stopped
+                loop.call_soon_threadsafe(self.wake.set)
+
+        threading.Thread(target=watch, args=(wake, halt), name=f"llm-ocr-watch-{self.name}", daemon=True).start()
+        return halt
 
     @contextlib.asynccontextmanager
     async def _endpoint(self) -> AsyncIterator[Endpoint | None]:
@@ -158,38 +178,62 @@ class Worker:
             await asyncio.to_thread(pool.close)
 
     async def _loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            # Cleared before the claim, not after the wait: a submission after this line wakes
-            # the wait below, and one before it is in the database the claim reads. (Cleared
-            # after the wait, a second submission's wake-up could be cleared by a loop that
-            # then took the first, leaving the second to wait `poll` seconds with loops idle.)
-            self.wake.clear()
-            try:
-                doc = await asyncio.to_thread(self.queue.claim, self.name, self.settings.lease,
-                                              self.settings.max_deliveries)
-            except QueueUnavailable as exc:
-                # The database is away (restarting, failing over): look again after a while.
-                log.warning("worker %s: %s; trying again", self.name, exc)
-                await _first(stop.wait(), timeout=self.settings.poll)
-                continue
-            if doc is None:
-                await _first(stop.wait(), self.wake.wait(), timeout=self.settings.poll)
-                continue
-            try:
-                await self.process(doc, stop)
-            except QueueUnavailable as exc:
-                # The document could not be ended: its lease lapses and it is delivered again,
-                # where the run finds every page stored and only ends it.
-                log.warning("document %s: %s; it will be delivered again", doc.id, exc)
-            except Exception as exc:  # a bug or a store failing costs this document, not the worker
-                log.exception("document %s: the worker failed on it", doc.id)
-                message = scrub(f"{type(exc).__name__}: {exc}", self.spool.storage_options)
+        """Claim documents while a place among ``concurrency`` is free, and read each in a task.
+
+        One claimer per worker, not one per place: a submission wakes one claim, not
+        ``concurrency`` of them racing for the one document (on SQLite they queue for its write
+        lock, the winner behind the losers), and an idle worker looks at the queue once per
+        ``poll``, not ``concurrency`` times."""
+        reading: set[asyncio.Task[None]] = set()
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                if len(reading) >= self.settings.concurrency:
+                    await asyncio.wait({*reading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                # Cleared before the claim, not after the wait: a submission after this line wakes
+                # the wait below, and one before it is in the database the claim reads.
+                self.wake.clear()
                 try:
-                    await asyncio.to_thread(self.queue.finish, doc.id, self.name, "failed", pages_done=0,
-                                            pages_failed=0, error=f"the worker failed: {message}", cause="internal")
-                    await self._call_back(doc)
-                except QueueUnavailable as lost:
-                    log.warning("document %s: %s; it will be delivered again", doc.id, lost)
+                    doc = await asyncio.to_thread(self.queue.claim, self.name, self.settings.lease,
+                                                  self.settings.max_deliveries)
+                except QueueUnavailable as exc:
+                    # The database is away (restarting, failing over): look again after a while.
+                    log.warning("worker %s: %s; trying again", self.name, exc)
+                    await _first(stop.wait(), timeout=self.settings.poll)
+                    continue
+                if doc is None:
+                    await _first(stop.wait(), self.wake.wait(), timeout=self.settings.poll)
+                    continue
+                task = asyncio.create_task(self._read(doc, stop), name=f"document-{doc.id}")
+                reading.add(task)
+                task.add_done_callback(reading.discard)
+        except asyncio.CancelledError:
+            for task in reading:
+                task.cancel()
+            raise
+        finally:
+            stopped.cancel()
+            # The documents in hand stop after their pages in flight (``stop`` is their halt).
+            await asyncio.gather(*reading, stopped, return_exceptions=True)
+
+    async def _read(self, doc: Document, stop: asyncio.Event) -> None:
+        """:meth:`process` ``doc``; a failure costs this document, not the worker."""
+        try:
+            await self.process(doc, stop)
+        except QueueUnavailable as exc:
+            # The document could not be ended: its lease lapses and it is delivered again,
+            # where the run finds every page stored and only ends it.
+            log.warning("document %s: %s; it will be delivered again", doc.id, exc)
+        except Exception as exc:  # a bug or a store failing costs this document, not the worker
+            log.exception("document %s: the worker failed on it", doc.id)
+            message = scrub(f"{type(exc).__name__}: {exc}", self.spool.storage_options)
+            try:
+                await asyncio.to_thread(self.queue.finish, doc.id, self.name, "failed", pages_done=0,
+                                        pages_failed=0, error=f"the worker failed: {message}", cause="internal")
+                await self._call_back(doc)
+            except QueueUnavailable as lost:
+                log.warning("document %s: %s; it will be delivered again", doc.id, lost)
 
     async def process(self, doc: Document, stop: asyncio.Event) -> None:
         """Read ``doc`` (held under this worker's lease) and end it, or release it if the worker stops."""

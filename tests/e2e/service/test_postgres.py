@@ -104,3 +104,22 @@ def test_a_database_restarted_mid_run_loses_no_document(tmp_path: Path, corpus: 
     assert finals[0]["deliveries"] in (1, 2)
     for doc in (first, second):
         each_page_once(data, doc.id)
+
+
+def test_a_worker_behind_another_gateway_is_woken_by_the_submission(tmp_path: Path, corpus: Path, sim: SimulatedServer,
+                                                                      postgres_url: str) -> None:
+    """A worker that looks at the queue once an hour on its own takes a document submitted to a
+    gateway it does not share a process with: the submission's notification wakes it. (The first
+    document, queued before the worker starts, is taken by its first look; the second arrives
+    while it idles.)"""
+    data = tmp_path / "notified"
+    lazy = WorkerSettings(endpoint=sim.base_url, poll=3600)
+    with BackgroundService(ServiceConfig(data=str(data), database_url=postgres_url, port=0, worker=None)) as gateway:
+        client = llm_ocr.Service(gateway.url)
+        first = client.submit(corpus / "doc0.pdf")
+        with BackgroundService(ServiceConfig(data=str(data), database_url=postgres_url, port=0, worker=lazy)):
+            assert first.wait(timeout=120)["status"] == "done"
+            second = client.submit(corpus / "doc1.pdf")
+            final = second.wait(timeout=120)
+    assert (final["status"], final["deliveries"]) == ("done", 1), final
+    each_page_once(data, second.id)
