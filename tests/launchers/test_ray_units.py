@@ -207,3 +207,51 @@ def test_a_ray_client_connection_that_stalls_is_killed_and_tried_again(monkeypat
         return ray_cluster._dashboard_of(address)
 
     assert ray_cluster._connect(resolve, "ray://head:10001") == "http://head:8265" and len(tries) == 2
+
+
+def test_a_remembered_dashboard_that_no_longer_answers_is_forgotten_and_one_that_does_is_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ray:// address is resolved through Ray Client once; later commands try the dashboard it
+    resolved to (Ray's job client checks ``/api/version``), and one that no longer answers is
+    dropped so that the next command asks the cluster again."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ray.job_submission import JobSubmissionClient
+
+    from llm_ocr.launchers.ray import dashboards
+    from llm_ocr.launchers.ray.adapter import _remembered_client
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert _remembered_client(JobSubmissionClient, "ray://head:10001") is None  # nothing remembered yet
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    dashboards.remember("ray://head:10001", gone)
+    assert dashboards.remembered("ray://head:10001") == gone
+    assert _remembered_client(JobSubmissionClient, "ray://head:10001") is None
+    assert dashboards.remembered("ray://head:10001") is None  # forgotten: the next command asks again
+
+    class Version(BaseHTTPRequestHandler):  # what a dashboard answers to Ray's version check
+        def do_GET(self) -> None:
+            body = json.dumps({"version": "4", "ray_version": "2.40.0", "ray_commit": "x"}).encode()
+            self.send_response(200 if self.path == "/api/version" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Version)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        answering = f"http://127.0.0.1:{server.server_address[1]}"
+        dashboards.remember("ray://head:10001", answering)
+        client = _remembered_client(JobSubmissionClient, "ray://head:10001")
+        assert client is not None and client.get_address() == answering
+    finally:
+        server.shutdown()
+        server.server_close()

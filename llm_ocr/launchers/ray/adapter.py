@@ -56,7 +56,7 @@ from llm_ocr.costs import Hardware
 from llm_ocr.launchers.core.adapter import TERMINAL_PHASES, JobState, PlatformOptions, Submission
 from llm_ocr.launchers.core.files import LOCAL_PROTOCOLS
 from llm_ocr.launchers.core.spec import LAUNCH_LABEL, LaunchError, LaunchRequest, PlannedJob, ShardSpec, Target
-from llm_ocr.launchers.ray import driver
+from llm_ocr.launchers.ray import dashboards, driver
 from llm_ocr.launchers.ray.state import JOB_PHASES, parse_events, shard_lines, shard_state
 
 log = logging.getLogger("llm_ocr")
@@ -327,7 +327,11 @@ def _client(address: str | None) -> Iterator[Any]:
     try:
         try:
             if address and address.startswith("ray://"):  # the dashboard through Ray Client, then plain HTTP
-                client = JobSubmissionClient(_connect(_dashboard_of, address))
+                client = _remembered_client(JobSubmissionClient, address)
+                if client is None:
+                    dashboard = _connect(_dashboard_of, address)
+                    client = JobSubmissionClient(dashboard)
+                    dashboards.remember(address, dashboard)
             else:
                 client = _connect(JobSubmissionClient, address)
         except Exception as exc:
@@ -340,6 +344,23 @@ def _client(address: str | None) -> Iterator[Any]:
     finally:
         os.environ.update(hidden)
     yield client
+
+
+def _remembered_client(make: Any, address: str) -> Any:
+    """A job client of the dashboard the ray:// ``address`` resolved to last time, if it still
+    answers (Ray's client checks ``/api/version`` as it is made), else None."""
+    dashboard = dashboards.remembered(address)
+    if not dashboard:
+        return None
+    try:
+        return make(dashboard)
+    # Ray's version check: ConnectionError (no answer), RuntimeError (404, an old Ray), requests'
+    # HTTPError (an OSError) for another status, ValueError/KeyError for an answer not Ray's.
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+        log.info("the Ray dashboard %s that %s resolved to before does not answer (%s): asking again",
+                 dashboard, address, _said(exc))
+        dashboards.forget(address)
+        return None
 
 
 # Ray Client's proxy starts a server process per client connection; on a loaded head node that

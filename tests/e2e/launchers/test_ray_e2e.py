@@ -100,6 +100,10 @@ def test_shards_run_on_actors_and_are_followed_with_the_node_secret_by_name_only
     assert followed.returncode == 0 and followed.stdout == logs.stdout, followed.stderr
     again = llm_ocr(*args, env=env)
     assert again.returncode == 0 and "nothing to launch" in again.stdout, again.stderr
+    # The ray:// address went through Ray Client once (the dry run); the launches after it used
+    # the dashboard it resolved to (llm_ocr/launchers/ray/dashboards.py).
+    asked = "for its dashboard (Ray Client)"
+    assert [asked in run.stderr for run in (dry, done, again)] == [True, False, False], dry.stderr
 
     info = job_info(ray_cluster, job)
     places = {
