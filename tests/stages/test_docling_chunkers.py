@@ -59,6 +59,7 @@ def _write_rows(out: Path, pages: list[PageResult]) -> None:
     from llm_ocr.records import page_schema
     from llm_ocr.storage import Storage
     from llm_ocr.storage.parts import PartWriter
+    from llm_ocr.storage.state import write_marker
 
     async def write() -> None:
         writer = PartWriter(Storage(str(out / "extract")), page_schema(), 0, 1)
@@ -67,12 +68,15 @@ def _write_rows(out: Path, pages: list[PageResult]) -> None:
         await writer.close()
 
     asyncio.run(write())
+    write_marker(Storage(str(out)), "extract", 0, 1, {"stage": "extract", "shard": 0, "num_shards": 1})
 
 
 def test_hybrid_chunks_fit_the_named_tokenizer_and_keep_headings_pages_and_boxes(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
     from llm_ocr.stages.docling_export import build_document, chunk_rows
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.state import read_marker
 
     pages = _pages()
     folder = _tokenizer(tmp_path / "tokenizer")
@@ -100,6 +104,15 @@ def test_hybrid_chunks_fit_the_named_tokenizer_and_keep_headings_pages_and_boxes
     assert sum(any(w.startswith("alpha") for w in c["text"].split()) for c in chunks) >= 2
     assert any(len(c["boxes"]) > 1 for c in chunks) and any(c["pages"] == [1, 2] for c in chunks)
     assert [c["chunk_id"] for c in chunks] == [f"doc.png#{i}" for i in range(len(chunks))]
+
+    # assemble --chunks (run's last stage) takes the same options and writes the same chunks.
+    (tmp_path / "out" / "chunks" / "chunks-00000-of-00001.parquet").unlink()
+    assembled = run_in_process("assemble", "--output", str(tmp_path / "out"), "--chunks", "--chunker", "hybrid",
+                               "--chunk-tokenizer", str(folder), "--chunk-max-tokens", str(MAX_TOKENS))
+    assert assembled.returncode == 0, assembled.stderr
+    assert pq.read_table(tmp_path / "out" / "chunks").to_pylist() == chunks
+    marker = read_marker(Storage(str(tmp_path / "out")), "assemble", 0, 1) or {}
+    assert marker["chunker"] == f"hybrid:{folder}:{MAX_TOKENS}" and marker["chunked"]
 
     # The default is the hierarchical chunker, as before: one chunk per paragraph, whole.
     default = chunk_rows("doc.png", build_document("doc.png", pages))
