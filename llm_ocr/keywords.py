@@ -216,6 +216,15 @@ class RunKeywords(TypedDict, total=False):
     """Also write each document as a DoclingDocument (OUT/docling/NAME.json) and its chunks
     (OUT/chunks/chunks-SSSSS-of-NNNNN.parquet), as llm-ocr export --chunks does, for this shard's documents once they
     are assembled. Needs pip install 'llm-ocr[docling]'."""
+    chunker: Literal['hierarchical', 'hybrid']
+    """docling-core's chunker of --chunks: hierarchical (one chunk per paragraph, table, list or picture, with its
+    headings) or hybrid (those split and merged to at most --chunk-max-tokens tokens of --chunk-tokenizer)."""
+    chunk_tokenizer: str | None
+    """With --chunker hybrid: the Hugging Face tokenizer that counts tokens, a local folder or a Hub model name (the
+    embedding model's)."""
+    chunk_max_tokens: int | None
+    """With --chunker hybrid: most tokens of a chunk, its headings included (default: the length --chunk-tokenizer
+    states)."""
     page_furniture: Literal['keep', 'drop', 'tag']
     """Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an HTML comment <!--
     furniture: KIND --> before each). Always listed in the row's furniture column."""
@@ -680,6 +689,15 @@ class AssembleKeywords(TypedDict, total=False):
     """Also write each document as a DoclingDocument (OUT/docling/NAME.json) and its chunks
     (OUT/chunks/chunks-SSSSS-of-NNNNN.parquet), as llm-ocr export --chunks does, for this shard's documents once they
     are assembled. Needs pip install 'llm-ocr[docling]'."""
+    chunker: Literal['hierarchical', 'hybrid']
+    """docling-core's chunker of --chunks: hierarchical (one chunk per paragraph, table, list or picture, with its
+    headings) or hybrid (those split and merged to at most --chunk-max-tokens tokens of --chunk-tokenizer)."""
+    chunk_tokenizer: str | None
+    """With --chunker hybrid: the Hugging Face tokenizer that counts tokens, a local folder or a Hub model name (the
+    embedding model's)."""
+    chunk_max_tokens: int | None
+    """With --chunker hybrid: most tokens of a chunk, its headings included (default: the length --chunk-tokenizer
+    states)."""
     page_furniture: Literal['keep', 'drop', 'tag']
     """Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an HTML comment <!--
     furniture: KIND --> before each). Always listed in the row's furniture column."""
@@ -1169,6 +1187,15 @@ class LaunchKeywords(TypedDict, total=False):
     """Also write each document as a DoclingDocument (OUT/docling/NAME.json) and its chunks
     (OUT/chunks/chunks-SSSSS-of-NNNNN.parquet), as llm-ocr export --chunks does, for this shard's documents once they
     are assembled. Needs pip install 'llm-ocr[docling]'."""
+    chunker: Literal['hierarchical', 'hybrid']
+    """docling-core's chunker of --chunks: hierarchical (one chunk per paragraph, table, list or picture, with its
+    headings) or hybrid (those split and merged to at most --chunk-max-tokens tokens of --chunk-tokenizer)."""
+    chunk_tokenizer: str | None
+    """With --chunker hybrid: the Hugging Face tokenizer that counts tokens, a local folder or a Hub model name (the
+    embedding model's)."""
+    chunk_max_tokens: int | None
+    """With --chunker hybrid: most tokens of a chunk, its headings included (default: the length --chunk-tokenizer
+    states)."""
     page_furniture: Literal['keep', 'drop', 'tag']
     """Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an HTML comment <!--
     furniture: KIND --> before each). Always listed in the row's furniture column."""

@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from llm_ocr.gpu_presets import PRESETS
 from llm_ocr.vlm import families
@@ -472,6 +472,22 @@ class AssembleOptions(BaseModel):
         "(OUT/chunks/chunks-SSSSS-of-NNNNN.parquet), as llm-ocr export --chunks does, for this shard's documents "
         "once they are assembled. Needs pip install 'llm-ocr[docling]'.",
     )
+    chunker: Literal["hierarchical", "hybrid"] = Field(
+        "hierarchical",
+        description="docling-core's chunker of --chunks: hierarchical (one chunk per paragraph, table, list or "
+        "picture, with its headings) or hybrid (those split and merged to at most --chunk-max-tokens tokens of "
+        "--chunk-tokenizer).",
+    )
+    chunk_tokenizer: str | None = Field(
+        None,
+        description="With --chunker hybrid: the Hugging Face tokenizer that counts tokens, a local folder or a Hub "
+        "model name (the embedding model's).",
+    )
+    chunk_max_tokens: int | None = Field(
+        None, ge=1,
+        description="With --chunker hybrid: most tokens of a chunk, its headings included (default: the length "
+        "--chunk-tokenizer states).",
+    )
     page_furniture: Literal["keep", "drop", "tag"] = Field(
         "keep",
         description="Running headers, footers and page numbers in the assembled Markdown: keep, drop, or tag (an "
@@ -483,6 +499,19 @@ class AssembleOptions(BaseModel):
     def _unescape(cls, value: str) -> str:
         # Flags and environment variables cannot easily carry a newline; "\n" in them can.
         return value.replace("\\n", "\n")
+
+    @model_validator(mode="after")
+    def _chunker_options(self) -> AssembleOptions:
+        # Said when the options are read, not after the pages are assembled.
+        if self.chunker != "hierarchical" and not self.chunks:
+            raise ValueError(f"--chunker {self.chunker} is the chunker of --chunks: add --chunks")
+        if self.chunker == "hybrid" and not self.chunk_tokenizer:
+            raise ValueError("--chunker hybrid needs --chunk-tokenizer: a Hugging Face tokenizer's folder or Hub name "
+                             "(the embedding model's, so that chunks fit it)")
+        if self.chunker == "hierarchical" and (self.chunk_tokenizer or self.chunk_max_tokens is not None):
+            raise ValueError("--chunk-tokenizer and --chunk-max-tokens are for --chunker hybrid (the hierarchical "
+                             "chunker counts no tokens)")
+        return self
 
 
 class FieldsOptions(BaseModel):

@@ -150,6 +150,8 @@ class AssembleStats(_View):
     exported: bool = False
     #: The DoclingDocuments and chunks were written, every document's (``--chunks``).
     chunked: bool = False
+    #: Which chunker wrote them (``--chunker``, its tokenizer and budget); absent: hierarchical.
+    chunker: str | None = None
     wall_time_s: float = 0.0
 
     @property

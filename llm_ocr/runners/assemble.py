@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_ocr.options import AssembleOptions, JobOptions, StageSpec
 from llm_ocr.outcomes import AssembleStats, ExitCode, RunError
@@ -25,6 +25,7 @@ from llm_ocr.runners.export import ExportResult, export_docling
 from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, StageResult, run_stage
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.stages.assemble import assemble_document
+from llm_ocr.stages.docling_chunkers import ChunkerError, chunker_name, make_chunker
 from llm_ocr.stages.export import export_document, markdown_path
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardLayoutError
@@ -35,6 +36,9 @@ from llm_ocr.storage.upstream import (
     stage_has_parts,
     upstream_complete,
 )
+
+if TYPE_CHECKING:
+    from docling_core.transforms.chunker.base import BaseChunker
 
 log = logging.getLogger("llm_ocr")
 
@@ -125,6 +129,7 @@ async def _assemble(plan: _Plan, options: AssembleOptions, job: JobOptions, stop
         "exported": options.export_markdown or already_exported,
         "exported_earlier": exported_earlier,
         "chunked": chunked is not None and not chunked.errors,
+        **({"chunker": _chunker_name(options)} if chunked is not None else {}),
         **({"docling": {"documents": chunked.documents, "chunks": chunked.chunks, "errors": len(chunked.errors)}}
            if chunked is not None else {}),
         "wall_time_s": round(time.monotonic() - started, 3),
@@ -142,22 +147,36 @@ async def _chunks(plan: _Plan, options: AssembleOptions, stop: asyncio.Event) ->
     runner (:func:`llm_ocr.runners.export.export_docling`) over the same documents."""
     if not options.chunks or stop.is_set():
         return None
+    chunker = await asyncio.to_thread(_chunker, options)
     result = await asyncio.to_thread(export_docling, plan.out, True, options.assemble_batch_pages, plan.shard,
-                                     plan.num_shards)
+                                     plan.num_shards, chunker)
     log.info("[assemble %d/%d] DoclingDocuments %d, chunks %d, failed %d", plan.shard + 1, plan.num_shards,
              result.documents, result.chunks, len(result.errors))
     return result
 
 
 def need_docling(options: AssembleOptions) -> None:
-    """Raise :class:`RunError` when ``--chunks`` is asked for without docling-core installed:
-    said before any page is read, not after."""
+    """Raise :class:`RunError` when ``--chunks`` is asked for without docling-core installed, or
+    with a ``--chunk-tokenizer`` that does not load: said before any page is read, not after."""
     if not options.chunks:
         return
     try:
         import docling_core  # noqa: F401
     except ImportError as exc:
         raise RunError(f"--chunks needs docling-core: pip install 'llm-ocr[docling]' ({exc})") from exc
+    _chunker(options)
+
+
+def _chunker(options: AssembleOptions) -> BaseChunker:
+    """The chunker of ``--chunker`` (its tokenizer loaded: a local folder's in milliseconds)."""
+    try:
+        return make_chunker(options.chunker, options.chunk_tokenizer, options.chunk_max_tokens)
+    except ChunkerError as exc:
+        raise RunError(str(exc)) from exc
+
+
+def _chunker_name(options: AssembleOptions) -> str:
+    return chunker_name(options.chunker, options.chunk_tokenizer, options.chunk_max_tokens)
 
 
 def assemble_finished(marker: Mapping[str, Any] | None, options: AssembleOptions) -> bool:
@@ -167,7 +186,9 @@ def assemble_finished(marker: Mapping[str, Any] | None, options: AssembleOptions
     stats = AssembleStats.model_validate(marker)
     if stats.documents.partial or stats.documents.error:
         return False
-    return (not options.export_markdown or stats.exported) and (not options.chunks or stats.chunked)
+    # Chunks of another chunker (an earlier run's hierarchical ones, say) are chunked again.
+    chunked = stats.chunked and (stats.chunker or "hierarchical") == _chunker_name(options)
+    return (not options.export_markdown or stats.exported) and (not options.chunks or chunked)
 
 
 class Assemble(ShardStage):

@@ -24,7 +24,7 @@ import io
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,6 +35,9 @@ from llm_ocr.sharding import check_shard
 from llm_ocr.stages.docling_export import build_document, chunk_rows
 from llm_ocr.stages.export import safe_name
 from llm_ocr.storage import Storage
+
+if TYPE_CHECKING:
+    from docling_core.transforms.chunker.base import BaseChunker
 
 log = logging.getLogger("llm_ocr")
 
@@ -86,10 +89,11 @@ def chunks_path(out: Storage, shard: int, num_shards: int) -> str:
 
 
 def export_docling(out: Storage, chunks: bool = False, batch_pages: int = 2000, shard: int = 0,
-                   num_shards: int = 1) -> ExportResult:
+                   num_shards: int = 1, chunker: BaseChunker | None = None) -> ExportResult:
     """Write every document of shard ``shard`` of ``num_shards`` of ``out`` as a DoclingDocument,
-    and its chunks if ``chunks``; at most ``batch_pages`` page rows are held at once (a
-    document's pages always together)."""
+    and its chunks by ``chunker`` (default the hierarchical one,
+    :func:`~llm_ocr.stages.docling_chunkers.make_chunker`) if ``chunks``; at most ``batch_pages``
+    page rows are held at once (a document's pages always together)."""
     check_shard(num_shards, shard)
     source = out.child(source_stage(out))
     # Assemble's bounded reading: an index of two columns, then batches of documents.
@@ -100,7 +104,7 @@ def export_docling(out: Storage, chunks: bool = False, batch_pages: int = 2000, 
         grouped = read_batch(source, entries, batch, COLUMNS)
         for doc_index in batch:
             _export_one(out, entries[doc_index].doc_id, [PageResult.from_row(r) for r in grouped[doc_index]],
-                        chunks, result, rows)
+                        chunks, result, rows, chunker)
     if chunks:
         buffer = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA), buffer)
@@ -121,7 +125,7 @@ def _remove_other_layouts(out: Storage, num_shards: int) -> None:
 
 
 def _export_one(out: Storage, doc_id: str, pages: list[PageResult], chunks: bool, result: ExportResult,
-                rows: list[dict[str, Any]]) -> None:
+                rows: list[dict[str, Any]], chunker: BaseChunker | None) -> None:
     """Write one document's DoclingDocument and add its chunks to ``rows`` (or its error to ``result``)."""
     from docling_core.types.doc import DoclingDocument
 
@@ -130,7 +134,7 @@ def _export_one(out: Storage, doc_id: str, pages: list[PageResult], chunks: bool
         text = export.document.model_dump_json(by_alias=True, exclude_none=True)
         DoclingDocument.model_validate_json(text)  # what a reader will do: fail here, not there
         if chunks:
-            rows.extend(chunk_rows(doc_id, export))
+            rows.extend(chunk_rows(doc_id, export, chunker))
     except Exception as exc:  # noqa: BLE001 - one bad document must not stop the others
         result.errors[doc_id] = f"{type(exc).__name__}: {exc}"
         log.error("export: %s: %s", doc_id, result.errors[doc_id])

@@ -39,6 +39,7 @@ from llm_ocr.stages import furniture
 from llm_ocr.stages.space import displayed_points, frame_of
 
 if TYPE_CHECKING:
+    from docling_core.transforms.chunker.base import BaseChunker
     from docling_core.types.doc import DoclingDocument, FloatingItem, TableData, TextItem
 
 #: Family label (lower case, ``-`` as ``_``) -> docling's DocItemLabel value.
@@ -369,14 +370,15 @@ def _hash(doc_id: str) -> int:
     return int.from_bytes(hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).digest()[:8], "big") >> 1
 
 
-def chunk_rows(doc_id: str, export: DoclingExport) -> list[dict[str, Any]]:
-    """One row per chunk of docling-core's HierarchicalChunker: text, headings, pages, boxes (in
-    page pixels, and for a PDF page in PDF points of its user space too, as the rows hold them)."""
+def chunk_rows(doc_id: str, export: DoclingExport, chunker: BaseChunker | None = None) -> list[dict[str, Any]]:
+    """One row per chunk of ``chunker`` (default docling-core's HierarchicalChunker; see
+    :mod:`llm_ocr.stages.docling_chunkers`): text, headings, pages, boxes (in page pixels, and for
+    a PDF page in PDF points of its user space too, as the rows hold them)."""
     from docling_core.transforms.chunker.doc_chunk import DocChunk
     from docling_core.transforms.chunker.hierarchical_chunker import HierarchicalChunker
 
     rows = []
-    for index, base in enumerate(HierarchicalChunker().chunk(export.document)):
+    for index, base in enumerate((chunker or HierarchicalChunker()).chunk(export.document)):
         chunk = DocChunk.model_validate(base)  # what the chunker yields, typed as such (docling's own idiom)
         boxes, pdf_boxes, pages, figure_ids, seen = [], [], [], [], set()
         items = list(chunk.meta.doc_items)
