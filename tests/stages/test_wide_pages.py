@@ -72,7 +72,9 @@ def test_a_wide_page_reads_as_it_does_whole(wide, tmp_path: Path, name: str) -> 
     served, drawn, folder = wide
     page = drawn[name]
     row = read(served, folder / f"{name}.png", tmp_path / "out")
-    whole = read(served, folder / f"{name}.png", tmp_path / "whole", max_page_aspect=0)
+    # A page the path read whole (no segments) was read as --max-page-aspect 0 reads it: once.
+    whole = row if row["segments"] is None else read(served, folder / f"{name}.png", tmp_path / "whole",
+                                                     max_page_aspect=0)
     assert whole["markdown"].split() == page.text.split()  # the page read whole: the truth
     assert row["markdown"].split() == page.text.split(), row["markdown"]
     assert row["status"] == "ok", row["error"]
