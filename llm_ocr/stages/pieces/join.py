@@ -173,17 +173,13 @@ def join_pieces(
     False: the boxless blocks' repeated lines were already dropped (the bands of a dense page)."""
     tall = len(segments) < 2 or segments[1].top > segments[0].top
     kept: list[Piece] = []
+    head_before: Piece | None = None  # the first block of the last segment's share
     for i, pieces in enumerate(per_segment):
         mine = _in_share(segments, i, pieces, tall)
-        previous = per_segment[i - 1] if i > 0 else []
-        if text_overlap and mine and not mine[0].block.boxes and previous and not previous[-1].block.boxes:
-            # A family without text boxes (olmOCR-2) reads the overlap twice: the words this
-            # segment's text starts with that repeat the end of the last one's are dropped.
-            head = mine[0]
-            before = " ".join(p.block.text for p in previous if not p.block.boxes)
-            text, how = repeated_start(before, head.block.text)
-            note = f"pieces {i} and {i + 1} both start with the same words" if how == "dubious" else None
-            mine[0] = replace(head, block=PageBlock(head.block.label, [], text), unverified=note)
+        if mine:
+            mine[0] = _checked_head(mine[0], head_before, per_segment[i - 1] if i > 0 else [], i,
+                                    text_overlap=text_overlap, copy=_twin(kept, mine[0]) is not None)
+            head_before = mine[0]
         for piece in mine:
             twin = _twin(kept, piece)
             if twin is None:
@@ -198,6 +194,36 @@ def join_pieces(
             kept[twin] = replace(head, block=merged, figures=merge_figures(head.figures + piece.figures),
                                  unverified=note)
     return number_figures(kept, page)
+
+
+def _checked_head(head: Piece, head_before: Piece | None, previous: list[Piece], i: int, *, text_overlap: bool,
+                  copy: bool) -> Piece:
+    """The first block of segment ``i``'s share, joined to the segment before: without boxes,
+    the words it starts with that repeat the end of ``previous`` (that segment's blocks) are
+    dropped (a family without text boxes, olmOCR-2, reads the overlap twice; ``text_overlap``
+    False: already dropped); with boxes and no ``copy`` of it kept (a block whose boxes overlap
+    one of the segment before), it is checked against ``head_before``
+    (:func:`_flag_repeated_head`)."""
+    if text_overlap and not head.block.boxes and previous and not previous[-1].block.boxes:
+        before = " ".join(p.block.text for p in previous if not p.block.boxes)
+        text, how = repeated_start(before, head.block.text)
+        note = f"pieces {i} and {i + 1} both start with the same words" if how == "dubious" else None
+        return replace(head, block=PageBlock(head.block.label, [], text), unverified=note)
+    return head if copy else _flag_repeated_head(head_before, head, i)
+
+
+def _flag_repeated_head(before: Piece | None, head: Piece, i: int) -> Piece:
+    """``head``, the first block of segment ``i`` (its boxes overlapping no block kept), flagged
+    when it starts with the same words as ``before``, the first block of segment ``i - 1``: a
+    line a model writes atop every piece (a running header) put at the top of each column of a
+    wide page read in its columns. No box tells such a copy from a column that starts so; the
+    block is kept and the join is not verified. A block without boxes is checked by the text it
+    repeats (:func:`repeated_start`)."""
+    if before is None or not head.block.boxes or head.unverified:
+        return head
+    if not dubious_start(before.block.text, head.block.text):
+        return head
+    return replace(head, unverified=f"pieces {i} and {i + 1} both start with the same words")
 
 
 def _in_share(segments: list[Segment], i: int, pieces: list[Piece], tall: bool) -> list[Piece]:
