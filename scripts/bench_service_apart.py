@@ -7,7 +7,8 @@
 The gateway (no worker) and the worker (``--poll`` 1 s, 8 documents at once) share a private
 PostgreSQL started as the tests start theirs (``tests/fixtures/postgres.py``: Debian's
 ``postgresql`` package) but nothing in-process: the worker learns of a submission from the
-database alone. Prints p50/p95 latency (submission to end, the service's clock), the model's time
+database alone. Prints pages/s over the stream beside the batch's (``bench_service.py``'s, run just
+before), p50/p95 latency (submission to end, the service's clock), the model's time
 (Extract's ``latency_s``) and each document's latency over its page's model time.
 """
 
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg
-from bench_service import make_documents, percentile
+from bench_service import batch, make_documents, percentile, warm_up
 
 import llm_ocr
 from llm_ocr.service.config import ServiceConfig
@@ -40,7 +41,7 @@ def main() -> None:
     """Run it and print one line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=16)
-    parser.add_argument("--rate", type=float, default=0.5, help="documents/s, open loop")
+    parser.add_argument("--rate", type=float, default=0.5, help="documents/s, open loop (inf: all at once)")
     args = parser.parse_args()
     cluster = PostgresCluster()
     cluster.start()
@@ -52,10 +53,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="llm-ocr-bench-apart-") as tmp:
             root = Path(tmp)
             paths, data = make_documents(root / "docs", args.docs), root / "service"
-            worker = WorkerSettings(concurrency=8)
+            worker = WorkerSettings(concurrency=8, run_options={"dedup": False})  # as bench_service.py
             with SimulatedServer("--decode-ms-per-token", "2") as sim, \
                     BackgroundService(ServiceConfig(data=str(data), database_url=url, port=0, worker=None)) as gateway:
                 worker.endpoint = sim.base_url
+                # The batch (llm-ocr run, as many pages in flight as the worker keeps), warm, just before.
+                warm_up(paths, root / "warm-up", sim.base_url)
+                batch_rate = batch(root / "docs", root / "batch", sim.base_url, worker.concurrency)
                 with BackgroundService(ServiceConfig(data=str(data), database_url=url, port=0, worker=worker)):
                     client = llm_ocr.Service(gateway.url)
                     start, docs = time.monotonic(), []
@@ -72,8 +76,11 @@ def main() -> None:
             latency = [row.finished - row.created for row in rows if row and row.finished]
             model = [spool.rows(doc.id, "extract")[0]["latency_s"] for doc in docs]
             ratio = [a / b for a, b in zip(latency, model)]
+            pages_s = len(latency) / (max(row.finished for row in rows if row and row.finished)
+                                      - min(row.created for row in rows if row))
             load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
-            print(f"latency p50/p95 {percentile(latency, .5):.2f}/{percentile(latency, .95):.2f} s, model's time "
+            print(f"pages/s {pages_s:.2f}, batch {batch_rate:.2f} ({pages_s / batch_rate:.2f} of it); "
+                  f"latency p50/p95 {percentile(latency, .5):.2f}/{percentile(latency, .95):.2f} s, model's time "
                   f"p50/p95 {percentile(model, .5):.2f}/{percentile(model, .95):.2f} s, latency/model p50/p95 "
                   f"{percentile(ratio, .5):.2f}/{percentile(ratio, .95):.2f}, load {load}")
     finally:
