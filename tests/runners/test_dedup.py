@@ -521,3 +521,25 @@ def test_a_page_whose_first_s_process_died_is_read_once_and_nothing_is_missing(
     assert (rows[("a.pdf", 1)]["duplicate_of"], rows[("a.pdf", 1)]["duplicate_page"]) == ("b.pdf", 1)
     assert rows[("a.pdf", 1)]["markdown"] == rows[("b.pdf", 1)]["markdown"]
     assert rows[("a.pdf", 2)]["duplicate_of"] is None
+
+
+def test_pages_that_only_look_alike_cost_a_bounded_number_of_pixel_comparisons(
+        server: SimulatedServer, tmp_path: Path) -> None:
+    """Numbered forms share their difference hash but not their pixels: each is compared with at
+    most PIXEL_COMPARES kept pages (it was every kept one: N²/2 decodings), each is read, and a
+    page rendered twice is still found by its bytes and copied."""
+    from llm_ocr.runners.dedup import PIXEL_COMPARES
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    forms = 16
+    for n in range(forms):
+        pdf(docs / f"form-{n:02d}.pdf", [f"Claim form {101 + n}"])
+    pdf(docs / "zz-again.pdf", ["Cover note", "Claim form 101"])  # form-00's page again, in another document
+    sent = len(server.requests())
+    result = llm_ocr.extract([docs], tmp_path / "out", endpoint=server.base_url, **FAST)
+    assert result.exit_code == 0
+    stats = result.stats["dedup"]
+    assert len(server.requests()) - sent == forms + 1 and stats["pages_reused"] == 1  # + the cover note
+    # The forms did share a fingerprint (else nothing was compared), and the comparisons are bounded.
+    assert forms <= stats["candidates_rejected"] <= PIXEL_COMPARES * forms, stats
