@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reportlab.pdfgen import canvas
@@ -274,17 +275,30 @@ def test_copies_in_different_shards_read_side_by_side_are_read_once(
     assert grown[("h.pdf", 1)]["duplicate_of"] is None and len(grown) == 4
 
 
+def died_holding_a_pdf(docs: Path, out: Path) -> tuple[Any, Any]:
+    """What a shard 0 of 2 that died leaves: the work-group record, and a started claim on the
+    group holding a.pdf whose lease has run out (written with a clock an hour back). Returns the
+    store and that group."""
+    import time
+
+    from llm_ocr.sources import plan_inputs
+    from llm_ocr.storage import Storage
+    from llm_ocr.storage.claims import ClaimBook, GroupId
+
+    store = Storage(str(out))
+    begin_work_groups(out, docs, ["extract"])
+    group = GroupId(0, 2, [r.doc_id for r in plan_inputs([str(docs)]).documents(2, 0)].index("a.pdf"))
+    dead = ClaimBook(store, "extract", 2, holder="dead", shard=0, lease=60, clock=lambda: time.time() - 3600)
+    assert dead.take(group, None) is not None
+    return store, group
+
+
 def test_a_copy_whose_first_was_claimed_by_a_shard_that_died_is_read_once(
         server: SimulatedServer, tmp_path: Path, quick_looks: None) -> None:
     """Shard 0 claimed the group holding a.pdf and a.pdf's hash, then died (its lease ran out)
     before storing a row. Shard 1 finds the group free, names its own copy (b.pdf) the first and
     reads it; shard 0's rerun then copies a.pdf from it: one reading of those bytes in all."""
-    import time
-
-    from llm_ocr.sources import plan_inputs
     from llm_ocr.sources.fingerprint import file_sha256
-    from llm_ocr.storage import Storage
-    from llm_ocr.storage.claims import ClaimBook, GroupId
     from llm_ocr.storage.hash_claims import HashClaims
 
     docs = tmp_path / "docs"
@@ -296,13 +310,9 @@ def test_a_copy_whose_first_was_claimed_by_a_shard_that_died_is_read_once(
     shards = shard_of(docs, 2)
     assert shards["a.pdf"] == 0 and shards["b.pdf"] == 1
     out = tmp_path / "out"
-    store = Storage(str(out))
-    # What shard 0 left: the work-group record, a started claim on a.pdf's group whose lease has
-    # run out (written with a clock an hour back), and a.pdf named the first of its bytes.
-    begin_work_groups(out, docs, ["extract"])
-    group = GroupId(0, 2, [r.doc_id for r in plan_inputs([str(docs)]).documents(2, 0)].index("a.pdf"))
-    dead = ClaimBook(store, "extract", 2, holder="dead", shard=0, lease=60, clock=lambda: time.time() - 3600)
-    assert dead.take(group, None) is not None
+    # What shard 0 left: a started claim on a.pdf's group whose lease has run out, and a.pdf
+    # named the first of its bytes.
+    store, group = died_holding_a_pdf(docs, out)
     HashClaims(store, "extract", "dead").claim(file_sha256(str(docs / "a.pdf")), "a.pdf", group)
 
     sent = len(server.requests())
@@ -479,12 +489,7 @@ def test_a_page_whose_first_s_process_died_is_read_once_and_nothing_is_missing(
     """Shard 0 took the group of a.pdf and claimed its cover's pixels, then died (its lease ran
     out) before storing a row. Shard 1 finds the cover claimed, the claim's group free: it names
     its own cover the first and reads it; shard 0's rerun copies its cover from it."""
-    import time
-
     from llm_ocr.runners import shared_pages
-    from llm_ocr.sources import plan_inputs
-    from llm_ocr.storage import Storage
-    from llm_ocr.storage.claims import ClaimBook, GroupId
     from llm_ocr.storage.hash_claims import PAGES_DIR, HashClaims
 
     docs = tmp_path / "docs"
@@ -493,11 +498,7 @@ def test_a_page_whose_first_s_process_died_is_read_once_and_nothing_is_missing(
     pdf(docs / "b.pdf", ["Annual cover"])
     assert shard_of(docs, 2) == {"a.pdf": 0, "b.pdf": 1}
     out = tmp_path / "out"
-    store = Storage(str(out))
-    begin_work_groups(out, docs, ["extract"])
-    group = GroupId(0, 2, [r.doc_id for r in plan_inputs([str(docs)]).documents(2, 0)].index("a.pdf"))
-    dead = ClaimBook(store, "extract", 2, holder="dead", shard=0, lease=60, clock=lambda: time.time() - 3600)
-    assert dead.take(group, None) is not None
+    store, group = died_holding_a_pdf(docs, out)
     # The dead process's claim on the cover's pixels, made as shard 1 reaches its one page (the
     # cover) and before shard 1 claims it: the hash is the run's own.
     real = shared_pages.pixel_sha256

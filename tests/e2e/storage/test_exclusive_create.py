@@ -88,13 +88,14 @@ def test_s3_one_winner_per_name(s3: MotoS3, tmp_path: Path) -> None:
     # can both pass the check (seen once in a full run on a loaded machine), where S3 itself
     # decides atomically. The proxy forwards the conditional puts one at a time, so moto's check
     # holds as S3's does, and counts them: llm-ocr must ask for the condition on every create.
-    proxy = SerialProxy(s3.url, lambda handler: handler.command == "PUT" and handler.headers.get("If-None-Match") == "*")
+    puts = SerialConditionalPuts()
+    proxy = Proxy(s3.url, puts)
     try:
         results = race("s3://race/out", clean_env(**{**s3.env, **_endpoint_env(s3.env, proxy.url)}), tmp_path / "race")
     finally:
         proxy.stop()
     assert_one_winner_each(results, lambda name: s3.read("race", f"out/{name}"))
-    assert proxy.serialized == RACERS * len(NAMES)
+    assert puts.serialized == RACERS * len(NAMES)
 
 
 def _endpoint_env(env: dict[str, str], url: str) -> dict[str, str]:
@@ -104,15 +105,25 @@ def _endpoint_env(env: dict[str, str], url: str) -> dict[str, str]:
     return moved
 
 
-class SerialProxy:
-    """An HTTP proxy in front of ``target`` that forwards the requests ``serial`` picks one at a
-    time (under one lock), and every other request as it comes."""
+class Request:
+    """One request the proxy received: its method, path, headers and body."""
 
-    def __init__(self, target: str, serial: Any) -> None:
+    def __init__(self, command: str, path: str, headers: Any, body: bytes) -> None:
+        self.command, self.path, self.headers, self.body = command, path, headers, body
+
+
+Answer = tuple[int, list[tuple[str, str]], bytes]
+
+
+class Proxy:
+    """An HTTP proxy in front of ``target``. Each request goes to ``hook(request, forward)``,
+    which answers it: usually by calling ``forward(request)`` (under a lock, or after a check of
+    its own); with no hook every request is forwarded as it comes."""
+
+    def __init__(self, target: str, hook: Any = None) -> None:
         self.target = urllib.parse.urlsplit(target)
-        self.lock = threading.Lock()
-        self.serialized = 0
         proxy = self
+        hook = hook or (lambda request, forward: forward(request))
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -122,13 +133,7 @@ class SerialProxy:
 
             def _handle(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if serial(self):
-                    with proxy.lock:
-                        proxy.serialized += 1
-                        answer = self._forward(body)
-                else:
-                    answer = self._forward(body)
-                status, headers, data = answer
+                status, headers, data = hook(Request(self.command, self.path, self.headers, body), proxy.forward)
                 self.send_response(status)
                 for key, value in headers:
                     self.send_header(key, value)
@@ -137,102 +142,82 @@ class SerialProxy:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
-                conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "content-length"}
-                conn.request(self.command, self.path, body=body, headers={**headers, "Content-Length": str(len(body))})
-                answer = conn.getresponse()
-                data = answer.read()
-                conn.close()
-                dropped = ("transfer-encoding", "connection") if self.command == "HEAD" else (
-                    "transfer-encoding", "content-length", "connection")
-                return answer.status, [(k, v) for k, v in answer.getheaders() if k.lower() not in dropped], data
-
-            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def forward(self, request: Request) -> Answer:
+        """Send ``request`` to the target and return its answer."""
+        conn = http.client.HTTPConnection(self.target.hostname, self.target.port, timeout=60)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        conn.request(request.command, request.path, body=request.body,
+                     headers={**headers, "Content-Length": str(len(request.body))})
+        answer = conn.getresponse()
+        data = answer.read()
+        conn.close()
+        dropped = ("transfer-encoding", "connection") if request.command == "HEAD" else (
+            "transfer-encoding", "content-length", "connection")
+        return answer.status, [(k, v) for k, v in answer.getheaders() if k.lower() not in dropped], data
+
+    def get_status(self, path: str) -> int:
+        """The target's status for a GET of ``path``."""
+        conn = http.client.HTTPConnection(self.target.hostname, self.target.port, timeout=60)
+        conn.request("GET", path)
+        status = conn.getresponse().status
+        conn.close()
+        return status
+
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 
 
-class PreconditionProxy:
-    """An HTTP proxy in front of the GCS emulator that enforces ``ifGenerationMatch=0`` on
-    uploads (412 when the object exists), checking and forwarding under one lock, and counts the
-    uploads that asked for it."""
+class SerialConditionalPuts:
+    """A proxy hook that forwards S3's conditional puts (``If-None-Match: *``) one at a time,
+    under one lock, and counts them; every other request goes as it comes."""
 
-    def __init__(self, emulator: GcsEmulator) -> None:
-        self.target = urllib.parse.urlsplit(emulator.url)
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.serialized = 0
+
+    def __call__(self, request: Request, forward: Any) -> Answer:
+        if request.command == "PUT" and request.headers.get("If-None-Match") == "*":
+            with self.lock:
+                self.serialized += 1
+                return forward(request)
+        return forward(request)
+
+
+class GcsPrecondition:
+    """A proxy hook that enforces ``ifGenerationMatch=0`` on GCS uploads as GCS documents it
+    (412 when the object exists), checking and forwarding under one lock, and counts the uploads
+    that asked for it and those refused."""
+
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.conditional_uploads = 0
         self.refused = 0
-        proxy = self
+        self.proxy: Proxy | None = None
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
-                conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                conn.request(self.command, self.path, body=body, headers={**headers, "Content-Length": str(len(body))})
-                answer = conn.getresponse()
-                data = answer.read()
-                conn.close()
-                return answer.status, [(k, v) for k, v in answer.getheaders()
-                                       if k.lower() not in ("transfer-encoding", "content-length", "connection")], data
-
-            def _exists(self, bucket: str, name: str) -> bool:
-                conn = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=60)
-                conn.request("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}")
-                status = conn.getresponse().status
-                conn.close()
-                return status == 200
-
-            def _handle(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                parsed = urllib.parse.urlsplit(self.path)
-                query = urllib.parse.parse_qs(parsed.query)
-                if query.get("ifGenerationMatch") == ["0"] and parsed.path.startswith("/upload/storage/v1/b/"):
-                    bucket = parsed.path.split("/")[5]
-                    name = (query.get("name") or [None])[0] or _multipart_name(body)
-                    with proxy.lock:
-                        proxy.conditional_uploads += 1
-                        if self._exists(bucket, name):
-                            proxy.refused += 1
-                            self._reply(412, [("Content-Type", "application/json")], json.dumps(
-                                {"error": {"code": 412, "message": "At least one of the pre-conditions you "
-                                           "specified did not hold.", "errors": [{"reason": "conditionNotMet"}]}}
-                            ).encode())
-                            return
-                        self._reply(*self._forward(body))
-                        return
-                self._reply(*self._forward(body))
-
-            def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
-                self.send_response(status)
-                for key, value in headers:
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def __call__(self, request: Request, forward: Any) -> Answer:
+        parsed = urllib.parse.urlsplit(request.path)
+        query = urllib.parse.parse_qs(parsed.query)
+        if query.get("ifGenerationMatch") != ["0"] or not parsed.path.startswith("/upload/storage/v1/b/"):
+            return forward(request)
+        assert self.proxy is not None
+        bucket = parsed.path.split("/")[5]
+        name = (query.get("name") or [None])[0] or _multipart_name(request.body)
+        with self.lock:
+            self.conditional_uploads += 1
+            if self.proxy.get_status(f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}") == 200:
+                self.refused += 1
+                return 412, [("Content-Type", "application/json")], json.dumps(
+                    {"error": {"code": 412, "message": "At least one of the pre-conditions you "
+                               "specified did not hold.", "errors": [{"reason": "conditionNotMet"}]}}).encode()
+            return forward(request)
 
 
 def _multipart_name(body: bytes) -> str:
@@ -254,7 +239,8 @@ def gcs() -> Iterator[GcsEmulator]:
 
 
 def test_gcs_one_winner_per_name_with_the_precondition_enforced(gcs: GcsEmulator, tmp_path: Path) -> None:
-    proxy = PreconditionProxy(gcs)
+    precondition = GcsPrecondition()
+    proxy = precondition.proxy = Proxy(gcs.url, precondition)
     try:
         env = clean_env(STORAGE_EMULATOR_HOST=proxy.url, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false")
         results = race("gs://race/out", env, tmp_path / "race")
@@ -262,8 +248,8 @@ def test_gcs_one_winner_per_name_with_the_precondition_enforced(gcs: GcsEmulator
         proxy.stop()
     assert_one_winner_each(results, lambda name: gcs.read("race", f"out/{name}"))
     # Every create asked for the precondition; all but the winner of each name were refused.
-    assert proxy.conditional_uploads == RACERS * len(NAMES)
-    assert proxy.refused == (RACERS - 1) * len(NAMES)
+    assert precondition.conditional_uploads == RACERS * len(NAMES)
+    assert precondition.refused == (RACERS - 1) * len(NAMES)
 
 
 def test_the_gcs_emulator_alone_ignores_the_precondition(gcs: GcsEmulator, tmp_path: Path) -> None:
