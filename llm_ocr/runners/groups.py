@@ -369,6 +369,15 @@ class GroupWork:
         self.room.add(-1, started=True)
         return True
 
+    def started(self, ref: DocumentRef | None) -> bool:
+        """Whether a page of ``ref`` may go ahead of waiting pages of groups only claimed: its
+        group has started here (or it is of no group, or of one dropped here: :meth:`admit`
+        settles those at once)."""
+        with self._lock:
+            group = self._doc_group.get(ref.doc_id) if ref is not None else None
+            held = self.held.get(group) if group is not None else None
+            return held is None or held.started
+
     def group_of(self, doc_id: str) -> GroupId:
         """The group a document's rows belong to (a group this process holds)."""
         with self._lock:

@@ -366,6 +366,7 @@ class PageWork:
         if self.groups is not None:  # a group is claimed when this flow has room for it, started as it is sent
             self.groups.room.slots = lambda: flow.slot_use
             flow.admit = cast(Callable[[RefT], Awaitable[bool]], self.groups.admit)  # pages of documents
+            flow.ready = cast(Callable[[RefT], bool], self.groups.started)
         async with adapting(self.controller):
             await flow.run(intake)
         self.documents[writes[0]] |= flow.documents

@@ -266,6 +266,9 @@ class PageFlow(Generic[RefT, ItemT]):
         #: Asked, as a slot is free for a page, whether the page may be sent (work groups: one
         #: of a group another process took before its first page was sent here may not).
         self.admit: Callable[[RefT], Awaitable[bool]] | None = None
+        #: Whether a page may go ahead of the waiting pages it does not accept (work groups: the
+        #: pages of started groups go before those of groups only claimed; :meth:`Waiting.take`).
+        self.ready: Callable[[RefT], bool] | None = None
         #: Pages the intake has estimated and not rendered yet (:mod:`.render_order`).
         self.pages_ahead = 0
         self._doc_pending: dict[str, int] = {}
@@ -416,7 +419,7 @@ class PageFlow(Generic[RefT, ItemT]):
             if not await acquire_unless_stopped(self._slots, self.stop):
                 return
             # The page is chosen once a slot is free: the longest of all that wait by then.
-            entry = await waiting.take(self.stop)
+            entry = await waiting.take(self.stop, self.ready)
             self._note(waiting)
             if entry is None or self._fatal is not None:
                 self._slots.release()

@@ -90,3 +90,27 @@ def test_take_waits_for_a_page_and_ends_on_stop_or_when_closed_and_empty() -> No
         assert await closed.take(asyncio.Event()) is None
 
     asyncio.run(main())
+
+
+def test_pages_of_started_groups_go_before_longer_pages_of_groups_only_claimed() -> None:
+    """Work groups: group a started (its long page went out), group b is only claimed. b's page
+    ranks above a's short one, yet a's goes first: b's would start b while a's pages still wait."""
+    async def main() -> list[tuple[str, int]]:
+        waiting: Waiting = Waiting(page_look_ahead(10, 10**6))
+        waiting.add("a", [page(1, 900), page(2, 10)], 2)
+        waiting.add("b", [page(1, 500), page(2, 400)], 2)
+        started = {"a"}
+        stop = asyncio.Event()
+        order = []
+        for _ in range(3):
+            entry = await waiting.take(stop, lambda ref: ref in started)
+            assert entry is not None
+            order.append((entry.ref, entry.item.page))
+        started.add("b")  # its first page was sent: b has started
+        waiting.close()
+        while (entry := await waiting.take(stop, lambda ref: ref in started)) is not None:
+            order.append((entry.ref, entry.item.page))
+        return order
+
+    # Longest first among a's pages, then b's once none of a's waits.
+    assert asyncio.run(main()) == [("a", 1), ("a", 2), ("b", 1), ("b", 2)]
