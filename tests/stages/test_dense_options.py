@@ -22,10 +22,10 @@ from llm_ocr.cli import main
 from llm_ocr.options import DenseOptions, dense_options, using_dense
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.segments import Segment, plan_segments
-from llm_ocr.stages.fields.chunks import CHARS_PER_TOKEN
+from llm_ocr.stages.fields.chunks import PageText, estimate_tokens, text_chunks
 from llm_ocr.stages.pieces.rate import RateBook
 from llm_ocr.testing import SimulatedServer
-from llm_ocr.vlm.streaming import DEFAULT_TOKENS_PER_CHAR
+from llm_ocr.vlm.streaming import TokenRatio
 from tests.conftest import read_stage
 from tests.docs import paragraph
 from tests.sweeps import extract
@@ -44,10 +44,22 @@ def test_every_knob_is_listed_with_its_unit_and_provenance(capsys: pytest.Captur
         "tile_tokens", "tile_line_reach", "rest_min_side", "tokens_per_char"}
 
 
+def _estimates() -> tuple[float, int, int, int]:
+    """What each use of the first guess of tokens per character makes of it: the pieces
+    planner's rate, a cut stream's tokens, a Fields request's tokens, and how many characters
+    a Fields request of 1,000 tokens may carry."""
+    (chunk, *_) = text_chunks([PageText((1,), "x" * 100_000)], 1000)
+    assert chunk.text is not None
+    return RateBook().rate(None), TokenRatio().estimate(1000), estimate_tokens("y" * 1000), len(chunk.text)
+
+
 def test_one_first_guess_of_tokens_per_character_everywhere() -> None:
+    """Setting ``tokens_per_char`` moves every estimate made from it, consistently: no use of
+    it keeps a constant of its own."""
     first = DenseOptions().tokens_per_char
-    assert RateBook().rate(None) == DEFAULT_TOKENS_PER_CHAR == first
-    assert CHARS_PER_TOKEN == pytest.approx(1 / first)
+    assert _estimates() == (first, round(1000 * first), round(1000 * first), int(1000 / first))
+    with using_dense(dense_options(["tokens_per_char=0.5"])):
+        assert _estimates() == (0.5, 500, 500, 2000)
 
 
 def test_a_knob_is_refused_by_name_and_read_from_the_environment() -> None:
