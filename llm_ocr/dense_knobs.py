@@ -139,6 +139,51 @@ class DenseOptions(BaseModel):
     gap_tolerance: float = _knob(0.004, "share of the page", "reasoned",
                                  "Blocks whose boxes overlap by at most this much are still apart when a tiled "
                                  "page's reading order looks for gaps.", ge=0)
+    paper_percentile: float = _knob(95.0, "percentile of the grey copy's pixels", "reasoned",
+                                    "A page's paper is the grey level at this percentile of its pixels, and its ink "
+                                    "what is darker (llm_ocr/sources/wide.py ink_of, which every cut and gutter is "
+                                    "measured on): text covers far less than 95% of a page, and up to 5% brighter "
+                                    "than the paper (a scan's glare, a highlight) does not lift it.", ge=0, le=100)
+    strip_floor_percentile: float = _knob(5.0, "percentile of a strip's rows", "reasoned",
+                                          "Text lines are counted in a strip's rows inked above this percentile of "
+                                          "them: a scan's paper is grey with noise in every row, which would leave "
+                                          "no row blank and every line merged into one.", ge=0, le=100)
+    min_strip_px: int = _knob(16, "pixels of the grey copy", "reasoned",
+                              "A vertical strip text lines are counted in is at least this wide (a few letters: "
+                              "fewer strips on a narrow piece).", ge=1)
+    pitch_min_lines: int = _knob(8, "text lines", "reasoned",
+                                 "A strip gives a line pitch (the distance between text lines) only when it holds at "
+                                 "least this many lines (a picture's or a few lines' gaps are no pitch).", ge=2)
+    cut_window: float = _knob(0.25, "share of a band's height", "reasoned",
+                              "A cut between text lines is looked for this far either side of an even split (the "
+                              "blankest row within it): a quarter band moves no cut into the next.", gt=0, le=0.5)
+    max_half_reach: float = _knob(0.25, "share of the piece's height", "reasoned",
+                                  "A half of a piece cut again reaches at most this far past the cut into the other "
+                                  "half (two believed lines: a line's pitch is half the piece).", gt=0, le=0.5)
+    min_believed_share: float = _knob(0.5, "share of the lines the rows' pitch fits", "reasoned",
+                                      "Text lines counted in a piece are believed only when they are at least this "
+                                      "share of the lines its rows' period fits in its height (fewer: lines merged "
+                                      "or noise between them, the piece cut by pixels).", ge=0, le=1)
+    min_margin_px: int = _knob(2, "pixels", "reasoned",
+                               "A piece cut again at a gutter reaches at least this far past it (gutter_margin of a "
+                               "narrow piece rounds to nothing: a glyph's antialiased edge).", ge=0)
+    min_wide_gutter_px: float = _knob(2.0, "pixels of the grey copy", "reasoned",
+                                      "A wide page's gutter is at least this wide whatever its line height (one "
+                                      "blank column of the grey copy is a letter's spacing).", ge=1)
+    fit_search: int = _knob(16, "bands", "reasoned",
+                            "A column's number of bands that each fit a request is looked for this far either side "
+                            "of the number its share of the ink asks.", ge=0)
+    gutter_samples: int = _knob(4, "parts of the page's height", "reasoned",
+                                "A page's gutter width is the median of the widest gutter of each of this many "
+                                "parts of its height (a headline's channel, a figure's margin is in one part at "
+                                "most).", ge=1)
+    order_depth: int = _knob(64, "levels", "reasoned",
+                             "Deepest recursion of the XY-cut that puts a tiled page's blocks in reading order (a "
+                             "guard: a page's blocks nest a few levels).", ge=1)
+    replan_attempts: int = _knob(4, "plans", "reasoned",
+                                 "Times a dense page is planned again with fewer pieces asked when its plan holds "
+                                 "more pieces than its cost bound leaves room for (columns and grids add pieces).",
+                                 ge=0)
     # The rest of a tile whose answer ran out (stages/pieces/rest.py).
     rest_min_share: float = _knob(0.04, "share of the piece", "reasoned",
                                   "The rest of a piece is not read where it is thinner than this (its margin).", ge=0)
@@ -210,6 +255,12 @@ class DenseOptions(BaseModel):
     min_periodicity: float = _knob(0.3, "autocorrelation", "reasoned",
                                    "The rows' ink must repeat at the line pitch at least this strongly for the ink "
                                    "estimate.", ge=0, le=1)
+    min_estimate_pitches: int = _knob(4, "min_pitch", "reasoned",
+                                      "A page is at least this many times min_pitch tall for the ink estimate.",
+                                      ge=1)
+    pitch_search_share: float = _knob(0.125, "share of the page's rows", "reasoned",
+                                      "The line pitch is looked for up to this share of the page's height (at "
+                                      "least 8 lines: a period seen fewer times is no text's).", gt=0, le=0.5)
     # Joining pieces by the text their overlap repeats (stages/pieces/join.py).
     max_overlap_tokens: int = _knob(400, "words", "reasoned",
                                     "Words compared when looking for the lines two pieces both show.", ge=1)
@@ -220,8 +271,20 @@ class DenseOptions(BaseModel):
                                  "writes atop every piece (a running header) is followed by other text "
                                  "(issue 47).", gt=0, le=1)
     min_repeat_tokens: int = _knob(4, "words", "reasoned",
-                                   "Fewest words a band's block must repeat from the band above to be cut there.",
-                                   ge=1)
+                                   "Fewest words a band's block must repeat from the band above to be cut there "
+                                   "(four words: a line's start, rarer than two pieces sharing a phrase).", ge=1)
+    min_tail_tokens: int = _knob(2, "words", "reasoned",
+                                 "Fewest words that must both end a piece and start the next to be removed as their "
+                                 "overlap's repeat (one word alone is a coincidence).", ge=1)
+    anchor_words: int = _knob(4, "words", "reasoned",
+                              "A repeat the edge read differently is found by this many words starting the next "
+                              "piece, looked for near the end of the piece before.", ge=1)
+    same_start_words: int = _knob(4, "words", "reasoned",
+                                  "Two pieces whose blocks start with this many same words, no repeat removed, are "
+                                  "a join that cannot be verified (a line a model writes atop every crop).", ge=1)
+    twin_lookback: int = _knob(50, "blocks", "reasoned",
+                               "A segment's block is looked for as another copy among this many blocks kept last "
+                               "(the segment before's: a segment holds a few dozen blocks at most).", ge=1)
 
     @classmethod
     def knobs(cls) -> list[dict[str, Any]]:

@@ -111,3 +111,28 @@ def test_a_render_worker_reads_the_knobs_in_force(workers: int) -> None:
         segments = asyncio.run(plan())
     # A 1:10 strip, 100 px wide: segments 125 px long, not the default's 200.
     assert {s.height for s in segments} == {125} and {s.height for s in plan_segments(100, 1000)} == {200}
+
+
+def test_the_path_s_tuning_numbers_are_knobs_a_run_sets() -> None:
+    """The paper's grey level, the cuts' floors, the join's word counts and look-back were inline
+    numbers (issue 47: none could be set or seen by a run); each is a knob, and the code reads it."""
+    import numpy as np
+    from PIL import Image
+
+    from llm_ocr.sources.wide import ink_of
+    from llm_ocr.stages.pieces.join import drop_exact_repeat
+
+    named = {"paper_percentile", "strip_floor_percentile", "min_strip_px", "pitch_min_lines", "cut_window",
+             "max_half_reach", "min_believed_share", "min_margin_px", "min_wide_gutter_px", "fit_search",
+             "gutter_samples", "order_depth", "replan_attempts", "min_estimate_pitches", "pitch_search_share",
+             "min_repeat_tokens", "min_tail_tokens", "anchor_words", "same_start_words", "twin_lookback"}
+    assert named <= set(DenseOptions.model_fields)
+    # A grey ramp, 0 to 255 down the page: the paper is its paper_percentile level, the ink below it.
+    ramp = Image.fromarray(np.repeat(np.arange(256, dtype=np.uint8), 4).reshape(-1, 1).repeat(8, axis=1))
+    assert float(ink_of(ramp).max()) == pytest.approx(242, abs=2)  # the 95th percentile
+    with using_dense(dense_options(["paper_percentile=50"])):
+        assert float(ink_of(ramp).max()) == pytest.approx(127, abs=2)
+    # Two pieces of a band sharing two words: no repeat at the default four, one at two.
+    assert drop_exact_repeat("the harbour lantern", "harbour lantern copper willow") == "harbour lantern copper willow"
+    with using_dense(dense_options(["min_repeat_tokens=2"])):
+        assert drop_exact_repeat("the harbour lantern", "harbour lantern copper willow") == "copper willow"

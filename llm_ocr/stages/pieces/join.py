@@ -120,8 +120,8 @@ def repeated_start(first: str, second: str) -> tuple[str, str]:
     the pieces' overlap may be blank) or ``"dubious"`` (see below: the join cannot be verified).
 
     The longest run of tokens that ends ``first`` and starts ``second`` is removed; failing
-    that (the line cut by the first segment's edge read differently), ``second``'s first four
-    tokens are looked for near the end of ``first`` and everything up to the end of ``first``'s
+    that (the line cut by the first segment's edge read differently), ``second``'s first
+    ``anchor_words`` tokens are looked for near the end of ``first`` and everything up to the end of ``first``'s
     copy is removed, provided at least the ``anchor_agrees`` knob's share of the tokens removed
     are the ones ``first`` holds there: a line a model writes atop every piece (a running header)
     starts both texts, and what follows it in ``first`` is not what follows it in ``second``
@@ -132,13 +132,14 @@ def repeated_start(first: str, second: str) -> tuple[str, str]:
     a = [t for t, _ in _tokens(first)][-knobs.max_overlap_tokens:]
     b_full = _tokens(second)
     b = [t for t, _ in b_full][:knobs.max_overlap_tokens]
-    for k in range(min(len(a), len(b)), 1, -1):
+    for k in range(min(len(a), len(b)), knobs.min_tail_tokens - 1, -1):
         if a[-k:] == b[:k]:
             return second[b_full[k - 1][1] :].lstrip(), "repeated"
-    anchor = b[:4]
-    if len(anchor) == 4:
-        for start in range(len(a) - 4, -1, -1):
-            if a[start : start + 4] == anchor:
+    n = knobs.anchor_words
+    anchor = b[:n]
+    if len(anchor) == n:
+        for start in range(len(a) - n, -1, -1):
+            if a[start : start + n] == anchor:
                 k = min(len(a) - start, len(b_full))
                 if sum(x == y for x, y in zip(a[start:], b[:k])) >= knobs.anchor_agrees * k:
                     return second[b_full[k - 1][1] :].lstrip(), "repeated"
@@ -146,21 +147,25 @@ def repeated_start(first: str, second: str) -> tuple[str, str]:
 
 
 def dubious_start(first: str, second: str) -> bool:
-    """Whether ``first`` and ``second`` start with the same four words, not removed as the lines
-    two pieces' overlap showed: a line a model writes atop every piece, whose join cannot be
-    verified."""
-    a, b = [t for t, _ in _tokens(first)][:4], [t for t, _ in _tokens(second)][:4]
-    return len(a) == 4 and a == b
+    """Whether ``first`` and ``second`` start with the same ``same_start_words`` words, not
+    removed as the lines two pieces' overlap showed: a line a model writes atop every piece,
+    whose join cannot be verified."""
+    n = dense().same_start_words
+    a, b = [t for t, _ in _tokens(first)][:n], [t for t, _ in _tokens(second)][:n]
+    return len(a) == n and a == b
 
 
-def drop_exact_repeat(first: str, second: str, min_tokens: int = 4) -> str:
-    """``second`` without the longest run of at least ``min_tokens`` tokens that both ends
+def drop_exact_repeat(first: str, second: str, min_tokens: int | None = None) -> str:
+    """``second`` without the longest run of at least ``min_tokens`` tokens (None: the
+    ``min_repeat_tokens`` knob) that both ends
     ``first`` and starts it (``second`` unchanged when there is none): the lines two pieces of
     a page both showed, with no looking further (a multi-column band's text ends elsewhere)."""
-    a = [t for t, _ in _tokens(first)][-dense().max_overlap_tokens:]
+    knobs = dense()
+    least = knobs.min_repeat_tokens if min_tokens is None else min_tokens
+    a = [t for t, _ in _tokens(first)][-knobs.max_overlap_tokens:]
     b_full = _tokens(second)
-    b = [t for t, _ in b_full][:dense().max_overlap_tokens]
-    for k in range(min(len(a), len(b)), min_tokens - 1, -1):
+    b = [t for t, _ in b_full][:knobs.max_overlap_tokens]
+    for k in range(min(len(a), len(b)), least - 1, -1):
         if a[-k:] == b[:k]:
             return second[b_full[k - 1][1] :].lstrip()
     return second
@@ -271,7 +276,7 @@ def _twin(kept: list[Piece], piece: Piece) -> int | None:
     in two segments do, in their shared lines)."""
     if not piece.block.boxes:
         return None
-    for index in range(len(kept) - 1, max(-1, len(kept) - 50), -1):
+    for index in range(len(kept) - 1, max(-1, len(kept) - dense().twin_lookback), -1):
         other = kept[index]
         if other.segment != piece.segment - 1:
             if other.segment < piece.segment - 1:
