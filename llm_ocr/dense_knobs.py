@@ -282,6 +282,10 @@ class DenseOptions(BaseModel):
     same_start_words: int = _knob(4, "words", "reasoned",
                                   "Two pieces whose blocks start with this many same words, no repeat removed, are "
                                   "a join that cannot be verified (a line a model writes atop every crop).", ge=1)
+    header_reach: int = _knob(3, "blocks", "reasoned",
+                              "A running header is looked for in this many first blocks of a piece's share: a "
+                              "model may write a stray line first and the header second or third (issue 47).",
+                              ge=1)
     twin_lookback: int = _knob(50, "blocks", "reasoned",
                                "A segment's block is looked for as another copy among this many blocks kept last "
                                "(the segment before's: a segment holds a few dozen blocks at most).", ge=1)

@@ -23,7 +23,9 @@ Three joins, one per way a page is cut (:mod:`.plan`):
 A join by repeated text that cannot be verified (two pieces that start with the same words, a
 line a model writes atop every crop, and no repeat removed) is kept with both pieces' text and
 flagged on the block (:attr:`Piece.unverified`): the page's row is then ``truncated``, never
-silently ``ok`` (:mod:`.row`).
+silently ``ok`` (:mod:`.row`). So is a block near a piece's top (its first ``header_reach``) that
+starts as an earlier piece's first block does (:func:`flag_running_heads`): a running header a
+model writes lower than its answer's first line, after a stray line.
 """
 
 from __future__ import annotations
@@ -171,11 +173,49 @@ def drop_exact_repeat(first: str, second: str, min_tokens: int | None = None) ->
     return second
 
 
+def flag_running_heads(per_piece: list[list[Piece]]) -> list[list[Piece]]:
+    """Each piece's blocks, those among its first ``header_reach`` paragraphs flagged unverified
+    when they start with the same ``same_start_words`` words as the first block of an earlier
+    piece: the page's first line (a running header) or the piece before's, which a model may
+    write above what a crop shows, as its second or third paragraph after a stray line. Only
+    first blocks are compared with: sections that start alike lower in two columns are no header."""
+    reach = dense().header_reach
+    heads: list[tuple[int, str]] = []  # (piece, the text of its first block that has any)
+    out = []
+    for i, pieces in enumerate(per_piece):
+        flagged = list(pieces)
+        for k, text in _near_top(pieces, reach):
+            j = next((j for j, head in heads if dubious_start(head, text)), None)
+            if j is not None and not flagged[k].unverified:
+                flagged[k] = replace(flagged[k], unverified=f"piece {i + 1} writes near its top a block that starts "
+                                                            f"as piece {j + 1}'s first does (a running header?)")
+        out.append(flagged)
+        first = next((p.block.text for p in pieces if p.block.text.strip()), None)
+        if first is not None:
+            heads.append((i, first))
+    return out
+
+
+def _near_top(pieces: list[Piece], reach: int) -> list[tuple[int, str]]:
+    """``(block index, text)`` of the first ``reach`` paragraphs of a piece's blocks: a block
+    with boxes is one; a block without (a boxless family's whole answer) is one per part its
+    blank lines separate."""
+    units: list[tuple[int, str]] = []
+    for k, piece in enumerate(pieces):
+        text = piece.block.text
+        parts = [text] if piece.block.boxes else [t for t in re.split(r"\n\s*\n", text) if t.strip()]
+        units += [(k, part) for part in parts]
+        if len(units) >= reach:
+            break
+    return units[:reach]
+
+
 def join_pieces(
     segments: list[Segment], per_segment: list[list[Piece]], page: int, *, text_overlap: bool = True
 ) -> list[Piece]:
     """The blocks of the page, in order, each once (see the module docstring). ``text_overlap``
     False: the boxless blocks' repeated lines were already dropped (the bands of a dense page)."""
+    per_segment = flag_running_heads(per_segment)
     tall = len(segments) < 2 or segments[1].top > segments[0].top
     kept: list[Piece] = []
     head_before: Piece | None = None  # the first block of the last segment's share
@@ -192,8 +232,8 @@ def join_pieces(
                 continue
             head = kept[twin]
             text, how = repeated_start(head.block.text, piece.block.text)
-            note = head.unverified or (f"a block of pieces {i} and {i + 1} starts with the same words in both"
-                                       if how == "dubious" else None)
+            note = head.unverified or piece.unverified or (
+                f"a block of pieces {i} and {i + 1} starts with the same words in both" if how == "dubious" else None)
             boxes = box_union(head.block.boxes + piece.block.boxes)
             merged = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
             kept[twin] = replace(head, block=merged, figures=merge_figures(head.figures + piece.figures),
@@ -213,7 +253,7 @@ def _checked_head(head: Piece, head_before: Piece | None, previous: list[Piece],
         before = " ".join(p.block.text for p in previous if not p.block.boxes)
         text, how = repeated_start(before, head.block.text)
         note = f"pieces {i} and {i + 1} both start with the same words" if how == "dubious" else None
-        return replace(head, block=PageBlock(head.block.label, [], text), unverified=note)
+        return replace(head, block=PageBlock(head.block.label, [], text), unverified=note or head.unverified)
     return head if copy else _flag_repeated_head(head_before, head, i)
 
 
@@ -312,6 +352,7 @@ def join_bands(bands: list[Segment], per_band: list[list[Piece]], page: int) -> 
     each cut into bands along its height, :func:`~llm_ocr.stages.pieces.cuts.plan_bands`), each
     region's bands joined down it (:func:`join_region`). A region is a run of bands one below
     the other, as wide as each other (a band cut in two again, its halves too)."""
+    per_band = flag_running_heads(per_band)  # across regions: a header atop a column's first band
     runs: list[list[int]] = []
     for i, band in enumerate(bands):
         last = bands[runs[-1][-1]] if runs else None
@@ -366,6 +407,7 @@ def join_region(bands: list[Segment], per_band: list[list[Piece]], page: int) ->
 
 def join_tiles(tiles: list[Segment], per_tile: list[list[Piece]], page: int) -> list[Piece]:
     """The blocks of the page, each once, in reading order (see the module docstring)."""
+    per_tile = flag_running_heads(per_tile)
     width = max(t.right for t in tiles)
     height = max(t.bottom for t in tiles)
     kept: list[Piece] = []
