@@ -176,24 +176,32 @@ def drop_exact_repeat(first: str, second: str, min_tokens: int | None = None) ->
 def flag_running_heads(per_piece: list[list[Piece]]) -> list[list[Piece]]:
     """Each piece's blocks, those among its first ``header_reach`` paragraphs flagged unverified
     when they start with the same ``same_start_words`` words as the first block of an earlier
-    piece: the page's first line (a running header) or the piece before's, which a model may
-    write above what a crop shows, as its second or third paragraph after a stray line. Only
-    first blocks are compared with: sections that start alike lower in two columns are no header."""
+    piece, somewhere else on the page: the page's first line (a running header) or the piece
+    before's, which a model may write above what a crop shows, as its second or third paragraph
+    after a stray line. Only first blocks are compared with: sections that start alike lower in
+    two columns are no header; nor is one block seen by two pieces (boxes that overlap: the rest
+    of a tile read again inside it, two pieces' overlap)."""
     reach = dense().header_reach
-    heads: list[tuple[int, str]] = []  # (piece, the text of its first block that has any)
+    heads: list[tuple[int, Piece]] = []  # (piece, its first block that has text)
     out = []
     for i, pieces in enumerate(per_piece):
         flagged = list(pieces)
         for k, text in _near_top(pieces, reach):
-            j = next((j for j, head in heads if dubious_start(head, text)), None)
+            j = next((j for j, head in heads if dubious_start(head.block.text, text)
+                      and not _same_place(head, pieces[k])), None)
             if j is not None and not flagged[k].unverified:
                 flagged[k] = replace(flagged[k], unverified=f"piece {i + 1} writes near its top a block that starts "
                                                             f"as piece {j + 1}'s first does (a running header?)")
         out.append(flagged)
-        first = next((p.block.text for p in pieces if p.block.text.strip()), None)
+        first = next((p for p in pieces if p.block.text.strip()), None)
         if first is not None:
             heads.append((i, first))
     return out
+
+
+def _same_place(a: Piece, b: Piece) -> bool:
+    """Whether two blocks' boxes overlap in page pixels: one block seen by two pieces."""
+    return any(x.overlaps(y) for x in a.block.boxes for y in b.block.boxes)
 
 
 def _near_top(pieces: list[Piece], reach: int) -> list[tuple[int, str]]:
