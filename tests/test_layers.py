@@ -62,6 +62,13 @@ FORBIDDEN: dict[str, set[str]] = {
                  "sources", "storage", "container", "config", "quality", "engines", "vlm", "keywords", "options",
                  "stage_table", "records", "costs", "sharding", "backoff", "testing", "argtypes", "outcomes",
                  "gpu_presets", "pdf_space"},
+    # The knobs of a page read in pieces (llm_ocr/dense_knobs.py): vlm (a cut stream's tokens),
+    # sources (a page's ink) and stages read them, and options re-exports them, so it imports
+    # nothing of the package.
+    "dense_knobs": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench",
+                    "cli", "api", "sources", "storage", "container", "config", "quality", "engines", "vlm",
+                    "keywords", "options", "stage_table", "records", "costs", "sharding", "backoff", "testing",
+                    "argtypes", "outcomes", "resizing", "redaction", "gpu_presets", "pdf_space"},
     # The GPU presets (vLLM settings per GPU, platform hardware names): data that the options'
     # help quotes and serving sizes servers with, so it imports nothing of the package.
     "gpu_presets": {"service", "planning", "runners", "stages", "commands", "launchers", "serving", "report", "bench", "cli", "api",

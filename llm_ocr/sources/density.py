@@ -72,7 +72,7 @@ def ink_estimate(image: Any) -> TextEstimate | None:
     if factor > 1:
         grey = grey.reduce(factor)
     pixels = np.asarray(grey, dtype=np.float32)
-    if pixels.shape[0] < 4 * dense().min_pitch or pixels.shape[1] < 2:
+    if pixels.shape[0] < dense().min_estimate_pitches * dense().min_pitch or pixels.shape[1] < 2:
         return None
     edges = np.abs(np.diff(pixels, axis=1)) / 255.0
     pitch = line_pitch(edges.mean(axis=1))
@@ -94,7 +94,7 @@ def line_pitch(profile: Any) -> int | None:
     if correlation[0] <= 0:
         return None
     correlation = correlation / correlation[0]
-    for lag in range(2, n // 8):
+    for lag in range(2, int(n * dense().pitch_search_share)):
         here = correlation[lag]
         if here >= dense().min_periodicity and here >= correlation[lag - 1] and here >= correlation[lag + 1]:
             return lag if lag >= dense().min_pitch else None

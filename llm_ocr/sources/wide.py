@@ -14,8 +14,8 @@ wide page without such a gutter is read whole, resized by its family's recipe as
 A wide piece whose answer runs out is cut in two the same way, at its gutter nearest the middle
 (:func:`split_at_gutter`), or not at all.
 
-Its knobs (``wide_gutter_lines``, and the ``blank`` and ``analysis_side`` it shares with the
-cuts of a dense page) are fields of :class:`llm_ocr.options.DenseOptions`.
+Its knobs (``wide_gutter_lines``, ``min_wide_gutter_px``, and the ``blank``, ``analysis_side`` and
+``paper_percentile`` it shares with the cuts of a dense page) are fields of :class:`llm_ocr.options.DenseOptions`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ Gutter = tuple[float, float]
 
 
 def ink_of(image: Any) -> Any:
-    """The darkness of a PIL image's grey copy, at most ``analysis_side`` pixels long."""
+    """The darkness of a PIL image's grey copy, at most ``analysis_side`` pixels long: how much
+    darker than its paper (its ``paper_percentile`` grey level) each pixel is."""
     import numpy as np
     from PIL import Image
 
@@ -44,7 +45,7 @@ def ink_of(image: Any) -> Any:
         grey = grey.resize((max(1, round(grey.width / factor)), max(1, round(grey.height / factor))),
                            Image.Resampling.BOX)
     pixels = np.asarray(grey, dtype=np.float32)
-    paper = float(np.percentile(pixels, 95)) if pixels.size else 255.0
+    paper = float(np.percentile(pixels, dense().paper_percentile)) if pixels.size else 255.0
     return np.clip(paper - pixels, 0.0, None)
 
 
@@ -81,7 +82,7 @@ def gutters(ink: Any) -> list[Gutter]:
     cols = ink.shape[1]
     profile = ink.sum(axis=0)
     blank = profile <= dense().blank * max(float(profile.max()), 1e-6)
-    wide = max(2.0, dense().wide_gutter_lines * height)
+    wide = max(dense().min_wide_gutter_px, dense().wide_gutter_lines * height)
     return [(a / cols, b / cols) for a, b in _runs(blank) if a > 0 and b < cols and b - a >= wide]
 
 

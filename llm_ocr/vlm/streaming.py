@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from llm_ocr.dense_knobs import dense
 from llm_ocr.vlm.http import (
     TRANSPORT_ERRORS,
     ApiConnectionError,
@@ -33,11 +34,6 @@ from llm_ocr.vlm.http import (
     request_json,
 )
 from llm_ocr.vlm.loops import Loop, LoopPolicy, LoopWatch
-from llm_ocr.vlm.tokens import TOKENS_PER_CHAR
-
-#: Tokens per character assumed for a stream cut before the server reported its usage, until
-#: finished streams of this client have shown the real ratio: the one first guess.
-DEFAULT_TOKENS_PER_CHAR = TOKENS_PER_CHAR
 
 
 class StreamBroken(ApiConnectionError):
@@ -70,8 +66,10 @@ class TokenRatio:
             self.chars += chars
 
     def estimate(self, chars: int) -> int:
-        """Tokens of an answer of ``chars`` characters."""
-        ratio = self.tokens / self.chars if self.chars >= 2000 else DEFAULT_TOKENS_PER_CHAR
+        """Tokens of an answer of ``chars`` characters: at the ratio this client's finished
+        streams showed, until they hold 2,000 characters at the ``tokens_per_char`` knob in force
+        (:func:`llm_ocr.dense_knobs.dense`: the one first guess a run sets)."""
+        ratio = self.tokens / self.chars if self.chars >= 2000 else dense().tokens_per_char
         return math.ceil(chars * ratio)
 
 

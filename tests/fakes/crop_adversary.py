@@ -17,6 +17,8 @@ olmOCR-2's boxless Markdown, by the name asked for), changed by a
 - ``continues``: a line the crop's edge cuts (across its length, or through its height with a
   sliver of it showing) is written whole, completed from memory;
 - ``header``: the page's first line is written at the top of every crop's answer;
+- ``header_lower``: the same, but after a stray line (:data:`STRAY`), as the crop's second
+  block: a header a model writes lower than the first line of its answer;
 - ``next_line``: the first line below the crop is written at its end;
 - ``crops_bad``: the whole page is read honestly, every crop with long unrepeated words that
   are not the page's, running to ``max_tokens``.
@@ -52,7 +54,7 @@ from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.families import family_for
 from llm_ocr.vlm.view import Element, View
 
-Behaviour = Literal["honest", "continues", "header", "next_line", "crops_bad"]
+Behaviour = Literal["honest", "continues", "header", "header_lower", "next_line", "crops_bad"]
 MODEL = "deepseek-ai/DeepSeek-OCR"
 #: A family whose answers carry no boxes (its pieces are joined by the text they repeat).
 BOXLESS_MODEL = "allenai/olmOCR-2-7B-1025-FP8"
@@ -67,6 +69,8 @@ GUESS_SHARE = 0.02
 WHOLE_SLACK = 4
 #: The grey copies are compared with their longer side at most this many pixels.
 MATCH_SIDE = 700
+#: The stray line ``header_lower`` writes above the header: a mark a model reads off a crop's edge.
+STRAY = "(continued)"
 
 
 def font(size: int) -> ImageFont.FreeTypeFont:
@@ -253,9 +257,9 @@ def _element(lines: list[tuple[Line, str]], region: Box) -> Element:
     return Element("text", box, " ".join(text for _, text in lines))
 
 
-def _edge_element(text: str, region: Box, top: bool) -> Element:
-    """A line the model invents at the crop's top or bottom edge."""
-    box = Box(0.02, 0.0, 0.9, 0.03) if top else Box(0.02, 0.97, 0.9, 1.0)
+def _edge_element(text: str, region: Box, top: bool, row: int = 0) -> Element:
+    """A line the model invents at the crop's top or bottom edge (``row`` lines below its top)."""
+    box = Box(0.02, 0.03 * row, 0.9, 0.03 * (row + 1)) if top else Box(0.02, 0.97, 0.9, 1.0)
     return Element("text", box, text)
 
 
@@ -279,6 +283,8 @@ def answer_elements(page: TruthPage, region: Box, behaviour: Behaviour, whole: b
         return elements
     if behaviour == "header" and page.lines and page.lines[0].paragraph not in shown:
         elements.insert(0, _edge_element(page.lines[0].text, region, top=True))
+    if behaviour == "header_lower" and page.lines and page.lines[0].paragraph not in shown:
+        elements[:0] = [_edge_element(STRAY, region, top=True), _edge_element(page.lines[0].text, region, top=True, row=1)]
     if behaviour == "next_line":
         below = [line for line in page.lines if line.top >= region.y2 - 1
                  and line.left < region.x2 and line.right > region.x1]

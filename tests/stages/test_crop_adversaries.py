@@ -2,7 +2,8 @@
 
 The crop adversary (tests/fakes/crop_adversary.py) answers a crop of a page the ways a real model
 goes wrong at a crop's edge: a line the edge cuts completed from memory (``continues``), the
-page's header written atop every crop (``header``), the first line of the next piece written
+page's header written atop every crop (``header``) or as its second block, after a stray line
+(``header_lower``), the first line of the next piece written
 at its end (``next_line``), and every crop answered with long unrepeated words that are not the
 page's while the whole page is read well (``crops_bad``). Each drives ``llm_ocr.extract`` in
 this process on a long page (read in segments) and a dense one (read in tiles: its text is
@@ -138,7 +139,7 @@ FAMILIES = {"boxes": MODEL, "boxless": BOXLESS_MODEL}
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", ["long", "dense"])
-@pytest.mark.parametrize("behaviour", ["honest", "continues", "header", "next_line"])
+@pytest.mark.parametrize("behaviour", ["honest", "continues", "header", "header_lower", "next_line"])
 def test_a_page_ends_whole_and_honest_whatever_the_crops_edges_show(adversary, tmp_path: Path, behaviour: str,
                                                                       name: str, family: str) -> None:
     page = adversary[2][name]

@@ -22,10 +22,10 @@ from llm_ocr.cli import main
 from llm_ocr.options import DenseOptions, dense_options, using_dense
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.segments import Segment, plan_segments
-from llm_ocr.stages.fields.chunks import CHARS_PER_TOKEN
+from llm_ocr.stages.fields.chunks import PageText, estimate_tokens, text_chunks
 from llm_ocr.stages.pieces.rate import RateBook
 from llm_ocr.testing import SimulatedServer
-from llm_ocr.vlm.streaming import DEFAULT_TOKENS_PER_CHAR
+from llm_ocr.vlm.streaming import TokenRatio
 from tests.conftest import read_stage
 from tests.docs import paragraph
 from tests.sweeps import extract
@@ -44,10 +44,22 @@ def test_every_knob_is_listed_with_its_unit_and_provenance(capsys: pytest.Captur
         "tile_tokens", "tile_line_reach", "rest_min_side", "tokens_per_char"}
 
 
+def _estimates() -> tuple[float, int, int, int]:
+    """What each use of the first guess of tokens per character makes of it: the pieces
+    planner's rate, a cut stream's tokens, a Fields request's tokens, and how many characters
+    a Fields request of 1,000 tokens may carry."""
+    (chunk, *_) = text_chunks([PageText((1,), "x" * 100_000)], 1000)
+    assert chunk.text is not None
+    return RateBook().rate(None), TokenRatio().estimate(1000), estimate_tokens("y" * 1000), len(chunk.text)
+
+
 def test_one_first_guess_of_tokens_per_character_everywhere() -> None:
+    """Setting ``tokens_per_char`` moves every estimate made from it, consistently: no use of
+    it keeps a constant of its own."""
     first = DenseOptions().tokens_per_char
-    assert RateBook().rate(None) == DEFAULT_TOKENS_PER_CHAR == first
-    assert CHARS_PER_TOKEN == pytest.approx(1 / first)
+    assert _estimates() == (first, round(1000 * first), round(1000 * first), int(1000 / first))
+    with using_dense(dense_options(["tokens_per_char=0.5"])):
+        assert _estimates() == (0.5, 500, 500, 2000)
 
 
 def test_a_knob_is_refused_by_name_and_read_from_the_environment() -> None:
@@ -99,3 +111,28 @@ def test_a_render_worker_reads_the_knobs_in_force(workers: int) -> None:
         segments = asyncio.run(plan())
     # A 1:10 strip, 100 px wide: segments 125 px long, not the default's 200.
     assert {s.height for s in segments} == {125} and {s.height for s in plan_segments(100, 1000)} == {200}
+
+
+def test_the_path_s_tuning_numbers_are_knobs_a_run_sets() -> None:
+    """The paper's grey level, the cuts' floors, the join's word counts and look-back were inline
+    numbers (issue 47: none could be set or seen by a run); each is a knob, and the code reads it."""
+    import numpy as np
+    from PIL import Image
+
+    from llm_ocr.sources.wide import ink_of
+    from llm_ocr.stages.pieces.join import drop_exact_repeat
+
+    named = {"paper_percentile", "strip_floor_percentile", "min_strip_px", "pitch_min_lines", "cut_window",
+             "max_half_reach", "min_believed_share", "min_margin_px", "min_wide_gutter_px", "fit_search",
+             "gutter_samples", "order_depth", "replan_attempts", "min_estimate_pitches", "pitch_search_share",
+             "min_repeat_tokens", "min_tail_tokens", "anchor_words", "same_start_words", "twin_lookback"}
+    assert named <= set(DenseOptions.model_fields)
+    # A grey ramp, 0 to 255 down the page: the paper is its paper_percentile level, the ink below it.
+    ramp = Image.fromarray(np.repeat(np.arange(256, dtype=np.uint8), 4).reshape(-1, 1).repeat(8, axis=1))
+    assert float(ink_of(ramp).max()) == pytest.approx(242, abs=2)  # the 95th percentile
+    with using_dense(dense_options(["paper_percentile=50"])):
+        assert float(ink_of(ramp).max()) == pytest.approx(127, abs=2)
+    # Two pieces of a band sharing two words: no repeat at the default four, one at two.
+    assert drop_exact_repeat("the harbour lantern", "harbour lantern copper willow") == "harbour lantern copper willow"
+    with using_dense(dense_options(["min_repeat_tokens=2"])):
+        assert drop_exact_repeat("the harbour lantern", "harbour lantern copper willow") == "copper willow"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
+from llm_ocr.dense_knobs import DenseOptions
 from llm_ocr.sources.density import TextEstimate
 from llm_ocr.stages.pieces.rate import RateBook, coverage
-from llm_ocr.vlm.tokens import TOKENS_PER_CHAR
 from tests.docs import paragraph
 
 
@@ -52,12 +52,12 @@ def test_without_a_text_layer_the_ink_bounds_the_answer() -> None:
 def test_the_run_rate_is_a_high_quantile_never_under_the_first_guess() -> None:
     book = RateBook()
     layer = TextEstimate(5000, "text layer")
-    assert book.rate(layer) == TOKENS_PER_CHAR  # nothing seen yet
+    assert book.rate(layer) == DenseOptions().tokens_per_char  # nothing seen yet
     book.record(600, 3000, "text layer")  # 0.2: terser than the guess
-    assert book.rate(layer) == TOKENS_PER_CHAR
+    assert book.rate(layer) == DenseOptions().tokens_per_char
     for tokens in (3600, 3700, 3500, 3650, 3550, 3600, 3700, 3500, 3600):  # ~1.2 a character
         book.record(tokens, 3000, "text layer")
     assert 1.15 <= book.rate(layer) <= 1.25
-    assert book.rate(TextEstimate(5000, "ink")) == TOKENS_PER_CHAR  # ink estimates are kept apart
+    assert book.rate(TextEstimate(5000, "ink")) == DenseOptions().tokens_per_char  # ink estimates are kept apart
     book.record(5000, 300, "text layer")  # a page too small to say anything
     assert book.observations("text layer") == 10

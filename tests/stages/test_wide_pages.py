@@ -26,6 +26,11 @@ STATEMENT = [
     "all of them were shipped by the fourth of April with a credit note",
     "for the delay, as agreed with the account managers in February.",
 ]
+ALIKE = [  # three columns whose second sections start alike, as a ledger's do: no running header
+    [["North depot accounts for March"], ["Balance carried forward from February", "north route seven closed"]],
+    [["South depot accounts for March"], ["Balance carried forward from February", "south route nine open"]],
+    [["West depot accounts for March"], ["Balance carried forward from February", "west route two open"]],
+]
 LEDGER = [  # three columns of a wide form, gutters between them
     [["Invoice 2231 paid in full", "Invoice 2232 paid in part", "Invoice 2233 overdue"]],
     [["Carrier north route seven", "Carrier south route nine", "Carrier west route two"]],
@@ -40,6 +45,7 @@ def pages() -> dict[str, TruthPage]:
                                width=1200),
         "statement-3to1": draw_page("statement-3to1", [[STATEMENT]], size=34, margin=40, height=600, width=1900),
         "ledger-10to1": draw_page("ledger-10to1", LEDGER, size=20, margin=20, gutter=120, height=150),
+        "ledger-alike": draw_page("ledger-alike", ALIKE, size=20, margin=20, gutter=120),
     }
 
 
@@ -96,15 +102,17 @@ def test_a_wide_page_with_gutters_is_read_in_its_columns(wide, tmp_path: Path) -
             assert inside <= 0 or (line.left >= region.x1 - 2 and line.right <= region.x2 + 2), (line, region)
 
 
-def test_a_line_written_atop_every_column_is_flagged_not_ok(wide, tmp_path: Path) -> None:
-    """A model that writes the page's first line atop every crop's answer (a running header)
-    puts it at the top of each column of a wide page read in its columns. Joined by boxes, the
-    copies overlap nothing and were kept, the row ``ok`` with the line three times; no box can
-    tell such a copy from a column that starts so, so the row says the join could not be
-    verified (issue 47: never silently ``ok``), and keeps every word of the page."""
+@pytest.mark.parametrize("behaviour", ["header", "header_lower"])
+def test_a_line_written_atop_every_column_is_flagged_not_ok(wide, tmp_path: Path, behaviour: str) -> None:
+    """A model that writes the page's first line atop every crop's answer (a running header),
+    or as its second block after a stray line (``header_lower``), puts it near the top of each
+    column of a wide page read in its columns. Joined by boxes, the copies overlap nothing and
+    were kept, the row ``ok`` with the line three times; no box can tell such a copy from a
+    column that starts so, so the row says the join could not be verified (issue 47: never
+    silently ``ok``), and keeps every word of the page."""
     served, drawn, folder = wide
     page = drawn["ledger-10to1"]
-    served.server.behaviour = "header"
+    served.server.behaviour = behaviour
     try:
         row = read(served, folder / "ledger-10to1.png", tmp_path / "out")
     finally:
@@ -113,3 +121,15 @@ def test_a_line_written_atop_every_column_is_flagged_not_ok(wide, tmp_path: Path
     if row["markdown"].split() != page.text.split():
         assert row["status"] == "truncated", (row["status"], row["markdown"])
         assert "could not be verified" in row["error"], row["error"]
+
+
+def test_columns_whose_sections_start_alike_are_read_ok(wide, tmp_path: Path) -> None:
+    """Sections that start alike below each column's first line (a ledger's "Balance carried
+    forward ...") are the page's own: only a block that starts as an earlier piece's first
+    block is taken for a running header, so the row is ``ok`` with every line once."""
+    served, drawn, folder = wide
+    page = drawn["ledger-alike"]
+    row = read(served, folder / "ledger-alike.png", tmp_path / "out")
+    assert row["segments"] >= 2, row["segments"]  # read in its columns
+    assert row["markdown"].split() == page.text.split(), row["markdown"]
+    assert row["status"] == "ok", row["error"]

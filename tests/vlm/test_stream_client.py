@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from llm_ocr.dense_knobs import DenseOptions
 from llm_ocr.options import ClientOptions
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import VlmClient
 from llm_ocr.vlm.loops import LoopPolicy
 from llm_ocr.vlm.recipes import DEFAULT_MODEL, image_messages, recipe_for
-from llm_ocr.vlm.tokens import TOKENS_PER_CHAR
 from tests.engines.test_simulated import picture_bytes
 
 
@@ -93,7 +93,7 @@ def test_without_continuous_usage_the_cut_tokens_are_estimated() -> None:
         sim.inject("loop")
         result = asyncio.run(ask(sim.base_url, body, stream=True, loops=LoopPolicy()))
     assert result.finish_reason == "loop" and result.tokens_estimated
-    assert result.completion_tokens == pytest.approx(len(result.text) * TOKENS_PER_CHAR, abs=2)
+    assert result.completion_tokens == pytest.approx(len(result.text) * DenseOptions().tokens_per_char, abs=2)
 
 
 class BreakingServer:

@@ -12,13 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llm_ocr.dense_knobs import dense
 from llm_ocr.stages.fields.prompts import Chunk
-from llm_ocr.vlm.tokens import TOKENS_PER_CHAR
-
-#: Characters per token assumed when sizing requests: the one first guess of tokens per
-#: character (:mod:`llm_ocr.vlm.tokens`), which is below what English text and Markdown
-#: tokenize to (about 4 characters a token), so that an estimate errs towards smaller requests.
-CHARS_PER_TOKEN = 1 / TOKENS_PER_CHAR
 
 
 @dataclass(frozen=True)
@@ -31,8 +26,11 @@ class PageText:
 
 
 def estimate_tokens(text: str) -> int:
-    """Tokens ``text`` takes at most, roughly (see :data:`CHARS_PER_TOKEN`)."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    """Tokens ``text`` takes at most, roughly: at the one first guess of tokens per character in
+    force (the ``tokens_per_char`` knob, :func:`llm_ocr.dense_knobs.dense`), above what English
+    text and Markdown tokenize to (about 4 characters a token), so that an estimate errs towards
+    smaller requests."""
+    return math.ceil(len(text) * dense().tokens_per_char)
 
 
 def split_pages(markdown: str, page_starts: list[int] | None, num_pages: int) -> list[PageText]:
@@ -50,7 +48,7 @@ def text_chunks(pages: list[PageText], max_tokens: int | None) -> list[Chunk]:
     request for the whole document)."""
     if max_tokens is None:
         return [Chunk([n for p in pages for n in p.pages], "".join(p.text for p in pages))]
-    budget = max(1, int(max_tokens * CHARS_PER_TOKEN))
+    budget = max(1, int(max_tokens / dense().tokens_per_char))  # characters
     chunks: list[Chunk] = []
     current: list[PageText] = []
     size = 0

@@ -51,10 +51,12 @@ def column_regions(ink: Any, pitch: float | None) -> list[Rect]:
     beside = np.zeros((rows, cols + 1), dtype=np.float64)
     np.cumsum(ink, axis=1, out=beside[:, 1:])
     finder = _Finder(above, beside, pitch, max(1, round(dense().min_gutter * cols)))
-    # The page's gutter width: the median of the widest gutter of each quarter of its height
-    # that has one (a headline's channel is in one quarter at most, a figure's margin too).
-    quarters = sorted(w for k in range(4) if (w := finder.widest((k * rows // 4, (k + 1) * rows // 4, 0, cols))))
-    finder.gutter = quarters[(len(quarters) - 1) // 2] if quarters else 0
+    # The page's gutter width: the median of the widest gutter of each of ``gutter_samples``
+    # parts of its height that has one (a headline's channel is in one part at most, a figure's
+    # margin too).
+    n = dense().gutter_samples
+    parts = sorted(w for k in range(n) if (w := finder.widest((k * rows // n, (k + 1) * rows // n, 0, cols))))
+    finder.gutter = parts[(len(parts) - 1) // 2] if parts else 0
     return finder.regions(whole, 0)
 
 

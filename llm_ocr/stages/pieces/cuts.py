@@ -109,7 +109,8 @@ def _fitting(n: int, width: int, height: int, fits: Callable[[int, int], bool]) 
     cut into for each band to fit (``n`` when none does: the bands are cut again as they are
     sent). Fewer bands fit better where the image is sized by its longer side (a column piece
     gets narrower as it gets taller), more where it is sized by its pixels."""
-    for k in (n, *(m for step in range(1, 17) for m in (n + step, n - step) if m >= 1)):
+    reach = dense().fit_search
+    for k in (n, *(m for step in range(1, reach + 1) for m in (n + step, n - step) if m >= 1)):
         if fits(width, math.ceil(height / k)):
             return k
     return n
@@ -166,10 +167,10 @@ def plan_grid(ink: Any, width: int, height: int, count: int, columns: int | None
 
 def band_cuts(ink: Any, bands: int) -> list[int]:
     """The rows of ``ink`` (in ink pixels, ascending, each once) at which its page is cut into
-    ``bands`` bands: for each even split, the row with the least ink within a quarter of a band
-    of it (the nearest of equally blank ones), so that a cut falls between two text lines."""
+    ``bands`` bands: for each even split, the row with the least ink within ``cut_window`` of a
+    band of it (the nearest of equally blank ones), so that a cut falls between two text lines."""
     rows = ink.shape[0]
-    window = max(1, rows // (4 * bands))
+    window = max(1, int(rows * dense().cut_window / bands))
     return sorted({_row_cut(ink, round(k * rows / bands), window) for k in range(1, bands)} - {0, rows})
 
 
@@ -224,20 +225,20 @@ def _gutter_cuts(band: Any, columns: int) -> list[int]:
 def text_lines(ink: Any) -> int:
     """How many text lines ``ink`` (a piece's darkness) holds: the most runs of inked rows in any
     of ``line_strips`` vertical strips (a strip mostly within one column of text), a row inked
-    above the strip's floor (its 5th percentile row)."""
+    above the strip's floor (its ``strip_floor_percentile`` row)."""
     import numpy as np
 
     rows, cols = ink.shape
     if rows == 0 or cols == 0:
         return 0
-    strips = max(1, min(dense().line_strips, cols // 16))
+    strips = max(1, min(dense().line_strips, cols // dense().min_strip_px))
     most = 0
     for k in range(strips):
         strip = ink[:, k * cols // strips:(k + 1) * cols // strips]
         # Above the strip's own floor: a scan's paper is grey with noise in every row, which
         # would leave no row blank and every line merged into one.
         profile = strip.sum(axis=1)
-        profile = profile - float(np.percentile(profile, 5))
+        profile = profile - float(np.percentile(profile, dense().strip_floor_percentile))
         inked = profile > dense().blank * max(float(profile.max()), 1e-6)
         starts = np.flatnonzero(inked[1:] & ~inked[:-1]).size + int(inked[0])
         most = max(most, starts)
@@ -247,17 +248,17 @@ def text_lines(ink: Any) -> int:
 def line_pitch(ink: Any) -> float | None:
     """The distance between consecutive text lines of ``ink`` (in its rows): the median gap
     between the starts of runs of inked rows, over the ``line_strips`` vertical strips
-    that hold at least eight lines; None when none does (a picture, a page of a few lines)."""
+    that hold at least ``pitch_min_lines`` lines; None when none does (a picture, a page of a few lines)."""
     import numpy as np
 
     cols = ink.shape[1]
-    strips = max(1, min(dense().line_strips, cols // 16))
+    strips = max(1, min(dense().line_strips, cols // dense().min_strip_px))
     gaps: list[float] = []
     for k in range(strips):
         profile = ink[:, k * cols // strips:(k + 1) * cols // strips].sum(axis=1)
         inked = profile > dense().blank * max(float(profile.max()), 1e-6)
         starts = np.flatnonzero(inked[1:] & ~inked[:-1]) + 1
-        if starts.size >= 8:
+        if starts.size >= dense().pitch_min_lines:
             gaps.extend(np.diff(starts).tolist())
     return float(np.median(gaps)) if gaps else None
 
@@ -281,14 +282,14 @@ def split_piece(image: bytes, piece: Segment, *, across: bool = True, min_side: 
         gutters = _gutter_cuts(ink, 2)
         if gutters:
             x = piece.left + round(gutters[0] * sx)
-            margin = max(2, round(dense().gutter_margin * piece.width))
+            margin = max(dense().min_margin_px, round(dense().gutter_margin * piece.width))
             halves = [Segment(0, piece.left, piece.top, min(piece.right, x + margin), piece.bottom),
                       Segment(1, max(piece.left, x - margin), piece.top, piece.right, piece.bottom)]
             return halves, f"cut in two at a gutter ({lines} text lines)"
     if piece.height < 2 * least:
         return [], f"{piece.height} px tall, too small to cut: a half would be under {least} px (min_cut_side)"
     # The blankest row near the middle, but none so near an edge that a half is under ``least``.
-    cut = _row_cut(ink, rows // 2, max(1, min(rows // 4, rows // 2 - math.ceil(least / sy))))
+    cut = _row_cut(ink, rows // 2, max(1, min(int(rows * dense().cut_window), rows // 2 - math.ceil(least / sy))))
     middle = piece.top + round(cut * sy)
     if believed_lines(lines, piece, ink) >= 2:
         # About one line's pitch, in page pixels (grain may split a line in two runs: the rows'
@@ -301,7 +302,7 @@ def split_piece(image: bytes, piece: Segment, *, across: bool = True, min_side: 
         counted = f"{lines} text line{'s' if lines != 1 else ''}"
         how = (f"cut in two by pixels ({counted} found in its ink, too few for a piece "
                f"{piece.width} x {piece.height} px: lines merged or hidden, as on a scan)")
-    reach = min(reach, piece.height // 4)  # two believed lines: a line's pitch is half the piece
+    reach = min(reach, int(piece.height * dense().max_half_reach))
     halves = [Segment(0, piece.left, piece.top, piece.right, min(piece.bottom, middle + reach)),
               Segment(1, piece.left, max(piece.top, middle - reach), piece.right, piece.bottom)]
     if min(h.height for h in halves) < least or max(h.height for h in halves) >= piece.height:
@@ -312,13 +313,14 @@ def split_piece(image: bytes, piece: Segment, *, across: bool = True, min_side: 
 def believed_lines(lines: int, piece: Segment, ink: Any) -> int:
     """``lines`` (counted in ``piece``'s ink ``ink``) when believable, else 0: their pitch (the
     piece's height over them) at most ``max_pitch_share`` of its width, and, where the ink's
-    rows repeat at a line pitch (:func:`llm_ocr.sources.density.line_pitch`), at least half
-    the lines that pitch fits in the piece. A band of a scanned newspaper 1,351 px tall counted
-    as one or two lines, or as seven where its rows repeat every 17 px, is a count that failed
-    (grain or the other side's print between the lines, lines merged), not a piece of so few."""
+    rows repeat at a line pitch (:func:`llm_ocr.sources.density.line_pitch`), at least
+    ``min_believed_share`` of the lines that pitch fits in the piece. A band of a scanned
+    newspaper 1,351 px tall counted as one or two lines, or as seven where its rows repeat
+    every 17 px, is a count that failed (grain or the other side's print between the lines,
+    lines merged), not a piece of so few."""
     if lines < 1 or piece.height / lines > dense().max_pitch_share * piece.width:
         return 0
     pitch = line_pitch_of_rows(ink.sum(axis=1)) if ink.shape[0] else None
-    if pitch is not None and lines < 0.5 * ink.shape[0] / pitch:
+    if pitch is not None and lines < dense().min_believed_share * ink.shape[0] / pitch:
         return 0
     return lines

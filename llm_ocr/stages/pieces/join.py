@@ -23,7 +23,9 @@ Three joins, one per way a page is cut (:mod:`.plan`):
 A join by repeated text that cannot be verified (two pieces that start with the same words, a
 line a model writes atop every crop, and no repeat removed) is kept with both pieces' text and
 flagged on the block (:attr:`Piece.unverified`): the page's row is then ``truncated``, never
-silently ``ok`` (:mod:`.row`).
+silently ``ok`` (:mod:`.row`). So is a block near a piece's top (its first ``header_reach``) that
+starts as an earlier piece's first block does (:func:`flag_running_heads`): a running header a
+model writes lower than its answer's first line, after a stray line.
 """
 
 from __future__ import annotations
@@ -120,8 +122,8 @@ def repeated_start(first: str, second: str) -> tuple[str, str]:
     the pieces' overlap may be blank) or ``"dubious"`` (see below: the join cannot be verified).
 
     The longest run of tokens that ends ``first`` and starts ``second`` is removed; failing
-    that (the line cut by the first segment's edge read differently), ``second``'s first four
-    tokens are looked for near the end of ``first`` and everything up to the end of ``first``'s
+    that (the line cut by the first segment's edge read differently), ``second``'s first
+    ``anchor_words`` tokens are looked for near the end of ``first`` and everything up to the end of ``first``'s
     copy is removed, provided at least the ``anchor_agrees`` knob's share of the tokens removed
     are the ones ``first`` holds there: a line a model writes atop every piece (a running header)
     starts both texts, and what follows it in ``first`` is not what follows it in ``second``
@@ -132,13 +134,14 @@ def repeated_start(first: str, second: str) -> tuple[str, str]:
     a = [t for t, _ in _tokens(first)][-knobs.max_overlap_tokens:]
     b_full = _tokens(second)
     b = [t for t, _ in b_full][:knobs.max_overlap_tokens]
-    for k in range(min(len(a), len(b)), 1, -1):
+    for k in range(min(len(a), len(b)), knobs.min_tail_tokens - 1, -1):
         if a[-k:] == b[:k]:
             return second[b_full[k - 1][1] :].lstrip(), "repeated"
-    anchor = b[:4]
-    if len(anchor) == 4:
-        for start in range(len(a) - 4, -1, -1):
-            if a[start : start + 4] == anchor:
+    n = knobs.anchor_words
+    anchor = b[:n]
+    if len(anchor) == n:
+        for start in range(len(a) - n, -1, -1):
+            if a[start : start + n] == anchor:
                 k = min(len(a) - start, len(b_full))
                 if sum(x == y for x, y in zip(a[start:], b[:k])) >= knobs.anchor_agrees * k:
                     return second[b_full[k - 1][1] :].lstrip(), "repeated"
@@ -146,24 +149,73 @@ def repeated_start(first: str, second: str) -> tuple[str, str]:
 
 
 def dubious_start(first: str, second: str) -> bool:
-    """Whether ``first`` and ``second`` start with the same four words, not removed as the lines
-    two pieces' overlap showed: a line a model writes atop every piece, whose join cannot be
-    verified."""
-    a, b = [t for t, _ in _tokens(first)][:4], [t for t, _ in _tokens(second)][:4]
-    return len(a) == 4 and a == b
+    """Whether ``first`` and ``second`` start with the same ``same_start_words`` words, not
+    removed as the lines two pieces' overlap showed: a line a model writes atop every piece,
+    whose join cannot be verified."""
+    n = dense().same_start_words
+    a, b = [t for t, _ in _tokens(first)][:n], [t for t, _ in _tokens(second)][:n]
+    return len(a) == n and a == b
 
 
-def drop_exact_repeat(first: str, second: str, min_tokens: int = 4) -> str:
-    """``second`` without the longest run of at least ``min_tokens`` tokens that both ends
+def drop_exact_repeat(first: str, second: str, min_tokens: int | None = None) -> str:
+    """``second`` without the longest run of at least ``min_tokens`` tokens (None: the
+    ``min_repeat_tokens`` knob) that both ends
     ``first`` and starts it (``second`` unchanged when there is none): the lines two pieces of
     a page both showed, with no looking further (a multi-column band's text ends elsewhere)."""
-    a = [t for t, _ in _tokens(first)][-dense().max_overlap_tokens:]
+    knobs = dense()
+    least = knobs.min_repeat_tokens if min_tokens is None else min_tokens
+    a = [t for t, _ in _tokens(first)][-knobs.max_overlap_tokens:]
     b_full = _tokens(second)
-    b = [t for t, _ in b_full][:dense().max_overlap_tokens]
-    for k in range(min(len(a), len(b)), min_tokens - 1, -1):
+    b = [t for t, _ in b_full][:knobs.max_overlap_tokens]
+    for k in range(min(len(a), len(b)), least - 1, -1):
         if a[-k:] == b[:k]:
             return second[b_full[k - 1][1] :].lstrip()
     return second
+
+
+def flag_running_heads(per_piece: list[list[Piece]]) -> list[list[Piece]]:
+    """Each piece's blocks, those among its first ``header_reach`` paragraphs flagged unverified
+    when they start with the same ``same_start_words`` words as the first block of an earlier
+    piece, somewhere else on the page: the page's first line (a running header) or the piece
+    before's, which a model may write above what a crop shows, as its second or third paragraph
+    after a stray line. Only first blocks are compared with: sections that start alike lower in
+    two columns are no header; nor is one block seen by two pieces (boxes that overlap: the rest
+    of a tile read again inside it, two pieces' overlap)."""
+    reach = dense().header_reach
+    heads: list[tuple[int, Piece]] = []  # (piece, its first block that has text)
+    out = []
+    for i, pieces in enumerate(per_piece):
+        flagged = list(pieces)
+        for k, text in _near_top(pieces, reach):
+            j = next((j for j, head in heads if dubious_start(head.block.text, text)
+                      and not _same_place(head, pieces[k])), None)
+            if j is not None and not flagged[k].unverified:
+                flagged[k] = replace(flagged[k], unverified=f"piece {i + 1} writes near its top a block that starts "
+                                                            f"as piece {j + 1}'s first does (a running header?)")
+        out.append(flagged)
+        first = next((p for p in pieces if p.block.text.strip()), None)
+        if first is not None:
+            heads.append((i, first))
+    return out
+
+
+def _same_place(a: Piece, b: Piece) -> bool:
+    """Whether two blocks' boxes overlap in page pixels: one block seen by two pieces."""
+    return any(x.overlaps(y) for x in a.block.boxes for y in b.block.boxes)
+
+
+def _near_top(pieces: list[Piece], reach: int) -> list[tuple[int, str]]:
+    """``(block index, text)`` of the first ``reach`` paragraphs of a piece's blocks: a block
+    with boxes is one; a block without (a boxless family's whole answer) is one per part its
+    blank lines separate."""
+    units: list[tuple[int, str]] = []
+    for k, piece in enumerate(pieces):
+        text = piece.block.text
+        parts = [text] if piece.block.boxes else [t for t in re.split(r"\n\s*\n", text) if t.strip()]
+        units += [(k, part) for part in parts]
+        if len(units) >= reach:
+            break
+    return units[:reach]
 
 
 def join_pieces(
@@ -171,6 +223,7 @@ def join_pieces(
 ) -> list[Piece]:
     """The blocks of the page, in order, each once (see the module docstring). ``text_overlap``
     False: the boxless blocks' repeated lines were already dropped (the bands of a dense page)."""
+    per_segment = flag_running_heads(per_segment)
     tall = len(segments) < 2 or segments[1].top > segments[0].top
     kept: list[Piece] = []
     head_before: Piece | None = None  # the first block of the last segment's share
@@ -187,8 +240,8 @@ def join_pieces(
                 continue
             head = kept[twin]
             text, how = repeated_start(head.block.text, piece.block.text)
-            note = head.unverified or (f"a block of pieces {i} and {i + 1} starts with the same words in both"
-                                       if how == "dubious" else None)
+            note = head.unverified or piece.unverified or (
+                f"a block of pieces {i} and {i + 1} starts with the same words in both" if how == "dubious" else None)
             boxes = box_union(head.block.boxes + piece.block.boxes)
             merged = PageBlock(head.block.label, boxes, f"{head.block.text} {text}".strip())
             kept[twin] = replace(head, block=merged, figures=merge_figures(head.figures + piece.figures),
@@ -208,7 +261,7 @@ def _checked_head(head: Piece, head_before: Piece | None, previous: list[Piece],
         before = " ".join(p.block.text for p in previous if not p.block.boxes)
         text, how = repeated_start(before, head.block.text)
         note = f"pieces {i} and {i + 1} both start with the same words" if how == "dubious" else None
-        return replace(head, block=PageBlock(head.block.label, [], text), unverified=note)
+        return replace(head, block=PageBlock(head.block.label, [], text), unverified=note or head.unverified)
     return head if copy else _flag_repeated_head(head_before, head, i)
 
 
@@ -271,7 +324,7 @@ def _twin(kept: list[Piece], piece: Piece) -> int | None:
     in two segments do, in their shared lines)."""
     if not piece.block.boxes:
         return None
-    for index in range(len(kept) - 1, max(-1, len(kept) - 50), -1):
+    for index in range(len(kept) - 1, max(-1, len(kept) - dense().twin_lookback), -1):
         other = kept[index]
         if other.segment != piece.segment - 1:
             if other.segment < piece.segment - 1:
@@ -307,6 +360,7 @@ def join_bands(bands: list[Segment], per_band: list[list[Piece]], page: int) -> 
     each cut into bands along its height, :func:`~llm_ocr.stages.pieces.cuts.plan_bands`), each
     region's bands joined down it (:func:`join_region`). A region is a run of bands one below
     the other, as wide as each other (a band cut in two again, its halves too)."""
+    per_band = flag_running_heads(per_band)  # across regions: a header atop a column's first band
     runs: list[list[int]] = []
     for i, band in enumerate(bands):
         last = bands[runs[-1][-1]] if runs else None
@@ -361,6 +415,7 @@ def join_region(bands: list[Segment], per_band: list[list[Piece]], page: int) ->
 
 def join_tiles(tiles: list[Segment], per_tile: list[list[Piece]], page: int) -> list[Piece]:
     """The blocks of the page, each once, in reading order (see the module docstring)."""
+    per_tile = flag_running_heads(per_tile)
     width = max(t.right for t in tiles)
     height = max(t.bottom for t in tiles)
     kept: list[Piece] = []

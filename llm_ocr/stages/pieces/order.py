@@ -41,7 +41,7 @@ def _extent(group: list[Piece], axis: int) -> tuple[float, float]:
 
 
 def _xy_cut(groups: list[list[Piece]], tolerance: tuple[float, float], depth: int) -> list[list[Piece]]:
-    if len(groups) <= 1 or depth > 64:
+    if len(groups) <= 1 or depth > dense().order_depth:
         return groups
     parts = _split(groups, 0, tolerance[0])  # columns first
     if len(parts) == 1:

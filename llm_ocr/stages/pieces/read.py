@@ -167,7 +167,8 @@ class Reader:
         most = self.budget(item, spent).room()
         count = min(max(plan.count, image_pieces(family, item.width, item.height, room)), most)
         tiles = await self._plan(item, count, bands)
-        for _ in range(4):  # a plan may hold more pieces than asked (columns, a grid): fewer asked
+        # A plan may hold more pieces than asked (columns, a grid): fewer asked.
+        for _ in range(dense().replan_attempts):
             if len(tiles) <= most or count <= 2:
                 break
             count = max(2, count * most // len(tiles))
