@@ -141,12 +141,11 @@ class Waiting(Generic[RefT, ItemT]):
         self._closed = True
         self._arrived.set()
 
-    async def take(self, stop: asyncio.Event) -> Entry[RefT, ItemT] | None:
-        """The page to send next (longest expected first, ties in input order), waiting for one
-        if none waits; None once closed and empty, or when ``stop`` is set first."""
+    async def ready(self, stop: asyncio.Event) -> bool:
+        """Wait until a page waits (True), or until closed and empty or ``stop`` is set (False)."""
         while not self._heap:
             if self._closed or stop.is_set():
-                return None
+                return False
             self._arrived.clear()
             arrived = asyncio.ensure_future(self._arrived.wait())
             stopped = asyncio.ensure_future(stop.wait())
@@ -155,7 +154,12 @@ class Waiting(Generic[RefT, ItemT]):
             finally:
                 arrived.cancel()
                 stopped.cancel()
-        if stop.is_set():
+        return not stop.is_set()
+
+    async def take(self, stop: asyncio.Event) -> Entry[RefT, ItemT] | None:
+        """The page to send next (longest expected first, ties in input order), waiting for one
+        if none waits; None once closed and empty, or when ``stop`` is set first."""
+        if not await self.ready(stop):
             return None
         entry = heapq.heappop(self._heap)
         self._bytes -= entry.nbytes

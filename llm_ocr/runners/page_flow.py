@@ -276,7 +276,7 @@ class PageFlow(Generic[RefT, ItemT]):
     def slot_use(self) -> tuple[int, int]:
         """The in-flight limit, and how many of its slots no page holds now (work groups claim a
         group by them: :class:`~llm_ocr.runners.groups.Room`). Counted from the pages in flight:
-        the dispatcher holds a permit while it waits for a page to send."""
+        the dispatcher holds a permit between a free slot and the page it sends."""
         limit = self.settings.limit.limit if self.settings.limit is not None else self.settings.max_in_flight
         return limit, max(0, limit - self.counters.in_flight)
 
@@ -408,6 +408,12 @@ class PageFlow(Generic[RefT, ItemT]):
     async def _dispatch(self, waiting: Waiting[RefT, ItemT]) -> None:
         while True:
             if self.stop.is_set() or self._fatal is not None:
+                return
+            # A page first, then a slot: a flow waiting for its next page to be rendered (or
+            # for its intake to end) holds no slot. Where the limit is shared by the runs of
+            # many documents (the service's worker), a document starting or ending would
+            # otherwise keep a slot from the others' pages meanwhile.
+            if not await waiting.ready(self.stop):
                 return
             # SIGTERM (or a fatal error) may come while we wait for a slot: intake has
             # stopped, so no more page may be sent (the rerun does it), and the wait
