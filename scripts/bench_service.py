@@ -2,34 +2,43 @@
 
 ::
 
-    python scripts/bench_service.py                      # 24 one-page documents per rate
-    python scripts/bench_service.py --docs 40 --rates 0.5,1,2,4,8 --concurrency 8 --sim-args '--slots 16'
+    python scripts/bench_service.py --docs 32 --rates 2,4,8,inf              # one process, SQLite
+    python scripts/bench_service.py --docs 16 --pages 4 --rates 2,inf --postgres  # apart, PostgreSQL
 
-It makes one-page PNG documents, starts one simulated server, and measures:
+It makes documents of ``--pages`` PNG-image pages (one page: a PNG; more: a PDF), starts one
+simulated server, and measures, at each rate:
 
-1. ``llm_ocr.run`` over the folder of documents (the batch): pages/s;
-   timed after an untimed warm-up run, just before each rate (back to back on a shared machine),
-   with the worker's in-flight pages (``--concurrency``: one page per one-page document), and
-   dedup off for both (a run's dedup looks across its documents, the worker's within one);
-2. the service (gateway and one worker with ``--concurrency`` documents at once, in this process)
-   fed one document at a time, open loop, at each rate in documents/s: pages/s over the stream
-   (pages over the time from the first submission to the last document's end), and each
-   document's latency from submission to its end (the service's own ``created`` and ``finished``),
-   p50 and p95, beside the model's own time for the page (its row's ``latency_s``).
+1. ``llm_ocr.run`` over the folder of documents (the batch): pages/s over the call; timed after
+   an untimed warm-up run, again just before each rate (back to back on a shared machine), with
+   the worker's in-flight limit (``--in-flight``), and dedup off for both (a run's dedup looks
+   across its documents, the worker's within one);
+2. the service fed one document at a time, open loop, at the rate in documents/s: pages/s over
+   the stream (pages over the time from the first submission to the last document's end), and
+   each document's latency from submission to its end (the service's own ``created`` and
+   ``finished``), p50 and p95, over the model's own time for its pages (their rows'
+   ``latency_s``: for a one-page document, that page's). The service is a gateway and one worker
+   in this process on SQLite, or (``--postgres``) a gateway and a worker as two services on a
+   private PostgreSQL (Debian's package, as the tests start theirs), a fresh database per rate:
+   the worker learns of a submission from the database alone.
 
-A rate the service cannot keep up with shows as pages/s below the rate and latencies that grow
-with the queue: that is where it saturates.
+The worker holds ``--in-flight`` requests at once, shared by ``--concurrency`` documents open
+(default: twice the limit), as the batch holds ``--in-flight`` for all its pages. A rate the
+service cannot keep up with shows as pages/s below the rate and latencies that grow with the
+queue: that is where it saturates.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import dataclasses
 import shlex
 import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -39,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import llm_ocr
 from llm_ocr.service.config import ServiceConfig
+from llm_ocr.service.postgres import PostgresQueue
+from llm_ocr.service.queue import DocumentQueue
 from llm_ocr.service.server import BackgroundService
 from llm_ocr.service.spool import Spool
 from llm_ocr.service.sqlite import SQLiteQueue
@@ -46,17 +57,25 @@ from llm_ocr.service.worker import WorkerSettings
 from llm_ocr.testing import SimulatedServer
 
 
-def make_documents(folder: Path, count: int) -> list[Path]:
-    """``count`` one-page PNG documents with a few lines of text each."""
+def make_documents(folder: Path, count: int, pages: int = 1) -> list[Path]:
+    """``count`` documents of ``pages`` pages with a few lines of text each: a PNG for one page,
+    else a PDF of page images."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for i in range(count):
-        image = Image.new("RGB", (1240, 1754), "white")
-        draw = ImageDraw.Draw(image)
-        for line in range(12):
-            draw.text((100, 120 + line * 60), f"Document {i} line {line}: the quick brown fox jumps", fill="black")
-        path = folder / f"doc{i:04d}.png"
-        image.save(path)
+        images = []
+        for number in range(pages):
+            image = Image.new("RGB", (1240, 1754), "white")
+            draw = ImageDraw.Draw(image)
+            for line in range(12):
+                draw.text((100, 120 + line * 60), f"Document {i} page {number} line {line}: the quick brown fox",
+                          fill="black")
+            images.append(image)
+        path = folder / (f"doc{i:04d}.png" if pages == 1 else f"doc{i:04d}.pdf")
+        if pages == 1:
+            images[0].save(path)
+        else:
+            images[0].save(path, save_all=True, append_images=images[1:], resolution=150)
         paths.append(path)
     return paths
 
@@ -90,14 +109,20 @@ def warm_up(documents: list[Path], out: Path, endpoint: str) -> None:
     assert llm_ocr.run(folder, out / "out", endpoint=endpoint, progress="off", workers=0, dedup=False).ok
 
 
-def stream(paths: list[Path], rate: float, data: Path, endpoint: str, concurrency: int) -> dict[str, float]:
-    """Submit ``paths`` at ``rate`` documents/s to a fresh service; its pages/s and latencies."""
-    # Dedup off on both sides: a run's dedup looks across its documents (on these PNGs it cost the
-    # batch about a second a page at load 12), the worker's runs each within one document.
-    settings = WorkerSettings(endpoint=endpoint, concurrency=concurrency, run_options={"dedup": False})
-    with BackgroundService(ServiceConfig(data=str(data), port=0, worker=settings)) as running, \
-            concurrent.futures.ThreadPoolExecutor(8) as pool:
-        client = llm_ocr.Service(running.url)
+def stream(paths: list[Path], rate: float, data: Path, endpoint: str, worker: WorkerSettings,
+           database_url: str | None = None) -> dict[str, float]:
+    """Submit ``paths`` at ``rate`` documents/s to a fresh service; its pages/s and latencies.
+    ``database_url``: the gateway and the worker apart, on that PostgreSQL database."""
+    worker = dataclasses.replace(worker, endpoint=endpoint)
+    with contextlib.ExitStack() as services, concurrent.futures.ThreadPoolExecutor(8) as pool:
+        if database_url is None:
+            gateway = services.enter_context(BackgroundService(ServiceConfig(data=str(data), port=0, worker=worker)))
+        else:
+            gateway = services.enter_context(BackgroundService(
+                ServiceConfig(data=str(data), database_url=database_url, port=0, worker=None)))
+            services.enter_context(BackgroundService(
+                ServiceConfig(data=str(data), database_url=database_url, port=0, worker=worker)))
+        client = llm_ocr.Service(gateway.url)
         start = time.monotonic()
         submitted = []
         for i, path in enumerate(paths):
@@ -108,55 +133,83 @@ def stream(paths: list[Path], rate: float, data: Path, endpoint: str, concurrenc
         docs = [future.result() for future in submitted]
         for doc in docs:
             assert doc.wait(timeout=600)["status"] == "done", doc.status()
-    queue, spool = SQLiteQueue(data / "service.db"), Spool(str(data))
+    queue: DocumentQueue = SQLiteQueue(data / "service.db") if database_url is None else PostgresQueue(database_url)
+    spool = Spool(str(data))
     rows = [queue.get(doc.id) for doc in docs]
-    latencies = [row.finished - row.created for row in rows if row and row.finished]
+    queue.close()
+    ended = [(doc, row) for doc, row in zip(docs, rows) if row and row.finished]
+    latencies = [row.finished - row.created for _, row in ended]
     first = min(row.created for row in rows if row)
-    last = max(row.finished for row in rows if row and row.finished)
-    model = [page["latency_s"] for doc in docs for page in spool.rows(doc.id, "extract")]
-    # Each one-page document's latency over the model's own time for its page: the simulator's
-    # times vary from page to page, so p95 latency over the median model time would count the
-    # model's own spread as the service's.
-    ratios = [(row.finished - row.created) / spool.rows(doc.id, "extract")[0]["latency_s"]
-              for doc, row in zip(docs, rows) if row and row.finished]
-    return {"pages_s": len(latencies) / (last - first), "p50": percentile(latencies, 0.5),
-            "p95": percentile(latencies, 0.95), "model_p50": statistics.median(model),
-            "model_p95": percentile(model, 0.95), "ratio_p50": percentile(ratios, 0.5),
-            "ratio_p95": percentile(ratios, 0.95)}
+    last = max(row.finished for _, row in ended)
+    pages = {doc.id: spool.rows(doc.id, "extract") for doc, _ in ended}
+    model = [page["latency_s"] for rows_ in pages.values() for page in rows_]
+    # Each document's latency over the model's own time for its pages (one page: that page's):
+    # the simulator's times vary from page to page, so latency over the median model time would
+    # count the model's own spread as the service's.
+    ratios = [(row.finished - row.created) / sum(page["latency_s"] for page in pages[doc.id]) for doc, row in ended]
+    return {"pages_s": sum(len(rows_) for rows_ in pages.values()) / (last - first),
+            "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
+            "model_p50": statistics.median(model), "model_p95": percentile(model, 0.95),
+            "ratio_p50": percentile(ratios, 0.5), "ratio_p95": percentile(ratios, 0.95)}
 
 
 def main() -> None:
     """Run the benchmark and print a table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--docs", type=int, default=24, help="one-page documents per rate (default: 24)")
-    parser.add_argument("--rates", default="0.5,1,2,4,8", help="documents/s, comma-separated")
-    parser.add_argument("--concurrency", type=int, default=8, help="documents the worker reads at once")
+    parser.add_argument("--docs", type=int, default=24, help="documents per rate (default: 24)")
+    parser.add_argument("--pages", type=int, default=1, help="pages per document (default: 1)")
+    parser.add_argument("--rates", default="0.5,1,2,4,8", help="documents/s, comma-separated (inf: all at once)")
+    parser.add_argument("--in-flight", type=int, default=8,
+                        help="requests in flight: the worker's limit, shared by its documents, and the batch's")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="documents the worker has open at once (default: twice --in-flight)")
+    parser.add_argument("--postgres", action="store_true",
+                        help="the gateway and the worker as two services on a private PostgreSQL")
     parser.add_argument("--sim-args", default="--decode-ms-per-token 2",
                         help="the simulated server's timing flags (default: about a second a page)")
-    parser.add_argument("--batch-in-flight", type=int, default=None,
-                        help="the batch's --max-in-flight (default: --concurrency, the pages the worker keeps "
-                             "in flight with one-page documents; 0: the run's own default)")
     args = parser.parse_args()
-    rates = [float(rate) for rate in args.rates.split(",")]  # "inf": every document at once
-    in_flight = args.concurrency if args.batch_in_flight is None else (args.batch_in_flight or None)
-    with tempfile.TemporaryDirectory(prefix="llm-ocr-bench-service-") as tmp:
-        root = Path(tmp)
-        paths = make_documents(root / "docs", args.docs)
-        with SimulatedServer(*shlex.split(args.sim_args)) as sim:
-            warm_up(paths, root / "warm-up", sim.base_url)
-            print(f"{args.docs} one-page documents; the batch: llm-ocr run, at most {in_flight or 'its default'} "
-                  f"in flight, run just before each rate; the service: one worker reading {args.concurrency} "
-                  "documents at once")
-            print(" rate (docs/s)  pages/s  batch  of batch  p50 latency (s)  p95 latency (s)  model's time p50/p95 (s)"
-                  "  latency/model p50/p95  load (1 min)")
-            for i, rate in enumerate(rates):
-                # Back to back, so that both see the same load on a shared machine.
-                batch_rate = batch(root / "docs", root / f"batch-{i}", sim.base_url, in_flight)
-                found = stream(paths, rate, root / f"service-{i}", sim.base_url, args.concurrency)
-                print(f" {rate:13.2f}  {found['pages_s']:7.2f}  {batch_rate:5.2f}  {found['pages_s'] / batch_rate:8.2f}"
-                      f"  {found['p50']:15.2f}  {found['p95']:15.2f}"
-                      f"  {found['model_p50']:13.2f}/{found['model_p95']:.2f}"
-                      f"  {found['ratio_p50']:15.2f}/{found['ratio_p95']:.2f}  {_load():12s}")
+    rates = [float(rate) for rate in args.rates.split(",")]
+    concurrency = args.concurrency or 2 * args.in_flight
+    # Dedup off on both sides: a run's dedup looks across its documents (on these look-alike pages
+    # it cost the batch about a second a page at load 12), the worker's runs each within one.
+    worker = WorkerSettings(concurrency=concurrency, run_options={"dedup": False, "max_in_flight": args.in_flight})
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if args.postgres:
+            from tests.fixtures.postgres import PostgresCluster
+
+            cluster = PostgresCluster()
+            cluster.start()
+            stack.callback(cluster.remove)
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llm-ocr-bench-service-")))
+        paths = make_documents(root / "docs", args.docs, args.pages)
+        sim = stack.enter_context(SimulatedServer(*shlex.split(args.sim_args)))
+        warm_up(paths, root / "warm-up", sim.base_url)
+        where = "apart on PostgreSQL" if args.postgres else "in one process on SQLite"
+        print(f"{args.docs} documents of {args.pages} page(s); the batch: llm-ocr run, at most {args.in_flight} "
+              f"in flight, run just before each rate; the service ({where}): one worker, at most {args.in_flight} "
+              f"in flight shared by {concurrency} documents open")
+        print(" rate (docs/s)  pages/s  batch  of batch  p50 latency (s)  p95 latency (s)  model's time p50/p95 (s)"
+              "  latency/model p50/p95  load (1 min)")
+        for i, rate in enumerate(rates):
+            # Back to back, so that both see the same load on a shared machine.
+            batch_rate = batch(root / "docs", root / f"batch-{i}", sim.base_url, args.in_flight)
+            url = _database(cluster.url) if cluster is not None else None
+            found = stream(paths, rate, root / f"service-{i}", sim.base_url, worker, url)
+            print(f" {rate:13.2f}  {found['pages_s']:7.2f}  {batch_rate:5.2f}  {found['pages_s'] / batch_rate:8.2f}"
+                  f"  {found['p50']:15.2f}  {found['p95']:15.2f}"
+                  f"  {found['model_p50']:13.2f}/{found['model_p95']:.2f}"
+                  f"  {found['ratio_p50']:15.2f}/{found['ratio_p95']:.2f}  {_load():12s}", flush=True)
+
+
+def _database(cluster_url: str) -> str:
+    """A fresh database on the cluster at ``cluster_url``: its URL."""
+    import psycopg
+
+    name = f"bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(cluster_url, autocommit=True) as db:
+        db.execute(f"CREATE DATABASE {name}")
+    return cluster_url.rsplit("/", 1)[0] + "/" + name
 
 
 def _load() -> str:

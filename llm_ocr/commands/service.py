@@ -47,11 +47,13 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--poll", type=float, default=1.0, metavar="S",
                        help="seconds between looks at an empty queue (default: 1)")
     group.add_argument("--concurrency", type=int, default=4, metavar="N",
-                       help="documents read at once, sharing the worker's endpoint (default: 4)")
+                       help="documents read at once, sharing the worker's endpoint and in-flight limit; more "
+                            "than --max-in-flight keeps the model busy on short documents (default: 4)")
     group.add_argument("--max-deliveries", type=int, default=3, metavar="N",
                        help="workers lost on one document before it is failed (default: 3)")
     group.add_argument("--max-in-flight", type=int, default=None, metavar="N",
-                       help="requests in flight per document (default: llm-ocr run's)")
+                       help="requests in flight for the worker, shared by its documents (default: the launched "
+                            "server's preset, else 64)")
 
 
 def _k8s_options(parser: argparse.ArgumentParser) -> None:

@@ -166,7 +166,7 @@ class Describe(ShardStage):
             work.counters["describe"].pages_found = 0  # counted from the rows read
             ctx = await describe_context(endpoint, spec.describe, self.schema, work.limit)
             rows = UpstreamRows(iter_shard_rows(shard.folder(self.source), shard.index, shard.count), self.index)
-            await work.run(rows, describe_handler(ctx), ["describe"], limit=work.limit.scaled(2))
+            await work.run(rows, describe_handler(ctx), ["describe"], limit=work.limits.describe_pages)
             note_documents(work.counters["describe"], work.documents["describe"])
         return Finished([describe_result(work, ctx)], complete=self.complete, preset=endpoint.preset)
 

@@ -251,7 +251,7 @@ class Escalate(ShardStage):
                 PageWork(shard, endpoint, {"escalate": self.index}, render=True) as work:
             assert work.pool is not None
             work.counters["escalate"].pages_found = 0  # counted from the rows read
-            ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool, work.limit.scaled(1))
+            ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool, work.limits.pieces)
             bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
             escalation = Escalation(spec, ctx, bad, work.pool, tally)
             rows = UpstreamRows(iter_shard_rows(shard.folder("extract"), shard.index, shard.count), self.index)

@@ -139,7 +139,7 @@ class Extract(ShardStage):
             async with open_route(shard, spec, work.pool) as route:
                 # The pieces of every page share a limit as large as the pages' (and following it).
                 ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
-                                            work.limit.scaled(1), spec.render, bool(spec.escalate.escalate_to))
+                                            work.limits.pieces, spec.render, bool(spec.escalate.escalate_to))
                 bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                 render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
                 # Every page's text is estimated as it is rendered (a few ms): its row keeps it, a

@@ -41,7 +41,7 @@ from llm_ocr.runners.page_flow import FlowSettings, Intake, ItemT, PageFlow, Pag
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.runners.shard import ShardOutcome, check_writable, in_flight_for_endpoint, resolve_shard
 from llm_ocr.runners.workers import WorkerPool, default_workers
-from llm_ocr.serving.in_flight import InFlightLimit, adapting
+from llm_ocr.serving.in_flight import AdaptiveInFlight, InFlightLimit, RunLimits, adapting
 from llm_ocr.serving.open import Endpoint, open_endpoint
 from llm_ocr.sources import InputError, InputPlan
 from llm_ocr.storage import Storage
@@ -306,6 +306,7 @@ class PageWork:
     def __init__(
         self, shard: Shard, endpoint: Endpoint, indexes: Mapping[str, ShardIndex], *, render: bool = False,
         groups: GroupWork | None = None, pool: WorkerPool | None = None, adapt: bool = True,
+        limits: RunLimits | None = None,
     ) -> None:
         job = shard.job
         self.shard = shard
@@ -323,9 +324,16 @@ class PageWork:
             self.counters[first], job.progress, job.progress_interval, poll_server=endpoint.metrics,
             on_tick=progress_writer(shard.out, first, shard.index, shard.count),
         )
-        # ``adapt`` False (an endpoint many runs share at once, each a document of the service):
-        # no run sizes the limit from /metrics for itself, each polling the server twice a second.
-        self.limit, self.controller = in_flight_for_endpoint(job, endpoint, adapt=adapt)
+        # ``limits`` (the service's worker): the caller's, shared by every run it makes at once,
+        # fixed for the caller's lifetime; no run sizes them from /metrics for itself, each
+        # polling the server twice a second. ``adapt`` False: fixed at the run's own size.
+        self.controller: AdaptiveInFlight | None
+        if limits is not None:
+            self.limit, self.controller = limits.pages, None
+        else:
+            self.limit, self.controller = in_flight_for_endpoint(job, endpoint, adapt=adapt)
+        #: The limits of the run's requests: pages, pieces of pages, figures (see :class:`RunLimits`).
+        self.limits = limits or RunLimits.following(self.limit)
         #: A pool the caller keeps open across runs (the service's worker) is used, not closed.
         self._own_pool = pool is None
         self.pool: WorkerPool | None
@@ -366,7 +374,7 @@ class PageWork:
         if self.groups is not None:  # a group is claimed when this flow has room for it, started as it is sent
             self.groups.room.slots = lambda: flow.slot_use
             flow.admit = cast(Callable[[RefT], Awaitable[bool]], self.groups.admit)  # pages of documents
-            flow.ready = cast(Callable[[RefT], bool], self.groups.started)
+            flow.preferred = cast(Callable[[RefT], bool], self.groups.started)
         async with adapting(self.controller):
             await flow.run(intake)
         self.documents[writes[0]] |= flow.documents

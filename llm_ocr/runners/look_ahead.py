@@ -141,19 +141,11 @@ class Waiting(Generic[RefT, ItemT]):
         self._closed = True
         self._arrived.set()
 
-    async def take(self, stop: asyncio.Event, ready: Callable[[RefT], bool] | None = None) -> Entry[RefT, ItemT] | None:
-        """The page to send next (longest expected first, ties in input order), waiting for one
-        if none waits; None once closed and empty, or when ``stop`` is set first.
-
-        With ``ready``, the pages whose ref it accepts go before all others, longest first among
-        them; another page goes only when none of those waits. Work groups pass whether a page's
-        group has started: a claimed group's pages are rendered while the slots read the started
-        one, and a longer page of it must not start it while the started group's own pages wait
-        (the process would then hold both; a slow one held three groups in issue 46's held-out
-        run, 1.75 times the even-split bound on an idle machine)."""
+    async def ready(self, stop: asyncio.Event) -> bool:
+        """Wait until a page waits (True), or until closed and empty or ``stop`` is set (False)."""
         while not self._heap:
             if self._closed or stop.is_set():
-                return None
+                return False
             self._arrived.clear()
             arrived = asyncio.ensure_future(self._arrived.wait())
             stopped = asyncio.ensure_future(stop.wait())
@@ -162,20 +154,33 @@ class Waiting(Generic[RefT, ItemT]):
             finally:
                 arrived.cancel()
                 stopped.cancel()
-        if stop.is_set():
+        return not stop.is_set()
+
+    async def take(self, stop: asyncio.Event,
+                   preferred: Callable[[RefT], bool] | None = None) -> Entry[RefT, ItemT] | None:
+        """The page to send next (longest expected first, ties in input order), waiting for one
+        if none waits; None once closed and empty, or when ``stop`` is set first.
+
+        With ``preferred``, the pages whose ref it accepts go before all others, longest first
+        among them; another page goes only when none of those waits. Work groups pass whether a
+        page's group has started: a claimed group's pages are rendered while the slots read the
+        started one, and a longer page of it must not start it while the started group's own
+        pages wait (the process would then hold both; a slow one held three groups in issue
+        46's held-out run, 1.75 times the even-split bound on an idle machine)."""
+        if not await self.ready(stop):
             return None
-        entry = self._pop(ready)
+        entry = self._pop(preferred)
         self._bytes -= entry.nbytes
         self._left.set()  # room for the next chunk
         return entry
 
 
-    def _pop(self, ready: Callable[[RefT], bool] | None) -> Entry[RefT, ItemT]:
-        """The heap's first entry, or, with ``ready``, its first one ``ready`` accepts if any.
-        A scan of the waiting pages (at most the look-ahead's bound) when the first is not."""
-        if ready is None or ready(self._heap[0].ref):
+    def _pop(self, preferred: Callable[[RefT], bool] | None) -> Entry[RefT, ItemT]:
+        """The heap's first entry, or, with ``preferred``, its first one ``preferred`` accepts if
+        any. A scan of the waiting pages (at most the look-ahead's bound) when the first is not."""
+        if preferred is None or preferred(self._heap[0].ref):
             return heapq.heappop(self._heap)
-        ready_ones = [i for i, entry in enumerate(self._heap) if ready(entry.ref)]
+        ready_ones = [i for i, entry in enumerate(self._heap) if preferred(entry.ref)]
         if not ready_ones:
             return heapq.heappop(self._heap)
         at = min(ready_ones, key=lambda i: self._heap[i].key)

@@ -268,7 +268,7 @@ class PageFlow(Generic[RefT, ItemT]):
         self.admit: Callable[[RefT], Awaitable[bool]] | None = None
         #: Whether a page may go ahead of the waiting pages it does not accept (work groups: the
         #: pages of started groups go before those of groups only claimed; :meth:`Waiting.take`).
-        self.ready: Callable[[RefT], bool] | None = None
+        self.preferred: Callable[[RefT], bool] | None = None
         #: Pages the intake has estimated and not rendered yet (:mod:`.render_order`).
         self.pages_ahead = 0
         self._doc_pending: dict[str, int] = {}
@@ -279,7 +279,7 @@ class PageFlow(Generic[RefT, ItemT]):
     def slot_use(self) -> tuple[int, int]:
         """The in-flight limit, and how many of its slots no page holds now (work groups claim a
         group by them: :class:`~llm_ocr.runners.groups.Room`). Counted from the pages in flight:
-        the dispatcher holds a permit while it waits for a page to send."""
+        the dispatcher holds a permit between a free slot and the page it sends."""
         limit = self.settings.limit.limit if self.settings.limit is not None else self.settings.max_in_flight
         return limit, max(0, limit - self.counters.in_flight)
 
@@ -412,6 +412,12 @@ class PageFlow(Generic[RefT, ItemT]):
         while True:
             if self.stop.is_set() or self._fatal is not None:
                 return
+            # A page first, then a slot: a flow waiting for its next page to be rendered (or
+            # for its intake to end) holds no slot. Where the limit is shared by the runs of
+            # many documents (the service's worker), a document starting or ending would
+            # otherwise keep a slot from the others' pages meanwhile.
+            if not await waiting.ready(self.stop):
+                return
             # SIGTERM (or a fatal error) may come while we wait for a slot: intake has
             # stopped, so no more page may be sent (the rerun does it), and the wait
             # must end at once (with every slot on a hung request it could outlast any
@@ -419,7 +425,7 @@ class PageFlow(Generic[RefT, ItemT]):
             if not await acquire_unless_stopped(self._slots, self.stop):
                 return
             # The page is chosen once a slot is free: the longest of all that wait by then.
-            entry = await waiting.take(self.stop, self.ready)
+            entry = await waiting.take(self.stop, self.preferred)
             self._note(waiting)
             if entry is None or self._fatal is not None:
                 self._slots.release()

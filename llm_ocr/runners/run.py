@@ -48,6 +48,7 @@ from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.shared_dedup import SharedReadings
 from llm_ocr.runners.shared_pages import SharedPages
 from llm_ocr.runners.workers import WorkerPool
+from llm_ocr.serving.in_flight import RunLimits
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.serving.quarantine import PageQuarantined
 from llm_ocr.sources import InputPlan
@@ -81,6 +82,9 @@ class Reuse:
     #: Used by runs of its model (a run of another model opens its own).
     endpoint: Endpoint | None = None
     pool: WorkerPool | None = None
+    #: The in-flight limits of every run on :attr:`endpoint`: the runs at once share its slots
+    #: (None: each run sizes its own).
+    limits: RunLimits | None = None
 
 
 @dataclass
@@ -249,17 +253,17 @@ class Run(ShardStage):
         indexes = {"extract": self.extract, "describe": self.describe}
         async with describe_endpoint(shard, spec.describe, spec.client, main=endpoint) as describer, \
                 PageWork(shard, endpoint, indexes, render=True, groups=self.groups, pool=self.reuse.pool,
-                         adapt=endpoint is not self.reuse.endpoint) as work:
+                         adapt=endpoint is not self.reuse.endpoint,
+                         limits=self.reuse.limits if endpoint is self.reuse.endpoint else None) as work:
             assert work.pool is not None
-            # Figure requests have their own limit, as large as the pages': a page holds its
-            # slot while its figures wait for theirs, so one limit for both could deadlock.
-            dctx = await describe_context(describer, spec.describe, self.schema, work.limit.scaled(1))
+            # Figure requests have their own limit, as large as the pages' (RunLimits.figures).
+            dctx = await describe_context(describer, spec.describe, self.schema, work.limits.figures)
             missing = _undescribed(self.extract, self.describe)
             if missing:
                 log.info("describing %d page(s) extracted earlier but not described yet", missing)
                 rows = UpstreamRows(iter_shard_rows(shard.folder("extract"), shard.index, shard.count), self.describe)
                 work.counters["describe"].pages_found = 0  # the rows read: the catch-up's total, once all are read
-                await work.run(rows, describe_handler(dctx), ["describe"], limit=work.limit.scaled(2))
+                await work.run(rows, describe_handler(dctx), ["describe"], limit=work.limits.describe_pages)
             caught_up_rows = work.counters["describe"].pages_done
             run_pages: _RunPages | None = None
             layout_s = None
@@ -268,7 +272,7 @@ class Run(ShardStage):
                 work.counters["extract"].docs_total = self.docs_total
                 async with open_route(shard, spec, work.pool) as route:
                     ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
-                                                 work.limit.scaled(1), spec.render)
+                                                 work.limits.pieces, spec.render)
                     bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                     run_pages = _RunPages(ectx, route, self.tally, dctx, self.describe.done_pages,
                                           work.counters["describe"], bad)

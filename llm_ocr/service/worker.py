@@ -8,6 +8,19 @@ opened and closed its own paid that per document, and closing a render pool wait
 thread, on the event loop every document shares: at eight documents at once the service read
 about a third of the pages/s ``llm-ocr run`` reads (docs/service.md, the benchmark).
 
+The worker's requests in flight are bounded by one limit, the worker's, shared by every document
+it has open (``max_in_flight`` of its run options; else the launched server's preset, else 64):
+each run's pages take their slots from it and give them back per page (its figure and piece
+requests likewise, from limits that follow it, :class:`~llm_ocr.serving.in_flight.RunLimits`,
+made once when the worker starts), and a run waits for a slot only with a page to send. With
+more documents open (``concurrency``) than slots, a document that is starting, rendering its
+page or ending holds no slot, and another document's page takes it: the model sees the limit's
+worth of requests while documents turn over, as ``llm-ocr run`` feeds its pages. (When each
+run had a limit of its own, a one-page document's slot stood idle while it started and ended:
+0.86 to 0.92 of the batch's pages/s; docs/service.md, the benchmark.) A run that ends leaves
+nothing on the worker's limits. (Not shared: a document's Fields requests, given a schema, and the
+stages of an escalating run, which open their own endpoints.)
+
 A document's results folder is that run's output, written one part per page (``part_rows=1``):
 every page read is a checkpoint, and a document taken again (its worker was killed and its lease
 lapsed, or it was released at shutdown) resumes there; the run's own resume skips the pages it
@@ -40,6 +53,7 @@ from llm_ocr.runners.shard import ShardOutcome, run_guarded
 from llm_ocr.service.callback import CallbackSettings, deliver
 from llm_ocr.service.queue import FINAL, Document, DocumentQueue, QueueUnavailable, summary
 from llm_ocr.service.spool import Spool
+from llm_ocr.serving.in_flight import InFlightLimit, RunLimits
 from llm_ocr.serving.open import Endpoint, EndpointError, open_endpoint
 from llm_ocr.storage.stores import scrub
 
@@ -67,8 +81,9 @@ class WorkerSettings:
     poll: float = 1.0
     #: Deliveries of one document (workers lost while reading it) before it is failed.
     max_deliveries: int = 3
-    #: Documents read at once by this worker (they share its endpoint and render pool): enough
-    #: that a document's start and end overlap other documents' pages at the model.
+    #: Documents read at once by this worker (they share its endpoint, render pool and in-flight
+    #: limit): more than the limit's slots for short documents, so that a document's start and
+    #: end overlap other documents' pages at the model.
     concurrency: int = 4
     #: Seconds the pages in flight may take to finish when the worker stops.
     grace_period: float = 30.0
@@ -114,7 +129,7 @@ class Worker:
 
         async with self._endpoint() as endpoint, self._pool() as pool:
             await asyncio.to_thread(_warm_up)
-            self.reuse = Reuse(endpoint, pool)
+            self.reuse = Reuse(endpoint, pool, self._limits(endpoint))
             self.endpoint_url = self.settings.endpoint or (endpoint.client.base_url if endpoint is not None else None)
             log.info("worker %s reading documents with %s", self.name, self.endpoint_url)
             watching = self._watch()
@@ -163,6 +178,18 @@ class Worker:
                                  server_options=ServerOptions(engine=settings.engine),
                                  out=self.spool.root, log_name=f"server-{os.getpid()}.log") as endpoint:
             yield endpoint
+
+    def _limits(self, endpoint: Endpoint | None) -> RunLimits | None:
+        """The worker's in-flight limits, shared by the runs of every document it reads at once:
+        ``max_in_flight`` of the run options, else the launched server's preset, else the run's
+        default (None: no endpoint open, each run opens and sizes its own)."""
+        if endpoint is None:
+            return None
+        from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT
+
+        fixed = self.settings.run_options.get("max_in_flight")
+        size = int(fixed) if fixed else endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
+        return RunLimits.following(InFlightLimit(size))
 
     @contextlib.asynccontextmanager
     async def _pool(self) -> AsyncIterator[WorkerPool]:

@@ -56,6 +56,16 @@ class InFlightLimit:
         """Permits held now."""
         return self._held
 
+    @property
+    def waiting(self) -> int:
+        """Acquisitions waiting for a permit now."""
+        return sum(1 for waiter in self._waiters if not waiter.done())
+
+    @property
+    def followers(self) -> int:
+        """Limits made with :meth:`scaled` that follow this one (each stays registered here)."""
+        return len(self._followers)
+
     def set_limit(self, limit: int) -> None:
         """Change the limit; waiters are let in at once if it grew."""
         self._limit = max(1, limit)
@@ -109,6 +119,34 @@ class InFlightLimit:
 
     async def __aexit__(self, *exc: object) -> None:
         self.release()
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """The limits a run's requests are taken within: its pages, and three that follow the pages'
+    limit as it changes (each made once, here, with :meth:`InFlightLimit.scaled`).
+
+    A run makes its own from its page limit (:meth:`following`). A long-lived caller that reads
+    many documents as runs of their own (the service's worker) makes one for its lifetime and
+    hands it to every run: their pages and requests then take slots from the same limits, and a
+    run that ends leaves nothing registered on them (a run that called ``scaled`` on a shared
+    limit would add a follower per document read, for ever).
+    """
+
+    #: Pages in flight (a page holds its slot while it is read, figures included).
+    pages: InFlightLimit
+    #: Requests for the pieces of pages read in segments or tiles: as many as the pages.
+    pieces: InFlightLimit
+    #: Figure requests: their own limit, as large as the pages' (a page holds its slot while its
+    #: figures wait for theirs, so one limit for both could deadlock).
+    figures: InFlightLimit
+    #: Pages of a Describe flow over rows read earlier: twice the figure requests.
+    describe_pages: InFlightLimit
+
+    @classmethod
+    def following(cls, pages: InFlightLimit) -> RunLimits:
+        """The limits of a run whose pages are bounded by ``pages``."""
+        return cls(pages, pages.scaled(1), pages.scaled(1), pages.scaled(2))
 
 
 @dataclass(frozen=True)
