@@ -5,8 +5,9 @@ Jupyter notebook, and the README's own example as a script file.
 Each is a real interpreter in a subprocess (pytest's own main module hides what a user's does:
 the render workers once ran a guard-less script again, and a script from stdin not at all). The
 user's code appends a line to a file as it runs: exactly one line proves it ran once, in the
-user's process only, render workers included (``workers=2``). The run must also succeed: exit
-code 0 and both pages of the PDF in the Parquet output.
+user's process only, its render worker included (``workers=1``: one worker process that ran the
+user's code again would add a line as surely as two would, for an interpreter start less). The
+run must also succeed: exit code 0 and both pages of the PDF in the Parquet output.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ TIMEOUT = 240  # for a hang; a run takes seconds
 
 
 def user_code(tmp_path: Path) -> str:
-    """What the user runs: note the run in ``ran.txt``, run (the simulated server, two render
-    workers), print the exit code. No compound statement, so the REPL takes it as it is."""
+    """What the user runs: note the run in ``ran.txt``, run (the simulated server, one render
+    worker process), print the exit code. No compound statement, so the REPL takes it as it is."""
     shutil.copy(PDF, tmp_path / "report.pdf")
     return textwrap.dedent(f"""\
         import llm_ocr
         open({str(tmp_path / 'ran.txt')!r}, "a").write("ran\\n")
         result = llm_ocr.run({str(tmp_path / 'report.pdf')!r}, output={str(tmp_path / 'out')!r},
-                             engine="sim", workers=2, progress="off")
+                             engine="sim", workers=1, progress="off")
         print("exit code", result.exit_code)
     """)
 

@@ -25,7 +25,7 @@ from PIL import Image
 from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO, read_stage, run_cli
 from tests.docs import make_corpus, make_pdf
-from tests.stages.common import page_keys
+from tests.stages.common import page_keys, run_in_process
 from tests.waiting import HANG_GUARD_S, hold_request, wait_until, wait_until_held
 
 
@@ -33,6 +33,16 @@ def extract(inputs, out: Path, server: SimulatedServer, *extra: str, env=None, t
     return run_cli(
         "extract", *[str(i) for i in inputs], "--output", str(out), "--endpoint", server.base_url,
         "--workers", "0", "--progress", "log", "--backoff-base", "0.05", *extra, env=env, timeout=timeout,
+    )
+
+
+def extract_here(inputs, out: Path, server: SimulatedServer, *extra: str):
+    """``extract`` in this process (:func:`tests.stages.common.run_in_process`), for a run whose
+    command line is not what the test is about (a first success, a rerun that heals): a
+    subprocess would add an interpreter start (about 1 CPU-second) and nothing to check."""
+    return run_in_process(
+        "extract", *[str(i) for i in inputs], "--output", str(out), "--endpoint", server.base_url,
+        "--workers", "0", "--progress", "log", "--backoff-base", "0.05", *extra,
     )
 
 
@@ -57,7 +67,7 @@ def summary_lines(stderr: str) -> list[dict[str, int]]:
 def test_transient_server_faults_are_retried_and_attempts_recorded(tmp_path: Path, kind: str) -> None:
     make_corpus(tmp_path / "docs", documents=3, pages=1)
     with SimulatedServer(corpus=tmp_path / "docs") as server:
-        warm = extract([tmp_path / "docs/doc000.pdf"], tmp_path / "warm", server)  # a success first
+        warm = extract_here([tmp_path / "docs/doc000.pdf"], tmp_path / "warm", server)  # a success first
         assert warm.returncode == 0
         server.inject(kind, count=2, status=503, seconds=30)
         result = extract([tmp_path / "docs"], tmp_path / "out", server, "--request-timeout", "1.5", "--max-in-flight", "1")
@@ -87,7 +97,7 @@ def test_timeouts_count_from_sending_not_from_queueing(tmp_path: Path) -> None:
 def test_retries_are_bounded_and_the_page_gets_an_error_row(tmp_path: Path) -> None:
     make_corpus(tmp_path / "docs", documents=2, pages=1)
     with SimulatedServer(corpus=tmp_path / "docs") as server:
-        assert extract([tmp_path / "docs/doc000.pdf"], tmp_path / "warm", server).returncode == 0
+        assert extract_here([tmp_path / "docs/doc000.pdf"], tmp_path / "warm", server).returncode == 0
         server.inject("hang", count=10, seconds=30)
         result = extract([tmp_path / "docs/doc001.pdf"], tmp_path / "out", server, "--request-timeout", "0.5", "--max-attempts", "3")
     assert result.returncode == 1
@@ -117,7 +127,7 @@ def test_dead_external_endpoint_stops_the_run_instead_of_failing_every_page(tmp_
     (line,) = summary_lines(stderr)
     assert line["ok"] == len(saved) and line["error"] == 0 and line["left"] == line["seen"] - len(saved) > 0
     with SimulatedServer(corpus=tmp_path / "docs") as again:
-        assert extract([tmp_path / "docs"], tmp_path / "out", again).returncode == 0
+        assert extract_here([tmp_path / "docs"], tmp_path / "out", again).returncode == 0
     rows = read_stage(tmp_path / "out", "extract")
     assert page_keys(rows) == corpus_keys(12, 2)  # 24 pages, each exactly once
 
@@ -134,8 +144,9 @@ def test_summary_lines_reconcile_every_shard_and_status_reports_the_same(tmp_pat
         # line counts the groups it read, whatever their shard: tests/e2e/runners/test_stragglers_e2e.py.)
         shards = [extract([tmp_path / "docs"], out, server, "--num-shards", "2", "--shard-index", str(i),
                           "--max-tokens", "300", "--no-steal", "--json") for i in range(2)]
-        status = json.loads(run_cli("status", str(out), "--json").stdout)
-        text = run_cli("status", str(out)).stdout
+        # `status` in this process: tests/storage/test_status_exit.py runs it as a command.
+        status = json.loads(run_in_process("status", str(out), "--json").stdout)
+        text = run_in_process("status", str(out)).stdout
         (out / "_state/extract/done-00000-of-00002.json").unlink()
         again = extract([tmp_path / "docs"], out, server, "--num-shards", "2", "--shard-index", "0", "--max-tokens", "300",
                         "--no-steal")
@@ -206,7 +217,7 @@ def test_hung_external_endpoint_stops_the_run_instead_of_failing_every_page(tmp_
     assert len(burnt) <= 4 and {r["status"] for r in burnt} <= {"error"}
     assert not (tmp_path / "out/_state/extract/done-00000-of-00001.json").exists()
     with SimulatedServer(corpus=tmp_path / "docs") as healthy:
-        assert extract([tmp_path / "docs"], tmp_path / "out", healthy).returncode == 0
+        assert extract_here([tmp_path / "docs"], tmp_path / "out", healthy).returncode == 0
     rows = read_stage(tmp_path / "out", "extract")
     assert page_keys(rows) == corpus_keys(12, 2) and {r["status"] for r in rows} == {"ok"}  # errors retried, once
 
@@ -412,7 +423,7 @@ def test_a_cut_off_part_is_detected_removed_and_redone(tmp_path: Path) -> None:
         # As if a store without atomic writes kept half a file, and the shard never finished.
         parts[1].write_bytes(parts[1].read_bytes()[:300])
         (tmp_path / "out/_state/extract/done-00000-of-00001.json").unlink()
-        status = run_cli("status", str(tmp_path / "out"))
+        status = run_in_process("status", str(tmp_path / "out"))
         assert "unreadable parts: 1" in status.stdout
         result = extract([tmp_path / "docs"], tmp_path / "out", server)
         assert result.returncode == 0, result.stderr
@@ -499,7 +510,7 @@ def test_hostile_corpus_runs_to_completion_with_specific_errors(tmp_path: Path) 
     assert poster["width"] * poster["height"] <= 12_000_000 and poster["height"] > 3000
     (line,) = summary_lines(result.stderr)
     assert (line["seen"], line["ok"], line["truncated"], line["error"], line["left"]) == (18, 10, 0, 8, 0)
-    status = run_cli("status", str(tmp_path / "out"), "--json")
+    status = run_in_process("status", str(tmp_path / "out"), "--json")
     (extract_status,) = json.loads(status.stdout)
     assert extract_status["rows"] == len(expected) and extract_status["duplicates"] == 0
     assert extract_status["shards"] == {"00000-of-00001": {"ok": 10, "error": 8}}
