@@ -31,6 +31,11 @@ from tests.launchers.ray_common import (
 )
 from tests.waiting import hold_request, wait_until, wait_until_held
 
+# The hang guard (pytest-timeout; 300 s by default) counts the session's cluster start against the
+# first test, which then runs seven commands, a launch waited for among them: at load 17 that
+# test was stopped at 300 s in its first command, and the cluster with it.
+pytestmark = pytest.mark.timeout(900)
+
 #: One page at a time, each kept at once: a stop lands mid-shard, with parts saved and pages left.
 SLOW = ("--part-rows", "1", "--max-in-flight", "1")
 
