@@ -8,8 +8,9 @@ unfinished ones of slow or dead shards (docs/stragglers.md). Claims are small JS
 
 for the groups ``G`` of shard ``S``, one pair per epoch ``E`` (1, 2, ...) of a group:
 
-- ``GGGGGG-EEEE.json``, the claim: who holds the group (``holder``, ``by_shard``) and until when
-  (``expires_at``, wall clock). It is created with :meth:`Storage.create_exclusive` (atomic
+- ``GGGGGG-EEEE.json``, the claim: who holds the group (``holder``, ``by_shard``, and ``process``:
+  the holding process as its machine's kernel knows it) and until when (``expires_at``, wall
+  clock). It is created with :meth:`Storage.create_exclusive` (atomic
   create-if-absent on the store itself), so of any number of processes racing for one epoch
   exactly one gets it. Its holder rewrites it every lease/4 to push ``expires_at`` forward.
 - ``GGGGGG-EEEE.done.json`` or ``GGGGGG-EEEE.released.json``, written by the holder when it ends:
@@ -17,10 +18,13 @@ for the groups ``G`` of shard ``S``, one pair per epoch ``E`` (1, 2, ...) of a g
   released (stopped before the end, SIGTERM: anyone may take it at once).
 
 The group's **latest** epoch decides: no claim, released, or working past ``expires_at`` is free,
-and taking a free group is creating the next epoch; done is finished. One listing of a shard's
-folder tells which groups are unclaimed, done or released; only working ones need a read (their
-expiry). Only an epoch's holder writes its files, and a holder whose epoch is no longer the
-latest has lost the group (its lease ran out while it was alive but slow).
+and so is a working one whose holding process has ended, as a process on the same machine sees
+(:func:`holder_ended`: a killed run restarted there, a requeued Slurm task, a restarted Ray actor
+takes its groups back at once, not after the lease); taking a free group is creating the next
+epoch; done is finished. One listing of a shard's folder tells which groups are unclaimed, done
+or released; only working ones need a read (their expiry). Only an epoch's holder writes its
+files, and a holder whose epoch is no longer the latest has lost the group (its lease ran out
+while it was alive but slow).
 
 **Claimed ahead, started later.** A process claims a group a little before its page flow can
 send the group's pages (they are rendered meanwhile), so the claim says ``"started": false``:
@@ -70,6 +74,45 @@ End = Literal["done", "released"]
 State = Literal["free", "reserved", "held", "done"]
 
 
+#: ``(boot id, pid namespace, pid, start time in clock ticks since boot)`` of a process.
+Process = tuple[str, str, int, int]
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat's 22nd field), None if
+    there is no such process or it has ended (a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # after "PID (COMM) ": the command may hold spaces
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def this_process() -> Process | None:
+    """This process as the kernel knows it (None where /proc does not say: not Linux)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    start = _start_ticks(os.getpid())
+    return None if start is None else (boot_id, namespace, os.getpid(), start)
+
+
+def holder_ended(process: Process | None, here: Process | None) -> bool:
+    """Whether the claim holder ``process`` has ended, as seen from ``here`` (:func:`this_process`):
+    only a process of the same boot and pid namespace can tell, by its pid and start time (a pid
+    reused since is another process). False when it cannot tell: the lease decides then."""
+    if process is None or here is None or process[:2] != here[:2]:
+        return False
+    return _start_ticks(process[2]) != process[3]
+
+
 def new_holder_id(shard: int) -> str:
     """A name for this process as a claim holder: its shard, host and pid, and a random token
     (two runs of one shard never share one, even on one machine after a restart)."""
@@ -100,11 +143,14 @@ class Claim:
     expires_at: float
     #: False while the group is only reserved: its holder has not sent any of its pages.
     started: bool = True
+    #: The holding process (:func:`this_process`), if known.
+    process: Process | None = None
 
     def to_bytes(self) -> bytes:
+        process = None if self.process is None else dict(zip(("boot", "pid_namespace", "pid", "start"), self.process))
         return json.dumps({"holder": self.holder, "by_shard": self.by_shard, "expires_at": self.expires_at,
                            "shard": self.group.shard, "num_shards": self.group.num_shards, "group": self.group.group,
-                           "epoch": self.epoch, "started": self.started}, sort_keys=True).encode()
+                           "epoch": self.epoch, "started": self.started, "process": process}, sort_keys=True).encode()
 
 
 @dataclass(frozen=True)
@@ -150,11 +196,12 @@ class ClaimBook:
         shard: this process's shard.
         lease: seconds a claim lasts unless renewed.
         clock: wall clock (tests move it).
+        process: the process this holder is, written in its claims (default: this one).
     """
 
     def __init__(
         self, out: Storage, flow: str, num_shards: int, *, holder: str, shard: int, lease: float,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, process: Process | None = None,
     ) -> None:
         self.out = out
         self.flow = flow
@@ -163,6 +210,9 @@ class ClaimBook:
         self.shard = shard
         self.lease = lease
         self.clock = clock
+        #: Who reads the claims (whether a holder has ended) and who this holder is.
+        self.here = this_process()
+        self.process = process or self.here
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -201,8 +251,11 @@ class ClaimBook:
             data = json.loads(self.out.read_bytes(self.path(group, epoch)))
         except FileNotFoundError:
             return None
+        process = data.get("process")
         return Claim(group, epoch, str(data["holder"]), int(data["by_shard"]), float(data["expires_at"]),
-                     bool(data.get("started", True)))
+                     bool(data.get("started", True)),
+                     None if not process else (str(process["boot"]), str(process["pid_namespace"]),
+                                               int(process["pid"]), int(process["start"])))
 
     def ending(self, group: GroupId, epoch: int, state: End) -> Ending | None:
         """What the holder of ``epoch`` recorded when it ended (None: it has not)."""
@@ -229,14 +282,14 @@ class ClaimBook:
 
     def state(self, group: GroupId, seen: GroupView | None) -> State:
         """What ``group`` is to a process that might take it, as ``seen`` shows it: ``free`` (never
-        claimed, released, or working past its expiry), ``reserved`` (claimed ahead by a holder
+        claimed, released, working past its expiry, or its holder ended), ``reserved`` (claimed ahead by a holder
         that has not started it), ``held`` or ``done``. Reads the claim of a working group."""
         if seen is None or seen.ending == "released":
             return "free"
         if seen.ending == "done":
             return "done"
         claim = self.claim(group, seen.epoch)
-        if claim is None or self.clock() > claim.expires_at:
+        if claim is None or self.clock() > claim.expires_at or holder_ended(claim.process, self.here):
             return "free"
         return "held" if claim.started else "reserved"
 
@@ -251,7 +304,7 @@ class ClaimBook:
         next epoch atomically, started or only reserved. Returns the claim, or None if another
         process created it first."""
         claim = Claim(group, (seen.epoch if seen else 0) + 1, self.holder, self.shard, self.clock() + self.lease,
-                      started)
+                      started, self.process)
         if self.out.create_exclusive(self.path(group, claim.epoch), claim.to_bytes()):
             log.debug("claimed %s (epoch %d%s)", group, claim.epoch, "" if started else ", reserved")
             return claim
@@ -261,7 +314,8 @@ class ClaimBook:
         """Begin reading a group this holder reserved: create its next epoch, started. None when
         another process created that epoch first: it took the group, and this holder sends none
         of its pages."""
-        started = Claim(claim.group, claim.epoch + 1, self.holder, self.shard, self.clock() + self.lease)
+        started = Claim(claim.group, claim.epoch + 1, self.holder, self.shard, self.clock() + self.lease,
+                        process=self.process)
         if self.out.create_exclusive(self.path(claim.group, started.epoch), started.to_bytes()):
             return started
         return None
@@ -417,7 +471,7 @@ class Claims:
                 if claim is not None:
                     del waiting[number]
                     progressed = True
-                    log.info("took back %s (its holder released it, or its lease ran out)", group)
+                    log.info("took back %s (its holder released it or ended, or its lease ran out)", group)
                     yield claim, "back"
                 else:
                     waiting[number] = latest
@@ -478,7 +532,7 @@ class Claims:
                 state = self.book.state(group, seen)
                 if state == "free":
                     if (claim := self.take(group, seen)) is not None:
-                        log.info("taking %s from its holder (released, or its lease ran out)", group)
+                        log.info("taking %s from its holder (released, ended, or its lease ran out)", group)
                         return claim, False
                     lost_race = True
                 elif state == "reserved":

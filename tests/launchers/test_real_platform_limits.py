@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,36 @@ def test_offline_dry_runs_plan_without_the_network_and_say_what_they_skipped(tmp
     # Without --offline the same machine cannot reach the Hub: it says so, and does not blame the token.
     assert online["code"] == 2
     assert "could not reach the Hugging Face Hub" in online["stderr"] and "token was refused" not in online["stderr"]
+
+
+#: The platform options of PLATFORM_ARGS, for ``api.launch``.
+PLATFORM_OPTIONS = {
+    "hf-jobs": {"flavor": "l4x1", "namespace": "me"},
+    "sagemaker": {"role": "arn:aws:iam::123456789012:role/ocr", "region": "eu-west-1"},
+    "cloud-run": {"project": "p", "region": "europe-west4"},
+}
+
+
+def test_an_offline_dry_run_opens_no_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every connection and name lookup fails at once, as on a machine without a network, and is
+    # recorded: a library that catches the failure and retries (google-auth asking the metadata
+    # server for credentials when a gs:// folder is opened: 15 s of backoff) still shows here.
+    tried: list[str] = []
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        tried.append(repr([a for a in args if not isinstance(a, socket.socket)][:2]))
+        raise OSError("network is unreachable (test)")
+
+    monkeypatch.setattr(socket.socket, "connect", unreachable)
+    monkeypatch.setattr(socket.socket, "connect_ex", unreachable)
+    monkeypatch.setattr(socket, "getaddrinfo", unreachable)
+    for name, value in _offline_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    for platform, args in PLATFORM_ARGS.items():
+        launched = api.launch(platform, args[0], output=args[args.index("--output") + 1], num_shards=2,
+                              dry_run=True, offline=True, **PLATFORM_OPTIONS[platform])  # type: ignore[arg-type]
+        assert launched.plan is not None and len(launched.plan.specs) == 2, platform
+        assert (platform, tried) == (platform, [])
 
 
 def test_offline_needs_dry_run() -> None:

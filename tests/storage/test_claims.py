@@ -7,6 +7,8 @@ their own (``Clock``) instead of sleeping, so "the lease ran out" is an event th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import pyarrow.parquet as pq
 
 from llm_ocr.records import page_schema
 from llm_ocr.storage import Storage
-from llm_ocr.storage.claims import ClaimBook, Ending, GroupId, claims_summary
+from llm_ocr.storage.claims import ClaimBook, Ending, GroupId, _start_ticks, claims_summary, this_process
 from llm_ocr.storage.group_parts import GroupLog, group_part_name
 from llm_ocr.storage.parts import list_parts
 
@@ -104,6 +106,40 @@ def test_a_released_group_is_free_at_once(tmp_path: Path) -> None:
     seen = other.view(2).groups[5]
     assert seen.ending == "released" and other.is_free(GROUP, seen)
     assert other.take(GROUP, seen) is not None
+
+
+def test_a_group_whose_holding_process_ended_is_free_at_once(tmp_path: Path) -> None:
+    # A run killed mid-group (SIGKILL: nothing released) and started again on the same machine,
+    # a requeued Slurm task or a restarted Ray actor, takes its group back at once instead of
+    # after the lease. The lease stays far from running out throughout: the clock never moves.
+    out = Storage(str(tmp_path))
+    clock = Clock()
+    here = this_process()
+    assert here is not None  # Linux: /proc says
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        start = _start_ticks(holder.pid)
+        assert start is not None
+        dead = book(out, "killed", 2, clock)
+        dead.process = (*here[:2], holder.pid, start)
+        claim = dead.take(GROUP, None)
+        assert claim is not None
+        other = book(out, "rerun", 2, clock)
+        assert other.state(GROUP, other.view(2).groups[5]) == "held"  # alive: its lease decides
+        # The same pid on another boot or in another pid namespace (a container) is not this
+        # machine's to judge: the lease decides, however that pid looks here.
+        elsewhere = book(out, "elsewhere", 3, clock)
+        elsewhere.process = ("another-boot", here[1], 999_999_999, 1)
+        other_group = GroupId(shard=3, num_shards=4, group=1)
+        assert elsewhere.take(other_group, None) is not None
+        assert other.state(other_group, other.view(3).groups[1]) == "held"
+        holder.kill()
+        holder.wait()
+        assert other.state(GROUP, other.view(2).groups[5]) == "free"
+        assert other.take(GROUP, other.view(2).groups[5]) is not None
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_reserved_group_is_started_by_its_holder_or_taken_by_another_never_both(tmp_path: Path) -> None:

@@ -67,10 +67,13 @@ def plan_launch(
     # local values are looked up.
     target = platform.resolve(request)
     user_secrets = _user_secrets(request)
-    out = Storage(request.output, request.storage_options)
     if request.offline:
+        # OUT is not even opened: opening a gs:// folder asks Google's metadata server for
+        # credentials (gcsfs), which an offline machine answers only after google-auth's retries
+        # (about 15 s of backoff, measured).
         found = _Found(None, "not read: --offline", notes=[OFFLINE_NOTE])
     else:
+        out = Storage(request.output, request.storage_options)
         found = _read_inputs_and_output(request, out, check_writable=check_writable)
     launch_id = launch_id or new_launch_id()
     timeout, attempts, sizing = _timeout(request, target, platform, found)

@@ -9,11 +9,12 @@ import json
 import re
 import stat
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from llm_ocr.launchers.slurm.script import parse_slurm_time
+from llm_ocr.testing import SimulatedServer
 from tests import waiting
 from tests.docs import make_corpus
 from tests.launchers.common import wait_until
@@ -276,18 +277,39 @@ def test_a_cancelled_task_is_the_only_shard_relaunched(tmp_path: Path, corpus: P
 def test_a_task_near_its_time_limit_requeues_itself_and_resumes(
     tmp_path: Path, corpus: Path, slurm: dict[str, str]  # noqa: F811
 ) -> None:
-    # A 2-minute limit with USR1 30 s before it: Slurm checks limits about every 30 s and may
-    # signal up to 30 s earlier still (sbatch(1), --signal), so USR1 comes 60-90 s into each run.
-    # The shard needs 128 s of model time (8 pages at 16 s, one at a time), more than the whole
-    # limit, so the first run is stopped for certain however fast the machine is (at 10 s a page
-    # a quiet machine finished all 80 s before a signal that came at 90 s), and the runs after it
-    # resume until it is done.
+    # The limit is brought near while the shard is held mid-run, instead of waited for: launched
+    # with an hour and --requeue-before 300 (sbatch --signal=B:USR1@300), the task's limit is cut
+    # with `scontrol update TimeLimit` to end 4-5 minutes into its run once it has a part and its
+    # next page is held by the test's server. slurmctld checks limits every 30 s and sends the
+    # --signal to a job whose end is within its time plus those 30 s (send_job_warn_signal in
+    # src/slurmctld/job_mgr.c; sbatch(1): "may be sent up to 60 seconds earlier"), so USR1 comes
+    # at the next check, minutes before the limit itself would end the task, and the held page
+    # means the run cannot have finished first however fast the machine. Slurm keeps a limit set
+    # by scontrol across a requeue, so it is set back to the hour once the task has requeued
+    # itself: the runs after it are not signalled (were one signalled still, it would requeue
+    # too, and the checks below hold). Before, the test waited for a real 2-minute limit: 151 s.
     out = tmp_path / "out"
     env = launcher_env(slurm, tmp_path)
-    started = time.monotonic()
-    done = llm_ocr(*launch_args(corpus, out, "--stage", "extract", *SLOW, "--timeout", "2m", "--requeue-before", "30",
-                                "--attempts", "8", shards=1, sim="--prefill-ms 16000 --slots 1"),
-                   "--wait", "--interval", "2", env=env, timeout=900)
+    with SimulatedServer("--slots", "1", corpus=corpus) as server:
+        held_at = waiting.hold_request(server, after=1, count=1)
+        first = llm_ocr("launch", "slurm", str(corpus), "--output", str(out), "--num-shards", "1",
+                        "--gpus-per-task", "0", "--endpoint", server.base_url, "--stage", "extract", *SLOW,
+                        "--timeout", "60m", "--requeue-before", "300", "--attempts", "8",
+                        "--env", "LLM_OCR_GRACE_PERIOD=2", env=env)  # the held page is abandoned after 2 s
+        assert first.returncode == 0, first.stderr
+        task = f"{array_id(first.stdout)}_0"
+        waiting.wait_until(lambda: list((out / "extract").glob("part-00000-of-00001-*")), "the shard's first part",
+                           interval=0.2)
+        waiting.wait_until_held(server, held_at)
+        elapsed = parse_slurm_time(slurm_cmd("squeue", "-h", "-j", task, "-o", "%M", env=env).stdout)
+        assert elapsed is not None
+        cut = slurm_cmd("scontrol", "update", f"JobId={task}", f"TimeLimit={-(-elapsed // 60) + 4}", env=env)
+        assert cut.returncode == 0, cut.stderr
+        waiting.wait_until(lambda: any(e["event"] == "requeue" for e in records(out, 0)), "the task requeued itself",
+                           interval=0.2)
+        restored = slurm_cmd("scontrol", "update", f"JobId={task}", "TimeLimit=60", env=env)
+        assert restored.returncode == 0, restored.stderr
+        done = llm_ocr("jobs", "wait", str(out), "--interval", "1", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert pages(out) == expected(corpus)
     events = records(out, 0)
@@ -295,7 +317,7 @@ def test_a_task_near_its_time_limit_requeues_itself_and_resumes(
     assert requeues and all(e["why"] == "time limit" for e in requeues)
     stops = [e for e in events if e["event"] == "exit"]
     assert [e["code"] for e in stops] == [3] * len(requeues) + [0]  # each stop kept its parts (exit 3)
-    print(f"time limit test: {len(requeues)} requeue(s), {time.monotonic() - started:.0f} s")
+    assert _done_earlier(launch_folder(out) / f"{task}.log") >= 1  # the run after the requeue resumed
 
 
 def test_bad_requests_fail_before_anything_is_submitted(tmp_path: Path, corpus: Path, slurm: dict[str, str]) -> None:  # noqa: F811
