@@ -265,9 +265,28 @@ def _search_span(page: KnownPage, crop_at: Any, tall: bool) -> Crop | None:
     the page, from :data:`RESHAPED_SHORTEST` to :data:`RESHAPED_LONGEST` times its breadth in steps of
     :data:`SEARCH_STEP` at half resolution, the best :data:`SEARCH_PEAKS` peaks compared at full
     resolution and the best refined there (:data:`REFINE_STEP`)."""
+    rows, cols = page.grey.shape
+
+    def fine(share: float) -> Crop | None:
+        w, h = (cols, round(share * rows)) if tall else (round(share * cols), rows)
+        if min(w, h) < MIN_SIDE or w > cols or h > rows:
+            return None
+        score, y, x = _best_match(_fine(page), crop_at(w, h))
+        return Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
+
+    # A long page's pieces come together and are mostly of one length: first the lengths last
+    # found on this page, refined across a step; one matched :data:`SEARCH_SURE` is taken (13
+    # correlations, not the scan's ~100 and the peaks' refining).
+    with _CACHE_LOCK:
+        recent = list(_RECENT_SPANS.get(id(page), ()))
+    for share in recent:
+        near = [c for c in (fine(share * REFINE_STEP**step) for step in range(-REFINE_STEPS, REFINE_STEPS + 1))
+                if c is not None]
+        top = max(near, key=lambda c: c.correlation, default=None)
+        if top is not None and top.correlation >= SEARCH_SURE:
+            return _remember_span(page, top, tall)
     coarse = _coarse(page)
     c_rows, c_cols = coarse.shape
-    rows, cols = page.grey.shape
     breadth, length = (c_cols, c_rows) if tall else (c_rows, c_cols)
     span = RESHAPED_SHORTEST * breadth
     scored: list[tuple[float, float]] = []  # (score, length as a share of the page's)
@@ -278,14 +297,6 @@ def _search_span(page: KnownPage, crop_at: Any, tall: bool) -> Crop | None:
     peaks = [share for i, (score, share) in enumerate(scored)
              if score >= SEARCH_CORRELATION and score >= max(s for s, _ in scored[max(0, i - 1): i + 2])]
     peaks = [share for _, share in sorted(((s, c) for s, c in scored if c in peaks), reverse=True)[:SEARCH_PEAKS]]
-
-    def fine(share: float) -> Crop | None:
-        w, h = (cols, round(share * rows)) if tall else (round(share * cols), rows)
-        if min(w, h) < MIN_SIDE or w > cols or h > rows:
-            return None
-        score, y, x = _best_match(_fine(page), crop_at(w, h))
-        return Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
-
     found = [c for c in (fine(share) for share in peaks) if c is not None]
     if not found:
         return None
@@ -294,7 +305,22 @@ def _search_span(page: KnownPage, crop_at: Any, tall: bool) -> Crop | None:
         centre = peaks[found.index(top)]
         refined = [fine(centre * REFINE_STEP**step) for step in range(-REFINE_STEPS, REFINE_STEPS + 1) if step]
         top = max([top, *(c for c in refined if c is not None)], key=lambda c: c.correlation)
-    return top if top.correlation >= MIN_CORRELATION else None
+    return _remember_span(page, top, tall) if top.correlation >= MIN_CORRELATION else None
+
+
+#: id() of a long page -> the lengths (shares of the page's) of the resized pieces last found on
+#: it, the latest first, at most :data:`RECENT_SPANS` of them.
+_RECENT_SPANS: dict[int, list[float]] = {}
+RECENT_SPANS = 2
+
+
+def _remember_span(page: KnownPage, crop: Crop, tall: bool) -> Crop:
+    """``crop``, its length along ``page`` remembered as the first to try for the next piece."""
+    share = crop.region.height if tall else crop.region.width
+    with _CACHE_LOCK:
+        kept = [s for s in _RECENT_SPANS.get(id(page), []) if abs(s / share - 1) > REFINE_STEP - 1]
+        _RECENT_SPANS[id(page)] = [share, *kept][:RECENT_SPANS]
+    return crop
 
 
 def _coarse_score(
