@@ -24,9 +24,11 @@ import pytest
 from PIL import Image
 
 from llm_ocr.bench.corpus import pdf_file
-from llm_ocr.options import RenderOptions
+from llm_ocr.options import ExtractOptions, RenderOptions
 from llm_ocr.sources.base import DocumentRef
-from llm_ocr.sources.render import render_pages
+from llm_ocr.sources.pieces import plan_pieces
+from llm_ocr.sources.render import _pdf_scale, render_pages
+from llm_ocr.sources.segments import Segment
 from llm_ocr.stages.extract import family_render
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.families import FAMILIES, Family
@@ -36,6 +38,8 @@ from tests.sweeps import Counters, extract, families_server
 #: The strip: 234 x 14,040 pt (1:60), 9 pt lines every 12 pt, a 150 x 100 pt chart 5,000 pt down.
 WIDTH, HEIGHT = 234, 14040
 FIGURE = (40, 5000, 190, 5100)  # x1, y1, x2, y2 in points from the top left
+#: A page longer than this many times its width is read in pieces (the run's default, 3).
+MAX_ASPECT = ExtractOptions().max_page_aspect
 WORDS = "survey district coastal sample annual report volunteers transect figure table river".split()
 
 
@@ -96,24 +100,30 @@ def sim(strip: tuple[Path, list[str]]):  # (SimulatedServer, {family: served nam
         yield server, names
 
 
-def planned_pieces(folder: Path, family: Family):
-    """The strip rendered as a run renders it for ``family``: the page and its pieces, each
-    checked at least the family's minimum readable size (what the run sends, by construction)."""
-    (page,) = render_pages(DocumentRef("s", 0, "s", "pdf", str(folder / "strip.pdf")),
-                           family_render(RenderOptions(), family), 1, 1, max_aspect=3.0)
-    assert getattr(page, "pieces", None) is not None, page
-    assert all(min(p.width, p.height) >= family.min_readable_side for p in page.pieces.pieces)
-    return page
+def planned_pieces(family: Family) -> tuple[list[Segment], float]:
+    """The strip's pieces as a run plans them for ``family`` (the segments, in the pixels of the
+    page's virtual render, and that render's scale): the plan alone, nothing rendered (the run
+    renders and sends the pieces; the request log shows what it sent)."""
+    opts = family_render(RenderOptions(), family)
+    segments, scale = plan_pieces(WIDTH, HEIGHT, MAX_ASPECT, lambda w, h: _pdf_scale(w, h, opts))
+    assert segments and scale > 0, (family.name, segments, scale)
+    return segments, scale
 
 
-def check_strip_read(out: Path, lines: list[str], family: Family, page, counted: dict) -> None:
-    """The run's one row read the whole strip in the planned pieces, each found on the page and
-    none refused (``counted``: the server's counters over the run); a family that boxes and
-    crops figures cropped the chart where it is, from the pieces."""
+def check_strip_read(out: Path, lines: list[str], family: Family, plan: tuple[list[Segment], float],
+                     counted: dict, sent: list[dict]) -> None:
+    """The run's one row read the whole strip in the planned pieces, each sent at least the
+    family's minimum readable size (``sent``: the server's log of the run's requests), found on
+    the page and none refused (``counted``: the server's counters over the run); a family that
+    boxes and crops figures cropped the chart where it is, from the pieces."""
+    segments, scale = plan
     assert counted["recipe_refused"] == 0 and counted["unreadable_refused"] == 0, counted
     (row,) = read_stage(out, "extract")
     assert row["status"] == "ok", row["error"]
-    assert row["segments"] == len(page.pieces.pieces) >= 20
+    assert row["segments"] == len(segments) >= 20
+    sizes = [entry["image_size"] for entry in sent if entry.get("image_size")]
+    assert len(sizes) >= row["segments"], sent[:3]  # every piece went out (a family may ask more)
+    assert all(min(size) >= family.min_readable_side for size in sizes), sizes
     assert counted["known_crops"] >= row["segments"], counted  # every piece found on the page it is of
     assert _recall("\n".join(lines), row["markdown"]) >= 0.97, row["markdown"][:500]
     if not (family.outputs.boxes and family.outputs.figure_crops):
@@ -126,7 +136,7 @@ def check_strip_read(out: Path, lines: list[str], family: Family, page, counted:
     assert abs(centre[0] - (FIGURE[0] + FIGURE[2]) / 2) < 40 and abs(centre[1] - (FIGURE[1] + FIGURE[3]) / 2) < 40
     with Image.open(io.BytesIO(figures[0]["image"]["bytes"])) as crop:
         # Cropped from the pieces, not from the family-sized page: as sharp as the model saw it.
-        assert crop.width >= 150 * 0.9 * min(1.0, page.pieces.scale), (crop.size, page.pieces.scale)
+        assert crop.width >= 150 * 0.9 * min(1.0, scale), (crop.size, scale)
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
@@ -135,11 +145,11 @@ def test_a_strip_is_read_in_pieces_rendered_from_the_source(
 ) -> None:
     folder, lines = strip
     server, names = sim
-    page = planned_pieces(folder, family)
+    plan = planned_pieces(family)
     counters = Counters(server)
     result = extract(folder, tmp_path / "out", server, names[family.name], family.name)
     assert result.exit_code == 0, result
-    check_strip_read(tmp_path / "out", lines, family, page, counters.since())
+    check_strip_read(tmp_path / "out", lines, family, plan, counters.since(), counters.requests(names[family.name]))
 
 
 def test_a_png_strip_is_read_in_pieces_cut_from_full_resolution(tmp_path: Path) -> None:

@@ -189,13 +189,16 @@ def ramble_blocks(digest: bytes, target_chars: int) -> list[LayoutBlock]:
 
 def dominant_colour(img: Any) -> str:
     """The palette name nearest to the most common colour of a small thumbnail of ``img``."""
+    import numpy as np
     from PIL import Image
 
-    small = img.convert("RGB").resize((16, 16), Image.Resampling.BOX)
-    counts: dict[str, int] = {}
-    for rgb in small.getdata():
-        name = min(_PALETTE, key=lambda k: sum((a - b) ** 2 for a, b in zip(_PALETTE[k], rgb)))
-        counts[name] = counts.get(name, 0) + 1
+    rgb = img if img.mode == "RGB" else img.convert("RGB")  # (convert would copy an RGB image)
+    small = np.asarray(rgb.resize((16, 16), Image.Resampling.BOX), dtype=np.int64).reshape(-1, 1, 3)
+    names = list(_PALETTE)
+    # Each pixel's nearest palette colour (the first named on a tie), counted: one array
+    # operation instead of 256 x 12 Python loops (a tenth of the server's CPU on a strip's pieces).
+    nearest = ((small - np.array([_PALETTE[k] for k in names])) ** 2).sum(axis=2).argmin(axis=1)
+    counts = {names[i]: int(n) for i, n in enumerate(np.bincount(nearest, minlength=len(names))) if n}
     return max(sorted(counts), key=lambda k: counts[k])
 
 

@@ -265,9 +265,28 @@ def _search_span(page: KnownPage, crop_at: Any, tall: bool) -> Crop | None:
     the page, from :data:`RESHAPED_SHORTEST` to :data:`RESHAPED_LONGEST` times its breadth in steps of
     :data:`SEARCH_STEP` at half resolution, the best :data:`SEARCH_PEAKS` peaks compared at full
     resolution and the best refined there (:data:`REFINE_STEP`)."""
+    rows, cols = page.grey.shape
+
+    def fine(share: float) -> Crop | None:
+        w, h = (cols, round(share * rows)) if tall else (round(share * cols), rows)
+        if min(w, h) < MIN_SIDE or w > cols or h > rows:
+            return None
+        score, y, x = _best_match(_fine(page), crop_at(w, h))
+        return Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
+
+    # A long page's pieces come together and are mostly of one length: first the lengths last
+    # found on this page, refined across a step; one matched :data:`SEARCH_SURE` is taken (13
+    # correlations, not the scan's ~100 and the peaks' refining).
+    with _CACHE_LOCK:
+        recent = list(_RECENT_SPANS.get(id(page), ()))
+    for share in recent:
+        near = [c for c in (fine(share * REFINE_STEP**step) for step in range(-REFINE_STEPS, REFINE_STEPS + 1))
+                if c is not None]
+        top = max(near, key=lambda c: c.correlation, default=None)
+        if top is not None and top.correlation >= SEARCH_SURE:
+            return _remember_span(page, top, tall)
     coarse = _coarse(page)
     c_rows, c_cols = coarse.shape
-    rows, cols = page.grey.shape
     breadth, length = (c_cols, c_rows) if tall else (c_rows, c_cols)
     span = RESHAPED_SHORTEST * breadth
     scored: list[tuple[float, float]] = []  # (score, length as a share of the page's)
@@ -278,14 +297,6 @@ def _search_span(page: KnownPage, crop_at: Any, tall: bool) -> Crop | None:
     peaks = [share for i, (score, share) in enumerate(scored)
              if score >= SEARCH_CORRELATION and score >= max(s for s, _ in scored[max(0, i - 1): i + 2])]
     peaks = [share for _, share in sorted(((s, c) for s, c in scored if c in peaks), reverse=True)[:SEARCH_PEAKS]]
-
-    def fine(share: float) -> Crop | None:
-        w, h = (cols, round(share * rows)) if tall else (round(share * cols), rows)
-        if min(w, h) < MIN_SIDE or w > cols or h > rows:
-            return None
-        score, y, x = _best_match(_fine(page), crop_at(w, h))
-        return Crop(page, Box(x / cols, y / rows, (x + w) / cols, (y + h) / rows), score)
-
     found = [c for c in (fine(share) for share in peaks) if c is not None]
     if not found:
         return None
@@ -294,7 +305,22 @@ def _search_span(page: KnownPage, crop_at: Any, tall: bool) -> Crop | None:
         centre = peaks[found.index(top)]
         refined = [fine(centre * REFINE_STEP**step) for step in range(-REFINE_STEPS, REFINE_STEPS + 1) if step]
         top = max([top, *(c for c in refined if c is not None)], key=lambda c: c.correlation)
-    return top if top.correlation >= MIN_CORRELATION else None
+    return _remember_span(page, top, tall) if top.correlation >= MIN_CORRELATION else None
+
+
+#: id() of a long page -> the lengths (shares of the page's) of the resized pieces last found on
+#: it, the latest first, at most :data:`RECENT_SPANS` of them.
+_RECENT_SPANS: dict[int, list[float]] = {}
+RECENT_SPANS = 2
+
+
+def _remember_span(page: KnownPage, crop: Crop, tall: bool) -> Crop:
+    """``crop``, its length along ``page`` remembered as the first to try for the next piece."""
+    share = crop.region.height if tall else crop.region.width
+    with _CACHE_LOCK:
+        kept = [s for s in _RECENT_SPANS.get(id(page), []) if abs(s / share - 1) > REFINE_STEP - 1]
+        _RECENT_SPANS[id(page)] = [share, *kept][:RECENT_SPANS]
+    return crop
 
 
 def _coarse_score(
@@ -336,10 +362,15 @@ def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Cr
     resolution a scale 1% off can score higher than the right one). Tens of
     half-resolution correlations a page: only for pieces no fixed scale finds. The pages a
     piece was last found on are searched first, and a match of :data:`SEARCH_SURE` ends the
-    search (a corpus of many pages costs tens of correlations a page for every piece)."""
-    best: Crop | None = None
+    search (a corpus of many pages costs tens of correlations a page for every piece). Before
+    any scan, the scales pieces were last found at on the latest of them are tried (:func:`_known_scale`)."""
     with _CACHE_LOCK:
         recent = list(_RECENT)
+    sure = _known_scale(next((p for p in pages if recent and id(p) == recent[0]), None), width, height, crop_at)
+    if sure is not None:
+        return sure
+    best: Crop | None = None
+    best_scale = 0.0
     order = {id(p): i for i, p in enumerate(pages)}
     for page in sorted(pages, key=lambda p: (recent.index(id(p)) if id(p) in recent else len(recent), order[id(p)])):
         if page.grey is None or not page.size_pt[0]:
@@ -360,25 +391,59 @@ def _search(pages: list[KnownPage], width: int, height: int, crop_at: Any) -> Cr
         # The best half-resolution peaks refined across a step; the rest compared as they are.
         tried = [scale * REFINE_STEP**step for scale in peaks[:REFINED_PEAKS]
                  for step in range(-REFINE_STEPS, REFINE_STEPS + 1)] + peaks[REFINED_PEAKS:]
-        found = [c for c in (_fine_crop(page, width, height, scale, crop_at) for scale in tried) if c is not None]
+        found = [(c, scale) for c, scale in ((_fine_crop(page, width, height, scale, crop_at), scale)
+                                             for scale in tried) if c is not None]
         if not found:
             continue
-        top = max(found, key=lambda c: c.correlation)
+        top, top_scale = max(found, key=lambda c: c[0].correlation)
         if top.correlation >= MIN_CORRELATION and (best is None or top.correlation > best.correlation):
-            best = top
+            best, best_scale = top, top_scale
         if best is not None and best.correlation >= SEARCH_SURE:
             break
     if best is not None:
-        with _CACHE_LOCK:
-            if id(best.page) in _RECENT:
-                _RECENT.remove(id(best.page))
-            _RECENT.insert(0, id(best.page))
-            del _RECENT[PREPARED_PAGES:]
+        _remember(best, best_scale)
     return best
+
+
+def _known_scale(page: KnownPage | None, width: int, height: int, crop_at: Any) -> Crop | None:
+    """A piece found at a scale pieces were last found at on ``page`` (the page a piece was last
+    found on): a page's pieces come together, mostly of a few sizes, each size at one scale.
+    Each such scale is compared at full resolution as it is, then the latest across a step
+    (:data:`REFINE_STEP`); a match of :data:`SEARCH_SURE` is taken: 1 to 15 correlations instead
+    of a scan's tens at half resolution and its peaks' refining. None: scan."""
+    if page is None:
+        return None
+    with _CACHE_LOCK:
+        scales = list(_RECENT_SCALES.get(id(page), ()))
+    tries = [[scale] for scale in scales] + [[scales[0] * REFINE_STEP**s for s in range(-REFINE_STEPS, REFINE_STEPS + 1)
+                                              if s]] if scales else []
+    for scaled in tries:
+        found = [(c, scale) for scale in scaled if (c := _fine_crop(page, width, height, scale, crop_at)) is not None]
+        top = max(found, key=lambda c: c[0].correlation, default=None)
+        if top is not None and top[0].correlation >= SEARCH_SURE:
+            _remember(*top)
+            return top[0]
+    return None
+
+
+def _remember(crop: Crop, scale: float) -> None:
+    """``crop``'s page first of the pages to search, and ``scale`` first of its scales."""
+    key = id(crop.page)
+    with _CACHE_LOCK:
+        if key in _RECENT:
+            _RECENT.remove(key)
+        _RECENT.insert(0, key)
+        del _RECENT[PREPARED_PAGES:]
+        kept = [s for s in _RECENT_SCALES.get(key, []) if abs(s / scale - 1) > REFINE_STEP - 1]
+        _RECENT_SCALES[key] = [scale, *kept][:RECENT_SCALES]
 
 
 #: id() of the pages searched pieces were last found on, the latest first.
 _RECENT: list[int] = []
+#: id() of a page -> the scales searched pieces were last found at on it, the latest first, at
+#: most :data:`RECENT_SCALES` of them (a dense page's tiles, bands and their halves: a few sizes).
+_RECENT_SCALES: dict[int, list[float]] = {}
+RECENT_SCALES = 3
 _SEARCH_LOCK = threading.Lock()
 
 
