@@ -347,12 +347,18 @@ def _concurrent_reader_never_sees_a_partial_part(stage: Storage, parts: int = 12
                 if table.num_rows not in {rows + n for n in payloads}:
                     problems.append(f"{path}: {table.num_rows} rows")
                 seen.append(table.num_rows)
+                read_one.set()
 
+    read_one = threading.Event()
     thread = threading.Thread(target=reader)
     thread.start()
     try:
         for i in range(parts):
             stage.write_atomic(stage.path(f"part-00000-of-00001-{i % 4:06d}.parquet"), payloads[i % 3])
+            if i == 0:
+                # The rest are written while the reader reads: on a loaded machine its thread once
+                # got no turn before all 12 were written, and read nothing at all.
+                assert read_one.wait(120), "the reader read no part"
     finally:
         stop.set()
         thread.join()

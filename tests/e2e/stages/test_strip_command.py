@@ -19,7 +19,7 @@ def test_the_command_reads_a_strip_in_pieces_rendered_by_a_worker_process(tmp_pa
     folder.mkdir()
     lines = strip_pdf(folder / "strip.pdf")
     family = family_named("olmocr")
-    page = planned_pieces(folder, family)
+    plan = planned_pieces(family)
     model = family.models[0]
     out = tmp_path / "out"
     with SimulatedServer("--instant", "--max-model-len", "32768", "--served-model-name", model,
@@ -27,6 +27,6 @@ def test_the_command_reads_a_strip_in_pieces_rendered_by_a_worker_process(tmp_pa
         counters = Counters(sim)
         result = run_cli("extract", str(folder), "--output", str(out), "--endpoint", sim.base_url, "--model", model,
                          "--workers", "1", "--progress", "off", timeout=600)
-        counted = counters.since()
+        counted, sent = counters.since(), counters.requests(model)
     assert result.returncode == 0, result.stderr[-3000:]
-    check_strip_read(out, lines, family, page, counted)
+    check_strip_read(out, lines, family, plan, counted, sent)
