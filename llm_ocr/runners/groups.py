@@ -348,9 +348,7 @@ class GroupWork:
     async def admit(self, ref: DocumentRef | None) -> bool:
         """Whether a page of ``ref`` may be sent now: the first page of a group starts it
         (:meth:`Claims.start`); the pages of a group another process took before that are not."""
-        with self._lock:
-            group = self._doc_group.get(ref.doc_id) if ref is not None else None
-            held = self.held.get(group) if group is not None else None
+        group, held = self._held_of(ref)
         if group is None or held is None:
             return group is None  # not a document of a group; or one of a group dropped here
         if not held.started:
@@ -373,10 +371,14 @@ class GroupWork:
         """Whether a page of ``ref`` may go ahead of waiting pages of groups only claimed: its
         group has started here (or it is of no group, or of one dropped here: :meth:`admit`
         settles those at once)."""
+        _, held = self._held_of(ref)
+        return held is None or held.started
+
+    def _held_of(self, ref: DocumentRef | None) -> tuple[GroupId | None, HeldGroup | None]:
+        """The group of ``ref``'s pages and, while this process holds it, its state here."""
         with self._lock:
             group = self._doc_group.get(ref.doc_id) if ref is not None else None
-            held = self.held.get(group) if group is not None else None
-            return held is None or held.started
+            return group, self.held.get(group) if group is not None else None
 
     def group_of(self, doc_id: str) -> GroupId:
         """The group a document's rows belong to (a group this process holds)."""

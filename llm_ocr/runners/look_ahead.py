@@ -174,7 +174,6 @@ class Waiting(Generic[RefT, ItemT]):
         self._left.set()  # room for the next chunk
         return entry
 
-
     def _pop(self, preferred: Callable[[RefT], bool] | None) -> Entry[RefT, ItemT]:
         """The heap's first entry, or, with ``preferred``, its first one ``preferred`` accepts if
         any. A scan of the waiting pages (at most the look-ahead's bound) when the first is not."""
