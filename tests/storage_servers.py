@@ -275,11 +275,15 @@ def shared_gcs() -> GcsEmulator:
 class CuttableProxy:
     """A TCP proxy on a free port in front of ``target_port``; ``cut()`` makes it refuse and
     drop every connection (a store that went away), ``restore()`` brings it back.
-    :attr:`received` counts the bytes the clients got (responses, headers included)."""
+    :attr:`received` counts the bytes the clients got (responses, headers included), and
+    :attr:`unreached` the connections closed because the target refused them. ``swallow(n)``: the next ``n`` connections' requests reach the target, and their answers are
+    read and thrown away, the client's connection closed without a byte (a server that did the
+    work and died before answering)."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.received = 0
+        self.unreached = 0
         self.cut_event = threading.Event()
         self.server = socket.socket()
         self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -289,7 +293,12 @@ class CuttableProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._swallow = 0
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def swallow(self, n: int = 1) -> None:
+        with self._lock:
+            self._swallow += n
 
     def _accept(self) -> None:
         while True:
@@ -304,9 +313,17 @@ class CuttableProxy:
                 upstream = socket.create_connection(("127.0.0.1", self.target_port))
             except OSError:
                 client.close()
+                with self._lock:
+                    self.unreached += 1
                 continue
             with self._lock:
                 self._conns += [client, upstream]
+                swallowed = self._swallow > 0
+                self._swallow -= swallowed
+            if swallowed:
+                threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+                threading.Thread(target=self._drain, args=(upstream, client), daemon=True).start()
+                continue
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b, b is client), daemon=True).start()
 
@@ -325,6 +342,23 @@ class CuttableProxy:
                     sock.close()
                 except OSError:
                     pass
+
+    @staticmethod
+    def _drain(upstream: socket.socket, client: socket.socket) -> None:
+        """Read the target's whole answer, then close the client's connection unanswered."""
+        try:
+            while upstream.recv(65536):
+                pass
+        except OSError:
+            pass
+        for sock in (upstream, client):
+            try:
+                # shutdown first: the pipe from the client is blocked in recv on this socket,
+                # and a close alone would neither wake it nor end the connection.
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            except OSError:
+                pass
 
     def cut(self) -> None:
         self.cut_event.set()

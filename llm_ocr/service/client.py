@@ -8,11 +8,17 @@
     print(doc.markdown())
 
 A full queue (429) and a database that is not answering (503: restarting, failing over) are
-retried after the ``Retry-After`` they name, up to ``retries`` times.
+retried after the ``Retry-After`` they name, up to ``retries`` times. A gateway that cannot be
+reached, or that closed the connection before answering (restarting, redeployed, behind a load
+balancer that dropped it), is tried again for up to ``reconnect`` seconds when the request is
+safe to repeat: reads, a cancel, and a submission, which always carries an ``Idempotency-Key``
+(one is made when none is given) so that a submission whose answer was lost returns the same
+document when it is sent again, never a second one.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import mimetypes
 import os
@@ -26,6 +32,9 @@ from typing import Any
 #: Statuses a document never leaves.
 FINAL = frozenset({"done", "failed", "cancelled"})
 
+#: Methods a lost connection may repeat as they are; a POST only with an Idempotency-Key.
+REPEATABLE = frozenset({"GET", "HEAD", "DELETE"})
+
 
 class ServiceError(Exception):
     """The service answered with an error: ``status`` (the HTTP status) and its message."""
@@ -38,13 +47,15 @@ class ServiceError(Exception):
 class Service:
     """The service at ``url``."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0, retries: int = 5) -> None:
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0, retries: int = 5,
+                 reconnect: float = 30.0) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"the service's URL starts with http:// or https://, not {url!r}")
         self.url = url.rstrip("/")
         self._token = token if token is not None else os.environ.get("LLM_OCR_SERVICE_TOKEN")
         self.timeout = timeout
         self.retries = retries
+        self.reconnect = reconnect
 
     def __repr__(self) -> str:
         return f"Service({self.url!r})"  # never the token
@@ -52,11 +63,17 @@ class Service:
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
                 ) -> tuple[int, dict[str, str], bytes]:
         """One request; ``(status, headers, body)``; :class:`ServiceError` for a 4xx or 5xx
-        (a 429 or 503 is retried after its ``Retry-After`` first)."""
+        (a 429 or 503 is retried after its ``Retry-After`` first). A gateway that refused or
+        dropped the connection is tried again for up to ``reconnect`` seconds if the request is
+        safe to repeat (see the module's docstring); else the connection error is raised."""
         headers = dict(headers or {})
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        for attempt in range(self.retries + 1):
+        repeatable = method in REPEATABLE or "Idempotency-Key" in headers
+        deadline = time.monotonic() + self.reconnect
+        pause = 0.05
+        attempt = 0
+        while True:
             # The URL was checked to be http(s) in __init__.
             request = urllib.request.Request(self.url + path, data=body, headers=headers, method=method)  # noqa: S310
             try:
@@ -65,6 +82,7 @@ class Service:
             except urllib.error.HTTPError as exc:
                 text = exc.read().decode("utf-8", "replace")
                 if exc.code in (429, 503) and attempt < self.retries:
+                    attempt += 1
                     time.sleep(float(exc.headers.get("Retry-After") or 1))
                     continue
                 try:
@@ -72,7 +90,16 @@ class Service:
                 except (ValueError, AttributeError):
                     pass
                 raise ServiceError(exc.code, str(text)) from None
-        raise AssertionError("unreachable")
+            except (urllib.error.URLError, ConnectionError, http.client.BadStatusLine) as exc:
+                # Refused or reset while connecting arrives as a URLError; closed before the answer
+                # (http.client.RemoteDisconnected) or reset while reading it as itself. A timeout is
+                # neither: the gateway may still be working on it, and it is raised.
+                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+                lost = isinstance(reason, (ConnectionError, http.client.BadStatusLine))
+                if not (lost and repeatable) or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
     def _json(self, method: str, path: str, body: bytes | None = None,
               headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -105,8 +132,9 @@ class Service:
         return self._submitted(body, {"Content-Type": "application/json"}, idempotency_key)
 
     def _submitted(self, body: bytes, headers: dict[str, str], key: str | None) -> Document:
-        if key is not None:
-            headers["Idempotency-Key"] = key
+        # Always a key: a submission sent again after its answer was lost (a gateway restarting)
+        # must return the document the first one made.
+        headers["Idempotency-Key"] = key if key is not None else uuid.uuid4().hex
         answer = self._json("POST", "/v1/documents", body, headers)
         return Document(self, answer["id"])
 
