@@ -74,7 +74,8 @@ def test_a_gateway_restarted_loses_no_submission(tmp_path: Path, postgres_url: s
         gateway = start_gateway(port, data, postgres_url)
         proxy = CuttableProxy(port)
         try:
-            client = llm_ocr.Service(proxy.url)
+            # Long enough for a gateway's start-up on a loaded machine (the default is 30 s).
+            client = llm_ocr.Service(proxy.url, reconnect=300)
             sim.inject("hang", count=1)  # one page is held: the document is certainly running
             proxy.swallow(1)  # the gateway makes the document; its answer never arrives
             doc = client.submit(corpus / "doc0.pdf")
