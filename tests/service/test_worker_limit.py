@@ -13,6 +13,7 @@ queue, against the simulator as a subprocess.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from reportlab.pdfgen import canvas
@@ -107,3 +108,60 @@ def test_documents_share_the_workers_limit_and_leave_nothing_on_it(tmp_path: Pat
     assert (limits.pages.held, limits.pages.waiting, limits.pages.followers) == (0, 0, followers)
     for limit in (limits.pieces, limits.figures, limits.describe_pages):
         assert (limit.held, limit.waiting, limit.followers) == (0, 0, 0)
+
+
+#: A Fields schema each document is submitted with (the gateway stores its text in the options).
+SCHEMA = json.dumps({"type": "object", "properties": {"title": {"type": "string"}}})
+
+
+async def _fields_stream(tmp: Path, sim: SimulatedServer) -> tuple[int, int]:
+    """Four documents open with a schema: their pages and then their Fields requests, all held by
+    the server until the test releases what it holds. Returns the most requests the server held at
+    once and the rounds."""
+    queue = SQLiteQueue(tmp / "q.db")
+    settings = WorkerSettings(endpoint=sim.base_url, concurrency=OPEN, poll=3600,
+                              run_options={"max_in_flight": SLOTS, "dedup": False})
+    worker = Worker(queue, Spool(str(tmp / "data")), settings)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    ids = [f"doc{number}" for number in range(OPEN)]
+    for doc_id in ids:
+        queue.submit(doc_id, name=f"{doc_id}.pdf", input_url=str(tmp / "docs" / f"{doc_id}.pdf"),
+                     options={"fields_schema": SCHEMA, "fields_repair": False}, pages=1, key=None, limit=100)
+    worker.wake.set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HANG_GUARD_S
+    released = most = rounds = 0
+    while True:
+        statuses = await asyncio.to_thread(lambda: [queue.get(doc_id) for doc_id in ids])
+        if all(doc is not None and doc.status in ("done", "failed") for doc in statuses):
+            break
+        held_at_server = await asyncio.to_thread(hangs_applied, sim) - released
+        most = max(most, held_at_server)
+        assert held_at_server <= SLOTS, f"the server holds {held_at_server} requests; the worker's limit is {SLOTS}"
+        limits = getattr(worker.reuse, "limits", None)
+        # Settled: every request at the server holds one of the worker's slots, and they are all taken.
+        if limits is not None and held_at_server == limits.pages.held > 0 and (
+                held_at_server == SLOTS or limits.pages.waiting == 0):
+            released += held_at_server
+            rounds += 1
+            await asyncio.to_thread(sim.release)
+        assert not running.done(), running
+        assert loop.time() < deadline, f"never settled: {held_at_server} held at the server"
+        await asyncio.sleep(0.05)  # a poll of the two states, not a wait for time to pass
+    stop.set()
+    await asyncio.wait_for(running, HANG_GUARD_S)
+    return most, rounds
+
+
+def test_fields_requests_take_their_slots_from_the_workers_limit(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    for number in range(OPEN):
+        _page(tmp_path / "docs" / f"doc{number}.pdf", number)
+    with SimulatedServer("--instant", corpus=str(tmp_path / "docs")) as sim:
+        sim.inject("hang", count=2 * OPEN + 8)  # every request held until released
+        most, rounds = asyncio.run(_fields_stream(tmp_path, sim))
+        # A page and a Fields request a document (before, the Fields requests were on no shared
+        # limit: two documents' fields were held beside two others' pages).
+        assert sim.stats()["requests"] == 2 * OPEN
+    assert most == SLOTS and rounds >= 2 * OPEN // SLOTS
