@@ -21,6 +21,11 @@ simulated server, and measures, at each rate:
    private PostgreSQL (Debian's package, as the tests start theirs), a fresh database per rate:
    the worker learns of a submission from the database alone.
 
+Beside each rate it prints CPU-seconds a page, service against batch: this process's user + system
+time over the stream (gateway, worker and this client; with ``--postgres`` not the database's) and
+over the batch's call (the simulator, a process of its own, is on neither side). Pages/s moves
+with the load of a shared machine far more than CPU a page does.
+
 The worker holds ``--in-flight`` requests at once, shared by ``--concurrency`` documents open
 (default: twice the limit), as the batch holds ``--in-flight`` for all its pages. A rate the
 service cannot keep up with shows as pages/s below the rate and latencies that grow with the
