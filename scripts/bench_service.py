@@ -21,6 +21,11 @@ simulated server, and measures, at each rate:
    private PostgreSQL (Debian's package, as the tests start theirs), a fresh database per rate:
    the worker learns of a submission from the database alone.
 
+Beside each rate it prints CPU-seconds a page, service against batch: this process's user + system
+time over the stream (gateway, worker and this client; with ``--postgres`` not the database's) and
+over the batch's call (the simulator, a process of its own, is on neither side). Pages/s moves
+with the load of a shared machine far more than CPU a page does.
+
 The worker holds ``--in-flight`` requests at once, shared by ``--concurrency`` documents open
 (default: twice the limit), as the batch holds ``--in-flight`` for all its pages. A rate the
 service cannot keep up with shows as pages/s below the rate and latencies that grow with the
@@ -33,6 +38,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
+import os
 import shlex
 import statistics
 import sys
@@ -86,16 +92,24 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
 
 
-def batch(documents: Path, out: Path, endpoint: str, in_flight: int | None) -> float:
+def cpu_seconds() -> float:
+    """This process's CPU-seconds so far (user + system, every thread): the batch's run, or the
+    service's gateway, worker and the benchmark's client (the simulator is a process of its own)."""
+    times = os.times()
+    return times.user + times.system
+
+
+def batch(documents: Path, out: Path, endpoint: str, in_flight: int | None) -> tuple[float, float]:
     """``llm_ocr.run`` over ``documents`` with at most ``in_flight`` requests at the server (None:
-    the run's default): pages/s over the call, in this process (warm once :func:`warm_up` ran),
-    rendering in a thread of it, as the worker does."""
-    start = time.monotonic()
+    the run's default): pages/s over the call, and CPU-seconds a page, in this process (warm once
+    :func:`warm_up` ran), rendering in a thread of it, as the worker does."""
+    start, cpu = time.monotonic(), cpu_seconds()
     result = llm_ocr.run(documents, out, endpoint=endpoint, progress="off", workers=0, max_in_flight=in_flight,
                          dedup=False)
-    seconds = time.monotonic() - start
+    seconds, cpu = time.monotonic() - start, cpu_seconds() - cpu
     assert result.ok, result
-    return sum(result.pages.get(k, 0) for k in ("ok", "truncated")) / seconds
+    pages = sum(result.pages.get(k, 0) for k in ("ok", "truncated"))
+    return pages / seconds, cpu / pages
 
 
 def warm_up(documents: list[Path], out: Path, endpoint: str) -> None:
@@ -123,7 +137,7 @@ def stream(paths: list[Path], rate: float, data: Path, endpoint: str, worker: Wo
             services.enter_context(BackgroundService(
                 ServiceConfig(data=str(data), database_url=database_url, port=0, worker=worker)))
         client = llm_ocr.Service(gateway.url)
-        start = time.monotonic()
+        start, cpu = time.monotonic(), cpu_seconds()
         submitted = []
         for i, path in enumerate(paths):
             delay = start + i / rate - time.monotonic()
@@ -133,6 +147,7 @@ def stream(paths: list[Path], rate: float, data: Path, endpoint: str, worker: Wo
         docs = [future.result() for future in submitted]
         for doc in docs:
             assert doc.wait(timeout=600)["status"] == "done", doc.status()
+        cpu = cpu_seconds() - cpu
     queue: DocumentQueue = SQLiteQueue(data / "service.db") if database_url is None else PostgresQueue(database_url)
     spool = Spool(str(data))
     rows = [queue.get(doc.id) for doc in docs]
@@ -150,7 +165,8 @@ def stream(paths: list[Path], rate: float, data: Path, endpoint: str, worker: Wo
     return {"pages_s": sum(len(rows_) for rows_ in pages.values()) / (last - first),
             "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
             "model_p50": statistics.median(model), "model_p95": percentile(model, 0.95),
-            "ratio_p50": percentile(ratios, 0.5), "ratio_p95": percentile(ratios, 0.95)}
+            "ratio_p50": percentile(ratios, 0.5), "ratio_p95": percentile(ratios, 0.95),
+            "cpu_page": cpu / max(1, sum(len(rows_) for rows_ in pages.values()))}
 
 
 def main() -> None:
@@ -190,16 +206,17 @@ def main() -> None:
               f"in flight, run just before each rate; the service ({where}): one worker, at most {args.in_flight} "
               f"in flight shared by {concurrency} documents open")
         print(" rate (docs/s)  pages/s  batch  of batch  p50 latency (s)  p95 latency (s)  model's time p50/p95 (s)"
-              "  latency/model p50/p95  load (1 min)")
+              "  latency/model p50/p95  CPU-s/page service/batch  load (1 min)")
         for i, rate in enumerate(rates):
             # Back to back, so that both see the same load on a shared machine.
-            batch_rate = batch(root / "docs", root / f"batch-{i}", sim.base_url, args.in_flight)
+            batch_rate, batch_cpu = batch(root / "docs", root / f"batch-{i}", sim.base_url, args.in_flight)
             url = _database(cluster.url) if cluster is not None else None
             found = stream(paths, rate, root / f"service-{i}", sim.base_url, worker, url)
             print(f" {rate:13.2f}  {found['pages_s']:7.2f}  {batch_rate:5.2f}  {found['pages_s'] / batch_rate:8.2f}"
                   f"  {found['p50']:15.2f}  {found['p95']:15.2f}"
                   f"  {found['model_p50']:13.2f}/{found['model_p95']:.2f}"
-                  f"  {found['ratio_p50']:15.2f}/{found['ratio_p95']:.2f}  {_load():12s}", flush=True)
+                  f"  {found['ratio_p50']:15.2f}/{found['ratio_p95']:.2f}"
+                  f"  {found['cpu_page']:17.3f}/{batch_cpu:.3f}  {_load():12s}", flush=True)
 
 
 def _database(cluster_url: str) -> str:

@@ -46,9 +46,10 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
                             "again after this (default: 30)")
     group.add_argument("--poll", type=float, default=1.0, metavar="S",
                        help="seconds between looks at an empty queue (default: 1)")
-    group.add_argument("--concurrency", type=int, default=4, metavar="N",
+    group.add_argument("--concurrency", type=int, default=None, metavar="N",
                        help="documents read at once, sharing the worker's endpoint and in-flight limit; more "
-                            "than --max-in-flight keeps the model busy on short documents (default: 4)")
+                            "than --max-in-flight keeps the model busy on short documents (default: twice the "
+                            "in-flight limit, at most 128)")
     group.add_argument("--max-deliveries", type=int, default=3, metavar="N",
                        help="workers lost on one document before it is failed (default: 3)")
     group.add_argument("--max-in-flight", type=int, default=None, metavar="N",
@@ -88,9 +89,15 @@ def _print_k8s_manifests(args: argparse.Namespace) -> int:
             raise LaunchError("--k8s-manifests needs --store: the object store every pod keeps documents and "
                               "results on")
         low, high = parse_worker_range(args.k8s_workers)
+        from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT
+        from llm_ocr.service.worker import default_concurrency
+
+        # Written into the worker's command as the autoscaler's target per worker: the two agree
+        # (a worker that launches its engine would otherwise size it from the engine's preset).
+        concurrency = args.concurrency or default_concurrency(args.max_in_flight or DEFAULT_IN_FLIGHT)
         deploy = ServiceDeploy(image=args.k8s_image or "", store=args.store, namespace=args.k8s_namespace,
                                endpoint=args.endpoint, gateways=args.k8s_gateways, min_workers=low, max_workers=high,
-                               concurrency=args.concurrency, lease=args.lease,
+                               concurrency=concurrency, max_in_flight=args.max_in_flight, lease=args.lease,
                                database_secret=args.k8s_database_secret, token_secret=args.k8s_token_secret,
                                secret_refs=args.k8s_secret_ref, worker_gpus=args.k8s_worker_gpus)
         print(to_yaml(service_manifests(deploy)), end="")

@@ -32,6 +32,7 @@ from llm_ocr.runners.lifecycle import Finished, Markers, Shard, ShardStage, Stag
 from llm_ocr.runners.page_flow import acquire_unless_stopped, finish_in_flight, iterate_in_thread
 from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT, ShardOutcome
+from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint, EndpointError, choose_engine
 from llm_ocr.stages.fields import (
     Classes,
@@ -190,9 +191,13 @@ class Fields(ShardStage):
 
     writes = (STAGE,)
 
-    def __init__(self, spec: StageSpec, *, main: Endpoint | None = None) -> None:
+    def __init__(self, spec: StageSpec, *, main: Endpoint | None = None, limit: InFlightLimit | None = None) -> None:
         self.spec = spec
         self.main = main
+        #: The limit of requests at ``main`` that the caller shares (the service's worker: its
+        #: pages' limit, so a worker's Fields requests count against its --max-in-flight); used
+        #: when Fields runs on ``main``. None: the run's own, of --max-in-flight requests.
+        self.limit = limit
         self._plan: FieldsPlan | None = None
         self.complete = True
         self.done: set[str] = set()
@@ -251,8 +256,9 @@ class Fields(ShardStage):
             if await served_by_ocr_engine(endpoint, secret.get_secret_value() if secret else None):
                 raise RunError(not_a_language_model(f"the fields endpoint {endpoint.client.display_url}"))
             run = _Run(self.spec, self.plan, shard)
+            shared = self.limit if endpoint is self.main else None
             try:
-                result = await run.go(endpoint, self.done, self.next_seq)
+                result = await run.go(endpoint, self.done, self.next_seq, shared)
             except UnreadablePart as exc:
                 raise RunError(str(exc)) from exc
         return Finished([result], complete=self.complete, preset=endpoint.preset)
@@ -277,8 +283,10 @@ class _Run:
         # pypdfium2 is not thread-safe: page images are rendered one at a time.
         self._render_lock = threading.Lock()
 
-    async def go(self, endpoint: Endpoint, done: set[str], next_seq: int) -> StageResult:
-        """Extract the fields of every document of the shard not ``done``; the stage's result."""
+    async def go(self, endpoint: Endpoint, done: set[str], next_seq: int,
+                 limit: InFlightLimit | None = None) -> StageResult:
+        """Extract the fields of every document of the shard not ``done``; the stage's result.
+        ``limit``: the requests' limit, shared with the caller (None: one of --max-in-flight)."""
         shard, job, options = self.shard, self.spec.job, self.spec.fields
         stop = shard.stop
         started = time.monotonic()
@@ -286,8 +294,9 @@ class _Run:
         writer = PartWriter(stage, self.plan.arrow_schema, shard.index, shard.count, start_seq=next_seq,
                             max_rows=job.part_rows)
         skipped = 0
-        in_flight = job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
-        ctx = await self._context(endpoint, in_flight)
+        in_flight = limit.limit if limit is not None else \
+            job.max_in_flight or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
+        ctx = await self._context(endpoint, limit or asyncio.Semaphore(in_flight))
         reporter = ProgressReporter(self.counters, job.progress, job.progress_interval, poll_server=endpoint.metrics,
                                     on_tick=progress_writer(self.out, STAGE, shard.index, shard.count))
         reporter.start()
@@ -364,7 +373,7 @@ class _Run:
             self.counters.in_flight -= 1
             documents.release()
 
-    async def _context(self, endpoint: Endpoint, in_flight: int) -> FieldsContext:
+    async def _context(self, endpoint: Endpoint, limit: InFlightLimit | asyncio.Semaphore) -> FieldsContext:
         options = self.spec.fields
         mode = "json_schema" if options.fields_structured == "auto" else options.fields_structured
         return FieldsContext(
@@ -373,7 +382,7 @@ class _Run:
             classify=options.fields_classify, max_tokens=options.fields_max_tokens,
             max_input_tokens=options.fields_max_input_tokens, context_tokens=await endpoint.client.max_model_len(),
             pages_per_request=options.fields_pages_per_request, instruction=options.fields_prompt,
-            temperature=options.fields_temperature, repair=options.fields_repair, limit=asyncio.Semaphore(in_flight),
+            temperature=options.fields_temperature, repair=options.fields_repair, limit=limit,
             page_image=self._page_image if options.fields_from != "markdown" else None,
         )  # fmt: skip
 

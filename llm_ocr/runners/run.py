@@ -41,7 +41,7 @@ from llm_ocr.runners.extract import Extract, extract_context, page_aspect, with_
 from llm_ocr.runners.fields import Fields, fields_wanted, launched_engine_refusal
 from llm_ocr.runners.groups import GroupWork, groups_finished
 from llm_ocr.runners.inputs import check_inputs, rows_round_robin
-from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_on, run_stage
+from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_on
 from llm_ocr.runners.page_flow import DocumentPages, PageRows, UpstreamRows, page_look_ahead
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.shard import ShardOutcome
@@ -85,6 +85,9 @@ class Reuse:
     #: The in-flight limits of every run on :attr:`endpoint`: the runs at once share its slots
     #: (None: each run sizes its own).
     limits: RunLimits | None = None
+    #: True when the caller checked that the runs' outputs can be written (the service's worker
+    #: checks its results folder once): a run then writes no probe file of its own.
+    writable_checked: bool = False
 
 
 @dataclass
@@ -361,6 +364,10 @@ class Run(ShardStage):
             # Fields reads OUT/assemble back: batched writes (the Hub) must be committed first.
             await asyncio.to_thread(shard.out.flush)
             self.fields.main = self.endpoint
+            # On the caller's endpoint, its requests take the caller's slots, as the pages did
+            # (a slot each while at the model; the document's pages hold none by now).
+            shared = self.reuse.limits if self.endpoint is self.reuse.endpoint else None
+            self.fields.limit = shared.pages if shared is not None else None
             try:
                 extracted = await run_on(shard, self.fields, writable_checked=True)
             except RunError as exc:
@@ -422,4 +429,5 @@ async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None, reuse: R
     if spec.escalate.escalate_to:
         return await cascade_shard(spec, stop)
     async with AsyncExitStack() as servers:  # a server kept open for Fields stops here, whatever happened
-        return await run_stage(Run(spec, servers, reuse), spec.job, stop)
+        return await run_on(Shard.resolve(spec.job, stop), Run(spec, servers, reuse),
+                            writable_checked=reuse is not None and reuse.writable_checked)

@@ -340,27 +340,30 @@ class PostgresQueue:
         row = self._call(claim)
         return Document.of(row) if row else None
 
-    def renew(self, doc_id: str, owner: str, lease_s: float) -> Lease:
-        """Extend ``owner``'s lease on ``doc_id``; whether it still held it, and whether a cancel was asked."""
+    def renew(self, doc_ids: Sequence[str], owner: str, lease_s: float) -> dict[str, Lease]:
+        """Extend ``owner``'s leases on ``doc_ids`` (one statement for all: a worker renews every
+        document it reads at once); for each, whether it still held it and whether a cancel was asked."""
 
-        def renew(db: Any) -> Lease:
-            row = db.execute("UPDATE llm_ocr_documents SET lease_expires = llm_ocr_now() + %s WHERE id = %s "
-                             "AND lease_owner = %s AND status = 'running' RETURNING cancel",
-                             (lease_s, doc_id, owner)).fetchone()
-            if row is not None:
-                return Lease(True, bool(row["cancel"]))
-            return Lease(False, self._cancel_asked(db, doc_id))
+        def renew(db: Any) -> dict[str, Lease]:
+            ids = list(doc_ids)
+            held = {row["id"]: bool(row["cancel"]) for row in db.execute(
+                "UPDATE llm_ocr_documents SET lease_expires = llm_ocr_now() + %s WHERE id = ANY(%s) "
+                "AND lease_owner = %s AND status = 'running' RETURNING id, cancel", (lease_s, ids, owner)).fetchall()}
+            lost = [doc_id for doc_id in ids if doc_id not in held]
+            asked = self._cancels_asked(db, lost) if lost else set()
+            return {doc_id: Lease(doc_id in held, held.get(doc_id, doc_id in asked))
+                    for doc_id in ids}
 
         return self._call(renew)
 
     @staticmethod
-    def _cancel_asked(db: Any, doc_id: str) -> bool:
-        row = db.execute("SELECT cancel FROM llm_ocr_documents WHERE id = %s", (doc_id,)).fetchone()
-        return bool(row and row["cancel"])
+    def _cancels_asked(db: Any, doc_ids: Sequence[str]) -> set[str]:
+        rows = db.execute("SELECT id FROM llm_ocr_documents WHERE id = ANY(%s) AND cancel", (list(doc_ids),))
+        return {row["id"] for row in rows.fetchall()}
 
-    def cancel_asked(self, doc_id: str) -> bool:
-        """Whether a cancel of ``doc_id`` was asked."""
-        return self._call(lambda db: self._cancel_asked(db, doc_id))
+    def cancels_asked(self, doc_ids: Sequence[str]) -> set[str]:
+        """Those of ``doc_ids`` whose cancel was asked (one read for all)."""
+        return self._call(lambda db: self._cancels_asked(db, doc_ids))
 
     def finish(self, doc_id: str, owner: str, status: str, *, pages_done: int, pages_failed: int,
                error: str | None = None, cause: str | None = None) -> bool:

@@ -164,11 +164,12 @@ class DocumentQueue(Protocol):
         """Take the next document for ``owner`` under a lease of ``lease_s`` seconds: one whose
         lease lapsed first (its worker was lost), then the oldest queued. None when none waits."""
 
-    def renew(self, doc_id: str, owner: str, lease_s: float) -> Lease:
-        """Extend ``owner``'s lease on ``doc_id``; whether it still held it, and whether a cancel was asked."""
+    def renew(self, doc_ids: Sequence[str], owner: str, lease_s: float) -> dict[str, Lease]:
+        """Extend ``owner``'s leases on ``doc_ids`` (one statement for all: a worker renews every
+        document it reads at once); for each, whether it still held it and whether a cancel was asked."""
 
-    def cancel_asked(self, doc_id: str) -> bool:
-        """Whether a cancel of ``doc_id`` was asked."""
+    def cancels_asked(self, doc_ids: Sequence[str]) -> set[str]:
+        """Those of ``doc_ids`` whose cancel was asked (one read for all)."""
 
     def finish(self, doc_id: str, owner: str, status: str, *, pages_done: int, pages_failed: int,
                error: str | None = None, cause: str | None = None) -> bool:

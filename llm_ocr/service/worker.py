@@ -18,17 +18,23 @@ page or ending holds no slot, and another document's page takes it: the model se
 worth of requests while documents turn over, as ``llm-ocr run`` feeds its pages. (When each
 run had a limit of its own, a one-page document's slot stood idle while it started and ended:
 0.86 to 0.92 of the batch's pages/s; docs/service.md, the benchmark.) A run that ends leaves
-nothing on the worker's limits. (Not shared: a document's Fields requests, given a schema, and the
-stages of an escalating run, which open their own endpoints.)
+nothing on the worker's limits. A document's Fields requests, given a schema, take their slots
+from the pages' limit too (the document's pages hold none by then). (Not shared: the stages of an
+escalating run, which open their own endpoints; a submission cannot ask for escalation yet.)
+Unless told (``concurrency``), a worker opens twice as many documents as its limit has slots
+(:func:`default_concurrency`), and the documents open share one run's bound on rendered pages
+waiting for a slot.
 
 A document's results folder is that run's output, written one part per page (``part_rows=1``):
 every page read is a checkpoint, and a document taken again (its worker was killed and its lease
 lapsed, or it was released at shutdown) resumes there; the run's own resume skips the pages it
 finds, so each page has one row.
 
-While a document runs, its lease is renewed every third of the lease. A renewal that finds the
-lease gone (another worker took the document) stops the run; one that finds a cancel asked stops
-it too, after the pages in flight (the run's ``stop``), and what was read is kept.
+While documents run, their leases are renewed every third of the lease, and cancels looked for
+every ``poll`` seconds, by one task of the worker, one statement for all the documents it holds
+(one per document cost a database connection and, on SQLite, a write each). A renewal that finds
+a lease gone (another worker took the document) stops that run; a cancel asked stops it too,
+after the pages in flight (the run's ``stop``), and what was read is kept.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from llm_ocr.api import keyword_spec
 from llm_ocr.config import OptionError
 from llm_ocr.options import ClientOptions, ServerOptions
 from llm_ocr.outcomes import ExitCode
-from llm_ocr.runners.shard import ShardOutcome, run_guarded
+from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT, ShardOutcome, run_guarded
 from llm_ocr.service.callback import CallbackSettings, deliver
 from llm_ocr.service.queue import FINAL, Document, DocumentQueue, QueueUnavailable, summary
 from llm_ocr.service.spool import Spool
@@ -82,13 +88,40 @@ class WorkerSettings:
     #: Deliveries of one document (workers lost while reading it) before it is failed.
     max_deliveries: int = 3
     #: Documents read at once by this worker (they share its endpoint, render pool and in-flight
-    #: limit): more than the limit's slots for short documents, so that a document's start and
-    #: end overlap other documents' pages at the model.
-    concurrency: int = 4
+    #: limit): more than the limit's slots, so that a document's start and end overlap other
+    #: documents' pages at the model. None: :func:`default_concurrency` of the worker's limit.
+    concurrency: int | None = None
     #: Seconds the pages in flight may take to finish when the worker stops.
     grace_period: float = 30.0
     #: More keyword options of every run (``llm_ocr.run``'s names), e.g. ``max_in_flight``.
     run_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Held:
+    """A document a worker is reading: its run's stop, and what the lease keeper found."""
+
+    halt: asyncio.Event
+    #: When its lease was last renewed (or taken), by the monotonic clock.
+    renewed: float
+    cancel: bool = False
+    lost: bool = False
+
+
+#: The most documents a worker opens by default (:func:`default_concurrency`).
+MAX_DEFAULT_CONCURRENCY = 128
+#: MiB of rendered page images a worker's open documents hold together while their pages wait
+#: for a slot: one run's own default (``--look-ahead-mb``), shared among the documents open.
+WORKER_LOOK_AHEAD_MB = 256.0
+
+
+def default_concurrency(in_flight: int) -> int:
+    """The documents a worker reads at once when not told: twice its in-flight limit, so that
+    while a document starts, renders its page or ends, another one's page takes its slot (with
+    as many documents as slots, one-page documents left slots idle); at most
+    :data:`MAX_DEFAULT_CONCURRENCY`. Memory stays bounded whatever the number: the documents
+    open share :data:`WORKER_LOOK_AHEAD_MB` of pages waiting for a slot."""
+    return max(1, min(2 * in_flight, MAX_DEFAULT_CONCURRENCY))
 
 
 def worker_name() -> str:
@@ -116,6 +149,10 @@ class Worker:
         self.endpoint_url: str | None = None
         #: What every run of this worker shares (open while :meth:`run` runs).
         self.reuse: Reuse | None = None
+        #: Documents read at once: ``settings.concurrency``, else set from the limit when :meth:`run` starts.
+        self.concurrency = settings.concurrency or default_concurrency(self._fixed_in_flight() or DEFAULT_IN_FLIGHT)
+        #: The documents being read, by id: their leases are renewed together (:meth:`_keep_leases`).
+        self._held: dict[str, _Held] = {}
 
     @property
     def ready(self) -> bool:
@@ -129,15 +166,34 @@ class Worker:
 
         async with self._endpoint() as endpoint, self._pool() as pool:
             await asyncio.to_thread(_warm_up)
-            self.reuse = Reuse(endpoint, pool, self._limits(endpoint))
+            limits = self._limits(endpoint)
+            self.reuse = Reuse(endpoint, pool, limits, writable_checked=await self._writable())
+            self.concurrency = self.settings.concurrency or default_concurrency(
+                limits.pages.limit if limits is not None else self._fixed_in_flight() or DEFAULT_IN_FLIGHT)
             self.endpoint_url = self.settings.endpoint or (endpoint.client.base_url if endpoint is not None else None)
-            log.info("worker %s reading documents with %s", self.name, self.endpoint_url)
+            log.info("worker %s reading up to %d documents at once with %s", self.name, self.concurrency,
+                     self.endpoint_url)
             watching = self._watch()
+            keeping = asyncio.create_task(self._keep_leases(), name=f"leases-{self.name}")
             try:
                 await self._loop(stop)
             finally:
+                keeping.cancel()
+                await asyncio.gather(keeping, return_exceptions=True)
                 watching.set()
                 await self._calls_done()
+
+    async def _writable(self) -> bool:
+        """Whether the results folder can be written, checked once (a probe file) rather than by
+        every document's run; when it cannot, each run checks its own and fails saying why."""
+        from llm_ocr.runners.shard import RunError, check_writable
+
+        try:
+            await asyncio.to_thread(check_writable, self.spool.root.child("results"))
+        except RunError as exc:
+            log.warning("worker %s: %s", self.name, exc)
+            return False
+        return True
 
     def _watch(self) -> threading.Event:
         """Wake the claimer when the queue says a document was queued (PostgreSQL's notifications,
@@ -185,11 +241,12 @@ class Worker:
         default (None: no endpoint open, each run opens and sizes its own)."""
         if endpoint is None:
             return None
-        from llm_ocr.runners.shard import DEFAULT_IN_FLIGHT
-
-        fixed = self.settings.run_options.get("max_in_flight")
-        size = int(fixed) if fixed else endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
+        size = self._fixed_in_flight() or endpoint.suggested_in_flight or DEFAULT_IN_FLIGHT
         return RunLimits.following(InFlightLimit(size))
+
+    def _fixed_in_flight(self) -> int | None:
+        fixed = self.settings.run_options.get("max_in_flight")
+        return int(fixed) if fixed else None
 
     @contextlib.asynccontextmanager
     async def _pool(self) -> AsyncIterator[WorkerPool]:
@@ -215,7 +272,7 @@ class Worker:
         stopped = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
-                if len(reading) >= self.settings.concurrency:
+                if len(reading) >= self.concurrency:
                     await asyncio.wait({*reading, stopped}, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 # Cleared before the claim, not after the wait: a submission after this line wakes
@@ -263,59 +320,70 @@ class Worker:
                 log.warning("document %s: %s; it will be delivered again", doc.id, lost)
 
     async def process(self, doc: Document, stop: asyncio.Event) -> None:
-        """Read ``doc`` (held under this worker's lease) and end it, or release it if the worker stops."""
-        settings = self.settings
+        """Read ``doc`` (held under this worker's lease) and end it, or release it if the worker stops.
+        Its lease is renewed, and a cancel looked for, by :meth:`_keep_leases` with the others'."""
         log.info("document %s (%s): delivery %d", doc.id, doc.name, doc.deliveries)
-        halt = asyncio.Event()  # the run's stop: pages in flight finish, the parts are written
-        state = {"lost": False, "cancel": doc.cancel}
-
-        async def keep_lease() -> None:
-            # Renewed every third of the lease; a cancel is looked for every `poll` seconds between
-            # (a read: WAL readers never wait), so a cancelled document stops within about that.
-            every = settings.lease / 3
-            renewed = time.monotonic()
-            while True:
-                await asyncio.sleep(min(every, settings.poll))
-                if time.monotonic() - renewed >= every:
-                    try:
-                        lease = await asyncio.to_thread(self.queue.renew, doc.id, self.name, settings.lease)
-                    except QueueUnavailable as exc:
-                        # Work goes on: pages read are stored whoever ends the document. If the
-                        # lease lapses meanwhile, the next renewal finds it lost and stops.
-                        log.warning("document %s: lease not renewed: %s", doc.id, exc)
-                        continue
-                    renewed = time.monotonic()
-                    if not lease.held:
-                        log.warning("document %s: lease lost (another worker has it): stopping", doc.id)
-                        state["lost"] = True
-                        halt.set()
-                        return
-                    asked = lease.cancel
-                else:
-                    try:
-                        asked = await asyncio.to_thread(self.queue.cancel_asked, doc.id)
-                    except QueueUnavailable:
-                        continue  # looked for again at the next tick
-                if asked and not state["cancel"]:
-                    log.info("document %s: cancelled: stopping after the pages in flight", doc.id)
-                    state["cancel"] = True
-                    halt.set()
+        # The run's stop: pages in flight finish, the parts are written.
+        held = self._held[doc.id] = _Held(asyncio.Event(), time.monotonic(), cancel=doc.cancel)
 
         async def follow_stop() -> None:
             await stop.wait()
-            halt.set()
+            held.halt.set()
 
-        helpers = [asyncio.create_task(keep_lease()), asyncio.create_task(follow_stop())]
+        following = asyncio.create_task(follow_stop())
         try:
-            outcome = await self._run(doc, halt) if not state["cancel"] else None
+            outcome = await self._run(doc, held.halt) if not held.cancel else None
         finally:
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
-        if state["lost"]:
+            self._held.pop(doc.id, None)
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
+        if held.lost:
             return
-        await asyncio.to_thread(self._end, doc, outcome, bool(state["cancel"]), stop.is_set())
+        await asyncio.to_thread(self._end, doc, outcome, held.cancel, stop.is_set())
         await self._call_back(doc)
+
+    async def _keep_leases(self) -> None:
+        """Renew the leases of every document this worker holds, and look for cancels, in one
+        statement each for all of them, not one per document: every ``poll`` seconds the cancels
+        (a read: WAL readers never wait), every third of the lease a renewal (which says the
+        cancels too). A document whose lease another worker took stops; so does one cancelled,
+        after its pages in flight, and what was read is kept."""
+        settings = self.settings
+        every = settings.lease / 3
+        while True:
+            await asyncio.sleep(min(every, settings.poll))
+            held = dict(self._held)
+            if not held:
+                continue
+            now = time.monotonic()
+            due = min(doc.renewed for doc in held.values()) <= now - every
+            try:
+                if due:
+                    leases = await asyncio.to_thread(self.queue.renew, list(held), self.name, settings.lease)
+                else:
+                    asked = await asyncio.to_thread(self.queue.cancels_asked, list(held))
+            except QueueUnavailable as exc:
+                # Work goes on: pages read are stored whoever ends the document. If a lease lapses
+                # meanwhile, the next renewal finds it lost and stops that document.
+                log.warning("worker %s: %s", self.name, f"leases not renewed: {exc}" if due else exc)
+                continue
+            # A document that ended meanwhile is no longer this keeper's (its row was ended first).
+            held = {doc_id: doc for doc_id, doc in held.items() if doc_id in self._held}
+            if due:
+                asked = {doc_id for doc_id, lease in leases.items() if lease.cancel}
+                for doc_id, doc in held.items():
+                    if leases[doc_id].held:
+                        doc.renewed = now
+                    elif not doc.lost:
+                        log.warning("document %s: lease lost (another worker has it): stopping", doc_id)
+                        doc.lost = True
+                        doc.halt.set()
+            for doc_id in asked & held.keys():
+                doc = held[doc_id]
+                if not doc.cancel and not doc.lost:
+                    log.info("document %s: cancelled: stopping after the pages in flight", doc_id)
+                    doc.cancel = True
+                    doc.halt.set()
 
     async def _call_back(self, doc: Document) -> None:
         """Call ``doc``'s callback, if it has one and it ended (it may have gone back to the queue)."""
@@ -351,6 +419,9 @@ class Worker:
             "grace_period": self.settings.grace_period,
             "storage_options": self.spool.storage_options,
         }
+        if "look_ahead_mb" not in options:
+            # The open documents share one run's worth of pages waiting for a slot.
+            options["look_ahead_mb"] = WORKER_LOOK_AHEAD_MB / self.concurrency
         if self.settings.model and "model" not in doc.options:
             options["model"] = self.settings.model
         try:
@@ -362,9 +433,13 @@ class Worker:
         return await run_guarded(lambda stop: run_shard(spec, stop, self.reuse), halt)
 
     def _end(self, doc: Document, outcome: ShardOutcome | None, cancelled: bool, stopping: bool) -> None:
-        pages = self.spool.rows(doc.id, "extract")
-        done = sum(1 for row in pages if row.get("status") in ("ok", "truncated"))
-        failed = [row for row in pages if row.get("status") == "error"]
+        done = _read_this_run(outcome)
+        if done is None:  # pages read by an earlier delivery too, or some failed: the rows say
+            pages = self.spool.rows(doc.id, "extract", ["page", "status", "error"])
+            done = sum(1 for row in pages if row.get("status") in ("ok", "truncated"))
+            failed = [row for row in pages if row.get("status") == "error"]
+        else:
+            pages, failed = [], []
         end = self.queue.finish
         if cancelled and (outcome is None or outcome.exit_code != ExitCode.OK):
             end(doc.id, self.name, "cancelled", pages_done=done, pages_failed=len(failed))
@@ -394,6 +469,18 @@ class Worker:
         message = scrub(str(outcome.error), self.spool.storage_options) if outcome.error else "the run could not start"
         end(doc.id, self.name, "failed", pages_done=done, pages_failed=len(failed), error=message, cause=cause)
         log.info("document %s failed (%s): %s", doc.id, cause, message)
+
+
+def _read_this_run(outcome: ShardOutcome | None) -> int | None:
+    """The pages of a document read, all by this run and none failed, as its Extract stats count
+    them; None when the rows must say (an earlier delivery read some, or a page failed): a
+    finished one-page document is ended without reading its rows back."""
+    if outcome is None or outcome.exit_code != ExitCode.OK:
+        return None
+    pages = (outcome.stats.get("extract") or {}).get("pages") or {}
+    if pages.get("skipped", 1) or pages.get("error", 1) or pages.get("quarantined", 1):
+        return None
+    return int(pages.get("ok", 0)) + int(pages.get("truncated", 0))
 
 
 def _cause(error: BaseException | None) -> str:

@@ -103,6 +103,20 @@ def test_what_the_api_server_or_the_pods_would_refuse_is_refused_with_the_option
     assert said in caplog.text
 
 
+def test_without_concurrency_the_worker_and_its_autoscaler_follow_the_in_flight_limit(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The same number in the worker's command and as the autoscaler's documents per worker: twice
+    # the limit (the old default, 4, left most of a worker's 24 slots idle on one-page documents).
+    args = [arg for arg in ARGS if arg not in ("--concurrency", "8")]
+    assert main([*args, "--max-in-flight", "24"]) == 0
+    objects = _objects(capsys.readouterr().out)
+    (worker,) = objects["Deployment/llm-ocr-worker"]["spec"]["template"]["spec"]["containers"]
+    command = worker["command"]
+    assert (command[command.index("--concurrency") + 1], command[command.index("--max-in-flight") + 1]) == ("48", "24")
+    target = objects["HorizontalPodAutoscaler/llm-ocr-worker"]["spec"]["metrics"][0]["external"]["target"]
+    assert target == {"type": "AverageValue", "averageValue": "48"}
+
+
 #: Discovery as a real API server answers it (the legacy lists), for the kinds the manifests use;
 #: every other GET is 404, so an apply is a create.
 _DISCOVERY = {

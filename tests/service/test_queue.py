@@ -37,6 +37,8 @@ def test_oldest_first_and_one_owner_at_a_time(queue: DocumentQueue) -> None:
     second = queue.claim("w2", 30, 3)
     assert (first and first.id, second and second.id) == ("a", "b")
     assert queue.claim("w3", 30, 3) is None  # both held under live leases
+    renewed = queue.renew(["a", "b"], "w1", 30)  # one statement for a worker's documents: only its own renewed
+    assert {doc_id: lease.held for doc_id, lease in renewed.items()} == {"a": True, "b": False}
     assert not queue.finish("a", "w2", "done", pages_done=1, pages_failed=0)  # not w2's document
     assert queue.finish("a", "w1", "done", pages_done=1, pages_failed=0)
     assert queue.get("a").status == "done"  # type: ignore[union-attr]
@@ -47,9 +49,9 @@ def test_a_lapsed_lease_is_delivered_again_and_the_lost_worker_can_no_longer_end
     assert queue.claim("dead", LAPSED, 3) is not None
     again = queue.claim("alive", 30, 3)
     assert again is not None and again.id == "a" and again.deliveries == 2 and again.lease_owner == "alive"
-    assert not queue.renew("a", "dead", 30).held
+    assert not queue.renew(["a"], "dead", 30)["a"].held
     assert not queue.finish("a", "dead", "failed", pages_done=0, pages_failed=1)
-    assert queue.renew("a", "alive", 30).held
+    assert queue.renew(["a"], "alive", 30)["a"].held
 
 
 def test_a_document_that_keeps_losing_its_worker_fails(queue: DocumentQueue) -> None:
@@ -71,7 +73,7 @@ def test_released_documents_go_back_and_cancelled_ones_do_not(queue: DocumentQue
     assert doc is not None and doc.status == "queued" and doc.deliveries == 0  # a stop is not a loss
     assert queue.claim("w", 30, 3).id == "a"  # type: ignore[union-attr]
     assert queue.cancel("a").status == "running"  # type: ignore[union-attr]  # asked; its worker stops it
-    assert queue.cancel_asked("a") and queue.release("a", "w")
+    assert queue.cancels_asked(["a", "b"]) == {"a"} and queue.release("a", "w")
     assert queue.get("a").status == "cancelled"  # type: ignore[union-attr]
     assert queue.cancel("b").status == "cancelled"  # type: ignore[union-attr]  # queued: at once
     assert queue.claim("w", 30, 3) is None

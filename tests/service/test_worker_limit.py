@@ -13,8 +13,11 @@ queue, against the simulator as a subprocess.
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from reportlab.pdfgen import canvas
 
 from llm_ocr.service.spool import Spool
@@ -61,7 +64,7 @@ async def _settled(worker: Worker, queue: SQLiteQueue, sim: SimulatedServer, ids
         await asyncio.sleep(0.05)  # a poll of the two states, not a wait for time to pass
 
 
-async def _stream(tmp: Path, sim: SimulatedServer) -> tuple[list[int], Worker, int]:
+async def _stream(tmp: Path, docs: Path, sim: SimulatedServer) -> tuple[list[int], Worker, int]:
     queue = SQLiteQueue(tmp / "q.db")
     settings = WorkerSettings(endpoint=sim.base_url, concurrency=OPEN, poll=3600,
                               run_options={"max_in_flight": SLOTS, "dedup": False})
@@ -74,11 +77,13 @@ async def _stream(tmp: Path, sim: SimulatedServer) -> tuple[list[int], Worker, i
     followers = worker.reuse.limits.pages.followers if getattr(worker.reuse, "limits", None) else 0
     ids = [f"doc{number}" for number in range(DOCS)]
     for doc_id in ids:
-        queue.submit(doc_id, name=f"{doc_id}.pdf", input_url=str(tmp / "docs" / f"{doc_id}.pdf"), options={},
+        queue.submit(doc_id, name=f"{doc_id}.pdf", input_url=str(docs / f"{doc_id}.pdf"), options={},
                      pages=1, key=None, limit=100)
     worker.wake.set()
-    rounds, released = [], 0
-    while released < DOCS:
+    # The server is the module's: what it held for the other test is applied already.
+    rounds: list[int] = []
+    released = base = await asyncio.to_thread(hangs_applied, sim)
+    while released - base < DOCS:
         released = await _settled(worker, queue, sim, ids, released)
         rounds.append(worker.reuse.limits.pages.held)
         await asyncio.to_thread(sim.release)
@@ -90,16 +95,26 @@ async def _stream(tmp: Path, sim: SimulatedServer) -> tuple[list[int], Worker, i
     return rounds, worker, followers
 
 
-def test_documents_share_the_workers_limit_and_leave_nothing_on_it(tmp_path: Path) -> None:
-    (tmp_path / "docs").mkdir()
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimulatedServer, Path]]:
+    """The simulator and its corpus of one-page documents, shared by the module's tests (each
+    injects the hangs it needs and counts from what the server applied before it)."""
+    docs = tmp_path_factory.mktemp("docs")
     for number in range(DOCS):
-        _page(tmp_path / "docs" / f"doc{number}.pdf", number)
+        _page(docs / f"doc{number}.pdf", number)
     # The pages are the server's corpus: it answers with their text, no figure to describe (a
     # figure request would be held as well, and counted against another limit).
-    with SimulatedServer("--instant", corpus=str(tmp_path / "docs")) as sim:
-        sim.inject("hang", count=DOCS + 8)  # every request held until released
-        rounds, worker, followers = asyncio.run(_stream(tmp_path, sim))
-        assert sim.stats()["requests"] == DOCS  # one request a page, none sent again
+    with SimulatedServer("--instant", corpus=str(docs)) as sim:
+        yield sim, docs
+
+
+def test_documents_share_the_workers_limit_and_leave_nothing_on_it(
+        tmp_path: Path, server: tuple[SimulatedServer, Path]) -> None:
+    sim, docs = server
+    before = sim.stats()["requests"]
+    sim.inject("hang", count=DOCS)  # every request held until released
+    rounds, worker, followers = asyncio.run(_stream(tmp_path, docs, sim))
+    assert sim.stats()["requests"] - before == DOCS  # one request a page, none sent again
     # Each round the server held the limit's worth of requests while documents turned over.
     assert rounds == [SLOTS] * (DOCS // SLOTS), rounds
     limits = worker.reuse.limits
@@ -107,3 +122,60 @@ def test_documents_share_the_workers_limit_and_leave_nothing_on_it(tmp_path: Pat
     assert (limits.pages.held, limits.pages.waiting, limits.pages.followers) == (0, 0, followers)
     for limit in (limits.pieces, limits.figures, limits.describe_pages):
         assert (limit.held, limit.waiting, limit.followers) == (0, 0, 0)
+
+
+#: A Fields schema each document is submitted with (the gateway stores its text in the options).
+SCHEMA = json.dumps({"type": "object", "properties": {"title": {"type": "string"}}})
+
+
+async def _fields_stream(tmp: Path, docs: Path, sim: SimulatedServer) -> tuple[int, int]:
+    """Four documents open with a schema: their pages and then their Fields requests, all held by
+    the server until the test releases what it holds. Returns the most requests the server held at
+    once and the rounds."""
+    queue = SQLiteQueue(tmp / "q.db")
+    settings = WorkerSettings(endpoint=sim.base_url, concurrency=OPEN, poll=3600,
+                              run_options={"max_in_flight": SLOTS, "dedup": False})
+    worker = Worker(queue, Spool(str(tmp / "data")), settings)
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    ids = [f"doc{number}" for number in range(OPEN)]
+    for doc_id in ids:
+        queue.submit(doc_id, name=f"{doc_id}.pdf", input_url=str(docs / f"{doc_id}.pdf"),
+                     options={"fields_schema": SCHEMA, "fields_repair": False}, pages=1, key=None, limit=100)
+    worker.wake.set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HANG_GUARD_S
+    released = await asyncio.to_thread(hangs_applied, sim)  # the module's server: applied before
+    most = rounds = 0
+    while True:
+        statuses = await asyncio.to_thread(lambda: [queue.get(doc_id) for doc_id in ids])
+        if all(doc is not None and doc.status in ("done", "failed") for doc in statuses):
+            break
+        held_at_server = await asyncio.to_thread(hangs_applied, sim) - released
+        most = max(most, held_at_server)
+        assert held_at_server <= SLOTS, f"the server holds {held_at_server} requests; the worker's limit is {SLOTS}"
+        limits = getattr(worker.reuse, "limits", None)
+        # Settled: every request at the server holds one of the worker's slots, and they are all taken.
+        if limits is not None and held_at_server == limits.pages.held > 0 and (
+                held_at_server == SLOTS or limits.pages.waiting == 0):
+            released += held_at_server
+            rounds += 1
+            await asyncio.to_thread(sim.release)
+        assert not running.done(), running
+        assert loop.time() < deadline, f"never settled: {held_at_server} held at the server"
+        await asyncio.sleep(0.05)  # a poll of the two states, not a wait for time to pass
+    stop.set()
+    await asyncio.wait_for(running, HANG_GUARD_S)
+    return most, rounds
+
+
+def test_fields_requests_take_their_slots_from_the_workers_limit(
+        tmp_path: Path, server: tuple[SimulatedServer, Path]) -> None:
+    sim, docs = server
+    before = sim.stats()["requests"]
+    sim.inject("hang", count=2 * OPEN)  # every request held until released
+    most, rounds = asyncio.run(_fields_stream(tmp_path, docs, sim))
+    # A page and a Fields request a document (before, the Fields requests were on no shared
+    # limit: two documents' fields were held beside two others' pages).
+    assert sim.stats()["requests"] - before == 2 * OPEN
+    assert most == SLOTS and rounds >= 2 * OPEN // SLOTS

@@ -62,7 +62,11 @@ class ServiceDeploy:
     gateways: int = 2
     min_workers: int = 1
     max_workers: int = 10
-    concurrency: int = 4
+    #: Documents one worker reads at once: written into its command, and the autoscaler's target
+    #: of queued documents per worker (the command resolves a default from the in-flight limit).
+    concurrency: int = 128
+    #: The worker's ``--max-in-flight`` (None: its default).
+    max_in_flight: int | None = None
     lease: float = 30.0
     database_secret: str = "llm-ocr-database:url"  # noqa: S105 - a Secret's name and key
     token_secret: str = "llm-ocr-token:token"  # noqa: S105 - a Secret's name and key
@@ -138,6 +142,8 @@ def service_manifests(deploy: ServiceDeploy) -> list[dict[str, Any]]:
     }
     worker_command = ["llm-ocr", "worker", "--store", deploy.store, "--concurrency", str(deploy.concurrency),
                       "--lease", f"{deploy.lease:g}"]
+    if deploy.max_in_flight:
+        worker_command += ["--max-in-flight", str(deploy.max_in_flight)]
     if deploy.endpoint:
         worker_command += ["--endpoint", deploy.endpoint]
     worker: dict[str, Any] = {"name": CONTAINER, "image": deploy.image,

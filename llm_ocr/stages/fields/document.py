@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -79,7 +80,9 @@ class FieldsContext:
     instruction: str | None = None
     temperature: float = 0.0
     repair: bool = True
-    limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    #: Held by each request while it is at the model: the run's own semaphore, or a limit its
+    #: caller shares with other work on the same server (the service's worker: its pages' limit).
+    limit: AbstractAsyncContextManager[Any] = field(default_factory=lambda: asyncio.Semaphore(16))
     page_image: PageImage | None = None
     counts: FieldsCounts = field(default_factory=FieldsCounts)
 
