@@ -362,7 +362,7 @@ class FakeBatch(FakeHTTPServer):
             with job.changed:
                 child.status, child.stream, child.ended_by = "RUNNING", stream, None
                 child.started = child.started or _now()
-                child.process = subprocess.Popen(command, env=env, cwd=folder, stdout=subprocess.PIPE,
+                child.process = subprocess.Popen(command, env=self.marked(env), cwd=folder, stdout=subprocess.PIPE,
                                                  stderr=subprocess.STDOUT, start_new_session=True)
                 job.changed.notify_all()
             limit = (job.body.get("timeout") or job.definition.get("timeout") or {}).get("attemptDurationSeconds")
