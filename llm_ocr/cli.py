@@ -82,9 +82,11 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
 
 def _module_of(command: str) -> str | None:
     """The module that registers ``command``, or None for a name that is no command."""
+    if command in COMMAND_MODULE_OF:  # the stage table is not needed to find it
+        return COMMAND_MODULE_OF[command]
     from llm_ocr.stage_table import STAGES
 
-    return "llm_ocr.commands.stage" if command in STAGES else COMMAND_MODULE_OF.get(command)
+    return "llm_ocr.commands.stage" if command in STAGES else None
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

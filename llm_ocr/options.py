@@ -8,10 +8,12 @@ and keyword arguments (``llm_ocr.run(..., max_in_flight=128)``); the stage table
 validated instance of each.
 The launchers check a launched stage's options against the same models.
 
-This module imports nothing heavy: pydantic, the model families (the ``--recipe`` names, the
-default model and figure prompt) and the GPU presets' table (their names, in ``--gpu-preset``'s
-help). Every layer above ``vlm`` may use it; ``vlm`` itself does not (the model client is passed
-its :class:`ClientOptions` as a policy it reads, ``llm_ocr.vlm.client.RequestPolicy``).
+This module imports nothing heavy: pydantic, the default model and figure prompt
+(:mod:`llm_ocr.vlm.defaults`) and the GPU presets' table (their names, in ``--gpu-preset``'s
+help); the model families (pyarrow, numpy) only when a ``--recipe`` is checked, so a command that
+names none (`llm-ocr jobs status`) starts without them. Every layer above ``vlm`` may use it;
+``vlm`` itself does not (the model client is passed its :class:`ClientOptions` as a policy it
+reads, ``llm_ocr.vlm.client.RequestPolicy``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ from llm_ocr.dense_knobs import dense as dense
 from llm_ocr.dense_knobs import dense_options
 from llm_ocr.dense_knobs import using_dense as using_dense
 from llm_ocr.gpu_presets import PRESETS
-from llm_ocr.vlm import families
-from llm_ocr.vlm.recipes import DEFAULT_MODEL, DESCRIBE_PROMPT
+from llm_ocr.vlm.defaults import DEFAULT_MODEL, DESCRIBE_PROMPT
 
 Engine = Literal["auto", "vllm", "cpu", "sim"]
 
@@ -98,6 +99,10 @@ class JobOptions(BaseModel):
     @classmethod
     def _known_recipe(cls, value: str | None) -> str | None:
         if value is not None:
+            # Imported here: the families load pyarrow and numpy (their records), which a command
+            # that never names a recipe (`llm-ocr jobs status`) has no use for.
+            from llm_ocr.vlm import families
+
             families.family_named(value)  # raises with the choices
         return value
 

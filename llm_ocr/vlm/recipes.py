@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_ocr.vlm.defaults import DEFAULT_MODEL, DESCRIBE_PROMPT
 from llm_ocr.vlm.families import Family, family_for
 from llm_ocr.vlm.families.base import data_uri
 from llm_ocr.vlm.families.deepseek import (
@@ -23,10 +24,6 @@ __all__ = [
     "PROMPT_TOKEN_RESERVE", "clamp_max_tokens", "data_uri", "image_messages", "recipe_for",
 ]  # fmt: skip
 
-DEFAULT_MODEL = "deepseek-ai/DeepSeek-OCR"
-
-# DeepSeek-OCR's figure prompt (deepseek-ai/DeepSeek-OCR DeepSeek-OCR-vllm/config.py).
-DESCRIBE_PROMPT = "Describe this image in detail."
 DEEPSEEK_OCR_XARGS = NGRAM_XARGS
 
 

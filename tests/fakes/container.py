@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,15 +94,57 @@ class Descendants:
 
     def kill(self) -> None:
         """SIGKILL every process that still carries the mark (none is this one)."""
-        wanted = f"{MARK}={self.mark}".encode()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
+        for pid in marked_pids(MARK, self.mark):
             try:
-                if wanted in (entry / "environ").read_bytes().split(b"\0"):
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                continue  # gone, or not ours to read
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                continue  # gone meanwhile
+
+
+def marked_pids(name: str, value: str) -> list[int]:
+    """The processes (this one aside) whose environment holds ``name=value``: what a fake's
+    containers started, re-parented orphans and processes in sessions of their own included. A
+    zombie's environment reads empty: one is never listed (it runs nothing)."""
+    wanted = f"{name}={value}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue  # gone, or not ours to read
+    return found
+
+
+def kill_marked(name: str, value: str, timeout: float = 60.0) -> None:
+    """SIGKILL every process whose environment holds ``name=value`` and wait until each is gone,
+    again until a look finds none: a process that forked as the first look ran leaves a child
+    with the mark, found by the next. ``TimeoutError`` if some survive ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while pids := marked_pids(name, value):
+        procs = []
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                proc.send_signal(signal.SIGKILL)
+                procs.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        # Not psutil.wait_procs: it would reap a container's main process, this process's child,
+        # under its Popen (whose exit code the fake reports). A killed process is gone or a zombie.
+        while alive := [p for p in procs if _running(p)]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"processes marked {name}={value} outlived SIGKILL: {[p.pid for p in alive]}")
+            time.sleep(0.02)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def process_tree(pid: int) -> list[psutil.Process]:

@@ -118,8 +118,12 @@ class FakeBatch(FakeHTTPServer):
     # -- lifecycle ------------------------------------------------------------------------------
 
     def stop_work(self) -> None:
-        """Kill every child still running."""
+        """Kill every child still running; none is retried after (terminated, as by the user):
+        a retried attempt would start after the fake has stopped and outlive it."""
         for job in list(self.jobs.values()):
+            with job.changed:
+                for child in job.children:
+                    child.terminated = True
             for child in job.children:
                 if child.process is not None and child.process.poll() is None:
                     _signal_tree(child.process.pid, signal.SIGKILL)
@@ -360,9 +364,11 @@ class FakeBatch(FakeHTTPServer):
             logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
             command = (job.body.get("containerOverrides") or {}).get("command") or container["command"]
             with job.changed:
+                if child.terminated:  # terminated (or the fake stopped) while the attempt was prepared
+                    return
                 child.status, child.stream, child.ended_by = "RUNNING", stream, None
                 child.started = child.started or _now()
-                child.process = subprocess.Popen(command, env=env, cwd=folder, stdout=subprocess.PIPE,
+                child.process = subprocess.Popen(command, env=self.marked(env), cwd=folder, stdout=subprocess.PIPE,
                                                  stderr=subprocess.STDOUT, start_new_session=True)
                 job.changed.notify_all()
             limit = (job.body.get("timeout") or job.definition.get("timeout") or {}).get("attemptDurationSeconds")

@@ -489,7 +489,7 @@ class FakeCloudRun(FakeHTTPServer):
             return
         seen = Descendants()
         try:
-            process = subprocess.Popen(words, env=seen.marked(env), cwd=folder / "work",
+            process = subprocess.Popen(words, env=seen.marked(self.marked(env)), cwd=folder / "work",
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             attempt.ended, attempt.exit_code = time.time(), 127

@@ -350,7 +350,7 @@ class FakeJobs(FakeHub):
                 self._log(job, f"===== attempt {attempt} of {attempts} =====")
             try:
                 process = subprocess.Popen(
-                    command, env=env, cwd=job.folder / "work", stdout=subprocess.PIPE,
+                    command, env=self.marked(env), cwd=job.folder / "work", stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )
             except OSError as exc:

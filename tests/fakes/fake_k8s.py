@@ -66,8 +66,16 @@ from typing import Any
 
 import psutil
 
-from tests.fakes.container import Descendants, container_env, kill_tree, map_words, process_tree, with_image
-from tests.fakes.http_server import FakeHTTPServer
+from tests.fakes.container import (
+    Descendants,
+    container_env,
+    kill_marked,
+    kill_tree,
+    map_words,
+    process_tree,
+    with_image,
+)
+from tests.fakes.http_server import FAKE_MARK, FakeHTTPServer
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 JOB_NAME_KEY = "batch.kubernetes.io/job-name"
@@ -510,18 +518,28 @@ class FakeKubernetes(FakeHTTPServer):
         #: Every request: {"method", "path", "query", "body"}.
         self.requests: list[dict[str, Any]] = []
         self._gpus_used = 0
+        #: Set by :meth:`stop_work`: no pod starts, no Job controller retries or goes on after it.
+        self._stopped = False
+        self._workers: list[threading.Thread] = []  # the Job controllers and pod runners
         super().__init__()
 
     # -- lifecycle (tests/fakes/http_server.py) -------------------------------------------------
 
     def stop_work(self) -> None:
-        """Kill every container still running (before the fake stops answering)."""
-        with self.lock:
-            pods = [pod for job in self.all_jobs for pod in job.pods]
-        for pod in pods:
-            for container in [*pod.init, *pod.main]:
-                if container.process is not None and container.process.poll() is None:
-                    kill_tree(container.process.pid, signal.SIGKILL)
+        """End the cluster (before the fake stops answering): no Job controller starts or
+        retries a pod from now on, every process any container started is killed and gone
+        (found by the fake's mark in its environment: a model server in a session of its own
+        or re-parented when its llm-ocr died included), and the controllers and pod runners
+        have ended (:meth:`stop` looks for marked processes once more after). A test's pods
+        cannot write into the next test's output then: they once did, retried by a controller
+        that outlived its test (issue 46)."""
+        with self.changed:
+            self._stopped = True
+            self.changed.notify_all()
+            threads = list(self._workers)
+        kill_marked(FAKE_MARK, self.mark)
+        for thread in threads:
+            thread.join(timeout=60)
 
     def kubeconfig(self, path: Path, token: str, namespace: str = "default", context: str = "fake") -> Path:
         """Write a kubeconfig for this server (as kubectl's, one context) and return its path."""
@@ -766,8 +784,17 @@ class FakeKubernetes(FakeHTTPServer):
             job = FakeJob(json.loads(json.dumps(body)), namespace)
             self.jobs[(namespace, name)] = job
             self.all_jobs.append(job)
-        threading.Thread(target=self._control, args=(job,), name=f"fake-job-{name}", daemon=True).start()
+        self._spawn(self._control, job, name=f"fake-job-{name}")
         return job.json()
+
+    def _spawn(self, target: Any, *args: Any, name: str) -> None:
+        """Run ``target`` in a thread :meth:`stop_work` joins (none once the cluster has stopped)."""
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        with self.lock:
+            if self._stopped:
+                return
+            self._workers.append(thread)
+        thread.start()
 
     def _inline_secrets(self, body: dict[str, Any]) -> list[str]:
         """The tripwire: a Secret's value sent as a plain env value."""
@@ -798,7 +825,7 @@ class FakeKubernetes(FakeHTTPServer):
             job.started = _now()
         while True:
             with self.changed:
-                if job.deleting or job.ended():
+                if job.deleting or job.ended() or self._stopped:
                     break
                 for index in [i for i, t in running.items() if not t.is_alive()]:
                     del running[index]
@@ -817,11 +844,16 @@ class FakeKubernetes(FakeHTTPServer):
                 while queue and len(running) < parallelism:
                     index = queue.pop(0)
                     pod = self._new_pod(job, index)
-                    thread = threading.Thread(target=self._run_pod, args=(pod,), daemon=True)
+                    thread = threading.Thread(target=self._run_pod, args=(pod,), name=f"fake-pod-{pod.name}",
+                                              daemon=True)
                     running[index] = thread
+                    self._workers.append(thread)  # under the lock: stop_work joins it
                     thread.start()
                 self.changed.wait(0.2)
-        # The Job ended (or is being deleted): its pods still running are stopped.
+        # The Job ended (or is being deleted): its pods still running are stopped (by stop_work
+        # when the cluster has stopped).
+        if self._stopped:
+            return
         for pod in list(job.pods):
             if pod.phase in ("Pending", "Running"):
                 self._stop_pod(pod, "deleted" if job.deleting else "job ended")
@@ -891,7 +923,7 @@ class FakeKubernetes(FakeHTTPServer):
         """Wait for the node to have the pod's GPUs free (``Unschedulable`` meanwhile)."""
         with self.changed:
             while self.gpus is not None and self._gpus_used + pod.gpus > self.gpus:
-                if pod.stop_reason:
+                if pod.stop_reason or self._stopped:
                     pod.phase = "Failed"
                     return False
                 if not pod.conditions:
@@ -936,7 +968,7 @@ class FakeKubernetes(FakeHTTPServer):
 
     def _wait_for_stop(self, pod: FakePod) -> None:
         with self.changed:
-            while not pod.stop_reason:
+            while not (pod.stop_reason or self._stopped):
                 self.changed.wait(0.5)
         self._end_pod(pod, "Failed")
 
@@ -1017,14 +1049,14 @@ class FakeKubernetes(FakeHTTPServer):
             pod.env = env
         words = map_words([*(spec.get("command") or []), *(spec.get("args") or [])], mounts)
         with self.changed:
-            if pod.stop_reason:
+            if pod.stop_reason or self._stopped:
                 container.state = {"terminated": {"exitCode": 143, "reason": "Error", "startedAt": _now(),
                                                   "finishedAt": _now()}}
                 return 143
             seen = Descendants()
             try:
-                process = subprocess.Popen(words, env=seen.marked(env), cwd=pod.folder / "work", stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, start_new_session=True)
+                process = subprocess.Popen(words, env=seen.marked(self.marked(env)), cwd=pod.folder / "work",
+                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
             except OSError as exc:
                 container.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": str(exc),
                                                   "startedAt": _now(), "finishedAt": _now()}}

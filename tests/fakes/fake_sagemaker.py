@@ -259,7 +259,7 @@ class FakeSageMaker(FakeHTTPServer):
         for host in job.hosts:
             try:
                 words = map_words(command, {"/opt/ml": str(host.folder / "opt/ml")})
-                host.process = subprocess.Popen(words, env=self._environment(job, host), cwd=host.folder,
+                host.process = subprocess.Popen(words, env=self.marked(self._environment(job, host)), cwd=host.folder,
                                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
             except OSError as exc:
                 host.lines.append(f"cannot start the container command: {exc}")

@@ -4,7 +4,11 @@ SageMaker, Cloud Run: tests/fakes/fake_*.py).
 A fake is a :class:`FakeHTTPServer` subclass: its ports are bound when it is made (its URL is known
 before it serves, e.g. to write a kubeconfig), it serves from threads of the test process between
 ``start()`` and ``stop()`` (or as a ``with`` block), and ``stop()`` first ends whatever the fake
-runs (:meth:`FakeHTTPServer.stop_work`: its jobs' processes), then stops answering. Each request,
+runs (:meth:`FakeHTTPServer.stop_work`: its jobs' processes), then kills every process still
+carrying the fake's mark (:meth:`FakeHTTPServer.marked`: each process a fake starts has it in its
+environment, and so has everything that process starts, a model server in a session of its own or
+re-parented included), then stops answering: nothing a fake started outlives it to write into the
+next test's output. Each request,
 whatever its method, goes to :meth:`FakeHTTPServer.handle` with the request's handler; a fake
 whose handler needs helpers of its own gives its class (:meth:`FakeHTTPServer.handler_class`,
 a :class:`FakeHandler`). What a fake answers is its own: refusing what the real service refuses
@@ -14,10 +18,16 @@ a :class:`FakeHandler`). What a fake answers is its own: refusing what the real 
 from __future__ import annotations
 
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
+from tests.fakes.container import kill_marked
+
 F = TypeVar("F", bound="FakeHTTPServer")
+
+#: The variable in the environment of every process a fake starts; its value is the fake's own.
+FAKE_MARK = "LLM_OCR_TEST_FAKE"
 
 
 class FakeHandler(BaseHTTPRequestHandler):
@@ -47,6 +57,8 @@ class FakeHTTPServer:
     ports = 1
 
     def __init__(self) -> None:
+        #: This fake's value of :data:`FAKE_MARK`.
+        self.mark = uuid.uuid4().hex
         handler = self.handler_class()
         self.servers: list[_Server] = []
         for _ in range(self.ports):
@@ -83,12 +95,18 @@ class FakeHTTPServer:
                 self._threads.append(thread)
         return self
 
+    def marked(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with this fake's mark: the environment of every process the fake starts."""
+        return {**env, FAKE_MARK: self.mark}
+
     def stop_work(self) -> None:
         """End what the fake runs (its jobs' processes) before it stops answering."""
 
     def stop(self) -> None:
-        """End the fake's work, then stop serving and close the ports."""
+        """End the fake's work and every process that carries its mark, then stop serving and
+        close the ports."""
         self.stop_work()
+        kill_marked(FAKE_MARK, self.mark)
         for server in self.servers:
             if self._threads:
                 server.shutdown()

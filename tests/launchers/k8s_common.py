@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ from tests.storage_servers import AWS_TEST_ENV, MotoS3, shared_moto
 
 NAMESPACE = "ocr"
 INPUT = "s3://scans/2024"
-OUTPUT = "s3://ocr/2024"
+#: The outputs' bucket: each cluster writes under a prefix of its own (:attr:`Cluster.output`).
+OUTPUT_BUCKET = "ocr"
 TOKEN = "k8s-test-token-writer"
 READER = "k8s-test-token-reader"
 #: The pods' AWS secret key, held in a Kubernetes Secret (and, planted, in the launching machine's
@@ -39,6 +41,9 @@ class Cluster:
     moto: MotoS3
     api: FakeKubernetes
     kubeconfig: Path
+    #: ``s3://ocr/PREFIX``, a prefix of this cluster's own: a test never reads what another
+    #: test's jobs wrote, even if one of them outlived its cluster.
+    output: str
 
     def env(self, tmp: Path, token: str = TOKEN) -> dict[str, str]:
         """The launching machine: its own kubeconfig and AWS credentials (the planted key among them,
@@ -50,9 +55,25 @@ class Cluster:
                    XDG_CACHE_HOME=str(tmp / "cache"), PYTHONPATH=str(REPO), HOME=str(tmp / "home"))
         return env
 
-    def rows(self, stage: str, output: str = OUTPUT) -> list[dict[str, Any]]:
-        """Every row of a stage folder of an s3:// output."""
-        bucket, _, prefix = output.removeprefix("s3://").partition("/")
+    @property
+    def prefix(self) -> str:
+        """The output's key prefix in its bucket."""
+        return self.output.removeprefix(f"s3://{OUTPUT_BUCKET}/")
+
+    def launch_args(self, *extra: str, shards: int = 3, inputs: tuple[str, ...] = (INPUT,)) -> list[str]:
+        """``launch k8s INPUT --output OUT --num-shards N --secret-ref ... --workers 0 EXTRA``."""
+        return ["launch", "k8s", *inputs, "--output", self.output, "--num-shards", str(shards), *SECRET_REFS,
+                "--workers", "0", *extra]
+
+    def status(self, env: dict[str, str]) -> dict[str, Any]:
+        """``llm-ocr jobs status OUT --json``, as the user runs it."""
+        result = llm_ocr("jobs", "status", self.output, "--json", env=env)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def rows(self, stage: str, output: str | None = None) -> list[dict[str, Any]]:
+        """Every row of a stage folder of an s3:// output (this cluster's by default)."""
+        bucket, _, prefix = (output or self.output).removeprefix("s3://").partition("/")
         rows: list[dict[str, Any]] = []
         for key in self.moto.list(bucket, f"{prefix}/{stage}/"):
             if key.endswith(".parquet"):
@@ -60,7 +81,7 @@ class Cluster:
         return rows
 
     def marker(self, stage: str, shard: int, shards: int) -> dict[str, Any]:
-        return json.loads(self.moto.read("ocr", f"2024/_state/{stage}/done-{shard:05d}-of-{shards:05d}.json"))
+        return json.loads(self.moto.read(OUTPUT_BUCKET, f"{self.prefix}/_state/{stage}/done-{shard:05d}-of-{shards:05d}.json"))
 
     def bucket_text(self, bucket: str) -> str:
         """Every object of a bucket, decoded leniently (to search for leaked values)."""
@@ -71,11 +92,12 @@ class Cluster:
 def cluster(workdir: Path, corpus: Path, sim_args: str = "--instant", **options: Any) -> Iterator[Cluster]:
     """moto with ``corpus``'s PDFs at ``s3://scans/2024`` and an empty ``s3://ocr``; the fake API server
     with namespace ``ocr``, the AWS credentials in Secret ``aws`` (the secret key planted) and the
-    pods' fake ``vllm`` serving the simulator from the corpus's text layer."""
+    pods' fake ``vllm`` serving the simulator from the corpus's text layer. The output is
+    ``s3://ocr/2024-XXXXXXXX``, a prefix no other cluster writes to."""
     moto = shared_moto()  # emptied for this test
     s3 = moto.client()
     s3.create_bucket(Bucket="scans")
-    s3.create_bucket(Bucket="ocr")
+    s3.create_bucket(Bucket=OUTPUT_BUCKET)
     moto.upload_folder(corpus, "scans", "2024")
     job_env = {"FAKE_VLLM_SIM_ARGS": f"--corpus {corpus} {sim_args}", "AWS_ENDPOINT_URL_S3": moto.url,
                "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1",
@@ -83,20 +105,7 @@ def cluster(workdir: Path, corpus: Path, sim_args: str = "--instant", **options:
     secrets = {(NAMESPACE, "aws"): {"access-key-id": AWS_TEST_ENV["AWS_ACCESS_KEY_ID"], "secret-access-key": PLANTED}}
     with FakeKubernetes(tokens={TOKEN: "write", READER: "read", **options.pop("tokens", {})}, namespaces=(NAMESPACE,), secrets=secrets,
                         job_env=job_env, workdir=workdir, **options) as api:
-        yield Cluster(moto, api, workdir / "kubeconfig")
-
-
-def launch_args(*extra: str, shards: int = 3, inputs: tuple[str, ...] = (INPUT,)) -> list[str]:
-    """``launch k8s INPUT --output OUT --num-shards N --secret-ref ... --workers 0 EXTRA``."""
-    return ["launch", "k8s", *inputs, "--output", OUTPUT, "--num-shards", str(shards), *SECRET_REFS, "--workers", "0",
-            *extra]
-
-
-def status(env: dict[str, str]) -> dict[str, Any]:
-    """``llm-ocr jobs status OUT --json``, as the user runs it."""
-    result = llm_ocr("jobs", "status", OUTPUT, "--json", env=env)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+        yield Cluster(moto, api, workdir / "kubeconfig", f"s3://{OUTPUT_BUCKET}/2024-{uuid.uuid4().hex[:8]}")
 
 
 def expected_pages(corpus: Path, pages: int = 2) -> list[tuple[str, int]]:

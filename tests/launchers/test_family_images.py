@@ -3,14 +3,17 @@ platform's GPU driver; a family with no image there stops the launch before anyt
 
 The launches are the CLI's (``llm-ocr launch PLATFORM ... --model NAME``) on a machine whose
 every platform endpoint is unreachable: dry runs plan offline, and a real launch of a family
-without an image must fail on the image, naming ``--image``, not on the network.
+without an image must fail on the image, naming ``--image``, not on the network. Every test's
+command lines run in one interpreter (:func:`ran`): an interpreter per test paid the launcher's
+imports five times for a few dry runs each.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from tests.launchers.common import llm_ocr_batch
@@ -23,16 +26,51 @@ def _dry(platform: str, *extra: str) -> list[str]:
     return ["launch", platform, *PLATFORM_ARGS[platform], *DRY, *extra]
 
 
-def test_a_family_runs_in_its_own_image_on_each_platform(tmp_path: Path) -> None:
-    cases = [
-        (_dry("hf-jobs", "--model", "lightonai/LightOnOCR-3-4B"), {}),
-        (_dry("hf-jobs", "--model", "deepseek-ai/DeepSeek-OCR"), {}),
-        (_dry("cloud-run", "--model", "baidu/Unlimited-OCR"), {}),
-        (_dry("sagemaker", "--model", "deepseek-ai/DeepSeek-OCR"), {}),
+_REAL_HF = ["launch", "hf-jobs", *PLATFORM_ARGS["hf-jobs"], "--num-shards", "1"]
+_K8S = ["launch", "k8s", "s3://scans/2024", "--output", "s3://ocr/2024", "--num-shards", "1", "--dry-run", "--offline",
+        "--yaml"]
+#: The command lines of each test, by test.
+CASES: dict[str, list[list[str]]] = {
+    "own image": [
+        _dry("hf-jobs", "--model", "lightonai/LightOnOCR-3-4B"),
+        _dry("hf-jobs", "--model", "deepseek-ai/DeepSeek-OCR"),
+        _dry("cloud-run", "--model", "baidu/Unlimited-OCR"),
+        _dry("sagemaker", "--model", "deepseek-ai/DeepSeek-OCR"),
         # A fine-tune served under another name gets its family's image through --recipe.
-        (_dry("hf-jobs", "--model", "my-ocr", "--recipe", "unlimited-ocr"), {}),
-    ]
-    lighton, deepseek, unlimited, sagemaker, fine_tune = llm_ocr_batch(cases, _offline_env(tmp_path))
+        _dry("hf-jobs", "--model", "my-ocr", "--recipe", "unlimited-ocr"),
+    ],
+    "no image": [
+        # No stock image: vLLM 0.30.0 with transformers 5.16.1 (a real launch, every endpoint unreachable).
+        [*_REAL_HF, "--model", "lightonai/LightOnOCR-3-1B"],
+        # LightOnOCR-3's only image is a CUDA 13 build; Cloud Run's L4 driver runs CUDA 12.2.
+        _dry("cloud-run", "--model", "lightonai/LightOnOCR-3-4B"),
+        # No AWS Deep Learning Container has Unlimited-OCR's vLLM.
+        _dry("sagemaker", "--model", "baidu/Unlimited-OCR"),
+        # --image is the way out: the same launches then plan.
+        [*_REAL_HF[:-2], *DRY, "--model", "lightonai/LightOnOCR-3-1B", "--image", "me/lightonocr3-1b:1"],
+        _dry("sagemaker", "--model", "baidu/Unlimited-OCR", "--image",
+             "123456789012.dkr.ecr.eu-west-1.amazonaws.com/unlimited-ocr:1"),
+    ],
+    "models": [["models"], ["models", "lightonocr-3"], ["models", "--json"]],
+    "k8s": [
+        [*_K8S, "--model", "datalab-to/surya-ocr-2"],
+        [*_K8S, "--model", "openbmb/MiniCPM-OCR-1.0"],
+        [*_K8S, "--model", "openbmb/MiniCPM-OCR-1.0", "--image", "me/minicpm-ocr:1"],
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """The result of each test's command lines, by test: all run in one interpreter, on a machine
+    whose endpoints are unreachable and which has no kubeconfig."""
+    env = {k: v for k, v in _offline_env(tmp_path_factory.mktemp("images")).items() if not k.startswith("KUBE")}
+    results = iter(llm_ocr_batch([(argv, {}) for cases in CASES.values() for argv in cases], env))
+    return {name: [next(results) for _ in cases] for name, cases in CASES.items()}
+
+
+def test_a_family_runs_in_its_own_image_on_each_platform(ran: dict[str, list[dict[str, Any]]]) -> None:
+    lighton, deepseek, unlimited, sagemaker, fine_tune = ran["own image"]
     images = []
     for result in (lighton, deepseek, unlimited, sagemaker, fine_tune):
         assert result["code"] == 0, result["stderr"]
@@ -50,21 +88,8 @@ def test_a_family_runs_in_its_own_image_on_each_platform(tmp_path: Path) -> None
     assert "535.216.03" in unlimited["stderr"] and "minor version compatibility" in unlimited["stderr"]
 
 
-def test_a_family_without_an_image_on_a_platform_stops_before_anything_is_sent(tmp_path: Path) -> None:
-    real_hf = ["launch", "hf-jobs", *PLATFORM_ARGS["hf-jobs"], "--num-shards", "1"]
-    cases = [
-        # No stock image: vLLM 0.30.0 with transformers 5.16.1 (a real launch, every endpoint unreachable).
-        ([*real_hf, "--model", "lightonai/LightOnOCR-3-1B"], {}),
-        # LightOnOCR-3's only image is a CUDA 13 build; Cloud Run's L4 driver runs CUDA 12.2.
-        (_dry("cloud-run", "--model", "lightonai/LightOnOCR-3-4B"), {}),
-        # No AWS Deep Learning Container has Unlimited-OCR's vLLM.
-        (_dry("sagemaker", "--model", "baidu/Unlimited-OCR"), {}),
-        # --image is the way out: the same launches then plan.
-        ([*real_hf[:-2], *DRY, "--model", "lightonai/LightOnOCR-3-1B", "--image", "me/lightonocr3-1b:1"], {}),
-        (_dry("sagemaker", "--model", "baidu/Unlimited-OCR", "--image",
-              "123456789012.dkr.ecr.eu-west-1.amazonaws.com/unlimited-ocr:1"), {}),
-    ]
-    one_b, cloud_run, sagemaker, one_b_image, sagemaker_image = llm_ocr_batch(cases, _offline_env(tmp_path))
+def test_a_family_without_an_image_on_a_platform_stops_before_anything_is_sent(ran: dict[str, list[dict[str, Any]]]) -> None:
+    one_b, cloud_run, sagemaker, one_b_image, sagemaker_image = ran["no image"]
     for result in (one_b, cloud_run, sagemaker):
         assert result["code"] == 2, result
         assert "--image" in result["stderr"] and result["stdout"] == ""
@@ -79,10 +104,8 @@ def test_a_family_without_an_image_on_a_platform_stops_before_anything_is_sent(t
         assert job["image"] == image
 
 
-def test_models_prints_each_familys_image_per_platform(tmp_path: Path) -> None:
-    (listing, one, as_json) = llm_ocr_batch([
-        (["models"], {}), (["models", "lightonocr-3"], {}), (["models", "--json"], {}),
-    ], _offline_env(tmp_path))
+def test_models_prints_each_familys_image_per_platform(ran: dict[str, list[dict[str, Any]]]) -> None:
+    (listing, one, as_json) = ran["models"]
     assert listing["code"] == one["code"] == as_json["code"] == 0
     rows = {row["family"]: row for row in json.loads(as_json["stdout"])}
     assert rows["lightonocr-3"]["images"]["hf-jobs"]["image"] == "vllm/vllm-openai:v0.30.0"
@@ -128,8 +151,8 @@ HF_JOBS_IMAGE: dict[str, str | None] = {
 }  # fmt: skip
 
 
-def test_every_family_names_its_image_or_why_not_on_every_platform(tmp_path: Path) -> None:
-    (as_json,) = llm_ocr_batch([(["models", "--json"], {})], _offline_env(tmp_path))
+def test_every_family_names_its_image_or_why_not_on_every_platform(ran: dict[str, list[dict[str, Any]]]) -> None:
+    as_json = ran["models"][2]  # `llm-ocr models --json`
     assert as_json["code"] == 0, as_json["stderr"]
     rows = {row["family"]: row for row in json.loads(as_json["stdout"])}
     from llm_ocr.vlm.families import names
@@ -153,15 +176,8 @@ def test_every_family_names_its_image_or_why_not_on_every_platform(tmp_path: Pat
     assert rows["hunyuan-ocr"]["images"]["sagemaker"]["vllm"] == "0.14.0"
 
 
-def test_kubernetes_runs_the_familys_image_and_stops_without_one(tmp_path: Path) -> None:
-    base = ["launch", "k8s", "s3://scans/2024", "--output", "s3://ocr/2024", "--num-shards", "1", "--dry-run",
-            "--offline", "--yaml"]
-    env = {k: v for k, v in _offline_env(tmp_path).items() if not k.startswith("KUBE")}
-    surya, minicpm, minicpm_image = llm_ocr_batch([
-        ([*base, "--model", "datalab-to/surya-ocr-2"], {}),
-        ([*base, "--model", "openbmb/MiniCPM-OCR-1.0"], {}),
-        ([*base, "--model", "openbmb/MiniCPM-OCR-1.0", "--image", "me/minicpm-ocr:1"], {}),
-    ], env)  # fmt: skip
+def test_kubernetes_runs_the_familys_image_and_stops_without_one(ran: dict[str, list[dict[str, Any]]]) -> None:
+    surya, minicpm, minicpm_image = ran["k8s"]
     assert surya["code"] == 0, surya["stderr"]
     (job,) = [d for d in yaml.safe_load_all(surya["stdout"]) if d["kind"] == "Job"]
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm/vllm-openai:v0.20.1"

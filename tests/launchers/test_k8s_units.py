@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -256,3 +257,50 @@ def test_an_indexs_pods_are_ordered_by_the_failures_counted_before_each() -> Non
 def test_api_errors_carry_the_status_the_client_reads() -> None:
     error = ApiError(404, "NotFound", 'jobs.batch "x" not found')
     assert error.status()["code"] == 404 and error.status()["message"] == 'jobs.batch "x" not found'
+
+
+#: A container whose process leaves a model server behind as llm-ocr's do: a child in a session of
+#: its own, re-parented (double fork), so it is no descendant of the container's process; then
+#: both run until stopped. The child writes its pid once it runs.
+_LEAVES_A_CHILD = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    while True:
+        time.sleep(60)
+os.wait()
+while True:
+    time.sleep(60)
+"""
+
+
+def test_an_ended_fake_cluster_leaves_no_pod_process_and_no_controller(tmp_path: Path) -> None:
+    # A test that failed mid-run once left its pods writing into the next test's output: the Job
+    # controller outlived the fake and retried the pods it had killed, and a pod's re-parented
+    # processes were not found from its container's process tree. When the fake has stopped,
+    # nothing it started runs and its controllers have ended.
+    import threading
+
+    import psutil
+
+    from tests import waiting
+
+    pid_file = tmp_path / "child.pid"
+    job = _job([0])  # retried up to 3 times per index: a killed pod would be started again
+    container = _pod(job)["containers"][0]
+    container["command"] = [sys.executable, "-c", _LEAVES_A_CHILD, str(pid_file)]
+    with FakeKubernetes(tokens={"t": "write"}, namespaces=("ocr",), secrets={("ocr", "aws"): {"secret": "s"}},
+                        workdir=tmp_path) as api:
+        api._create_job("ocr", job)
+        waiting.wait_until(pid_file.exists, "the pod's re-parented child runs")
+        (fake_job,) = api.all_jobs
+    child = int(pid_file.read_text())
+    assert not (psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE), \
+        "the pod's child outlived the cluster"
+    assert not [t.name for t in threading.enumerate() if t.name == f"fake-job-{fake_job.name}"], "its Job controller runs on"
+    assert len(fake_job.pods) == 1 and fake_job.pods[0].phase == "Failed"  # stopped, never retried

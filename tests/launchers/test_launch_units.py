@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -318,3 +321,30 @@ def test_local_schema_files_are_shipped_beside_the_output_and_urls_inline_json_p
     bad.write_text("classes: [unclosed")
     with pytest.raises(LaunchError, match="not valid YAML"):
         command(classes=str(bad))
+
+
+def test_jobs_status_does_not_load_the_model_families_pyarrow_or_the_pdf_renderer(tmp_path: Path) -> None:
+    """``llm-ocr jobs status`` (run over and over while jobs run, by users and the launcher tests)
+    reads a record, markers and the platform's job states: it must start without the model
+    families and the Parquet records (pyarrow, numpy: about 0.5 s of CPU), nor the input listing's
+    PDF rendering, all of which only a launch needs. A fresh interpreter, since this one has
+    loaded them all."""
+    out = Storage(str(tmp_path / "out"))
+    record = LaunchRecord("20250101-000000-aaaa", "slurm", out.url, "extract", 2, None, 1, None, "img")
+    record.add({"job_id": "123", "shards": [0, 1], "launch_id": record.launch_id})
+    save_record(out, record)
+    write_marker(out, "extract", 0, 2, {"pages": {"ok": 3}, "wall_time_s": 2.0})
+    script = (
+        "import json, sys\n"
+        "from llm_ocr.cli import main\n"
+        f"code = main(['jobs', 'status', {out.url!r}, '--json'])\n"
+        "heavy = ('pyarrow', 'numpy', 'PIL', 'pypdfium2', 'llm_ocr.vlm.families', 'llm_ocr.sources')\n"
+        "print(json.dumps({'code': code, 'loaded': [m for m in heavy if m in sys.modules]}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_OCR_")}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    table, _, last = result.stdout.rpartition("\n{")
+    shown = json.loads(table)
+    assert [row["state"] for row in shown["shards"]][:1] == ["done"]  # the status was really read
+    assert json.loads("{" + last) == {"code": 0, "loaded": []}

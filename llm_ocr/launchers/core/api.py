@@ -32,20 +32,19 @@ from typing import TYPE_CHECKING, Any
 
 from llm_ocr.config import OptionError, as_flags, check_names, expand_aliases, resolve_options
 from llm_ocr.launchers import platform_class
-from llm_ocr.launchers.core.estimate import estimate_launch
-from llm_ocr.launchers.core.files import ShipError, ship_local_files
 from llm_ocr.launchers.core.follow import cancel_jobs, collect_status, shard_logs, storage_for, wait_for
-from llm_ocr.launchers.core.plan import describe_plan, plan_launch
 from llm_ocr.launchers.core.record import LaunchRecord, load_record, looks_like_launch_id, output_of_launch
 from llm_ocr.launchers.core.spec import LaunchError, LaunchOptions, LaunchPlan, LaunchRequest
-from llm_ocr.launchers.core.submit import submit_plan
 from llm_ocr.launchers.core.table import LaunchStatus, marker_costs
 from llm_ocr.options import DatasetOptions, JobOptions
 from llm_ocr.stage_table import STAGES
 from llm_ocr.storage.state import markers_by_shard
 from llm_ocr.storage.stores import redact
-from llm_ocr.vlm.families import family_for
 
+# Planning, shipping, submitting and the estimate are imported by the functions that launch: they
+# load the input listing, PDF rendering and the model families (pyarrow, numpy, PIL, pypdfium2),
+# which `llm-ocr jobs status`, `logs` and `cancel`, run often while jobs run, have no use for
+# (tests/launchers/test_launch_units.py checks that status does not load them).
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
@@ -136,6 +135,8 @@ class Launch:
             shards = ",".join(str(s) for s in job["shards"])
             follow = f"  (logs: {job['follow']})" if job.get("follow") else ""
             lines.append(f"  shard {shards}: job {job['job_id']}  {job['url']}{follow}")
+        from llm_ocr.launchers.core.plan import describe_plan
+
         return "\n".join(lines + [f"  {line}" for line in describe_plan(self.plan)])
 
     def __repr__(self) -> str:
@@ -169,6 +170,10 @@ def launch(
     what was not checked). ``wait``: follow the jobs until they end (a live table unless ``live``
     is False).
     """
+    from llm_ocr.launchers.core.estimate import estimate_launch
+    from llm_ocr.launchers.core.plan import plan_launch
+    from llm_ocr.launchers.core.submit import submit_plan
+
     cls = _platform(platform)
     launch_options, platform_options, stage_options = split_options(cls, options)
     try:
@@ -230,6 +235,9 @@ def build_request(
     """A :class:`LaunchRequest` of ``options`` whose jobs run ``llm-ocr STAGE INPUT...`` with
     ``stage_options``, each checked by the stage's own models so a bad one fails before any job
     exists; the options a launch must not pass on are refused."""
+    from llm_ocr.launchers.core.files import ShipError, ship_local_files
+    from llm_ocr.vlm.families import family_for
+
     stage = options.stage
     for name, why in REFUSED.items():
         if stage_options.get(name) is not None:

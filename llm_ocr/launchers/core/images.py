@@ -13,11 +13,14 @@ launch before submitting, with a message naming ``--image`` and what to build.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llm_ocr.container.cuda import CudaMismatch, Driver, ImageCuda, verdict
 from llm_ocr.launchers.core.spec import LaunchError, LaunchRequest
-from llm_ocr.vlm.families import Family, family_named
-from llm_ocr.vlm.families.base import ServingImage
+
+if TYPE_CHECKING:  # the families load pyarrow and numpy: imported where an image is chosen
+    from llm_ocr.vlm.families import Family
+    from llm_ocr.vlm.families.base import ServingImage
 
 #: The GPU driver each platform documents (None: undocumented, checked by the job at start).
 #: Cloud Run: https://cloud.google.com/run/docs/configuring/jobs/gpu ("Supported GPU types", L4).
@@ -105,6 +108,8 @@ def launch_image(request: LaunchRequest, platform: str) -> ImageChoice | None:
     family has none there. Platforms call it first, so nothing is checked, built or sent before."""
     if request.image or not request.needs_model:
         return None
+    from llm_ocr.vlm.families import family_named
+
     try:
         return image_for(family_named(request.family), platform)
     except NoImage as exc:

@@ -26,17 +26,7 @@ from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.container import VENVS
 from tests.launchers.common import llm_ocr, llm_ocr_batch, wait_until
-from tests.launchers.k8s_common import (
-    NAMESPACE,
-    OUTPUT,
-    PLANTED,
-    READER,
-    cluster,
-    expected_pages,
-    keys,
-    launch_args,
-    status,
-)
+from tests.launchers.k8s_common import NAMESPACE, PLANTED, READER, cluster, expected_pages, keys
 from tests.launchers.simulators import HELD_START, simulator_in
 from tests.storage_servers import VENV_BIN
 
@@ -51,8 +41,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-#: ``llm-ocr jobs status OUT --json`` as a case of :func:`llm_ocr_batch` (with the commands beside it).
-STATUS = ["jobs", "status", OUTPUT, "--json"]
+def _status(output: str) -> list[str]:
+    """``llm-ocr jobs status OUT --json`` as a case of :func:`llm_ocr_batch` (with the commands beside it)."""
+    return ["jobs", "status", output, "--json"]
 
 
 def _without_launch_id(body: dict, launch_id: str) -> str:
@@ -71,9 +62,9 @@ def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_referen
         # output. Two indexes show what three would (index 0 installs, index 1 links; the last is
         # not the first); a third cost a pod, its server and its llm-ocr more.
         dry, dry_yaml, done, shown, logs, again = llm_ocr_batch([
-            (launch_args("--dry-run", shards=2), {}), (launch_args("--dry-run", "--yaml", shards=2), {}),
-            (launch_args("--wait", "--interval", "0.5", shards=2), {}),
-            (STATUS, {}), (["jobs", "logs", OUTPUT, "--shard", "1"], {}), (launch_args(shards=2), {}),
+            (world.launch_args("--dry-run", shards=2), {}), (world.launch_args("--dry-run", "--yaml", shards=2), {}),
+            (world.launch_args("--wait", "--interval", "0.5", shards=2), {}),
+            (_status(world.output), {}), (["jobs", "logs", world.output, "--shard", "1"], {}), (world.launch_args(shards=2), {}),
         ], env, timeout=600)
         assert dry["code"] == 0 and dry_yaml["code"] == 0, dry["stderr"] + dry_yaml["stderr"]
         plan = json.loads(dry["stdout"])  # exactly one JSON object on stdout
@@ -177,7 +168,7 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
         env = world.env(tmp_path)
         # Static shards: with work groups the other indexes could read index 1's free groups,
         # and its retry would have nothing to resume (work groups: test_stragglers_e2e).
-        args = launch_args("--part-rows", "1", "--no-steal")
+        args = world.launch_args("--part-rows", "1", "--no-steal")
         first = llm_ocr(*args, env=env)
         assert first.returncode == 0, first.stdout + first.stderr
         (job,) = world.api.all_jobs
@@ -185,7 +176,8 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
         _post(f"{simulator}/sim/faults", {"kind": "hang", "count": 3, "seconds": 0})
         _post(f"{simulator}/sim/faults", {"kind": "hang", "count": 1000})
         _post(f"{simulator}/sim/ready")
-        wait_until(lambda: any(k.startswith("2024/extract/part-00001-of-00003") for k in world.moto.list("ocr", "2024/extract/")),
+        wait_until(lambda: any(k.startswith(f"{world.prefix}/extract/part-00001-of-00003")
+                               for k in world.moto.list("ocr", f"{world.prefix}/extract/")),
                    timeout=240, period=0.1)
         victim = world.api.pods_of(job.name, 1)[0]
         world.api.kill(victim)
@@ -194,7 +186,7 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
         assert [len(world.api.pods_of(job.name, i)) for i in range(3)] == [1, 2, 1]  # only index 1 again
         assert (job.completed, job.failed) == ({0, 1}, {2})
         assert job.conditions[-1]["reason"] == "FailedIndexes"
-        shown, logs = llm_ocr_batch([(STATUS, {}), (["jobs", "logs", OUTPUT, "--shard", "1"], {})], env)
+        shown, logs = llm_ocr_batch([(_status(world.output), {}), (["jobs", "logs", world.output, "--shard", "1"], {})], env)
         assert shown["code"] == 0, shown["stderr"]
         states = {row["shard"]: row for row in json.loads(shown["stdout"])["shards"]}
         assert (states[0]["state"], states[1]["state"], states[2]["state"]) == ("done", "done", "failed")
@@ -208,7 +200,7 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
         # The relaunch, waited for; then, in the same interpreter, the ended shard's logs followed
         # (it prints them and returns) and the final table.
         again, followed, shown = llm_ocr_batch([([*args, "--wait", "--interval", "0.5"], {}),
-                                                (["jobs", "logs", OUTPUT, "--shard", "2", "-f"], {}), (STATUS, {})],
+                                                (["jobs", "logs", world.output, "--shard", "2", "-f"], {}), (_status(world.output), {})],
                                                env, timeout=600)
         assert again["code"] == 0, again["stdout"] + again["stderr"]
         relaunched = world.api.all_jobs[1]
@@ -231,18 +223,18 @@ def test_cancel_deletes_the_job_and_stops_every_pod(tmp_path: Path, corpus: Path
     # (with 3-second pages a loaded machine once let a shard finish first).
     with cluster(tmp_path / "cluster", corpus, sim_args=HELD_START) as world:
         env = world.env(tmp_path)
-        assert llm_ocr(*launch_args("--grace-period", "1", shards=2), env=env).returncode == 0
+        assert llm_ocr(*world.launch_args("--grace-period", "1", shards=2), env=env).returncode == 0
         (job,) = world.api.all_jobs
         waiting.wait_until(lambda: len(job.pods) == 2 and all(simulator_in(p.folder) for p in job.pods),
                            "both pods' model servers listen", interval=0.5)
         pids = [p.main[0].process.pid for p in job.pods]
-        one, everything = llm_ocr_batch([(["jobs", "cancel", OUTPUT, "--shard", "1"], {}), (["jobs", "cancel", OUTPUT], {})], env)
+        one, everything = llm_ocr_batch([(["jobs", "cancel", world.output, "--shard", "1"], {}), (["jobs", "cancel", world.output], {})], env)
         assert one["code"] == 2 and "cannot stop only some of them" in one["stderr"]
         assert everything["code"] == 0 and "cancel sent to 1 job(s)" in everything["stdout"], everything["stderr"]
         assert world.api.calls("DELETE")[0]["query"]["propagationPolicy"] == "Foreground"
         wait_until(lambda: (NAMESPACE, job.name) not in world.api.jobs, timeout=120)
         assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        assert {row["state"] for row in status(env)["shards"]} == {"cancelled"}
+        assert {row["state"] for row in world.status(env)["shards"]} == {"cancelled"}
 
 
 def test_a_shared_volume_takes_local_paths_and_nothing_else_does(tmp_path: Path, corpus: Path) -> None:
@@ -288,7 +280,7 @@ def test_bad_requests_fail_before_anything_is_created(tmp_path: Path, corpus: Pa
         reader = world.env(tmp_path, token=READER)
         cases = []
         for _, change, extra, _ in BAD:
-            args = launch_args()
+            args = world.launch_args()
             if extra[:1] == ["--output"]:
                 args[args.index("--output") + 1] = extra[1]
                 extra = extra[2:]
@@ -310,7 +302,7 @@ def test_kubectl_applies_the_dry_run_yaml_and_the_job_runs_every_page_once(tmp_p
         pytest.skip("kubectl is not installed: scripts/test installs Debian's kubernetes-client as root")
     with cluster(tmp_path / "cluster", corpus, tokens={"": "write"}) as world:
         env = world.env(tmp_path)
-        dry = llm_ocr(*launch_args("--dry-run", "--yaml", shards=2), env=env)
+        dry = llm_ocr(*world.launch_args("--dry-run", "--yaml", shards=2), env=env)
         assert dry.returncode == 0, dry.stderr
         applied = subprocess.run([kubectl, "apply", "-f", "-", "--validate=false"], input=dry.stdout, text=True,
                                  capture_output=True, env=env, timeout=300)
@@ -345,6 +337,9 @@ def test_your_own_job_yaml_from_the_docs_runs_every_page_once(tmp_path: Path, co
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
     images = {image: {"PATH": str(VENV_BIN), "LLM_OCR_ENGINE": "vllm", "LLM_OCR_WORKERS": "0"}}
     with cluster(tmp_path / "cluster", corpus, images=images) as world:
+        # The docs' output, s3://ocr/2024, moved to this cluster's own prefix (as every test here writes).
+        command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+        command[command.index("--output") + 1] = world.output
         configuration = client.Configuration()
         config.load_kube_config(config_file=world.env(tmp_path)["KUBECONFIG"], client_configuration=configuration)
         client.BatchV1Api(client.ApiClient(configuration)).create_namespaced_job(NAMESPACE, job)
