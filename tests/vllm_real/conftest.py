@@ -59,6 +59,9 @@ VLLM_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
+#: The tiny model ``llm-ocr run`` launches vLLM on (:mod:`tests.vllm_real.tiny_vlm`), by its
+#: name in :data:`tests.vllm_real.tiny_models.BUILDERS`.
+IDEFICS3 = "idefics3"
 #: The random model may favour whitespace tokens, which JSON allows anywhere between values:
 #: vLLM's own option keeps whitespace out of structured-output grammars (the request is
 #: unchanged). A server option only: vLLM's xgrammar backend reads it from the server's config,
@@ -68,15 +71,15 @@ NO_WHITESPACE = "--structured-outputs-config.backend xgrammar --structured-outpu
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Idefics3 in a temporary folder, built once per session (~5 CPU-s), with real
-    weights: the model ``llm-ocr run`` launches vLLM on.
+def tiny_model(tiny_models: dict[str, Path]) -> Path:
+    """A tiny random Idefics3 with its random weights saved (:mod:`tests.vllm_real.tiny_vlm`),
+    built with the other tiny models: the model ``llm-ocr run`` launches vLLM on.
 
     ``LLM_OCR_TINY_VLM=DIR`` reuses (or builds once into) DIR across sessions. The folder name
     must not contain "deepseek-ocr": the served name picks the model-family recipe.
     """
     cached = os.environ.get("LLM_OCR_TINY_VLM")
-    folder = Path(cached) if cached else tmp_path_factory.mktemp("models") / "tiny-idefics3"
+    folder = Path(cached) if cached else tiny_models[IDEFICS3]
     if not (folder / "config.json").exists():
         subprocess.run(
             [sys.executable, "-m", "tests.vllm_real.tiny_vlm", str(folder)],
@@ -96,17 +99,18 @@ def server_loop() -> Iterator[LoopThread]:
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every architecture's tiny model (:data:`ARCHITECTURES`), built in one process, once per
-    session (``LLM_OCR_TINY_MODELS=DIR`` reuses them across sessions)."""
+    """Every architecture's tiny model (:data:`ARCHITECTURES`) and the Idefics3 (:data:`IDEFICS3`),
+    built in one process (one import of transformers and torch), once per session
+    (``LLM_OCR_TINY_MODELS=DIR`` reuses them across sessions)."""
     cached = os.environ.get("LLM_OCR_TINY_MODELS")
     root = Path(cached) if cached else tmp_path_factory.mktemp("tiny-models")
-    missing = [a for a in ARCHITECTURES if not (root / a / "tiny_model.json").exists()]
+    missing = [a for a in [*ARCHITECTURES, IDEFICS3] if not (root / a / "tiny_model.json").exists()]
     if missing:
         subprocess.run(
             [sys.executable, "-m", "tests.vllm_real.tiny_models", str(root), *missing],
             cwd=REPO, check=True, capture_output=True, timeout=600, env={**os.environ, **VLLM_ENV},
         )  # fmt: skip
-    return {a: root / a for a in ARCHITECTURES}
+    return {a: root / a for a in [*ARCHITECTURES, IDEFICS3]}
 
 
 @pytest.fixture(scope="session")
