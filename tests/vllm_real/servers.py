@@ -115,8 +115,9 @@ def logged_requests(log_text: str) -> list[LoggedRequest]:
 class LoopThread:
     """An event loop in a thread: the servers' watchdogs run there while the tests run here."""
 
-    #: vLLM starts at once: two fill the 2-core machine (a start's imports run on one core); more
-    #: only add contention: seven at once cost ~27 CPU-seconds a start against ~20 one at a time.
+    #: vLLM starts at once: two fill the 2-core machine (a start is mostly imports, on one core).
+    #: Seven at once held ~9 GB (1.3 GB a start) beside the default suite for no gain in CPU time:
+    #: a start cost 20-25 CPU-seconds at load 13-24 either way (docs/testing.md).
     START_SLOTS = 2
 
     def __init__(self) -> None:
