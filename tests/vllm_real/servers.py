@@ -117,7 +117,8 @@ class LoopThread:
 
     #: vLLM starts at once: two fill the 2-core machine (a start is mostly imports, on one core).
     #: Seven at once held ~9 GB (1.3 GB a start) beside the default suite for no gain in CPU time:
-    #: a start cost 20-25 CPU-seconds at load 13-24 either way (docs/testing.md).
+    #: its EngineCore cost 19.5-24.5 CPU-seconds a start at load 13-24, 20.6 with seven at once at
+    #: load 13-15 (docs/testing.md).
     START_SLOTS = 2
 
     def __init__(self) -> None:
