@@ -22,13 +22,18 @@ import pytest
 from llm_ocr.gpu_presets import PRESETS
 from llm_ocr.serving.command_lines import api_key_to_env, free_port, vllm_command
 from llm_ocr.serving.vllm.process import ManagedServer, _group_alive
+from llm_ocr.vlm.families import family_for
 from tests.conftest import REPO
 from tests.vllm_real.servers import (
+    ARCHITECTURES,
+    DUMMY_WEIGHTS,
     SERVED,
+    SHARED_ARCHITECTURE,
     LoopThread,
     TierServer,
     group_members,
     plain_request,
+    served_names,
     start_with_a_request,
     still_running,
 )
@@ -54,6 +59,9 @@ VLLM_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
+#: The tiny model ``llm-ocr run`` launches vLLM on (:mod:`tests.vllm_real.tiny_vlm`), by its
+#: name in :data:`tests.vllm_real.tiny_models.BUILDERS`.
+IDEFICS3 = "idefics3"
 #: The random model may favour whitespace tokens, which JSON allows anywhere between values:
 #: vLLM's own option keeps whitespace out of structured-output grammars (the request is
 #: unchanged). A server option only: vLLM's xgrammar backend reads it from the server's config,
@@ -63,14 +71,15 @@ NO_WHITESPACE = "--structured-outputs-config.backend xgrammar --structured-outpu
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Idefics3 in a temporary folder, built once per session (~6 s).
+def tiny_model(tiny_models: dict[str, Path]) -> Path:
+    """A tiny random Idefics3 with its random weights saved (:mod:`tests.vllm_real.tiny_vlm`),
+    built with the other tiny models: the model ``llm-ocr run`` launches vLLM on.
 
     ``LLM_OCR_TINY_VLM=DIR`` reuses (or builds once into) DIR across sessions. The folder name
     must not contain "deepseek-ocr": the served name picks the model-family recipe.
     """
     cached = os.environ.get("LLM_OCR_TINY_VLM")
-    folder = Path(cached) if cached else tmp_path_factory.mktemp("models") / "tiny-idefics3"
+    folder = Path(cached) if cached else tiny_models[IDEFICS3]
     if not (folder / "config.json").exists():
         subprocess.run(
             [sys.executable, "-m", "tests.vllm_real.tiny_vlm", str(folder)],
@@ -89,29 +98,51 @@ def server_loop() -> Iterator[LoopThread]:
 
 
 @pytest.fixture(scope="session")
-def tiny_server(tiny_model: Path, server_loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TierServer]:
-    """vLLM serving the tiny Idefics3, shared by every test that reads through a server it did not
-    launch itself (the launcher's checks, streaming, Fields), started once per session.
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every architecture's tiny model (:data:`ARCHITECTURES`) and the Idefics3 (:data:`IDEFICS3`),
+    built in one process (one import of transformers and torch), once per session
+    (``LLM_OCR_TINY_MODELS=DIR`` reuses them across sessions)."""
+    cached = os.environ.get("LLM_OCR_TINY_MODELS")
+    root = Path(cached) if cached else tmp_path_factory.mktemp("tiny-models")
+    missing = [a for a in [*ARCHITECTURES, IDEFICS3] if not (root / a / "tiny_model.json").exists()]
+    if missing:
+        subprocess.run(
+            [sys.executable, "-m", "tests.vllm_real.tiny_models", str(root), *missing],
+            cwd=REPO, check=True, capture_output=True, timeout=600, env={**os.environ, **VLLM_ENV},
+        )  # fmt: skip
+    return {a: root / a for a in [*ARCHITECTURES, IDEFICS3]}
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_models: dict[str, Path], server_loop: LoopThread,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[TierServer]:
+    """vLLM serving the tiny model of :data:`SHARED_ARCHITECTURE`, shared by every test that reads
+    through a server it did not launch itself (the launcher's checks, streaming, Fields, and that
+    architecture's families), started once per session.
 
     Started as llm-ocr's launcher starts one: :class:`ManagedServer` on :func:`vllm_command`'s
-    command line for the l4-24gb preset, served as :data:`SERVED` (unlike the path), with an API
-    key handed over in the environment (``api_key_to_env``), plus the tier's CPU flags and
-    :data:`NO_WHITESPACE`. The first request is sent while vLLM still loads (``startup``). At the
-    end the server is stopped, and no process of its group may be left.
+    command line for the l4-24gb preset and the architecture's first family, served as
+    :data:`SERVED` (unlike the path) and as its families' names, with an API key handed over in the
+    environment (``api_key_to_env``), plus the tier's CPU flags and :data:`NO_WHITESPACE`. The
+    first request is sent while vLLM still loads (``startup``). At the end the server is stopped,
+    and no process of its group may be left.
     """
+    names = ARCHITECTURES[SHARED_ARCHITECTURE]
+    served = [SERVED, *served_names(names)]
     port = free_port()
     key = f"sk-tier-{uuid.uuid4().hex}"
     command, key_env = api_key_to_env(vllm_command(
-        str(tiny_model), host="127.0.0.1", port=port, preset=PRESETS["l4-24gb"], served_model_name=SERVED,
-        server_command=shlex.split(SERVER_COMMAND),
-        extra_args=[*shlex.split(SERVER_ARGS), *shlex.split(NO_WHITESPACE), "--api-key", key],
+        str(tiny_models[SHARED_ARCHITECTURE]), host="127.0.0.1", port=port, preset=PRESETS["l4-24gb"],
+        served_model_name=SERVED, family=family_for(names[0]), server_command=shlex.split(SERVER_COMMAND),
+        extra_args=[*shlex.split(SERVER_ARGS), *shlex.split(DUMMY_WEIGHTS), *shlex.split(NO_WHITESPACE),
+                    "--served-model-name", *served, "--api-key", key],
     ))  # fmt: skip
     log_path = tmp_path_factory.mktemp("tiny-server") / "server.log"
     server = ManagedServer(command, host="127.0.0.1", port=port, log_path=log_path, env={**VLLM_ENV, **key_env},
                            startup_timeout=600, max_restarts=0, name="vllm")  # fmt: skip
-    tier = TierServer("tiny-idefics3", server, log_path, [SERVED], api_key=key)
+    tier = TierServer(SHARED_ARCHITECTURE, server, log_path, served, api_key=key)
     try:
-        tier.startup = server_loop.run(start_with_a_request(tier, plain_request()), timeout=900)
+        tier.startup = server_loop.run(start_with_a_request(tier, plain_request(), server_loop.starts), timeout=900)
         tier.members = group_members(server.pid) if server.pid else []
         yield tier
     finally:

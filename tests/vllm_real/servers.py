@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import concurrent.futures
 import io
 import os
 import re
@@ -36,9 +37,40 @@ from llm_ocr.vlm.recipes import image_messages, recipe_for
 
 T = TypeVar("T")
 
-#: The served name of the shared tiny Idefics3: unlike its model path, so a lost or wrong
-#: ``--served-model-name`` fails every request (vLLM would serve the path: a 404).
+#: The shared server's own served name (the generic recipe): unlike its model path, so a lost or
+#: wrong ``--served-model-name`` fails every request (vLLM would serve the path: a 404).
 SERVED = "acme/tiny-ocr"
+
+#: Each architecture's served model names (``tests/vllm_real/tiny_models.py`` builds one tiny model
+#: per architecture): the first one's family flags start the server. PaddleOCR-VL (1.0 to 1.6) is
+#: missing: vLLM 0.32's processor info reads ``image_processor.max_pixels``, which transformers
+#: 5.19's ``PaddleOCRVLImageProcessor`` no longer has (it keeps the bounds in ``size``), so vLLM
+#: cannot start it with this pair of versions (docs/models.md). So is Unlimited-OCR: its
+#: DeepSeek-OCR encoder is built at full size whatever the config, and vLLM's CPU attention has no
+#: R-SWA mask (docs/testing.md).
+ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "qwen2_5_vl": ("nanonets/Nanonets-OCR2-3B", "Qwen/Qwen2.5-VL-7B-Instruct", "allenai/olmOCR-2-7B-1025"),
+    "qwen3_vl": ("Qwen/Qwen3-VL-8B-Instruct", "datalab-to/chandra", "FireRedTeam/FireRed-OCR"),
+    "lightonocr": ("lightonai/LightOnOCR-2-1B", "lightonai/LightOnOCR-2-1B-bbox-soup", "lightonai/LightOnOCR-3-1B"),
+    "glm_ocr": ("zai-org/GLM-OCR",),
+    # LightOnOCR-3's 0.8B and 4B are Qwen3.5 models, as is Surya OCR 2; Infinity-Parser2-Pro a
+    # Qwen3.5 mixture of experts, served with its own flags (--reasoning-parser qwen3...).
+    "qwen3_5": ("lightonai/LightOnOCR-3-4B", "datalab-to/surya-ocr-2"),
+    "qwen3_5_moe": ("infly/Infinity-Parser2-Pro",),
+    # NAME@RECIPE: the model served as NAME, read with --recipe RECIPE (a variant of NAME's family).
+    "qianfan_ocr": ("baidu/Qianfan-OCR", "baidu/Qianfan-OCR@qianfan-ocr-think"),
+}
+#: The architecture whose server is also the shared one (``tiny_server``): it answers to
+#: :data:`SERVED` beside its families' names, so the launcher's checks, streaming, Fields and
+#: Describe need no vLLM start of their own (a start is ~20 CPU-seconds on the 2-core machine).
+SHARED_ARCHITECTURE = "qwen2_5_vl"
+#: Weights are random anyway: vLLM draws them from the config (no weight files to build).
+DUMMY_WEIGHTS = "--load-format dummy"
+
+
+def served_names(names: Sequence[str]) -> list[str]:
+    """The model names a server answers to (``NAME@RECIPE`` entries share NAME's)."""
+    return list(dict.fromkeys(n.partition("@")[0] for n in names))
 
 
 @dataclass
@@ -83,14 +115,31 @@ def logged_requests(log_text: str) -> list[LoggedRequest]:
 class LoopThread:
     """An event loop in a thread: the servers' watchdogs run there while the tests run here."""
 
+    #: vLLM starts at once: two fill the 2-core machine (a start is mostly imports, on one core).
+    #: Seven at once held ~9 GB (1.3 GB a start) beside the default suite for no gain in CPU time:
+    #: its EngineCore cost 19.5-24.5 CPU-seconds a start at load 13-24, 20.6 with seven at once at
+    #: load 13-15 (docs/testing.md).
+    START_SLOTS = 2
+
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="tier-servers")
         self.thread.start()
+        self.starts = asyncio.Semaphore(self.START_SLOTS)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
         """Run ``coro`` on the loop; its result (or exception) here."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        return self.submit(coro).result(timeout)
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``coro`` on the loop without waiting for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def start(self, server: ManagedServer) -> None:
+        """Start ``server`` and wait until it is ready, in one of the :data:`START_SLOTS`."""
+        async with self.starts:
+            await server.start()
+            await server.wait_ready()
 
     def close(self) -> None:
         """Stop the loop and its thread."""
@@ -190,9 +239,14 @@ def plain_request(max_tokens: int = 16) -> dict[str, Any]:
             "temperature": 0.0, "extra_body": recipe.extra_body}
 
 
-async def start_with_a_request(tier: TierServer, body: dict[str, Any]) -> StartUp:
-    """Start ``tier``'s server and, while vLLM is still loading, send ``body`` through a client
-    gated on the server's readiness (as the runners do): what :class:`StartUp` records."""
+async def start_with_a_request(tier: TierServer, body: dict[str, Any], slots: asyncio.Semaphore) -> StartUp:
+    """Start ``tier``'s server (in one of ``slots``) and, while vLLM is still loading, send ``body``
+    through a client gated on the server's readiness (as the runners do): what :class:`StartUp` records."""
+    async with slots:
+        return await _start_with_a_request(tier, body)
+
+
+async def _start_with_a_request(tier: TierServer, body: dict[str, Any]) -> StartUp:
     server = tier.server
     await server.start()
     started = time.monotonic()

@@ -8,19 +8,16 @@ engine's ``SamplingParams`` as the recipe sets them, and that the family's serve
 vLLM. One server per architecture (``tests/vllm_real/tiny_models.py``), started through
 llm-ocr's own launcher (:class:`~llm_ocr.serving.vllm.process.ManagedServer` on
 :func:`~llm_ocr.serving.command_lines.vllm_command`), serves every family of that architecture
-under each family's model name (``--served-model-name`` takes several); ``llm_ocr.extract``
+under each family's model name (``--served-model-name`` takes several); Qwen2.5-VL's is the
+tier's shared server (``tiny_server``: with an API key, and the generic recipe's name besides); ``llm_ocr.extract``
 then reads real PDFs through it once per family, in the test's process (what is tested is the
 family's request, not the command's start-up: ``llm-ocr run``'s test launches from the command).
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import os
 import shlex
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,62 +32,34 @@ from llm_ocr.gpu_presets import PRESETS
 from llm_ocr.serving.command_lines import free_port, vllm_command
 from llm_ocr.serving.vllm.process import ManagedServer
 from llm_ocr.vlm.families import family_for
-from tests.conftest import REPO, read_stage
+from tests.conftest import read_stage
 from tests.docs import make_corpus
 from tests.vllm_real.conftest import SERVER_ARGS, SERVER_COMMAND, VLLM_ENV
-from tests.vllm_real.servers import LoopThread, TierServer
+from tests.vllm_real.servers import (
+    ARCHITECTURES,
+    DUMMY_WEIGHTS,
+    SHARED_ARCHITECTURE,
+    LoopThread,
+    TierServer,
+    served_names,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
-#: Each architecture's served model names: the first one's family flags start the server.
-#: PaddleOCR-VL (1.0 to 1.6) is missing: vLLM 0.32's processor info reads
-#: ``image_processor.max_pixels``, which transformers 5.19's ``PaddleOCRVLImageProcessor`` no
-#: longer has (it keeps the bounds in ``size``), so vLLM cannot start it with this pair of
-#: versions (docs/models.md). So is Unlimited-OCR: its DeepSeek-OCR encoder is built at full size
-#: whatever the config, and vLLM's CPU attention has no R-SWA mask (docs/testing.md).
-ARCHITECTURES: dict[str, tuple[str, ...]] = {
-    "qwen2_5_vl": ("nanonets/Nanonets-OCR2-3B", "Qwen/Qwen2.5-VL-7B-Instruct", "allenai/olmOCR-2-7B-1025"),
-    "qwen3_vl": ("Qwen/Qwen3-VL-8B-Instruct", "datalab-to/chandra", "FireRedTeam/FireRed-OCR"),
-    "lightonocr": ("lightonai/LightOnOCR-2-1B", "lightonai/LightOnOCR-2-1B-bbox-soup", "lightonai/LightOnOCR-3-1B"),
-    "glm_ocr": ("zai-org/GLM-OCR",),
-    # LightOnOCR-3's 0.8B and 4B are Qwen3.5 models, as is Surya OCR 2; Infinity-Parser2-Pro a
-    # Qwen3.5 mixture of experts, served with its own flags (--reasoning-parser qwen3...).
-    "qwen3_5": ("lightonai/LightOnOCR-3-4B", "datalab-to/surya-ocr-2"),
-    "qwen3_5_moe": ("infly/Infinity-Parser2-Pro",),
-    # NAME@RECIPE: the model served as NAME, read with --recipe RECIPE (a variant of NAME's family).
-    "qianfan_ocr": ("baidu/Qianfan-OCR", "baidu/Qianfan-OCR@qianfan-ocr-think"),
-}
 FAMILY_MODELS = [(arch, name) for arch, names in ARCHITECTURES.items() for name in names]
 
 
-def served_names(names: tuple[str, ...]) -> list[str]:
-    """The model names a server answers to (``NAME@RECIPE`` entries share NAME's)."""
-    return list(dict.fromkeys(n.partition("@")[0] for n in names))
-#: Weights are random anyway: vLLM draws them from the config (no weight files to build).
-DUMMY_WEIGHTS = "--load-format dummy"
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every architecture's tiny model, built in one process (``LLM_OCR_TINY_MODELS=DIR`` caches)."""
-    cached = os.environ.get("LLM_OCR_TINY_MODELS")
-    root = Path(cached) if cached else tmp_path_factory.mktemp("tiny-models")
-    missing = [a for a in ARCHITECTURES if not (root / a / "tiny_model.json").exists()]
-    if missing:
-        subprocess.run(
-            [sys.executable, "-m", "tests.vllm_real.tiny_models", str(root), *missing],
-            cwd=REPO, check=True, capture_output=True, timeout=600, env={**os.environ, **VLLM_ENV},
-        )  # fmt: skip
-    return {a: root / a for a in ARCHITECTURES}
-
-
 @pytest.fixture(scope="module")
-def servers(tiny_models: dict[str, Path], server_loop: LoopThread,
+def servers(request: pytest.FixtureRequest, tiny_models: dict[str, Path], server_loop: LoopThread,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, TierServer]]:
-    """Every architecture's server, started at once (their start-ups overlap) and stopped at the end."""
+    """Every architecture's server: the shared one (``tiny_server``) for :data:`SHARED_ARCHITECTURE`,
+    one of its own for each other, started while the shared one starts (two starts at a time,
+    :attr:`LoopThread.START_SLOTS`) and stopped at the end of the module."""
     logs = tmp_path_factory.mktemp("family-servers")
     started: dict[str, TierServer] = {}
     for arch, names in ARCHITECTURES.items():
+        if arch == SHARED_ARCHITECTURE:
+            continue
         port = free_port()
         command = vllm_command(
             str(tiny_models[arch]), host="127.0.0.1", port=port, preset=PRESETS["l4-24gb"], served_model_name=names[0],
@@ -103,14 +72,15 @@ def servers(tiny_models: dict[str, Path], server_loop: LoopThread,
                                startup_timeout=420, max_restarts=0, name=f"vllm-{arch}")  # fmt: skip
         started[arch] = TierServer(arch, server, log_path, served_names(names))
 
-    async def start_all() -> None:
-        await asyncio.gather(*(s.server.start() for s in started.values()))
-        await asyncio.gather(*(s.server.wait_ready() for s in started.values()))
-
+    starting = [server_loop.submit(server_loop.start(s.server)) for s in started.values()]
     try:
-        server_loop.run(start_all(), timeout=540)
-        yield started
+        shared = request.getfixturevalue("tiny_server")  # starts beside them, if not yet started
+        for future in starting:
+            future.result(timeout=900)
+        yield {SHARED_ARCHITECTURE: shared, **started}
     finally:
+        for future in starting:
+            future.cancel()
         for s in started.values():
             server_loop.run(s.server.stop(), timeout=60)
 
@@ -142,7 +112,8 @@ def test_family_request_is_accepted_by_its_architecture(
             str(documents), output=str(out), endpoint=server.base_url, model=model,
             # A random model runs to max_tokens without looping: without tile_dense_pages=False
             # every page would be taken for a dense one and read in pieces (the request is tested).
-            max_tokens=24, tile_dense_pages=False, workers=0, progress="off", **({"recipe": recipe} if recipe else {}),
+            max_tokens=24, tile_dense_pages=False, workers=0, progress="off", api_key=server.api_key,
+            **({"recipe": recipe} if recipe else {}),
         )  # fmt: skip
         logged = server.requests(since=mark)
     assert result.ok, result

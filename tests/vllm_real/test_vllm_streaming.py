@@ -50,8 +50,9 @@ async def _streaming(tier: TierServer) -> None:
 
         # Close a stream early: vLLM aborts the request and counts only what it generated.
         before = await server.metrics()
-        # As long as the context allows (the preset's 8,192): the tiny model decodes fast on an
-        # idle CPU, and a 3,000-token answer once ended before the close reached vLLM.
+        # Long, and it cannot end early (ignore_eos): the tiny model decodes fast on an idle CPU,
+        # and a 3,000-token answer once ended before the close reached vLLM. The preset's context
+        # (8,192) less the prompt; the shared server's family flags allow 32,768.
         longest = 8192 - plain.prompt_tokens - 16
         long_body = {**deepseek.streamed({**body, "max_tokens": longest}), "model": SERVED, "stream": True}
         await _read_then_close(server.base_url, long_body, headers)

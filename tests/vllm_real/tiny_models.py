@@ -23,7 +23,8 @@ recipes' requests against (``tests/vllm_real/test_vllm_families.py``).
 Chat templates: Qwen2-VL's is the checkpoints' own; the others follow their checkpoint's shape
 (roles, where the image placeholder goes) without claiming to be byte-for-byte copies.
 
-The Idefics3 model of the older tests is :mod:`tests.vllm_real.tiny_vlm`.
+The Idefics3 that ``llm-ocr run``'s test launches vLLM on is :mod:`tests.vllm_real.tiny_vlm`'s
+(``idefics3`` here: built in the same process as the others).
 
 Run as ``python -m tests.vllm_real.tiny_models DIR [ARCH ...]`` to build them by hand.
 """
@@ -433,8 +434,18 @@ def build_qwen3_5(folder: Path, *, moe: bool = False) -> None:
     _save(folder, config, processor, {"architecture": name, "vocab_size": len(tokenizer)})
 
 
+def build_idefics3(folder: Path) -> None:
+    """The Idefics3 of :mod:`tests.vllm_real.tiny_vlm` (random weights saved), built here so that
+    one process imports transformers and torch for every tiny model of the tier."""
+    from tests.vllm_real import tiny_vlm
+
+    tiny_vlm.build(folder)
+    (folder / "tiny_model.json").write_text(json.dumps({"architecture": "idefics3"}))
+
+
 #: Every architecture this module builds, by name.
 BUILDERS: dict[str, Callable[[Path], None]] = {
+    "idefics3": build_idefics3,
     "qwen2_5_vl": build_qwen2_5_vl,
     "qwen3_vl": build_qwen3_vl,
     "qianfan_ocr": build_qianfan_ocr,
