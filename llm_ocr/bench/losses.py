@@ -363,24 +363,36 @@ def run_losses(
     with tempfile.TemporaryDirectory(prefix="llm-ocr-losses-") as tmp:
         corpus_root = Path(corpus_dir) if corpus_dir else Path(tmp) / "corpus"
         work_root = Path(work_dir) if work_dir else Path(tmp) / "work"
-        pages = make_corpus(corpus_root / f"pages-{base.pages}-seed-{base.seed}", base.pages, base.seed)[0].parent
-        strip = corpus_root / "strip"
-        strip.mkdir(parents=True, exist_ok=True)
-        strip_pdf(strip / "strip-234x14295pt.pdf", base.seed)
+        made: dict[str, Path] = {}
+
+        def page_corpus() -> Path:
+            # Made once, and only if a workload reads it (``only`` may pick none that does).
+            if "pages" not in made:
+                made["pages"] = make_corpus(corpus_root / f"pages-{base.pages}-seed-{base.seed}", base.pages,
+                                            base.seed)[0].parent  # fmt: skip
+            return made["pages"]
+
+        def strip_corpus() -> Path:
+            if "strip" not in made:
+                made["strip"] = corpus_root / "strip"
+                made["strip"].mkdir(parents=True, exist_ok=True)
+                strip_pdf(made["strip"] / "strip-234x14295pt.pdf", base.seed)
+            return made["strip"]
+
         comparisons = []
         for name, config, today_changes, new_changes in workloads(base):
             if only and name not in only:
                 continue
-            corpus = strip if name.startswith("long page") else pages
             if name.startswith("long page"):
+                corpus = strip = strip_corpus()
                 config = replace(config, sim_corpus=str(strip))  # the strip known: answered from its text
-            if name.startswith("long tail"):
+            elif name.startswith("long tail"):
                 corpus = corpus_root / f"long-tail-{base.pages}-seed-{base.seed}"
                 make_long_tail_corpus(corpus, base.pages, base.seed)
                 config = replace(config, sim_corpus=str(corpus))  # every page known: answered from its text
             elif name == "dense pages, 256 slots":
                 corpus = corpus_root / f"pages-{base.pages}-seed-{base.seed}-with-dense"
-                config = replace(config, sim_corpus=str(with_dense_pages(corpus, pages, 4, base.seed)))
+                config = replace(config, sim_corpus=str(with_dense_pages(corpus, page_corpus(), 4, base.seed)))
             elif name == "dense recall" or name in DENSE_RECALL:
                 # 24 normal pages beside the dense ones, fewer when the run asks for fewer (a test).
                 normal = min(base.pages, 24)
@@ -390,6 +402,8 @@ def run_losses(
                 config = replace(config, sim_corpus=str(corpus))  # every page known: each has a truth
                 if name == "dense recall, denser answers":
                     corpus = dense_only
+            else:
+                corpus = page_corpus()
             results = []
             for label, changes in (("today", today_changes), ("new", new_changes)):
                 work = work_root / f"{name.replace(' ', '-').replace(',', '')}-{label}"

@@ -26,19 +26,26 @@ def rates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def plan_json(*args: str) -> dict:
-    done = run_cli("plan", *args, "--json")
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
+def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    """``llm-ocr plan ARGS --json`` in this process: the command's text output runs as a subprocess
+    below (one case per shape); the figures in the JSON need no interpreter of their own."""
+    from llm_ocr.cli import main
+
+    capsys.readouterr()  # what came before is not this command's
+    code = main(["plan", *args, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return dict(json.loads(out))
 
 
 def row(plan: dict, platform: str, machine: str) -> dict:
     return next(r for r in plan["rows"] if (r["platform"], r["hardware"]) == (platform, machine))
 
 
-def test_plan_counts_the_pages_and_estimates_every_machine(tmp_path: Path, rates: Path) -> None:
+def test_plan_counts_the_pages_and_estimates_every_machine(tmp_path: Path, rates: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     make_corpus(tmp_path / "docs", documents=5, pages=3)
-    plan = plan_json(str(tmp_path / "docs"), "--num-shards", "2")
+    plan = plan_json(capsys, str(tmp_path / "docs"), "--num-shards", "2")
     assert (plan["pages"], plan["documents"], plan["family"], plan["num_shards"]) == (15, 5, "deepseek-ocr", 2)
     a100 = row(plan, "slurm", "A100 40GB")
     assert a100["rate"]["kind"] == "published" and a100["rate"]["pages_per_s"] == pytest.approx(DEEPSEEK_A100_40, 1e-3)
@@ -46,9 +53,12 @@ def test_plan_counts_the_pages_and_estimates_every_machine(tmp_path: Path, rates
     l4 = row(plan, "hf-jobs", "l4x1")
     assert l4["rate"]["kind"] == "scaled" and l4["cost_usd"] == pytest.approx(2 * l4["wall_s"] / 3600 * 0.80, 1e-3)
     # A family nobody published a rate for gets no figure, and is told how to measure one.
-    olmocr = plan_json(str(tmp_path / "docs"), "--model", "allenai/olmOCR-2-7B-1025-FP8", "--platform", "slurm")
+    olmocr = plan_json(capsys, str(tmp_path / "docs"), "--model", "allenai/olmOCR-2-7B-1025-FP8", "--platform", "slurm")
     assert all(r["rate"] is None and r["wall_s"] is None for r in olmocr["rows"])
-    text = run_cli("plan", str(tmp_path / "docs"), "--model", "allenai/olmOCR-2-7B-1025-FP8").stdout
+    from llm_ocr.cli import main
+
+    assert main(["plan", str(tmp_path / "docs"), "--model", "allenai/olmOCR-2-7B-1025-FP8"]) == 0
+    text = capsys.readouterr().out
     assert "no published figure for olmocr" in text and "bench-accuracy" in text
     text = run_cli("plan", str(tmp_path / "docs"), "--platform", "hf-jobs").stdout
     assert "15 pages in 5 documents (pdf 15)" in text and "published: 200k+ pages per day on one A100-40G" in text
@@ -66,7 +76,8 @@ def test_plan_writes_the_manifest_of_its_one_listing_and_counts_from_it(tmp_path
     assert [(r.doc_id, r.index, r.location) for r in plan_inputs([str(tmp_path / "manifest")]).documents()] == listed
 
 
-def test_a_rate_measured_with_bench_accuracy_is_used_by_plan(tmp_path: Path, rates: Path) -> None:
+def test_a_rate_measured_with_bench_accuracy_is_used_by_plan(tmp_path: Path, rates: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     make_corpus(tmp_path / "docs", documents=2, pages=2)
     with SimulatedServer("--instant") as server:
         done = run_cli("bench-accuracy", "--engine-url", server.base_url, "--model", "deepseek-ai/DeepSeek-OCR",
@@ -75,7 +86,7 @@ def test_a_rate_measured_with_bench_accuracy_is_used_by_plan(tmp_path: Path, rat
     (record,) = [json.loads(line) for line in rates.read_text().splitlines()]
     assert (record["family"], record["gpu"], record["concurrency"]) == ("deepseek-ocr", "h100-80gb", 4)
     assert record["pages_per_s"] > 0 and "recorded" in done.stdout
-    plan = plan_json(str(tmp_path / "docs"), "--platform", "slurm")
+    plan = plan_json(capsys, str(tmp_path / "docs"), "--platform", "slurm")
     h100 = row(plan, "slurm", "H100 80GB")
     assert h100["rate"]["kind"] == "measured" and h100["rate"]["pages_per_s"] == pytest.approx(record["pages_per_s"], abs=1e-4)
     # Carried to the other GPUs (scaled from yours, not from the paper), the A100 40GB keeps its own.
