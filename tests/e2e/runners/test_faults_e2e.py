@@ -144,7 +144,7 @@ def test_summary_lines_reconcile_every_shard_and_status_reports_the_same(tmp_pat
         # line counts the groups it read, whatever their shard: tests/e2e/runners/test_stragglers_e2e.py.)
         shards = [extract([tmp_path / "docs"], out, server, "--num-shards", "2", "--shard-index", str(i),
                           "--max-tokens", "300", "--no-steal", "--json") for i in range(2)]
-        # `status` in this process: tests/storage/test_status_exit.py runs it as a command.
+        # `status` in this process: tests/e2e/storage/test_status_exit.py runs it as a command.
         status = json.loads(run_in_process("status", str(out), "--json").stdout)
         text = run_in_process("status", str(out)).stdout
         (out / "_state/extract/done-00000-of-00002.json").unlink()

@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sources_testdata import png
 
 from llm_ocr.bench.finevision import write_finevision
 from llm_ocr.sources.parquet import FOOTER_GUESS
 from tests.conftest import REPO
 from tests.fakes.fake_hub import FakeHub
+from tests.sources.sources_testdata import png
 
 CARD = """---
 configs:
