@@ -582,3 +582,40 @@ def test_olmocr_on_an_l4_holds_fewer_pages_than_deepseek() -> None:
     olmocr = vllm_command("allenai/olmOCR-2-7B-1025", host=HOST, port=1, preset=PRESETS["l4-24gb"])
     deepseek = vllm_command(MODEL, host=HOST, port=1, preset=PRESETS["l4-24gb"])
     assert int(flag_value(olmocr, "--max-num-seqs")) < int(flag_value(deepseek, "--max-num-seqs")) == 64
+
+
+def test_a_port_taken_before_the_server_binds_it_moves_the_server_not_the_requests(tmp_path: Path) -> None:
+    """Another program takes the port free_port gave us before our server binds it (the window
+    free_port's docstring names; a loaded test run hit it). That program answers /health, but
+    it is not our server: the server is started again on another port, without spending its
+    restart budget (0 here), and is ready there, serving our model."""
+    import http.server
+    import threading
+
+    class Anything(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    squatter = http.server.ThreadingHTTPServer((HOST, 0), Anything)
+    taken = squatter.server_address[1]
+    threading.Thread(target=squatter.serve_forever, daemon=True).start()
+    try:
+        async def scenario() -> tuple[int, int, list[str]]:
+            server = ManagedServer(sim_command(MODEL, host=HOST, port=taken, extra_args=["--instant"], preset=TINY),
+                                   host=HOST, port=taken, log_path=tmp_path / "server.log", max_restarts=0,
+                                   name="sim", startup_timeout=HANG_GUARD_S)
+            async with server:
+                async with aiohttp.ClientSession() as session, session.get(f"{server.base_url}/models") as resp:
+                    models = [m["id"] for m in (await resp.json())["data"]]
+                return server.port, server.restarts, models
+
+        port, restarts, models = asyncio.run(scenario())
+    finally:
+        squatter.shutdown()
+        squatter.server_close()
+    assert port != taken and restarts == 0
+    assert models == [MODEL]

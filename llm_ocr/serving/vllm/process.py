@@ -149,6 +149,7 @@ class ManagedServer:
         self._watchdog: asyncio.Task[None] | None = None
         self._reapers: dict[int, subprocess.Popen[bytes]] = {}  # server pid -> its watcher
         self._relay: LogRelay | None = None  # the current generation's output, on its way to the log
+        self._port_clashes = 0  # starts moved to another port because this one was taken
 
     # -- addresses ---------------------------------------------------------------------------
 
@@ -404,6 +405,18 @@ class ManagedServer:
         tail = self._tail(40, since=self._log_offset)
         if self._stopping:
             raise ServerFailed(f"{self.name} server was stopped", exit_code=code)
+        clash = PORT_TAKEN in tail.lower() and self.port_file is None
+        if not was_ready and clash and self._port_clashes < PORT_CLASHES:
+            # Another process took the port between its probe and this server's bind: not the
+            # server's fault, and no restart of the budget; start it again on another port.
+            moved = _with_port(self.command, self.port, _free_port(self.host))
+            if moved is not None:
+                self._port_clashes += 1
+                log.warning("%s server could not bind port %d (another process took it); starting it on port %d",
+                            self.name, self.port, moved[1])
+                self.command, self.port = moved
+                self._spawn()
+                return
         if not was_ready and self.restarts == 0:
             # The first start failing is configuration or hardware (bad flag, OOM, no model):
             # retrying would only repeat a possibly minutes-long load. Fail now.
@@ -450,7 +463,10 @@ class ManagedServer:
                 try:
                     if self.read_port_file():
                         async with session.get(f"{self.root_url}/health") as resp:
-                            if resp.status == 200:
+                            # Ours only if our process listens there: when another process took
+                            # the port between its probe and our server's bind (free_port's
+                            # window), that one answers, and ours is about to exit unbound.
+                            if resp.status == 200 and not taken_by_another(proc.pid, self.port):
                                 return True
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
                     pass
@@ -539,3 +555,44 @@ class ManagedServer:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
             self._stop_reaper(proc.pid)
+
+
+#: What a server's log says when its port was taken (uvicorn's and aiohttp's bind error, errno 98).
+PORT_TAKEN = "address already in use"
+#: Starts moved to a new port before a clash counts as a failure.
+PORT_CLASHES = 3
+
+
+def _free_port(host: str) -> int:
+    import socket  # here: only a port clash needs it
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host if host not in ("0.0.0.0", "::") else "", 0))  # noqa: S104 - a probe
+        return int(sock.getsockname()[1])
+
+
+def _with_port(command: list[str], old: int, new: int) -> tuple[list[str], int] | None:
+    """``command`` with its ``--port OLD`` (or ``--port=OLD``) made ``new``; None without one."""
+    moved = list(command)
+    for i, arg in enumerate(moved):
+        if arg == "--port" and i + 1 < len(moved) and moved[i + 1] == str(old):
+            moved[i + 1] = str(new)
+            return moved, new
+        if arg == f"--port={old}":
+            moved[i] = f"--port={new}"
+            return moved, new
+    return None
+
+
+def taken_by_another(pid: int, port: int) -> bool:
+    """Whether a process we can see, outside ``pid`` and its descendants, listens on TCP ``port``
+    (another program took the port our server was given). Unknown owners (another user's
+    processes, where we may not look) count as not another."""
+    try:
+        ours = {pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))}
+        listeners = {conn.pid for conn in psutil.net_connections(kind="inet")
+                     if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port}
+    except (psutil.Error, NotImplementedError, OSError):
+        return False
+    return bool(listeners) and not listeners & ours and None not in listeners
