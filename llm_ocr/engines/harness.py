@@ -317,9 +317,10 @@ class SimulatedServer(LocalServer):
         """
         return self.call_json("POST", "/sim/faults", {"kind": kind, "count": count, **kw})
 
-    def release(self) -> None:
-        """End every ``hang`` fault under way: their requests are answered normally."""
-        self.call_json("POST", "/sim/release")
+    def release(self) -> int:
+        """End every ``hang`` fault under way: their requests are answered normally. Returns how
+        many were held when it ended them."""
+        return int(self.call_json("POST", "/sim/release")["released"])
 
     def clear_faults(self) -> int:
         """Drop the queued faults; how many there were."""

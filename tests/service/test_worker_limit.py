@@ -158,9 +158,10 @@ async def _fields_stream(tmp: Path, docs: Path, sim: SimulatedServer) -> tuple[i
         # Settled: every request at the server holds one of the worker's slots, and they are all taken.
         if limits is not None and held_at_server == limits.pages.held > 0 and (
                 held_at_server == SLOTS or limits.pages.waiting == 0):
-            released += held_at_server
             rounds += 1
-            await asyncio.to_thread(sim.release)
+            # What the release ended: a request held after the count above (a slot was free) is
+            # ended by it too, and must not be counted as still held.
+            released += await asyncio.to_thread(sim.release)
         assert not running.done(), running
         assert loop.time() < deadline, f"never settled: {held_at_server} held at the server"
         await asyncio.sleep(0.05)  # a poll of the two states, not a wait for time to pass

@@ -153,6 +153,7 @@ class SimServer(OpenAIServer):
         self._start_now: asyncio.Event | None = None
         #: Set to end every hang under way (``POST /sim/release``); a new one holds the next hangs.
         self._release = asyncio.Event()
+        self._holding: dict[asyncio.Event, int] = {}  # requests held under each release event
         self.timing = TimingModel(
             slots=cfg.slots,
             prefill_ms=cfg.prefill_ms,
@@ -249,10 +250,13 @@ class SimServer(OpenAIServer):
     async def release_hangs(self, request: web.Request) -> web.Response:
         """``POST /sim/release``: every ``hang`` under way ends now and its request is answered
         normally (a test holds a run's first request, lets it prepare what it sends next, and
-        then lets it go on); later hangs hold again."""
+        then lets it go on); later hangs hold again. Answers ``{"released": N}``: the requests
+        it ended (held ones, or ones whose client had already gone)."""
         released, self._release = self._release, asyncio.Event()
         released.set()
-        return web.json_response({"released": True})
+        # How many it let go: requests held under this release, counted as they were held, so
+        # a test knows exactly which held requests a release ended (one held just after is not).
+        return web.json_response({"released": self._holding.pop(released, 0)})
 
     async def verify(self, request: web.Request) -> web.Response:
         """``POST /sim/verify``: a **simulated** verifier (llm-ocr's verifier interface,
@@ -346,8 +350,10 @@ class SimServer(OpenAIServer):
                 return error_response(fault.status, fault.message or f"Injected fault: HTTP {fault.status}.")
             record["outcome"] = "hang"
             # Cancelled when the client disconnects; ends early on POST /sim/release.
+            release = self._release
+            self._holding[release] = self._holding.get(release, 0) + 1
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._release.wait(), fault.seconds)
+                await asyncio.wait_for(release.wait(), fault.seconds)
             # A finite hang (``seconds``) ends as a slow but normal request.
             record["outcome"] = "cancelled"
             fault = None
