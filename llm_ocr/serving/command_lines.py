@@ -23,11 +23,11 @@ vLLM's flags were checked against upstream (vllm-project/vllm):
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from collections.abc import Sequence
 
 from llm_ocr.gpu_presets import GpuPreset
+from llm_ocr.serving.ports import free_port as free_port  # re-exported: its callers import it here
 from llm_ocr.serving.vllm.presets import for_family
 from llm_ocr.vlm.families import Family, family_for
 from llm_ocr.vlm.families.deepseek import DEEPSEEK_OCR
@@ -178,13 +178,3 @@ def sim_command(
     return command
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it).
-
-    There is a window between closing the probe socket and the server binding the port; a
-    clash shows up as a startup failure of the server, not as a silent misroute.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])

@@ -28,6 +28,7 @@ import aiohttp
 import psutil
 
 from llm_ocr.redaction import Redactor, redact_command
+from llm_ocr.serving.ports import free_port
 from llm_ocr.serving.vllm import reaper
 from llm_ocr.serving.vllm.prometheus import parse_metrics
 from llm_ocr.serving.vllm.server_log import LogRelay
@@ -409,12 +410,13 @@ class ManagedServer:
         if not was_ready and clash and self._port_clashes < PORT_CLASHES:
             # Another process took the port between its probe and this server's bind: not the
             # server's fault, and no restart of the budget; start it again on another port.
-            moved = _with_port(self.command, self.port, _free_port(self.host))
+            port = free_port(self.host)
+            moved = _with_port(self.command, self.port, port)
             if moved is not None:
                 self._port_clashes += 1
                 log.warning("%s server could not bind port %d (another process took it); starting it on port %d",
-                            self.name, self.port, moved[1])
-                self.command, self.port = moved
+                            self.name, self.port, port)
+                self.command, self.port = moved, port
                 self._spawn()
                 return
         if not was_ready and self.restarts == 0:
@@ -563,25 +565,16 @@ PORT_TAKEN = "address already in use"
 PORT_CLASHES = 3
 
 
-def _free_port(host: str) -> int:
-    import socket  # here: only a port clash needs it
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host if host not in ("0.0.0.0", "::") else "", 0))  # noqa: S104 - a probe
-        return int(sock.getsockname()[1])
-
-
-def _with_port(command: list[str], old: int, new: int) -> tuple[list[str], int] | None:
+def _with_port(command: list[str], old: int, new: int) -> list[str] | None:
     """``command`` with its ``--port OLD`` (or ``--port=OLD``) made ``new``; None without one."""
     moved = list(command)
     for i, arg in enumerate(moved):
         if arg == "--port" and i + 1 < len(moved) and moved[i + 1] == str(old):
             moved[i + 1] = str(new)
-            return moved, new
+            return moved
         if arg == f"--port={old}":
             moved[i] = f"--port={new}"
-            return moved, new
+            return moved
     return None
 
 
