@@ -64,13 +64,19 @@ async def _settled(worker: Worker, queue: SQLiteQueue, sim: SimulatedServer, ids
         await asyncio.sleep(0.05)  # a poll of the two states, not a wait for time to pass
 
 
-async def _stream(tmp: Path, docs: Path, sim: SimulatedServer) -> tuple[list[int], Worker, int]:
+def _started_worker(tmp: Path, sim: SimulatedServer) -> tuple[SQLiteQueue, Worker, asyncio.Event, asyncio.Task[None]]:
+    """A worker on a fresh SQLite queue under ``tmp``: ``OPEN`` documents at once, a limit of
+    ``SLOTS`` requests, running in a task until its ``stop`` is set (call from a running loop)."""
     queue = SQLiteQueue(tmp / "q.db")
     settings = WorkerSettings(endpoint=sim.base_url, concurrency=OPEN, poll=3600,
                               run_options={"max_in_flight": SLOTS, "dedup": False})
     worker = Worker(queue, Spool(str(tmp / "data")), settings)
     stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
+    return queue, worker, stop, asyncio.create_task(worker.run(stop))
+
+
+async def _stream(tmp: Path, docs: Path, sim: SimulatedServer) -> tuple[list[int], Worker, int]:
+    queue, worker, stop, running = _started_worker(tmp, sim)
     while not worker.ready:  # the endpoint opened (no chat request: nothing is held yet)
         assert not running.done(), running
         await asyncio.sleep(0.05)
@@ -132,12 +138,7 @@ async def _fields_stream(tmp: Path, docs: Path, sim: SimulatedServer) -> tuple[i
     """Four documents open with a schema: their pages and then their Fields requests, all held by
     the server until the test releases what it holds. Returns the most requests the server held at
     once and the rounds."""
-    queue = SQLiteQueue(tmp / "q.db")
-    settings = WorkerSettings(endpoint=sim.base_url, concurrency=OPEN, poll=3600,
-                              run_options={"max_in_flight": SLOTS, "dedup": False})
-    worker = Worker(queue, Spool(str(tmp / "data")), settings)
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run(stop))
+    queue, worker, stop, running = _started_worker(tmp, sim)
     ids = [f"doc{number}" for number in range(OPEN)]
     for doc_id in ids:
         queue.submit(doc_id, name=f"{doc_id}.pdf", input_url=str(docs / f"{doc_id}.pdf"),
