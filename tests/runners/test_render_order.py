@@ -2,15 +2,19 @@
 
 The plan alone (which chunk of which document goes next), then a page flow in this process over
 real PDFs whose longest page comes last, with the estimates on and off, and with a plan bound
-smaller than the shard. The flow's handler notes the order pages reach it; every page is free
-to go the moment it is rendered (more slots than pages), so that order is the render order.
+smaller than the shard. The order is the one the intake starts rendering chunks in, not the one
+pages reach the handler: with more slots than pages each page goes as it is rendered, but pages
+rendered by the time the dispatcher next runs (a busy machine) wait together, and the look-ahead
+then sends the longest first (r22 saw b.pdf's page 2 go before c.png so).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -21,7 +25,7 @@ from llm_ocr.options import RenderOptions
 from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runners.page_flow import DocumentPages, FlowSettings, PageFlow, page_look_ahead
 from llm_ocr.runners.progress import RunCounters
-from llm_ocr.runners.render_order import RenderPlan
+from llm_ocr.runners.render_order import OpenDocument, RenderPlan
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.listing import list_documents
@@ -70,9 +74,10 @@ def text_pdf(path: Path, lines_per_page: list[int], seed: int) -> None:
 
 
 def sent_order(folder: Path, ahead: int, look_ahead: int = 1024) -> list[tuple[str, int]]:
-    """The pages of the PDFs in ``folder`` in the order a flow renders them (more slots than pages:
-    each is sent as soon as it is rendered), with ``ahead`` pages estimated before rendering."""
+    """The pages of the PDFs in ``folder`` in the order a flow starts rendering them, with
+    ``ahead`` pages estimated before rendering; every page is checked to reach the handler once."""
     handled: list[tuple[str, int]] = []
+    rendered: list[tuple[str, int]] = []
 
     async def handler(ref: DocumentRef, item: PageImage | PageFailure, num_pages: int | None) -> PageResult:
         handled.append((ref.doc_id, item.page))
@@ -86,6 +91,13 @@ def sent_order(folder: Path, ahead: int, look_ahead: int = 1024) -> list[tuple[s
         intake = DocumentPages(list_documents([str(folder)]), ShardIndex(), pool,
                                RenderOptions(dpi=36, image_format="png"), estimate_text=True,
                                look_ahead=page_look_ahead(look_ahead, 256), estimate_ahead=ahead)
+        chunk = intake.chunk
+
+        def noting(opened: OpenDocument, pages: list[int], cleanup: Callable[[], None] | None) -> Any:
+            rendered.extend((opened.ref.doc_id, page) for page in pages)
+            return chunk(opened, pages, cleanup)
+
+        intake.chunk = noting  # type: ignore[method-assign]
         try:
             await flow.run(intake)
             await writer.close()
@@ -93,7 +105,8 @@ def sent_order(folder: Path, ahead: int, look_ahead: int = 1024) -> list[tuple[s
             pool.close()
 
     asyncio.run(main())
-    return handled
+    assert sorted(handled) == sorted(rendered)
+    return rendered
 
 
 def lines_of(document: int, page: int) -> int:
