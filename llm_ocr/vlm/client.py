@@ -221,6 +221,10 @@ class VlmClient:
         # One connection pool for the client's life; it never retries (the loop in chat does).
         self._client = HttpClient(self.base_url, api_key, timeout=self.options.request_timeout)
         self._last_success = time.monotonic()
+        #: Since the last success: when the first request that then failed was sent, and how many
+        #: attempts failed (--dead-after counts from the former, and needs two of the latter).
+        self._failing_since: float | None = None
+        self._failed_attempts = 0
         self._down: EndpointDown | None = None
         self._ratio = TokenRatio()  # tokens per character of streamed answers, for cut streams
         #: Answers 429 or 503 so far: the server is overloaded (the in-flight control backs off).
@@ -377,6 +381,8 @@ class VlmClient:
 
     def _note_success(self) -> None:
         self._last_success = time.monotonic()
+        self._failing_since = None
+        self._failed_attempts = 0
 
     def _endpoint_failing_since(self, sent: float, exc: BaseException) -> bool:
         """Note a transient failure; True when no request has succeeded since ``sent``.
@@ -389,16 +395,25 @@ class VlmClient:
         """
         if isinstance(exc, ApiTimeoutError):
             if self._last_success < sent:
-                self._mark_down_if_silent(exc)
+                self._mark_down_if_silent(exc, sent)
             return False
         if self._last_success >= sent:
             return False
-        self._mark_down_if_silent(exc)
+        self._mark_down_if_silent(exc, sent)
         return True
 
-    def _mark_down_if_silent(self, exc: BaseException) -> None:
-        silent_for = time.monotonic() - self._last_success
-        if silent_for >= self.options.dead_after and self._down is None:
+    def _mark_down_if_silent(self, exc: BaseException, sent: float) -> None:
+        """Call the endpoint down once it has failed for --dead-after, counted from the sending of
+        the first request that failed (not from the last success: on a loaded machine the run's
+        first request can go out after --dead-after, and one refusal would then stop the run),
+        and only after two failed attempts (one answer is not a pattern), or one timeout (an
+        attempt that waited the whole request timeout is evidence enough)."""
+        self._failed_attempts += 1
+        if self._failing_since is None or sent < self._failing_since:
+            self._failing_since = max(sent, self._last_success)
+        silent_for = time.monotonic() - self._failing_since
+        enough = self._failed_attempts >= 2 or isinstance(exc, ApiTimeoutError)
+        if silent_for >= self.options.dead_after and enough and self._down is None:
             self._down = EndpointDown(
                 f"endpoint {self.display_url} has answered nothing successfully for {silent_for:.0f}s "
                 f"(--dead-after {self.options.dead_after:.0f}); last error: {describe_error(exc, self._secrets)}"

@@ -154,6 +154,34 @@ def test_a_failing_endpoint_is_waited_for_with_backoff_then_the_run_stops(
     assert sent == len(schedule.bounds) + 1 and 12 <= sent <= 21
 
 
+def test_dead_after_counts_from_the_first_failed_request_not_from_the_clients_start(
+    sim: SimulatedServer, schedule: Schedule, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A loaded machine (r20: load 10 and more) sent the run's first request after --dead-after
+    # had passed since the client was made: one refusal then stopped the run. The endpoint has
+    # failed only from that request's sending, and one answer is not a pattern.
+    monkeypatch.setattr(client_module, "time", schedule.time)
+    options = ClientOptions(max_attempts=2, backoff_base=0.02, backoff_max=0.16, dead_after=1.5)
+    sim.clear_faults()
+    before = sim.stats()["requests"]
+
+    async def scenario() -> None:
+        client = VlmClient(sim.base_url, "deepseek-ai/DeepSeek-OCR", options=options)
+        schedule.now += 10  # the first page is rendered and sent 10 s after the client was made
+        sim.inject("error", count=1000, status=503)
+        try:
+            with pytest.raises(EndpointDown, match="answered nothing successfully for 2s"):
+                await client.chat(page_body())
+        finally:
+            sim.clear_faults()
+            await client.close()
+
+    asyncio.run(scenario())
+    sent = sim.stats()["requests"] - before
+    assert sum(schedule.slept[:-1]) < 1.5 <= sum(schedule.slept) + 0.001  # dead_after of retries, from the first
+    assert sent == len(schedule.bounds) + 1 and sent >= 12
+
+
 def test_endpoint_urls_are_shown_without_credentials() -> None:
     assert display_url("http://user:sk-123@host:8000/v1") == "http://***@host:8000/v1"
     assert display_url("https://host/v1?api_key=sk-123") == "https://host/v1?***"

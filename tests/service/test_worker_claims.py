@@ -177,6 +177,13 @@ async def _keeping(tmp: Path) -> tuple[list[tuple[str, frozenset[str]]], dict[st
     while worker.running != set(ids):
         worker.changed.clear()
         await asyncio.wait_for(worker.changed.wait(), timeout=60)
+    # The lease keeper takes its list of documents, then calls the queue from a thread: a call
+    # recorded after all four run may still carry a list taken before the fourth was held (r23).
+    # Once one call names all four, every later one is from a list taken after (or a dozen
+    # calls: one per document each, as before).
+    while not any(held == set(ids) for _, held in queue.calls) and len(queue.calls) < 12:
+        queue.called.clear()
+        await asyncio.wait_for(queue.called.wait(), timeout=60)
     queue.calls.clear()
     # A renewal and a cancel look-up since all four run (or a dozen calls: one per document each).
     while not ({"renew", "cancels"} <= {what for what, _ in queue.calls} or len(queue.calls) >= 12):
