@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -88,14 +88,16 @@ async def describe_endpoint(
 
 
 async def describe_context(
-    endpoint: Endpoint, options: DescribeOptions, schema: dict[str, Any] | None, limit: InFlightLimit
+    endpoint: Endpoint, options: DescribeOptions, schema: dict[str, Any] | None, limit: InFlightLimit,
+    context_length: Callable[[], Awaitable[int | None]] | None = None,
 ) -> DescribeContext:
-    """What every figure of a Describe run on ``endpoint`` shares; ``limit`` bounds its requests."""
+    """What every figure of a Describe run on ``endpoint`` shares; ``limit`` bounds its requests.
+    ``context_length``: where the served model's context length is read (None: asked of ``endpoint``)."""
     client = endpoint.client
     return DescribeContext(
         client=client,
         prompt=options.describe_prompt or DESCRIBE_PROMPT,
-        max_tokens=clamp_max_tokens(options.describe_max_tokens, await client.max_model_len()),
+        max_tokens=clamp_max_tokens(options.describe_max_tokens, await (context_length or client.max_model_len)()),
         temperature=options.describe_temperature,
         extra_body=describe_extra_body(client.model),
         schema=schema,

@@ -42,16 +42,19 @@ log = logging.getLogger("llm_ocr")
 async def extract_context(
     endpoint: Endpoint, model: str, recipe: str | None, options: ExtractOptions, pool: WorkerPool,
     piece_limit: InFlightLimit | None = None, render: RenderOptions | None = None, escalates: bool = False,
+    context_length: Callable[[], Awaitable[int | None]] | None = None,
 ) -> ExtractContext:
     """What every page of an Extract run on ``endpoint`` shares: the model family's recipe
     (from the served ``model`` name, or ``recipe`` for a fine-tune served under another name),
     and the limit the pieces of its pages (segments, tiles) are asked within. With the run's
     ``render`` options, the tiles and bands of dense pages are rendered from their source at
     the family's resolution (else cut from the page image). ``escalates``: a stronger model reads
-    again the pages this run leaves truncated (``--escalate-to``)."""
+    again the pages this run leaves truncated (``--escalate-to``). ``context_length``: where the
+    served model's context length is read (a caller's memo, :class:`~llm_ocr.runners.run.ContextLength`;
+    None: asked of the endpoint)."""
     client = endpoint.client
     family = family_for(model, recipe).with_prompt(options.prompt)
-    context = await client.max_model_len()
+    context = await (context_length or client.max_model_len)()
     regions = partial(pool.run, render_page_regions, family_render(render, family)) if render is not None else None
     return ExtractContext(
         client,

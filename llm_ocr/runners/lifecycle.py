@@ -301,12 +301,14 @@ class PageWork:
     order of ``indexes``: a later stage's row never exists without the earlier one's for long),
     progress is stopped, the workers are closed and each stage's reconciliation line is logged;
     the errors that stop a run become a :class:`RunError` that says what was kept.
+    ``progress_file`` False: no progress file under ``OUT/_state`` (the service's worker, whose
+    queue says how each document goes).
     """
 
     def __init__(
         self, shard: Shard, endpoint: Endpoint, indexes: Mapping[str, ShardIndex], *, render: bool = False,
         groups: GroupWork | None = None, pool: WorkerPool | None = None, adapt: bool = True,
-        limits: RunLimits | None = None,
+        limits: RunLimits | None = None, progress_file: bool = True,
     ) -> None:
         job = shard.job
         self.shard = shard
@@ -322,7 +324,7 @@ class PageWork:
         }
         self.reporter = ProgressReporter(
             self.counters[first], job.progress, job.progress_interval, poll_server=endpoint.metrics,
-            on_tick=progress_writer(shard.out, first, shard.index, shard.count),
+            on_tick=progress_writer(shard.out, first, shard.index, shard.count) if progress_file else None,
         )
         # ``limits`` (the service's worker): the caller's, shared by every run it makes at once,
         # fixed for the caller's lifetime; no run sizes them from /metrics for itself, each

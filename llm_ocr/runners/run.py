@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -73,6 +74,30 @@ def _undescribed(extract: ShardIndex, describe: ShardIndex) -> int:
     return sum(len(pages - describe.done_pages.get(doc_id, set())) for doc_id, pages in extract.done_pages.items())
 
 
+class ContextLength:
+    """The served model's context length (``/v1/models``' ``max_model_len``) for a long-lived
+    caller's runs: read at most once every ``ttl`` seconds, not twice per run (Extract's and
+    Describe's contexts each asked). The service's worker makes a run per document: two requests
+    to the model server beside each one-page document's page, CPU taken from a server that shares
+    the machine. Read again after ``ttl`` so that a server restarted with another context is seen."""
+
+    def __init__(self, client: Any, ttl: float = 60.0) -> None:
+        self.client = client
+        self.ttl = ttl
+        self._value: int | None = None
+        self._read_at: float | None = None
+        #: One read at a time: the documents a worker opens at once would otherwise all ask.
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> int | None:
+        """The context length, read from the endpoint when not read within ``ttl`` seconds."""
+        async with self._lock:
+            if self._read_at is None or time.monotonic() - self._read_at >= self.ttl:
+                self._value = await self.client.max_model_len()
+                self._read_at = time.monotonic()
+            return self._value
+
+
 @dataclass
 class Reuse:
     """What a long-lived caller keeps open across many runs (the service's worker reads each
@@ -88,6 +113,11 @@ class Reuse:
     #: True when the caller checked that the runs' outputs can be written (the service's worker
     #: checks its results folder once): a run then writes no probe file of its own.
     writable_checked: bool = False
+    #: The context length of :attr:`endpoint`'s model, read once for many runs (None: each run asks).
+    context_length: ContextLength | None = None
+    #: False: the runs write no progress file (``OUT/_state/progress``): the service's documents
+    #: are followed through its queue, and the file cost two writes with ``fsync`` a document.
+    progress_files: bool = True
 
 
 @dataclass
@@ -257,10 +287,12 @@ class Run(ShardStage):
         async with describe_endpoint(shard, spec.describe, spec.client, main=endpoint) as describer, \
                 PageWork(shard, endpoint, indexes, render=True, groups=self.groups, pool=self.reuse.pool,
                          adapt=endpoint is not self.reuse.endpoint,
-                         limits=self.reuse.limits if endpoint is self.reuse.endpoint else None) as work:
+                         limits=self.reuse.limits if endpoint is self.reuse.endpoint else None,
+                         progress_file=self.reuse.progress_files) as work:
             assert work.pool is not None
             # Figure requests have their own limit, as large as the pages' (RunLimits.figures).
-            dctx = await describe_context(describer, spec.describe, self.schema, work.limits.figures)
+            dctx = await describe_context(describer, spec.describe, self.schema, work.limits.figures,
+                                          self.reuse.context_length if describer is self.reuse.endpoint else None)
             missing = _undescribed(self.extract, self.describe)
             if missing:
                 log.info("describing %d page(s) extracted earlier but not described yet", missing)
@@ -275,7 +307,9 @@ class Run(ShardStage):
                 work.counters["extract"].docs_total = self.docs_total
                 async with open_route(shard, spec, work.pool) as route:
                     ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
-                                                 work.limits.pieces, spec.render)
+                                                 work.limits.pieces, spec.render,
+                                                 context_length=self.reuse.context_length
+                                                 if endpoint is self.reuse.endpoint else None)
                     bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                     run_pages = _RunPages(ectx, route, self.tally, dctx, self.describe.done_pages,
                                           work.counters["describe"], bad)

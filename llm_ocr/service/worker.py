@@ -162,12 +162,16 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Open the endpoint, then take and read documents until ``stop`` is set; a document
         in progress then stops after its pages in flight and goes back to the queue."""
-        from llm_ocr.runners.run import Reuse
+        from llm_ocr.runners.run import ContextLength, Reuse
 
         async with self._endpoint() as endpoint, self._pool() as pool:
             await asyncio.to_thread(_warm_up)
             limits = self._limits(endpoint)
-            self.reuse = Reuse(endpoint, pool, limits, writable_checked=await self._writable())
+            # Per worker, not per document: the model's context length (read again each minute,
+            # not twice a document), and no progress file (the queue says how a document goes).
+            self.reuse = Reuse(endpoint, pool, limits, writable_checked=await self._writable(),
+                               context_length=ContextLength(endpoint.client) if endpoint is not None else None,
+                               progress_files=False)
             self.concurrency = self.settings.concurrency or default_concurrency(
                 limits.pages.limit if limits is not None else self._fixed_in_flight() or DEFAULT_IN_FLIGHT)
             self.endpoint_url = self.settings.endpoint or (endpoint.client.base_url if endpoint is not None else None)
