@@ -117,10 +117,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Simulated
 def test_documents_share_the_workers_limit_and_leave_nothing_on_it(
         tmp_path: Path, server: tuple[SimulatedServer, Path]) -> None:
     sim, docs = server
-    before = sim.stats()["requests"]
+    before = sim.stats()
     sim.inject("hang", count=DOCS)  # every request held until released
     rounds, worker, followers = asyncio.run(_stream(tmp_path, docs, sim))
-    assert sim.stats()["requests"] - before == DOCS  # one request a page, none sent again
+    after = sim.stats()
+    assert after["requests"] - before["requests"] == DOCS  # one request a page, none sent again
+    # The model's context length is the worker's, read when its endpoint opens and once for its
+    # runs, not twice by every document's run (Extract's and Describe's contexts).
+    assert after.get("model_lists", 0) - before.get("model_lists", 0) <= 2, after
+    # No progress file per document: the queue says how it goes (its results hold the run's own).
+    results = tmp_path / "data" / "results"
+    assert list(results.glob("*/_state/progress/*")) == []
+    assert len(list(results.glob("*/_state/extract/done-*.json"))) == DOCS
     # Each round the server held the limit's worth of requests while documents turned over.
     assert rounds == [SLOTS] * (DOCS // SLOTS), rounds
     limits = worker.reuse.limits

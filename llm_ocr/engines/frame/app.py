@@ -56,7 +56,7 @@ class OpenAIServer:
         self.cfg = cfg
         self.ready = False
         self.metrics = MetricValues()
-        self.stats: dict[str, Any] = {"requests": 0, "responses": {}, "prompt_kinds": {}}
+        self.stats: dict[str, Any] = {"requests": 0, "responses": {}, "prompt_kinds": {}, "model_lists": 0}
         self._log: Any = None
 
     # -- what subclasses say ----------------------------------------------------------------------
@@ -120,7 +120,8 @@ class OpenAIServer:
         return web.json_response({"version": self.version_string()})
 
     async def models(self, request: web.Request) -> web.Response:
-        """OpenAI model list with vLLM's ``max_model_len`` field."""
+        """OpenAI model list with vLLM's ``max_model_len`` field (counted in ``model_lists``)."""
+        self.stats["model_lists"] = self.stats.get("model_lists", 0) + 1  # subclasses set stats of their own
         now = int(time.time())
         card = self.model_card()
         data = [
