@@ -48,8 +48,10 @@ def read_marker(out: Storage, stage: str, shard: int, num_shards: int) -> dict[s
 
 
 def write_marker(out: Storage, stage: str, shard: int, num_shards: int, stats: dict[str, Any]) -> None:
-    """Mark a shard finished, recording its stats."""
-    out.write_atomic(marker_path(out, stage, shard, num_shards), json.dumps(stats, indent=2, sort_keys=True).encode())
+    """Mark a shard finished, recording its stats (one line of JSON: ``json`` encodes an indented
+    one in Python, not in C, about 1 ms for a page stage's marker against 0.14, and the service's
+    worker writes three markers a document)."""
+    out.write_atomic(marker_path(out, stage, shard, num_shards), json.dumps(stats, sort_keys=True).encode())
 
 
 def clear_marker(out: Storage, stage: str, shard: int, num_shards: int) -> None:
