@@ -193,6 +193,9 @@ def test_a_ray_client_connection_that_stalls_is_killed_and_tried_again(monkeypat
     assert time.monotonic() - started < 60  # two attempts of 2 s, not the child's 120 s
 
     # A child whose Ray Client failed to start the connection's server: its error, and a retry.
+    # The children below answer at once, however long a loaded machine takes to start them: no
+    # deadline of theirs may be met first (r26, load 25: a 2 s one was, before Python started).
+    monkeypatch.setattr(ray_cluster, "_CLIENT_ATTEMPT_S", 3600.0)
     failing = "raise ConnectionError('Initialization failure from server:\\nTraceback (most recent call last): ...')\n"
     monkeypatch.setattr(ray_cluster, "_RESOLVE", failing)
     with pytest.raises(ConnectionError, match=r"^ConnectionError: Initialization failure from server: Traceback"):
