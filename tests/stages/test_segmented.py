@@ -16,7 +16,7 @@ from llm_ocr.records import PageResult
 from llm_ocr.sources.base import DocumentRef, PageImage
 from llm_ocr.sources.segments import Segment, plan_segments
 from llm_ocr.stages.attempts import Answer
-from llm_ocr.stages.pieces.join import drop_repeated_start, repeated_start
+from llm_ocr.stages.pieces.join import _head, _tail, _tokens, drop_repeated_start, repeated_start
 from llm_ocr.stages.pieces.read import Job, Reader
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.client import ChatResult, RequestFailed
@@ -160,6 +160,20 @@ def test_the_repeated_start_of_a_continued_block_is_dropped() -> None:
     garbled = "The survey covered 12 districts in the north. Volunteers wa1kcd"
     assert drop_repeated_start(garbled, second) == "each transect twice a year."
     assert drop_repeated_start("Nothing shared here.", "A new paragraph.") == "A new paragraph."
+
+
+def test_the_words_a_join_compares_are_the_whole_texts_first_and_last() -> None:
+    """A join reads only the start of a text and a window at its end (a page's text grows piece
+    by piece); what it reads must be exactly the first and last words of the whole text, wherever
+    the window's edge falls: inside a word, a tag, a run of spaces or stray ``<``/``>``."""
+    rng = random.Random(7)
+    parts = ["word", "Line.", "<td>", "</tr>", "<", ">", "<a b>", "x" * 50, "<" + "y" * 45 + ">", " ", "  ", "\n"]
+    for case in range(400):
+        text = "".join(rng.choice(parts) + rng.choice(["", " "]) for _ in range(rng.randrange(0, 300)))
+        whole = [t for t, _ in _tokens(text)]
+        for n in (0, 1, 4, rng.randrange(1, 400)):
+            assert _tail(text, n) == (whole[-n:] if n else []), (case, n, text[-200:])
+            assert _head(text, n) == whole[:n], (case, n)
 
 
 def test_a_line_repeated_atop_every_segment_is_no_overlap() -> None:

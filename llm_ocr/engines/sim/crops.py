@@ -604,10 +604,15 @@ def region_blocks(blocks: list[LayoutBlock], region: Box) -> list[LayoutBlock]:
     """What a crop of ``region`` (page fractions) shows of a page's blocks, with boxes as
     fractions of the crop: the lines of each block mostly inside it, the figures partly in it."""
     out = []
+    rx1, ry1, rx2, ry2 = region
     for block in blocks:
         box = Box(*block.box)
         if block.lines:
-            lines = [(Box(*b), text) for b, text in block.lines if _inside(Box(*b), region, LINE_INSIDE, LINE_INSIDE)]
+            # A line that does not overlap the region is never inside it (its clipped area is 0):
+            # compared on the tuple first, as a long page's crop overlaps few of its thousand lines.
+            lines = [(Box(*b), text) for b, text in block.lines
+                     if b[0] < rx2 and b[2] > rx1 and b[1] < ry2 and b[3] > ry1
+                     and _inside(Box(*b), region, LINE_INSIDE, LINE_INSIDE)]
             if not lines:
                 continue
             shown = Box.union(b for b, _ in lines).clipped(region)
