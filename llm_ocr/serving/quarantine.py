@@ -74,8 +74,8 @@ class Incarnation:
 ServerGate = Callable[[], Awaitable[int]]
 #: The client's gate (:meth:`CrashTracker.gate`): the incarnation the request goes to.
 Gate = Callable[[], Awaitable[Incarnation]]
-#: Called by the gate when a page that already sent a request to this server asks to send again
-#: (its request failed), with the generation it went to. External endpoints probe here.
+#: Called by the gate when a page whose latest request to this server ended unanswered asks to
+#: send again, with the generation that request went to. External endpoints probe here.
 RetryHook = Callable[[int], Awaitable[None]]
 #: Told, once for each pass through the gate, that the request ended: the incarnation the gate
 #: returned, and whether the server answered it with a completion (not: an error status, since
@@ -132,12 +132,16 @@ class _Page:
     """What the tracker knows of one page in the handler."""
 
     sent: Incarnation | None = None  # where its latest request went
-    busy: bool = False  # passed the gate and not back at it yet (a gate call then is a retry)
+    #: Its latest request that ended unanswered (an error status, a lost connection, a timeout),
+    #: until the page next passes a gate: a request after it may be its retry, and the server it
+    #: went to is asked whether it is gone. An answered request leaves nothing to ask: a page's
+    #: next piece, tile or figure is no retry (it cost a probe a page before).
+    failed: Incarnation | None = None
     at_gate: bool = False
     gate_server: int | None = None  # the server whose gate it waits at (while at_gate)
     #: Its requests on the wire, by server: passed the gate, not ended yet (a page can have
-    #: several at once: tiles, figures). What the gate waits for; ``busy`` is not, since a page
-    #: stays busy while it does other things (and may wait for one held at this gate).
+    #: several at once: tiles, figures). What the gate waits for; not the page's being in the
+    #: handler, since a page does other things there (and may wait for one held at this gate).
     wire: Counter[int] = field(default_factory=Counter)
 
 
@@ -276,9 +280,9 @@ class CrashTracker:
             page = self._pages.get(key) if key is not None else None
             if key is None or page is None:  # not a page's request (e.g. a describe-only run)
                 return Incarnation(server, await inner())
-            if page.busy and on_retry is not None and page.sent is not None and page.sent.server == server:
-                await on_retry(page.sent.generation)  # its request failed: is the server gone?
-            page.busy = False
+            failed, page.failed = page.failed, None
+            if failed is not None and on_retry is not None and failed.server == server:
+                await on_retry(failed.generation)  # its request failed: is the server gone?
             page.at_gate = True
             self._notify()
             ticket: int | None = None  # its place in the queue of suspects, once it waits for one
@@ -305,7 +309,7 @@ class CrashTracker:
                 if ticket is not None:
                     del self._queue[ticket]
                     self._notify()  # the next in the queue may be first now
-            page.busy, page.sent = True, incarnation
+            page.sent = incarnation
             page.wire[server] += 1  # until request_ended
             return incarnation
 
@@ -334,6 +338,8 @@ class CrashTracker:
         if key is None or page is None:  # not a page's request, or its page is over
             return
         server = incarnation.server
+        if not answered:
+            page.failed = incarnation
         if page.wire[server] > 0:
             page.wire[server] -= 1
         if answered and self._solo.get(server) == key and not page.wire[server] and key not in self.convicted:

@@ -699,9 +699,10 @@ def test_with_several_servers_a_death_blames_only_its_own_pages_and_spends_only_
 
 def test_with_several_servers_a_retry_hook_is_told_only_its_own_servers_generations() -> None:
     # The dispatcher picks a server per request, so one page's requests go to several servers.
-    # Before each request after a page's first, the gate asks the server's retry hook (an
-    # --endpoint's watch probes there) about the page's latest request: only when that went to
-    # this server, and with the generation this server gave it (not another server's number).
+    # Before a page's request after one that ended unanswered, the gate asks the server's retry
+    # hook (an --endpoint's watch probes there) about it: only when that request went to this
+    # server, and with the generation this server gave it (not another server's number). An
+    # answered request is followed by no question: a page's next piece or figure is no retry.
     async def scenario() -> dict[int, list[int]]:
         tracker = CrashTracker()
         servers = [Server(tracker, {}, generation=g) for g in (3, 8)]
@@ -716,9 +717,13 @@ def test_with_several_servers_a_retry_hook_is_told_only_its_own_servers_generati
         gates = [tracker.gate(s.gate, on_retry=hook(i), server=i) for i, s in enumerate(servers)]
 
         async def handler() -> str:
-            for i in (0, 0, 1, 1, 0):
+            # (server, answered): a failure on 0 retried on 0; answered ones on 1 and 0; a
+            # failure on 1 retried on 0 (not 1's to ask), then 1 again (asked nothing: the
+            # page's pass through 0 used it up); a failure on 1 retried on 1.
+            for i, answered in ((0, False), (0, True), (1, True), (0, True), (1, False), (0, True), (1, True),
+                                (1, False), (1, True), (0, True)):
                 sent_to = await gates[i]()
-                tracker.request_ended(sent_to, True)
+                tracker.request_ended(sent_to, answered)
             return "ok"
 
         assert await start_page(tracker, 1, handler) == "ok"
@@ -944,6 +949,36 @@ def test_the_clients_a_run_opens_tell_the_tracker_when_a_request_was_answered(
         with SimulatedServer("--prefill-ms", "0", "--instant") as sim:
             results, solo_runs = asyncio.run(scenario(sim.base_url))
     assert results == ["ok", "ok"] and solo_runs == 1
+
+
+def test_an_endpoint_is_probed_after_a_failed_request_not_before_a_pages_every_request() -> None:
+    # An --endpoint's watch asks GET /health before a page's request that may be a retry. A page
+    # sends several requests that are no retries (its pieces, tiles, figures): those must cost no
+    # probe (each did, before: a round trip under the watch's lock, a page at a time); a request
+    # that failed (a 500) must still be followed by one before its retry.
+    async def scenario(sim: SimulatedServer) -> tuple[int, int]:
+        async with open_endpoint(sim.base_url, DEFAULT_MODEL, api_key=None,
+                                 client_options=ClientOptions(dead_after=60, backoff_base=0.0)) as endpoint:
+            tracker, client = endpoint.tracker, endpoint.client
+            assert tracker is not None
+            body = DEEPSEEK_OCR.body(_page_image(), "image/png", temperature=0.0, max_tokens=16, text=FREE_OCR_PROMPT)
+
+            async def page() -> str:
+                for _ in range(4):
+                    await client.chat(body)
+                return "ok"
+
+            before = sim.stats()["health_probes"]
+            assert await start_page(tracker, 1, page) == "ok"
+            answered = sim.stats()["health_probes"] - before
+            sim.inject("error", 1, status=500)
+            assert await start_page(tracker, 2, page) == "ok"
+            return answered, sim.stats()["health_probes"] - before - answered
+
+    with SimulatedServer("--prefill-ms", "0", "--instant") as sim:
+        answered, failed = asyncio.run(scenario(sim))
+    assert answered == 0, f"{answered} probes for a page whose four requests were all answered"
+    assert failed >= 1, "no probe after a request that failed"
 
 
 def test_the_client_ends_every_pass_through_the_gate() -> None:

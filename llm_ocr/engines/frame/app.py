@@ -56,7 +56,8 @@ class OpenAIServer:
         self.cfg = cfg
         self.ready = False
         self.metrics = MetricValues()
-        self.stats: dict[str, Any] = {"requests": 0, "responses": {}, "prompt_kinds": {}, "model_lists": 0}
+        self.stats: dict[str, Any] = {"requests": 0, "responses": {}, "prompt_kinds": {}, "model_lists": 0,
+                                      "health_probes": 0}
         self._log: Any = None
 
     # -- what subclasses say ----------------------------------------------------------------------
@@ -112,7 +113,8 @@ class OpenAIServer:
     # -- small endpoints ----------------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
-        """200 once ready, 503 while starting."""
+        """200 once ready, 503 while starting (counted in ``health_probes``)."""
+        self.stats["health_probes"] = self.stats.get("health_probes", 0) + 1  # subclasses set stats of their own
         return web.Response(status=200 if self.ready else 503)
 
     async def version(self, request: web.Request) -> web.Response:
