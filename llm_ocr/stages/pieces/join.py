@@ -105,16 +105,21 @@ def figures_to_page(figures: list[FigureBox], sx: float, sy: float) -> list[Figu
     return [replace(f, bbox=f.bbox.scaled(sx, sy)) for f in figures]
 
 
+def _normal(match: re.Match[str]) -> str:
+    """A token as joins compare it: lower case, without trailing or leading punctuation."""
+    return match.group().lower().strip(".,;:!?")
+
+
 def _tokens(text: str, start: int = 0) -> list[tuple[str, int]]:
     """``(normalised token, end offset)`` of each token of ``text`` from offset ``start`` on."""
-    return [(m.group().lower().strip(".,;:!?"), m.end()) for m in _TOKEN.finditer(text, start)]
+    return [(_normal(m), m.end()) for m in _TOKEN.finditer(text, start)]
 
 
 def _head(text: str, n: int) -> list[str]:
     """The first ``n`` normalised tokens of ``text`` (fewer if it has fewer), without reading the
     rest: a page's joined text grows piece by piece, and tokenising all of it at every join made
     the join quadratic in the page's length (on a 1:60 strip, about 0.3 CPU-s of a run's 4)."""
-    return [m.group().lower().strip(".,;:!?") for m in islice(_TOKEN.finditer(text), n)]
+    return [_normal(m) for m in islice(_TOKEN.finditer(text), n)]
 
 
 def _tail(text: str, n: int) -> list[str]:
