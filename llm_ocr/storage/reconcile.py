@@ -10,6 +10,7 @@ with :func:`stage_failures`.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ class FailedDocument:
 
     def text(self) -> str:
         """``zero.pdf: empty file (0 bytes)``, ``a.pdf pages 2, 5: HTTP 500 ...``."""
-        pages = [p for p in self.pages if p]
+        pages = sorted(p for p in self.pages if p)
         where = ""
         if pages:
             listed = ", ".join(str(p) for p in pages[:5]) + (f" (+{len(pages) - 5} more)" if len(pages) > 5 else "")
@@ -57,7 +58,7 @@ class FailedDocument:
 @dataclass
 class Failures:
     """The failed documents of one stage folder (or of one shard's parts of it): the first
-    :data:`FAILURES_SHOWN` named, the others counted."""
+    :data:`FAILURES_SHOWN` by ``doc_id`` named, the others counted."""
 
     stage: str
     #: The folder the failed rows are in (a path or URL, for the user).
@@ -69,21 +70,33 @@ class Failures:
     _others: set[str] = field(default_factory=set, repr=False)
 
     def add(self, row: dict[str, Any]) -> None:
-        """Count one failed row (a dict of :data:`_FAILURE_COLUMNS`)."""
+        """Count one failed row (a dict of :data:`_FAILURE_COLUMNS`). The documents named are
+        the first :data:`FAILURES_SHOWN` by ``doc_id``, whatever order the parts hold the rows
+        in: parts are written as pages finish, so an order of arrival would change between two
+        reads of the same run (and "1 more" would be another document each time)."""
         self.rows += 1
         doc_id = str(row.get("doc_id"))
         for named in self.shown:
             if named.doc_id == doc_id:
-                named.pages.append(int(row.get("page") or 0))
+                page = int(row.get("page") or 0)
+                if page < min(named.pages, default=page + 1):  # the error said is its first page's
+                    named.error = _error_text(row)
+                named.pages.append(page)
                 return
         if doc_id in self._others:
             return
         self.documents += 1
         if len(self.shown) >= FAILURES_SHOWN:
-            self._others.add(doc_id)
-            return
-        self.shown.append(FailedDocument(doc_id, row.get("source"), _error_text(row),
-                                         [int(row["page"] or 0)] if "page" in row else []))
+            last = self.shown[-1]
+            if doc_id > last.doc_id:
+                self._others.add(doc_id)
+                return
+            # Named now; the last named one joins the counted (its later rows are only counted).
+            self.shown.pop()
+            self._others.add(last.doc_id)
+        bisect.insort(self.shown, FailedDocument(doc_id, row.get("source"), _error_text(row),
+                                                 [int(row["page"] or 0)] if "page" in row else []),
+                      key=lambda d: d.doc_id)
 
     def lines(self, named: dict[str, str] | None = None, *, stage: bool = True) -> list[str]:
         """What the console says: a head line (naming the stage, with ``stage``), a line per
