@@ -232,8 +232,8 @@ class RunKeywords(TypedDict, total=False):
     """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
     package.module:Model. Also --schema."""
     classes: str | None
-    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first
-    (rules, then the model), documents of no known class get class 'other'."""
+    """A classes file (YAML or JSON; or inline JSON): class name -> schema, file-name patterns and keywords; documents
+    are classified first (rules, then the model), documents of no known class get class 'other'."""
     fields_from: Literal['markdown', 'images', 'both']
     """What the model reads: the assembled Markdown, the page images (a VLM), or both. Also --from."""
     fields_model: str | None
@@ -787,8 +787,8 @@ class FieldsKeywords(TypedDict, total=False):
     """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
     package.module:Model. Also --schema."""
     classes: str | None
-    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first
-    (rules, then the model), documents of no known class get class 'other'."""
+    """A classes file (YAML or JSON; or inline JSON): class name -> schema, file-name patterns and keywords; documents
+    are classified first (rules, then the model), documents of no known class get class 'other'."""
     fields_from: Literal['markdown', 'images', 'both']
     """What the model reads: the assembled Markdown, the page images (a VLM), or both. Also --from."""
     fields_model: str | None
@@ -1203,8 +1203,8 @@ class LaunchKeywords(TypedDict, total=False):
     """The fields to extract: a JSON Schema file (path or URL), inline JSON, or a pydantic model as
     package.module:Model. Also --schema."""
     classes: str | None
-    """A classes file (YAML): class name -> schema, file-name patterns and keywords; documents are classified first
-    (rules, then the model), documents of no known class get class 'other'."""
+    """A classes file (YAML or JSON; or inline JSON): class name -> schema, file-name patterns and keywords; documents
+    are classified first (rules, then the model), documents of no known class get class 'other'."""
     fields_from: Literal['markdown', 'images', 'both']
     """What the model reads: the assembled Markdown, the page images (a VLM), or both. Also --from."""
     fields_model: str | None

@@ -530,7 +530,8 @@ class FieldsOptions(BaseModel):
         "model as package.module:Model. Also --schema."
     )
     classes: str | None = Field(
-        None, description="A classes file (YAML): class name -> schema, file-name patterns and keywords; documents "
+        None, description="A classes file (YAML or JSON; or inline JSON): class name -> schema, file-name patterns "
+        "and keywords; documents "
         "are classified first (rules, then the model), documents of no known class get class 'other'."
     )
     fields_from: Literal["markdown", "images", "both"] = Field(

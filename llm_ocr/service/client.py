@@ -109,7 +109,8 @@ class Service:
     def submit(self, path: str | os.PathLike[str], *, idempotency_key: str | None = None,
                **options: str) -> Document:
         """Upload the file at ``path``; ``options``: ``model``, ``route``, ``schema`` (the name of a
-        schema the service offers), ``callback`` (a URL called when the document ends)."""
+        schema the service offers) or ``classes`` (the name of a classes file it offers), ``callback``
+        (a URL called when the document ends)."""
         name = os.path.basename(os.fspath(path))
         with open(path, "rb") as handle:
             data = handle.read()

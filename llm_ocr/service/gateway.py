@@ -43,9 +43,12 @@ from llm_ocr.storage.stores import protocol_of
 log = logging.getLogger("llm_ocr.service")
 
 #: Options a submission may set: ``model`` and ``route`` as ``llm_ocr.run``'s keywords; ``schema``,
-#: the name of a Fields schema the service offers (``--schemas``); ``callback``, a URL called when
-#: the document ends.
-SUBMIT_OPTIONS = ("model", "route", "schema", "callback")
+#: the name of a Fields schema the service offers (``--schemas``); ``classes``, the name of a
+#: classes file it offers there (several kinds of document, each its schema); ``callback``, a URL
+#: called when the document ends.
+SUBMIT_OPTIONS = ("model", "route", "schema", "classes", "callback")
+#: The suffixes of a classes file in the schemas folder (a schema is ``NAME.json``).
+CLASSES_SUFFIXES = (".classes.yaml", ".classes.yml", ".classes.json")
 #: What a schema's name may be: a file name of the schemas folder without ``.json``, never a path.
 SCHEMA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 #: Routes that need no token: a load balancer's probes, and the review's login form.
@@ -102,8 +105,12 @@ def check_options(given: dict[str, Any], schemas: str | None = None) -> dict[str
     if unknown:
         raise Refused(422, f"unknown option {unknown[0]!r}: a submission may set {', '.join(SUBMIT_OPTIONS)}")
     options = {key: value for key, value in given.items() if value not in (None, "")}
+    if "schema" in options and "classes" in options:
+        raise Refused(422, "a submission names a schema (one kind of document) or classes (several), not both")
     if "schema" in options:
         options["fields_schema"] = _schema_named(options["schema"], schemas)
+    if "classes" in options:
+        options["fields_classes"] = _classes_named(options["classes"], schemas)
     if "callback" in options:
         callback = options["callback"]
         if not isinstance(callback, str) or not callback.startswith(("http://", "https://")):
@@ -133,6 +140,28 @@ def _schema_named(name: Any, folder: str | None) -> str:
     except json.JSONDecodeError as exc:
         raise Refused(422, f"the service's schema {name!r} is not valid JSON ({exc})") from None
     return text
+
+
+def _classes_named(name: Any, folder: str | None) -> str:
+    """The classes file ``name`` offers in ``folder`` (``NAME.classes.yaml``), loaded and checked,
+    as inline JSON with each class's schema inline (what the worker's run reads as ``classes``);
+    :class:`Refused` says why not. Loaded here, not by the worker: a class whose schema cannot be
+    read is refused at submission, and a file changed later does not change a queued document."""
+    from llm_ocr.stages.fields.classes import inline_classes, load_classes
+    from llm_ocr.stages.fields.schema import SchemaError
+
+    if folder is None:
+        raise Refused(422, "this service offers no document classes (start it with --schemas FOLDER holding "
+                           "NAME.classes.yaml)")
+    offered = {entry[: -len(suffix)]: entry for entry in sorted(os.listdir(folder))
+               for suffix in CLASSES_SUFFIXES if entry.endswith(suffix)}
+    # As for a schema: the name is looked up among the folder's files, never joined as given.
+    if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name) or name not in offered:
+        raise Refused(422, f"unknown classes {name!r}: this service offers {', '.join(offered) or 'none'}")
+    try:
+        return inline_classes(load_classes(os.path.join(folder, offered[name])))
+    except SchemaError as exc:
+        raise Refused(422, f"the service's classes {name!r} cannot be used: {exc}") from None
 
 
 def create_app(gateway: Gateway) -> FastAPI:
@@ -267,7 +296,8 @@ def create_app(gateway: Gateway) -> FastAPI:
             **summary(doc),
             "deliveries": doc.deliveries, "cancel_requested": doc.cancel,
             "queued_s": _span(doc.created, doc.started), "run_s": _span(doc.started, doc.finished),
-            "options": {key: value for key, value in doc.options.items() if key != "fields_schema"}, "pages": pages,
+            "options": {key: value for key, value in doc.options.items()
+                        if key not in ("fields_schema", "fields_classes")}, "pages": pages,
         }
 
     @app.get("/v1/documents/{doc_id}/markdown", response_class=PlainTextResponse,
@@ -289,7 +319,8 @@ def create_app(gateway: Gateway) -> FastAPI:
         doc = _known(doc_id)
         rows = spool.rows(doc_id, "fields") if doc.status in ("done", "failed") else []
         if not rows:
-            why = "it was submitted without a schema" if "fields_schema" not in doc.options else (
+            asked = "fields_schema" in doc.options or "fields_classes" in doc.options
+            why = "it was submitted without a schema or classes" if not asked else (
                 f"it is {doc.status}" + (" (fields come once its pages are read)" if doc.status in
                                          ("queued", "running") else ""))
             raise Refused(409, f"document {doc_id} has no fields: {why}")

@@ -70,7 +70,7 @@ if TYPE_CHECKING:  # the run's machinery is imported when a worker starts, not w
 log = logging.getLogger("llm_ocr.service")
 
 #: A submission's options that are the service's, not ``llm_ocr.run``'s keywords.
-SERVICE_OPTIONS = frozenset({"schema", "callback"})
+SERVICE_OPTIONS = frozenset({"schema", "classes", "fields_classes", "callback"})
 
 
 @dataclass
@@ -414,7 +414,8 @@ class Worker:
     async def _run(self, doc: Document, halt: asyncio.Event) -> ShardOutcome:
         options: dict[str, Any] = {
             **self.settings.run_options,
-            # The service's own options are not the run's (the schema's text is, as fields_schema).
+            # The service's own options are not the run's (the schema's text is, as fields_schema;
+            # the classes', as classes, below).
             **{key: value for key, value in doc.options.items() if key not in SERVICE_OPTIONS},
             "endpoint": self.endpoint_url,
             "part_rows": 1,  # a part per page: each page read is a checkpoint
@@ -423,6 +424,8 @@ class Worker:
             "grace_period": self.settings.grace_period,
             "storage_options": self.spool.storage_options,
         }
+        if "fields_classes" in doc.options:  # the classes, inline, as the gateway loaded them
+            options["classes"] = doc.options["fields_classes"]
         if "look_ahead_mb" not in options:
             # The open documents share one run's worth of pages waiting for a slot.
             options["look_ahead_mb"] = WORKER_LOOK_AHEAD_MB / self.concurrency

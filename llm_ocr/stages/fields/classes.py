@@ -30,6 +30,7 @@ The rules, in order:
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,20 +116,30 @@ def _matches(pattern: str, name: str, doc_id: str) -> bool:
 
 
 def load_classes(location: str, storage_options: dict[str, Any] | None = None) -> Classes:
-    """The classes file at ``location`` with every class's schema loaded and checked.
+    """The classes file at ``location`` (or the classes themselves, inline JSON ``{...}``, as
+    ``--schema`` takes a schema) with every class's schema loaded and checked.
 
     Raises :class:`SchemaError` for a file that cannot be read or parsed, a class without a
     schema or with one that cannot be loaded, and unknown keys (a typo would silently do nothing).
     """
+    if location.strip().startswith("{"):
+        what = "--classes (inline JSON)"
+        data = _parse(location, what, yaml_ok=False)
+        return _classes_of(data, what, os.getcwd(), "inline JSON", storage_options)
     what = f"--classes {location!r}"
     data = _parse(_read_text(location, "--classes", location, storage_options), what, yaml_ok=True)
+    base = location.rsplit("/", 1)[0] if "://" in location else os.path.dirname(os.path.abspath(location))
+    return _classes_of(data, what, base, location, storage_options)
+
+
+def _classes_of(data: Any, what: str, base: str, origin: str, storage_options: dict[str, Any] | None) -> Classes:
+    """The classes of a parsed classes file (``base``: where its schemas' relative paths start)."""
     if not isinstance(data, dict) or not isinstance(data.get("classes"), dict) or not data["classes"]:
         raise SchemaError(f"{what}: expected a mapping with a non-empty 'classes' mapping (class name -> schema and "
                           "rules)")
     unknown_top = set(data) - {"classes"}
     if unknown_top:
         raise SchemaError(f"{what}: unknown top-level keys: {', '.join(sorted(map(str, unknown_top)))}")
-    base = location.rsplit("/", 1)[0] if "://" in location else os.path.dirname(os.path.abspath(location))
     classes = []
     for name, spec in data["classes"].items():
         name = str(name)
@@ -154,7 +165,7 @@ def load_classes(location: str, storage_options: dict[str, Any] | None = None) -
         if not isinstance(min_keywords, int) or isinstance(min_keywords, bool) or min_keywords < 1:
             raise SchemaError(f"{where}: min_keywords must be a positive integer")
         classes.append(DocumentClass(name, schema, str(spec.get("description") or ""), files, keywords, min_keywords))
-    return Classes(tuple(classes), location)
+    return Classes(tuple(classes), origin)
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
@@ -163,6 +174,16 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise SchemaError(f"{where} must be a list of non-empty strings")
     return tuple(value)
+
+
+def inline_classes(classes: Classes) -> str:
+    """``classes`` as one inline JSON text :func:`load_classes` reads back, each class's schema
+    inline too: what a service's gateway queues with a document, so that a worker on another
+    machine needs no copy of the classes file or its schemas."""
+    return json.dumps({"classes": {
+        c.name: {"schema": json.dumps(c.schema.schema), "description": c.description, "files": list(c.files),
+                 "keywords": list(c.keywords), "min_keywords": c.min_keywords}
+        for c in classes.classes}})
 
 
 def single_class(schema: FieldsSchema) -> Classes:

@@ -41,6 +41,7 @@ from tests.docs import make_pdf
 TOKEN = "s3cret-token-for-the-test"
 CALLBACK_SECRET = "the-callbacks-shared-secret"
 INVOICE = "invoice-2024-0017.pdf"
+RECEIPT = "receipt-0381.pdf"
 
 
 def wait_for(check, what: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
@@ -60,6 +61,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, li
              for name, pages, seed in (("two.pdf", 2, 1), ("one.pdf", 1, 2), ("five.pdf", 5, 3))}
     texts["figure.pdf"] = make_pdf(folder / "figure.pdf", 1, seed=4, figures=True)
     shutil.copy(REPO / "samples" / INVOICE, folder)  # the simulator answers its fields from examples/
+    shutil.copy(REPO / "samples" / RECEIPT, folder)
     return folder, texts
 
 
@@ -80,6 +82,13 @@ def service(tmp_path_factory: pytest.TempPathFactory, sim: SimulatedServer) -> I
     limits = Limits(max_upload=200_000, max_pages=4)
     schemas = tmp_path_factory.mktemp("schemas")
     shutil.copy(REPO / "examples" / "invoice.schema.json", schemas / "invoice.json")
+    # Classes offered as "kinds": the example's classes file, its schemas in a folder of their own
+    # (the folder's top-level NAME.json files are the schemas a submission may name).
+    (schemas / "kinds").mkdir()
+    for kind in ("invoice", "receipt"):
+        shutil.copy(REPO / "examples" / f"{kind}.schema.json", schemas / "kinds")
+    (schemas / "kinds.classes.yaml").write_text(
+        (REPO / "examples" / "classes.yaml").read_text().replace("schema: ", "schema: kinds/"))
     callbacks = CallbackSettings(secret=CALLBACK_SECRET, base_delay=0.05, max_delay=0.2)
     with start(tmp_path_factory.mktemp("service"), sim, limits=limits, schemas=str(schemas),
                callbacks=callbacks) as running:
@@ -276,3 +285,22 @@ def test_a_token_is_required_beyond_loopback(tmp_path: Path, sim: SimulatedServe
     env = {key: value for key, value in os.environ.items() if key != "LLM_OCR_SERVICE_TOKEN"}
     ended = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert ended.returncode == 2 and "LLM_OCR_SERVICE_TOKEN" in ended.stderr, ended.stderr
+
+
+def test_fields_by_classes_name_each_document_its_class(service: llm_ocr.Service, corpus: tuple[Path, dict]) -> None:
+    folder = corpus[0]
+    documents = {name: service.submit(folder / name, classes="kinds") for name in (INVOICE, RECEIPT)}
+    truth = json.loads((REPO / "examples" / "fields-truth.json").read_text())
+    for name, doc in documents.items():
+        assert doc.wait(timeout=120)["status"] == "done"
+        fields = doc.fields()
+        # Each document read with its own class's schema (the file-name rules decide here).
+        assert (fields["status"], fields["class"], fields["fields"]) == ("ok", truth[name]["class"],
+                                                                          truth[name]["fields"]), fields
+        assert doc.status()["options"] == {"classes": "kinds"}  # the name, not the inlined classes
+    for options, said in ((dict(classes="../kinds"), "this service offers kinds"),
+                          (dict(classes="invoice"), "this service offers kinds"),  # a schema is not classes
+                          (dict(classes="kinds", schema="invoice"), "a schema (one kind of document) or classes")):
+        with pytest.raises(ServiceError) as refused:
+            service.submit(folder / "one.pdf", **options)
+        assert refused.value.status == 422 and said in str(refused.value), refused.value
