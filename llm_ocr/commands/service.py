@@ -55,6 +55,14 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-in-flight", type=int, default=None, metavar="N",
                        help="requests in flight for the worker, shared by its documents (default: the launched "
                             "server's preset, else 64)")
+    group.add_argument("--escalate-to", default=None, metavar="MODEL",
+                       help="a stronger model that reads again each page whose first reading trips --escalate-on, "
+                            "as llm-ocr run --escalate-to does (a submission may say escalate=off); needs "
+                            "--escalate-endpoint")
+    group.add_argument("--escalate-endpoint", default=None, metavar="URL",
+                       help="the OpenAI-compatible endpoint serving --escalate-to (key: LLM_OCR_ESCALATE_API_KEY)")
+    group.add_argument("--escalate-on", default=None, metavar="SIGNALS",
+                       help="signals that send a page to --escalate-to, comma-separated (default: llm-ocr run's)")
 
 
 def _k8s_options(parser: argparse.ArgumentParser) -> None:
@@ -153,10 +161,34 @@ def _missing() -> list[str]:
 
 
 def _config(args: argparse.Namespace, *, gateway: bool) -> object:
-    from llm_ocr.service.config import Limits, ServiceConfig, database_of, read_callback_secret, read_token
+    from llm_ocr.service.config import (
+        Limits,
+        ServiceConfig,
+        ServiceError,
+        database_of,
+        read_callback_secret,
+        read_token,
+    )
     from llm_ocr.service.worker import WorkerSettings
 
-    run_options = {"max_in_flight": args.max_in_flight} if args.max_in_flight else {}
+    run_options: dict[str, object] = {"max_in_flight": args.max_in_flight} if args.max_in_flight else {}
+    if args.escalate_to or args.escalate_endpoint or args.escalate_on:
+        # A run without --escalate-endpoint launches a second server; a worker's runs are its
+        # documents, so that would be a server per document.
+        if not (args.escalate_to and args.escalate_endpoint):
+            raise ServiceError("--escalate-to MODEL and --escalate-endpoint URL go together (and --escalate-on "
+                               "with them): a worker does not launch a server per document for the stronger model")
+        run_options.update(escalate_to=args.escalate_to, escalate_endpoint=args.escalate_endpoint)
+        if args.escalate_on:
+            from pydantic import ValidationError
+
+            from llm_ocr.options import EscalateOptions
+
+            try:  # checked once here, not failed in every document's run
+                EscalateOptions(escalate_on=args.escalate_on)
+            except ValidationError as exc:
+                raise ServiceError(f"--escalate-on: {exc.errors()[0]['msg']}") from None
+            run_options["escalate_on"] = args.escalate_on
     settings = WorkerSettings(endpoint=args.endpoint, engine=args.engine, model=args.model, lease=args.lease,
                               poll=args.poll, concurrency=args.concurrency, max_deliveries=args.max_deliveries,
                               run_options=run_options)

@@ -45,8 +45,9 @@ log = logging.getLogger("llm_ocr.service")
 #: Options a submission may set: ``model`` and ``route`` as ``llm_ocr.run``'s keywords; ``schema``,
 #: the name of a Fields schema the service offers (``--schemas``); ``classes``, the name of a
 #: classes file it offers there (several kinds of document, each its schema); ``callback``, a URL
-#: called when the document ends.
-SUBMIT_OPTIONS = ("model", "route", "schema", "classes", "callback")
+#: called when the document ends; ``escalate``, ``off`` to read the document without the workers'
+#: stronger model (``llm-ocr worker --escalate-to``), ``on`` to insist on it.
+SUBMIT_OPTIONS = ("model", "route", "schema", "classes", "escalate", "callback")
 #: The suffixes of a classes file in the schemas folder (a schema is ``NAME.json``).
 CLASSES_SUFFIXES = (".classes.yaml", ".classes.yml", ".classes.json")
 #: What a schema's name may be: a file name of the schemas folder without ``.json``, never a path.
@@ -115,6 +116,8 @@ def check_options(given: dict[str, Any], schemas: str | None = None) -> dict[str
         callback = options["callback"]
         if not isinstance(callback, str) or not callback.startswith(("http://", "https://")):
             raise Refused(422, "callback must be an http:// or https:// URL")
+    if "escalate" in options and options["escalate"] not in ("on", "off"):
+        raise Refused(422, f"escalate must be 'on' or 'off', not {options['escalate']!r}")
     if "model" in options and not isinstance(options["model"], str):
         raise Refused(422, "model must be a string (a served model name)")
     if "route" in options:
@@ -288,6 +291,9 @@ def create_app(gateway: Gateway) -> FastAPI:
         doc = _known(doc_id)
         rows = spool.rows(doc_id, "extract", list(PAGE_COLUMNS)) if doc.started is not None else []
         seen = {row["page"]: row for row in rows}
+        if rows and doc.options.get("escalate") != "off":
+            # A page the stronger model read again: its reading is the page's (route "escalated").
+            seen.update((row["page"], row) for row in spool.rows(doc_id, "escalate", list(PAGE_COLUMNS)))
         total = doc.pages or max(seen, default=0)
         unread = "pending" if doc.status in ("queued", "running") else "not read"
         pages = [_page(seen[page]) if page in seen else {"page": page, "status": unread}

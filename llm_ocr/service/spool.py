@@ -113,8 +113,10 @@ class Spool:
         return None
 
     def page_rows(self, doc_id: str, *, keep_bytes: bool = False) -> Iterator[dict[str, Any]]:
-        """``doc_id``'s page rows: Describe's (figures described) where it wrote them, else Extract's
-        (figures' image bytes left out unless ``keep_bytes``)."""
+        """``doc_id``'s page rows: Describe's (figures described) where it wrote them, else
+        Escalate's (the reading a stronger model made or kept), else Extract's (figures' image
+        bytes left out unless ``keep_bytes``)."""
         described = {row["page"]: row for row in self.rows(doc_id, "describe", keep_bytes=keep_bytes)}
+        escalated = {row["page"]: row for row in self.rows(doc_id, "escalate", keep_bytes=keep_bytes)}
         for row in self.rows(doc_id, "extract", keep_bytes=keep_bytes):
-            yield described.get(row["page"], row)
+            yield described.get(row["page"]) or escalated.get(row["page"], row)

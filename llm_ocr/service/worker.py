@@ -20,7 +20,8 @@ run had a limit of its own, a one-page document's slot stood idle while it start
 0.86 to 0.92 of the batch's pages/s; docs/service.md, the benchmark.) A run that ends leaves
 nothing on the worker's limits. A document's Fields requests, given a schema, take their slots
 from the pages' limit too (the document's pages hold none by then). (Not shared: the stages of an
-escalating run, which open their own endpoints; a submission cannot ask for escalation yet.)
+escalating run, which open their own endpoints: a worker started with ``--escalate-to``, whose
+documents' runs read again with the stronger model unless a submission says ``escalate=off``.)
 Unless told (``concurrency``), a worker opens twice as many documents as its limit has slots
 (:func:`default_concurrency`), and the documents open share one run's bound on rendered pages
 waiting for a slot.
@@ -70,7 +71,7 @@ if TYPE_CHECKING:  # the run's machinery is imported when a worker starts, not w
 log = logging.getLogger("llm_ocr.service")
 
 #: A submission's options that are the service's, not ``llm_ocr.run``'s keywords.
-SERVICE_OPTIONS = frozenset({"schema", "classes", "fields_classes", "callback"})
+SERVICE_OPTIONS = frozenset({"schema", "classes", "fields_classes", "escalate", "callback"})
 
 
 @dataclass
@@ -426,6 +427,12 @@ class Worker:
         }
         if "fields_classes" in doc.options:  # the classes, inline, as the gateway loaded them
             options["classes"] = doc.options["fields_classes"]
+        if doc.options.get("escalate") == "off":
+            options = {key: value for key, value in options.items() if not key.startswith("escalate_")}
+        elif doc.options.get("escalate") == "on" and not options.get("escalate_to"):
+            return ShardOutcome(ExitCode.COULD_NOT_RUN, error=OptionError(
+                f"escalate=on, but worker {self.name} has no stronger model to escalate to (start workers with "
+                "--escalate-to MODEL --escalate-endpoint URL, or submit without escalate)"))
         if "look_ahead_mb" not in options:
             # The open documents share one run's worth of pages waiting for a slot.
             options["look_ahead_mb"] = WORKER_LOOK_AHEAD_MB / self.concurrency
