@@ -91,6 +91,7 @@ def _print_k8s_manifests(args: argparse.Namespace) -> int:
     from llm_ocr.launchers.core.spec import LaunchError
     from llm_ocr.launchers.k8s.manifest import to_yaml
     from llm_ocr.launchers.k8s.service import ServiceDeploy, parse_worker_range, service_manifests
+    from llm_ocr.service.config import ServiceError
 
     try:
         if not args.store:
@@ -103,11 +104,21 @@ def _print_k8s_manifests(args: argparse.Namespace) -> int:
         # Written into the worker's command as the autoscaler's target per worker: the two agree
         # (a worker that launches its engine would otherwise size it from the engine's preset).
         concurrency = args.concurrency or default_concurrency(args.max_in_flight or DEFAULT_IN_FLIGHT)
+        try:
+            run_options = _run_options(args)  # checked as a worker started with them would
+        except ServiceError as exc:
+            raise LaunchError(str(exc)) from None
+        # The worker's own flags beyond those ServiceDeploy has fields for, as given.
+        extra = ["--model", args.model] if args.model else []
+        for flag in ("escalate_to", "escalate_endpoint", "escalate_on"):
+            if run_options.get(flag):
+                extra += [f"--{flag.replace('_', '-')}", str(run_options[flag])]
         deploy = ServiceDeploy(image=args.k8s_image or "", store=args.store, namespace=args.k8s_namespace,
                                endpoint=args.endpoint, gateways=args.k8s_gateways, min_workers=low, max_workers=high,
                                concurrency=concurrency, max_in_flight=args.max_in_flight, lease=args.lease,
                                database_secret=args.k8s_database_secret, token_secret=args.k8s_token_secret,
-                               secret_refs=args.k8s_secret_ref, worker_gpus=args.k8s_worker_gpus)
+                               secret_refs=args.k8s_secret_ref, worker_gpus=args.k8s_worker_gpus,
+                               extra_worker_args=extra)
         print(to_yaml(service_manifests(deploy)), end="")
     except LaunchError as exc:
         log.error("%s", exc)
@@ -160,16 +171,10 @@ def _missing() -> list[str]:
     return [package for module, package in NEEDED.items() if importlib.util.find_spec(module) is None]
 
 
-def _config(args: argparse.Namespace, *, gateway: bool) -> object:
-    from llm_ocr.service.config import (
-        Limits,
-        ServiceConfig,
-        ServiceError,
-        database_of,
-        read_callback_secret,
-        read_token,
-    )
-    from llm_ocr.service.worker import WorkerSettings
+def _run_options(args: argparse.Namespace) -> dict[str, object]:
+    """The worker's run options from its flags (the in-flight limit, the stronger model);
+    :class:`~llm_ocr.service.config.ServiceError` names a bad combination."""
+    from llm_ocr.service.config import ServiceError
 
     run_options: dict[str, object] = {"max_in_flight": args.max_in_flight} if args.max_in_flight else {}
     if args.escalate_to or args.escalate_endpoint or args.escalate_on:
@@ -189,6 +194,14 @@ def _config(args: argparse.Namespace, *, gateway: bool) -> object:
             except ValidationError as exc:
                 raise ServiceError(f"--escalate-on: {exc.errors()[0]['msg']}") from None
             run_options["escalate_on"] = args.escalate_on
+    return run_options
+
+
+def _config(args: argparse.Namespace, *, gateway: bool) -> object:
+    from llm_ocr.service.config import Limits, ServiceConfig, database_of, read_callback_secret, read_token
+    from llm_ocr.service.worker import WorkerSettings
+
+    run_options = _run_options(args)
     settings = WorkerSettings(endpoint=args.endpoint, engine=args.engine, model=args.model, lease=args.lease,
                               poll=args.poll, concurrency=args.concurrency, max_deliveries=args.max_deliveries,
                               run_options=run_options)

@@ -96,6 +96,7 @@ def test_secrets_reach_the_pods_by_reference_only(printed: str) -> None:
     (["--k8s-namespace", "OCR_prod"], "--k8s-namespace 'OCR_prod'"),
     (["--k8s-database-secret", "pg"], "SECRET:KEY"),
     (["--k8s-workers", "0:3"], "MIN:MAX"),
+    (["--escalate-to", "allenai/olmOCR-2-7B-1025"], "--escalate-endpoint URL go together"),
 ])
 def test_what_the_api_server_or_the_pods_would_refuse_is_refused_with_the_option(
         change: list[str], said: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -183,3 +184,15 @@ def test_kubectl_applies_them_as_a_client_side_dry_run(printed: str, api_server:
         "deployment.apps/llm-ocr-gateway created (dry run)", "deployment.apps/llm-ocr-worker created (dry run)",
         "horizontalpodautoscaler.autoscaling/llm-ocr-worker created (dry run)", "service/llm-ocr created (dry run)"]
     assert _Discovery.writes == []
+
+
+def test_the_workers_model_and_stronger_model_reach_its_command(capsys: pytest.CaptureFixture[str]) -> None:
+    # Flags of the worker the objects have no field of are passed on as given, not dropped.
+    assert main([*ARGS, "--model", "deepseek-ai/DeepSeek-OCR", "--escalate-to", "allenai/olmOCR-2-7B-1025",
+                 "--escalate-endpoint", "http://vllm-strong.gpu:8000/v1", "--escalate-on", "garbled,short"]) == 0
+    (worker,) = _objects(capsys.readouterr().out)["Deployment/llm-ocr-worker"]["spec"]["template"]["spec"]["containers"]
+    command = worker["command"]
+    assert {flag: command[command.index(flag) + 1] for flag in
+            ("--model", "--escalate-to", "--escalate-endpoint", "--escalate-on")} == {
+        "--model": "deepseek-ai/DeepSeek-OCR", "--escalate-to": "allenai/olmOCR-2-7B-1025",
+        "--escalate-endpoint": "http://vllm-strong.gpu:8000/v1", "--escalate-on": "garbled,short"}
