@@ -31,7 +31,8 @@ from llm_ocr.serving.open import ServerOptions, _command
 from llm_ocr.vlm import families
 from tests.fakes import vllm_flags
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
+# A hang guard: importing vLLM alone took over 300 s with three of the suite's runs on 2 cores.
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 SERVE = "vllm serve"
 API_SERVER = f"{sys.executable} -m vllm.entrypoints.openai.api_server"
