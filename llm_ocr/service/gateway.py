@@ -128,15 +128,26 @@ def check_options(given: dict[str, Any], schemas: str | None = None) -> dict[str
     return options
 
 
+def _offered_file(name: Any, folder: str, kind: str, suffixes: tuple[str, ...]) -> str:
+    """The path of the file ``name`` names in ``folder`` (``NAME`` plus one of ``suffixes``);
+    :class:`Refused` names the ones offered. The name is looked up among the folder's files, never
+    joined into a path as given. A classes file is never offered as a schema, though its
+    ``.classes.json`` ends as a schema's ``.json`` does."""
+    offered: dict[str, str] = {}
+    for entry in sorted(os.listdir(folder)):
+        suffix = next((s for s in CLASSES_SUFFIXES + (".json",) if entry.endswith(s)), None)
+        if suffix in suffixes:
+            offered.setdefault(entry[: -len(suffix)], entry)
+    if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name) or name not in offered:
+        raise Refused(422, f"unknown {kind} {name!r}: this service offers {', '.join(offered) or 'none'}")
+    return os.path.join(folder, offered[name])
+
+
 def _schema_named(name: Any, folder: str | None) -> str:
     """The text of the schema ``name`` offers in ``folder``; :class:`Refused` says why not."""
     if folder is None:
         raise Refused(422, "this service offers no Fields schemas (start it with --schemas FOLDER)")
-    offered = sorted(entry[:-5] for entry in os.listdir(folder) if entry.endswith(".json"))
-    # The name is looked up among the folder's files, never joined into a path as given.
-    if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name) or name not in offered:
-        raise Refused(422, f"unknown schema {name!r}: this service offers {', '.join(offered) or 'none'}")
-    with open(os.path.join(folder, f"{name}.json"), encoding="utf-8") as handle:
+    with open(_offered_file(name, folder, "schema", (".json",)), encoding="utf-8") as handle:
         text = handle.read()
     try:
         json.loads(text)
@@ -156,13 +167,9 @@ def _classes_named(name: Any, folder: str | None) -> str:
     if folder is None:
         raise Refused(422, "this service offers no document classes (start it with --schemas FOLDER holding "
                            "NAME.classes.yaml)")
-    offered = {entry[: -len(suffix)]: entry for entry in sorted(os.listdir(folder))
-               for suffix in CLASSES_SUFFIXES if entry.endswith(suffix)}
-    # As for a schema: the name is looked up among the folder's files, never joined as given.
-    if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name) or name not in offered:
-        raise Refused(422, f"unknown classes {name!r}: this service offers {', '.join(offered) or 'none'}")
+    path = _offered_file(name, folder, "classes", CLASSES_SUFFIXES)
     try:
-        return inline_classes(load_classes(os.path.join(folder, offered[name])))
+        return inline_classes(load_classes(path))
     except SchemaError as exc:
         raise Refused(422, f"the service's classes {name!r} cannot be used: {exc}") from None
 
