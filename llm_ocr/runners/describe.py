@@ -35,6 +35,7 @@ from llm_ocr.runners.lifecycle import (
     stage_endpoint,
 )
 from llm_ocr.runners.page_flow import PageHandler, UpstreamRows
+from llm_ocr.runners.reuse import Reuse
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.serving.in_flight import InFlightLimit
 from llm_ocr.serving.open import Endpoint
@@ -129,8 +130,10 @@ class Describe(ShardStage):
     writes = ("describe",)
     reads = ("extract", "escalate")
 
-    def __init__(self, spec: StageSpec) -> None:
+    def __init__(self, spec: StageSpec, reuse: Reuse | None = None) -> None:
         self.spec = spec
+        #: What the caller keeps open (the service's worker): its endpoint, limits and render pool.
+        self.reuse = reuse or Reuse()
         self.schema: dict[str, Any] | None = None
         self.complete = False
         self.index = ShardIndex()
@@ -163,10 +166,12 @@ class Describe(ShardStage):
 
     async def work(self, shard: Shard) -> Finished:
         spec = self.spec
-        async with describe_endpoint(shard, spec.describe, spec.client, spec.server) as endpoint, \
-                PageWork(shard, endpoint, {"describe": self.index}) as work:
+        async with describe_endpoint(shard, spec.describe, spec.client, spec.server, main=self.reuse.endpoint) \
+                as endpoint, PageWork(shard, endpoint, {"describe": self.index}, **self.reuse.work_options(endpoint)) \
+                as work:
             work.counters["describe"].pages_found = 0  # counted from the rows read
-            ctx = await describe_context(endpoint, spec.describe, self.schema, work.limit)
+            ctx = await describe_context(endpoint, spec.describe, self.schema, work.limit,
+                                         self.reuse.context_of(endpoint))
             rows = UpstreamRows(iter_shard_rows(shard.folder(self.source), shard.index, shard.count), self.index)
             await work.run(rows, describe_handler(ctx), ["describe"], limit=work.limits.describe_pages)
             note_documents(work.counters["describe"], work.documents["describe"])

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 from typing import Any, Literal
 
 from llm_ocr.options import StageSpec
@@ -30,6 +31,7 @@ from llm_ocr.runners.escalation import EscalationRule, describe, keep_second, re
 from llm_ocr.runners.extract import extract_context
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, note_documents, run_stage
 from llm_ocr.runners.page_flow import UpstreamRows
+from llm_ocr.runners.reuse import Reuse
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.workers import WorkerPool, crop_figures, rerender_page
 from llm_ocr.serving.quarantine import PageQuarantined
@@ -209,8 +211,10 @@ class Escalate(ShardStage):
     writes = ("escalate",)
     reads = ("extract",)
 
-    def __init__(self, spec: StageSpec) -> None:
+    def __init__(self, spec: StageSpec, reuse: Reuse | None = None) -> None:
         self.spec = spec
+        #: The stronger model's endpoint and limits, when the caller keeps them (the service's worker).
+        self.reuse = reuse or Reuse()
         self.complete = False
         self.index = ShardIndex()
 
@@ -246,12 +250,15 @@ class Escalate(ShardStage):
         spec, job = self.spec, self.spec.job
         tally = ModelTally()
         secret = job.api_key.get_secret_value() if job.api_key else ""
-        async with shard.connect(spec.client, spec.server, url=job.endpoint, model=job.model, api_key=secret,
-                                 log_prefix="server-escalate", own_server=True) as endpoint, \
-                PageWork(shard, endpoint, {"escalate": self.index}, render=True) as work:
+        opener = partial(shard.connect, spec.client, spec.server, url=job.endpoint, model=job.model, api_key=secret,
+                         log_prefix="server-escalate", own_server=True)
+        async with self.reuse.endpoint_for(job.model, opener) as endpoint, \
+                PageWork(shard, endpoint, {"escalate": self.index}, render=True,
+                         **self.reuse.work_options(endpoint)) as work:
             assert work.pool is not None
             work.counters["escalate"].pages_found = 0  # counted from the rows read
-            ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool, work.limits.pieces)
+            ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool, work.limits.pieces,
+                                        context_length=self.reuse.context_of(endpoint))
             bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
             escalation = Escalation(spec, ctx, bad, work.pool, tally)
             rows = UpstreamRows(iter_shard_rows(shard.folder("extract"), shard.index, shard.count), self.index)

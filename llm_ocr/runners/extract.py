@@ -22,6 +22,7 @@ from llm_ocr.runners.groups import GroupWork, groups_finished
 from llm_ocr.runners.inputs import check_inputs, rows_round_robin
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_stage
 from llm_ocr.runners.page_flow import DocumentPages, page_look_ahead
+from llm_ocr.runners.reuse import Reuse
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.shared_dedup import SharedReadings
 from llm_ocr.runners.shared_pages import SharedPages
@@ -92,8 +93,10 @@ class Extract(ShardStage):
 
     writes = ("extract",)
 
-    def __init__(self, spec: StageSpec) -> None:
+    def __init__(self, spec: StageSpec, reuse: Reuse | None = None) -> None:
         self.spec = spec
+        #: What the caller keeps open (the service's worker): its endpoint, limits and render pool.
+        self.reuse = reuse or Reuse()
         self.documents: Iterable[DocumentRef] = iter(())
         self.index = ShardIndex()
         self.groups: GroupWork | None = None
@@ -135,14 +138,16 @@ class Extract(ShardStage):
         groups = self.groups
         if (idle := await nothing_to_read(shard, groups, self.writes)) is not None:
             return idle
-        async with shard.connect(spec.client, spec.server) as endpoint, \
-                PageWork(shard, endpoint, {"extract": self.index}, render=True, groups=groups) as work:
+        async with self.reuse.endpoint_for(job.model, partial(shard.connect, spec.client, spec.server)) as endpoint, \
+                PageWork(shard, endpoint, {"extract": self.index}, render=True, groups=groups,
+                         **self.reuse.work_options(endpoint)) as work:
             assert work.pool is not None
             work.counters["extract"].docs_total = self.docs_total
             async with open_route(shard, spec, work.pool) as route:
                 # The pieces of every page share a limit as large as the pages' (and following it).
                 ctx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
-                                            work.limits.pieces, spec.render, bool(spec.escalate.escalate_to))
+                                            work.limits.pieces, spec.render, bool(spec.escalate.escalate_to),
+                                            context_length=self.reuse.context_of(endpoint))
                 bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                 render = family_render(spec.render, ctx.recipe)  # the page image the family was trained on
                 # Every page's text is estimated as it is rendered (a few ms): its row keeps it, a

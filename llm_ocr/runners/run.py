@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -45,11 +44,10 @@ from llm_ocr.runners.inputs import check_inputs, rows_round_robin
 from llm_ocr.runners.lifecycle import Finished, Markers, PageWork, Shard, ShardStage, nothing_to_read, run_on
 from llm_ocr.runners.page_flow import DocumentPages, PageRows, UpstreamRows, page_look_ahead
 from llm_ocr.runners.progress import RunCounters
+from llm_ocr.runners.reuse import Reuse
 from llm_ocr.runners.shard import ShardOutcome
 from llm_ocr.runners.shared_dedup import SharedReadings
 from llm_ocr.runners.shared_pages import SharedPages
-from llm_ocr.runners.workers import WorkerPool
-from llm_ocr.serving.in_flight import RunLimits
 from llm_ocr.serving.open import Endpoint
 from llm_ocr.serving.quarantine import PageQuarantined
 from llm_ocr.sources import InputPlan
@@ -72,52 +70,6 @@ PAGES_KEPT = (
 
 def _undescribed(extract: ShardIndex, describe: ShardIndex) -> int:
     return sum(len(pages - describe.done_pages.get(doc_id, set())) for doc_id, pages in extract.done_pages.items())
-
-
-class ContextLength:
-    """The served model's context length (``/v1/models``' ``max_model_len``) for a long-lived
-    caller's runs: read at most once every ``ttl`` seconds, not twice per run (Extract's and
-    Describe's contexts each asked). The service's worker makes a run per document: two requests
-    to the model server beside each one-page document's page, CPU taken from a server that shares
-    the machine. Read again after ``ttl`` so that a server restarted with another context is seen."""
-
-    def __init__(self, client: Any, ttl: float = 60.0) -> None:
-        self.client = client
-        self.ttl = ttl
-        self._value: int | None = None
-        self._read_at: float | None = None
-        #: One read at a time: the documents a worker opens at once would otherwise all ask.
-        self._lock = asyncio.Lock()
-
-    async def __call__(self) -> int | None:
-        """The context length, read from the endpoint when not read within ``ttl`` seconds."""
-        async with self._lock:
-            if self._read_at is None or time.monotonic() - self._read_at >= self.ttl:
-                self._value = await self.client.max_model_len()
-                self._read_at = time.monotonic()
-            return self._value
-
-
-@dataclass
-class Reuse:
-    """What a long-lived caller keeps open across many runs (the service's worker reads each
-    document as a run of its own): the model endpoint (its client, connections, crash tracker)
-    and the render pool. A run uses them instead of opening its own, and leaves them open."""
-
-    #: Used by runs of its model (a run of another model opens its own).
-    endpoint: Endpoint | None = None
-    pool: WorkerPool | None = None
-    #: The in-flight limits of every run on :attr:`endpoint`: the runs at once share its slots
-    #: (None: each run sizes its own).
-    limits: RunLimits | None = None
-    #: True when the caller checked that the runs' outputs can be written (the service's worker
-    #: checks its results folder once): a run then writes no probe file of its own.
-    writable_checked: bool = False
-    #: The context length of :attr:`endpoint`'s model, read once for many runs (None: each run asks).
-    context_length: ContextLength | None = None
-    #: False: the runs write no progress file (``OUT/_state/progress``): the service's documents
-    #: are followed through its queue, and the file cost two writes with ``fsync`` a document.
-    progress_files: bool = True
 
 
 @dataclass
@@ -413,7 +365,7 @@ class Run(ShardStage):
         return ShardOutcome(ExitCode.PAGES_FAILED if failed else ExitCode.OK, stats)
 
 
-async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> ShardOutcome:
+async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None, reuse: Reuse | None = None) -> ShardOutcome:
     """``llm-ocr run --escalate-to MODEL``: Extract (with its route), then Escalate with the
     stronger model, then Describe and Assemble over the escalated rows (and Fields, given a
     schema), each a stage of its own on this shard, each settled by its own marker (a rerun
@@ -422,8 +374,13 @@ async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
     Each stage opens its server when it starts and stops it when done, so that a machine with one
     GPU runs one managed server at a time; Describe then serves ``--describe-model`` (default the
     first model) again: with ``--endpoint`` and ``--escalate-endpoint`` nothing is launched twice.
+
+    ``reuse``: what the caller keeps open (the service's worker): the stages on its models take
+    their requests' slots from its limits (Escalate from ``reuse.escalate``'s), as a plain run's do.
     """
-    fields = Fields(spec) if fields_wanted(spec.fields) else None
+    reuse = reuse or Reuse()
+    fields = Fields(spec, main=reuse.endpoint, limit=reuse.limits.pages if reuse.limits is not None else None) \
+        if fields_wanted(spec.fields) else None
     need_docling(spec.assemble)
     # Bad input stops the run before any page: the figure schema, the fields schema.
     resolve_schema(spec.describe, spec.job.storage_options)
@@ -434,7 +391,8 @@ async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
             raise RunError(refusal)
     shard = Shard.resolve(spec.job, stop)
     stages: list[tuple[str, ShardStage]] = [
-        ("extract", Extract(spec)), ("escalate", Escalate(escalation_spec(spec))), ("describe", Describe(spec)),
+        ("extract", Extract(spec, reuse)), ("escalate", Escalate(escalation_spec(spec), reuse.escalate)),
+        ("describe", Describe(spec, reuse)),
         ("assemble", Assemble(spec)), *((("fields", fields),) if fields is not None else ()),
     ]
     stats: dict[str, Any] = {}
@@ -444,7 +402,7 @@ async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
             # The next stage reads back what this one wrote: batched writes (the Hub) are committed first.
             await asyncio.to_thread(shard.out.flush)
         try:
-            done = await run_on(shard, stage, writable_checked=number > 0)
+            done = await run_on(shard, stage, writable_checked=number > 0 or reuse.writable_checked)
         except RunError as exc:
             if name != "fields":
                 raise
@@ -459,9 +417,10 @@ async def cascade_shard(spec: StageSpec, stop: asyncio.Event | None = None) -> S
 async def run_shard(spec: StageSpec, stop: asyncio.Event | None = None, reuse: Reuse | None = None) -> ShardOutcome:
     """Run Extract, Describe, Assemble (and Fields, given a schema) over this process's shard;
     with ``--escalate-to``, Escalate between Extract and Describe. ``reuse``: an endpoint and a
-    render pool the caller keeps open (not used by an escalating run, whose stages open their own)."""
+    render pool the caller keeps open (an escalating run's stages use them too, and the stronger
+    model's, ``reuse.escalate``)."""
     if spec.escalate.escalate_to:
-        return await cascade_shard(spec, stop)
+        return await cascade_shard(spec, stop, reuse)
     async with AsyncExitStack() as servers:  # a server kept open for Fields stops here, whatever happened
         return await run_on(Shard.resolve(spec.job, stop), Run(spec, servers, reuse),
                             writable_checked=reuse is not None and reuse.writable_checked)

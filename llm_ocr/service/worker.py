@@ -19,9 +19,12 @@ worth of requests while documents turn over, as ``llm-ocr run`` feeds its pages.
 run had a limit of its own, a one-page document's slot stood idle while it started and ended:
 0.86 to 0.92 of the batch's pages/s; docs/service.md, the benchmark.) A run that ends leaves
 nothing on the worker's limits. A document's Fields requests, given a schema, take their slots
-from the pages' limit too (the document's pages hold none by then). (Not shared: the stages of an
-escalating run, which open their own endpoints: a worker started with ``--escalate-to``, whose
-documents' runs read again with the stronger model unless a submission says ``escalate=off``.)
+from the pages' limit too (the document's pages hold none by then). A worker started with
+``--escalate-to MODEL --escalate-endpoint URL`` keeps the stronger model's endpoint open too, with
+limits of its own (``max_in_flight`` of its run options, else 64), shared likewise by the
+Escalate stages of every document it reads at once (a submission's ``escalate=off`` reads
+without it): the stronger model sees at most that many of the worker's requests, however many
+documents escalate at once.
 Unless told (``concurrency``), a worker opens twice as many documents as its limit has slots
 (:func:`default_concurrency`), and the documents open share one run's bound on rendered pages
 waiting for a slot.
@@ -65,7 +68,7 @@ from llm_ocr.serving.open import Endpoint, EndpointError, open_endpoint
 from llm_ocr.storage.stores import scrub
 
 if TYPE_CHECKING:  # the run's machinery is imported when a worker starts, not with the service's config
-    from llm_ocr.runners.run import Reuse
+    from llm_ocr.runners.reuse import Reuse
     from llm_ocr.runners.workers import WorkerPool
 
 log = logging.getLogger("llm_ocr.service")
@@ -163,16 +166,22 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Open the endpoint, then take and read documents until ``stop`` is set; a document
         in progress then stops after its pages in flight and goes back to the queue."""
-        from llm_ocr.runners.run import ContextLength, Reuse
+        from llm_ocr.runners.reuse import ContextLength, Reuse
 
-        async with self._endpoint() as endpoint, self._pool() as pool:
+        async with self._endpoint() as endpoint, self._stronger_endpoint() as stronger, self._pool() as pool:
             await asyncio.to_thread(_warm_up)
             limits = self._limits(endpoint)
+            writable = await self._writable()
+            # The stronger model's requests take slots of its own limits, shared by the documents'
+            # Escalate stages as the pages' are by their first readings.
+            escalate = Reuse(stronger, pool, self._limits(stronger), writable_checked=writable,
+                             context_length=ContextLength(stronger.client),
+                             progress_files=False) if stronger is not None else None
             # Per worker, not per document: the model's context length (read again each minute,
             # not twice a document), and no progress file (the queue says how a document goes).
-            self.reuse = Reuse(endpoint, pool, limits, writable_checked=await self._writable(),
+            self.reuse = Reuse(endpoint, pool, limits, writable_checked=writable,
                                context_length=ContextLength(endpoint.client) if endpoint is not None else None,
-                               progress_files=False)
+                               progress_files=False, escalate=escalate)
             self.concurrency = self.settings.concurrency or default_concurrency(
                 limits.pages.limit if limits is not None else self._fixed_in_flight() or DEFAULT_IN_FLIGHT)
             self.endpoint_url = self.settings.endpoint or (endpoint.client.base_url if endpoint is not None else None)
@@ -238,6 +247,27 @@ class Worker:
         async with open_endpoint(None, model, api_key=key, client_options=ClientOptions(**_client_options(settings)),
                                  server_options=ServerOptions(engine=settings.engine),
                                  out=self.spool.root, log_name=f"server-{os.getpid()}.log") as endpoint:
+            yield endpoint
+
+    @contextlib.asynccontextmanager
+    async def _stronger_endpoint(self) -> AsyncIterator[Endpoint | None]:
+        """The endpoint of the stronger model (``--escalate-to`` at ``--escalate-endpoint``) for
+        the worker's lifetime; None without one, or while it cannot be opened (each document's
+        Escalate stage then opens it for itself, and fails while it cannot, as a run would)."""
+        options = self.settings.run_options
+        url, model = options.get("escalate_endpoint"), options.get("escalate_to")
+        if not (url and model):
+            yield None
+            return
+        key = os.environ.get("LLM_OCR_ESCALATE_API_KEY") or os.environ.get("LLM_OCR_API_KEY")
+        async with contextlib.AsyncExitStack() as stack:
+            endpoint: Endpoint | None = None
+            try:
+                endpoint = await stack.enter_async_context(open_endpoint(
+                    url, model, api_key=key, client_options=ClientOptions(**_client_options(self.settings))))
+            except EndpointError as exc:
+                log.warning("worker %s: %s; each document will open the stronger model's endpoint itself",
+                            self.name, exc)
             yield endpoint
 
     def _limits(self, endpoint: Endpoint | None) -> RunLimits | None:
