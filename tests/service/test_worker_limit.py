@@ -158,15 +158,20 @@ async def _fields_stream(tmp: Path, docs: Path, sim: SimulatedServer) -> tuple[i
     most = rounds = 0
     while True:
         statuses = await asyncio.to_thread(lambda: [queue.get(doc_id) for doc_id in ids])
-        if all(doc is not None and doc.status in ("done", "failed") for doc in statuses):
+        left = sum(1 for doc in statuses if doc is None or doc.status not in ("done", "failed"))
+        if not left:
             break
         held_at_server = await asyncio.to_thread(hangs_applied, sim) - released
         most = max(most, held_at_server)
         assert held_at_server <= SLOTS, f"the server holds {held_at_server} requests; the worker's limit is {SLOTS}"
         limits = getattr(worker.reuse, "limits", None)
-        # Settled: every request at the server holds one of the worker's slots, and they are all taken.
+        # Settled: every request at the server holds one of the worker's slots, and either they are
+        # all taken or every document not ended holds one or waits for one (a document has one
+        # request at a time: its page, then its Fields), so nothing more comes before a release.
+        # (Releasing whenever none waited released one request at a time on a busy machine, the
+        # other documents still starting: the server never held 2.)
         if limits is not None and held_at_server == limits.pages.held > 0 and (
-                held_at_server == SLOTS or limits.pages.waiting == 0):
+                held_at_server == SLOTS or limits.pages.held + limits.pages.waiting == left):
             rounds += 1
             # What the release ended: a request held after the count above (a slot was free) is
             # ended by it too, and must not be counted as still held.
