@@ -64,6 +64,13 @@ DOWNLOAD_BYTES = 2 * 1024**3
 ESTIMATE_PAGES = 256
 #: Documents opened and estimated at once, per render worker (their calls queue behind renders).
 ESTIMATING_PER_WORKER = 4
+#: A chunk holds no page expected to cost less than this share of its chunk's costliest. Cut
+#: every ``chunk_pages`` alone, a document's few long pages took its short ones along: on a run's
+#: first round, while slots are free and pages go as they are rendered, the chunks holding the
+#: longest pages sent mostly short pages, and the longest went out seconds late (the long tail of
+#: ``llm-ocr bench --ordering``: the 15 longest pages among the first 128 sent, the last at 6.4 s).
+#: Halving bounds the extra chunks (so extra opens of a document) to one a halving of its costs.
+SIMILAR_COST = 0.5
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,8 @@ class PlannedChunk(Generic[DocT]):
 
 class RenderPlan(Generic[DocT]):
     """Estimated pages not yet rendered, cut into chunks of one document's pages with similar
-    costs: :meth:`pop` returns the chunk holding the most expensive page of all."""
+    costs (at most ``chunk_pages``, none under :data:`SIMILAR_COST` of its chunk's first):
+    :meth:`pop` returns the chunk holding the most expensive page of all."""
 
     def __init__(self, chunk_pages: int) -> None:
         self.chunk_pages = chunk_pages
@@ -119,14 +127,16 @@ class RenderPlan(Generic[DocT]):
         self._known_count += len(known)
         average = self._known_sum / self._known_count if self._known_count else 0.0
         ranked = sorted(zip(pages, (average if c is None else float(c) for c in costs)), key=lambda pc: (-pc[1], pc[0]))
-        chunks = 0
-        for start in range(0, len(ranked), self.chunk_pages):
-            part = ranked[start : start + self.chunk_pages]
-            heapq.heappush(self._heap, PlannedChunk((-part[0][1], place, chunks), doc, [p for p, _ in part],
+        parts: list[list[tuple[int, float]]] = []
+        for page, cost in ranked:
+            if not parts or len(parts[-1]) == self.chunk_pages or cost < parts[-1][0][1] * SIMILAR_COST:
+                parts.append([])
+            parts[-1].append((page, cost))
+        for number, part in enumerate(parts):
+            heapq.heappush(self._heap, PlannedChunk((-part[0][1], place, number), doc, [p for p, _ in part],
                                                     [c for _, c in part]))
-            chunks += 1
         self._pages += len(ranked)
-        return chunks
+        return len(parts)
 
     def pop(self) -> PlannedChunk[DocT] | None:
         """The chunk to render next (None when the plan is empty)."""
