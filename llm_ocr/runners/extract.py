@@ -51,7 +51,7 @@ async def extract_context(
     ``render`` options, the tiles and bands of dense pages are rendered from their source at
     the family's resolution (else cut from the page image). ``escalates``: a stronger model reads
     again the pages this run leaves truncated (``--escalate-to``). ``context_length``: where the
-    served model's context length is read (a caller's memo, :class:`~llm_ocr.runners.run.ContextLength`;
+    served model's context length is read (a caller's memo, :class:`~llm_ocr.runners.reuse.ContextLength`;
     None: asked of the endpoint)."""
     client = endpoint.client
     family = family_for(model, recipe).with_prompt(options.prompt)
