@@ -223,8 +223,8 @@ class Run(ShardStage):
         spec = self.spec
         if self.fields is None and (idle := await nothing_to_read(shard, self.groups, self.writes)) is not None:
             return idle  # (Fields runs on this run's endpoint: it opens one anyway)
-        shared = self.reuse.endpoint
-        if shared is not None and shared.client.model == spec.job.model:
+        shared = self.reuse.serving(spec.job.model)
+        if shared is not None:
             self.endpoint = shared  # the caller's: open before this run, open after it
             return await self._pages(shard, shared)
         async with AsyncExitStack() as here:
@@ -237,14 +237,12 @@ class Run(ShardStage):
         spec, job = self.spec, shard.job
         indexes = {"extract": self.extract, "describe": self.describe}
         async with describe_endpoint(shard, spec.describe, spec.client, main=endpoint) as describer, \
-                PageWork(shard, endpoint, indexes, render=True, groups=self.groups, pool=self.reuse.pool,
-                         adapt=endpoint is not self.reuse.endpoint,
-                         limits=self.reuse.limits if endpoint is self.reuse.endpoint else None,
-                         progress_file=self.reuse.progress_files) as work:
+                PageWork(shard, endpoint, indexes, render=True, groups=self.groups,
+                         **self.reuse.work_options(endpoint)) as work:
             assert work.pool is not None
             # Figure requests have their own limit, as large as the pages' (RunLimits.figures).
             dctx = await describe_context(describer, spec.describe, self.schema, work.limits.figures,
-                                          self.reuse.context_length if describer is self.reuse.endpoint else None)
+                                          self.reuse.context_of(describer))
             missing = _undescribed(self.extract, self.describe)
             if missing:
                 log.info("describing %d page(s) extracted earlier but not described yet", missing)
@@ -260,8 +258,7 @@ class Run(ShardStage):
                 async with open_route(shard, spec, work.pool) as route:
                     ectx = await extract_context(endpoint, job.model, job.recipe, spec.extract, work.pool,
                                                  work.limits.pieces, spec.render,
-                                                 context_length=self.reuse.context_length
-                                                 if endpoint is self.reuse.endpoint else None)
+                                                 context_length=self.reuse.context_of(endpoint))
                     bad = BadPages(endpoint.tracker, work.pool, spec.extract, job.storage_options)
                     run_pages = _RunPages(ectx, route, self.tally, dctx, self.describe.done_pages,
                                           work.counters["describe"], bad)
