@@ -232,16 +232,8 @@ class Worker:
         model = settings.model or _default_model()
         key = os.environ.get("LLM_OCR_API_KEY")
         if settings.endpoint is not None:
-            try:
-                async with open_endpoint(settings.endpoint, model, api_key=key,
-                                         client_options=ClientOptions(**_client_options(settings))) as endpoint:
-                    yield endpoint
-                return
-            except EndpointError as exc:
-                # Not served yet (or not this model): each document's run opens it for itself,
-                # and fails with cause "endpoint" while it cannot, as a run would.
-                log.warning("worker %s: %s; each document will open the endpoint itself", self.name, exc)
-            yield None
+            async with self._served(settings.endpoint, model, key, "the endpoint") as endpoint:
+                yield endpoint
             return
         # One server for the worker's lifetime, not one per document.
         async with open_endpoint(None, model, api_key=key, client_options=ClientOptions(**_client_options(settings)),
@@ -260,14 +252,22 @@ class Worker:
             yield None
             return
         key = os.environ.get("LLM_OCR_ESCALATE_API_KEY") or os.environ.get("LLM_OCR_API_KEY")
+        async with self._served(url, model, key, "the stronger model's endpoint") as endpoint:
+            yield endpoint
+
+    @contextlib.asynccontextmanager
+    async def _served(self, url: str, model: str, key: str | None, what: str) -> AsyncIterator[Endpoint | None]:
+        """The OpenAI-compatible endpoint at ``url`` serving ``model``, open for the worker's
+        lifetime; None while it cannot be opened (not served yet, or not this model): each
+        document's run then opens it for itself, and fails with cause "endpoint" while it cannot,
+        as a run would. (Only the opening is caught: an error of the worker's own is not.)"""
         async with contextlib.AsyncExitStack() as stack:
             endpoint: Endpoint | None = None
             try:
                 endpoint = await stack.enter_async_context(open_endpoint(
                     url, model, api_key=key, client_options=ClientOptions(**_client_options(self.settings))))
             except EndpointError as exc:
-                log.warning("worker %s: %s; each document will open the stronger model's endpoint itself",
-                            self.name, exc)
+                log.warning("worker %s: %s; each document will open %s itself", self.name, exc, what)
             yield endpoint
 
     def _limits(self, endpoint: Endpoint | None) -> RunLimits | None:
