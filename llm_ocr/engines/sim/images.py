@@ -51,20 +51,29 @@ def analyse_image(
 
     digest = hashlib.sha256(data).digest()
     try:
-        img = Image.open(io.BytesIO(data))
+        img = Image.open(io.BytesIO(data))  # reads the header: the size, not the pixels
         width, height = img.size
         if img.format == "JPEG":
             img.draft("RGB", (256, 256))  # decode at 1/2..1/8 scale: we only need a thumbnail
-        img.load()
     except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad input; all mean "bad image"
         raise ApiError(400, f"Failed to load image: {exc}") from None
     facts = ImageFacts(width, height, digest)
     key = (digest, any_aspect, turns, crops_at, rendering)
+    found = None
     if corpus is not None and len(corpus):
         with corpus.found_lock:
             found = corpus.found.get(key)
             if found is not None:
                 corpus.found.move_to_end(key)
+    if found is None or need_colour:
+        # Pixels only when they are looked at. An image found before by its digest is the same
+        # bytes, which decoded then (a family's pieces repeat: half the images of the every-family
+        # strip sweep had been sent before).
+        try:
+            img.load()
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise ApiError(400, f"Failed to load image: {exc}") from None
+    if corpus is not None and len(corpus):
         if found is not None:
             facts.known, facts.turned, facts.region = found
         else:
