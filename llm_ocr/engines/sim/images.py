@@ -59,12 +59,13 @@ def analyse_image(
         raise ApiError(400, f"Failed to load image: {exc}") from None
     facts = ImageFacts(width, height, digest)
     key = (digest, any_aspect, turns, crops_at, rendering)
+    index = corpus if corpus is not None and len(corpus) else None
     found = None
-    if corpus is not None and len(corpus):
-        with corpus.found_lock:
-            found = corpus.found.get(key)
+    if index is not None:
+        with index.found_lock:
+            found = index.found.get(key)
             if found is not None:
-                corpus.found.move_to_end(key)
+                index.found.move_to_end(key)
     if found is None or need_colour:
         # Pixels only when they are looked at. An image found before by its digest is the same
         # bytes, which decoded then (a family's pieces repeat: half the images of the every-family
@@ -73,15 +74,14 @@ def analyse_image(
             img.load()
         except Exception as exc:  # noqa: BLE001 - as above
             raise ApiError(400, f"Failed to load image: {exc}") from None
-    if corpus is not None and len(corpus):
-        if found is not None:
-            facts.known, facts.turned, facts.region = found
-        else:
-            _find(facts, img, corpus, any_aspect, turns, crops_at, rendering)
-            with corpus.found_lock:
-                corpus.found[key] = (facts.known, facts.turned, facts.region)
-                while len(corpus.found) > FOUND_KEPT:
-                    corpus.found.popitem(last=False)
+    if found is not None:
+        facts.known, facts.turned, facts.region = found
+    elif index is not None:
+        _find(facts, img, index, any_aspect, turns, crops_at, rendering)
+        with index.found_lock:
+            index.found[key] = (facts.known, facts.turned, facts.region)
+            while len(index.found) > FOUND_KEPT:
+                index.found.popitem(last=False)
     if need_colour:
         facts.colour = content.dominant_colour(img)
     return facts
