@@ -149,8 +149,9 @@ class Worker:
         self.name = name or worker_name()
         #: Set by a submission in the same process: look at the queue now.
         self.wake = asyncio.Event()
-        #: The endpoint the runs use, once open (``/readyz``).
-        self.endpoint_url: str | None = None
+        #: The endpoint the runs use, once open (:attr:`endpoint_url`).
+        self._serving: Endpoint | None = None
+        self._opened = False
         #: What every run of this worker shares (open while :meth:`run` runs).
         self.reuse: Reuse | None = None
         #: Documents read at once: ``settings.concurrency``, else set from the limit when :meth:`run` starts.
@@ -162,6 +163,14 @@ class Worker:
     def ready(self) -> bool:
         """True once the model endpoint is open."""
         return self.endpoint_url is not None
+
+    @property
+    def endpoint_url(self) -> str | None:
+        """The endpoint the runs use, once open (``/readyz``): ``--endpoint``, or where the
+        worker's own server listens now (a managed server restarted on another port moves)."""
+        if not self._opened:
+            return None
+        return self.settings.endpoint or (self._serving.client.base_url if self._serving is not None else None)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Open the endpoint, then take and read documents until ``stop`` is set; a document
@@ -184,7 +193,7 @@ class Worker:
                                progress_files=False, escalate=escalate)
             self.concurrency = self.settings.concurrency or default_concurrency(
                 limits.pages.limit if limits is not None else self._fixed_in_flight() or DEFAULT_IN_FLIGHT)
-            self.endpoint_url = self.settings.endpoint or (endpoint.client.base_url if endpoint is not None else None)
+            self._serving, self._opened = endpoint, True
             log.info("worker %s reading up to %d documents at once with %s", self.name, self.concurrency,
                      self.endpoint_url)
             watching = self._watch()

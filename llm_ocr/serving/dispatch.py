@@ -45,8 +45,12 @@ class Dispatcher:
         first = self.members[0]
         self.model = first.model
         self.options = first.options
-        self.base_url = first.base_url
         self.display_url = ", ".join(m.display_url for m in self.members)
+
+    @property
+    def base_url(self) -> str:
+        """The first member's URL, where it listens now (a managed member may have moved)."""
+        return self.members[0].base_url
 
     @property
     def overloaded(self) -> int:

@@ -238,7 +238,7 @@ async def open_endpoint(
         try:
             gate = tracker.gate(server.wait_ready)
             client = VlmClient(server.base_url, model, api_key=api_key, options=client_options, gate=gate,
-                               request_ended=tracker.request_ended)
+                               request_ended=tracker.request_ended, locate=lambda: server.base_url)
             try:
                 await check_model(client)
                 in_flight = client_in_flight(preset) if engine == "vllm" and preset else None
@@ -362,7 +362,8 @@ async def _open_fleet(
                 member.count_death = tracker.server_death(i)  # a poison page's deaths do not spend its budget
                 gate = tracker.gate(member.wait_ready, server=i)
                 clients.append(VlmClient(member.base_url, model, api_key=api_key, options=client_options, gate=gate,
-                                         request_ended=tracker.request_ended))
+                                         request_ended=tracker.request_ended,
+                                         locate=lambda member=member: member.base_url))  # type: ignore[misc]
             dispatcher = Dispatcher(clients, [_readiness(s) for s in fleet.members], route=tracker.route)
             try:
                 await asyncio.gather(*(check_model(c) for c in clients))

@@ -199,6 +199,7 @@ class VlmClient:
         options: RequestPolicy,
         gate: Callable[[], Awaitable[Sent]] | None = None,
         request_ended: Callable[[Sent, bool], None] | None = None,
+        locate: Callable[[], str] | None = None,
     ) -> None:
         """``options`` is the retry and timeout policy. ``gate``, for a server we manage or
         watch, waits until it is ready and returns where the request goes (the crash tracker's
@@ -207,8 +208,11 @@ class VlmClient:
         incarnation without using up the page's attempts. ``request_ended`` is told, once for
         each pass through the gate, when that request ended: what the gate returned and whether
         the server answered it (a completion; not an error status: vLLM answers the requests in
-        flight with a 500 when its engine dies)."""
+        flight with a 500 when its engine dies). ``locate``, for a server we manage, says where
+        it listens now: one restarted on another port (its own was taken while it was down, or
+        while it started) is followed once it passes the gate, not left behind on the old one."""
         self.base_url = base_url.rstrip("/")
+        self._locate = locate
         self.display_url = display_url(self.base_url)  # for messages: no credentials
         # What the gate returns is only compared and handed back: opaque here, and ``Sent`` ties
         # the two callables together where they are passed.
@@ -247,6 +251,7 @@ class VlmClient:
 
     async def max_model_len(self) -> int | None:
         """The served model's context length from ``/v1/models`` (vLLM reports ``max_model_len``)."""
+        self._follow()
         try:
             models = _model_entries(await self._client.get_json("models"))
         except ApiError as exc:
@@ -260,6 +265,7 @@ class VlmClient:
 
     async def served_models(self) -> list[str]:
         """The model names the endpoint serves (raises EndpointDown when it cannot be reached)."""
+        self._follow()
         try:
             models = _model_entries(await self._client.get_json("models"))
         except ApiError as exc:
@@ -374,10 +380,22 @@ class VlmClient:
         if self._gate is None:
             return 0
         try:
-            return await self._gate()
+            passed = await self._gate()
         except Exception as exc:  # the managed server is gone for good
             self._down = EndpointDown(f"model server failed: {exc}")
             raise self._down from exc
+        self._follow()
+        return passed
+
+    def _follow(self) -> None:
+        """Send to where the managed server listens now (see ``locate``)."""
+        if self._locate is None:
+            return
+        url = self._locate().rstrip("/")
+        if url != self.base_url:
+            log.warning("the model server moved from %s to %s; sending there", self.display_url, display_url(url))
+            self.base_url, self.display_url = url, display_url(url)
+            self._client.retarget(url)
 
     def _note_success(self) -> None:
         self._last_success = time.monotonic()

@@ -123,6 +123,13 @@ class HttpClient:
         self._proxy = _env_proxy(self.base_url)
         self._session: aiohttp.ClientSession | None = None
 
+    def retarget(self, base_url: str) -> None:
+        """Send the next requests to ``base_url`` (a managed server that moved to another port);
+        the connection pool is kept: a session serves any host, and connections to the old
+        address go idle and close."""
+        self.base_url = urllib.parse.urlunsplit(urllib.parse.urlsplit(base_url.rstrip("/")))
+        self._proxy = _env_proxy(self.base_url)
+
     def _open(self) -> aiohttp.ClientSession:
         # Made on first use, inside the event loop that uses it (aiohttp's sessions belong to one).
         if self._session is None:

@@ -13,8 +13,10 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import stat
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ import pytest
 from PIL import Image
 
 from llm_ocr.gpu_presets import PRESETS, GpuPreset
+from llm_ocr.options import ClientOptions
 from llm_ocr.serving.command_lines import (
     DEEPSEEK_OCR_SERVER_ARGS,
     VLLM_API_SERVER,
@@ -36,6 +39,7 @@ from llm_ocr.serving.command_lines import (
 )
 from llm_ocr.serving.vllm.process import ManagedServer, ServerFailed, redact_command
 from llm_ocr.serving.vllm.prometheus import parse_metrics
+from llm_ocr.vlm.client import VlmClient
 from llm_ocr.vlm.recipes import DOCUMENT_PROMPT, image_messages, recipe_for
 from tests.waiting import HANG_GUARD_S
 
@@ -437,6 +441,85 @@ def test_crash_fault_is_recovered_by_wait_ready(tmp_path: Path, fake_vllm: Path,
 
     asyncio.run(scenario())
     assert gone(server.pid)
+
+
+def test_a_restart_whose_port_was_taken_moves_and_the_client_follows(tmp_path: Path, fake_vllm: Path,
+                                                                     reaper: list[int | None],
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """While a managed server is down, another process takes its port (shards' servers side by
+    side on one machine; a fresh clone's real-vLLM tier beside another's met it): the restart
+    binds another port, and the run's client, made before, sends its pages there rather than to
+    the old port until --dead-after stops the run."""
+    server = make_server(tmp_path, max_restarts=1, poll_interval=600)  # restarted by the request's gate
+    options = ClientOptions(max_attempts=2, backoff_base=0.05, backoff_max=0.2, dead_after=20)
+
+    async def scenario() -> int:
+        async with server:
+            first_pid, first_port = server.pid, server.port
+            reaper.append(first_pid)
+            client = VlmClient(server.base_url, MODEL, options=options, gate=server.wait_ready,
+                               locate=lambda: server.base_url)
+            try:
+                assert (await client.chat(one_page_body())).text
+                async with aiohttp.ClientSession() as session:
+                    async with session.post(f"{server.root_url}/sim/faults", json={"kind": "crash"}) as resp:
+                        assert resp.status < 300
+                with pytest.raises(aiohttp.ClientError):
+                    await ocr_one_page(server.base_url)  # the simulator exits(1) on this request
+                await wait_for(lambda: waitable(first_pid))
+                with PortTaker(first_port):
+                    answer = await client.chat(one_page_body())
+                reaper.append(server.pid)
+                assert answer.text  # answered: the old port's taker answers nothing
+                assert server.port != first_port and server.generation == 3  # 2 met the taken port
+                assert client.base_url == server.base_url
+            finally:
+                await client.close()
+        return first_port
+
+    with caplog.at_level(logging.WARNING):
+        first_port = asyncio.run(scenario())
+    assert gone(server.pid)
+    assert f"could not bind port {first_port} (another process took it)" in caplog.text
+    assert f"the model server moved from http://{HOST}:{first_port}/v1" in caplog.text
+
+
+def one_page_body() -> dict[str, Any]:
+    """A DeepSeek-OCR request for a small white page (``VlmClient.chat``'s keywords)."""
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 80), "white").save(buf, format="PNG")
+    return {"messages": image_messages(buf.getvalue(), "image/png", DOCUMENT_PROMPT), "max_tokens": 64,
+            "temperature": 0, "extra_body": recipe_for(MODEL).extra_body}
+
+
+class PortTaker:
+    """Another process's listener on ``port`` (SO_REUSEADDR, as servers bind: the killed server's
+    connections may still be in TIME_WAIT); a connection it gets is closed at once (the server's
+    health checks of the start that met it come here)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((HOST, port))
+        self.sock.listen()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            conn.close()
+
+    def __enter__(self) -> PortTaker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self._thread.join(timeout=10)
 
 
 def test_unresponsive_server_is_killed_and_restarted(tmp_path: Path, fake_vllm: Path,

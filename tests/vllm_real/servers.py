@@ -251,8 +251,9 @@ async def _start_with_a_request(tier: TierServer, body: dict[str, Any]) -> Start
     await server.start()
     started = time.monotonic()
     health_at_start = await health(server.root_url)
+    # locate: a server whose port another process took while it started listens on another one.
     client = VlmClient(server.base_url, tier.served[0], api_key=tier.api_key, options=ClientOptions(),
-                       gate=server.wait_ready)
+                       gate=server.wait_ready, locate=lambda: server.base_url)
     try:
         first = await client.chat(body)
     finally:
