@@ -149,10 +149,8 @@ class Worker:
         self.name = name or worker_name()
         #: Set by a submission in the same process: look at the queue now.
         self.wake = asyncio.Event()
-        #: The endpoint the runs use, once open (:attr:`endpoint_url`).
-        self._serving: Endpoint | None = None
-        self._opened = False
-        #: What every run of this worker shares (open while :meth:`run` runs).
+        #: What every run of this worker shares (open while :meth:`run` runs; its endpoint is
+        #: :attr:`endpoint_url`'s).
         self.reuse: Reuse | None = None
         #: Documents read at once: ``settings.concurrency``, else set from the limit when :meth:`run` starts.
         self.concurrency = settings.concurrency or default_concurrency(self._fixed_in_flight() or DEFAULT_IN_FLIGHT)
@@ -168,9 +166,10 @@ class Worker:
     def endpoint_url(self) -> str | None:
         """The endpoint the runs use, once open (``/readyz``): ``--endpoint``, or where the
         worker's own server listens now (a managed server restarted on another port moves)."""
-        if not self._opened:
+        if self.reuse is None:
             return None
-        return self.settings.endpoint or (self._serving.client.base_url if self._serving is not None else None)
+        endpoint = self.reuse.endpoint
+        return self.settings.endpoint or (endpoint.client.base_url if endpoint is not None else None)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Open the endpoint, then take and read documents until ``stop`` is set; a document
@@ -193,7 +192,6 @@ class Worker:
                                progress_files=False, escalate=escalate)
             self.concurrency = self.settings.concurrency or default_concurrency(
                 limits.pages.limit if limits is not None else self._fixed_in_flight() or DEFAULT_IN_FLIGHT)
-            self._serving, self._opened = endpoint, True
             log.info("worker %s reading up to %d documents at once with %s", self.name, self.concurrency,
                      self.endpoint_url)
             watching = self._watch()

@@ -114,19 +114,18 @@ class HttpClient:
     def __init__(self, base_url: str, api_key: str | None, *, timeout: float) -> None:
         """``base_url`` ends where the API's paths begin (``http://host:8000/v1``); ``timeout``
         bounds connecting and each read, in seconds."""
-        parts = urllib.parse.urlsplit(base_url.rstrip("/"))
-        self.base_url = urllib.parse.urlunsplit(parts)
+        self.retarget(base_url)
+        parts = urllib.parse.urlsplit(self.base_url)
         self._headers = {"Accept": "application/json"}
         if not (parts.username or parts.password):  # else aiohttp sends the URL's as basic auth
             self._headers["Authorization"] = f"Bearer {api_key or 'EMPTY'}"
         self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
-        self._proxy = _env_proxy(self.base_url)
         self._session: aiohttp.ClientSession | None = None
 
     def retarget(self, base_url: str) -> None:
-        """Send the next requests to ``base_url`` (a managed server that moved to another port);
-        the connection pool is kept: a session serves any host, and connections to the old
-        address go idle and close."""
+        """Send the next requests to ``base_url`` (set at the start; again for a managed server
+        that moved to another port): the connection pool is kept, a session serves any host, and
+        connections to the old address go idle and close."""
         self.base_url = urllib.parse.urlunsplit(urllib.parse.urlsplit(base_url.rstrip("/")))
         self._proxy = _env_proxy(self.base_url)
 

@@ -255,16 +255,18 @@ async def get_json(url: str) -> Any:
             return await resp.json(content_type=None)
 
 
-async def ocr_one_page(base_url: str) -> dict[str, Any]:
+def one_page_body(max_tokens: int = 64) -> dict[str, Any]:
+    """A DeepSeek-OCR request for a small white page (``VlmClient.chat``'s keywords)."""
     buf = io.BytesIO()
     Image.new("RGB", (64, 80), "white").save(buf, format="PNG")
-    body = {
-        "model": MODEL,
-        "messages": image_messages(buf.getvalue(), "image/png", DOCUMENT_PROMPT),
-        "max_tokens": 512,
-        "temperature": 0,
-        **recipe_for(MODEL).extra_body,
-    }
+    return {"messages": image_messages(buf.getvalue(), "image/png", DOCUMENT_PROMPT), "max_tokens": max_tokens,
+            "temperature": 0, "extra_body": recipe_for(MODEL).extra_body}
+
+
+async def ocr_one_page(base_url: str) -> dict[str, Any]:
+    """:func:`one_page_body` sent as JSON (its ``extra_body`` merged, as the OpenAI SDK does)."""
+    request = one_page_body(max_tokens=512)
+    body = {"model": MODEL, **request, **request.pop("extra_body")}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         async with session.post(f"{base_url}/chat/completions", json=body) as resp:
             return {"status": resp.status, "body": await resp.json(content_type=None)}
@@ -276,6 +278,20 @@ async def wait_for(predicate, timeout: float = HANG_GUARD_S, interval: float = 0
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(interval)
+
+
+async def crash(server: ManagedServer) -> None:
+    """Make the simulator behind ``server`` exit on its next request, send it one, and wait
+    until the process has exited (nothing restarts it but a later :meth:`~ManagedServer.wait_ready`
+    when the watchdog polls rarely)."""
+    pid = server.pid
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{server.root_url}/sim/faults", json={"kind": "crash"}) as resp:
+            assert resp.status < 300
+    with pytest.raises(aiohttp.ClientError):
+        await ocr_one_page(server.base_url)  # the simulator exits(1) on this request
+    # Not gone(): the leader shows as a zombie a moment before poll() can reap it.
+    await wait_for(lambda: waitable(pid))
 
 
 def test_fake_vllm_becomes_ready_and_serves(tmp_path: Path, fake_vllm: Path, reaper: list[int | None],
@@ -422,15 +438,8 @@ def test_crash_fault_is_recovered_by_wait_ready(tmp_path: Path, fake_vllm: Path,
 
     async def scenario() -> None:
         async with server:
-            first_pid = server.pid
-            reaper.append(first_pid)
-            async with aiohttp.ClientSession() as session:
-                async with session.post(f"{server.root_url}/sim/faults", json={"kind": "crash"}) as resp:
-                    assert resp.status < 300
-            with pytest.raises(aiohttp.ClientError):
-                await ocr_one_page(server.base_url)  # the simulator exits(1) on this request
-            # Not gone(): the leader shows as a zombie a moment before poll() can reap it.
-            await wait_for(lambda: waitable(first_pid))
+            reaper.append(server.pid)
+            await crash(server)
             assert await server.wait_ready() == 2
             reaper.append(server.pid)
             assert server.restarts == 1
@@ -455,18 +464,13 @@ def test_a_restart_whose_port_was_taken_moves_and_the_client_follows(tmp_path: P
 
     async def scenario() -> int:
         async with server:
-            first_pid, first_port = server.pid, server.port
-            reaper.append(first_pid)
+            first_port = server.port
+            reaper.append(server.pid)
             client = VlmClient(server.base_url, MODEL, options=options, gate=server.wait_ready,
                                locate=lambda: server.base_url)
             try:
                 assert (await client.chat(one_page_body())).text
-                async with aiohttp.ClientSession() as session:
-                    async with session.post(f"{server.root_url}/sim/faults", json={"kind": "crash"}) as resp:
-                        assert resp.status < 300
-                with pytest.raises(aiohttp.ClientError):
-                    await ocr_one_page(server.base_url)  # the simulator exits(1) on this request
-                await wait_for(lambda: waitable(first_pid))
+                await crash(server)
                 with PortTaker(first_port):
                     answer = await client.chat(one_page_body())
                 reaper.append(server.pid)
@@ -482,14 +486,6 @@ def test_a_restart_whose_port_was_taken_moves_and_the_client_follows(tmp_path: P
     assert gone(server.pid)
     assert f"could not bind port {first_port} (another process took it)" in caplog.text
     assert f"the model server moved from http://{HOST}:{first_port}/v1" in caplog.text
-
-
-def one_page_body() -> dict[str, Any]:
-    """A DeepSeek-OCR request for a small white page (``VlmClient.chat``'s keywords)."""
-    buf = io.BytesIO()
-    Image.new("RGB", (64, 80), "white").save(buf, format="PNG")
-    return {"messages": image_messages(buf.getvalue(), "image/png", DOCUMENT_PROMPT), "max_tokens": 64,
-            "temperature": 0, "extra_body": recipe_for(MODEL).extra_body}
 
 
 class PortTaker:
