@@ -14,9 +14,10 @@ import types
 import typing
 from dataclasses import asdict, dataclass, field
 from functools import cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PageStatus = Literal["ok", "truncated", "error"]
 DocumentStatus = Literal["ok", "partial", "error"]
@@ -26,43 +27,68 @@ DocumentStatus = Literal["ok", "partial", "error"]
 DOCUMENT_LEVEL_PAGE = 0
 
 
-#: The Arrow type of a column whose Python type alone does not say it (``field(metadata={ARROW: ...})``).
+#: The Arrow type of a column whose Python type alone does not say it (``field(metadata={ARROW: f})``,
+#: ``f`` a function that returns it). A function, so that importing the row types does not import
+#: pyarrow: the processes that never write a row (the simulated server, ``llm-ocr --help``) are
+#: spared its 0.3 CPU-seconds of import at every start.
 ARROW = "arrow"
 
-#: How ``datasets`` stores an image: its encoded bytes (``path`` unused here).
-IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 
-_SCALARS = {str: pa.string(), int: pa.int32(), float: pa.float64(), bool: pa.bool_(), bytes: IMAGE}
+@cache
+def image_type() -> pa.DataType:
+    """How ``datasets`` stores an image: its encoded bytes (``path`` unused here)."""
+    import pyarrow as pa
+
+    return pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+@cache
+def _scalars() -> dict[type, pa.DataType]:
+    import pyarrow as pa
+
+    return {str: pa.string(), int: pa.int32(), float: pa.float64(), bool: pa.bool_(), bytes: image_type()}
+
+
+def _int64() -> pa.DataType:
+    import pyarrow as pa
+
+    return pa.int64()
 
 
 def arrow_type(annotation: Any) -> pa.DataType:
     """The Arrow type of a column of Python type ``annotation``: ``int`` is int32, ``bytes`` an
     image, a ``Literal`` of strings a string, a list a list, a dataclass a struct of its fields."""
+    import pyarrow as pa
+
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         (annotation,) = [a for a in args if a is not type(None)]  # X | None: nullable X
         return arrow_type(annotation)
     if origin is typing.Literal:
-        return _SCALARS[type(args[0])]
+        return _scalars()[type(args[0])]
     if origin is list:
         return pa.list_(arrow_type(args[0]))
     if dataclasses.is_dataclass(annotation):
         return pa.struct(arrow_fields(annotation))  # type: ignore[arg-type]
-    return _SCALARS[annotation]
+    return _scalars()[annotation]
 
 
 def arrow_fields(cls: type) -> list[pa.Field]:
     """The Arrow fields of dataclass ``cls``, in declaration order: the columns of its rows."""
+    import pyarrow as pa
+
     hints = typing.get_type_hints(cls)
     return [
-        pa.field(f.name, f.metadata.get(ARROW) or arrow_type(hints[f.name]))
+        pa.field(f.name, f.metadata[ARROW]() if ARROW in f.metadata else arrow_type(hints[f.name]))
         for f in dataclasses.fields(cls)
     ]
 
 
 def features_of(dtype: pa.DataType) -> dict[str, Any]:
     """The ``datasets`` feature of an Arrow type (an image struct is an ``Image``)."""
-    if dtype.equals(IMAGE):
+    import pyarrow as pa
+
+    if dtype.equals(image_type()):
         return {"_type": "Image"}
     if pa.types.is_list(dtype):
         return {"feature": features_of(dtype.value_type), "_type": "List"}
@@ -75,6 +101,8 @@ def schema_of(cls: type) -> pa.Schema:
     """The Arrow schema of dataclass ``cls``'s rows, with the ``datasets`` features that let
     ``datasets.load_dataset("parquet", ...)`` decode its images (it reads the ``huggingface``
     key when it loads Parquet files it did not write itself)."""
+    import pyarrow as pa
+
     fields = arrow_fields(cls)
     features = {f.name: features_of(f.type) for f in fields}
     return pa.schema(fields, metadata={b"huggingface": json.dumps({"info": {"features": features}}).encode()})
@@ -178,7 +206,7 @@ class PageResult:
     """One output row of Extract and Describe: a page, its Markdown and its figures."""
 
     doc_id: str
-    doc_index: int = field(metadata={ARROW: pa.int64()})
+    doc_index: int = field(metadata={ARROW: _int64})
     page: int
     source: str
     num_pages: int | None = None
@@ -272,8 +300,16 @@ class PageResult:
 
 def _figure_with_page() -> pa.DataType:
     """A figure of a document (Assemble's rows): a page's figure and the page it is on."""
+    import pyarrow as pa
+
     fields = arrow_fields(Figure)
     return pa.struct([fields[0], pa.field("page", pa.int32()), *fields[1:]])
+
+
+def _figures_with_page() -> pa.DataType:
+    import pyarrow as pa
+
+    return pa.list_(_figure_with_page())
 
 
 @dataclass
@@ -306,12 +342,12 @@ class DocumentResult:
     """One output row of Assemble: a whole document."""
 
     doc_id: str
-    doc_index: int = field(metadata={ARROW: pa.int64()})
+    doc_index: int = field(metadata={ARROW: _int64})
     source: str
     num_pages: int
     markdown: str
     #: Figure rows of every page, each with its ``page`` (see :func:`_figure_with_page`).
-    figures: list[dict[str, Any]] = field(metadata={ARROW: pa.list_(_figure_with_page())})
+    figures: list[dict[str, Any]] = field(metadata={ARROW: _figures_with_page})
     status: DocumentStatus
     failed_pages: list[int]
     error: str | None = None
