@@ -21,8 +21,14 @@ simulated server, and measures, at each rate:
    private PostgreSQL (Debian's package, as the tests start theirs), a fresh database per rate:
    the worker learns of a submission from the database alone.
 
+The documents are submitted by a client process of their own (``--client process``, the default),
+as other systems submit to a service; ``--client thread`` submits from threads of this process
+instead, as before 2026-11-27: the client's work (building each upload, reading the answers) then
+shares this process's interpreter with the gateway and the worker, which a real client does not.
+
 Beside each rate it prints CPU-seconds a page, service against batch: this process's user + system
-time over the stream (gateway, worker and this client; with ``--postgres`` not the database's) and
+time over the stream (gateway and worker, and the client with ``--client thread``; with
+``--postgres`` not the database's) and
 over the batch's call (the simulator, a process of its own, is on neither side). Pages/s moves
 with the load of a shared machine far more than CPU a page does.
 
@@ -38,9 +44,11 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -123,21 +131,40 @@ def warm_up(documents: list[Path], out: Path, endpoint: str) -> None:
     assert llm_ocr.run(folder, out / "out", endpoint=endpoint, progress="off", workers=0, dedup=False).ok
 
 
-def stream(paths: list[Path], rate: float, data: Path, endpoint: str, worker: WorkerSettings,
-           database_url: str | None = None) -> dict[str, float]:
-    """Submit ``paths`` at ``rate`` documents/s to a fresh service; its pages/s and latencies.
-    ``database_url``: the gateway and the worker apart, on that PostgreSQL database."""
-    worker = dataclasses.replace(worker, endpoint=endpoint)
-    with contextlib.ExitStack() as services, concurrent.futures.ThreadPoolExecutor(8) as pool:
-        if database_url is None:
-            gateway = services.enter_context(BackgroundService(ServiceConfig(data=str(data), port=0, worker=worker)))
-        else:
-            gateway = services.enter_context(BackgroundService(
-                ServiceConfig(data=str(data), database_url=database_url, port=0, worker=None)))
-            services.enter_context(BackgroundService(
-                ServiceConfig(data=str(data), database_url=database_url, port=0, worker=worker)))
-        client = llm_ocr.Service(gateway.url)
-        start, cpu = time.monotonic(), cpu_seconds()
+#: The client of ``--client process``: submits the documents at the rate from 8 threads (open loop),
+#: prints their ids as JSON, then waits until every one has ended.
+CLIENT = """
+import concurrent.futures, json, sys, time
+import llm_ocr
+url, rate, paths = json.loads(sys.argv[1])
+client = llm_ocr.Service(url)
+with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    start = time.monotonic()
+    submitted = []
+    for i, path in enumerate(paths):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        submitted.append(pool.submit(client.submit, path))
+    docs = [future.result() for future in submitted]
+print(json.dumps([doc.id for doc in docs]), flush=True)
+for doc in docs:
+    status = doc.wait(timeout=600)["status"]
+    assert status == "done", (doc.id, status)
+"""
+
+
+def submit(url: str, paths: list[Path], rate: float, apart: bool) -> list[str]:
+    """Submit ``paths`` at ``rate`` documents/s to the service at ``url`` and wait until each has
+    ended; their ids. ``apart``: from a client process of its own, else from threads of this one."""
+    if apart:
+        argument = json.dumps([url, rate if rate != float("inf") else 1e9, [str(path) for path in paths]])
+        done = subprocess.run([sys.executable, "-c", CLIENT, argument], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return list(json.loads(done.stdout.splitlines()[0]))
+    client = llm_ocr.Service(url)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        start = time.monotonic()
         submitted = []
         for i, path in enumerate(paths):
             delay = start + i / rate - time.monotonic()
@@ -145,23 +172,42 @@ def stream(paths: list[Path], rate: float, data: Path, endpoint: str, worker: Wo
                 time.sleep(delay)  # open loop: the next document arrives on schedule, answered or not
             submitted.append(pool.submit(client.submit, path))
         docs = [future.result() for future in submitted]
-        for doc in docs:
-            assert doc.wait(timeout=600)["status"] == "done", doc.status()
+    for doc in docs:
+        assert doc.wait(timeout=600)["status"] == "done", doc.status()
+    return [doc.id for doc in docs]
+
+
+def stream(paths: list[Path], rate: float, data: Path, endpoint: str, worker: WorkerSettings,
+           database_url: str | None = None, client_apart: bool = True) -> dict[str, float]:
+    """Submit ``paths`` at ``rate`` documents/s to a fresh service; its pages/s and latencies.
+    ``database_url``: the gateway and the worker apart, on that PostgreSQL database;
+    ``client_apart``: the documents submitted by a process of their own (:func:`submit`)."""
+    worker = dataclasses.replace(worker, endpoint=endpoint)
+    with contextlib.ExitStack() as services:
+        if database_url is None:
+            gateway = services.enter_context(BackgroundService(ServiceConfig(data=str(data), port=0, worker=worker)))
+        else:
+            gateway = services.enter_context(BackgroundService(
+                ServiceConfig(data=str(data), database_url=database_url, port=0, worker=None)))
+            services.enter_context(BackgroundService(
+                ServiceConfig(data=str(data), database_url=database_url, port=0, worker=worker)))
+        cpu = cpu_seconds()
+        ids = submit(gateway.url, paths, rate, client_apart)
         cpu = cpu_seconds() - cpu
     queue: DocumentQueue = SQLiteQueue(data / "service.db") if database_url is None else PostgresQueue(database_url)
     spool = Spool(str(data))
-    rows = [queue.get(doc.id) for doc in docs]
+    rows = [queue.get(doc_id) for doc_id in ids]
     queue.close()
-    ended = [(doc, row) for doc, row in zip(docs, rows) if row and row.finished]
+    ended = [(doc_id, row) for doc_id, row in zip(ids, rows) if row and row.finished]
     latencies = [row.finished - row.created for _, row in ended]
     first = min(row.created for row in rows if row)
     last = max(row.finished for _, row in ended)
-    pages = {doc.id: spool.rows(doc.id, "extract") for doc, _ in ended}
+    pages = {doc_id: spool.rows(doc_id, "extract") for doc_id, _ in ended}
     model = [page["latency_s"] for rows_ in pages.values() for page in rows_]
     # Each document's latency over the model's own time for its pages (one page: that page's):
     # the simulator's times vary from page to page, so latency over the median model time would
     # count the model's own spread as the service's.
-    ratios = [(row.finished - row.created) / sum(page["latency_s"] for page in pages[doc.id]) for doc, row in ended]
+    ratios = [(row.finished - row.created) / sum(page["latency_s"] for page in pages[doc_id]) for doc_id, row in ended]
     return {"pages_s": sum(len(rows_) for rows_ in pages.values()) / (last - first),
             "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
             "model_p50": statistics.median(model), "model_p95": percentile(model, 0.95),
@@ -179,6 +225,8 @@ def main() -> None:
                         help="requests in flight: the worker's limit, shared by its documents, and the batch's")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="documents the worker has open at once (default: twice --in-flight)")
+    parser.add_argument("--client", choices=("process", "thread"), default="process",
+                        help="submit from a process of its own (default), or from threads of the service's process")
     parser.add_argument("--postgres", action="store_true",
                         help="the gateway and the worker as two services on a private PostgreSQL")
     parser.add_argument("--sim-args", default="--decode-ms-per-token 2",
@@ -204,14 +252,14 @@ def main() -> None:
         where = "apart on PostgreSQL" if args.postgres else "in one process on SQLite"
         print(f"{args.docs} documents of {args.pages} page(s); the batch: llm-ocr run, at most {args.in_flight} "
               f"in flight, run just before each rate; the service ({where}): one worker, at most {args.in_flight} "
-              f"in flight shared by {concurrency} documents open")
+              f"in flight shared by {concurrency} documents open; the client: {args.client}")
         print(" rate (docs/s)  pages/s  batch  of batch  p50 latency (s)  p95 latency (s)  model's time p50/p95 (s)"
               "  latency/model p50/p95  CPU-s/page service/batch  load (1 min)")
         for i, rate in enumerate(rates):
             # Back to back, so that both see the same load on a shared machine.
             batch_rate, batch_cpu = batch(root / "docs", root / f"batch-{i}", sim.base_url, args.in_flight)
             url = _database(cluster.url) if cluster is not None else None
-            found = stream(paths, rate, root / f"service-{i}", sim.base_url, worker, url)
+            found = stream(paths, rate, root / f"service-{i}", sim.base_url, worker, url, args.client == "process")
             print(f" {rate:13.2f}  {found['pages_s']:7.2f}  {batch_rate:5.2f}  {found['pages_s'] / batch_rate:8.2f}"
                   f"  {found['p50']:15.2f}  {found['p95']:15.2f}"
                   f"  {found['model_p50']:13.2f}/{found['model_p95']:.2f}"
