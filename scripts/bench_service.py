@@ -131,37 +131,20 @@ def warm_up(documents: list[Path], out: Path, endpoint: str) -> None:
     assert llm_ocr.run(folder, out / "out", endpoint=endpoint, progress="off", workers=0, dedup=False).ok
 
 
-#: The client of ``--client process``: submits the documents at the rate from 8 threads (open loop),
-#: prints their ids as JSON, then waits until every one has ended.
-CLIENT = """
-import concurrent.futures, json, sys, time
-import llm_ocr
-url, rate, paths = json.loads(sys.argv[1])
-client = llm_ocr.Service(url)
-with concurrent.futures.ThreadPoolExecutor(8) as pool:
-    start = time.monotonic()
-    submitted = []
-    for i, path in enumerate(paths):
-        delay = start + i / rate - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        submitted.append(pool.submit(client.submit, path))
-    docs = [future.result() for future in submitted]
-print(json.dumps([doc.id for doc in docs]), flush=True)
-for doc in docs:
-    status = doc.wait(timeout=600)["status"]
-    assert status == "done", (doc.id, status)
-"""
+#: The client of ``--client process``: :func:`submit` with threads, in a process of its own.
+CLIENT = ("import json, sys; sys.path.insert(0, sys.argv[1]); from bench_service import submit; "
+          "url, rate, paths = json.loads(sys.argv[2]); print(json.dumps(submit(url, paths, rate, apart=False)))")
 
 
-def submit(url: str, paths: list[Path], rate: float, apart: bool) -> list[str]:
+def submit(url: str, paths: list[Path] | list[str], rate: float, apart: bool) -> list[str]:
     """Submit ``paths`` at ``rate`` documents/s to the service at ``url`` and wait until each has
     ended; their ids. ``apart``: from a client process of its own, else from threads of this one."""
     if apart:
-        argument = json.dumps([url, rate if rate != float("inf") else 1e9, [str(path) for path in paths]])
-        done = subprocess.run([sys.executable, "-c", CLIENT, argument], capture_output=True, text=True, timeout=900)
+        argument = json.dumps([url, rate, [str(path) for path in paths]])  # inf as JSON's Infinity
+        done = subprocess.run([sys.executable, "-c", CLIENT, str(Path(__file__).resolve().parent), argument],
+                              capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
-        return list(json.loads(done.stdout.splitlines()[0]))
+        return list(json.loads(done.stdout.splitlines()[-1]))
     client = llm_ocr.Service(url)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         start = time.monotonic()
