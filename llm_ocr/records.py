@@ -29,8 +29,8 @@ DOCUMENT_LEVEL_PAGE = 0
 
 #: The Arrow type of a column whose Python type alone does not say it (``field(metadata={ARROW: f})``,
 #: ``f`` a function that returns it). A function, so that importing the row types does not import
-#: pyarrow: the processes that never write a row (the simulated server, ``llm-ocr --help``) are
-#: spared its 0.3 CPU-seconds of import at every start.
+#: pyarrow: a process that never writes a row (the simulated server) is spared its 0.3 CPU-seconds
+#: of import at every start.
 ARROW = "arrow"
 
 
