@@ -70,36 +70,12 @@ class AccuracyOptions:
 def levenshtein(a: str, b: str) -> int:
     """Edit distance (insertions, deletions, substitutions of one character each).
 
-    Hyyrö's bit-parallel form of Myers' algorithm with Python integers as bit vectors:
-    ``len(a)`` big-integer steps of ``len(b) / 64`` machine words each, so two 5,000-character
-    pages take milliseconds where the textbook table takes seconds.
+    rapidfuzz's exact ``Levenshtein.distance`` (C++; a bit-parallel algorithm): two 6,000-character
+    pages in under a millisecond, where this module's own bit-parallel Python took 30 ms.
     """
-    if len(a) < len(b):
-        a, b = b, a
-    m = len(b)
-    if m == 0:
-        return len(a)
-    peq: dict[str, int] = {}
-    for i, ch in enumerate(b):
-        peq[ch] = peq.get(ch, 0) | (1 << i)
-    full = (1 << m) - 1
-    top = 1 << (m - 1)
-    pv, mv, score = full, 0, m
-    for ch in a:
-        eq = peq.get(ch, 0)
-        xv = eq | mv
-        xh = (((eq & pv) + pv) ^ pv) | eq
-        ph = (mv | ~(xh | pv)) & full
-        mh = pv & xh
-        if ph & top:
-            score += 1
-        elif mh & top:
-            score -= 1
-        ph = ((ph << 1) | 1) & full
-        mh = (mh << 1) & full
-        pv = (mh | ~(xv | ph)) & full
-        mv = ph & xv
-    return score
+    from rapidfuzz.distance import Levenshtein
+
+    return int(Levenshtein.distance(a, b))
 
 
 _TAG = re.compile(r"<[^<>\n]{0,200}>")
@@ -169,14 +145,20 @@ class PageScore:
 def score_page(truth: str, markdown: str) -> tuple[int, int, int, int]:
     """(chars, edits, words, found) of an answer against the text layer."""
     ref, hyp = normalise(truth), markdown_to_text(markdown)
+    n, found = _words_found(ref, hyp)
+    return len(ref), levenshtein(ref, hyp), n, found
+
+
+def _words_found(ref: str, hyp: str) -> tuple[int, int]:
+    """(words of ``ref``, of which in ``hyp``), as multisets."""
     ref_words, hyp_words = Counter(words(ref)), Counter(words(hyp))
-    found = sum(min(n, hyp_words[w]) for w, n in ref_words.items())
-    return len(ref), levenshtein(ref, hyp), sum(ref_words.values()), found
+    return sum(ref_words.values()), sum(min(n, hyp_words[w]) for w, n in ref_words.items())
 
 
 def word_recall(truth: str, text: str) -> float:
     """Multiset word recall of ``text`` against ``truth`` (markup in ``text`` is ignored)."""
-    _, _, n, found = score_page(truth, text)
+    # No edit distance: recall does not need one (it was computed here and discarded).
+    n, found = _words_found(normalise(truth), markdown_to_text(text))
     return found / max(1, n)
 
 
