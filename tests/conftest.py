@@ -15,6 +15,7 @@ from tests import skip_policy
 from tests.fakes.container import VENVS
 from tests.fixtures.postgres import postgres, postgres_url  # noqa: F401 - fixtures, for every test
 from tests.fixtures.ray import session as ray_session
+from tests.fixtures.run_folder import RunFolder
 from tests.fixtures.slurm import session as slurm_session
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,17 +90,24 @@ def pytest_configure(config: pytest.Config) -> None:
     skip_policy.register(config)
 
 
+#: The corpus indexes every simulated server of the run shares (llm_ocr/engines/sim/corpus_cache.py):
+#: a corpus is indexed once, not once per server (about 300 servers a run).
+SIM_CORPORA = RunFolder("sim_corpora")
 #: What a run starts once for every worker (tests/fixtures/run_folder.py): its one-node Slurm and
-#: Ray, and the venvs the fake platforms' jobs share (tests/fakes/fake_uv.py).
-RUN_FOLDERS = (slurm_session.RUN, ray_session.RUN, VENVS)
+#: Ray, the venvs the fake platforms' jobs share (tests/fakes/fake_uv.py), the corpus indexes.
+RUN_FOLDERS = (slurm_session.RUN, ray_session.RUN, VENVS, SIM_CORPORA)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Name the folders of this run's shared Slurm, Ray and job venvs before pytest-xdist starts
-    its workers, so they all share the one of each the first of them starts."""
+    """Name the folders of this run's shared Slurm, Ray, job venvs and corpus indexes before
+    pytest-xdist starts its workers, so they all share the one of each the first of them starts."""
     if not hasattr(session.config, "workerinput"):
         for run in RUN_FOLDERS:
             run.claim()
+        # Every simulated server a test starts, in any process below this one, inherits it.
+        from llm_ocr.engines.sim.corpus_cache import CACHE_ENV
+
+        os.environ.setdefault(CACHE_ENV, str(SIM_CORPORA.folder()))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

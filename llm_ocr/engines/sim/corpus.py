@@ -182,30 +182,48 @@ def find_pdfs(path: str | Path) -> list[Path]:
 
 def build_corpus(paths: list[str | Path]) -> CorpusIndex:
     """Index every page of every PDF under ``paths``. Unreadable PDFs are reported and skipped.
+    With ``LLM_OCR_SIM_CORPUS_CACHE`` set, a PDF indexed before (by its bytes) is loaded from
+    there instead (:mod:`.corpus_cache`).
 
     Runs pypdfium2 sequentially: it is not thread-safe, and the server calls this from a
     single worker thread at startup.
     """
-    import pypdfium2 as pdfium
+    from . import corpus_cache
 
+    folder = corpus_cache.cache_folder()
     pages: list[KnownPage] = []
     for root in paths:
         for pdf_path in find_pdfs(root):
-            try:
-                pdf = pdfium.PdfDocument(str(pdf_path))
-            except pdfium.PdfiumError as exc:
-                print(f"simulated server: skipping corpus file {pdf_path}: {exc}", file=sys.stderr)
-                continue
-            try:
-                for i in range(len(pdf)):
-                    page = pdf[i]
-                    try:
-                        pages.append(_index_page(page, str(pdf_path), i))
-                    finally:
-                        page.close()
-            finally:
-                pdf.close()
+            entry = corpus_cache.entry_path(folder, pdf_path) if folder is not None else None
+            found = corpus_cache.load(entry, str(pdf_path)) if entry is not None else None
+            if found is None:
+                found = _index_pdf(pdf_path)
+                if entry is not None and found:
+                    corpus_cache.store(entry, found)
+            pages.extend(found)
     return CorpusIndex(pages)
+
+
+def _index_pdf(pdf_path: Path) -> list[KnownPage]:
+    """Every page of one PDF, indexed; none when it cannot be opened (reported)."""
+    import pypdfium2 as pdfium
+
+    try:
+        pdf = pdfium.PdfDocument(str(pdf_path))
+    except pdfium.PdfiumError as exc:
+        print(f"simulated server: skipping corpus file {pdf_path}: {exc}", file=sys.stderr)
+        return []
+    pages = []
+    try:
+        for i in range(len(pdf)):
+            page = pdf[i]
+            try:
+                pages.append(_index_page(page, str(pdf_path), i))
+            finally:
+                page.close()
+    finally:
+        pdf.close()
+    return pages
 
 
 def _index_page(page: Any, source: str, index: int) -> KnownPage:
