@@ -188,20 +188,59 @@ def build_corpus(paths: list[str | Path]) -> CorpusIndex:
     Runs pypdfium2 sequentially: it is not thread-safe, and the server calls this from a
     single worker thread at startup.
     """
+    from llm_ocr import pdf_space
+
     from . import corpus_cache
 
     folder = corpus_cache.cache_folder()
+    code = [__file__, pdf_space.__file__]  # what renders, fingerprints and reads a page
     pages: list[KnownPage] = []
     for root in paths:
         for pdf_path in find_pdfs(root):
-            entry = corpus_cache.entry_path(folder, pdf_path) if folder is not None else None
-            found = corpus_cache.load(entry, str(pdf_path)) if entry is not None else None
+            path = corpus_cache.entry_path(folder, pdf_path, code) if folder is not None else None
+            entry = corpus_cache.load(path) if path is not None else None
+            found = _from_entry(entry, str(pdf_path)) if entry is not None else None
             if found is None:
                 found = _index_pdf(pdf_path)
-                if entry is not None and found:
-                    corpus_cache.store(entry, found)
+                if path is not None and found:
+                    corpus_cache.store(path, _to_entry(found))
             pages.extend(found)
     return CorpusIndex(pages)
+
+
+def _to_entry(pages: list[KnownPage]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``pages`` as a cache entry (:mod:`.corpus_cache`): plain fields, and arrays by name."""
+    arrays: dict[str, Any] = {}
+    meta = []
+    for i, page in enumerate(pages):
+        arrays[f"fingerprint_{i}"] = page.fingerprint
+        if page.grey is not None:
+            arrays[f"grey_{i}"] = page.grey
+        meta.append({
+            "index": page.index, "aspect": page.aspect, "size_pt": list(page.size_pt), "rotation": page.rotation,
+            "grey": page.grey is not None,
+            "blocks": [[b.label, list(b.box), b.text, [[list(box), text] for box, text in b.lines]]
+                       for b in page.blocks],
+        })  # fmt: skip
+    return meta, arrays
+
+
+def _from_entry(entry: tuple[list[dict[str, Any]], dict[str, Any]], source: str) -> list[KnownPage] | None:
+    """The pages of a cache entry, their ``source`` set to ``source``; None when it is not whole."""
+    meta, arrays = entry
+    try:
+        return [
+            KnownPage(
+                source=source, index=page["index"], aspect=page["aspect"], fingerprint=arrays[f"fingerprint_{i}"],
+                blocks=[LayoutBlock(label, tuple(box), text, tuple((tuple(b), t) for b, t in lines))
+                        for label, box, text, lines in page["blocks"]],
+                size_pt=tuple(page["size_pt"]), grey=arrays[f"grey_{i}"] if page["grey"] else None,
+                rotation=page["rotation"],
+            )
+            for i, page in enumerate(meta)
+        ]  # fmt: skip
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _index_pdf(pdf_path: Path) -> list[KnownPage]:

@@ -18,15 +18,14 @@ import hashlib
 import json
 import os
 import uuid
-from functools import cache
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .corpus import KnownPage
+from typing import Any
 
 #: The folder of indexed PDFs; unset, every server indexes its corpus itself.
 CACHE_ENV = "LLM_OCR_SIM_CORPUS_CACHE"
+#: An entry: each page's plain fields (JSON), and its arrays by name.
+Entry = tuple[list[dict[str, Any]], dict[str, Any]]
 
 
 def cache_folder() -> Path | None:
@@ -35,69 +34,43 @@ def cache_folder() -> Path | None:
     return Path(folder) if folder else None
 
 
-@cache
-def _code_digest() -> str:
-    # An index is valid for the code that made it: the modules that render, fingerprint and
-    # read the layout of a page.
-    from llm_ocr import pdf_space
-
-    from . import corpus
-
-    digest = hashlib.sha256()
-    for module in (corpus, pdf_space):
-        digest.update(Path(module.__file__ or "").read_bytes())
-    return digest.hexdigest()[:16]
+_CODE_DIGESTS: dict[tuple[str, ...], str] = {}
 
 
-def entry_path(folder: Path, pdf: Path) -> Path | None:
-    """Where the index of ``pdf`` (by its bytes) is kept in ``folder``; None when it cannot be read."""
+def entry_path(folder: Path, pdf: Path, code: Sequence[str]) -> Path | None:
+    """Where the index of ``pdf`` (by its bytes) is kept in ``folder``, as made by the source files
+    ``code`` (an index is valid for the code that made it); None when ``pdf`` cannot be read."""
+    key = tuple(code)
+    if key not in _CODE_DIGESTS:
+        digest = hashlib.sha256()
+        for name in key:
+            digest.update(Path(name).read_bytes())
+        _CODE_DIGESTS[key] = digest.hexdigest()[:16]
     try:
-        digest = hashlib.sha256(pdf.read_bytes()).hexdigest()
+        pdf_digest = hashlib.sha256(pdf.read_bytes()).hexdigest()
     except OSError:  # indexing it reports why
         return None
-    return folder / f"{digest}-{_code_digest()}.npz"
+    return folder / f"{pdf_digest}-{_CODE_DIGESTS[key]}.npz"
 
 
-def load(path: Path, source: str) -> list[KnownPage] | None:
-    """The pages stored at ``path`` (their ``source`` set to ``source``), or None when there is
-    no such entry or it cannot be read."""
+def load(path: Path) -> Entry | None:
+    """The entry at ``path``: its pages' fields and arrays; None when there is none or it cannot
+    be read."""
     import numpy as np
-
-    from .corpus import KnownPage, LayoutBlock
 
     try:
         with np.load(path, allow_pickle=False) as stored:
             meta = json.loads(str(stored["meta"]))
-            pages = []
-            for i, page in enumerate(meta):
-                blocks = [LayoutBlock(label, tuple(box), text, tuple((tuple(b), t) for b, t in lines))
-                          for label, box, text, lines in page["blocks"]]
-                pages.append(KnownPage(
-                    source=source, index=page["index"], aspect=page["aspect"],
-                    fingerprint=stored[f"fingerprint_{i}"], blocks=blocks, size_pt=tuple(page["size_pt"]),
-                    grey=stored[f"grey_{i}"] if page["grey"] else None, rotation=page["rotation"],
-                ))  # fmt: skip
-            return pages
+            return meta, {name: stored[name] for name in stored.files if name != "meta"}
     except (OSError, KeyError, ValueError):  # absent, or not an entry this code wrote
         return None
 
 
-def store(path: Path, pages: list[KnownPage]) -> None:
-    """Keep ``pages`` at ``path`` (written whole under another name, then renamed)."""
+def store(path: Path, entry: Entry) -> None:
+    """Keep ``entry`` at ``path`` (written whole under another name, then renamed)."""
     import numpy as np
 
-    arrays: dict[str, Any] = {}
-    meta = []
-    for i, page in enumerate(pages):
-        arrays[f"fingerprint_{i}"] = page.fingerprint
-        if page.grey is not None:
-            arrays[f"grey_{i}"] = page.grey
-        meta.append({
-            "index": page.index, "aspect": page.aspect, "size_pt": list(page.size_pt), "rotation": page.rotation,
-            "grey": page.grey is not None,
-            "blocks": [[b.label, list(b.box), b.text, [[list(box), text] for box, text in b.lines]]
-                       for b in page.blocks],
-        })  # fmt: skip
+    meta, arrays = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp.npz")
     try:
