@@ -3,7 +3,7 @@
 Every simulated server started with ``--corpus`` indexes each page of the corpus PDFs (a render
 for its fingerprint, a larger grey render for locating crops, the text layer's lines): 0.3-0.5
 CPU-seconds for a dozen pages. A test that launches eight shards, each starting its own server on
-one corpus, indexed that corpus eight times; the test suite did so about 300 times. With
+one corpus, indexed that corpus eight times (the test suite starts about 300 servers a run). With
 ``LLM_OCR_SIM_CORPUS_CACHE`` naming a folder, a PDF's index is stored there under a digest of the
 PDF's bytes and of the code that indexes it, and a later server loads it instead. The test suite
 sets it to a folder of its own session (``tests/conftest.py``); nothing else does.
