@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llm_ocr import pdf_space
 from llm_ocr.pdf_space import PageFrame, object_bounds, page_objects
 from llm_ocr.vlm.box import Box
 from llm_ocr.vlm.view import Element
@@ -188,8 +189,6 @@ def build_corpus(paths: list[str | Path]) -> CorpusIndex:
     Runs pypdfium2 sequentially: it is not thread-safe, and the server calls this from a
     single worker thread at startup.
     """
-    from llm_ocr import pdf_space
-
     from . import corpus_cache
 
     folder = corpus_cache.cache_folder()

@@ -19,6 +19,7 @@ import json
 import os
 import uuid
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +35,22 @@ def cache_folder() -> Path | None:
     return Path(folder) if folder else None
 
 
-_CODE_DIGESTS: dict[tuple[str, ...], str] = {}
+@cache
+def _code_digest(code: tuple[str, ...]) -> str:
+    digest = hashlib.sha256()
+    for name in code:
+        digest.update(Path(name).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def entry_path(folder: Path, pdf: Path, code: Sequence[str]) -> Path | None:
     """Where the index of ``pdf`` (by its bytes) is kept in ``folder``, as made by the source files
     ``code`` (an index is valid for the code that made it); None when ``pdf`` cannot be read."""
-    key = tuple(code)
-    if key not in _CODE_DIGESTS:
-        digest = hashlib.sha256()
-        for name in key:
-            digest.update(Path(name).read_bytes())
-        _CODE_DIGESTS[key] = digest.hexdigest()[:16]
     try:
         pdf_digest = hashlib.sha256(pdf.read_bytes()).hexdigest()
     except OSError:  # indexing it reports why
         return None
-    return folder / f"{pdf_digest}-{_CODE_DIGESTS[key]}.npz"
+    return folder / f"{pdf_digest}-{_code_digest(tuple(code))}.npz"
 
 
 def load(path: Path) -> Entry | None:
