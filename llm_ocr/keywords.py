@@ -29,7 +29,8 @@ class RunKeywords(TypedDict, total=False):
     max_in_flight: int | None
     """Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."""
     workers: int | None
-    """Render/crop worker processes (default: one per core; 0 = a thread in-process)."""
+    """Render/crop worker processes at most, started as pages wait for them (default: one per core; 0 = a thread
+    in-process)."""
     storage_options: dict[str, Any]
     """JSON object of fsspec storage options for inputs and output."""
     progress: Literal['auto', 'live', 'bar', 'log', 'off']
@@ -299,7 +300,8 @@ class ExtractKeywords(TypedDict, total=False):
     max_in_flight: int | None
     """Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."""
     workers: int | None
-    """Render/crop worker processes (default: one per core; 0 = a thread in-process)."""
+    """Render/crop worker processes at most, started as pages wait for them (default: one per core; 0 = a thread
+    in-process)."""
     storage_options: dict[str, Any]
     """JSON object of fsspec storage options for inputs and output."""
     progress: Literal['auto', 'live', 'bar', 'log', 'off']
@@ -466,7 +468,8 @@ class EscalateKeywords(TypedDict, total=False):
     max_in_flight: int | None
     """Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."""
     workers: int | None
-    """Render/crop worker processes (default: one per core; 0 = a thread in-process)."""
+    """Render/crop worker processes at most, started as pages wait for them (default: one per core; 0 = a thread
+    in-process)."""
     storage_options: dict[str, Any]
     """JSON object of fsspec storage options for inputs and output."""
     progress: Literal['auto', 'live', 'bar', 'log', 'off']
@@ -1002,7 +1005,8 @@ class LaunchKeywords(TypedDict, total=False):
     max_in_flight: int | None
     """Requests in flight at once (default: the GPU preset's max-num-seqs plus a queue, else 64)."""
     workers: int | None
-    """Render/crop worker processes (default: one per core; 0 = a thread in-process)."""
+    """Render/crop worker processes at most, started as pages wait for them (default: one per core; 0 = a thread
+    in-process)."""
     storage_options: dict[str, Any]
     """JSON object of fsspec storage options for inputs and output."""
     progress: Literal['auto', 'live', 'bar', 'log', 'off']

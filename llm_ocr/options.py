@@ -76,7 +76,8 @@ class JobOptions(BaseModel):
                                 "64)."
     )
     workers: int | None = Field(
-        None, ge=0, description="Render/crop worker processes (default: one per core; 0 = a thread in-process)."
+        None, ge=0, description="Render/crop worker processes at most, started as pages wait for them (default: "
+                                "one per core; 0 = a thread in-process)."
     )
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="JSON object of fsspec storage options for inputs and output."

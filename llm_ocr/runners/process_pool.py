@@ -29,13 +29,19 @@ A worker
 
 A worker that dies during a call (a crash in native code, the OOM killer) fails that call with
 :class:`WorkerDied`; the next call starts a new worker. The pool itself never breaks.
+
+Workers are started as the work needs them, not all at once: the first with the first call, each
+further one once calls have waited in the queue, in all, longer than a worker was seen to take to
+start and answer its first call. A worker costs an interpreter and llm-ocr's rendering imports
+(0.7-0.8 CPU-seconds measured on a 2-core machine) before its first page; a one-page document, or
+a run whose model is slower than one worker's rendering, never needed the second, while a queue
+that keeps growing pays for one within a worker's start.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import queue
 import signal
 import struct
 import subprocess
@@ -43,6 +49,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
@@ -84,68 +91,119 @@ class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: When it was submitted, on the pool's clock.
+    queued_at: float = 0.0
 
 
 class ProcessPool(Executor):
-    """An :class:`~concurrent.futures.Executor` of ``workers`` processes started as
-    ``python -c`` from llm-ocr's own bootstrap (the module docstring says why). Each worker is
-    started on the first call it takes and serves calls one at a time; ``fn`` must be a
-    module-level function of an importable module, and its arguments and result picklable."""
+    """An :class:`~concurrent.futures.Executor` of up to ``workers`` processes started as
+    ``python -c`` from llm-ocr's own bootstrap (the module docstring says why). The first worker
+    starts with the first call; another starts only once the calls queued have waited, in all,
+    longer than a worker took to start (the module docstring). Each worker serves calls one at a
+    time; ``fn`` must be a module-level function of an importable module, and its arguments and
+    result picklable. ``clock`` is the pool's clock for those waits (``time.monotonic``)."""
 
-    def __init__(self, workers: int, *, name: str = "llm-ocr-worker") -> None:
+    def __init__(self, workers: int, *, name: str = "llm-ocr-worker",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if workers < 1:
             raise ValueError(f"a process pool needs at least one worker, not {workers}")
         self._command = worker_command()
-        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._clock = clock
+        self._pending: deque[_Call] = deque()
+        self._changed = threading.Condition()
         self._closed = False
+        #: Threads 0 .. allowed-1 may run a worker (the others wait to be needed).
+        self._allowed = 1
+        #: Seconds the queued calls have waited since the last worker was allowed.
+        self._waited = 0.0
+        #: Seconds the last worker started took from its start to its first answer (None: none yet).
+        self._start_s: float | None = None
+        #: A worker was allowed and none has started since (no second one until it has).
+        self._growing = False
+        #: Worker processes started so far (restarts after a death included).
+        self.started = 0
         # One thread per worker hands it a call at a time and waits for the answer: daemon
         # threads, so a pool never closed cannot keep the interpreter alive (its workers then
         # read EOF when this process exits, and end).
         self._threads = [
-            threading.Thread(target=self._serve_calls, name=f"{name}-{i}", daemon=True) for i in range(workers)
+            threading.Thread(target=self._serve_calls, args=(i,), name=f"{name}-{i}", daemon=True)
+            for i in range(workers)
         ]
         for thread in self._threads:
             thread.start()
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         """Schedule ``fn(*args, **kwargs)`` in a worker; its :class:`~concurrent.futures.Future`."""
-        with self._lock:
+        with self._changed:
             if self._closed:
                 raise RuntimeError("cannot schedule new calls after shutdown")
             future: Future[Any] = Future()
-            self._calls.put(_Call(future, fn, args, kwargs))
+            self._pending.append(_Call(future, fn, args, kwargs, self._clock()))
+            self._grow_if_waited()
+            self._changed.notify_all()
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking calls; cancel those not started (``cancel_futures``); the workers end once
-        their current call is answered (``wait``: return only then)."""
-        with self._lock:
+        the calls queued before are answered (``wait``: return only then)."""
+        with self._changed:
             self._closed = True
             if cancel_futures:
-                while True:
-                    try:
-                        call = self._calls.get_nowait()
-                    except queue.Empty:
-                        break
-                    if call is not None:
-                        call.future.cancel()
-            for _ in self._threads:
-                self._calls.put(None)  # one end marker per thread
+                while self._pending:
+                    self._pending.popleft().future.cancel()
+            self._changed.notify_all()
         if wait:
             for thread in self._threads:
                 thread.join()
 
-    def _serve_calls(self) -> None:
+    def _next_call(self, index: int) -> _Call | None:
+        """The next call for thread ``index``, once it may run a worker; None when the pool is
+        shut down and nothing is left for it."""
+        with self._changed:
+            while not (self._pending and index < self._allowed):
+                if self._closed and (not self._pending or index >= self._allowed):
+                    return None
+                self._changed.wait()
+            call = self._pending.popleft()
+            self._waited += self._clock() - call.queued_at
+            self._grow_if_waited()
+            return call
+
+    def _grow_if_waited(self) -> None:
+        """Allow one more worker when the calls still queued, and those taken since the last one
+        was allowed, have waited longer in all than a worker took to start (under ``_changed``).
+        Checked as calls are submitted and taken, so the calls still queued count what they waited
+        so far. Not before a worker has answered (no start measured yet), nor while the last worker
+        allowed has not answered its first call: one at a time, each paid for by waits it saw."""
+        if (not self._pending or self._allowed >= len(self._threads) or self._start_s is None
+                or self._growing):
+            return
+        now = self._clock()
+        waiting = sum(now - queued.queued_at for queued in self._pending)
+        if self._waited + waiting > self._start_s:
+            self._allowed += 1
+            self._growing = True
+            self._waited = 0.0
+            self._changed.notify_all()
+
+    def _serve_calls(self, index: int) -> None:
         worker: _Worker | None = None
         try:
-            while (call := self._calls.get()) is not None:
+            while (call := self._next_call(index)) is not None:
                 if not call.future.set_running_or_notify_cancel():
                     continue  # cancelled while queued
                 try:
+                    started_at = None
                     if worker is None:
+                        started_at = self._clock()
                         worker = _Worker(self._command)
-                    call.future.set_result(worker.call(call.fn, call.args, call.kwargs))
+                        self.started += 1
+                    result = worker.call(call.fn, call.args, call.kwargs)
+                    if started_at is not None:
+                        with self._changed:
+                            self._start_s = self._clock() - started_at
+                            self._growing = False
+                    call.future.set_result(result)
                 except WorkerDied as exc:
                     worker = None
                     call.future.set_exception(exc)

@@ -15,9 +15,36 @@ May import storage (to read any URL), records and resizing (the families' image 
 vlm, stages, runners, servers or commands.
 """
 
-from .base import DocumentKind, DocumentRef, PageFailure, PageImage
-from .listing import InputError, InputPlan, document_kind, list_documents, plan_inputs
-from .render import DocumentError, close_documents, count_pages, render_pages
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import DocumentKind, DocumentRef, PageFailure, PageImage
+    from .listing import InputError, InputPlan, document_kind, list_documents, plan_inputs
+    from .render import DocumentError, close_documents, count_pages, render_pages
+
+#: Where each name of the package lives. Imported when first asked for (PEP 562), not with the
+#: package: a render worker imports ``.render`` and ``.base`` only, and the listing's pyarrow,
+#: fsspec and dataset readers cost a worker's start-up about half its imports.
+_HOME = {
+    "DocumentKind": "base", "DocumentRef": "base", "PageFailure": "base", "PageImage": "base",
+    "InputError": "listing", "InputPlan": "listing", "document_kind": "listing",
+    "list_documents": "listing", "plan_inputs": "listing",
+    "DocumentError": "render", "close_documents": "render", "count_pages": "render",
+    "render_pages": "render",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DocumentError",

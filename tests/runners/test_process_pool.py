@@ -4,8 +4,9 @@ What the pipeline relies on: a document's error comes back as the same exception
 turns a ``DocumentError`` into that document's error row); a worker that dies fails its own call
 only, and the next call gets a new worker; a Ctrl-C reaching a worker (the terminal signals the
 whole process group) leaves it alone; output a worker prints never reaches the answers; a
-worker busy with a long call ends when its parent is killed; and a document that kills its
-worker is that document's error, the others complete.
+worker busy with a long call ends when its parent is killed; a document that kills its
+worker is that document's error, the others complete; and a second worker starts only once
+calls have waited longer than the first took to start.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 from llm_ocr.options import RenderOptions
 from llm_ocr.records import PageResult, page_schema
 from llm_ocr.runners.page_flow import DocumentPages, FlowSettings, PageFlow
-from llm_ocr.runners.process_pool import WorkerDied
+from llm_ocr.runners.process_pool import ProcessPool, WorkerDied
 from llm_ocr.runners.progress import RunCounters
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
@@ -36,6 +37,7 @@ from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex
 from tests.conftest import REPO, read_stage
 from tests.docs import make_corpus
+from tests.waiting import wait_until
 
 
 def call(pool: WorkerPool, fn: Any, *args: Any) -> Any:
@@ -109,6 +111,79 @@ def test_a_busy_worker_ends_with_its_parent(tmp_path: Path) -> None:
         process.kill()
         if worker is not None and worker.is_running():
             worker.kill()
+
+
+class Clock:
+    """The pool's clock, moved by the test only while the pool's calls are held."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Gate:
+    """A FIFO a worker's call reads (``Gate.path.read_text``): it blocks until released."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self.writer: int | None = None
+
+    def held(self) -> bool:
+        """Whether a call has it open to read; once it has, the write end stays open here (a
+        writer that closed at once would end the call's read)."""
+        if self.writer is None:
+            try:
+                self.writer = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no one reads
+            except OSError:
+                return False
+        return True
+
+    def release(self) -> None:
+        """Let the call's read return (once it holds the gate)."""
+        wait_until(self.held, f"a call reading {self.path.name}")
+        assert self.writer is not None
+        os.write(self.writer, b"go")
+        os.close(self.writer)
+        self.writer = None
+
+
+@pytest.mark.parametrize(("waited", "workers"), [(0.4, 1), (2.0, 2)])
+def test_a_second_worker_starts_once_calls_waited_longer_than_the_first_took_to_start(
+        tmp_path: Path, waited: float, workers: int) -> None:
+    # The first worker takes 1.0 s (on the pool's clock) from its start to its first answer.
+    # Then two calls queue behind a held one; released after `waited` s, the next is taken and
+    # the last still waits: 0.4 + 0.4 is less than a start (one worker was right), 2.0 + 2.0 more.
+    gates = [Gate(tmp_path / f"gate-{i}") for i in range(3)]
+    clock = Clock()
+    pool = ProcessPool(2, clock=clock)
+    try:
+        first = pool.submit(gates[0].path.read_text)
+        wait_until(lambda: pool.started == 1, "the first worker started")
+        clock.now = 1.0
+        gates[0].release()
+        first.result()
+        pid = pool.submit(os.getpid).result()  # taken at once: no wait
+        held = pool.submit(gates[1].path.read_text)
+        wait_until(gates[1].held, "the worker holding a call")
+        queued = [pool.submit(gates[2].path.read_text), pool.submit(os.getpid)]
+        clock.now += waited
+        gates[1].release()
+        held.result()
+        wait_until(gates[2].held, "the next call taken")
+        if workers == 2:  # the last call went to a second worker while the first is held
+            assert queued[1].result() != pid
+        gates[2].release()
+        assert queued[0].result() == "go"
+        assert (queued[1].result() == pid) == (workers == 1)
+        assert pool.started == workers
+    finally:
+        for gate in gates:
+            if gate.writer is not None:
+                gate.release()
+        pool.shutdown(cancel_futures=True)
 
 
 class DiesOn(WorkerPool):
