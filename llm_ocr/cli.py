@@ -143,7 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> NoReturn:
     """Entry point of the ``llm-ocr`` console script and ``python -m llm_ocr.cli``: :func:`main`,
     then the process ends without the interpreter's teardown (:func:`exit_without_teardown`).
-    Only the command line's process ends this way; :func:`main` and the Python API return."""
+    Only the command line's process ends this way; :func:`main` and the Python API return.
+    In this process, pyarrow does not import pandas to ask whether a list is a pandas object
+    (:mod:`llm_ocr.storage.arrow_alone`): the commands that read pages write parts."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
     exit_without_teardown(main())
 
 
@@ -170,12 +174,21 @@ def exit_without_teardown(code: int) -> NoReturn:
     os._exit(int(code))
 
 
+#: Set by :func:`run`: this process is the command line's own, with no caller's code in it.
+_OWN_PROCESS = False
+
+
 def _main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:
         _setup_logging("-v" in argv or "--verbose" in argv)
         return _serve(argv[1:])
     args = parse_args(argv)
     _setup_logging(args.verbose)
+    if _OWN_PROCESS and (args.command not in COMMAND_MODULE_OF or args.command in ("service", "worker")):
+        # The stages, the service and its workers write parts (Parquet from lists).
+        from llm_ocr.storage.arrow_alone import skip_pandas_check
+
+        skip_pandas_check()
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         _fetch_secrets()
