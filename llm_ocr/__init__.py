@@ -76,6 +76,11 @@ def __getattr__(name: str) -> Any:
         home = planning
     elif name.startswith("_"):  # probes such as __wrapped__ import nothing
         raise AttributeError(f"module 'llm_ocr' has no attribute {name!r}")
+    elif _is_submodule(name):
+        # ``from llm_ocr import pdf_space`` asks the package for the name before it imports the
+        # submodule: no stage is called that, and the stage table would cost pydantic's import
+        # (a simulated server's whole import is 0.6 CPU-s; this was a fifth of it).
+        raise AttributeError(f"module 'llm_ocr' has no attribute {name!r}")
     else:
         from llm_ocr.stage_table import STAGES
 
@@ -87,6 +92,13 @@ def __getattr__(name: str) -> Any:
     value = getattr(home, name)
     globals()[name] = value  # later lookups skip this function
     return value
+
+
+def _is_submodule(name: str) -> bool:
+    """Whether ``llm_ocr.<name>`` is a module or package of this package (found, not imported)."""
+    from importlib.util import find_spec
+
+    return find_spec(f"{__name__}.{name}") is not None
 
 
 def __dir__() -> list[str]:

@@ -408,6 +408,21 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_a_render_worker_imports_neither_the_listing_nor_pyarrow() -> None:
+    """A render worker (``llm_ocr.runners.process_pool``) unpickles its calls: the render functions
+    and ``WithKnobs``. They need ``llm_ocr.sources.render``, not the package's listing (pyarrow,
+    the dataset readers): 0.3 CPU-s for a worker's imports against 0.7-0.8 with them."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import llm_ocr.runners.workers, llm_ocr.sources.render; "
+            "print(sorted(m for m in ('pyarrow', 'pandas', 'llm_ocr.sources.listing') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=str(PACKAGE.parent))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]"]
+
+
 def test_the_command_line_lists_its_options_without_importing_a_model_client_or_a_stage() -> None:
     """``llm-ocr --help``, ``status`` or ``jobs status`` build the whole parser: that must not pay
     for the model client, the runners or the benchmark (about a second of CPU each time). A run
@@ -416,12 +431,13 @@ def test_the_command_line_lists_its_options_without_importing_a_model_client_or_
     is parsed without even the other commands' modules: the report, the launchers, the
     benchmarks (a quarter of a CPU-second, paid by every shard as it starts). The simulated
     server, started hundreds of times a test run, imports no pyarrow (a third of its import's CPU;
-    it writes no rows). It is imported first: it imports none of the modules looked for after it,
-    so it hides none of the command line's."""
+    it writes no rows) and no pydantic (``from llm_ocr import pdf_space`` once went through the
+    package's ``__getattr__`` to the stage table). It is imported first: it imports none of the
+    modules looked for after it, so it hides none of the command line's."""
     import subprocess
     import sys
 
-    code = ("import sys; import llm_ocr.engines.sim.server; print(sorted(m for m in ('pyarrow', 'pandas') if m in sys.modules)); "
+    code = ("import sys; import llm_ocr.engines.sim.server; print(sorted(m for m in ('pyarrow', 'pandas', 'pydantic') if m in sys.modules)); "
             "from llm_ocr.cli import build_parser, parse_args; "
             "parse_args(['extract', 'in', '--output', 'o']); "
             "print(sorted(m for m in ('llm_ocr.report', 'llm_ocr.launchers', 'llm_ocr.bench', 'pandas') if m in sys.modules)); "
