@@ -197,7 +197,8 @@ class ProcessPool(Executor):
                     if worker is None:
                         started_at = self._clock()
                         worker = _Worker(self._command)
-                        self.started += 1
+                        with self._changed:
+                            self.started += 1
                     result = worker.call(call.fn, call.args, call.kwargs)
                     if started_at is not None:
                         with self._changed:
