@@ -186,6 +186,14 @@ class ProcessPool(Executor):
             self._waited = 0.0
             self._changed.notify_all()
 
+    def _answered(self, started_at: float | None) -> None:
+        """A worker answered a call, its first when it was started at ``started_at``: that is how
+        long a start takes, and the next worker may be allowed."""
+        if started_at is not None:
+            with self._changed:
+                self._start_s = self._clock() - started_at
+                self._growing = False
+
     def _serve_calls(self, index: int) -> None:
         worker: _Worker | None = None
         try:
@@ -199,11 +207,13 @@ class ProcessPool(Executor):
                         worker = _Worker(self._command)
                         with self._changed:
                             self.started += 1
-                    result = worker.call(call.fn, call.args, call.kwargs)
-                    if started_at is not None:
-                        with self._changed:
-                            self._start_s = self._clock() - started_at
-                            self._growing = False
+                    try:
+                        result = worker.call(call.fn, call.args, call.kwargs)
+                    except Exception as exc:
+                        if isinstance(exc.__cause__, RemoteTraceback):  # the worker answered: with an error
+                            self._answered(started_at)
+                        raise
+                    self._answered(started_at)
                     call.future.set_result(result)
                 except WorkerDied as exc:
                     worker = None

@@ -141,19 +141,21 @@ class Gate:
                 return False
         return True
 
-    def release(self) -> None:
-        """Let the call's read return (once it holds the gate)."""
+    def release(self, data: bytes = b"go") -> None:
+        """Let the call's read return ``data`` (once it holds the gate)."""
         wait_until(self.held, f"a call reading {self.path.name}")
         assert self.writer is not None
-        os.write(self.writer, b"go")
+        os.write(self.writer, data)
         os.close(self.writer)
         self.writer = None
 
 
-@pytest.mark.parametrize(("waited", "workers"), [(0.4, 1), (2.0, 2)])
+@pytest.mark.parametrize(("waited", "workers", "first_answer"),
+                         [(0.4, 1, b"go"), (2.0, 2, b"go"), (2.0, 2, b"\xff not UTF-8")])
 def test_a_second_worker_starts_once_calls_waited_longer_than_the_first_took_to_start(
-        tmp_path: Path, waited: float, workers: int) -> None:
-    # The first worker takes 1.0 s (on the pool's clock) from its start to its first answer.
+        tmp_path: Path, waited: float, workers: int, first_answer: bytes) -> None:
+    # The first worker takes 1.0 s (on the pool's clock) from its start to its first answer, a
+    # result or the call's own error (a first document that cannot be read times a start too).
     # Then two calls queue behind a held one; released after `waited` s, the next is taken and
     # the last still waits: 0.4 + 0.4 is less than a start (one worker was right), 2.0 + 2.0 more.
     gates = [Gate(tmp_path / f"gate-{i}") for i in range(3)]
@@ -163,8 +165,8 @@ def test_a_second_worker_starts_once_calls_waited_longer_than_the_first_took_to_
         first = pool.submit(gates[0].path.read_text)
         wait_until(lambda: pool.started == 1, "the first worker started")
         clock.now = 1.0
-        gates[0].release()
-        first.result()
+        gates[0].release(first_answer)
+        assert first.exception() is None if first_answer == b"go" else isinstance(first.exception(), UnicodeDecodeError)
         pid = pool.submit(os.getpid).result()  # taken at once: no wait
         held = pool.submit(gates[1].path.read_text)
         wait_until(gates[1].held, "the worker holding a call")
