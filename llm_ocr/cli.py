@@ -126,11 +126,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(join_fragments(argv, fragment_flags(parser)))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``llm-ocr`` console script."""
+def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int:
+    """Entry point of the ``llm-ocr`` console script. ``own_process``: this process is the
+    command line's own, with no caller's code in it (:func:`run`)."""
     try:
         try:
-            return _main(list(sys.argv[1:] if argv is None else argv))
+            return _main(list(sys.argv[1:] if argv is None else argv), own_process)
         finally:  # --help's exit too: flushed here, not at exit, where a closed pipe cannot be handled
             sys.stdout.flush()
     except BrokenPipeError:
@@ -146,9 +147,7 @@ def run() -> NoReturn:
     Only the command line's process ends this way; :func:`main` and the Python API return.
     In this process, pyarrow does not import pandas to ask whether a list is a pandas object
     (:mod:`llm_ocr.storage.arrow_alone`): the commands that read pages write parts."""
-    global _OWN_PROCESS
-    _OWN_PROCESS = True
-    exit_without_teardown(main())
+    exit_without_teardown(main(own_process=True))
 
 
 def exit_without_teardown(code: int) -> NoReturn:
@@ -174,17 +173,13 @@ def exit_without_teardown(code: int) -> NoReturn:
     os._exit(int(code))
 
 
-#: Set by :func:`run`: this process is the command line's own, with no caller's code in it.
-_OWN_PROCESS = False
-
-
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], own_process: bool) -> int:
     if argv[:1] == ["serve"]:
         _setup_logging("-v" in argv or "--verbose" in argv)
         return _serve(argv[1:])
     args = parse_args(argv)
     _setup_logging(args.verbose)
-    if _OWN_PROCESS and (args.command not in COMMAND_MODULE_OF or args.command in ("service", "worker")):
+    if own_process and (args.command not in COMMAND_MODULE_OF or args.command in ("service", "worker")):
         # The stages, the service and its workers write parts (Parquet from lists).
         from llm_ocr.storage.arrow_alone import skip_pandas_check
 
