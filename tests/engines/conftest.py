@@ -1,18 +1,4 @@
-"""The CPU engine as one server for the session (per test worker): its models take seconds to
-load, and every module that reads pages with it shares it."""
+"""The CPU engine as one server for the session (per test worker), shared by every module here
+that reads pages with it (tests/cpu_engine_pages.py)."""
 
-from __future__ import annotations
-
-from collections.abc import Iterator
-
-import pytest
-
-from llm_ocr.testing import CpuServer
-
-
-@pytest.fixture(scope="session")
-def cpu_engine() -> Iterator[CpuServer]:
-    """The CPU engine (one worker thread, offline: a download attempt would fail)."""
-    pytest.importorskip("rapidocr")
-    with CpuServer("--threads", "1", offline=True) as server:
-        yield server
+from tests.cpu_engine_pages import cpu_engine  # noqa: F401 - a fixture, found by pytest here

@@ -1,8 +1,9 @@
 """The CPU OCR engine: layout rules as unit tests, then the real server as a subprocess (one
-for the session, tests/engines/conftest.py: the models take seconds to load) read through the
-pipeline's own request path.
+for the session, tests/cpu_engine_pages.py: the models take seconds to load) read through the
+pipeline's own request path, in this process. The commands read through it (``llm-ocr extract``,
+``bench-accuracy``, ``llm-ocr run`` with a figure) are tests/e2e/engines/test_cpu_engine_commands.py.
 
-Pages are made here with reportlab, so the truth (words and their boxes) comes from the PDF's
+Pages are made with reportlab, so the truth (words and their boxes) comes from the PDF's
 text layer. The OCR itself is RapidOCR with the models from its wheel; the server runs with
 HTTP(S) proxies pointing at a closed port, so a download attempt would fail the fixture.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import random
-import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,18 +28,12 @@ from llm_ocr.engines.cpu.layout import Line, page_blocks, render_grounding, to_d
 from llm_ocr.testing import CpuServer
 from llm_ocr.vlm.grounding import parse_layout, scale_box
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, DOCUMENT_PROMPT, FREE_OCR_PROMPT, image_messages, recipe_for
-from tests.conftest import read_stage, run_cli
+from tests.cpu_engine_pages import SCALE, TITLE, known_page
 from tests.waiting import wait_until
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 RECIPE = recipe_for(MODEL)
-SCALE = 2.0  # 144 DPI, the pipeline's rendering
 
-TITLE = "Harbour Survey Results"
-PARAGRAPHS = [
-    "Divers counted mussels along the north wall and found twice as many as last spring.",
-    "The south wall stayed bare after the storm, so the team will return in early June.",
-]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,64 +126,6 @@ def test_metrics_levenshtein_recall_and_markup_removal() -> None:
 # The server
 
 
-def _page_pdf(path: Path) -> None:
-    from reportlab.lib.pagesizes import letter
-    from reportlab.pdfgen import canvas
-
-    pdf = canvas.Canvas(str(path), pagesize=letter)
-    pdf.setFont("Helvetica-Bold", 26)
-    pdf.drawString(72, 700, TITLE)
-    pdf.setFont("Helvetica", 15)
-    y = 650
-    for text in PARAGRAPHS:
-        words_ = text.split()
-        half = len(words_) // 2
-        for line in (" ".join(words_[:half]), " ".join(words_[half:])):
-            pdf.drawString(72, y, line)
-            y -= 20
-        y -= 24  # a blank line between paragraphs
-    pdf.showPage()
-    pdf.save()
-
-
-def _truth_words(path: Path) -> list[tuple[str, tuple[float, float, float, float]]]:
-    """Words of page 1 with their boxes in pixels at SCALE (from the PDF's char boxes)."""
-    pdf = pdfium.PdfDocument(str(path))
-    page = pdf[0]
-    height = page.get_height()
-    textpage = page.get_textpage()
-    out: list[tuple[str, tuple[float, float, float, float]]] = []
-    word, boxes = "", []
-    for i in range(textpage.count_chars()):
-        ch = textpage.get_text_range(i, 1)
-        if ch.strip():
-            word += ch
-            boxes.append(textpage.get_charbox(i))
-            continue
-        if word:
-            out.append((word, _px(boxes, height)))
-        word, boxes = "", []
-    if word:
-        out.append((word, _px(boxes, height)))
-    pdf.close()
-    return out
-
-
-def _px(boxes: list[tuple[float, float, float, float]], page_height: float) -> tuple[float, float, float, float]:
-    left = min(b[0] for b in boxes)
-    bottom = min(b[1] for b in boxes)
-    right = max(b[2] for b in boxes)
-    top = max(b[3] for b in boxes)
-    return (left * SCALE, (page_height - top) * SCALE, right * SCALE, (page_height - bottom) * SCALE)
-
-
-def _png(path: Path) -> tuple[bytes, int, int]:
-    image = pdfium.PdfDocument(str(path))[0].render(scale=SCALE).to_pil().convert("RGB")
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue(), image.width, image.height
-
-
 def _label_png() -> bytes:
     """A small square image with two short lines of large text, fast to read (RapidOCR scales
     an image's shorter side up to 736 px before detection: a wide strip would cost more)."""
@@ -210,11 +146,7 @@ def _label_png() -> bytes:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    folder = tmp_path_factory.mktemp("cpu-page")
-    path = folder / "page.pdf"
-    _page_pdf(path)
-    data, width, height = _png(path)
-    return {"pdf": path, "png": data, "width": width, "height": height, "words": _truth_words(path)}
+    return known_page(tmp_path_factory.mktemp("cpu-page"))
 
 
 @pytest.fixture(scope="module")
@@ -406,128 +338,3 @@ def test_engine_never_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "layout" not in OcrEngine(EngineOptions(figures=False)).models
 
 
-def test_extract_end_to_end_on_the_cpu_engine(engine: CpuServer, page: dict[str, Any], tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    result = run_cli(
-        "extract", str(page["pdf"]), "--output", str(out), "--endpoint", engine.base_url,
-        "--workers", "0", "--progress", "log", timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    (row,) = read_stage(out, "extract")
-    assert row["status"] == "ok", row["error"]
-    expected = " ".join(w for w, _ in page["words"])
-    assert word_recall(expected, row["markdown"]) >= 0.95
-    assert row["markdown"].startswith(f"# {TITLE}")
-
-
-def test_bench_accuracy_command_against_the_engine(engine: CpuServer, page: dict[str, Any], tmp_path: Path) -> None:
-    report = tmp_path / "bench.json"
-    result = run_cli("bench-accuracy", str(page["pdf"]), "--engine-url", engine.base_url, "--json", str(report), timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert re.search(r"1 pages at 144 DPI \(jpeg\), CER \d+\.\d\d%, word recall \d+\.\d\d%", result.stdout)
-    summary = json.loads(report.read_text())["summary"]
-    assert summary["pages"] == 1 and summary["word_recall"] >= 0.95 and summary["cer"] <= 0.05
-
-
-# ---------------------------------------------------------------------------------------------
-# Figures: a generated report with a chart at a known place, run through the whole pipeline
-
-FIGURE_PT = (72.0, 300.0, 360.0, 216.0)  # x, y (from the bottom), width, height in PDF points
-FIGURE_WORDS = ["Kestrel", "Osprey", "Plover"]  # drawn as pixels inside the chart only
-CAPTION = "Figure 7: Birds counted at the marsh in April."
-
-
-def _chart_png() -> bytes:
-    """A chart that fills its whole image with ink (a tinted background), so its true box is
-    the image's: bars and three large labels."""
-    from PIL import Image, ImageDraw
-
-    image = Image.new("RGB", (600, 360), "#e3ecf7")
-    draw = ImageDraw.Draw(image)
-    draw.rectangle([0, 0, 599, 359], outline="#1f3b5c", width=4)
-    for i, (word, value) in enumerate(zip(FIGURE_WORDS, (5, 8, 3))):
-        x = 60 + i * 180
-        draw.rectangle([x, 290 - value * 28, x + 90, 290], fill="#4e79a7")
-        draw.text((x + 45, 305), word, fill="black", font_size=34, anchor="mt")
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def _figure_pdf(path: Path) -> None:
-    from reportlab.lib.pagesizes import letter
-    from reportlab.lib.utils import ImageReader
-    from reportlab.pdfgen import canvas
-
-    pdf = canvas.Canvas(str(path), pagesize=letter)
-    pdf.setFont("Helvetica-Bold", 22)
-    pdf.drawString(72, 720, "Marsh Survey")
-    pdf.setFont("Helvetica", 12)
-    pdf.drawString(72, 680, "The volunteers walked the marsh path every morning and counted the birds.")
-    pdf.drawString(72, 662, "They wrote each count into a notebook before breakfast.")
-    x, y, w, h = FIGURE_PT
-    pdf.drawImage(ImageReader(io.BytesIO(_chart_png())), x, y, width=w, height=h)
-    pdf.setFont("Helvetica-Oblique", 11)
-    pdf.drawString(x, y - 20, CAPTION)
-    pdf.setFont("Helvetica", 12)
-    pdf.drawString(72, 240, "Next spring the same walk will be repeated on the same days.")
-    pdf.showPage()
-    _page_pdf_onto(pdf)  # page 2: text only
-    pdf.save()
-
-
-def _page_pdf_onto(pdf: Any) -> None:
-    pdf.setFont("Helvetica-Bold", 26)
-    pdf.drawString(72, 700, TITLE)
-    pdf.setFont("Helvetica", 15)
-    for i, text in enumerate(PARAGRAPHS):
-        pdf.drawString(72, 650 - 40 * i, text[:70])
-    pdf.showPage()
-
-
-def test_figure_is_found_cropped_captioned_and_described_and_a_text_page_has_none(engine: CpuServer, tmp_path: Path) -> None:
-    path = tmp_path / "marsh.pdf"
-    _figure_pdf(path)
-    out = tmp_path / "out"
-    result = run_cli(
-        "run", str(path), "--output", str(out), "--endpoint", engine.base_url, "--export-markdown",
-        "--workers", "0", "--progress", "log", timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    first, second = sorted(read_stage(out, "describe"), key=lambda r: r["page"])
-    assert first["status"] == second["status"] == "ok", (first["error"], second["error"])
-
-    # The figure's box is where the image was drawn (4 pt of slack: the crop keeps a margin).
-    (figure,) = first["figures"]
-    x, y, w, h = FIGURE_PT
-    page_height = 792.0
-    truth = [x * SCALE, (page_height - y - h) * SCALE, (x + w) * SCALE, (page_height - y) * SCALE]
-    assert all(abs(a - b) <= 4 * SCALE for a, b in zip(figure["bbox"], truth)), (figure["bbox"], truth)
-    from PIL import Image
-
-    with Image.open(io.BytesIO(figure["image"]["bytes"])) as crop:
-        x1, y1, x2, y2 = figure["bbox"]
-        assert crop.size == (x2 - x1, y2 - y1)
-
-    # Its caption is an image_caption block right after it; its labels are not body text.
-    labels = [b["label"] for b in first["blocks"]]
-    assert labels.index("image_caption") == labels.index("image") + 1
-    assert not any(word in first["markdown"] for word in FIGURE_WORDS)
-    after_link = first["markdown"].split("![](figure:p1-f1)")[1]
-    assert after_link.lstrip().startswith(CAPTION)
-
-    # Describe: the caption found beside it and the text inside it, each labelled.
-    caption_line, text_line = figure["description"].split("\n")
-    assert caption_line == f"Caption: {CAPTION}"
-    assert text_line.startswith("Text in the figure: ") and all(word in text_line for word in FIGURE_WORDS)
-
-    # The text-only page has no figure.
-    assert second["figures"] == [] and "image" not in [b["label"] for b in second["blocks"]]
-    assert "![" not in second["markdown"]
-
-    # The exported document: the figure, the text read inside it, then the caption, once: the
-    # description's "Caption:" line quotes the page's own caption line and is not repeated.
-    markdown = (out / "markdown" / "marsh.pdf.md").read_text()
-    link = markdown.index("](figures/")
-    assert link < markdown.index("> **Figure:** Text in the figure: ") < markdown.index(f"\n{CAPTION}")
-    assert markdown.count(f"\n{CAPTION}") == 1 and "Caption: Figure 7" not in markdown[link:]

@@ -2,8 +2,8 @@
 caption, where the figure sits in the reading order, how its box shrinks to its ink, and how a
 describe request finds the figure again by its crop.
 
-The end-to-end figure tests, with the real layout model on a generated PDF, are in
-test_cpu_engine.py (they share its server).
+The end-to-end figure tests, with the real layout model on a generated PDF through ``llm-ocr
+run``, are in tests/e2e/engines/ (test_cpu_engine_commands.py, test_cpu_text_and_figures.py).
 """
 
 from __future__ import annotations
