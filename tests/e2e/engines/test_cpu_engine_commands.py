@@ -24,15 +24,10 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return known_page(tmp_path_factory.mktemp("cpu-page"))
 
 
-@pytest.fixture(scope="module")
-def engine(cpu_engine: CpuServer) -> CpuServer:
-    return cpu_engine
-
-
-def test_extract_end_to_end_on_the_cpu_engine(engine: CpuServer, page: dict[str, Any], tmp_path: Path) -> None:
+def test_extract_end_to_end_on_the_cpu_engine(cpu_engine: CpuServer, page: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = run_cli(
-        "extract", str(page["pdf"]), "--output", str(out), "--endpoint", engine.base_url,
+        "extract", str(page["pdf"]), "--output", str(out), "--endpoint", cpu_engine.base_url,
         "--workers", "0", "--progress", "log", timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -43,9 +38,9 @@ def test_extract_end_to_end_on_the_cpu_engine(engine: CpuServer, page: dict[str,
     assert row["markdown"].startswith(f"# {TITLE}")
 
 
-def test_bench_accuracy_command_against_the_engine(engine: CpuServer, page: dict[str, Any], tmp_path: Path) -> None:
+def test_bench_accuracy_command_against_the_engine(cpu_engine: CpuServer, page: dict[str, Any], tmp_path: Path) -> None:
     report = tmp_path / "bench.json"
-    result = run_cli("bench-accuracy", str(page["pdf"]), "--engine-url", engine.base_url, "--json", str(report), timeout=120)
+    result = run_cli("bench-accuracy", str(page["pdf"]), "--engine-url", cpu_engine.base_url, "--json", str(report), timeout=120)
     assert result.returncode == 0, result.stderr
     assert re.search(r"1 pages at 144 DPI \(jpeg\), CER \d+\.\d\d%, word recall \d+\.\d\d%", result.stdout)
     summary = json.loads(report.read_text())["summary"]
@@ -108,12 +103,12 @@ def _page_pdf_onto(pdf: Any) -> None:
     pdf.showPage()
 
 
-def test_figure_is_found_cropped_captioned_and_described_and_a_text_page_has_none(engine: CpuServer, tmp_path: Path) -> None:
+def test_figure_is_found_cropped_captioned_and_described_and_a_text_page_has_none(cpu_engine: CpuServer, tmp_path: Path) -> None:
     path = tmp_path / "marsh.pdf"
     _figure_pdf(path)
     out = tmp_path / "out"
     result = run_cli(
-        "run", str(path), "--output", str(out), "--endpoint", engine.base_url, "--export-markdown",
+        "run", str(path), "--output", str(out), "--endpoint", cpu_engine.base_url, "--export-markdown",
         "--workers", "0", "--progress", "log", timeout=300,
     )
     assert result.returncode == 0, result.stderr
