@@ -13,6 +13,7 @@ import pytest
 
 from tests import skip_policy
 from tests.fakes.container import VENVS
+from tests.fixtures.cpu_engine import cpu_engine  # noqa: F401 - a fixture, for every test
 from tests.fixtures.postgres import postgres, postgres_url  # noqa: F401 - fixtures, for every test
 from tests.fixtures.ray import session as ray_session
 from tests.fixtures.run_folder import RunFolder

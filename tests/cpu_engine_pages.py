@@ -1,19 +1,15 @@
-"""What the CPU engine's tests share: the engine as one server per test session (per test
-worker: its models take seconds to load), and a page whose words and their boxes are known from
-its own text layer. Used by tests/engines (requests in-process) and tests/e2e/engines (commands).
+"""A page the CPU engine's tests read: its words and their boxes known from its own text layer.
+Used by tests/engines (requests in-process) and tests/e2e/engines (commands); the engine's server
+is the ``cpu_engine`` fixture (tests/fixtures/cpu_engine.py).
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pypdfium2 as pdfium
-import pytest
-
-from llm_ocr.testing import CpuServer
 
 SCALE = 2.0  # 144 DPI, the pipeline's rendering
 
@@ -90,11 +86,3 @@ def known_page(folder: Path) -> dict[str, Any]:
     page_pdf(path)
     data, width, height = page_png(path)
     return {"pdf": path, "png": data, "width": width, "height": height, "words": truth_words(path)}
-
-
-@pytest.fixture(scope="session")
-def cpu_engine() -> Iterator[CpuServer]:
-    """The CPU engine (one worker thread, offline: a download attempt would fail)."""
-    pytest.importorskip("rapidocr")
-    with CpuServer("--threads", "1", offline=True) as server:
-        yield server

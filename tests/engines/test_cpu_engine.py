@@ -1,5 +1,5 @@
 """The CPU OCR engine: layout rules as unit tests, then the real server as a subprocess (one
-for the session, tests/cpu_engine_pages.py: the models take seconds to load) read through the
+for the session, tests/fixtures/cpu_engine.py: the models take seconds to load) read through the
 pipeline's own request path, in this process. The commands read through it (``llm-ocr extract``,
 ``bench-accuracy``, ``llm-ocr run`` with a figure) are tests/e2e/engines/test_cpu_engine_commands.py.
 

@@ -1,6 +1,6 @@
 """The CPU engine through the commands users run: ``llm-ocr extract``, ``bench-accuracy`` and
 ``llm-ocr run`` with figures, each a subprocess reading through the engine's server (one per test
-session, tests/cpu_engine_pages.py). Its requests in-process are tests/engines/test_cpu_engine.py.
+session, tests/fixtures/cpu_engine.py). Its requests in-process are tests/engines/test_cpu_engine.py.
 """
 
 from __future__ import annotations
