@@ -91,3 +91,20 @@ def test_the_next_group_is_claimed_only_once_every_page_of_a_started_one_is_sent
     # Fewer pages wait than 4 after the third is sent, but they are the started group's: its
     # last page goes before another group's pages are rendered to compete with it.
     assert asyncio.run(read()) == [False, False, False, False, False, False, True]
+
+
+def test_a_document_handed_out_holds_room_until_its_pages_are_planned(tmp_path: Path) -> None:
+    """A group's document handed to the intake will need slots before its pages are planned: until
+    they are, the process has no room to take another's reserved group. Counting only the pages
+    planned, a process took three reserved groups in one second with 4 slots (each taken group's
+    pages not planned yet when it looked again) and ended 26 s after the others."""
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=2, pages=1)
+    groups = work(Storage(str(tmp_path / "out")), docs, 0)
+    groups.room.slots = lambda: (2, 2)  # 2 slots, both free
+    assert groups.room.now(0.0)  # nothing handed out, nothing waits
+    pulls = groups.documents()
+    ref = next(pulls)  # its group claimed; the intake has not opened it yet
+    assert not groups.room.now(0.0)
+    groups.planned(ref, [1])
+    assert groups.room.now(0.0)  # one page waits, two slots are free
