@@ -207,11 +207,12 @@ class Room:
         #: Pages planned and not sent, in every group held, and in the started ones.
         self.unsent = 0
         self.unsent_started = 0
-        #: Documents handed to the intake whose pages are not planned yet: their pages will need
-        #: slots too. Uncounted, a process with free slots took three reserved groups in one
-        #: second (each taken group's pages not yet planned when it looked again), held 12 pages
-        #: for its 4 slots, and ended 26 s after the others (issue 46's held-out shape, 1.31).
-        self.unplanned = 0
+        #: Documents (their ids) handed to the intake whose pages are not planned yet: their
+        #: pages will need slots too. Uncounted, a process with free slots took three reserved
+        #: groups in one second (each taken group's pages not yet planned when it looked again),
+        #: held 12 pages for its 4 slots, and ended 26 s after the others (issue 46's held-out
+        #: shape, 1.31).
+        self.unplanned: set[str] = set()
         # Notified as pages are planned and sent; slots free up without a word, so waits are short.
         self._changed = threading.Condition()
 
@@ -222,10 +223,16 @@ class Room:
             self.unsent_started += pages if started else 0
             self._changed.notify_all()
 
-    def handed(self, documents: int) -> None:
-        """``documents`` more documents handed out and not yet planned (fewer, when negative)."""
+    def handed(self, doc_id: str) -> None:
+        """The document ``doc_id`` was handed to the intake; its pages are not planned yet."""
         with self._changed:
-            self.unplanned += documents
+            self.unplanned.add(doc_id)
+            self._changed.notify_all()
+
+    def planned(self, doc_id: str) -> None:
+        """The pages of ``doc_id`` are planned (counted in :attr:`unsent`), if it was handed out."""
+        with self._changed:
+            self.unplanned.discard(doc_id)
             self._changed.notify_all()
 
     def begin(self, pages: int) -> None:
@@ -253,7 +260,7 @@ class Room:
         for it."""
         deadline = time.monotonic() + timeout
         with self._changed:
-            while self.unplanned > 0 or self.slots()[1] <= self.unsent:
+            while self.unplanned or self.slots()[1] <= self.unsent:
                 left = deadline - time.monotonic()
                 if left <= 0 or self.stop.is_set():
                     return False
@@ -292,8 +299,6 @@ class GroupWork:
         #: The page flow's room for another group (its slots are set by the flow).
         self.room = Room(self.stop)
         self._doc_group: dict[str, GroupId] = {}
-        #: Documents handed to the intake and not yet planned (:attr:`Room.unplanned`).
-        self._unplanned: set[str] = set()
         self._kinds: dict[GroupId, Kind] = {}
         self._lock = threading.RLock()
         self._sizes: dict[int, int] = {}
@@ -336,8 +341,7 @@ class GroupWork:
             with self._lock:
                 self._doc_group[ref.doc_id] = group
                 held.docs_yielded += 1
-                self._unplanned.add(ref.doc_id)
-            self.room.handed(1)
+            self.room.handed(ref.doc_id)
             yield ref
         with self._lock:
             held.all_yielded = not self.stop.is_set() and self.claims.holds(group)
@@ -347,11 +351,7 @@ class GroupWork:
 
     def planned(self, ref: DocumentRef, pages: list[int]) -> None:
         """The intake will hand rows for ``pages`` of ``ref`` (none: the document is done)."""
-        with self._lock:
-            handed = ref.doc_id in self._unplanned
-            self._unplanned.discard(ref.doc_id)
-        if handed:
-            self.room.handed(-1)
+        self.room.planned(ref.doc_id)
         with self._lock:
             group = self._doc_group.get(ref.doc_id)
             if group is None or (held := self.held.get(group)) is None:
