@@ -125,15 +125,22 @@ def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_referen
         assert not leaked, f"the secret leaked into {leaked}"
 
 
-def _simulator_of(index: int) -> str:
-    """The base URL of the simulated model server a pod of ``index`` started (found by the pod's
-    variables, which its processes inherit, and the port on its command line)."""
+def _simulator_of(index: int, cluster_folder: Path) -> str:
+    """The base URL of the simulated model server a pod of ``index`` of the cluster in
+    ``cluster_folder`` started (found by the pod's variables, which its processes inherit: its
+    index, and its ``HOME`` in the cluster's folder; and the port on its command line). Only this
+    test's cluster: ``test_cancel_deletes_the_job_and_stops_every_pod`` holds an index 1 with
+    ``--startup-delay`` too, in another worker, or another checkout's run on the same machine; by
+    the index alone it could find that one, make it ready instead of its own, and wait 240 s for a
+    part its own never wrote (the likely cause of a failure in a fresh clone run beside another)."""
+    home_prefix = str(cluster_folder) + os.sep
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmdline = proc.info["cmdline"] or []
             if "--startup-delay" not in cmdline or "--port" not in cmdline:
                 continue
-            if proc.environ().get("JOB_COMPLETION_INDEX") != str(index):
+            env = proc.environ()
+            if env.get("JOB_COMPLETION_INDEX") != str(index) or not env.get("HOME", "").startswith(home_prefix):
                 continue
             url = f"http://127.0.0.1:{cmdline[cmdline.index('--port') + 1]}"
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -172,7 +179,7 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
         first = llm_ocr(*args, env=env)
         assert first.returncode == 0, first.stdout + first.stderr
         (job,) = world.api.all_jobs
-        simulator = wait_until(lambda: _simulator_of(1), timeout=240, period=0.2)
+        simulator = wait_until(lambda: _simulator_of(1, tmp_path / "cluster"), timeout=240, period=0.2)
         _post(f"{simulator}/sim/faults", {"kind": "hang", "count": 3, "seconds": 0})
         _post(f"{simulator}/sim/faults", {"kind": "hang", "count": 1000})
         _post(f"{simulator}/sim/ready")
