@@ -132,7 +132,8 @@ def _simulator_of(index: int, cluster_folder: Path) -> str:
     test's cluster: ``test_cancel_deletes_the_job_and_stops_every_pod`` holds an index 1 with
     ``--startup-delay`` too, in another worker, or another checkout's run on the same machine; by
     the index alone it could find that one, make it ready instead of its own, and wait 240 s for a
-    part its own never wrote (the likely cause of a failure in a fresh clone run beside another)."""
+    part its own never wrote: a fresh clone's run beside another failed so, and a stray simulator
+    of index 1 held at start-up makes the search by index alone fail the same way."""
     home_prefix = str(cluster_folder) + os.sep
     for proc in psutil.process_iter(["cmdline"]):
         try:
