@@ -219,9 +219,7 @@ class Room:
     def add(self, pages: int, *, started: bool) -> None:
         """``pages`` more pages to send (fewer, when negative), of a started group or not."""
         with self._changed:
-            self.unsent += pages
-            self.unsent_started += pages if started else 0
-            self._changed.notify_all()
+            self._count(pages, started)
 
     def handed(self, doc_id: str) -> None:
         """The document ``doc_id`` was handed to the intake; its pages are not planned yet."""
@@ -229,11 +227,19 @@ class Room:
             self.unplanned.add(doc_id)
             self._changed.notify_all()
 
-    def planned(self, doc_id: str) -> None:
-        """The pages of ``doc_id`` are planned (counted in :attr:`unsent`), if it was handed out."""
+    def planned(self, doc_id: str, pages: int = 0, *, started: bool = False) -> None:
+        """The document ``doc_id``, if it was handed out, is planned: its ``pages`` more pages to
+        send (of a started group or not) are counted as it stops waiting, in one step, so that
+        :meth:`now` never sees its pages in neither and takes another group in between."""
         with self._changed:
             self.unplanned.discard(doc_id)
-            self._changed.notify_all()
+            self._count(pages, started)
+
+    def _count(self, pages: int, started: bool) -> None:
+        """Count ``pages`` more to send (the condition held)."""
+        self.unsent += pages
+        self.unsent_started += pages if started else 0
+        self._changed.notify_all()
 
     def begin(self, pages: int) -> None:
         """``pages`` waiting pages are now of a started group."""
@@ -351,10 +357,10 @@ class GroupWork:
 
     def planned(self, ref: DocumentRef, pages: list[int]) -> None:
         """The intake will hand rows for ``pages`` of ``ref`` (none: the document is done)."""
-        self.room.planned(ref.doc_id)
         with self._lock:
             group = self._doc_group.get(ref.doc_id)
             if group is None or (held := self.held.get(group)) is None:
+                self.room.planned(ref.doc_id)
                 return
             held.docs_planned += 1
             held.unsent += len(pages)
@@ -363,7 +369,7 @@ class GroupWork:
             for name in self.folders[1:]:
                 # Later folders get no row for a page they hold already (llm-ocr run's Describe).
                 held.expected[name] += sum(page not in described for page in pages)
-        self.room.add(len(pages), started=held.started)
+        self.room.planned(ref.doc_id, len(pages), started=held.started)
         self._maybe_end(group, soon=True)
 
     async def admit(self, ref: DocumentRef | None) -> bool:
