@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -26,8 +25,8 @@ from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.container import VENVS
 from tests.launchers.common import llm_ocr, llm_ocr_batch, wait_until
-from tests.launchers.k8s_common import NAMESPACE, PLANTED, READER, cluster, expected_pages, keys
-from tests.launchers.simulators import HELD_START, simulator_in
+from tests.launchers.k8s_common import NAMESPACE, PLANTED, READER, Cluster, cluster, expected_pages, keys
+from tests.launchers.simulators import HELD_START, JobSimulator, simulator_in
 from tests.storage_servers import VENV_BIN
 
 # The hang guard (pytest-timeout; 300 s by default): a test waits for a launch, a retry and a relaunch in turn, each with its own hang guard.
@@ -125,39 +124,15 @@ def test_shards_run_as_one_indexed_job_every_page_once_and_the_secret_by_referen
         assert not leaked, f"the secret leaked into {leaked}"
 
 
-def _simulator_of(index: int, cluster_folder: Path) -> str:
-    """The base URL of the simulated model server a pod of ``index`` of the cluster in
-    ``cluster_folder`` started (found by the pod's variables, which its processes inherit: its
-    index, and its ``HOME`` in the cluster's folder; and the port on its command line). Only this
-    test's cluster: ``test_cancel_deletes_the_job_and_stops_every_pod`` holds an index 1 with
-    ``--startup-delay`` too, in another worker, or another checkout's run on the same machine; by
-    the index alone it could find that one, make it ready instead of its own, and wait 240 s for a
-    part its own never wrote: a fresh clone's run beside another failed so, and a stray simulator
-    of index 1 held at start-up makes the search by index alone fail the same way."""
-    home_prefix = str(cluster_folder) + os.sep
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            cmdline = proc.info["cmdline"] or []
-            if "--startup-delay" not in cmdline or "--port" not in cmdline:
-                continue
-            env = proc.environ()
-            if env.get("JOB_COMPLETION_INDEX") != str(index) or not env.get("HOME", "").startswith(home_prefix):
-                continue
-            url = f"http://127.0.0.1:{cmdline[cmdline.index('--port') + 1]}"
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        try:
-            urllib.request.urlopen(f"{url}/sim/faults", timeout=5).read()  # it listens (not ready yet)
-        except OSError:
-            return ""
-        return url
-    return ""
-
-
-def _post(url: str, body: dict | None = None) -> None:
-    request = urllib.request.Request(url, data=json.dumps(body or {}).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    urllib.request.urlopen(request, timeout=30).read()
+def _first_pod_simulator(world: Cluster, job: str, index: int) -> JobSimulator | None:
+    """The simulated model server of index ``index``'s first pod, once it listens: found by that
+    pod's own folder (its ``HOME``), never by the index alone. ``test_cancel_deletes_the_job_and_stops_every_pod``
+    holds an index 1 at start-up too, in another worker, as does this test in another checkout's
+    run on the machine: searched by the index over every process, this test could make another's
+    server ready instead of its own and wait 240 s for a part its own never wrote (as a fresh
+    clone's run beside another did; a stray simulator of index 1 held at start-up does it every time)."""
+    pods = world.api.pods_of(job, index)
+    return simulator_in(pods[0].folder) if pods else None
 
 
 def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_relaunch_runs_only_it(
@@ -180,10 +155,9 @@ def test_a_failed_index_is_retried_alone_a_could_not_run_index_is_not_and_the_re
         first = llm_ocr(*args, env=env)
         assert first.returncode == 0, first.stdout + first.stderr
         (job,) = world.api.all_jobs
-        simulator = wait_until(lambda: _simulator_of(1, tmp_path / "cluster"), timeout=240, period=0.2)
-        _post(f"{simulator}/sim/faults", {"kind": "hang", "count": 3, "seconds": 0})
-        _post(f"{simulator}/sim/faults", {"kind": "hang", "count": 1000})
-        _post(f"{simulator}/sim/ready")
+        simulator = wait_until(lambda: _first_pod_simulator(world, job.name, 1), timeout=240, period=0.2)
+        simulator.hold(after=3)
+        simulator.ready()
         wait_until(lambda: any(k.startswith(f"{world.prefix}/extract/part-00001-of-00003")
                                for k in world.moto.list("ocr", f"{world.prefix}/extract/")),
                    timeout=240, period=0.1)
