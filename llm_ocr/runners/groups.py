@@ -442,9 +442,9 @@ class GroupWork:
                           time.time(), self.pace.answers)
 
     async def _defer(self, group: GroupId, held: HeldGroup) -> int:
-        """Before a reserved group's first page is sent: when no group is free anywhere and a
-        faster process should end this one sooner, leave it unstarted until that process has had
-        time to take it (bounded: :func:`.pace.deferral`). Returns 1 if it waited, else 0."""
+        """Before a reserved group's first page is sent: when a faster process should end it
+        sooner, even after reading the groups still free, leave it unstarted until that process
+        has had time to take it (bounded: :func:`.pace.deferral`). Returns 1 if it waited, else 0."""
         latency = self.pace.latency_s
         if self.board is None or latency is None or self.room.unsent_started:
             return 0
