@@ -110,9 +110,6 @@ class StragglerRun:
     rows: int
     duplicates: int
     groups_taken: dict[str, int] = field(default_factory=dict)
-    #: Per shard: reserved groups it left unstarted for a faster process, those it then started
-    #: itself (no one took them in time), and the seconds it waited so (docs/stragglers.md).
-    groups_deferred: dict[str, tuple[int, int, float]] = field(default_factory=dict)
 
     @property
     def over_bound(self) -> float:
@@ -235,7 +232,6 @@ async def run_shards(config: StragglerConfig, corpus: Path, work: Path, *, steal
         even_split_bound_s=round(work_s / (config.slots * speed), 2),
         static_bound_s=round(static / config.slots, 2), rows=rows, duplicates=duplicates,
         groups_taken=_groups_taken(out, config.shards),
-        groups_deferred=_groups_deferred(out, config.shards),
     )
 
 
@@ -250,29 +246,17 @@ def _count_rows(out: Path) -> tuple[int, int]:
     return len(keys), sum(n - 1 for n in keys.values())
 
 
-def _groups_of_markers(out: Path, shards: int) -> dict[str, dict[str, Any]]:
-    """Each shard's completion marker's ``groups``."""
+def _groups_taken(out: Path, shards: int) -> dict[str, int]:
+    """Groups of other shards each shard read (its completion marker)."""
     import json
 
-    found = {}
+    taken = {}
     for shard in range(shards):
         path = out / "_state" / "extract" / f"done-{shard:05d}-of-{shards:05d}.json"
         if path.exists():
-            found[f"{shard:05d}"] = json.loads(path.read_text()).get("groups") or {}
-    return found
-
-
-def _groups_taken(out: Path, shards: int) -> dict[str, int]:
-    """Groups of other shards each shard read (its completion marker)."""
-    return {shard: sum((groups.get("taken_from_other_shards") or {}).values())
-            for shard, groups in _groups_of_markers(out, shards).items()}
-
-
-def _groups_deferred(out: Path, shards: int) -> dict[str, tuple[int, int, float]]:
-    """Groups each shard left for a faster process, then started anyway, and the seconds waited."""
-    return {shard: (int(groups.get("deferred_for_faster", 0)), int(groups.get("deferred_then_started_here", 0)),
-                    float(groups.get("deferred_s", 0.0)))
-            for shard, groups in _groups_of_markers(out, shards).items()}
+            groups = json.loads(path.read_text()).get("groups") or {}
+            taken[f"{shard:05d}"] = sum((groups.get("taken_from_other_shards") or {}).values())
+    return taken
 
 
 def run_stragglers(config: StragglerConfig, work: Path, *, static: bool = True) -> list[StragglerRun]:
@@ -307,8 +291,6 @@ def format_stragglers(config: StragglerConfig, runs: list[StragglerRun]) -> str:
         ("servers' last answers (s)", [" ".join(f"{e:.0f}" for e in r.last_answers_s) for r in runs]),
         ("requests per server", [" ".join(str(n) for n in r.requests) for r in runs]),
         ("groups taken from others", [" ".join(str(n) for n in r.groups_taken.values()) or "-" for r in runs]),
-        ("groups left for faster / started anyway / s", [
-            " ".join(f"{d}/{a}/{w:.0f}" for d, a, w in r.groups_deferred.values()) or "-" for r in runs]),
         ("rows / duplicates", [f"{r.rows} / {r.duplicates}" for r in runs]),
         ("exit codes", [" ".join(str(c) for c in r.exit_codes) for r in runs]),
     ]
@@ -321,16 +303,13 @@ def format_stragglers(config: StragglerConfig, runs: list[StragglerRun]) -> str:
 
 def format_sweep(results: list[tuple[StragglerConfig, StragglerRun]]) -> str:
     """One line per shape of the sweep, then the worst case."""
-    lines = [("groups/shard  pages/doc  slow  factor  bound     wall      wall/bound  serving/bound  rows/dup  "
-              "left/started  exits")]
+    lines = ["groups/shard  pages/doc  slow  factor  bound     wall      wall/bound  serving/bound  rows/dup  exits"]
     for config, run in results:
-        left = sum(d for d, _, _ in run.groups_deferred.values())
-        started = sum(a for _, a, _ in run.groups_deferred.values())
         lines.append(
             f"{config.groups_per_shard():>12}  {config.pages_per_doc:>9}  {config.slow_shards:>4}  "
             f"{config.slow_factor:>5g}x  {run.even_split_bound_s:>6.1f} s  {run.wall_s:>6.1f} s  "
             f"{run.over_bound:>10.2f}  {run.serving_over_bound:>13.2f}  {run.rows}/{run.duplicates:<4}  "
-            f"{f'{left}/{started}':>12}  {' '.join(str(c) for c in run.exit_codes)}"
+            f"{' '.join(str(c) for c in run.exit_codes)}"
         )
     if results:
         config, run = max(results, key=lambda r: r[1].over_bound)

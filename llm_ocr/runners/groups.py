@@ -35,14 +35,12 @@ import pyarrow as pa
 
 from llm_ocr.options import StealOptions
 from llm_ocr.outcomes import RunError
-from llm_ocr.runners.pace import REFRESH_S, Pace, PaceBoard, PaceRecord, deferral
 from llm_ocr.sources import DocumentRef, InputPlan
 from llm_ocr.storage import Storage
 from llm_ocr.storage.claims import Claim, ClaimBook, Claims, Ending, GroupId, Kind, new_holder_id
 from llm_ocr.storage.group_parts import Appended, GroupLog, is_group_part
 from llm_ocr.storage.parts import ShardIndex, list_parts
 from llm_ocr.storage.state import STATE_DIR
-from llm_ocr.storage.stores import StorageError
 from llm_ocr.storage.writer import SerialWriter
 
 log = logging.getLogger("llm_ocr")
@@ -180,11 +178,6 @@ class GroupStats:
     quarantined_elsewhere: int = 0
     #: The own groups this process read.
     read_here: set[int] = field(default_factory=set)
-    #: Reserved groups left unstarted for a faster process (:mod:`.pace`), those then started
-    #: here all the same (no one took them in time), and the seconds this process waited so.
-    deferred: int = 0
-    deferred_started: int = 0
-    deferred_s: float = 0.0
 
     def ended(self, group: GroupId, kind: Kind) -> None:
         """Count a group this process ended done, claimed as ``kind``."""
@@ -199,9 +192,7 @@ class GroupStats:
                 "own_found_done": self.own_found_done, "taken_from_other_shards": dict(sorted(self.taken.items())),
                 "taken_back": self.taken_back, "given_up_before_start": self.given_up,
                 "read_by_other_shards": dict(sorted(self.read_by_others.items())),
-                "rows_already_written": self.rows_already_written,
-                "deferred_for_faster": self.deferred, "deferred_then_started_here": self.deferred_started,
-                "deferred_s": round(self.deferred_s, 3)}
+                "rows_already_written": self.rows_already_written}
 
 
 class Room:
@@ -319,15 +310,6 @@ class GroupWork:
         self._sizes: dict[int, int] = {}
         self._writers: dict[str, GroupWriter] = {}
         self._endings: set[asyncio.Task[None]] = set()
-        #: This process's pace, published for the others (not on the Hub: there each write is a
-        #: commit), and how many groups were free anywhere at the last look (:meth:`_defer`).
-        self.pace = Pace()
-        self.board = None if out.batches_writes else PaceBoard(out, flow, num_shards, self.book.holder)
-        self._publishing: asyncio.Task[None] | None = None
-        self._free_left = 1  # not looked at yet
-        self._free_seen_at = -math.inf
-        #: The reserved group this process is leaving unstarted for a faster one, while it waits.
-        self.waiting_for_faster: GroupId | None = None
 
     def groups_of(self, shard: int) -> int:
         """How many groups shard ``shard`` has."""
@@ -397,7 +379,6 @@ class GroupWork:
         if group is None or held is None:
             return group is None  # not a document of a group; or one of a group dropped here
         if not held.started:
-            deferred = await self._defer(group, held)
             if not await asyncio.to_thread(self.claims.start, group):
                 with self._lock:
                     if self.held.pop(group, None) is held:
@@ -408,79 +389,10 @@ class GroupWork:
             with self._lock:
                 held.started = True
                 self.room.begin(held.unsent)
-            self.stats.deferred_started += deferred
         with self._lock:
             held.unsent -= 1
         self.room.add(-1, started=True)
         return True
-
-    # -- the pace: a slow process leaves its last reserved groups to faster ones (:mod:`.pace`) --
-
-    def answered(self, seconds: float) -> None:
-        """A page's request took ``seconds`` (the flow, on the event loop): count it, and publish
-        this process's pace when due (in a worker thread, one write at a time)."""
-        self.pace.answered(seconds)
-        latency = self.pace.latency_s
-        if self.board is None or latency is None or not self.board.due(latency):
-            return
-        if self._publishing is not None and not self._publishing.done():
-            return
-        self._publishing = asyncio.get_running_loop().create_task(
-            asyncio.to_thread(self._publish, self._record(latency)))
-
-    def _publish(self, record: PaceRecord) -> None:
-        assert self.board is not None
-        try:
-            self.board.publish(record)
-        except StorageError as exc:  # the next one may get through; meanwhile others see an older pace
-            log.debug("could not publish this process's pace: %s", exc)
-
-    def _record(self, latency: float) -> PaceRecord:
-        """This process's pace now: its latency, its slots, and the pages it has to send."""
-        limit, free = self.room.slots()
-        return PaceRecord(self.book.holder, self.num_shards, latency, limit, (limit - free) + self.room.unsent,
-                          time.time(), self.pace.answers)
-
-    async def _defer(self, group: GroupId, held: HeldGroup) -> int:
-        """Before a reserved group's first page is sent: when a faster process should end it
-        sooner, even after reading the groups still free, leave it unstarted until that process
-        has had time to take it (bounded: :func:`.pace.deferral`). Returns 1 if it waited, else 0."""
-        latency = self.pace.latency_s
-        if self.board is None or latency is None or self.room.unsent_started:
-            return 0
-        peers = await asyncio.to_thread(self.board.peers, self.book.lease)
-        own = self._record(latency)
-        if deferral(own, peers, held.unsent, time.time(), population=self.board.population) is None:
-            return 0  # not even with every group held: no need to look at the claims
-        free = await asyncio.to_thread(self._free_groups)
-        until = deferral(own, peers, held.unsent, time.time(), free_pages=free * max(1, held.unsent),
-                         population=self.board.population)
-        if until is None:
-            return 0
-        waited = time.monotonic()
-        log.info("leaving %s unstarted for up to %.1f s: a faster process should end it sooner (%.1f s a request "
-                 "here)", group, until - time.time(), latency)
-        self.waiting_for_faster = group
-        try:
-            while time.time() < until and not self.stop.is_set() and not self.room.unsent_started:
-                if await asyncio.to_thread(self.claims.taken, group):
-                    break
-                await asyncio.sleep(0.25)
-        finally:
-            self.waiting_for_faster = None
-        self.stats.deferred += 1
-        self.stats.deferred_s += time.monotonic() - waited
-        return 1
-
-    def _free_groups(self) -> int:
-        """How many groups are free anywhere (:meth:`Claims.free_groups`): the faster processes
-        read those before they take a reserved one. A look costs a listing per shard, so it is
-        made at most every few seconds; once none is free it is not looked at again (a group let
-        go later is taken by whoever looks first)."""
-        if self._free_left and time.monotonic() - self._free_seen_at >= REFRESH_S:
-            self._free_left = self.claims.free_groups()
-            self._free_seen_at = time.monotonic()
-        return self._free_left
 
     def started(self, ref: DocumentRef | None) -> bool:
         """Whether a page of ``ref`` may go ahead of waiting pages of groups only claimed: its
@@ -564,10 +476,6 @@ class GroupWork:
         """Stop renewing; release the groups not finished (stopped, or their pages failed to be
         stored), so others may take them at once."""
         await asyncio.gather(*self._endings, return_exceptions=True)
-        if self._publishing is not None:
-            await asyncio.gather(self._publishing, return_exceptions=True)
-        if self.board is not None:  # this process takes no more groups: none should wait for it
-            await asyncio.to_thread(self.board.withdraw)
         await self.claims.close()
 
     def nothing_to_read(self) -> bool:

@@ -377,7 +377,6 @@ class PageWork:
             self.groups.room.slots = lambda: flow.slot_use
             flow.admit = cast(Callable[[RefT], Awaitable[bool]], self.groups.admit)  # pages of documents
             flow.preferred = cast(Callable[[RefT], bool], self.groups.started)
-            flow.answered = self.groups.answered
         async with adapting(self.controller):
             await flow.run(intake)
         self.documents[writes[0]] |= flow.documents

@@ -18,7 +18,6 @@ import math
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
@@ -270,9 +269,6 @@ class PageFlow(Generic[RefT, ItemT]):
         #: Whether a page may go ahead of the waiting pages it does not accept (work groups: the
         #: pages of started groups go before those of groups only claimed; :meth:`Waiting.take`).
         self.preferred: Callable[[RefT], bool] | None = None
-        #: Told the seconds of each page handled while it held its slot throughout (work groups:
-        #: the process's pace, from what its server answered: :mod:`.pace`).
-        self.answered: Callable[[float], None] | None = None
         #: Pages the intake has estimated and not rendered yet (:mod:`.render_order`).
         self.pages_ahead = 0
         self._doc_pending: dict[str, int] = {}
@@ -451,10 +447,7 @@ class PageFlow(Generic[RefT, ItemT]):
         _HELD.set(held)  # this task's own context: the handler may give the slot up (give_up_slot)
         rows: list[dict[str, Any] | None] = [None] * len(self.writers)
         try:
-            sent = time.monotonic()
             returned = await self.handler(ref, item, num_pages)
-            if self.answered is not None and held.held:
-                self.answered(time.monotonic() - sent)
             results = returned if isinstance(returned, tuple) else (returned,)
             result = results[0]
             assert result is not None, "the first writer's row is the page's own"

@@ -573,25 +573,6 @@ class Claims:
         with self._lock:
             return group in self.held
 
-    def taken(self, group: GroupId) -> bool:
-        """Whether another process took ``group``, held here and not started, from this one."""
-        with self._lock:
-            claim = self.held.get(group)
-        return claim is None or (not claim.started and self.book.superseded(claim))
-
-    def free_groups(self) -> int:
-        """How many groups of all shards are unclaimed, or free to take (released, or their holder
-        gone): none near a run's end, when every group left is held somewhere. A listing per
-        shard, and a read per group claimed and not done."""
-        free = 0
-        for shard in range(self.book.num_shards):
-            view = self.book.view(shard)
-            free += max(0, self.groups_of(shard) - len(view.groups))
-            for number, seen in view.groups.items():
-                group = GroupId(shard, self.book.num_shards, number)
-                free += not seen.finished and self.book.state(group, seen) == "free"
-        return free
-
     def start(self, group: GroupId) -> bool:
         """Start reading a held group (its first page is about to be sent): a reserved claim becomes
         a started one (:meth:`ClaimBook.start`). False when the group is no longer held here: another
