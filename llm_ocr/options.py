@@ -371,6 +371,13 @@ class StealOptions(BaseModel):
         description="Documents per page group (default: the largest shard's documents / 128; fixed when the output "
         "is begun).",
     )
+    second_readers: bool = Field(
+        True,
+        description="With nothing left to take anywhere, read the pages not yet stored of the page group another "
+        "process started longest ago, beside it (one second reader a group); each stops the requests of pages the "
+        "other stored first. Spends at most one more reading of the pages in flight at the run's end, on slots "
+        "that would otherwise idle; the completion marker counts it (docs/stragglers.md).",
+    )
 
 
 class EscalateOptions(BaseModel):

@@ -110,6 +110,18 @@ class StragglerRun:
     rows: int
     duplicates: int
     groups_taken: dict[str, int] = field(default_factory=dict)
+    #: Pages each shard sent as a second reader of another's group, and pages whose request it
+    #: stopped (or never sent) because the group's other reader stored them first (the markers).
+    second_pages: dict[str, int] = field(default_factory=dict)
+    pages_left: dict[str, int] = field(default_factory=dict)
+    #: Fast-server seconds of the requests stopped (their tokens decoded before the stop), over
+    #: the pages' own work: what the second readings spent beyond one reading a page.
+    stopped_share: float = 0.0
+
+    @property
+    def extra_requests(self) -> int:
+        """Requests the servers answered (or began) beyond one a page: the second readings' spend."""
+        return sum(self.requests) - self.rows
 
     @property
     def over_bound(self) -> float:
@@ -214,7 +226,10 @@ async def run_shards(config: StragglerConfig, corpus: Path, work: Path, *, steal
         wall = time.monotonic() - start
     per_server = [read_request_log(log) for log in logs]
     every = [r for rs in per_server for r in rs]
-    work_s = _work_s(config, every)
+    # The bound is the pages' work, one answer each: a request stopped because another reader
+    # stored its page first (outcome "disconnected") is spend, not work the bound must hold.
+    work_s = _work_s(config, [r for r in every if r.outcome != "disconnected"])
+    stopped_s = _work_s(config, [r for r in every if r.outcome == "disconnected"])
     speed = config.shards - config.slow_shards + config.slow_shards / config.slow_factor
     # Static shards: each shard's own pages (one request each, files go round-robin) on its own server.
     per_request = work_s / max(1, len(every))
@@ -222,6 +237,7 @@ async def run_shards(config: StragglerConfig, corpus: Path, work: Path, *, steal
     static = max(n * per_request * (config.slow_factor if i < config.slow_shards else 1.0)
                  for i, n in enumerate(shares))
     rows, duplicates = _count_rows(out)
+    second_pages, pages_left = _second_reads(out, config.shards)
     return StragglerRun(
         mode=mode, wall_s=round(wall, 2), exit_codes=list(codes), requests=[len(rs) for rs in per_server],
         exits_s=[round(e, 2) for e in exits],
@@ -231,7 +247,8 @@ async def run_shards(config: StragglerConfig, corpus: Path, work: Path, *, steal
                         for rs in per_server],
         even_split_bound_s=round(work_s / (config.slots * speed), 2),
         static_bound_s=round(static / config.slots, 2), rows=rows, duplicates=duplicates,
-        groups_taken=_groups_taken(out, config.shards),
+        groups_taken=_groups_taken(out, config.shards), second_pages=second_pages, pages_left=pages_left,
+        stopped_share=round(stopped_s / work_s, 4) if work_s else 0.0,
     )
 
 
@@ -248,15 +265,28 @@ def _count_rows(out: Path) -> tuple[int, int]:
 
 def _groups_taken(out: Path, shards: int) -> dict[str, int]:
     """Groups of other shards each shard read (its completion marker)."""
+    return {shard: sum((groups.get("taken_from_other_shards") or {}).values())
+            for shard, groups in _marker_groups(out, shards).items()}
+
+
+def _second_reads(out: Path, shards: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Pages each shard sent as a second reader, and pages it left to the other reader (its marker)."""
+    groups = _marker_groups(out, shards)
+    return ({shard: int((g.get("second_reader") or {}).get("pages_sent", 0)) for shard, g in groups.items()},
+            {shard: int((g.get("second_reader") or {}).get("pages_left_to_the_other_reader", 0))
+             for shard, g in groups.items()})
+
+
+def _marker_groups(out: Path, shards: int) -> dict[str, dict[str, Any]]:
+    """Each shard's completion marker's ``groups`` entry, by shard (``"00003"``)."""
     import json
 
-    taken = {}
+    found = {}
     for shard in range(shards):
         path = out / "_state" / "extract" / f"done-{shard:05d}-of-{shards:05d}.json"
         if path.exists():
-            groups = json.loads(path.read_text()).get("groups") or {}
-            taken[f"{shard:05d}"] = sum((groups.get("taken_from_other_shards") or {}).values())
-    return taken
+            found[f"{shard:05d}"] = json.loads(path.read_text()).get("groups") or {}
+    return found
 
 
 def run_stragglers(config: StragglerConfig, work: Path, *, static: bool = True) -> list[StragglerRun]:
@@ -291,6 +321,11 @@ def format_stragglers(config: StragglerConfig, runs: list[StragglerRun]) -> str:
         ("servers' last answers (s)", [" ".join(f"{e:.0f}" for e in r.last_answers_s) for r in runs]),
         ("requests per server", [" ".join(str(n) for n in r.requests) for r in runs]),
         ("groups taken from others", [" ".join(str(n) for n in r.groups_taken.values()) or "-" for r in runs]),
+        ("pages sent as a second reader", [" ".join(str(n) for n in r.second_pages.values()) or "-" for r in runs]),
+        ("pages left to the other reader", [" ".join(str(n) for n in r.pages_left.values()) or "-" for r in runs]),
+        ("requests beyond one a page", [f"{r.extra_requests} ({r.extra_requests / max(1, r.rows):.1%})"
+                                        for r in runs]),
+        ("work of the stopped requests / pages' work", [f"{r.stopped_share:.1%}" for r in runs]),
         ("rows / duplicates", [f"{r.rows} / {r.duplicates}" for r in runs]),
         ("exit codes", [" ".join(str(c) for c in r.exit_codes) for r in runs]),
     ]
@@ -303,12 +338,14 @@ def format_stragglers(config: StragglerConfig, runs: list[StragglerRun]) -> str:
 
 def format_sweep(results: list[tuple[StragglerConfig, StragglerRun]]) -> str:
     """One line per shape of the sweep, then the worst case."""
-    lines = ["groups/shard  pages/doc  slow  factor  bound     wall      wall/bound  serving/bound  rows/dup  exits"]
+    lines = [("groups/shard  pages/doc  slow  factor  bound     wall      wall/bound  serving/bound  rows/dup  "
+             "extra requests  stopped work  exits")]
     for config, run in results:
         lines.append(
             f"{config.groups_per_shard():>12}  {config.pages_per_doc:>9}  {config.slow_shards:>4}  "
             f"{config.slow_factor:>5g}x  {run.even_split_bound_s:>6.1f} s  {run.wall_s:>6.1f} s  "
             f"{run.over_bound:>10.2f}  {run.serving_over_bound:>13.2f}  {run.rows}/{run.duplicates:<4}  "
+            f"{run.extra_requests:>6} ({run.extra_requests / max(1, run.rows):>5.1%})  {run.stopped_share:>12.1%}  "
             f"{' '.join(str(c) for c in run.exit_codes)}"
         )
     if results:

@@ -16,6 +16,11 @@ node). With work groups (docs/stragglers.md for the protocol and why each page i
 - **Writing.** A group's rows go to the group's own parts (:mod:`llm_ocr.storage.group_parts`),
   named after the shard that owns the documents, whoever reads them; when every page of a group
   has a row stored, its claim is ended ``done``.
+- **Second readers.** A process with free slots and nothing left to take anywhere joins the group
+  another process started longest ago (:meth:`llm_ocr.storage.claims.ClaimBook.join`, one second
+  reader a group) and reads its pages not stored yet; both watch the group's parts every second
+  and stop the requests of pages the other has stored (:meth:`GroupWork.watch`). What the
+  server answers decides who ends the group: no process guesses another's pace.
 """
 
 from __future__ import annotations
@@ -127,6 +132,16 @@ class HeldGroup:
     logs: dict[str, GroupLog]
     #: Whether its first page was sent (the claim is started: :meth:`Claims.start`).
     started: bool = False
+    #: Read here as its second reader (the holder keeps the claim), and whether it is known to
+    #: have two readers (this one, or a second reader joined the holder here).
+    second: bool = False
+    shared: bool = False
+    #: Pages planned here whose handler has not returned: the stage folders that expect their row.
+    open: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
+    #: Pages the other reader stored while they waited here to be sent: left out when their turn comes.
+    left_out: set[tuple[str, int]] = field(default_factory=set)
+    #: The group's parts as the watch reads them (its own readers of the slots: the writer's are a thread's).
+    watched: dict[str, GroupLog] = field(default_factory=dict)
     #: Rows this process's flow will hand each stage folder, and those stored (or found stored).
     expected: Counter[str] = field(default_factory=Counter)
     settled: Counter[str] = field(default_factory=Counter)
@@ -178,10 +193,17 @@ class GroupStats:
     quarantined_elsewhere: int = 0
     #: The own groups this process read.
     read_here: set[int] = field(default_factory=set)
+    #: Groups read here as a second reader; pages sent in them; pages (of any group) whose
+    #: request was stopped or never sent because the other reader stored them first.
+    second_reads: int = 0
+    second_pages_sent: int = 0
+    pages_left_to_the_other_reader: int = 0
 
     def ended(self, group: GroupId, kind: Kind) -> None:
         """Count a group this process ended done, claimed as ``kind``."""
-        if kind == "other":
+        if kind == "second":
+            self.second_reads += 1
+        elif kind == "other":
             self.taken[f"{group.shard:05d}"] += 1
         else:
             self.read_here.add(group.group)
@@ -192,7 +214,9 @@ class GroupStats:
                 "own_found_done": self.own_found_done, "taken_from_other_shards": dict(sorted(self.taken.items())),
                 "taken_back": self.taken_back, "given_up_before_start": self.given_up,
                 "read_by_other_shards": dict(sorted(self.read_by_others.items())),
-                "rows_already_written": self.rows_already_written}
+                "rows_already_written": self.rows_already_written,
+                "second_reader": {"groups_joined": self.second_reads, "pages_sent": self.second_pages_sent,
+                                  "pages_left_to_the_other_reader": self.pages_left_to_the_other_reader}}
 
 
 class Room:
@@ -297,7 +321,8 @@ class GroupWork:
         self.stop = stop or asyncio.Event()
         self.book = ClaimBook(out, flow, num_shards, holder=new_holder_id(shard), shard=shard, lease=options.lease)
         self.claims = Claims(self.book, self.groups_of, steal=options.steal is not False, stop=self.stop,
-                             retry_errors=retry_errors, keep_quarantined=keep_quarantined)
+                             retry_errors=retry_errors, keep_quarantined=keep_quarantined,
+                             second_readers=options.second_readers)
         #: The intake's view of what is done, one per stage folder, filled as groups are taken.
         self.indexes: dict[str, ShardIndex] = {name: ShardIndex() for name in self.folders}
         self.stats = GroupStats(layout.group_docs)
@@ -310,6 +335,9 @@ class GroupWork:
         self._sizes: dict[int, int] = {}
         self._writers: dict[str, GroupWriter] = {}
         self._endings: set[asyncio.Task[None]] = set()
+        #: Stops the requests of pages another reader stored (the page flow's, set with its hooks).
+        self.cancel_pages: Callable[[list[tuple[str, int]]], set[Any]] = lambda keys: set()
+        self._watch: asyncio.Task[None] | None = None
 
     def groups_of(self, shard: int) -> int:
         """How many groups shard ``shard`` has."""
@@ -325,24 +353,29 @@ class GroupWork:
         self.stats.own_groups = self.groups_of(self.shard)
         for claim, kind in self.claims.queue(self.room.ahead, self.room.now):
             self._kinds[claim.group] = kind
-            yield from self._read(claim.group, claim)
+            # (``second`` only when it is: tests stand in for ``_read`` with two arguments.)
+            yield from (self._read(claim.group, claim, second=True) if kind == "second"
+                        else self._read(claim.group, claim))
         self.stats.own_found_done = self.claims.found_done
 
-    def _read(self, group: GroupId, claim: Claim) -> Iterator[DocumentRef]:
+    def _read(self, group: GroupId, claim: Claim, second: bool = False) -> Iterator[DocumentRef]:
         """Scan a group just claimed (its parts say which pages are done; error rows are dropped to
-        be read again), then hand out its documents while it is held."""
+        be read again), then hand out its documents while it is held. A ``second`` reader scans
+        without dropping anything (only the holder rewrites a slot) and reads what is not stored."""
         logs = {name: GroupLog(self.out.child(name), self.schema, group.shard, self.num_shards, group.group)
                 for name in self.folders}
-        found = {name: log_.scan(retry_errors=self.retry_errors, keep_quarantined=self.keep_quarantined)
+        retry = self.retry_errors and not second
+        found = {name: log_.scan(retry_errors=retry, keep_quarantined=self.keep_quarantined or second)
                  for name, log_ in logs.items()}
-        held = HeldGroup(logs, started=claim.started, quarantined=found[self.folders[0]].kept_quarantined)
+        held = HeldGroup(logs, started=claim.started or second, second=second, shared=second,
+                         quarantined=0 if second else found[self.folders[0]].kept_quarantined)
         with self._lock:
             merge_scan(self.indexes, found, self.folders)
             self.held[group] = held
         size = self.layout.group_docs
         for ref in self.plan.documents(self.num_shards, group.shard, by_rows=self.by_rows, start=group.group * size,
                                        stop=(group.group + 1) * size):
-            if self.stop.is_set() or not self.claims.holds(group):
+            if self.stop.is_set() or not self._holds(group, held):
                 break
             with self._lock:
                 self._doc_group[ref.doc_id] = group
@@ -350,8 +383,12 @@ class GroupWork:
             self.room.handed(ref.doc_id)
             yield ref
         with self._lock:
-            held.all_yielded = not self.stop.is_set() and self.claims.holds(group)
+            held.all_yielded = not self.stop.is_set() and self._holds(group, held)
         self._maybe_end(group)
+
+    def _holds(self, group: GroupId, held: HeldGroup) -> bool:
+        """Whether this process still reads ``group``: it holds the claim, or reads it second."""
+        return held.second or self.claims.holds(group)
 
     # -- planning and sending (from the page flow, on the event loop) ----------------------------
 
@@ -369,6 +406,9 @@ class GroupWork:
             for name in self.folders[1:]:
                 # Later folders get no row for a page they hold already (llm-ocr run's Describe).
                 held.expected[name] += sum(page not in described for page in pages)
+            for page in pages:
+                held.open[(ref.doc_id, page)] = (self.folders[0], *(
+                    name for name in self.folders[1:] if page not in described))
         self.room.planned(ref.doc_id, len(pages), started=held.started)
         self._maybe_end(group, soon=True)
 
@@ -391,8 +431,104 @@ class GroupWork:
                 self.room.begin(held.unsent)
         with self._lock:
             held.unsent -= 1
+            if held.second:
+                self.stats.second_pages_sent += 1
         self.room.add(-1, started=True)
         return True
+
+    # -- two readers of a group: pages the other stored are not read here ------------------------
+
+    @staticmethod
+    def page_key(item: Any) -> tuple[str, int]:
+        """A page's key in its group (what the group's parts know it by)."""
+        return str(item.doc_id), int(item.page)
+
+    def left_out(self, ref: DocumentRef, item: Any) -> bool:
+        """Whether a page about to be sent was stored meanwhile by its group's other reader: it is
+        then settled as stored, and not sent (the page flow asks as its turn comes)."""
+        key = self.page_key(item)
+        with self._lock:
+            group = self._doc_group.get(ref.doc_id)
+            held = self.held.get(group) if group is not None else None
+            if group is None or held is None or key not in held.left_out:
+                return False
+            held.left_out.discard(key)
+            held.unsent -= 1
+            self._settle(held, key)
+        self.room.add(-1, started=held.started)
+        self._maybe_end(group, soon=True)
+        return True
+
+    def returned(self, ref: DocumentRef, item: Any, row_coming: bool) -> None:
+        """A page's handler returned (its row is on its way to the writers), or its request was
+        stopped because the group's other reader stored the page (settled as stored)."""
+        key = self.page_key(item)
+        with self._lock:
+            group = self._doc_group.get(ref.doc_id)
+            held = self.held.get(group) if group is not None else None
+            if group is None or held is None or key not in held.open:
+                return
+            if row_coming:
+                del held.open[key]
+                return
+            self._settle(held, key)
+        self._maybe_end(group, soon=True)
+
+    def _settle(self, held: HeldGroup, key: tuple[str, int]) -> None:
+        """Count an open page of ``held`` as stored by the other reader (the lock held)."""
+        for name in held.open.pop(key, ()):
+            held.settled[name] += 1
+        self.stats.pages_left_to_the_other_reader += 1
+
+    async def watch(self, every: float = 1.0) -> None:
+        """Every ``every`` seconds, for each started group held here that has a second reader (or
+        that this process reads second): read the group's new parts, and stop the requests of the
+        pages they hold, or leave them out when their turn comes. Runs until cancelled."""
+        while True:
+            await asyncio.sleep(every)
+            with self._lock:
+                held = [(g, h) for g, h in self.held.items() if h.started and h.open and not h.ended]
+            for group, state in held:
+                try:
+                    stored = await asyncio.to_thread(self._stored_elsewhere, group, state)
+                except Exception as exc:  # noqa: BLE001 - the store may be away: the next look may get through
+                    log.warning("could not read the parts of %s: %s", group, exc)
+                    continue
+                if stored:
+                    self._leave(group, state, stored)
+
+    def _stored_elsewhere(self, group: GroupId, held: HeldGroup) -> list[tuple[str, int]]:
+        """The open pages of ``held`` some part of the group holds (a worker thread). A holder
+        reads the parts only once a second reader has joined (one look at its claim's files)."""
+        if not held.shared:
+            claim = self.claims.claim_of(group)
+            if claim is None or not claim.started or not self.book.joined(claim):
+                return []
+            held.shared = True
+            log.info("%s has a second reader: this process stops the pages it stores", group)
+        if not held.watched:
+            held.watched = {name: GroupLog(self.out.child(name), self.schema, group.shard, self.num_shards,
+                                           group.group) for name in self.folders}
+        for log_ in held.watched.values():
+            log_.catch_up()
+        with self._lock:
+            return [key for key, names in held.open.items()
+                    if all(held.watched[name].present.holds(*key) for name in names)]
+
+    def _leave(self, group: GroupId, held: HeldGroup, keys: list[tuple[str, int]]) -> None:
+        """Stop the requests of ``keys`` (stored by the other reader), or mark them to be left out."""
+        stopped = self.cancel_pages(keys)
+        with self._lock:
+            for key in keys:
+                if key not in held.open:
+                    continue  # its handler returned meanwhile: its row is a second one, left out when appended
+                if key in stopped:
+                    self._settle(held, key)
+                else:
+                    held.left_out.add(key)
+        if stopped:
+            log.info("stopped %d request(s) of %s: its other reader stored those pages", len(stopped), group)
+        self._maybe_end(group, soon=True)
 
     def started(self, ref: DocumentRef | None) -> bool:
         """Whether a page of ``ref`` may go ahead of waiting pages of groups only claimed: its
@@ -457,7 +593,9 @@ class GroupWork:
             self._end(group, held)
 
     def _end(self, group: GroupId, held: HeldGroup) -> None:
-        if self.claims.end(group, Ending("done", self.shard, held.rows, held.errors, held.quarantined)):
+        if held.second:
+            self.stats.ended(group, "second")  # the holder ends the claim
+        elif self.claims.end(group, Ending("done", self.shard, held.rows, held.errors, held.quarantined)):
             self.stats.ended(group, self._kinds.get(group, "other"))
         else:
             log.info("%s was taken over; its rows written here are kept (never twice)", group)
@@ -469,12 +607,17 @@ class GroupWork:
     # -- the run's start and end -----------------------------------------------------------------
 
     def start(self) -> None:
-        """Start renewing the claims this process holds (on the running event loop)."""
+        """Start renewing the claims this process holds, and watching groups with two readers (on
+        the running event loop)."""
         self.claims.begin()
+        self._watch = asyncio.get_running_loop().create_task(self.watch())
 
     async def close(self) -> None:
         """Stop renewing; release the groups not finished (stopped, or their pages failed to be
         stored), so others may take them at once."""
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
         await asyncio.gather(*self._endings, return_exceptions=True)
         await self.claims.close()
 

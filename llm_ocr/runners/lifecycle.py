@@ -377,6 +377,10 @@ class PageWork:
             self.groups.room.slots = lambda: flow.slot_use
             flow.admit = cast(Callable[[RefT], Awaitable[bool]], self.groups.admit)  # pages of documents
             flow.preferred = cast(Callable[[RefT], bool], self.groups.started)
+            flow.page_key = self.groups.page_key
+            flow.left_out = cast(Callable[[RefT, Any], bool], self.groups.left_out)
+            flow.returned = cast(Callable[[RefT, Any, bool], None], self.groups.returned)
+            self.groups.cancel_pages = flow.cancel_pages
         async with adapting(self.controller):
             await flow.run(intake)
         self.documents[writes[0]] |= flow.documents

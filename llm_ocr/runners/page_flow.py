@@ -18,7 +18,17 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Hashable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -269,6 +279,15 @@ class PageFlow(Generic[RefT, ItemT]):
         #: Whether a page may go ahead of the waiting pages it does not accept (work groups: the
         #: pages of started groups go before those of groups only claimed; :meth:`Waiting.take`).
         self.preferred: Callable[[RefT], bool] | None = None
+        #: Work groups read by two processes (docs/stragglers.md, second readers): a page's key,
+        #: whether a rendered page is to be left out when its turn comes (the other reader wrote
+        #: it), and a call made as its handler returns (its row is on its way) or is left out.
+        self.page_key: Callable[[ItemT], Hashable] | None = None
+        self.left_out: Callable[[RefT, ItemT], bool] | None = None
+        self.returned: Callable[[RefT, ItemT, bool], None] | None = None
+        #: The handlers running now, by page key (:meth:`cancel_pages`).
+        self._in_handler: dict[Hashable, asyncio.Future[Any]] = {}
+        self._stopped: set[Hashable] = set()
         #: Pages the intake has estimated and not rendered yet (:mod:`.render_order`).
         self.pages_ahead = 0
         self._doc_pending: dict[str, int] = {}
@@ -430,6 +449,15 @@ class PageFlow(Generic[RefT, ItemT]):
             if entry is None or self._fatal is not None:
                 self._slots.release()
                 return
+            if self.left_out is not None and self.left_out(entry.ref, entry.item):
+                # Another reader of its work group wrote it while it waited here.
+                self._slots.release()
+                self.counters.pages_skipped += 1
+                if self.returned is not None:
+                    self.returned(entry.ref, entry.item, False)
+                for ordered in self.ordered_all:
+                    await ordered.put(entry.seq, None)
+                continue
             if self.admit is not None and not await self.admit(entry.ref):
                 # Read by another process: counted as done, and its place in the order given up.
                 self._slots.release()
@@ -446,8 +474,31 @@ class PageFlow(Generic[RefT, ItemT]):
         held = _HeldSlot(self)
         _HELD.set(held)  # this task's own context: the handler may give the slot up (give_up_slot)
         rows: list[dict[str, Any] | None] = [None] * len(self.writers)
+        key = self.page_key(item) if self.page_key is not None else None
         try:
-            returned = await self.handler(ref, item, num_pages)
+            if key is None:
+                returned = await self.handler(ref, item, num_pages)
+            else:
+                # Its own task, so that :meth:`cancel_pages` stops the request and nothing else.
+                inner = asyncio.ensure_future(self.handler(ref, item, num_pages))
+                self._in_handler[key] = inner
+                try:
+                    returned = await inner
+                except asyncio.CancelledError:
+                    if not (key in self._stopped and inner.cancelled()):
+                        raise  # the flow itself is cancelled
+                    self.counters.pages_skipped += 1  # another reader wrote it: no row from here
+                    return
+                finally:
+                    self._in_handler.pop(key, None)
+                    # Stopped only if the handler ended by the stop: one that answered anyway has
+                    # its row on the way (the group's log leaves it out if it is a second one).
+                    # A flow cancelled as a whole says nothing: the page stays unsettled, and its
+                    # group is released, not ended.
+                    stopped = key in self._stopped and inner.cancelled()
+                    self._stopped.discard(key)
+                    if self.returned is not None and (stopped or not inner.cancelled()):
+                        self.returned(ref, item, not stopped)
             results = returned if isinstance(returned, tuple) else (returned,)
             result = results[0]
             assert result is not None, "the first writer's row is the page's own"
@@ -480,6 +531,19 @@ class PageFlow(Generic[RefT, ItemT]):
                     if self._fatal is None:
                         self._fatal = exc
                         self.stop.set()
+
+    def cancel_pages(self, keys: Iterable[Hashable]) -> set[Hashable]:
+        """Stop the requests of the pages ``keys`` whose handlers are running (another reader of
+        their work group wrote them): they end with no row. Returns the keys stopped; a page whose
+        handler has returned keeps its row (the group's log leaves it out if it is a second one)."""
+        stopped = set()
+        for key in keys:
+            inner = self._in_handler.pop(key, None)
+            if inner is not None and not inner.done():
+                inner.cancel()
+                stopped.add(key)
+                self._stopped.add(key)
+        return stopped
 
     async def _wait_tasks(self) -> None:
         abandoned = await finish_in_flight(self._tasks, self.stop, self.settings.grace_period)

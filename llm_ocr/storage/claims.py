@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 
 CLAIMS_DIR = "claims"
 _FILE_RE = re.compile(r"(\d{6})-(\d{4,})(?:\.(done|released))?\.json$")
+#: ``GGGGGG-EEEE.second.json``: a second reader of epoch ``E`` (not a claim: older readers skip it).
+_SECOND_RE = re.compile(r"(\d{6})-(\d{4,})\.second\.json$")
 _SHARD_RE = re.compile(r"(\d{5})-of-(\d{5})$")
 
 End = Literal["done", "released"]
@@ -145,12 +147,15 @@ class Claim:
     started: bool = True
     #: The holding process (:func:`this_process`), if known.
     process: Process | None = None
+    #: When its holder started reading the group (wall clock; 0: reserved, or an older llm-ocr).
+    started_at: float = 0.0
 
     def to_bytes(self) -> bytes:
         process = None if self.process is None else dict(zip(("boot", "pid_namespace", "pid", "start"), self.process))
         return json.dumps({"holder": self.holder, "by_shard": self.by_shard, "expires_at": self.expires_at,
                            "shard": self.group.shard, "num_shards": self.group.num_shards, "group": self.group.group,
-                           "epoch": self.epoch, "started": self.started, "process": process}, sort_keys=True).encode()
+                           "epoch": self.epoch, "started": self.started, "process": process,
+                           "started_at": self.started_at}, sort_keys=True).encode()
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,8 @@ class GroupView:
 
     epoch: int
     ending: End | None = None
+    #: Whether a second reader has joined the latest epoch (:meth:`ClaimBook.join`).
+    second: bool = False
 
     @property
     def finished(self) -> bool:
@@ -225,13 +232,21 @@ class ClaimBook:
         name = f"{group.group:06d}-{epoch:04d}" + (f".{ending}" if ending else "") + ".json"
         return self.out.path(*self.folder(group.shard), name)
 
+    def second_path(self, group: GroupId, epoch: int) -> str:
+        """Where the second reader of epoch ``epoch`` of ``group`` is recorded."""
+        return self.out.path(*self.folder(group.shard), f"{group.group:06d}-{epoch:04d}.second.json")
+
     # -- reading --------------------------------------------------------------------------------
 
     def view(self, shard: int) -> ShardView:
         """``shard``'s claimed groups: one listing, no reads."""
         view = ShardView()
         endings: dict[tuple[int, int], End] = {}
+        seconds: set[tuple[int, int]] = set()
         for path in self.out.glob(*self.folder(shard), "*.json"):
+            if (second := _SECOND_RE.search(path)) is not None:
+                seconds.add((int(second.group(1)), int(second.group(2))))
+                continue
             match = _FILE_RE.search(path)
             if match is None:
                 continue
@@ -243,6 +258,7 @@ class ClaimBook:
                 view.groups[group] = GroupView(epoch)
         for group, seen in view.groups.items():
             seen.ending = endings.get((group, seen.epoch))
+            seen.second = (group, seen.epoch) in seconds
         return view
 
     def claim(self, group: GroupId, epoch: int) -> Claim | None:
@@ -255,7 +271,8 @@ class ClaimBook:
         return Claim(group, epoch, str(data["holder"]), int(data["by_shard"]), float(data["expires_at"]),
                      bool(data.get("started", True)),
                      None if not process else (str(process["boot"]), str(process["pid_namespace"]),
-                                               int(process["pid"]), int(process["start"])))
+                                               int(process["pid"]), int(process["start"])),
+                     float(data.get("started_at") or 0.0))
 
     def ending(self, group: GroupId, epoch: int, state: End) -> Ending | None:
         """What the holder of ``epoch`` recorded when it ended (None: it has not)."""
@@ -293,6 +310,15 @@ class ClaimBook:
             return "free"
         return "held" if claim.started else "reserved"
 
+    def reading(self, group: GroupId, seen: GroupView | None) -> Claim | None:
+        """The claim of ``group`` if its holder is reading it now (:meth:`state` is ``held``)."""
+        if seen is None or seen.ending is not None:
+            return None
+        claim = self.claim(group, seen.epoch)
+        if claim is None or not claim.started or self.clock() > claim.expires_at:
+            return None
+        return None if holder_ended(claim.process, self.here) else claim
+
     def is_free(self, group: GroupId, seen: GroupView | None) -> bool:
         """Whether anyone may take ``group`` now (:meth:`state` is ``free``)."""
         return self.state(group, seen) == "free"
@@ -303,8 +329,9 @@ class ClaimBook:
         """Claim ``group`` after ``seen`` (its latest epoch as read: None if unclaimed): create the
         next epoch atomically, started or only reserved. Returns the claim, or None if another
         process created it first."""
-        claim = Claim(group, (seen.epoch if seen else 0) + 1, self.holder, self.shard, self.clock() + self.lease,
-                      started, self.process)
+        now = self.clock()
+        claim = Claim(group, (seen.epoch if seen else 0) + 1, self.holder, self.shard, now + self.lease,
+                      started, self.process, now if started else 0.0)
         if self.out.create_exclusive(self.path(group, claim.epoch), claim.to_bytes()):
             log.debug("claimed %s (epoch %d%s)", group, claim.epoch, "" if started else ", reserved")
             return claim
@@ -314,11 +341,23 @@ class ClaimBook:
         """Begin reading a group this holder reserved: create its next epoch, started. None when
         another process created that epoch first: it took the group, and this holder sends none
         of its pages."""
-        started = Claim(claim.group, claim.epoch + 1, self.holder, self.shard, self.clock() + self.lease,
-                        process=self.process)
+        now = self.clock()
+        started = Claim(claim.group, claim.epoch + 1, self.holder, self.shard, now + self.lease,
+                        process=self.process, started_at=now)
         if self.out.create_exclusive(self.path(claim.group, started.epoch), started.to_bytes()):
             return started
         return None
+
+    def join(self, claim: Claim) -> bool:
+        """Join ``claim``'s epoch as its one second reader (an atomic create): False if another
+        process did first. The holder keeps the claim; the second reader writes rows only."""
+        record = {"holder": self.holder, "by_shard": self.shard, "at": self.clock()}
+        return self.out.create_exclusive(self.second_path(claim.group, claim.epoch),
+                                         json.dumps(record, sort_keys=True).encode())
+
+    def joined(self, claim: Claim) -> bool:
+        """Whether a second reader joined ``claim``'s epoch."""
+        return self.out.exists(self.second_path(claim.group, claim.epoch))
 
     def superseded(self, claim: Claim) -> bool:
         """Whether a later epoch exists: the group was taken over."""
@@ -342,8 +381,9 @@ class ClaimBook:
 
 
 #: Which way a process came to a group it claims (:meth:`Claims.queue`): its own shard's, another
-#: shard's, or its own taken back from another process.
-Kind = Literal["own", "other", "back"]
+#: shard's, its own taken back from another process, or one it reads as a second reader (the
+#: holder keeps its claim: :meth:`ClaimBook.join`).
+Kind = Literal["own", "other", "back", "second"]
 
 
 @dataclass
@@ -373,16 +413,19 @@ class Claims:
         book: the claim files, as this process sees and makes them.
         groups_of: how many groups a shard has.
         steal: whether groups of other shards are taken.
+        second_readers: whether, with nothing left to take, this process joins a group another
+            process is reading as its second reader (docs/stragglers.md).
         stop: set when the run stops: nothing more is claimed.
         retry_errors, keep_quarantined: an own group done with error rows (quarantined ones
             without ``keep_quarantined``) is taken again to retry them.
     """
 
     def __init__(self, book: ClaimBook, groups_of: Callable[[int], int], *, steal: bool, stop: asyncio.Event,
-                 retry_errors: bool = True, keep_quarantined: bool = True) -> None:
+                 retry_errors: bool = True, keep_quarantined: bool = True, second_readers: bool = False) -> None:
         self.book = book
         self.groups_of = groups_of
         self.steal = steal
+        self.second_readers = steal and second_readers
         self.stop = stop
         self.retry_errors = retry_errors
         self.keep_quarantined = keep_quarantined
@@ -478,9 +521,9 @@ class Claims:
             ahead()
             again = False
             if self.steal:
-                taken, again = self._take_other(now)
+                taken, kind, again = self._take_other(now)
                 if taken is not None:
-                    yield taken, "other"
+                    yield taken, kind
                     continue
             if not waiting and not again:
                 # An own group claimed ahead here and taken by another process before it started
@@ -501,12 +544,15 @@ class Claims:
                 else:
                     self._sleep(min(poll, 1.0 if self._reading_own(waiting) else max(1.0, len(waiting) / 8)))
 
-    def _take_other(self, now: Callable[[float], bool]) -> tuple[Claim | None, bool]:
+    def _take_other(self, now: Callable[[float], bool]) -> tuple[Claim | None, Kind, bool]:
         """A group of another shard: an unclaimed one from the end of the shard with the most
         unclaimed (its owner reads from the start), else a free one (released, or its lease ran
-        out), else, if this process could send its pages at once, a reserved one. Returns the
-        claim (None: none taken) and whether to look again later: reserved groups are left, or
-        another process claimed a group first (it may be this one's to take once reserved)."""
+        out), else, if this process could send its pages at once, a reserved one, else (with
+        ``second_readers``, and room) the group another process started longest ago and nobody
+        has joined, as its second reader (the holder's claim, kind ``second``). Returns the claim
+        (None: none taken), its kind, and whether to look again later: reserved or unjoined
+        groups are left, or another process claimed a group first (it may be this one's to take
+        once reserved)."""
         candidates = []
         for shard in range(self.book.num_shards):
             if shard == self.book.shard or self.stop.is_set():
@@ -517,12 +563,13 @@ class Claims:
             if unclaimed or open_:
                 candidates.append((len(unclaimed), shard, unclaimed, open_, view))
         reserved: list[tuple[GroupId, GroupView]] = []
+        reading: list[tuple[GroupId, GroupView]] = []
         lost_race = False
         for _, shard, unclaimed, open_, view in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
             for number in reversed(unclaimed):
                 if (claim := self.take(GroupId(shard, self.book.num_shards, number), None)) is not None:
                     log.info("taking %s (unclaimed)", claim.group)
-                    return claim, False
+                    return claim, "other", False
                 lost_race = True
             for number in open_:
                 group, seen = GroupId(shard, self.book.num_shards, number), view.groups[number]
@@ -533,18 +580,61 @@ class Claims:
                 if state == "free":
                     if (claim := self.take(group, seen)) is not None:
                         log.info("taking %s from its holder (released, ended, or its lease ran out)", group)
-                        return claim, False
+                        return claim, "other", False
                     lost_race = True
                 elif state == "reserved":
                     reserved.append((group, seen))
+                elif state == "held" and not seen.second:
+                    reading.append((group, seen))
         for group, seen in reserved:
             if not now(0.0):
-                return None, True
+                return None, "other", True
             if (claim := self.take(group, seen, started=True)) is not None:
                 log.info("taking %s, claimed ahead by a process that had not started it", group)
-                return claim, False
+                return claim, "other", False
             lost_race = True
-        return None, lost_race
+        if self.second_readers and not reserved and not lost_race:
+            reading += self._own_read_elsewhere()
+        if self.second_readers and reading and not reserved and not lost_race:
+            joined = self._join_oldest(reading, now)
+            if joined is not None:
+                return joined, "second", False
+            return None, "other", True
+        return None, "other", lost_race
+
+    def _own_read_elsewhere(self) -> list[tuple[GroupId, GroupView]]:
+        """This shard's groups another process is reading, nobody beside it: a second reader's
+        candidates too (a slow process that took them holds up this shard's own end)."""
+        view = self.book.view(self.book.shard)
+        found = []
+        for number, seen in view.groups.items():
+            group = GroupId(self.book.shard, self.book.num_shards, number)
+            with self._lock:
+                if group in self.held:
+                    continue
+            if not seen.finished and not seen.second and seen.ending is None:
+                found.append((group, seen))
+        return found
+
+    def _join_oldest(self, reading: list[tuple[GroupId, GroupView]], now: Callable[[float], bool]) -> Claim | None:
+        """Join, as its second reader, the group among ``reading`` that its holder started
+        longest ago, if this process has room to send its pages at once. Nothing is left to take
+        anywhere by then: the slots it fills would otherwise stay idle to the run's end, and each
+        group gets one second reader at most, so the run reads at most one copy of the pages
+        still in flight when the first process runs out of work."""
+        if not now(0.0):
+            return None
+        # Never a group this process holds: one it ended since the listing still reads as held.
+        claims = [(claim, seen) for group, seen in reading
+                  if (claim := self.book.reading(group, seen)) is not None and claim.holder != self.book.holder]
+        for claim, _ in sorted(claims, key=lambda c: (c[0].started_at, c[0].group.shard, c[0].group.group)):
+            if self.stop.is_set():
+                return None
+            if self.book.join(claim):
+                log.info("reading %s beside its holder (shard %d), which started it %.0f s ago", claim.group,
+                         claim.by_shard, max(0.0, self.book.clock() - claim.started_at))
+                return claim
+        return None
 
     def _reading_own(self, waiting: dict[int, GroupView | None]) -> bool:
         """Whether one of the own groups waited for is held here."""
@@ -572,6 +662,11 @@ class Claims:
         """Whether this process holds ``group`` (not ended, not lost to another process)."""
         with self._lock:
             return group in self.held
+
+    def claim_of(self, group: GroupId) -> Claim | None:
+        """The claim this process holds on ``group`` (None: not held here)."""
+        with self._lock:
+            return self.held.get(group)
 
     def start(self, group: GroupId) -> bool:
         """Start reading a held group (its first page is about to be sent): a reserved claim becomes

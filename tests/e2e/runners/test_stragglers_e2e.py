@@ -103,8 +103,8 @@ def test_a_stuck_shards_groups_are_read_by_the_others_then_its_rerun_reads_what_
         slow = start(shard_command(docs, out, stuck, 2, 3, "--max-in-flight", "1", "--grace-period", "1"))
         try:
             wait_until_held(stuck, held_at, process=slow)
-            for shard in (0, 1):
-                done = run_shard(shard_command(docs, out, fast, shard, 3))
+            for shard in (0, 1):  # no second reader of the one group it began: what it let go is the test
+                done = run_shard(shard_command(docs, out, fast, shard, 3, "--no-second-readers"))
                 assert done.returncode == 0, done.stderr[-3000:]
             taken = sum(marker(out, s, 3)["groups"]["taken_from_other_shards"].get("00002", 0) for s in (0, 1))
             assert taken == 7  # the others read every group of the stuck shard but the one it began
@@ -135,6 +135,39 @@ def test_a_stuck_shards_groups_are_read_by_the_others_then_its_rerun_reads_what_
         for shard in range(3):
             assert run_shard(shard_command(docs, out, idle, shard, 3)).returncode == 0
         assert idle.requests() == []
+
+
+def test_a_stuck_shards_started_group_is_read_beside_it_and_its_request_is_stopped(tmp_path: Path) -> None:
+    """Second readers: every request of shard 1 is held for ever (it started first, and reserves
+    and begins groups of shard 0 too). Shard 0 takes what is free or only reserved, and joins each
+    group shard 1 began as its second reader and stores its page; shard 1 sees the page stored,
+    stops its request (the simulator sees its client leave), ends the group, and begins its next,
+    until nothing is left: both exit 0 with their completion markers, no rerun needed."""
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=4, pages=1)  # 2 documents a shard, groups of one
+    out = tmp_path / "out"
+    with SimulatedServer(corpus=docs) as stuck, SimulatedServer(corpus=docs) as fast:
+        held_at = hold_request(stuck, after=0, count=1000)
+        slow = start(shard_command(docs, out, stuck, 1, 2, "--max-in-flight", "1", "--group-docs", "1"))
+        try:
+            wait_until_held(stuck, held_at, process=slow)
+            done = run_shard(shard_command(docs, out, fast, 0, 2, "--group-docs", "1"))
+            assert done.returncode == 0, done.stderr[-3000:]
+            code, err = finish(slow)
+            assert code == 0, err[-3000:]
+        finally:
+            if slow.poll() is None:
+                os.killpg(slow.pid, signal.SIGKILL)
+        # Each request shard 1 stopped is a page it left to the other reader; the simulator logs
+        # a held request once it notices its client gone.
+        left = marker(out, 1, 2)["groups"]["second_reader"]["pages_left_to_the_other_reader"]
+        wait_until(lambda: len(stuck.requests()) >= left, "the simulator logged every request shard 1 stopped")
+        assert left >= 1 and [r["outcome"] for r in stuck.requests()] == ["hang"] * left  # none answered
+    assert_every_page_once(out, docs)
+    # Shard 0 joined each group shard 1 began and read its page; shard 1 ended each itself.
+    second = marker(out, 0, 2)["groups"]["second_reader"]
+    assert second["groups_joined"] == second["pages_sent"] == left
+    assert readers(out, 0, 2)[1] + readers(out, 1, 2)[1] == left
 
 
 def test_a_killed_shards_groups_are_finished_by_the_others_once_its_lease_runs_out(tmp_path: Path) -> None:
