@@ -386,6 +386,12 @@ class GroupWork:
             held.all_yielded = not self.stop.is_set() and self._holds(group, held)
         self._maybe_end(group)
 
+    def shared(self, group: GroupId) -> bool:
+        """Whether ``group`` is read here and by another process (its rows are stored as they come)."""
+        with self._lock:
+            held = self.held.get(group)
+            return held is not None and held.shared
+
     def _holds(self, group: GroupId, held: HeldGroup) -> bool:
         """Whether this process still reads ``group``: it holds the claim, or reads it second."""
         return held.second or self.claims.holds(group)
@@ -489,11 +495,15 @@ class GroupWork:
             with self._lock:
                 held = [(g, h) for g, h in self.held.items() if h.started and h.open and not h.ended]
             for group, state in held:
+                shared = state.shared
                 try:
                     stored = await asyncio.to_thread(self._stored_elsewhere, group, state)
                 except Exception as exc:  # noqa: BLE001 - the store may be away: the next look may get through
                     log.warning("could not read the parts of %s: %s", group, exc)
                     continue
+                if state.shared and not shared:  # a second reader joined: what was read here, it need not read
+                    for writer in list(self._writers.values()):
+                        await writer.store(group)
                 if stored:
                     self._leave(group, state, stored)
 
@@ -687,8 +697,14 @@ class GroupWriter(SerialWriter):
         rows.append(row)
         with self._unsettled_lock:
             on_the_way = self._unsettled.get(group, 0)
-        if len(rows) >= self.max_rows or self.work.rows_pending(group, self.folder, len(rows) + on_the_way):
+        if (len(rows) >= self.max_rows or self.work.shared(group)
+                or self.work.rows_pending(group, self.folder, len(rows) + on_the_way)):
+            # A group two processes read: each row is stored as it comes, so the other leaves its page out.
             await self._store([group])
+
+    async def store(self, group: GroupId) -> None:
+        """Store ``group``'s buffered rows now (a second reader joined it: they are pages it need not read)."""
+        await self._store([group])
 
     async def flush(self) -> None:
         await self._store([group for group, rows in self._rows.items() if rows])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from llm_ocr.options import StealOptions
@@ -174,3 +175,47 @@ def test_a_stopped_request_gives_no_row_and_a_page_left_out_is_never_sent(tmp_pa
     assert sorted(calls) == [(1, False), (2, False), (3, True)]
     assert flow.counters.pages_skipped == 2 and flow.counters.pages["ok"] == 1
     assert flow.slot_use == (1, 1) and flow._slots._value == 1  # type: ignore[union-attr]
+
+
+def test_once_a_second_reader_joins_each_reader_stores_its_rows_as_they_come_and_the_other_leaves_them_out(
+        tmp_path: Path) -> None:
+    """A holder keeps a group's rows until the group ends; with a second reader that would make it
+    read every page the holder had answered. Once the holder sees the join it stores what it has,
+    and both store each row as it comes: the other reader leaves those pages out."""
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=2, pages=3)
+    out = Storage(str(tmp_path / "out"))
+    holder, second = work(out, docs, 1), work(out, docs, 0)
+    GroupLog(out.child("extract"), page_schema(), 0, 2, 0).append([row("doc000.pdf", p) for p in (1, 2, 3)])
+    mine = out.child("extract")
+
+    async def until(condition: Callable[[], bool], watcher: GroupWork) -> None:
+        watch = asyncio.create_task(watcher.watch(every=0.01))
+        try:
+            while not condition():  # noqa: ASYNC110 - the watch's own polling, in small steps
+                await asyncio.sleep(0.01)
+        finally:
+            watch.cancel()
+
+    async def play() -> None:
+        ref = next(holder_pulls)
+        holder.planned(ref, [1, 2, 3])
+        for _ in range(3):
+            assert await holder.admit(ref)
+        writer = holder.writer("extract")
+        await writer.add(row(ref.doc_id, 1))  # answered, kept: its group has two pages to go
+        assert ("doc001.pdf", 1) not in keys(mine)
+        second.planned(next(second_pulls), [])  # its own group is done
+        joined = next(second_pulls)
+        second.planned(joined, [1, 2, 3])  # nothing of the group was stored when it joined
+        await asyncio.wait_for(until(lambda: ("doc001.pdf", 1) in keys(mine), holder), 60)  # stored on the join
+        await writer.add(row(ref.doc_id, 2))  # from now on each row is stored as it comes (by the writer's thread)
+        await asyncio.wait_for(until(lambda: ("doc001.pdf", 2) in keys(mine), holder), 60)
+        await asyncio.wait_for(until(lambda: second.left_out(joined, PageFailure("doc001.pdf", 1, "x")), second), 60)
+        assert second.left_out(joined, PageFailure("doc001.pdf", 2, "x"))
+        assert not second.left_out(joined, PageFailure("doc001.pdf", 3, "x"))  # still to be read by either
+        await writer.close()
+
+    holder_pulls, second_pulls = holder.documents(), second.documents()
+    asyncio.run(play())
+    assert second.stats.pages_left_to_the_other_reader == 2
