@@ -398,13 +398,15 @@ class GroupWork:
 
     # -- planning and sending (from the page flow, on the event loop) ----------------------------
 
-    def planned(self, ref: DocumentRef, pages: list[int]) -> None:
-        """The intake will hand rows for ``pages`` of ``ref`` (none: the document is done)."""
+    def planned(self, ref: DocumentRef, pages: list[int]) -> list[int] | None:
+        """The intake will hand rows for ``pages`` of ``ref`` (none: the document is done). Returns
+        the order to read them in when it is not theirs: a second reader reads from the end, so
+        that it and the holder, reading from the start, meet rather than race for the same pages."""
         with self._lock:
             group = self._doc_group.get(ref.doc_id)
             if group is None or (held := self.held.get(group)) is None:
                 self.room.planned(ref.doc_id)
-                return
+                return None
             held.docs_planned += 1
             held.unsent += len(pages)
             held.expected[self.folders[0]] += len(pages)
@@ -417,6 +419,7 @@ class GroupWork:
                     name for name in self.folders[1:] if page not in described))
         self.room.planned(ref.doc_id, len(pages), started=held.started)
         self._maybe_end(group, soon=True)
+        return pages[::-1] if held.second else None
 
     async def admit(self, ref: DocumentRef | None) -> bool:
         """Whether a page of ``ref`` may be sent now: the first page of a group starts it

@@ -637,7 +637,7 @@ class DocumentPages:
         storage_options: dict[str, Any] | None = None,
         estimate_text: bool = False,
         look_ahead: LookAhead[PageImage | PageFailure] = IN_ORDER,
-        planned: Callable[[DocumentRef, list[int]], None] | None = None,
+        planned: Callable[[DocumentRef, list[int]], list[int] | None] | None = None,
         max_aspect: float = 0.0,
         estimate_ahead: int = 0,
         paced: bool = False,
@@ -663,8 +663,9 @@ class DocumentPages:
         self.look_ahead = replace(look_ahead, expected=self._expected(look_ahead.expected)) if self.estimate_ahead \
             else look_ahead
         #: Told, for each document, which pages will get a row this run (page 0: the document
-        #: could not be opened; none: it is done): work groups end when those rows are stored.
-        self.planned = planned or (lambda ref, pages: None)
+        #: could not be opened; none: it is done): work groups end when those rows are stored. It
+        #: may answer the order to render them in (a group's second reader: from the end).
+        self.planned: Callable[[DocumentRef, list[int]], list[int] | None] = planned or (lambda ref, pages: None)
 
     def over(self, documents: Iterable[DocumentRef]) -> DocumentPages:
         """This intake over ``documents`` instead, each read whatever its hash (duplicates whose
@@ -794,7 +795,7 @@ class DocumentPages:
         # Counted from the input, not from the rows: the end-of-run line checks the rows against it.
         counters.pages_found += num_pages
         counters.pages_skipped += num_pages - len(todo)
-        self.planned(ref, todo)
+        todo = self.planned(ref, todo) or todo
         if not todo:
             if cleanup:
                 cleanup()

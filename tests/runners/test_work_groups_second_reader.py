@@ -199,7 +199,7 @@ def test_once_a_second_reader_joins_each_reader_stores_its_rows_as_they_come_and
 
     async def play() -> None:
         ref = next(holder_pulls)
-        holder.planned(ref, [1, 2, 3])
+        assert holder.planned(ref, [1, 2, 3]) is None  # its holder reads them in their order
         for _ in range(3):
             assert await holder.admit(ref)
         writer = holder.writer("extract")
@@ -207,7 +207,8 @@ def test_once_a_second_reader_joins_each_reader_stores_its_rows_as_they_come_and
         assert ("doc001.pdf", 1) not in keys(mine)
         second.planned(next(second_pulls), [])  # its own group is done
         joined = next(second_pulls)
-        second.planned(joined, [1, 2, 3])  # nothing of the group was stored when it joined
+        # Nothing of the group was stored when it joined; it reads from the end, toward the holder.
+        assert second.planned(joined, [1, 2, 3]) == [3, 2, 1]
         await asyncio.wait_for(until(lambda: ("doc001.pdf", 1) in keys(mine), holder), 60)  # stored on the join
         await writer.add(row(ref.doc_id, 2))  # from now on each row is stored as it comes (by the writer's thread)
         await asyncio.wait_for(until(lambda: ("doc001.pdf", 2) in keys(mine), holder), 60)
