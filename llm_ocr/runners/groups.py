@@ -386,6 +386,11 @@ class GroupWork:
             held.all_yielded = not self.stop.is_set() and self._holds(group, held)
         self._maybe_end(group)
 
+    def read_second(self, ref: DocumentRef | None) -> bool:
+        """Whether ``ref``'s group is read here as its second reader (its pages go from the end)."""
+        _, held = self._held_of(ref)
+        return held is not None and held.second
+
     def shared(self, group: GroupId) -> bool:
         """Whether ``group`` is read here and by another process (its rows are stored as they come)."""
         with self._lock:

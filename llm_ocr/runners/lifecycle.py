@@ -381,6 +381,7 @@ class PageWork:
             flow.left_out = cast(Callable[[RefT, Any], bool], self.groups.left_out)
             flow.returned = cast(Callable[[RefT, Any, bool], None], self.groups.returned)
             self.groups.cancel_pages = flow.cancel_pages
+            flow.in_render_order = cast(Callable[[RefT], bool], self.groups.read_second)
         async with adapting(self.controller):
             await flow.run(intake)
         self.documents[writes[0]] |= flow.documents

@@ -77,6 +77,8 @@ class Waiting(Generic[RefT, ItemT]):
     def __init__(self, look_ahead: LookAhead[ItemT]) -> None:
         self.look_ahead = look_ahead
         self._heap: list[Entry[RefT, ItemT]] = []
+        #: Whose pages are not ranked but kept in the order they come (set by the page flow).
+        self.in_render_order: Callable[[RefT], bool] | None = None
         self._seq = 0
         self._bytes = 0
         self._known_sum = 0.0
@@ -118,7 +120,10 @@ class Waiting(Generic[RefT, ItemT]):
                 self._known_sum += expected
                 self._known_count += 1
             nbytes = self.look_ahead.size(item)
-            entry = Entry((-self._rank(expected), self._seq), self._seq, ref, item, num_pages, nbytes)
+            # Pages of a document read in its intake's order go after every ranked page, in that
+            # order (a work group's second reader: from the group's end, toward its holder).
+            rank = 0.0 if self.in_render_order is not None and self.in_render_order(ref) else -self._rank(expected)
+            entry = Entry((rank, self._seq), self._seq, ref, item, num_pages, nbytes)
             self._seq += 1
             heapq.heappush(self._heap, entry)
             self._bytes += nbytes

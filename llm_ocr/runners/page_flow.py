@@ -285,6 +285,8 @@ class PageFlow(Generic[RefT, ItemT]):
         self.page_key: Callable[[ItemT], Hashable] | None = None
         self.left_out: Callable[[RefT, ItemT], bool] | None = None
         self.returned: Callable[[RefT, ItemT, bool], None] | None = None
+        #: Whose pages go in the order they are rendered, not longest first (a second reader's).
+        self.in_render_order: Callable[[RefT], bool] | None = None
         #: The handlers running now, by page key (:meth:`cancel_pages`).
         self._in_handler: dict[Hashable, asyncio.Future[Any]] = {}
         self._stopped: set[Hashable] = set()
@@ -332,6 +334,7 @@ class PageFlow(Generic[RefT, ItemT]):
     async def run(self, intake: Intake[RefT, ItemT]) -> None:
         """Handle every page ``intake`` gives; returns when all rows are handed to the writers."""
         waiting: Waiting[RefT, ItemT] = Waiting(intake.look_ahead)
+        waiting.in_render_order = self.in_render_order
         self.waiting = waiting
         if intake.look_ahead.pages > 0:
             self.counters.look_ahead = {"pages": intake.look_ahead.pages, "mb": in_megabytes(intake.look_ahead.bytes)}

@@ -220,3 +220,22 @@ def test_once_a_second_reader_joins_each_reader_stores_its_rows_as_they_come_and
     holder_pulls, second_pulls = holder.documents(), second.documents()
     asyncio.run(play())
     assert second.stats.pages_left_to_the_other_reader == 2
+
+
+def test_a_second_readers_pages_go_in_the_order_rendered_not_longest_first() -> None:
+    """Ranked longest first, both readers of a group would send the same pages first and race for
+    them; a second reader's go in its render order (from the group's end), after ranked ones."""
+    from llm_ocr.runners.look_ahead import LookAhead, Waiting
+
+    expected = {1: 5.0, 2: 1.0, 3: 9.0}
+    waiting: Waiting[str, PageFailure] = Waiting(LookAhead(16, 1 << 30, expected=lambda item: expected[item.page]))
+    waiting.in_render_order = lambda ref: ref == "second"
+    waiting.add("second", [PageFailure("s", p, "x") for p in (3, 2, 1)], 3)  # rendered from the end
+    waiting.add("held", [PageFailure("h", p, "x") for p in (1, 2, 3)], 3)
+
+    async def order() -> list[tuple[str, int]]:
+        return [((entry := await waiting.take(asyncio.Event())).ref, entry.item.page)  # type: ignore[union-attr]
+                for _ in range(6)]
+
+    assert asyncio.run(order()) == [("held", 3), ("held", 1), ("held", 2), ("second", 3), ("second", 2),
+                                    ("second", 1)]
