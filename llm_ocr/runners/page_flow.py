@@ -798,13 +798,14 @@ class DocumentPages:
         # Counted from the input, not from the rows: the end-of-run line checks the rows against it.
         counters.pages_found += num_pages
         counters.pages_skipped += num_pages - len(todo)
-        todo = self.planned(ref, todo) or todo
+        order = self.planned(ref, todo)
+        todo = order or todo
         if not todo:
             if cleanup:
                 cleanup()
             return None
         flow.expect(ref.doc_id, len(todo))
-        return OpenDocument(ref, local, num_pages, todo, cleanup)
+        return OpenDocument(ref, local, num_pages, todo, cleanup, backward=order is not None)
 
     def chunk(self, opened: OpenDocument, pages: list[int],
               cleanup: Callable[[], None] | None) -> Batch[DocumentRef, PageImage | PageFailure]:

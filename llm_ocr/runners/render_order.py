@@ -83,6 +83,8 @@ class OpenDocument:
     num_pages: int
     todo: list[int]
     cleanup: Callable[[], None] | None
+    #: Read in the reverse of the order its holder reads it in (a work group's second reader).
+    backward: bool = False
 
 
 @dataclass(order=True)
@@ -117,23 +119,29 @@ class RenderPlan(Generic[DocT]):
     def __len__(self) -> int:
         return len(self._heap)
 
-    def add(self, doc: DocT, place: int, pages: Sequence[int], costs: Sequence[float | None]) -> int:
+    def add(self, doc: DocT, place: int, pages: Sequence[int], costs: Sequence[float | None],
+            backward: bool = False) -> int:
         """Plan the ``pages`` of ``doc`` (the ``place``-th document of the input) at their expected
         ``costs``; returns how many chunks they make. A page without an estimate ranks with the
         average of the pages known so far (neither ahead of those known to be long nor behind
-        those known to be short)."""
+        those known to be short). ``backward``: in the exact reverse of that order (a work
+        group's second reader, which meets its holder instead of racing it for the same pages)."""
         known = [c for c in costs if c is not None]
         self._known_sum += sum(known)
         self._known_count += len(known)
         average = self._known_sum / self._known_count if self._known_count else 0.0
-        ranked = sorted(zip(pages, (average if c is None else float(c) for c in costs)), key=lambda pc: (-pc[1], pc[0]))
+        ranked = sorted(zip(pages, (average if c is None else float(c) for c in costs)), key=lambda pc: (-pc[1], pc[0]),
+                        reverse=backward)
         parts: list[list[tuple[int, float]]] = []
         for page, cost in ranked:
-            if not parts or len(parts[-1]) == self.chunk_pages or cost < parts[-1][0][1] * SIMILAR_COST:
+            if (not parts or len(parts[-1]) == self.chunk_pages
+                    or (not backward and cost < parts[-1][0][1] * SIMILAR_COST)):
                 parts.append([])
             parts[-1].append((page, cost))
         for number, part in enumerate(parts):
-            heapq.heappush(self._heap, PlannedChunk((-part[0][1], place, number), doc, [p for p, _ in part],
+            # Backward, every chunk of the document ranks as its costliest page, so they go in turn.
+            lead = -ranked[-1][1] if backward else -part[0][1]
+            heapq.heappush(self._heap, PlannedChunk((lead, place, number), doc, [p for p, _ in part],
                                                     [c for _, c in part]))
         self._pages += len(ranked)
         return len(parts)
@@ -237,7 +245,7 @@ class EstimatedOrder:
                 costs += await self._costs(opened, opened.todo[start : start + ESTIMATE_PAGES])
             downloaded = _size(opened.local.location) if opened.cleanup is not None else 0
             document = _Document(opened, 0, downloaded)
-            document.chunks_left = self.plan.add(document, place, opened.todo, costs)
+            document.chunks_left = self.plan.add(document, place, opened.todo, costs, backward=opened.backward)
             self.downloaded += downloaded
             self.flow.pages_ahead = self.plan.pages
         finally:

@@ -171,3 +171,16 @@ def test_images_go_in_input_order_beside_pdfs_read_ahead(tmp_path: Path) -> None
     order = sent_order(folder, ahead=16384)
     # An image has no estimate before it is rendered: it goes as it comes, before planned pages.
     assert order == [("a.png", 1), ("c.png", 1), ("b.pdf", 2), ("b.pdf", 3), ("b.pdf", 1)]
+
+
+def test_backward_a_documents_pages_go_in_the_exact_reverse_of_its_holders_order() -> None:
+    """A work group's second reader plans the same pages at the same costs backward: the two
+    readers meet instead of racing for the costliest pages first (docs/stragglers.md)."""
+    costs = [100, 900, 100, 500, 900, 100]
+    holder: RenderPlan[str] = RenderPlan(chunk_pages=2)
+    holder.add("doc", 0, list(range(1, 7)), costs)
+    second: RenderPlan[str] = RenderPlan(chunk_pages=2)
+    second.add("doc", 0, list(range(1, 7)), costs, backward=True)
+    ahead = [p for _, pages in plan_order(holder) for p in pages]
+    assert ahead == [2, 5, 4, 1, 3, 6]
+    assert [p for _, pages in plan_order(second) for p in pages] == ahead[::-1]
