@@ -166,6 +166,11 @@ class RunKeywords(TypedDict, total=False):
     shard's groups in progress wait before others take them."""
     group_docs: int | None
     """Documents per page group (default: the largest shard's documents / 128; fixed when the output is begun)."""
+    second_readers: bool
+    """With nothing left to take anywhere, read the pages not yet stored of the page group another process started
+    longest ago, beside it (one second reader a group); each stops the requests of pages the other stored first. Spends
+    at most one more reading of the pages in flight at the run's end, on slots that would otherwise idle; the completion
+    marker counts it (docs/stragglers.md)."""
     escalate_to: str | None
     """A stronger model that reads again every page whose first reading trips --escalate-on (llm-ocr run: Extract, then
     Escalate into OUT/escalate, then Describe and Assemble use it)."""
@@ -437,6 +442,11 @@ class ExtractKeywords(TypedDict, total=False):
     shard's groups in progress wait before others take them."""
     group_docs: int | None
     """Documents per page group (default: the largest shard's documents / 128; fixed when the output is begun)."""
+    second_readers: bool
+    """With nothing left to take anywhere, read the pages not yet stored of the page group another process started
+    longest ago, beside it (one second reader a group); each stops the requests of pages the other stored first. Spends
+    at most one more reading of the pages in flight at the run's end, on slots that would otherwise idle; the completion
+    marker counts it (docs/stragglers.md)."""
     request_timeout: float
     """Seconds one request may take once sent (a page can decode thousands of tokens)."""
     max_attempts: int
@@ -1142,6 +1152,11 @@ class LaunchKeywords(TypedDict, total=False):
     shard's groups in progress wait before others take them."""
     group_docs: int | None
     """Documents per page group (default: the largest shard's documents / 128; fixed when the output is begun)."""
+    second_readers: bool
+    """With nothing left to take anywhere, read the pages not yet stored of the page group another process started
+    longest ago, beside it (one second reader a group); each stops the requests of pages the other stored first. Spends
+    at most one more reading of the pages in flight at the run's end, on slots that would otherwise idle; the completion
+    marker counts it (docs/stragglers.md)."""
     escalate_to: str | None
     """A stronger model that reads again every page whose first reading trips --escalate-on (llm-ocr run: Extract, then
     Escalate into OUT/escalate, then Describe and Assemble use it)."""
