@@ -198,6 +198,9 @@ class GroupStats:
     second_reads: int = 0
     second_pages_sent: int = 0
     pages_left_to_the_other_reader: int = 0
+    #: Rows read here and left out of the parts (another reader stored the page first), by stage
+    #: folder and status: the page counters counted them, the marker does not.
+    left_out: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
 
     def ended(self, group: GroupId, kind: Kind) -> None:
         """Count a group this process ended done, claimed as ``kind``."""
@@ -586,6 +589,7 @@ class GroupWork:
         with self._lock:
             held.stored(folder, rows, appended, counted=folder == self.folders[0])
             self.stats.rows_already_written += appended.already_there
+            self.stats.left_out[folder].update(appended.left_out)
         self._maybe_end(group)
 
     def rows_pending(self, group: GroupId, folder: str, buffered: int) -> bool:
@@ -774,6 +778,15 @@ async def groups_finished(groups: GroupWork | None, results: Sequence[dict[str, 
         stats.errors_elsewhere, stats.quarantined_elsewhere = own.errors, own.quarantined
     for result in results:
         result["groups"] = stats.to_dict()
+        # A page read here whose row another reader stored first is that reader's: counted here as
+        # done by another (a launch's table sums the markers), as a page found done is.
+        left = stats.left_out.get(str(result.get("stage")), Counter())
+        pages = result.get("pages") or {}
+        for status, n in left.items():
+            if status in pages:
+                pages[status] -= n
+                pages["total"] = pages.get("total", 0) - n
+                pages["skipped"] = pages.get("skipped", 0) + n
         result["pages"]["error_read_elsewhere"] = stats.errors_elsewhere
         result["pages"]["quarantined_read_elsewhere"] = stats.quarantined_elsewhere
     return GroupsEnd(not own.left, failed_elsewhere=bool(stats.errors_elsewhere or stats.quarantined_elsewhere))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,8 @@ class Appended:
     written: int = 0
     already_there: int = 0
     slots: list[int] = field(default_factory=list)
+    #: The rows left out, by status (a reader's counters counted them: the marker takes them back).
+    left_out: Counter[str] = field(default_factory=Counter)
 
 
 class GroupLog:
@@ -172,6 +175,9 @@ class GroupLog:
         while True:
             fresh = [row for row in pending if not self.present.holds(row["doc_id"], row["page"])]
             done.already_there += len(pending) - len(fresh)
+            if len(fresh) < len(pending):
+                kept = {id(row) for row in fresh}
+                done.left_out.update(str(row.get("status")) for row in pending if id(row) not in kept)
             pending = fresh
             if not pending:
                 return done

@@ -239,3 +239,25 @@ def test_a_second_readers_pages_go_in_the_order_rendered_not_longest_first() -> 
 
     assert asyncio.run(order()) == [("held", 3), ("held", 1), ("held", 2), ("second", 3), ("second", 2),
                                     ("second", 1)]
+
+
+def test_a_row_left_out_as_a_second_one_is_taken_back_from_the_markers_page_counts(tmp_path: Path) -> None:
+    """Both readers answered a page; the row stored second is left out, and the marker of its
+    reader counts the page as done by another, not as read (a launch's table sums the markers:
+    r72 and r73 counted 14 pages of 12)."""
+    from llm_ocr.runners.groups import groups_finished
+
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=2, pages=1)
+    out = Storage(str(tmp_path / "out"))
+    reader = work(out, docs, 0)
+    GroupLog(out.child("extract"), page_schema(), 0, 2, 0).append([row("doc000.pdf", 1)])  # the other's row
+    ref = next(reader.documents())  # its own group, read again here (a slow look at the parts)
+    reader.planned(ref, [1])
+    reader.append(reader.group_of(ref.doc_id), "extract", [row(ref.doc_id, 1)])
+    marker = {"stage": "extract", "pages": {"ok": 1, "truncated": 0, "error": 0, "quarantined": 0, "total": 1,
+                                            "skipped": 0, "seen": 1}}
+    asyncio.run(groups_finished(reader, [marker], stopped=False))
+    pages = marker["pages"]
+    assert (pages["ok"], pages["total"], pages["skipped"], pages["seen"]) == (0, 0, 1, 1)
+    assert reader.stats.rows_already_written == 1
