@@ -784,6 +784,7 @@ async def groups_finished(groups: GroupWork | None, results: Sequence[dict[str, 
         pages = result.get("pages") or {}
         for status, n in left.items():
             if status in pages:
+                n = min(n, pages[status])  # a quarantined row's status is "error"; its count is apart
                 pages[status] -= n
                 pages["total"] = pages.get("total", 0) - n
                 pages["skipped"] = pages.get("skipped", 0) + n
