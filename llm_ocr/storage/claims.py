@@ -301,23 +301,18 @@ class ClaimBook:
         """What ``group`` is to a process that might take it, as ``seen`` shows it: ``free`` (never
         claimed, released, working past its expiry, or its holder ended), ``reserved`` (claimed ahead by a holder
         that has not started it), ``held`` or ``done``. Reads the claim of a working group."""
+        return self.look(group, seen)[0]
+
+    def look(self, group: GroupId, seen: GroupView | None) -> tuple[State, Claim | None]:
+        """:meth:`state`, and the claim read to tell it (``held`` or ``reserved``; else None)."""
         if seen is None or seen.ending == "released":
-            return "free"
+            return "free", None
         if seen.ending == "done":
-            return "done"
+            return "done", None
         claim = self.claim(group, seen.epoch)
         if claim is None or self.clock() > claim.expires_at or holder_ended(claim.process, self.here):
-            return "free"
-        return "held" if claim.started else "reserved"
-
-    def reading(self, group: GroupId, seen: GroupView | None) -> Claim | None:
-        """The claim of ``group`` if its holder is reading it now (:meth:`state` is ``held``)."""
-        if seen is None or seen.ending is not None:
-            return None
-        claim = self.claim(group, seen.epoch)
-        if claim is None or not claim.started or self.clock() > claim.expires_at:
-            return None
-        return None if holder_ended(claim.process, self.here) else claim
+            return "free", None
+        return ("held" if claim.started else "reserved"), claim
 
     def is_free(self, group: GroupId, seen: GroupView | None) -> bool:
         """Whether anyone may take ``group`` now (:meth:`state` is ``free``)."""
@@ -563,7 +558,7 @@ class Claims:
             if unclaimed or open_:
                 candidates.append((len(unclaimed), shard, unclaimed, open_, view))
         reserved: list[tuple[GroupId, GroupView]] = []
-        reading: list[tuple[GroupId, GroupView]] = []
+        reading: list[Claim] = []
         lost_race = False
         for _, shard, unclaimed, open_, view in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
             for number in reversed(unclaimed):
@@ -576,7 +571,7 @@ class Claims:
                 with self._lock:
                     if group in self.held:
                         continue
-                state = self.book.state(group, seen)
+                state, claim = self.book.look(group, seen)
                 if state == "free":
                     if (claim := self.take(group, seen)) is not None:
                         log.info("taking %s from its holder (released, ended, or its lease ran out)", group)
@@ -584,8 +579,8 @@ class Claims:
                     lost_race = True
                 elif state == "reserved":
                     reserved.append((group, seen))
-                elif state == "held" and not seen.second:
-                    reading.append((group, seen))
+                elif state == "held" and not seen.second and claim is not None:
+                    reading.append(claim)
         for group, seen in reserved:
             if not now(0.0):
                 return None, "other", True
@@ -595,16 +590,16 @@ class Claims:
             lost_race = True
         if self.second_readers and not reserved and not lost_race:
             reading += self._own_read_elsewhere()
-        if self.second_readers and reading and not reserved and not lost_race:
-            joined = self._join_oldest(reading, now)
-            if joined is not None:
-                return joined, "second", False
-            return None, "other", True
+            if reading:
+                joined = self._join_oldest(reading, now)
+                if joined is not None:
+                    return joined, "second", False
+                return None, "other", True
         return None, "other", lost_race
 
-    def _own_read_elsewhere(self) -> list[tuple[GroupId, GroupView]]:
-        """This shard's groups another process is reading, nobody beside it: a second reader's
-        candidates too (a slow process that took them holds up this shard's own end)."""
+    def _own_read_elsewhere(self) -> list[Claim]:
+        """The claims on this shard's groups another process is reading, nobody beside it: a
+        second reader's candidates too (a slow process that took them holds up this shard's own end)."""
         view = self.book.view(self.book.shard)
         found = []
         for number, seen in view.groups.items():
@@ -612,22 +607,21 @@ class Claims:
             with self._lock:
                 if group in self.held:
                     continue
-            if not seen.finished and not seen.second and seen.ending is None:
-                found.append((group, seen))
+            if not seen.second and (look := self.book.look(group, seen))[0] == "held" and look[1] is not None:
+                found.append(look[1])
         return found
 
-    def _join_oldest(self, reading: list[tuple[GroupId, GroupView]], now: Callable[[float], bool]) -> Claim | None:
-        """Join, as its second reader, the group among ``reading`` that its holder started
-        longest ago, if this process has room to send its pages at once. Nothing is left to take
+    def _join_oldest(self, reading: list[Claim], now: Callable[[float], bool]) -> Claim | None:
+        """Join, as its second reader, the group among ``reading`` (its holders' claims) that its
+        holder started longest ago, if this process has room to send its pages at once. Nothing is left to take
         anywhere by then: the slots it fills would otherwise stay idle to the run's end, and each
         group gets one second reader at most, so the run reads at most one copy of the pages
         still in flight when the first process runs out of work."""
         if not now(0.0):
             return None
         # Never a group this process holds: one it ended since the listing still reads as held.
-        claims = [(claim, seen) for group, seen in reading
-                  if (claim := self.book.reading(group, seen)) is not None and claim.holder != self.book.holder]
-        for claim, _ in sorted(claims, key=lambda c: (c[0].started_at, c[0].group.shard, c[0].group.group)):
+        claims = [claim for claim in reading if claim.holder != self.book.holder]
+        for claim in sorted(claims, key=lambda c: (c.started_at, c.group.shard, c.group.group)):
             if self.stop.is_set():
                 return None
             if self.book.join(claim):
