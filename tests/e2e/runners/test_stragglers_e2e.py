@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,20 @@ def finish(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[int, str]
 
 def run_shard(command: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=str(REPO))
+
+
+@contextmanager
+def stuck_shard(server: Any, command: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """``command`` started against ``server``, which holds every request it sends until the shard
+    goes away; yields once the first is held, and kills the shard at the end if it still runs."""
+    held_at = hold_request(server, after=0, count=1000)
+    shard = start(command)
+    try:
+        wait_until_held(server, held_at, process=shard)
+        yield shard
+    finally:
+        if shard.poll() is None:
+            os.killpg(shard.pid, signal.SIGKILL)
 
 
 def begin_groups(out: Path, shards: int) -> None:
@@ -99,10 +115,8 @@ def test_a_stuck_shards_groups_are_read_by_the_others_then_its_rerun_reads_what_
         # Shard 2 reads nothing: every request it sends is held until it goes away. Its intake
         # claims the next group while its one slot reads the first, but only reserved: the others
         # take every group but the one whose page it sent.
-        held_at = hold_request(stuck, after=0, count=1000)
-        slow = start(shard_command(docs, out, stuck, 2, 3, "--max-in-flight", "1", "--grace-period", "1"))
-        try:
-            wait_until_held(stuck, held_at, process=slow)
+        with stuck_shard(stuck, shard_command(docs, out, stuck, 2, 3, "--max-in-flight", "1",
+                                              "--grace-period", "1")) as slow:
             for shard in (0, 1):  # no second reader of the one group it began: what it let go is the test
                 done = run_shard(shard_command(docs, out, fast, shard, 3, "--no-second-readers"))
                 assert done.returncode == 0, done.stderr[-3000:]
@@ -113,9 +127,6 @@ def test_a_stuck_shards_groups_are_read_by_the_others_then_its_rerun_reads_what_
             os.killpg(slow.pid, signal.SIGTERM)
             code, err = finish(slow)
             assert code == 3, err[-3000:]
-        finally:
-            if slow.poll() is None:
-                os.killpg(slow.pid, signal.SIGKILL)
         assert not (out / "_state/extract/done-00002-of-00003.json").exists()
         stuck.clear_faults()
         requests_before = len(fast.requests())
@@ -147,17 +158,11 @@ def test_a_stuck_shards_started_group_is_read_beside_it_and_its_request_is_stopp
     make_corpus(docs, documents=4, pages=1)  # 2 documents a shard, groups of one
     out = tmp_path / "out"
     with SimulatedServer(corpus=docs) as stuck, SimulatedServer(corpus=docs) as fast:
-        held_at = hold_request(stuck, after=0, count=1000)
-        slow = start(shard_command(docs, out, stuck, 1, 2, "--max-in-flight", "1", "--group-docs", "1"))
-        try:
-            wait_until_held(stuck, held_at, process=slow)
+        with stuck_shard(stuck, shard_command(docs, out, stuck, 1, 2, "--max-in-flight", "1", "--group-docs", "1")) as slow:
             done = run_shard(shard_command(docs, out, fast, 0, 2, "--group-docs", "1"))
             assert done.returncode == 0, done.stderr[-3000:]
             code, err = finish(slow)
             assert code == 0, err[-3000:]
-        finally:
-            if slow.poll() is None:
-                os.killpg(slow.pid, signal.SIGKILL)
         # Each request shard 1 stopped is a page it left to the other reader; the simulator logs
         # a held request once it notices its client gone.
         left = marker(out, 1, 2)["groups"]["second_reader"]["pages_left_to_the_other_reader"]
