@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tests.fakes.fake_hub import FakeHub
 
 VENV_BIN = Path(sys.executable).parent
+_REPO = Path(__file__).resolve().parents[1]
 
 #: Credentials the S3 stand-in accepts (moto without IAM checks accepts any).
 AWS_TEST_ENV = {
@@ -109,6 +110,11 @@ _DIE_WITH_PARENT = (
 )
 
 
+def _repo_on_path() -> dict[str, str]:
+    """The environment that lets a server started as ``python -m tests.fakes...`` import this repository's tests."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH", "")]))}
+
+
 class _Process:
     """A server subprocess in its own process group, stopped by that group's id only.
 
@@ -134,14 +140,17 @@ class _Process:
 
 
 class MotoS3(_Process):
-    """``moto_server`` (S3 and friends). ``enforce_auth``: check credentials from the first request.
+    """``moto_server`` (S3 and friends), its conditional puts atomic as S3's are
+    (tests/fakes/moto_server.py). ``enforce_auth``: check credentials from the first request.
     A test that needs no such setting takes this process's server from :func:`shared_moto`."""
 
     def __init__(self, enforce_auth: bool = False, dies_with_us: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {"INITIAL_NO_AUTH_ACTION_COUNT": "0"} if enforce_auth else {}
-        super().__init__([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)], env, dies_with_us)
+        # moto_server with its conditional puts atomic, as S3's are (tests/fakes/moto_server.py).
+        super().__init__([sys.executable, "-m", "tests.fakes.moto_server", "-H", "127.0.0.1", "-p", str(self.port)],
+                         {**env, **_repo_on_path()}, dies_with_us)
         _wait_http(f"{self.url}/moto-api/", 30, self.proc)
 
     def reset(self) -> None:
@@ -199,13 +208,20 @@ def shared_moto() -> MotoS3:
 
 class GcsEmulator(_Process):
     """``gcp-storage-emulator`` in memory, driven through the GCS JSON API. A test that only
-    needs buckets of its own takes this process's emulator from :func:`shared_gcs`."""
+    needs buckets of its own takes this process's emulator from :func:`shared_gcs`.
 
-    def __init__(self, dies_with_us: bool = False) -> None:
+    It honours ``ifGenerationMatch=0`` as Cloud Storage does (tests/fakes/gcs_emulator.py: the
+    emulator alone ignores it, and llm-ocr's atomic create on GCS is that precondition);
+    ``strict=False`` runs the emulator as it ships."""
+
+    def __init__(self, dies_with_us: bool = False, strict: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        command = ([sys.executable, "-m", "tests.fakes.gcs_emulator"] if strict
+                   else [str(VENV_BIN / "gcp-storage-emulator")])
         super().__init__(
-            [str(VENV_BIN / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(self.port), "--in-memory"],
+            [*command, "start", "--host", "127.0.0.1", "--port", str(self.port), "--in-memory"],
+            env=_repo_on_path(),
             dies_with_us=dies_with_us,
         )
         _wait_http(f"{self.url}/storage/v1/b", 30, self.proc)

@@ -3,10 +3,12 @@ one wins each name, and the file holds the winner's content (docs/stragglers.md)
 
 Local disk, S3 (moto server: it honours ``If-None-Match: *``, moto's ``put_object``), GCS and the
 Hub (the fake Hub refuses a commit whose ``parentCommit`` is not the head, as the Hub does). The
-GCS emulator ignores ``ifGenerationMatch``: racers there go through a proxy that checks the
-precondition as GCS documents it (https://cloud.google.com/storage/docs/request-preconditions),
-so the test shows llm-ocr sends it and reads a 412 as "taken"; that the emulator alone lets every
-racer win is checked too (if it ever enforces the precondition, the proxy can go).
+GCS emulator ignores ``ifGenerationMatch``; the tests run it with uploads that check the
+precondition as GCS documents it (https://cloud.google.com/storage/docs/request-preconditions;
+tests/fakes/gcs_emulator.py), and racers there go through a proxy that counts the conditional
+uploads and the 412s, so the test shows llm-ocr sends it and reads a 412 as "taken". That the
+emulator as it ships lets every racer win is checked too (if it ever enforces the precondition,
+the patch can go).
 """
 
 from __future__ import annotations
@@ -84,18 +86,20 @@ def s3() -> Iterator[MotoS3]:
 
 
 def test_s3_one_winner_per_name(s3: MotoS3, tmp_path: Path) -> None:
-    # moto checks If-None-Match and then stores, in two steps of a threaded server: two racers
-    # can both pass the check (seen once in a full run on a loaded machine), where S3 itself
-    # decides atomically. The proxy forwards the conditional puts one at a time, so moto's check
-    # holds as S3's does, and counts them: llm-ocr must ask for the condition on every create.
-    puts = SerialConditionalPuts()
+    # moto checks If-None-Match and then stores, in two steps of a threaded server (two racers
+    # both passed the check once in a full run on a loaded machine); the tests run it with its
+    # conditional puts made one at a time (tests/fakes/moto_server.py), as S3 decides them
+    # atomically. The proxy counts them and their 412s: llm-ocr must ask for the condition on
+    # every create, and read a refusal as "taken".
+    puts = ConditionalPuts()
     proxy = Proxy(s3.url, puts)
     try:
         results = race("s3://race/out", clean_env(**{**s3.env, **_endpoint_env(s3.env, proxy.url)}), tmp_path / "race")
     finally:
         proxy.stop()
     assert_one_winner_each(results, lambda name: s3.read("race", f"out/{name}"))
-    assert puts.serialized == RACERS * len(NAMES)
+    assert puts.conditional == RACERS * len(NAMES)
+    assert puts.refused == (RACERS - 1) * len(NAMES)
 
 
 def _endpoint_env(env: dict[str, str], url: str) -> dict[str, str]:
@@ -162,70 +166,47 @@ class Proxy:
             "transfer-encoding", "content-length", "connection")
         return answer.status, [(k, v) for k, v in answer.getheaders() if k.lower() not in dropped], data
 
-    def get_status(self, path: str) -> int:
-        """The target's status for a GET of ``path``."""
-        conn = http.client.HTTPConnection(self.target.hostname, self.target.port, timeout=60)
-        conn.request("GET", path)
-        status = conn.getresponse().status
-        conn.close()
-        return status
-
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 
 
-class SerialConditionalPuts:
-    """A proxy hook that forwards S3's conditional puts (``If-None-Match: *``) one at a time,
-    under one lock, and counts them; every other request goes as it comes."""
+class ConditionalPuts:
+    """A proxy hook that counts S3's conditional puts (``If-None-Match: *``) and those refused
+    (412), forwarding every request as it comes."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.serialized = 0
+        self.conditional = 0
+        self.refused = 0
 
     def __call__(self, request: Request, forward: Any) -> Answer:
+        answer = forward(request)
         if request.command == "PUT" and request.headers.get("If-None-Match") == "*":
             with self.lock:
-                self.serialized += 1
-                return forward(request)
-        return forward(request)
+                self.conditional += 1
+                self.refused += answer[0] == 412
+        return answer
 
 
 class GcsPrecondition:
-    """A proxy hook that enforces ``ifGenerationMatch=0`` on GCS uploads as GCS documents it
-    (412 when the object exists), checking and forwarding under one lock, and counts the uploads
-    that asked for it and those refused."""
+    """A proxy hook that counts the GCS uploads sent with ``ifGenerationMatch=0`` and those the
+    emulator refused (412: the object existed), forwarding every request as it comes."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.conditional_uploads = 0
         self.refused = 0
-        self.proxy: Proxy | None = None
 
     def __call__(self, request: Request, forward: Any) -> Answer:
         parsed = urllib.parse.urlsplit(request.path)
         query = urllib.parse.parse_qs(parsed.query)
-        if query.get("ifGenerationMatch") != ["0"] or not parsed.path.startswith("/upload/storage/v1/b/"):
-            return forward(request)
-        assert self.proxy is not None
-        bucket = parsed.path.split("/")[5]
-        name = (query.get("name") or [None])[0] or _multipart_name(request.body)
-        with self.lock:
-            self.conditional_uploads += 1
-            if self.proxy.get_status(f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}") == 200:
-                self.refused += 1
-                return 412, [("Content-Type", "application/json")], json.dumps(
-                    {"error": {"code": 412, "message": "At least one of the pre-conditions you "
-                               "specified did not hold.", "errors": [{"reason": "conditionNotMet"}]}}).encode()
-            return forward(request)
-
-
-def _multipart_name(body: bytes) -> str:
-    """The object name in a multipart upload's JSON part (gcsfs ``simple_upload``)."""
-    for line in body.split(b"\n"):
-        if line.startswith(b"{"):
-            return json.loads(line)["name"]
-    raise AssertionError("no metadata part in the upload")
+        answer = forward(request)
+        if query.get("ifGenerationMatch") == ["0"] and parsed.path.startswith("/upload/storage/v1/b/"):
+            with self.lock:
+                self.conditional_uploads += 1
+                self.refused += answer[0] == 412
+        return answer
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +221,7 @@ def gcs() -> Iterator[GcsEmulator]:
 
 def test_gcs_one_winner_per_name_with_the_precondition_enforced(gcs: GcsEmulator, tmp_path: Path) -> None:
     precondition = GcsPrecondition()
-    proxy = precondition.proxy = Proxy(gcs.url, precondition)
+    proxy = Proxy(gcs.url, precondition)
     try:
         env = clean_env(STORAGE_EMULATOR_HOST=proxy.url, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false")
         results = race("gs://race/out", env, tmp_path / "race")
@@ -252,10 +233,15 @@ def test_gcs_one_winner_per_name_with_the_precondition_enforced(gcs: GcsEmulator
     assert precondition.refused == (RACERS - 1) * len(NAMES)
 
 
-def test_the_gcs_emulator_alone_ignores_the_precondition(gcs: GcsEmulator, tmp_path: Path) -> None:
-    """Why the proxy above: straight to the emulator, two racers both "create" one name."""
-    env = clean_env(**gcs.env)
-    results = race("gs://race/alone", env, tmp_path / "race", racers=2)
+def test_the_gcs_emulator_as_it_ships_ignores_the_precondition(tmp_path: Path) -> None:
+    """Why the tests patch it (tests/fakes/gcs_emulator.py): straight to the emulator as it
+    ships, two racers both "create" one name."""
+    bare = GcsEmulator(strict=False)
+    try:
+        bare.create_bucket("race")
+        results = race("gs://race/alone", clean_env(**bare.env), tmp_path / "race", racers=2)
+    finally:
+        bare.stop()
     assert all(len(result["won"]) == len(NAMES) for result in results)
 
 
