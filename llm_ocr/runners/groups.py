@@ -30,20 +30,22 @@ import json
 import logging
 import math
 import threading
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from llm_ocr.options import StealOptions
 from llm_ocr.outcomes import RunError
+from llm_ocr.runners.group_readers import TwoReaders
+from llm_ocr.runners.group_sending import GroupSending
+from llm_ocr.runners.group_state import GroupStats, HeldGroup, Room
 from llm_ocr.sources import DocumentRef, InputPlan
 from llm_ocr.storage import Storage
 from llm_ocr.storage.claims import Claim, ClaimBook, Claims, Ending, GroupId, Kind, new_holder_id
-from llm_ocr.storage.group_parts import Appended, GroupLog, is_group_part
+from llm_ocr.storage.group_parts import GroupLog, is_group_part
 from llm_ocr.storage.parts import ShardIndex, list_parts
 from llm_ocr.storage.state import STATE_DIR
 from llm_ocr.storage.writer import SerialWriter
@@ -122,191 +124,12 @@ def _read_layout(out: Storage, path: str, num_shards: int) -> GroupLayout:
                        "of this output has written parts yet") from exc
 
 
-# -- one process's groups: what it reads of them, and what it counts ------------------------------
-
-
-@dataclass
-class HeldGroup:
-    """A group this process holds: its parts per stage folder, and how far it is."""
-
-    logs: dict[str, GroupLog]
-    #: Whether its first page was sent (the claim is started: :meth:`Claims.start`).
-    started: bool = False
-    #: Read here as its second reader (the holder keeps the claim), and whether it is known to
-    #: have two readers (this one, or a second reader joined the holder here).
-    second: bool = False
-    shared: bool = False
-    #: Pages planned here whose handler has not returned: the stage folders that expect their row.
-    open: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
-    #: Pages the other reader stored while they waited here to be sent: left out when their turn comes.
-    left_out: set[tuple[str, int]] = field(default_factory=set)
-    #: The group's parts as the watch reads them (its own readers of the slots: the writer's are a thread's).
-    watched: dict[str, GroupLog] = field(default_factory=dict)
-    #: Rows this process's flow will hand each stage folder, and those stored (or found stored).
-    expected: Counter[str] = field(default_factory=Counter)
-    settled: Counter[str] = field(default_factory=Counter)
-    docs_yielded: int = 0
-    docs_planned: int = 0
-    #: Pages planned and not sent yet.
-    unsent: int = 0
-    all_yielded: bool = False
-    ended: bool = False
-    rows: int = 0
-    errors: int = 0
-    quarantined: int = 0
-
-    def complete(self) -> bool:
-        """Every document handed out and planned, and every row it plans stored."""
-        return (self.all_yielded and self.docs_planned == self.docs_yielded
-                and all(self.settled[name] >= self.expected[name] for name in self.logs))
-
-    def stored(self, folder: str, rows: list[dict[str, Any]], appended: Appended, counted: bool) -> None:
-        """Count rows handed to ``folder``'s parts (``counted``: the page's own rows, whose errors
-        the group's ending records)."""
-        self.settled[folder] += appended.written + appended.already_there
-        if counted:
-            self.rows += appended.written
-            self.errors += sum(r.get("status") == "error" and not r.get("quarantined") for r in rows)
-            self.quarantined += sum(r.get("status") == "error" and bool(r.get("quarantined")) for r in rows)
-
-
-@dataclass
-class GroupStats:
-    """What this process did with work groups (the completion marker's ``groups``)."""
-
-    group_docs: int
-    own_groups: int = 0
-    #: Own groups found done (by earlier runs or other processes) when this process reached them.
-    own_found_done: int = 0
-    #: Groups of other shards this process read, by shard.
-    taken: Counter[str] = field(default_factory=Counter)
-    #: Rows left out because another writer's part held their page already.
-    rows_already_written: int = 0
-    #: Own groups taken back after their holder's lease ran out.
-    taken_back: int = 0
-    #: Groups claimed ahead here that another process took before their first page was sent.
-    given_up: int = 0
-    #: Own groups other processes read (as the claims say at the end), by their shard.
-    read_by_others: Counter[str] = field(default_factory=Counter)
-    #: Error and quarantined rows of own groups this process did not read (their holders' count).
-    errors_elsewhere: int = 0
-    quarantined_elsewhere: int = 0
-    #: The own groups this process read.
-    read_here: set[int] = field(default_factory=set)
-    #: Groups read here as a second reader; pages sent in them; pages (of any group) whose
-    #: request was stopped or never sent because the other reader stored them first.
-    second_reads: int = 0
-    second_pages_sent: int = 0
-    pages_left_to_the_other_reader: int = 0
-    #: Rows read here and left out of the parts (another reader stored the page first), by stage
-    #: folder and status: the page counters counted them, the marker does not.
-    left_out: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
-
-    def ended(self, group: GroupId, kind: Kind) -> None:
-        """Count a group this process ended done, claimed as ``kind``."""
-        if kind == "second":
-            self.second_reads += 1
-        elif kind == "other":
-            self.taken[f"{group.shard:05d}"] += 1
-        else:
-            self.read_here.add(group.group)
-            self.taken_back += kind == "back"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"group_docs": self.group_docs, "own_groups": self.own_groups, "own_read_here": len(self.read_here),
-                "own_found_done": self.own_found_done, "taken_from_other_shards": dict(sorted(self.taken.items())),
-                "taken_back": self.taken_back, "given_up_before_start": self.given_up,
-                "read_by_other_shards": dict(sorted(self.read_by_others.items())),
-                "rows_already_written": self.rows_already_written,
-                "second_reader": {"groups_joined": self.second_reads, "pages_sent": self.second_pages_sent,
-                                  "pages_left_to_the_other_reader": self.pages_left_to_the_other_reader}}
-
-
-class Room:
-    """How much room a page flow has for another group's pages: its pages planned and not sent,
-    against its in-flight limit and its free slots (:attr:`slots`, set by the flow). Pages are
-    counted on the event loop; the intake's worker thread waits on it before it claims a group."""
-
-    def __init__(self, stop: asyncio.Event) -> None:
-        self.stop = stop
-        #: The flow's in-flight limit and its free slots now.
-        self.slots: Callable[[], tuple[int, int]] = lambda: (1, 1)
-        #: Pages planned and not sent, in every group held, and in the started ones.
-        self.unsent = 0
-        self.unsent_started = 0
-        #: Documents (their ids) handed to the intake whose pages are not planned yet: their
-        #: pages will need slots too. Uncounted, a process with free slots took three reserved
-        #: groups in one second (each taken group's pages not yet planned when it looked again),
-        #: held 12 pages for its 4 slots, and ended 26 s after the others (issue 46's held-out
-        #: shape, 1.31).
-        self.unplanned: set[str] = set()
-        # Notified as pages are planned and sent; slots free up without a word, so waits are short.
-        self._changed = threading.Condition()
-
-    def add(self, pages: int, *, started: bool) -> None:
-        """``pages`` more pages to send (fewer, when negative), of a started group or not."""
-        with self._changed:
-            self._count(pages, started)
-
-    def handed(self, doc_id: str) -> None:
-        """The document ``doc_id`` was handed to the intake; its pages are not planned yet."""
-        with self._changed:
-            self.unplanned.add(doc_id)
-            self._changed.notify_all()
-
-    def planned(self, doc_id: str, pages: int = 0, *, started: bool = False) -> None:
-        """The document ``doc_id``, if it was handed out, is planned: its ``pages`` more pages to
-        send (of a started group or not) are counted as it stops waiting, in one step, so that
-        :meth:`now` never sees its pages in neither and takes another group in between."""
-        with self._changed:
-            self.unplanned.discard(doc_id)
-            self._count(pages, started)
-
-    def _count(self, pages: int, started: bool) -> None:
-        """Count ``pages`` more to send (the condition held)."""
-        self.unsent += pages
-        self.unsent_started += pages if started else 0
-        self._changed.notify_all()
-
-    def begin(self, pages: int) -> None:
-        """``pages`` waiting pages are now of a started group."""
-        with self._changed:
-            self.unsent_started += pages
-
-    def ahead(self) -> None:
-        """Return when no page of a started group waits to be sent and fewer pages of reserved
-        ones wait than the in-flight limit, or when the run stops. So the next group's pages are
-        rendered while the slots read the ones before, but sent only after them all: pages of two
-        groups never wait together, where the longest of them would start the newer group and
-        leave the older one's short pages to the end (a process would then hold both)."""
-        with self._changed:
-            while not self.stop.is_set() and not self.has_room():
-                self._changed.wait(0.05)
-
-    def has_room(self) -> bool:
-        """Whether another group may be claimed now (see :meth:`ahead`)."""
-        return self.unsent_started == 0 and self.unsent < self.slots()[0]
-
-    def now(self, timeout: float) -> bool:
-        """Whether more slots are free than pages wait, and no document handed out waits to be
-        planned (another group's pages would go out at once), waiting up to ``timeout`` seconds
-        for it."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while self.unplanned or self.slots()[1] <= self.unsent:
-                left = deadline - time.monotonic()
-                if left <= 0 or self.stop.is_set():
-                    return False
-                self._changed.wait(min(0.05, left))
-            return True
-
-
-class GroupWork:
+class GroupWork(GroupSending, TwoReaders):
     """This process's work groups for one page flow: the documents to read (:meth:`documents`,
-    pulled in a worker thread as :meth:`Claims.queue` claims their groups), the pages the intake
-    plans (:meth:`planned`) and sends (:meth:`admit`: a group starts with its first page, and
-    one another process took before that is dropped), the writers of the groups' parts
-    (:meth:`writer`), and each group's end once its rows are stored.
+    pulled in a worker thread as :meth:`Claims.queue` claims their groups), the writers of the
+    groups' parts (:meth:`writer`), and each group's end once its rows are stored. The page
+    flow's hooks as it plans and sends pages are :class:`~llm_ocr.runners.group_sending.GroupSending`'s,
+    and what a group read by two processes needs, :class:`~llm_ocr.runners.group_readers.TwoReaders`'s.
 
     ``flow`` (``extract`` or ``run``) names the claims; ``folders`` are the stage folders the flow
     writes, the first the page's own row; ``retry_errors`` and ``keep_quarantined`` say what a
@@ -389,188 +212,9 @@ class GroupWork:
             held.all_yielded = not self.stop.is_set() and self._holds(group, held)
         self._maybe_end(group)
 
-    def read_second(self, ref: DocumentRef | None) -> bool:
-        """Whether ``ref``'s group is read here as its second reader (its pages go from the end)."""
-        _, held = self._held_of(ref)
-        return held is not None and held.second
-
-    def shared(self, group: GroupId) -> bool:
-        """Whether ``group`` is read here and by another process (its rows are stored as they come)."""
-        with self._lock:
-            held = self.held.get(group)
-            return held is not None and held.shared
-
     def _holds(self, group: GroupId, held: HeldGroup) -> bool:
         """Whether this process still reads ``group``: it holds the claim, or reads it second."""
         return held.second or self.claims.holds(group)
-
-    # -- planning and sending (from the page flow, on the event loop) ----------------------------
-
-    def planned(self, ref: DocumentRef, pages: list[int]) -> list[int] | None:
-        """The intake will hand rows for ``pages`` of ``ref`` (none: the document is done). Returns
-        the order to read them in when it is not theirs: a second reader reads from the end, so
-        that it and the holder, reading from the start, meet rather than race for the same pages."""
-        with self._lock:
-            group = self._doc_group.get(ref.doc_id)
-            if group is None or (held := self.held.get(group)) is None:
-                self.room.planned(ref.doc_id)
-                return None
-            held.docs_planned += 1
-            held.unsent += len(pages)
-            held.expected[self.folders[0]] += len(pages)
-            described = self.indexes[self.folders[-1]].done_pages.get(ref.doc_id, set())
-            for name in self.folders[1:]:
-                # Later folders get no row for a page they hold already (llm-ocr run's Describe).
-                held.expected[name] += sum(page not in described for page in pages)
-            for page in pages:
-                held.open[(ref.doc_id, page)] = (self.folders[0], *(
-                    name for name in self.folders[1:] if page not in described))
-        self.room.planned(ref.doc_id, len(pages), started=held.started)
-        self._maybe_end(group, soon=True)
-        return pages[::-1] if held.second else None
-
-    async def admit(self, ref: DocumentRef | None) -> bool:
-        """Whether a page of ``ref`` may be sent now: the first page of a group starts it
-        (:meth:`Claims.start`); the pages of a group another process took before that are not."""
-        group, held = self._held_of(ref)
-        if group is None or held is None:
-            return group is None  # not a document of a group; or one of a group dropped here
-        if not held.started:
-            if not await asyncio.to_thread(self.claims.start, group):
-                with self._lock:
-                    if self.held.pop(group, None) is held:
-                        self.stats.given_up += 1
-                        self.room.add(-held.unsent, started=False)
-                log.info("%s was taken, before its first page was sent here, by a process with room", group)
-                return False
-            with self._lock:
-                held.started = True
-                self.room.begin(held.unsent)
-        with self._lock:
-            held.unsent -= 1
-            if held.second:
-                self.stats.second_pages_sent += 1
-        self.room.add(-1, started=True)
-        return True
-
-    # -- two readers of a group: pages the other stored are not read here ------------------------
-
-    @staticmethod
-    def page_key(item: Any) -> tuple[str, int]:
-        """A page's key in its group (what the group's parts know it by)."""
-        return str(item.doc_id), int(item.page)
-
-    def left_out(self, ref: DocumentRef, item: Any) -> bool:
-        """Whether a page about to be sent was stored meanwhile by its group's other reader: it is
-        then settled as stored, and not sent (the page flow asks as its turn comes)."""
-        key = self.page_key(item)
-        with self._lock:
-            group = self._doc_group.get(ref.doc_id)
-            held = self.held.get(group) if group is not None else None
-            if group is None or held is None or key not in held.left_out:
-                return False
-            held.left_out.discard(key)
-            held.unsent -= 1
-            self._settle(held, key)
-        self.room.add(-1, started=held.started)
-        self._maybe_end(group, soon=True)
-        return True
-
-    def returned(self, ref: DocumentRef, item: Any, row_coming: bool) -> None:
-        """A page's handler returned (its row is on its way to the writers), or its request was
-        stopped because the group's other reader stored the page (settled as stored)."""
-        key = self.page_key(item)
-        with self._lock:
-            group = self._doc_group.get(ref.doc_id)
-            held = self.held.get(group) if group is not None else None
-            if group is None or held is None or key not in held.open:
-                return
-            if row_coming:
-                del held.open[key]
-                return
-            self._settle(held, key)
-        self._maybe_end(group, soon=True)
-
-    def _settle(self, held: HeldGroup, key: tuple[str, int]) -> None:
-        """Count an open page of ``held`` as stored by the other reader (the lock held)."""
-        for name in held.open.pop(key, ()):
-            held.settled[name] += 1
-        self.stats.pages_left_to_the_other_reader += 1
-
-    async def watch(self, every: float = 1.0) -> None:
-        """Every ``every`` seconds, for each started group held here that has a second reader (or
-        that this process reads second): read the group's new parts, and stop the requests of the
-        pages they hold, or leave them out when their turn comes. Runs until cancelled."""
-        while True:
-            await asyncio.sleep(every)
-            with self._lock:
-                held = [(g, h) for g, h in self.held.items() if h.started and h.open and not h.ended]
-            for group, state in held:
-                shared = state.shared
-                try:
-                    stored = await asyncio.to_thread(self._stored_elsewhere, group, state)
-                except Exception as exc:  # noqa: BLE001 - the store may be away: the next look may get through
-                    log.warning("could not read the parts of %s: %s", group, exc)
-                    continue
-                if state.shared and not shared:  # a second reader joined: what was read here, it need not read
-                    for writer in list(self._writers.values()):
-                        await writer.store(group)
-                if stored:
-                    self._leave(group, state, stored)
-
-    def _stored_elsewhere(self, group: GroupId, held: HeldGroup) -> list[tuple[str, int]]:
-        """The open pages of ``held`` some part of the group holds (a worker thread). A holder
-        reads the parts only once a second reader has joined (one look at its claim's files)."""
-        if not held.shared:
-            claim = self.claims.claim_of(group)
-            if claim is None or not claim.started or not self.book.joined(claim):
-                return []
-            held.shared = True
-            log.info("%s has a second reader: this process stops the pages it stores", group)
-        if not held.watched:
-            held.watched = {name: GroupLog(self.out.child(name), self.schema, group.shard, self.num_shards,
-                                           group.group) for name in self.folders}
-        for log_ in held.watched.values():
-            log_.catch_up()
-        with self._lock:
-            return [key for key, names in held.open.items()
-                    if all(held.watched[name].present.holds(*key) for name in names)]
-
-    def _leave(self, group: GroupId, held: HeldGroup, keys: list[tuple[str, int]]) -> None:
-        """Stop the requests of ``keys`` (stored by the other reader), or mark them to be left out."""
-        stopped = self.cancel_pages(keys)
-        with self._lock:
-            for key in keys:
-                if key not in held.open:
-                    continue  # its handler returned meanwhile: its row is a second one, left out when appended
-                if key in stopped:
-                    self._settle(held, key)
-                else:
-                    held.left_out.add(key)
-        if stopped:
-            log.info("stopped %d request(s) of %s: its other reader stored those pages", len(stopped), group)
-        self._maybe_end(group, soon=True)
-
-    def started(self, ref: DocumentRef | None) -> bool:
-        """Whether a page of ``ref`` may go ahead of waiting pages of groups only claimed: its
-        group has started here (or it is of no group, or of one dropped here: :meth:`admit`
-        settles those at once)."""
-        _, held = self._held_of(ref)
-        return held is None or held.started
-
-    def _held_of(self, ref: DocumentRef | None) -> tuple[GroupId | None, HeldGroup | None]:
-        """The group of ``ref``'s pages and, while this process holds it, its state here."""
-        with self._lock:
-            group = self._doc_group.get(ref.doc_id) if ref is not None else None
-            return group, self.held.get(group) if group is not None else None
-
-    def group_of(self, doc_id: str) -> GroupId:
-        """The group a document's rows belong to (a group this process holds)."""
-        with self._lock:
-            group = self._doc_group.get(doc_id)
-        if group is None:
-            raise RuntimeError(f"a row of {doc_id!r} came after its work group was ended: its pages were counted wrong")
-        return group
 
     # -- writing and ending ----------------------------------------------------------------------
 
@@ -579,6 +223,10 @@ class GroupWork:
         if folder not in self._writers:
             self._writers[folder] = GroupWriter(self, folder, self.max_rows)
         return self._writers[folder]
+
+    async def _store_read_here(self, group: GroupId) -> None:
+        for writer in list(self._writers.values()):
+            await writer.store(group)
 
     def append(self, group: GroupId, folder: str, rows: list[dict[str, Any]]) -> None:
         """Store rows of ``group`` in its parts (a worker thread), then end the group if that was

@@ -299,7 +299,7 @@ class PageFlow(Generic[RefT, ItemT]):
     @property
     def slot_use(self) -> tuple[int, int]:
         """The in-flight limit, and how many of its slots no page holds now (work groups claim a
-        group by them: :class:`~llm_ocr.runners.groups.Room`). Counted from the pages in flight:
+        group by them: :class:`~llm_ocr.runners.group_state.Room`). Counted from the pages in flight:
         the dispatcher holds a permit between a free slot and the page it sends."""
         limit = self.settings.limit.limit if self.settings.limit is not None else self.settings.max_in_flight
         return limit, max(0, limit - self.counters.in_flight)

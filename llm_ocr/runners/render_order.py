@@ -22,7 +22,7 @@ the estimates' time (about a millisecond a page, spread over the workers: 0.25 s
 on two idle cores) and gains a longest-first start. Then the plan goes on filling while pages
 are rendered and sent (its reads then queue behind renders in the workers, far ahead of what is
 sent). Work groups hand documents out only as the flow has room for them (fewer pages planned
-than a round of slots, none of a started group waiting: :class:`~llm_ocr.runners.groups.Room`):
+than a round of slots, none of a started group waiting: :class:`~llm_ocr.runners.group_state.Room`):
 with them, rendering starts once the plan holds what the groups hand now (nothing is being
 estimated and the next document waits for room), and the plan reaches no further than the
 groups a process holds.
@@ -271,7 +271,7 @@ class EstimatedOrder:
         or, when the documents come as the flow has room for them (work groups), it holds all the
         intake hands now: nothing is being estimated and the next document waits. Work groups
         claim another group only once the pages planned are fewer than a round of slots and none
-        of a started group waits to be sent (:class:`~llm_ocr.runners.groups.Room`), so waiting
+        of a started group waits to be sent (:class:`~llm_ocr.runners.group_state.Room`), so waiting
         for a fuller plan there would wait for ever."""
         return (filling.done() or self.plan.pages >= self.ahead or self.downloaded >= DOWNLOAD_BYTES
                 or (self.paced and (self.flow.ready_batches > 1

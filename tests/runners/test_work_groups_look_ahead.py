@@ -2,7 +2,7 @@
 more pages than a round of slots is read to its end, its own groups and the free ones of another.
 
 Work groups hand the look-ahead a document only while the pages planned are fewer than a round
-of slots (:class:`~llm_ocr.runners.groups.Room`); a look-ahead that waited for two rounds
+of slots (:class:`~llm_ocr.runners.group_state.Room`); a look-ahead that waited for two rounds
 before rendering (as it did when the two were first put together) waited for ever, with 30 of 80
 pages read. One process, in this test's own, against one simulated server.
 """
