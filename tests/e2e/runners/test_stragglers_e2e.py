@@ -210,12 +210,15 @@ def test_a_lease_that_runs_out_while_its_holder_lives_costs_work_never_a_second_
     out = tmp_path / "out"
     begin_groups(out, 2)
     with SimulatedServer(corpus=docs) as slow_server, SimulatedServer(corpus=docs) as fast:
-        # Shard 1's answers come 2 s after each request: it is frozen (SIGSTOP) meanwhile, so
-        # it cannot renew its claim, and its lease runs out while it is alive.
-        slow_server.inject("hang", count=1000, seconds=2)
+        # Shard 1's answers come 6 s after each request: it is frozen (SIGSTOP) meanwhile, so
+        # it cannot renew its claim, and its lease runs out while it is alive. (6 s: both
+        # requests must be out, and neither answered, when the freeze lands, on a busy machine too.)
+        slow_server.inject("hang", count=1000, seconds=6)
         frozen = start(shard_command(docs, out, slow_server, 1, 2, "--lease", "2", "--no-steal"))
         try:
-            wait_until(lambda: hangs_applied(slow_server) >= 1, "shard 1 sent a request", process=frozen)
+            # Both of its pages sent before the freeze (its two rows are the ones left out below):
+            # on a loaded machine the second request could still be on its way after the first.
+            wait_until(lambda: hangs_applied(slow_server) >= 2, "shard 1 sent both its requests", process=frozen)
             os.kill(frozen.pid, signal.SIGSTOP)
             expiry = max(json.loads(p.read_text())["expires_at"] for p in claims(out, 1, 2)
                          if p.name.count(".") == 1)
