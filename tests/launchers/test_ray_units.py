@@ -172,6 +172,10 @@ def test_a_client_connection_the_cluster_failed_to_start_is_retried_and_other_fa
         ray_cluster._connect(flaky(3, transient), "ray://head:10001")
     assert len(calls) == 3
     calls.clear()
+    # What a run beside another Ray cluster saw: the connection's server exited as it started.
+    started = ("Starting Ray client server failed. See ray_client_server_23000.err for detailed logs.")
+    assert ray_cluster._connect(flaky(1, started), "ray://head:10001") == "client" and len(calls) == 2
+    calls.clear()
     with pytest.raises(ConnectionError):  # an unreachable cluster is reported at once
         ray_cluster._connect(flaky(1, "Failed to connect to the Ray cluster"), "ray://head:10001")
     assert len(calls) == 1

@@ -365,10 +365,14 @@ def _remembered_client(make: Any, address: str) -> Any:
 
 # Ray Client's proxy starts a server process per client connection; on a loaded head node that
 # start can fail (ray/util/client/server/proxier.py reads the new process's command line while it
-# may already have exited) and the client sees "Initialization failure from server". The cluster
-# is reachable and a new connection usually succeeds, so such failures are retried a few times;
-# an unreachable address is not (its own connect timeout already took tens of seconds).
-_TRANSIENT_CLIENT_FAILURE = "Initialization failure from server"
+# may already have exited) and the client sees "Initialization failure from server"; or the new
+# process exits as it starts, and the client hears "Starting Ray client server failed" (seen with
+# two clusters on one machine: the proxy picks each connection's port from one fixed range,
+# 23000-24000, by binding it and letting it go, so two proxies can pick the same port at once).
+# The cluster is reachable and a new connection (on another port) usually succeeds, so such
+# failures are retried a few times; an unreachable address is not (its own connect timeout
+# already took tens of seconds).
+_TRANSIENT_CLIENT_FAILURES = ("Initialization failure from server", "Starting Ray client server failed")
 _CLIENT_RETRY_WAITS_S = (3.0, 10.0, 30.0)
 #: How long one Ray Client connection may take to tell a ray:// address's dashboard. The proxy can
 #: also stall on a connection without failing it: it waits for the head's runtime-env agent and for
@@ -395,7 +399,8 @@ def _connect(make: Any, address: str | None) -> Any:
         try:
             return make(address)
         except Exception as exc:
-            if not waits or not (isinstance(exc, _ClientStalled) or _TRANSIENT_CLIENT_FAILURE in str(exc)):
+            transient = any(failure in str(exc) for failure in _TRANSIENT_CLIENT_FAILURES)
+            if not waits or not (isinstance(exc, _ClientStalled) or transient):
                 raise
             wait = waits.pop(0)
             log.warning("the Ray cluster at %s did not start a client connection (%s); retrying in %.0f s", address,
