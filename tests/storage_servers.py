@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
+from tests.conftest import REPO
+
 if TYPE_CHECKING:
     from tests.fakes.fake_hub import FakeHub
 
 VENV_BIN = Path(sys.executable).parent
-_REPO = Path(__file__).resolve().parents[1]
 
 #: Credentials the S3 stand-in accepts (moto without IAM checks accepts any).
 AWS_TEST_ENV = {
@@ -110,11 +111,6 @@ _DIE_WITH_PARENT = (
 )
 
 
-def _repo_on_path() -> dict[str, str]:
-    """The environment that lets a server started as ``python -m tests.fakes...`` import this repository's tests."""
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH", "")]))}
-
-
 class _Process:
     """A server subprocess in its own process group, stopped by that group's id only.
 
@@ -148,9 +144,8 @@ class MotoS3(_Process):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {"INITIAL_NO_AUTH_ACTION_COUNT": "0"} if enforce_auth else {}
-        # moto_server with its conditional puts atomic, as S3's are (tests/fakes/moto_server.py).
         super().__init__([sys.executable, "-m", "tests.fakes.moto_server", "-H", "127.0.0.1", "-p", str(self.port)],
-                         {**env, **_repo_on_path()}, dies_with_us)
+                         {**env, "PYTHONPATH": str(REPO)}, dies_with_us)
         _wait_http(f"{self.url}/moto-api/", 30, self.proc)
 
     def reset(self) -> None:
@@ -221,7 +216,7 @@ class GcsEmulator(_Process):
                    else [str(VENV_BIN / "gcp-storage-emulator")])
         super().__init__(
             [*command, "start", "--host", "127.0.0.1", "--port", str(self.port), "--in-memory"],
-            env=_repo_on_path(),
+            env={"PYTHONPATH": str(REPO)},
             dies_with_us=dies_with_us,
         )
         _wait_http(f"{self.url}/storage/v1/b", 30, self.proc)

@@ -54,7 +54,6 @@ def strict(insert: Any, storage_errors: tuple[type[BaseException], ...]) -> Any:
                     pass
                 else:
                     response.status = HTTPStatus.PRECONDITION_FAILED
-                    response["Content-type"] = "application/json"
                     response.write_file(json.dumps(PRECONDITION_FAILED).encode(), "application/json")
                     return None
         return insert(request, response, storage, *args, **kwargs)

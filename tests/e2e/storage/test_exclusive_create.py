@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -91,14 +91,14 @@ def test_s3_one_winner_per_name(s3: MotoS3, tmp_path: Path) -> None:
     # conditional puts made one at a time (tests/fakes/moto_server.py), as S3 decides them
     # atomically. The proxy counts them and their 412s: llm-ocr must ask for the condition on
     # every create, and read a refusal as "taken".
-    puts = ConditionalPuts()
+    puts = ConditionalCreates(s3_conditional_put)
     proxy = Proxy(s3.url, puts)
     try:
         results = race("s3://race/out", clean_env(**{**s3.env, **_endpoint_env(s3.env, proxy.url)}), tmp_path / "race")
     finally:
         proxy.stop()
     assert_one_winner_each(results, lambda name: s3.read("race", f"out/{name}"))
-    assert puts.conditional == RACERS * len(NAMES)
+    assert puts.asked == RACERS * len(NAMES)
     assert puts.refused == (RACERS - 1) * len(NAMES)
 
 
@@ -171,42 +171,34 @@ class Proxy:
         self.server.server_close()
 
 
-class ConditionalPuts:
-    """A proxy hook that counts S3's conditional puts (``If-None-Match: *``) and those refused
-    (412), forwarding every request as it comes."""
+class ConditionalCreates:
+    """A proxy hook that counts the requests ``conditional`` says ask to create only if absent
+    (S3's ``If-None-Match: *``, GCS's ``ifGenerationMatch=0``) and those the store refused (412),
+    forwarding every request as it comes."""
 
-    def __init__(self) -> None:
+    def __init__(self, conditional: Callable[[Request], bool]) -> None:
+        self.conditional = conditional
         self.lock = threading.Lock()
-        self.conditional = 0
+        self.asked = 0
         self.refused = 0
 
     def __call__(self, request: Request, forward: Any) -> Answer:
         answer = forward(request)
-        if request.command == "PUT" and request.headers.get("If-None-Match") == "*":
+        if self.conditional(request):
             with self.lock:
-                self.conditional += 1
+                self.asked += 1
                 self.refused += answer[0] == 412
         return answer
 
 
-class GcsPrecondition:
-    """A proxy hook that counts the GCS uploads sent with ``ifGenerationMatch=0`` and those the
-    emulator refused (412: the object existed), forwarding every request as it comes."""
+def s3_conditional_put(request: Request) -> bool:
+    return request.command == "PUT" and request.headers.get("If-None-Match") == "*"
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.conditional_uploads = 0
-        self.refused = 0
 
-    def __call__(self, request: Request, forward: Any) -> Answer:
-        parsed = urllib.parse.urlsplit(request.path)
-        query = urllib.parse.parse_qs(parsed.query)
-        answer = forward(request)
-        if query.get("ifGenerationMatch") == ["0"] and parsed.path.startswith("/upload/storage/v1/b/"):
-            with self.lock:
-                self.conditional_uploads += 1
-                self.refused += answer[0] == 412
-        return answer
+def gcs_conditional_upload(request: Request) -> bool:
+    parsed = urllib.parse.urlsplit(request.path)
+    return (parsed.path.startswith("/upload/storage/v1/b/")
+            and urllib.parse.parse_qs(parsed.query).get("ifGenerationMatch") == ["0"])
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +212,7 @@ def gcs() -> Iterator[GcsEmulator]:
 
 
 def test_gcs_one_winner_per_name_with_the_precondition_enforced(gcs: GcsEmulator, tmp_path: Path) -> None:
-    precondition = GcsPrecondition()
+    precondition = ConditionalCreates(gcs_conditional_upload)
     proxy = Proxy(gcs.url, precondition)
     try:
         env = clean_env(STORAGE_EMULATOR_HOST=proxy.url, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false")
@@ -229,7 +221,7 @@ def test_gcs_one_winner_per_name_with_the_precondition_enforced(gcs: GcsEmulator
         proxy.stop()
     assert_one_winner_each(results, lambda name: gcs.read("race", f"out/{name}"))
     # Every create asked for the precondition; all but the winner of each name were refused.
-    assert precondition.conditional_uploads == RACERS * len(NAMES)
+    assert precondition.asked == RACERS * len(NAMES)
     assert precondition.refused == (RACERS - 1) * len(NAMES)
 
 
