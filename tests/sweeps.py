@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import llm_ocr
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.families import Family, family_for
@@ -33,6 +35,29 @@ def served_names(families: Iterable[Family]) -> dict[str, str]:
         name = family.models[0] if family.models else GENERIC_NAME
         names[family.name] = name if family_for(name) is family else f"{name}@{family.name}"
     return names
+
+
+def shape(family: Family) -> tuple[str, str, bool, bool, bool]:
+    """What decides how a family's pieces are cut, sized and sent: how it reads a dense page
+    (tiles, bands, blocks), its image format, and whether its rendering fixes the longer side,
+    rounds each side to a multiple, or caps the pixels or the longer side."""
+    r = family.rendering
+    return (family.dense, r.image_format, r.long_side is not None, r.multiple is not None,
+            r.max_pixels is not None or r.max_long_side is not None)
+
+
+def by_shape(families: Iterable[Family]) -> list[Any]:
+    """``families`` as pytest parameters (ids: their names): the first family of each
+    :func:`shape` as it is, every other one marked ``sweep``. ``./scripts/test --fast`` leaves the
+    marked ones out (``-m "not e2e and not sweep"``): the inner loop still reads one family of each
+    shape, and the full command reads them all."""
+    seen: set[tuple[str, str, bool, bool, bool]] = set()
+    params = []
+    for family in families:
+        first = shape(family) not in seen
+        seen.add(shape(family))
+        params.append(pytest.param(family, id=family.name, marks=() if first else (pytest.mark.sweep,)))
+    return params
 
 
 def families_server(families: Iterable[Family], *args: str,

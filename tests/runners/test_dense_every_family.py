@@ -37,7 +37,7 @@ from llm_ocr.vlm.families import FAMILIES, Family
 from tests.conftest import read_stage
 from tests.docs import make_pdf, paragraph
 from tests.newspaper import Newspaper, newspaper_pdf, order_kept
-from tests.sweeps import Counters, families_server
+from tests.sweeps import Counters, by_shape, families_server
 from tests.sweeps import extract as extract_in_process
 
 #: The share of the page's text lines the Markdown must hold in the page's reading order (the
@@ -108,7 +108,7 @@ def overlap(a: Box, b: Box) -> float:
     return inside.area / max(1e-9, min(a.area, b.area)) if inside.width > 0 and inside.height > 0 else 0.0
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+@pytest.mark.parametrize("family", by_shape(FAMILIES))
 def test_every_family_reads_a_dense_page_whole_at_a_small_context(tmp_path: Path, paper, sweep_servers,
                                                                  family: Family) -> None:
     folder, truth = paper

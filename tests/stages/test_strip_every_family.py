@@ -33,7 +33,7 @@ from llm_ocr.stages.extract import family_render
 from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.families import FAMILIES, Family
 from tests.conftest import read_stage
-from tests.sweeps import Counters, extract, families_server
+from tests.sweeps import Counters, by_shape, extract, families_server
 
 #: The strip: 234 x 14,040 pt (1:60), 9 pt lines every 12 pt, a 150 x 100 pt chart 5,000 pt down.
 WIDTH, HEIGHT = 234, 14040
@@ -139,7 +139,7 @@ def check_strip_read(out: Path, lines: list[str], family: Family, plan: tuple[li
         assert crop.width >= 150 * 0.9 * min(1.0, scale), (crop.size, scale)
 
 
-@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
+@pytest.mark.parametrize("family", by_shape(FAMILIES))
 def test_a_strip_is_read_in_pieces_rendered_from_the_source(
     strip: tuple[Path, list[str]], sim: tuple[SimulatedServer, dict[str, str]], tmp_path: Path, family: Family
 ) -> None:
