@@ -54,9 +54,9 @@ def by_shape(families: Iterable[Family]) -> list[Any]:
     seen: set[tuple[str, str, bool, bool, bool]] = set()
     params = []
     for family in families:
-        first = shape(family) not in seen
-        seen.add(shape(family))
-        params.append(pytest.param(family, id=family.name, marks=() if first else (pytest.mark.sweep,)))
+        key = shape(family)
+        params.append(pytest.param(family, id=family.name, marks=() if key not in seen else (pytest.mark.sweep,)))
+        seen.add(key)
     return params
 
 
