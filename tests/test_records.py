@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
 from PIL import Image
 
 from llm_ocr.records import Block, DocumentResult, Figure, PageResult, document_schema, page_schema
 from llm_ocr.storage.parts import rows_to_bytes
+
+if TYPE_CHECKING:  # imported where it is used: about a CPU-second that collection need not pay
+    import datasets
 
 
 def png(width: int) -> bytes:
@@ -20,6 +23,8 @@ def png(width: int) -> bytes:
 
 
 def load(path: Path) -> datasets.Dataset:
+    import datasets
+
     return datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(path.parent / "cache"))
 
 

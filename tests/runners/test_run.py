@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import datasets
 import pytest
 from PIL import Image
 
@@ -68,6 +67,8 @@ def test_run_writes_three_stages_that_datasets_loads(reference: Path, server: Si
     # Extract rows are what Extract alone writes: no descriptions; Describe rows have them all.
     assert all(f["description"] is None for r in extract_rows for f in r["figures"])
     assert sum(1 for r in describe_rows for f in r["figures"] if f["description"]) == FIGURES
+    import datasets  # here, not at collection: about a CPU-second every test worker would pay
+
     for name in ("extract", "describe", "assemble"):
         ds = datasets.load_dataset("parquet", data_files=str(reference / name / "*.parquet"), split="train")
         assert len(ds) == (3 if name == "assemble" else PAGES)

@@ -14,8 +14,15 @@ import pytest
 from llm_ocr.records import Block, PageResult
 from tests.stages.common import run_in_process
 
-pytest.importorskip("docling_core.transforms.chunker.hybrid_chunker")
-pytest.importorskip("transformers")
+
+@pytest.fixture(autouse=True, scope="module")
+def _chunking_installed() -> None:
+    """Skips where docling-core's chunking or transformers is missing: checked when the module's
+    first test runs, not when it is collected (their import takes about 2 CPU-seconds, which
+    every test worker would pay at collection)."""
+    pytest.importorskip("docling_core.transforms.chunker.hybrid_chunker")
+    pytest.importorskip("transformers")
+
 
 MAX_TOKENS = 16
 #: Each paragraph's words are its own (``alpha0 alpha1 ...``), so a chunk's text says which

@@ -22,7 +22,12 @@ from tests.conftest import read_stage
 from tests.docs import chart_png, paragraph
 from tests.stages.common import run_in_process, stage
 
-docling = pytest.importorskip("docling_core.types.doc")
+
+@pytest.fixture(scope="module")
+def docling() -> Any:
+    """docling-core's document types, imported (or the module skipped) when a test first needs
+    them, not at collection, which every test worker pays."""
+    return pytest.importorskip("docling_core.types.doc")
 
 
 def _png() -> bytes:
@@ -58,7 +63,7 @@ def _make_pdf(path: Path) -> list[list[str]]:
     return texts
 
 
-def test_export_of_a_simulated_run_loads_back_with_pages_boxes_headings_and_pictures(tmp_path: Path) -> None:
+def test_export_of_a_simulated_run_loads_back_with_pages_boxes_headings_and_pictures(tmp_path: Path, docling: Any) -> None:
     (tmp_path / "docs").mkdir()
     texts = {"doc000.pdf": _make_pdf(tmp_path / "docs" / "doc000.pdf")}
     with SimulatedServer("--instant", corpus=tmp_path / "docs") as server:
@@ -103,7 +108,7 @@ def test_export_of_a_simulated_run_loads_back_with_pages_boxes_headings_and_pict
     assert json.loads(result.stdout)["chunks"] == len(chunks)
 
 
-def test_tables_captions_lists_and_furniture_map_to_docling_items() -> None:
+def test_tables_captions_lists_and_furniture_map_to_docling_items(docling: Any) -> None:
     from llm_ocr.stages.docling_export import build_document, chunk_rows
 
     crop = _png()
@@ -223,7 +228,7 @@ def _text_box(pdf_path: Path, page: int, text: str) -> tuple[float, float, float
         pdf.close()
 
 
-def test_run_with_chunks_exports_the_samples_with_furniture_and_pdf_boxes(samples_run: dict[str, Any]) -> None:
+def test_run_with_chunks_exports_the_samples_with_furniture_and_pdf_boxes(samples_run: dict[str, Any], docling: Any) -> None:
     """``llm-ocr run --chunks`` on the held-out-style samples: a DoclingDocument per document that
     docling-core loads back, the chunks in the shard's file, the invoice's page numbers in the
     furniture layer, and chunk boxes in PDF points where PDFium finds the text."""
