@@ -23,10 +23,10 @@ from tests.docs import chart_png, paragraph
 from tests.stages.common import run_in_process, stage
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(autouse=True, scope="module")
 def docling() -> Any:
-    """docling-core's document types, imported (or the module skipped) when a test first needs
-    them, not at collection, which every test worker pays."""
+    """docling-core's document types, imported (or every test of the module skipped) when the
+    module's first test runs, not at collection, which every test worker pays."""
     return pytest.importorskip("docling_core.types.doc")
 
 
