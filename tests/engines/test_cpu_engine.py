@@ -16,9 +16,8 @@ import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pypdfium2 as pdfium
 import pytest
 from PIL import Image
@@ -30,6 +29,9 @@ from llm_ocr.vlm.grounding import parse_layout, scale_box
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, DOCUMENT_PROMPT, FREE_OCR_PROMPT, image_messages, recipe_for
 from tests.cpu_engine_pages import SCALE, TITLE, known_page
 from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    import openai
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 RECIPE = recipe_for(MODEL)
@@ -156,6 +158,8 @@ def engine(cpu_engine: CpuServer) -> CpuServer:
 
 @pytest.fixture(scope="module")
 def client(engine: CpuServer) -> Iterator[openai.OpenAI]:
+    import openai  # here: every pytest worker collects the module (about 0.7 CPU-s for openai)
+
     with openai.OpenAI(base_url=engine.base_url, api_key="EMPTY", max_retries=0, timeout=120) as c:
         yield c
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import uuid
 
-import datasets
 import fsspec
 import pytest
 from sources_testdata import finevision_parquet, make_pdf, png, write
@@ -182,6 +181,10 @@ def test_parquet_folder_split_column_and_mixed_inputs(fv_file, fv_rows, tree):
 
 
 def test_parquet_without_image_column_and_auto_detection(tmp_path):
+    # datasets imported in the tests that use it: every pytest worker collects this module, and
+    # datasets (with pandas) costs about 0.8 CPU-seconds to import.
+    import datasets
+
     ds = datasets.Dataset.from_dict(
         {"text": ["a"], "scan": [{"bytes": png(), "path": None}]},
         features=datasets.Features({"text": datasets.Value("string"), "scan": datasets.Image()}),
@@ -195,6 +198,8 @@ def test_parquet_without_image_column_and_auto_detection(tmp_path):
 
 
 def test_image_read_through_path_when_bytes_missing(tmp_path):
+    import datasets
+
     img = write(tmp_path / "page.png", png("blue"))
     ds = datasets.Dataset.from_dict(
         {"image": [{"bytes": None, "path": str(img)}]}, features=datasets.Features({"image": datasets.Image()})

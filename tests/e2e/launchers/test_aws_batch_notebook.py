@@ -24,6 +24,7 @@ import pytest
 from tests.conftest import REPO
 from tests.docs import make_corpus
 from tests.fakes.fake_batch import SPOT_REASON
+from tests.installed import skip_module_unless_installed
 from tests.launchers.aws_batch_common import (
     EXEC_ROLE,
     INPUT,
@@ -41,8 +42,7 @@ from tests.launchers.common import expected_pages, wait_until
 # The hang guard (pytest-timeout; 300 s by default): the notebook's own cell timeout is 400 s.
 pytestmark = pytest.mark.timeout(1200)
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+skip_module_unless_installed("nbformat", "nbclient")
 
 NOTEBOOK = REPO / "aws-batch" / "aws-batch-pipeline.ipynb"
 
@@ -75,6 +75,9 @@ def test_the_notebook_runs_an_array_of_two_through_a_spot_reclamation_and_every_
             "LLM_OCR_NB_EXECUTION_ROLE": EXEC_ROLE, "LLM_OCR_NB_POLL": "1",
         }.items():
             monkeypatch.setenv(key, value)
+        import nbclient
+        import nbformat
+
         notebook = nbformat.read(NOTEBOOK, as_version=4)
         cells = [(i, c) for i, c in enumerate(notebook.cells) if c.cell_type == "code"]
         launch = next(i for i, c in cells if c.source.startswith("job = llm_ocr.launch("))

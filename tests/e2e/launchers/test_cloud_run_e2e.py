@@ -12,6 +12,7 @@ import pytest
 
 from tests import waiting
 from tests.docs import make_corpus
+from tests.installed import skip_module_unless_installed
 from tests.launchers.cloud_run_common import (
     CODE_PREFIX,
     INPUT,
@@ -31,7 +32,7 @@ from tests.launchers.cloud_run_common import (
 from tests.launchers.common import expected_pages, llm_ocr_batch, wait_until
 from tests.launchers.simulators import HELD_START, simulator_in
 
-pytest.importorskip("google.cloud.run_v2")
+skip_module_unless_installed("google.cloud.run_v2")
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,11 @@ import pytest
 
 from tests.conftest import REPO
 from tests.docs import make_corpus
+from tests.installed import skip_module_unless_installed
 from tests.launchers.cloud_run_common import INPUT, OUTPUT, PLANTED, PROJECT, REGION, fake_cloud_run, stage_rows
 from tests.launchers.common import execute_notebook, expected_pages
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("google.cloud.run_v2")
+skip_module_unless_installed("nbformat", "nbclient", "google.cloud.run_v2")
 
 NOTEBOOK = REPO / "google-cloud-run" / "cloudrun-jobs-pipeline.ipynb"
 

@@ -14,10 +14,10 @@ import pytest
 
 from tests.conftest import REPO
 from tests.docs import make_corpus
+from tests.installed import skip_module_unless_installed
 from tests.launchers.common import INPUT, OUTPUT, PLANTED, execute_notebook, expected_pages, fake_jobs, stage_rows
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+skip_module_unless_installed("nbformat", "nbclient")
 
 NOTEBOOK = REPO / "hf-jobs" / "hf-jobs-pipeline.ipynb"
 

@@ -15,14 +15,14 @@ import pytest
 
 from tests.conftest import REPO
 from tests.docs import make_corpus
+from tests.installed import skip_module_unless_installed
 from tests.launchers.common import expected_pages
 from tests.launchers.sagemaker_common import INPUT, OUTPUT, PLANTED, ROLE, aws_world
 
 # The hang guard (pytest-timeout; 300 s by default): the notebook's own cell timeout is 400 s.
 pytestmark = pytest.mark.timeout(600)
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+skip_module_unless_installed("nbformat", "nbclient")
 
 NOTEBOOK = REPO / "sagemaker" / "sm-jobs-pipeline.ipynb"
 
@@ -39,6 +39,9 @@ def test_sagemaker_notebook_launches_waits_loads_shows_and_costs(tmp_path: Path,
             "LLM_OCR_NB_SHARDS": "2", "LLM_OCR_NB_INSTANCE": "ml.g6.xlarge", "LLM_OCR_NB_ROLE": ROLE, "LLM_OCR_NB_POLL": "0.5",
         }.items():
             monkeypatch.setenv(key, value)
+        import nbclient
+        import nbformat
+
         notebook = nbformat.read(NOTEBOOK, as_version=4)
         client = nbclient.NotebookClient(notebook, timeout=400, kernel_name="python3",
                                          resources={"metadata": {"path": str(REPO / "sagemaker")}})

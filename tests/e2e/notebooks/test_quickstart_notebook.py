@@ -9,8 +9,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+from tests.installed import skip_module_unless_installed
+
+skip_module_unless_installed("nbformat", "nbclient")
 
 REPO = Path(__file__).resolve().parents[3]
 NOTEBOOK = REPO / "notebooks" / "quickstart.ipynb"
@@ -38,6 +39,9 @@ def test_quickstart_notebook_runs_the_pipeline_and_shows_results(tmp_path: Path,
     # The kernel inherits this environment: the notebook's repository is the copy.
     monkeypatch.delenv("LLM_OCR_NOTEBOOK_OUT", raising=False)
     monkeypatch.setenv("LLM_OCR_REPO", str(repo))
+    import nbclient
+    import nbformat
+
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
         notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(repo / "notebooks")}}

@@ -8,7 +8,6 @@ import re
 import time
 from pathlib import Path
 
-import datasets
 import numpy as np
 import pypdfium2
 from PIL import Image
@@ -44,6 +43,8 @@ def test_rows_per_page_in_document_order_with_text_and_figures(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     # Its parts written from lists, the command's process never imported pandas for pyarrow.
     assert "pandas.core" not in result.stderr and "llm_ocr.runners.workers" in result.stderr
+    import datasets  # here, not at the module's top: every pytest worker collects the module (about 0.8 CPU-s)
+
     ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "out/extract/*.parquet"), split="train")
     keys = [(r["doc_id"], r["page"]) for r in ds]
     assert keys == [(name, p) for name in sorted(corpus) for p in (1, 2, 3)]
@@ -239,6 +240,8 @@ def test_finevision_shaped_parquet_dataset(tmp_path: Path) -> None:
         buffer = io.BytesIO()
         image.save(buffer, format="PNG")
         return {"bytes": buffer.getvalue(), "path": None}
+
+    import datasets
 
     features = datasets.Features(
         {
