@@ -16,8 +16,9 @@ import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import openai
 import pypdfium2 as pdfium
 import pytest
 from PIL import Image
@@ -29,9 +30,6 @@ from llm_ocr.vlm.grounding import parse_layout, scale_box
 from llm_ocr.vlm.recipes import DESCRIBE_PROMPT, DOCUMENT_PROMPT, FREE_OCR_PROMPT, image_messages, recipe_for
 from tests.cpu_engine_pages import SCALE, TITLE, known_page
 from tests.waiting import wait_until
-
-if TYPE_CHECKING:
-    import openai
 
 MODEL = "deepseek-ai/DeepSeek-OCR"
 RECIPE = recipe_for(MODEL)
@@ -158,8 +156,6 @@ def engine(cpu_engine: CpuServer) -> CpuServer:
 
 @pytest.fixture(scope="module")
 def client(engine: CpuServer) -> Iterator[openai.OpenAI]:
-    import openai  # here: every pytest worker collects the module (about 0.7 CPU-s for openai)
-
     with openai.OpenAI(base_url=engine.base_url, api_key="EMPTY", max_retries=0, timeout=120) as c:
         yield c
 
