@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from llm_ocr.storage.parts import part_glob
 from llm_ocr.testing import SimulatedServer
 from tests.docs import make_corpus
 from tests.fixtures.ray.cluster import NODE_SECRET, NODE_SECRET_VALUE
@@ -157,7 +158,7 @@ def _held_launch(corpus: Path, out: Path, address: str, server: SimulatedServer,
 
 
 def _mid_shard(out: Path, server: SimulatedServer, held_at: int, shards: int) -> None:
-    wait_until(lambda: list((out / "extract").glob(f"part-00000-of-{shards:05d}-*")), "shard 0 wrote a part")
+    wait_until(lambda: list((out / "extract").glob(part_glob(0, shards))), "shard 0 wrote a part")
     wait_until_held(server, held_at)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from llm_ocr.launchers.slurm.script import parse_slurm_time
+from llm_ocr.storage.parts import part_glob
 from llm_ocr.testing import SimulatedServer
 from tests import waiting
 from tests.docs import make_corpus
@@ -187,7 +188,7 @@ def test_a_killed_task_requeues_itself_and_resumes_from_its_parts(
                     env=env)
     assert first.returncode == 0, first.stderr
     array = array_id(first.stdout)
-    wait_until(lambda: list((out / "extract").glob("part-00000-of-00002-*")), timeout=180, period=0.2)
+    wait_until(lambda: list((out / "extract").glob(part_glob(0, 2))), timeout=180, period=0.2)
     process = shard_run_process(array, 0, out)
     assert process is not None
     process.kill()  # SIGKILL: no grace, no clean-up, as the OOM killer does
@@ -213,7 +214,7 @@ def test_a_requeued_task_resumes_from_its_parts(tmp_path: Path, corpus: Path, sl
                     env=env)
     assert first.returncode == 0, first.stderr
     array = array_id(first.stdout)
-    wait_until(lambda: list((out / "extract").glob("part-00001-of-00002-*")), timeout=180, period=0.2)
+    wait_until(lambda: list((out / "extract").glob(part_glob(1, 2))), timeout=180, period=0.2)
     requeued = slurm_cmd("scontrol", "requeue", f"{array}_1", env=env)
     assert requeued.returncode == 0, requeued.stderr
     final = llm_ocr("jobs", "wait", str(out), "--interval", "1", env=env, timeout=300)
@@ -251,7 +252,7 @@ def test_a_cancelled_task_is_the_only_shard_relaunched(tmp_path: Path, corpus: P
     waiting.wait_until(lambda: _task_simulator(array, 1, slurm), "shard 1's server listens", interval=0.5).ready()
     waiting.wait_until(lambda: held.hangs_applied() >= held_at, "shard 0's second page is held", interval=0.2)
     # Its first page's part (written as its second page is asked for), so the relaunch has something to resume.
-    waiting.wait_until(lambda: list((out / "extract").glob("part-00000-of-00002-*")), "shard 0's first part",
+    waiting.wait_until(lambda: list((out / "extract").glob(part_glob(0, 2))), "shard 0's first part",
                        interval=0.2)
     cancel = llm_ocr("jobs", "cancel", str(out), "--shard", "0", env=env)
     assert cancel.returncode == 0 and f"{array}_0" in cancel.stdout + cancel.stderr, cancel.stderr
@@ -298,7 +299,7 @@ def test_a_task_near_its_time_limit_requeues_itself_and_resumes(
                         "--env", "LLM_OCR_GRACE_PERIOD=2", env=env)  # the held page is abandoned after 2 s
         assert first.returncode == 0, first.stderr
         task = f"{array_id(first.stdout)}_0"
-        waiting.wait_until(lambda: list((out / "extract").glob("part-00000-of-00001-*")), "the shard's first part",
+        waiting.wait_until(lambda: list((out / "extract").glob(part_glob(0, 1))), "the shard's first part",
                            interval=0.2)
         waiting.wait_until_held(server, held_at)
         elapsed = parse_slurm_time(slurm_cmd("squeue", "-h", "-j", task, "-o", "%M", env=env).stdout)
