@@ -32,6 +32,7 @@ Run as ``python -m tests.vllm_real.tiny_models DIR [ARCH ...]`` to build them by
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -484,10 +485,10 @@ def warm_model_info(folders: list[Path]) -> list[str]:
     its own inspection again; the subprocess exists to keep CUDA out of the server's process,
     and there is none here. Returns the architectures inspected (none when all were cached).
     """
-    import os
-
     wanted = {arch for folder in folders
               for arch in json.loads((folder / "config.json").read_text()).get("architectures", [])}  # fmt: skip
+    # vLLM's default cache root (vllm/envs.py, VLLM_CACHE_ROOT), worked out here so that a machine
+    # whose entries are all cached does not import vLLM (about 6 CPU-s) to learn it.
     root = Path(os.environ.get("VLLM_CACHE_ROOT") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm")
     cached = {path.stem.rsplit("-", 1)[-1] for path in (root / "modelinfos").glob("*.json")}
     missing = sorted(wanted - cached)
