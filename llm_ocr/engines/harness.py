@@ -272,11 +272,18 @@ class LocalServer:
 
         return parse_prometheus(self.metrics_text())
 
-    def requests(self) -> list[dict[str, Any]]:
-        """The request log so far: one dict per chat request, oldest first."""
+    def requests(self, since: float | None = None) -> list[dict[str, Any]]:
+        """The request log so far: one dict per chat request, in the order they ended.
+
+        ``since`` (a ``time.time()``): only the requests that arrived then or later. Count a
+        step's requests this way, not by the log's length before and after it: a line is written
+        when its request ends, and a streamed answer can reach its client before that, so a
+        request of the step before can be logged during this one."""
         if self._tmp is None and self._final_requests is not None:
-            return list(self._final_requests)
-        return self._read_requests()
+            logged = list(self._final_requests)
+        else:
+            logged = self._read_requests()
+        return logged if since is None else [entry for entry in logged if entry.get("time", 0.0) >= since]
 
     def _read_requests(self) -> list[dict[str, Any]]:
         if self.request_log is None or not self.request_log.exists():

@@ -70,9 +70,9 @@ def stage(
     return result
 
 
-def bodies(server: SimulatedServer) -> list[dict[str, Any]]:
-    """The logged request bodies."""
-    return [entry.get("body", entry) for entry in server.requests()]
+def bodies(server: SimulatedServer, since: float | None = None) -> list[dict[str, Any]]:
+    """The logged request bodies (``since``: of the requests that arrived then or later)."""
+    return [entry.get("body", entry) for entry in server.requests(since)]
 
 
 def prompt_of(body: dict[str, Any]) -> str:
