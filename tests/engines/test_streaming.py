@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from openai import AsyncOpenAI
 
+from llm_ocr.engines.frame.app import FrameConfig, OpenAIServer
+from llm_ocr.engines.frame.protocol import ChatRequest
+from llm_ocr.engines.frame.streaming import SseAnswer
 from llm_ocr.testing import SimulatedServer
 from tests.engines.test_simulated import MODEL, RECIPE, body_for, picture_bytes
 from tests.waiting import wait_until
@@ -127,3 +131,37 @@ def test_a_client_that_leaves_frees_the_slot_and_pays_only_what_was_generated() 
     assert 1 <= cut["completion_tokens"] < 4000
     assert metrics["vllm:generation_tokens_total"] == sum(r["completion_tokens"] for r in records)
     assert metrics['vllm:request_success_total{engine="0",finished_reason="abort",model_name="' + MODEL + '"}'] == 1
+
+
+def test_a_streamed_request_is_in_the_log_before_its_last_chunk_is_sent(tmp_path: Path) -> None:
+    """A client that has its whole answer finds its request in the log. Tests count a step's
+    requests in the log; a line written after ``[DONE]`` could land after the client's next step
+    had begun (r100: a count of 5 against 4 in tests/runners/test_dedup.py)."""
+    log = tmp_path / "requests.jsonl"
+    server = OpenAIServer(FrameConfig(request_log=str(log)))
+    server.open_log()
+    seen: list[tuple[str, int]] = []  # (what was written, lines in the log at that moment)
+
+    class Wire:  # the socket: every write notes what the log held when it went out
+        async def write(self, data: bytes) -> None:
+            seen.append((data.decode(), len(log.read_text().splitlines())))
+
+        async def write_eof(self) -> None:
+            seen.append(("eof", len(log.read_text().splitlines())))
+
+    req = ChatRequest(model=MODEL, prompt="<image>\nFree OCR.", kind="page", image=b"", media_type="image/png",
+                      max_tokens=100, skip_special_tokens=True, stream=True, include_usage=True, stream_interval=4)
+    record: dict[str, Any] = {"time": 0.0, "path": "/v1/chat/completions", "status": 200, "outcome": "cancelled",
+                              "_started": 0.0}
+    stream = SseAnswer(server, req, "A line of text the model read from the page.", 10, record)
+    stream.response = Wire()  # type: ignore[assignment]
+    asyncio.run(stream.finish("stop", 14))
+    server.end_line(record)  # as the handler's end does: the line is written once
+    server.close()
+
+    last = next(i for i, (data, _) in enumerate(seen) if '"finish_reason": "stop"' in data)
+    assert seen[last][1] == 1, "the finish chunk went out before the request was logged"
+    assert all(lines == 1 for _, lines in seen[last:])
+    (line,) = (json.loads(text) for text in log.read_text().splitlines())
+    assert line["outcome"] == "ok" and line["finish_reason"] == "stop" and line["completion_tokens"] == 14
+    assert "_started" not in line and line["latency_s"] >= 0

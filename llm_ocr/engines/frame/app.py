@@ -31,6 +31,8 @@ from .streaming import SseAnswer
 
 #: Page images as base64 exceed aiohttp's 1 MiB default body limit; vLLM has none.
 MAX_BODY_BYTES = 512 * 1024 * 1024
+#: A chat request's start (``time.monotonic()``) in its log record until its line is written.
+_STARTED = "_started"
 
 
 @dataclass
@@ -157,13 +159,28 @@ class OpenAIServer:
     def write_log(self, record: dict[str, Any]) -> None:
         """Append one line to the request log (flushed: a killed server keeps its lines)."""
         if self._log is not None:
-            self._log.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            line = {key: value for key, value in record.items() if key != _STARTED}
+            self._log.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
             self._log.flush()
+
+    def end_line(self, record: dict[str, Any]) -> None:
+        """Write a chat request's log line, once, with its latency so far.
+
+        A streamed answer writes it before its last chunk (:meth:`SseAnswer.finish
+        <llm_ocr.engines.frame.streaming.SseAnswer.finish>`): a client that has its whole answer
+        then finds the line in the log. Written after ``[DONE]``, it could land after the
+        client's next step had begun, and a count of that step's requests took it in."""
+        started = record.pop(_STARTED, None)
+        if started is None:  # written already
+            return
+        record["latency_s"] = round(time.monotonic() - started, 4)
+        if record["outcome"] != "crash":  # a crash path writes its own line before exiting
+            self.write_log(record)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/chat/completions``; logs one line per request whatever happens."""
-        t0 = time.monotonic()
-        record: dict[str, Any] = {"time": time.time(), "path": request.path, "status": None, "outcome": "cancelled"}
+        record: dict[str, Any] = {"time": time.time(), "path": request.path, "status": None, "outcome": "cancelled",
+                                  _STARTED: time.monotonic()}
         try:
             response = await self._chat(request, record)
             record["status"] = response.status
@@ -172,9 +189,7 @@ class OpenAIServer:
             self.count("responses", str(response.status))
             return response
         finally:
-            record["latency_s"] = round(time.monotonic() - t0, 4)
-            if record["outcome"] != "crash":  # a crash path writes its own line before exiting
-                self.write_log(record)
+            self.end_line(record)
 
     async def read_body(self, request: web.Request, record: dict[str, Any]) -> Any:
         """The request's JSON body, or an error response to return (503 while starting, 400

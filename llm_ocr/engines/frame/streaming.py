@@ -50,6 +50,7 @@ class SseAnswer:
         self.record = record
         self.tokens: float = 0  # generated so far
         self.sent_chars = 0
+        self._counted = False
         self.response: web.StreamResponse | None = None
         self._id = f"chatcmpl-{uuid.uuid4().hex}"
         self._created = int(time.time())
@@ -88,6 +89,11 @@ class SseAnswer:
         self.tokens = completion_tokens
         rest = self.text[self.sent_chars :]
         self.sent_chars = len(self.text)
+        # Counted and logged before the last chunk, not after ``[DONE]``: a client that has its
+        # whole answer finds the request in the log (tests count a step's requests there).
+        self.server.count_finished(self.req, finish, self.prompt_tokens, completion_tokens, self.record)
+        self._counted = True
+        self.server.end_line(self.record)
         await self._event(self._chunk({"content": rest} if rest else {}, finish))
         if self.req.include_usage:
             usage = {"id": self._id, "object": "chat.completion.chunk", "created": self._created,
@@ -96,11 +102,13 @@ class SseAnswer:
             await self._event(usage)
         await self.response.write(b"data: [DONE]\n\n")
         await self.response.write_eof()
-        self.server.count_finished(self.req, finish, self.prompt_tokens, completion_tokens, self.record)
         return self.response
 
     def aborted(self) -> None:
-        """The client went away: count the tokens generated so far (the slot is the caller's)."""
+        """The client went away: count the tokens generated so far (the slot is the caller's);
+        nothing once the whole answer was counted (the client left during its last chunk)."""
+        if self._counted:
+            return
         tokens = math.ceil(self.tokens)
         self.server.count_finished(self.req, "abort", self.prompt_tokens, tokens, self.record)
         self.record["outcome"] = "disconnected"
