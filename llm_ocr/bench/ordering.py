@@ -50,6 +50,7 @@ from llm_ocr.bench.long_tail import KINDS, MARGIN_PT, PageKind, make_long_tail_c
 
 if TYPE_CHECKING:  # the run imports the client and the runners: the CLI lists its options without them
     from llm_ocr.bench.run import RunResult
+    from llm_ocr.sources.page_cost import PageEstimate
 
 #: Bump when the generated workloads change, so a cached corpus is never silently reused stale.
 ORDERING_VERSION = 1
@@ -322,21 +323,31 @@ def _ranks(values: Sequence[float]) -> list[float]:
     return ranks
 
 
-def pdf_estimates(folder: Path) -> dict[tuple[str, int], float | None]:
-    """Each page's estimate read from the PDF, as a run reads it (and how long that took)."""
+def pdf_estimates(folder: Path) -> dict[tuple[str, int], PageEstimate | None]:
+    """Each page's estimate read from the PDF, as a run reads it."""
     from llm_ocr.options import RenderOptions
     from llm_ocr.sources.base import DocumentRef
-    from llm_ocr.sources.page_cost import page_costs
+    from llm_ocr.sources.page_cost import page_estimates
     from llm_ocr.sources.render import close_documents, count_pages
 
-    out: dict[tuple[str, int], float | None] = {}
+    out: dict[tuple[str, int], PageEstimate | None] = {}
     opts = RenderOptions()
     for path in sorted(folder.glob("*.pdf")):
         ref = DocumentRef(path.name, 0, str(path), "pdf", str(path))
         pages = list(range(1, count_pages(ref, opts) + 1))
-        out.update(((path.name, p), c) for p, c in zip(pages, page_costs(ref, opts, pages)))
+        out.update(((path.name, p), c) for p, c in zip(pages, page_estimates(ref, opts, pages)))
     close_documents()
     return out
+
+
+def on_one_scale(estimates: dict[tuple[str, int], PageEstimate | None]) -> dict[tuple[str, int], float | None]:
+    """The estimates as a run whose plan holds them all ranks them: text-layer and scan estimates
+    on one scale (:class:`~llm_ocr.runners.cost_scale.CostScale`)."""
+    from llm_ocr.runners.cost_scale import CostScale
+
+    scale = CostScale()
+    scale.add(e for e in estimates.values() if e is not None)
+    return {key: None if e is None else scale.value(e) for key, e in estimates.items()}
 
 
 def _rows(output: Path) -> list[dict[str, Any]]:
@@ -349,15 +360,19 @@ def _rows(output: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def rank_estimates(rows: list[dict[str, Any]], estimates: dict[tuple[str, int], float | None]) -> tuple[
+def rank_estimates(rows: list[dict[str, Any]], estimates: dict[tuple[str, int], PageEstimate | None]) -> tuple[
         dict[str, float | None], int]:
     """Spearman of the rendered estimate and of the PDF's with the completion tokens of the rows
-    read whole and well (a page without an estimate counts as 0 characters)."""
+    read whole and well (a page without an estimate counts as 0 characters): ``pdf`` on the
+    run's one scale, ``pdf_raw`` as read (a scan's characters from its image's size)."""
     ok = [r for r in rows if r["status"] == "ok" and r["completion_tokens"]]
     tokens = [float(r["completion_tokens"]) for r in ok]
     rendered = [float(r["text_estimate"] or 0) for r in ok]
-    pdf = [float(estimates.get((r["doc_id"], r["page"])) or 0) for r in ok]
-    return {"rendered": spearman(rendered, tokens), "pdf": spearman(pdf, tokens)}, len(ok)
+    scaled = on_one_scale(estimates)
+    pdf = [float(scaled.get((r["doc_id"], r["page"])) or 0) for r in ok]
+    raw = [float(getattr(estimates.get((r["doc_id"], r["page"])), "chars", 0)) for r in ok]
+    return {"rendered": spearman(rendered, tokens), "pdf": spearman(pdf, tokens), "pdf_raw": spearman(raw, tokens)}, \
+        len(ok)
 
 
 def base_config(pages: int, seed: int, workers: int | None) -> BenchConfig:
@@ -463,13 +478,14 @@ def format_ordering(runs: list[OrderingRun], cost: ReadingCost | None = None) ->
     """The table: per workload, each estimate's Spearman and the longest-first fractions; then each
     run's wall time and bound, and what reading the estimates cost."""
     slots = sorted({r.slots for r in runs})
-    header = ["workload", "Spearman rendered / PDF"] + [f"{s} slots before -> after" for s in slots]
+    header = ["workload", "Spearman rendered / PDF / one scale"] + [f"{s} slots before -> after" for s in slots]
     lines = [header]
     worst: dict[tuple[int, str], float] = {}
     for name in dict.fromkeys(r.workload for r in runs):
         mine = {(r.slots, r.label): r for r in runs if r.workload == name}
         ranked = next((r for r in mine.values() if r.spearman), None)
-        row = [name, f"{_cell(ranked.spearman.get('rendered'))} / {_cell(ranked.spearman.get('pdf'))}"
+        row = [name, f"{_cell(ranked.spearman.get('rendered'))} / {_cell(ranked.spearman.get('pdf_raw'))}"
+               f" / {_cell(ranked.spearman.get('pdf'))}"
                if ranked else "-"]
         for s in slots:
             before, after = mine.get((s, "before")), mine.get((s, "after"))

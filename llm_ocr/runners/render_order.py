@@ -45,9 +45,10 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from llm_ocr.runners.cost_scale import CostScale
 from llm_ocr.runners.process_pool import WorkerDied
 from llm_ocr.sources.base import DocumentRef
-from llm_ocr.sources.page_cost import page_costs
+from llm_ocr.sources.page_cost import TEXT, PageEstimate, page_estimates
 from llm_ocr.sources.render import DocumentError
 
 if TYPE_CHECKING:
@@ -90,26 +91,37 @@ class OpenDocument:
 @dataclass(order=True)
 class PlannedChunk(Generic[DocT]):
     """Pages of one document waiting to be rendered: their place in the plan (the largest
-    expected cost among them, highest first; then the document's and the chunk's place in the
-    input), the document and the pages, most expensive first."""
+    expected cost among them on the run's one scale, highest first; then its own estimate; then
+    the document's and the chunk's place in the input), the document and the pages, most
+    expensive first, with their estimates; ``lead`` is the estimate the chunk ranks by."""
 
-    key: tuple[float, int, int]
+    key: tuple[float, float, int, int]
     doc: DocT = field(compare=False)
     pages: list[int] = field(compare=False)
-    costs: list[float] = field(compare=False)
+    costs: list[PageEstimate] = field(compare=False)
+    lead: PageEstimate = field(compare=False)
+
+
+#: The plan ranks its chunks again when either kind of estimate on its scale has grown by this
+#: factor since it last did (a scan's place moves with the scale): a few dozen times a run at most.
+RESCALE_GROWTH = 1.25
 
 
 class RenderPlan(Generic[DocT]):
     """Estimated pages not yet rendered, cut into chunks of one document's pages with similar
     costs (at most ``chunk_pages``, none under :data:`SIMILAR_COST` of its chunk's first):
-    :meth:`pop` returns the chunk holding the most expensive page of all."""
+    :meth:`pop` returns the chunk holding the most expensive page of all, text-layer and scan
+    estimates ranked on one scale (:class:`~llm_ocr.runners.cost_scale.CostScale`)."""
 
     def __init__(self, chunk_pages: int) -> None:
         self.chunk_pages = chunk_pages
+        self.scale = CostScale()
         self._heap: list[PlannedChunk[DocT]] = []
         self._pages = 0
         self._known_sum = 0.0
         self._known_count = 0
+        #: The scale's sizes when the chunks were last ranked on it.
+        self._ranked_at = (0, 0)
 
     @property
     def pages(self) -> int:
@@ -119,30 +131,34 @@ class RenderPlan(Generic[DocT]):
     def __len__(self) -> int:
         return len(self._heap)
 
-    def add(self, doc: DocT, place: int, pages: Sequence[int], costs: Sequence[float | None],
+    def add(self, doc: DocT, place: int, pages: Sequence[int], costs: Sequence[PageEstimate | float | None],
             backward: bool = False) -> int:
         """Plan the ``pages`` of ``doc`` (the ``place``-th document of the input) at their expected
-        ``costs``; returns how many chunks they make. A page without an estimate ranks with the
-        average of the pages known so far (neither ahead of those known to be long nor behind
-        those known to be short). ``backward``: in the exact reverse of that order (a work
-        group's second reader, which meets its holder instead of racing it for the same pages)."""
-        known = [c for c in costs if c is not None]
-        self._known_sum += sum(known)
+        ``costs`` (a number is a text-layer estimate); returns how many chunks they make. A page
+        without an estimate ranks with the average of the pages known so far (neither ahead of
+        those known to be long nor behind those known to be short). ``backward``: in the exact
+        reverse of that order (a work group's second reader, which meets its holder instead of
+        racing it for the same pages)."""
+        estimates = [c if c is None or isinstance(c, PageEstimate) else PageEstimate(float(c), TEXT) for c in costs]
+        known = [c for c in estimates if c is not None]
+        self.scale.add(known)
+        self._known_sum += sum(c.chars for c in known)
         self._known_count += len(known)
-        average = self._known_sum / self._known_count if self._known_count else 0.0
-        ranked = sorted(zip(pages, (average if c is None else float(c) for c in costs)), key=lambda pc: (-pc[1], pc[0]),
-                        reverse=backward)
-        parts: list[list[tuple[int, float]]] = []
+        average = PageEstimate(self._known_sum / self._known_count if self._known_count else 0.0, TEXT)
+        value = self.scale.value
+        ranked = sorted(((page, average if c is None else c) for page, c in zip(pages, estimates)),
+                        key=lambda pc: (-value(pc[1]), -pc[1].chars, pc[0]), reverse=backward)
+        parts: list[list[tuple[int, PageEstimate]]] = []
         for page, cost in ranked:
             if (not parts or len(parts[-1]) == self.chunk_pages
-                    or (not backward and cost < parts[-1][0][1] * SIMILAR_COST)):
+                    or (not backward and value(cost) < value(parts[-1][0][1]) * SIMILAR_COST)):
                 parts.append([])
             parts[-1].append((page, cost))
         for number, part in enumerate(parts):
             # Backward, every chunk of the document ranks as its costliest page, so they go in turn.
-            lead = -ranked[-1][1] if backward else -part[0][1]
-            heapq.heappush(self._heap, PlannedChunk((lead, place, number), doc, [p for p, _ in part],
-                                                    [c for _, c in part]))
+            lead = ranked[-1][1] if backward else part[0][1]
+            heapq.heappush(self._heap, PlannedChunk(self._key(lead, place, number), doc, [p for p, _ in part],
+                                                    [c for _, c in part], lead))
         self._pages += len(ranked)
         return len(parts)
 
@@ -150,9 +166,31 @@ class RenderPlan(Generic[DocT]):
         """The chunk to render next (None when the plan is empty)."""
         if not self._heap:
             return None
+        self._rerank()
         chunk = heapq.heappop(self._heap)
         self._pages -= len(chunk.pages)
         return chunk
+
+    def value(self, estimate: PageEstimate) -> float:
+        """``estimate`` on the plan's one scale (what the look-ahead ranks the page by, once rendered)."""
+        return self.scale.value(estimate)
+
+    def _key(self, lead: PageEstimate, place: int, number: int) -> tuple[float, float, int, int]:
+        return -self.scale.value(lead), -float(lead.chars), place, number
+
+    def _rerank(self) -> None:
+        """Rank the chunks again on the scale if it has grown enough since they last were: chunks
+        planned early were ranked on the few estimates known then."""
+        (texts, scans), (ranked_texts, ranked_scans) = self.scale.sizes, self._ranked_at
+        if not (texts and scans):
+            return  # one kind so far: every estimate is its own value, and the keys hold
+        if texts < ranked_texts * RESCALE_GROWTH and scans < ranked_scans * RESCALE_GROWTH:
+            return
+        self._ranked_at = (texts, scans)
+        for chunk in self._heap:
+            _, _, place, number = chunk.key
+            chunk.key = self._key(chunk.lead, place, number)
+        heapq.heapify(self._heap)
 
 
 @dataclass
@@ -240,7 +278,7 @@ class EstimatedOrder:
             if opened.local.kind != "pdf":
                 self._direct(opened)
                 return
-            costs: list[float | None] = []
+            costs: list[PageEstimate | None] = []
             for start in range(0, len(opened.todo), ESTIMATE_PAGES):
                 costs += await self._costs(opened, opened.todo[start : start + ESTIMATE_PAGES])
             downloaded = _size(opened.local.location) if opened.cleanup is not None else 0
@@ -253,9 +291,9 @@ class EstimatedOrder:
             self.changed.set()
             self.room.set()
 
-    async def _costs(self, opened: OpenDocument, pages: list[int]) -> list[float | None]:
+    async def _costs(self, opened: OpenDocument, pages: list[int]) -> list[PageEstimate | None]:
         try:
-            return list(await self.intake.pool.run(page_costs, opened.local, self.intake.render, pages))
+            return list(await self.intake.pool.run(page_estimates, opened.local, self.intake.render, pages))
         except (DocumentError, OSError, WorkerDied):  # the render will say what is wrong with it
             return [None] * len(pages)
 
@@ -286,7 +324,8 @@ class EstimatedOrder:
         document = chunk.doc
         document.chunks_left -= 1
         cleanup = self._cleanup(document) if document.chunks_left == 0 else None
-        self.intake.expected.update(((document.opened.ref.doc_id, p), c) for p, c in zip(chunk.pages, chunk.costs))
+        self.intake.expected.update(((document.opened.ref.doc_id, p), self.plan.value(c))
+                                    for p, c in zip(chunk.pages, chunk.costs))
         return self.intake.chunk(document.opened, chunk.pages, cleanup)
 
     def _cleanup(self, document: _Document) -> Callable[[], None]:

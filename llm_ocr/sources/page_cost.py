@@ -18,7 +18,8 @@ not thread-safe), with the document opened once for all its pages:
   (:data:`BLANK_BYTES_PER_PIXEL`). A photograph costs bytes and holds no text: a page that is
   mostly a photograph is over-estimated.
 
-A scan with a text layer (its OCR, invisible over the image) has both: the larger is taken. The
+A scan with a text layer (its OCR, invisible over the image) has both: the larger is taken, and
+the estimate says the page is a scan (:class:`PageEstimate`'s ``source``). The
 two err in opposite ways for the run: a page over-estimated is sent early and ends early anyway,
 a page under-estimated (an OCR layer that lost a column, a photo-free scan whose codec packs
 tighter than assumed) is sent late and can end the run on its own. A page with neither is
@@ -32,7 +33,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from llm_ocr.options import RenderOptions
 
@@ -58,6 +59,22 @@ DEFAULT_BLANK_BYTES_PER_PIXEL = 0.012
 MAX_FORM_DEPTH = 2
 
 
+#: A page without a scan: its estimate is its text layer's length.
+TEXT = "text"
+#: A scan (an image covering :data:`SCAN_AREA` of the page, with some ink): its estimate is the
+#: larger of its image's and its text layer's (an OCR layer's) length.
+SCAN = "scan"
+
+
+class PageEstimate(NamedTuple):
+    """A page's expected characters, and what said so (:data:`TEXT` or :data:`SCAN`). The two
+    scales differ by the scans' codec, resolution and type size: a run ranks them on one
+    (:class:`~llm_ocr.runners.cost_scale.CostScale`)."""
+
+    chars: float
+    source: str
+
+
 def page_costs(ref: DocumentRef, opts: RenderOptions, pages: Sequence[int]) -> list[int | None]:
     """The characters of text each of ``pages`` (1-based) of ``ref`` is expected to hold, read from
     the PDF without rendering (see the module docstring); None for a page that cannot be read
@@ -65,10 +82,15 @@ def page_costs(ref: DocumentRef, opts: RenderOptions, pages: Sequence[int]) -> l
 
     Raises :class:`~llm_ocr.sources.render.DocumentError` when the PDF cannot be opened at all.
     """
+    return [None if estimate is None else round(estimate.chars) for estimate in page_estimates(ref, opts, pages)]
+
+
+def page_estimates(ref: DocumentRef, opts: RenderOptions, pages: Sequence[int]) -> list[PageEstimate | None]:
+    """:func:`page_costs`, each with the source that gave it."""
     if ref.kind != "pdf":
         return [None] * len(pages)
     pdf = _open_pdf(ref.location)
-    out: list[int | None] = []
+    out: list[PageEstimate | None] = []
     for number in pages:
         try:
             page = pdf[number - 1]
@@ -76,7 +98,7 @@ def page_costs(ref: DocumentRef, opts: RenderOptions, pages: Sequence[int]) -> l
             out.append(None)
             continue
         try:
-            out.append(page_cost(page))
+            out.append(page_estimate(page))
         except Exception:  # noqa: BLE001 - same
             out.append(None)
         finally:
@@ -87,12 +109,21 @@ def page_costs(ref: DocumentRef, opts: RenderOptions, pages: Sequence[int]) -> l
 def page_cost(page: Any) -> int:
     """The characters of text a pypdfium2 page is expected to hold: its text layer's count, or
     what its scanned image's size says, whichever is larger (see the module docstring)."""
+    return round(page_estimate(page).chars)
+
+
+def page_estimate(page: Any) -> PageEstimate:
+    """:func:`page_cost` of a pypdfium2 page, with the source that gave it."""
     textpage = page.get_textpage()
     try:
         chars = int(textpage.count_chars())
     finally:
         textpage.close()
-    return max(chars, scan_chars(page))
+    scanned = scan_chars(page)
+    # A scan is a scan whichever estimate is larger: the run ranks a scan among scans
+    # (:class:`~llm_ocr.runners.cost_scale.CostScale`), and which of its two estimates won says
+    # more about its OCR layer's losses than about its length.
+    return PageEstimate(max(chars, scanned), SCAN if scanned > 0 else TEXT)
 
 
 def scan_chars(page: Any) -> int:

@@ -29,6 +29,7 @@ from llm_ocr.runners.render_order import OpenDocument, RenderPlan
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.listing import list_documents
+from llm_ocr.sources.page_cost import SCAN, TEXT, PageEstimate
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import PartWriter, ShardIndex
 from tests.docs import paragraph
@@ -61,6 +62,31 @@ def test_pages_without_an_estimate_rank_with_the_average_and_ties_keep_input_ord
     plan.add("d", 3, [1, 2, 3], [None, None, None])  # 2000 too: after c, which came first
     assert plan_order(plan) == [("b", [2]), ("c", [1, 2]), ("d", [1, 2]), ("d", [3]), ("b", [1]), ("a", [1, 2]),
                                 ("a", [3])]
+
+
+def test_scans_and_born_digital_pages_are_ranked_on_one_scale_whichever_came_first() -> None:
+    """A scan's estimate (its image's size) runs at about a third of a born-digital page's for the
+    same answer when its type is small: ranked as read, the longest scan waits behind born-digital
+    pages of a third its text. On the plan's one scale it goes with the longest born-digital
+    page, the scans keep their own order, and chunks planned before the other kind was known are
+    ranked again (the scans' documents came first here)."""
+    scans = [PageEstimate(chars, SCAN) for chars in (300, 900, 1500, 2100, 5200)]
+    born = [PageEstimate(chars, TEXT) for chars in (1000, 2500, 4000, 6000, 8000, 10000, 12000, 16000)]
+    plan: RenderPlan[str] = RenderPlan(chunk_pages=1)
+    plan.add("scans", 0, [1, 2, 3, 4, 5], scans)
+    plan.add("born", 1, list(range(1, 9)), born)
+    order = plan_order(plan)
+    assert order[:2] == [("born", [8]), ("scans", [5])]  # 5,200 read alone ranked seventh of 13
+    assert [pages for doc, pages in order if doc == "scans"] == [[5], [4], [3], [2], [1]]
+    assert [pages for doc, pages in order if doc == "born"] == [[p] for p in range(8, 0, -1)]
+
+
+def test_one_kind_alone_ranks_by_its_own_estimates() -> None:
+    plan: RenderPlan[str] = RenderPlan(chunk_pages=2)
+    plan.add("a", 0, [1, 2, 3], [PageEstimate(10, SCAN), PageEstimate(5000, SCAN), PageEstimate(40, SCAN)])
+    plan.add("b", 1, [1, 2], [PageEstimate(3000, SCAN), PageEstimate(20, SCAN)])
+    assert plan.value(PageEstimate(3000, SCAN)) == 3000
+    assert plan_order(plan) == [("a", [2]), ("b", [1]), ("a", [3]), ("b", [2]), ("a", [1])]
 
 
 def text_pdf(path: Path, lines_per_page: list[int], seed: int) -> None:

@@ -20,25 +20,26 @@ from reportlab.lib.utils import ImageReader
 from reportlab.pdfgen import canvas
 
 from llm_ocr.options import RenderOptions
+from llm_ocr.runners.cost_scale import CostScale
 from llm_ocr.sources.base import DocumentRef
-from llm_ocr.sources.page_cost import page_costs
+from llm_ocr.sources.page_cost import SCAN, TEXT, page_costs, page_estimates
 from llm_ocr.sources.render import close_documents
 from tests.docs import paragraph
 
 LINES = [3, 8, 16, 32, 64]
 
 
-def text_pdf(path: Path, lines_per_page: list[int], photo: bool = False) -> list[int]:
-    """Pages of 8-point text (about 90 characters a line); returns each page's characters.
+def text_pdf(path: Path, lines_per_page: list[int], photo: bool = False, size: float = 8) -> list[int]:
+    """Pages of ``size``-point text (about 90 characters a line); returns each page's characters.
     With ``photo``, a grainy photograph covers the lower half of every page."""
     rng = random.Random(7)
     pdf = canvas.Canvas(str(path), pagesize=letter)
     chars = []
     for lines in lines_per_page:
-        pdf.setFont("Helvetica", 8)
+        pdf.setFont("Helvetica", size)
         texts = [paragraph(rng, words=14) for _ in range(lines)]
         for i, text in enumerate(texts):
-            pdf.drawString(40, 760 - i * 9, text)
+            pdf.drawString(40, 760 - i * (size + 1), text)
         if photo:
             grain = Image.effect_noise((600, 400), 60).convert("RGB")
             pdf.drawImage(ImageReader(grain), 40, 40, width=530, height=330)
@@ -136,3 +137,33 @@ def test_only_pdfs_are_read(tmp_path: Path) -> None:
     row = DocumentRef("row", 0, "ds", "dataset_row", "ds", (io.BytesIO().getvalue(),))
     assert page_costs(image, RenderOptions(), [1]) == [None]
     assert page_costs(row, RenderOptions(), [1]) == [None]
+
+
+def test_small_type_in_a_scan_looks_short_alone_and_ranks_with_its_text_on_one_scale(
+        pages: tuple[Path, list[int]], tmp_path: Path) -> None:
+    """A scan's estimate is its image's bytes over what a character costs, and a character of
+    5-point type costs about a third of the ink of an 8-point one: read alone, the longest small-type
+    scan ranks with born-digital pages of half its text (the ordering benchmark's long scans
+    missed the first round so). On the run's one scale it ranks with the born-digital page of
+    its own rank."""
+    folder, chars = pages
+    small = tmp_path / "small.pdf"
+    small_chars = text_pdf(small, LINES, size=5)
+    scan = tmp_path / "small-scan.pdf"
+    scan_pdf(small, scan, 150)
+    born = page_estimates(DocumentRef("born.pdf", 0, "born.pdf", "pdf", str(folder / "born.pdf")), RenderOptions(),
+                          list(range(1, len(LINES) + 1)))
+    scans = page_estimates(DocumentRef("scan.pdf", 0, "scan.pdf", "pdf", str(scan)), RenderOptions(),
+                           list(range(1, len(LINES) + 1)))
+    close_documents()
+    assert all(e is not None and e.source == TEXT for e in born) and all(e is not None and e.source == SCAN
+                                                                           for e in scans)
+    assert scans[-1] is not None and born[-2] is not None
+    longest_scan, half_as_long = scans[-1], born[-2]
+    assert small_chars[-1] > 1.8 * chars[-2]
+    assert longest_scan.chars < half_as_long.chars, (longest_scan, half_as_long)  # the scale's error, read alone
+    scale = CostScale()
+    scale.add([e for e in [*born, *scans] if e is not None])
+    assert scale.value(longest_scan) >= 0.95 * born[-1].chars  # type: ignore[union-attr]
+    ranked = sorted(scans, key=lambda e: scale.value(e))  # type: ignore[arg-type, return-value]
+    assert ranked == scans  # the scans' own order kept
