@@ -67,9 +67,9 @@ SCAN = "scan"
 
 
 class PageEstimate(NamedTuple):
-    """A page's expected characters, and what said so (:data:`TEXT` or :data:`SCAN`). The two
-    scales differ by the scans' codec, resolution and type size: a run ranks them on one
-    (:class:`~llm_ocr.runners.cost_scale.CostScale`)."""
+    """A page's expected characters, and whether the page is a scan (:data:`SCAN`) or not
+    (:data:`TEXT`). A scan's estimate runs on a scale of its own (its codec, resolution and type
+    size): a run ranks the two kinds on one (:class:`~llm_ocr.runners.cost_scale.CostScale`)."""
 
     chars: float
     source: str
@@ -86,7 +86,7 @@ def page_costs(ref: DocumentRef, opts: RenderOptions, pages: Sequence[int]) -> l
 
 
 def page_estimates(ref: DocumentRef, opts: RenderOptions, pages: Sequence[int]) -> list[PageEstimate | None]:
-    """:func:`page_costs`, each with the source that gave it."""
+    """:func:`page_costs`, each saying whether its page is a scan."""
     if ref.kind != "pdf":
         return [None] * len(pages)
     pdf = _open_pdf(ref.location)
@@ -113,7 +113,7 @@ def page_cost(page: Any) -> int:
 
 
 def page_estimate(page: Any) -> PageEstimate:
-    """:func:`page_cost` of a pypdfium2 page, with the source that gave it."""
+    """:func:`page_cost` of a pypdfium2 page, saying whether it is a scan."""
     textpage = page.get_textpage()
     try:
         chars = int(textpage.count_chars())
