@@ -275,10 +275,10 @@ class LocalServer:
     def requests(self, since: float | None = None) -> list[dict[str, Any]]:
         """The request log so far: one dict per chat request, in the order they ended.
 
-        ``since`` (a ``time.time()``): only the requests that arrived then or later. Count a
-        step's requests this way, not by the log's length before and after it: a line is written
-        when its request ends, and a streamed answer can reach its client before that, so a
-        request of the step before can be logged during this one."""
+        ``since`` (a ``time.time()``): only the requests that arrived then or later: a step's
+        own, on a server that other steps share, without counting the log's length before and
+        after it. (A streamed request's line is written before its answer's last chunk, so a
+        client that has its whole answer finds it.)"""
         if self._tmp is None and self._final_requests is not None:
             logged = list(self._final_requests)
         else:

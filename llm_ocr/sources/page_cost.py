@@ -106,14 +106,10 @@ def page_estimates(ref: DocumentRef, opts: RenderOptions, pages: Sequence[int]) 
     return out
 
 
-def page_cost(page: Any) -> int:
-    """The characters of text a pypdfium2 page is expected to hold: its text layer's count, or
-    what its scanned image's size says, whichever is larger (see the module docstring)."""
-    return round(page_estimate(page).chars)
-
-
 def page_estimate(page: Any) -> PageEstimate:
-    """:func:`page_cost` of a pypdfium2 page, saying whether it is a scan."""
+    """The characters of text a pypdfium2 page is expected to hold: its text layer's count, or
+    what its scanned image's size says, whichever is larger (see the module docstring); and
+    whether it is a scan."""
     textpage = page.get_textpage()
     try:
         chars = int(textpage.count_chars())

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 from openai import AsyncOpenAI
 
-from llm_ocr.engines.frame.app import FrameConfig, OpenAIServer
+from llm_ocr.engines.frame.app import _STARTED, FrameConfig, OpenAIServer
 from llm_ocr.engines.frame.protocol import ChatRequest
 from llm_ocr.engines.frame.streaming import SseAnswer
 from llm_ocr.testing import SimulatedServer
@@ -152,7 +152,7 @@ def test_a_streamed_request_is_in_the_log_before_its_last_chunk_is_sent(tmp_path
     req = ChatRequest(model=MODEL, prompt="<image>\nFree OCR.", kind="page", image=b"", media_type="image/png",
                       max_tokens=100, skip_special_tokens=True, stream=True, include_usage=True, stream_interval=4)
     record: dict[str, Any] = {"time": 0.0, "path": "/v1/chat/completions", "status": 200, "outcome": "cancelled",
-                              "_started": 0.0}
+                              _STARTED: 0.0}
     stream = SseAnswer(server, req, "A line of text the model read from the page.", 10, record)
     stream.response = Wire()  # type: ignore[assignment]
     asyncio.run(stream.finish("stop", 14))
@@ -164,4 +164,4 @@ def test_a_streamed_request_is_in_the_log_before_its_last_chunk_is_sent(tmp_path
     assert all(lines == 1 for _, lines in seen[last:])
     (line,) = (json.loads(text) for text in log.read_text().splitlines())
     assert line["outcome"] == "ok" and line["finish_reason"] == "stop" and line["completion_tokens"] == 14
-    assert "_started" not in line and line["latency_s"] >= 0
+    assert _STARTED not in line and line["latency_s"] >= 0
