@@ -689,7 +689,9 @@ class Claims:
         longer held it (taken over: the later epoch decides)."""
         with self._lock:
             claim = self.held.pop(group, None)
-        if claim is None:
+        # Renewal finds a takeover only every lease/4: a holder that wakes from a stall (a frozen
+        # or starved process) may end the group before its next renewal runs, so look here too.
+        if claim is None or self.book.superseded(claim):
             return False
         self.book.end(claim, ending)
         return True

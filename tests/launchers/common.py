@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from tests.conftest import REPO
 from tests.fakes.fake_jobs import FakeJobs
+from tests.waiting import HANG_GUARD_S
 
 #: A write token planted to be searched for: it must never show up outside the secrets channel.
 PLANTED = "hf_PLANTEDsecret7c1d2e3f4a5b6c7d8e9f0a1b"
@@ -49,13 +50,13 @@ def launcher_env(hub: FakeJobs, tmp: Path, token: str | None = PLANTED) -> dict[
     return env
 
 
-def llm_ocr(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def llm_ocr(*args: str, env: dict[str, str], timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess[str]:
     """``llm-ocr ARGS`` on the launching machine."""
     return subprocess.run([sys.executable, "-m", "llm_ocr.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=str(REPO))
 
 
-def llm_ocr_batch(cases: list[tuple[list[str], dict[str, str]]], env: dict[str, str], timeout: float = 240) -> list[dict[str, Any]]:
+def llm_ocr_batch(cases: list[tuple[list[str], dict[str, str]]], env: dict[str, str], timeout: float = HANG_GUARD_S) -> list[dict[str, Any]]:
     """Several ``llm-ocr`` command lines in one subprocess (tests/launchers/batch_cli.py): each
     ``(argv, env changes)``; a result ``{"code", "stdout", "stderr"}`` per case."""
     done = subprocess.run(

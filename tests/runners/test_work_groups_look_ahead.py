@@ -21,7 +21,7 @@ from tests.docs import make_corpus
 
 # The hang this guards against does not return to the test on pytest-timeout's signal (the run's
 # cleanup waits for the intake's thread, which waits for room): the thread method ends the worker.
-@pytest.mark.timeout(300, method="thread")
+@pytest.mark.timeout(900, method="thread")
 def test_a_shard_in_work_groups_with_pages_ranked_ahead_reads_every_page(tmp_path: Path) -> None:
     docs, out = tmp_path / "docs", tmp_path / "out"
     make_corpus(docs, documents=40, pages=2)  # 20 documents a shard, a group each

@@ -268,3 +268,27 @@ def test_an_own_group_taken_from_its_reservation_is_waited_for_before_the_queue_
     # Its own group held by another, the slow shard looks again within a second, not a quarter
     # lease (15 s here): it ended 10 s after the others had finished its groups.
     assert polls == [1.0]
+
+
+def test_a_holder_that_ends_a_group_taken_over_before_its_next_renewal_learns_it_lost_it(tmp_path: Path) -> None:
+    # CI, loaded: a shard frozen past its lease woke with its answers waiting and ended the group
+    # before its renewal (every lease/4) ran, so it counted the group as its own and never said
+    # it had been taken over. The end must look for the later epoch itself.
+    import asyncio
+
+    from llm_ocr.storage.claims import Claims
+
+    out = Storage(str(tmp_path))
+    clock = Clock()
+    group = GroupId(shard=0, num_shards=4, group=0)
+    mine = Claims(book(out, "frozen", 0, clock, lease=2), lambda shard: 1 if shard == 0 else 0, steal=False,
+                  stop=asyncio.Event())
+    reserved, _ = next(mine.queue(lambda: None, lambda timeout: False))
+    assert reserved.group == group and mine.start(group)
+    clock.now += 3  # frozen: no renewal, the lease ran out
+    thief = book(out, "thief", 1, clock, lease=2)
+    taken = thief.take(group, thief.view(0).groups.get(0), started=True)
+    assert taken is not None and taken.epoch == reserved.epoch + 2
+    assert mine.end(group, Ending("done", 0, rows=1)) is False
+    assert thief.latest(group, None).ending is None  # type: ignore[union-attr]  # the taker's epoch decides
+    assert not out.exists(book(out, "x", 0, clock).path(group, reserved.epoch + 1, "done"))

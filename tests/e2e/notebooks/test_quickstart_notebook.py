@@ -44,7 +44,7 @@ def test_quickstart_notebook_runs_the_pipeline_and_shows_results(tmp_path: Path,
 
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
-        notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(repo / "notebooks")}}
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(repo / "notebooks")}}
     )
     client.execute()  # raises CellExecutionError, with the cell and traceback, if a cell fails
     # Everything it wrote is under a folder the repository's .gitignore covers.
