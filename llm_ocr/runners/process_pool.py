@@ -32,7 +32,12 @@ A worker that dies during a call (a crash in native code, the OOM killer) fails 
 
 Workers are started as the work needs them, not all at once: the first with the first call, each
 further one once calls have waited in the queue, in all, longer than a worker was seen to take to
-start and answer its first call. A worker costs an interpreter and llm-ocr's rendering imports
+start and answer its first call. A worker started while another is running takes no call until
+it has started (it answers a ping first): a call it took at once would wait out its start, 0.6 to
+1.3 s measured on a loaded 2-core machine, while the running worker answers such calls in
+milliseconds. The documents' estimates a run makes before its first render
+(:mod:`llm_ocr.runners.render_order`) waited so for the slowest of them: its first request went
+out 1.3 s late. A worker costs an interpreter and llm-ocr's rendering imports
 (0.7-0.8 CPU-seconds measured on a 2-core machine) before its first page; a one-page document, or
 a run whose model is slower than one worker's rendering, never needed the second, while a queue
 that keeps growing pays for one within a worker's start.
@@ -122,6 +127,8 @@ class ProcessPool(Executor):
         self._growing = False
         #: Worker processes started so far (restarts after a death included).
         self.started = 0
+        #: Workers that have answered a call and not died since.
+        self._live = 0
         # One thread per worker hands it a call at a time and waits for the answer: daemon
         # threads, so a pool never closed cannot keep the interpreter alive (its workers then
         # read EOF when this process exits, and end).
@@ -193,20 +200,51 @@ class ProcessPool(Executor):
             with self._changed:
                 self._start_s = self._clock() - started_at
                 self._growing = False
+                self._live += 1
+
+    def _warm_up_wanted(self, index: int) -> bool:
+        """Wait until thread ``index`` may run a worker and a call waits; whether another worker
+        is running meanwhile (then this one starts before it takes a call; else there is no one
+        else to take it, and the call starts the worker). False when the pool is shut down."""
+        with self._changed:
+            while not (self._pending and index < self._allowed):
+                if self._closed:
+                    return False
+                self._changed.wait()
+            return self._live > 0
+
+    def _start(self) -> tuple[_Worker, float]:
+        started_at = self._clock()
+        worker = _Worker(self._command)
+        with self._changed:
+            self.started += 1
+        return worker, started_at
+
+    def _warm_up(self) -> _Worker | None:
+        """A worker started and answering (a ping), its start timed; None if it died starting
+        (the next call starts one as a first worker does, and fails if that dies too)."""
+        worker, started_at = self._start()
+        try:
+            worker.call(os.getpid, (), {})
+        except WorkerDied:
+            return None
+        self._answered(started_at)
+        return worker
 
     def _serve_calls(self, index: int) -> None:
         worker: _Worker | None = None
         try:
-            while (call := self._next_call(index)) is not None:
+            while True:
+                if worker is None and self._warm_up_wanted(index):
+                    worker = self._warm_up()
+                if (call := self._next_call(index)) is None:
+                    break
                 if not call.future.set_running_or_notify_cancel():
                     continue  # cancelled while queued
                 try:
                     started_at = None
                     if worker is None:
-                        started_at = self._clock()
-                        worker = _Worker(self._command)
-                        with self._changed:
-                            self.started += 1
+                        worker, started_at = self._start()
                     try:
                         result = worker.call(call.fn, call.args, call.kwargs)
                     except Exception as exc:
@@ -217,6 +255,9 @@ class ProcessPool(Executor):
                     call.future.set_result(result)
                 except WorkerDied as exc:
                     worker = None
+                    if started_at is None:  # it had answered before: it was counted running
+                        with self._changed:
+                            self._live -= 1
                     call.future.set_exception(exc)
                 except BaseException as exc:  # noqa: BLE001 - the call's own error, raised where it is awaited
                     call.future.set_exception(exc)

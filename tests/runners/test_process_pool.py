@@ -188,6 +188,41 @@ def test_a_second_worker_starts_once_calls_waited_longer_than_the_first_took_to_
         pool.shutdown(cancel_futures=True)
 
 
+def test_a_worker_started_while_another_runs_takes_no_call_before_it_has_started(tmp_path: Path) -> None:
+    # On a loaded machine a second worker took 1.3 s to start, and the call it had taken at once
+    # (a document's page count, before a run's first render) waited all that time, while the
+    # first worker answered the others in milliseconds. Here the second worker's start waits for
+    # a file: the calls queued meanwhile must all be answered by the first.
+    clock = Clock()
+    pool = ProcessPool(2, clock=clock)
+    started = tmp_path / "let-the-second-worker-start"
+    held = Gate(tmp_path / "held")
+    try:
+        pid = pool.submit(os.getpid).result()  # the first worker: its start took 0 s on this clock
+        pool._command = ["sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.05; done; exec "$@"', str(started),
+                         *pool._command]
+        holding = pool.submit(held.path.read_text)
+        wait_until(held.held, "the first worker holding a call")
+        calls = [pool.submit(os.getpid)]
+        clock.now += 1.0  # queued longer than a start: the next submission lets a second worker start
+        calls += [pool.submit(os.getpid) for _ in range(4)]
+        wait_until(lambda: pool.started == 2, "a second worker starting")
+        held.release()
+        assert holding.result() == "go"
+        # Every call answered, or all but one with none left queued: that one is in the hands of
+        # the worker still starting.
+        wait_until(lambda: all(c.done() for c in calls)
+                   or (not pool._pending and sum(c.done() for c in calls) == len(calls) - 1),
+                   "the queued calls answered or taken")
+        assert all(c.done() for c in calls), "a call waited for a worker still starting"
+        assert [c.result() for c in calls] == [pid] * len(calls)
+    finally:
+        started.touch()
+        if held.writer is not None:
+            held.release()
+        pool.shutdown(cancel_futures=True)
+
+
 class DiesOn(WorkerPool):
     """Real workers, one of which dies when given ``doc_id`` to ``fn`` (count or render its
     pages), as on a PDF that crashes pdfium."""
