@@ -43,6 +43,17 @@ def server() -> SimulatedServer:
         yield sim
 
 
+def _images(body: object) -> list[str]:
+    """The digests of a logged request's images (the log keeps a digest, not the image)."""
+    if isinstance(body, dict):
+        if "sha256" in body:
+            return [str(body["sha256"])[:12]]
+        return [d for v in body.values() for d in _images(v)]
+    if isinstance(body, list):
+        return [d for v in body for d in _images(v)]
+    return []
+
+
 def rows_by_page(out: Path) -> dict[tuple[str, int], dict]:
     return {(r["doc_id"], r["page"]): r for r in read_stage(out, "extract")}
 
@@ -247,8 +258,13 @@ def test_copies_in_different_shards_read_side_by_side_are_read_once(
         thread.join(240)
     assert [getattr(results.get(i), "exit_code", None) for i in range(3)] == [0, 0, 0]
     # Distinct pages: Alpha, Beta, Delta and the blank page.
-    assert len(server.requests(since=started)) == 4
+    sent = server.requests(since=started)
     rows = rows_by_page(out)
+    # Seen twice in fresh clones under load (r100, r106: 5 requests): say which image went twice
+    # and which rows were read, to tell a page read twice from a request no row kept.
+    assert len(sent) == 4, (
+        [(round(r["time"] - started, 3), r["outcome"], _images(r.get("body"))) for r in sent],
+        sorted((key, r["completion_tokens"], r["duplicate_of"], r["duplicate_page"]) for key, r in rows.items()))
     assert sorted(rows) == sorted([(d, p) for d in ("a.pdf", "b.pdf", "f.pdf") for p in (1, 2, 3)]
                                   + [(d, 1) for d in ("c.pdf", "d.pdf", "e.pdf")])
     for family in (("a.pdf", "b.pdf", "f.pdf"), ("c.pdf", "e.pdf")):
