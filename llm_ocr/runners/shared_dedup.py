@@ -228,11 +228,15 @@ class SharedReadings:
         if first.doc_id == item.ref.doc_id:
             return _Look("read")
         group = first.group
+        # The group's state before its rows: a group ends only once its rows are stored, so
+        # "done" read first means the rows read after it are all there is. Read the other way
+        # round, a group that ended between the two reads looked done without its rows, and the
+        # copy was read again (r100, r106: five requests for four pages).
+        book = self.groups.book
+        state = book.state(group, book.latest(group, None))
         rows = [self._group_rows(group, stage, first.doc_id) for stage in self.stages]
         if _complete(rows):
             return _Look("copy", rows, first.doc_id)
-        book = self.groups.book
-        state = book.state(group, book.latest(group, None))
         if state == "done":  # the group ended without the first's rows all stored with text
             return _Look("read")
         if state == "free":  # its reader is gone: this copy becomes the first, unless another did
