@@ -167,10 +167,8 @@ class ProcessPool(Executor):
         """The next call for thread ``index``, once it may run a worker; None when the pool is
         shut down and nothing is left for it."""
         with self._changed:
-            while not (self._pending and index < self._allowed):
-                if self._closed and (not self._pending or index >= self._allowed):
-                    return None
-                self._changed.wait()
+            if not self._wait_for_work(index):
+                return None
             call = self._pending.popleft()
             self._waited += self._clock() - call.queued_at
             self._grow_if_waited()
@@ -207,11 +205,16 @@ class ProcessPool(Executor):
         is running meanwhile (then this one starts before it takes a call; else there is no one
         else to take it, and the call starts the worker). False when the pool is shut down."""
         with self._changed:
-            while not (self._pending and index < self._allowed):
-                if self._closed:
-                    return False
-                self._changed.wait()
-            return self._live > 0
+            return self._wait_for_work(index) and self._live > 0
+
+    def _wait_for_work(self, index: int) -> bool:
+        """Under ``_changed``: wait until a call waits and thread ``index`` may run a worker
+        (True), or the pool is shut down with nothing left for it (False)."""
+        while not (self._pending and index < self._allowed):
+            if self._closed:
+                return False
+            self._changed.wait()
+        return True
 
     def _start(self) -> tuple[_Worker, float]:
         started_at = self._clock()
