@@ -784,7 +784,7 @@ class DocumentPages:
             if ref.kind == "dataset_row":  # counting is len(images): no need to ship them to a worker
                 num_pages = count_pages(local, self.render)
             else:
-                num_pages = await self.pool.run(count_pages, local, self.render)
+                num_pages = await self.pool.read_ahead(count_pages, local, self.render)
         except (DocumentError, OSError, WorkerDied) as exc:  # WorkerDied: the document crashed the renderer
             failure = PageFailure(ref.doc_id, DOCUMENT_LEVEL_PAGE, str(exc) or type(exc).__name__)
             counters.pages_found += 1  # the document's one error row
@@ -815,10 +815,11 @@ class DocumentPages:
         # A worker gets a dataset row's images of these pages only, not all of a long row's.
         target = local.pages_slice(min(pages), max(pages)) if ref.kind == "dataset_row" else local
         if pages == sorted(pages) and pages[-1] - pages[0] < 2 * CHUNK_PAGES:  # a chunk in input order
-            render = self.pool.run(render_pages, target, self.render, pages[0], pages[-1], self.estimate_text,
-                                   self.max_aspect)
+            render = self.pool.read_ahead(render_pages, target, self.render, pages[0], pages[-1],
+                                          self.estimate_text, self.max_aspect)
         else:
-            render = self.pool.run(render_page_list, target, self.render, pages, self.estimate_text, self.max_aspect)
+            render = self.pool.read_ahead(render_page_list, target, self.render, pages, self.estimate_text,
+                                          self.max_aspect)
         return Batch(ref, _keep(asyncio.ensure_future(render), ref.doc_id, pages), opened.num_pages, cleanup)
 
 

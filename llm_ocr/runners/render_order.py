@@ -293,7 +293,7 @@ class EstimatedOrder:
 
     async def _costs(self, opened: OpenDocument, pages: list[int]) -> list[PageEstimate | None]:
         try:
-            return list(await self.intake.pool.run(page_estimates, opened.local, self.intake.render, pages))
+            return list(await self.intake.pool.read_ahead(page_estimates, opened.local, self.intake.render, pages))
         except (DocumentError, OSError, WorkerDied):  # the render will say what is wrong with it
             return [None] * len(pages)
 

@@ -5,6 +5,12 @@ pipeline uses processes: fresh interpreters started from llm-ocr's own entry poi
 run the caller's script again (:mod:`llm_ocr.runners.process_pool` says why and how).
 ``workers=0`` runs the same functions on one background thread: cheaper to start, for tests and
 tiny jobs.
+
+Two kinds of call: :meth:`WorkerPool.read_ahead` for the pages rendered (and their documents
+estimated) ahead of the requests, which may queue; :meth:`WorkerPool.run` for what a page waits on
+while it holds an in-flight slot (its fingerprint, its figures cropped), which goes before every
+read-ahead call not started (:meth:`~llm_ocr.runners.process_pool.ProcessPool.submit_first`; with
+``workers=0``, :class:`ThreadLanes`).
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ import asyncio
 import io
 import math
 import os
+import threading
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
+from functools import partial
 from typing import Any, TypeVar
 
 from PIL import Image
@@ -42,12 +51,23 @@ class WorkerPool:
         if workers > 0:
             self._executor = ProcessPool(workers, name="llm-ocr-render")
         else:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="llm-ocr-render")
+            self._executor = ThreadLanes("llm-ocr-render")
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` in the pool and await its result, with the knobs of reading pages in
-        pieces in force here (a worker, process or thread, does not share this context: the
-        render's text estimate and a long page's segments read them)."""
+        """Run ``fn(*args)`` in the pool and await its result, before any :meth:`read_ahead` call
+        not yet started: for what a page waits on while it holds an in-flight slot. The knobs of
+        reading pages in pieces in force here are in force there (a worker, process or thread,
+        does not share this context: the render's text estimate and a long page's segments read
+        them)."""
+        call = WithKnobs(dense(), fn)
+        if isinstance(self._executor, ProcessPool):
+            return await asyncio.wrap_future(self._executor.submit_first(call, *args))
+        assert isinstance(self._executor, ThreadLanes)
+        return await asyncio.wrap_future(self._executor.submit_first(_locked, call, *args))
+
+    async def read_ahead(self, fn: Callable[..., T], *args: Any) -> T:
+        """As :meth:`run`, behind the calls of :meth:`run` not yet started: for rendering and
+        estimating pages ahead of their requests."""
         loop = asyncio.get_running_loop()
         call = WithKnobs(dense(), fn)
         if self.workers == 0:
@@ -65,6 +85,66 @@ class WorkerPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ThreadLanes(Executor):
+    """One background thread running calls one at a time, those of :meth:`submit_first` before
+    those of :meth:`submit` not yet started (the two lanes of
+    :class:`~llm_ocr.runners.process_pool.ProcessPool`, in this process)."""
+
+    def __init__(self, name: str) -> None:
+        self._lanes: tuple[deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]], ...] = (deque(), deque())
+        self._changed = threading.Condition()
+        self._closed = False
+        # A daemon thread (ThreadPoolExecutor's are joined at exit): a pool never closed must
+        # not keep the interpreter alive.
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Schedule ``fn(*args, **kwargs)`` behind every call queued."""
+        return self._submit(1, partial(fn, **kwargs) if kwargs else fn, args)
+
+    def submit_first(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
+        """Schedule ``fn(*args)`` before every call of :meth:`submit` not yet started."""
+        return self._submit(0, fn, args)
+
+    def _submit(self, lane: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
+        with self._changed:
+            if self._closed:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            future: Future[Any] = Future()
+            self._lanes[lane].append((future, fn, args))
+            self._changed.notify()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop taking calls; cancel those not started (``cancel_futures``); the thread ends once
+        the calls queued before are run (``wait``: return only then)."""
+        with self._changed:
+            self._closed = True
+            if cancel_futures:
+                for lane in self._lanes:
+                    while lane:
+                        lane.popleft()[0].cancel()
+            self._changed.notify()
+        if wait:
+            self._thread.join()
+
+    def _serve(self) -> None:
+        while True:
+            with self._changed:
+                while not any(self._lanes) and not self._closed:
+                    self._changed.wait()
+                if not any(self._lanes):
+                    return
+                future, fn, args = (self._lanes[0] or self._lanes[1]).popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - the call's own error, raised where it is awaited
+                future.set_exception(exc)
 
 
 def _locked(fn: Callable[..., T], *args: Any) -> T:

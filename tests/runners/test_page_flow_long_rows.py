@@ -43,10 +43,10 @@ class MeasuredPool(WorkerPool):
         super().__init__(0)
         self.shipped: list[tuple[str, int, int]] = []  # (function, images, pickled bytes)
 
-    async def run(self, fn: Any, *args: Any) -> Any:
+    async def read_ahead(self, fn: Any, *args: Any) -> Any:
         ref = args[0]
         self.shipped.append((fn.__name__, len(ref.images), len(pickle.dumps(args))))
-        return await super().run(fn, *args)
+        return await super().read_ahead(fn, *args)
 
 
 def test_a_long_row_ships_only_each_chunks_images_and_renders_every_page_right(tmp_path: Path) -> None:

@@ -231,10 +231,10 @@ class DiesOn(WorkerPool):
         super().__init__(1)
         self.fn, self.doc_id = fn, doc_id
 
-    async def run(self, fn: Any, *args: Any) -> Any:
+    async def read_ahead(self, fn: Any, *args: Any) -> Any:
         if fn is self.fn and args[0].doc_id == self.doc_id:
-            return await super().run(os._exit, 1)
-        return await super().run(fn, *args)
+            return await super().read_ahead(os._exit, 1)
+        return await super().read_ahead(fn, *args)
 
 
 @pytest.mark.parametrize("fn", [count_pages, render_pages])
@@ -264,3 +264,32 @@ def test_a_document_that_kills_its_worker_is_an_error_and_the_others_complete(fn
     failed = [row for key, row in rows.items() if key[0] == "doc001.pdf"]
     assert failed and all(row["status"] == "error" for row in failed)
     assert all("ended without answering (exit code 1)" in row["error"] for row in failed), failed
+
+
+@pytest.mark.parametrize("workers", [1, 0], ids=["processes", "a thread"])
+def test_a_call_a_page_waits_on_goes_before_the_renders_queued(tmp_path: Path, workers: int) -> None:
+    # A run renders ahead of its requests, so renders queue in the pool; a page's fingerprint,
+    # asked while it holds an in-flight slot, waited behind them up to 3.4 s on a loaded machine.
+    # It must wait only for the call running. The calls read the monotonic clock (one clock for
+    # every process of the machine) when they run.
+    held = Gate(tmp_path / "held")
+
+    async def main(pool: WorkerPool) -> tuple[int, list[int]]:
+        holding = asyncio.ensure_future(pool.read_ahead(held.path.read_text))
+        await asyncio.to_thread(wait_until, held.held, "a render holding the pool")
+        behind = [asyncio.ensure_future(pool.read_ahead(time.monotonic_ns)) for _ in range(3)]
+        await asyncio.sleep(0)  # the read-ahead calls are submitted before the page's
+        first = asyncio.ensure_future(pool.run(time.monotonic_ns))
+        await asyncio.sleep(0)
+        held.release()
+        assert await holding == "go"
+        return await first, list(await asyncio.gather(*behind))
+
+    with WorkerPool(workers) as pool:
+        try:
+            first, behind = asyncio.run(main(pool))
+        finally:
+            if held.writer is not None:
+                held.release()
+    assert first < min(behind), "the page's call ran after renders queued before it"
+    assert behind == sorted(behind), "the read-ahead calls kept their order"
