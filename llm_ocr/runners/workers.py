@@ -10,7 +10,8 @@ Two kinds of call: :meth:`WorkerPool.read_ahead` for the pages rendered (and the
 estimated) ahead of the requests, which may queue; :meth:`WorkerPool.run` for what a page waits on
 while it holds an in-flight slot (its fingerprint, its figures cropped), which goes before every
 read-ahead call not started (:meth:`~llm_ocr.runners.process_pool.ProcessPool.submit_first`; with
-``workers=0``, :class:`ThreadLanes`).
+``workers=0``, :class:`ThreadLanes`). The read-ahead cannot be starved: a page asks for such calls
+only once it was rendered, so with no render done the first lane runs dry.
 """
 
 from __future__ import annotations
