@@ -14,6 +14,7 @@ from llm_ocr.cli import COMMAND_MODULES, build_parser, parse_args
 from llm_ocr.config import resolve_options
 from llm_ocr.options import EscalateOptions, ServerOptions
 from tests.conftest import REPO, run_cli
+from tests.waiting import HANG_GUARD_S
 
 
 @pytest.mark.parametrize("command", [["status", "OUT"], ["run", "--help"]], ids=["a handler's output", "--help"])
@@ -25,7 +26,7 @@ def test_a_reader_that_goes_away_ends_any_command_quietly(command: list[str], tm
     os.close(read_end)
     try:
         done = subprocess.run([sys.executable, "-m", "llm_ocr.cli", *argv], stdout=write_end, stderr=subprocess.PIPE,
-                              text=True, timeout=120, cwd=REPO)
+                              text=True, timeout=HANG_GUARD_S, cwd=REPO)
     finally:
         os.close(write_end)
     assert done.returncode == 141, done.stderr  # 128 + SIGPIPE, as the shell reports a command SIGPIPE ended
@@ -104,6 +105,6 @@ def test_the_command_line_ends_without_the_interpreters_teardown_but_with_its_ex
         f"sys.argv = ['llm-ocr', 'status', {str(tmp_path)!r}]\n"
         "cli.run()\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["buffered", f"{tmp_path}:", "no", "output", "yet", "atexit", "ran"], done.stdout

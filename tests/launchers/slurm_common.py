@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import REPO, read_stage
 from tests.fixtures.slurm import cluster, session
+from tests.waiting import HANG_GUARD_S
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +51,7 @@ def llm_ocr(*args: str, env: dict[str, str], timeout: float = 300, cwd: Path = R
 
 def slurm_cmd(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """A Slurm client command (``squeue``...) against the test cluster."""
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
 
 
 def launch_args(corpus: Path, out: Path, *extra: str, shards: int = 3, sim: str = "--instant") -> list[str]:

@@ -15,6 +15,7 @@ from llm_ocr.launchers.core.spec import ShardSpec
 from tests.fakes.fake_cloud_run import ApiError, FakeCloudRun
 from tests.fakes.fake_sagemaker import check_create_request
 from tests.launchers.sagemaker_common import REGION, ROLE, aws_world
+from tests.waiting import HANG_GUARD_S
 
 
 def _gpu_job(**task: Any) -> dict[str, Any]:
@@ -132,7 +133,7 @@ def test_the_fake_vllm_refuses_what_vllms_parser_refuses(flags: list[str], messa
     from tests.fakes.container import FAKES
 
     done = subprocess.run([sys.executable, str(FAKES / "fake_vllm.py"), "serve", "m", "--port", "1", *flags],
-                          capture_output=True, text=True, timeout=60, env={"FAKE_VLLM_MODE": "hang"})
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, env={"FAKE_VLLM_MODE": "hang"})
     assert done.returncode == 2 and message in done.stderr
 
 
@@ -155,7 +156,7 @@ def test_a_container_run_leaves_nothing_behind_it_started_even_in_a_session_of_i
                     "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
                     "print(child.pid, flush=True)\n")
     main = subprocess.run([sys.executable, "-c", orphan_maker], env=seen.marked(dict(os.environ)), capture_output=True,
-                          text=True, timeout=120, check=True)
+                          text=True, timeout=HANG_GUARD_S, check=True)
     orphan = psutil.Process(int(main.stdout))
     try:
         assert orphan.is_running() and orphan.ppid() != os.getpid()  # outlived its parent, re-parented

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from llm_ocr.cli import main
+from tests.waiting import HANG_GUARD_S
 
 #: Releases with everything the objects use (autoscaling/v2 is GA since 1.23).
 RELEASES = ["1.33", "1.37"]
@@ -178,7 +179,7 @@ def test_kubectl_applies_them_as_a_client_side_dry_run(printed: str, api_server:
         pytest.skip("kubectl is not installed: scripts/test installs Debian's kubernetes-client as root")
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "none")}
     applied = subprocess.run([kubectl, "--server", api_server, "apply", "--dry-run=client", "--validate=false", "-f", "-"],
-                             input=printed, text=True, capture_output=True, env=env, timeout=120)
+                             input=printed, text=True, capture_output=True, env=env, timeout=HANG_GUARD_S)
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert sorted(applied.stdout.splitlines()) == [
         "deployment.apps/llm-ocr-gateway created (dry run)", "deployment.apps/llm-ocr-worker created (dry run)",

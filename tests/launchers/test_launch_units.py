@@ -25,6 +25,7 @@ from llm_ocr.runners.progress import ProgressReporter, RunCounters
 from llm_ocr.storage import Storage
 from llm_ocr.storage.state import write_marker
 from tests.conftest import REPO
+from tests.waiting import HANG_GUARD_S
 
 
 def test_wheel_is_byte_stable_holds_every_file_and_changes_with_the_code(tmp_path: Path) -> None:
@@ -342,7 +343,7 @@ def test_jobs_status_does_not_load_the_model_families_pyarrow_or_the_pdf_rendere
         "print(json.dumps({'code': code, 'loaded': [m for m in heavy if m in sys.modules]}))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_OCR_")}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr
     table, _, last = result.stdout.rpartition("\n{")
     shown = json.loads(table)

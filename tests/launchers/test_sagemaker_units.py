@@ -17,6 +17,7 @@ from llm_ocr.launchers.sagemaker.request import group_shards, request_problems
 from tests.launchers.common import llm_ocr
 from tests.launchers.sagemaker_common import REGION
 from tests.storage_servers import AWS_TEST_ENV, shared_moto
+from tests.waiting import HANG_GUARD_S
 
 
 def _resource_config(tmp_path: Path, current: str, hosts: int) -> Path:
@@ -144,7 +145,7 @@ def test_build_and_push_creates_the_repository_logs_in_builds_and_pushes(tmp_pat
         shim.chmod(0o755)
     env = {"PATH": f"{shims}{os.pathsep}/usr/bin{os.pathsep}/bin", "CALLS": str(calls)}
     script = str(REPO / "sagemaker" / "build_and_push.sh")
-    done = subprocess.run(["bash", script, "eu-west-1"], capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(["bash", script, "eu-west-1"], capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/llm-ocr:0.1.0"
     assert done.stdout == image + "\n"  # only the URI on stdout: `--image "$(sagemaker/build_and_push.sh R)"`
@@ -162,5 +163,5 @@ def test_build_and_push_creates_the_repository_logs_in_builds_and_pushes(tmp_pat
         f"docker build --platform linux/amd64 -f {REPO}/sagemaker/Dockerfile -t {image} {REPO}",
         f"docker push {image}",
     ]
-    usage = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
+    usage = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
     assert usage.returncode == 2 and "usage:" in usage.stderr

@@ -16,6 +16,7 @@ from llm_ocr.container.shard_index import PlatformError, detect_shard
 from llm_ocr.launchers import PLATFORMS, platform_class
 from llm_ocr.launchers.slurm.script import parse_slurm_time, slurm_time
 from llm_ocr.launchers.slurm.state import record_state, squeue_states
+from tests.waiting import HANG_GUARD_S
 
 NO_SAGEMAKER = Path("/nonexistent/resourceconfig.json")
 ENGINE_PREFIXES = ("SLURM_", "JOB_COMPLETION_INDEX", "AWS_BATCH_", "BATCH_TASK_", "CLOUD_RUN_", "LLM_OCR_")
@@ -80,7 +81,7 @@ def _dry_run(*args: str, tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_OCR_", "SLURM_", "SBATCH_"))}
     env["XDG_CACHE_HOME"] = str(tmp / "cache")
     done = subprocess.run([sys.executable, "-m", "llm_ocr.cli", "launch", "slurm", *args, "--dry-run", "--offline"],
-                          capture_output=True, text=True, env=env, cwd=tmp, timeout=120)
+                          capture_output=True, text=True, env=env, cwd=tmp, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -123,7 +124,7 @@ def test_a_cpu_stage_asks_for_no_gpu_and_an_object_store_output_needs_a_log_fold
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_OCR_", "SLURM_"))}
     done = subprocess.run([sys.executable, "-m", "llm_ocr.cli", "launch", "slurm", "s3://bucket/scans", "--output",
                            "s3://bucket/ocr", "--num-shards", "2", "--dry-run", "--offline"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=HANG_GUARD_S)
     assert done.returncode == 2 and "pass --log-dir DIR" in done.stderr
 
 

@@ -19,6 +19,7 @@ from llm_ocr.quality.diff import diff_columns
 from tests.conftest import run_cli
 from tests.quality.cases import BENCH
 from tests.quality.conftest import write_run
+from tests.waiting import HANG_GUARD_S
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WINDOW = (1400, 1800)
@@ -92,7 +93,7 @@ def test_compare_page_in_a_browser(tmp_path: Path, bench_dir: Path) -> None:
     common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
               "--force-device-scale-factor=1", f"--window-size={WINDOW[0]},{WINDOW[1]}"]  # fmt: skip
     dom = subprocess.run([*common, f"--user-data-dir={tmp_path / 'p1'}", "--virtual-time-budget=10000", "--dump-dom",
-                          checked.as_uri()], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+                          checked.as_uri()], capture_output=True, text=True, timeout=HANG_GUARD_S, check=False)  # fmt: skip
     match = re.search(r'data-check="([^"]*)"', dom.stdout)
     assert match, dom.stderr[-2000:]
     check = json.loads(html.unescape(match.group(1)))
@@ -104,7 +105,7 @@ def test_compare_page_in_a_browser(tmp_path: Path, bench_dir: Path) -> None:
 
     shot = tmp_path / "compare.png"
     subprocess.run([*common, f"--user-data-dir={tmp_path / 'p2'}", f"--screenshot={shot}", target.as_uri()],
-                   capture_output=True, timeout=120, check=True)  # fmt: skip
+                   capture_output=True, timeout=HANG_GUARD_S, check=True)  # fmt: skip
     picture = Image.open(shot).convert("RGB")
     left, top, right, bottom = (round(v) for v in visible[0]["box"])
     pixels = [picture.getpixel((x, y)) for x in range(left, right) for y in range(top, bottom)]

@@ -27,6 +27,7 @@ from llm_ocr.testing import SimulatedServer
 from tests.conftest import REPO, read_stage
 from tests.docs import chart_png, make_corpus
 from tests.stages.common import documents_view, stage
+from tests.waiting import HANG_GUARD_S
 
 SPLIT = DEFAULT_PAGE_SEPARATOR
 
@@ -239,7 +240,7 @@ def test_assemble_alone_resumes_after_sigkill(described: Path, tmp_path: Path, n
     shutil.copytree(described, out, ignore=shutil.ignore_patterns("assemble"))  # and its marker
     argv = ["assemble", "--output", str(out), "--part-rows", "1", "--assemble-batch-pages", "1", "--export-markdown"]
     killed = subprocess.run([sys.executable, "-c", KILL_AFTER_WRITE, needle, str(after), *argv], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert killed.returncode == -signal.SIGKILL, killed.stderr  # killed mid-run, at the chosen write
     assert not (out / "_state" / "assemble").exists()
     assert stored <= len(read_stage(out, "assemble")) < 4

@@ -20,6 +20,7 @@ from llm_ocr.testing import SimulatedServer
 from llm_ocr.vlm.client import VlmClient
 from tests.conftest import REPO, read_stage
 from tests.stages.common import stage
+from tests.waiting import HANG_GUARD_S
 
 EXAMPLES = REPO / "examples"
 TRUTH: dict[str, Any] = json.loads((EXAMPLES / "fields-truth.json").read_text())
@@ -32,7 +33,7 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
     docs = root / "docs"
     done = __import__("subprocess").run(
         [__import__("sys").executable, str(REPO / "scripts" / "make_invoices.py"), str(docs), str(root / "truth.json"), "--extra"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )
     assert done.returncode == 0, done.stderr
     TRUTH.update(json.loads((root / "truth.json").read_text()))
