@@ -52,6 +52,7 @@ machine, and the longest pages reached the server late. First, they wait for the
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import signal
@@ -62,10 +63,12 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
+
+C = TypeVar("C")
 
 #: The length of every message, before it: an unsigned 64-bit integer, big-endian.
 _HEADER = struct.Struct("!Q")
@@ -97,6 +100,26 @@ class RemoteTraceback(Exception):
 # -- the parent's side ----------------------------------------------------------------------------
 
 
+class Lanes(Generic[C]):
+    """Calls not started, in two lanes: those of :attr:`first` go before those of :attr:`behind`,
+    each lane in order (:meth:`ProcessPool.submit_first`; in one thread,
+    :class:`~llm_ocr.runners.workers.ThreadLanes`). Not locked: its owner's lock guards it."""
+
+    def __init__(self) -> None:
+        self.first: deque[C] = deque()
+        self.behind: deque[C] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self.first or self.behind)
+
+    def __iter__(self) -> Iterator[C]:
+        return itertools.chain(self.first, self.behind)
+
+    def pop(self) -> C:
+        """The next call to run (the lanes must not both be empty)."""
+        return (self.first or self.behind).popleft()
+
+
 @dataclass
 class _Call:
     future: Future[Any]
@@ -121,10 +144,8 @@ class ProcessPool(Executor):
             raise ValueError(f"a process pool needs at least one worker, not {workers}")
         self._command = worker_command()
         self._clock = clock
-        #: Calls not started: those a caller waits on with something held (:meth:`submit_first`)
-        #: go before the others.
-        self._first: deque[_Call] = deque()
-        self._pending: deque[_Call] = deque()
+        #: Calls not started.
+        self._queue: Lanes[_Call] = Lanes()
         self._changed = threading.Condition()
         self._closed = False
         #: Threads 0 .. allowed-1 may run a worker (the others wait to be needed).
@@ -151,12 +172,12 @@ class ProcessPool(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         """Schedule ``fn(*args, **kwargs)`` in a worker; its :class:`~concurrent.futures.Future`."""
-        return self._submit(self._pending, fn, args, kwargs)
+        return self._submit(self._queue.behind, fn, args, kwargs)
 
     def submit_first(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         """As :meth:`submit`, ahead of every call of :meth:`submit` not yet started (in order
         among themselves): for a call someone waits on while holding what others need."""
-        return self._submit(self._first, fn, args, kwargs)
+        return self._submit(self._queue.first, fn, args, kwargs)
 
     def _submit(self, lane: deque[_Call], fn: Callable[..., Any], args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Future[Any]:
@@ -169,19 +190,14 @@ class ProcessPool(Executor):
             self._changed.notify_all()
         return future
 
-    def _queued(self) -> bool:
-        """Whether a call waits (under ``_changed``)."""
-        return bool(self._first or self._pending)
-
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking calls; cancel those not started (``cancel_futures``); the workers end once
         the calls queued before are answered (``wait``: return only then)."""
         with self._changed:
             self._closed = True
             if cancel_futures:
-                for lane in (self._first, self._pending):
-                    while lane:
-                        lane.popleft().future.cancel()
+                while self._queue:
+                    self._queue.pop().future.cancel()
             self._changed.notify_all()
         if wait:
             for thread in self._threads:
@@ -193,7 +209,7 @@ class ProcessPool(Executor):
         with self._changed:
             if not self._wait_for_work(index):
                 return None
-            call = (self._first or self._pending).popleft()
+            call = self._queue.pop()
             self._waited += self._clock() - call.queued_at
             self._grow_if_waited()
             return call
@@ -204,11 +220,11 @@ class ProcessPool(Executor):
         Checked as calls are submitted and taken, so the calls still queued count what they waited
         so far. Not before a worker has answered (no start measured yet), nor while the last worker
         allowed has not answered its first call: one at a time, each paid for by waits it saw."""
-        if (not self._queued() or self._allowed >= len(self._threads) or self._start_s is None
+        if (not self._queue or self._allowed >= len(self._threads) or self._start_s is None
                 or self._growing):
             return
         now = self._clock()
-        waiting = sum(now - queued.queued_at for lane in (self._first, self._pending) for queued in lane)
+        waiting = sum(now - queued.queued_at for queued in self._queue)
         if self._waited + waiting > self._start_s:
             self._allowed += 1
             self._growing = True
@@ -234,7 +250,7 @@ class ProcessPool(Executor):
     def _wait_for_work(self, index: int) -> bool:
         """Under ``_changed``: wait until a call waits and thread ``index`` may run a worker
         (True), or the pool is shut down with nothing left for it (False)."""
-        while not (self._queued() and index < self._allowed):
+        while not (self._queue and index < self._allowed):
             if self._closed:
                 return False
             self._changed.wait()

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from PIL import Image
 
 from llm_ocr.options import DenseOptions, RenderOptions, dense, using_dense
-from llm_ocr.runners.process_pool import ProcessPool
+from llm_ocr.runners.process_pool import Lanes, ProcessPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.pieces import Region
 from llm_ocr.sources.render import PDFIUM_LOCK
@@ -94,7 +94,7 @@ class ThreadLanes(Executor):
     :class:`~llm_ocr.runners.process_pool.ProcessPool`, in this process)."""
 
     def __init__(self, name: str) -> None:
-        self._lanes: tuple[deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]], ...] = (deque(), deque())
+        self._queue: Lanes[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = Lanes()
         self._changed = threading.Condition()
         self._closed = False
         # A daemon thread (ThreadPoolExecutor's are joined at exit): a pool never closed must
@@ -104,18 +104,19 @@ class ThreadLanes(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         """Schedule ``fn(*args, **kwargs)`` behind every call queued."""
-        return self._submit(1, partial(fn, **kwargs) if kwargs else fn, args)
+        return self._submit(self._queue.behind, partial(fn, **kwargs) if kwargs else fn, args)
 
     def submit_first(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
         """Schedule ``fn(*args)`` before every call of :meth:`submit` not yet started."""
-        return self._submit(0, fn, args)
+        return self._submit(self._queue.first, fn, args)
 
-    def _submit(self, lane: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
+    def _submit(self, lane: deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]], fn: Callable[..., Any],
+                args: tuple[Any, ...]) -> Future[Any]:
         with self._changed:
             if self._closed:
                 raise RuntimeError("cannot schedule new calls after shutdown")
             future: Future[Any] = Future()
-            self._lanes[lane].append((future, fn, args))
+            lane.append((future, fn, args))
             self._changed.notify()
         return future
 
@@ -125,9 +126,8 @@ class ThreadLanes(Executor):
         with self._changed:
             self._closed = True
             if cancel_futures:
-                for lane in self._lanes:
-                    while lane:
-                        lane.popleft()[0].cancel()
+                while self._queue:
+                    self._queue.pop()[0].cancel()
             self._changed.notify()
         if wait:
             self._thread.join()
@@ -135,11 +135,11 @@ class ThreadLanes(Executor):
     def _serve(self) -> None:
         while True:
             with self._changed:
-                while not any(self._lanes) and not self._closed:
+                while not self._queue and not self._closed:
                     self._changed.wait()
-                if not any(self._lanes):
+                if not self._queue:
                     return
-                future, fn, args = (self._lanes[0] or self._lanes[1]).popleft()
+                future, fn, args = self._queue.pop()
             if not future.set_running_or_notify_cancel():
                 continue
             try:

@@ -212,7 +212,7 @@ def test_a_worker_started_while_another_runs_takes_no_call_before_it_has_started
         # Every call answered, or all but one with none left queued: that one is in the hands of
         # the worker still starting.
         wait_until(lambda: all(c.done() for c in calls)
-                   or (not pool._pending and sum(c.done() for c in calls) == len(calls) - 1),
+                   or (not pool._queue and sum(c.done() for c in calls) == len(calls) - 1),
                    "the queued calls answered or taken")
         assert all(c.done() for c in calls), "a call waited for a worker still starting"
         assert [c.result() for c in calls] == [pid] * len(calls)
