@@ -25,6 +25,7 @@ from llm_ocr.storage import Storage
 from llm_ocr.storage.access import check_output
 from llm_ocr.storage.sinks import close_all as close_sinks
 from llm_ocr.storage.stores import StorageError
+from llm_ocr.vlm.client import EndpointDown
 
 log = logging.getLogger("llm_ocr")
 
@@ -110,7 +111,14 @@ async def run_guarded(make: ShardRun, stop: asyncio.Event) -> ShardOutcome:
     try:
         outcome = await make(stop)
     except COULD_NOT_RUN as exc:
-        outcome = ShardOutcome(ExitCode.COULD_NOT_RUN, error=exc)
+        if stop.is_set() and _server_gone(exc):
+            # The stop reached the model server too (Slurm signals every process of a task, a pod's
+            # containers stop together): the run stopped as asked, and kept what it read.
+            log.warning("the model server went away while the run was stopping (%s); completed parts are kept, "
+                        "rerun the same command to resume", exc)
+            outcome = ShardOutcome(ExitCode.INTERRUPTED)
+        else:
+            outcome = ShardOutcome(ExitCode.COULD_NOT_RUN, error=exc)
     except Exception as exc:  # noqa: BLE001 - a bug: reported with its traceback, parts are kept
         outcome = ShardOutcome(ExitCode.COULD_NOT_RUN, error=exc, unexpected=True)
     finally:
@@ -126,6 +134,16 @@ def _store_queued_writes() -> RunError | None:
     except Exception as exc:  # noqa: BLE001 - reported, the rerun redoes the pages
         return RunError(f"could not store the last queued files ({exc}); their pages will be redone on rerun")
     return None
+
+
+def _server_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or was caused by) the endpoint going down or failing to start."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (EndpointDown, EndpointError)):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def run_blocking(make: ShardRun, *, command_line: bool = False) -> ShardOutcome:

@@ -115,7 +115,7 @@ class EndpointWatch:
                 self._up_probe_started = started
                 return
             dead = self.generation
-            log.warning("endpoint %s is down (requests were in flight); waiting up to %.0fs for it to come back "
+            log.warning("endpoint %s is down (requests were in flight); waiting up to %gs for it to come back "
                         "(--dead-after)", self.display_url, self.dead_after)
             if self.on_down is not None:
                 self.on_down(dead)
@@ -149,7 +149,7 @@ class EndpointWatch:
             if silent >= self.dead_after:
                 self._gone = EndpointGone(
                     f"endpoint {self.display_url} has answered nothing successfully for {silent:.0f}s "
-                    f"(--dead-after {self.dead_after:.0f}): it went down while requests were in flight "
+                    f"(--dead-after {self.dead_after:g}): it went down while requests were in flight "
                     "and did not come back"
                 )
                 raise self._gone

@@ -434,5 +434,5 @@ class VlmClient:
         if silent_for >= self.options.dead_after and enough and self._down is None:
             self._down = EndpointDown(
                 f"endpoint {self.display_url} has answered nothing successfully for {silent_for:.0f}s "
-                f"(--dead-after {self.options.dead_after:.0f}); last error: {describe_error(exc, self._secrets)}"
+                f"(--dead-after {self.options.dead_after:g}); last error: {describe_error(exc, self._secrets)}"
             )

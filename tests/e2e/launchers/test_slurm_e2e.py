@@ -223,8 +223,9 @@ def test_a_requeued_task_resumes_from_its_parts(tmp_path: Path, corpus: Path, sl
     events = records(out, 1)
     assert [(e["event"], e["attempt"]) for e in events] == [("start", 1), ("exit", 1), ("start", 2), ("exit", 2)]
     # llm-ocr stopped on Slurm's SIGTERM and kept its parts (exit 3); the script left the requeue to Slurm.
-    assert (events[1]["code"], events[1]["stop"], events[3]["code"]) == (3, "stopped by Slurm", 0)
-    assert _done_earlier(launch_folder(out) / f"{array}_1.log") >= 1  # the second run resumed
+    log = launch_folder(out) / f"{array}_1.log"
+    assert (events[1]["code"], events[1]["stop"], events[3]["code"]) == (3, "stopped by Slurm", 0), log.read_text()
+    assert _done_earlier(log) >= 1  # the second run resumed
 
 
 def _task_simulator(array: str, shard: int, cluster_env: dict[str, str]) -> JobSimulator | None:

@@ -1,0 +1,54 @@
+"""A stop that takes the model server with it is an interruption, not a failure to run.
+
+A platform's stop reaches every process of a task: Slurm's ``scontrol requeue``, a preemption or
+``scancel`` send SIGTERM to llm-ocr and to the model server it started, and a Kubernetes pod's
+containers are stopped together. llm-ocr then finishes its pages in flight, but their server is
+going away too, so the endpoint fails during the grace period. The run was stopped as asked and
+kept what it read: exit 3 (interrupted, rerun to resume), not 2 (could not run), which a Slurm
+task's runner would retry as a crash and a user would read as a broken endpoint (a fresh-clone
+run saw the requeue test's task end with 2, at load 18).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from llm_ocr.api import shard_coroutine, stage_spec
+from llm_ocr.outcomes import ExitCode
+from llm_ocr.runners.shard import run_guarded
+from llm_ocr.testing import SimulatedServer
+from tests import waiting
+from tests.conftest import read_stage
+from tests.docs import make_corpus
+
+
+def test_the_server_gone_after_a_stop_ends_the_run_interrupted_with_its_pages_kept(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=2, pages=1)
+    out = tmp_path / "out"
+    with SimulatedServer("--corpus", str(docs), "--instant") as server:
+        held_at = waiting.hold_request(server, after=1)  # the first page is read, the second held
+        spec = stage_spec("extract", [str(docs)], {
+            "output": str(out), "endpoint": server.base_url, "max_in_flight": 1, "part_rows": 1, "workers": 0,
+            "progress": "off", "dead_after": 0.5, "grace_period": 120,  # the endpoint dies well within the grace
+        })
+        stop = asyncio.Event()
+        loop = asyncio.new_event_loop()
+
+        def stop_then_kill_the_server() -> None:
+            waiting.wait_until_held(server, held_at)
+            loop.call_soon_threadsafe(stop.set)  # SIGTERM to llm-ocr ...
+            server.stop(grace=0)  # ... and to its server, which goes
+
+        killer = threading.Thread(target=stop_then_kill_the_server, daemon=True)
+        killer.start()
+        try:
+            outcome = loop.run_until_complete(run_guarded(shard_coroutine("extract", spec), stop))
+        finally:
+            loop.close()
+        killer.join(30)
+    assert outcome.exit_code == ExitCode.INTERRUPTED, outcome.error
+    assert outcome.error is None
+    assert [r["page"] for r in read_stage(out, "extract")] == [1]  # the page read before the stop is kept
