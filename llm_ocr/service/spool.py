@@ -19,7 +19,7 @@ from typing import Any
 from llm_ocr.options import RenderOptions
 from llm_ocr.sources.base import DocumentRef
 from llm_ocr.sources.listing import IMAGE_EXTENSIONS, PDF_EXTENSIONS, document_kind
-from llm_ocr.sources.render import PDFIUM_LOCK, DocumentError, close_documents, count_pages
+from llm_ocr.sources.render import PDFIUM_LOCK, DocumentError, close_document, count_pages
 from llm_ocr.storage import Storage
 from llm_ocr.storage.parts import iter_rows, list_parts
 
@@ -47,15 +47,25 @@ def count_document(location: str, name: str, max_pages: int) -> int:
     kind = document_kind(f"x{suffix_of(name)}")
     assert kind is not None
     ref = DocumentRef(doc_id=name, index=0, source=location, kind=kind, location=location)
+    if kind != "pdf":  # Pillow's: no PDFium, so no wait behind the renders that hold its lock
+        return _count(ref, name, max_pages)
     with PDFIUM_LOCK:
         try:
-            return count_pages(ref, RenderOptions(max_pages=max_pages))
-        except DocumentError as exc:
-            raise Unreadable(f"cannot read {name!r}: {exc}") from None
-        except OSError as exc:  # an image Pillow refuses, a store that does not answer
-            raise Unreadable(f"cannot read {name!r}: {exc}") from None
+            return _count(ref, name, max_pages)
         finally:
-            close_documents()  # the gateway keeps no document open
+            # The gateway keeps this document closed, and only this one: in the one-process service
+            # the worker's renders keep theirs open in the same cache (closing them all made every
+            # upload cost the worker a reopen of each PDF it was reading).
+            close_document(location)
+
+
+def _count(ref: DocumentRef, name: str, max_pages: int) -> int:
+    try:
+        return count_pages(ref, RenderOptions(max_pages=max_pages))
+    except DocumentError as exc:
+        raise Unreadable(f"cannot read {name!r}: {exc}") from None
+    except OSError as exc:  # an image Pillow refuses, a store that does not answer
+        raise Unreadable(f"cannot read {name!r}: {exc}") from None
 
 
 def _plain(value: Any) -> Any:

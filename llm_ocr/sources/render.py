@@ -268,6 +268,13 @@ def close_documents() -> None:
         _PDF_CACHE.popitem()[1].close()
 
 
+def close_document(location: str) -> None:
+    """Close the PDF at ``location`` if this process keeps it open; the others stay open.
+    Called, like every PDFium call, under :data:`PDFIUM_LOCK`."""
+    for key in [key for key in _PDF_CACHE if key[0] == location]:
+        _PDF_CACHE.pop(key).close()
+
+
 def _load_failure_reason(source: str | bytes) -> str:
     """Why PDFium refused ``source``.
 
