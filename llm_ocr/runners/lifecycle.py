@@ -140,6 +140,7 @@ class Shard:
             recipe=job.recipe if served == job.model else None,
             out=self.out,
             log_name=f"{log_prefix}-{self.name}.log",
+            stopping=self.stop.is_set,
         ) as endpoint:
             yield endpoint
 

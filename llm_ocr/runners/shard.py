@@ -104,12 +104,23 @@ ShardRun = Callable[[asyncio.Event], Awaitable[ShardOutcome]]
 
 
 async def run_guarded(make: ShardRun, stop: asyncio.Event) -> ShardOutcome:
-    """Await ``make(stop)``, the failures that stop a run turned into its outcome (exit code 2,
+    """Await ``make(run_stop)``, the failures that stop a run turned into its outcome (exit code 2,
     the exception in :attr:`ShardOutcome.error`); then store what batched writes still queue
     (Hub commits), whatever happened, so an interrupted or failed run keeps its completed parts.
-    A cancellation propagates (after the queued writes are stored)."""
+    A cancellation propagates (after the queued writes are stored).
+
+    ``stop`` is the caller's (a signal, a cancel); the run gets an event of its own that follows
+    it, which the run also sets itself to end its intake when it cannot go on (a dead endpoint, a
+    store that fails). So ``stop`` says whether a stop was asked: an endpoint that fails after
+    one is the stop reaching the model server too (Slurm signals every process of a task, a
+    pod's containers stop together), and the run ends interrupted (exit 3), not unable to run.
+    """
+    run_stop = asyncio.Event()
+    if stop.is_set():
+        run_stop.set()
+    following = asyncio.ensure_future(_follow(stop, run_stop))
     try:
-        outcome = await make(stop)
+        outcome = await make(run_stop)
     except COULD_NOT_RUN as exc:
         if stop.is_set() and _server_gone(exc):
             # The stop reached the model server too (Slurm signals every process of a task, a pod's
@@ -122,6 +133,7 @@ async def run_guarded(make: ShardRun, stop: asyncio.Event) -> ShardOutcome:
     except Exception as exc:  # noqa: BLE001 - a bug: reported with its traceback, parts are kept
         outcome = ShardOutcome(ExitCode.COULD_NOT_RUN, error=exc, unexpected=True)
     finally:
+        following.cancel()
         stored = await asyncio.to_thread(_store_queued_writes)
     if stored is not None and outcome.exit_code in (ExitCode.OK, ExitCode.PAGES_FAILED):
         return ShardOutcome(ExitCode.COULD_NOT_RUN, outcome.stats, error=stored)
@@ -134,6 +146,11 @@ def _store_queued_writes() -> RunError | None:
     except Exception as exc:  # noqa: BLE001 - reported, the rerun redoes the pages
         return RunError(f"could not store the last queued files ({exc}); their pages will be redone on rerun")
     return None
+
+
+async def _follow(asked: asyncio.Event, run_stop: asyncio.Event) -> None:
+    await asked.wait()
+    run_stop.set()
 
 
 def _server_gone(exc: BaseException) -> bool:

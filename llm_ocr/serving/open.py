@@ -164,8 +164,11 @@ async def open_endpoint(
     out: Storage | None = None,
     log_name: str = "server.log",
     recipe: str | None = None,
+    stopping: Callable[[], bool] | None = None,
 ) -> AsyncIterator[Endpoint]:
     """Yield a ready :class:`Endpoint`; a launched server is stopped (whole process group) on exit.
+    ``stopping``: true once the run was asked to stop; a launched server that exits then is not
+    restarted (:attr:`ManagedServer.stopping`).
 
     A launched server is started with the flags of ``model``'s family (``recipe``: the family
     named by ``--recipe``) and the GPU preset sized for that family.
@@ -207,7 +210,7 @@ async def open_endpoint(
         check_vllm_cuda(options)
     if engine == "vllm" and preset is not None and preset.gpus > 1:
         async with _open_fleet(model, api_key, client_options, options, preset, out, log_name, tracker,
-                               recipe) as fleet:
+                               recipe, stopping) as fleet:
             yield fleet
         return
     port = free_port()
@@ -229,6 +232,7 @@ async def open_endpoint(
         name=engine,
     )
     server.count_death = tracker.record_death  # deaths a poison page explains do not spend the budget
+    server.stopping = stopping
     log.info("server log: %s", log_path)
     try:
         try:
@@ -329,6 +333,7 @@ async def _open_fleet(
     log_name: str,
     tracker: CrashTracker,
     recipe: str | None = None,
+    stopping: Callable[[], bool] | None = None,
 ) -> AsyncIterator[Endpoint]:
     """vLLM on each of ``preset.gpus`` GPUs (``CUDA_VISIBLE_DEVICES``), behind one dispatcher;
     each server's deaths are told apart in ``tracker`` and charged to its own restart budget."""
@@ -349,6 +354,8 @@ async def _open_fleet(
         startup_timeout=options.server_startup_timeout,
         max_restarts=options.server_max_restarts,
     )
+    for member in fleet.servers:
+        member.stopping = stopping
     log.info("%d GPUs: one vLLM server each (%s); logs: %s", len(devices), preset.name,
              ", ".join(str(path) for path, _ in logs.values()))
     try:

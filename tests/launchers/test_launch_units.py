@@ -169,11 +169,21 @@ def test_progress_ticks_whatever_the_display_mode() -> None:
     ticks: list[dict] = []
 
     async def run() -> None:
+        loop = asyncio.get_running_loop()
+        two = asyncio.Event()
+
+        def tick(summary: dict) -> None:  # called in a worker thread
+            ticks.append(summary)
+            if len(ticks) >= 2:
+                loop.call_soon_threadsafe(two.set)
+
         counters = RunCounters("extract", 1, 4)
-        reporter = ProgressReporter(counters, "off", 0.05, on_tick=ticks.append)
+        reporter = ProgressReporter(counters, "off", 0.05, on_tick=tick)
         reporter.start()
         counters.pages["ok"] += 3
-        await asyncio.sleep(0.3)
+        # Two ticks on the interval, however long a loaded machine takes to give them (a fixed
+        # 0.3 s gave 2 at load 20); then the one at the end carries the last count.
+        await asyncio.wait_for(two.wait(), 60)
         counters.pages["error"] += 1
         await reporter.stop()
 

@@ -12,8 +12,12 @@ run saw the requeue test's task end with 2, at load 18).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from pathlib import Path
+
+import psutil
+import pytest
 
 from llm_ocr.api import shard_coroutine, stage_spec
 from llm_ocr.outcomes import ExitCode
@@ -22,6 +26,7 @@ from llm_ocr.testing import SimulatedServer
 from tests import waiting
 from tests.conftest import read_stage
 from tests.docs import make_corpus
+from tests.launchers.simulators import HELD_START, JobSimulator
 
 
 def test_the_server_gone_after_a_stop_ends_the_run_interrupted_with_its_pages_kept(tmp_path: Path) -> None:
@@ -52,3 +57,57 @@ def test_the_server_gone_after_a_stop_ends_the_run_interrupted_with_its_pages_ke
     assert outcome.exit_code == ExitCode.INTERRUPTED, outcome.error
     assert outcome.error is None
     assert [r["page"] for r in read_stage(out, "extract")] == [1]  # the page read before the stop is kept
+
+
+def _managed_simulator() -> tuple[psutil.Process, JobSimulator] | None:
+    """The simulated server this process launched (``--engine sim``), once it listens."""
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmdline = child.cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        if "llm_ocr.engines.sim" in cmdline and "--port" in cmdline:
+            server = JobSimulator(f"http://127.0.0.1:{cmdline[cmdline.index('--port') + 1]}")
+            try:
+                server.hangs_applied()
+            except OSError:
+                return None  # not listening yet
+            return child, server
+    return None
+
+
+def test_a_launched_server_that_exits_after_a_stop_is_not_restarted(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # As under Slurm: the stop reaches llm-ocr and the server it launched. Restarting the server
+    # (minutes of model loading on a GPU) would only hold the page in flight through the grace
+    # period; it is left for the rerun instead, and the run ends at once.
+    docs = tmp_path / "docs"
+    make_corpus(docs, documents=2, pages=1)
+    out = tmp_path / "out"
+    spec = stage_spec("extract", [str(docs)], {
+        "output": str(out), "engine": "sim", "server_args": f"--corpus {docs} --instant {HELD_START}",
+        "max_in_flight": 1, "part_rows": 1, "workers": 0, "progress": "off", "grace_period": 120,
+    })
+    stop = asyncio.Event()
+    loop = asyncio.new_event_loop()
+
+    def stop_both_once_the_second_page_is_held() -> None:
+        process, server = waiting.wait_until(_managed_simulator, "the launched server listens", interval=0.2)
+        held_at = server.hold(after=1)
+        server.ready()
+        waiting.wait_until(lambda: server.hangs_applied() >= held_at, "the second page is held", interval=0.2)
+        loop.call_soon_threadsafe(stop.set)  # SIGTERM to llm-ocr ...
+        process.terminate()  # ... and to its server
+
+    stopper = threading.Thread(target=stop_both_once_the_second_page_is_held, daemon=True)
+    stopper.start()
+    with caplog.at_level(logging.INFO, logger="llm_ocr"):
+        try:
+            outcome = loop.run_until_complete(run_guarded(shard_coroutine("extract", spec), stop))
+        finally:
+            loop.close()
+    stopper.join(30)
+    assert outcome.exit_code == ExitCode.INTERRUPTED, outcome.error
+    said = caplog.text
+    assert "not restarted" in said and "restarting" not in said, said
+    assert [r["page"] for r in read_stage(out, "extract")] == [1]  # the held page is left for the rerun

@@ -140,6 +140,12 @@ class ManagedServer:
         #: ``max_restarts`` (default: every one). :mod:`llm_ocr.serving.quarantine` leaves out deaths a
         #: poison page explains, so one bad page cannot spend the budget.
         self.count_death: Callable[[int], int] | None = None
+        #: True once the run that uses the server was asked to stop (SIGTERM, Ctrl-C): a server
+        #: that exits then is not restarted. A platform's stop reaches the server too (Slurm
+        #: signals every process of a task), and a restart (minutes of model loading on a GPU)
+        #: would only hold the pages in flight through the grace period: they are left for the
+        #: rerun. None: always restart within the budget.
+        self.stopping: Callable[[], bool] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_at = 0.0
         self._log_offset = 0  # where the current generation's output starts in the log
@@ -406,6 +412,9 @@ class ManagedServer:
         tail = self._tail(40, since=self._log_offset)
         if self._stopping:
             raise ServerFailed(f"{self.name} server was stopped", exit_code=code)
+        if self.stopping is not None and self.stopping():
+            self._fail(ServerFailed(f"{self.name} server exited while the run was stopping; not restarted",
+                                    exit_code=code, log_tail=tail))
         clash = PORT_TAKEN in tail.lower() and self.port_file is None
         if not was_ready and clash and self._port_clashes < PORT_CLASHES:
             # Another process took the port between its probe and this server's bind: not the
