@@ -5,8 +5,8 @@ A platform's stop reaches every process of a task: Slurm's ``scontrol requeue``,
 containers are stopped together. llm-ocr then finishes its pages in flight, but their server is
 going away too, so the endpoint fails during the grace period. The run was stopped as asked and
 kept what it read: exit 3 (interrupted, rerun to resume), not 2 (could not run), which a Slurm
-task's runner would retry as a crash and a user would read as a broken endpoint (a fresh-clone
-run saw the requeue test's task end with 2, at load 18).
+task's runner would retry as a crash and a user would read as a broken endpoint. (A fresh-clone
+run saw a requeued Slurm task end with 2 at load 18; whether for this reason is not known.)
 """
 
 from __future__ import annotations
