@@ -23,8 +23,11 @@ A worker
 - is a process, not a thread: pypdfium2 is not thread-safe, and rendering is CPU-bound;
 - is a fresh interpreter: no event loop, sockets (``close_fds``) or locks inherited;
 - ends with its parent: an idle one reads EOF on stdin, a busy one is ended by a watcher thread;
-- ignores SIGINT: Ctrl-C reaches the terminal's whole process group, and the parent, not its
-  workers, decides how a run stops (the pages in flight finish);
+- ignores SIGINT and SIGTERM: Ctrl-C reaches the terminal's whole process group, and Slurm's
+  stop (``scancel``, a preemption, ``scontrol requeue``) every process of a task; the parent, not
+  its workers, decides how a run stops (the pages in flight finish, which needs their workers:
+  a worker ended by that SIGTERM failed its page's call, and the run with it, exit 2 where a
+  stop is 3); the pool ends its workers by closing their stdin, or with SIGKILL;
 - writes stray output (a C library's ``printf``) to stderr: its stdout carries the answers.
 
 A worker that dies during a call (a crash in native code, the OOM killer) fails that call with
@@ -408,7 +411,8 @@ def serve(parent: int) -> None:
     os.dup2(devnull, 0)  # nothing else may read the calls
     os.close(devnull)
     os.dup2(2, 1)  # nor write into the answers: print() and C libraries' output go to stderr
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how a run stops (module docstring)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _exit_with_parent(parent)
     while True:
         try:

@@ -78,9 +78,12 @@ def test_a_worker_that_dies_fails_its_own_call_only(pool: WorkerPool) -> None:
     assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
 
 
-def test_ctrl_c_reaching_a_worker_leaves_it_alone(pool: WorkerPool) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "slurm-stop"])
+def test_a_stop_signal_reaching_a_worker_leaves_it_alone(pool: WorkerPool, signum: int) -> None:
+    # Ctrl-C reaches the terminal's process group, Slurm's SIGTERM every process of a task (r117:
+    # a requeued task's render worker died in a page's fingerprint, and the run exited 2).
     worker = call(pool, os.getpid)
-    os.kill(worker, signal.SIGINT)
+    os.kill(worker, signum)
     assert call(pool, os.getpid) == worker  # the same worker, still answering
 
 
