@@ -11,8 +11,10 @@ it too). ``HF_ENDPOINT`` must be set before this starts: huggingface_hub reads i
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
 import json
+import os
 import sys
 from typing import Any
 
@@ -31,4 +33,6 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    if os.environ.get("TESTS_DUMP_STACKS_AFTER_S"):  # a hang shows where it is (tests/launchers/common.py)
+        faulthandler.dump_traceback_later(float(os.environ["TESTS_DUMP_STACKS_AFTER_S"]), file=sys.__stderr__)
     sys.stdout.write(json.dumps([run_case(case) for case in json.load(sys.stdin)]))

@@ -59,10 +59,19 @@ def llm_ocr(*args: str, env: dict[str, str], timeout: float = HANG_GUARD_S) -> s
 def llm_ocr_batch(cases: list[tuple[list[str], dict[str, str]]], env: dict[str, str], timeout: float = HANG_GUARD_S) -> list[dict[str, Any]]:
     """Several ``llm-ocr`` command lines in one subprocess (tests/launchers/batch_cli.py): each
     ``(argv, env changes)``; a result ``{"code", "stdout", "stderr"}`` per case."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.launchers.batch_cli"], input=json.dumps([{"argv": a, "env": e} for a, e in cases]),
-        capture_output=True, text=True, timeout=timeout, env=env, cwd=str(REPO),
-    )
+    # Short of the guard, the subprocess writes every thread's stack to its stderr: a hang (r118:
+    # the Cloud Run launch's six commands past 600 s at load 4, nothing written) says where it is.
+    dump_after = max(1.0, timeout - 20)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.launchers.batch_cli"],
+            input=json.dumps([{"argv": a, "env": e} for a, e in cases]), capture_output=True, text=True,
+            timeout=timeout, env={**env, "TESTS_DUMP_STACKS_AFTER_S": str(dump_after)}, cwd=str(REPO),
+        )
+    except subprocess.TimeoutExpired as exc:
+        stacks = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        raise AssertionError(f"{[a for a, _ in cases]} did not end within {timeout:g} s; the stacks at "
+                             f"{dump_after:g} s:\n{stacks}") from None
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
