@@ -14,19 +14,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 from llm_ocr.api import shard_coroutine, stage_spec
+from llm_ocr.options import StageSpec
 from llm_ocr.outcomes import ExitCode
-from llm_ocr.runners.shard import run_guarded
+from llm_ocr.runners.shard import ShardOutcome, run_guarded
 from llm_ocr.testing import SimulatedServer
 from tests import waiting
 from tests.conftest import read_stage
 from tests.docs import make_corpus
 from tests.launchers.simulators import HELD_START, JobSimulator
+
+
+def _run_stopped_by(spec: StageSpec, stopper: Callable[[Callable[[], None]], None]) -> ShardOutcome:
+    """Run Extract of ``spec`` as the command line does (``run_guarded``), while ``stopper`` runs
+    in a thread with a function that asks the run to stop, as SIGTERM does."""
+    stop = asyncio.Event()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=stopper, args=(lambda: loop.call_soon_threadsafe(stop.set),), daemon=True)
+    thread.start()
+    try:
+        return loop.run_until_complete(run_guarded(shard_coroutine("extract", spec), stop))
+    finally:
+        loop.close()
+        thread.join(30)
 
 
 def test_the_server_gone_after_a_stop_ends_the_run_interrupted_with_its_pages_kept(tmp_path: Path) -> None:
@@ -39,21 +55,13 @@ def test_the_server_gone_after_a_stop_ends_the_run_interrupted_with_its_pages_ke
             "output": str(out), "endpoint": server.base_url, "max_in_flight": 1, "part_rows": 1, "workers": 0,
             "progress": "off", "dead_after": 0.5, "grace_period": 120,  # the endpoint dies well within the grace
         })
-        stop = asyncio.Event()
-        loop = asyncio.new_event_loop()
 
-        def stop_then_kill_the_server() -> None:
+        def stop_then_kill_the_server(stop: Callable[[], None]) -> None:
             waiting.wait_until_held(server, held_at)
-            loop.call_soon_threadsafe(stop.set)  # SIGTERM to llm-ocr ...
+            stop()  # SIGTERM to llm-ocr ...
             server.stop(grace=0)  # ... and to its server, which goes
 
-        killer = threading.Thread(target=stop_then_kill_the_server, daemon=True)
-        killer.start()
-        try:
-            outcome = loop.run_until_complete(run_guarded(shard_coroutine("extract", spec), stop))
-        finally:
-            loop.close()
-        killer.join(30)
+        outcome = _run_stopped_by(spec, stop_then_kill_the_server)
     assert outcome.exit_code == ExitCode.INTERRUPTED, outcome.error
     assert outcome.error is None
     assert [r["page"] for r in read_stage(out, "extract")] == [1]  # the page read before the stop is kept
@@ -88,25 +96,17 @@ def test_a_launched_server_that_exits_after_a_stop_is_not_restarted(tmp_path: Pa
         "output": str(out), "engine": "sim", "server_args": f"--corpus {docs} --instant {HELD_START}",
         "max_in_flight": 1, "part_rows": 1, "workers": 0, "progress": "off", "grace_period": 120,
     })
-    stop = asyncio.Event()
-    loop = asyncio.new_event_loop()
 
-    def stop_both_once_the_second_page_is_held() -> None:
+    def stop_both_once_the_second_page_is_held(stop: Callable[[], None]) -> None:
         process, server = waiting.wait_until(_managed_simulator, "the launched server listens", interval=0.2)
         held_at = server.hold(after=1)
         server.ready()
         waiting.wait_until(lambda: server.hangs_applied() >= held_at, "the second page is held", interval=0.2)
-        loop.call_soon_threadsafe(stop.set)  # SIGTERM to llm-ocr ...
+        stop()  # SIGTERM to llm-ocr ...
         process.terminate()  # ... and to its server
 
-    stopper = threading.Thread(target=stop_both_once_the_second_page_is_held, daemon=True)
-    stopper.start()
     with caplog.at_level(logging.INFO, logger="llm_ocr"):
-        try:
-            outcome = loop.run_until_complete(run_guarded(shard_coroutine("extract", spec), stop))
-        finally:
-            loop.close()
-    stopper.join(30)
+        outcome = _run_stopped_by(spec, stop_both_once_the_second_page_is_held)
     assert outcome.exit_code == ExitCode.INTERRUPTED, outcome.error
     said = caplog.text
     assert "not restarted" in said and "restarting" not in said, said
