@@ -35,7 +35,7 @@ from typing import Any
 from llm_ocr.runners.dedup import copied
 from llm_ocr.runners.groups import GroupWork
 from llm_ocr.runners.page_flow import PageFlow, PageRows, flow_stop, give_up_slot, take_slot
-from llm_ocr.runners.shared_dedup import group_rows
+from llm_ocr.runners.shared_dedup import group_rows, take_over_free
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.fingerprint import pixel_sha256
@@ -174,7 +174,8 @@ class SharedPages:
             return _Look("read")
         book = self.groups.book
         # The state first, then the rows: a group found done had stored its rows before.
-        state = book.state(first.group, book.latest(first.group, None))
+        seen = book.latest(first.group, None)
+        state = book.state(first.group, seen)
         rows = []
         for stage in self.stages:
             found = [r for r in group_rows(self.output, first.group, stage, first.doc_id, self.storage_options)
@@ -187,8 +188,9 @@ class SharedPages:
             return _Look("read")  # the first's reading failed: this page is read itself
         if state == "done":
             return _Look("read")
-        if state == "free":  # its reader is gone: this page becomes the first, unless another did
-            latest = self.claims.take_over(first, ref.doc_id, group, page)
-            if latest.holder == self.claims.holder:
+        if state == "free":  # nobody reads it: this page becomes the first, unless another did
+            latest = take_over_free(book, first.group, seen,
+                                    lambda: self.claims.take_over(first, ref.doc_id, group, page))
+            if latest is not None and latest.holder == self.claims.holder:
                 return _Look("take")
         return _Look("wait")
