@@ -330,7 +330,7 @@ def take_over_free(book: ClaimBook, group: GroupId, seen: GroupView | None,
     A group found free may be claimed by a reader at any moment (one never claimed yet: its shard
     had not started; or one let go). Taken over without holding it, a reader that claimed it
     between the look and the take-over found the old first still the latest and read it, and the
-    copy was read too (two shards started side by side under load: four requests for two pages).
+    copy was read too (shards started side by side: each reads its own first and the other's copy).
     Held, no reader can claim it until the take-over is written, and the one that claims it after
     finds its document a copy. It is let go at once (the copy's process does not read it)."""
     hold = book.take(group, seen, started=True)
