@@ -36,7 +36,7 @@ from llm_ocr.runners.groups import GroupWork
 from llm_ocr.runners.page_flow import CHUNK_PAGES, Batch, DocumentPages, PageFlow, PageRows
 from llm_ocr.runners.render_order import OpenDocument
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
-from llm_ocr.storage.claims import ClaimBook, Ending, GroupId, GroupView
+from llm_ocr.storage.claims import GroupId
 from llm_ocr.storage.group_parts import group_part_name
 from llm_ocr.storage.hash_claims import FirstCopy, HashClaims
 from llm_ocr.storage.readings import Reading, stored_rows
@@ -241,8 +241,7 @@ class SharedReadings:
         if state == "done":  # the group ended without the first's rows all stored with text
             return _Look("read")
         if state == "free":  # nobody reads it: this copy becomes the first, unless another did
-            latest = take_over_free(book, group, seen,
-                                    lambda: self.hashes.take_over(first, item.ref.doc_id, item.group))
+            latest = self.hashes.take_over(first, item.ref.doc_id, item.group, book=book, seen=seen)
             if latest is not None:
                 item.first = latest
                 if latest.doc_id == item.ref.doc_id:
@@ -319,27 +318,6 @@ class SharedReadings:
             self._read_here(item.ref, item.sha256)
             self.base.counted(item.sha256, opened.num_pages)
         await _put_chunks(plain, opened, flow)
-
-
-def take_over_free(book: ClaimBook, group: GroupId, seen: GroupView | None,
-                   take_over: Callable[[], FirstCopy]) -> FirstCopy | None:
-    """``take_over()`` (name a copy the first of its bytes) for a first whose group ``group`` was
-    found free as ``seen`` shows it, with that group held meanwhile; None when another process
-    claimed the group since (its reader reads the first: look again later).
-
-    A group found free may be claimed by a reader at any moment (one never claimed yet: its shard
-    had not started; or one let go). Taken over without holding it, a reader that claimed it
-    between the look and the take-over found the old first still the latest and read it, and the
-    copy was read too (shards started side by side: each reads its own first and the other's copy).
-    Held, no reader can claim it until the take-over is written, and the one that claims it after
-    finds its document a copy. It is let go at once (the copy's process does not read it)."""
-    hold = book.take(group, seen, started=True)
-    if hold is None:
-        return None
-    try:
-        return take_over()
-    finally:
-        book.end(hold, Ending("released", book.shard))
 
 
 def group_rows(output: str, group: GroupId, stage: str, doc_id: str,

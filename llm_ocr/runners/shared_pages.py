@@ -35,7 +35,7 @@ from typing import Any
 from llm_ocr.runners.dedup import copied
 from llm_ocr.runners.groups import GroupWork
 from llm_ocr.runners.page_flow import PageFlow, PageRows, flow_stop, give_up_slot, take_slot
-from llm_ocr.runners.shared_dedup import group_rows, take_over_free
+from llm_ocr.runners.shared_dedup import group_rows
 from llm_ocr.runners.workers import WorkerPool
 from llm_ocr.sources.base import DocumentRef, PageFailure, PageImage
 from llm_ocr.sources.fingerprint import pixel_sha256
@@ -189,8 +189,7 @@ class SharedPages:
         if state == "done":
             return _Look("read")
         if state == "free":  # nobody reads it: this page becomes the first, unless another did
-            latest = take_over_free(book, first.group, seen,
-                                    lambda: self.claims.take_over(first, ref.doc_id, group, page))
+            latest = self.claims.take_over(first, ref.doc_id, group, page, book=book, seen=seen)
             if latest is not None and latest.holder == self.claims.holder:
                 return _Look("take")
         return _Look("wait")

@@ -29,7 +29,7 @@ import json
 import logging
 from dataclasses import dataclass
 
-from llm_ocr.storage.claims import CLAIMS_DIR, GroupId
+from llm_ocr.storage.claims import CLAIMS_DIR, ClaimBook, Ending, GroupId, GroupView
 from llm_ocr.storage.state import STATE_DIR
 from llm_ocr.storage.url import Storage
 
@@ -96,15 +96,31 @@ class HashClaims:
         group = GroupId(int(data["shard"]), int(data["num_shards"]), int(data["group"]))
         return FirstCopy(sha256, epoch, str(data["doc_id"]), group, str(data["holder"]), int(data.get("page", 0)))
 
-    def take_over(self, first: FirstCopy, doc_id: str, group: GroupId, page: int = 0) -> FirstCopy:
-        """Name ``doc_id`` of ``group`` the first of ``first.sha256`` in the epoch after ``first``
-        (its group was found free: its reader is gone); returns the latest epoch: this one, or
-        the one another process created first."""
-        mine = FirstCopy(first.sha256, first.epoch + 1, doc_id, group, self.holder, page)
-        if self.out.create_exclusive(self.path(first.sha256, mine.epoch), mine.to_bytes()):
-            log.info("%s: the first copy (%s) was left unread by a process gone; read here instead", doc_id,
-                     first.doc_id)
-            return mine
-        latest = self.latest(first.sha256)
-        assert latest is not None
-        return latest
+    def take_over(self, first: FirstCopy, doc_id: str, group: GroupId, page: int = 0, *, book: ClaimBook,
+                  seen: GroupView | None) -> FirstCopy | None:
+        """Name ``doc_id`` of ``group`` the first of ``first.sha256`` in the epoch after ``first``,
+        whose group ``book`` found free as ``seen`` shows it; returns the latest epoch (this one, or
+        the one another process created first), or None when another process claimed the first's
+        group since (its reader reads the first: look again later).
+
+        A group found free may be claimed by a reader at any moment (one never claimed yet: its
+        shard had not started; or one let go). Taken over without holding it, a reader that
+        claimed it between the look and the take-over found the old first still the latest and
+        read it, and the copy was read too (shards started side by side: each reads its own first
+        and the other's copy). So the first's group is held while the epoch is written: no reader
+        can claim it meanwhile, and the one that claims it after finds its document a copy. It is
+        let go at once (this process does not read it)."""
+        hold = book.take(first.group, seen, started=True)
+        if hold is None:
+            return None
+        try:
+            mine = FirstCopy(first.sha256, first.epoch + 1, doc_id, group, self.holder, page)
+            if self.out.create_exclusive(self.path(first.sha256, mine.epoch), mine.to_bytes()):
+                log.info("%s: the first copy (%s) was left unread (its group was free); read here instead", doc_id,
+                         first.doc_id)
+                return mine
+            latest = self.latest(first.sha256)
+            assert latest is not None
+            return latest
+        finally:
+            book.end(hold, Ending("released", book.shard))

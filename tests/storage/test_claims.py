@@ -298,9 +298,7 @@ def test_a_first_is_taken_over_only_while_its_group_stays_unclaimed(tmp_path: Pa
     """A copy found its first's group free (never claimed: its shard had not started) and names
     itself the first. A reader that claims the group between that look and the take-over reads the
     old first, so the copy must not read too: the take-over holds the group while it is written
-    and gives way to a reader that got there first (two dedup tests saw two pages read twice when
-    their shards started side by side)."""
-    from llm_ocr.runners.shared_dedup import take_over_free
+    and gives way to a reader that got there first (HashClaims.take_over)."""
     from llm_ocr.storage.hash_claims import HashClaims
 
     out = Storage(str(tmp_path))
@@ -312,14 +310,14 @@ def test_a_first_is_taken_over_only_while_its_group_stays_unclaimed(tmp_path: Pa
     assert copy.state(GROUP, seen) == "free"  # the copy's look: nobody reads b.pdf's group yet
     held = reader.take(GROUP, None)  # ... and then its shard starts it, to read b.pdf
     assert held is not None
-    assert take_over_free(copy, GROUP, seen, lambda: hashes.take_over(first, "c.pdf", GroupId(0, 4, 0))) is None
+    assert hashes.take_over(first, "c.pdf", GroupId(0, 4, 0), book=copy, seen=seen) is None
     assert hashes.latest("f" * 64) == first  # b.pdf is still the first: read once, by its reader
 
     # Let go before the copy's next look: now the take-over is written, and the group is free
     # again for whoever reads it, who finds its b.pdf a copy of c.pdf.
     reader.end(held, Ending("released"))
     seen = copy.latest(GROUP, None)
-    latest = take_over_free(copy, GROUP, seen, lambda: hashes.take_over(first, "c.pdf", GroupId(0, 4, 0)))
+    latest = hashes.take_over(first, "c.pdf", GroupId(0, 4, 0), book=copy, seen=seen)
     assert latest is not None and latest.doc_id == "c.pdf" and latest.epoch == 2
     after = reader.latest(GROUP, None)
     assert after is not None and reader.state(GROUP, after) == "free" and reader.take(GROUP, after) is not None
