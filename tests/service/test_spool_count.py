@@ -41,6 +41,9 @@ def test_counting_a_pdf_closes_that_pdf_only(tmp_path: Path) -> None:
     make_pdf(submitted, 3, seed=2)
     ref = DocumentRef(doc_id="reading.pdf", index=0, source=str(reading), kind="pdf", location=str(reading))
     with PDFIUM_LOCK:
+        # Only the worker's document open: an earlier test of this process may have left two PDFs
+        # in the cache (two at most), and the count's own open then pushed the oldest out.
+        render.close_documents()
         count_pages(ref, RenderOptions())  # the worker has this one open
         open_before = dict(render._PDF_CACHE)
     try:
